@@ -1,0 +1,86 @@
+"""flytekitplugins-ddlscale: cluster scaling as a first-class step of a Flyte flow.
+
+.. code-block:: python
+
+    from flytekitplugins_ddlscale import ClusterRef, ScaleCluster, distributed_phase, get_backend
+
+flytekit imports this package at start-up (``flytekit.plugins`` entry point),
+so only light modules load here; task types, the phase decorator and every
+backend load on first use.
+"""
+import importlib
+from typing import Any
+
+from .errors import (
+    BackendUnavailableError,
+    CapacityExceededError,
+    ClusterNotFoundError,
+    ConflictError,
+    InvalidInputError,
+    NotScalableError,
+    ScalingError,
+    ScalingTimeoutError,
+    UnauthorizedError,
+    UnknownTierError,
+    UnsupportedOperationError,
+    WorkerFailedError,
+)
+from .models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult
+from .refs import KINDS, ClusterRef, KindInfo
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "get_backend": "flytekitplugins_ddlscale.backends",
+    "ClusterBackend": "flytekitplugins_ddlscale.backends",
+    "BackendCapabilities": "flytekitplugins_ddlscale.backends",
+    "ScalerServiceBackend": "flytekitplugins_ddlscale.backends.scaler",
+    "KubernetesBackend": "flytekitplugins_ddlscale.backends.kubernetes",
+    "LocalBackend": "flytekitplugins_ddlscale.backends.local",
+    "ScaleCluster": "flytekitplugins_ddlscale.tasks",
+    "RestartHead": "flytekitplugins_ddlscale.tasks",
+    "WaitForCluster": "flytekitplugins_ddlscale.tasks",
+    "distributed_phase": "flytekitplugins_ddlscale.phase",
+    "HardwareTier": "flytekitplugins_ddlscale.tiers",
+    "TierCatalog": "flytekitplugins_ddlscale.tiers",
+    "FileTierCatalog": "flytekitplugins_ddlscale.tiers",
+    "DominoTierCatalog": "flytekitplugins_ddlscale.tiers",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'flytekitplugins_ddlscale' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(list(globals()) + list(_LAZY))
+
+
+__all__ = [
+    "BackendUnavailableError",
+    "Baseline",
+    "CapacityExceededError",
+    "ClusterNotFoundError",
+    "ClusterRef",
+    "ClusterState",
+    "ConflictError",
+    "InvalidInputError",
+    "KINDS",
+    "KindInfo",
+    "NotScalableError",
+    "ReplicaSpec",
+    "RestartResult",
+    "ScaleResult",
+    "ScalingError",
+    "ScalingTimeoutError",
+    "UnauthorizedError",
+    "UnknownTierError",
+    "UnsupportedOperationError",
+    "WorkerFailedError",
+    *_LAZY,
+]

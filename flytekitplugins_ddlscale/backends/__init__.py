@@ -1,0 +1,94 @@
+"""Backends and how one is chosen.
+
+Backend modules are imported only when chosen: ``kubernetes`` alone costs
+most of a second to import, and flytekit imports this plugin at start-up.
+
+Precedence of :func:`get_backend`:
+
+1. the ``name`` argument;
+2. ``$DDLSCALE_BACKEND``;
+3. ``scaler`` when ``$CLUSTER_SCALER_BASE_URL`` is set, or inside a Domino
+   run (``$DOMINO_RUN_ID``), where the service has a default in-cluster URL;
+4. ``local`` otherwise: real local clusters, so flows run on a laptop.
+
+Third-party backends register under the ``flytekitplugins_ddlscale.backends``
+entry-point group as ``name = "module:Class"``.
+"""
+import importlib
+import os
+from typing import Any, Dict, Mapping, Optional
+
+from ..errors import InvalidInputError
+from .base import (
+    DEFAULT_RESTART_TIMEOUT,
+    DEFAULT_SCALE_TIMEOUT,
+    BackendCapabilities,
+    ClusterBackend,
+)
+
+BACKEND_ENV = "DDLSCALE_BACKEND"
+ENTRY_POINT_GROUP = "flytekitplugins_ddlscale.backends"
+
+BUILTIN_BACKENDS: Dict[str, str] = {
+    "scaler": "flytekitplugins_ddlscale.backends.scaler:ScalerServiceBackend",
+    "kubernetes": "flytekitplugins_ddlscale.backends.kubernetes:KubernetesBackend",
+    "local": "flytekitplugins_ddlscale.backends.local:LocalBackend",
+}
+ALIASES = {"k8s": "kubernetes", "scaler-service": "scaler", "service": "scaler"}
+
+
+def available_backends() -> Dict[str, str]:
+    """Backend names mapped to ``module:Class``, built-ins and entry points together."""
+    from importlib.metadata import entry_points
+
+    found = dict(BUILTIN_BACKENDS)
+    eps: Any = entry_points()
+    group = eps.select(group=ENTRY_POINT_GROUP) if hasattr(eps, "select") else eps.get(ENTRY_POINT_GROUP, [])
+    for ep in group:
+        found.setdefault(ep.name, ep.value)
+    return found
+
+
+def backend_name_from_env(env: Optional[Mapping[str, str]] = None) -> str:
+    """The backend name the environment selects (steps 2-4 of the precedence)."""
+    environ = os.environ if env is None else env
+    if environ.get(BACKEND_ENV):
+        return environ[BACKEND_ENV].strip().lower()
+    if environ.get("CLUSTER_SCALER_BASE_URL") or environ.get("DOMINO_RUN_ID"):
+        return "scaler"
+    return "local"
+
+
+def load_backend_class(name: str) -> type:
+    """Import and return the class of backend ``name``."""
+    key = ALIASES.get(name.strip().lower(), name.strip().lower())
+    known = available_backends()
+    if key not in known:
+        raise InvalidInputError("backend", name, ", ".join(sorted(known)))
+    module_name, _, attr = known[key].partition(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def get_backend(name: Optional[str] = None, **options: Any) -> ClusterBackend:
+    """A backend instance: ``name`` if given, else as the environment selects.
+
+    ``options`` go to the backend's constructor (e.g. ``base_url=`` for the
+    scaler, ``namespace=`` for Kubernetes, ``state_dir=`` for local).
+    """
+    chosen = name if name else backend_name_from_env()
+    return load_backend_class(chosen)(**options)
+
+
+__all__ = [
+    "ALIASES",
+    "BACKEND_ENV",
+    "BUILTIN_BACKENDS",
+    "BackendCapabilities",
+    "ClusterBackend",
+    "DEFAULT_RESTART_TIMEOUT",
+    "DEFAULT_SCALE_TIMEOUT",
+    "available_backends",
+    "backend_name_from_env",
+    "get_backend",
+    "load_backend_class",
+]

@@ -1,0 +1,126 @@
+"""The backend contract: what every way of reaching a cluster must offer.
+
+``ScaleCluster``, ``RestartHead``, ``@distributed_phase`` and the CLI speak
+only this protocol, so the scaler service, Kubernetes and the local backend
+are interchangeable behind them.
+"""
+from dataclasses import dataclass
+from typing import FrozenSet, Optional, Protocol, runtime_checkable
+
+from ..models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult
+from ..progress import ProgressReporter
+from ..records import Claim
+from ..refs import ClusterRef
+
+DEFAULT_SCALE_TIMEOUT = 900.0
+"""Seconds a scale waits for workers by default: GPU nodes can take minutes to join."""
+DEFAULT_RESTART_TIMEOUT = 600.0
+"""Seconds a head restart waits for the new head by default."""
+
+
+@dataclass(frozen=True)
+class BackendCapabilities:
+    """What a backend can and cannot do, so callers can adapt instead of guessing."""
+
+    kinds: FrozenSet[str]
+    """Short kinds it serves (``ray``, ``spark``, ``dask``, ``mpi``)."""
+    observes_readiness: bool
+    """Whether ``ClusterState.ready_workers`` is real pod readiness."""
+    holds_size: bool
+    """Whether a scale also holds the size against the cluster's autoscaler."""
+    head_tier: bool
+    """Whether ``restart_head(head_hw_tier=...)`` can change the head's tier."""
+    persistent_baseline: bool
+    """Whether the baseline survives this process (stored with the cluster)."""
+
+
+@runtime_checkable
+class ClusterBackend(Protocol):
+    """One way to read and resize distributed-compute clusters."""
+
+    name: str
+    capabilities: BackendCapabilities
+
+    def get_state(self, ref: ClusterRef) -> ClusterState:
+        """Observe the cluster now."""
+        ...
+
+    def scale(
+        self,
+        ref: ClusterRef,
+        replicas: int,
+        worker_hw_tier: Optional[str] = None,
+        *,
+        wait: bool = True,
+        timeout: float = DEFAULT_SCALE_TIMEOUT,
+        strict: bool = False,
+        progress: Optional[ProgressReporter] = None,
+    ) -> ScaleResult:
+        """Set the worker count (and tier); with ``wait``, return once they are up.
+
+        Records the baseline first if none is recorded. ``strict`` refuses a
+        request above ``maxReplicas`` instead of capping it. Invalid input
+        raises :class:`InvalidInputError` before any request is sent.
+        """
+        ...
+
+    def wait_for_workers(
+        self,
+        ref: ClusterRef,
+        replicas: int,
+        *,
+        timeout: float = DEFAULT_SCALE_TIMEOUT,
+        progress: Optional[ProgressReporter] = None,
+    ) -> ClusterState:
+        """Return once ``replicas`` workers are up; raise ``ScalingTimeoutError`` at ``timeout``."""
+        ...
+
+    def restart_head(
+        self,
+        ref: ClusterRef,
+        head_hw_tier: Optional[str] = None,
+        *,
+        wait: bool = True,
+        timeout: float = DEFAULT_RESTART_TIMEOUT,
+        progress: Optional[ProgressReporter] = None,
+    ) -> RestartResult:
+        """Replace the head pod (on a new tier if given); with ``wait``, until it is Ready."""
+        ...
+
+    def record_baseline(self, ref: ClusterRef) -> Baseline:
+        """Record the cluster's current size and tiers unless already recorded; return the baseline."""
+        ...
+
+    def get_baseline(self, ref: ClusterRef) -> Optional[Baseline]:
+        """The recorded baseline, or None."""
+        ...
+
+    def restore_baseline(
+        self,
+        ref: ClusterRef,
+        target: Optional[ReplicaSpec] = None,
+        *,
+        wait: bool = True,
+        timeout: float = DEFAULT_SCALE_TIMEOUT,
+        progress: Optional[ProgressReporter] = None,
+    ) -> ScaleResult:
+        """Put the cluster back to the recorded baseline (or ``target``) and forget the baseline."""
+        ...
+
+    def claim(
+        self, ref: ClusterRef, claim_id: str, replicas: int, worker_hw_tier: Optional[str] = None
+    ) -> Claim:
+        """Register that ``claim_id`` needs ``replicas`` workers; return the largest live claim.
+
+        Records the baseline first if none is recorded. Phases scale to the
+        returned claim, so concurrent phases never shrink each other.
+        """
+        ...
+
+    def release(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
+        """Drop ``claim_id``; return the largest remaining claim, or None when none remain."""
+        ...
+
+    def close(self) -> None:
+        """Release connections and background resources."""
+        ...

@@ -1,0 +1,117 @@
+"""Typed errors: what went wrong, in terms a caller can branch on.
+
+Every error carries a stable ``code`` (the scaler service's code where it
+gave one), a human ``message`` with credentials masked, the HTTP status
+where there was one, and the last observed cluster state where known.
+"""
+from typing import TYPE_CHECKING, Any, Optional
+
+from .redaction import redact
+
+if TYPE_CHECKING:
+    from .models import ClusterState
+
+
+class ScalingError(Exception):
+    """Base class of every error this plugin raises on purpose."""
+
+    code = "scaling_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: Optional[str] = None,
+        status_code: Optional[int] = None,
+        cluster: Optional[str] = None,
+        state: "Optional[ClusterState]" = None,
+    ) -> None:
+        self.message = redact(message)
+        if code is not None:
+            self.code = code
+        self.status_code = status_code
+        self.cluster = cluster
+        self.state = state
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        where = f"{self.cluster}: " if self.cluster else ""
+        status = f" (HTTP {self.status_code})" if self.status_code else ""
+        return f"[{self.code}] {where}{self.message}{status}"
+
+
+class InvalidInputError(ScalingError, ValueError):
+    """An argument was rejected before anything was sent or changed."""
+
+    code = "invalid_input"
+
+    def __init__(self, field: str, value: Any, allowed: str) -> None:
+        self.field = field
+        self.value = value
+        self.allowed = allowed
+        super().__init__(f"invalid {field}={value!r}; allowed: {allowed}")
+
+
+class UnknownTierError(ScalingError):
+    """A hardware tier name is unknown, empty, or restricted to other cluster kinds."""
+
+    code = "invalid_hw_tier"
+
+
+class NotScalableError(ScalingError):
+    """The cluster cannot be scaled as asked (no autoscaling section, bad autoscaling)."""
+
+    code = "not_scalable"
+
+
+class CapacityExceededError(ScalingError):
+    """Strict mode: the request is above the cluster's ``maxReplicas``."""
+
+    code = "capacity_exceeded"
+
+
+class UnauthorizedError(ScalingError):
+    """The caller may not see or change this cluster (HTTP 401/403, RBAC, owner label)."""
+
+    code = "unauthorized"
+
+
+class ClusterNotFoundError(ScalingError):
+    """The cluster (or its head pod) does not exist."""
+
+    code = "not_found"
+
+
+class UnsupportedOperationError(ScalingError):
+    """The backend cannot do this for this kind (MPI head restart, service defects)."""
+
+    code = "unsupported"
+
+
+class ConflictError(ScalingError):
+    """A concurrent writer changed the cluster and re-applying did not settle it."""
+
+    code = "conflict"
+
+
+class BackendUnavailableError(ScalingError):
+    """The backend could not be reached, or kept failing, after bounded retries."""
+
+    code = "backend_unavailable"
+
+
+class WorkerFailedError(ScalingError):
+    """A pod cannot become Ready (Unschedulable, CrashLoopBackOff, image pull)."""
+
+    code = "pod_failed"
+
+    def __init__(self, message: str, *, pod: str, reason: str, **kwargs: Any) -> None:
+        self.pod = pod
+        self.reason = reason
+        super().__init__(message, **kwargs)
+
+
+class ScalingTimeoutError(ScalingError):
+    """A wait reached its timeout; ``state`` holds the last observed state."""
+
+    code = "timeout"

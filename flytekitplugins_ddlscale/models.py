@@ -1,0 +1,154 @@
+"""What backends return: observed cluster state and the outcome of an operation.
+
+Plain dataclasses with Flyte-friendly field types, so a task can return them
+as typed outputs that downstream nodes depend on.
+"""
+import datetime
+from dataclasses import dataclass, field
+from typing import Optional
+
+from .refs import ClusterRef
+
+
+def utcnow() -> datetime.datetime:
+    """The current time, timezone-aware in UTC."""
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+@dataclass
+class ClusterState:
+    """One observation of a cluster.
+
+    ``ready_workers`` is None where the backend cannot see pod readiness (the
+    scaler service only exposes pod names); ``existing_workers`` counts the
+    worker pods that exist whether Ready or not.
+    """
+
+    cluster: str
+    """The cluster as ``[namespace/]kind/name``."""
+    status: str
+    """``status.clusterStatus``: Pending, Starting, Running, Stopping, Failed, or Unknown."""
+    desired_workers: int
+    """``spec.worker.replicas``."""
+    existing_workers: int
+    """Worker pods that exist."""
+    ready_workers: Optional[int] = None
+    """Worker pods that are Ready; None when this backend cannot observe readiness."""
+    head_ready: Optional[bool] = None
+    """Whether the head pod is Ready; None when unknown or the kind has no head (MPI)."""
+    worker_hw_tier: Optional[str] = None
+    """Hardware tier id (or local tier name) of the workers, if labelled."""
+    head_hw_tier: Optional[str] = None
+    """Hardware tier id (or local tier name) of the head, if labelled."""
+    autoscaling_min: Optional[int] = None
+    """``spec.autoscaling.minReplicas``; None without autoscaling."""
+    autoscaling_max: Optional[int] = None
+    """``spec.autoscaling.maxReplicas``; None without autoscaling."""
+    observed_at: datetime.datetime = field(default_factory=utcnow)
+    """When this observation was made (UTC)."""
+
+    @property
+    def autoscaling(self) -> bool:
+        """Whether the cluster has an autoscaling section."""
+        return self.autoscaling_max is not None
+
+    def workers_up(self, replicas: int) -> bool:
+        """True when ``replicas`` workers are up: Ready where observable, else existing."""
+        seen = self.ready_workers if self.ready_workers is not None else self.existing_workers
+        return seen == replicas and self.desired_workers == replicas
+
+    def describe(self) -> str:
+        """A one-line summary for progress messages and errors."""
+        ready = "?" if self.ready_workers is None else str(self.ready_workers)
+        return (
+            f"{self.cluster} {self.status}: desired={self.desired_workers} "
+            f"existing={self.existing_workers} ready={ready}"
+        )
+
+
+@dataclass
+class ScaleResult:
+    """What a scale call did."""
+
+    cluster: str
+    requested: int
+    """Workers asked for."""
+    effective: int
+    """Workers the backend set (``min(requested, maxReplicas)`` unless strict)."""
+    capped: bool
+    """True when ``effective < requested`` because of ``maxReplicas``."""
+    previous: ClusterState
+    """State read before the change."""
+    final: ClusterState
+    """State after the change: after the wait when ``waited``, else right after the request."""
+    waited: bool
+    seconds_waited: float = 0.0
+    worker_hw_tier: Optional[str] = None
+    """The tier name requested, if any."""
+
+
+@dataclass
+class RestartResult:
+    """What a head restart did."""
+
+    cluster: str
+    pod: str
+    """Name of the head pod that was replaced."""
+    started_at: str
+    """When the restart began, as the authority that performed it recorded it (ISO-8601)."""
+    ready: bool
+    """True when the new head pod was seen Ready."""
+    final: ClusterState
+    waited: bool
+    seconds_waited: float = 0.0
+    head_hw_tier: Optional[str] = None
+    """The tier name requested for the head, if any."""
+
+
+@dataclass
+class ReplicaSpec:
+    """An explicit size to restore to, instead of the recorded baseline."""
+
+    replicas: int
+    worker_hw_tier: Optional[str] = None
+    head_hw_tier: Optional[str] = None
+
+
+@dataclass
+class Baseline:
+    """What a cluster looked like before this plugin first changed it.
+
+    Recorded before the first change so that a later task, or another
+    process after a crash, can put the cluster back exactly.
+    """
+
+    cluster: str
+    replicas: int
+    autoscaling_min: Optional[int] = None
+    autoscaling_max: Optional[int] = None
+    worker_hw_tier: Optional[str] = None
+    head_hw_tier: Optional[str] = None
+    recorded_at: datetime.datetime = field(default_factory=utcnow)
+
+    @classmethod
+    def from_state(cls, state: ClusterState) -> "Baseline":
+        """The baseline that restores ``state``."""
+        return cls(
+            cluster=state.cluster,
+            replicas=state.desired_workers,
+            autoscaling_min=state.autoscaling_min,
+            autoscaling_max=state.autoscaling_max,
+            worker_hw_tier=state.worker_hw_tier,
+            head_hw_tier=state.head_hw_tier,
+        )
+
+
+__all__ = [
+    "Baseline",
+    "ClusterRef",
+    "ClusterState",
+    "ReplicaSpec",
+    "RestartResult",
+    "ScaleResult",
+    "utcnow",
+]

@@ -1,0 +1,60 @@
+"""Keep credentials out of logs, errors and outputs.
+
+Every credential the plugin reads is registered here the moment it is read;
+:func:`redact` replaces registered values (and anything shaped like an auth
+header) in text, and :class:`RedactingFilter` does it for log records.
+Errors run their messages through :func:`redact` when they are built.
+"""
+import logging
+import re
+import threading
+from typing import Set
+
+MASK = "***"
+_MIN_SECRET_LENGTH = 4
+
+_lock = threading.Lock()
+_secrets: Set[str] = set()
+
+_HEADER_PATTERNS = (
+    re.compile(r"(?i)(authorization\s*[:=]\s*['\"]?bearer\s+)[^\s'\",}]+"),
+    re.compile(r"(?i)(x-domino-api-key\s*['\"]?\s*[:=]\s*['\"]?)[^\s'\",}]+"),
+    re.compile(r"(?i)(\"?(?:token|api_key|apikey|access_token)\"?\s*[:=]\s*['\"]?)[^\s'\",}]+"),
+)
+
+
+def register_secret(value: str) -> None:
+    """Remember ``value`` so that :func:`redact` masks it from now on."""
+    if isinstance(value, str) and len(value) >= _MIN_SECRET_LENGTH:
+        with _lock:
+            _secrets.add(value)
+
+
+def redact(text: object) -> str:
+    """``str(text)`` with every registered secret and auth-header value masked."""
+    out = str(text)
+    with _lock:
+        known = sorted(_secrets, key=len, reverse=True)
+    for secret in known:
+        if secret in out:
+            out = out.replace(secret, MASK)
+    for pattern in _HEADER_PATTERNS:
+        out = pattern.sub(lambda m: m.group(1) + MASK, out)
+    return out
+
+
+class RedactingFilter(logging.Filter):
+    """A logging filter that masks secrets in the formatted message."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        cleaned = redact(message)
+        if cleaned != message:
+            record.msg = cleaned
+            record.args = ()
+        return True
+
+
+logger = logging.getLogger("flytekitplugins_ddlscale")
+if not any(isinstance(f, RedactingFilter) for f in logger.filters):
+    logger.addFilter(RedactingFilter())

@@ -1,0 +1,163 @@
+"""Which cluster: its kind, name and namespace, and what each kind looks like.
+
+Everything kind-specific that several backends need (plural resource name,
+head section, pod labels) lives in :data:`KINDS`, so no backend builds pod
+names or spec paths by string concatenation of its own.
+"""
+import os
+import re
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+from .errors import InvalidInputError
+
+CRD_GROUP = "distributed-compute.dominodatalab.com"
+CRD_VERSION = "v1alpha1"
+DEFAULT_NAMESPACE = "domino-compute"
+
+LABEL_APP = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY_OPERATOR = "distributed-compute-operator"
+LABEL_OWNER = "dominodatalab.com/starting-user-id"
+LABEL_HW_TIER = "dominodatalab.com/hardware-tier-id"
+NODE_POOL_SELECTOR = "dominodatalab.com/node-pool"
+
+
+@dataclass(frozen=True)
+class KindInfo:
+    """How one kind of distributed-compute cluster is laid out on Kubernetes."""
+
+    kind: str
+    """Short name: ``ray``, ``spark``, ``dask`` or ``mpi``."""
+    plural: str
+    """CRD plural, as in REST paths and the scaler service: ``rayclusters``."""
+    crd_kind: str
+    """CRD ``kind``: ``RayCluster``."""
+    app: str
+    """Value of the ``app.kubernetes.io/name`` label on the cluster's pods."""
+    head_section: Optional[str]
+    """Spec key of the head section (``head``, ``master``, ``scheduler``); None for MPI."""
+    head_component: Optional[str]
+    """``app.kubernetes.io/component`` of the head pod; None for MPI."""
+    autoscaling: bool
+    """Whether the CRD accepts ``spec.autoscaling``."""
+    served_by_scaler: bool
+    """Whether Domino's scaler service accepts this kind."""
+
+    def head_pod_name(self, cluster: str) -> Optional[str]:
+        """The operator's head pod name for ``cluster`` (StatefulSet ordinal 0)."""
+        if self.head_component is None:
+            return None
+        return f"{cluster}-{self.app}-{self.head_component}-0"
+
+    def worker_pod_prefix(self, cluster: str) -> str:
+        """Prefix shared by the worker pods of ``cluster``: ``<name>-<app>-worker-``."""
+        return f"{cluster}-{self.app}-worker-"
+
+
+KINDS: Dict[str, KindInfo] = {
+    "ray": KindInfo("ray", "rayclusters", "RayCluster", "ray", "head", "head", True, True),
+    "spark": KindInfo("spark", "sparkclusters", "SparkCluster", "spark", "master", "master", True, True),
+    "dask": KindInfo("dask", "daskclusters", "DaskCluster", "dask", "scheduler", "scheduler", True, True),
+    "mpi": KindInfo("mpi", "mpiclusters", "MPICluster", "mpi", None, None, False, False),
+}
+_BY_PLURAL = {info.plural: info for info in KINDS.values()}
+ALLOWED_KINDS = tuple(KINDS) + tuple(_BY_PLURAL)
+
+# Cluster names become label values and prefixes of pod names, so they must be
+# DNS-1123 labels (63 characters at most).
+_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+MAX_NAME_LENGTH = 63
+
+
+def normalize_kind(kind: str, field: str = "kind") -> str:
+    """Return the short kind (``ray``...) for a short or plural kind name.
+
+    Raises :class:`InvalidInputError` naming ``field`` and the allowed values.
+    """
+    if isinstance(kind, str):
+        key = kind.strip().lower()
+        if key in KINDS:
+            return key
+        if key in _BY_PLURAL:
+            return _BY_PLURAL[key].kind
+    raise InvalidInputError(field, kind, ", ".join(ALLOWED_KINDS))
+
+
+def validate_name(name: str, field: str = "name") -> str:
+    """Return ``name`` if it is a valid cluster name, else raise :class:`InvalidInputError`."""
+    if not isinstance(name, str) or not name:
+        raise InvalidInputError(field, name, "a non-empty DNS-1123 label (lowercase a-z, 0-9, '-')")
+    if len(name) > MAX_NAME_LENGTH or not _NAME_RE.match(name):
+        raise InvalidInputError(
+            field,
+            name,
+            f"a DNS-1123 label: lowercase a-z, 0-9 and '-', starting and ending "
+            f"with a letter or digit, at most {MAX_NAME_LENGTH} characters",
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class ClusterRef:
+    """One distributed-compute cluster.
+
+    ``kind`` accepts ``ray|spark|dask|mpi`` or the plurals ``rayclusters|...``
+    and is stored in its short form. ``namespace`` None means the backend's
+    default (Domino uses ``domino-compute``).
+    """
+
+    kind: str
+    name: str
+    namespace: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", normalize_kind(self.kind))
+        validate_name(self.name)
+        if self.namespace is not None:
+            validate_name(self.namespace, field="namespace")
+
+    @property
+    def info(self) -> KindInfo:
+        """The layout facts of this cluster's kind."""
+        return KINDS[self.kind]
+
+    @property
+    def plural(self) -> str:
+        """The CRD plural of this cluster's kind, e.g. ``rayclusters``."""
+        return self.info.plural
+
+    @classmethod
+    def for_run(
+        cls, kind: str, run_id: Optional[str] = None, namespace: Optional[str] = None
+    ) -> "ClusterRef":
+        """The cluster Domino attached to a run: ``<kind>-<run id>``.
+
+        ``run_id`` defaults to ``$DOMINO_RUN_ID``; without either this raises
+        :class:`InvalidInputError` naming ``run_id``.
+        """
+        short = normalize_kind(kind)
+        run = run_id if run_id is not None else os.environ.get("DOMINO_RUN_ID")
+        if not run:
+            raise InvalidInputError(
+                "run_id", run_id, "a Domino run id (argument or $DOMINO_RUN_ID)"
+            )
+        return cls(short, f"{short}-{run.strip().lower()}", namespace)
+
+    @classmethod
+    def parse(cls, text: str, namespace: Optional[str] = None) -> "ClusterRef":
+        """Parse ``<kind>/<name>`` or ``<namespace>/<kind>/<name>``."""
+        parts = text.strip().split("/") if isinstance(text, str) else []
+        if len(parts) == 2:
+            return cls(parts[0], parts[1], namespace)
+        if len(parts) == 3:
+            return cls(parts[1], parts[2], parts[0])
+        raise InvalidInputError(
+            "cluster", text, "'<kind>/<name>' or '<namespace>/<kind>/<name>'"
+        )
+
+    def __str__(self) -> str:
+        prefix = f"{self.namespace}/" if self.namespace else ""
+        return f"{prefix}{self.kind}/{self.name}"

@@ -1,0 +1,39 @@
+"""Checks every operation runs on its arguments before anything is sent.
+
+Each failure is an :class:`InvalidInputError` that names the field and the
+values it accepts.
+"""
+import math
+from typing import Optional
+
+from .errors import InvalidInputError
+
+MAX_REPLICAS = 1000
+"""Upper bound on a requested worker count; above it is almost surely a typo."""
+
+
+def validate_replicas(value: object, field: str = "replicas", maximum: int = MAX_REPLICAS) -> int:
+    """Return ``value`` as a worker count in ``0..maximum``; booleans and floats are refused."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputError(field, value, f"an integer from 0 to {maximum}")
+    if value < 0 or value > maximum:
+        raise InvalidInputError(field, value, f"an integer from 0 to {maximum}")
+    return value
+
+
+def validate_timeout(value: object, field: str = "timeout") -> float:
+    """Return ``value`` as a positive, finite number of seconds."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInputError(field, value, "a positive number of seconds")
+    if not math.isfinite(value) or value <= 0:
+        raise InvalidInputError(field, value, "a positive number of seconds")
+    return float(value)
+
+
+def validate_tier_name(value: Optional[object], field: str = "worker_hw_tier") -> Optional[str]:
+    """Return a stripped tier name, or None when no tier was asked for; empty is refused."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInputError(field, value, "a non-empty hardware tier name, or None")
+    return value.strip()

@@ -1,0 +1,92 @@
+"""Deadlines and adaptive polling shared by every wait.
+
+A wait polls fast at first (most operations on a warm cluster finish within
+a second), then backs off geometrically to a cap, and never sleeps past its
+deadline. Timeouts raise :class:`ScalingTimeoutError` carrying the last state.
+"""
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator, Optional, TypeVar
+
+from .errors import ScalingTimeoutError
+from .models import ClusterState
+from .progress import ProgressReporter, WaitProgress
+
+T = TypeVar("T")
+
+
+class Deadline:
+    """A point in monotonic time that a wait must not pass."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.started = time.monotonic()
+        self.expires = self.started + timeout
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds since the deadline was set."""
+        return time.monotonic() - self.started
+
+    @property
+    def remaining(self) -> float:
+        """Seconds left, never negative."""
+        return max(0.0, self.expires - time.monotonic())
+
+    @property
+    def expired(self) -> bool:
+        """True once the deadline has passed."""
+        return time.monotonic() >= self.expires
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Geometric poll intervals: ``initial``, ``initial*factor``, ... capped at ``cap``."""
+
+    initial: float = 0.25
+    factor: float = 1.5
+    cap: float = 2.0
+
+    def intervals(self) -> Iterator[float]:
+        """An endless iterator of sleep intervals in seconds."""
+        delay = self.initial
+        while True:
+            yield delay
+            delay = min(self.cap, delay * self.factor)
+
+
+def poll_until(
+    read: Callable[[], ClusterState],
+    done: Callable[[ClusterState], bool],
+    *,
+    what: str,
+    target: int,
+    count: Callable[[ClusterState], int],
+    timeout: float,
+    backoff: Backoff = Backoff(),
+    progress: Optional[ProgressReporter] = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> ClusterState:
+    """Call ``read`` until ``done(state)``; return that state.
+
+    ``what`` says what is awaited (it appears in progress and in the timeout
+    error); ``count(state)`` measures progress towards ``target``. Raises
+    :class:`ScalingTimeoutError` with the last state once ``timeout`` passes.
+    """
+    deadline = Deadline(timeout)
+    intervals = backoff.intervals()
+    while True:
+        state = read()
+        if progress is not None:
+            progress(
+                WaitProgress(what, count(state), target, deadline.elapsed, timeout, state.describe())
+            )
+        if done(state):
+            return state
+        if deadline.expired:
+            raise ScalingTimeoutError(
+                f"timed out after {timeout:.0f}s waiting for {what}; last state: {state.describe()}",
+                cluster=state.cluster,
+                state=state,
+            )
+        sleep(min(next(intervals), deadline.remaining))

@@ -1,0 +1,46 @@
+"""Packaging for flytekitplugins-ddlscale.
+
+Install with the pinned set in ``constraints.txt`` (see README): unpinned
+resolution of flytekit's dependency tree can backtrack for a long time.
+"""
+from setuptools import find_packages, setup
+
+PLUGIN_NAME = "ddlscale"
+MICROLIB_NAME = f"flytekitplugins-{PLUGIN_NAME}"
+
+setup(
+    name=MICROLIB_NAME,
+    version="0.1.0",
+    description="Explicit, typed cluster scaling for Flyte and Domino Flows "
+    "(Ray, Spark, Dask and MPI clusters)",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    packages=find_packages(include=["flytekitplugins_ddlscale", "flytekitplugins_ddlscale.*"]),
+    package_data={"flytekitplugins_ddlscale": ["py.typed", "data/*.yaml"]},
+    python_requires=">=3.9",
+    install_requires=[
+        "flytekit>=1.12,<2",
+        "httpx>=0.27",
+        "kubernetes>=29",
+        "dask[distributed]>=2024.1",
+        "pyyaml>=6",
+    ],
+    extras_require={
+        "test": ["pytest>=8", "pytest-timeout>=2.3", "jsonschema>=4.20"],
+        "bench": ["matplotlib>=3.8"],
+    },
+    entry_points={
+        "flytekit.plugins": [f"{PLUGIN_NAME}=flytekitplugins_ddlscale"],
+        "console_scripts": ["ddlscale=flytekitplugins_ddlscale.cli:main"],
+    },
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Programming Language :: Python :: 3.9",
+        "Programming Language :: Python :: 3.10",
+        "Programming Language :: Python :: 3.11",
+        "Programming Language :: Python :: 3.12",
+        "License :: OSI Approved :: Apache Software License",
+        "Topic :: System :: Distributed Computing",
+    ],
+)
