@@ -4,7 +4,9 @@ Order (first that is available wins):
 
 1. an explicit ``token`` or ``api_key`` argument;
 2. ``$DOMINO_API_PROXY`` -> ``GET <proxy>/access-token`` (plain-text, short-lived
-   bearer token: cached, and fetched anew once when a call answers 401);
+   bearer token: cached, and fetched anew once when a call answers 401 or 403;
+   403 too because the scaler service answers an unknown or expired token
+   with 403, treating the caller as anonymous);
 3. ``$DOMINO_TOKEN`` (bearer);
 4. ``$DOMINO_API_KEY`` (``X-Domino-Api-Key`` header).
 
@@ -21,10 +23,12 @@ from .errors import BackendUnavailableError, UnauthorizedError
 from .redaction import register_secret
 
 API_KEY_HEADER = "X-Domino-Api-Key"
+REFRESH_STATUSES = (401, 403)
+"""Answers after which a proxy token is fetched anew and the request sent once more."""
 
 
 class DominoAuth(httpx.Auth):
-    """Adds Domino credentials to each request; refreshes a proxy token once on 401."""
+    """Adds Domino credentials to each request; refreshes a proxy token once on 401 or 403."""
 
     def __init__(
         self,
@@ -104,6 +108,6 @@ class DominoAuth(httpx.Auth):
         token = self._current_proxy_token()
         self._apply(request, token)
         response = yield request
-        if response.status_code == 401:
+        if response.status_code in REFRESH_STATUSES:
             self._apply(request, self._current_proxy_token(stale=token))
             yield request

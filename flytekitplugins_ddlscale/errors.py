@@ -34,10 +34,22 @@ class ScalingError(Exception):
         self.state = state
         super().__init__(self.message)
 
+    def __reduce__(self) -> Any:
+        # Subclasses take different constructor arguments; rebuild from the
+        # instance state so errors survive pickling (Dask, multiprocessing).
+        return (_rebuild_error, (type(self), dict(self.__dict__)))
+
     def __str__(self) -> str:
         where = f"{self.cluster}: " if self.cluster else ""
         status = f" (HTTP {self.status_code})" if self.status_code else ""
         return f"[{self.code}] {where}{self.message}{status}"
+
+
+def _rebuild_error(cls: type, state: dict) -> "ScalingError":
+    error = cls.__new__(cls)
+    Exception.__init__(error, state.get("message", ""))
+    error.__dict__.update(state)
+    return error
 
 
 class InvalidInputError(ScalingError, ValueError):

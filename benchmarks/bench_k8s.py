@@ -1,0 +1,220 @@
+"""Kubernetes backend: detection lag of watch-based waits and their request cost.
+
+Against the Kubernetes test server (``tests/servers/k8s_server.py``) and its
+simulated operator, which marks each new pod Ready after a delay chosen per
+trial; :func:`benchmarks.servers.timed_k8s_server` records the moment each
+pod is stored Ready. Lag = ``scale(..., wait=True)`` returning minus the last
+new worker's Ready moment. The baseline is fixed 2 s polling of the worker
+pods (:class:`benchmarks.baseline_client.K8sPollingBaseline`).
+
+Request cost: every request the server received during one scale-and-wait,
+for waits of 1 s, 5 s and 20 s (pod-ready delays), backend vs baseline. A
+watch is one long request, so the backend's count should not grow with the
+wait; the baseline's grows by one every 2 s.
+"""
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Tuple
+
+from benchmarks.lanes import deal, delays, pairs, run_lanes
+from benchmarks.report import BenchResult, Target
+from benchmarks.stats import ratio, summarize
+
+NAME = "k8s_lag"
+TITLE = "Kubernetes backend: watch detection lag and requests per wait vs 2 s polling"
+PLOT = "k8s_requests.png"
+LAG_LIMIT_S = 0.050
+NAMESPACE = "domino-compute"
+OWNER = "owner-1"
+CLIENTS = ("backend", "baseline")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much to measure."""
+
+    trials: int
+    delay: Tuple[float, float]
+    wait_lengths: Tuple[float, ...]
+    lanes: int
+    workers: int = 4
+
+
+QUICK = Plan(trials=1, delay=(0.3, 0.3), wait_lengths=(0.3, 1.0), lanes=2)
+FULL = Plan(trials=30, delay=(0.2, 5.0), wait_lengths=(1.0, 5.0, 20.0), lanes=6)
+
+
+@dataclass
+class Trial:
+    """One measured scale-and-wait."""
+
+    client: str
+    delay: float
+    lag: float
+    requests: int
+    count_only: bool = False
+    """True for the wait-length request-count runs (kept out of the lag statistics)."""
+
+
+class _Lane:
+    """One Kubernetes test server with one cluster per client."""
+
+    def __init__(self) -> None:
+        from benchmarks.baseline_client import K8sPollingBaseline
+        from benchmarks.servers import timed_k8s_server
+        from flytekitplugins_ddlscale.backends.kubernetes import KubernetesBackend
+
+        self.server = timed_k8s_server(ready_delay=0.0).start()
+        for client in CLIENTS:
+            self.server.add_cluster(
+                "ray", f"k-{client}", replicas=1, autoscaling={"minReplicas": 1, "maxReplicas": 8}, owner=OWNER
+            )
+        self.backend = KubernetesBackend(NAMESPACE, api_client=self.server.api_client(), owner=OWNER)
+        self.baseline = K8sPollingBaseline(self.server.url, give_up_after=600.0)
+
+    def close(self) -> None:
+        self.backend.close()
+        self.baseline.close()
+        self.server.close()
+
+    def _scale(self, client: str, replicas: int) -> float:
+        from flytekitplugins_ddlscale import ClusterRef
+        from flytekitplugins_ddlscale.refs import CRD_GROUP, CRD_VERSION
+
+        name = f"k-{client}"
+        if client == "backend":
+            self.backend.scale(ClusterRef("ray", name, NAMESPACE), replicas, wait=True, timeout=600)
+            return time.time()
+        return self.baseline.scale_and_wait(CRD_GROUP, CRD_VERSION, NAMESPACE, "rayclusters", "ray", name, replicas).returned_at
+
+    def trial(self, client: str, workers: int, delay: float) -> Trial:
+        name = f"k-{client}"
+        self.server.set_ready_delay(delay, name)
+        self.server.clear_log()
+        began = time.time()
+        returned = self._scale(client, workers)
+        requests = len(self.server.requests)
+        moments = self.server.ready_moments(name, "worker", since=began)
+        if len(moments) < workers - 1:
+            raise RuntimeError(f"{client}: expected {workers - 1} new Ready workers, the server saw {len(moments)}")
+        trial = Trial(client, delay, returned - max(moments), requests)
+        self.server.set_ready_delay(0.0, name)
+        self._scale(client, 1)
+        return trial
+
+
+Job = Tuple[str, float, bool]
+
+
+def _lane(jobs: List[Job], workers: int) -> Callable[[], List[Trial]]:
+    def work() -> List[Trial]:
+        lane = _Lane()
+        try:
+            out = []
+            for client, delay, count_only in jobs:
+                trial = lane.trial(client, workers, delay)
+                trial.count_only = count_only
+                out.append(trial)
+            return out
+        finally:
+            lane.close()
+
+    return work
+
+
+def measure(plan: Plan) -> List[Trial]:
+    """Every trial, dealt over ``plan.lanes`` lanes (each starts its own server, which takes seconds).
+
+    The request-count waits go first, longest first, so they spread over the lanes.
+    """
+    count_jobs: List[Job] = [(c, length, True) for length in sorted(plan.wait_lengths, reverse=True) for c in CLIENTS]
+    lag_jobs: List[Job] = [(c, d, False) for c, d in pairs(delays(plan.trials, *plan.delay, seed=3), CLIENTS)]
+    return run_lanes([_lane(jobs, plan.workers) for jobs in deal(count_jobs + lag_jobs, plan.lanes)])
+
+
+def plot(counts: Dict[str, Dict[str, int]], path: Path) -> bool:
+    """Requests per wait against wait length, backend vs baseline; False without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for client, color, label in (("backend", "tab:blue", "KubernetesBackend (watch)"),
+                                 ("baseline", "tab:orange", "2 s polling baseline")):
+        xs = sorted(float(k) for k in counts[client])
+        ax.plot(xs, [counts[client][f"{x:g}"] for x in xs], marker="o", color=color, label=label)
+    ax.set_xlabel("wait length: pod-ready delay (s)")
+    ax.set_ylabel("API requests for one scale-and-wait")
+    ax.set_ylim(bottom=0)
+    ax.legend()
+    ax.set_title("Requests per wait")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def run(quick: bool = False, out_dir: Path = Path("benchmarks/results")) -> BenchResult:
+    """Measure watch lag and requests per wait for the Kubernetes backend and the polling baseline."""
+    try:
+        import flytekitplugins_ddlscale.backends.kubernetes  # noqa: F401
+        import tests.servers.k8s_server  # noqa: F401
+    except ImportError as exc:
+        return BenchResult.skipped(NAME, TITLE, f"kubernetes backend or its test server not importable: {exc}")
+    plan = QUICK if quick else FULL
+    trials = measure(plan)
+    lag = [t for t in trials if not t.count_only]
+    counts: Dict[str, Dict[str, int]] = {c: {} for c in CLIENTS}
+    for t in trials:
+        if t.count_only:
+            counts[t.client][f"{t.delay:g}"] = t.requests
+    per: Dict[str, Any] = {}
+    for client in CLIENTS:
+        mine = [t for t in lag if t.client == client]
+        per[client] = {
+            "lag_s": summarize([t.lag for t in mine], 4),
+            "requests_per_wait": summarize([float(t.requests) for t in mine], 1),
+        }
+    backend_lag = per["backend"]["lag_s"]
+    spread = max(counts["backend"].values()) - min(counts["backend"].values())
+    result = BenchResult(NAME, TITLE)
+    result.metrics = {
+        "plan": {
+            "lag": f"1 -> {plan.workers} workers, {plan.trials} trials per client, pod-ready delays "
+            f"spread over {plan.delay[0]}-{plan.delay[1]} s, {plan.lanes} lanes",
+            "wait_lengths_s": list(plan.wait_lengths),
+        },
+        **per,
+        "ratio_to_baseline": {
+            "median_lag": ratio(backend_lag["median"], per["baseline"]["lag_s"]["median"]),
+            "p95_lag": ratio(backend_lag["p95"], per["baseline"]["lag_s"]["p95"]),
+        },
+        "requests_by_wait_length": counts,
+        "trials": [
+            {"client": t.client, "delay_s": t.delay, "lag_s": round(t.lag, 4), "requests": t.requests,
+             "count_only": t.count_only}
+            for t in trials
+        ],
+        "headline": [
+            f"watch lag median {backend_lag['median'] * 1000:.1f} ms, p95 {backend_lag['p95'] * 1000:.1f} ms "
+            f"(polling baseline p95 {per['baseline']['lag_s']['p95'] * 1000:.0f} ms); requests per wait "
+            f"{counts['backend']} vs baseline {counts['baseline']}"
+        ],
+    }
+    result.targets.append(
+        Target("detection lag p95 (watch)", round(backend_lag["p95"] * 1000, 1), LAG_LIMIT_S * 1000, "ms",
+               detail=f"median {backend_lag['median'] * 1000:.1f} ms over {backend_lag['n']} trials")
+    )
+    result.targets.append(
+        Target("requests per wait: spread across wait lengths " + "/".join(f"{w:g}" for w in plan.wait_lengths) + " s",
+               float(spread), 0.0, "requests",
+               detail=f"backend {counts['backend']}, baseline {counts['baseline']}")
+    )
+    if plot(counts, out_dir / PLOT):
+        result.files.append(PLOT)
+    return result

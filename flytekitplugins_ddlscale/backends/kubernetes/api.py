@@ -1,0 +1,198 @@
+"""The few Kubernetes API calls the backend makes, with errors made typed.
+
+Wraps the official client's ``CustomObjectsApi`` and ``CoreV1Api``: cluster
+objects are read and merge-patched (always ``application/merge-patch+json``:
+custom resources refuse strategic merge with 415), pods are listed, watched
+and deleted. API errors become :mod:`flytekitplugins_ddlscale.errors` types
+naming the verb and resource; reads are retried a bounded number of times on
+connection errors and 5xx, writes are not (the caller decides, since only it
+knows whether a write is safe to repeat).
+"""
+import json
+import logging
+import time
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+from ...errors import (
+    BackendUnavailableError,
+    ClusterNotFoundError,
+    ConflictError,
+    NotScalableError,
+    ScalingError,
+    UnauthorizedError,
+)
+from ...redaction import redact
+from ...refs import CRD_GROUP, CRD_VERSION
+
+MERGE_PATCH = "application/merge-patch+json"
+READ_ATTEMPTS = 3
+logger = logging.getLogger("flytekitplugins_ddlscale.kubernetes")
+
+
+class Conflict(ConflictError):
+    """HTTP 409 from a resourceVersion or uid precondition; callers re-read and re-apply."""
+
+
+class WatchExpired(ScalingError):
+    """HTTP 410 Gone: the watch's resourceVersion is too old; re-list."""
+
+    code = "watch_expired"
+
+
+def _status_message(exc: Any) -> str:
+    try:
+        return str(json.loads(exc.body).get("message") or exc.reason)
+    except (TypeError, ValueError, AttributeError):
+        return str(getattr(exc, "reason", "") or exc)
+
+
+def translate(exc: Exception, verb: str, resource: str, name: Optional[str], namespace: str) -> ScalingError:
+    """The typed error for an API exception from ``verb`` on ``resource``."""
+    from kubernetes.client.exceptions import ApiException
+
+    target = f"{resource} {name!r}" if name else resource
+    where = f"{target} in namespace {namespace!r}"
+    if not isinstance(exc, ApiException):
+        return BackendUnavailableError(f"{verb} {where} failed: {type(exc).__name__}: {redact(exc)}")
+    status = exc.status or 0
+    message = _status_message(exc)
+    if status in (401, 403):
+        return UnauthorizedError(
+            f"Kubernetes refused to {verb} {where} (RBAC): {message}. "
+            f"Grant the '{verb}' verb on '{resource}' (see examples/k8s/rbac.yaml)",
+            status_code=status,
+        )
+    if status == 404:
+        return ClusterNotFoundError(f"{where} not found: {message}", status_code=status)
+    if status == 409:
+        return Conflict(f"{verb} {where} conflicted: {message}", status_code=status)
+    if status == 410:
+        return WatchExpired(f"{verb} {where}: {message}", status_code=status)
+    if status in (400, 415, 422):
+        return NotScalableError(f"Kubernetes rejected {verb} {where}: {message}", status_code=status)
+    return BackendUnavailableError(f"{verb} {where} failed: HTTP {status}: {message}", status_code=status)
+
+
+def _retryable(exc: Exception) -> bool:
+    from kubernetes.client.exceptions import ApiException
+
+    if isinstance(exc, ApiException):
+        return (exc.status or 0) >= 500 or exc.status == 429
+    return True
+
+
+class KubeApi:
+    """Cluster objects and pods in one namespace-agnostic client."""
+
+    def __init__(self, api_client: Any, request_timeout: float = 30.0) -> None:
+        from kubernetes import client
+
+        self.api_client = api_client
+        self.custom = client.CustomObjectsApi(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self.request_timeout = request_timeout
+
+    def _read(self, verb: str, resource: str, name: Optional[str], namespace: str, call: Any) -> Any:
+        last: Optional[Exception] = None
+        for attempt in range(READ_ATTEMPTS):
+            try:
+                return call()
+            except Exception as exc:  # noqa: BLE001 - translated below
+                last = exc
+                if not _retryable(exc) or attempt == READ_ATTEMPTS - 1:
+                    break
+                logger.debug("retrying %s %s after %s", verb, resource, type(exc).__name__)
+                time.sleep(0.2 * (attempt + 1))
+        assert last is not None
+        raise translate(last, verb, resource, name, namespace) from None
+
+    def get_cluster(self, plural: str, namespace: str, name: str) -> Dict[str, Any]:
+        """The cluster object as a dict."""
+        return self._read(
+            "get", plural, name, namespace,
+            lambda: self.custom.get_namespaced_custom_object(
+                CRD_GROUP, CRD_VERSION, namespace, plural, name, _request_timeout=self.request_timeout
+            ),
+        )
+
+    def patch_cluster(self, plural: str, namespace: str, name: str, patch: Dict[str, Any]) -> Dict[str, Any]:
+        """One JSON merge patch of the cluster object; returns the object after it."""
+        try:
+            return self.custom.patch_namespaced_custom_object(
+                CRD_GROUP, CRD_VERSION, namespace, plural, name, patch,
+                _content_type=MERGE_PATCH, _request_timeout=self.request_timeout,
+            )
+        except Exception as exc:  # noqa: BLE001 - translated
+            raise translate(exc, "patch", plural, name, namespace) from None
+
+    def list_pods(self, namespace: str, selector: str) -> Tuple[List[Dict[str, Any]], str]:
+        """Pods matching ``selector`` as dicts, and the list's resourceVersion."""
+
+        def call() -> Tuple[List[Dict[str, Any]], str]:
+            response = self.core.list_namespaced_pod(
+                namespace, label_selector=selector, _preload_content=False,
+                _request_timeout=self.request_timeout,
+            )
+            data = json.loads(response.data)
+            return data.get("items") or [], str(data["metadata"]["resourceVersion"])
+
+        return self._read("list", "pods", None, namespace, call)
+
+    def watch_pods(self, namespace: str, selector: str, resource_version: str, seconds: int) -> Iterator[Dict[str, Any]]:
+        """Pod events (``{"type", "object"}``) after ``resource_version`` for at most ``seconds``.
+
+        Ends normally when the server closes the window; raises
+        :class:`WatchExpired` on 410 and :class:`BackendUnavailableError`
+        when the connection breaks.
+        """
+        from kubernetes.watch.watch import iter_resp_lines
+
+        try:
+            response = self.core.list_namespaced_pod(
+                namespace, label_selector=selector, watch=True, resource_version=resource_version,
+                timeout_seconds=seconds, allow_watch_bookmarks=True, _preload_content=False,
+                _request_timeout=(self.request_timeout, seconds + self.request_timeout),
+            )
+        except Exception as exc:  # noqa: BLE001 - translated
+            raise translate(exc, "watch", "pods", None, namespace) from None
+        try:
+            for line in iter_resp_lines(response):
+                if not line:
+                    continue
+                event = json.loads(line)
+                if event.get("type") == "ERROR":
+                    status = event.get("object") or {}
+                    if status.get("code") == 410:
+                        raise WatchExpired(f"watch pods: {status.get('message')}", status_code=410)
+                    raise BackendUnavailableError(
+                        f"watch pods in namespace {namespace!r} failed: {status.get('message')}",
+                        status_code=status.get("code"),
+                    )
+                yield event
+        except ScalingError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a dropped stream is expected; the caller re-lists
+            raise BackendUnavailableError(
+                f"watch of pods in namespace {namespace!r} broke: {type(exc).__name__}"
+            ) from None
+        finally:
+            # Close rather than return a half-read stream to the pool.
+            response.close()
+            response.release_conn()
+
+    def delete_pod(self, namespace: str, name: str, uid: str) -> Dict[str, Any]:
+        """Delete pod ``name`` only if it still has ``uid`` (409 :class:`Conflict` otherwise)."""
+        from kubernetes import client
+
+        try:
+            response = self.core.delete_namespaced_pod(
+                name, namespace, body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)),
+                _preload_content=False, _request_timeout=self.request_timeout,
+            )
+            return json.loads(response.data)
+        except Exception as exc:  # noqa: BLE001 - translated
+            raise translate(exc, "delete", "pods", name, namespace) from None
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self.api_client.close()

@@ -1,0 +1,549 @@
+"""The Kubernetes backend: DCO custom resources patched directly.
+
+Each change is ONE JSON merge patch of the cluster object that carries the
+object's resourceVersion; a 409 re-reads and re-applies (bounded). The
+baseline is recorded in the same patch as the first change, in an annotation
+on the cluster object, so any process can restore it. Waits watch pods.
+"""
+import os
+import random
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from ...errors import (
+    BackendUnavailableError,
+    CapacityExceededError,
+    ClusterNotFoundError,
+    ConflictError,
+    InvalidInputError,
+    UnauthorizedError,
+    UnsupportedOperationError,
+)
+from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
+from ...progress import ProgressReporter
+from ...records import BASELINE_ANNOTATION, CLAIMS_ANNOTATION, Claim, decode_claims, encode_claims, largest_claim
+from ...refs import (
+    DEFAULT_NAMESPACE,
+    KINDS,
+    LABEL_APP,
+    LABEL_COMPONENT,
+    LABEL_HW_TIER,
+    LABEL_INSTANCE,
+    LABEL_OWNER,
+    ClusterRef,
+    validate_name,
+)
+from ...tiers import HardwareTier, TierCatalog
+from ...validation import validate_replicas, validate_tier_name, validate_timeout
+from ..base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT, BackendCapabilities
+from .api import Conflict, KubeApi
+from .client import make_api_client, tier_catalog_from_env
+from .podwatch import PodWaiter
+from .spec import (
+    autoscaling_section,
+    baseline_of,
+    build_state,
+    decode_record,
+    diff_map,
+    encode_record,
+    is_worker,
+    pod_ready,
+    pod_terminating,
+    restore_fragment,
+    spec_section,
+    tier_fragment,
+)
+
+OWNER_ENV = "DOMINO_STARTING_USER_ID"
+Patch = Dict[str, Any]
+
+
+class KubernetesBackend:
+    """Scales DCO clusters by patching their custom resources with the official client.
+
+    ``namespace`` is used for refs without one. The API client comes from
+    ``api_client`` if given, else in-cluster config (``in_cluster=True``, or
+    None inside a pod without ``kubeconfig``), else ``kubeconfig``/``context``.
+    Tiers resolve through ``tier_catalog``, else ``tiers_file``, else
+    Domino's API through ``$DOMINO_API_PROXY``, else ``$DDLSCALE_TIERS_FILE``.
+    Changes to clusters whose ``dominodatalab.com/starting-user-id`` label
+    differs from ``owner`` (default ``$DOMINO_STARTING_USER_ID``) are refused
+    unless ``allow_foreign``. A pod Unschedulable, crash-looping or failing
+    to pull for longer than ``failure_grace`` seconds ends a wait early.
+    """
+
+    name = "kubernetes"
+    capabilities = BackendCapabilities(
+        kinds=frozenset(KINDS),
+        observes_readiness=True,
+        holds_size=True,
+        head_tier=True,
+        persistent_baseline=True,
+    )
+
+    def __init__(
+        self,
+        namespace: str = DEFAULT_NAMESPACE,
+        kubeconfig: Optional[str] = None,
+        context: Optional[str] = None,
+        in_cluster: Optional[bool] = None,
+        tier_catalog: Optional[TierCatalog] = None,
+        api_client: Any = None,
+        *,
+        tiers_file: Optional[str] = None,
+        owner: Optional[str] = None,
+        allow_foreign: bool = False,
+        failure_grace: float = 30.0,
+        request_timeout: float = 30.0,
+        conflict_retries: int = 8,
+    ) -> None:
+        self.namespace = validate_name(namespace, field="namespace")
+        self.failure_grace = validate_timeout(failure_grace, field="failure_grace")
+        self.request_timeout = validate_timeout(request_timeout, field="request_timeout")
+        if isinstance(conflict_retries, bool) or not isinstance(conflict_retries, int) or conflict_retries < 1:
+            raise InvalidInputError("conflict_retries", conflict_retries, "an integer >= 1")
+        self.conflict_retries = conflict_retries
+        self.owner = owner if owner is not None else os.environ.get(OWNER_ENV) or None
+        self.allow_foreign = allow_foreign
+        self._kubeconfig, self._context, self._in_cluster = kubeconfig, context, in_cluster
+        self._given_client = api_client
+        self._tier_catalog = tier_catalog
+        self._tiers_file = tiers_file
+        self._api: Optional[KubeApi] = None
+        self._lock = threading.Lock()
+
+    # -- plumbing ----------------------------------------------------------
+    @property
+    def api(self) -> KubeApi:
+        """The API wrapper, created on first use."""
+        with self._lock:
+            if self._api is None:
+                client = self._given_client or make_api_client(self._kubeconfig, self._context, self._in_cluster)
+                self._api = KubeApi(client, self.request_timeout)
+            return self._api
+
+    def _ns(self, ref: ClusterRef) -> str:
+        return ref.namespace or self.namespace
+
+    def _label(self, ref: ClusterRef) -> str:
+        return f"{self._ns(ref)}/{ref.kind}/{ref.name}"
+
+    def _selector(self, ref: ClusterRef, component: Optional[str] = None) -> str:
+        parts = [f"{LABEL_APP}={ref.info.app}", f"{LABEL_INSTANCE}={ref.name}"]
+        if component:
+            parts.append(f"{LABEL_COMPONENT}={component}")
+        return ",".join(parts)
+
+    def _read(self, ref: ClusterRef) -> Dict[str, Any]:
+        return self.api.get_cluster(ref.plural, self._ns(ref), ref.name)
+
+    def _pods(self, ref: ClusterRef, component: Optional[str] = None) -> List[Dict[str, Any]]:
+        return self.api.list_pods(self._ns(ref), self._selector(ref, component))[0]
+
+    def _resolve(self, name: Optional[str], kind: str, field: str) -> Optional[HardwareTier]:
+        wanted = validate_tier_name(name, field=field)
+        if wanted is None:
+            return None
+        if self._tier_catalog is None:
+            self._tier_catalog = tier_catalog_from_env(self._tiers_file, field, wanted)
+        return self._tier_catalog.resolve(wanted, kind, field=field)
+
+    def _check_owner(self, ref: ClusterRef, obj: Dict[str, Any]) -> None:
+        found = ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_OWNER)
+        if self.owner and found and found != self.owner and not self.allow_foreign:
+            raise UnauthorizedError(
+                f"cluster is labelled {LABEL_OWNER}={found!r}, not {self.owner!r}; "
+                "pass allow_foreign=True to change another user's cluster",
+                cluster=self._label(ref),
+            )
+
+    def _mutate(
+        self, ref: ClusterRef, build: Callable[[Dict[str, Any]], Optional[Patch]], first: Optional[Dict[str, Any]] = None
+    ) -> Tuple[Dict[str, Any], Dict[str, Any], bool]:
+        """Read, build a patch, send it with the read resourceVersion; on 409 start again.
+
+        Returns (object before, object after, whether a patch was sent).
+        ``build`` returning None means nothing needs changing.
+        """
+        obj = first
+        for attempt in range(self.conflict_retries):
+            if obj is None:
+                obj = self._read(ref)
+            self._check_owner(ref, obj)
+            patch = build(obj)
+            if patch is None:
+                return obj, obj, False
+            patch.setdefault("metadata", {})["resourceVersion"] = obj["metadata"]["resourceVersion"]
+            try:
+                after = self.api.patch_cluster(ref.plural, self._ns(ref), ref.name, patch)
+                return obj, after, True
+            except (Conflict, BackendUnavailableError):
+                # Safe to repeat: the patch is rebuilt from a fresh read and
+                # carries its resourceVersion, so it never applies twice.
+                obj = None
+                time.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
+        raise ConflictError(
+            f"the cluster kept changing under {self.conflict_retries} attempts to patch it",
+            cluster=self._label(ref),
+        )
+
+    def _with_baseline(self, ref: ClusterRef, obj: Dict[str, Any], patch: Patch) -> Patch:
+        if decode_record(obj) is None:
+            record = encode_record(*baseline_of(self._label(ref), ref.info, obj))
+            patch.setdefault("metadata", {}).setdefault("annotations", {})[BASELINE_ANNOTATION] = record
+        return patch
+
+    def _size(
+        self, ref: ClusterRef, obj: Dict[str, Any], replicas: int, strict: bool
+    ) -> Tuple[Patch, int, bool]:
+        """The spec fragment setting ``replicas`` workers (held against the HPA), effective count, capped."""
+        auto = autoscaling_section(obj)
+        record = decode_record(obj)
+        recorded = record[1].get("autoscaling") if record else None
+        bounds = auto or (recorded if replicas > 0 else None)
+        effective, capped = replicas, False
+        if bounds and bounds.get("maxReplicas") is not None and replicas > int(bounds["maxReplicas"]):
+            limit = int(bounds["maxReplicas"])
+            if strict:
+                raise CapacityExceededError(
+                    f"{replicas} workers requested but maxReplicas is {limit} (strict mode)",
+                    cluster=self._label(ref),
+                )
+            effective, capped = limit, True
+        spec: Patch = {"worker": {"replicas": effective}}
+        if ref.info.autoscaling:
+            if auto and effective == 0:
+                # The webhook forbids minReplicas 0, so zero workers means no autoscaling for now.
+                spec["autoscaling"] = None
+            elif auto and int(auto.get("minReplicas", 1)) != effective:
+                spec["autoscaling"] = {"minReplicas": effective}
+            elif not auto and recorded and effective > 0:
+                spec["autoscaling"] = dict(recorded, minReplicas=effective)
+        return spec, effective, capped
+
+    def _state(self, ref: ClusterRef, obj: Dict[str, Any], pods: List[Dict[str, Any]]) -> ClusterState:
+        return build_state(self._label(ref), ref.info, obj, pods)
+
+    # -- protocol ----------------------------------------------------------
+    def get_state(self, ref: ClusterRef) -> ClusterState:
+        """The cluster now: spec and status from the object, workers and head from the pods."""
+        obj = self._read(ref)
+        return self._state(ref, obj, self._pods(ref))
+
+    def scale(
+        self,
+        ref: ClusterRef,
+        replicas: int,
+        worker_hw_tier: Optional[str] = None,
+        *,
+        wait: bool = True,
+        timeout: float = DEFAULT_SCALE_TIMEOUT,
+        strict: bool = False,
+        progress: Optional[ProgressReporter] = None,
+    ) -> ScaleResult:
+        """Set the worker count (and tier) in one merge patch; with ``wait``, until that many are Ready.
+
+        Above ``maxReplicas`` the count is capped (``capped`` in the result)
+        or, with ``strict``, :class:`CapacityExceededError` is raised before
+        anything changes.
+        """
+        replicas = validate_replicas(replicas)
+        timeout = validate_timeout(timeout)
+        tier = self._resolve(worker_hw_tier, ref.kind, "worker_hw_tier")
+        obj = self._read(ref)
+        self._check_owner(ref, obj)
+        previous = self._state(ref, obj, self._pods(ref))
+        outcome: Dict[str, Any] = {}
+
+        def build(current: Dict[str, Any]) -> Optional[Patch]:
+            spec, outcome["effective"], outcome["capped"] = self._size(ref, current, replicas, strict)
+            if tier is not None:
+                spec["worker"].update(tier_fragment(spec_section(current, "worker"), tier))
+            return self._with_baseline(ref, current, {"spec": spec})
+
+        _, after, _ = self._mutate(ref, build, obj)
+        return self._finish(
+            ref, replicas, outcome["effective"], outcome["capped"], previous, after, wait, timeout, progress,
+            tier.id if tier else None, worker_hw_tier,
+        )
+
+    def _finish(
+        self, ref: ClusterRef, requested: int, effective: int, capped: bool, previous: ClusterState,
+        after: Dict[str, Any], wait: bool, timeout: float, progress: Optional[ProgressReporter],
+        tier_id: Optional[str], tier_name: Optional[str],
+    ) -> ScaleResult:
+        started = time.monotonic()
+        if wait:
+            final = self._wait_workers(ref, effective, timeout, progress, tier_id)
+        else:
+            final = self._state(ref, after, self._pods(ref))
+        return ScaleResult(
+            cluster=self._label(ref), requested=requested, effective=effective, capped=capped,
+            previous=previous, final=final, waited=wait, seconds_waited=time.monotonic() - started if wait else 0.0,
+            worker_hw_tier=tier_name,
+        )
+
+    def wait_for_workers(
+        self,
+        ref: ClusterRef,
+        replicas: int,
+        *,
+        timeout: float = DEFAULT_SCALE_TIMEOUT,
+        progress: Optional[ProgressReporter] = None,
+    ) -> ClusterState:
+        """Return once ``replicas`` worker pods are Ready and ``spec.worker.replicas`` agrees.
+
+        Raises :class:`ScalingTimeoutError` at ``timeout`` and
+        :class:`WorkerFailedError` when a worker cannot start.
+        """
+        replicas = validate_replicas(replicas)
+        timeout = validate_timeout(timeout)
+        return self._wait_workers(ref, replicas, timeout, progress, None)
+
+    def _wait_workers(
+        self, ref: ClusterRef, replicas: int, timeout: float, progress: Optional[ProgressReporter],
+        tier_id: Optional[str],
+    ) -> ClusterState:
+        holder = {"obj": self._read(ref)}
+
+        def check(pods: Dict[str, Dict[str, Any]], fresh: bool) -> Tuple[bool, ClusterState, int]:
+            if fresh:
+                holder["obj"] = self._read(ref)
+            state = self._state(ref, holder["obj"], list(pods.values()))
+            ready = sum(
+                1 for p in pods.values()
+                if is_worker(p) and pod_ready(p)
+                and (tier_id is None or p["metadata"].get("labels", {}).get(LABEL_HW_TIER) == tier_id)
+            )
+            done = ready == replicas and state.desired_workers == replicas and state.existing_workers == replicas
+            return done, state, ready
+
+        waiter = PodWaiter(
+            self.api, self._ns(ref), self._selector(ref, "worker"),
+            what=f"{replicas} Ready workers on {self._label(ref)}", target=replicas, timeout=timeout,
+            grace=self.failure_grace, watched=is_worker, progress=progress,
+        )
+        return waiter.run(check)
+
+    def restart_head(
+        self,
+        ref: ClusterRef,
+        head_hw_tier: Optional[str] = None,
+        *,
+        wait: bool = True,
+        timeout: float = DEFAULT_RESTART_TIMEOUT,
+        progress: Optional[ProgressReporter] = None,
+    ) -> RestartResult:
+        """Replace the head pod: roll it onto ``head_hw_tier`` by patching the head section,
+        or delete it so its StatefulSet recreates it; with ``wait``, until a new head is Ready.
+
+        MPI clusters have no head: :class:`UnsupportedOperationError`.
+        """
+        info = ref.info
+        if info.head_section is None:
+            raise UnsupportedOperationError(
+                f"{info.crd_kind} clusters have no head to restart", cluster=self._label(ref)
+            )
+        timeout = validate_timeout(timeout)
+        tier = self._resolve(head_hw_tier, ref.kind, "head_hw_tier")
+        obj = self._read(ref)
+        self._check_owner(ref, obj)
+        heads = [p for p in self._pods(ref, info.head_component) if not pod_terminating(p)]
+        if not heads:
+            raise ClusterNotFoundError(f"no {info.head_component} pod found", cluster=self._label(ref))
+        old = max(heads, key=lambda p: p["metadata"].get("creationTimestamp", ""))
+        old_name, old_uid = old["metadata"]["name"], old["metadata"]["uid"]
+        started_at = utcnow().isoformat()
+        patched = False
+        if tier is not None:
+
+            def build(current: Dict[str, Any]) -> Optional[Patch]:
+                fragment = tier_fragment(spec_section(current, info.head_section), tier)
+                if not fragment:
+                    return None
+                return self._with_baseline(ref, current, {"spec": {info.head_section: fragment}})
+
+            _, _, patched = self._mutate(ref, build, obj)
+        if not patched:
+            try:
+                self.api.delete_pod(self._ns(ref), old_name, old_uid)
+            except (Conflict, ClusterNotFoundError):
+                pass  # already replaced by someone else: the wait below still needs a new Ready head
+        begun = time.monotonic()
+        if not wait:
+            state = self.get_state(ref)
+            return RestartResult(self._label(ref), old_name, started_at, False, state, False, 0.0, head_hw_tier)
+        state = self._wait_head(ref, old_uid, tier.id if tier else None, timeout, progress)
+        return RestartResult(
+            self._label(ref), old_name, started_at, True, state, True, time.monotonic() - begun, head_hw_tier
+        )
+
+    def _wait_head(
+        self, ref: ClusterRef, old_uid: str, tier_id: Optional[str], timeout: float,
+        progress: Optional[ProgressReporter],
+    ) -> ClusterState:
+        holder = {"obj": self._read(ref)}
+
+        def fresh_head(pod: Dict[str, Any]) -> bool:
+            return pod["metadata"].get("uid") != old_uid
+
+        def check(pods: Dict[str, Dict[str, Any]], fresh: bool) -> Tuple[bool, ClusterState, int]:
+            if fresh:
+                holder["obj"] = self._read(ref)
+            state = self._state(ref, holder["obj"], list(pods.values()))
+            ready = any(
+                fresh_head(p) and pod_ready(p)
+                and (tier_id is None or p["metadata"].get("labels", {}).get(LABEL_HW_TIER) == tier_id)
+                for p in pods.values()
+            )
+            return ready, state, int(ready)
+
+        waiter = PodWaiter(
+            self.api, self._ns(ref), self._selector(ref, ref.info.head_component),
+            what=f"a new Ready {ref.info.head_component} pod on {self._label(ref)}", target=1, timeout=timeout,
+            grace=self.failure_grace, watched=fresh_head, progress=progress,
+        )
+        return waiter.run(check)
+
+    def record_baseline(self, ref: ClusterRef) -> Baseline:
+        """Record the size, autoscaling section and tiers in the cluster's annotation, unless recorded."""
+
+        def build(current: Dict[str, Any]) -> Optional[Patch]:
+            return None if decode_record(current) else self._with_baseline(ref, current, {})
+
+        _, after, _ = self._mutate(ref, build)
+        record = decode_record(after)
+        assert record is not None
+        return record[0]
+
+    def get_baseline(self, ref: ClusterRef) -> Optional[Baseline]:
+        """The baseline recorded on the cluster object, or None."""
+        record = decode_record(self._read(ref))
+        return record[0] if record else None
+
+    def restore_baseline(
+        self,
+        ref: ClusterRef,
+        target: Optional[ReplicaSpec] = None,
+        *,
+        wait: bool = True,
+        timeout: float = DEFAULT_SCALE_TIMEOUT,
+        progress: Optional[ProgressReporter] = None,
+    ) -> ScaleResult:
+        """Put back the recorded replicas, autoscaling section and tiers (or ``target``), in one
+        patch that also removes the baseline annotation. Without a baseline or target nothing changes.
+        """
+        timeout = validate_timeout(timeout)
+        worker_tier = head_tier = None
+        if target is not None:
+            validate_replicas(target.replicas, field="target.replicas")
+            worker_tier = self._resolve(target.worker_hw_tier, ref.kind, "target.worker_hw_tier")
+            if ref.info.head_section is None and target.head_hw_tier is not None:
+                raise InvalidInputError("target.head_hw_tier", target.head_hw_tier, "None for MPI clusters (no head)")
+            head_tier = self._resolve(target.head_hw_tier, ref.kind, "target.head_hw_tier")
+        obj = self._read(ref)
+        self._check_owner(ref, obj)
+        previous = self._state(ref, obj, self._pods(ref))
+        outcome: Dict[str, Any] = {"effective": previous.desired_workers, "capped": False, "tier": None}
+
+        def build(current: Dict[str, Any]) -> Optional[Patch]:
+            record = decode_record(current)
+            if record is None and target is None:
+                return None
+            spec = self._restore_spec(ref, current, record, target, worker_tier, head_tier, outcome)
+            patch: Patch = {"spec": spec}
+            if record is not None:
+                patch["metadata"] = {"annotations": {BASELINE_ANNOTATION: None}}
+            return patch
+
+        _, after, patched = self._mutate(ref, build, obj)
+        if not patched:
+            return ScaleResult(self._label(ref), previous.desired_workers, previous.desired_workers, False,
+                               previous, previous, False, 0.0)
+        requested = target.replicas if target is not None else outcome["effective"]
+        return self._finish(
+            ref, requested, outcome["effective"], outcome["capped"], previous, after, wait, timeout, progress,
+            outcome["tier"], target.worker_hw_tier if target is not None else None,
+        )
+
+    def _restore_spec(
+        self, ref: ClusterRef, obj: Dict[str, Any], record: Optional[Tuple[Baseline, Dict[str, Any]]],
+        target: Optional[ReplicaSpec], worker_tier: Optional[HardwareTier], head_tier: Optional[HardwareTier],
+        outcome: Dict[str, Any],
+    ) -> Patch:
+        info = ref.info
+        if target is not None:
+            spec, outcome["effective"], outcome["capped"] = self._size(ref, obj, target.replicas, False)
+        else:
+            assert record is not None
+            baseline, detail = record
+            spec = {"worker": {"replicas": baseline.replicas}}
+            outcome["effective"] = baseline.replicas
+            if info.autoscaling:
+                recorded, current = detail.get("autoscaling"), autoscaling_section(obj)
+                if recorded is None and current is not None:
+                    spec["autoscaling"] = None
+                elif recorded is not None:
+                    spec["autoscaling"] = diff_map(current, recorded) if current else recorded
+        worker = spec_section(obj, "worker")
+        head = spec_section(obj, info.head_section)
+        if worker_tier is not None:
+            spec["worker"].update(tier_fragment(worker, worker_tier))
+            outcome["tier"] = worker_tier.id
+        elif record is not None and record[1].get("worker"):
+            spec["worker"].update(restore_fragment(worker, record[1]["worker"]))
+            outcome["tier"] = record[1]["worker"].get("tier")
+        head_fragment: Patch = {}
+        if head_tier is not None:
+            head_fragment = tier_fragment(head, head_tier)
+        elif record is not None and record[1].get("head"):
+            head_fragment = restore_fragment(head, record[1]["head"])
+        if head_fragment and info.head_section:
+            spec[info.head_section] = head_fragment
+        return spec
+
+    def claim(self, ref: ClusterRef, claim_id: str, replicas: int, worker_hw_tier: Optional[str] = None) -> Claim:
+        """Add ``claim_id`` to the claims annotation (recording the baseline first); return the largest claim."""
+        if not isinstance(claim_id, str) or not claim_id.strip():
+            raise InvalidInputError("claim_id", claim_id, "a non-empty string")
+        replicas = validate_replicas(replicas)
+        self._resolve(worker_hw_tier, ref.kind, "worker_hw_tier")
+
+        def build(current: Dict[str, Any]) -> Optional[Patch]:
+            claims = decode_claims(((current["metadata"].get("annotations")) or {}).get(CLAIMS_ANNOTATION))
+            existing = claims.get(claim_id)
+            claim = Claim(claim_id, replicas, worker_hw_tier)
+            if existing is not None:
+                claim.created_at = existing.created_at
+            claims[claim_id] = claim
+            patch = {"metadata": {"annotations": {CLAIMS_ANNOTATION: encode_claims(claims)}}}
+            return self._with_baseline(ref, current, patch)
+
+        _, after, _ = self._mutate(ref, build)
+        largest = largest_claim(decode_claims((after["metadata"].get("annotations") or {}).get(CLAIMS_ANNOTATION)))
+        assert largest is not None
+        return largest
+
+    def release(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
+        """Remove ``claim_id`` from the claims annotation; return the largest remaining claim or None."""
+        if not isinstance(claim_id, str) or not claim_id.strip():
+            raise InvalidInputError("claim_id", claim_id, "a non-empty string")
+
+        def build(current: Dict[str, Any]) -> Optional[Patch]:
+            claims = decode_claims(((current["metadata"].get("annotations")) or {}).get(CLAIMS_ANNOTATION))
+            if claim_id not in claims:
+                return None
+            del claims[claim_id]
+            value = encode_claims(claims) if claims else None
+            return {"metadata": {"annotations": {CLAIMS_ANNOTATION: value}}}
+
+        _, after, _ = self._mutate(ref, build)
+        return largest_claim(decode_claims((after["metadata"].get("annotations") or {}).get(CLAIMS_ANNOTATION)))
+
+    def close(self) -> None:
+        """Close the connection pool if this backend created the client."""
+        with self._lock:
+            if self._api is not None and self._given_client is None:
+                self._api.close()
+            self._api = None

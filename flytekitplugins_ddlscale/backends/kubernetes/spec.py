@@ -1,0 +1,201 @@
+"""Reading cluster objects and pods, and writing the merge patches that change them.
+
+Pure functions on plain dicts (the JSON the API server speaks), so every
+patch the backend sends can be checked without a server.
+"""
+import json
+from typing import Any, Dict, Iterable, Optional, Tuple
+
+from ...models import Baseline, ClusterState
+from ...records import BASELINE_ANNOTATION, decode_baseline, encode_baseline
+from ...refs import LABEL_COMPONENT, LABEL_HW_TIER, NODE_POOL_SELECTOR, KindInfo
+from ...tiers import HardwareTier
+
+FAILURE_REASONS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "Unschedulable")
+TIER_RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
+K8S_BASELINE_KEY = "kubernetes"
+"""Key of the Kubernetes-only part of the baseline annotation (autoscaling section, tiers)."""
+
+
+def spec_section(obj: Dict[str, Any], name: Optional[str]) -> Dict[str, Any]:
+    """``spec.<name>`` of a cluster object, or {} when absent or ``name`` is None."""
+    if name is None:
+        return {}
+    return (obj.get("spec") or {}).get(name) or {}
+
+
+def desired_workers(obj: Dict[str, Any]) -> int:
+    """``spec.worker.replicas`` (the operator's default of 1 when unset)."""
+    return int(spec_section(obj, "worker").get("replicas", 1))
+
+
+def autoscaling_section(obj: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """``spec.autoscaling`` or None."""
+    section = (obj.get("spec") or {}).get("autoscaling")
+    return dict(section) if section else None
+
+
+def tier_label(section: Dict[str, Any]) -> Optional[str]:
+    """The hardware-tier-id label of a workload section."""
+    return (section.get("labels") or {}).get(LABEL_HW_TIER)
+
+
+def pod_ready(pod: Dict[str, Any]) -> bool:
+    """True when the pod's Ready condition is True and it is not being deleted."""
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def pod_terminating(pod: Dict[str, Any]) -> bool:
+    """True when the pod has a deletionTimestamp."""
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def pod_failure(pod: Dict[str, Any]) -> Optional[Tuple[str, str]]:
+    """``(reason, message)`` when the pod cannot become Ready on its own, else None."""
+    if pod_terminating(pod):
+        return None
+    status = pod.get("status") or {}
+    for condition in status.get("conditions") or []:
+        if (
+            condition.get("type") == "PodScheduled"
+            and condition.get("status") == "False"
+            and condition.get("reason") == "Unschedulable"
+        ):
+            return "Unschedulable", str(condition.get("message") or "")
+    for container in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in FAILURE_REASONS:
+            return str(waiting["reason"]), str(waiting.get("message") or "")
+    return None
+
+
+def is_worker(pod: Dict[str, Any]) -> bool:
+    """Whether the pod is a worker (component label ``worker``)."""
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_COMPONENT) == "worker"
+
+
+def build_state(cluster: str, info: KindInfo, obj: Dict[str, Any], pods: Iterable[Dict[str, Any]]) -> ClusterState:
+    """The :class:`ClusterState` of a cluster object and its pods."""
+    workers = [p for p in pods if is_worker(p) and not pod_terminating(p)]
+    heads = [p for p in pods if not is_worker(p)]
+    auto = autoscaling_section(obj)
+    return ClusterState(
+        cluster=cluster,
+        status=str((obj.get("status") or {}).get("clusterStatus") or "Unknown"),
+        desired_workers=desired_workers(obj),
+        existing_workers=len(workers),
+        ready_workers=sum(1 for p in workers if pod_ready(p)),
+        head_ready=None if info.head_section is None else any(pod_ready(p) for p in heads),
+        worker_hw_tier=tier_label(spec_section(obj, "worker")),
+        head_hw_tier=tier_label(spec_section(obj, info.head_section)),
+        autoscaling_min=int(auto.get("minReplicas", 1)) if auto else None,
+        autoscaling_max=int(auto["maxReplicas"]) if auto and auto.get("maxReplicas") is not None else None,
+    )
+
+
+def diff_map(current: Optional[Dict[str, Any]], wanted: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """The merge-patch fragment that turns map ``current`` into exactly ``wanted``."""
+    current, wanted = current or {}, wanted or {}
+    patch: Dict[str, Any] = {k: None for k in current if k not in wanted}
+    for key, value in wanted.items():
+        old = current.get(key)
+        if isinstance(value, dict) and isinstance(old, dict):
+            nested = diff_map(old, value)
+            if nested:
+                patch[key] = nested
+        elif old != value:
+            patch[key] = value
+    return patch
+
+
+def tier_fragment(section: Dict[str, Any], tier: HardwareTier) -> Dict[str, Any]:
+    """Merge-patch fragment putting a workload section on ``tier``.
+
+    Sets cpu, memory and GPU requests/limits (removing a GPU the tier lacks,
+    keeping unrelated resources), the node-pool selector, and the tier label.
+    """
+    wanted = tier.resources()
+    resources = section.get("resources") or {}
+    fragment: Dict[str, Any] = {}
+    for part in ("requests", "limits"):
+        current = resources.get(part) or {}
+        target = {k: v for k, v in current.items() if k not in TIER_RESOURCES}
+        target.update(wanted[part])
+        change = diff_map(current, target)
+        if change:
+            fragment.setdefault("resources", {})[part] = change
+    selector = diff_map(
+        {NODE_POOL_SELECTOR: (section.get("nodeSelector") or {}).get(NODE_POOL_SELECTOR)},
+        {NODE_POOL_SELECTOR: tier.node_pool},
+    )
+    if selector:
+        fragment["nodeSelector"] = selector
+    if tier_label(section) != tier.id:
+        fragment["labels"] = {LABEL_HW_TIER: tier.id}
+    return fragment
+
+
+def section_record(section: Dict[str, Any]) -> Dict[str, Any]:
+    """What the baseline keeps of a workload section: resources, node selector, tier label."""
+    return {
+        "resources": section.get("resources"),
+        "nodeSelector": section.get("nodeSelector"),
+        "tier": tier_label(section),
+    }
+
+
+def restore_fragment(section: Dict[str, Any], record: Dict[str, Any]) -> Dict[str, Any]:
+    """Merge-patch fragment putting a workload section back to its :func:`section_record`."""
+    fragment: Dict[str, Any] = {}
+    for key in ("resources", "nodeSelector"):
+        if record.get(key) is None:
+            if section.get(key) is not None:
+                fragment[key] = None
+            continue
+        change = diff_map(section.get(key), record[key])
+        if change:
+            fragment[key] = change
+    if tier_label(section) != record.get("tier"):
+        fragment["labels"] = {LABEL_HW_TIER: record.get("tier")}
+    return fragment
+
+
+def baseline_of(cluster: str, info: KindInfo, obj: Dict[str, Any]) -> Tuple[Baseline, Dict[str, Any]]:
+    """The baseline of a cluster object as it is now, and its Kubernetes detail."""
+    auto = autoscaling_section(obj)
+    baseline = Baseline(
+        cluster=cluster,
+        replicas=desired_workers(obj),
+        autoscaling_min=int(auto.get("minReplicas", 1)) if auto else None,
+        autoscaling_max=int(auto["maxReplicas"]) if auto and auto.get("maxReplicas") is not None else None,
+        worker_hw_tier=tier_label(spec_section(obj, "worker")),
+        head_hw_tier=tier_label(spec_section(obj, info.head_section)),
+    )
+    detail = {
+        "autoscaling": auto,
+        "worker": section_record(spec_section(obj, "worker")),
+        "head": section_record(spec_section(obj, info.head_section)) if info.head_section else None,
+    }
+    return baseline, detail
+
+
+def encode_record(baseline: Baseline, detail: Dict[str, Any]) -> str:
+    """The baseline annotation: :func:`records.encode_baseline` fields plus the Kubernetes detail."""
+    data = json.loads(encode_baseline(baseline))
+    data[K8S_BASELINE_KEY] = detail
+    return json.dumps(data, separators=(",", ":"), sort_keys=True)
+
+
+def decode_record(obj: Dict[str, Any]) -> Optional[Tuple[Baseline, Dict[str, Any]]]:
+    """The recorded baseline and its Kubernetes detail, or None when none is recorded."""
+    text = ((obj.get("metadata") or {}).get("annotations") or {}).get(BASELINE_ANNOTATION)
+    if not text:
+        return None
+    data = json.loads(text)
+    detail = data.pop(K8S_BASELINE_KEY, None) or {}
+    baseline = decode_baseline(json.dumps(data))
+    assert baseline is not None
+    return baseline, detail

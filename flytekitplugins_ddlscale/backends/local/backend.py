@@ -1,0 +1,688 @@
+"""The local backend: real Dask clusters made of local scheduler and worker processes.
+
+A local cluster is one ``dask scheduler`` process plus one ``dask worker``
+process per worker, all detached from the Python process that started them
+and recorded (pid + start time) in the state directory, so separate tasks,
+processes and the ``ddlscale local`` CLI share the same cluster. Every change
+holds the cluster's fcntl lock. ``ready_workers`` counts the workers the
+scheduler itself reports.
+"""
+import contextlib
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+
+from ...errors import (
+    BackendUnavailableError,
+    CapacityExceededError,
+    ClusterNotFoundError,
+    InvalidInputError,
+    UnsupportedOperationError,
+    WorkerFailedError,
+)
+from ...filerecords import FileBookkeeping
+from ...filestore import FileRecordStore
+from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
+from ...progress import ProgressReporter
+from ...records import Claim
+from ...refs import ClusterRef
+from ...validation import validate_replicas, validate_timeout
+from ...waiting import Backoff, poll_until
+from ..base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT, BackendCapabilities
+from . import dask_ops, procs
+from .env import dask_env, environ_set
+from .state import ClusterRecord, LocalStateStore, WorkerRecord
+from .tiers import WorkerShape, default_tier_name, load_catalog
+
+logger = logging.getLogger("flytekitplugins_ddlscale.local")
+
+DEFAULT_MAX_WORKERS = 16
+"""Most workers one local cluster may have unless the constructor says otherwise."""
+STOPPED = "Stopped"
+"""``ClusterState.status`` of a local cluster that does not exist (before first use, after ``down``)."""
+_POLL = Backoff(initial=0.1, factor=1.5, cap=0.5)
+
+
+class LocalBackend:
+    """Real local Dask clusters, the default backend when nothing else is configured.
+
+    ``state_dir`` defaults to ``$DDLSCALE_STATE_DIR/local`` (``~/.ddlscale/local``);
+    ``tiers_file`` to ``$DDLSCALE_LOCAL_TIERS``, else the packaged
+    ``data/local_tiers.yaml``. ``max_workers`` plays the role of a cluster's
+    ``maxReplicas``. Only ``dask`` clusters are served; other kinds raise
+    :class:`UnsupportedOperationError`.
+    """
+
+    name = "local"
+    capabilities = BackendCapabilities(
+        kinds=frozenset({"dask"}),
+        observes_readiness=True,
+        holds_size=True,
+        head_tier=False,
+        persistent_baseline=True,
+    )
+
+    def __init__(
+        self,
+        state_dir: Union[str, Path, None] = None,
+        tiers_file: Union[str, Path, None] = None,
+        *,
+        host: str = "127.0.0.1",
+        max_workers: int = DEFAULT_MAX_WORKERS,
+        start_timeout: float = 60.0,
+        stop_grace: float = 5.0,
+    ) -> None:
+        self.store = LocalStateStore(state_dir)
+        self.host = host
+        self.max_workers = validate_replicas(max_workers, field="max_workers")
+        self.start_timeout = validate_timeout(start_timeout, field="start_timeout")
+        self.stop_grace = validate_timeout(stop_grace, field="stop_grace")
+        self.catalog = load_catalog(tiers_file)
+        self.bookkeeping = FileBookkeeping(FileRecordStore(self.store.records_dir))
+
+    # ----------------------------------------------------------- observing
+
+    def get_state(self, ref: ClusterRef) -> ClusterState:
+        """Observe the cluster now: live processes and the workers its scheduler sees.
+
+        Raises :class:`ClusterNotFoundError` when no local cluster ``ref`` exists.
+        """
+        self._check_kind(ref)
+        return self._observe(self._load(ref))
+
+    def list_clusters(self) -> List[ClusterRef]:
+        """Every local cluster recorded in the state directory."""
+        return self.store.refs()
+
+    def describe(self, ref: ClusterRef) -> Dict[str, Any]:
+        """A JSON-ready report of ``ref``: state, scheduler address, connection variables, processes."""
+        self._check_kind(ref)
+        record = self._load(ref)
+        state = self._observe(record)
+        return {
+            "cluster": str(ref),
+            "name": ref.name,
+            "status": state.status,
+            "desired_workers": state.desired_workers,
+            "existing_workers": state.existing_workers,
+            "ready_workers": state.ready_workers,
+            "head_ready": state.head_ready,
+            "worker_hw_tier": state.worker_hw_tier,
+            "head_hw_tier": state.head_hw_tier,
+            "address": record.address,
+            "env": dask_env(record.host, record.port),
+            "scheduler_pid": record.scheduler.pid if record.scheduler else None,
+            "workers": [
+                {**w.to_json(), "alive": procs.is_alive(w.proc)} for w in record.workers
+            ],
+            "ephemeral": record.ephemeral,
+            "created_at": record.created_at,
+            "logs": str(self.store.cluster_dir(ref) / "logs"),
+            "observed_at": state.observed_at.isoformat(),
+        }
+
+    def connection_env(self, ref: ClusterRef) -> Dict[str, str]:
+        """``DASK_SCHEDULER_SERVICE_HOST``/``_PORT`` of ``ref``, as Domino injects them in a run."""
+        self._check_kind(ref)
+        record = self._load(ref)
+        return dask_env(record.host, record.port)
+
+    @contextlib.contextmanager
+    def connected(self, ref: ClusterRef) -> Iterator[Dict[str, str]]:
+        """Set :meth:`connection_env` in ``os.environ`` for the block, then restore the old values."""
+        with environ_set(self.connection_env(ref)) as values:
+            yield values
+
+    def wait_for_workers(
+        self,
+        ref: ClusterRef,
+        replicas: int,
+        *,
+        timeout: float = DEFAULT_SCALE_TIMEOUT,
+        progress: Optional[ProgressReporter] = None,
+    ) -> ClusterState:
+        """Return once the scheduler sees ``replicas`` workers of the cluster's tier.
+
+        Raises :class:`ScalingTimeoutError` with the last state at ``timeout``.
+        """
+        self._check_kind(ref)
+        validate_replicas(replicas)
+        timeout = validate_timeout(timeout)
+        self._load(ref)
+        return self._poll(lambda: self._observe(self._load(ref)), ref, replicas, timeout, progress)
+
+    # ------------------------------------------------------------ changing
+
+    def scale(
+        self,
+        ref: ClusterRef,
+        replicas: int,
+        worker_hw_tier: Optional[str] = None,
+        *,
+        wait: bool = True,
+        timeout: float = DEFAULT_SCALE_TIMEOUT,
+        strict: bool = False,
+        progress: Optional[ProgressReporter] = None,
+    ) -> ScaleResult:
+        """Start or stop worker processes until there are ``replicas``; create the cluster if needed.
+
+        A new ``worker_hw_tier`` replaces every worker: new workers start, and
+        the old ones are retired once the new ones are up. Above
+        ``max_workers`` the request is capped (``strict`` raises
+        :class:`CapacityExceededError` instead). If the new workers fail or
+        time out, they are stopped and the cluster keeps its previous size and tier.
+        """
+        return self._scale(ref, replicas, worker_hw_tier, wait, timeout, strict, progress, by_operator=False)
+
+    def up(
+        self,
+        ref: ClusterRef,
+        replicas: int = 1,
+        worker_hw_tier: Optional[str] = None,
+        *,
+        timeout: float = DEFAULT_SCALE_TIMEOUT,
+        progress: Optional[ProgressReporter] = None,
+    ) -> ScaleResult:
+        """Create (or resize) a cluster that stays until :meth:`down`.
+
+        Unlike :meth:`scale` this records no baseline: it is the operator
+        setting the size a later flow's baseline will see.
+        """
+        return self._scale(ref, replicas, worker_hw_tier, True, timeout, False, progress, by_operator=True)
+
+    def repair(
+        self,
+        ref: ClusterRef,
+        *,
+        timeout: float = DEFAULT_SCALE_TIMEOUT,
+        progress: Optional[ProgressReporter] = None,
+    ) -> ClusterState:
+        """Restart a dead scheduler (same port) and missing workers; return the state once whole."""
+        self._check_kind(ref)
+        timeout = validate_timeout(timeout)
+        with self.store.lock(ref, timeout):
+            record = self._load(ref)
+            shape = self._shape(record.worker_hw_tier or None, field="worker_hw_tier")
+            started, _ = self._reconcile(record, record.desired, shape)
+            if started:
+                logger.info("repaired %s: restarted %d worker(s)", ref, len(started))
+            return self._wait_started(record, started, record.desired, timeout, progress)
+
+    def restart_head(
+        self,
+        ref: ClusterRef,
+        head_hw_tier: Optional[str] = None,
+        *,
+        wait: bool = True,
+        timeout: float = DEFAULT_RESTART_TIMEOUT,
+        progress: Optional[ProgressReporter] = None,
+    ) -> RestartResult:
+        """Restart the scheduler on the same port; with ``wait``, until every worker is back.
+
+        Dask workers exit when their scheduler goes away, so they are
+        restarted under the same names and reconnect to the new scheduler.
+        ``head_hw_tier`` must be a known tier; it is recorded and reported, but
+        a local scheduler is one process and the tier does not limit it.
+        """
+        self._check_kind(ref)
+        timeout = validate_timeout(timeout)
+        head_tier = self.catalog.resolve(head_hw_tier, ref.kind, field="head_hw_tier")
+        began = time.monotonic()
+        with self.store.lock(ref, timeout):
+            record = self._load(ref)
+            shape = self._shape(record.worker_hw_tier or None, field="worker_hw_tier")
+            started_at = utcnow().isoformat()
+            names = [w.name for w in record.workers if w.tier == shape.tier][: record.desired]
+            self._stop_all(record)
+            self._start_scheduler(record)
+            if head_tier is not None:
+                record.head_hw_tier = head_tier.name
+            started = self._start_workers(record, shape, record.desired, names=names)
+            self._await_scheduler(record)
+            if wait:
+                final = self._wait_started(record, started, record.desired, timeout, progress)
+            else:
+                final = self._observe(record)
+        return RestartResult(
+            cluster=str(ref),
+            pod=ref.info.head_pod_name(ref.name) or "scheduler",
+            started_at=started_at,
+            ready=bool(final.head_ready),
+            final=final,
+            waited=wait,
+            seconds_waited=time.monotonic() - began if wait else 0.0,
+            head_hw_tier=head_hw_tier,
+        )
+
+    def down(self, ref: ClusterRef, *, timeout: float = 60.0) -> bool:
+        """Stop every process of ``ref`` and forget it (baseline and claims too).
+
+        Returns False when there was no such cluster.
+        """
+        self._check_kind(ref)
+        with self.store.lock(ref, validate_timeout(timeout)):
+            record = self.store.load(ref)
+            if record is None:
+                return False
+            self._stop_all(record)
+            self.store.delete(ref)
+        self.bookkeeping.store.update(ref, lambda stored: stored.clear())
+        return True
+
+    def shutdown_all(self) -> List[ClusterRef]:
+        """Take down every local cluster in the state directory; return the ones stopped."""
+        return [ref for ref in self.list_clusters() if self.down(ref)]
+
+    # ------------------------------------------------- baselines and claims
+
+    def record_baseline(self, ref: ClusterRef) -> Baseline:
+        """Record the current size and tiers unless already recorded (0 workers if the cluster is new)."""
+        self._check_kind(ref)
+        return self.bookkeeping.record_baseline(ref, lambda: self._observe_or_absent(ref))
+
+    def get_baseline(self, ref: ClusterRef) -> Optional[Baseline]:
+        """The recorded baseline, or None."""
+        self._check_kind(ref)
+        return self.bookkeeping.get_baseline(ref)
+
+    def restore_baseline(
+        self,
+        ref: ClusterRef,
+        target: Optional[ReplicaSpec] = None,
+        *,
+        wait: bool = True,
+        timeout: float = DEFAULT_SCALE_TIMEOUT,
+        progress: Optional[ProgressReporter] = None,
+    ) -> ScaleResult:
+        """Scale back to the baseline (or ``target``) and forget the baseline.
+
+        A cluster that a scale created (not ``up``) and whose baseline is
+        "no workers" is taken down entirely, so a flow leaves nothing running.
+        With neither baseline nor target this changes nothing.
+        """
+        self._check_kind(ref)
+        timeout = validate_timeout(timeout)
+        baseline = self.bookkeeping.get_baseline(ref)
+        if target is None:
+            if baseline is None:
+                state = self._observe_or_absent(ref)
+                return _unchanged(state)
+            record = self.store.load(ref)
+            if record is None or (record.ephemeral and baseline.replicas == 0):
+                return self._restore_by_down(ref, record)
+            target = ReplicaSpec(baseline.replicas, baseline.worker_hw_tier, baseline.head_hw_tier)
+        self.catalog.resolve(target.head_hw_tier, ref.kind, field="head_hw_tier")
+        result = self.scale(ref, target.replicas, target.worker_hw_tier, wait=wait, timeout=timeout, progress=progress)
+        if target.head_hw_tier is not None:
+            with self.store.lock(ref, timeout):
+                current = self._load(ref)
+                current.head_hw_tier = target.head_hw_tier
+                self.store.save(current)
+        self.bookkeeping.forget_baseline(ref)
+        return result
+
+    def claim(
+        self, ref: ClusterRef, claim_id: str, replicas: int, worker_hw_tier: Optional[str] = None
+    ) -> Claim:
+        """Register that ``claim_id`` needs ``replicas`` workers; return the largest live claim.
+
+        Records the baseline first. Raises :class:`UnknownTierError` for an unknown tier.
+        """
+        self._check_kind(ref)
+        validate_replicas(replicas)
+        self.catalog.resolve(worker_hw_tier, ref.kind)
+        self.record_baseline(ref)
+        return self.bookkeeping.claim(ref, claim_id, replicas, worker_hw_tier)
+
+    def release(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
+        """Drop ``claim_id``; return the largest remaining claim, or None when none remain."""
+        self._check_kind(ref)
+        return self.bookkeeping.release(ref, claim_id)
+
+    def close(self) -> None:
+        """Nothing to release: clusters deliberately outlive this object (see :meth:`down`)."""
+
+    # ------------------------------------------------------------ internals
+
+    def _scale(
+        self,
+        ref: ClusterRef,
+        replicas: int,
+        worker_hw_tier: Optional[str],
+        wait: bool,
+        timeout: float,
+        strict: bool,
+        progress: Optional[ProgressReporter],
+        by_operator: bool,
+    ) -> ScaleResult:
+        self._check_kind(ref)
+        replicas = validate_replicas(replicas)
+        timeout = validate_timeout(timeout)
+        if worker_hw_tier is not None:
+            self._shape(worker_hw_tier, field="worker_hw_tier")
+        effective = min(replicas, self.max_workers)
+        if effective < replicas and strict:
+            raise CapacityExceededError(
+                f"asked for {replicas} workers; this local backend allows at most "
+                f"{self.max_workers} (LocalBackend(max_workers=...))",
+                cluster=str(ref),
+            )
+        began = time.monotonic()
+        with self.store.lock(ref, timeout):
+            existing = self.store.load(ref)
+            previous = self._observe(existing) if existing is not None else _absent(ref)
+            record = existing or ClusterRecord(ref=ref, host=self.host, ephemeral=not by_operator)
+            record.ephemeral = record.ephemeral and not by_operator
+            if not by_operator:
+                self.bookkeeping.record_baseline(ref, lambda: previous)
+            shape = self._shape(worker_hw_tier or record.worker_hw_tier or None, field="worker_hw_tier")
+            prior_tier, prior_desired = record.worker_hw_tier, record.desired
+            started, old = self._reconcile(record, effective, shape)
+            try:
+                final = (
+                    self._wait_started(record, started, effective, timeout, progress)
+                    if wait
+                    else self._observe(record)
+                )
+            except BaseException:
+                self._stop_workers(record, started, retire=False)
+                record.worker_hw_tier, record.desired = prior_tier or shape.tier, prior_desired
+                self.store.save(record)
+                raise
+            if old:
+                self._stop_workers(record, old, retire=True)
+                if wait:
+                    final = self._observe(record)
+        return ScaleResult(
+            cluster=str(ref),
+            requested=replicas,
+            effective=effective,
+            capped=effective < replicas,
+            previous=previous,
+            final=final,
+            waited=wait,
+            seconds_waited=time.monotonic() - began if wait else 0.0,
+            worker_hw_tier=worker_hw_tier,
+        )
+
+    def _reconcile(
+        self, record: ClusterRecord, replicas: int, shape: WorkerShape
+    ) -> Tuple[List[WorkerRecord], List[WorkerRecord]]:
+        """Bring processes to ``replicas`` workers of ``shape``; return (started, old-tier workers).
+
+        Old-tier workers are left running for the caller to retire once the
+        new ones are up. A dead scheduler is restarted on its port first.
+        """
+        restarted = record.scheduler is None or not procs.is_alive(record.scheduler)
+        if restarted:
+            self._stop_all(record)
+            self._start_scheduler(record)
+        lost = [w.name for w in record.workers if not procs.is_alive(w.proc)]
+        if lost:
+            logger.warning("%s: worker process(es) %s had exited; replacing them", record.ref, lost)
+        record.workers = [w for w in record.workers if procs.is_alive(w.proc)]
+        same = [w for w in record.workers if w.tier == shape.tier]
+        old = [w for w in record.workers if w.tier != shape.tier]
+        record.worker_hw_tier, record.desired = shape.tier, replicas
+        started: List[WorkerRecord] = []
+        if len(same) < replicas:
+            started = self._start_workers(record, shape, replicas - len(same))
+        elif len(same) > replicas:
+            self._stop_workers(record, same[replicas:], retire=True)
+        self.store.save(record)
+        if restarted:
+            self._await_scheduler(record)
+        return started, old
+
+    def _start_scheduler(self, record: ClusterRecord) -> None:
+        """Start the scheduler on the recorded port, or on a free one for a new cluster.
+
+        A new cluster waits here to learn its port from the scheduler file;
+        otherwise the caller may start workers at once (they keep trying to
+        connect) and then call :meth:`_await_scheduler`.
+        """
+        sched_file = self.store.cluster_dir(record.ref) / "scheduler.json"
+        with contextlib.suppress(FileNotFoundError):
+            sched_file.unlink()
+        record.scheduler = procs.spawn_detached(
+            dask_ops.scheduler_argv(record.host, record.port, str(sched_file)),
+            self.store.log_path(record.ref, "scheduler"),
+        )
+        self.store.save(record)
+        if record.port == 0:
+            self._await_scheduler(record, lambda: _port_from_scheduler_file(sched_file))
+
+    def _await_scheduler(
+        self, record: ClusterRecord, port: Optional[Callable[[], Optional[int]]] = None
+    ) -> None:
+        """Wait up to ``start_timeout`` until the scheduler answers; stop it and raise if it does not."""
+        log = self.store.log_path(record.ref, "scheduler")
+        deadline = time.monotonic() + self.start_timeout
+        while True:
+            found = port() if port is not None else record.port
+            if found and dask_ops.scheduler_workers(f"tcp://{record.host}:{found}") is not None:
+                if found != record.port:
+                    record.port = found
+                    self.store.save(record)
+                return
+            assert record.scheduler is not None
+            if not procs.is_alive(record.scheduler):
+                raise BackendUnavailableError(
+                    f"the Dask scheduler of {record.ref} exited while starting "
+                    f"(port {record.port or 'any'}); {log}:\n{procs.log_tail(log)}",
+                    cluster=str(record.ref),
+                )
+            if time.monotonic() >= deadline:
+                procs.stop_processes([record.scheduler], self.stop_grace)
+                raise BackendUnavailableError(
+                    f"the Dask scheduler of {record.ref} did not answer within "
+                    f"{self.start_timeout:.0f}s; {log}:\n{procs.log_tail(log)}",
+                    cluster=str(record.ref),
+                )
+            time.sleep(0.05)
+
+    def _start_workers(
+        self, record: ClusterRecord, shape: WorkerShape, count: int, names: Optional[List[str]] = None
+    ) -> List[WorkerRecord]:
+        started = []
+        workdir = self.store.cluster_dir(record.ref) / "work"
+        workdir.mkdir(parents=True, exist_ok=True)
+        for index in range(count):
+            if names is not None and index < len(names):
+                name = names[index]
+            else:
+                name = f"{record.ref.info.worker_pod_prefix(record.ref.name)}{record.next_index}"
+                record.next_index += 1
+            proc = procs.spawn_detached(
+                dask_ops.worker_argv(
+                    record.address, name, shape.nthreads, shape.memory_limit, str(workdir), record.host
+                ),
+                self.store.log_path(record.ref, name),
+            )
+            worker = WorkerRecord(name, proc, shape.tier, shape.nthreads, shape.memory_limit)
+            record.workers.append(worker)
+            started.append(worker)
+            # Saved after each spawn so a crash here still leaves every pid recorded.
+            self.store.save(record)
+        return started
+
+    def _stop_workers(self, record: ClusterRecord, workers: List[WorkerRecord], retire: bool) -> None:
+        """Retire ``workers`` through the scheduler (data moves off them), then make sure they exit."""
+        if not workers:
+            return
+        retired = False
+        if retire and record.scheduler is not None and procs.is_alive(record.scheduler):
+            try:
+                dask_ops.retire_workers(record.address, [w.name for w in workers], self.stop_grace)
+                retired = True
+            except BackendUnavailableError as exc:
+                logger.warning("%s; terminating the workers instead", exc.message)
+        procs.stop_processes([w.proc for w in workers], self.stop_grace, asked=retired)
+        gone = {w.name for w in workers}
+        record.workers = [w for w in record.workers if w.name not in gone]
+        self.store.save(record)
+
+    def _stop_all(self, record: ClusterRecord) -> None:
+        """Stop the scheduler first (it closes its workers cleanly), then any worker still running."""
+        closing = record.scheduler is not None and procs.is_alive(record.scheduler)
+        if record.scheduler is not None:
+            procs.stop_processes([record.scheduler], self.stop_grace)
+        procs.stop_processes([w.proc for w in record.workers], self.stop_grace, asked=closing)
+        record.scheduler = None
+        record.workers = []
+        self.store.save(record)
+
+    def _wait_started(
+        self,
+        record: ClusterRecord,
+        started: List[WorkerRecord],
+        replicas: int,
+        timeout: float,
+        progress: Optional[ProgressReporter],
+    ) -> ClusterState:
+        """Wait until the scheduler sees ``replicas`` workers; fail fast if a new worker exits."""
+
+        def read() -> ClusterState:
+            state = self._observe(record)
+            for worker in started:
+                if not procs.is_alive(worker.proc) and worker in record.workers:
+                    log = self.store.log_path(record.ref, worker.name)
+                    raise WorkerFailedError(
+                        f"local Dask worker {worker.name} exited before joining; {log}:\n"
+                        f"{procs.log_tail(log)}",
+                        pod=worker.name,
+                        reason="ProcessExited",
+                        cluster=str(record.ref),
+                        state=state,
+                    )
+            if record.scheduler is None or not procs.is_alive(record.scheduler):
+                log = self.store.log_path(record.ref, "scheduler")
+                raise BackendUnavailableError(
+                    f"the Dask scheduler of {record.ref} exited; {log}:\n{procs.log_tail(log)}",
+                    cluster=str(record.ref),
+                    state=state,
+                )
+            return state
+
+        return self._poll(read, record.ref, replicas, timeout, progress)
+
+    @staticmethod
+    def _poll(
+        read: Callable[[], ClusterState],
+        ref: ClusterRef,
+        replicas: int,
+        timeout: float,
+        progress: Optional[ProgressReporter],
+    ) -> ClusterState:
+        return poll_until(
+            read,
+            lambda s: bool(s.head_ready) and s.workers_up(replicas),
+            what=f"{replicas} workers seen by the Dask scheduler of {ref}",
+            target=replicas,
+            count=lambda s: s.ready_workers or 0,
+            timeout=timeout,
+            backoff=_POLL,
+            progress=progress,
+        )
+
+    def _observe(self, record: ClusterRecord) -> ClusterState:
+        scheduler_up = record.scheduler is not None and procs.is_alive(record.scheduler)
+        seen = dask_ops.scheduler_workers(record.address) if scheduler_up else None
+        alive = [w for w in record.workers if procs.is_alive(w.proc)]
+        ready = 0
+        if seen is not None:
+            ready = sum(1 for w in alive if w.name in seen and w.tier == record.worker_hw_tier)
+        if seen is None:
+            status = "Failed"
+        elif ready == record.desired and len(alive) == record.desired:
+            status = "Running"
+        elif len(alive) > record.desired:
+            status = "Stopping"
+        else:
+            status = "Starting"
+        return ClusterState(
+            cluster=str(record.ref),
+            status=status,
+            desired_workers=record.desired,
+            existing_workers=len(alive),
+            ready_workers=ready,
+            head_ready=seen is not None,
+            worker_hw_tier=record.worker_hw_tier or None,
+            head_hw_tier=record.head_hw_tier,
+        )
+
+    def _observe_or_absent(self, ref: ClusterRef) -> ClusterState:
+        record = self.store.load(ref)
+        return self._observe(record) if record is not None else _absent(ref)
+
+    def _restore_by_down(self, ref: ClusterRef, record: Optional[ClusterRecord]) -> ScaleResult:
+        previous = self._observe(record) if record is not None else _absent(ref)
+        if record is not None:
+            self.down(ref)
+        else:
+            self.bookkeeping.forget_baseline(ref)
+        return ScaleResult(
+            cluster=str(ref),
+            requested=0,
+            effective=0,
+            capped=False,
+            previous=previous,
+            final=_absent(ref),
+            waited=False,
+        )
+
+    def _load(self, ref: ClusterRef) -> ClusterRecord:
+        record = self.store.load(ref)
+        if record is None:
+            raise ClusterNotFoundError(
+                f"no local cluster {ref} in {self.store.root}; create it with "
+                f"`ddlscale local up --name {ref.name}` or by scaling it",
+                cluster=str(ref),
+            )
+        return record
+
+    def _shape(self, tier_name: Optional[str], field: str) -> WorkerShape:
+        name = tier_name if tier_name is not None else default_tier_name(self.catalog)
+        tier = self.catalog.resolve(name, "dask", field=field)
+        assert tier is not None
+        return WorkerShape.from_tier(tier)
+
+    def _check_kind(self, ref: ClusterRef) -> None:
+        if not isinstance(ref, ClusterRef):
+            raise InvalidInputError("ref", ref, "a ClusterRef")
+        if ref.kind not in self.capabilities.kinds:
+            raise UnsupportedOperationError(
+                f"the local backend runs Dask clusters only; {ref} is a {ref.kind} cluster. "
+                f"Use ClusterRef('dask', ...) locally, or the scaler or kubernetes backend "
+                f"for {ref.kind}",
+                cluster=str(ref),
+            )
+
+
+def _port_from_scheduler_file(path: Path) -> Optional[int]:
+    try:
+        address = json.loads(path.read_text(encoding="utf-8"))["address"]
+    except (FileNotFoundError, ValueError, KeyError):
+        return None
+    return int(address.rsplit(":", 1)[1])
+
+
+def _absent(ref: ClusterRef) -> ClusterState:
+    """The state of a local cluster that does not exist (before first use, after ``down``)."""
+    return ClusterState(
+        cluster=str(ref), status=STOPPED, desired_workers=0, existing_workers=0, ready_workers=0, head_ready=False
+    )
+
+
+def _unchanged(state: ClusterState) -> ScaleResult:
+    return ScaleResult(
+        cluster=state.cluster,
+        requested=state.desired_workers,
+        effective=state.desired_workers,
+        capped=False,
+        previous=state,
+        final=state,
+        waited=False,
+    )

@@ -1,0 +1,77 @@
+"""Talking to a local Dask scheduler, and the command lines that start Dask processes.
+
+``distributed`` is imported inside the functions: this module is imported by
+the local backend, which ``get_backend()`` may load in processes that never
+touch a cluster. Each call opens one connection in a private event loop and
+closes it, so nothing (no thread, no loop) outlives the call.
+"""
+import asyncio
+import sys
+from typing import Any, Dict, List, Optional
+
+from ...errors import BackendUnavailableError
+
+
+def scheduler_argv(host: str, port: int, scheduler_file: str) -> List[str]:
+    """``dask scheduler`` on ``host:port`` (0 = any free port) that writes its address to ``scheduler_file``."""
+    return [
+        sys.executable, "-m", "distributed.cli.dask_scheduler",
+        "--host", host,
+        "--port", str(port),
+        "--no-dashboard",
+        "--scheduler-file", scheduler_file,
+    ]
+
+
+def worker_argv(
+    address: str, name: str, nthreads: int, memory_limit: int, local_directory: str, host: str
+) -> List[str]:
+    """One ``dask worker`` process (no nanny, so one pid per worker) named ``name``.
+
+    ``--death-timeout`` bounds how long a worker waits for a scheduler that is
+    gone, so an orphaned worker exits on its own.
+    """
+    return [
+        sys.executable, "-m", "distributed.cli.dask_worker", address,
+        "--name", name,
+        "--nthreads", str(nthreads),
+        "--memory-limit", str(memory_limit),
+        "--no-nanny",
+        "--no-dashboard",
+        "--host", host,
+        "--local-directory", local_directory,
+        "--death-timeout", "60",
+    ]
+
+
+async def _call(address: str, timeout: float, op: str, **kwargs: Any) -> Any:
+    from distributed.core import rpc
+
+    async with rpc(address, timeout=timeout) as remote:
+        return await asyncio.wait_for(getattr(remote, op)(**kwargs), timeout)
+
+
+def scheduler_workers(address: str, timeout: float = 3.0) -> Optional[Dict[str, Dict[str, Any]]]:
+    """Workers the scheduler at ``address`` sees, by worker name; None if it does not answer."""
+    try:
+        info = asyncio.run(_call(address, timeout, "identity"))
+    except (OSError, asyncio.TimeoutError):
+        # distributed's CommClosedError is an OSError: all mean "not answering".
+        return None
+    return {str(w["name"]): w for w in info.get("workers", {}).values()}
+
+
+def retire_workers(address: str, names: List[str], timeout: float) -> None:
+    """Ask the scheduler to move data off ``names`` and close them (``Client.retire_workers``).
+
+    Raises :class:`BackendUnavailableError` if the scheduler does not finish in ``timeout``.
+    """
+    if not names:
+        return
+    try:
+        asyncio.run(_call(address, timeout, "retire_workers", names=names, close_workers=True))
+    except Exception as exc:
+        raise BackendUnavailableError(
+            f"scheduler {address} did not retire workers {names} within {timeout:.0f}s "
+            f"({type(exc).__name__})"
+        ) from None

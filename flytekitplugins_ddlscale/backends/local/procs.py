@@ -1,0 +1,120 @@
+"""Detached OS processes: start them, tell whether they still run, stop them.
+
+Cluster processes must outlive the Python process that started them, so
+separate tasks and the CLI can share one cluster. They are started through a
+short-lived ``sh`` that backgrounds them: the cluster process is re-parented
+away from us at once, so it never becomes our zombie and Python never warns
+about a child it did not wait for. A pid is recorded together with the
+process start time, because pids are reused and a bare pid could name an
+unrelated process after a reboot or a long idle.
+"""
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional
+
+from ...errors import BackendUnavailableError
+
+_SPAWN_SCRIPT = 'log=$1; shift; "$@" >>"$log" 2>&1 </dev/null & echo $!'
+_POLL = 0.05
+
+
+@dataclass(frozen=True)
+class ProcessId:
+    """A process as recorded in the state directory: pid plus start time in clock ticks."""
+
+    pid: int
+    start: int
+
+    def to_json(self) -> Dict[str, int]:
+        """The fields stored in the state file."""
+        return {"pid": self.pid, "start": self.start}
+
+
+def start_time(pid: int) -> Optional[int]:
+    """The start time of ``pid`` (clock ticks since boot), or None if it is not running.
+
+    Zombies count as not running: they have exited and only wait to be reaped.
+    """
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # The command name in parentheses may contain spaces; fields follow the last ')'.
+    fields = text[text.rindex(")") + 2 :].split()
+    if fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def is_alive(proc: ProcessId) -> bool:
+    """Whether the recorded process is still the running process with that pid."""
+    return start_time(proc.pid) == proc.start
+
+
+def spawn_detached(argv: List[str], log_path: Path, env: Optional[Dict[str, str]] = None) -> ProcessId:
+    """Start ``argv`` detached from this process, appending its output to ``log_path``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out = subprocess.run(
+            ["/bin/sh", "-c", _SPAWN_SCRIPT, "sh", str(log_path), *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+            check=True,
+            timeout=30,
+        )
+        pid = int(out.stdout.decode().strip())
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:
+        raise BackendUnavailableError(f"could not start {argv[0]}: {exc}") from None
+    started = start_time(pid)
+    if started is None:
+        raise BackendUnavailableError(
+            f"{' '.join(argv[:4])} exited at once; see {log_path}:\n{log_tail(log_path)}"
+        )
+    return ProcessId(pid, started)
+
+
+def stop_processes(procs: Iterable[ProcessId], grace: float = 5.0, asked: bool = False) -> None:
+    """Make every process exit: SIGTERM, then SIGKILL for those still running after ``grace`` s.
+
+    ``asked`` means they were already told to exit (a Dask retire or their
+    scheduler closing): they first get ``grace`` seconds to finish on their
+    own, because a SIGTERM that lands mid-shutdown can stall a Dask worker.
+    Signals go to all processes before any wait, so stopping N takes one
+    grace period, not N. Raises :class:`BackendUnavailableError` naming the
+    pids still running 5 s after SIGKILL.
+    """
+    pending = list(procs)
+    steps = [(signal.SIGTERM, grace), (signal.SIGKILL, 5.0)]
+    if asked:
+        steps.insert(0, (None, grace))
+    for sig, wait in steps:
+        pending = [p for p in pending if is_alive(p)]
+        for proc in pending if sig is not None else []:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, sig)
+        deadline = time.monotonic() + wait
+        while pending and time.monotonic() < deadline:
+            pending = [p for p in pending if is_alive(p)]
+            if pending:
+                time.sleep(_POLL)
+    if pending:
+        raise BackendUnavailableError(
+            f"processes {[p.pid for p in pending]} did not exit after SIGKILL"
+        )
+
+
+def log_tail(path: Path, lines: int = 15) -> str:
+    """The last ``lines`` lines of a log file, or a note that it is missing."""
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return f"(no log at {path})"
+    return "\n".join(text.splitlines()[-lines:])

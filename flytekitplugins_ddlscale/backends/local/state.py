@@ -1,0 +1,216 @@
+"""The state directory: one folder per local cluster, shared by every process.
+
+Layout under the state directory (``$DDLSCALE_STATE_DIR/local`` by default)::
+
+    clusters/<namespace>.<kind>.<name>/cluster.json   processes, port, tiers, desired size
+    clusters/<namespace>.<kind>.<name>/cluster.lock   fcntl lock held for every change
+    clusters/<namespace>.<kind>.<name>/logs/          scheduler and worker logs
+    records/                                          baselines and claims (FileRecordStore)
+
+``cluster.json`` is replaced atomically, so readers never need the lock.
+"""
+import contextlib
+import datetime
+import errno
+import fcntl
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Union
+
+from ...errors import ConflictError
+from ...filestore import default_state_dir
+from ...refs import ClusterRef
+from .procs import ProcessId
+
+_LOCK_POLL = 0.05
+
+
+def default_local_state_dir() -> Path:
+    """``$DDLSCALE_STATE_DIR/local``, else ``~/.ddlscale/local``."""
+    return default_state_dir() / "local"
+
+
+@dataclass
+class WorkerRecord:
+    """One worker process and the tier it was started with."""
+
+    name: str
+    """The worker's name as the scheduler knows it."""
+    proc: ProcessId
+    tier: str
+    nthreads: int
+    memory_limit: int
+    """Bytes."""
+
+    def to_json(self) -> Dict[str, Any]:
+        """The fields stored in the state file."""
+        return {
+            "name": self.name,
+            **self.proc.to_json(),
+            "tier": self.tier,
+            "nthreads": self.nthreads,
+            "memory_limit": self.memory_limit,
+        }
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "WorkerRecord":
+        """A record from :meth:`to_json` output."""
+        return cls(
+            data["name"],
+            ProcessId(int(data["pid"]), int(data["start"])),
+            data["tier"],
+            int(data["nthreads"]),
+            int(data["memory_limit"]),
+        )
+
+
+@dataclass
+class ClusterRecord:
+    """Everything the state directory knows about one local cluster."""
+
+    ref: ClusterRef
+    host: str
+    port: int = 0
+    """Scheduler port; 0 until the first scheduler has chosen one."""
+    scheduler: Optional[ProcessId] = None
+    head_hw_tier: Optional[str] = None
+    worker_hw_tier: str = ""
+    desired: int = 0
+    workers: List[WorkerRecord] = field(default_factory=list)
+    next_index: int = 0
+    """Suffix of the next worker name, so a name is never reused within a cluster."""
+    ephemeral: bool = True
+    """Created implicitly by a scale; restoring its baseline removes it again."""
+    created_at: str = field(
+        default_factory=lambda: datetime.datetime.now(datetime.timezone.utc).isoformat()
+    )
+
+    @property
+    def address(self) -> str:
+        """The scheduler address workers and clients connect to."""
+        return f"tcp://{self.host}:{self.port}"
+
+    def to_json(self) -> Dict[str, Any]:
+        """The document stored as ``cluster.json``."""
+        return {
+            "kind": self.ref.kind,
+            "name": self.ref.name,
+            "namespace": self.ref.namespace,
+            "host": self.host,
+            "port": self.port,
+            "scheduler": self.scheduler.to_json() if self.scheduler else None,
+            "head_hw_tier": self.head_hw_tier,
+            "worker_hw_tier": self.worker_hw_tier,
+            "desired": self.desired,
+            "workers": [w.to_json() for w in self.workers],
+            "next_index": self.next_index,
+            "ephemeral": self.ephemeral,
+            "created_at": self.created_at,
+        }
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "ClusterRecord":
+        """A record from :meth:`to_json` output."""
+        sched = data.get("scheduler")
+        return cls(
+            ref=ClusterRef(data["kind"], data["name"], data.get("namespace")),
+            host=data["host"],
+            port=int(data["port"]),
+            scheduler=ProcessId(int(sched["pid"]), int(sched["start"])) if sched else None,
+            head_hw_tier=data.get("head_hw_tier"),
+            worker_hw_tier=data.get("worker_hw_tier") or "",
+            desired=int(data.get("desired", 0)),
+            workers=[WorkerRecord.from_json(w) for w in data.get("workers", [])],
+            next_index=int(data.get("next_index", 0)),
+            ephemeral=bool(data.get("ephemeral", True)),
+            created_at=data.get("created_at") or "",
+        )
+
+
+class LocalStateStore:
+    """Reads and writes cluster records in a state directory."""
+
+    def __init__(self, root: Union[str, Path, None] = None) -> None:
+        self.root = Path(root) if root is not None else default_local_state_dir()
+        self.clusters_dir = self.root / "clusters"
+        self.records_dir = self.root / "records"
+        self.clusters_dir.mkdir(parents=True, exist_ok=True)
+
+    def cluster_dir(self, ref: ClusterRef) -> Path:
+        """The folder of ``ref``'s files."""
+        return self.clusters_dir / f"{ref.namespace or '_'}.{ref.kind}.{ref.name}"
+
+    def log_path(self, ref: ClusterRef, process: str) -> Path:
+        """Where the output of one process of ``ref`` goes."""
+        return self.cluster_dir(ref) / "logs" / f"{process}.log"
+
+    def load(self, ref: ClusterRef) -> Optional[ClusterRecord]:
+        """The record of ``ref``, or None when no such local cluster exists."""
+        try:
+            text = (self.cluster_dir(ref) / "cluster.json").read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        return ClusterRecord.from_json(json.loads(text))
+
+    def save(self, record: ClusterRecord) -> None:
+        """Write ``record`` atomically (callers hold :meth:`lock`)."""
+        folder = self.cluster_dir(record.ref)
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(record.to_json(), handle, indent=1, sort_keys=True)
+        os.replace(tmp, folder / "cluster.json")
+
+    def delete(self, ref: ClusterRef) -> None:
+        """Remove every file of ``ref`` except its lock (callers hold :meth:`lock`)."""
+        folder = self.cluster_dir(ref)
+        for child in list(folder.iterdir()) if folder.exists() else []:
+            if child.name == "cluster.lock":
+                continue
+            if child.is_dir():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    child.unlink()
+
+    def refs(self) -> List[ClusterRef]:
+        """Every cluster that has a record, sorted by name."""
+        found = []
+        for path in sorted(self.clusters_dir.glob("*/cluster.json")):
+            with contextlib.suppress(FileNotFoundError, ValueError, KeyError):
+                found.append(ClusterRecord.from_json(json.loads(path.read_text(encoding="utf-8"))).ref)
+        return sorted(found, key=lambda r: (r.namespace or "", r.kind, r.name))
+
+    @contextlib.contextmanager
+    def lock(self, ref: ClusterRef, timeout: float) -> Iterator[None]:
+        """Hold the exclusive change lock of ``ref``; wait at most ``timeout`` seconds for it.
+
+        Raises :class:`ConflictError` when another process keeps it longer.
+        """
+        folder = self.cluster_dir(ref)
+        folder.mkdir(parents=True, exist_ok=True)
+        deadline = time.monotonic() + timeout
+        with open(folder / "cluster.lock", "a+") as handle:
+            while True:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                        raise
+                if time.monotonic() >= deadline:
+                    raise ConflictError(
+                        f"another process kept the lock on local cluster {ref} for {timeout:.0f}s "
+                        f"({folder / 'cluster.lock'})",
+                        cluster=str(ref),
+                    )
+                time.sleep(_LOCK_POLL)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)

@@ -1,0 +1,397 @@
+"""The scaler-service backend: scale Ray/Spark/Dask clusters through Domino's ``ddl-cluster-scaler``.
+
+What the service can and cannot do shapes this backend:
+
+* it cannot show pod readiness, so a scale counts as done when the requested
+  number of worker pods EXIST (named in ``status.nodes``), the cluster is
+  Running and ``spec.worker.replicas`` matches (``ready_workers`` is None);
+* it writes only ``spec.worker.replicas``, so the cluster's autoscaler may
+  undo a scale-up later (``holds_size=False``);
+* it cannot store anything with the cluster, so baselines and claims live in
+  local files (:class:`FileBookkeeping`, ``persistent_baseline=False``);
+* it has no head-tier route and its head restart only works for Ray;
+* it does not serve MPI clusters.
+"""
+import logging
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional, Tuple, Union
+
+import httpx
+
+from ...errors import (
+    CapacityExceededError,
+    InvalidInputError,
+    NotScalableError,
+    ScalingError,
+    ScalingTimeoutError,
+    UnsupportedOperationError,
+)
+from ...filerecords import FileBookkeeping, validate_claim_id
+from ...filestore import FileRecordStore
+from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult
+from ...progress import ProgressReporter, WaitProgress
+from ...records import Claim
+from ...refs import ClusterRef
+from ...tiers import TierCatalog
+from ...validation import validate_replicas, validate_tier_name, validate_timeout
+from ...waiting import Backoff, Deadline, poll_until
+from ..base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT, BackendCapabilities
+from .client import DEFAULT_HTTP_TIMEOUT, DEFAULT_RETRIES, DEFAULT_RETRY_BACKOFF, ScalerClient
+from .state import state_from_object
+
+logger = logging.getLogger("flytekitplugins_ddlscale.scaler")
+
+READINESS_CAVEAT = "the scaler service shows pod existence, not readiness"
+DEFAULT_POLL_BACKOFF = Backoff()
+"""Poll intervals of waits: 0.25 s at first, growing 1.5x to 2 s."""
+
+
+class ScalerServiceBackend:
+    """A :class:`ClusterBackend` that talks to Domino's cluster scaler service over HTTP.
+
+    ``base_url`` defaults to ``$CLUSTER_SCALER_BASE_URL``, then the in-cluster
+    service URL. Credentials come from ``auth`` or :class:`DominoAuth`
+    (``token``/``api_key`` arguments, ``$DOMINO_API_PROXY``, ``$DOMINO_TOKEN``,
+    ``$DOMINO_API_KEY``). ``verify=False`` turns TLS verification off (on by
+    default). ``timeout`` bounds every HTTP call; ``retries`` bounds repeats
+    of safe calls, spaced by ``retry_backoff``; ``poll_backoff`` spaces polls. ``state_dir`` (or ``records``) says where
+    baselines and claims are kept. ``tier_catalog``, when given, refuses
+    unknown tier names before anything is sent (else the service judges them)
+    and lets a restore map a recorded tier id back to the name the service needs.
+    """
+
+    name = "scaler"
+    capabilities = BackendCapabilities(
+        kinds=frozenset({"ray", "spark", "dask"}),
+        observes_readiness=False,
+        holds_size=False,
+        head_tier=False,
+        persistent_baseline=False,
+    )
+
+    def __init__(
+        self,
+        base_url: Optional[str] = None,
+        *,
+        token: Optional[str] = None,
+        api_key: Optional[str] = None,
+        auth: Optional[httpx.Auth] = None,
+        verify: bool = True,
+        timeout: float = DEFAULT_HTTP_TIMEOUT,
+        retries: int = DEFAULT_RETRIES,
+        retry_backoff: Backoff = DEFAULT_RETRY_BACKOFF,
+        state_dir: Union[str, Path, None] = None,
+        records: Optional[FileBookkeeping] = None,
+        tier_catalog: Optional[TierCatalog] = None,
+        poll_backoff: Backoff = DEFAULT_POLL_BACKOFF,
+        env: Optional[Mapping[str, str]] = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        validate_timeout(timeout)
+        if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 10:
+            raise InvalidInputError("retries", retries, "an integer from 0 to 10")
+        if auth is None and (token or api_key):
+            from ...domino_auth import DominoAuth
+
+            auth = DominoAuth(token=token, api_key=api_key, verify=verify)
+        self._client = ScalerClient(
+            base_url, auth=auth, verify=verify, timeout=timeout, retries=retries,
+            retry_backoff=retry_backoff, env=env, sleep=sleep,
+        )
+        if records is None:
+            store = FileRecordStore(Path(state_dir) / "records") if state_dir is not None else FileRecordStore()
+            records = FileBookkeeping(store)
+        self.records = records
+        self._tiers = tier_catalog
+        self._poll = poll_backoff
+        self._sleep = sleep
+
+    @property
+    def base_url(self) -> str:
+        """The service URL in use."""
+        return self._client.base_url
+
+    def __enter__(self) -> "ScalerServiceBackend":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the pooled HTTP connections."""
+        self._client.close()
+
+    def _served(self, ref: ClusterRef) -> ClusterRef:
+        if not isinstance(ref, ClusterRef):
+            raise InvalidInputError("ref", ref, "a ClusterRef")
+        if ref.kind not in self.capabilities.kinds:
+            raise UnsupportedOperationError(
+                f"the scaler service does not serve {ref.kind} clusters "
+                f"(it serves {', '.join(sorted(self.capabilities.kinds))}); use the kubernetes backend",
+                cluster=str(ref),
+            )
+        return ref
+
+    def get_state(self, ref: ClusterRef) -> ClusterState:
+        """The cluster now, as far as the service shows it (``ready_workers`` is always None)."""
+        return state_from_object(ref, self._client.get_cluster(self._served(ref)))
+
+    def wait_for_workers(
+        self,
+        ref: ClusterRef,
+        replicas: int,
+        *,
+        timeout: float = DEFAULT_SCALE_TIMEOUT,
+        progress: Optional[ProgressReporter] = None,
+    ) -> ClusterState:
+        """Return the state once ``replicas`` worker pods exist, the cluster is Running and
+        ``spec.worker.replicas == replicas``.
+
+        Pods that exist may not be Ready yet: the service cannot show readiness.
+        Raises :class:`ScalingTimeoutError` with the last state at ``timeout``.
+        """
+        replicas = validate_replicas(replicas)
+        timeout = validate_timeout(timeout)
+        self._served(ref)
+        return poll_until(
+            lambda: self.get_state(ref),
+            lambda s: s.status == "Running" and s.workers_up(replicas),
+            what=f"{replicas} worker pods of {ref} with the cluster Running ({READINESS_CAVEAT})",
+            target=replicas,
+            count=lambda s: s.existing_workers,
+            timeout=timeout,
+            backoff=self._poll,
+            progress=progress,
+            sleep=self._sleep,
+        )
+
+    def scale(
+        self,
+        ref: ClusterRef,
+        replicas: int,
+        worker_hw_tier: Optional[str] = None,
+        *,
+        wait: bool = True,
+        timeout: float = DEFAULT_SCALE_TIMEOUT,
+        strict: bool = False,
+        progress: Optional[ProgressReporter] = None,
+    ) -> ScaleResult:
+        """Set the worker count (and tier, by NAME); with ``wait``, return once the pods exist.
+
+        The result's ``requested``/``effective``/``capped`` are the service's
+        own numbers (``effective = min(requested, maxReplicas)``); ``strict``
+        refuses a request above ``maxReplicas`` with
+        :class:`CapacityExceededError` before anything changes. The baseline
+        is recorded first if none is recorded.
+        """
+        replicas = validate_replicas(replicas)
+        tier = validate_tier_name(worker_hw_tier)
+        timeout = validate_timeout(timeout)
+        self._served(ref)
+        if tier is not None and self._tiers is not None:
+            self._tiers.resolve(tier, ref.kind)
+        previous = self.get_state(ref)
+        self._check_scalable(previous, replicas, strict)
+        self.records.record_baseline(ref, lambda: previous)
+        result = self._patch(ref, replicas, tier, previous)
+        return self._finish(ref, result, wait, timeout, progress)
+
+    @staticmethod
+    def _check_scalable(previous: ClusterState, replicas: int, strict: bool) -> None:
+        if previous.autoscaling_max is None:
+            raise NotScalableError(
+                "the cluster has no usable spec.autoscaling.maxReplicas, and the scaler service "
+                "only scales autoscaling clusters",
+                cluster=previous.cluster,
+                state=previous,
+            )
+        if strict and replicas > previous.autoscaling_max:
+            raise CapacityExceededError(
+                f"strict: {replicas} workers requested but maxReplicas is {previous.autoscaling_max}; "
+                f"nothing was changed",
+                cluster=previous.cluster,
+                state=previous,
+            )
+
+    def _patch(self, ref: ClusterRef, replicas: int, tier: Optional[str], previous: ClusterState) -> ScaleResult:
+        answer = self._client.scale(ref, replicas, tier)
+        requested = int(answer.get("requested_replicas", replicas))
+        effective = int(answer.get("effective_replicas", replicas))
+        capped = bool(answer.get("capped", effective < requested))
+        if capped:
+            logger.warning(
+                "%s: %d workers requested, capped to maxReplicas=%s", ref, requested, answer.get("maxReplicas")
+            )
+        obj = answer.get("object")
+        final = state_from_object(ref, obj) if isinstance(obj, dict) else self.get_state(ref)
+        return ScaleResult(
+            cluster=str(ref),
+            requested=requested,
+            effective=effective,
+            capped=capped,
+            previous=previous,
+            final=final,
+            waited=False,
+            worker_hw_tier=tier,
+        )
+
+    def _finish(
+        self, ref: ClusterRef, result: ScaleResult, wait: bool, timeout: float, progress: Optional[ProgressReporter]
+    ) -> ScaleResult:
+        if not wait:
+            return result
+        started = time.monotonic()
+        result.final = self.wait_for_workers(ref, result.effective, timeout=timeout, progress=progress)
+        result.waited = True
+        result.seconds_waited = time.monotonic() - started
+        return result
+
+    def restart_head(
+        self,
+        ref: ClusterRef,
+        head_hw_tier: Optional[str] = None,
+        *,
+        wait: bool = True,
+        timeout: float = DEFAULT_RESTART_TIMEOUT,
+        progress: Optional[ProgressReporter] = None,
+    ) -> RestartResult:
+        """Delete the head pod through the service (sent once, never retried); with ``wait``,
+        poll ``restart_head_status`` with the service's ``started_at`` until the new head is
+        restarted and Ready.
+
+        Raises :class:`UnsupportedOperationError` before sending for
+        ``head_hw_tier`` (the service has no head-tier route) and MPI, and
+        after the service's 404 for Spark/Dask (it deletes a wrong pod name).
+        """
+        tier = validate_tier_name(head_hw_tier, field="head_hw_tier")
+        timeout = validate_timeout(timeout)
+        self._served(ref)
+        if tier is not None:
+            raise UnsupportedOperationError(
+                "the scaler service cannot change the head's hardware tier (restart only deletes the "
+                "pod); use the kubernetes backend for head_hw_tier",
+                cluster=str(ref),
+            )
+        answer = self._client.restart_head(ref)
+        pod = str(answer.get("pod") or ref.info.head_pod_name(ref.name))
+        started_at = str(answer.get("started_at") or "")
+        if not wait:
+            return RestartResult(str(ref), pod, started_at, False, self.get_state(ref), waited=False)
+        began = time.monotonic()
+        self._wait_restarted(ref, pod, started_at, timeout, progress)
+        return RestartResult(
+            str(ref), pod, started_at, True, self.get_state(ref), waited=True, seconds_waited=time.monotonic() - began
+        )
+
+    def _wait_restarted(
+        self, ref: ClusterRef, pod: str, started_at: str, timeout: float, progress: Optional[ProgressReporter]
+    ) -> None:
+        what = f"new head pod {pod} of {ref} restarted and Ready"
+        deadline = Deadline(timeout)
+        intervals = self._poll.intervals()
+        while True:
+            answer = self._client.restart_status(ref, started_at)
+            last = str(answer.get("status")) if answer is not None else "head_pod_not_found (being recreated)"
+            done = answer is not None and answer.get("status") == "restarted_and_ready"
+            if progress is not None:
+                progress(WaitProgress(what, int(done), 1, deadline.elapsed, timeout, last))
+            if done:
+                return
+            if deadline.expired:
+                raise ScalingTimeoutError(
+                    f"timed out after {timeout:.0f}s waiting for {what}; last restart status: {last}",
+                    cluster=str(ref),
+                    state=self._state_or_none(ref),
+                )
+            self._sleep(min(next(intervals), deadline.remaining))
+
+    def _state_or_none(self, ref: ClusterRef) -> Optional[ClusterState]:
+        try:
+            return self.get_state(ref)
+        except ScalingError:
+            return None
+
+    def record_baseline(self, ref: ClusterRef) -> Baseline:
+        """The recorded baseline; records the current state first if none is recorded."""
+        self._served(ref)
+        return self.records.record_baseline(ref, lambda: self.get_state(ref))
+
+    def get_baseline(self, ref: ClusterRef) -> Optional[Baseline]:
+        """The baseline recorded in this machine's state directory, or None."""
+        self._served(ref)
+        return self.records.get_baseline(ref)
+
+    def restore_baseline(
+        self,
+        ref: ClusterRef,
+        target: Optional[ReplicaSpec] = None,
+        *,
+        wait: bool = True,
+        timeout: float = DEFAULT_SCALE_TIMEOUT,
+        progress: Optional[ProgressReporter] = None,
+    ) -> ScaleResult:
+        """Scale back to the recorded baseline (or ``target``) and forget the baseline.
+
+        A recorded worker tier is restored only if it differs from the current
+        one and ``tier_catalog`` maps its id to a name; otherwise the replica
+        count alone is restored and a warning says so. ``target.head_hw_tier``
+        is refused (no head-tier route).
+        """
+        timeout = validate_timeout(timeout)
+        self._served(ref)
+        if target is not None:
+            replicas, tier = self._target(ref, target)
+            previous = self.get_state(ref)
+        else:
+            baseline = self.records.get_baseline(ref)
+            if baseline is None:
+                raise InvalidInputError("target", None, f"a ReplicaSpec, since no baseline is recorded for {ref}")
+            previous = self.get_state(ref)
+            replicas, tier = baseline.replicas, self._tier_to_restore(ref, baseline, previous)
+        result = self._patch(ref, replicas, tier, previous)
+        self.records.forget_baseline(ref)
+        return self._finish(ref, result, wait, timeout, progress)
+
+    def _target(self, ref: ClusterRef, target: ReplicaSpec) -> Tuple[int, Optional[str]]:
+        if not isinstance(target, ReplicaSpec):
+            raise InvalidInputError("target", target, "a ReplicaSpec or None")
+        replicas = validate_replicas(target.replicas, field="target.replicas")
+        tier = validate_tier_name(target.worker_hw_tier, field="target.worker_hw_tier")
+        if validate_tier_name(target.head_hw_tier, field="target.head_hw_tier") is not None:
+            raise UnsupportedOperationError(
+                "the scaler service cannot change the head's hardware tier; use the kubernetes backend",
+                cluster=str(ref),
+            )
+        return replicas, tier
+
+    def _tier_to_restore(self, ref: ClusterRef, baseline: Baseline, current: ClusterState) -> Optional[str]:
+        wanted = baseline.worker_hw_tier
+        if not wanted or wanted == current.worker_hw_tier:
+            return None
+        if self._tiers is not None:
+            for tier in self._tiers.tiers():
+                if tier.id == wanted or tier.name == wanted:
+                    return tier.name
+        logger.warning(
+            "%s: restoring %d workers but not the worker tier %r (no tier catalog maps that id to a name)",
+            ref,
+            baseline.replicas,
+            wanted,
+        )
+        return None
+
+    def claim(
+        self, ref: ClusterRef, claim_id: str, replicas: int, worker_hw_tier: Optional[str] = None
+    ) -> Claim:
+        """Register ``claim_id``'s need; return the largest live claim. Records the baseline first."""
+        validate_claim_id(claim_id)
+        validate_replicas(replicas)
+        validate_tier_name(worker_hw_tier)
+        self.record_baseline(ref)
+        return self.records.claim(ref, claim_id, replicas, worker_hw_tier)
+
+    def release(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
+        """Drop ``claim_id``; return the largest remaining claim, or None."""
+        self._served(ref)
+        return self.records.release(ref, claim_id)

@@ -1,0 +1,166 @@
+"""HTTP client of Domino's cluster scaler service: one pooled ``httpx.Client``.
+
+Reads (cluster, restart status) and scale are safe to repeat (scale sets an
+absolute count), so they are retried on connection errors and 502/503/504
+with bounded exponential backoff. Head restart deletes a pod and is never
+retried: a lost answer is reported, not re-sent.
+"""
+import logging
+import os
+import time
+from typing import Any, Callable, Dict, Mapping, Optional
+
+import httpx
+
+from ...domino_auth import DominoAuth
+from ...errors import BackendUnavailableError, ClusterNotFoundError, UnsupportedOperationError
+from ...refs import ClusterRef
+from ...waiting import Backoff
+from .errors import error_from_response, response_body
+
+logger = logging.getLogger("flytekitplugins_ddlscale.scaler")
+
+BASE_URL_ENV = "CLUSTER_SCALER_BASE_URL"
+DEFAULT_BASE_URL = "http://ddl-cluster-scaler-svc.domino-field.svc.cluster.local"
+API_PREFIX = "/ddl_cluster_scaler"
+RETRY_STATUSES = frozenset({502, 503, 504})
+DEFAULT_HTTP_TIMEOUT = 30.0
+DEFAULT_RETRIES = 3
+DEFAULT_RETRY_BACKOFF = Backoff(initial=0.2, factor=2.0, cap=2.0)
+
+
+def resolve_base_url(base_url: Optional[str], env: Optional[Mapping[str, str]] = None) -> str:
+    """``base_url``, else ``$CLUSTER_SCALER_BASE_URL``, else the in-cluster default; no trailing slash."""
+    environ = os.environ if env is None else env
+    return (base_url or environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL).rstrip("/")
+
+
+class ScalerClient:
+    """The service's routes as methods returning parsed JSON, raising typed errors."""
+
+    def __init__(
+        self,
+        base_url: Optional[str] = None,
+        *,
+        auth: Optional[httpx.Auth] = None,
+        verify: bool = True,
+        timeout: float = DEFAULT_HTTP_TIMEOUT,
+        retries: int = DEFAULT_RETRIES,
+        retry_backoff: Backoff = DEFAULT_RETRY_BACKOFF,
+        env: Optional[Mapping[str, str]] = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.base_url = resolve_base_url(base_url, env)
+        self.retries = retries
+        self._backoff = retry_backoff
+        self._sleep = sleep
+        self._http = httpx.Client(
+            base_url=self.base_url,
+            auth=auth if auth is not None else DominoAuth(env=env, verify=verify),
+            timeout=httpx.Timeout(timeout),
+            verify=verify,
+            headers={"Accept": "application/json"},
+        )
+
+    def close(self) -> None:
+        """Close pooled connections."""
+        self._http.close()
+
+    def _send(
+        self, ref: ClusterRef, method: str, path: str, *, retry: bool, **kwargs: Any
+    ) -> httpx.Response:
+        attempts = 1 + (self.retries if retry else 0)
+        delays = self._backoff.intervals()
+        last = ""
+        for attempt in range(1, attempts + 1):
+            try:
+                response = self._http.request(method, path, **kwargs)
+            except httpx.TransportError as exc:
+                last = type(exc).__name__
+                if not retry:
+                    raise BackendUnavailableError(
+                        f"{method} {path}: {last}; not retried because the operation is not "
+                        f"safe to repeat, so it may or may not have happened",
+                        cluster=str(ref),
+                    ) from None
+            else:
+                if not (retry and response.status_code in RETRY_STATUSES and attempt < attempts):
+                    return response
+                last = f"HTTP {response.status_code}"
+            if attempt < attempts:
+                delay = next(delays)
+                logger.info("%s %s failed (%s); retry %d/%d in %.1fs", method, path, last, attempt, attempts - 1, delay)
+                self._sleep(delay)
+        raise BackendUnavailableError(
+            f"{method} {self.base_url}{path} failed {attempts} times; last: {last}", cluster=str(ref)
+        )
+
+    def health(self) -> bool:
+        """True when ``GET /healthz`` answers 200."""
+        try:
+            return self._http.get("/healthz").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def get_cluster(self, ref: ClusterRef) -> Dict[str, Any]:
+        """The cluster's whole custom object (spec and status)."""
+        response = self._send(ref, "GET", f"{API_PREFIX}/cluster/{ref.plural}/{ref.name}", retry=True)
+        if response.status_code != 200:
+            raise error_from_response(response, ref, operation="get cluster")
+        return response_body(response)
+
+    def scale(self, ref: ClusterRef, replicas: int, worker_hw_tier: Optional[str]) -> Dict[str, Any]:
+        """PATCH the worker count (and tier, sent as ``worker_hw_tier_name``); the service's answer."""
+        body: Dict[str, Any] = {"replicas": replicas}
+        if worker_hw_tier is not None:
+            body["worker_hw_tier_name"] = worker_hw_tier
+        response = self._send(ref, "PATCH", f"{API_PREFIX}/scale/{ref.plural}/{ref.name}", retry=True, json=body)
+        if response.status_code != 200:
+            raise error_from_response(response, ref, operation="scale", bad_request_value=replicas)
+        return response_body(response)
+
+    def restart_head(self, ref: ClusterRef) -> Dict[str, Any]:
+        """Ask the service to delete the head pod (sent once); its 202 answer with ``pod`` and ``started_at``.
+
+        The service deletes ``<name>-<kind>-head-0``, right only for Ray; for
+        Spark and Dask the 404 naming that pod raises
+        :class:`UnsupportedOperationError`.
+        """
+        response = self._send(ref, "PATCH", f"{API_PREFIX}/restart_head/{ref.plural}/{ref.name}", retry=False)
+        if response.status_code in (200, 202):
+            return response_body(response)
+        if response.status_code == 404:
+            pod = str(response_body(response).get("pod") or "")
+            real = ref.info.head_pod_name(ref.name)
+            if pod and pod != real:
+                raise UnsupportedOperationError(
+                    f"the scaler service cannot restart {ref.kind} heads: it deletes pod {pod!r}, but the "
+                    f"{ref.kind} head pod is {real!r} (a known defect of the service; it only works for Ray). "
+                    f"Use the kubernetes backend (DDLSCALE_BACKEND=kubernetes) to restart this head",
+                    code="unsupported",
+                    status_code=404,
+                    cluster=str(ref),
+                )
+            raise ClusterNotFoundError(
+                f"restart head failed: head pod {pod or real!r} does not exist",
+                status_code=404,
+                cluster=str(ref),
+            )
+        raise error_from_response(response, ref, operation="restart head")
+
+    def restart_status(self, ref: ClusterRef, started_at: str) -> Optional[Dict[str, Any]]:
+        """The head's restart status since ``started_at`` (the service's value); None while the pod is being recreated."""
+        response = self._send(
+            ref,
+            "GET",
+            f"{API_PREFIX}/restart_head_status/{ref.plural}/{ref.name}",
+            retry=True,
+            params={"started_at": started_at},
+        )
+        if response.status_code == 200:
+            return response_body(response)
+        if response.status_code == 404:
+            return None
+        raise error_from_response(
+            response, ref, operation="restart head status", bad_request_field="started_at", bad_request_value=started_at
+        )

@@ -1,0 +1,118 @@
+"""``ddlscale status|scale|restart-head|restore``: the backend protocol on the command line.
+
+Every command takes the cluster (``--kind`` and ``--name``, or ``--run-id``
+for the cluster Domino attached to a run; ``$DOMINO_RUN_ID`` when neither is
+given), ``--backend`` (default: as ``get_backend`` chooses), ``--wait/--no-wait``,
+``--timeout`` and ``--json``. Exit codes are in :mod:`.output`.
+"""
+import functools
+from typing import Any, Callable, Optional
+
+import click
+
+from ..backends import get_backend
+from ..backends.base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT
+from ..errors import ScalingError
+from ..models import ReplicaSpec
+from ..progress import default_reporter
+from ..refs import ALLOWED_KINDS, ClusterRef
+from .output import emit, emit_error
+
+
+def _cluster_options(default_wait: bool, default_timeout: float) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        options = [
+            click.option("--backend", default=None, help="scaler, kubernetes, local (default: from the environment)."),
+            click.option("--kind", required=True, help=f"Cluster kind: {', '.join(ALLOWED_KINDS)}."),
+            click.option("--name", default=None, help="Cluster name."),
+            click.option("--run-id", default=None, help="Domino run id: the cluster is <kind>-<run id>."),
+            click.option("--namespace", default=None, help="Namespace (default: the backend's)."),
+            click.option("--wait/--no-wait", default=default_wait, show_default=True, help="Wait until done."),
+            click.option("--timeout", type=float, default=default_timeout, show_default=True, help="Seconds to wait at most."),
+            click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text."),
+        ]
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+def _ref(kind: str, name: Optional[str], run_id: Optional[str], namespace: Optional[str]) -> ClusterRef:
+    if name is not None:
+        return ClusterRef(kind, name, namespace)
+    return ClusterRef.for_run(kind, run_id, namespace)
+
+
+def _run(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Build the ref and backend, run ``command``, print its result, map errors to exit codes."""
+
+    @functools.wraps(command)
+    def wrapper(backend: Optional[str], kind: str, name: Optional[str], run_id: Optional[str],
+                namespace: Optional[str], wait: bool, timeout: float, as_json: bool, **kwargs: Any) -> None:
+        ctx = click.get_current_context()
+        chosen = None
+        try:
+            ref = _ref(kind, name, run_id, namespace)
+            chosen = get_backend(backend)
+            progress = default_reporter() if wait else None
+            result = command(chosen, ref, wait=wait, timeout=timeout, progress=progress, **kwargs)
+        except ScalingError as error:
+            ctx.exit(emit_error(error, as_json))
+        finally:
+            if chosen is not None:
+                chosen.close()
+        emit(result, as_json)
+
+    return wrapper
+
+
+@click.command("status")
+@_cluster_options(default_wait=False, default_timeout=DEFAULT_SCALE_TIMEOUT)
+@_run
+def status(backend: Any, ref: ClusterRef, *, wait: bool, timeout: float, progress: Any) -> Any:
+    """Show the cluster's state; with --wait, once its desired workers are up."""
+    state = backend.get_state(ref)
+    if wait:
+        return backend.wait_for_workers(ref, state.desired_workers, timeout=timeout, progress=progress)
+    return state
+
+
+@click.command("scale")
+@_cluster_options(default_wait=True, default_timeout=DEFAULT_SCALE_TIMEOUT)
+@click.option("--replicas", type=int, required=True, help="Worker count wanted.")
+@click.option("--worker-hw-tier", default=None, help="Hardware tier NAME for the workers.")
+@click.option("--strict", is_flag=True, help="Refuse (exit 2) instead of capping at maxReplicas.")
+@_run
+def scale(backend: Any, ref: ClusterRef, *, wait: bool, timeout: float, progress: Any,
+          replicas: int, worker_hw_tier: Optional[str], strict: bool) -> Any:
+    """Set the worker count (and tier); records the baseline first."""
+    return backend.scale(ref, replicas, worker_hw_tier, wait=wait, timeout=timeout, strict=strict, progress=progress)
+
+
+@click.command("restart-head")
+@_cluster_options(default_wait=True, default_timeout=DEFAULT_RESTART_TIMEOUT)
+@click.option("--head-hw-tier", default=None, help="Hardware tier NAME for the new head (not every backend can).")
+@_run
+def restart_head(backend: Any, ref: ClusterRef, *, wait: bool, timeout: float, progress: Any,
+                 head_hw_tier: Optional[str]) -> Any:
+    """Replace the head pod; with --wait, until the new head is Ready."""
+    return backend.restart_head(ref, head_hw_tier, wait=wait, timeout=timeout, progress=progress)
+
+
+@click.command("restore")
+@_cluster_options(default_wait=True, default_timeout=DEFAULT_SCALE_TIMEOUT)
+@click.option("--replicas", type=int, default=None, help="Restore to this count instead of the recorded baseline.")
+@click.option("--worker-hw-tier", default=None, help="With --replicas: the workers' tier NAME.")
+@_run
+def restore(backend: Any, ref: ClusterRef, *, wait: bool, timeout: float, progress: Any,
+            replicas: Optional[int], worker_hw_tier: Optional[str]) -> Any:
+    """Put the cluster back to its recorded baseline (or --replicas) and forget the baseline."""
+    target = ReplicaSpec(replicas, worker_hw_tier) if replicas is not None else None
+    return backend.restore_baseline(ref, target, wait=wait, timeout=timeout, progress=progress)
+
+
+def register_cluster_commands(group: click.Group) -> None:
+    """Add status, scale, restart-head and restore to ``group``."""
+    for command in (status, scale, restart_head, restore):
+        group.add_command(command)

@@ -1,0 +1,151 @@
+"""``ddlscale local``: create, inspect and remove local Dask clusters.
+
+The local backend (and so Dask) is imported only when a command runs, so
+``ddlscale --help`` stays fast.
+"""
+import json
+import sys
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, TypeVar
+
+import click
+
+from ..errors import ScalingError
+from ..redaction import redact
+from ..refs import ClusterRef
+from .output import EXIT_BAD_INPUT, EXIT_NOT_FOUND, exit_code_for
+
+if TYPE_CHECKING:
+    from ..backends.local import LocalBackend
+
+T = TypeVar("T")
+
+
+def _run(action: Callable[[], T]) -> T:
+    try:
+        return action()
+    except ScalingError as error:
+        click.echo(redact(f"error: {error}"), err=True)
+        sys.exit(exit_code_for(error))
+
+
+def _backend(ctx: click.Context) -> "LocalBackend":
+    from ..backends.local import LocalBackend
+
+    options: Dict[str, Any] = ctx.obj
+    return _run(lambda: LocalBackend(state_dir=options["state_dir"], tiers_file=options["tiers_file"]))
+
+
+def _ref(name: str) -> ClusterRef:
+    return _run(lambda: ClusterRef("dask", name))
+
+
+def _summary(info: Dict[str, Any]) -> str:
+    env = info["env"]
+    return (
+        f"{info['cluster']} {info['status']}: workers {info['ready_workers']}/{info['desired_workers']} "
+        f"ready ({info['existing_workers']} running), tier {info['worker_hw_tier']}, "
+        f"scheduler {info['address']}\n"
+        f"  export {' '.join(f'{k}={v}' for k, v in sorted(env.items()))}"
+    )
+
+
+@click.group("local")
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Where local clusters are recorded (default: $DDLSCALE_STATE_DIR/local or ~/.ddlscale/local).",
+)
+@click.option(
+    "--tiers-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Tiers YAML (default: $DDLSCALE_LOCAL_TIERS or the packaged Small/Medium/Large).",
+)
+@click.pass_context
+def local(ctx: click.Context, state_dir: Optional[str], tiers_file: Optional[str]) -> None:
+    """Local Dask clusters (scheduler and worker processes on this machine)."""
+    ctx.obj = {"state_dir": state_dir, "tiers_file": tiers_file}
+
+
+@local.command("up")
+@click.option("--name", required=True, help="Cluster name (DNS-1123 label).")
+@click.option("--workers", type=int, default=1, show_default=True, help="Number of worker processes.")
+@click.option("--tier", default=None, help="Worker tier (default: the tiers file's first tier).")
+@click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds to wait for the workers.")
+@click.option("--json", "as_json", is_flag=True, help="Print the cluster as JSON.")
+@click.pass_context
+def up(ctx: click.Context, name: str, workers: int, tier: Optional[str], timeout: float, as_json: bool) -> None:
+    """Create a cluster (or resize it) and wait until the scheduler sees its workers."""
+    backend = _backend(ctx)
+    ref = _ref(name)
+    _run(lambda: backend.up(ref, workers, tier, timeout=timeout))
+    info = _run(lambda: backend.describe(ref))
+    click.echo(json.dumps(info, indent=2) if as_json else _summary(info))
+
+
+@local.command("down")
+@click.option("--name", default=None, help="Cluster to stop.")
+@click.option("--all", "everything", is_flag=True, help="Stop every local cluster.")
+@click.pass_context
+def down(ctx: click.Context, name: Optional[str], everything: bool) -> None:
+    """Stop a cluster's processes and forget it."""
+    if bool(name) == everything:
+        click.echo("error: give exactly one of --name NAME or --all", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    backend = _backend(ctx)
+    if everything:
+        stopped = _run(backend.shutdown_all)
+        click.echo(f"stopped {len(stopped)} cluster(s)" + "".join(f"\n  {r}" for r in stopped))
+        return
+    ref = _ref(name or "")
+    if not _run(lambda: backend.down(ref)):
+        click.echo(f"error: no local cluster {ref}", err=True)
+        sys.exit(EXIT_NOT_FOUND)
+    click.echo(f"stopped {ref}")
+
+
+@local.command("status")
+@click.option("--name", required=True, help="Cluster to report.")
+@click.option("--json", "as_json", is_flag=True, help="Print the cluster as JSON.")
+@click.option(
+    "--repair/--no-repair",
+    default=True,
+    show_default=True,
+    help="Restart a dead scheduler or missing workers before reporting.",
+)
+@click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds a repair may wait.")
+@click.pass_context
+def status(ctx: click.Context, name: str, as_json: bool, repair: bool, timeout: float) -> None:
+    """Report a cluster: processes, the workers its scheduler sees, connection variables."""
+    backend = _backend(ctx)
+    ref = _ref(name)
+    info = _run(lambda: backend.describe(ref))
+    repaired = False
+    if repair and info["status"] != "Running":
+        _run(lambda: backend.repair(ref, timeout=timeout))
+        info, repaired = _run(lambda: backend.describe(ref)), True
+    info["repaired"] = repaired
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+        return
+    click.echo(_summary(info) + ("\n  (repaired: restarted missing processes)" if repaired else ""))
+
+
+@local.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print the clusters as JSON.")
+@click.pass_context
+def list_clusters(ctx: click.Context, as_json: bool) -> None:
+    """List local clusters with their status (no repair)."""
+    backend = _backend(ctx)
+    infos = [_run(lambda r=ref: backend.describe(r)) for ref in _run(backend.list_clusters)]
+    if as_json:
+        click.echo(json.dumps(infos, indent=2))
+    elif not infos:
+        click.echo("no local clusters")
+    else:
+        for info in infos:
+            click.echo(
+                f"{info['name']:<24} {info['status']:<9} {info['ready_workers']}/{info['desired_workers']} "
+                f"workers  tier={info['worker_hw_tier']}  {info['address']}"
+            )

@@ -1,0 +1,104 @@
+"""How CLI results and errors are printed: JSON for scripts, one-liners for people.
+
+Everything printed goes through :func:`redact`, so credentials never reach a
+terminal or a CI log even if an error message carried one.
+"""
+import dataclasses
+import datetime
+import json
+from typing import Any
+
+import click
+
+from ..errors import (
+    BackendUnavailableError,
+    CapacityExceededError,
+    ClusterNotFoundError,
+    InvalidInputError,
+    ScalingError,
+    ScalingTimeoutError,
+    UnauthorizedError,
+    UnknownTierError,
+)
+from ..models import Baseline, ClusterState, RestartResult, ScaleResult
+from ..redaction import redact
+
+EXIT_OK = 0
+EXIT_OTHER = 1
+EXIT_BAD_INPUT = 2
+EXIT_TIMEOUT = 3
+EXIT_NOT_FOUND = 4
+EXIT_UNAUTHORIZED = 5
+EXIT_UNAVAILABLE = 6
+
+_EXIT_CODES = (
+    ((InvalidInputError, UnknownTierError, CapacityExceededError), EXIT_BAD_INPUT),
+    ((ScalingTimeoutError,), EXIT_TIMEOUT),
+    ((ClusterNotFoundError,), EXIT_NOT_FOUND),
+    ((UnauthorizedError,), EXIT_UNAUTHORIZED),
+    ((BackendUnavailableError,), EXIT_UNAVAILABLE),
+)
+
+
+def exit_code_for(error: ScalingError) -> int:
+    """The documented exit code of ``error`` (1 for scaling errors without a specific code)."""
+    for types, code in _EXIT_CODES:
+        if isinstance(error, types):
+            return code
+    return EXIT_OTHER
+
+
+def to_jsonable(value: Any) -> Any:
+    """``value`` with dataclasses as dicts and datetimes as ISO-8601 strings."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, datetime.datetime):
+        return value.isoformat()
+    return value
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, ClusterState):
+        return value.describe()
+    if isinstance(value, ScaleResult):
+        capped = " (capped by maxReplicas)" if value.capped else ""
+        tier = f" tier={value.worker_hw_tier}" if value.worker_hw_tier else ""
+        waited = f", waited {value.seconds_waited:.1f}s" if value.waited else ", not waited"
+        return (
+            f"{value.cluster}: requested {value.requested}, set {value.effective}{capped}{tier}{waited}\n"
+            f"  before: {value.previous.describe()}\n  after:  {value.final.describe()}"
+        )
+    if isinstance(value, RestartResult):
+        ready = "Ready" if value.ready else "not awaited"
+        return f"{value.cluster}: head pod {value.pod} restarted at {value.started_at}, {ready}\n  {value.final.describe()}"
+    if isinstance(value, Baseline):
+        return f"{value.cluster}: baseline {value.replicas} workers, recorded {value.recorded_at.isoformat()}"
+    return str(value)
+
+
+def emit(value: Any, as_json: bool) -> None:
+    """Print a result to stdout, as JSON or as text."""
+    text = json.dumps(to_jsonable(value), indent=2, sort_keys=True) if as_json else _text(value)
+    click.echo(redact(text))
+
+
+def emit_error(error: ScalingError, as_json: bool) -> int:
+    """Print ``error`` (JSON on stdout with ``--json``, else text on stderr); return its exit code."""
+    code = exit_code_for(error)
+    if as_json:
+        payload = {
+            "error": error.code,
+            "message": error.message,
+            "exit_code": code,
+            "cluster": error.cluster,
+            "http_status": error.status_code,
+            "state": to_jsonable(error.state) if error.state is not None else None,
+        }
+        click.echo(redact(json.dumps(payload, indent=2, sort_keys=True)))
+    else:
+        click.echo(redact(f"Error: {error}"), err=True)
+    return code

@@ -1,0 +1,174 @@
+"""A Flyte connector for ``ddlscale_scale`` and ``ddlscale_wait`` nodes: scaling without a pod per node.
+
+Where the deployment runs flytekit's connector service with this plugin
+installed and routes these task types to it, FlytePropeller calls
+:meth:`ScalingConnector.create` once (which sends the scale request without
+waiting) and :meth:`ScalingConnector.get` until the workers are up or the
+node's timeout passes. Without a connector the same nodes run as ordinary
+Python tasks in their container (the default, also for local runs).
+
+``RestartHead`` is not served here: the backend protocol cannot tell a new
+head from the old one after the fact, so it always runs in its container.
+"""
+import json
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Dict, Optional
+
+from flyteidl.core.execution_pb2 import TaskExecution
+from flytekit import FlyteContextManager
+from flytekit.core.type_engine import TypeEngine
+from flytekit.extend.backend.base_connector import AsyncConnectorBase, ConnectorRegistry, Resource, ResourceMeta
+from flytekit.models.literals import LiteralMap
+from flytekit.models.task import TaskTemplate
+
+from .errors import ScalingError
+from .tasks.base import OUTPUT_NAME
+from .tasks.config import ANY_DESIRED, ScaleConfig, WaitConfig, resolve_cluster, validate_wait_replicas
+from .tasks.outputs import ClusterReady, ScaleOutcome
+from .tasks.runner import open_backend
+from .tasks.scale import SCALE_TASK_TYPE
+from .tasks.wait import WAIT_TASK_TYPE
+from .validation import validate_replicas, validate_tier_name
+
+SERVED_TASK_TYPES = (SCALE_TASK_TYPE, WAIT_TASK_TYPE)
+
+
+@dataclass
+class ScalingMetadata(ResourceMeta):
+    """What ``create`` hands to ``get``: enough to check completion without any other state."""
+
+    task_type: str
+    cluster: str
+    backend: str
+    target: int
+    """Workers to wait for; -1 means no wait was asked for."""
+    started: float
+    """Epoch seconds when the request was sent."""
+    deadline: float
+    """Epoch seconds after which ``get`` reports failure."""
+    outcome: str
+    """JSON of the outcome known at creation (completed by ``get``)."""
+
+
+def _python_inputs(task_template: TaskTemplate, inputs: Optional[LiteralMap]) -> Dict[str, Any]:
+    if inputs is None:
+        return {}
+    ctx = FlyteContextManager.current_context()
+    types = {name: TypeEngine.guess_python_type(var.type) for name, var in task_template.interface.inputs.items()}
+    return TypeEngine.literal_map_to_kwargs(ctx, inputs, types)
+
+
+class ScalingConnector(AsyncConnectorBase):
+    """Serves one ddlscale task type; register one instance per served type."""
+
+    name = "ddlscale connector"
+
+    def __init__(self, task_type: str) -> None:
+        if task_type not in SERVED_TASK_TYPES:
+            raise ValueError(f"task_type must be one of {SERVED_TASK_TYPES}, not {task_type!r}")
+        super().__init__(task_type_name=task_type, metadata_type=ScalingMetadata)
+
+    def create(
+        self,
+        task_template: TaskTemplate,
+        output_prefix: str = "",
+        inputs: Optional[LiteralMap] = None,
+        task_execution_metadata: Any = None,
+        **kwargs: Any,
+    ) -> ScalingMetadata:
+        """Validate the node's inputs and send the request (without waiting)."""
+        values = _python_inputs(task_template, inputs)
+        if task_template.type == SCALE_TASK_TYPE:
+            return self._create_scale(ScaleConfig.from_custom(task_template.custom), values)
+        return self._create_wait(WaitConfig.from_custom(task_template.custom), values)
+
+    def _create_scale(self, config: ScaleConfig, values: Dict[str, Any]) -> ScalingMetadata:
+        ref = resolve_cluster(values.get("cluster", config.cluster))
+        replicas = validate_replicas(values.get("replicas", config.replicas))
+        tier = validate_tier_name(values.get("worker_hw_tier", config.worker_hw_tier))
+        if validate_tier_name(values.get("head_hw_tier", config.head_hw_tier), "head_hw_tier") is not None:
+            raise ScalingError(
+                "head_hw_tier needs a head restart, which the connector does not serve; "
+                "run this node in its container (without the connector)",
+                code="unsupported",
+                cluster=str(ref),
+            )
+        with open_backend(config.backend) as backend:
+            result = backend.scale(ref, replicas, tier, wait=False, timeout=config.timeout, strict=config.strict)
+            outcome = ScaleOutcome.from_result(result, backend.name)
+        now = time.time()
+        return ScalingMetadata(
+            task_type=SCALE_TASK_TYPE,
+            cluster=str(ref),
+            backend=config.backend or "",
+            target=result.effective if config.wait else -1,
+            started=now,
+            deadline=now + config.timeout,
+            outcome=json.dumps(asdict(outcome)),
+        )
+
+    def _create_wait(self, config: WaitConfig, values: Dict[str, Any]) -> ScalingMetadata:
+        ref = resolve_cluster(values.get("cluster", config.cluster))
+        replicas = validate_wait_replicas(values.get("replicas", config.replicas))
+        with open_backend(config.backend) as backend:
+            state = backend.get_state(ref)
+            target = state.desired_workers if replicas == ANY_DESIRED else replicas
+            outcome = ClusterReady.from_state(state, backend.name, 0.0)
+        now = time.time()
+        return ScalingMetadata(
+            task_type=WAIT_TASK_TYPE,
+            cluster=str(ref),
+            backend=config.backend or "",
+            target=target,
+            started=now,
+            deadline=now + config.timeout,
+            outcome=json.dumps(asdict(outcome)),
+        )
+
+    def get(self, resource_meta: ScalingMetadata, **kwargs: Any) -> Resource:
+        """RUNNING until the target workers are up; SUCCEEDED with the typed outcome; FAILED at the deadline."""
+        meta = resource_meta
+        known = json.loads(meta.outcome)
+        if meta.target < 0:
+            return Resource(phase=TaskExecution.SUCCEEDED, outputs={OUTPUT_NAME: ScaleOutcome(**known)})
+        ref = resolve_cluster(meta.cluster)
+        with open_backend(meta.backend or None) as backend:
+            state = backend.get_state(ref)
+        elapsed = time.time() - meta.started
+        if state.workers_up(meta.target):
+            return Resource(phase=TaskExecution.SUCCEEDED, outputs={OUTPUT_NAME: self._finished(meta, known, state, elapsed)})
+        if time.time() >= meta.deadline:
+            return Resource(
+                phase=TaskExecution.FAILED,
+                message=f"timed out after {elapsed:.0f}s waiting for {meta.target} workers; last state: {state.describe()}",
+            )
+        return Resource(phase=TaskExecution.RUNNING, message=f"waiting for {meta.target} workers: {state.describe()}")
+
+    @staticmethod
+    def _finished(meta: ScalingMetadata, known: Dict[str, Any], state: Any, elapsed: float) -> Any:
+        if meta.task_type == WAIT_TASK_TYPE:
+            return ClusterReady.from_state(state, known["backend"], elapsed)
+        known.update(
+            workers=state.desired_workers,
+            ready_workers=-1 if state.ready_workers is None else state.ready_workers,
+            waited=True,
+            seconds_waited=elapsed,
+        )
+        return ScaleOutcome(**known)
+
+    def delete(self, resource_meta: ScalingMetadata, **kwargs: Any) -> None:
+        """Aborting a node stops the wait only: the cluster keeps the size it was asked for.
+
+        Pair pipelines with :func:`~flytekitplugins_ddlscale.workflow_helpers.scale_down_on_failure`
+        to shrink after a failure or abort.
+        """
+
+
+def register_connectors() -> None:
+    """Register a connector for every served task type (idempotent)."""
+    for task_type in SERVED_TASK_TYPES:
+        ConnectorRegistry.register(ScalingConnector(task_type), override=True)
+
+
+register_connectors()

@@ -1,0 +1,153 @@
+"""Flyte Decks for scaling nodes and phases: worker count over time, worker-seconds by tier.
+
+The plot is an inline SVG drawn here, so a Deck needs no plotting library in
+the task image. :class:`WorkerTimeline` collects samples while a node or
+phase runs; :func:`render_html` turns them into a page; :func:`publish_deck`
+attaches it to the running task (a no-op outside a Flyte task).
+"""
+import html
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
+
+if TYPE_CHECKING:
+    from flytekit import Deck
+
+
+UNLABELLED_TIER = "(default tier)"
+"""Key of worker-seconds for workers whose tier is not labelled."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The worker count seen at ``seconds`` after the timeline started."""
+
+    seconds: float
+    workers: int
+    tier: Optional[str] = None
+
+
+class WorkerTimeline:
+    """A thread-safe series of worker-count samples, starting at creation."""
+
+    def __init__(self, clock=time.monotonic) -> None:
+        self._clock = clock
+        self._start = clock()
+        self._lock = threading.Lock()
+        self._samples: List[Sample] = []
+        self._end: Optional[float] = None
+
+    def add(self, workers: int, tier: Optional[str] = None, seconds: Optional[float] = None) -> None:
+        """Record ``workers`` (on ``tier``) now, or at ``seconds`` after the start."""
+        at = self._clock() - self._start if seconds is None else seconds
+        with self._lock:
+            self._samples.append(Sample(max(0.0, at), max(0, int(workers)), tier))
+
+    def finish(self) -> None:
+        """Mark the end of the timeline: worker-seconds are integrated up to here."""
+        with self._lock:
+            self._end = self._clock() - self._start
+
+    @property
+    def samples(self) -> List[Sample]:
+        """The samples in time order."""
+        with self._lock:
+            return sorted(self._samples, key=lambda s: s.seconds)
+
+    @property
+    def duration(self) -> float:
+        """Seconds from the start to :meth:`finish` (or to the last sample, or now)."""
+        with self._lock:
+            if self._end is not None:
+                return self._end
+        return self._clock() - self._start
+
+    def worker_seconds_by_tier(self) -> Dict[str, float]:
+        """Worker-seconds per tier, each sample's count held until the next sample."""
+        samples = self.samples
+        end = max(self.duration, samples[-1].seconds if samples else 0.0)
+        totals: Dict[str, float] = {}
+        for current, following in zip(samples, samples[1:] + [None]):
+            until = following.seconds if following is not None else end
+            key = current.tier or UNLABELLED_TIER
+            totals[key] = totals.get(key, 0.0) + current.workers * max(0.0, until - current.seconds)
+        return totals
+
+
+def render_svg(samples: Sequence[Sample], duration: float, width: int = 640, height: int = 220) -> str:
+    """A step plot of worker count over time as an inline ``<svg>`` element."""
+    left, right, top, bottom = 48, 16, 16, 36
+    plot_w, plot_h = width - left - right, height - top - bottom
+    end = max(duration, samples[-1].seconds if samples else 0.0, 1e-6)
+    peak = max([s.workers for s in samples] + [1])
+
+    def x(seconds: float) -> float:
+        return left + plot_w * seconds / end
+
+    def y(workers: int) -> float:
+        return top + plot_h * (1 - workers / peak)
+
+    points: List[Tuple[float, float]] = []
+    for current, following in zip(samples, list(samples[1:]) + [None]):
+        until = following.seconds if following is not None else end
+        points.append((x(current.seconds), y(current.workers)))
+        points.append((x(until), y(current.workers)))
+    path = " ".join(f"{px:.1f},{py:.1f}" for px, py in points)
+    y_ticks = sorted({0, peak, peak // 2})
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="workers over time">',
+        f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="#f8f9fb" stroke="#ccd"/>',
+    ]
+    for tick in y_ticks:
+        parts.append(
+            f'<line x1="{left}" x2="{left + plot_w}" y1="{y(tick):.1f}" y2="{y(tick):.1f}" stroke="#e2e4ea"/>'
+            f'<text x="{left - 6}" y="{y(tick) + 4:.1f}" font-size="11" text-anchor="end">{tick}</text>'
+        )
+    for fraction in (0.0, 0.5, 1.0):
+        parts.append(
+            f'<text x="{x(end * fraction):.1f}" y="{height - 18}" font-size="11" '
+            f'text-anchor="middle">{end * fraction:.1f}s</text>'
+        )
+    parts.append(
+        f'<text x="{left + plot_w / 2:.1f}" y="{height - 4}" font-size="11" text-anchor="middle">'
+        "seconds since start</text>"
+        f'<text x="12" y="{top + plot_h / 2:.1f}" font-size="11" text-anchor="middle" '
+        f'transform="rotate(-90 12 {top + plot_h / 2:.1f})">workers</text>'
+    )
+    if points:
+        parts.append(f'<polyline points="{path}" fill="none" stroke="#3b6fd8" stroke-width="2"/>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def render_html(title: str, timeline: WorkerTimeline, facts: Mapping[str, object]) -> str:
+    """An HTML page: ``facts`` as a table, the worker plot, and worker-seconds by tier."""
+    rows = "".join(
+        f"<tr><th style='text-align:left'>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>"
+        for k, v in facts.items()
+    )
+    tiers = "".join(
+        f"<tr><td>{html.escape(tier)}</td><td>{seconds:.1f}</td></tr>"
+        for tier, seconds in sorted(timeline.worker_seconds_by_tier().items())
+    )
+    return (
+        f"<h2>{html.escape(title)}</h2>"
+        f"<table>{rows}</table>"
+        "<h3>Workers over time</h3>"
+        f"{render_svg(timeline.samples, timeline.duration)}"
+        "<h3>Worker-seconds by tier</h3>"
+        f"<table><tr><th>tier</th><th>worker-seconds</th></tr>{tiers}</table>"
+    )
+
+
+def publish_deck(name: str, page: str) -> "Deck":
+    """Attach ``page`` as Deck ``name`` to the current Flyte task and return the Deck.
+
+    Outside a task flytekit keeps a default context, so this is harmless there.
+    The Deck is rendered when the task has ``enable_deck=True``.
+    """
+    from flytekit import Deck
+
+    return Deck(name, page)

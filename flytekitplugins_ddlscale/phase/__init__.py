@@ -1,0 +1,126 @@
+"""``@distributed_phase``: hold a cluster at a size for the length of a function.
+
+.. code-block:: python
+
+    @task(enable_deck=True)
+    @distributed_phase(cluster="dask/train", replicas=4, worker_hw_tier="Medium")
+    def train(path: str) -> float:
+        client = Client(f"tcp://{os.environ['DASK_SCHEDULER_SERVICE_HOST']}:"
+                        f"{os.environ['DASK_SCHEDULER_SERVICE_PORT']}")
+        ...
+
+Before the body: baseline recorded, claim registered, cluster scaled to the
+largest live claim and workers awaited (and, where the client library is
+installed, registered with the framework). After it, on return, exception
+or SIGTERM/SIGINT: claim released and the cluster shrunk to the largest
+remaining claim, or restored to the baseline (or the ``restore`` spec) when
+none remain. ``functools.wraps`` keeps the signature, so ``@task`` above it
+sees the body's typed interface.
+"""
+import functools
+from typing import Any, Callable, Optional, TypeVar, cast
+
+from ..backends.base import DEFAULT_SCALE_TIMEOUT
+from ..tasks.config import ClusterSpec
+from .run import ClusterPhase
+from .settings import (
+    DEFAULT_REASSERT_INTERVAL,
+    DEFAULT_SAMPLE_INTERVAL,
+    RESTORE_BASELINE,
+    PhaseSettings,
+    Restore,
+)
+from .signals import PhaseInterrupted
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def cluster_phase(
+    cluster: ClusterSpec,
+    replicas: int,
+    worker_hw_tier: Optional[str] = None,
+    head_hw_tier: Optional[str] = None,
+    restore: Restore = RESTORE_BASELINE,
+    timeout: float = DEFAULT_SCALE_TIMEOUT,
+    backend: Optional[str] = None,
+    *,
+    framework_ready: bool = True,
+    reassert_interval: Optional[float] = DEFAULT_REASSERT_INTERVAL,
+    sample_interval: float = DEFAULT_SAMPLE_INTERVAL,
+    deck: bool = True,
+    label: str = "phase",
+) -> ClusterPhase:
+    """The phase as a context manager: ``with cluster_phase("dask/x", 4) as phase: ...``.
+
+    Arguments as for :func:`distributed_phase`; invalid ones raise
+    :class:`InvalidInputError` here, before anything is changed.
+    """
+    settings = PhaseSettings(
+        cluster=cluster,  # type: ignore[arg-type]
+        replicas=replicas,
+        worker_hw_tier=worker_hw_tier,
+        head_hw_tier=head_hw_tier,
+        restore=restore,
+        timeout=timeout,
+        backend=backend,
+        framework_ready=framework_ready,
+        reassert_interval=reassert_interval,
+        sample_interval=sample_interval,
+        deck=deck,
+    )
+    return ClusterPhase(settings, label)
+
+
+def distributed_phase(
+    cluster: ClusterSpec,
+    replicas: int,
+    worker_hw_tier: Optional[str] = None,
+    head_hw_tier: Optional[str] = None,
+    restore: Restore = RESTORE_BASELINE,
+    timeout: float = DEFAULT_SCALE_TIMEOUT,
+    backend: Optional[str] = None,
+    *,
+    framework_ready: bool = True,
+    reassert_interval: Optional[float] = DEFAULT_REASSERT_INTERVAL,
+    sample_interval: float = DEFAULT_SAMPLE_INTERVAL,
+    deck: bool = True,
+) -> Callable[[F], F]:
+    """Decorate a function (under ``@task``) so it runs with the cluster scaled for it.
+
+    ``cluster``: ``kind/name``, ``namespace/kind/name``, a bare kind (the
+    run's own cluster) or a ClusterRef. ``restore``: ``"baseline"`` or a
+    :class:`ReplicaSpec`. ``timeout`` bounds the scale-up, the readiness
+    checks and the restore. ``framework_ready`` also waits until workers are
+    registered with Dask/Ray/Spark where the client is installed.
+    ``reassert_interval`` (seconds, None to disable) applies where the
+    backend cannot hold the size against the autoscaler. ``deck`` attaches a
+    Deck with worker count over time and worker-seconds by tier.
+
+    Arguments are checked when the decorator is applied; the cluster name
+    itself is resolved when the function is called.
+    """
+    options = dict(
+        worker_hw_tier=worker_hw_tier,
+        head_hw_tier=head_hw_tier,
+        restore=restore,
+        timeout=timeout,
+        backend=backend,
+        framework_ready=framework_ready,
+        reassert_interval=reassert_interval,
+        sample_interval=sample_interval,
+        deck=deck,
+    )
+    PhaseSettings(cluster=cluster, replicas=replicas, **options)  # type: ignore[arg-type]
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with cluster_phase(cluster, replicas, label=fn.__name__, **options):  # type: ignore[arg-type]
+                return fn(*args, **kwargs)
+
+        return cast(F, wrapper)
+
+    return decorate
+
+
+__all__ = ["ClusterPhase", "PhaseInterrupted", "cluster_phase", "distributed_phase"]

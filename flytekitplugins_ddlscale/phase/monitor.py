@@ -1,0 +1,85 @@
+"""A background thread that samples the cluster during a phase and holds its size.
+
+Sampling feeds the phase's Deck. Where the backend cannot hold the size
+against the cluster's autoscaler (``capabilities.holds_size`` is False: the
+scaler service only sets ``spec.worker.replicas`` and the HPA may undo it),
+the thread also re-asserts the phase's claim and logs each pull-back.
+"""
+import logging
+import threading
+import time
+from typing import Optional
+
+from ..backends.base import ClusterBackend
+from ..deck import WorkerTimeline
+from ..refs import ClusterRef
+from ..tasks.runner import observed_workers
+
+logger = logging.getLogger("flytekitplugins_ddlscale")
+
+
+class PhaseMonitor:
+    """Samples every ``sample_interval`` seconds; re-asserts every ``reassert_interval`` when asked."""
+
+    def __init__(
+        self,
+        backend: ClusterBackend,
+        ref: ClusterRef,
+        claim_id: str,
+        replicas: int,
+        worker_hw_tier: Optional[str],
+        timeline: WorkerTimeline,
+        sample_interval: float,
+        reassert_interval: Optional[float],
+    ) -> None:
+        self._backend = backend
+        self._ref = ref
+        self._claim_id = claim_id
+        self._replicas = replicas
+        self._tier = worker_hw_tier
+        self._timeline = timeline
+        self._sample_interval = sample_interval
+        self._reassert_interval = reassert_interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"ddlscale-phase-{ref.name}", daemon=True)
+        self.pullbacks = 0
+        """How many times the size was found pulled back and re-asserted."""
+
+    def start(self) -> None:
+        """Start the thread."""
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop the thread and wait (at most ``timeout`` seconds) for a call in flight to finish."""
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        tick = self._sample_interval
+        if self._reassert_interval is not None:
+            tick = min(tick, self._reassert_interval)
+        next_reassert = time.monotonic() + (self._reassert_interval or 0.0)
+        while not self._stop.wait(tick):
+            try:
+                state = self._backend.get_state(self._ref)
+                self._timeline.add(observed_workers(state), state.worker_hw_tier or self._tier)
+                if self._reassert_interval is not None and time.monotonic() >= next_reassert:
+                    next_reassert = time.monotonic() + self._reassert_interval
+                    self._reassert(state.desired_workers)
+            except Exception as exc:  # a sampling hiccup must not end the phase's body
+                logger.warning("phase monitor of %s: %s", self._ref, exc)
+
+    def _reassert(self, desired: int) -> None:
+        # Re-claiming is idempotent and returns the largest live claim, so a
+        # concurrent larger phase is never shrunk by this re-assert.
+        claim = self._backend.claim(self._ref, self._claim_id, self._replicas, self._tier)
+        if desired >= claim.replicas:
+            return
+        self.pullbacks += 1
+        logger.warning(
+            "autoscaler pulled %s back to %d workers (phase needs %d); re-asserting",
+            self._ref,
+            desired,
+            claim.replicas,
+        )
+        self._backend.scale(self._ref, claim.replicas, claim.worker_hw_tier, wait=False)

@@ -1,0 +1,219 @@
+"""One run of a distributed phase: claim and scale on enter; release and restore on exit.
+
+Order on enter: install signal handlers, record the baseline, claim, scale
+to the largest live claim and wait, change the head tier if asked, export
+the connection variables, wait for framework readiness, start the monitor.
+Any failure or signal on the way runs the same cleanup as the end of the
+body: stop the monitor, release the claim, and shrink to the largest
+remaining claim or restore the baseline (or the given ReplicaSpec). The
+cleanup runs once; its own failure is logged and attached to the body's
+error instead of replacing it.
+"""
+import logging
+import os
+import uuid
+from types import TracebackType
+from typing import Dict, Optional, Type
+
+from ..backends import get_backend
+from ..backends.base import ClusterBackend
+from ..deck import WorkerTimeline, publish_deck, render_html
+from ..errors import UnsupportedOperationError
+from ..models import ReplicaSpec
+from ..progress import default_reporter
+from ..records import Claim
+from ..tasks.runner import observed_workers, recording
+from ..waiting import Deadline
+from .monitor import PhaseMonitor
+from .readiness import wait_framework_ready
+from .settings import PhaseSettings
+from .signals import PhaseInterrupted, SignalsAsExceptions
+
+logger = logging.getLogger("flytekitplugins_ddlscale")
+
+
+class ClusterPhase:
+    """Context manager holding a cluster at the phase's size for the length of a block."""
+
+    def __init__(self, settings: PhaseSettings, label: str = "phase") -> None:
+        self.settings = settings
+        self.label = label
+        self.claim_id = f"{label}-{uuid.uuid4().hex[:12]}"
+        self.ref = settings.ref()
+        self.timeline = WorkerTimeline()
+        self.claim: Optional[Claim] = None
+        self.framework_check: Optional[str] = None
+        self.restored_to: Optional[str] = None
+        self.restore_error: Optional[BaseException] = None
+        self._backend: Optional[ClusterBackend] = None
+        self._monitor: Optional[PhaseMonitor] = None
+        self._signals = SignalsAsExceptions()
+        self._saved_env: Dict[str, Optional[str]] = {}
+        self._claimed = False
+        self._finished = False
+
+    def __enter__(self) -> "ClusterPhase":
+        guard = self._signals.install()
+        try:
+            self._start()
+        except BaseException as exc:
+            self._finish(exc)
+            self._signals.uninstall()
+            raise
+        if not guard.active:
+            logger.debug("phase %s runs without signal handlers", self.claim_id)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool:
+        try:
+            self._finish(exc)
+        finally:
+            self._signals.uninstall()
+        if exc is None and self.restore_error is not None:
+            raise self.restore_error
+        pending = self._signals.guard.pending
+        if exc is None and pending is not None:
+            raise PhaseInterrupted(pending)
+        return False
+
+    @property
+    def backend(self) -> ClusterBackend:
+        """The backend this phase uses (available inside the block)."""
+        if self._backend is None:
+            raise RuntimeError("the phase has not started")
+        return self._backend
+
+    def _start(self) -> None:
+        s = self.settings
+        deadline = Deadline(s.timeout)
+        self._backend = backend = get_backend(s.backend)
+        if self.ref.kind not in backend.capabilities.kinds:
+            raise UnsupportedOperationError(
+                f"backend {backend.name!r} serves {sorted(backend.capabilities.kinds)}, not {self.ref.kind!r}",
+                cluster=str(self.ref),
+            )
+        if s.head_hw_tier is not None and not backend.capabilities.head_tier:
+            raise UnsupportedOperationError(
+                f"backend {backend.name!r} cannot change the head tier; drop head_hw_tier or use kubernetes",
+                cluster=str(self.ref),
+            )
+        backend.record_baseline(self.ref)
+        self.claim = backend.claim(self.ref, self.claim_id, s.replicas, s.worker_hw_tier)
+        self._claimed = True
+        logger.info(
+            "phase %s on %s: needs %d workers, holding the largest claim (%d)",
+            self.claim_id, self.ref, s.replicas, self.claim.replicas,
+        )
+        result = backend.scale(
+            self.ref,
+            self.claim.replicas,
+            self.claim.worker_hw_tier,
+            wait=True,
+            timeout=max(deadline.remaining, 0.1),
+            progress=recording(self.timeline, self.claim.worker_hw_tier, default_reporter()),
+        )
+        self.timeline.add(observed_workers(result.previous), result.previous.worker_hw_tier, seconds=0.0)
+        self.timeline.add(observed_workers(result.final), result.final.worker_hw_tier or self.claim.worker_hw_tier)
+        if s.head_hw_tier is not None and result.final.head_hw_tier != s.head_hw_tier:
+            backend.restart_head(self.ref, s.head_hw_tier, wait=True, timeout=max(deadline.remaining, 0.1))
+        self._export_env(backend)
+        if s.framework_ready:
+            self.framework_check = wait_framework_ready(
+                self.ref.kind, result.effective, max(deadline.remaining, 0.1)
+            )
+        reassert = None if backend.capabilities.holds_size else s.reassert_interval
+        self._monitor = PhaseMonitor(
+            backend, self.ref, self.claim_id, s.replicas, s.worker_hw_tier, self.timeline,
+            s.sample_interval, reassert,
+        )
+        self._monitor.start()
+
+    def _export_env(self, backend: ClusterBackend) -> None:
+        # Domino injects these into runs; the local backend offers them via
+        # connection_env(), an optional extension beyond the protocol.
+        connection_env = getattr(backend, "connection_env", None)
+        if connection_env is None:
+            return
+        for key, value in connection_env(self.ref).items():
+            self._saved_env.setdefault(key, os.environ.get(key))
+            os.environ[key] = value
+
+    def _restore_env(self) -> None:
+        for key, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self._saved_env.clear()
+
+    def _finish(self, error: Optional[BaseException]) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        with self._signals.guard.deferred():
+            if self._monitor is not None:
+                self._monitor.stop()
+            self._restore_env()
+            try:
+                self._release()
+            except Exception as exc:
+                self.restore_error = exc
+                self._report_restore_failure(exc, error)
+            finally:
+                self._close()
+
+    def _release(self) -> None:
+        if not self._claimed or self._backend is None:
+            return
+        backend, s = self._backend, self.settings
+        remaining = backend.release(self.ref, self.claim_id)
+        self._claimed = False
+        if remaining is not None:
+            self.restored_to = f"{remaining.replicas} workers (claim {remaining.claim_id} still live)"
+            result = backend.scale(self.ref, remaining.replicas, remaining.worker_hw_tier, wait=True, timeout=s.timeout)
+        else:
+            target = s.restore if isinstance(s.restore, ReplicaSpec) else None
+            result = backend.restore_baseline(self.ref, target, wait=True, timeout=s.timeout)
+            self.restored_to = f"{result.effective} workers ({'given spec' if target else 'baseline'})"
+        self.timeline.add(observed_workers(result.final), result.final.worker_hw_tier)
+        logger.info("phase %s on %s ended; cluster set to %s", self.claim_id, self.ref, self.restored_to)
+
+    def _report_restore_failure(self, exc: Exception, error: Optional[BaseException]) -> None:
+        logger.error("phase %s could not restore %s: %s", self.claim_id, self.ref, exc)
+        if error is None:
+            return
+        note = f"ddlscale: restoring {self.ref} after this error also failed: {exc!r}"
+        if hasattr(error, "add_note"):
+            error.add_note(note)
+        setattr(error, "ddlscale_restore_error", exc)
+
+    def _close(self) -> None:
+        self.timeline.finish()
+        if self.settings.deck:
+            self._publish()
+        if self._backend is not None:
+            self._backend.close()
+
+    def _publish(self) -> None:
+        facts = {
+            "cluster": str(self.ref),
+            "backend": self._backend.name if self._backend is not None else "-",
+            "phase": self.claim_id,
+            "requested workers": self.settings.replicas,
+            "held at (largest claim)": self.claim.replicas if self.claim else "-",
+            "worker tier": self.settings.worker_hw_tier or "-",
+            "framework readiness": self.framework_check or "not checked",
+            "autoscaler pull-backs re-asserted": self._monitor.pullbacks if self._monitor else 0,
+            "restored to": self.restored_to or "-",
+            "restore error": repr(self.restore_error) if self.restore_error else "-",
+            "seconds": f"{self.timeline.duration:.1f}",
+        }
+        try:
+            publish_deck("Distributed phase", render_html(f"Distributed phase: {self.label}", self.timeline, facts))
+        except Exception as exc:  # a Deck is a report; it must never fail the phase
+            logger.warning("could not attach the phase deck: %s", exc)

@@ -1,0 +1,56 @@
+"""The shared shape of the scaling task types: a Python task with no user function.
+
+They are :class:`~flytekit.core.python_function_task.PythonInstanceTask`
+subclasses, so in a container flytekit's default task resolver finds the
+instance by module and variable name (like ``ShellTask``) and runs
+:meth:`execute` there; the configuration also travels in the template's
+``custom`` for the Flyte connector.
+"""
+from typing import Any, Dict, Generic, Tuple, Type, TypeVar
+
+from flytekit.configuration import SerializationSettings
+from flytekit.deck import DeckField
+from flytekit.core.interface import Interface
+from flytekit.core.python_function_task import PythonInstanceTask
+
+from ..deck import WorkerTimeline, publish_deck, render_html
+
+C = TypeVar("C")
+
+DECK_FIELDS = (DeckField.INPUT, DeckField.OUTPUT)
+"""Flyte's own Decks shown beside ours (its dependency Deck runs ``pip freeze``, which says nothing here)."""
+
+OUTPUT_NAME = "o0"
+"""The single output's name, as for function tasks, so ``up = scale_up()`` is the outcome itself."""
+
+
+class ScalingTaskBase(PythonInstanceTask[C], Generic[C]):
+    """A configured cluster operation with typed inputs (defaults from the config) and one typed output."""
+
+    def __init__(
+        self,
+        name: str,
+        task_config: C,
+        task_type: str,
+        inputs: Dict[str, Tuple[Type, Any]],
+        output_type: Type,
+        enable_deck: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("deck_fields", DECK_FIELDS)
+        super().__init__(
+            name=name,
+            task_config=task_config,
+            task_type=task_type,
+            interface=Interface(inputs=inputs, outputs={OUTPUT_NAME: output_type}),
+            enable_deck=enable_deck,
+            **kwargs,
+        )
+
+    def get_custom(self, settings: SerializationSettings) -> Dict[str, Any]:
+        """The configuration, for the container run and the connector."""
+        return self.task_config.to_custom()  # type: ignore[attr-defined]
+
+    def publish(self, title: str, timeline: WorkerTimeline, outcome: Any) -> None:
+        """Attach the Deck of this run: the outcome's fields and the worker plot."""
+        publish_deck(title, render_html(f"{title}: {self.name}", timeline, vars(outcome)))

@@ -1,0 +1,140 @@
+"""Configuration of the scaling task types: fixed when a task is defined, carried in ``custom``.
+
+The same dictionaries travel in the task template's ``custom`` field, so a
+container run and the Flyte connector rebuild exactly the configuration
+that was serialized.
+"""
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Dict, Optional, Type, TypeVar, Union
+
+from ..backends.base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT
+from ..errors import InvalidInputError
+from ..refs import ClusterRef, normalize_kind
+from ..validation import MAX_REPLICAS, validate_replicas, validate_tier_name, validate_timeout
+
+C = TypeVar("C")
+ClusterSpec = Union[str, ClusterRef]
+"""``kind/name``, ``namespace/kind/name``, a bare kind (the run's own cluster) or a ClusterRef."""
+
+
+def cluster_text(cluster: ClusterSpec, field: str = "cluster") -> str:
+    """Check ``cluster`` and return its text form, as task inputs carry it."""
+    if isinstance(cluster, ClusterRef):
+        return str(cluster)
+    if not isinstance(cluster, str) or not cluster.strip():
+        raise InvalidInputError(
+            field, cluster, "'<kind>/<name>', '<namespace>/<kind>/<name>', a bare kind, or a ClusterRef"
+        )
+    text = cluster.strip()
+    if "/" in text:
+        ClusterRef.parse(text)
+    else:
+        normalize_kind(text, field)
+    return text
+
+
+def resolve_cluster(cluster: str, field: str = "cluster") -> ClusterRef:
+    """The cluster that ``cluster`` names; a bare kind means the run's own (``<kind>-$DOMINO_RUN_ID``)."""
+    text = cluster_text(cluster, field)
+    if "/" in text:
+        return ClusterRef.parse(text)
+    return ClusterRef.for_run(text)
+
+
+def _backend_name(value: Optional[str]) -> Optional[str]:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInputError("backend", value, "a backend name (scaler, kubernetes, local, ...) or None")
+    return value.strip().lower()
+
+
+class _Custom:
+    """Round trip through the task template's ``custom`` dictionary."""
+
+    def to_custom(self) -> Dict[str, Any]:
+        """The configuration as a JSON-compatible dictionary."""
+        return asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_custom(cls: Type[C], custom: Dict[str, Any]) -> C:
+        """The configuration from :meth:`to_custom` output; unknown keys are ignored."""
+        names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        return cls(**{k: v for k, v in custom.items() if k in names})
+
+
+@dataclass(frozen=True)
+class ScaleConfig(_Custom):
+    """Defaults and behaviour of a ``ScaleCluster`` task."""
+
+    cluster: str
+    replicas: int
+    worker_hw_tier: Optional[str] = None
+    head_hw_tier: Optional[str] = None
+    wait: bool = True
+    timeout: float = DEFAULT_SCALE_TIMEOUT
+    strict: bool = False
+    backend: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cluster", cluster_text(self.cluster))
+        validate_replicas(self.replicas)
+        object.__setattr__(self, "worker_hw_tier", validate_tier_name(self.worker_hw_tier))
+        object.__setattr__(self, "head_hw_tier", validate_tier_name(self.head_hw_tier, "head_hw_tier"))
+        object.__setattr__(self, "timeout", validate_timeout(self.timeout))
+        _check_bool("wait", self.wait)
+        _check_bool("strict", self.strict)
+        object.__setattr__(self, "backend", _backend_name(self.backend))
+
+
+@dataclass(frozen=True)
+class RestartConfig(_Custom):
+    """Defaults and behaviour of a ``RestartHead`` task."""
+
+    cluster: str
+    head_hw_tier: Optional[str] = None
+    wait: bool = True
+    timeout: float = DEFAULT_RESTART_TIMEOUT
+    backend: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cluster", cluster_text(self.cluster))
+        object.__setattr__(self, "head_hw_tier", validate_tier_name(self.head_hw_tier, "head_hw_tier"))
+        object.__setattr__(self, "timeout", validate_timeout(self.timeout))
+        _check_bool("wait", self.wait)
+        object.__setattr__(self, "backend", _backend_name(self.backend))
+
+
+ANY_DESIRED = -1
+"""``WaitForCluster`` replicas value meaning "whatever ``spec.worker.replicas`` asks for"."""
+
+
+@dataclass(frozen=True)
+class WaitConfig(_Custom):
+    """Defaults and behaviour of a ``WaitForCluster`` task."""
+
+    cluster: str
+    replicas: int = ANY_DESIRED
+    timeout: float = DEFAULT_SCALE_TIMEOUT
+    backend: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cluster", cluster_text(self.cluster))
+        validate_wait_replicas(self.replicas)
+        object.__setattr__(self, "timeout", validate_timeout(self.timeout))
+        object.__setattr__(self, "backend", _backend_name(self.backend))
+
+
+def validate_wait_replicas(value: object) -> int:
+    """A worker count to wait for, or ``ANY_DESIRED`` (-1)."""
+    if value == ANY_DESIRED and not isinstance(value, bool):
+        return ANY_DESIRED
+    try:
+        return validate_replicas(value)
+    except InvalidInputError:
+        raise InvalidInputError("replicas", value, f"-1 (the desired count) or an integer from 0 to {MAX_REPLICAS}") from None
+
+
+def _check_bool(field: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise InvalidInputError(field, value, "True or False")

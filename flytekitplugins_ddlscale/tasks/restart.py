@@ -1,0 +1,59 @@
+"""``RestartHead``: a flow node that replaces a cluster's head pod, optionally on a new tier."""
+from typing import Any, Optional, Union
+
+from ..backends.base import DEFAULT_RESTART_TIMEOUT
+from ..refs import ClusterRef
+from .base import ScalingTaskBase
+from .config import RestartConfig
+from .outputs import RestartOutcome
+from .runner import run_restart
+
+RESTART_TASK_TYPE = "ddlscale_restart_head"
+
+
+class RestartHead(ScalingTaskBase[RestartConfig]):
+    """Restart a cluster's head as a step of a flow; the output is a :class:`RestartOutcome`.
+
+    Inputs (defaults from the definition): ``cluster: str`` and
+    ``head_hw_tier: Optional[str]`` (a tier change needs a backend whose
+    ``capabilities.head_tier`` is True, e.g. kubernetes).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        cluster: Union[str, ClusterRef],
+        head_hw_tier: Optional[str] = None,
+        wait: bool = True,
+        timeout: float = DEFAULT_RESTART_TIMEOUT,
+        backend: Optional[str] = None,
+        **kwargs: Any,
+    ) -> None:
+        config = RestartConfig(
+            cluster=cluster,  # type: ignore[arg-type]
+            head_hw_tier=head_hw_tier,
+            wait=wait,
+            timeout=timeout,
+            backend=backend,
+        )
+        super().__init__(
+            name=name,
+            task_config=config,
+            task_type=RESTART_TASK_TYPE,
+            inputs={
+                "cluster": (str, config.cluster),
+                "head_hw_tier": (Optional[str], config.head_hw_tier),
+            },
+            output_type=RestartOutcome,
+            **kwargs,
+        )
+
+    def execute(self, **kwargs: Any) -> RestartOutcome:
+        """Restart with the node's inputs; publish the Deck; return the outcome."""
+        outcome, timeline = run_restart(
+            self.task_config,
+            cluster=kwargs.get("cluster", self.task_config.cluster),
+            head_hw_tier=kwargs.get("head_hw_tier", self.task_config.head_hw_tier),
+        )
+        self.publish("Head restart", timeline, outcome)
+        return outcome

@@ -1,0 +1,144 @@
+"""What the scaling task types do when they run: in their container, locally, or in the connector.
+
+Each function validates its inputs, picks the backend, performs the
+operation with progress going to ``progress`` (and into a
+:class:`~flytekitplugins_ddlscale.deck.WorkerTimeline`), and returns the
+typed outcome together with the timeline for a Deck.
+"""
+import contextlib
+import time
+from typing import Iterator, Optional, Tuple
+
+from ..backends import get_backend
+from ..backends.base import ClusterBackend
+from ..deck import WorkerTimeline
+from ..errors import UnsupportedOperationError
+from ..models import ClusterState
+from ..progress import ProgressReporter, WaitProgress, default_reporter
+from ..validation import validate_replicas, validate_tier_name
+from ..waiting import Deadline
+from .config import ANY_DESIRED, RestartConfig, ScaleConfig, WaitConfig, resolve_cluster, validate_wait_replicas
+from .outputs import ClusterReady, RestartOutcome, ScaleOutcome
+
+
+@contextlib.contextmanager
+def open_backend(name: Optional[str]) -> Iterator[ClusterBackend]:
+    """The backend ``name`` (or the environment's choice), closed on exit."""
+    backend = get_backend(name)
+    try:
+        yield backend
+    finally:
+        backend.close()
+
+
+def observed_workers(state: ClusterState) -> int:
+    """Ready workers where the backend sees readiness, else existing workers."""
+    return state.ready_workers if state.ready_workers is not None else state.existing_workers
+
+
+def recording(timeline: WorkerTimeline, tier: Optional[str], then: Optional[ProgressReporter]) -> ProgressReporter:
+    """A reporter that samples worker counts into ``timeline`` and forwards to ``then``."""
+
+    def report(progress: WaitProgress) -> None:
+        timeline.add(progress.current, tier)
+        if then is not None:
+            then(progress)
+
+    return report
+
+
+def run_scale(
+    config: ScaleConfig,
+    cluster: str,
+    replicas: int,
+    worker_hw_tier: Optional[str],
+    head_hw_tier: Optional[str],
+    progress: Optional[ProgressReporter] = None,
+) -> Tuple[ScaleOutcome, WorkerTimeline]:
+    """Scale ``cluster`` to ``replicas`` (and tiers) as ``config`` says; return outcome and timeline.
+
+    A head tier change needs a backend that can do it; otherwise
+    :class:`UnsupportedOperationError` is raised before anything changes.
+    """
+    ref = resolve_cluster(cluster)
+    replicas = validate_replicas(replicas)
+    worker_hw_tier = validate_tier_name(worker_hw_tier)
+    head_hw_tier = validate_tier_name(head_hw_tier, "head_hw_tier")
+    reporter = progress if progress is not None else default_reporter()
+    timeline = WorkerTimeline()
+    deadline = Deadline(config.timeout)
+    with open_backend(config.backend) as backend:
+        if head_hw_tier is not None and not backend.capabilities.head_tier:
+            raise UnsupportedOperationError(
+                f"backend {backend.name!r} cannot change the head tier; use the kubernetes backend "
+                "or drop head_hw_tier",
+                cluster=str(ref),
+            )
+        result = backend.scale(
+            ref,
+            replicas,
+            worker_hw_tier,
+            wait=config.wait,
+            timeout=config.timeout,
+            strict=config.strict,
+            progress=recording(timeline, worker_hw_tier, reporter),
+        )
+        # A cluster may not exist before its first scale (local backend), so the
+        # "before" sample comes from the result rather than a separate read.
+        timeline.add(observed_workers(result.previous), result.previous.worker_hw_tier, seconds=0.0)
+        if head_hw_tier is not None and result.final.head_hw_tier != head_hw_tier:
+            backend.restart_head(
+                ref, head_hw_tier, wait=config.wait, timeout=max(deadline.remaining, 1.0), progress=reporter
+            )
+        timeline.add(observed_workers(result.final), worker_hw_tier or result.final.worker_hw_tier)
+        timeline.finish()
+        return ScaleOutcome.from_result(result, backend.name), timeline
+
+
+def run_restart(
+    config: RestartConfig,
+    cluster: str,
+    head_hw_tier: Optional[str],
+    progress: Optional[ProgressReporter] = None,
+) -> Tuple[RestartOutcome, WorkerTimeline]:
+    """Replace the head of ``cluster`` (on ``head_hw_tier`` if given); return outcome and timeline."""
+    ref = resolve_cluster(cluster)
+    head_hw_tier = validate_tier_name(head_hw_tier, "head_hw_tier")
+    reporter = progress if progress is not None else default_reporter()
+    timeline = WorkerTimeline()
+    with open_backend(config.backend) as backend:
+        before = backend.get_state(ref)
+        timeline.add(observed_workers(before), before.worker_hw_tier, seconds=0.0)
+        result = backend.restart_head(
+            ref, head_hw_tier, wait=config.wait, timeout=config.timeout, progress=reporter
+        )
+        timeline.add(observed_workers(result.final), result.final.worker_hw_tier)
+        timeline.finish()
+        return RestartOutcome.from_result(result, backend.name), timeline
+
+
+def run_wait(
+    config: WaitConfig,
+    cluster: str,
+    replicas: int,
+    progress: Optional[ProgressReporter] = None,
+) -> Tuple[ClusterReady, WorkerTimeline]:
+    """Wait until ``replicas`` workers (``-1``: the desired count) are up on ``cluster``."""
+    ref = resolve_cluster(cluster)
+    replicas = validate_wait_replicas(replicas)
+    reporter = progress if progress is not None else default_reporter()
+    timeline = WorkerTimeline()
+    started = time.monotonic()
+    with open_backend(config.backend) as backend:
+        before = backend.get_state(ref)
+        timeline.add(observed_workers(before), before.worker_hw_tier, seconds=0.0)
+        target = before.desired_workers if replicas == ANY_DESIRED else replicas
+        state = backend.wait_for_workers(
+            ref,
+            target,
+            timeout=config.timeout,
+            progress=recording(timeline, before.worker_hw_tier, reporter),
+        )
+        timeline.add(observed_workers(state), state.worker_hw_tier)
+        timeline.finish()
+        return ClusterReady.from_state(state, backend.name, time.monotonic() - started), timeline

@@ -1,0 +1,82 @@
+"""``ScaleCluster``: a flow node that sets a cluster's worker count and tier."""
+from typing import Any, Optional, Union
+
+from ..backends.base import DEFAULT_SCALE_TIMEOUT
+from ..refs import ClusterRef
+from .base import ScalingTaskBase
+from .config import ScaleConfig
+from .outputs import ScaleOutcome
+from .runner import run_scale
+
+SCALE_TASK_TYPE = "ddlscale_scale"
+
+
+class ScaleCluster(ScalingTaskBase[ScaleConfig]):
+    """Scale a cluster as a step of a flow; the output is a :class:`ScaleOutcome`.
+
+    .. code-block:: python
+
+        scale_up = ScaleCluster("scale_up", cluster="dask/train", replicas=4)
+        scale_down = ScaleCluster("scale_down", cluster="dask/train", replicas=0)
+
+        @workflow
+        def wf():
+            up = scale_up()               # or scale_up(replicas=n) at run time
+            out = train(workers=up.effective)
+            up >> out >> scale_down()
+
+    Inputs (defaults from the definition): ``cluster: str`` (``kind/name``,
+    ``namespace/kind/name`` or a bare kind for the run's own cluster),
+    ``replicas: int``, ``worker_hw_tier: Optional[str]``,
+    ``head_hw_tier: Optional[str]``. ``wait=False`` returns as soon as the
+    request is accepted; pair it with ``WaitForCluster`` to pre-warm.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        cluster: Union[str, ClusterRef],
+        replicas: int,
+        worker_hw_tier: Optional[str] = None,
+        head_hw_tier: Optional[str] = None,
+        wait: bool = True,
+        timeout: float = DEFAULT_SCALE_TIMEOUT,
+        strict: bool = False,
+        backend: Optional[str] = None,
+        **kwargs: Any,
+    ) -> None:
+        config = ScaleConfig(
+            cluster=cluster,  # type: ignore[arg-type]
+            replicas=replicas,
+            worker_hw_tier=worker_hw_tier,
+            head_hw_tier=head_hw_tier,
+            wait=wait,
+            timeout=timeout,
+            strict=strict,
+            backend=backend,
+        )
+        super().__init__(
+            name=name,
+            task_config=config,
+            task_type=SCALE_TASK_TYPE,
+            inputs={
+                "cluster": (str, config.cluster),
+                "replicas": (int, config.replicas),
+                "worker_hw_tier": (Optional[str], config.worker_hw_tier),
+                "head_hw_tier": (Optional[str], config.head_hw_tier),
+            },
+            output_type=ScaleOutcome,
+            **kwargs,
+        )
+
+    def execute(self, **kwargs: Any) -> ScaleOutcome:
+        """Scale with the node's inputs; publish the Deck; return the outcome."""
+        outcome, timeline = run_scale(
+            self.task_config,
+            cluster=kwargs.get("cluster", self.task_config.cluster),
+            replicas=kwargs.get("replicas", self.task_config.replicas),
+            worker_hw_tier=kwargs.get("worker_hw_tier", self.task_config.worker_hw_tier),
+            head_hw_tier=kwargs.get("head_hw_tier", self.task_config.head_hw_tier),
+        )
+        self.publish("Cluster scaling", timeline, outcome)
+        return outcome

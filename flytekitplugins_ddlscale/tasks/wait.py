@@ -1,0 +1,64 @@
+"""``WaitForCluster``: a flow node that waits for workers a ``ScaleCluster(wait=False)`` requested."""
+from typing import Any, Optional, Union
+
+from ..backends.base import DEFAULT_SCALE_TIMEOUT
+from ..refs import ClusterRef
+from .base import ScalingTaskBase
+from .config import ANY_DESIRED, WaitConfig
+from .outputs import ClusterReady
+from .runner import run_wait
+
+WAIT_TASK_TYPE = "ddlscale_wait"
+
+
+class WaitForCluster(ScalingTaskBase[WaitConfig]):
+    """Wait until a cluster's workers are up; the output is a :class:`ClusterReady`.
+
+    Pre-warming: request the scale without waiting, run a single-node stage
+    meanwhile, and wait only right before the distributed stage:
+
+    .. code-block:: python
+
+        request = ScaleCluster("request", cluster="dask/train", replicas=4, wait=False)
+        ready = WaitForCluster("ready", cluster="dask/train")
+
+        @workflow
+        def wf():
+            pending = request()
+            data = prepare()
+            up = ready(replicas=pending.effective)
+            data >> up
+            train(data=data, workers=up.workers)
+
+    Inputs: ``cluster: str`` and ``replicas: int`` (``-1``, the default,
+    waits for whatever ``spec.worker.replicas`` asks for).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        cluster: Union[str, ClusterRef],
+        replicas: int = ANY_DESIRED,
+        timeout: float = DEFAULT_SCALE_TIMEOUT,
+        backend: Optional[str] = None,
+        **kwargs: Any,
+    ) -> None:
+        config = WaitConfig(cluster=cluster, replicas=replicas, timeout=timeout, backend=backend)  # type: ignore[arg-type]
+        super().__init__(
+            name=name,
+            task_config=config,
+            task_type=WAIT_TASK_TYPE,
+            inputs={"cluster": (str, config.cluster), "replicas": (int, config.replicas)},
+            output_type=ClusterReady,
+            **kwargs,
+        )
+
+    def execute(self, **kwargs: Any) -> ClusterReady:
+        """Wait with the node's inputs; publish the Deck; return what was seen."""
+        outcome, timeline = run_wait(
+            self.task_config,
+            cluster=kwargs.get("cluster", self.task_config.cluster),
+            replicas=kwargs.get("replicas", self.task_config.replicas),
+        )
+        self.publish("Cluster wait", timeline, outcome)
+        return outcome

@@ -1,0 +1,130 @@
+"""Failure handlers that scale a cluster down when a workflow fails.
+
+A failed stage must not leave a large cluster running. flytekit runs a
+workflow's ``on_failure`` entity with the workflow's own inputs (plus an
+optional ``err``), so the handler built here declares exactly those inputs:
+
+.. code-block:: python
+
+    cleanup = scale_down_on_failure("cleanup", cluster="dask/train", inputs=kwtypes(n=int))
+
+    @workflow(on_failure=cleanup)
+    def pipeline(n: int) -> float:
+        ...
+
+The handler must be assigned to a module-level variable (like any task
+defined without a function), so a container can find it.
+"""
+import contextlib
+import logging
+import os
+from typing import Any, Dict, Iterator, Optional, Union
+
+from flytekit.core.interface import Interface
+from flytekit.core.python_function_task import PythonInstanceTask
+from flytekit.types.error import FlyteError
+
+from .backends.base import DEFAULT_SCALE_TIMEOUT
+from .errors import InvalidInputError
+from .refs import ClusterRef
+from .tasks.config import cluster_text, resolve_cluster
+from .tasks.runner import open_backend
+from .validation import validate_replicas, validate_timeout
+
+logger = logging.getLogger("flytekitplugins_ddlscale")
+
+ERROR_INPUT = "err"
+
+
+@contextlib.contextmanager
+def connected(cluster: Union[str, ClusterRef], backend: Optional[str] = None) -> Iterator[Dict[str, str]]:
+    """Make the cluster's connection variables (``DASK_SCHEDULER_SERVICE_HOST``...) present in the block.
+
+    In a Domino run they are injected already and are left alone. Elsewhere,
+    a backend that offers ``connection_env(ref)`` (the local backend) sets
+    them for the block; previous values come back on exit. Yields the
+    variables set (empty when nothing was set).
+    """
+    ref = resolve_cluster(cluster_text(cluster))
+    with open_backend(backend) as chosen:
+        connection_env = getattr(chosen, "connection_env", None)
+        values: Dict[str, str] = dict(connection_env(ref)) if connection_env is not None else {}
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield values
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
+class ScaleDownOnFailure(PythonInstanceTask[None]):
+    """A failure-handler task: restore the cluster's baseline, or scale it to ``replicas``."""
+
+    def __init__(
+        self,
+        name: str,
+        cluster: Union[str, ClusterRef],
+        inputs: Optional[Dict[str, type]] = None,
+        replicas: Optional[int] = None,
+        timeout: float = DEFAULT_SCALE_TIMEOUT,
+        backend: Optional[str] = None,
+        **kwargs: Any,
+    ) -> None:
+        self._cluster = cluster_text(cluster)
+        self._replicas = None if replicas is None else validate_replicas(replicas)
+        self._timeout = validate_timeout(timeout)
+        self._backend = backend
+        declared = dict(inputs or {})
+        if ERROR_INPUT in declared:
+            raise InvalidInputError("inputs", sorted(declared), f"workflow inputs not named {ERROR_INPUT!r}")
+        signature: Dict[str, Any] = dict(declared)
+        signature[ERROR_INPUT] = (Optional[FlyteError], None)
+        super().__init__(
+            name=name,
+            task_config=None,
+            interface=Interface(inputs=signature, outputs={}),
+            **kwargs,
+        )
+
+    def get_custom(self, settings: Any) -> Dict[str, Any]:
+        """The cleanup target, visible in the serialized template."""
+        return {"cluster": self._cluster, "replicas": self._replicas, "timeout": self._timeout, "backend": self._backend}
+
+    def execute(self, **kwargs: Any) -> None:
+        """Scale down after a failure; a cluster with nothing recorded is left as it is."""
+        err = kwargs.get(ERROR_INPUT)
+        ref = resolve_cluster(self._cluster)
+        logger.warning(
+            "workflow failed%s; scaling %s down",
+            f" at {err.failed_node_id}: {err.message}" if err is not None else "",
+            ref,
+        )
+        with open_backend(self._backend) as backend:
+            if self._replicas is not None:
+                backend.scale(ref, self._replicas, wait=True, timeout=self._timeout)
+            elif backend.get_baseline(ref) is not None:
+                backend.restore_baseline(ref, wait=True, timeout=self._timeout)
+            else:
+                logger.info("no baseline recorded for %s: nothing to restore", ref)
+
+
+def scale_down_on_failure(
+    name: str,
+    cluster: Union[str, ClusterRef],
+    inputs: Optional[Dict[str, type]] = None,
+    replicas: Optional[int] = None,
+    timeout: float = DEFAULT_SCALE_TIMEOUT,
+    backend: Optional[str] = None,
+    **kwargs: Any,
+) -> ScaleDownOnFailure:
+    """A task for ``@workflow(on_failure=...)`` that scales ``cluster`` down.
+
+    ``inputs`` must be the workflow's inputs (``kwtypes(...)``), as flytekit
+    requires of failure handlers. ``replicas`` None restores the recorded
+    baseline (nothing happens when none is recorded); a number scales to it.
+    """
+    return ScaleDownOnFailure(name, cluster, inputs, replicas, timeout, backend, **kwargs)

@@ -1,0 +1,44 @@
+"""Shared fixtures. Engineers add their own fixtures in their own modules under tests/."""
+import sys
+from pathlib import Path
+
+import pytest
+
+# Lets tests import the shared test servers as ``tests.servers...`` however pytest is started.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.servers.scaler_server import ScalerTestServer  # noqa: E402
+
+
+@pytest.fixture
+def scaler_server():
+    """A running scaler-service test server (see tests/servers/scaler_server.py); stopped afterwards."""
+    with ScalerTestServer() as server:
+        yield server
+
+
+@pytest.fixture
+def state_dir(tmp_path, monkeypatch):
+    """A private ``$DDLSCALE_STATE_DIR`` so records never touch the home directory."""
+    path = tmp_path / "state"
+    monkeypatch.setenv("DDLSCALE_STATE_DIR", str(path))
+    return path
+
+
+@pytest.fixture
+def scaler_backend(scaler_server, tmp_path):
+    """A ScalerServiceBackend on ``scaler_server`` as the default owner, with fast polls and retries."""
+    from flytekitplugins_ddlscale.backends.scaler import ScalerServiceBackend
+    from flytekitplugins_ddlscale.waiting import Backoff
+    from tests.servers.scaler_server import DEFAULT_API_KEY
+
+    backend = ScalerServiceBackend(
+        scaler_server.url,
+        api_key=DEFAULT_API_KEY,
+        state_dir=tmp_path / "scaler-state",
+        timeout=5.0,
+        retry_backoff=Backoff(initial=0.01, factor=2.0, cap=0.05),
+        poll_backoff=Backoff(initial=0.02, factor=1.5, cap=0.1),
+    )
+    yield backend
+    backend.close()

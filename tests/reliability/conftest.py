@@ -1,0 +1,129 @@
+"""Fixtures of the reliability and security suite.
+
+Everything here is real: the scaler service and Kubernetes test servers on
+127.0.0.1, a TCP fault proxy in front of them, backends built as users build
+them. Each test gets its own state directory and servers, and must leave no
+thread or child process behind (checked after every test).
+"""
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.servers.scaler_server import DEFAULT_API_KEY, ScalerTestServer  # noqa: E402
+
+from flytekitplugins_ddlscale.waiting import Backoff  # noqa: E402
+
+FAST_POLL = Backoff(initial=0.02, factor=1.5, cap=0.1)
+"""Poll quickly: the test servers' pods appear within fractions of a second."""
+PROCESS_WIDE_THREADS = ("loop-runner",)
+"""Name endings of threads a library starts once per process and keeps (flytekit's event loop runner)."""
+CREDENTIAL_ENV = ("DOMINO_API_PROXY", "DOMINO_TOKEN", "DOMINO_API_KEY", "DOMINO_RUN_ID", "DDLSCALE_BACKEND",
+                  "CLUSTER_SCALER_BASE_URL", "DOMINO_STARTING_USER_ID")
+
+
+def child_pids() -> List[int]:
+    """Live (non-zombie) child processes of this process, read from /proc."""
+    me = os.getpid()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == me and fields[0] != "Z":
+            found.append(int(entry))
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers() -> Iterator[None]:
+    """Fail a test that leaves threads or child processes running."""
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + 10
+    while True:
+        extra = [
+            t for t in threading.enumerate()
+            if t not in before and t.is_alive() and not t.name.endswith(PROCESS_WIDE_THREADS)
+        ]
+        kids = child_pids()
+        if not extra and not kids:
+            return
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert not extra, f"threads left running: {[t.name for t in extra]}"
+    assert not kids, f"child processes left running: {kids}"
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """No Domino or backend settings from the outer environment; a fresh state dir (returned)."""
+    for name in CREDENTIAL_ENV:
+        monkeypatch.delenv(name, raising=False)
+    state = tmp_path / "state"
+    state.mkdir()
+    monkeypatch.setenv("DDLSCALE_STATE_DIR", str(state))
+    return state
+
+
+@pytest.fixture
+def scaler_server() -> Iterator[ScalerTestServer]:
+    """A started scaler test server with quick head restarts."""
+    server = ScalerTestServer()
+    server.head_recreate_delay = 0.2
+    server.head_ready_delay = 0.2
+    with server:
+        yield server
+
+
+@pytest.fixture
+def make_scaler(scaler_server: ScalerTestServer, clean_env: Path) -> Iterator[Callable[..., Any]]:
+    """Build ``ScalerServiceBackend``s for the test server (closed after the test).
+
+    Defaults: the owner's API key, the test's state dir, a 2 s HTTP timeout
+    and fast polling; keyword arguments override them.
+    """
+    from flytekitplugins_ddlscale.backends.scaler import ScalerServiceBackend
+
+    made: List[Any] = []
+
+    def make(**options: Any) -> Any:
+        settings: Dict[str, Any] = dict(
+            base_url=scaler_server.url, api_key=DEFAULT_API_KEY, state_dir=clean_env, timeout=2.0,
+            poll_backoff=FAST_POLL,
+        )
+        settings.update(options)
+        backend = ScalerServiceBackend(**settings)
+        made.append(backend)
+        return backend
+
+    yield make
+    for backend in made:
+        backend.close()
+
+
+@pytest.fixture
+def scaler_env(monkeypatch: pytest.MonkeyPatch, scaler_server: ScalerTestServer, clean_env: Path) -> Dict[str, str]:
+    """Environment selecting the scaler backend on the test server, as a Domino run has it."""
+    env = {
+        "DDLSCALE_BACKEND": "scaler",
+        "CLUSTER_SCALER_BASE_URL": scaler_server.url,
+        "DOMINO_API_KEY": DEFAULT_API_KEY,
+        "DDLSCALE_STATE_DIR": str(clean_env),
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return env

@@ -1,0 +1,327 @@
+"""Faults on the scaler service: 5xx bursts, refused/reset connections, slow answers,
+token expiry, the service restarting mid-wait.
+
+Contract: safe operations (reads, scale to an absolute count) retry within
+bounds; a head restart is sent at most once; every failure ends in a typed
+ScalingError, with the last known cluster state where one was known.
+"""
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+from rel_helpers import desired, scale_bodies
+from rel_proxy import FaultProxy
+
+from flytekitplugins_ddlscale import (
+    BackendUnavailableError,
+    ClusterRef,
+    ScalingError,
+    ScalingTimeoutError,
+    UnauthorizedError,
+)
+from tests.servers.scaler_server import ScalerTestServer
+
+RAY = ClusterRef("ray", "ray-faults")
+RETRIES = 3
+
+
+@pytest.fixture
+def cluster(scaler_server: ScalerTestServer) -> ClusterRef:
+    scaler_server.add_cluster("ray", RAY.name, replicas=1, max_replicas=6)
+    return RAY
+
+
+@pytest.fixture
+def proxy(scaler_server: ScalerTestServer) -> Iterator[FaultProxy]:
+    host, port = scaler_server.url.rsplit("//", 1)[1].split(":")
+    with FaultProxy((host, int(port))) as running:
+        yield running
+
+
+def later(seconds: float, action: Callable[[], Any]) -> threading.Thread:
+    """Run ``action`` after ``seconds`` in a thread the test joins."""
+    thread = threading.Thread(target=lambda: (time.sleep(seconds), action()), name="fault-timer")
+    thread.start()
+    return thread
+
+
+# ----- 5xx bursts -----
+
+
+def test_5xx_burst_within_retry_budget_is_absorbed(make_scaler, scaler_server, cluster):
+    backend = make_scaler(retries=RETRIES)
+    scaler_server.inject_faults("status", RETRIES, status=503, path="/scale/")
+    result = backend.scale(cluster, 3, wait=True, timeout=10)
+    assert result.effective == 3 and result.final.existing_workers == 3
+    assert scaler_server.count("PATCH", "/scale/") == RETRIES + 1
+    assert scale_bodies(scaler_server, cluster.name) == [3]
+
+
+def test_5xx_burst_beyond_budget_stops_after_bounded_attempts(make_scaler, scaler_server, cluster):
+    backend = make_scaler(retries=RETRIES)
+    scaler_server.inject_faults("status", 50, status=502, path="/scale/")
+    with pytest.raises(BackendUnavailableError) as caught:
+        backend.scale(cluster, 3, wait=True, timeout=10)
+    assert scaler_server.count("PATCH", "/scale/") == RETRIES + 1
+    assert desired(scaler_server, "ray", cluster.name) == 1
+    assert "502" in str(caught.value)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="backends/scaler/backend.py ScalerServiceBackend.scale: a BackendUnavailableError from the "
+    "PATCH (ScalerClient._send) carries state=None although scale() had just read the previous state",
+)
+def test_5xx_burst_beyond_budget_error_carries_last_known_state(make_scaler, scaler_server, cluster):
+    backend = make_scaler(retries=RETRIES)
+    scaler_server.inject_faults("status", 50, status=503, path="/scale/")
+    with pytest.raises(BackendUnavailableError) as caught:
+        backend.scale(cluster, 3, wait=True, timeout=10)
+    assert caught.value.state is not None
+    assert caught.value.state.desired_workers == 1
+
+
+def test_5xx_on_polls_during_wait_is_absorbed(make_scaler, scaler_server, cluster):
+    backend = make_scaler(retries=RETRIES)
+    scaler_server.set_pod_ready_delay(0.4)
+    # After the read before the patch: the wait's polls meet the bursts.
+    timer = later(0.1, lambda: scaler_server.inject_faults("status", 2, status=504, path="/cluster/"))
+    try:
+        result = backend.scale(cluster, 4, wait=True, timeout=10)
+    finally:
+        timer.join()
+    assert result.final.existing_workers == 4
+    assert sum(1 for r in scaler_server.requests if "/cluster/" in r.path and r.status == 504) == 2
+
+
+def test_non_retryable_500_is_not_retried(make_scaler, scaler_server, cluster):
+    backend = make_scaler(retries=RETRIES)
+    scaler_server.inject_faults("status", 1, status=500, path="/scale/")
+    with pytest.raises(ScalingError) as caught:
+        backend.scale(cluster, 2, wait=False)
+    assert caught.value.status_code == 500
+    assert scaler_server.count("PATCH", "/scale/") == 1
+
+
+# ----- connection refused / reset -----
+
+
+def test_connection_refused_is_bounded_and_typed(make_scaler, proxy, cluster):
+    backend = make_scaler(base_url=proxy.url, retries=RETRIES)
+    proxy.go_down()
+    with pytest.raises(BackendUnavailableError) as caught:
+        backend.get_state(cluster)
+    assert f"failed {RETRIES + 1} times" in str(caught.value)
+    assert "ConnectError" in str(caught.value)
+    proxy.come_up()
+    assert backend.get_state(cluster).desired_workers == 1
+
+
+def test_connection_reset_on_safe_calls_is_retried(make_scaler, scaler_server, proxy, cluster):
+    backend = make_scaler(base_url=proxy.url, retries=RETRIES)
+    proxy.reset_next(2)
+    result = backend.scale(cluster, 2, wait=False)
+    assert result.effective == 2
+    assert proxy.accepted >= 3
+    assert scale_bodies(scaler_server, cluster.name) == [2]
+
+
+def test_connection_reset_on_head_restart_is_not_resent(make_scaler, scaler_server, proxy, cluster):
+    backend = make_scaler(base_url=proxy.url, retries=RETRIES)
+    backend.get_state(cluster)  # an open pooled connection...
+    proxy.cut_all()  # ...that the service restart cuts
+    proxy.reset_next(5)
+    with pytest.raises(BackendUnavailableError) as caught:
+        backend.restart_head(cluster, wait=True, timeout=5)
+    assert "not retried" in str(caught.value)
+    assert scaler_server.count("PATCH", "/restart_head/") == 0
+
+
+# ----- head restart sent at most once -----
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        dict(kind="status", status=503),
+        dict(kind="status", status=502),
+        dict(kind="drop"),
+    ],
+    ids=["503", "502", "dropped-answer"],
+)
+def test_head_restart_is_never_sent_twice(make_scaler, scaler_server, cluster, fault):
+    backend = make_scaler(retries=RETRIES)
+    scaler_server.inject_faults(count=5, path="/restart_head/", method="PATCH", **fault)
+    with pytest.raises(BackendUnavailableError):
+        backend.restart_head(cluster, wait=True, timeout=5)
+    assert scaler_server.count("PATCH", "/restart_head/") == 1
+
+
+def test_head_restart_answer_slower_than_timeout_is_not_resent(make_scaler, scaler_server, cluster):
+    backend = make_scaler(retries=RETRIES, timeout=0.3)
+    scaler_server.inject_faults("delay", 1, delay=1.0, path="/restart_head/", method="PATCH")
+    with pytest.raises(BackendUnavailableError) as caught:
+        backend.restart_head(cluster, wait=True, timeout=5)
+    assert "may or may not have happened" in str(caught.value)
+    time.sleep(1.0)  # the service finishes the slow request; nothing else may follow it
+    assert scaler_server.count("PATCH", "/restart_head/") == 1
+
+
+def test_head_restart_status_polls_survive_5xx(make_scaler, scaler_server, cluster):
+    backend = make_scaler(retries=RETRIES)
+    scaler_server.inject_faults("status", 2, status=503, path="/restart_head_status/")
+    result = backend.restart_head(cluster, wait=True, timeout=10)
+    assert result.ready
+    assert scaler_server.count("PATCH", "/restart_head/") == 1
+
+
+# ----- slow answers -----
+
+
+def test_one_slow_answer_past_the_timeout_is_retried(make_scaler, scaler_server, cluster):
+    backend = make_scaler(retries=RETRIES, timeout=0.3)
+    scaler_server.inject_faults("delay", 1, delay=1.0, path="/cluster/")
+    assert backend.get_state(cluster).desired_workers == 1
+    assert scaler_server.count("GET", "/cluster/") == 2
+
+
+def test_always_slow_service_ends_in_typed_error(make_scaler, scaler_server, cluster):
+    backend = make_scaler(retries=1, timeout=0.3)
+    scaler_server.inject_faults("delay", 10, delay=1.0, path="/cluster/")
+    with pytest.raises(BackendUnavailableError) as caught:
+        backend.get_state(cluster)
+    assert "ReadTimeout" in str(caught.value)
+    assert scaler_server.count("GET", "/cluster/") == 2
+
+
+# ----- token expiry -----
+
+
+@pytest.fixture
+def proxy_auth_env(monkeypatch: pytest.MonkeyPatch, scaler_server: ScalerTestServer, clean_env: Path) -> None:
+    """Credentials from ``$DOMINO_API_PROXY`` (the test server's /access-token), as inside a Domino run."""
+    monkeypatch.setenv("DOMINO_API_PROXY", scaler_server.url)
+
+
+def test_401_mid_wait_refreshes_the_proxy_token_once(make_scaler, scaler_server, cluster, proxy_auth_env):
+    backend = make_scaler(api_key=None)
+    scaler_server.set_pod_ready_delay(0.4)
+    timer = later(0.15, lambda: scaler_server.inject_faults("status", 1, status=401, path="/cluster/"))
+    try:
+        result = backend.scale(cluster, 3, wait=True, timeout=10)
+    finally:
+        timer.join()
+    assert result.final.existing_workers == 3
+    assert scaler_server.count("GET", "/access-token") == 2
+    refused = [r for r in scaler_server.requests if r.status == 401]
+    retried = [r for r in scaler_server.requests if r.path == refused[0].path and r.status == 200]
+    assert refused and retried
+    assert refused[0].headers["authorization"] != retried[-1].headers["authorization"]
+
+
+def test_401_twice_in_a_row_is_unauthorized_not_a_loop(make_scaler, scaler_server, cluster, proxy_auth_env):
+    backend = make_scaler(api_key=None)
+    scaler_server.inject_faults("status", 5, status=401, path="/cluster/")
+    with pytest.raises(UnauthorizedError):
+        backend.get_state(cluster)
+    assert scaler_server.count("GET", "/cluster/") == 2
+    assert scaler_server.count("GET", "/access-token") == 2
+
+
+def test_token_expiring_mid_wait_is_refreshed(make_scaler, scaler_server, cluster, proxy_auth_env):
+    backend = make_scaler(api_key=None)
+    scaler_server.set_pod_ready_delay(0.5)
+    timer = later(0.15, scaler_server.expire_tokens)
+    try:
+        result = backend.scale(cluster, 3, wait=True, timeout=10)
+    finally:
+        timer.join()
+    assert result.final.existing_workers == 3
+
+
+# ----- the service restarting during a wait -----
+
+
+def test_service_restart_shorter_than_retry_budget_does_not_end_the_wait(make_scaler, scaler_server, proxy, cluster):
+    backend = make_scaler(base_url=proxy.url, retries=RETRIES)
+    scaler_server.set_pod_ready_delay(0.6)
+    down = later(0.1, proxy.go_down)
+    up = later(0.4, proxy.come_up)
+    try:
+        result = backend.scale(cluster, 4, wait=True, timeout=10)
+    finally:
+        down.join()
+        up.join()
+    assert result.final.existing_workers == 4
+    assert scale_bodies(scaler_server, cluster.name) == [4]
+
+
+def test_service_gone_for_good_during_a_wait_ends_in_typed_error(make_scaler, scaler_server, proxy, cluster):
+    backend = make_scaler(base_url=proxy.url, retries=RETRIES)
+    scaler_server.set_pod_ready_delay(5.0)
+    down = later(0.2, proxy.go_down)
+    try:
+        with pytest.raises(BackendUnavailableError):
+            backend.scale(cluster, 4, wait=True, timeout=10)
+    finally:
+        down.join()
+    assert scale_bodies(scaler_server, cluster.name) == [4]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="waiting.py poll_until / backends/scaler/backend.py wait_for_workers: when a poll fails "
+    "(BackendUnavailableError from ScalerClient._send) the error propagates with state=None, losing "
+    "the last state the wait had observed",
+)
+def test_service_gone_during_a_wait_error_carries_last_state(make_scaler, scaler_server, proxy, cluster):
+    backend = make_scaler(base_url=proxy.url, retries=RETRIES)
+    scaler_server.set_pod_ready_delay(5.0)
+    down = later(0.3, proxy.go_down)
+    try:
+        with pytest.raises(BackendUnavailableError) as caught:
+            backend.scale(cluster, 4, wait=True, timeout=10)
+    finally:
+        down.join()
+    assert caught.value.state is not None
+    assert caught.value.state.desired_workers == 4
+
+
+def test_wait_timeout_carries_last_state_and_says_what_it_waited_for(make_scaler, scaler_server, cluster):
+    backend = make_scaler()
+    scaler_server.set_pod_ready_delay(30.0)
+    with pytest.raises(ScalingTimeoutError) as caught:
+        backend.scale(cluster, 3, wait=True, timeout=0.5)
+    err = caught.value
+    assert err.state is not None and err.state.desired_workers == 3 and err.state.existing_workers == 1
+    assert "3 worker pods" in str(err) and "timed out" in str(err)
+
+
+def test_cluster_deleted_during_a_wait_is_not_found(make_scaler, scaler_server, cluster):
+    backend = make_scaler()
+    scaler_server.set_pod_ready_delay(5.0)
+    timer = later(0.2, lambda: scaler_server.remove_cluster("ray", cluster.name))
+    try:
+        with pytest.raises(ScalingError) as caught:
+            backend.scale(cluster, 3, wait=True, timeout=10)
+    finally:
+        timer.join()
+    assert caught.value.code == "not_found"
+
+
+def test_no_credentials_is_a_typed_error_not_a_crash(make_scaler, scaler_server, cluster):
+    backend = make_scaler(api_key=None)
+    with pytest.raises(UnauthorizedError):
+        backend.get_state(cluster)
+    assert scaler_server.count("GET", "/cluster/") == 1
+
+
+def test_other_users_key_cannot_change_the_cluster(make_scaler, scaler_server, cluster):
+    from tests.servers.scaler_server import OTHER_API_KEY
+
+    backend = make_scaler(api_key=OTHER_API_KEY)
+    with pytest.raises(UnauthorizedError):
+        backend.scale(cluster, 3, wait=False)
+    assert desired(scaler_server, "ray", cluster.name) == 1

@@ -1,0 +1,144 @@
+"""``ddlscale status|scale|restart-head|restore`` against the scaler test server: output and exit codes."""
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from flytekitplugins_ddlscale.cli import main
+from tests.servers.scaler_server import DEFAULT_API_KEY, OTHER_API_KEY
+
+
+@pytest.fixture
+def run(scaler_server, tmp_path):
+    """Invoke the CLI with the scaler backend pointed at the test server."""
+
+    def invoke(*args, api_key=DEFAULT_API_KEY, base_url=None, **env):
+        environment = {
+            "CLUSTER_SCALER_BASE_URL": base_url or scaler_server.url,
+            "DOMINO_API_KEY": api_key,
+            "DDLSCALE_STATE_DIR": str(tmp_path / "state"),
+            "DDLSCALE_BACKEND": "scaler",
+            "DOMINO_API_PROXY": None,
+            "DOMINO_TOKEN": None,
+            "DOMINO_RUN_ID": None,
+        }
+        environment.update(env)
+        return CliRunner().invoke(main, list(args), env=environment, catch_exceptions=False)
+
+    return invoke
+
+
+def test_status_json(scaler_server, run):
+    scaler_server.add_cluster("ray", "ray-run1", replicas=2, max_replicas=5)
+    result = run("status", "--kind", "ray", "--name", "ray-run1", "--json")
+    assert result.exit_code == 0
+    state = json.loads(result.stdout)
+    assert (state["desired_workers"], state["existing_workers"], state["ready_workers"]) == (2, 2, None)
+    assert state["autoscaling_max"] == 5 and state["cluster"] == "ray/ray-run1"
+
+
+def test_status_text_and_run_id(scaler_server, run):
+    scaler_server.add_cluster("dask", "dask-abc123", replicas=1)
+    result = run("status", "--kind", "daskclusters", "--run-id", "ABC123")
+    assert result.exit_code == 0
+    assert "dask/dask-abc123 Running: desired=1 existing=1 ready=?" in result.stdout
+    from_env = run("status", "--kind", "dask", DOMINO_RUN_ID="abc123")
+    assert from_env.exit_code == 0
+
+
+def test_status_wait(scaler_server, run):
+    scaler_server.add_cluster("ray", "ray-run1", replicas=2)
+    assert run("status", "--kind", "ray", "--name", "ray-run1", "--wait", "--timeout", "5").exit_code == 0
+
+
+def test_missing_cluster_identity_is_bad_input(run):
+    result = run("status", "--kind", "ray")
+    assert result.exit_code == 2 and "run_id" in result.stderr
+
+
+def test_scale_json_and_restore(scaler_server, run):
+    scaler_server.add_cluster("ray", "ray-run1", replicas=1, max_replicas=3)
+    result = run("scale", "--kind", "ray", "--name", "ray-run1", "--replicas", "5", "--json", "--timeout", "10")
+    assert result.exit_code == 0, result.output
+    body = json.loads(result.stdout)
+    assert (body["requested"], body["effective"], body["capped"], body["waited"]) == (5, 3, True, True)
+    assert body["previous"]["desired_workers"] == 1 and body["final"]["existing_workers"] == 3
+    restored = run("restore", "--kind", "ray", "--name", "ray-run1", "--json", "--timeout", "10")
+    assert restored.exit_code == 0 and json.loads(restored.stdout)["effective"] == 1
+    again = run("restore", "--kind", "ray", "--name", "ray-run1")
+    assert again.exit_code == 2 and "no baseline" in again.stderr
+
+
+def test_restore_to_explicit_replicas(scaler_server, run):
+    scaler_server.add_cluster("ray", "ray-run1", replicas=1)
+    result = run("restore", "--kind", "ray", "--name", "ray-run1", "--replicas", "2", "--no-wait")
+    assert result.exit_code == 0 and "set 2" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--replicas", "-1"],
+        ["--replicas", "2", "--worker-hw-tier", "Nope"],
+        ["--replicas", "9", "--strict"],
+        ["--replicas", "2", "--timeout", "0"],
+        ["--replicas", "two"],
+    ],
+)
+def test_scale_bad_input_exits_2(scaler_server, run, args):
+    scaler_server.add_cluster("ray", "ray-run1", replicas=1, max_replicas=3)
+    result = run("scale", "--kind", "ray", "--name", "ray-run1", *args)
+    assert result.exit_code == 2
+    assert scaler_server.cluster_object("ray", "ray-run1")["spec"]["worker"]["replicas"] == 1
+    # Only a tier name needs the service's catalog to be judged; everything else is refused locally.
+    assert scaler_server.count("PATCH") == (1 if "--worker-hw-tier" in args else 0)
+
+
+def test_bad_kind_and_backend_exit_2(scaler_server, run):
+    assert run("status", "--kind", "flink", "--name", "x").exit_code == 2
+    assert run("status", "--kind", "ray", "--name", "x", "--backend", "bogus").exit_code == 2
+    assert scaler_server.requests == []
+
+
+def test_not_found_exits_4_with_json_error(run):
+    result = run("status", "--kind", "spark", "--name", "spark-missing", "--json")
+    assert result.exit_code == 4
+    assert json.loads(result.stdout)["error"] == "not_found"
+
+
+def test_unauthorized_exits_5_without_echoing_credentials(scaler_server, run):
+    scaler_server.add_cluster("ray", "ray-run1")
+    result = run("scale", "--kind", "ray", "--name", "ray-run1", "--replicas", "2", api_key=OTHER_API_KEY)
+    assert result.exit_code == 5
+    assert OTHER_API_KEY not in result.output
+
+
+def test_unavailable_exits_6(run):
+    result = run("status", "--kind", "ray", "--name", "ray-run1", "--json", base_url="http://127.0.0.1:9")
+    assert result.exit_code == 6 and json.loads(result.stdout)["error"] == "backend_unavailable"
+
+
+def test_timeout_exits_3_with_last_state(scaler_server, run):
+    scaler_server.add_cluster("ray", "ray-run1", replicas=1, pod_ready_delay=30)
+    result = run("scale", "--kind", "ray", "--name", "ray-run1", "--replicas", "3", "--timeout", "0.5", "--json")
+    assert result.exit_code == 3
+    error = json.loads(result.stdout)
+    assert error["error"] == "timeout" and error["state"]["existing_workers"] == 1
+
+
+def test_restart_head(scaler_server, run):
+    scaler_server.head_recreate_delay = 0.1
+    scaler_server.head_ready_delay = 0.1
+    scaler_server.add_cluster("ray", "ray-run1")
+    scaler_server.add_cluster("spark", "spark-run1")
+    ok = run("restart-head", "--kind", "ray", "--name", "ray-run1", "--json", "--timeout", "10")
+    assert ok.exit_code == 0 and json.loads(ok.stdout)["ready"] is True
+    spark = run("restart-head", "--kind", "spark", "--name", "spark-run1")
+    assert spark.exit_code == 1 and "kubernetes backend" in spark.stderr
+    tier = run("restart-head", "--kind", "ray", "--name", "ray-run1", "--head-hw-tier", "Medium")
+    assert tier.exit_code == 1 and "head" in tier.stderr
+
+
+def test_mpi_is_unsupported_by_the_scaler(run):
+    result = run("status", "--kind", "mpi", "--name", "mpi-run1", "--json")
+    assert result.exit_code == 1 and json.loads(result.stdout)["error"] == "unsupported"

@@ -1,0 +1,50 @@
+"""get_backend: precedence of argument, environment and defaults; lazy imports."""
+import subprocess
+import sys
+
+import pytest
+
+from flytekitplugins_ddlscale import InvalidInputError
+from flytekitplugins_ddlscale.backends import backend_name_from_env, get_backend, load_backend_class
+
+
+@pytest.mark.parametrize(
+    "env,expected",
+    [
+        ({"DDLSCALE_BACKEND": "Kubernetes", "CLUSTER_SCALER_BASE_URL": "http://x"}, "kubernetes"),
+        ({"CLUSTER_SCALER_BASE_URL": "http://x"}, "scaler"),
+        ({"DOMINO_RUN_ID": "r1"}, "scaler"),
+        ({}, "local"),
+    ],
+)
+def test_environment_precedence(env, expected):
+    assert backend_name_from_env(env) == expected
+
+
+def test_argument_wins_and_aliases_resolve(scaler_server, tmp_path, monkeypatch):
+    monkeypatch.setenv("DDLSCALE_BACKEND", "local")
+    backend = get_backend("service", base_url=scaler_server.url, api_key="k-1234", state_dir=tmp_path)
+    try:
+        assert backend.name == "scaler" and backend.base_url == scaler_server.url
+    finally:
+        backend.close()
+    monkeypatch.setenv("DDLSCALE_BACKEND", "scaler-service")
+    monkeypatch.setenv("CLUSTER_SCALER_BASE_URL", scaler_server.url)
+    with get_backend(api_key="k-1234", state_dir=tmp_path) as chosen:
+        assert chosen.name == "scaler"
+
+
+def test_unknown_backend_names_the_choices():
+    with pytest.raises(InvalidInputError) as info:
+        load_backend_class("nope")
+    assert info.value.field == "backend" and "scaler" in info.value.allowed
+
+
+def test_importing_the_plugin_loads_no_backend_library():
+    code = (
+        "import sys, flytekitplugins_ddlscale, flytekitplugins_ddlscale.backends;"
+        "heavy = [m for m in ('httpx', 'kubernetes', 'dask', 'distributed', 'ray') if m in sys.modules];"
+        "print(','.join(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == ""

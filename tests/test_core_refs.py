@@ -1,0 +1,56 @@
+"""ClusterRef and the KINDS table."""
+import pytest
+
+from flytekitplugins_ddlscale import KINDS, ClusterRef, InvalidInputError
+from flytekitplugins_ddlscale.refs import normalize_kind, validate_name
+
+
+@pytest.mark.parametrize("kind,short", [("ray", "ray"), ("RayClusters", "ray"), (" spark ", "spark"), ("mpiclusters", "mpi")])
+def test_kinds_normalize(kind, short):
+    assert normalize_kind(kind) == short
+
+
+@pytest.mark.parametrize("kind", ["flink", "", None, 3])
+def test_unknown_kind_names_field_and_allowed_values(kind):
+    with pytest.raises(InvalidInputError) as info:
+        ClusterRef(kind, "x")
+    assert info.value.field == "kind" and "rayclusters" in info.value.allowed
+
+
+@pytest.mark.parametrize("name", ["", "Upper", "-lead", "trail-", "a_b", "x" * 64, None])
+def test_bad_names(name):
+    with pytest.raises(InvalidInputError) as info:
+        validate_name(name)
+    assert info.value.field == "name"
+
+
+def test_bad_namespace_names_its_field():
+    with pytest.raises(InvalidInputError) as info:
+        ClusterRef("ray", "ok", "Bad NS")
+    assert info.value.field == "namespace"
+
+
+def test_pod_names_follow_the_operator():
+    assert KINDS["ray"].head_pod_name("c") == "c-ray-head-0"
+    assert KINDS["spark"].head_pod_name("c") == "c-spark-master-0"
+    assert KINDS["dask"].head_pod_name("c") == "c-dask-scheduler-0"
+    assert KINDS["mpi"].head_pod_name("c") is None
+    assert [KINDS[k].worker_pod_prefix("c") for k in ("ray", "spark", "dask", "mpi")] == [
+        "c-ray-worker-", "c-spark-worker-", "c-dask-worker-", "c-mpi-worker-",
+    ]
+    assert [k for k, info in KINDS.items() if info.served_by_scaler] == ["ray", "spark", "dask"]
+
+
+def test_for_run_and_parse(monkeypatch):
+    assert ClusterRef.for_run("rayclusters", "65F1ab").name == "ray-65f1ab"
+    monkeypatch.setenv("DOMINO_RUN_ID", "run9")
+    assert ClusterRef.for_run("dask") == ClusterRef("dask", "dask-run9")
+    monkeypatch.delenv("DOMINO_RUN_ID")
+    with pytest.raises(InvalidInputError) as info:
+        ClusterRef.for_run("dask")
+    assert info.value.field == "run_id"
+    assert ClusterRef.parse("ns1/spark/s1") == ClusterRef("spark", "s1", "ns1")
+    assert str(ClusterRef.parse("ray/r1")) == "ray/r1"
+    with pytest.raises(InvalidInputError):
+        ClusterRef.parse("just-a-name")
+    assert ClusterRef("ray", "r").plural == "rayclusters"

@@ -1,0 +1,174 @@
+"""Local backend against real Dask scheduler and worker processes.
+
+Worker counts, threads and memory limits are checked through a real
+``distributed.Client`` connected with the Domino connection variables, and
+worker pids through ``Client.run(os.getpid)`` on the workers themselves.
+"""
+import os
+import signal
+
+import pytest
+
+from flytekitplugins_ddlscale import ClusterRef, ReplicaSpec, ScalingTimeoutError
+from flytekitplugins_ddlscale.backends.local import LocalBackend, procs
+from tests.test_local_support import (  # noqa: F401
+    backend,
+    local_state,
+    processes_mentioning,
+    scheduler_workers,
+    tiers_file,
+)
+
+pytestmark = pytest.mark.slow
+
+
+def _client_from_env():
+    from distributed import Client
+
+    return Client(
+        f"tcp://{os.environ['DASK_SCHEDULER_SERVICE_HOST']}:{os.environ['DASK_SCHEDULER_SERVICE_PORT']}",
+        timeout=10,
+    )
+
+
+def _recorded_worker_pids(backend, ref):
+    return sorted(w.proc.pid for w in backend.store.load(ref).workers)
+
+
+def test_scale_0_3_1_0_with_compute_on_the_workers(backend):
+    ref = ClusterRef("dask", "cycle")
+    first = backend.scale(ref, 0, timeout=60)
+    assert first.previous.status == "Stopped"
+    assert (first.final.status, first.final.ready_workers, first.final.head_ready) == ("Running", 0, True)
+
+    three = backend.scale(ref, 3, timeout=60)
+    assert (three.effective, three.final.ready_workers, three.final.existing_workers) == (3, 3, 3)
+    assert three.previous.desired_workers == 0
+    with backend.connected(ref) as env:
+        assert env["DASK_SCHEDULER_SERVICE_HOST"] == "127.0.0.1"
+        with _client_from_env() as client:
+            squares = client.gather(client.map(lambda x: x * x, range(20)))
+            worker_pids = sorted(client.run(os.getpid).values())
+    assert sum(squares) == sum(x * x for x in range(20))
+    assert worker_pids == _recorded_worker_pids(backend, ref)
+    assert "DASK_SCHEDULER_SERVICE_HOST" not in os.environ or os.environ["DASK_SCHEDULER_SERVICE_HOST"] != env
+
+    before = {w.name: w.proc for w in backend.store.load(ref).workers}
+    one = backend.scale(ref, 1, timeout=60)
+    assert (one.final.desired_workers, one.final.ready_workers, one.final.existing_workers) == (1, 1, 1)
+    kept = backend.store.load(ref).workers
+    assert len(kept) == 1 and kept[0].proc == before[kept[0].name]
+    for name, proc in before.items():
+        assert procs.is_alive(proc) == (name == kept[0].name)
+    assert list(scheduler_workers(backend.store.load(ref).address)) == [kept[0].name]
+
+    zero = backend.scale(ref, 0, timeout=60)
+    assert (zero.final.ready_workers, zero.final.existing_workers, zero.final.status) == (0, 0, "Running")
+    assert scheduler_workers(backend.store.load(ref).address) == {}
+    assert backend.get_baseline(ref).replicas == 0
+
+
+def test_tiers_reach_the_scheduler_and_a_tier_change_replaces_workers(local_state, tiers_file):
+    backend = LocalBackend(state_dir=local_state, tiers_file=tiers_file)
+    ref = ClusterRef("dask", "tiers")
+    result = backend.scale(ref, 2, timeout=60)
+    assert result.final.worker_hw_tier == "Tiny"
+    address = backend.store.load(ref).address
+    seen = scheduler_workers(address)
+    assert {(w["nthreads"], w["memory_limit"]) for w in seen.values()} == {(1, 512 * 2**20)}
+    old = {w.name: w.proc for w in backend.store.load(ref).workers}
+
+    changed = backend.scale(ref, 2, "Duo", timeout=60)
+    assert (changed.final.worker_hw_tier, changed.final.ready_workers, changed.final.existing_workers) == ("Duo", 2, 2)
+    seen = scheduler_workers(address)
+    assert set(seen).isdisjoint(old)
+    assert {(w["nthreads"], w["memory_limit"]) for w in seen.values()} == {(2, 768 * 2**20)}
+    assert not any(procs.is_alive(p) for p in old.values())
+    assert backend.get_baseline(ref).worker_hw_tier is None
+
+
+def test_restart_head_keeps_the_port_and_workers_reconnect(backend):
+    ref = ClusterRef("dask", "restart")
+    backend.scale(ref, 2, timeout=60)
+    before = backend.store.load(ref)
+    result = backend.restart_head(ref, head_hw_tier="Medium", timeout=60)
+    after = backend.store.load(ref)
+    assert result.ready and result.pod == "restart-dask-scheduler-0"
+    assert (result.final.ready_workers, result.final.head_hw_tier) == (2, "Medium")
+    assert after.port == before.port and after.scheduler != before.scheduler
+    assert not procs.is_alive(before.scheduler)
+    assert sorted(w.name for w in after.workers) == sorted(w.name for w in before.workers)
+    assert sorted(scheduler_workers(after.address)) == sorted(w.name for w in before.workers)
+    with backend.connected(ref), _client_from_env() as client:
+        assert client.submit(sum, [1, 2, 3]).result() == 6
+    assert backend.get_state(ref).head_hw_tier == "Medium"
+
+
+def test_crashed_worker_and_scheduler_are_repaired(backend):
+    ref = ClusterRef("dask", "repair")
+    backend.scale(ref, 2, timeout=60)
+    victim = backend.store.load(ref).workers[0]
+    os.kill(victim.proc.pid, signal.SIGKILL)
+    procs_gone = backend.store.load(ref).workers[0].proc
+    assert not procs.is_alive(procs_gone) or _wait_dead(procs_gone)
+
+    state = backend.get_state(ref)
+    assert (state.status, state.existing_workers, state.desired_workers) == ("Starting", 1, 2)
+    repaired = backend.repair(ref, timeout=60)
+    assert (repaired.status, repaired.ready_workers) == ("Running", 2)
+    assert victim.name not in {w.name for w in backend.store.load(ref).workers}
+
+    record = backend.store.load(ref)
+    os.kill(record.scheduler.pid, signal.SIGKILL)
+    _wait_dead(record.scheduler)
+    failed = backend.get_state(ref)
+    assert (failed.status, failed.head_ready) == ("Failed", False)
+    again = backend.scale(ref, 2, timeout=60)
+    assert (again.final.status, again.final.ready_workers) == ("Running", 2)
+    assert backend.store.load(ref).port == record.port
+
+
+def _wait_dead(proc):
+    return procs.stop_processes([proc], grace=5.0) is None and not procs.is_alive(proc)
+
+
+def test_timeout_puts_the_cluster_back_as_it_was(backend):
+    ref = ClusterRef("dask", "timeout")
+    backend.scale(ref, 1, timeout=60)
+    with pytest.raises(ScalingTimeoutError, match="3 workers seen by the Dask scheduler") as caught:
+        backend.scale(ref, 3, timeout=0.05)
+    assert caught.value.state is not None
+    state = backend.get_state(ref)
+    assert (state.desired_workers, state.existing_workers, state.ready_workers) == (1, 1, 1)
+    assert len(processes_mentioning(str(backend.store.cluster_dir(ref)))) == 2
+
+
+def test_capped_scale_reports_it(local_state):
+    backend = LocalBackend(state_dir=local_state, max_workers=1)
+    result = backend.scale(ClusterRef("dask", "capped"), 2, timeout=60)
+    assert (result.requested, result.effective, result.capped, result.final.ready_workers) == (2, 1, True, 1)
+
+
+def test_restore_baseline_removes_a_cluster_the_flow_created(backend):
+    ref = ClusterRef("dask", "ephemeral")
+    backend.scale(ref, 2, timeout=60)
+    folder = str(backend.store.cluster_dir(ref))
+    assert len(processes_mentioning(folder)) == 3
+    result = backend.restore_baseline(ref)
+    assert (result.previous.ready_workers, result.final.status) == (2, "Stopped")
+    assert backend.list_clusters() == [] and backend.get_baseline(ref) is None
+    assert processes_mentioning(folder) == []
+
+
+def test_restore_baseline_keeps_a_cluster_made_with_up(backend):
+    ref = ClusterRef("dask", "kept")
+    backend.up(ref, 1, timeout=60)
+    backend.scale(ref, 2, "Medium", timeout=60)
+    assert backend.get_baseline(ref).replicas == 1
+    result = backend.restore_baseline(ref)
+    assert (result.final.ready_workers, result.final.worker_hw_tier) == (1, "Small")
+    assert backend.get_baseline(ref) is None
+    explicit = backend.restore_baseline(ref, ReplicaSpec(0))
+    assert explicit.final.desired_workers == 0 and backend.list_clusters() == [ref]
+    assert backend.down(ref) is True
+    assert processes_mentioning(str(backend.store.cluster_dir(ref))) == []

@@ -1,0 +1,179 @@
+"""Local backend: tiers, bad input, kinds, selection and bookkeeping -- nothing here starts a cluster.
+
+Each bad-input test also checks that nothing was created: no cluster in the
+state directory and (through the fixture) no process running from it.
+"""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from flytekitplugins_ddlscale import (
+    CapacityExceededError,
+    ClusterNotFoundError,
+    ClusterRef,
+    InvalidInputError,
+    ReplicaSpec,
+    UnknownTierError,
+    UnsupportedOperationError,
+)
+from flytekitplugins_ddlscale.backends import ClusterBackend, get_backend
+from flytekitplugins_ddlscale.backends.local import LOCAL_TIERS_ENV, LocalBackend, dask_env, environ_set
+from flytekitplugins_ddlscale.backends.local.tiers import WorkerShape, load_catalog, memory_bytes
+from tests.test_local_support import backend, local_state, tiers_file  # noqa: F401
+
+REF = ClusterRef("dask", "inputs")
+
+
+def test_default_tiers_map_cores_to_threads_and_memory_to_limit():
+    catalog = load_catalog()
+    shapes = {t.name: WorkerShape.from_tier(t) for t in catalog.tiers()}
+    assert [t.name for t in catalog.tiers()] == ["Small", "Medium", "Large"]
+    assert (shapes["Small"].nthreads, shapes["Small"].memory_limit) == (1, 2**30)
+    assert (shapes["Medium"].nthreads, shapes["Medium"].memory_limit) == (2, 2 * 2**30)
+    assert (shapes["Large"].nthreads, shapes["Large"].memory_limit) == (4, 4 * 2**30)
+
+
+def test_user_tiers_file_from_env_replaces_defaults(tiers_file, monkeypatch, local_state):
+    monkeypatch.setenv(LOCAL_TIERS_ENV, str(tiers_file))
+    backend = LocalBackend(state_dir=local_state)
+    duo = WorkerShape.from_tier(backend.catalog.resolve("Duo", "dask"))
+    assert (duo.nthreads, duo.memory_limit) == (2, 768 * 2**20)
+    with pytest.raises(UnknownTierError, match="allowed for dask: Duo, Tiny"):
+        backend.scale(REF, 1, "Small")
+    with pytest.raises(UnknownTierError, match="restricted to ray"):
+        backend.scale(REF, 1, "RayOnly")
+    assert backend.list_clusters() == []
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [("1Gi", 2**30), ("512Mi", 512 * 2**20), ("2G", 2 * 10**9), ("1073741824", 2**30), ("1.5Gi", 3 * 2**29)],
+)
+def test_memory_quantities(text, expected):
+    assert memory_bytes(text) == expected
+
+
+def test_bad_tiers_file_is_refused_naming_the_field(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("tiers:\n  - name: Odd\n    cores: 1\n    memory: lots\n")
+    with pytest.raises(InvalidInputError, match="tiers\\[Odd\\].memory"):
+        LocalBackend(state_dir=tmp_path / "s", tiers_file=bad)
+    with pytest.raises(InvalidInputError, match="tiers_file"):
+        LocalBackend(state_dir=tmp_path / "s", tiers_file=tmp_path / "missing.yaml")
+
+
+@pytest.mark.parametrize("replicas", [-1, 1001, True, 2.5, "3", None])
+def test_bad_replicas_refused_before_anything_starts(backend, replicas):
+    with pytest.raises(InvalidInputError, match="replicas"):
+        backend.scale(REF, replicas)
+    assert backend.list_clusters() == []
+
+
+def test_bad_timeout_and_tier_refused_before_anything_starts(backend):
+    with pytest.raises(InvalidInputError, match="timeout"):
+        backend.scale(REF, 1, timeout=0)
+    with pytest.raises(UnknownTierError, match="unknown worker_hw_tier='Huge'; allowed for dask: Large, Medium, Small"):
+        backend.scale(REF, 1, "Huge")
+    with pytest.raises(InvalidInputError, match="worker_hw_tier"):
+        backend.scale(REF, 1, "  ")
+    with pytest.raises(UnknownTierError, match="head_hw_tier"):
+        backend.restart_head(REF, head_hw_tier="Huge")
+    with pytest.raises(UnknownTierError):
+        backend.claim(REF, "phase-a", 2, "Huge")
+    assert backend.list_clusters() == []
+    assert backend.get_baseline(REF) is None
+
+
+def test_strict_above_max_workers_is_refused(local_state):
+    backend = LocalBackend(state_dir=local_state, max_workers=2)
+    with pytest.raises(CapacityExceededError, match="at most 2"):
+        backend.scale(REF, 3, strict=True)
+    assert backend.list_clusters() == []
+
+
+@pytest.mark.parametrize("kind", ["ray", "spark", "mpi"])
+def test_other_kinds_are_unsupported_with_an_explanation(backend, kind):
+    ref = ClusterRef(kind, "other")
+    for call in (
+        lambda: backend.scale(ref, 1),
+        lambda: backend.get_state(ref),
+        lambda: backend.restart_head(ref),
+        lambda: backend.claim(ref, "p", 1),
+        lambda: backend.connection_env(ref),
+    ):
+        with pytest.raises(UnsupportedOperationError, match="runs Dask clusters only"):
+            call()
+    assert backend.list_clusters() == []
+
+
+def test_missing_cluster_is_reported_not_created(backend):
+    with pytest.raises(ClusterNotFoundError, match="ddlscale local up --name inputs"):
+        backend.get_state(REF)
+    with pytest.raises(ClusterNotFoundError):
+        backend.connection_env(REF)
+    with pytest.raises(ClusterNotFoundError):
+        backend.restart_head(REF)
+    assert backend.down(REF) is False
+    assert backend.list_clusters() == []
+
+
+def test_restore_without_baseline_or_cluster_changes_nothing(backend):
+    result = backend.restore_baseline(REF)
+    assert (result.requested, result.effective, result.final.status) == (0, 0, "Stopped")
+    assert backend.list_clusters() == []
+
+
+def test_claims_keep_the_largest_and_record_a_baseline(backend):
+    assert backend.claim(REF, "phase-a", 2).replicas == 2
+    assert backend.claim(REF, "phase-b", 3, "Medium").claim_id == "phase-b"
+    baseline = backend.get_baseline(REF)
+    assert baseline is not None and baseline.replicas == 0
+    assert backend.release(REF, "phase-b").claim_id == "phase-a"
+    assert backend.release(REF, "phase-a") is None
+    # A second process sees the same records through the state directory.
+    other = LocalBackend(state_dir=backend.store.root)
+    assert other.get_baseline(REF) == baseline
+    assert backend.list_clusters() == []
+
+
+def test_capabilities_and_protocol(backend):
+    assert isinstance(backend, ClusterBackend)
+    caps = backend.capabilities
+    assert caps.kinds == frozenset({"dask"})
+    assert caps.observes_readiness and caps.holds_size and caps.persistent_baseline
+
+
+def test_get_backend_defaults_to_local(monkeypatch, tmp_path):
+    for name in ("DDLSCALE_BACKEND", "CLUSTER_SCALER_BASE_URL", "DOMINO_RUN_ID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DDLSCALE_STATE_DIR", str(tmp_path / "state"))
+    chosen = get_backend()
+    assert isinstance(chosen, LocalBackend)
+    assert chosen.store.root == tmp_path / "state" / "local"
+
+
+def test_environ_set_restores_previous_values(monkeypatch):
+    monkeypatch.setenv("DASK_SCHEDULER_SERVICE_HOST", "elsewhere")
+    monkeypatch.delenv("DASK_SCHEDULER_SERVICE_PORT", raising=False)
+    with environ_set(dask_env("127.0.0.1", 8786)):
+        assert os.environ["DASK_SCHEDULER_SERVICE_HOST"] == "127.0.0.1"
+        assert os.environ["DASK_SCHEDULER_SERVICE_PORT"] == "8786"
+    assert os.environ["DASK_SCHEDULER_SERVICE_HOST"] == "elsewhere"
+    assert "DASK_SCHEDULER_SERVICE_PORT" not in os.environ
+
+
+def test_importing_the_backend_does_not_import_dask():
+    code = (
+        "import sys, flytekitplugins_ddlscale.backends.local, flytekitplugins_ddlscale.cli.local_commands;"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_restore_to_explicit_target_validates_tier_first(backend):
+    with pytest.raises(UnknownTierError):
+        backend.restore_baseline(REF, ReplicaSpec(1, "Huge"))
+    assert backend.list_clusters() == []

@@ -1,0 +1,82 @@
+"""Fixtures and helpers shared by the local-backend tests (no tests here).
+
+Every fixture tears its clusters down and then checks, by scanning /proc,
+that no process started for the test's state directory is still running,
+and that no thread was left behind in the test process.
+"""
+import os
+import threading
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+SMALL_TIERS = """
+tiers:
+  - name: Tiny
+    cores: 1
+    memory: 512Mi
+  - name: Duo
+    cores: 2.5
+    memory: 768Mi
+  - name: RayOnly
+    cores: 1
+    memory: 1Gi
+    restrictTo: [ray]
+"""
+
+
+def processes_mentioning(text: str) -> List[int]:
+    """Pids of running (non-zombie) processes whose command line contains ``text``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError, PermissionError, IndexError):
+            continue
+        if text in cmdline and state not in ("Z", "X"):
+            found.append(int(entry.name))
+    return found
+
+
+def scheduler_workers(address: str) -> Dict[str, dict]:
+    """What the scheduler reports about its workers, by name, through a real dask Client."""
+    from distributed import Client
+
+    with Client(address, timeout=10) as client:
+        info = client.scheduler_info(n_workers=-1)
+    return {w["name"]: w for w in info["workers"].values()}
+
+
+@pytest.fixture
+def local_state(tmp_path):
+    """A private state directory; afterwards, no process may still run from it."""
+    path = tmp_path / "local-state"
+    threads_before = set(threading.enumerate())
+    yield path
+    from flytekitplugins_ddlscale.backends.local import LocalBackend
+
+    LocalBackend(state_dir=path).shutdown_all()
+    leftover = processes_mentioning(str(path))
+    assert leftover == [], f"processes left running: {leftover}"
+    extra = [t.name for t in set(threading.enumerate()) - threads_before if t.is_alive()]
+    assert extra == [], f"threads left running: {extra}"
+
+
+@pytest.fixture
+def tiers_file(tmp_path):
+    """A user tiers file with Tiny (1 thread, 512Mi), Duo (2.5 cores, 768Mi) and a ray-only tier."""
+    path = tmp_path / "tiers.yaml"
+    path.write_text(SMALL_TIERS)
+    return path
+
+
+@pytest.fixture
+def backend(local_state):
+    """A LocalBackend on the private state directory with the packaged tiers."""
+    from flytekitplugins_ddlscale.backends.local import LocalBackend
+
+    return LocalBackend(state_dir=local_state, stop_grace=5.0)

@@ -1,0 +1,74 @@
+"""The task types running for real: flytekit local execution against the local backend's Dask processes."""
+import pytest
+from flytekit.core.context_manager import FlyteContextManager
+
+from flytekitplugins_ddlscale.errors import InvalidInputError, UnsupportedOperationError
+from flytekitplugins_ddlscale.refs import ClusterRef
+from flytekitplugins_ddlscale.tasks import ScaleCluster, ScaleOutcome
+from tests.flyte_apps import nodes
+from tests.flyte_support import local_backend, local_env  # noqa: F401 - fixture
+
+REF = ClusterRef.parse(nodes.CLUSTER)
+
+pytestmark = pytest.mark.slow
+
+
+def test_up_work_down_runs_real_workers(local_env):
+    assert nodes.up_work_down() == 2
+    state = local_backend(local_env).get_state(REF)
+    assert state.desired_workers == 0 and state.ready_workers == 0
+
+
+def test_scale_outcome_is_typed_and_reports_readiness(local_env):
+    outcome = nodes.scale_up(replicas=1)
+    assert isinstance(outcome, ScaleOutcome)
+    assert (outcome.cluster, outcome.backend, outcome.requested, outcome.effective) == (nodes.CLUSTER, "local", 1, 1)
+    assert outcome.previous_workers == 0 and outcome.ready_workers == 1 and outcome.waited and not outcome.capped
+
+
+def test_prewarm_request_then_wait_then_compute(local_env):
+    assert nodes.prewarmed(x=21) == 42
+    state = local_backend(local_env).get_state(REF)
+    assert state.ready_workers == 2
+
+
+def test_request_without_wait_returns_before_workers_are_ready(local_env):
+    outcome = nodes.request()
+    assert not outcome.waited and outcome.effective == 2
+    ready = nodes.ready(replicas=outcome.effective)
+    assert ready.ready_workers == 2 and ready.workers == 2
+
+
+def test_bad_runtime_input_changes_nothing(local_env):
+    with pytest.raises(InvalidInputError, match="replicas=-3"):
+        nodes.scale_up(replicas=-3)
+    assert local_backend(local_env).list_clusters() == []
+
+
+def test_head_tier_on_a_backend_that_cannot_is_refused_before_any_change(local_env):
+    task = ScaleCluster("head_tier", cluster="dask/nodes-test", replicas=1, head_hw_tier="Large")
+    with pytest.raises(UnsupportedOperationError):
+        task.execute(cluster="dask/nodes-test", replicas=1, worker_hw_tier=None, head_hw_tier="Large")
+    assert local_backend(local_env).list_clusters() == []
+
+
+def test_scaling_node_attaches_a_deck_with_a_plot(local_env):
+    params = FlyteContextManager.current_context().user_space_params
+    before = len(params.decks)
+    nodes.scale_up.execute(cluster=nodes.CLUSTER, replicas=1)
+    deck = params.decks[before]
+    assert deck.name == "Cluster scaling"
+    assert "<svg" in deck.html and "<polyline" in deck.html and "worker-seconds" in deck.html
+
+
+def test_restart_head_node_waits_for_the_new_head(local_env):
+    nodes.scale_up(replicas=1)
+    outcome = nodes.restart()
+    assert outcome.ready and outcome.backend == "local"
+    assert local_backend(local_env).get_state(REF).ready_workers == 1
+
+
+def test_failure_handler_restores_the_cluster(local_env):
+    with pytest.raises(Exception, match="stage failed on purpose"):
+        nodes.failing(fail=True)
+    assert local_backend(local_env).list_clusters() == []

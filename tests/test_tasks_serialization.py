@@ -1,0 +1,115 @@
+"""ScaleCluster / RestartHead / WaitForCluster as `pyflyte package` would serialize them."""
+from collections import OrderedDict
+
+import pytest
+from flytekit.configuration import Image, ImageConfig, SerializationSettings
+from flytekit.core.python_auto_container import default_task_resolver
+from flytekit.tools.translator import get_serializable
+
+from flytekitplugins_ddlscale.errors import InvalidInputError
+from flytekitplugins_ddlscale.tasks import (
+    RESTART_TASK_TYPE,
+    SCALE_TASK_TYPE,
+    WAIT_TASK_TYPE,
+    RestartHead,
+    ScaleCluster,
+    ScaleConfig,
+    WaitForCluster,
+    resolve_cluster,
+)
+from tests.flyte_apps import nodes
+
+SETTINGS = SerializationSettings(
+    image_config=ImageConfig(default_image=Image(name="default", fqn="registry/flows", tag="v1"))
+)
+
+
+def serialize(entity):
+    return get_serializable(OrderedDict(), SETTINGS, entity)
+
+
+def test_scale_task_template_carries_config_and_typed_interface():
+    template = serialize(nodes.scale_up).template
+    assert template.type == SCALE_TASK_TYPE
+    assert template.custom == {
+        "cluster": "dask/nodes-test", "replicas": 2, "worker_hw_tier": None, "head_hw_tier": None,
+        "wait": True, "timeout": 120.0, "strict": False, "backend": None,
+    }
+    assert list(template.interface.inputs) == ["cluster", "replicas", "worker_hw_tier", "head_hw_tier"]
+    assert template.interface.inputs["replicas"].type.simple is not None
+    assert list(template.interface.outputs) == ["o0"]
+    assert ScaleConfig.from_custom(template.custom) == nodes.scale_up.task_config
+
+
+def test_container_command_resolves_the_instance_by_module_and_name():
+    args = serialize(nodes.request).template.container.args
+    assert args[-4:] == ["task-module", "tests.flyte_apps.nodes", "task-name", "request"]
+    assert "flytekit.core.python_auto_container.default_task_resolver" in args
+    assert default_task_resolver.load_task(args[-4:]) is nodes.request
+
+
+def test_restart_and_wait_templates():
+    restart = serialize(nodes.restart).template
+    assert restart.type == RESTART_TASK_TYPE
+    assert restart.custom["cluster"] == "dask/nodes-test"
+    wait = serialize(nodes.ready).template
+    assert wait.type == WAIT_TASK_TYPE
+    assert wait.custom["replicas"] == -1
+
+
+def test_workflow_nodes_have_order_and_data_dependencies():
+    wf = serialize(nodes.up_work_down).template
+    by_task = {n.task_node.reference_id.name.split(".")[-1]: n for n in wf.nodes}
+    assert set(by_task) == {"scale_up", "count_workers", "scale_down"}
+    work = by_task["count_workers"]
+    assert by_task["scale_up"].id in work.upstream_node_ids
+    assert work.inputs[0].binding.promise.node_id == by_task["scale_up"].id
+    assert work.id in by_task["scale_down"].upstream_node_ids
+
+
+def test_prewarm_binds_wait_to_a_field_of_the_scale_outcome():
+    wf = serialize(nodes.prewarmed).template
+    wait_node = next(n for n in wf.nodes if n.task_node.reference_id.name.split(".")[-1] == "ready")
+    binding = {b.var: b.binding for b in wait_node.inputs}["replicas"]
+    assert binding.promise.attr_path == ["effective"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(replicas=-1), "replicas"),
+        (dict(replicas=True), "replicas"),
+        (dict(replicas=2.5), "replicas"),
+        (dict(replicas=1, cluster="foo/bar"), "kind"),
+        (dict(replicas=1, cluster="dask/Bad_Name"), "name"),
+        (dict(replicas=1, cluster=""), "cluster"),
+        (dict(replicas=1, worker_hw_tier=" "), "worker_hw_tier"),
+        (dict(replicas=1, timeout=0), "timeout"),
+        (dict(replicas=1, wait="yes"), "wait"),
+        (dict(replicas=1, backend=""), "backend"),
+    ],
+)
+def test_bad_definitions_are_refused_naming_the_field(kwargs, field):
+    kwargs.setdefault("cluster", "dask/ok")
+    with pytest.raises(InvalidInputError) as info:
+        ScaleCluster("bad", **kwargs)
+    assert info.value.field == field
+
+
+def test_restart_and_wait_validate_too():
+    with pytest.raises(InvalidInputError) as info:
+        RestartHead("bad", cluster="dask/x", head_hw_tier="")
+    assert info.value.field == "head_hw_tier"
+    with pytest.raises(InvalidInputError) as info:
+        WaitForCluster("bad", cluster="dask/x", replicas=-2)
+    assert info.value.field == "replicas"
+
+
+def test_bare_kind_means_the_runs_own_cluster(monkeypatch):
+    monkeypatch.delenv("DOMINO_RUN_ID", raising=False)
+    with pytest.raises(InvalidInputError) as info:
+        resolve_cluster("ray")
+    assert info.value.field == "run_id"
+    monkeypatch.setenv("DOMINO_RUN_ID", "65F1ab")
+    assert str(resolve_cluster("ray")) == "ray/ray-65f1ab"
+    assert str(resolve_cluster("ns1/spark/etl")) == "ns1/spark/etl"
