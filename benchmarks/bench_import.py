@@ -20,7 +20,7 @@ machine noise hits both sides alike:
   first figure end-to-end but is noisier: it is the difference of two ~1.5 s
   figures.
 
-It also lists the modules the plugin brings in, and checks that no backend
+The marginal run also lists the modules the plugin's import brings in, and checks that no backend
 library (kubernetes, httpx, dask, distributed, ray) is among them.
 """
 import subprocess
@@ -44,11 +44,9 @@ _WITHOUT = (
 )
 _MARGINAL = (
     "import importlib, sys, types, time; sys.modules['flytekitplugins_ddlscale'] = types.ModuleType('flytekitplugins_ddlscale'); "
-    "import flytekit; del sys.modules['flytekitplugins_ddlscale']; "
-    "t=time.perf_counter(); importlib.import_module('flytekitplugins_ddlscale'); print(time.perf_counter()-t)"
-)
-_MODULES = (
-    "import sys, types; {pre}import flytekit; print('\\n'.join(sorted(sys.modules)))"
+    "import flytekit; del sys.modules['flytekitplugins_ddlscale']; before = set(sys.modules); "
+    "t=time.perf_counter(); importlib.import_module('flytekitplugins_ddlscale'); print(time.perf_counter()-t); "
+    "print(' '.join(sorted(set(sys.modules) - before)))"
 )
 
 
@@ -59,20 +57,12 @@ def _python(code: str, *flags: str) -> Tuple[str, str]:
     return proc.stdout, proc.stderr
 
 
-def added_modules() -> Set[str]:
-    """Modules present after ``import flytekit`` only because of the plugin."""
-    with_plugin, _ = _python(_MODULES.format(pre=""))
-    without, _ = _python(
-        _MODULES.format(pre=f"sys.modules['{PLUGIN}'] = types.ModuleType('{PLUGIN}'); ")
-    )
-    return set(with_plugin.split()) - set(without.split())
-
-
 def run(quick: bool = False, out_dir: Path = Path("benchmarks/results")) -> BenchResult:
     """Measure the plugin's import cost both ways over ``1`` (quick) or ``15`` rounds."""
     rounds = 1 if quick else 15
     marginal: List[float] = []
     with_times: List[float] = []
+    added: Set[str] = set()
     without_times: List[float] = []
     for i in range(rounds):
         # Alternate the order inside each round so a slow stretch of the machine hits both sides.
@@ -81,9 +71,10 @@ def run(quick: bool = False, out_dir: Path = Path("benchmarks/results")) -> Benc
             out, _ = _python(code)
             (with_times if code is _WITH else without_times).append(float(out.strip()) * 1000.0)
         out, _ = _python(_MARGINAL)
-        marginal.append(float(out.strip()) * 1000.0)
+        elapsed, _, modules = out.partition("\n")
+        marginal.append(float(elapsed) * 1000.0)
+        added = set(modules.split())  # the same in every round: the plugin's import is deterministic
     paired = [w - wo for w, wo in zip(with_times, without_times)]
-    added = sorted(added_modules())
     heavy = sorted(m for m in added if m.split(".")[0] in HEAVY)
     result = BenchResult(NAME, TITLE)
     result.metrics = {

@@ -57,6 +57,10 @@ class FileBookkeeping:
         """Drop the recorded baseline; return what it was (None if there was none)."""
         return self.store.update(ref, lambda record: decode_baseline(record.pop(BASELINE_KEY, None)))
 
+    def forget_claims(self, ref: ClusterRef) -> Dict[str, Claim]:
+        """Drop every claim of ``ref`` (e.g. left by killed processes); return what they were."""
+        return self.store.update(ref, lambda record: decode_claims(record.pop(CLAIMS_KEY, None)))
+
     def claims(self, ref: ClusterRef) -> Dict[str, Claim]:
         """Live claims of ``ref`` by claim id."""
         return decode_claims(self.store.get(ref, CLAIMS_KEY))

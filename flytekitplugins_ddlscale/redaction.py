@@ -43,18 +43,47 @@ def redact(text: object) -> str:
     return out
 
 
+LOGGER_NAME = "flytekitplugins_ddlscale"
+
+
+def _scrub(record: logging.LogRecord) -> None:
+    message = record.getMessage()
+    cleaned = redact(message)
+    if cleaned != message:
+        record.msg = cleaned
+        record.args = ()
+
+
 class RedactingFilter(logging.Filter):
     """A logging filter that masks secrets in the formatted message."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        cleaned = redact(message)
-        if cleaned != message:
-            record.msg = cleaned
-            record.args = ()
+        _scrub(record)
         return True
 
 
-logger = logging.getLogger("flytekitplugins_ddlscale")
+def _install_record_factory() -> None:
+    """Mask records of every ``flytekitplugins_ddlscale.*`` logger when they are created.
+
+    A logger's filters do not see records propagated from its children, so a
+    filter on the package logger alone would miss ``flytekitplugins_ddlscale.scaler``
+    and friends. The factory chains to whatever factory was installed before.
+    """
+    previous = logging.getLogRecordFactory()
+    if getattr(previous, "_ddlscale_redacting", False):
+        return
+
+    def factory(*args: object, **kwargs: object) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        if record.name == LOGGER_NAME or record.name.startswith(LOGGER_NAME + "."):
+            _scrub(record)
+        return record
+
+    factory._ddlscale_redacting = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(factory)
+
+
+logger = logging.getLogger(LOGGER_NAME)
 if not any(isinstance(f, RedactingFilter) for f in logger.filters):
     logger.addFilter(RedactingFilter())
+_install_record_factory()

@@ -27,7 +27,10 @@ def state_dir(tmp_path, monkeypatch):
 
 @pytest.fixture
 def scaler_backend(scaler_server, tmp_path):
-    """A ScalerServiceBackend on ``scaler_server`` as the default owner, with fast polls and retries."""
+    """A ScalerServiceBackend on ``scaler_server`` as the default owner, with fast polls and retries.
+
+    ``env={}`` keeps it independent of the outer environment (no Nucleus tier catalog).
+    """
     from flytekitplugins_ddlscale.backends.scaler import ScalerServiceBackend
     from flytekitplugins_ddlscale.waiting import Backoff
     from tests.servers.scaler_server import DEFAULT_API_KEY
@@ -39,6 +42,7 @@ def scaler_backend(scaler_server, tmp_path):
         timeout=5.0,
         retry_backoff=Backoff(initial=0.01, factor=2.0, cap=0.05),
         poll_backoff=Backoff(initial=0.02, factor=1.5, cap=0.1),
+        env={},
     )
     yield backend
     backend.close()

@@ -21,6 +21,7 @@ def run(scaler_server, tmp_path):
             "DOMINO_API_PROXY": None,
             "DOMINO_TOKEN": None,
             "DOMINO_RUN_ID": None,
+            "DOMINO_API_HOST": None,
         }
         environment.update(env)
         return CliRunner().invoke(main, list(args), env=environment, catch_exceptions=False)

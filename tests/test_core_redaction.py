@@ -1,6 +1,8 @@
 """Secrets are masked in text, errors and log records."""
 import logging
 
+import pytest
+
 from flytekitplugins_ddlscale import ScalingError
 from flytekitplugins_ddlscale.redaction import MASK, RedactingFilter, redact, register_secret
 
@@ -28,3 +30,15 @@ def test_plugin_logger_masks_messages(caplog):
     with caplog.at_level(logging.INFO, logger="flytekitplugins_ddlscale"):
         log.info("calling with %s", "s3cr3t-value-3")
     assert "s3cr3t-value-3" not in caplog.text and MASK in caplog.text
+
+
+@pytest.mark.parametrize("name", ["flytekitplugins_ddlscale.scaler", "flytekitplugins_ddlscale.kubernetes.client"])
+def test_child_loggers_are_masked_too(caplog, name):
+    register_secret("s3cr3t-value-4")
+    with caplog.at_level(logging.INFO):
+        logging.getLogger(name).warning("header X-Domino-Api-Key %s", "s3cr3t-value-4")
+        logging.getLogger("some.other.library").warning("untouched %s", "s3cr3t-value-4")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"header X-Domino-Api-Key {MASK}",
+        "untouched s3cr3t-value-4",
+    ]

@@ -17,6 +17,7 @@ from tests.test_local_support import (  # noqa: F401
     processes_mentioning,
     scheduler_workers,
     tiers_file,
+    wait_dead,
 )
 
 pytestmark = pytest.mark.slow
@@ -109,8 +110,7 @@ def test_crashed_worker_and_scheduler_are_repaired(backend):
     backend.scale(ref, 2, timeout=60)
     victim = backend.store.load(ref).workers[0]
     os.kill(victim.proc.pid, signal.SIGKILL)
-    procs_gone = backend.store.load(ref).workers[0].proc
-    assert not procs.is_alive(procs_gone) or _wait_dead(procs_gone)
+    wait_dead(victim.proc)
 
     state = backend.get_state(ref)
     assert (state.status, state.existing_workers, state.desired_workers) == ("Starting", 1, 2)
@@ -120,16 +120,12 @@ def test_crashed_worker_and_scheduler_are_repaired(backend):
 
     record = backend.store.load(ref)
     os.kill(record.scheduler.pid, signal.SIGKILL)
-    _wait_dead(record.scheduler)
+    wait_dead(record.scheduler)
     failed = backend.get_state(ref)
     assert (failed.status, failed.head_ready) == ("Failed", False)
     again = backend.scale(ref, 2, timeout=60)
     assert (again.final.status, again.final.ready_workers) == ("Running", 2)
     assert backend.store.load(ref).port == record.port
-
-
-def _wait_dead(proc):
-    return procs.stop_processes([proc], grace=5.0) is None and not procs.is_alive(proc)
 
 
 def test_timeout_puts_the_cluster_back_as_it_was(backend):

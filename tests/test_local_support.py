@@ -6,6 +6,7 @@ and that no thread was left behind in the test process.
 """
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Dict, List
 
@@ -42,6 +43,16 @@ def processes_mentioning(text: str) -> List[int]:
     return found
 
 
+def wait_dead(proc, timeout: float = 10.0) -> None:
+    """Wait until a killed process is gone (a SIGKILLed process needs a moment to exit)."""
+    from flytekitplugins_ddlscale.backends.local import procs
+
+    deadline = time.monotonic() + timeout
+    while procs.is_alive(proc):
+        assert time.monotonic() < deadline, f"process {proc.pid} still running after {timeout}s"
+        time.sleep(0.02)
+
+
 def scheduler_workers(address: str) -> Dict[str, dict]:
     """What the scheduler reports about its workers, by name, through a real dask Client."""
     from distributed import Client
@@ -62,6 +73,9 @@ def local_state(tmp_path):
     LocalBackend(state_dir=path).shutdown_all()
     leftover = processes_mentioning(str(path))
     assert leftover == [], f"processes left running: {leftover}"
+    # A closed dask Client stops its loop thread asynchronously: give it a moment.
+    for thread in set(threading.enumerate()) - threads_before:
+        thread.join(timeout=5)
     extra = [t.name for t in set(threading.enumerate()) - threads_before if t.is_alive()]
     assert extra == [], f"threads left running: {extra}"
 

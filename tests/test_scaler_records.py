@@ -92,3 +92,34 @@ def test_tier_catalog_refuses_unknown_tiers_before_any_request(scaler_server, tm
         with pytest.raises(UnknownTierError):
             backend.scale(RAY, 2, "Spark Only")
     assert scaler_server.requests == []
+
+
+def test_restore_drops_claims_left_by_dead_processes(scaler_server, scaler_backend):
+    scaler_server.add_cluster("ray", "ray-run1", replicas=1)
+    scaler_backend.claim(RAY, "killed-phase", 4)
+    scaler_backend.scale(RAY, 4, wait=False)
+    scaler_backend.restore_baseline(RAY, wait=False)
+    assert scaler_backend.claim(RAY, "next-phase", 2).claim_id == "next-phase"
+
+
+def test_nucleus_catalog_from_the_environment_refuses_tiers_before_patching(scaler_server, tmp_path):
+    from flytekitplugins_ddlscale import UnknownTierError
+
+    scaler_server.add_cluster("ray", "ray-run1", replicas=1)
+    env = {"DOMINO_API_KEY": DEFAULT_API_KEY, "DOMINO_API_HOST": scaler_server.url}
+    with ScalerServiceBackend(scaler_server.url, state_dir=tmp_path, env=env) as backend:
+        with pytest.raises(UnknownTierError) as info:
+            backend.scale(RAY, 2, "Spark Only")
+        assert "Small" in str(info.value) and "Medium" in str(info.value)
+        assert scaler_server.count("PATCH") == 0
+        assert backend.scale(RAY, 2, "Medium", wait=False).final.worker_hw_tier == "medium-k8s"
+    assert scaler_server.count("GET", "/v4/hardwareTier") == 1
+
+
+def test_unreachable_nucleus_leaves_the_tier_to_the_service(scaler_server, tmp_path, caplog):
+    scaler_server.add_cluster("ray", "ray-run1", replicas=1)
+    with ScalerServiceBackend(
+        scaler_server.url, api_key=DEFAULT_API_KEY, state_dir=tmp_path, nucleus_url="http://127.0.0.1:9"
+    ) as backend:
+        assert backend.scale(RAY, 2, "Medium", wait=False).effective == 2
+    assert "could not check tier" in caplog.text

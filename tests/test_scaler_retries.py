@@ -146,3 +146,28 @@ def _self_signed(tmp_path):
         key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     )
     return str(cert_path), str(key_path)
+
+
+def test_patch_failure_carries_the_state_read_before(scaler_server, scaler_backend):
+    scaler_server.add_cluster("ray", "ray-run1", replicas=1)
+    scaler_server.inject_faults("status", count=50, status=503, path="/scale/")
+    with pytest.raises(BackendUnavailableError) as info:
+        scaler_backend.scale(RAY, 3)
+    assert info.value.state is not None and info.value.state.desired_workers == 1
+
+
+def test_failed_poll_during_a_wait_carries_the_last_state(scaler_server, scaler_backend):
+    import threading
+
+    from flytekitplugins_ddlscale import ClusterNotFoundError
+
+    scaler_server.add_cluster("ray", "ray-run1", replicas=1, pod_ready_delay=30)
+    deleter = threading.Timer(0.3, scaler_server.remove_cluster, args=("ray", "ray-run1"))
+    deleter.start()
+    try:
+        with pytest.raises(ClusterNotFoundError) as info:
+            scaler_backend.scale(RAY, 3, timeout=10)
+    finally:
+        deleter.join()
+    state = info.value.state
+    assert state is not None and (state.desired_workers, state.existing_workers) == (3, 1)

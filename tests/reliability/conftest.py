@@ -127,3 +127,63 @@ def scaler_env(monkeypatch: pytest.MonkeyPatch, scaler_server: ScalerTestServer,
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     return env
+
+
+@pytest.fixture
+def k8s_server() -> Iterator[Any]:
+    """A started Kubernetes test API server with its simulated operator (pods Ready after 20 ms)."""
+    from tests.servers.k8s_server import K8sTestServer
+
+    with K8sTestServer(ready_delay=0.02) as server:
+        yield server
+
+
+@pytest.fixture
+def tiers_file(tmp_path: Path) -> Path:
+    """The Kubernetes tests' tier catalog (small, medium, gpu, spark-only) as a YAML file."""
+    from tests.servers.k8s_fixtures import TIERS_YAML
+
+    path = tmp_path / "tiers.yaml"
+    path.write_text(TIERS_YAML, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def make_k8s(k8s_server: Any, tiers_file: Path, clean_env: Path) -> Iterator[Callable[..., Any]]:
+    """Build ``KubernetesBackend``s for the test server (closed after the test); options override defaults."""
+    from flytekitplugins_ddlscale.backends.kubernetes import KubernetesBackend
+    from flytekitplugins_ddlscale.tiers import FileTierCatalog
+
+    made: List[Any] = []
+
+    def make(**options: Any) -> Any:
+        client = k8s_server.api_client()
+        options.setdefault("failure_grace", 0.3)
+        options.setdefault("tier_catalog", FileTierCatalog(tiers_file))
+        backend = KubernetesBackend(api_client=client, **options)
+        made.append((backend, client))
+        return backend
+
+    yield make
+    for backend, client in made:
+        backend.close()
+        client.close()
+
+
+@pytest.fixture
+def k8s_env(monkeypatch: pytest.MonkeyPatch, k8s_server: Any, tiers_file: Path, clean_env: Path, tmp_path: Path) -> Path:
+    """Environment selecting the Kubernetes backend on the test server through a kubeconfig (returned)."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters: [{{name: test, cluster: {{server: '{k8s_server.url}'}}}}]\n"
+        "users: [{name: runner, user: {token: kube-token-for-tests}}]\n"
+        "contexts: [{name: test, context: {cluster: test, user: runner, namespace: domino-compute}}]\n"
+        "current-context: test\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("DDLSCALE_BACKEND", "kubernetes")
+    monkeypatch.setenv("DDLSCALE_TIERS_FILE", str(tiers_file))
+    return kubeconfig

@@ -1,5 +1,7 @@
 """Reading the test servers' request logs and state, shared by the reliability tests."""
-from typing import Any, List
+import threading
+import time
+from typing import Any, Callable, List
 
 MUTATING = ("PATCH", "POST", "PUT", "DELETE")
 
@@ -21,3 +23,42 @@ def scale_bodies(server: Any, name: str) -> List[Any]:
 def desired(server: Any, kind: str, name: str) -> int:
     """``spec.worker.replicas`` of a cluster on the scaler test server."""
     return int(server.cluster_object(kind, name)["spec"]["worker"]["replicas"])
+
+
+class When:
+    """Run ``action`` in a thread as soon as ``condition()`` holds (checked every 5 ms, for at most
+    ``timeout`` seconds), so faults land at a moment defined by state, not by wall-clock guesses.
+
+    Use as a context manager around the call under test; on exit it stops waiting and joins.
+    ``fired`` says whether the action ran.
+    """
+
+    def __init__(self, condition: Callable[[], Any], action: Callable[[], Any], timeout: float = 30.0) -> None:
+        self._condition = condition
+        self._action = action
+        self._timeout = timeout
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fault-when")
+        self.fired = False
+
+    def __enter__(self) -> "When":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(self._timeout)
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + self._timeout
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            if self._condition():
+                self._action()
+                self.fired = True
+                return
+            time.sleep(0.005)
+
+
+def patched(server: Any, name: str) -> Callable[[], bool]:
+    """A condition: the scaler test server has applied a scale PATCH to cluster ``name``."""
+    return lambda: bool(scale_bodies(server, name))

@@ -125,8 +125,11 @@ def exercise(backend: Any, server: ScalerTestServer) -> List[BaseException]:
         backend.scale(REF, 2, wait=False)
 
     def slow() -> None:
-        server.inject_faults("delay", 2, delay=1.0, path="/cluster/")
-        backend.get_state(REF)
+        server.inject_faults("delay", 10, delay=1.0, path="/cluster/")
+        try:
+            backend.get_state(REF)
+        finally:
+            server.clear_faults()
 
     def never_ready() -> None:
         server.set_pod_ready_delay(30.0)
@@ -164,7 +167,7 @@ def assert_debug_logs_were_on(caplog: pytest.LogCaptureFixture) -> None:
 
 
 def test_api_key_never_in_logs_or_errors(scaler_server, cluster, secret_key, debug_logs, capfd):
-    backend = get_backend("scaler", timeout=0.5)
+    backend = get_backend("scaler", timeout=0.5, retries=1)
     try:
         errors = exercise(backend, scaler_server)
     finally:
@@ -175,7 +178,7 @@ def test_api_key_never_in_logs_or_errors(scaler_server, cluster, secret_key, deb
 
 
 def test_bearer_token_never_in_logs_or_errors(scaler_server, cluster, secret_token, debug_logs, capfd):
-    backend = get_backend("scaler", timeout=0.5)
+    backend = get_backend("scaler", timeout=0.5, retries=1)
     try:
         errors = exercise(backend, scaler_server)
     finally:
@@ -187,7 +190,7 @@ def test_bearer_token_never_in_logs_or_errors(scaler_server, cluster, secret_tok
 def test_proxy_tokens_never_in_logs_or_errors(scaler_server, cluster, scaler_env, monkeypatch, debug_logs, capfd):
     monkeypatch.delenv("DOMINO_API_KEY")
     monkeypatch.setenv("DOMINO_API_PROXY", scaler_server.url)
-    backend = get_backend("scaler", timeout=0.5)
+    backend = get_backend("scaler", timeout=0.5, retries=1)
     try:
         errors = exercise(backend, scaler_server)
         scaler_server.inject_faults("status", 1, status=401, path="/cluster/")
@@ -207,9 +210,10 @@ def test_connection_failures_never_show_credentials(
 ):
     host, port = scaler_server.url.rsplit("//", 1)[1].split(":")
     with FaultProxy((host, int(port))) as proxy:
-        backend = get_backend("scaler", base_url=proxy.url, timeout=0.5)
+        backend = get_backend("scaler", base_url=proxy.url, timeout=0.5, retries=1)
         try:
             backend.get_state(REF)
+            proxy.cut_all()
             proxy.reset_next(10)
             errors = failures(lambda: backend.get_state(REF), lambda: backend.restart_head(REF))
             proxy.go_down()
@@ -220,12 +224,6 @@ def test_connection_failures_never_show_credentials(
     assert leaks([secret_key], everything_seen(debug_logs, capfd, errors)) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="redaction.py installs RedactingFilter on the 'flytekitplugins_ddlscale' logger only; logger "
-    "filters do not apply to records propagated from child loggers, and the backends log through "
-    "'flytekitplugins_ddlscale.scaler' / '.kubernetes' / '.local', so nothing masks what they log",
-)
 @pytest.mark.parametrize("name", ["scaler", "kubernetes", "local"])
 def test_every_plugin_logger_masks_registered_secrets(secret_key, debug_logs, capfd, name):
     from flytekitplugins_ddlscale.redaction import register_secret

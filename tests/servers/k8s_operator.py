@@ -141,31 +141,34 @@ class SimulatedOperator:
                 self.server.changed.wait(max(0.001, min(wait, 0.5)))
 
     def _schedule(self, key: ClusterKey, at: float) -> None:
-        heapq.heappush(self._timers, (at, key))
+        if (at, key) not in self._timers:
+            heapq.heappush(self._timers, (at, key))
 
     def _clusters(self) -> List[ClusterKey]:
         return [k for k in self.server._objects if k[0] in _BY_PLURAL]
 
-    def _pods_of(self, namespace: str, cluster: str) -> List[Dict[str, Any]]:
+    def _pods_of(self, namespace: str, cluster: str, app: Optional[str] = None) -> List[Dict[str, Any]]:
         return [
             o for (res, ns, _), o in self.server._objects.items()
             if res == PODS and ns == namespace and o["metadata"]["labels"].get(LABEL_INSTANCE) == cluster
+            and (app is None or o["metadata"]["labels"].get(LABEL_APP) == app)
         ]
 
     # -- reconcile ---------------------------------------------------------
     def _reconcile(self, key: ClusterKey, now: float) -> None:
         plural, namespace, name = key
+        info = _BY_PLURAL[plural]
         obj = self.server.lookup(plural, namespace, name)
-        pods = self._pods_of(namespace, name)
+        pods = self._pods_of(namespace, name, info.app)
         if obj is None:
             for pod in pods:
                 self.server.commit(PODS, namespace, None, pod["metadata"]["name"], "DELETED")
             return
-        info = _BY_PLURAL[plural]
         replicas = self._hpa(key, obj, now)
+        obj = self.server.lookup(plural, namespace, name)
         for pod in pods:
             self._advance(key, pod, now)
-        pods = self._pods_of(namespace, name)
+        pods = self._pods_of(namespace, name, info.app)
         workers = {p["metadata"]["name"]: p for p in pods if p["metadata"]["labels"][LABEL_COMPONENT] == "worker"}
         worker_section = obj["spec"].get("worker") or {}
         revision = _revision(worker_section)
@@ -346,7 +349,7 @@ class SimulatedOperator:
 
     def _update_status(self, obj: Dict[str, Any], info: Any, replicas: int) -> None:
         namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
-        pods = self._pods_of(namespace, name)
+        pods = self._pods_of(namespace, name, info.app)
         head_ready = any(_ready(p) for p in pods if p["metadata"]["labels"][LABEL_COMPONENT] != "worker")
         workers_ready = sum(1 for p in pods if p["metadata"]["labels"][LABEL_COMPONENT] == "worker" and _ready(p))
         faulted = any(self._faulted(p) for p in pods)

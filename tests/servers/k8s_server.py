@@ -156,7 +156,7 @@ class K8sTestServer:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="k8s-test-server", daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), name="k8s-test-server", daemon=True)
         self._thread.start()
         self.operator.start()
         return self
@@ -245,8 +245,8 @@ class K8sTestServer:
             created = self._create(info.plural, namespace, obj)
         if wait_ready:
             self.wait_for(
-                lambda: self.ready_workers(name, namespace) == replicas
-                and (info.head_section is None or self.head_ready(name, namespace)),
+                lambda: self.ready_workers(name, namespace, kind) == replicas
+                and (info.head_section is None or self.head_ready(name, namespace, kind)),
                 timeout,
                 f"cluster {name} to come up",
             )
@@ -257,8 +257,12 @@ class K8sTestServer:
         with self.lock:
             return copy.deepcopy(self._objects[(KINDS[kind].plural, namespace, name)])
 
-    def pods(self, name: str, namespace: str = "domino-compute", component: Optional[str] = None) -> List[Dict[str, Any]]:
-        """Copies of the cluster's pods, optionally of one component, sorted by name."""
+    def pods(
+        self, name: str, namespace: str = "domino-compute", component: Optional[str] = None, kind: Optional[str] = None
+    ) -> List[Dict[str, Any]]:
+        """Copies of the cluster's pods (of ``kind``, if several kinds share the name), optionally
+        of one component, sorted by name."""
+        app = KINDS[kind].app if kind else None
         with self.lock:
             found = [
                 copy.deepcopy(o)
@@ -267,17 +271,19 @@ class K8sTestServer:
                 and ns == namespace
                 and o["metadata"]["labels"].get(LABEL_INSTANCE) == name
                 and (component is None or o["metadata"]["labels"].get(LABEL_COMPONENT) == component)
+                and (app is None or o["metadata"]["labels"].get(LABEL_APP) == app)
             ]
         return sorted(found, key=lambda p: p["metadata"]["name"])
 
-    def ready_workers(self, name: str, namespace: str = "domino-compute") -> int:
+    def ready_workers(self, name: str, namespace: str = "domino-compute", kind: Optional[str] = None) -> int:
         """Worker pods that are Ready and not terminating."""
-        return sum(1 for p in self.pods(name, namespace, "worker") if pod_ready(p))
+        return sum(1 for p in self.pods(name, namespace, "worker", kind) if pod_ready(p))
 
-    def head_ready(self, name: str, namespace: str = "domino-compute") -> bool:
+    def head_ready(self, name: str, namespace: str = "domino-compute", kind: Optional[str] = None) -> bool:
         """Whether a non-terminating head pod is Ready."""
         return any(
-            pod_ready(p) for p in self.pods(name, namespace) if p["metadata"]["labels"][LABEL_COMPONENT] != "worker"
+            pod_ready(p) for p in self.pods(name, namespace, None, kind)
+            if p["metadata"]["labels"][LABEL_COMPONENT] != "worker"
         )
 
     def wait_for(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:

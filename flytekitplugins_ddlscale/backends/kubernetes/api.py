@@ -10,6 +10,7 @@ knows whether a write is safe to repeat).
 """
 import json
 import logging
+import math
 import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
@@ -138,20 +139,24 @@ class KubeApi:
 
         return self._read("list", "pods", None, namespace, call)
 
-    def watch_pods(self, namespace: str, selector: str, resource_version: str, seconds: int) -> Iterator[Dict[str, Any]]:
-        """Pod events (``{"type", "object"}``) after ``resource_version`` for at most ``seconds``.
+    def watch_pods(
+        self, namespace: str, selector: str, resource_version: str, seconds: float
+    ) -> Iterator[Dict[str, Any]]:
+        """Pod events (``{"type", "object"}``) after ``resource_version`` for about ``seconds``.
 
-        Ends normally when the server closes the window; raises
+        Ends normally when the server closes the window or nothing arrives for
+        ``seconds`` (the server only takes whole seconds); raises
         :class:`WatchExpired` on 410 and :class:`BackendUnavailableError`
         when the connection breaks.
         """
         from kubernetes.watch.watch import iter_resp_lines
+        from urllib3.exceptions import ReadTimeoutError
 
         try:
             response = self.core.list_namespaced_pod(
                 namespace, label_selector=selector, watch=True, resource_version=resource_version,
-                timeout_seconds=seconds, allow_watch_bookmarks=True, _preload_content=False,
-                _request_timeout=(self.request_timeout, seconds + self.request_timeout),
+                timeout_seconds=max(1, math.ceil(seconds)), allow_watch_bookmarks=True, _preload_content=False,
+                _request_timeout=(self.request_timeout, max(0.05, seconds)),
             )
         except Exception as exc:  # noqa: BLE001 - translated
             raise translate(exc, "watch", "pods", None, namespace) from None
@@ -171,7 +176,9 @@ class KubeApi:
                 yield event
         except ScalingError:
             raise
-        except Exception as exc:  # noqa: BLE001 - a dropped stream is expected; the caller re-lists
+        except ReadTimeoutError:
+            return
+        except Exception as exc:  # noqa: BLE001 - a dropped stream is expected; the caller resumes
             raise BackendUnavailableError(
                 f"watch of pods in namespace {namespace!r} broke: {type(exc).__name__}"
             ) from None

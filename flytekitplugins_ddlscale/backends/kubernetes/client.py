@@ -8,6 +8,7 @@ import os
 from typing import Any, Optional
 
 from ...errors import BackendUnavailableError, InvalidInputError
+from ...redaction import register_secret
 from ...tiers import DominoTierCatalog, FileTierCatalog, TierCatalog
 
 TIERS_FILE_ENV = "DDLSCALE_TIERS_FILE"
@@ -30,6 +31,11 @@ def make_api_client(kubeconfig: Optional[str], context: Optional[str], in_cluste
     except (config.ConfigException, OSError) as exc:
         source = "in-cluster service account" if use_in_cluster else f"kubeconfig {kubeconfig or '(default)'}"
         raise BackendUnavailableError(f"could not load Kubernetes configuration from {source}: {exc}") from None
+    # Reads are retried (bounded) by the backend itself; urllib3's own retries would multiply them.
+    configuration.retries = 1
+    for value in (configuration.api_key or {}).values():
+        register_secret(str(value))
+        register_secret(str(value).split(" ", 1)[-1])
     return client.ApiClient(configuration)
 
 

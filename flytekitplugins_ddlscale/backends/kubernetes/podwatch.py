@@ -7,7 +7,6 @@ Gone (re-list). A wait ends when the condition holds, at its timeout with
 pod has been Unschedulable, crash-looping or failing to pull its image for
 longer than the grace period.
 """
-import math
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -20,6 +19,7 @@ from .spec import pod_failure
 
 MAX_WINDOW = 30
 """Longest single watch request (seconds): the cluster object is re-read between windows."""
+MIN_WINDOW = 0.05
 
 Pods = Dict[str, Dict[str, Any]]
 Check = Callable[[Pods, bool], Tuple[bool, ClusterState, int]]
@@ -106,11 +106,11 @@ class PodWaiter:
             self.pods[meta["name"]] = obj
         return True
 
-    def _window(self, deadline: Deadline) -> int:
+    def _window(self, deadline: Deadline) -> float:
         limit = deadline.remaining
         if self._failing:
             limit = min(limit, min(self._failing.values()) + self.grace - time.monotonic())
-        return int(max(1, min(MAX_WINDOW, math.ceil(limit))))
+        return max(MIN_WINDOW, min(float(MAX_WINDOW), limit))
 
     def _evaluate(self, check: Check, deadline: Deadline, fresh: bool) -> Optional[ClusterState]:
         done, state, count = check(self.pods, fresh)

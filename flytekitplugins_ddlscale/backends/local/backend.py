@@ -8,8 +8,8 @@ holds the cluster's fcntl lock. ``ready_workers`` counts the workers the
 scheduler itself reports.
 """
 import contextlib
-import json
 import logging
+import socket
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
@@ -113,6 +113,7 @@ class LocalBackend:
             "head_hw_tier": state.head_hw_tier,
             "address": record.address,
             "env": dask_env(record.host, record.port),
+            "scheduler_file": str(self.store.scheduler_file(ref)),
             "scheduler_pid": record.scheduler.pid if record.scheduler else None,
             "workers": [
                 {**w.to_json(), "alive": procs.is_alive(w.proc)} for w in record.workers
@@ -236,11 +237,9 @@ class LocalBackend:
             started_at = utcnow().isoformat()
             names = [w.name for w in record.workers if w.tier == shape.tier][: record.desired]
             self._stop_all(record)
-            self._start_scheduler(record)
             if head_tier is not None:
                 record.head_hw_tier = head_tier.name
-            started = self._start_workers(record, shape, record.desired, names=names)
-            self._await_scheduler(record)
+            started = self._start_cluster_processes(record, shape, record.desired, names=names)
             if wait:
                 final = self._wait_started(record, started, record.desired, timeout, progress)
             else:
@@ -415,73 +414,74 @@ class LocalBackend:
         Old-tier workers are left running for the caller to retire once the
         new ones are up. A dead scheduler is restarted on its port first.
         """
-        restarted = record.scheduler is None or not procs.is_alive(record.scheduler)
-        if restarted:
-            self._stop_all(record)
-            self._start_scheduler(record)
-        lost = [w.name for w in record.workers if not procs.is_alive(w.proc)]
-        if lost:
-            logger.warning("%s: worker process(es) %s had exited; replacing them", record.ref, lost)
-        record.workers = [w for w in record.workers if procs.is_alive(w.proc)]
-        same = [w for w in record.workers if w.tier == shape.tier]
-        old = [w for w in record.workers if w.tier != shape.tier]
-        record.worker_hw_tier, record.desired = shape.tier, replicas
         started: List[WorkerRecord] = []
-        if len(same) < replicas:
-            started = self._start_workers(record, shape, replicas - len(same))
-        elif len(same) > replicas:
-            self._stop_workers(record, same[replicas:], retire=True)
+        old: List[WorkerRecord] = []
+        if record.scheduler is None or not procs.is_alive(record.scheduler):
+            if record.workers:
+                logger.warning("%s: the scheduler had exited; restarting it and its workers", record.ref)
+            self._stop_all(record)
+            started = self._start_cluster_processes(record, shape, replicas)
+        else:
+            lost = [w.name for w in record.workers if not procs.is_alive(w.proc)]
+            if lost:
+                logger.warning("%s: worker process(es) %s had exited; replacing them", record.ref, lost)
+            record.workers = [w for w in record.workers if procs.is_alive(w.proc)]
+            same = [w for w in record.workers if w.tier == shape.tier]
+            old = [w for w in record.workers if w.tier != shape.tier]
+            if len(same) < replicas:
+                started = self._start_workers(record, shape, replicas - len(same))
+            elif len(same) > replicas:
+                self._stop_workers(record, same[replicas:], retire=True)
+        record.worker_hw_tier, record.desired = shape.tier, replicas
         self.store.save(record)
-        if restarted:
-            self._await_scheduler(record)
         return started, old
 
     def _start_scheduler(self, record: ClusterRecord) -> None:
-        """Start the scheduler on the recorded port, or on a free one for a new cluster.
+        """Start the scheduler on the recorded port (a free one for a new cluster); do not wait.
 
-        A new cluster waits here to learn its port from the scheduler file;
-        otherwise the caller may start workers at once (they keep trying to
-        connect) and then call :meth:`_await_scheduler`.
+        Workers may be started at once, since they keep trying to connect;
+        callers then wait with :meth:`_await_scheduler`.
         """
-        sched_file = self.store.cluster_dir(record.ref) / "scheduler.json"
-        with contextlib.suppress(FileNotFoundError):
-            sched_file.unlink()
+        if record.port == 0:
+            record.port = _free_port(record.host)
         record.scheduler = procs.spawn_detached(
-            dask_ops.scheduler_argv(record.host, record.port, str(sched_file)),
+            dask_ops.scheduler_argv(record.host, record.port, str(self.store.scheduler_file(record.ref))),
             self.store.log_path(record.ref, "scheduler"),
         )
         self.store.save(record)
-        if record.port == 0:
-            self._await_scheduler(record, lambda: _port_from_scheduler_file(sched_file))
 
-    def _await_scheduler(
-        self, record: ClusterRecord, port: Optional[Callable[[], Optional[int]]] = None
-    ) -> None:
+    def _await_scheduler(self, record: ClusterRecord) -> None:
         """Wait up to ``start_timeout`` until the scheduler answers; stop it and raise if it does not."""
         log = self.store.log_path(record.ref, "scheduler")
         deadline = time.monotonic() + self.start_timeout
-        while True:
-            found = port() if port is not None else record.port
-            if found and dask_ops.scheduler_workers(f"tcp://{record.host}:{found}") is not None:
-                if found != record.port:
-                    record.port = found
-                    self.store.save(record)
-                return
+        while dask_ops.scheduler_workers(record.address) is None:
             assert record.scheduler is not None
             if not procs.is_alive(record.scheduler):
                 raise BackendUnavailableError(
-                    f"the Dask scheduler of {record.ref} exited while starting "
-                    f"(port {record.port or 'any'}); {log}:\n{procs.log_tail(log)}",
+                    f"the Dask scheduler of {record.ref} exited while starting on port "
+                    f"{record.port}; {log}:\n{procs.log_tail(log)}",
                     cluster=str(record.ref),
                 )
             if time.monotonic() >= deadline:
-                procs.stop_processes([record.scheduler], self.stop_grace)
                 raise BackendUnavailableError(
                     f"the Dask scheduler of {record.ref} did not answer within "
                     f"{self.start_timeout:.0f}s; {log}:\n{procs.log_tail(log)}",
                     cluster=str(record.ref),
                 )
             time.sleep(0.05)
+
+    def _start_cluster_processes(
+        self, record: ClusterRecord, shape: WorkerShape, count: int, names: Optional[List[str]] = None
+    ) -> List[WorkerRecord]:
+        """Start the scheduler and ``count`` workers together; stop them all if the scheduler fails."""
+        self._start_scheduler(record)
+        started = self._start_workers(record, shape, count, names=names)
+        try:
+            self._await_scheduler(record)
+        except BackendUnavailableError:
+            self._stop_all(record)
+            raise
+        return started
 
     def _start_workers(
         self, record: ClusterRecord, shape: WorkerShape, count: int, names: Optional[List[str]] = None
@@ -661,12 +661,11 @@ class LocalBackend:
             )
 
 
-def _port_from_scheduler_file(path: Path) -> Optional[int]:
-    try:
-        address = json.loads(path.read_text(encoding="utf-8"))["address"]
-    except (FileNotFoundError, ValueError, KeyError):
-        return None
-    return int(address.rsplit(":", 1)[1])
+def _free_port(host: str) -> int:
+    """A port nothing listens on right now; the scheduler binds it moments later."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
 
 
 def _absent(ref: ClusterRef) -> ClusterState:

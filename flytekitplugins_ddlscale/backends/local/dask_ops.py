@@ -13,7 +13,10 @@ from ...errors import BackendUnavailableError
 
 
 def scheduler_argv(host: str, port: int, scheduler_file: str) -> List[str]:
-    """``dask scheduler`` on ``host:port`` (0 = any free port) that writes its address to ``scheduler_file``."""
+    """``dask scheduler`` on ``host:port`` that also writes its address to ``scheduler_file``
+
+    (for ``Client(scheduler_file=...)``; it also puts the cluster's folder in the command line).
+    """
     return [
         sys.executable, "-m", "distributed.cli.dask_scheduler",
         "--host", host,

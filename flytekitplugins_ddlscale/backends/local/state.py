@@ -4,6 +4,7 @@ Layout under the state directory (``$DDLSCALE_STATE_DIR/local`` by default)::
 
     clusters/<namespace>.<kind>.<name>/cluster.json   processes, port, tiers, desired size
     clusters/<namespace>.<kind>.<name>/cluster.lock   fcntl lock held for every change
+    clusters/<namespace>.<kind>.<name>/scheduler.json Dask scheduler file (Client(scheduler_file=...))
     clusters/<namespace>.<kind>.<name>/logs/          scheduler and worker logs
     records/                                          baselines and claims (FileRecordStore)
 
@@ -144,6 +145,10 @@ class LocalStateStore:
     def cluster_dir(self, ref: ClusterRef) -> Path:
         """The folder of ``ref``'s files."""
         return self.clusters_dir / f"{ref.namespace or '_'}.{ref.kind}.{ref.name}"
+
+    def scheduler_file(self, ref: ClusterRef) -> Path:
+        """The ``--scheduler-file`` of ``ref``'s scheduler, for ``Client(scheduler_file=...)``."""
+        return self.cluster_dir(ref) / "scheduler.json"
 
     def log_path(self, ref: ClusterRef, process: str) -> Path:
         """Where the output of one process of ``ref`` goes."""

@@ -13,6 +13,7 @@ What the service can and cannot do shapes this backend:
 * it does not serve MPI clusters.
 """
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Tuple, Union
@@ -20,6 +21,7 @@ from typing import Any, Callable, Mapping, Optional, Tuple, Union
 import httpx
 
 from ...errors import (
+    BackendUnavailableError,
     CapacityExceededError,
     InvalidInputError,
     NotScalableError,
@@ -33,7 +35,7 @@ from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleR
 from ...progress import ProgressReporter, WaitProgress
 from ...records import Claim
 from ...refs import ClusterRef
-from ...tiers import TierCatalog
+from ...tiers import DominoTierCatalog, TierCatalog
 from ...validation import validate_replicas, validate_tier_name, validate_timeout
 from ...waiting import Backoff, Deadline, poll_until
 from ..base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT, BackendCapabilities
@@ -43,6 +45,8 @@ from .state import state_from_object
 logger = logging.getLogger("flytekitplugins_ddlscale.scaler")
 
 READINESS_CAVEAT = "the scaler service shows pod existence, not readiness"
+NUCLEUS_ENV = ("DOMINO_API_HOST", "DOMINO_API_PROXY")
+"""Where Nucleus (``/v4/hardwareTier``) is found when ``nucleus_url`` is not given, first set wins."""
 DEFAULT_POLL_BACKOFF = Backoff()
 """Poll intervals of waits: 0.25 s at first, growing 1.5x to 2 s."""
 
@@ -56,9 +60,12 @@ class ScalerServiceBackend:
     ``$DOMINO_API_KEY``). ``verify=False`` turns TLS verification off (on by
     default). ``timeout`` bounds every HTTP call; ``retries`` bounds repeats
     of safe calls, spaced by ``retry_backoff``; ``poll_backoff`` spaces polls. ``state_dir`` (or ``records``) says where
-    baselines and claims are kept. ``tier_catalog``, when given, refuses
-    unknown tier names before anything is sent (else the service judges them)
-    and lets a restore map a recorded tier id back to the name the service needs.
+    baselines and claims are kept. The tier catalog (``tier_catalog``, else
+    Nucleus' ``/v4/hardwareTier`` at ``nucleus_url``, ``$DOMINO_API_HOST`` or
+    ``$DOMINO_API_PROXY``) refuses unknown or restricted tier names, naming the
+    allowed ones, before anything is sent, and lets a restore map a recorded
+    tier id back to the name the service needs. Without one (or when Nucleus
+    cannot be reached) the service judges tier names itself.
     """
 
     name = "scaler"
@@ -84,6 +91,7 @@ class ScalerServiceBackend:
         state_dir: Union[str, Path, None] = None,
         records: Optional[FileBookkeeping] = None,
         tier_catalog: Optional[TierCatalog] = None,
+        nucleus_url: Optional[str] = None,
         poll_backoff: Backoff = DEFAULT_POLL_BACKOFF,
         env: Optional[Mapping[str, str]] = None,
         sleep: Callable[[float], None] = time.sleep,
@@ -103,9 +111,19 @@ class ScalerServiceBackend:
             store = FileRecordStore(Path(state_dir) / "records") if state_dir is not None else FileRecordStore()
             records = FileBookkeeping(store)
         self.records = records
-        self._tiers = tier_catalog
+        self._tiers = tier_catalog if tier_catalog is not None else self._nucleus_catalog(
+            nucleus_url, env, self._client.auth, verify, timeout
+        )
         self._poll = poll_backoff
         self._sleep = sleep
+
+    @staticmethod
+    def _nucleus_catalog(
+        nucleus_url: Optional[str], env: Optional[Mapping[str, str]], auth: Any, verify: bool, timeout: float
+    ) -> Optional[TierCatalog]:
+        environ = os.environ if env is None else env
+        url = nucleus_url or next((environ[name] for name in NUCLEUS_ENV if environ.get(name)), None)
+        return DominoTierCatalog(url, auth=auth, timeout=timeout, verify=verify) if url else None
 
     @property
     def base_url(self) -> str:
@@ -154,8 +172,29 @@ class ScalerServiceBackend:
         replicas = validate_replicas(replicas)
         timeout = validate_timeout(timeout)
         self._served(ref)
+        return self._wait_workers(ref, replicas, timeout, progress, None)
+
+    def _wait_workers(
+        self,
+        ref: ClusterRef,
+        replicas: int,
+        timeout: float,
+        progress: Optional[ProgressReporter],
+        last: Optional[ClusterState],
+    ) -> ClusterState:
+        seen = [last]
+
+        def read() -> ClusterState:
+            # A failed poll (service gone, cluster deleted) reports the last state this wait saw.
+            try:
+                seen[0] = self.get_state(ref)
+            except ScalingError as error:
+                error.state = error.state or seen[0]
+                raise
+            return seen[0]
+
         return poll_until(
-            lambda: self.get_state(ref),
+            read,
             lambda s: s.status == "Running" and s.workers_up(replicas),
             what=f"{replicas} worker pods of {ref} with the cluster Running ({READINESS_CAVEAT})",
             target=replicas,
@@ -189,13 +228,20 @@ class ScalerServiceBackend:
         tier = validate_tier_name(worker_hw_tier)
         timeout = validate_timeout(timeout)
         self._served(ref)
-        if tier is not None and self._tiers is not None:
-            self._tiers.resolve(tier, ref.kind)
+        self._check_tier(ref, tier)
         previous = self.get_state(ref)
         self._check_scalable(previous, replicas, strict)
         self.records.record_baseline(ref, lambda: previous)
         result = self._patch(ref, replicas, tier, previous)
         return self._finish(ref, result, wait, timeout, progress)
+
+    def _check_tier(self, ref: ClusterRef, tier: Optional[str]) -> None:
+        if tier is None or self._tiers is None:
+            return
+        try:
+            self._tiers.resolve(tier, ref.kind)
+        except BackendUnavailableError as error:
+            logger.warning("%s: could not check tier %r in the tier catalog (%s); the service will judge it", ref, tier, error)
 
     @staticmethod
     def _check_scalable(previous: ClusterState, replicas: int, strict: bool) -> None:
@@ -215,7 +261,11 @@ class ScalerServiceBackend:
             )
 
     def _patch(self, ref: ClusterRef, replicas: int, tier: Optional[str], previous: ClusterState) -> ScaleResult:
-        answer = self._client.scale(ref, replicas, tier)
+        try:
+            answer = self._client.scale(ref, replicas, tier)
+        except ScalingError as error:
+            error.state = error.state or previous
+            raise
         requested = int(answer.get("requested_replicas", replicas))
         effective = int(answer.get("effective_replicas", replicas))
         capped = bool(answer.get("capped", effective < requested))
@@ -242,7 +292,7 @@ class ScalerServiceBackend:
         if not wait:
             return result
         started = time.monotonic()
-        result.final = self.wait_for_workers(ref, result.effective, timeout=timeout, progress=progress)
+        result.final = self._wait_workers(ref, result.effective, timeout, progress, result.final)
         result.waited = True
         result.seconds_waited = time.monotonic() - started
         return result
@@ -331,7 +381,8 @@ class ScalerServiceBackend:
         timeout: float = DEFAULT_SCALE_TIMEOUT,
         progress: Optional[ProgressReporter] = None,
     ) -> ScaleResult:
-        """Scale back to the recorded baseline (or ``target``) and forget the baseline.
+        """Scale back to the recorded baseline (or ``target``), then forget the baseline and
+        every claim (claims left by killed processes would otherwise inflate the next phase).
 
         A recorded worker tier is restored only if it differs from the current
         one and ``tier_catalog`` maps its id to a name; otherwise the replica
@@ -351,6 +402,9 @@ class ScalerServiceBackend:
             replicas, tier = baseline.replicas, self._tier_to_restore(ref, baseline, previous)
         result = self._patch(ref, replicas, tier, previous)
         self.records.forget_baseline(ref)
+        stale = self.records.forget_claims(ref)
+        if stale:
+            logger.warning("%s: restore dropped claims %s", ref, ", ".join(sorted(stale)))
         return self._finish(ref, result, wait, timeout, progress)
 
     def _target(self, ref: ClusterRef, target: ReplicaSpec) -> Tuple[int, Optional[str]]:
@@ -370,9 +424,12 @@ class ScalerServiceBackend:
         if not wanted or wanted == current.worker_hw_tier:
             return None
         if self._tiers is not None:
-            for tier in self._tiers.tiers():
-                if tier.id == wanted or tier.name == wanted:
-                    return tier.name
+            try:
+                for tier in self._tiers.tiers():
+                    if tier.id == wanted or tier.name == wanted:
+                        return tier.name
+            except BackendUnavailableError as error:
+                logger.warning("%s: tier catalog unavailable (%s)", ref, error)
         logger.warning(
             "%s: restoring %d workers but not the worker tier %r (no tier catalog maps that id to a name)",
             ref,

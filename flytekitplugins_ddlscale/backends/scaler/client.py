@@ -62,6 +62,11 @@ class ScalerClient:
             headers={"Accept": "application/json"},
         )
 
+    @property
+    def auth(self) -> Optional[httpx.Auth]:
+        """The credentials this client sends (reused for Nucleus calls)."""
+        return self._http.auth
+
     def close(self) -> None:
         """Close pooled connections."""
         self._http.close()

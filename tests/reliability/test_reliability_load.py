@@ -1,0 +1,148 @@
+"""Load: 500 scale/get calls (plus claims and releases) from 20 threads sharing one backend,
+with 5 % of the service's answers failing.
+
+Checked: no deadlock (every thread ends within a bound), every failure is a
+typed ScalingError, no lost update (the claims on record are exactly the
+claims made and not released; baselines are the sizes before any change),
+and bounded memory (tracemalloc peak and RSS growth under generous bounds).
+"""
+import random
+import threading
+import tracemalloc
+from typing import Dict, List, Set, Tuple
+
+import pytest
+from rel_helpers import desired
+
+from flytekitplugins_ddlscale import ClusterRef, ScalingError
+from tests.servers.scaler_server import ScalerTestServer
+
+THREADS = 20
+CALLS_PER_THREAD = 25
+FAILURE_EVERY = 20
+"""One injected 503 per 20 requests the server receives: 5 %."""
+JOIN_TIMEOUT = 120.0
+PEAK_BOUND = 64 * 2**20
+RSS_GROWTH_BOUND = 150 * 2**20
+CLUSTERS = [ClusterRef("ray", f"ray-load-{i}") for i in range(3)]
+INITIAL = {ref.name: 1 + i for i, ref in enumerate(CLUSTERS)}
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/status", encoding="utf-8") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS in /proc/self/status")
+
+
+class FaultFeeder:
+    """Keeps one 503 pending for every ``FAILURE_EVERY`` requests the server has received."""
+
+    def __init__(self, server: ScalerTestServer) -> None:
+        self._server = server
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fault-feeder")
+        self.injected = 0
+
+    def __enter__(self) -> "FaultFeeder":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self._server.clear_faults()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.002):
+            due = len(self._server.requests) // FAILURE_EVERY
+            while self.injected < due:
+                self._server.inject_faults("status", 1, status=503)
+                self.injected += 1
+
+
+class Worker:
+    """One thread's share of the calls and what it expects to remain on record."""
+
+    def __init__(self, index: int, backend, seed: int) -> None:
+        self.index = index
+        self.backend = backend
+        self.rng = random.Random(seed)
+        self.live: Dict[str, Set[str]] = {ref.name: set() for ref in CLUSTERS}
+        self.calls = 0
+        self.typed_failures: List[ScalingError] = []
+        self.untyped: List[BaseException] = []
+
+    def run(self) -> None:
+        for step in range(CALLS_PER_THREAD):
+            ref = CLUSTERS[(self.index + step) % len(CLUSTERS)]
+            try:
+                self._call(step, ref)
+            except ScalingError as exc:
+                self.typed_failures.append(exc)
+            except BaseException as exc:  # anything untyped is a finding
+                self.untyped.append(exc)
+            self.calls += 1
+
+    def _call(self, step: int, ref: ClusterRef) -> None:
+        # Every step is one scale or get (500 in all); claims and releases come on top.
+        if step % 5 == 0:
+            claim_id = f"t{self.index}-s{step}"
+            self.backend.claim(ref, claim_id, self.rng.randint(1, 8))
+            self.live[ref.name].add(claim_id)
+        elif step % 5 == 1 and self.live[ref.name]:
+            claim_id = sorted(self.live[ref.name])[0]
+            self.backend.release(ref, claim_id)
+            self.live[ref.name].discard(claim_id)
+        if step % 2 == 0:
+            result = self.backend.scale(ref, self.rng.randint(0, 10), wait=False)
+            assert result.effective == min(result.requested, 8)
+        else:
+            self.backend.get_state(ref)
+
+
+@pytest.mark.slow
+def test_twenty_threads_500_calls_with_5_percent_failures(scaler_server, make_scaler):
+    for ref in CLUSTERS:
+        scaler_server.add_cluster("ray", ref.name, replicas=INITIAL[ref.name], max_replicas=8)
+    backend = make_scaler(retries=3, timeout=5.0)
+    workers = [Worker(i, backend, seed=1000 + i) for i in range(THREADS)]
+    threads = [threading.Thread(target=w.run, name=f"load-{w.index}") for w in workers]
+
+    rss_before = rss_bytes()
+    tracemalloc.start()
+    try:
+        with FaultFeeder(scaler_server) as feeder:
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(JOIN_TIMEOUT)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    rss_growth = rss_bytes() - rss_before
+
+    stuck = [t.name for t in threads if t.is_alive()]
+    assert not stuck, f"deadlock or hang: {stuck} still running after {JOIN_TIMEOUT:.0f}s"
+    assert sum(w.calls for w in workers) == THREADS * CALLS_PER_THREAD
+    assert [e for w in workers for e in w.untyped] == []
+    failed_answers = sum(1 for r in scaler_server.requests if r.status == 503)
+    assert feeder.injected >= 20 and failed_answers >= 20, (feeder.injected, failed_answers)
+
+    for ref in CLUSTERS:
+        expected = set().union(*(w.live[ref.name] for w in workers))
+        assert set(backend.records.claims(ref)) == expected, f"lost claim update on {ref}"
+        baseline = backend.get_baseline(ref)
+        assert baseline is not None and baseline.replicas == INITIAL[ref.name], baseline
+        assert 0 <= desired(scaler_server, "ray", ref.name) <= 8
+
+    assert peak < PEAK_BOUND, f"tracemalloc peak {peak / 2**20:.1f} MiB"
+    assert rss_growth < RSS_GROWTH_BOUND, f"RSS grew {rss_growth / 2**20:.1f} MiB"
+    report: Tuple[int, int, float, float] = (
+        failed_answers,
+        sum(len(w.typed_failures) for w in workers),
+        peak / 2**20,
+        rss_growth / 2**20,
+    )
+    print("503 answers=%d typed call failures=%d tracemalloc peak=%.1f MiB RSS growth=%.1f MiB" % report)

@@ -1,0 +1,71 @@
+"""Smoke test of the benchmark suite: every benchmark runs in quick mode and writes a well-formed result.
+
+Timings are not asserted (the machine is shared); what is checked is that
+each benchmark ran (status ``ok``), produced figures for every target, wrote
+valid JSON and its plots, and left no threads or processes behind.
+"""
+import json
+import threading
+import time
+
+import jsonschema
+import pytest
+
+from benchmarks.report import RESULT_SCHEMA
+from benchmarks.run import BENCHMARKS, main, run_one
+from tests.flyte_support import processes_mentioning
+
+SLOW = {"import_time", "scaler_lag", "k8s_lag", "k8s_200", "task_overhead", "local_dask"}
+
+
+def _non_daemon_threads():
+    return {t for t in threading.enumerate() if not t.daemon and t is not threading.main_thread()}
+
+
+def _check_document(doc, out_dir, name):
+    jsonschema.validate(doc, RESULT_SCHEMA)
+    assert doc["benchmark"] == name and doc["quick"] is True
+    assert doc["status"] == "ok", doc.get("reason")
+    assert doc["metrics"], "no metrics recorded"
+    for target in doc["targets"]:
+        assert target["value"] is not None, f"{target['name']} was not measured: {target['detail']}"
+        assert isinstance(target["met"], bool)
+    for path in doc["files"]:
+        assert (out_dir / path).stat().st_size > 0
+    assert json.loads((out_dir / f"{name}.json").read_text()) == doc
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in BENCHMARKS]
+)
+def test_benchmark_runs_quick_and_writes_a_well_formed_result(name, tmp_path):
+    threads_before = _non_daemon_threads()
+    doc = run_one(name, quick=True, out_dir=tmp_path)
+    _check_document(doc, tmp_path, name)
+    deadline = time.monotonic() + 10
+    while _non_daemon_threads() - threads_before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _non_daemon_threads() - threads_before, "benchmark left threads running"
+    assert not processes_mentioning("ddlscale-bench-"), "benchmark left processes running"
+
+
+def test_cost_model_reports_each_strategy_and_plots(tmp_path):
+    doc = run_one("cost_model", quick=True, out_dir=tmp_path)
+    busy = next(iter(doc["metrics"]["scenarios"].values()))
+    assert set(busy) == {"kept_at_max", "cpu_heuristic", "plugin"}
+    for row in busy.values():
+        assert row["gpu_worker_hours"] >= 0 and len(row["minutes_to_full_size"]) == 2
+    pytest.importorskip("matplotlib")
+    assert (tmp_path / "cost_model.png").stat().st_size > 0
+
+
+def test_runner_writes_summary_covering_existing_results(tmp_path, capsys):
+    assert main(["--quick", "--only", "cost_model", "--out", str(tmp_path)]) == 0
+    summary = (tmp_path / "summary.md").read_text()
+    assert "cost_model" in summary and "--quick" in summary
+    assert "cost_model" in capsys.readouterr().out
+
+
+def test_unknown_benchmark_name_is_refused(tmp_path):
+    with pytest.raises(SystemExit):
+        main(["--only", "no_such_benchmark", "--out", str(tmp_path)])
