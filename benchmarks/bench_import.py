@@ -95,7 +95,7 @@ def run(quick: bool = False, out_dir: Path = Path("benchmarks/results")) -> Benc
     stats = summarize(marginal, 2)
     result.targets.append(
         Target("plugin import over flytekit (median, marginal import after flytekit)", stats["median"], LIMIT_MS, "ms",
-               detail=f"p95 {stats['p95']} ms over {rounds} fresh interpreters")
+               detail=f"p95 {stats['p95']} ms; {rounds} fresh interpreter(s) per variant")
     )
     result.targets.append(
         Target("backend libraries imported by the plugin at flytekit start-up", float(len(heavy)), 0.0, "modules",

@@ -55,18 +55,19 @@ def _timed(fn: Callable[[], object]) -> float:
 
 
 def run(quick: bool = False, out_dir: Path = Path("benchmarks/results")) -> BenchResult:
-    """Interleave the five variants over ``4`` (quick) or ``30`` measured rounds."""
+    """Interleave the variants over ``4`` (quick) or ``30`` measured rounds."""
     try:
         from benchmarks import flyte_tasks
         from benchmarks.servers import TimedScalerServer
-        from flytekitplugins_ddlscale import ClusterRef
+        from flytekitplugins_ddlscale import ClusterRef, get_backend
         from flytekitplugins_ddlscale.backends.scaler import ScalerServiceBackend
         from tests.servers.scaler_server import DEFAULT_API_KEY
     except ImportError as exc:
         return BenchResult.skipped(NAME, TITLE, f"tasks, phase or scaler backend not importable: {exc}")
     rounds = 4 if quick else 30
     ref = ClusterRef.parse(flyte_tasks.CLUSTER)
-    samples: Dict[str, List[float]] = {k: [] for k in ("direct_scale", "scale_node", "direct_pair", "plain_task", "phased_task")}
+    names = ("direct_scale", "scale_node", "direct_pair", "plain_task", "phased_task", "backend_open_close")
+    samples: Dict[str, List[float]] = {k: [] for k in names}
     with tempfile.TemporaryDirectory(prefix="ddlscale-bench-") as tmp, TimedScalerServer() as server:
         server.add_cluster(ref.kind, ref.name, replicas=flyte_tasks.REPLICAS, max_replicas=8, min_replicas=1)
         env = {"CLUSTER_SCALER_BASE_URL": server.url, "DOMINO_API_KEY": DEFAULT_API_KEY, "DDLSCALE_STATE_DIR": tmp}
@@ -83,6 +84,8 @@ def run(quick: bool = False, out_dir: Path = Path("benchmarks/results")) -> Benc
                     "direct_pair": pair,
                     "plain_task": lambda: flyte_tasks.plain_task(x=1),
                     "phased_task": lambda: flyte_tasks.phased_task(x=1),
+                    # Part of both surfaces' overhead: they open (and close) a backend per run.
+                    "backend_open_close": lambda: get_backend("scaler").close(),
                 }
                 order = list(variants)
                 for i in range(WARMUP + rounds):

@@ -62,7 +62,7 @@ def test_cost_model_reports_each_strategy_and_plots(tmp_path):
 def test_runner_writes_summary_covering_existing_results(tmp_path, capsys):
     assert main(["--quick", "--only", "cost_model", "--out", str(tmp_path)]) == 0
     summary = (tmp_path / "summary.md").read_text()
-    assert "cost_model" in summary and "--quick" in summary
+    assert "cost_model (quick)" in summary and "--quick" in summary
     assert "cost_model" in capsys.readouterr().out
 
 

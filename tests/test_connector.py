@@ -17,6 +17,7 @@ from flytekit.tools.translator import get_serializable
 
 from flytekitplugins_ddlscale.connector import ScalingConnector, ScalingMetadata
 from flytekitplugins_ddlscale.errors import InvalidInputError
+from flytekitplugins_ddlscale.refs import ClusterRef
 from flytekitplugins_ddlscale.tasks import SCALE_TASK_TYPE, WAIT_TASK_TYPE, ClusterReady, ScaleCluster, ScaleOutcome
 from tests.flyte_apps import nodes
 from tests.flyte_support import local_backend, local_env  # noqa: F401 - fixture
@@ -93,14 +94,15 @@ def test_scale_with_wait_reports_running_then_succeeded(local_env):
 
 @pytest.mark.slow
 def test_get_fails_at_the_deadline_with_the_last_state(local_env):
-    scale = ScalingConnector(SCALE_TASK_TYPE)
-    template, inputs = template_and_inputs(nodes.scale_up, replicas=3)
-    meta = scale.create(template, "", inputs)
+    local_backend(local_env).up(ClusterRef.parse(nodes.CLUSTER), 1, timeout=60)
+    wait = ScalingConnector(WAIT_TASK_TYPE)
+    template, inputs = template_and_inputs(nodes.ready, replicas=3)  # nothing will scale it to 3
+    meta = wait.create(template, "", inputs)
+    assert wait.get(meta).phase == TaskExecution.RUNNING
     meta.deadline = meta.started  # as if the node's timeout had passed
-    resource = scale.get(meta)
-    # Three worker processes cannot have registered in the moment since create().
+    resource = wait.get(meta)
     assert resource.phase == TaskExecution.FAILED
-    assert "timed out" in resource.message and "dask/nodes-test" in resource.message
+    assert "timed out" in resource.message and "desired=1" in resource.message
 
 
 def test_bad_inputs_are_refused_before_anything_starts(local_env):

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from servers.k8s_fixtures import backend, k8s, make_backend, tiers_file  # noqa: F401 - fixtures
+from tests.servers.k8s_fixtures import backend, k8s, make_backend, tiers_file  # noqa: F401 - fixtures
 
 from flytekitplugins_ddlscale import ClusterRef
 from flytekitplugins_ddlscale.errors import ClusterNotFoundError, ConflictError, InvalidInputError, UnauthorizedError
@@ -94,6 +94,18 @@ def test_claims_from_concurrent_phases_are_never_lost(k8s, tiers_file):  # noqa:
     notes = _annotations(k8s, "ray", "c1")
     assert CLAIMS_ANNOTATION not in notes
     assert BASELINE_ANNOTATION in notes
+
+
+def test_restore_drops_claims_left_by_killed_phases(k8s, backend):  # noqa: F811
+    k8s.add_cluster("dask", "d1", replicas=1)
+    ref = ClusterRef("dask", "d1")
+    backend.claim(ref, "killed-phase", 4)
+    backend.scale(ref, 4, timeout=20)
+    result = backend.restore_baseline(ref, timeout=20)
+    assert result.final.ready_workers == 1
+    notes = _annotations(k8s, "dask", "d1")
+    assert CLAIMS_ANNOTATION not in notes and BASELINE_ANNOTATION not in notes
+    assert backend.claim(ref, "next-phase", 2).replicas == 2
 
 
 def test_conflicts_are_reread_and_reapplied(k8s, backend):  # noqa: F811

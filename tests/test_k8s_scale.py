@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 import pytest
-from servers.k8s_fixtures import backend, k8s, tiers_file  # noqa: F401 - fixtures
+from tests.servers.k8s_fixtures import backend, k8s, tiers_file  # noqa: F401 - fixtures
 
 from flytekitplugins_ddlscale import ClusterRef
 from flytekitplugins_ddlscale.backends import ClusterBackend, get_backend
@@ -61,6 +61,25 @@ def test_kubeconfig_token_is_registered_as_secret(tmp_path):
     instance.close()
     assert token not in str(err.value)
     assert token not in redact(f"request failed with token {token}")
+
+
+def test_kubeconfig_from_environment_is_read_when_the_client_is_made(k8s, tmp_path, monkeypatch):  # noqa: F811
+    k8s.add_cluster("spark", "s1", replicas=1)
+    config = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "test",
+        "clusters": [{"name": "k", "cluster": {"server": k8s.url}}],
+        "users": [{"name": "u", "user": {"token": "test-token-1234"}}],
+        "contexts": [{"name": "test", "context": {"cluster": "k", "user": "u"}}],
+    }
+    path = tmp_path / "kubeconfig"
+    path.write_text(json.dumps(config))
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    instance = KubernetesBackend()
+    try:
+        assert instance.get_state(ClusterRef("spark", "s1")).ready_workers == 1
+    finally:
+        instance.close()
 
 
 @pytest.mark.parametrize("kind", ["ray", "spark", "dask"])
@@ -249,6 +268,18 @@ def test_restart_head_on_a_new_tier_patches_the_head_section(k8s, backend):  # n
     assert new["metadata"]["labels"][TIER_LABEL] == "medium-k8s"
     baseline = backend.get_baseline(ClusterRef("spark", "s1"))
     assert baseline is not None and baseline.head_hw_tier == "small-k8s"
+
+
+def test_restart_head_on_its_current_tier_deletes_the_pod(k8s, backend):  # noqa: F811
+    medium = {"cpu": "2", "memory": "8Gi"}
+    k8s.add_cluster("ray", "c1", replicas=1, head_resources={"requests": medium, "limits": medium})
+    backend.restart_head(ClusterRef("ray", "c1"), "medium", timeout=20)
+    old = k8s.pods("c1", component="head")[0]
+    k8s.clear_log()
+    result = backend.restart_head(ClusterRef("ray", "c1"), "medium", timeout=20)
+    assert result.ready and _patches(k8s) == []
+    assert len([r for r in k8s.requests if r.method == "DELETE"]) == 1
+    assert k8s.pods("c1", component="head")[0]["metadata"]["uid"] != old["metadata"]["uid"]
 
 
 def test_restart_head_restricted_tier_is_refused_first(k8s, backend):  # noqa: F811

@@ -9,8 +9,8 @@ import threading
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from servers.k8s_fixtures import k8s  # noqa: F401 - fixture
-from servers.k8s_server import K8sTestServer
+from tests.servers.k8s_fixtures import k8s  # noqa: F401 - fixture
+from tests.servers.k8s_server import K8sTestServer
 
 GROUP, VERSION, NS = "distributed-compute.dominodatalab.com", "v1alpha1", "domino-compute"
 

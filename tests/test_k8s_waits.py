@@ -3,8 +3,8 @@ import threading
 import time
 
 import pytest
-from servers.k8s_fixtures import backend, k8s, make_backend, tiers_file  # noqa: F401 - fixtures
-from servers.k8s_server import K8sTestServer
+from tests.servers.k8s_fixtures import backend, k8s, make_backend, tiers_file  # noqa: F401 - fixtures
+from tests.servers.k8s_server import K8sTestServer
 
 from flytekitplugins_ddlscale import ClusterRef
 from flytekitplugins_ddlscale.errors import ScalingTimeoutError, WorkerFailedError
@@ -97,6 +97,15 @@ def test_timeout_carries_the_last_state(k8s, backend):  # noqa: F811
     state = err.value.state
     assert state.desired_workers == 2 and state.existing_workers == 2 and state.ready_workers == 1
     assert "2 Ready workers" in str(err.value)
+
+
+def test_timeout_names_pods_that_are_not_starting(k8s, tiers_file):  # noqa: F811
+    k8s.add_cluster("ray", "c1", replicas=1)
+    k8s.inject_fault("c1", "CrashLoopBackOff", ordinals=[1])
+    with make_backend(k8s, tiers_file, failure_grace=30) as patient:
+        with pytest.raises(ScalingTimeoutError) as err:
+            patient.scale(ClusterRef("ray", "c1"), 2, timeout=0.5)
+    assert "c1-ray-worker-1 CrashLoopBackOff" in str(err.value)
 
 
 def test_wait_for_workers_reports_progress(k8s, backend):  # noqa: F811

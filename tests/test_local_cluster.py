@@ -139,10 +139,12 @@ def test_timeout_puts_the_cluster_back_as_it_was(backend):
     assert len(processes_mentioning(str(backend.store.cluster_dir(ref)))) == 2
 
 
-def test_capped_scale_reports_it(local_state):
-    backend = LocalBackend(state_dir=local_state, max_workers=1)
-    result = backend.scale(ClusterRef("dask", "capped"), 2, timeout=60)
+def test_a_request_above_max_workers_is_capped(backend):
+    ref = ClusterRef("dask", "capped")
+    capped = LocalBackend(state_dir=backend.store.root, max_workers=1)
+    result = capped.scale(ref, 2, timeout=60)
     assert (result.requested, result.effective, result.capped, result.final.ready_workers) == (2, 1, True, 1)
+    assert len(processes_mentioning(str(backend.store.cluster_dir(ref)))) == 2
 
 
 def test_restore_baseline_removes_a_cluster_the_flow_created(backend):
@@ -159,7 +161,8 @@ def test_restore_baseline_removes_a_cluster_the_flow_created(backend):
 def test_restore_baseline_keeps_a_cluster_made_with_up(backend):
     ref = ClusterRef("dask", "kept")
     backend.up(ref, 1, timeout=60)
-    backend.scale(ref, 2, "Medium", timeout=60)
+    assert backend.get_baseline(ref) is None
+    backend.scale(ref, 1, "Medium", timeout=60)
     assert backend.get_baseline(ref).replicas == 1
     result = backend.restore_baseline(ref)
     assert (result.final.ready_workers, result.final.worker_hw_tier) == (1, "Small")

@@ -19,11 +19,16 @@ def test_up_work_down_runs_real_workers(local_env):
     assert state.desired_workers == 0 and state.ready_workers == 0
 
 
-def test_scale_outcome_is_typed_and_reports_readiness(local_env):
-    outcome = nodes.scale_up(replicas=1)
+def test_scale_outcome_is_typed_reports_readiness_and_attaches_a_deck(local_env):
+    params = FlyteContextManager.current_context().user_space_params
+    before = len(params.decks)
+    outcome = nodes.scale_up.execute(cluster=nodes.CLUSTER, replicas=1)
     assert isinstance(outcome, ScaleOutcome)
     assert (outcome.cluster, outcome.backend, outcome.requested, outcome.effective) == (nodes.CLUSTER, "local", 1, 1)
     assert outcome.previous_workers == 0 and outcome.ready_workers == 1 and outcome.waited and not outcome.capped
+    deck = params.decks[before]
+    assert deck.name == "Cluster scaling"
+    assert "<svg" in deck.html and "<polyline" in deck.html and "worker-seconds" in deck.html
 
 
 def test_prewarm_request_then_wait_then_compute(local_env):
@@ -50,15 +55,6 @@ def test_head_tier_on_a_backend_that_cannot_is_refused_before_any_change(local_e
     with pytest.raises(UnsupportedOperationError):
         task.execute(cluster="dask/nodes-test", replicas=1, worker_hw_tier=None, head_hw_tier="Large")
     assert local_backend(local_env).list_clusters() == []
-
-
-def test_scaling_node_attaches_a_deck_with_a_plot(local_env):
-    params = FlyteContextManager.current_context().user_space_params
-    before = len(params.decks)
-    nodes.scale_up.execute(cluster=nodes.CLUSTER, replicas=1)
-    deck = params.decks[before]
-    assert deck.name == "Cluster scaling"
-    assert "<svg" in deck.html and "<polyline" in deck.html and "worker-seconds" in deck.html
 
 
 def test_restart_head_node_waits_for_the_new_head(local_env):

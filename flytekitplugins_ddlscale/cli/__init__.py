@@ -3,6 +3,8 @@
 Exit codes, for scripts: 0 success, 2 bad input, 3 timeout, 4 not found,
 5 unauthorized, 6 backend unavailable, 1 any other scaling error.
 """
+import logging
+
 import click
 
 from .cluster_commands import register_cluster_commands
@@ -11,8 +13,22 @@ from .local_commands import local
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="flytekitplugins-ddlscale")
-def main() -> None:
+@click.option("-v", "--verbose", is_flag=True, help="Log backend requests and retries (DEBUG).")
+def main(verbose: bool) -> None:
     """Scale Domino distributed-compute clusters (Ray, Spark, Dask, MPI) on purpose."""
+    _log_to_stderr(logging.DEBUG if verbose else logging.INFO)
+
+
+def _log_to_stderr(level: int) -> None:
+    # A Domino job's log is its stderr: progress and retries must show there
+    # when no terminal is attached and the rich progress bar is off.
+    plugin_logger = logging.getLogger("flytekitplugins_ddlscale")
+    if not any(getattr(h, "_ddlscale_cli", False) for h in plugin_logger.handlers):
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        handler._ddlscale_cli = True  # type: ignore[attr-defined]
+        plugin_logger.addHandler(handler)
+    plugin_logger.setLevel(level)
 
 
 register_cluster_commands(main)

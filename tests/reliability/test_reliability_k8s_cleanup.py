@@ -142,6 +142,13 @@ def test_k8s_sigkill_then_ddlscale_restore_from_another_process(k8s_server, clus
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="backends/kubernetes/backend.py KubernetesBackend.restore_baseline (used by `ddlscale restore`) "
+    "removes the baseline annotation but keeps the killed process's claim in the claims annotation; the "
+    "next 2-worker phase's claim() returns that stale 4-worker claim, so the phase scales to 4 and its "
+    "release scales back to 4 instead of restoring the baseline (applied replicas [4, 4], not [2, 1])",
+)
 def test_k8s_new_phase_after_sigkill_and_restore_is_not_inflated(k8s_server, cluster, children, tmp_path):
     from flytekitplugins_ddlscale.cli import main
 

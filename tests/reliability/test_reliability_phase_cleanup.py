@@ -255,13 +255,6 @@ def test_sigkill_leaves_a_baseline_that_ddlscale_restore_recovers(
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="backends/scaler/backend.py ScalerServiceBackend.restore_baseline (used by `ddlscale restore`) "
-    "forgets the baseline but keeps the dead process's claim in the FileRecordStore; the next phase's "
-    "claim() then returns that stale 4-worker claim, so a 2-worker phase scales to 4 and, on release, "
-    "goes back to 4 instead of the baseline",
-)
 def test_after_sigkill_and_restore_a_new_phase_is_not_inflated_by_the_dead_claim(
     scaler_env, scaler_server, cluster, children, tmp_path, make_scaler
 ):

@@ -1,6 +1,6 @@
 """Pytest fixtures for tests of the Kubernetes backend against :class:`K8sTestServer`.
 
-Import them into a test module: ``from servers.k8s_fixtures import k8s, backend, tiers_file``.
+Import them into a test module: ``from tests.servers.k8s_fixtures import k8s, backend, tiers_file``.
 """
 import contextlib
 from pathlib import Path

@@ -28,7 +28,7 @@ import json
 import threading
 import uuid
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 from urllib.parse import parse_qs, urlsplit
@@ -40,9 +40,7 @@ from flytekitplugins_ddlscale.refs import (
     LABEL_APP,
     LABEL_COMPONENT,
     LABEL_INSTANCE,
-    LABEL_MANAGED_BY,
     LABEL_OWNER,
-    MANAGED_BY_OPERATOR,
 )
 
 from .k8s_operator import SimulatedOperator
@@ -563,11 +561,14 @@ class K8sTestServer:
             while True:
                 if watch.dropped or self._closing:
                     return [], True, since
-                events = [
-                    e for e in self._events
-                    if e.rv > since and e.resource == watch.resource and e.namespace == watch.namespace
-                    and selector_matches(watch.selector, e.obj["metadata"].get("labels") or {})
-                ]
+                events = []
+                for event in reversed(self._events):
+                    if event.rv <= since:
+                        break
+                    if event.resource == watch.resource and event.namespace == watch.namespace and \
+                            selector_matches(watch.selector, event.obj["metadata"].get("labels") or {}):
+                        events.append(event)
+                events.reverse()
                 # Everything up to the current version has been looked at, so a
                 # later history trim cannot expire this running watch.
                 since = self._rv

@@ -5,6 +5,7 @@ object's resourceVersion; a 409 re-reads and re-applies (bounded). The
 baseline is recorded in the same patch as the first change, in an annotation
 on the cluster object, so any process can restore it. Waits watch pods.
 """
+import logging
 import os
 import random
 import threading
@@ -57,6 +58,11 @@ from .spec import (
 
 OWNER_ENV = "DOMINO_STARTING_USER_ID"
 Patch = Dict[str, Any]
+logger = logging.getLogger("flytekitplugins_ddlscale.kubernetes")
+
+
+def _annotations(obj: Dict[str, Any]) -> Dict[str, str]:
+    return (obj.get("metadata") or {}).get("annotations") or {}
 
 
 class KubernetesBackend:
@@ -449,15 +455,19 @@ class KubernetesBackend:
 
         def build(current: Dict[str, Any]) -> Optional[Patch]:
             record = decode_record(current)
+            # A restore ends every phase: claims left by killed processes would inflate the next one.
+            outcome["dropped"] = sorted(decode_claims(_annotations(current).get(CLAIMS_ANNOTATION)))
+            notes: Patch = {CLAIMS_ANNOTATION: None} if outcome["dropped"] else {}
             if record is None and target is None:
-                return None
+                return {"metadata": {"annotations": notes}} if notes else None
             spec = self._restore_spec(ref, current, record, target, worker_tier, head_tier, outcome)
-            patch: Patch = {"spec": spec}
             if record is not None:
-                patch["metadata"] = {"annotations": {BASELINE_ANNOTATION: None}}
-            return patch
+                notes[BASELINE_ANNOTATION] = None
+            return {"spec": spec, "metadata": {"annotations": notes}} if notes else {"spec": spec}
 
         _, after, patched = self._mutate(ref, build, obj)
+        if outcome.get("dropped"):
+            logger.warning("%s: restore dropped claims %s", self._label(ref), ", ".join(outcome["dropped"]))
         if not patched:
             return ScaleResult(self._label(ref), previous.desired_workers, previous.desired_workers, False,
                                previous, previous, False, 0.0)
@@ -511,7 +521,7 @@ class KubernetesBackend:
         self._resolve(worker_hw_tier, ref.kind, "worker_hw_tier")
 
         def build(current: Dict[str, Any]) -> Optional[Patch]:
-            claims = decode_claims(((current["metadata"].get("annotations")) or {}).get(CLAIMS_ANNOTATION))
+            claims = decode_claims(_annotations(current).get(CLAIMS_ANNOTATION))
             existing = claims.get(claim_id)
             claim = Claim(claim_id, replicas, worker_hw_tier)
             if existing is not None:
@@ -521,7 +531,7 @@ class KubernetesBackend:
             return self._with_baseline(ref, current, patch)
 
         _, after, _ = self._mutate(ref, build)
-        largest = largest_claim(decode_claims((after["metadata"].get("annotations") or {}).get(CLAIMS_ANNOTATION)))
+        largest = largest_claim(decode_claims(_annotations(after).get(CLAIMS_ANNOTATION)))
         assert largest is not None
         return largest
 
@@ -531,7 +541,7 @@ class KubernetesBackend:
             raise InvalidInputError("claim_id", claim_id, "a non-empty string")
 
         def build(current: Dict[str, Any]) -> Optional[Patch]:
-            claims = decode_claims(((current["metadata"].get("annotations")) or {}).get(CLAIMS_ANNOTATION))
+            claims = decode_claims(_annotations(current).get(CLAIMS_ANNOTATION))
             if claim_id not in claims:
                 return None
             del claims[claim_id]
@@ -539,7 +549,7 @@ class KubernetesBackend:
             return {"metadata": {"annotations": {CLAIMS_ANNOTATION: value}}}
 
         _, after, _ = self._mutate(ref, build)
-        return largest_claim(decode_claims((after["metadata"].get("annotations") or {}).get(CLAIMS_ANNOTATION)))
+        return largest_claim(decode_claims(_annotations(after).get(CLAIMS_ANNOTATION)))
 
     def close(self) -> None:
         """Close the connection pool if this backend created the client."""

@@ -27,7 +27,9 @@ def make_api_client(kubeconfig: Optional[str], context: Optional[str], in_cluste
         if use_in_cluster:
             config.load_incluster_config(client_configuration=configuration)
         else:
-            config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
+            # Read $KUBECONFIG now: the client computes its default path once, at import.
+            path = kubeconfig or os.environ.get("KUBECONFIG") or None
+            config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
     except (config.ConfigException, OSError) as exc:
         source = "in-cluster service account" if use_in_cluster else f"kubeconfig {kubeconfig or '(default)'}"
         raise BackendUnavailableError(f"could not load Kubernetes configuration from {source}: {exc}") from None

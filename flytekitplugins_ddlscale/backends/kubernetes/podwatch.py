@@ -123,11 +123,20 @@ class PodWaiter:
         self._check_failures(state)
         if deadline.expired:
             raise ScalingTimeoutError(
-                f"timed out after {self.timeout:.0f}s waiting for {self.what}; last state: {state.describe()}",
+                f"timed out after {self.timeout:.0f}s waiting for {self.what}; last state: {state.describe()}"
+                f"{self._failing_summary()}",
                 cluster=state.cluster,
                 state=state,
             )
         return None
+
+    def _failing_summary(self) -> str:
+        failing = []
+        for name, pod in sorted(self.pods.items()):
+            failure = pod_failure(pod) if self.watched(pod) else None
+            if failure is not None:
+                failing.append(f"{name} {failure[0]}" + (f" ({failure[1]})" if failure[1] else ""))
+        return f"; pods not starting: {', '.join(failing)}" if failing else ""
 
     def _check_failures(self, state: ClusterState) -> None:
         now = time.monotonic()

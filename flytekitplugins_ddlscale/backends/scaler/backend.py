@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping, Optional, Tuple, Union
 
 import httpx
 
+from ...domino_auth import DominoAuth
 from ...errors import (
     BackendUnavailableError,
     CapacityExceededError,
@@ -59,8 +60,8 @@ class ScalerServiceBackend:
     (``token``/``api_key`` arguments, ``$DOMINO_API_PROXY``, ``$DOMINO_TOKEN``,
     ``$DOMINO_API_KEY``). ``verify=False`` turns TLS verification off (on by
     default). ``timeout`` bounds every HTTP call; ``retries`` bounds repeats
-    of safe calls, spaced by ``retry_backoff``; ``poll_backoff`` spaces polls. ``state_dir`` (or ``records``) says where
-    baselines and claims are kept. The tier catalog (``tier_catalog``, else
+    of safe calls, spaced by ``retry_backoff``; ``poll_backoff`` spaces polls.
+    ``state_dir`` (or ``records``) says where baselines and claims are kept. The tier catalog (``tier_catalog``, else
     Nucleus' ``/v4/hardwareTier`` at ``nucleus_url``, ``$DOMINO_API_HOST`` or
     ``$DOMINO_API_PROXY``) refuses unknown or restricted tier names, naming the
     allowed ones, before anything is sent, and lets a restore map a recorded
@@ -100,8 +101,6 @@ class ScalerServiceBackend:
         if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 10:
             raise InvalidInputError("retries", retries, "an integer from 0 to 10")
         if auth is None and (token or api_key):
-            from ...domino_auth import DominoAuth
-
             auth = DominoAuth(token=token, api_key=api_key, verify=verify)
         self._client = ScalerClient(
             base_url, auth=auth, verify=verify, timeout=timeout, retries=retries,

@@ -1,0 +1,57 @@
+"""Two phases that end and start at the same moment must not shrink each other.
+
+A phase ends (phase/run.py ``ClusterPhase._release``) with two separate
+backend calls: ``release`` (which says no claim remains) and then
+``restore_baseline``. If another phase claims the cluster and scales it up
+between those two calls, the restore must not shrink it under that phase.
+The interleaving is reproduced exactly, call by call, with two backend
+instances (two processes' worth of state) against each test server.
+"""
+from typing import Any, Callable
+
+import pytest
+from rel_helpers import desired
+
+from flytekitplugins_ddlscale import ClusterRef
+
+NAME = "ray-race"
+REF = ClusterRef("ray", NAME)
+RACE_REASON = (
+    "phase/run.py ClusterPhase._release calls backend.release() and then backend.restore_baseline() as two "
+    "separate steps; a phase that claims and scales up in between is shrunk back to the baseline by the "
+    "first phase's restore (and, on the scaler backend, its claim is dropped by forget_claims). Fix: make the "
+    "restore conditional on no live claims inside the same locked update / resourceVersion-checked patch "
+    "(e.g. restore_baseline(..., only_if_unclaimed=True) or a release_and_restore())"
+)
+
+
+def interleave(first: Any, second: Any, sizes: Callable[[], int]) -> None:
+    """Phase A (``first``) ends while phase B (``second``) starts, in the racing order."""
+    first.claim(REF, "phase-a", 3)
+    first.scale(REF, 3, wait=True, timeout=20)
+    assert first.release(REF, "phase-a") is None  # A: no claim remains, so A will restore...
+    held = second.claim(REF, "phase-b", 2)  # ...but B claims now
+    second.scale(REF, held.replicas, wait=True, timeout=20)
+    assert sizes() == 2
+    first.restore_baseline(REF, wait=True, timeout=20)  # A's restore, as _release does it
+
+
+@pytest.mark.xfail(strict=True, reason=RACE_REASON)
+def test_scaler_restore_between_release_and_new_claim_keeps_the_new_phase(make_scaler, scaler_server):
+    scaler_server.add_cluster("ray", NAME, replicas=1, max_replicas=6)
+    first, second = make_scaler(), make_scaler()
+    interleave(first, second, lambda: desired(scaler_server, "ray", NAME))
+    assert desired(scaler_server, "ray", NAME) >= 2
+    assert "phase-b" in second.records.claims(REF)
+
+
+@pytest.mark.xfail(strict=True, reason=RACE_REASON)
+def test_k8s_restore_between_release_and_new_claim_keeps_the_new_phase(make_k8s, k8s_server):
+    k8s_server.add_cluster("ray", NAME, replicas=1, autoscaling={"minReplicas": 1, "maxReplicas": 6})
+    first, second = make_k8s(), make_k8s()
+
+    def size() -> int:
+        return int(k8s_server.get_object("ray", NAME)["spec"]["worker"]["replicas"])
+
+    interleave(first, second, size)
+    assert size() >= 2
