@@ -66,12 +66,16 @@ class _Lane:
         from flytekitplugins_ddlscale.backends.kubernetes import KubernetesBackend
 
         self.server = timed_k8s_server(ready_delay=0.0).start()
-        for client in CLIENTS:
-            self.server.add_cluster(
-                "ray", f"k-{client}", replicas=1, autoscaling={"minReplicas": 1, "maxReplicas": 8}, owner=OWNER
-            )
-        self.backend = KubernetesBackend(NAMESPACE, api_client=self.server.api_client(), owner=OWNER)
-        self.baseline = K8sPollingBaseline(self.server.url, give_up_after=600.0)
+        try:
+            for client in CLIENTS:
+                self.server.add_cluster(
+                    "ray", f"k-{client}", replicas=1, autoscaling={"minReplicas": 1, "maxReplicas": 8}, owner=OWNER
+                )
+            self.backend = KubernetesBackend(NAMESPACE, api_client=self.server.api_client(), owner=OWNER)
+            self.baseline = K8sPollingBaseline(self.server.url, give_up_after=600.0)
+        except BaseException:
+            self.server.close()
+            raise
 
     def close(self) -> None:
         self.backend.close()

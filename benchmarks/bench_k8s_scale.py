@@ -99,6 +99,7 @@ def run(quick: bool = False, out_dir: Path = Path("benchmarks/results")) -> Benc
         "errors": errors[:20],
         "lag_ms": lag_stats,
         "wall_time_s": round(span, 2),
+        "call_duration_s": summarize([c["returned"] - c["started"] for c in report["calls"]], 3),
         "requests_total": requests,
         "requests_per_cluster": round(requests / plan.clusters, 1),
         "client_rss_mb": {

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Tuple
 
 from benchmarks.lanes import deal, delays, pairs, run_lanes
-from benchmarks.schedules import RESTART_PROPOSAL, SCALE_PROPOSAL
 from benchmarks.report import BenchResult, Target
+from benchmarks.schedules import RESTART_PROPOSAL, SCALE_PROPOSAL
 from benchmarks.stats import ratio, summarize
 
 NAME = "scaler_lag"
@@ -75,17 +75,18 @@ class _Lane:
         from tests.servers.scaler_server import DEFAULT_API_KEY
 
         self.server = TimedScalerServer().start()
-        self.server.add_cluster("ray", CLUSTER, replicas=1, max_replicas=8, min_replicas=1, pod_ready_delay=0.0)
-        self.backend = ScalerServiceBackend(self.server.url, api_key=DEFAULT_API_KEY, state_dir=state_dir)
-        self.baseline = ScalerPollingBaseline(self.server.url, DEFAULT_API_KEY, give_up_after=600.0)
-        self.proposed = {
-            "scale": ScalerServiceBackend(
-                self.server.url, api_key=DEFAULT_API_KEY, state_dir=state_dir, poll_backoff=SCALE_PROPOSAL  # type: ignore[arg-type]
-            ),
-            "restart": ScalerServiceBackend(
-                self.server.url, api_key=DEFAULT_API_KEY, state_dir=state_dir, poll_backoff=RESTART_PROPOSAL  # type: ignore[arg-type]
-            ),
-        }
+        try:
+            self.server.add_cluster("ray", CLUSTER, replicas=1, max_replicas=8, min_replicas=1, pod_ready_delay=0.0)
+            url = self.server.url
+            self.backend = ScalerServiceBackend(url, api_key=DEFAULT_API_KEY, state_dir=state_dir)
+            self.baseline = ScalerPollingBaseline(url, DEFAULT_API_KEY, give_up_after=600.0)
+            self.proposed = {
+                op: ScalerServiceBackend(url, api_key=DEFAULT_API_KEY, state_dir=state_dir, poll_backoff=schedule)  # type: ignore[arg-type]
+                for op, schedule in (("scale", SCALE_PROPOSAL), ("restart", RESTART_PROPOSAL))
+            }
+        except BaseException:
+            self.server.stop()
+            raise
 
     def close(self) -> None:
         self.backend.close()
@@ -181,8 +182,8 @@ def plot(trials: List[Trial], path: Path) -> bool:
             ("proposed", "tab:green", "^", "backend with proposed schedule"),
         ):
             mine = sorted((t for t in trials if t.client == client and t.operation == operation), key=lambda t: t.delay)
-            ax.plot([t.delay for t in mine], [t.lag for t in mine], color=color, marker=marker, linestyle="-",
-                    linewidth=0.8, label=label)
+            ax.plot([t.delay for t in mine], [t.lag for t in mine], color=color, marker=marker, linestyle="none",
+                    label=label)
         ax.axhline(LAG_LIMIT_S, color="gray", linestyle=":", label="target p95 1 s")
         ax.set_xlabel("pod-ready delay (s)" if operation == "scale" else "head recreate + ready delay (s)")
         ax.set_title(f"{operation}: return - ready moment")

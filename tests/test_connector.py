@@ -81,18 +81,6 @@ def test_scale_then_wait_through_the_connector(local_env):
 
 
 @pytest.mark.slow
-def test_scale_with_wait_reports_running_then_succeeded(local_env):
-    scale = ScalingConnector(SCALE_TASK_TYPE)
-    template, inputs = template_and_inputs(nodes.scale_up, replicas=1)
-    meta = scale.create(template, "", inputs)
-    assert meta.target == 1
-    resource = poll(scale, meta)
-    assert resource.phase == TaskExecution.SUCCEEDED, resource.message
-    outcome = resource.outputs["o0"]
-    assert isinstance(outcome, ScaleOutcome) and outcome.waited and outcome.ready_workers == 1
-
-
-@pytest.mark.slow
 def test_get_fails_at_the_deadline_with_the_last_state(local_env):
     local_backend(local_env).up(ClusterRef.parse(nodes.CLUSTER), 1, timeout=60)
     wait = ScalingConnector(WAIT_TASK_TYPE)

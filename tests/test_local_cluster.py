@@ -6,10 +6,11 @@ worker pids through ``Client.run(os.getpid)`` on the workers themselves.
 """
 import os
 import signal
+import socket
 
 import pytest
 
-from flytekitplugins_ddlscale import ClusterRef, ReplicaSpec, ScalingTimeoutError
+from flytekitplugins_ddlscale import ClusterRef, ReplicaSpec, ScalingTimeoutError, WorkerFailedError
 from flytekitplugins_ddlscale.backends.local import LocalBackend, procs
 from tests.test_local_support import (  # noqa: F401
     backend,
@@ -42,9 +43,15 @@ def test_scale_0_3_1_0_with_compute_on_the_workers(backend):
     assert first.previous.status == "Stopped"
     assert (first.final.status, first.final.ready_workers, first.final.head_ready) == ("Running", 0, True)
 
-    three = backend.scale(ref, 3, timeout=60)
-    assert (three.effective, three.final.ready_workers, three.final.existing_workers) == (3, 3, 3)
+    three = backend.scale(ref, 3, wait=False)
+    assert (three.effective, three.final.desired_workers, three.waited) == (3, 3, False)
     assert three.previous.desired_workers == 0
+    reports = []
+    state = backend.wait_for_workers(ref, 3, timeout=60, progress=reports.append)
+    assert (state.ready_workers, state.existing_workers, state.status) == (3, 3, "Running")
+    assert reports[-1].current == reports[-1].target == 3
+    assert "3 workers seen by the Dask scheduler of dask/cycle" in reports[-1].what
+    port_before = os.environ.get("DASK_SCHEDULER_SERVICE_PORT")
     with backend.connected(ref) as env:
         assert env["DASK_SCHEDULER_SERVICE_HOST"] == "127.0.0.1"
         with _client_from_env() as client:
@@ -52,7 +59,7 @@ def test_scale_0_3_1_0_with_compute_on_the_workers(backend):
             worker_pids = sorted(client.run(os.getpid).values())
     assert sum(squares) == sum(x * x for x in range(20))
     assert worker_pids == _recorded_worker_pids(backend, ref)
-    assert "DASK_SCHEDULER_SERVICE_HOST" not in os.environ or os.environ["DASK_SCHEDULER_SERVICE_HOST"] != env
+    assert os.environ.get("DASK_SCHEDULER_SERVICE_PORT") == port_before
 
     before = {w.name: w.proc for w in backend.store.load(ref).workers}
     one = backend.scale(ref, 1, timeout=60)
@@ -127,8 +134,23 @@ def test_crashed_worker_and_scheduler_are_repaired(backend):
     assert (again.final.status, again.final.ready_workers) == ("Running", 2)
     assert backend.store.load(ref).port == record.port
 
+    # After a reboot the recorded port may belong to someone else: the repaired scheduler moves.
+    record = backend.store.load(ref)
+    os.kill(record.scheduler.pid, signal.SIGKILL)
+    wait_dead(record.scheduler)
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        record.port = squatter.getsockname()[1]
+        backend.store.save(record)
+        repaired = backend.repair(ref, timeout=60)
+    assert (repaired.status, repaired.ready_workers) == ("Running", 2)
+    moved = backend.store.load(ref)
+    assert moved.port != record.port
+    assert backend.connection_env(ref)["DASK_SCHEDULER_SERVICE_PORT"] == str(moved.port)
 
-def test_timeout_puts_the_cluster_back_as_it_was(backend):
+
+def test_timeout_and_max_workers_never_leave_the_cluster_bigger(backend):
     ref = ClusterRef("dask", "timeout")
     backend.scale(ref, 1, timeout=60)
     with pytest.raises(ScalingTimeoutError, match="3 workers seen by the Dask scheduler") as caught:
@@ -138,13 +160,23 @@ def test_timeout_puts_the_cluster_back_as_it_was(backend):
     assert (state.desired_workers, state.existing_workers, state.ready_workers) == (1, 1, 1)
     assert len(processes_mentioning(str(backend.store.cluster_dir(ref)))) == 2
 
-
-def test_a_request_above_max_workers_is_capped(backend):
-    ref = ClusterRef("dask", "capped")
     capped = LocalBackend(state_dir=backend.store.root, max_workers=1)
     result = capped.scale(ref, 2, timeout=60)
     assert (result.requested, result.effective, result.capped, result.final.ready_workers) == (2, 1, True, 1)
     assert len(processes_mentioning(str(backend.store.cluster_dir(ref)))) == 2
+
+
+def test_a_worker_that_crashes_on_start_fails_fast_and_is_rolled_back(backend, monkeypatch):
+    ref = ClusterRef("dask", "crashing")
+    backend.scale(ref, 1, timeout=60)
+    # A bad Dask setting in the environment makes every new worker process exit during start-up.
+    monkeypatch.setenv("DASK_DISTRIBUTED__WORKER__PROFILE__INTERVAL", "bogus")
+    with pytest.raises(WorkerFailedError, match="exited before joining") as caught:
+        backend.scale(ref, 2, timeout=60)
+    assert caught.value.reason == "ProcessExited" and "Invalid time unit: bogus" in str(caught.value)
+    state = backend.get_state(ref)
+    assert (state.desired_workers, state.existing_workers, state.ready_workers) == (1, 1, 1)
+    assert len(backend.store.load(ref).workers) == 1
 
 
 def test_restore_baseline_removes_a_cluster_the_flow_created(backend):
@@ -152,8 +184,18 @@ def test_restore_baseline_removes_a_cluster_the_flow_created(backend):
     backend.scale(ref, 2, timeout=60)
     folder = str(backend.store.cluster_dir(ref))
     assert len(processes_mentioning(folder)) == 3
+
+    # While another phase still claims the cluster, restoring only shrinks it.
+    backend.claim(ref, "other-phase", 1)
+    kept = backend.restore_baseline(ref, timeout=60)
+    assert (kept.final.status, kept.final.ready_workers) == ("Running", 0)
+    assert backend.list_clusters() == [ref]
+    backend.release(ref, "other-phase")
+
+    backend.scale(ref, 1, timeout=60)
+    assert backend.get_baseline(ref).replicas == 0
     result = backend.restore_baseline(ref)
-    assert (result.previous.ready_workers, result.final.status) == (2, "Stopped")
+    assert (result.previous.ready_workers, result.final.status) == (1, "Stopped")
     assert backend.list_clusters() == [] and backend.get_baseline(ref) is None
     assert processes_mentioning(folder) == []
 

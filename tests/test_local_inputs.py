@@ -82,6 +82,8 @@ def test_bad_timeout_and_tier_refused_before_anything_starts(backend):
         backend.restart_head(REF, head_hw_tier="Huge")
     with pytest.raises(UnknownTierError):
         backend.claim(REF, "phase-a", 2, "Huge")
+    with pytest.raises(InvalidInputError, match="claim_id"):
+        backend.claim(REF, "", 2)
     assert backend.list_clusters() == []
     assert backend.get_baseline(REF) is None
 

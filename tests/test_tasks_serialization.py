@@ -113,3 +113,12 @@ def test_bare_kind_means_the_runs_own_cluster(monkeypatch):
     monkeypatch.setenv("DOMINO_RUN_ID", "65F1ab")
     assert str(resolve_cluster("ray")) == "ray/ray-65f1ab"
     assert str(resolve_cluster("ns1/spark/etl")) == "ns1/spark/etl"
+
+
+def test_config_survives_the_protobuf_round_trip_of_custom():
+    from flytekit.models.task import TaskTemplate
+
+    template = serialize(nodes.scale_up).template
+    received = TaskTemplate.from_flyte_idl(template.to_flyte_idl())
+    assert isinstance(received.custom["replicas"], float)  # Struct stores numbers as doubles
+    assert ScaleConfig.from_custom(received.custom) == nodes.scale_up.task_config

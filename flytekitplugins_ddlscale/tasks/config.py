@@ -58,9 +58,20 @@ class _Custom:
 
     @classmethod
     def from_custom(cls: Type[C], custom: Dict[str, Any]) -> C:
-        """The configuration from :meth:`to_custom` output; unknown keys are ignored."""
-        names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-        return cls(**{k: v for k, v in custom.items() if k in names})
+        """The configuration from :meth:`to_custom` output; unknown keys are ignored.
+
+        A template's ``custom`` is a protobuf Struct, which stores every
+        number as a double, so whole numbers come back to int fields as ints.
+        """
+        types = {f.name: f.type for f in fields(cls)}  # type: ignore[arg-type]
+        values = {}
+        for key, value in custom.items():
+            if key not in types:
+                continue
+            if types[key] is int and isinstance(value, float) and value.is_integer():
+                value = int(value)
+            values[key] = value
+        return cls(**values)
 
 
 @dataclass(frozen=True)

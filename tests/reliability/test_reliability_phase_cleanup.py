@@ -63,6 +63,21 @@ def two_worker_body(x: int) -> int:
     return x
 
 
+@task
+@distributed_phase(
+    cluster=f"ray/{NAME}", replicas=4, timeout=20, framework_ready=False, reassert_interval=0.2, sample_interval=0.1
+)
+def held_body(x: int) -> int:
+    for hook in ON_BODY:
+        hook()
+    return x
+
+
+@workflow
+def held_wf(x: int) -> int:
+    return held_body(x=x)
+
+
 @workflow
 def failing_wf(x: int) -> int:
     return failing_body(x=x)
@@ -173,6 +188,32 @@ def test_restore_failure_does_not_hide_the_body_error(
     scaler_server.clear_faults()
     result = CliRunner().invoke(main, ["restore", "--kind", "ray", "--name", NAME, "--timeout", "20"])
     assert result.exit_code == 0, result.output
+    assert desired(scaler_server, "ray", NAME) == BASELINE
+
+
+def test_autoscaler_pulling_back_mid_phase_is_reasserted(scaler_env, scaler_server, cluster):
+    import httpx
+
+    from tests.servers.scaler_server import ADMIN_API_KEY
+
+    reasserted: List[bool] = []
+
+    def pull_back_like_the_hpa() -> None:
+        # The HPA writes spec.worker.replicas back to minReplicas; an admin scale does exactly that write.
+        httpx.patch(
+            f"{scaler_server.url}/ddl_cluster_scaler/scale/rayclusters/{NAME}",
+            json={"replicas": BASELINE}, headers={"X-Domino-Api-Key": ADMIN_API_KEY}, timeout=5,
+        ).raise_for_status()
+        deadline = time.monotonic() + 10
+        while desired(scaler_server, "ray", NAME) != 4 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        reasserted.append(desired(scaler_server, "ray", NAME) == 4)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys.modules[__name__], "ON_BODY", [pull_back_like_the_hpa])
+        assert held_wf(x=1) == 1
+    assert reasserted == [True]
+    assert scale_bodies(scaler_server, NAME) == [4, BASELINE, 4, BASELINE]
     assert desired(scaler_server, "ray", NAME) == BASELINE
 
 

@@ -297,3 +297,15 @@ def test_other_users_key_cannot_change_the_cluster(make_scaler, scaler_server, c
     with pytest.raises(UnauthorizedError):
         backend.scale(cluster, 3, wait=False)
     assert desired(scaler_server, "ray", cluster.name) == 1
+
+
+def test_cli_head_restart_with_a_lost_answer_is_sent_once_and_exits_6(scaler_env, scaler_server, cluster):
+    from click.testing import CliRunner
+
+    from flytekitplugins_ddlscale.cli import main
+
+    scaler_server.inject_faults("drop", 5, path="/restart_head/", method="PATCH")
+    result = CliRunner().invoke(main, ["restart-head", "--kind", "ray", "--name", cluster.name, "--timeout", "5"])
+    assert result.exit_code == 6, result.output
+    assert "not retried" in result.output
+    assert scaler_server.count("PATCH", "/restart_head/") == 1

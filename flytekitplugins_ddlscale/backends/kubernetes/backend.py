@@ -173,6 +173,7 @@ class KubernetesBackend:
         ``build`` returning None means nothing needs changing.
         """
         obj = first
+        unavailable: Optional[BackendUnavailableError] = None
         for attempt in range(self.conflict_retries):
             if obj is None:
                 obj = self._read(ref)
@@ -184,11 +185,14 @@ class KubernetesBackend:
             try:
                 after = self.api.patch_cluster(ref.plural, self._ns(ref), ref.name, patch)
                 return obj, after, True
-            except (Conflict, BackendUnavailableError):
+            except (Conflict, BackendUnavailableError) as exc:
                 # Safe to repeat: the patch is rebuilt from a fresh read and
                 # carries its resourceVersion, so it never applies twice.
+                unavailable = None if isinstance(exc, Conflict) else exc
                 obj = None
                 time.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
+        if unavailable is not None:
+            raise unavailable
         raise ConflictError(
             f"the cluster kept changing under {self.conflict_retries} attempts to patch it",
             cluster=self._label(ref),

@@ -22,7 +22,7 @@ from ...errors import (
     UnsupportedOperationError,
     WorkerFailedError,
 )
-from ...filerecords import FileBookkeeping
+from ...filerecords import FileBookkeeping, validate_claim_id
 from ...filestore import FileRecordStore
 from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
 from ...progress import ProgressReporter
@@ -297,8 +297,9 @@ class LocalBackend:
     ) -> ScaleResult:
         """Scale back to the baseline (or ``target``) and forget the baseline.
 
-        A cluster that a scale created (not ``up``) and whose baseline is
-        "no workers" is taken down entirely, so a flow leaves nothing running.
+        A cluster that a scale created (not ``up``), whose baseline is "no
+        workers" and that no live claim needs, is taken down entirely, so a
+        flow leaves nothing running.
         With neither baseline nor target this changes nothing.
         """
         self._check_kind(ref)
@@ -309,7 +310,8 @@ class LocalBackend:
                 state = self._observe_or_absent(ref)
                 return _unchanged(state)
             record = self.store.load(ref)
-            if record is None or (record.ephemeral and baseline.replicas == 0):
+            unused = baseline.replicas == 0 and not self.bookkeeping.claims(ref)
+            if record is None or (record.ephemeral and unused):
                 return self._restore_by_down(ref, record)
             target = ReplicaSpec(baseline.replicas, baseline.worker_hw_tier, baseline.head_hw_tier)
         self.catalog.resolve(target.head_hw_tier, ref.kind, field="head_hw_tier")
@@ -330,6 +332,7 @@ class LocalBackend:
         Records the baseline first. Raises :class:`UnknownTierError` for an unknown tier.
         """
         self._check_kind(ref)
+        validate_claim_id(claim_id)
         validate_replicas(replicas)
         self.catalog.resolve(worker_hw_tier, ref.kind)
         self.record_baseline(ref)
@@ -420,6 +423,10 @@ class LocalBackend:
             if record.workers:
                 logger.warning("%s: the scheduler had exited; restarting it and its workers", record.ref)
             self._stop_all(record)
+            if record.port and not _port_is_free(record.host, record.port):
+                # Stale state (e.g. after a reboot): every worker is new anyway, so move.
+                logger.warning("%s: port %d is taken now; the scheduler moves", record.ref, record.port)
+                record.port = 0
             started = self._start_cluster_processes(record, shape, replicas)
         else:
             lost = [w.name for w in record.workers if not procs.is_alive(w.proc)]
@@ -659,6 +666,17 @@ class LocalBackend:
                 f"for {ref.kind}",
                 cluster=str(ref),
             )
+
+
+def _port_is_free(host: str, port: int) -> bool:
+    """Whether ``host:port`` can be bound right now (nothing else listens there)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def _free_port(host: str) -> int:

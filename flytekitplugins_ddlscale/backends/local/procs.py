@@ -38,15 +38,18 @@ class ProcessId:
 def start_time(pid: int) -> Optional[int]:
     """The start time of ``pid`` (clock ticks since boot), or None if it is not running.
 
-    Zombies count as not running: they have exited and only wait to be reaped.
+    Zombies count as not running once they have fully exited and only wait
+    to be reaped. A multi-threaded process shows its main thread as a zombie
+    while other threads still tear down and hold its sockets open, so it
+    counts as running until only the main thread is left.
     """
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
+        # The command name in parentheses may contain spaces; fields follow the last ')'.
+        fields = text[text.rindex(")") + 2 :].split()
+        if fields[0] in ("Z", "X") and len(os.listdir(f"/proc/{pid}/task")) <= 1:
+            return None
     except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    # The command name in parentheses may contain spaces; fields follow the last ')'.
-    fields = text[text.rindex(")") + 2 :].split()
-    if fields[0] in ("Z", "X"):
         return None
     return int(fields[19])
 

@@ -10,7 +10,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
+from typing import Union
 
 import yaml
 
@@ -103,7 +103,3 @@ def default_tier_name(catalog: FileTierCatalog) -> str:
     """The tier a new cluster's workers get when none is asked for: the file's first tier."""
     return catalog.tiers()[0].name
 
-
-def find_tier(catalog: FileTierCatalog, name: Optional[str]) -> Optional[HardwareTier]:
-    """The tier called ``name`` without kind checks, or None."""
-    return next((t for t in catalog.tiers() if t.name == name), None)
