@@ -3,13 +3,13 @@
 The plot is an inline SVG drawn here, so a Deck needs no plotting library in
 the task image. :class:`WorkerTimeline` collects samples while a node or
 phase runs; :func:`render_html` turns them into a page; :func:`publish_deck`
-attaches it to the running task (a no-op outside a Flyte task).
+attaches it to the running task (harmless outside one).
 """
 import html
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:
     from flytekit import Deck
@@ -31,7 +31,7 @@ class Sample:
 class WorkerTimeline:
     """A thread-safe series of worker-count samples, starting at creation."""
 
-    def __init__(self, clock=time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._start = clock()
         self._lock = threading.Lock()

@@ -69,7 +69,7 @@ class ClusterPhase:
         exc_type: Optional[Type[BaseException]],
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
-    ) -> bool:
+    ) -> None:
         try:
             self._finish(exc)
         finally:
@@ -79,7 +79,6 @@ class ClusterPhase:
         pending = self._signals.guard.pending
         if exc is None and pending is not None:
             raise PhaseInterrupted(pending)
-        return False
 
     @property
     def backend(self) -> ClusterBackend:

@@ -32,7 +32,7 @@ class ScalingTaskBase(PythonInstanceTask[C], Generic[C]):
         name: str,
         task_config: C,
         task_type: str,
-        inputs: Dict[str, Tuple[Type, Any]],
+        inputs: Dict[str, Tuple[Any, Any]],
         output_type: Type,
         enable_deck: bool = True,
         **kwargs: Any,

@@ -5,8 +5,11 @@ read the scaler test server's request log. The backend comes from the
 environment (``DDLSCALE_BACKEND``, ``CLUSTER_SCALER_BASE_URL``, credentials,
 ``DDLSCALE_STATE_DIR``), as inside a Domino run.
 
-Usage: ``python rel_phase_child.py CLUSTER REPLICAS MARKER [--hold SECONDS] [--task-timeout SECONDS]``
+Usage: ``python rel_phase_child.py CLUSTER REPLICAS MARKER [--hold SECONDS] [--task-timeout SECONDS]
+[--after PATH]``
 
+With ``--after``, starts the task only once ``PATH`` exists (so two children
+can import flytekit in parallel and still enter their phases in order).
 Writes ``MARKER`` once the body runs (the cluster is scaled), then holds
 until ``MARKER.release`` exists or ``--hold`` seconds pass. Prints
 ``PHASE-OK`` when the task returned, ``PHASE-ERROR <type>`` when it raised.
@@ -29,6 +32,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("marker", type=Path)
     parser.add_argument("--hold", type=float, default=60.0)
     parser.add_argument("--task-timeout", type=int, default=0)
+    parser.add_argument("--after", type=Path, default=None)
     return parser.parse_args()
 
 
@@ -53,6 +57,10 @@ def wf(hold: float) -> int:
 
 
 def main() -> int:
+    if ARGS.after is not None:
+        ends = time.monotonic() + 120
+        while not ARGS.after.exists() and time.monotonic() < ends:
+            time.sleep(0.02)
     try:
         wf(hold=ARGS.hold)
     except BaseException as exc:  # report whatever ended the task, including PhaseInterrupted

@@ -159,12 +159,6 @@ def test_unstartable_worker_ends_the_wait_early(make_k8s, k8s_server, cluster, r
     assert caught.value.reason == reason
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="backends/kubernetes/podwatch.py PodWaiter._evaluate: when the timeout comes before "
-    "failure_grace, the ScalingTimeoutError says only 'last state: ...' and not that a worker is "
-    "CrashLoopBackOff, so the reason is lost; name the failing pods and reasons seen (self._failing)",
-)
 def test_crash_looping_worker_at_the_timeout_names_the_reason(make_k8s, k8s_server, cluster):
     backend = make_k8s(failure_grace=30)
     k8s_server.inject_fault(NAME, "CrashLoopBackOff", ordinals=[2])

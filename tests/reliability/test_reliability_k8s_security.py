@@ -107,13 +107,6 @@ def test_tls_explicit_opt_out_works(cluster, k8s_server, tls, tmp_path, token):
         backend.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="backends/kubernetes/client.py make_api_client calls load_kube_config(config_file=None), so the "
-    "kubernetes package falls back to KUBE_CONFIG_DEFAULT_LOCATION, which it computed from $KUBECONFIG when "
-    "it was first imported: a KUBECONFIG set later in the process (notebook, connector, tests) is ignored. "
-    "Fix: config_file=kubeconfig or os.environ.get('KUBECONFIG')",
-)
 def test_kubeconfig_env_is_read_when_the_backend_is_made(cluster, k8s_server, tmp_path, token, monkeypatch):
     import kubernetes.config  # noqa: F401 - imported before KUBECONFIG is set, as in a long-lived process
 

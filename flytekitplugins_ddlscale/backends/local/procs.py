@@ -59,8 +59,8 @@ def is_alive(proc: ProcessId) -> bool:
     return start_time(proc.pid) == proc.start
 
 
-def spawn_detached(argv: List[str], log_path: Path, env: Optional[Dict[str, str]] = None) -> ProcessId:
-    """Start ``argv`` detached from this process, appending its output to ``log_path``."""
+def spawn_detached(argv: List[str], log_path: Path) -> ProcessId:
+    """Start ``argv`` detached from this process (same environment), appending its output to ``log_path``."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     try:
         out = subprocess.run(
@@ -68,7 +68,6 @@ def spawn_detached(argv: List[str], log_path: Path, env: Optional[Dict[str, str]
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            env=env,
             start_new_session=True,
             check=True,
             timeout=30,

@@ -172,7 +172,11 @@ class LocalStateStore:
         os.replace(tmp, folder / "cluster.json")
 
     def delete(self, ref: ClusterRef) -> None:
-        """Remove every file of ``ref`` except its lock (callers hold :meth:`lock`)."""
+        """Remove every file of ``ref`` except its lock (callers hold :meth:`lock`).
+
+        The lock file stays: removing it would let a process already waiting
+        on it lock an unlinked file while a newcomer locks a new one.
+        """
         folder = self.cluster_dir(ref)
         for child in list(folder.iterdir()) if folder.exists() else []:
             if child.name == "cluster.lock":
