@@ -58,8 +58,8 @@ def _python(code: str, *flags: str) -> Tuple[str, str]:
 
 
 def run(quick: bool = False, out_dir: Path = Path("benchmarks/results")) -> BenchResult:
-    """Measure the plugin's import cost both ways over ``1`` (quick) or ``15`` rounds."""
-    rounds = 1 if quick else 15
+    """Measure the plugin's import cost both ways over ``1`` (quick) or ``10`` rounds."""
+    rounds = 1 if quick else 10
     marginal: List[float] = []
     with_times: List[float] = []
     added: Set[str] = set()

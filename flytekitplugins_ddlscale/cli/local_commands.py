@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, TypeVar
 import click
 
 from ..errors import ScalingError
+from ..progress import default_reporter
 from ..redaction import redact
 from ..refs import ClusterRef
 from .output import EXIT_BAD_INPUT, EXIT_NOT_FOUND, exit_code_for
@@ -79,7 +80,7 @@ def up(ctx: click.Context, name: str, workers: int, tier: Optional[str], timeout
     """Create a cluster (or resize it) and wait until the scheduler sees its workers."""
     backend = _backend(ctx)
     ref = _ref(name)
-    _run(lambda: backend.up(ref, workers, tier, timeout=timeout))
+    _run(lambda: backend.up(ref, workers, tier, timeout=timeout, progress=default_reporter()))
     info = _run(lambda: backend.describe(ref))
     click.echo(json.dumps(info, indent=2) if as_json else _summary(info))
 
@@ -123,7 +124,7 @@ def status(ctx: click.Context, name: str, as_json: bool, repair: bool, timeout: 
     info = _run(lambda: backend.describe(ref))
     repaired = False
     if repair and info["status"] != "Running":
-        _run(lambda: backend.repair(ref, timeout=timeout))
+        _run(lambda: backend.repair(ref, timeout=timeout, progress=default_reporter()))
         info, repaired = _run(lambda: backend.describe(ref)), True
     info["repaired"] = repaired
     if as_json:

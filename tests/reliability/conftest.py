@@ -183,11 +183,6 @@ def k8s_env(monkeypatch: pytest.MonkeyPatch, k8s_server: Any, tiers_file: Path, 
         encoding="utf-8",
     )
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-    # The kubernetes package reads $KUBECONFIG once, when first imported; emulate a process
-    # started with this KUBECONFIG (as a pod or a CLI run is) for code running in this process.
-    from kubernetes.config import kube_config
-
-    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv("DDLSCALE_BACKEND", "kubernetes")
     monkeypatch.setenv("DDLSCALE_TIERS_FILE", str(tiers_file))

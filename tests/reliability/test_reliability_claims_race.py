@@ -55,3 +55,35 @@ def test_k8s_restore_between_release_and_new_claim_keeps_the_new_phase(make_k8s,
 
     interleave(first, second, size)
     assert size() >= 2
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="phase/run.py ClusterPhase._start scales to the largest live claim with THAT claim's tier "
+    "(records.largest_claim ignores tiers): a phase asking for 'Medium' workers while another phase holds "
+    "'Small' ones runs its body on Small workers, silently. Fix: when the held claim's tier differs from the "
+    "phase's worker_hw_tier, release the claim and raise a ScalingError naming both tiers before the body runs",
+)
+def test_overlapping_phases_with_different_tiers_never_run_on_the_wrong_tier_silently(
+    scaler_env, scaler_server, make_scaler
+):
+    from flytekitplugins_ddlscale import ScalingError
+    from flytekitplugins_ddlscale.phase import cluster_phase
+    from flytekitplugins_ddlscale.refs import LABEL_HW_TIER
+
+    scaler_server.add_cluster("ray", NAME, replicas=1, max_replicas=6)
+
+    def worker_tier() -> str:
+        return scaler_server.cluster_object("ray", NAME)["spec"]["worker"].get("labels", {}).get(LABEL_HW_TIER)
+
+    options = dict(timeout=20, framework_ready=False, deck=False)
+    with cluster_phase(f"ray/{NAME}", 3, worker_hw_tier="Small", **options):
+        assert worker_tier() == "small-k8s"
+        try:
+            with cluster_phase(f"ray/{NAME}", 2, worker_hw_tier="Medium", **options):
+                tier_in_body = worker_tier()
+        except ScalingError as refused:
+            assert "Medium" in str(refused) and "Small" in str(refused)
+        else:
+            assert tier_in_body == "medium-k8s"
+    assert desired(scaler_server, "ray", NAME) == 1

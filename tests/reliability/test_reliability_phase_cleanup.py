@@ -234,6 +234,22 @@ def test_sigterm_mid_phase_restores_once(scaler_env, scaler_server, cluster, chi
 
 
 @pytest.mark.slow
+def test_sigterm_during_the_scale_up_wait_restores_once(scaler_env, scaler_server, cluster, children, tmp_path, make_scaler):
+    scaler_server.set_pod_ready_delay(30.0)  # the phase is still waiting for its workers
+    marker = start_child(children, tmp_path, "term-early", 4)
+    deadline = time.monotonic() + START_TIMEOUT
+    while not scale_bodies(scaler_server, NAME) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert scale_bodies(scaler_server, NAME) == [4]
+    children[0].send_signal(signal.SIGTERM)
+    output = finish(children[0])
+    assert not marker.exists(), "the body must not run after the phase was interrupted"
+    assert "PHASE-ERROR" in output, output
+    assert scale_bodies(scaler_server, NAME) == [4, BASELINE], output
+    assert make_scaler().get_baseline(REF) is None
+
+
+@pytest.mark.slow
 def test_second_sigterm_during_the_restore_does_not_cut_it_short(
     scaler_env, scaler_server, cluster, children, tmp_path, make_scaler
 ):
