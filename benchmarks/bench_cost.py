@@ -105,6 +105,11 @@ def run(quick: bool = False, out_dir: Path = Path("benchmarks/results")) -> Benc
             mp=busy["plugin"]["minutes_to_full_size"][0],
         )
     ]
+    light = scenarios["CPU-light GPU phases at 50% CPU"]["cpu_heuristic"]
+    headline.append(
+        f"MODEL, CPU-light GPU phases (50 % CPU): the CPU heuristic never grows; each phase takes "
+        f"{light['phase_minutes'][0]:.0f} min instead of 45"
+    )
     result.metrics["headline"] = headline
     result.notes.append(
         "A model, not a measurement: node start-up time, CPU load and billing are assumptions "

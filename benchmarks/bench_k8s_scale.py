@@ -103,7 +103,7 @@ def run(quick: bool = False, out_dir: Path = Path("benchmarks/results")) -> Benc
         "requests_total": requests,
         "requests_per_cluster": round(requests / plan.clusters, 1),
         "client_rss_mb": {
-            "after_imports": round(report["rss_before_kb"] / 1024.0, 1),
+            "before_first_call": round(report["rss_before_kb"] / 1024.0, 1),
             "peak": round(report["peak_rss_kb"] / 1024.0, 1),
         },
         "headline": [

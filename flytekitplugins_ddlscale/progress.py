@@ -64,38 +64,46 @@ class RichReporter:
     def __init__(self) -> None:
         from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.table import Column
 
+        # Numbers first: on a narrow terminal rich truncates the last columns,
+        # and the count matters more than the wording.
         self._progress = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total}"),
+            BarColumn(bar_width=20),
+            TextColumn("{task.fields[current]}/{task.fields[target]}"),
             TimeElapsedColumn(),
-            TextColumn("{task.fields[detail]}"),
+            TextColumn(
+                "[bold]{task.description}",
+                table_column=Column(no_wrap=True, overflow="ellipsis", max_width=44),
+            ),
             console=Console(stderr=True),
             transient=False,
         )
         self._tasks: dict = {}
 
     def __call__(self, progress: WaitProgress) -> None:
+        done = progress.current == progress.target
+        total = max(progress.target, 1)
         if not self._tasks:
             self._progress.start()
         task_id = self._tasks.get(progress.what)
         if task_id is None:
             task_id = self._progress.add_task(
-                progress.what, total=max(progress.target, 1), detail=progress.detail
+                progress.what, total=total, current=progress.current, target=progress.target
             )
             self._tasks[progress.what] = task_id
         self._progress.update(
             task_id,
-            completed=progress.current,
-            total=max(progress.target, 1),
-            detail=progress.detail,
+            completed=total if done else progress.current,
+            total=total,
+            current=progress.current,
+            target=progress.target,
         )
-        if progress.current >= progress.target and progress.target >= 0:
+        if done:
             self._progress.stop_task(task_id)
-            if all(self._progress.tasks[i].finished for i in range(len(self._progress.tasks))):
+            del self._tasks[progress.what]
+            if not self._tasks:
                 self._progress.stop()
-                self._tasks.clear()
 
 
 def default_reporter() -> ProgressReporter:

@@ -6,7 +6,6 @@ them. Each test gets its own state directory and servers, and must leave no
 thread or child process behind (checked after every test).
 """
 import os
-import sys
 import threading
 import time
 from pathlib import Path
@@ -14,20 +13,17 @@ from typing import Any, Callable, Dict, Iterator, List
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from tests.servers.scaler_server import DEFAULT_API_KEY, ScalerTestServer
 
-from tests.servers.scaler_server import DEFAULT_API_KEY, ScalerTestServer  # noqa: E402
-
-from flytekitplugins_ddlscale.waiting import Backoff  # noqa: E402
+from flytekitplugins_ddlscale.waiting import Backoff
 
 FAST_POLL = Backoff(initial=0.02, factor=1.5, cap=0.1)
 """Poll quickly: the test servers' pods appear within fractions of a second."""
 PROCESS_WIDE_THREADS = ("loop-runner",)
 """Name endings of threads a library starts once per process and keeps (flytekit's event loop runner)."""
-CREDENTIAL_ENV = ("DOMINO_API_PROXY", "DOMINO_TOKEN", "DOMINO_API_KEY", "DOMINO_RUN_ID", "DDLSCALE_BACKEND",
-                  "CLUSTER_SCALER_BASE_URL", "DOMINO_STARTING_USER_ID")
+OUTER_ENV = ("DOMINO_API_PROXY", "DOMINO_TOKEN", "DOMINO_API_KEY", "DOMINO_RUN_ID", "DDLSCALE_BACKEND",
+             "CLUSTER_SCALER_BASE_URL", "DOMINO_STARTING_USER_ID", "KUBECONFIG", "DDLSCALE_TIERS_FILE")
+"""Settings of the environment the tests run in that would change which backend or credentials are used."""
 
 
 def child_pids() -> List[int]:
@@ -71,7 +67,7 @@ def no_leftovers() -> Iterator[None]:
 @pytest.fixture
 def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """No Domino or backend settings from the outer environment; a fresh state dir (returned)."""
-    for name in CREDENTIAL_ENV:
+    for name in OUTER_ENV:
         monkeypatch.delenv(name, raising=False)
     state = tmp_path / "state"
     state.mkdir()

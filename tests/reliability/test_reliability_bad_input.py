@@ -234,3 +234,23 @@ def test_cli_non_integer_replicas_is_a_usage_error(scaler_env, scaler_server, cl
     assert "replicas" in result.output
     assert_untouched(scaler_server)
 
+
+
+@pytest.mark.parametrize(
+    "argv, field",
+    [
+        (["restore", "--replicas", "-1"], "replicas"),
+        (["restore", "--replicas", "2", "--worker-hw-tier", " "], "worker_hw_tier"),
+        (["restart-head", "--timeout", "0"], "timeout"),
+        (["restart-head", "--head-hw-tier", ""], "head_hw_tier"),
+        (["status", "--wait", "--timeout", "-1"], "timeout"),
+    ],
+    ids=["restore-neg", "restore-blank-tier", "restart-timeout0", "restart-empty-tier", "status-timeout"],
+)
+def test_other_cli_commands_refuse_bad_input_before_any_change(scaler_env, scaler_server, cluster, argv, field):
+    from flytekitplugins_ddlscale.cli import main
+
+    result = CliRunner().invoke(main, [argv[0], "--kind", "ray", "--name", NAME, *argv[1:]])
+    assert result.exit_code == 2, result.output
+    assert field in result.output and "allowed" in result.output
+    assert_untouched(scaler_server)

@@ -264,11 +264,13 @@ def deck_pages(since: float) -> List[str]:
     return [Path(p).read_text(encoding="utf-8") for p in paths]
 
 
-def test_task_outputs_decks_and_task_errors_never_show_credentials(
-    scaler_server, cluster, secret_key, debug_logs, capfd
+def test_task_outputs_decks_records_and_task_errors_never_show_credentials(
+    scaler_server, cluster, secret_key, debug_logs, capfd, clean_env
 ):
     started = time.time()
     outcome = scale_task()
+    records = [p.read_text(encoding="utf-8") for p in clean_env.rglob("*.json")]
+    assert records, "the ScaleCluster node's baseline record should be on disk"
     result = secret_wf()
     with pytest.raises(Exception) as caught:
         foreign_wf()
@@ -276,7 +278,7 @@ def test_task_outputs_decks_and_task_errors_never_show_credentials(
     assert len(pages) >= 2, "expected the scaling node's and the phase's Decks"
     assert any("svg" in page for page in pages)
     assert result == 2
-    texts = [repr(outcome), json.dumps(vars(outcome), default=str), *pages]
+    texts = [repr(outcome), json.dumps(vars(outcome), default=str), *pages, *records]
     texts += everything_seen(debug_logs, capfd, [caught.value])
     assert sent_credentials(scaler_server) == [secret_key]
     assert leaks([secret_key], texts) == []

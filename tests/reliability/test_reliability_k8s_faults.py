@@ -9,6 +9,8 @@ import time
 from typing import Any, Callable
 
 import pytest
+from rel_helpers import When
+from rel_proxy import FaultProxy
 
 from flytekitplugins_ddlscale import (
     ClusterRef,
@@ -263,3 +265,45 @@ def test_zero_workers_on_an_autoscaling_cluster_is_restored_exactly(make_k8s, k8
     assert spec(k8s_server)["autoscaling"] == AUTOSCALING
     assert spec(k8s_server)["worker"]["replicas"] == 1
     assert restarted.get_baseline(cluster) is None
+
+
+def test_api_server_unreachable_for_a_moment_mid_wait_does_not_end_it(k8s_server, cluster, tiers_file):
+    from kubernetes import client as k8s_client
+
+    from flytekitplugins_ddlscale.backends.kubernetes import KubernetesBackend
+
+    k8s_server.set_ready_delay(1.5)
+    with FaultProxy(("127.0.0.1", int(k8s_server.url.rsplit(":", 1)[1]))) as proxy:
+        api = k8s_client.ApiClient(k8s_client.Configuration(host=proxy.url))
+        backend = KubernetesBackend(api_client=api, failure_grace=0.3)
+
+        def restart() -> None:
+            proxy.go_down()
+            time.sleep(0.5)
+            proxy.come_up()
+
+        try:
+            with When(lambda: watch_requests(k8s_server) >= 1, restart) as fault:
+                result = backend.scale(cluster, 3, wait=True, timeout=30)
+        finally:
+            backend.close()
+            api.close()
+    assert fault.fired
+    assert result.final.ready_workers == 3
+    assert watch_requests(k8s_server) >= 2
+
+
+def test_phase_on_a_foreign_cluster_is_refused_before_any_write(k8s_server, k8s_env, monkeypatch):
+    from flytekitplugins_ddlscale.phase import cluster_phase
+
+    k8s_server.add_cluster("ray", "ray-theirs", replicas=1, autoscaling=dict(AUTOSCALING), owner="other-1")
+    monkeypatch.setenv("DOMINO_STARTING_USER_ID", "owner-1")
+    k8s_server.clear_log()
+    entered = []
+    with pytest.raises(UnauthorizedError) as caught:
+        with cluster_phase("ray/ray-theirs", 3, timeout=10, framework_ready=False, deck=False):
+            entered.append(True)
+    assert not entered
+    assert LABEL_OWNER in str(caught.value)
+    assert patches(k8s_server) == 0
+    assert spec(k8s_server, "ray-theirs")["worker"]["replicas"] == 1

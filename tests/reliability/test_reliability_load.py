@@ -19,7 +19,7 @@ from flytekitplugins_ddlscale import ClusterRef, ScalingError
 THREADS = 20
 CALLS_PER_THREAD = 25
 FAILURE_EVERY = 20
-"""One injected 503 per 20 requests the server receives: 5 %."""
+"""One injected failure per 20 requests the server receives: 5 %."""
 JOIN_TIMEOUT = 120.0
 PEAK_BOUND = 64 * 2**20
 RSS_GROWTH_BOUND = 150 * 2**20
@@ -199,4 +199,12 @@ def test_k8s_twenty_threads_500_calls_with_5_percent_409s(k8s_server, make_k8s):
         assert set(decode_claims(notes.get(CLAIMS_ANNOTATION))) == expected_claims(workers, ref), ref
         baseline = backend.get_baseline(ref)
         assert baseline is not None and baseline.replicas == INITIAL[ref.name], baseline
+        # Replicas and the HPA floor change in one patch, so they always agree (zero: no autoscaling),
+        # and maxReplicas survives every removal and re-addition of the autoscaling section.
+        spec = k8s_server.get_object("ray", ref.name)["spec"]
+        replicas = spec["worker"]["replicas"]
+        if replicas == 0:
+            assert "autoscaling" not in spec, spec
+        else:
+            assert spec["autoscaling"] == {"minReplicas": replicas, "maxReplicas": 8}, spec
     check_memory(peak, rss_growth, conflicts, workers)

@@ -340,3 +340,23 @@ def test_scale_answer_lost_after_it_was_applied_is_safely_repeated(make_scaler, 
     time.sleep(0.6)
     assert set(scale_bodies(scaler_server, cluster.name)) == {3}
     assert desired(scaler_server, "ray", cluster.name) == 3
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="waiting.py poll_until / backends/scaler/client.py ScalerClient._send: a poll's retries ignore the "
+    "wait's deadline, so a 0.5 s wait on a hanging service makes 4 attempts of a full HTTP timeout each "
+    "(~5 s here, ~2 min with the defaults) and ends in BackendUnavailableError instead of "
+    "ScalingTimeoutError. Fix: bound each poll by the time the wait has left (per-request timeout = "
+    "min(http timeout, deadline.remaining), no retry after the deadline) and end with ScalingTimeoutError "
+    "carrying the last state and the last error",
+)
+def test_a_hanging_service_does_not_stretch_a_wait_past_its_timeout(make_scaler, scaler_server, cluster):
+    backend = make_scaler(retries=RETRIES, timeout=1.0)
+    scaler_server.set_pod_ready_delay(30.0)
+    backend.scale(cluster, 3, wait=False)
+    scaler_server.clear_requests()
+    scaler_server.inject_faults("delay", 50, delay=5.0, path="/cluster/")
+    with pytest.raises(ScalingTimeoutError):
+        backend.wait_for_workers(cluster, 3, timeout=0.5)
+    assert scaler_server.count("GET", "/cluster/") == 1
