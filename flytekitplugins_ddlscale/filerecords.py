@@ -6,7 +6,7 @@ locked read-modify-write of the cluster's record, so concurrent processes on
 one machine agree. Records keep the same JSON encoding as the Kubernetes
 annotations (:mod:`.records`).
 """
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, TypeVar
 
 from .errors import InvalidInputError
 from .filestore import FileRecordStore
@@ -15,6 +15,7 @@ from .records import Claim, decode_baseline, decode_claims, encode_baseline, enc
 from .refs import ClusterRef
 from .validation import validate_replicas, validate_tier_name
 
+T = TypeVar("T")
 BASELINE_KEY = "baseline"
 CLAIMS_KEY = "claims"
 
@@ -66,18 +67,27 @@ class FileBookkeeping:
         return decode_claims(self.store.get(ref, CLAIMS_KEY))
 
     def claim(
-        self, ref: ClusterRef, claim_id: str, replicas: int, worker_hw_tier: Optional[str] = None
+        self,
+        ref: ClusterRef,
+        claim_id: str,
+        replicas: int,
+        worker_hw_tier: Optional[str] = None,
+        observe: Optional[Callable[[], ClusterState]] = None,
     ) -> Claim:
         """Add or replace ``claim_id``'s claim; return the largest live claim.
 
-        Raises :class:`InvalidInputError` for a bad id, replica count or tier
-        before anything is written.
+        With ``observe``, a missing baseline is recorded from ``observe()`` in
+        the same locked update, so a concurrent :meth:`settle` cannot forget
+        the baseline between the two. Raises :class:`InvalidInputError` for a
+        bad id, replica count or tier before anything is written.
         """
         validate_claim_id(claim_id)
         validate_replicas(replicas)
         tier = validate_tier_name(worker_hw_tier)
 
         def change(record: Dict[str, str]) -> Claim:
+            if observe is not None and decode_baseline(record.get(BASELINE_KEY)) is None:
+                record[BASELINE_KEY] = encode_baseline(Baseline.from_state(observe()))
             claims = decode_claims(record.get(CLAIMS_KEY))
             claims[claim_id] = Claim(claim_id=claim_id, replicas=replicas, worker_hw_tier=tier)
             record[CLAIMS_KEY] = encode_claims(claims)
@@ -97,5 +107,23 @@ class FileBookkeeping:
             else:
                 record.pop(CLAIMS_KEY, None)
             return largest_claim(claims)
+
+        return self.store.update(ref, change)
+
+    def settle(self, ref: ClusterRef, act: Callable[[Optional[Claim], Optional[Baseline]], T]) -> T:
+        """Call ``act(largest live claim, recorded baseline)`` under the record's lock; return its result.
+
+        Claims and releases of ``ref`` wait until ``act`` returns, so what it
+        changes matches the claims it was given. When no claim is live and
+        ``act`` returns normally, the baseline is forgotten (it was restored);
+        when ``act`` raises, the record is left as it was.
+        """
+
+        def change(record: Dict[str, str]) -> T:
+            largest = largest_claim(decode_claims(record.get(CLAIMS_KEY)))
+            result = act(largest, decode_baseline(record.get(BASELINE_KEY)))
+            if largest is None:
+                record.pop(BASELINE_KEY, None)
+            return result
 
         return self.store.update(ref, change)

@@ -44,6 +44,8 @@ def redact(text: object) -> str:
 
 
 LOGGER_NAME = "flytekitplugins_ddlscale"
+SCRUBBED_LOGGERS = (LOGGER_NAME, "httpx", "httpcore")
+"""Loggers (and their children) whose records are masked: ours, and the HTTP stack's, which logs URLs."""
 
 
 def _scrub(record: logging.LogRecord) -> None:
@@ -63,7 +65,7 @@ class RedactingFilter(logging.Filter):
 
 
 def _install_record_factory() -> None:
-    """Mask records of every ``flytekitplugins_ddlscale.*`` logger when they are created.
+    """Mask records of every :data:`SCRUBBED_LOGGERS` logger (and children) when they are created.
 
     A logger's filters do not see records propagated from its children, so a
     filter on the package logger alone would miss ``flytekitplugins_ddlscale.scaler``
@@ -75,7 +77,7 @@ def _install_record_factory() -> None:
 
     def factory(*args: object, **kwargs: object) -> logging.LogRecord:
         record = previous(*args, **kwargs)
-        if record.name == LOGGER_NAME or record.name.startswith(LOGGER_NAME + "."):
+        if any(record.name == name or record.name.startswith(name + ".") for name in SCRUBBED_LOGGERS):
             _scrub(record)
         return record
 

@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from flytekitplugins_ddlscale.errors import UnknownTierError, UnsupportedOperationError
+from flytekitplugins_ddlscale.errors import ConflictError, UnknownTierError, UnsupportedOperationError
 from flytekitplugins_ddlscale.models import ReplicaSpec
 from flytekitplugins_ddlscale.phase import cluster_phase
 from tests.servers.scaler_server import ADMIN_API_KEY, DEFAULT_API_KEY, ScalerTestServer
@@ -69,6 +69,29 @@ def test_overlapping_phases_hold_the_largest_claim(server):
             assert replicas(server) == 5
         assert replicas(server) == 3
         assert big.restored_to is None
+    assert replicas(server) == 1
+
+
+def test_overlapping_phases_on_one_tier_or_without_one_share_the_cluster(server):
+    options = dict(timeout=30, reassert_interval=None, framework_ready=False, deck=False)
+    with cluster_phase(CLUSTER, 3, worker_hw_tier="Medium", **options):
+        with cluster_phase(CLUSTER, 2, worker_hw_tier="Medium", **options) as same:
+            assert same.claim.replicas == 3
+        with cluster_phase(CLUSTER, 2, **options) as any_tier:
+            assert any_tier.claim.worker_hw_tier == "Medium"
+        assert replicas(server) == 3
+    assert replicas(server) == 1
+
+
+def test_a_phase_refused_for_its_tier_leaves_the_holder_alone(server):
+    options = dict(timeout=30, reassert_interval=None, framework_ready=False, deck=False)
+    with cluster_phase(CLUSTER, 3, worker_hw_tier="Small", **options):
+        with pytest.raises(ConflictError) as refused:
+            with cluster_phase(CLUSTER, 5, worker_hw_tier="Medium", **options):
+                pytest.fail("the body must not run on the wrong tier")
+        assert "'Medium'" in str(refused.value) and "'Small'" in str(refused.value)
+        tier = server.cluster_object("ray", "ray-phase")["spec"]["worker"].get("labels", {})
+        assert replicas(server) == 3 and "small-k8s" in tier.values()
     assert replicas(server) == 1
 
 

@@ -5,7 +5,7 @@ only this protocol, so the scaler service, Kubernetes and the local backend
 are interchangeable behind them.
 """
 from dataclasses import dataclass
-from typing import FrozenSet, Optional, Protocol, runtime_checkable
+from typing import Dict, FrozenSet, Optional, Protocol, runtime_checkable
 
 from ..models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult
 from ..progress import ProgressReporter
@@ -112,13 +112,39 @@ class ClusterBackend(Protocol):
     ) -> Claim:
         """Register that ``claim_id`` needs ``replicas`` workers; return the largest live claim.
 
-        Records the baseline first if none is recorded. Phases scale to the
-        returned claim, so concurrent phases never shrink each other.
+        Records the baseline first if none is recorded, in the same atomic
+        step as the claim, so a concurrent :meth:`reconcile` never forgets a
+        baseline that a new claim relies on. Phases then :meth:`reconcile`.
+        """
+        ...
+
+    def reconcile(
+        self,
+        ref: ClusterRef,
+        target: Optional[ReplicaSpec] = None,
+        *,
+        wait: bool = True,
+        timeout: float = DEFAULT_SCALE_TIMEOUT,
+        progress: Optional[ProgressReporter] = None,
+    ) -> Optional[ScaleResult]:
+        """Scale to the largest live claim (its replicas and its tier), or, when no claim
+        remains, restore the recorded baseline (or ``target`` instead) and forget the baseline.
+
+        The decision and the change are atomic with respect to concurrent
+        :meth:`claim`/:meth:`release` (one resourceVersion-checked patch, or
+        the scale request sent under the cluster's record lock), so a phase
+        ending never shrinks a phase that has just claimed. With ``wait``,
+        returns once the workers are up. Returns None when there was nothing
+        to do (no claim and no baseline).
         """
         ...
 
     def release(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
         """Drop ``claim_id``; return the largest remaining claim, or None when none remain."""
+        ...
+
+    def claims(self, ref: ClusterRef) -> Dict[str, Claim]:
+        """The live claims of ``ref`` by claim id (empty when none)."""
         ...
 
     def close(self) -> None:

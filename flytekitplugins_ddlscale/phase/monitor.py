@@ -3,7 +3,8 @@
 Sampling feeds the phase's Deck. Where the backend cannot hold the size
 against the cluster's autoscaler (``capabilities.holds_size`` is False: the
 scaler service only sets ``spec.worker.replicas`` and the HPA may undo it),
-the thread also re-asserts the phase's claim and logs each pull-back.
+the thread also re-asserts the phase's claim (through the backend's atomic
+``reconcile``) and logs each pull-back.
 """
 import logging
 import threading
@@ -70,7 +71,8 @@ class PhaseMonitor:
                 logger.warning("phase monitor of %s: %s", self._ref, exc)
 
     def _reassert(self, desired: int) -> None:
-        # Re-claiming is idempotent and returns the largest live claim, so a
+        # Re-claiming is idempotent and returns the largest live claim; the
+        # reconcile decides from the claims live at its own moment, so a
         # concurrent larger phase is never shrunk by this re-assert.
         claim = self._backend.claim(self._ref, self._claim_id, self._replicas, self._tier)
         if desired >= claim.replicas:
@@ -82,4 +84,4 @@ class PhaseMonitor:
             desired,
             claim.replicas,
         )
-        self._backend.scale(self._ref, claim.replicas, claim.worker_hw_tier, wait=False)
+        self._backend.reconcile(self._ref, wait=False)

@@ -1,13 +1,16 @@
-"""One run of a distributed phase: claim and scale on enter; release and restore on exit.
+"""One run of a distributed phase: claim and reconcile on enter; release and reconcile on exit.
 
-Order on enter: install signal handlers, record the baseline, claim, scale
-to the largest live claim and wait, change the head tier if asked, export
-the connection variables, wait for framework readiness, start the monitor.
-Any failure or signal on the way runs the same cleanup as the end of the
-body: stop the monitor, release the claim, and shrink to the largest
-remaining claim or restore the baseline (or the given ReplicaSpec). The
-cleanup runs once; its own failure is logged and attached to the body's
-error instead of replacing it.
+Order on enter: install signal handlers, claim (which records the baseline
+if none is recorded), refuse a held tier that differs from the phase's,
+reconcile the cluster to the largest live claim and wait, change the head
+tier if asked, export the connection variables, wait for framework
+readiness, start the monitor. Any failure or signal on the way runs the
+same cleanup as the end of the body: stop the monitor, release the claim,
+and reconcile again, which scales to the largest remaining claim or, when
+none remains, restores the baseline (or the given ReplicaSpec). Deciding
+and changing is one atomic backend step, so a phase that claims while
+another ends is never shrunk. The cleanup runs once; its own failure is
+logged and attached to the body's error instead of replacing it.
 """
 import logging
 import os
@@ -18,7 +21,7 @@ from typing import Dict, Optional, Type
 from ..backends import get_backend
 from ..backends.base import ClusterBackend
 from ..deck import WorkerTimeline, publish_deck, render_html
-from ..errors import UnsupportedOperationError
+from ..errors import ConflictError, ScalingError, UnsupportedOperationError
 from ..models import ReplicaSpec
 from ..progress import default_reporter
 from ..records import Claim
@@ -101,21 +104,25 @@ class ClusterPhase:
                 f"backend {backend.name!r} cannot change the head tier; drop head_hw_tier or use kubernetes",
                 cluster=str(self.ref),
             )
-        backend.record_baseline(self.ref)
         self.claim = backend.claim(self.ref, self.claim_id, s.replicas, s.worker_hw_tier)
         self._claimed = True
+        self._check_held_tier(backend, self.claim)
         logger.info(
             "phase %s on %s: needs %d workers, holding the largest claim (%d)",
             self.claim_id, self.ref, s.replicas, self.claim.replicas,
         )
-        result = backend.scale(
+        result = backend.reconcile(
             self.ref,
-            self.claim.replicas,
-            self.claim.worker_hw_tier,
             wait=True,
             timeout=max(deadline.remaining, 0.1),
             progress=recording(self.timeline, self.claim.worker_hw_tier, default_reporter()),
         )
+        if result is None:
+            raise ScalingError(
+                f"the claim of phase {self.claim_id} vanished before the cluster was scaled "
+                "(was `ddlscale restore` run meanwhile?)",
+                cluster=str(self.ref),
+            )
         self.timeline.add(observed_workers(result.previous), result.previous.worker_hw_tier, seconds=0.0)
         self.timeline.add(observed_workers(result.final), result.final.worker_hw_tier or self.claim.worker_hw_tier)
         if s.head_hw_tier is not None and result.final.head_hw_tier != s.head_hw_tier:
@@ -131,6 +138,31 @@ class ClusterPhase:
             s.sample_interval, reassert,
         )
         self._monitor.start()
+
+    def _check_held_tier(self, backend: ClusterBackend, held: Claim) -> None:
+        # The largest claim decides the workers' tier: a body must neither run
+        # on a tier it did not ask for, nor re-tier the workers under another
+        # phase's running body. Both phases may refuse when they claim at the
+        # same moment; that is safe, running on the wrong tier is not.
+        wanted = self.settings.worker_hw_tier
+        if wanted is None:
+            return
+        if held.claim_id != self.claim_id and held.worker_hw_tier != wanted:
+            other: Optional[Claim] = held
+        else:
+            other = next(
+                (c for c in backend.claims(self.ref).values()
+                 if c.claim_id != self.claim_id and c.worker_hw_tier not in (None, wanted)),
+                None,
+            )
+        if other is None:
+            return
+        raise ConflictError(
+            f"phase {self.claim_id} needs workers of tier {wanted!r}, but phase {other.claim_id} holds "
+            f"{self.ref} with {other.replicas} workers of tier {other.worker_hw_tier or 'unspecified'!r}; "
+            "overlapping phases must ask for the same worker tier",
+            cluster=str(self.ref),
+        )
 
     def _export_env(self, backend: ClusterBackend) -> None:
         # Domino injects these into runs; the local backend offers them via
@@ -172,12 +204,16 @@ class ClusterPhase:
         backend, s = self._backend, self.settings
         remaining = backend.release(self.ref, self.claim_id)
         self._claimed = False
+        target = s.restore if isinstance(s.restore, ReplicaSpec) else None
+        result = backend.reconcile(self.ref, target, wait=True, timeout=s.timeout)
+        if result is None:
+            self.restored_to = "unchanged (no claim and no baseline left)"
+            logger.info("phase %s on %s ended; nothing left to restore", self.claim_id, self.ref)
+            return
         if remaining is not None:
-            self.restored_to = f"{remaining.replicas} workers (claim {remaining.claim_id} still live)"
-            result = backend.scale(self.ref, remaining.replicas, remaining.worker_hw_tier, wait=True, timeout=s.timeout)
+            # Informational only: reconcile itself decided from the claims live at its own time.
+            self.restored_to = f"{result.effective} workers (claim {remaining.claim_id} still live)"
         else:
-            target = s.restore if isinstance(s.restore, ReplicaSpec) else None
-            result = backend.restore_baseline(self.ref, target, wait=True, timeout=s.timeout)
             self.restored_to = f"{result.effective} workers ({'given spec' if target else 'baseline'})"
         self.timeline.add(observed_workers(result.final), result.final.worker_hw_tier)
         logger.info("phase %s on %s ended; cluster set to %s", self.claim_id, self.ref, self.restored_to)

@@ -19,6 +19,8 @@ from flytekitplugins_ddlscale.waiting import Backoff
 
 FAST_POLL = Backoff(initial=0.02, factor=1.5, cap=0.1)
 """Poll quickly: the test servers' pods appear within fractions of a second."""
+FAST_RETRY = Backoff(initial=0.05, factor=2.0, cap=0.2)
+"""Retry quickly (0.05 + 0.1 + 0.2 s for 3 retries); tests about the default budget pass their own."""
 PROCESS_WIDE_THREADS = ("loop-runner",)
 """Name endings of threads a library starts once per process and keeps (flytekit's event loop runner)."""
 OUTER_ENV = ("DOMINO_API_PROXY", "DOMINO_TOKEN", "DOMINO_API_KEY", "DOMINO_RUN_ID", "DDLSCALE_BACKEND",
@@ -89,8 +91,8 @@ def scaler_server() -> Iterator[ScalerTestServer]:
 def make_scaler(scaler_server: ScalerTestServer, clean_env: Path) -> Iterator[Callable[..., Any]]:
     """Build ``ScalerServiceBackend``s for the test server (closed after the test).
 
-    Defaults: the owner's API key, the test's state dir, a 2 s HTTP timeout
-    and fast polling; keyword arguments override them.
+    Defaults: the owner's API key, the test's state dir, a 2 s HTTP timeout,
+    fast polling and fast retries; keyword arguments override them.
     """
     from flytekitplugins_ddlscale.backends.scaler import ScalerServiceBackend
 
@@ -99,7 +101,7 @@ def make_scaler(scaler_server: ScalerTestServer, clean_env: Path) -> Iterator[Ca
     def make(**options: Any) -> Any:
         settings: Dict[str, Any] = dict(
             base_url=scaler_server.url, api_key=DEFAULT_API_KEY, state_dir=clean_env, timeout=2.0,
-            poll_backoff=FAST_POLL,
+            poll_backoff=FAST_POLL, retry_backoff=FAST_RETRY,
         )
         settings.update(options)
         backend = ScalerServiceBackend(**settings)

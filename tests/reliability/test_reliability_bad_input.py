@@ -118,15 +118,9 @@ def test_unknown_or_restricted_tier_changes_nothing(make_scaler, scaler_server, 
     assert desired(scaler_server, "ray", NAME) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="backends/scaler/backend.py ScalerServiceBackend.scale sends the PATCH and lets the service "
-    "refuse the tier (400 invalid_hw_tier, message without the allowed names): the tier is not resolved "
-    "against Nucleus /v4/hardwareTier (tiers.DominoTierCatalog.resolve) before the mutating request",
-)
 @pytest.mark.parametrize("tier", ["No Such Tier", "Spark Only"], ids=["unknown", "restricted-to-spark"])
 def test_unknown_or_restricted_tier_is_refused_before_any_patch(make_scaler, scaler_server, cluster, tier):
-    backend = make_scaler()
+    backend = make_scaler(nucleus_url=scaler_server.url)  # the test server also plays Nucleus /v4/hardwareTier
     with pytest.raises(UnknownTierError) as caught:
         backend.scale(cluster, 3, tier, wait=False)
     assert "Small" in str(caught.value) and "Medium" in str(caught.value)

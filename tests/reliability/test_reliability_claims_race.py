@@ -2,27 +2,19 @@
 
 A phase ends (phase/run.py ``ClusterPhase._release``) with two separate
 backend calls: ``release`` (which says no claim remains) and then
-``restore_baseline``. If another phase claims the cluster and scales it up
-between those two calls, the restore must not shrink it under that phase.
+``reconcile``. If another phase claims the cluster and scales it up
+between those two calls, the reconcile must not shrink it under that phase.
 The interleaving is reproduced exactly, call by call, with two backend
 instances (two processes' worth of state) against each test server.
 """
 from typing import Any, Callable
 
-import pytest
 from rel_helpers import desired
 
 from flytekitplugins_ddlscale import ClusterRef
 
 NAME = "ray-race"
 REF = ClusterRef("ray", NAME)
-RACE_REASON = (
-    "phase/run.py ClusterPhase._release calls backend.release() and then backend.restore_baseline() as two "
-    "separate steps; a phase that claims and scales up in between is shrunk back to the baseline by the "
-    "first phase's restore (and, on the scaler backend, its claim is dropped by forget_claims). Fix: make the "
-    "restore conditional on no live claims inside the same locked update / resourceVersion-checked patch "
-    "(e.g. restore_baseline(..., only_if_unclaimed=True) or a release_and_restore())"
-)
 
 
 def interleave(first: Any, second: Any, sizes: Callable[[], int]) -> None:
@@ -33,10 +25,9 @@ def interleave(first: Any, second: Any, sizes: Callable[[], int]) -> None:
     held = second.claim(REF, "phase-b", 2)  # ...but B claims now
     second.scale(REF, held.replicas, wait=True, timeout=20)
     assert sizes() == 2
-    first.restore_baseline(REF, wait=True, timeout=20)  # A's restore, as _release does it
+    first.reconcile(REF, wait=True, timeout=20)  # A's restore, as _release does it
 
 
-@pytest.mark.xfail(strict=True, reason=RACE_REASON)
 def test_scaler_restore_between_release_and_new_claim_keeps_the_new_phase(make_scaler, scaler_server):
     scaler_server.add_cluster("ray", NAME, replicas=1, max_replicas=6)
     first, second = make_scaler(), make_scaler()
@@ -45,7 +36,6 @@ def test_scaler_restore_between_release_and_new_claim_keeps_the_new_phase(make_s
     assert "phase-b" in second.records.claims(REF)
 
 
-@pytest.mark.xfail(strict=True, reason=RACE_REASON)
 def test_k8s_restore_between_release_and_new_claim_keeps_the_new_phase(make_k8s, k8s_server):
     k8s_server.add_cluster("ray", NAME, replicas=1, autoscaling={"minReplicas": 1, "maxReplicas": 6})
     first, second = make_k8s(), make_k8s()
@@ -57,13 +47,6 @@ def test_k8s_restore_between_release_and_new_claim_keeps_the_new_phase(make_k8s,
     assert size() >= 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="phase/run.py ClusterPhase._start scales to the largest live claim with THAT claim's tier "
-    "(records.largest_claim ignores tiers): a phase asking for 'Medium' workers while another phase holds "
-    "'Small' ones runs its body on Small workers, silently. Fix: when the held claim's tier differs from the "
-    "phase's worker_hw_tier, release the claim and raise a ScalingError naming both tiers before the body runs",
-)
 def test_overlapping_phases_with_different_tiers_never_run_on_the_wrong_tier_silently(
     scaler_env, scaler_server, make_scaler
 ):

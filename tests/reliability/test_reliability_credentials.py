@@ -405,13 +405,6 @@ def test_connector_metadata_messages_and_errors_never_show_credentials(
     assert leaks([secret_key], texts + everything_seen(debug_logs, capfd, errors)) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="backends/scaler/client.py ScalerClient keeps userinfo in base_url: BackendUnavailableError says "
-    "'GET http://user:PASSWORD@host/... failed', and httpx logs the full URL at INFO. Fix: register the URL's "
-    "password with redaction.register_secret, build messages from the URL without userinfo "
-    "(httpx.URL(base_url).copy_with(username=None, password=None)), and filter the 'httpx' logger too",
-)
 def test_password_in_the_service_url_never_in_logs_or_errors(scaler_server, cluster, secret_key, debug_logs, capfd):
     password = "url-pass-" + secrets.token_hex(8)
     url = scaler_server.url.replace("http://", f"http://proxyuser:{password}@")

@@ -6,7 +6,7 @@ simulated operator, through the real ``kubernetes`` client.
 """
 import threading
 import time
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from rel_helpers import When
@@ -51,10 +51,10 @@ def watch_requests(server: Any) -> int:
 
 
 class WatchBreaker:
-    """Breaks each new pod watch soon after it opens (``times`` times), with ``also`` run first."""
+    """Breaks each new pod watch soon after it opens, ``times`` times."""
 
-    def __init__(self, server: Any, times: int, also: Callable[[], Any] = lambda: None) -> None:
-        self.server, self.times, self.also = server, times, also
+    def __init__(self, server: Any, times: int) -> None:
+        self.server, self.times = server, times
         self.broken = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="watch-breaker")
@@ -70,7 +70,6 @@ class WatchBreaker:
     def _run(self) -> None:
         while self.broken < self.times and not self._stop.wait(0.02):
             if watch_requests(self.server) > self.broken:
-                self.also()
                 if self.server.drop_watches():
                     self.broken += 1
 
@@ -88,11 +87,17 @@ def test_dropped_watches_do_not_end_the_wait(make_k8s, k8s_server, cluster):
 def test_410_gone_mid_wait_relists_and_completes(make_k8s, k8s_server, cluster):
     backend = make_k8s()
     k8s_server.set_ready_delay(1.5)
-    with WatchBreaker(k8s_server, times=2, also=k8s_server.compact) as breaker:
+
+    def expire_history() -> None:
+        k8s_server.compact()
+        k8s_server.drop_watches()
+
+    with When(lambda: watch_requests(k8s_server) >= 1, expire_history) as fault:
         result = backend.scale(cluster, 3, wait=True, timeout=30)
-    assert breaker.broken >= 1
+    assert fault.fired
     assert result.final.ready_workers == 3
-    # A watch resumed from a compacted resourceVersion gets 410 Gone; the backend must re-list.
+    # Resuming from a compacted resourceVersion answers 410 Gone; the backend must re-list the pods
+    # (the first list is for the state before the scale, the second starts the wait).
     plain_lists = [r for r in k8s_server.requests if r.path.endswith("/pods") and r.query.get("watch") != "true"]
     assert len(plain_lists) >= 3, [(r.method, r.query) for r in k8s_server.requests]
 
@@ -176,10 +181,10 @@ def test_cluster_deleted_during_a_wait_ends_it_with_not_found(make_k8s, k8s_serv
     def delete() -> None:
         k8s_server.commit("rayclusters", "domino-compute", None, NAME, "DELETED")
 
-    with WatchBreaker(k8s_server, times=1, also=delete) as breaker:
+    with When(lambda: watch_requests(k8s_server) >= 1, delete) as fault:
         with pytest.raises(ScalingError) as caught:
             backend.scale(cluster, 3, wait=True, timeout=20)
-    assert breaker.broken == 1
+    assert fault.fired
     assert caught.value.code == "not_found"
 
 

@@ -221,19 +221,6 @@ def test_autoscaler_pulling_back_mid_phase_is_reasserted(scaler_env, scaler_serv
 
 
 @pytest.mark.slow
-def test_sigterm_mid_phase_restores_once(scaler_env, scaler_server, cluster, children, tmp_path, make_scaler):
-    marker = start_child(children, tmp_path, "term", 4)
-    wait_in_body(children[0], marker)
-    assert desired(scaler_server, "ray", NAME) == 4
-    children[0].send_signal(signal.SIGTERM)
-    output = finish(children[0])
-    assert "PHASE-ERROR" in output, output
-    assert scale_bodies(scaler_server, NAME) == [4, BASELINE], output
-    assert desired(scaler_server, "ray", NAME) == BASELINE
-    assert make_scaler().get_baseline(REF) is None
-
-
-@pytest.mark.slow
 def test_sigterm_during_the_scale_up_wait_restores_once(scaler_env, scaler_server, cluster, children, tmp_path, make_scaler):
     scaler_server.set_pod_ready_delay(30.0)  # the phase is still waiting for its workers
     marker = start_child(children, tmp_path, "term-early", 4)

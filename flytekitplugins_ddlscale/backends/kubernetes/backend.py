@@ -445,13 +445,7 @@ class KubernetesBackend:
         patch that also removes the baseline annotation. Without a baseline or target nothing changes.
         """
         timeout = validate_timeout(timeout)
-        worker_tier = head_tier = None
-        if target is not None:
-            validate_replicas(target.replicas, field="target.replicas")
-            worker_tier = self._resolve(target.worker_hw_tier, ref.kind, "target.worker_hw_tier")
-            if ref.info.head_section is None and target.head_hw_tier is not None:
-                raise InvalidInputError("target.head_hw_tier", target.head_hw_tier, "None for MPI clusters (no head)")
-            head_tier = self._resolve(target.head_hw_tier, ref.kind, "target.head_hw_tier")
+        worker_tier, head_tier = self._target_tiers(ref, target)
         obj = self._read(ref)
         self._check_owner(ref, obj)
         previous = self._state(ref, obj, self._pods(ref))
@@ -479,6 +473,72 @@ class KubernetesBackend:
         return self._finish(
             ref, requested, outcome["effective"], outcome["capped"], previous, after, wait, timeout, progress,
             outcome["tier"], target.worker_hw_tier if target is not None else None,
+        )
+
+    def _target_tiers(
+        self, ref: ClusterRef, target: Optional[ReplicaSpec]
+    ) -> Tuple[Optional[HardwareTier], Optional[HardwareTier]]:
+        """The resolved worker and head tiers of a restore ``target`` (checked before anything is sent)."""
+        if target is None:
+            return None, None
+        if not isinstance(target, ReplicaSpec):
+            raise InvalidInputError("target", target, "a ReplicaSpec or None")
+        validate_replicas(target.replicas, field="target.replicas")
+        worker_tier = self._resolve(target.worker_hw_tier, ref.kind, "target.worker_hw_tier")
+        if ref.info.head_section is None and target.head_hw_tier is not None:
+            raise InvalidInputError("target.head_hw_tier", target.head_hw_tier, "None for MPI clusters (no head)")
+        return worker_tier, self._resolve(target.head_hw_tier, ref.kind, "target.head_hw_tier")
+
+    def reconcile(
+        self,
+        ref: ClusterRef,
+        target: Optional[ReplicaSpec] = None,
+        *,
+        wait: bool = True,
+        timeout: float = DEFAULT_SCALE_TIMEOUT,
+        progress: Optional[ProgressReporter] = None,
+    ) -> Optional[ScaleResult]:
+        """Scale to the largest live claim, or restore the baseline (or ``target``) and drop the
+        baseline annotation when no claim remains; None when there is neither claim nor baseline.
+
+        The claims are read from the object and the change is ONE merge patch
+        carrying that read's resourceVersion, so a concurrent claim or release
+        makes it 409 and the target is computed again from a fresh read
+        (bounded by ``conflict_retries``). With ``wait``, until the workers are Ready.
+        """
+        timeout = validate_timeout(timeout)
+        worker_tier, head_tier = self._target_tiers(ref, target)
+        obj = self._read(ref)
+        self._check_owner(ref, obj)
+        previous = self._state(ref, obj, self._pods(ref))
+        outcome: Dict[str, Any] = {}
+
+        def build(current: Dict[str, Any]) -> Optional[Patch]:
+            outcome.clear()
+            outcome.update(capped=False, tier=None, name=None)
+            largest = largest_claim(decode_claims(_annotations(current).get(CLAIMS_ANNOTATION)))
+            if largest is not None:
+                tier = self._resolve(largest.worker_hw_tier, ref.kind, "worker_hw_tier")
+                spec, outcome["effective"], outcome["capped"] = self._size(ref, current, largest.replicas, False)
+                if tier is not None:
+                    spec["worker"].update(tier_fragment(spec_section(current, "worker"), tier))
+                    outcome.update(tier=tier.id, name=largest.worker_hw_tier)
+                outcome["requested"] = largest.replicas
+                return self._with_baseline(ref, current, {"spec": spec})
+            record = decode_record(current)
+            if record is None:
+                return None
+            spec = self._restore_spec(ref, current, record, target, worker_tier, head_tier, outcome)
+            outcome["requested"] = target.replicas if target is not None else outcome["effective"]
+            outcome["name"] = target.worker_hw_tier if target is not None else None
+            return {"spec": spec, "metadata": {"annotations": {BASELINE_ANNOTATION: None}}}
+
+        _, after, patched = self._mutate(ref, build, obj)
+        if not patched:
+            return None
+        return self._finish(
+            ref, outcome["requested"], outcome["effective"], outcome["capped"], previous, after, wait, timeout,
+            progress, outcome["tier"], outcome["name"],
         )
 
     def _restore_spec(
@@ -554,6 +614,10 @@ class KubernetesBackend:
 
         _, after, _ = self._mutate(ref, build)
         return largest_claim(decode_claims(_annotations(after).get(CLAIMS_ANNOTATION)))
+
+    def claims(self, ref: ClusterRef) -> Dict[str, Claim]:
+        """The live claims in the cluster's claims annotation, by claim id."""
+        return decode_claims(_annotations(self._read(ref)).get(CLAIMS_ANNOTATION))
 
     def close(self) -> None:
         """Close the connection pool if this backend created the client."""

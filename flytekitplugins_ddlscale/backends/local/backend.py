@@ -26,7 +26,7 @@ from ...filerecords import FileBookkeeping, validate_claim_id
 from ...filestore import FileRecordStore
 from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
 from ...progress import ProgressReporter
-from ...records import Claim
+from ...records import Claim, largest_claim
 from ...refs import ClusterRef
 from ...validation import validate_replicas, validate_timeout
 from ...waiting import Backoff, poll_until
@@ -335,13 +335,70 @@ class LocalBackend:
         validate_claim_id(claim_id)
         validate_replicas(replicas)
         self.catalog.resolve(worker_hw_tier, ref.kind)
-        self.record_baseline(ref)
-        return self.bookkeeping.claim(ref, claim_id, replicas, worker_hw_tier)
+        # The cluster lock keeps a claim from recording a baseline while a
+        # reconcile is half-way through changing the processes.
+        with self.store.lock(ref, self.start_timeout):
+            return self.bookkeeping.claim(
+                ref, claim_id, replicas, worker_hw_tier, observe=lambda: self._observe_or_absent(ref)
+            )
+
+    def reconcile(
+        self,
+        ref: ClusterRef,
+        target: Optional[ReplicaSpec] = None,
+        *,
+        wait: bool = True,
+        timeout: float = DEFAULT_SCALE_TIMEOUT,
+        progress: Optional[ProgressReporter] = None,
+    ) -> Optional[ScaleResult]:
+        """Scale to the largest live claim, or restore the baseline (or ``target``) and forget the
+        baseline when no claim remains; None when there is neither claim nor baseline.
+
+        Runs under the cluster's lock (which :meth:`claim` also takes), so the
+        processes match the claims it read. A cluster that a scale created
+        whose baseline is "no workers" is taken down when restored.
+        """
+        self._check_kind(ref)
+        timeout = validate_timeout(timeout)
+        if target is not None:
+            validate_replicas(target.replicas, field="target.replicas")
+            self._shape(target.worker_hw_tier, field="target.worker_hw_tier")
+            self.catalog.resolve(target.head_hw_tier, ref.kind, field="target.head_hw_tier")
+        with self.store.lock(ref, timeout):
+            # New claims wait for the cluster lock, so these stay the live ones
+            # until the baseline is forgotten below.
+            claim = largest_claim(self.bookkeeping.claims(ref))
+            baseline = self.bookkeeping.get_baseline(ref)
+            if claim is not None:
+                return self._scale_locked(
+                    ref, claim.replicas, claim.worker_hw_tier, wait, timeout, progress, record_baseline=True
+                )
+            if baseline is None:
+                return None
+            record = self.store.load(ref)
+            if target is None and (record is None or (record.ephemeral and baseline.replicas == 0)):
+                result = self._down_locked(ref, record)
+            else:
+                wanted = target or ReplicaSpec(baseline.replicas, baseline.worker_hw_tier, baseline.head_hw_tier)
+                result = self._scale_locked(
+                    ref, wanted.replicas, wanted.worker_hw_tier, wait, timeout, progress, record_baseline=False
+                )
+                if wanted.head_hw_tier is not None:
+                    current = self._load(ref)
+                    current.head_hw_tier = wanted.head_hw_tier
+                    self.store.save(current)
+            self.bookkeeping.forget_baseline(ref)
+            return result
 
     def release(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
         """Drop ``claim_id``; return the largest remaining claim, or None when none remain."""
         self._check_kind(ref)
         return self.bookkeeping.release(ref, claim_id)
+
+    def claims(self, ref: ClusterRef) -> Dict[str, Claim]:
+        """The live claims of ``ref`` by claim id."""
+        self._check_kind(ref)
+        return self.bookkeeping.claims(ref)
 
     def close(self) -> None:
         """Nothing to release: clusters deliberately outlive this object (see :meth:`down`)."""
@@ -371,32 +428,51 @@ class LocalBackend:
                 f"{self.max_workers} (LocalBackend(max_workers=...))",
                 cluster=str(ref),
             )
-        began = time.monotonic()
         with self.store.lock(ref, timeout):
-            existing = self.store.load(ref)
-            previous = self._observe(existing) if existing is not None else _absent(ref)
-            record = existing or ClusterRecord(ref=ref, host=self.host, ephemeral=not by_operator)
-            record.ephemeral = record.ephemeral and not by_operator
-            if not by_operator:
-                self.bookkeeping.record_baseline(ref, lambda: previous)
-            shape = self._shape(worker_hw_tier or record.worker_hw_tier or None, field="worker_hw_tier")
-            prior_tier, prior_desired = record.worker_hw_tier, record.desired
-            started, old = self._reconcile(record, effective, shape)
-            try:
-                final = (
-                    self._wait_started(record, started, effective, timeout, progress)
-                    if wait
-                    else self._observe(record)
-                )
-            except BaseException:
-                self._stop_workers(record, started, retire=False)
-                record.worker_hw_tier, record.desired = prior_tier or shape.tier, prior_desired
-                self.store.save(record)
-                raise
-            if old:
-                self._stop_workers(record, old, retire=True)
-                if wait:
-                    final = self._observe(record)
+            return self._scale_locked(
+                ref, replicas, worker_hw_tier, wait, timeout, progress,
+                record_baseline=not by_operator, by_operator=by_operator,
+            )
+
+    def _scale_locked(
+        self,
+        ref: ClusterRef,
+        replicas: int,
+        worker_hw_tier: Optional[str],
+        wait: bool,
+        timeout: float,
+        progress: Optional[ProgressReporter],
+        *,
+        record_baseline: bool,
+        by_operator: bool = False,
+    ) -> ScaleResult:
+        """:meth:`_scale` for a caller that holds the cluster lock."""
+        effective = min(replicas, self.max_workers)
+        began = time.monotonic()
+        existing = self.store.load(ref)
+        previous = self._observe(existing) if existing is not None else _absent(ref)
+        record = existing or ClusterRecord(ref=ref, host=self.host, ephemeral=not by_operator)
+        record.ephemeral = record.ephemeral and not by_operator
+        if record_baseline:
+            self.bookkeeping.record_baseline(ref, lambda: previous)
+        shape = self._shape(worker_hw_tier or record.worker_hw_tier or None, field="worker_hw_tier")
+        prior_tier, prior_desired = record.worker_hw_tier, record.desired
+        started, old = self._reconcile(record, effective, shape)
+        try:
+            final = (
+                self._wait_started(record, started, effective, timeout, progress)
+                if wait
+                else self._observe(record)
+            )
+        except BaseException:
+            self._stop_workers(record, started, retire=False)
+            record.worker_hw_tier, record.desired = prior_tier or shape.tier, prior_desired
+            self.store.save(record)
+            raise
+        if old:
+            self._stop_workers(record, old, retire=True)
+            if wait:
+                final = self._observe(record)
         return ScaleResult(
             cluster=str(ref),
             requested=replicas,
@@ -624,21 +700,21 @@ class LocalBackend:
         record = self.store.load(ref)
         return self._observe(record) if record is not None else _absent(ref)
 
+    def _down_locked(self, ref: ClusterRef, record: Optional[ClusterRecord]) -> ScaleResult:
+        """Stop and forget a cluster (its baseline is already gone) for a caller holding its lock."""
+        previous = self._observe(record) if record is not None else _absent(ref)
+        if record is not None:
+            self._stop_all(record)
+            self.store.delete(ref)
+        return _downed(ref, previous)
+
     def _restore_by_down(self, ref: ClusterRef, record: Optional[ClusterRecord]) -> ScaleResult:
         previous = self._observe(record) if record is not None else _absent(ref)
         if record is not None:
             self.down(ref)
         else:
             self.bookkeeping.forget_baseline(ref)
-        return ScaleResult(
-            cluster=str(ref),
-            requested=0,
-            effective=0,
-            capped=False,
-            previous=previous,
-            final=_absent(ref),
-            waited=False,
-        )
+        return _downed(ref, previous)
 
     def _load(self, ref: ClusterRef) -> ClusterRecord:
         record = self.store.load(ref)
@@ -702,4 +778,10 @@ def _unchanged(state: ClusterState) -> ScaleResult:
         previous=state,
         final=state,
         waited=False,
+    )
+
+
+def _downed(ref: ClusterRef, previous: ClusterState) -> ScaleResult:
+    return ScaleResult(
+        cluster=str(ref), requested=0, effective=0, capped=False, previous=previous, final=_absent(ref), waited=False
     )

@@ -16,7 +16,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 import httpx
 
@@ -182,20 +182,22 @@ class ScalerServiceBackend:
         last: Optional[ClusterState],
     ) -> ClusterState:
         seen = [last]
+        what = f"{replicas} worker pods of {ref} with the cluster Running ({READINESS_CAVEAT})"
+        deadline = Deadline(timeout)
 
         def read() -> ClusterState:
             # A failed poll (service gone, cluster deleted) reports the last state this wait saw.
             try:
-                seen[0] = self.get_state(ref)
+                seen[0] = state_from_object(ref, self._client.get_cluster(ref, deadline))
             except ScalingError as error:
                 error.state = error.state or seen[0]
-                raise
+                raise _timed_out(error, deadline, timeout, what, ref) from None
             return seen[0]
 
         return poll_until(
             read,
             lambda s: s.status == "Running" and s.workers_up(replicas),
-            what=f"{replicas} worker pods of {ref} with the cluster Running ({READINESS_CAVEAT})",
+            what=what,
             target=replicas,
             count=lambda s: s.existing_workers,
             timeout=timeout,
@@ -322,13 +324,20 @@ class ScalerServiceBackend:
                 "pod); use the kubernetes backend for head_hw_tier",
                 cluster=str(ref),
             )
+        # Best effort, for error context only: the restart's own answer decides what happens.
+        before = self._state_or_none(ref)
         answer = self._client.restart_head(ref)
         pod = str(answer.get("pod") or ref.info.head_pod_name(ref.name))
         started_at = str(answer.get("started_at") or "")
         if not wait:
             return RestartResult(str(ref), pod, started_at, False, self.get_state(ref), waited=False)
         began = time.monotonic()
-        self._wait_restarted(ref, pod, started_at, timeout, progress)
+        try:
+            self._wait_restarted(ref, pod, started_at, timeout, progress)
+        except ScalingError as error:
+            # A failed status poll (service gone) still says what the cluster last looked like.
+            error.state = error.state or before
+            raise
         return RestartResult(
             str(ref), pod, started_at, True, self.get_state(ref), waited=True, seconds_waited=time.monotonic() - began
         )
@@ -340,7 +349,10 @@ class ScalerServiceBackend:
         deadline = Deadline(timeout)
         intervals = self._poll.intervals()
         while True:
-            answer = self._client.restart_status(ref, started_at)
+            try:
+                answer = self._client.restart_status(ref, started_at, deadline)
+            except ScalingError as error:
+                raise _timed_out(error, deadline, timeout, what, ref) from None
             last = str(answer.get("status")) if answer is not None else "head_pod_not_found (being recreated)"
             done = answer is not None and answer.get("status") == "restarted_and_ready"
             if progress is not None:
@@ -440,14 +452,80 @@ class ScalerServiceBackend:
     def claim(
         self, ref: ClusterRef, claim_id: str, replicas: int, worker_hw_tier: Optional[str] = None
     ) -> Claim:
-        """Register ``claim_id``'s need; return the largest live claim. Records the baseline first."""
+        """Register ``claim_id``'s need; return the largest live claim.
+
+        A missing baseline is recorded in the same locked update as the claim.
+        An unknown or restricted tier is refused (via the tier catalog, when
+        there is one) before anything is written.
+        """
         validate_claim_id(claim_id)
         validate_replicas(replicas)
-        validate_tier_name(worker_hw_tier)
-        self.record_baseline(ref)
-        return self.records.claim(ref, claim_id, replicas, worker_hw_tier)
+        tier = validate_tier_name(worker_hw_tier)
+        self._served(ref)
+        self._check_tier(ref, tier)
+        return self.records.claim(ref, claim_id, replicas, tier, observe=lambda: self.get_state(ref))
+
+    def reconcile(
+        self,
+        ref: ClusterRef,
+        target: Optional[ReplicaSpec] = None,
+        *,
+        wait: bool = True,
+        timeout: float = DEFAULT_SCALE_TIMEOUT,
+        progress: Optional[ProgressReporter] = None,
+    ) -> Optional[ScaleResult]:
+        """Scale to the largest live claim, or restore the baseline (or ``target``) when none
+        remains and forget the baseline; None when there is neither claim nor baseline.
+
+        The claims are read and the scale request is sent while this
+        machine's record lock of the cluster is held, so claims and releases
+        of other phases wait for it; the wait for workers (``wait``) happens
+        after the lock is released. Tiers are restored as by :meth:`restore_baseline`.
+        """
+        timeout = validate_timeout(timeout)
+        self._served(ref)
+        wanted = self._target(ref, target) if target is not None else None
+
+        def act(claim: Optional[Claim], baseline: Optional[Baseline]) -> Optional[ScaleResult]:
+            if claim is None and baseline is None:
+                return None
+            previous = self.get_state(ref)
+            if claim is not None:
+                replicas, tier = claim.replicas, claim.worker_hw_tier
+                self._check_scalable(previous, replicas, strict=False)
+            elif wanted is not None:
+                replicas, tier = wanted
+            else:
+                assert baseline is not None
+                replicas, tier = baseline.replicas, self._tier_to_restore(ref, baseline, previous)
+            return self._patch(ref, replicas, tier, previous)
+
+        result = self.records.settle(ref, act)
+        if result is None:
+            return None
+        return self._finish(ref, result, wait, timeout, progress)
 
     def release(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
         """Drop ``claim_id``; return the largest remaining claim, or None."""
         self._served(ref)
         return self.records.release(ref, claim_id)
+
+    def claims(self, ref: ClusterRef) -> Dict[str, Claim]:
+        """The live claims of ``ref`` recorded on this machine, by claim id."""
+        self._served(ref)
+        return self.records.claims(ref)
+
+
+def _timed_out(error: ScalingError, deadline: Deadline, timeout: float, what: str, ref: ClusterRef) -> ScalingError:
+    """``error`` of a poll; once the wait's deadline has passed, a :class:`ScalingTimeoutError` naming it.
+
+    A poll that fails only because the wait ran out of time (a hanging
+    service) is a timeout of the wait, with the same last state.
+    """
+    if not isinstance(error, BackendUnavailableError) or not deadline.expired:
+        return error
+    return ScalingTimeoutError(
+        f"timed out after {timeout:g}s waiting for {what}; last error: {error.message}",
+        cluster=str(ref),
+        state=error.state,
+    )

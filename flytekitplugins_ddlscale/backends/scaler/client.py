@@ -14,8 +14,9 @@ import httpx
 
 from ...domino_auth import DominoAuth
 from ...errors import BackendUnavailableError, ClusterNotFoundError, UnsupportedOperationError
+from ...redaction import register_secret
 from ...refs import ClusterRef
-from ...waiting import Backoff
+from ...waiting import Backoff, Deadline
 from .errors import error_from_response, response_body
 
 logger = logging.getLogger("flytekitplugins_ddlscale.scaler")
@@ -27,12 +28,22 @@ RETRY_STATUSES = frozenset({502, 503, 504})
 DEFAULT_HTTP_TIMEOUT = 30.0
 DEFAULT_RETRIES = 3
 DEFAULT_RETRY_BACKOFF = Backoff(initial=0.2, factor=2.0, cap=2.0)
+MIN_ATTEMPT_TIMEOUT = 0.1
+"""Seconds any request under a deadline still gets, so a wait reads the cluster at least once."""
 
 
 def resolve_base_url(base_url: Optional[str], env: Optional[Mapping[str, str]] = None) -> str:
     """``base_url``, else ``$CLUSTER_SCALER_BASE_URL``, else the in-cluster default; no trailing slash."""
     environ = os.environ if env is None else env
     return (base_url or environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL).rstrip("/")
+
+
+def displayable_url(url: str) -> str:
+    """``url`` without its userinfo (``user:password@``), for messages and logs."""
+    parsed = httpx.URL(url)
+    if not parsed.userinfo:
+        return url
+    return str(parsed.copy_with(username=None, password=None)).rstrip("/")
 
 
 class ScalerClient:
@@ -50,12 +61,20 @@ class ScalerClient:
         env: Optional[Mapping[str, str]] = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self.base_url = resolve_base_url(base_url, env)
+        url = resolve_base_url(base_url, env)
+        parsed = httpx.URL(url)
+        if parsed.password:
+            # Both spellings: decoded (what httpx sends) and as written (percent-encoded).
+            register_secret(parsed.password)
+            register_secret(parsed.userinfo.decode("ascii").partition(":")[2])
+        self.base_url = displayable_url(url)
+        """The service URL without any userinfo, safe to show."""
+        self.timeout = timeout
         self.retries = retries
         self._backoff = retry_backoff
         self._sleep = sleep
         self._http = httpx.Client(
-            base_url=self.base_url,
+            base_url=url,
             auth=auth if auth is not None else DominoAuth(env=env, verify=verify),
             timeout=httpx.Timeout(timeout),
             verify=verify,
@@ -72,12 +91,23 @@ class ScalerClient:
         self._http.close()
 
     def _send(
-        self, ref: ClusterRef, method: str, path: str, *, retry: bool, **kwargs: Any
+        self,
+        ref: ClusterRef,
+        method: str,
+        path: str,
+        *,
+        retry: bool,
+        deadline: Optional[Deadline] = None,
+        **kwargs: Any,
     ) -> httpx.Response:
+        # Under a wait's deadline each attempt gets only the time the wait has
+        # left, and nothing is retried once it has passed.
         attempts = 1 + (self.retries if retry else 0)
         delays = self._backoff.intervals()
         last = ""
         for attempt in range(1, attempts + 1):
+            if deadline is not None:
+                kwargs["timeout"] = min(self.timeout, max(deadline.remaining, MIN_ATTEMPT_TIMEOUT))
             try:
                 response = self._http.request(method, path, **kwargs)
             except httpx.TransportError as exc:
@@ -92,8 +122,11 @@ class ScalerClient:
                 if not (retry and response.status_code in RETRY_STATUSES and attempt < attempts):
                     return response
                 last = f"HTTP {response.status_code}"
+            if deadline is not None and deadline.expired:
+                attempts = attempt
+                break
             if attempt < attempts:
-                delay = next(delays)
+                delay = next(delays) if deadline is None else min(next(delays), deadline.remaining)
                 logger.info("%s %s failed (%s); retry %d/%d in %.1fs", method, path, last, attempt, attempts - 1, delay)
                 self._sleep(delay)
         raise BackendUnavailableError(
@@ -107,9 +140,11 @@ class ScalerClient:
         except httpx.TransportError:
             return False
 
-    def get_cluster(self, ref: ClusterRef) -> Dict[str, Any]:
-        """The cluster's whole custom object (spec and status)."""
-        response = self._send(ref, "GET", f"{API_PREFIX}/cluster/{ref.plural}/{ref.name}", retry=True)
+    def get_cluster(self, ref: ClusterRef, deadline: Optional[Deadline] = None) -> Dict[str, Any]:
+        """The cluster's whole custom object (spec and status); attempts end by ``deadline`` if given."""
+        response = self._send(
+            ref, "GET", f"{API_PREFIX}/cluster/{ref.plural}/{ref.name}", retry=True, deadline=deadline
+        )
         if response.status_code != 200:
             raise error_from_response(response, ref, operation="get cluster")
         return response_body(response)
@@ -153,13 +188,17 @@ class ScalerClient:
             )
         raise error_from_response(response, ref, operation="restart head")
 
-    def restart_status(self, ref: ClusterRef, started_at: str) -> Optional[Dict[str, Any]]:
-        """The head's restart status since ``started_at`` (the service's value); None while the pod is being recreated."""
+    def restart_status(
+        self, ref: ClusterRef, started_at: str, deadline: Optional[Deadline] = None
+    ) -> Optional[Dict[str, Any]]:
+        """The head's restart status since ``started_at`` (the service's value); None while the pod
+        is being recreated. Attempts end by ``deadline`` if given."""
         response = self._send(
             ref,
             "GET",
             f"{API_PREFIX}/restart_head_status/{ref.plural}/{ref.name}",
             retry=True,
+            deadline=deadline,
             params={"started_at": started_at},
         )
         if response.status_code == 200:
