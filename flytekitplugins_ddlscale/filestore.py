@@ -6,17 +6,25 @@ JSON file; updates happen under an exclusive ``fcntl`` lock and are written
 atomically (temp file + rename), so concurrent processes never lose an update.
 """
 import contextlib
+import errno
 import fcntl
 import json
+import logging
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Optional, TypeVar, Union
 
+from .errors import ConflictError
 from .refs import ClusterRef
 
 T = TypeVar("T")
 STATE_DIR_ENV = "DDLSCALE_STATE_DIR"
+DEFAULT_LOCK_TIMEOUT = 300.0
+"""Seconds to wait for another process's record lock: holders make a few bounded service calls."""
+_LOCK_POLL = 0.05
+logger = logging.getLogger("flytekitplugins_ddlscale.records")
 
 
 def default_state_dir() -> Path:
@@ -25,11 +33,16 @@ def default_state_dir() -> Path:
 
 
 class FileRecordStore:
-    """A directory of per-cluster JSON records with locked read-modify-write."""
+    """A directory of per-cluster JSON records with locked read-modify-write.
 
-    def __init__(self, directory: Union[str, Path, None] = None) -> None:
+    Waiting for a lock that another process holds is bounded by
+    ``lock_timeout`` seconds, then :class:`ConflictError` names the lock file.
+    """
+
+    def __init__(self, directory: Union[str, Path, None] = None, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> None:
         self.directory = Path(directory) if directory is not None else default_state_dir() / "records"
         self.directory.mkdir(parents=True, exist_ok=True)
+        self.lock_timeout = lock_timeout
 
     def _path(self, ref: ClusterRef) -> Path:
         namespace = ref.namespace or "_"
@@ -38,12 +51,34 @@ class FileRecordStore:
     @contextlib.contextmanager
     def _locked(self, ref: ClusterRef) -> Iterator[Path]:
         path = self._path(ref)
-        with open(path.with_suffix(".lock"), "a+") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        lock_path = path.with_suffix(".lock")
+        with open(lock_path, "a+") as lock:
+            self._acquire(lock, lock_path, ref)
             try:
                 yield path
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _acquire(self, lock: Any, lock_path: Path, ref: ClusterRef) -> None:
+        deadline = time.monotonic() + self.lock_timeout
+        told = False
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+            if time.monotonic() >= deadline:
+                raise ConflictError(
+                    f"another process held the record lock of {ref} ({lock_path}) for more than "
+                    f"{self.lock_timeout:g}s; if no ddlscale process is running for it, a stopped one holds it",
+                    cluster=str(ref),
+                )
+            if not told:
+                logger.info("waiting up to %gs for the record lock of %s (%s)", self.lock_timeout, ref, lock_path)
+                told = True
+            time.sleep(_LOCK_POLL)
 
     @staticmethod
     def _load(path: Path) -> Dict[str, Any]:

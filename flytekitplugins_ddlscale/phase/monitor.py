@@ -77,6 +77,14 @@ class PhaseMonitor:
         claim = self._backend.claim(self._ref, self._claim_id, self._replicas, self._tier)
         if desired >= claim.replicas:
             return
+        if self._tier is not None and claim.worker_hw_tier != self._tier:
+            # A larger claim of another tier is live (a phase about to be refused
+            # for it): adopting it would replace this body's workers mid-run.
+            logger.warning(
+                "not re-asserting %s: the largest claim (%s) asks for tier %r, this phase runs on %r",
+                self._ref, claim.claim_id, claim.worker_hw_tier, self._tier,
+            )
+            return
         self.pullbacks += 1
         logger.warning(
             "autoscaler pulled %s back to %d workers (phase needs %d); re-asserting",

@@ -5,17 +5,16 @@ Everything here is real: the scaler service and Kubernetes test servers on
 them. Each test gets its own state directory and servers, and must leave no
 thread or child process behind (checked after every test).
 """
-import os
 import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List
 
 import pytest
-
-from tests.servers.scaler_server import DEFAULT_API_KEY, ScalerTestServer
+from rel_helpers import child_pids
 
 from flytekitplugins_ddlscale.waiting import Backoff
+from tests.servers.scaler_server import DEFAULT_API_KEY, ScalerTestServer
 
 FAST_POLL = Backoff(initial=0.02, factor=1.5, cap=0.1)
 """Poll quickly: the test servers' pods appear within fractions of a second."""
@@ -26,23 +25,6 @@ PROCESS_WIDE_THREADS = ("loop-runner",)
 OUTER_ENV = ("DOMINO_API_PROXY", "DOMINO_TOKEN", "DOMINO_API_KEY", "DOMINO_RUN_ID", "DDLSCALE_BACKEND",
              "CLUSTER_SCALER_BASE_URL", "DOMINO_STARTING_USER_ID", "KUBECONFIG", "DDLSCALE_TIERS_FILE")
 """Settings of the environment the tests run in that would change which backend or credentials are used."""
-
-
-def child_pids() -> List[int]:
-    """Live (non-zombie) child processes of this process, read from /proc."""
-    me = os.getpid()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="utf-8") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == me and fields[0] != "Z":
-            found.append(int(entry))
-    return found
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,5 @@
 """Reading the test servers' request logs and state, shared by the reliability tests."""
+import os
 import threading
 import time
 from typing import Any, Callable, List
@@ -62,3 +63,20 @@ class When:
 def patched(server: Any, name: str) -> Callable[[], bool]:
     """A condition: the scaler test server has applied a scale PATCH to cluster ``name``."""
     return lambda: bool(scale_bodies(server, name))
+
+
+def child_pids() -> List[int]:
+    """Live (non-zombie) child processes of this process, read from /proc."""
+    me = os.getpid()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == me and fields[0] != "Z":
+            found.append(int(entry))
+    return found

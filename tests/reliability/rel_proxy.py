@@ -14,6 +14,7 @@ Usage::
         proxy.go_down()      # connection refused from now on, open connections cut
         proxy.come_up()      # listening again on the same port
         proxy.reset_next(3)  # the next 3 connections are reset right after accept
+        proxy.hang()         # connections stay open but nothing is forwarded any more
 """
 import select
 import socket
@@ -36,8 +37,10 @@ class FaultProxy:
         self._accept_thread: Optional[threading.Thread] = None
         self._pipes: List[threading.Thread] = []
         self._open: List[socket.socket] = []
+        self._upstreams: List[socket.socket] = []
         self._reset_next = 0
         self._stopping = threading.Event()
+        self._hanging = threading.Event()
         self.port = 0
         self.accepted = 0
         """Connections accepted so far (including reset ones)."""
@@ -86,6 +89,13 @@ class FaultProxy:
         with self._lock:
             self._reset_next += count
 
+    def hang(self, hanging: bool = True) -> None:
+        """Stop (or resume) forwarding bytes on every connection, as a hung service or network does."""
+        if hanging:
+            self._hanging.set()
+        else:
+            self._hanging.clear()
+
     def cut_all(self) -> None:
         """Cut every open connection now (as a service restart does), keep listening."""
         self._cut_all()
@@ -97,9 +107,14 @@ class FaultProxy:
         self.stop()
 
     def _cut_all(self) -> None:
+        # Clients see their connections reset; the server behind sees them closed, as when a
+        # proxy in front of it restarts (a reset there only makes the test server print tracebacks).
         with self._lock:
-            sockets, self._open = self._open, []
-        for sock in sockets:
+            clients, self._open = self._open, []
+            upstreams, self._upstreams = self._upstreams, []
+        for sock in upstreams:
+            _close(sock)
+        for sock in clients:
             _reset(sock)
 
     def _accept_loop(self, listener: socket.socket) -> None:
@@ -135,17 +150,21 @@ class FaultProxy:
             _close(client)
             return
         with self._lock:
-            self._open += [client, upstream]
+            self._open.append(client)
+            self._upstreams.append(upstream)
         try:
-            _pump(client, upstream, self._stopping)
+            _pump(client, upstream, self._stopping, self._hanging)
         finally:
             _close(client)
             _close(upstream)
 
 
-def _pump(a: socket.socket, b: socket.socket, stopping: threading.Event) -> None:
+def _pump(a: socket.socket, b: socket.socket, stopping: threading.Event, hanging: threading.Event) -> None:
     peers = {a: b, b: a}
     while not stopping.is_set():
+        if hanging.is_set():
+            stopping.wait(0.05)
+            continue
         pending = [s for s in (a, b) if isinstance(s, ssl.SSLSocket) and s.pending()]
         try:
             readable = pending or select.select([a, b], [], [], 0.05)[0]

@@ -7,6 +7,7 @@ between those two calls, the reconcile must not shrink it under that phase.
 The interleaving is reproduced exactly, call by call, with two backend
 instances (two processes' worth of state) against each test server.
 """
+import time
 from typing import Any, Callable
 
 from rel_helpers import desired
@@ -70,3 +71,26 @@ def test_overlapping_phases_with_different_tiers_never_run_on_the_wrong_tier_sil
         else:
             assert tier_in_body == "medium-k8s"
     assert desired(scaler_server, "ray", NAME) == 1
+
+
+def test_a_briefly_live_claim_of_another_tier_never_retiers_a_running_phase(scaler_env, scaler_server, make_scaler):
+    # Phase B claims 5 "Medium" workers and, seeing phase A hold "Small" ones, refuses and releases.
+    # While B's claim is live, A's monitor re-asserts (the scaler backend cannot hold a size) and must
+    # not adopt B's larger claim with B's tier: A's body would have its workers replaced mid-run.
+    from flytekitplugins_ddlscale.phase import cluster_phase
+
+    scaler_server.add_cluster("ray", NAME, replicas=1, max_replicas=6)
+    other = make_scaler()
+    options = dict(timeout=20, framework_ready=False, deck=False, reassert_interval=0.05, sample_interval=0.05)
+    with cluster_phase(f"ray/{NAME}", 3, worker_hw_tier="Small", **options):
+        other.claim(REF, "phase-b", 5, "Medium")
+        try:
+            time.sleep(0.5)  # several re-assert intervals of A's monitor
+        finally:
+            other.release(REF, "phase-b")
+    tiers = [
+        r.body.get("worker_hw_tier_name")
+        for r in scaler_server.requests
+        if r.method == "PATCH" and "/scale/" in r.path and r.status == 200
+    ]
+    assert "Medium" not in tiers, tiers

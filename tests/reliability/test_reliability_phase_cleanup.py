@@ -19,10 +19,11 @@ from typing import Callable, Iterator, List
 
 import pytest
 from click.testing import CliRunner
-from flytekit import task, workflow
+from flytekit import kwtypes, task, workflow
 from rel_helpers import desired, scale_bodies
 
-from flytekitplugins_ddlscale import ClusterRef, ScalingTimeoutError, distributed_phase
+from flytekitplugins_ddlscale import ClusterRef, ScaleCluster, ScalingTimeoutError, distributed_phase
+from flytekitplugins_ddlscale.workflow_helpers import scale_down_on_failure
 from tests.servers.scaler_server import ScalerTestServer
 
 NAME = "ray-phase"
@@ -76,6 +77,25 @@ def held_body(x: int) -> int:
 @workflow
 def held_wf(x: int) -> int:
     return held_body(x=x)
+
+
+scale_up_node = ScaleCluster("rel_cleanup_scale_up", cluster=f"ray/{NAME}", replicas=4, timeout=20)
+cleanup_on_failure = scale_down_on_failure("rel_cleanup_on_failure", cluster=f"ray/{NAME}", inputs=kwtypes(x=int), timeout=20)
+
+
+@task
+def failing_stage(x: int) -> int:
+    if x >= 0:
+        raise BodyFailed(f"stage failed with x={x}")
+    return x
+
+
+@workflow(on_failure=cleanup_on_failure)
+def pipeline_wf(x: int) -> int:
+    up = scale_up_node()
+    out = failing_stage(x=x)
+    up >> out
+    return out
 
 
 @workflow
@@ -189,6 +209,17 @@ def test_restore_failure_does_not_hide_the_body_error(
     result = CliRunner().invoke(main, ["restore", "--kind", "ray", "--name", NAME, "--timeout", "20"])
     assert result.exit_code == 0, result.output
     assert desired(scaler_server, "ray", NAME) == BASELINE
+
+
+def test_failed_stage_after_a_scale_up_node_is_scaled_down_by_the_failure_handler(
+    scaler_env, scaler_server, cluster, make_scaler
+):
+    with pytest.raises(Exception) as caught:
+        pipeline_wf(x=2)
+    assert "stage failed with x=2" in str(caught.value)
+    assert scale_bodies(scaler_server, NAME) == [4, BASELINE]
+    assert desired(scaler_server, "ray", NAME) == BASELINE
+    assert make_scaler().get_baseline(REF) is None
 
 
 def test_autoscaler_pulling_back_mid_phase_is_reasserted(scaler_env, scaler_server, cluster):
