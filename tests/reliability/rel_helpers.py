@@ -65,6 +65,20 @@ def patched(server: Any, name: str) -> Callable[[], bool]:
     return lambda: bool(scale_bodies(server, name))
 
 
+def polling(server: Any, name: str) -> Callable[[], bool]:
+    """A condition: the client got the answer to its scale PATCH of ``name`` and is polling the cluster."""
+
+    def check() -> bool:
+        requests = server.requests
+        applied = [i for i, r in enumerate(requests) if r.method == "PATCH" and "/scale/" in r.path
+                   and r.path.endswith("/" + name) and r.status == 200]
+        return bool(applied) and any(
+            r.method == "GET" and "/cluster/" in r.path for r in requests[applied[0] + 1:]
+        )
+
+    return check
+
+
 def child_pids() -> List[int]:
     """Live (non-zombie) child processes of this process, read from /proc."""
     me = os.getpid()

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from rel_helpers import When, desired, patched, scale_bodies
+from rel_helpers import When, desired, patched, polling, scale_bodies
 from rel_proxy import FaultProxy
 
 from flytekitplugins_ddlscale import (
@@ -246,9 +246,10 @@ def test_service_gone_for_good_during_a_wait_ends_in_typed_error(make_scaler, sc
 def test_service_gone_during_a_wait_error_carries_last_state(make_scaler, scaler_server, proxy, cluster):
     backend = make_scaler(base_url=proxy.url, retries=RETRIES)
     scaler_server.set_pod_ready_delay(5.0)
-    with When(patched(scaler_server, cluster.name), proxy.go_down):
+    with When(polling(scaler_server, cluster.name), proxy.go_down) as fault:
         with pytest.raises(BackendUnavailableError) as caught:
             backend.scale(cluster, 4, wait=True, timeout=10)
+    assert fault.fired
     assert caught.value.state is not None
     assert caught.value.state.desired_workers == 4
 
@@ -305,7 +306,8 @@ def test_cli_head_restart_with_a_lost_answer_is_sent_once_and_exits_6(scaler_env
 def test_service_gone_during_a_head_restart_wait_is_typed_with_last_state(make_scaler, scaler_server, proxy, cluster):
     backend = make_scaler(base_url=proxy.url, retries=RETRIES)
     scaler_server.head_recreate_delay = 5.0
-    restarted = lambda: scaler_server.count("PATCH", "/restart_head/") > 0  # noqa: E731
+    # Once the client polls the restart status, it has the service's answer to the restart itself.
+    restarted = lambda: scaler_server.count("GET", "/restart_head_status/") > 0  # noqa: E731
     with When(restarted, proxy.go_down) as fault:
         with pytest.raises(BackendUnavailableError) as caught:
             backend.restart_head(cluster, wait=True, timeout=20)
