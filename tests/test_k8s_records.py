@@ -189,3 +189,25 @@ def test_foreign_clusters_are_refused_unless_allowed(k8s, tiers_file, monkeypatc
         assert anyone.scale(ClusterRef("ray", "c1"), 2, timeout=20).final.ready_workers == 2
     with make_backend(k8s, tiers_file, owner="alice") as alices:
         assert alices.scale(ClusterRef("ray", "c1"), 1, timeout=20).final.ready_workers == 1
+
+
+def test_autoscaling_removed_for_zero_workers_is_parked_until_the_next_scale_up(k8s, backend):  # noqa: F811
+    from flytekitplugins_ddlscale.backends.kubernetes.spec import PARKED_AUTOSCALING_ANNOTATION
+
+    k8s.add_cluster("ray", "zero", replicas=1, autoscaling={"minReplicas": 1, "maxReplicas": 6})
+    ref = ClusterRef("ray", "zero")
+    backend.claim(ref, "p", 3)
+    backend.reconcile(ref, timeout=20)
+    backend.release(ref, "p")
+    backend.reconcile(ref, ReplicaSpec(0), timeout=20)
+    obj = k8s.get_object("ray", "zero")
+    assert obj["spec"]["worker"]["replicas"] == 0 and "autoscaling" not in obj["spec"]
+    assert BASELINE_ANNOTATION not in _annotations(k8s, "ray", "zero")
+    assert PARKED_AUTOSCALING_ANNOTATION in _annotations(k8s, "ray", "zero")
+    assert backend.scale(ref, 9, timeout=20).effective == 6  # the parked maxReplicas still caps
+    assert k8s.get_object("ray", "zero")["spec"]["autoscaling"] == {"minReplicas": 6, "maxReplicas": 6}
+    assert PARKED_AUTOSCALING_ANNOTATION not in _annotations(k8s, "ray", "zero")
+    backend.restore_baseline(ref, timeout=20)  # back to the 0-worker baseline: parked again
+    assert "autoscaling" not in k8s.get_object("ray", "zero")["spec"]
+    backend.scale(ref, 2, timeout=20)
+    assert k8s.get_object("ray", "zero")["spec"]["autoscaling"] == {"minReplicas": 2, "maxReplicas": 6}

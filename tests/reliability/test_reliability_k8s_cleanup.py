@@ -190,3 +190,14 @@ def wait_for_marker(proc: subprocess.Popen, marker: Path) -> None:
         if time.monotonic() > deadline:
             pytest.fail(f"child's phase body did not start within {START_TIMEOUT:.0f}s")
         time.sleep(0.05)
+
+
+def test_k8s_phase_restoring_to_zero_keeps_the_autoscaling_section_for_later(k8s_server, cluster, make_k8s):
+    from flytekitplugins_ddlscale import ReplicaSpec
+
+    with cluster_phase(f"ray/{NAME}", 3, restore=ReplicaSpec(0), timeout=20, framework_ready=False, deck=False):
+        pass
+    obj = k8s_server.get_object("ray", NAME)
+    assert obj["spec"]["worker"]["replicas"] == 0
+    make_k8s().scale(REF, 2, wait=True, timeout=20)
+    assert k8s_server.get_object("ray", NAME)["spec"].get("autoscaling") == {"minReplicas": 2, "maxReplicas": 6}

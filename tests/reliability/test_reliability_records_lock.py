@@ -38,10 +38,7 @@ def test_a_stopped_lock_holder_does_not_block_claims_forever(make_scaler, scaler
     claimer = None
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
-        try:
-            store = FileRecordStore(records, lock_timeout=1.0)  # type: ignore[call-arg]
-        except TypeError:  # no bound to configure: the default store shows how long it waits
-            store = FileRecordStore(records)
+        store = FileRecordStore(records, lock_timeout=1.0)
         backend = make_scaler(records=FileBookkeeping(store))
 
         def claim() -> None:

@@ -48,7 +48,10 @@ from .spec import (
     decode_record,
     diff_map,
     encode_record,
+    PARKED_AUTOSCALING_ANNOTATION,
     is_worker,
+    park_autoscaling,
+    parked_autoscaling,
     pod_ready,
     pod_terminating,
     restore_fragment,
@@ -202,6 +205,8 @@ class KubernetesBackend:
         if decode_record(obj) is None:
             record = encode_record(*baseline_of(self._label(ref), ref.info, obj))
             patch.setdefault("metadata", {}).setdefault("annotations", {})[BASELINE_ANNOTATION] = record
+        if parked_autoscaling(obj) is not None and (patch.get("spec") or {}).get("autoscaling"):
+            patch.setdefault("metadata", {}).setdefault("annotations", {})[PARKED_AUTOSCALING_ANNOTATION] = None
         return patch
 
     def _size(
@@ -210,7 +215,7 @@ class KubernetesBackend:
         """The spec fragment setting ``replicas`` workers (held against the HPA), effective count, capped."""
         auto = autoscaling_section(obj)
         record = decode_record(obj)
-        recorded = record[1].get("autoscaling") if record else None
+        recorded = record[1].get("autoscaling") if record else parked_autoscaling(obj)
         bounds = auto or (recorded if replicas > 0 else None)
         effective, capped = replicas, False
         if bounds and bounds.get("maxReplicas") is not None and replicas > int(bounds["maxReplicas"]):
@@ -461,6 +466,7 @@ class KubernetesBackend:
             spec = self._restore_spec(ref, current, record, target, worker_tier, head_tier, outcome)
             if record is not None:
                 notes[BASELINE_ANNOTATION] = None
+            notes.update(park_autoscaling(current, record, spec))
             return {"spec": spec, "metadata": {"annotations": notes}} if notes else {"spec": spec}
 
         _, after, patched = self._mutate(ref, build, obj)
@@ -531,7 +537,8 @@ class KubernetesBackend:
             spec = self._restore_spec(ref, current, record, target, worker_tier, head_tier, outcome)
             outcome["requested"] = target.replicas if target is not None else outcome["effective"]
             outcome["name"] = target.worker_hw_tier if target is not None else None
-            return {"spec": spec, "metadata": {"annotations": {BASELINE_ANNOTATION: None}}}
+            notes = dict(park_autoscaling(current, record, spec), **{BASELINE_ANNOTATION: None})
+            return {"spec": spec, "metadata": {"annotations": notes}}
 
         _, after, patched = self._mutate(ref, build, obj)
         if not patched:

@@ -7,7 +7,7 @@ import json
 from typing import Any, Dict, Iterable, Optional, Tuple
 
 from ...models import Baseline, ClusterState
-from ...records import BASELINE_ANNOTATION, decode_baseline, encode_baseline
+from ...records import ANNOTATION_PREFIX, BASELINE_ANNOTATION, decode_baseline, encode_baseline
 from ...refs import LABEL_COMPONENT, LABEL_HW_TIER, NODE_POOL_SELECTOR, KindInfo
 from ...tiers import HardwareTier
 
@@ -15,6 +15,9 @@ FAILURE_REASONS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "Unsc
 TIER_RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
 K8S_BASELINE_KEY = "kubernetes"
 """Key of the Kubernetes-only part of the baseline annotation (autoscaling section, tiers)."""
+PARKED_AUTOSCALING_ANNOTATION = f"{ANNOTATION_PREFIX}/autoscaling"
+"""The autoscaling section a restore to zero workers removed (the webhook forbids minReplicas 0)
+while also dropping the baseline: kept so the next scale above zero can put it back."""
 
 
 def spec_section(obj: Dict[str, Any], name: Optional[str]) -> Dict[str, Any]:
@@ -199,3 +202,23 @@ def decode_record(obj: Dict[str, Any]) -> Optional[Tuple[Baseline, Dict[str, Any
     baseline = decode_baseline(json.dumps(data))
     assert baseline is not None
     return baseline, detail
+
+
+def parked_autoscaling(obj: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The autoscaling section parked by a restore to zero workers, or None."""
+    text = ((obj.get("metadata") or {}).get("annotations") or {}).get(PARKED_AUTOSCALING_ANNOTATION)
+    return json.loads(text) if text else None
+
+
+def park_autoscaling(
+    obj: Dict[str, Any], record: Optional[Tuple[Baseline, Dict[str, Any]]], spec: Dict[str, Any]
+) -> Dict[str, Any]:
+    """Annotation changes for a restore patch (it drops the baseline): when ``spec`` removes the
+    autoscaling section, park the recorded one (else the current one) so it is not lost; when
+    ``spec`` puts a section back, forget a parked one."""
+    if "autoscaling" not in spec:
+        return {}
+    if spec["autoscaling"] is not None:
+        return {PARKED_AUTOSCALING_ANNOTATION: None} if parked_autoscaling(obj) is not None else {}
+    keep = (record[1].get("autoscaling") if record else None) or autoscaling_section(obj)
+    return {PARKED_AUTOSCALING_ANNOTATION: json.dumps(keep, separators=(",", ":"), sort_keys=True)} if keep else {}
