@@ -337,3 +337,13 @@ def test_a_hanging_service_does_not_stretch_a_wait_past_its_timeout(make_scaler,
     with pytest.raises(ScalingTimeoutError):
         backend.wait_for_workers(cluster, 3, timeout=0.25)
     assert scaler_server.count("GET", "/cluster/") == 1
+
+
+def test_a_hanging_service_does_not_stretch_a_head_restart_wait_past_its_timeout(make_scaler, scaler_server, cluster):
+    backend = make_scaler(retries=RETRIES, timeout=0.5)
+    scaler_server.head_recreate_delay = 30.0
+    scaler_server.inject_faults("delay", 50, delay=3.0, path="/restart_head_status/")
+    with pytest.raises(ScalingTimeoutError):
+        backend.restart_head(cluster, wait=True, timeout=0.25)
+    assert scaler_server.count("PATCH", "/restart_head/") == 1
+    assert scaler_server.count("GET", "/restart_head_status/") == 1
