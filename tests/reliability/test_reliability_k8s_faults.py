@@ -314,15 +314,6 @@ def test_phase_on_a_foreign_cluster_is_refused_before_any_write(k8s_server, k8s_
     assert spec(k8s_server, "ray-theirs")["worker"]["replicas"] == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="backends/kubernetes/backend.py _wait_workers (its first self._read and PodWaiter's fresh reads) / "
-    "api.py KubeApi._read: reads during a wait are retried (3 attempts, each with urllib3's own retries) with "
-    "the full request_timeout whatever the wait's deadline, so a 0.3 s wait on a hanging API server takes "
-    "seconds (minutes with the 30 s default) and ends in BackendUnavailableError instead of "
-    "ScalingTimeoutError. Fix: bound reads in a wait by the deadline (_request_timeout=min(request_timeout, "
-    "remaining), no retry after it) and raise ScalingTimeoutError with the last state, as the scaler backend does",
-)
 def test_a_hanging_api_server_does_not_stretch_a_wait_past_its_timeout(k8s_server, cluster):
     from kubernetes import client as k8s_client
 

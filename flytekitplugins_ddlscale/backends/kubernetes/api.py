@@ -6,13 +6,15 @@ custom resources refuse strategic merge with 415), pods are listed, watched
 and deleted. API errors become :mod:`flytekitplugins_ddlscale.errors` types
 naming the verb and resource; reads are retried a bounded number of times on
 connection errors and 5xx, writes are not (the caller decides, since only it
-knows whether a write is safe to repeat).
+knows whether a write is safe to repeat). Reads made while waiting take the
+wait's :class:`~flytekitplugins_ddlscale.waiting.Deadline`: each attempt gets
+at most the time the wait has left, and none starts after it has passed.
 """
 import json
 import logging
 import math
 import time
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from ...errors import (
     BackendUnavailableError,
@@ -24,9 +26,13 @@ from ...errors import (
 )
 from ...redaction import redact
 from ...refs import CRD_GROUP, CRD_VERSION
+from ...waiting import Deadline
+from .client import limit_retries
 
 MERGE_PATCH = "application/merge-patch+json"
 READ_ATTEMPTS = 3
+MIN_ATTEMPT_TIMEOUT = 0.1
+"""Seconds any request under a deadline still gets, so a wait reads the cluster at least once."""
 logger = logging.getLogger("flytekitplugins_ddlscale.kubernetes")
 
 
@@ -83,37 +89,59 @@ def _retryable(exc: Exception) -> bool:
 
 
 class KubeApi:
-    """Cluster objects and pods in one namespace-agnostic client."""
+    """Cluster objects and pods in one namespace-agnostic client.
+
+    ``api_client``'s urllib3 retries are limited (see
+    :func:`~flytekitplugins_ddlscale.backends.kubernetes.client.limited_retries`)
+    so that no request outlives the timeout it was given.
+    """
 
     def __init__(self, api_client: Any, request_timeout: float = 30.0) -> None:
         from kubernetes import client
 
+        limit_retries(api_client)
         self.api_client = api_client
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
         self.request_timeout = request_timeout
 
-    def _read(self, verb: str, resource: str, name: Optional[str], namespace: str, call: Any) -> Any:
+    def _timeout(self, deadline: Optional[Deadline]) -> float:
+        if deadline is None:
+            return self.request_timeout
+        return min(self.request_timeout, max(deadline.remaining, MIN_ATTEMPT_TIMEOUT))
+
+    def _read(
+        self, verb: str, resource: str, name: Optional[str], namespace: str,
+        call: Callable[[float], Any], deadline: Optional[Deadline] = None,
+    ) -> Any:
         last: Optional[Exception] = None
         for attempt in range(READ_ATTEMPTS):
             try:
-                return call()
+                return call(self._timeout(deadline))
             except Exception as exc:  # noqa: BLE001 - translated below
                 last = exc
-                if not _retryable(exc) or attempt == READ_ATTEMPTS - 1:
-                    break
-                logger.debug("retrying %s %s after %s", verb, resource, type(exc).__name__)
-                time.sleep(0.2 * (attempt + 1))
+            if not _retryable(last) or attempt == READ_ATTEMPTS - 1:
+                break
+            pause = 0.2 * (attempt + 1)
+            if deadline is not None:
+                pause = min(pause, deadline.remaining)
+            logger.debug("retrying %s %s after %s", verb, resource, type(last).__name__)
+            time.sleep(pause)
+            if deadline is not None and deadline.expired:
+                break
         assert last is not None
         raise translate(last, verb, resource, name, namespace) from None
 
-    def get_cluster(self, plural: str, namespace: str, name: str) -> Dict[str, Any]:
-        """The cluster object as a dict."""
+    def get_cluster(
+        self, plural: str, namespace: str, name: str, deadline: Optional[Deadline] = None
+    ) -> Dict[str, Any]:
+        """The cluster object as a dict; attempts end by ``deadline`` if given."""
         return self._read(
             "get", plural, name, namespace,
-            lambda: self.custom.get_namespaced_custom_object(
-                CRD_GROUP, CRD_VERSION, namespace, plural, name, _request_timeout=self.request_timeout
+            lambda timeout: self.custom.get_namespaced_custom_object(
+                CRD_GROUP, CRD_VERSION, namespace, plural, name, _request_timeout=timeout
             ),
+            deadline,
         )
 
     def patch_cluster(self, plural: str, namespace: str, name: str, patch: Dict[str, Any]) -> Dict[str, Any]:
@@ -126,18 +154,19 @@ class KubeApi:
         except Exception as exc:  # noqa: BLE001 - translated
             raise translate(exc, "patch", plural, name, namespace) from None
 
-    def list_pods(self, namespace: str, selector: str) -> Tuple[List[Dict[str, Any]], str]:
-        """Pods matching ``selector`` as dicts, and the list's resourceVersion."""
+    def list_pods(
+        self, namespace: str, selector: str, deadline: Optional[Deadline] = None
+    ) -> Tuple[List[Dict[str, Any]], str]:
+        """Pods matching ``selector`` as dicts, and the list's resourceVersion; attempts end by ``deadline``."""
 
-        def call() -> Tuple[List[Dict[str, Any]], str]:
+        def call(timeout: float) -> Tuple[List[Dict[str, Any]], str]:
             response = self.core.list_namespaced_pod(
-                namespace, label_selector=selector, _preload_content=False,
-                _request_timeout=self.request_timeout,
+                namespace, label_selector=selector, _preload_content=False, _request_timeout=timeout,
             )
             data = json.loads(response.data)
             return data.get("items") or [], str(data["metadata"]["resourceVersion"])
 
-        return self._read("list", "pods", None, namespace, call)
+        return self._read("list", "pods", None, namespace, call, deadline)
 
     def watch_pods(
         self, namespace: str, selector: str, resource_version: str, seconds: float
@@ -145,7 +174,8 @@ class KubeApi:
         """Pod events (``{"type", "object"}``) after ``resource_version`` for about ``seconds``.
 
         Ends normally when the server closes the window or nothing arrives for
-        ``seconds`` (the server only takes whole seconds); raises
+        ``seconds`` (the server only takes whole seconds); connecting takes at
+        most ``seconds`` too, so a caller bounds the watch by its time left. Raises
         :class:`WatchExpired` on 410 and :class:`BackendUnavailableError`
         when the connection breaks.
         """
@@ -156,7 +186,7 @@ class KubeApi:
             response = self.core.list_namespaced_pod(
                 namespace, label_selector=selector, watch=True, resource_version=resource_version,
                 timeout_seconds=max(1, math.ceil(seconds)), allow_watch_bookmarks=True, _preload_content=False,
-                _request_timeout=(self.request_timeout, max(0.05, seconds)),
+                _request_timeout=(min(self.request_timeout, max(0.05, seconds)), max(0.05, seconds)),
             )
         except Exception as exc:  # noqa: BLE001 - translated
             raise translate(exc, "watch", "pods", None, namespace) from None

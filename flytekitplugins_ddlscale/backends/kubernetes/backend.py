@@ -37,6 +37,7 @@ from ...refs import (
 )
 from ...tiers import HardwareTier, TierCatalog
 from ...validation import validate_replicas, validate_tier_name, validate_timeout
+from ...waiting import Deadline
 from ..base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT, BackendCapabilities
 from .api import Conflict, KubeApi
 from .client import make_api_client, tier_catalog_from_env
@@ -144,8 +145,8 @@ class KubernetesBackend:
             parts.append(f"{LABEL_COMPONENT}={component}")
         return ",".join(parts)
 
-    def _read(self, ref: ClusterRef) -> Dict[str, Any]:
-        return self.api.get_cluster(ref.plural, self._ns(ref), ref.name)
+    def _read(self, ref: ClusterRef, deadline: Optional[Deadline] = None) -> Dict[str, Any]:
+        return self.api.get_cluster(ref.plural, self._ns(ref), ref.name, deadline)
 
     def _pods(self, ref: ClusterRef, component: Optional[str] = None) -> List[Dict[str, Any]]:
         return self.api.list_pods(self._ns(ref), self._selector(ref, component))[0]
@@ -320,11 +321,14 @@ class KubernetesBackend:
         self, ref: ClusterRef, replicas: int, timeout: float, progress: Optional[ProgressReporter],
         tier_id: Optional[str],
     ) -> ClusterState:
-        holder = {"obj": self._read(ref)}
+        holder: Dict[str, Dict[str, Any]] = {}
 
-        def check(pods: Dict[str, Dict[str, Any]], fresh: bool) -> Tuple[bool, ClusterState, int]:
-            if fresh:
-                holder["obj"] = self._read(ref)
+        def check(
+            pods: Dict[str, Dict[str, Any]], fresh: bool, deadline: Deadline
+        ) -> Tuple[bool, ClusterState, int]:
+            # The waiter's first check is fresh, so the object is read within the wait's deadline.
+            if fresh or "obj" not in holder:
+                holder["obj"] = self._read(ref, deadline)
             state = self._state(ref, holder["obj"], list(pods.values()))
             ready = sum(
                 1 for p in pods.values()
@@ -337,7 +341,7 @@ class KubernetesBackend:
         waiter = PodWaiter(
             self.api, self._ns(ref), self._selector(ref, "worker"),
             what=f"{replicas} Ready workers on {self._label(ref)}", target=replicas, timeout=timeout,
-            grace=self.failure_grace, watched=is_worker, progress=progress,
+            grace=self.failure_grace, watched=is_worker, progress=progress, cluster=self._label(ref),
         )
         return waiter.run(check)
 
@@ -398,14 +402,16 @@ class KubernetesBackend:
         self, ref: ClusterRef, old_uid: str, tier_id: Optional[str], timeout: float,
         progress: Optional[ProgressReporter],
     ) -> ClusterState:
-        holder = {"obj": self._read(ref)}
+        holder: Dict[str, Dict[str, Any]] = {}
 
         def fresh_head(pod: Dict[str, Any]) -> bool:
             return pod["metadata"].get("uid") != old_uid
 
-        def check(pods: Dict[str, Dict[str, Any]], fresh: bool) -> Tuple[bool, ClusterState, int]:
-            if fresh:
-                holder["obj"] = self._read(ref)
+        def check(
+            pods: Dict[str, Dict[str, Any]], fresh: bool, deadline: Deadline
+        ) -> Tuple[bool, ClusterState, int]:
+            if fresh or "obj" not in holder:
+                holder["obj"] = self._read(ref, deadline)
             state = self._state(ref, holder["obj"], list(pods.values()))
             ready = any(
                 fresh_head(p) and pod_ready(p)
@@ -417,7 +423,7 @@ class KubernetesBackend:
         waiter = PodWaiter(
             self.api, self._ns(ref), self._selector(ref, ref.info.head_component),
             what=f"a new Ready {ref.info.head_component} pod on {self._label(ref)}", target=1, timeout=timeout,
-            grace=self.failure_grace, watched=fresh_head, progress=progress,
+            grace=self.failure_grace, watched=fresh_head, progress=progress, cluster=self._label(ref),
         )
         return waiter.run(check)
 

@@ -33,12 +33,35 @@ def make_api_client(kubeconfig: Optional[str], context: Optional[str], in_cluste
     except (config.ConfigException, OSError) as exc:
         source = "in-cluster service account" if use_in_cluster else f"kubeconfig {kubeconfig or '(default)'}"
         raise BackendUnavailableError(f"could not load Kubernetes configuration from {source}: {exc}") from None
-    # Reads are retried (bounded) by the backend itself; urllib3's own retries would multiply them.
-    configuration.retries = 1
+    configuration.retries = limited_retries()
     for value in (configuration.api_key or {}).values():
         register_secret(str(value))
         register_secret(str(value).split(" ", 1)[-1])
     return client.ApiClient(configuration)
+
+
+def limited_retries() -> Any:
+    """The urllib3 retry policy of the backend's API client: one reconnect, never a resend.
+
+    Reads are retried (bounded, and within a wait's deadline) by the backend
+    itself; urllib3's default would also resend a request whose answer timed
+    out, with the full timeout each time, stretching a wait past its deadline.
+    """
+    from urllib3.util.retry import Retry
+
+    return Retry(total=1, connect=1, read=0, status=0, other=0)
+
+
+def limit_retries(api_client: Any) -> None:
+    """Give ``api_client``'s connection pools the :func:`limited_retries` policy, existing pools included."""
+    retries = limited_retries()
+    api_client.configuration.retries = retries
+    manager = api_client.rest_client.pool_manager
+    manager.connection_pool_kw["retries"] = retries
+    for key in manager.pools.keys():
+        pool = manager.pools.get(key)
+        if pool is not None:
+            pool.retries = retries
 
 
 def tier_catalog_from_env(tiers_file: Optional[str], field: str, wanted: str) -> TierCatalog:

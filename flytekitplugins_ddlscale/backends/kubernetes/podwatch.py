@@ -3,9 +3,10 @@
 List, then watch from the list's resourceVersion; apply events to a local
 copy; survive dropped streams (resume from the last seen version) and 410
 Gone (re-list). A wait ends when the condition holds, at its timeout with
-:class:`ScalingTimeoutError`, or early with :class:`WorkerFailedError` when a
-pod has been Unschedulable, crash-looping or failing to pull its image for
-longer than the grace period.
+:class:`ScalingTimeoutError` (also when the API server stops answering: every
+read and watch is bounded by the time the wait has left), or early with
+:class:`WorkerFailedError` when a pod has been Unschedulable, crash-looping or
+failing to pull its image for longer than the grace period.
 """
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -22,8 +23,9 @@ MAX_WINDOW = 30
 MIN_WINDOW = 0.05
 
 Pods = Dict[str, Dict[str, Any]]
-Check = Callable[[Pods, bool], Tuple[bool, ClusterState, int]]
-"""``check(pods, fresh)`` -> (done, state, progress count); ``fresh`` asks to re-read the cluster object."""
+Check = Callable[[Pods, bool, Deadline], Tuple[bool, ClusterState, int]]
+"""``check(pods, fresh, deadline)`` -> (done, state, progress count); ``fresh`` asks to re-read the
+cluster object, within ``deadline``."""
 
 
 class PodWaiter:
@@ -41,8 +43,11 @@ class PodWaiter:
         grace: float,
         watched: Callable[[Dict[str, Any]], bool],
         progress: Optional[ProgressReporter] = None,
+        cluster: Optional[str] = None,
     ) -> None:
         self.api = api
+        self.cluster = cluster
+        """The cluster's label, for a timeout before its state could be read."""
         self.namespace = namespace
         self.selector = selector
         self.what = what
@@ -56,11 +61,31 @@ class PodWaiter:
         self.version = ""
         self._failing: Dict[Tuple[str, str], float] = {}
         self._last_report: Optional[Tuple[int, str]] = None
+        self._last_state: Optional[ClusterState] = None
 
     def run(self, check: Check) -> ClusterState:
-        """Wait until ``check`` says done; return the final state."""
+        """Wait until ``check`` says done; return the final state.
+
+        Raises :class:`ScalingTimeoutError` (with the last state seen, if any)
+        at the timeout, including when a read fails because the API server
+        did not answer before it.
+        """
         deadline = Deadline(self.timeout)
-        self._relist()
+        try:
+            return self._run(check, deadline)
+        except BackendUnavailableError as exc:
+            if not deadline.expired:
+                raise
+            state = self._last_state
+            raise ScalingTimeoutError(
+                f"timed out after {self.timeout:g}s waiting for {self.what}; last error: {exc.message}; "
+                f"last state: {state.describe() if state else 'never read'}",
+                cluster=state.cluster if state else self.cluster,
+                state=state,
+            ) from None
+
+    def _run(self, check: Check, deadline: Deadline) -> ClusterState:
+        self._relist(deadline)
         state = self._evaluate(check, deadline, fresh=True)
         if state is not None:
             return state
@@ -78,7 +103,7 @@ class PodWaiter:
                             break
                 pauses = Backoff(initial=0.1, factor=2.0, cap=2.0).intervals()
             except WatchExpired:
-                self._relist()
+                self._relist(deadline)
             except BackendUnavailableError:
                 # A dropped stream resumes from the last version seen; the
                 # deadline bounds how long this keeps trying.
@@ -87,8 +112,8 @@ class PodWaiter:
             if state is not None:
                 return state
 
-    def _relist(self) -> None:
-        items, version = self.api.list_pods(self.namespace, self.selector)
+    def _relist(self, deadline: Deadline) -> None:
+        items, version = self.api.list_pods(self.namespace, self.selector, deadline)
         self.pods = {p["metadata"]["name"]: p for p in items}
         self.version = version
 
@@ -113,10 +138,12 @@ class PodWaiter:
         return max(MIN_WINDOW, min(float(MAX_WINDOW), limit))
 
     def _evaluate(self, check: Check, deadline: Deadline, fresh: bool) -> Optional[ClusterState]:
-        done, state, count = check(self.pods, fresh)
-        if not done and not fresh:
+        done, state, count = check(self.pods, fresh, deadline)
+        self._last_state = state
+        if not done and not fresh and count >= self.target:
             # The pods look done only if the object agrees; re-read it to be sure.
-            done, state, count = check(self.pods, True) if count >= self.target else (done, state, count)
+            done, state, count = check(self.pods, True, deadline)
+            self._last_state = state
         self._report(state, count, deadline)
         if done:
             return state
