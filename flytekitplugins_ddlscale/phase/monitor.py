@@ -42,6 +42,9 @@ class PhaseMonitor:
         self._sample_interval = sample_interval
         self._reassert_interval = reassert_interval
         self._stop = threading.Event()
+        # Held while a re-assert is in flight, so stop() can make sure none is
+        # running (and none will start) before the phase releases its claim.
+        self._reassert_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"ddlscale-phase-{ref.name}", daemon=True)
         self.pullbacks = 0
         """How many times the size was found pulled back and re-asserted."""
@@ -51,8 +54,16 @@ class PhaseMonitor:
         self._thread.start()
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Stop the thread and wait (at most ``timeout`` seconds) for a call in flight to finish."""
+        """Stop the thread and wait (at most ``timeout`` seconds) for a call in flight to finish.
+
+        Once this returns, no re-assert can start any more; one still in
+        flight after ``timeout`` (a hanging backend) is logged.
+        """
         self._stop.set()
+        if self._reassert_lock.acquire(timeout=timeout):
+            self._reassert_lock.release()
+        else:
+            logger.warning("phase monitor of %s: a re-assert is still in flight after %.0fs", self._ref, timeout)
         self._thread.join(timeout)
 
     def _run(self) -> None:
@@ -66,7 +77,12 @@ class PhaseMonitor:
                 self._timeline.add(observed_workers(state), state.worker_hw_tier or self._tier)
                 if self._reassert_interval is not None and time.monotonic() >= next_reassert:
                     next_reassert = time.monotonic() + self._reassert_interval
-                    self._reassert(state.desired_workers)
+                    with self._reassert_lock:
+                        # The phase may have ended during get_state(): a claim
+                        # re-added after its release would hold the cluster up.
+                        if self._stop.is_set():
+                            return
+                        self._reassert(state.desired_workers)
             except Exception as exc:  # a sampling hiccup must not end the phase's body
                 logger.warning("phase monitor of %s: %s", self._ref, exc)
 
