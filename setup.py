@@ -27,7 +27,7 @@ setup(
         "pyyaml>=6",
     ],
     extras_require={
-        "test": ["pytest>=8", "pytest-timeout>=2.3", "jsonschema>=4.20", "prometheus-client>=0.20"],
+        "test": ["pytest>=8", "pytest-timeout>=2.3", "jsonschema>=4.20", "prometheus-client>=0.20", "cryptography>=42"],
         "bench": ["matplotlib>=3.8"],
     },
     entry_points={
