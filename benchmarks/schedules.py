@@ -34,5 +34,5 @@ class TwoStageSchedule:
 
 SCALE_PROPOSAL = TwoStageSchedule(slow=3.0)
 """Scale waits: the reference polls every 2 s, so 3 s after the fast stage keeps the 60 s count below it."""
-RESTART_PROPOSAL = TwoStageSchedule(slow=8.0)
+RESTART_PROPOSAL = TwoStageSchedule(slow=10.0)
 """Restart waits: the reference polls every 3 s, leaving a smaller budget for the slow stage."""
