@@ -6,8 +6,8 @@ last worker appears, or the new head is Ready, is known exactly
 (:class:`benchmarks.servers.TimedScalerServer`). Lag = the client's return
 minus that moment. Request cost = requests the server received during one
 long wait (60 s in the full run), backend vs baseline, run concurrently with
-the lag trials. A third client, the backend with the poll schedule proposed
-in :mod:`benchmarks.schedules`, shows what a schedule change would do.
+the lag trials. A third client, the backend with the poll schedule it shipped
+before (:mod:`benchmarks.schedules`), shows what the schedule change bought.
 
 The backend is measured as users get it: ``ScalerServiceBackend`` with its
 default poll schedule.
@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Tuple
 
 from benchmarks.lanes import deal, delays, pairs, run_lanes
 from benchmarks.report import BenchResult, Target
-from benchmarks.schedules import RESTART_PROPOSAL, SCALE_PROPOSAL
+from benchmarks.schedules import PREVIOUS_SCHEDULE
 from benchmarks.stats import ratio, summarize
 
 NAME = "scaler_lag"
@@ -29,8 +29,8 @@ PLOT = "scaler_lag.png"
 CLUSTER = "ray-bench"
 PLURAL = "rayclusters"
 LAG_LIMIT_S = 1.0
-CLIENTS = ("backend", "baseline", "proposed")
-"""The shipped backend, the reference strategy, and the backend with :mod:`benchmarks.schedules` (not shipped)."""
+CLIENTS = ("backend", "baseline", "previous")
+"""The shipped backend, the reference strategy, and the backend with its previous schedule."""
 
 
 @dataclass(frozen=True)
@@ -80,9 +80,9 @@ class _Lane:
             url = self.server.url
             self.backend = ScalerServiceBackend(url, api_key=DEFAULT_API_KEY, state_dir=state_dir)
             self.baseline = ScalerPollingBaseline(url, DEFAULT_API_KEY, give_up_after=600.0)
-            self.proposed = {
+            self.previous = {
                 op: ScalerServiceBackend(url, api_key=DEFAULT_API_KEY, state_dir=state_dir, poll_backoff=schedule)  # type: ignore[arg-type]
-                for op, schedule in (("scale", SCALE_PROPOSAL), ("restart", RESTART_PROPOSAL))
+                for op, schedule in (("scale", PREVIOUS_SCHEDULE), ("restart", PREVIOUS_SCHEDULE))
             }
         except BaseException:
             self.server.stop()
@@ -90,7 +90,7 @@ class _Lane:
 
     def close(self) -> None:
         self.backend.close()
-        for backend in self.proposed.values():
+        for backend in self.previous.values():
             backend.close()
         self.baseline.close()
         self.server.stop()
@@ -101,7 +101,7 @@ class _Lane:
         self.server.set_pod_ready_delay(delay, "ray", CLUSTER)
         self.server.clear_requests()
         if client != "baseline":
-            backend = self.backend if client == "backend" else self.proposed["scale"]
+            backend = self.backend if client == "backend" else self.previous["scale"]
             backend.scale(ClusterRef("ray", CLUSTER), replicas, wait=True, timeout=600)
             returned = time.time()
         else:
@@ -117,7 +117,7 @@ class _Lane:
         self.server.head_ready_delay = delay / 2.0
         self.server.clear_requests()
         if client != "baseline":
-            backend = self.backend if client == "backend" else self.proposed["restart"]
+            backend = self.backend if client == "backend" else self.previous["restart"]
             backend.restart_head(ClusterRef("ray", CLUSTER), wait=True, timeout=600)
             returned = time.time()
         else:
@@ -179,7 +179,7 @@ def plot(trials: List[Trial], path: Path) -> bool:
         for client, color, marker, label in (
             ("backend", "tab:blue", "o", "ScalerServiceBackend (shipped schedule)"),
             ("baseline", "tab:orange", "x", "reference: fixed 2 s / 3 s polling"),
-            ("proposed", "tab:green", "^", "backend with proposed schedule"),
+            ("previous", "tab:green", "^", "backend with its previous schedule"),
         ):
             mine = sorted((t for t in trials if t.client == client and t.operation == operation), key=lambda t: t.delay)
             ax.plot([t.delay for t in mine], [t.lag for t in mine], color=color, marker=marker, linestyle="none",
@@ -263,16 +263,15 @@ def run(quick: bool = False, out_dir: Path = Path("benchmarks/results")) -> Benc
          "requests": t.requests, "long_wait": t.long_wait}
         for t in trials
     ]
-    metrics["proposed_schedules"] = {
-        "scale": repr(SCALE_PROPOSAL),
-        "restart": repr(RESTART_PROPOSAL),
-        "note": "benchmarks/schedules.py; measured for comparison, not what the backend ships",
+    metrics["previous_schedule"] = {
+        "scale_and_restart": repr(PREVIOUS_SCHEDULE),
+        "note": "benchmarks/schedules.py: what the backend shipped before TwoStageBackoff, for comparison",
     }
     metrics["headline"] = [
         f"{op}: lag p95 shipped {metrics[op]['backend']['lag_s']['p95']} s / baseline "
-        f"{metrics[op]['baseline']['lag_s']['p95']} s / proposed schedule {metrics[op]['proposed']['lag_s']['p95']} s; "
+        f"{metrics[op]['baseline']['lag_s']['p95']} s / previous schedule {metrics[op]['previous']['lag_s']['p95']} s; "
         f"requests in a {plan.long_wait:g} s wait {metrics[op]['long_wait']['backend_requests']} / "
-        f"{metrics[op]['long_wait']['baseline_requests']} / {metrics[op]['long_wait']['proposed_requests']}"
+        f"{metrics[op]['long_wait']['baseline_requests']} / {metrics[op]['long_wait']['previous_requests']}"
         for op in ("scale", "restart")
     ]
     result.metrics = metrics
@@ -281,8 +280,8 @@ def run(quick: bool = False, out_dir: Path = Path("benchmarks/results")) -> Benc
         "in status.nodes, which is all any client of the service can see."
     )
     result.notes.append(
-        "'proposed' is the shipped backend with the poll schedule of benchmarks/schedules.py passed as "
-        "poll_backoff: a measured suggestion, not a target figure."
+        "'previous' is the backend with its previous poll schedule, "
+        "benchmarks/schedules.py, measured in the same run for comparison."
     )
     if plot(lag_trials, out_dir / PLOT):
         result.files.append(PLOT)

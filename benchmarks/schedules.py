@@ -1,38 +1,10 @@
-"""A poll schedule proposed for the scaler backend, measured beside the shipped one (not shipped).
+"""The scaler backend's previous poll schedule, measured beside the shipped one.
 
-Polling lag is bounded by the poll interval when the change happens; the
-request count by the number of polls. :class:`TwoStageSchedule` polls fast
-while most changes on a warm cluster happen and slower than the reference
-client afterwards, which keeps lag low for short waits and the request
-count at or below the reference client's for long ones. It has the
-``intervals()`` method of :class:`flytekitplugins_ddlscale.waiting.Backoff`,
-so it can be passed as ``ScalerServiceBackend(poll_backoff=...)``.
+The backend now ships :class:`flytekitplugins_ddlscale.waiting.TwoStageBackoff`
+(fast for the first 10 s, then slower than the reference client). Keeping
+the schedule it replaced in the same run shows what the change bought.
 """
-from dataclasses import dataclass
-from typing import Iterator
+from flytekitplugins_ddlscale.waiting import Backoff
 
-
-@dataclass(frozen=True)
-class TwoStageSchedule:
-    """``initial`` doubling up to ``fast``, held until ``fast_until`` seconds, then ``slow``."""
-
-    initial: float = 0.25
-    fast: float = 1.0
-    fast_until: float = 10.0
-    slow: float = 3.0
-
-    def intervals(self) -> Iterator[float]:
-        """An endless iterator of sleep intervals in seconds."""
-        elapsed = 0.0
-        delay = self.initial
-        while True:
-            step = delay if elapsed < self.fast_until else self.slow
-            yield step
-            elapsed += step
-            delay = min(self.fast, delay * 2.0)
-
-
-SCALE_PROPOSAL = TwoStageSchedule(slow=3.0)
-"""Scale waits: the reference polls every 2 s, so 3 s after the fast stage keeps the 60 s count below it."""
-RESTART_PROPOSAL = TwoStageSchedule(slow=10.0)
-"""Restart waits: the reference polls every 3 s, leaving a smaller budget for the slow stage."""
+PREVIOUS_SCHEDULE = Backoff(initial=0.25, factor=1.5, cap=2.0)
+"""0.25 s growing 1.5x to a 2 s cap, for scale and restart waits alike."""

@@ -6,7 +6,7 @@ deadline. Timeouts raise :class:`ScalingTimeoutError` carrying the last state.
 """
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator, Optional, TypeVar
+from typing import Callable, Iterator, Optional, Protocol, TypeVar
 
 from .errors import ScalingTimeoutError
 from .models import ClusterState
@@ -55,6 +55,39 @@ class Backoff:
             delay = min(self.cap, delay * self.factor)
 
 
+class PollSchedule(Protocol):
+    """Anything that yields sleep intervals between polls."""
+
+    def intervals(self) -> Iterator[float]:
+        """An endless iterator of sleep intervals in seconds."""
+        ...
+
+
+@dataclass(frozen=True)
+class TwoStageBackoff:
+    """``initial`` doubling up to ``fast``, held until ``fast_until`` seconds of sleeping, then ``slow``.
+
+    For services without a watch: most changes on a warm cluster land within
+    seconds, so those are seen quickly; a long wait (nodes being provisioned)
+    then polls less often than a fixed-interval client would.
+    """
+
+    initial: float = 0.25
+    fast: float = 1.0
+    fast_until: float = 10.0
+    slow: float = 3.0
+
+    def intervals(self) -> Iterator[float]:
+        """An endless iterator of sleep intervals in seconds."""
+        slept = 0.0
+        delay = self.initial
+        while True:
+            step = delay if slept < self.fast_until else self.slow
+            yield step
+            slept += step
+            delay = min(self.fast, delay * 2.0)
+
+
 def poll_until(
     read: Callable[[], ClusterState],
     done: Callable[[ClusterState], bool],
@@ -63,7 +96,7 @@ def poll_until(
     target: int,
     count: Callable[[ClusterState], int],
     timeout: float,
-    backoff: Backoff = Backoff(),
+    backoff: PollSchedule = Backoff(),
     progress: Optional[ProgressReporter] = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> ClusterState:

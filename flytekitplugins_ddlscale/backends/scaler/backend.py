@@ -38,7 +38,7 @@ from ...records import Claim
 from ...refs import ClusterRef
 from ...tiers import DominoTierCatalog, TierCatalog
 from ...validation import validate_replicas, validate_tier_name, validate_timeout
-from ...waiting import Backoff, Deadline, poll_until
+from ...waiting import Backoff, Deadline, PollSchedule, TwoStageBackoff, poll_until
 from ..base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT, BackendCapabilities
 from .client import DEFAULT_HTTP_TIMEOUT, DEFAULT_RETRIES, DEFAULT_RETRY_BACKOFF, ScalerClient
 from .state import state_from_object
@@ -48,8 +48,11 @@ logger = logging.getLogger("flytekitplugins_ddlscale.scaler")
 READINESS_CAVEAT = "the scaler service shows pod existence, not readiness"
 NUCLEUS_ENV = ("DOMINO_API_HOST", "DOMINO_API_PROXY")
 """Where Nucleus (``/v4/hardwareTier``) is found when ``nucleus_url`` is not given, first set wins."""
-DEFAULT_POLL_BACKOFF = Backoff()
-"""Poll intervals of waits: 0.25 s at first, growing 1.5x to 2 s."""
+DEFAULT_POLL_BACKOFF = TwoStageBackoff(slow=3.0)
+"""Poll intervals of scale waits: 0.25 s doubling to 1 s for the first 10 s, then 3 s
+(the reference client polls every 2 s: fewer requests over a long wait, less lag on a short one)."""
+DEFAULT_RESTART_POLL_BACKOFF = TwoStageBackoff(slow=10.0)
+"""Poll intervals of head-restart waits: as for scale, then 10 s (the reference polls every 3 s)."""
 
 
 class ScalerServiceBackend:
@@ -60,7 +63,9 @@ class ScalerServiceBackend:
     (``token``/``api_key`` arguments, ``$DOMINO_API_PROXY``, ``$DOMINO_TOKEN``,
     ``$DOMINO_API_KEY``). ``verify=False`` turns TLS verification off (on by
     default). ``timeout`` bounds every HTTP call; ``retries`` bounds repeats
-    of safe calls, spaced by ``retry_backoff``; ``poll_backoff`` spaces polls.
+    of safe calls, spaced by ``retry_backoff``; ``poll_backoff`` spaces the polls
+    of scale waits and ``restart_poll_backoff`` those of head-restart waits
+    (None: the default restart schedule, or ``poll_backoff`` when one is given).
     ``state_dir`` (or ``records``) says where baselines and claims are kept. The tier catalog (``tier_catalog``, else
     Nucleus' ``/v4/hardwareTier`` at ``nucleus_url``, ``$DOMINO_API_HOST`` or
     ``$DOMINO_API_PROXY``) refuses unknown or restricted tier names, naming the
@@ -93,7 +98,8 @@ class ScalerServiceBackend:
         records: Optional[FileBookkeeping] = None,
         tier_catalog: Optional[TierCatalog] = None,
         nucleus_url: Optional[str] = None,
-        poll_backoff: Backoff = DEFAULT_POLL_BACKOFF,
+        poll_backoff: PollSchedule = DEFAULT_POLL_BACKOFF,
+        restart_poll_backoff: Optional[PollSchedule] = None,
         env: Optional[Mapping[str, str]] = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -114,6 +120,9 @@ class ScalerServiceBackend:
             nucleus_url, env, self._client.auth, verify, timeout
         )
         self._poll = poll_backoff
+        if restart_poll_backoff is None:
+            restart_poll_backoff = DEFAULT_RESTART_POLL_BACKOFF if poll_backoff is DEFAULT_POLL_BACKOFF else poll_backoff
+        self._restart_poll = restart_poll_backoff
         self._sleep = sleep
 
     @staticmethod
@@ -347,7 +356,7 @@ class ScalerServiceBackend:
     ) -> None:
         what = f"new head pod {pod} of {ref} restarted and Ready"
         deadline = Deadline(timeout)
-        intervals = self._poll.intervals()
+        intervals = self._restart_poll.intervals()
         while True:
             try:
                 answer = self._client.restart_status(ref, started_at, deadline)
