@@ -17,7 +17,6 @@ defined without a function), so a container can find it.
 """
 import contextlib
 import logging
-import os
 from typing import Any, Dict, Iterator, Optional, Union
 
 from flytekit.core.interface import Interface
@@ -25,6 +24,7 @@ from flytekit.core.python_function_task import PythonInstanceTask
 from flytekit.types.error import FlyteError
 
 from .backends.base import DEFAULT_SCALE_TIMEOUT
+from .backends.local.env import environ_set
 from .errors import InvalidInputError
 from .refs import ClusterRef
 from .tasks.config import cluster_text, resolve_cluster
@@ -49,16 +49,8 @@ def connected(cluster: Union[str, ClusterRef], backend: Optional[str] = None) ->
     with open_backend(backend) as chosen:
         connection_env = getattr(chosen, "connection_env", None)
         values: Dict[str, str] = dict(connection_env(ref)) if connection_env is not None else {}
-    saved = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
-    try:
-        yield values
-    finally:
-        for key, old in saved.items():
-            if old is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = old
+    with environ_set(values) as present:
+        yield present
 
 
 class ScaleDownOnFailure(PythonInstanceTask[None]):
