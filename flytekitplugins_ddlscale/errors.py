@@ -53,15 +53,20 @@ def _rebuild_error(cls: type, state: dict) -> "ScalingError":
 
 
 class InvalidInputError(ScalingError, ValueError):
-    """An argument was rejected before anything was sent or changed."""
+    """An argument was rejected before anything was sent or changed.
+
+    ``reason`` (optional) says what is wrong when "not allowed" alone would not.
+    """
 
     code = "invalid_input"
 
-    def __init__(self, field: str, value: Any, allowed: str) -> None:
+    def __init__(self, field: str, value: Any, allowed: str, *, reason: Optional[str] = None) -> None:
         self.field = field
         self.value = value
         self.allowed = allowed
-        super().__init__(f"invalid {field}={value!r}; allowed: {allowed}")
+        self.reason = reason
+        why = f": {reason}" if reason else ""
+        super().__init__(f"invalid {field}={value!r}{why}; allowed: {allowed}")
 
 
 class UnknownTierError(ScalingError):

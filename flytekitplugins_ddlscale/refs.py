@@ -7,7 +7,7 @@ names or spec paths by string concatenation of its own.
 import os
 import re
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 from .errors import InvalidInputError
 
@@ -148,16 +148,98 @@ class ClusterRef:
 
     @classmethod
     def parse(cls, text: str, namespace: Optional[str] = None) -> "ClusterRef":
-        """Parse ``<kind>/<name>`` or ``<namespace>/<kind>/<name>``."""
-        parts = text.strip().split("/") if isinstance(text, str) else []
-        if len(parts) == 2:
-            return cls(parts[0], parts[1], namespace)
-        if len(parts) == 3:
-            return cls(parts[1], parts[2], parts[0])
-        raise InvalidInputError(
-            "cluster", text, "'<kind>/<name>' or '<namespace>/<kind>/<name>'"
-        )
+        """Parse ``<kind>/<name>`` or ``<namespace>/<kind>/<name>``.
+
+        Raises :class:`InvalidInputError` saying what is wrong (no ``/``, an
+        empty part, too many parts) and showing the accepted forms.
+        """
+        in_text, kind, name = _cluster_parts(text, "cluster", bare_kind=False)
+        assert name is not None
+        return cls(kind, name, in_text if in_text is not None else namespace)
 
     def __str__(self) -> str:
         prefix = f"{self.namespace}/" if self.namespace else ""
         return f"{prefix}{self.kind}/{self.name}"
+
+
+CLUSTER_FORMS = "'<kind>/<name>', '<namespace>/<kind>/<name>', or a bare kind for the Domino run's own cluster"
+"""The cluster strings that nodes, phases and the CLI accept, for error messages."""
+_NAMED_FORMS = "'<kind>/<name>' or '<namespace>/<kind>/<name>'"
+
+
+def _no_slash_reason(text: str) -> str:
+    """Why ``text`` (no ``/``, not a kind) is not a cluster, with the string the user probably meant."""
+    kind, dash, rest = text.partition("-")
+    if dash and rest and kind.lower() in ALLOWED_KINDS:
+        short = normalize_kind(kind)
+        # Domino names a run's cluster "<kind>-<run id>", so both readings are plausible.
+        return f"use kind/name, e.g. '{short}/{rest}' (the cluster named {rest!r}) or '{short}/{text}'"
+    return f"not a kind ({', '.join(KINDS)}) and no '/'; use kind/name, e.g. 'dask/{text}'"
+
+
+def _cluster_parts(text: object, field: str, bare_kind: bool) -> Tuple[Optional[str], str, Optional[str]]:
+    """Split a cluster string into (namespace, kind, name); name is None for a bare kind.
+
+    Only the shape is checked here; the kind and name themselves are checked
+    by :class:`ClusterRef` (which names ``kind`` or ``name`` in its errors).
+    """
+    forms = CLUSTER_FORMS if bare_kind else _NAMED_FORMS
+    if not isinstance(text, str):
+        raise InvalidInputError(field, text, forms, reason="not a string")
+    if not text.strip():
+        raise InvalidInputError(field, text, forms, reason="empty")
+    parts = text.strip().split("/")
+    if len(parts) == 1:
+        if bare_kind and parts[0].strip().lower() in ALLOWED_KINDS:
+            return None, normalize_kind(parts[0], field), None
+        raise InvalidInputError(field, text, forms, reason=_no_slash_reason(parts[0]))
+    if len(parts) > 3:
+        raise InvalidInputError(field, text, forms, reason=f"{len(parts) - 1} '/' (at most 2)")
+    labels = ("kind", "name") if len(parts) == 2 else ("namespace", "kind", "name")
+    stripped = [part.strip() for part in parts]
+    if "" in stripped:
+        example = "dask/my-cluster"
+        if stripped[0].lower() in ALLOWED_KINDS:
+            # "dask//x" or "dask/" is a kind/name with the name left out, not a namespace "dask".
+            labels = ("kind", "name", "name")
+            filled = [part for part in stripped if part]
+            if len(filled) == 2:
+                example = "/".join(filled)
+        label = labels[stripped.index("")]
+        raise InvalidInputError(field, text, forms, reason=f"the {label} is empty; use kind/name, e.g. {example!r}")
+    if len(parts) == 2:
+        return None, parts[0], parts[1]
+    return parts[0], parts[1], parts[2]
+
+
+def check_cluster(text: str, field: str = "cluster") -> str:
+    """Check a cluster string's form (a bare kind is not resolved yet); return it stripped.
+
+    For definition time: a bare kind needs ``$DOMINO_RUN_ID`` only when it
+    is resolved with :func:`parse_cluster`. Raises :class:`InvalidInputError`.
+    """
+    namespace, kind, name = _cluster_parts(text, field, bare_kind=True)
+    if name is not None:
+        ClusterRef(kind, name, namespace)
+    return text.strip()
+
+
+def parse_cluster(text: str, field: str = "cluster") -> ClusterRef:
+    """The cluster a cluster string names (see :data:`CLUSTER_FORMS`).
+
+    A bare kind means the Domino run's own cluster ``<kind>-$DOMINO_RUN_ID``;
+    outside a Domino run it raises :class:`InvalidInputError` saying to give
+    kind/name instead.
+    """
+    namespace, kind, name = _cluster_parts(text, field, bare_kind=True)
+    if name is not None:
+        return ClusterRef(kind, name, namespace)
+    if not os.environ.get("DOMINO_RUN_ID"):
+        raise InvalidInputError(
+            field,
+            text,
+            _NAMED_FORMS,
+            reason=f"a bare kind names the Domino run's own cluster ({kind}-$DOMINO_RUN_ID), but "
+            f"$DOMINO_RUN_ID is not set; give kind/name (e.g. '{kind}/my-cluster') outside a Domino run",
+        )
+    return ClusterRef.for_run(kind)

@@ -2,7 +2,7 @@
 import pytest
 
 from flytekitplugins_ddlscale import KINDS, ClusterRef, InvalidInputError
-from flytekitplugins_ddlscale.refs import normalize_kind, validate_name
+from flytekitplugins_ddlscale.refs import check_cluster, normalize_kind, parse_cluster, validate_name
 
 
 @pytest.mark.parametrize("kind,short", [("ray", "ray"), ("RayClusters", "ray"), (" spark ", "spark"), ("mpiclusters", "mpi")])
@@ -54,3 +54,54 @@ def test_for_run_and_parse(monkeypatch):
     with pytest.raises(InvalidInputError):
         ClusterRef.parse("just-a-name")
     assert ClusterRef("ray", "r").plural == "rayclusters"
+
+
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ("dask-x", "use kind/name, e.g. 'dask/x'"),
+        ("rayclusters-r1", "use kind/name, e.g. 'ray/r1'"),
+        ("my-cluster", "not a kind (ray, spark, dask, mpi) and no '/'; use kind/name, e.g. 'dask/my-cluster'"),
+        ("dask//x", "the name is empty; use kind/name, e.g. 'dask/x'"),
+        ("dask/", "the name is empty"),
+        ("/x", "the kind is empty"),
+        ("ns//x", "the kind is empty"),
+        ("/dask/x", "the namespace is empty"),
+        ("a/b/c/d", "3 '/' (at most 2)"),
+        ("  ", "empty"),
+        (7, "not a string"),
+    ],
+)
+def test_cluster_strings_say_what_is_wrong(text, reason):
+    for check in (parse_cluster, check_cluster):
+        with pytest.raises(InvalidInputError) as info:
+            check(text)
+        assert info.value.field == "cluster" and info.value.reason.startswith(reason)
+        assert reason in str(info.value) and "'<kind>/<name>'" in str(info.value)
+
+
+def test_cluster_strings_that_name_a_cluster(monkeypatch):
+    monkeypatch.delenv("DOMINO_RUN_ID", raising=False)
+    assert parse_cluster(" dask/x ") == ClusterRef("dask", "x")
+    assert parse_cluster("ns1/sparkclusters/etl") == ClusterRef("spark", "etl", "ns1")
+    assert check_cluster(" ray ") == "ray"  # a bare kind is resolved later, at run time
+    with pytest.raises(InvalidInputError) as info:
+        check_cluster("flink/x")
+    assert info.value.field == "kind"
+
+
+def test_bare_kind_outside_a_domino_run_says_to_give_kind_and_name(monkeypatch):
+    monkeypatch.delenv("DOMINO_RUN_ID", raising=False)
+    with pytest.raises(InvalidInputError) as info:
+        parse_cluster("dask")
+    assert info.value.field == "cluster"
+    assert "give kind/name (e.g. 'dask/my-cluster') outside a Domino run" in info.value.reason
+    monkeypatch.setenv("DOMINO_RUN_ID", "Run7")
+    assert parse_cluster("dask") == ClusterRef("dask", "dask-run7")
+
+
+def test_parse_refuses_a_bare_kind_and_keeps_the_given_namespace():
+    with pytest.raises(InvalidInputError) as info:
+        ClusterRef.parse("dask")
+    assert "'<namespace>/<kind>/<name>'" in info.value.allowed and "bare kind" not in info.value.allowed
+    assert ClusterRef.parse("dask/x", namespace="ns2") == ClusterRef("dask", "x", "ns2")

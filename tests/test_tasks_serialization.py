@@ -109,7 +109,7 @@ def test_bare_kind_means_the_runs_own_cluster(monkeypatch):
     monkeypatch.delenv("DOMINO_RUN_ID", raising=False)
     with pytest.raises(InvalidInputError) as info:
         resolve_cluster("ray")
-    assert info.value.field == "run_id"
+    assert info.value.field == "cluster" and "outside a Domino run" in str(info.value)
     monkeypatch.setenv("DOMINO_RUN_ID", "65F1ab")
     assert str(resolve_cluster("ray")) == "ray/ray-65f1ab"
     assert str(resolve_cluster("ns1/spark/etl")) == "ns1/spark/etl"

@@ -9,7 +9,7 @@ from typing import Any, Dict, Optional, Type, TypeVar, Union
 
 from ..backends.base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT
 from ..errors import InvalidInputError
-from ..refs import ClusterRef, normalize_kind
+from ..refs import ClusterRef, check_cluster, parse_cluster
 from ..validation import MAX_REPLICAS, validate_replicas, validate_tier_name, validate_timeout
 
 C = TypeVar("C")
@@ -21,24 +21,12 @@ def cluster_text(cluster: ClusterSpec, field: str = "cluster") -> str:
     """Check ``cluster`` and return its text form, as task inputs carry it."""
     if isinstance(cluster, ClusterRef):
         return str(cluster)
-    if not isinstance(cluster, str) or not cluster.strip():
-        raise InvalidInputError(
-            field, cluster, "'<kind>/<name>', '<namespace>/<kind>/<name>', a bare kind, or a ClusterRef"
-        )
-    text = cluster.strip()
-    if "/" in text:
-        ClusterRef.parse(text)
-    else:
-        normalize_kind(text, field)
-    return text
+    return check_cluster(cluster, field)
 
 
 def resolve_cluster(cluster: str, field: str = "cluster") -> ClusterRef:
     """The cluster that ``cluster`` names; a bare kind means the run's own (``<kind>-$DOMINO_RUN_ID``)."""
-    text = cluster_text(cluster, field)
-    if "/" in text:
-        return ClusterRef.parse(text)
-    return ClusterRef.for_run(text)
+    return parse_cluster(cluster, field)
 
 
 def _backend_name(value: Optional[str]) -> Optional[str]:
