@@ -1,7 +1,7 @@
 """The ``ddlscale`` command line: cluster commands and local-cluster management.
 
-Exit codes, for scripts: 0 success, 2 bad input, 3 timeout, 4 not found,
-5 unauthorized, 6 backend unavailable, 1 any other scaling error.
+Exit codes, for scripts: :data:`.output.EXIT_CODES_HELP` (also printed by
+``--help``); ``ddlscale run`` passes its command's exit code through.
 """
 import logging
 
@@ -9,9 +9,11 @@ import click
 
 from .cluster_commands import register_cluster_commands
 from .local_commands import local
+from .output import EXIT_CODES_HELP
+from .run_command import run
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES_HELP)
 @click.version_option(package_name="flytekitplugins-ddlscale")
 @click.option("-v", "--verbose", is_flag=True, help="Log backend requests and retries (DEBUG).")
 def main(verbose: bool) -> None:
@@ -32,4 +34,5 @@ def _log_to_stderr(level: int) -> None:
 
 
 register_cluster_commands(main)
+main.add_command(run)
 main.add_command(local)

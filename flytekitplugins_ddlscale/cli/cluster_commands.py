@@ -6,17 +6,18 @@ given), ``--backend`` (default: as ``get_backend`` chooses), ``--wait/--no-wait`
 ``--timeout`` and ``--json``. Exit codes are in :mod:`.output`.
 """
 import functools
+import os
 from typing import Any, Callable, Optional
 
 import click
 
 from ..backends import get_backend
 from ..backends.base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT
-from ..errors import ScalingError
+from ..errors import InvalidInputError, ScalingError
 from ..models import ReplicaSpec
 from ..progress import default_reporter
 from ..refs import ALLOWED_KINDS, ClusterRef
-from .output import emit, emit_error
+from .output import EXIT_CODES_HELP, emit, emit_error
 
 
 def _cluster_options(default_wait: bool, default_timeout: float) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -38,9 +39,20 @@ def _cluster_options(default_wait: bool, default_timeout: float) -> Callable[[Ca
     return decorate
 
 
-def _ref(kind: str, name: Optional[str], run_id: Optional[str], namespace: Optional[str]) -> ClusterRef:
+def cluster_ref(kind: str, name: Optional[str], run_id: Optional[str], namespace: Optional[str]) -> ClusterRef:
+    """The cluster the identity options name: ``--name``, else ``--run-id``, else ``$DOMINO_RUN_ID``.
+
+    Raises :class:`InvalidInputError` (naming ``name``) when none is given.
+    """
     if name is not None:
         return ClusterRef(kind, name, namespace)
+    if run_id is None and not os.environ.get("DOMINO_RUN_ID"):
+        raise InvalidInputError(
+            "name",
+            None,
+            "--name NAME, --run-id ID, or $DOMINO_RUN_ID (the run's own cluster <kind>-<run id>)",
+            reason="give --name (or --run-id) outside a Domino run",
+        )
     return ClusterRef.for_run(kind, run_id, namespace)
 
 
@@ -53,7 +65,7 @@ def _run(command: Callable[..., Any]) -> Callable[..., Any]:
         ctx = click.get_current_context()
         chosen = None
         try:
-            ref = _ref(kind, name, run_id, namespace)
+            ref = cluster_ref(kind, name, run_id, namespace)
             chosen = get_backend(backend)
             progress = default_reporter() if wait else None
             result = command(chosen, ref, wait=wait, timeout=timeout, progress=progress, **kwargs)
@@ -67,7 +79,7 @@ def _run(command: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-@click.command("status")
+@click.command("status", epilog=EXIT_CODES_HELP)
 @_cluster_options(default_wait=False, default_timeout=DEFAULT_SCALE_TIMEOUT)
 @_run
 def status(backend: Any, ref: ClusterRef, *, wait: bool, timeout: float, progress: Any) -> Any:
@@ -78,7 +90,7 @@ def status(backend: Any, ref: ClusterRef, *, wait: bool, timeout: float, progres
     return state
 
 
-@click.command("scale")
+@click.command("scale", epilog=EXIT_CODES_HELP)
 @_cluster_options(default_wait=True, default_timeout=DEFAULT_SCALE_TIMEOUT)
 @click.option("--replicas", type=int, required=True, help="Worker count wanted.")
 @click.option("--worker-hw-tier", default=None, help="Hardware tier NAME for the workers.")
@@ -90,7 +102,7 @@ def scale(backend: Any, ref: ClusterRef, *, wait: bool, timeout: float, progress
     return backend.scale(ref, replicas, worker_hw_tier, wait=wait, timeout=timeout, strict=strict, progress=progress)
 
 
-@click.command("restart-head")
+@click.command("restart-head", epilog=EXIT_CODES_HELP)
 @_cluster_options(default_wait=True, default_timeout=DEFAULT_RESTART_TIMEOUT)
 @click.option("--head-hw-tier", default=None, help="Hardware tier NAME for the new head (not every backend can).")
 @_run
@@ -100,7 +112,7 @@ def restart_head(backend: Any, ref: ClusterRef, *, wait: bool, timeout: float, p
     return backend.restart_head(ref, head_hw_tier, wait=wait, timeout=timeout, progress=progress)
 
 
-@click.command("restore")
+@click.command("restore", epilog=EXIT_CODES_HELP)
 @_cluster_options(default_wait=True, default_timeout=DEFAULT_SCALE_TIMEOUT)
 @click.option("--replicas", type=int, default=None, help="Restore to this count instead of the recorded baseline.")
 @click.option("--worker-hw-tier", default=None, help="With --replicas: the workers' tier NAME.")
@@ -108,6 +120,13 @@ def restart_head(backend: Any, ref: ClusterRef, *, wait: bool, timeout: float, p
 def restore(backend: Any, ref: ClusterRef, *, wait: bool, timeout: float, progress: Any,
             replicas: Optional[int], worker_hw_tier: Optional[str]) -> Any:
     """Put the cluster back to its recorded baseline (or --replicas) and forget the baseline."""
+    if worker_hw_tier is not None and replicas is None:
+        raise InvalidInputError(
+            "worker_hw_tier",
+            worker_hw_tier,
+            "only together with --replicas N",
+            reason="the baseline restores its own tier; give --replicas N to restore to another size and tier",
+        )
     target = ReplicaSpec(replicas, worker_hw_tier) if replicas is not None else None
     return backend.restore_baseline(ref, target, wait=wait, timeout=timeout, progress=progress)
 

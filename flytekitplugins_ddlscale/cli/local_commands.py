@@ -5,15 +5,15 @@ The local backend (and so Dask) is imported only when a command runs, so
 """
 import json
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, TypeVar
 
 import click
 
-from ..errors import ScalingError
+from ..errors import ClusterNotFoundError, ScalingError
 from ..progress import default_reporter
-from ..redaction import redact
 from ..refs import ClusterRef
-from .output import EXIT_BAD_INPUT, EXIT_NOT_FOUND, exit_code_for
+from ..wording import plural
+from .output import EXIT_CODES_HELP, emit_error
 
 if TYPE_CHECKING:
     from ..backends.local import LocalBackend
@@ -25,8 +25,7 @@ def _run(action: Callable[[], T]) -> T:
     try:
         return action()
     except ScalingError as error:
-        click.echo(redact(f"error: {error}"), err=True)
-        sys.exit(exit_code_for(error))
+        sys.exit(emit_error(error, as_json=False))
 
 
 def _backend(ctx: click.Context) -> "LocalBackend":
@@ -36,8 +35,13 @@ def _backend(ctx: click.Context) -> "LocalBackend":
     return _run(lambda: LocalBackend(state_dir=options["state_dir"], tiers_file=options["tiers_file"]))
 
 
-def _ref(name: str) -> ClusterRef:
-    return _run(lambda: ClusterRef("dask", name))
+def _ref(kind: str, name: str) -> ClusterRef:
+    return _run(lambda: ClusterRef(kind, name))
+
+
+_kind_option = click.option(
+    "--kind", default="dask", show_default=True, help="Cluster kind (local clusters are Dask only)."
+)
 
 
 def _summary(info: Dict[str, Any]) -> str:
@@ -50,7 +54,7 @@ def _summary(info: Dict[str, Any]) -> str:
     )
 
 
-@click.group("local")
+@click.group("local", epilog=EXIT_CODES_HELP)
 @click.option(
     "--state-dir",
     type=click.Path(file_okay=False),
@@ -70,43 +74,47 @@ def local(ctx: click.Context, state_dir: Optional[str], tiers_file: Optional[str
 
 
 @local.command("up")
+@_kind_option
 @click.option("--name", required=True, help="Cluster name (DNS-1123 label).")
-@click.option("--workers", type=int, default=1, show_default=True, help="Number of worker processes.")
-@click.option("--tier", default=None, help="Worker tier (default: the tiers file's first tier).")
+@click.option("--replicas", "--workers", "replicas", type=int, default=1, show_default=True,
+              help="Number of worker processes.")
+@click.option("--worker-hw-tier", "--tier", "worker_hw_tier", default=None,
+              help="Worker tier NAME (default: the tiers file's first tier).")
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds to wait for the workers.")
 @click.option("--json", "as_json", is_flag=True, help="Print the cluster as JSON.")
 @click.pass_context
-def up(ctx: click.Context, name: str, workers: int, tier: Optional[str], timeout: float, as_json: bool) -> None:
+def up(ctx: click.Context, kind: str, name: str, replicas: int, worker_hw_tier: Optional[str],
+       timeout: float, as_json: bool) -> None:
     """Create a cluster (or resize it) and wait until the scheduler sees its workers."""
     backend = _backend(ctx)
-    ref = _ref(name)
-    _run(lambda: backend.up(ref, workers, tier, timeout=timeout, progress=default_reporter()))
+    ref = _ref(kind, name)
+    _run(lambda: backend.up(ref, replicas, worker_hw_tier, timeout=timeout, progress=default_reporter()))
     info = _run(lambda: backend.describe(ref))
     click.echo(json.dumps(info, indent=2) if as_json else _summary(info))
 
 
 @local.command("down")
+@_kind_option
 @click.option("--name", default=None, help="Cluster to stop.")
 @click.option("--all", "everything", is_flag=True, help="Stop every local cluster.")
 @click.pass_context
-def down(ctx: click.Context, name: Optional[str], everything: bool) -> None:
+def down(ctx: click.Context, kind: str, name: Optional[str], everything: bool) -> None:
     """Stop a cluster's processes and forget it."""
     if bool(name) == everything:
-        click.echo("error: give exactly one of --name NAME or --all", err=True)
-        sys.exit(EXIT_BAD_INPUT)
+        raise click.UsageError("give exactly one of --name NAME or --all")
     backend = _backend(ctx)
     if everything:
         stopped = _run(backend.shutdown_all)
-        click.echo(f"stopped {len(stopped)} cluster(s)" + "".join(f"\n  {r}" for r in stopped))
+        click.echo(f"stopped {plural(len(stopped), 'cluster')}" + "".join(f"\n  {r}" for r in stopped))
         return
-    ref = _ref(name or "")
+    ref = _ref(kind, name or "")
     if not _run(lambda: backend.down(ref)):
-        click.echo(f"error: no local cluster {ref}", err=True)
-        sys.exit(EXIT_NOT_FOUND)
+        sys.exit(emit_error(ClusterNotFoundError(f"no local cluster {ref}", cluster=str(ref)), as_json=False))
     click.echo(f"stopped {ref}")
 
 
 @local.command("status")
+@_kind_option
 @click.option("--name", required=True, help="Cluster to report.")
 @click.option("--json", "as_json", is_flag=True, help="Print the cluster as JSON.")
 @click.option(
@@ -117,10 +125,10 @@ def down(ctx: click.Context, name: Optional[str], everything: bool) -> None:
 )
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds a repair may wait.")
 @click.pass_context
-def status(ctx: click.Context, name: str, as_json: bool, repair: bool, timeout: float) -> None:
+def status(ctx: click.Context, kind: str, name: str, as_json: bool, repair: bool, timeout: float) -> None:
     """Report a cluster: processes, the workers its scheduler sees, connection variables."""
     backend = _backend(ctx)
-    ref = _ref(name)
+    ref = _ref(kind, name)
     info = _run(lambda: backend.describe(ref))
     repaired = False
     if repair and info["status"] != "Running":
@@ -145,8 +153,22 @@ def list_clusters(ctx: click.Context, as_json: bool) -> None:
     elif not infos:
         click.echo("no local clusters")
     else:
-        for info in infos:
-            click.echo(
-                f"{info['name']:<24} {info['status']:<9} {info['ready_workers']}/{info['desired_workers']} "
-                f"workers  tier={info['worker_hw_tier']}  {info['address']}"
-            )
+        click.echo(_table(infos))
+
+
+def _table(infos: List[Dict[str, Any]]) -> str:
+    """One aligned row per cluster under a header; every column as wide as its widest cell."""
+    rows = [("NAME", "STATUS", "READY/DESIRED", "TIER", "SCHEDULER")] + [
+        (
+            info["name"],
+            info["status"],
+            f"{info['ready_workers']}/{info['desired_workers']}",
+            info["worker_hw_tier"] or "-",
+            info["address"],
+        )
+        for info in infos
+    ]
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows
+    )

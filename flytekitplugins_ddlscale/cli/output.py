@@ -22,6 +22,7 @@ from ..errors import (
 )
 from ..models import Baseline, ClusterState, RestartResult, ScaleResult
 from ..redaction import redact
+from ..wording import plural
 
 EXIT_OK = 0
 EXIT_OTHER = 1
@@ -30,6 +31,13 @@ EXIT_TIMEOUT = 3
 EXIT_NOT_FOUND = 4
 EXIT_UNAUTHORIZED = 5
 EXIT_UNAVAILABLE = 6
+
+FAILURE_EXIT_CODES = (
+    "2 bad input (including an unknown tier and a --strict refusal); "
+    "3 timeout; 4 not found; 5 unauthorized; 6 backend unavailable; 1 other errors."
+)
+"""The exit codes of failures, for ``--help`` texts."""
+EXIT_CODES_HELP = f"Exit codes: 0 ok; {FAILURE_EXIT_CODES}"
 
 _EXIT_CODES = (
     ((InvalidInputError, UnknownTierError, CapacityExceededError), EXIT_BAD_INPUT),
@@ -76,7 +84,7 @@ def _text(value: Any) -> str:
         ready = "Ready" if value.ready else "not awaited"
         return f"{value.cluster}: head pod {value.pod} restarted at {value.started_at}, {ready}\n  {value.final.describe()}"
     if isinstance(value, Baseline):
-        return f"{value.cluster}: baseline {value.replicas} workers, recorded {value.recorded_at.isoformat()}"
+        return f"{value.cluster}: baseline {plural(value.replicas, 'worker')}, recorded {value.recorded_at.isoformat()}"
     return str(value)
 
 

@@ -30,6 +30,7 @@ from ...records import Claim, largest_claim
 from ...refs import ClusterRef
 from ...validation import validate_replicas, validate_timeout
 from ...waiting import Backoff, poll_until
+from ...wording import plural
 from ..base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT, BackendCapabilities
 from . import dask_ops, procs
 from .env import dask_env, environ_set
@@ -662,7 +663,7 @@ class LocalBackend:
         return poll_until(
             read,
             lambda s: bool(s.head_ready) and s.workers_up(replicas),
-            what=f"{replicas} workers seen by the Dask scheduler of {ref}",
+            what=f"{plural(replicas, 'worker')} seen by the Dask scheduler of {ref}",
             target=replicas,
             count=lambda s: s.ready_workers or 0,
             timeout=timeout,
@@ -681,7 +682,9 @@ class LocalBackend:
             status = "Failed"
         elif ready == record.desired and len(alive) == record.desired:
             status = "Running"
-        elif len(alive) > record.desired:
+        elif len(alive) > record.desired and all(w.name in seen for w in alive):
+            # Workers start before the record's desired count is raised; only
+            # surplus workers that already joined are on their way out.
             status = "Stopping"
         else:
             status = "Starting"

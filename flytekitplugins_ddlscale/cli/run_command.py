@@ -1,0 +1,132 @@
+"""``ddlscale run``: hold a cluster at a size for the length of a command.
+
+The command-line twin of ``@distributed_phase``, for Domino Flows steps and
+shell jobs: the same phase machinery (claim, scale, wait, framework
+readiness, release and restore), with the command run as a child process
+that gets the connection variables and the signals sent to ``ddlscale``.
+"""
+import shlex
+import sys
+from typing import TYPE_CHECKING, List, Optional, Tuple
+
+import click
+
+from ..backends.base import DEFAULT_SCALE_TIMEOUT
+from ..errors import ScalingError
+from ..redaction import redact
+from ..refs import ALLOWED_KINDS
+from ..validation import validate_timeout
+from ..wording import plural
+from .child import DEFAULT_KILL_AFTER, CommandNotStarted, run_forwarding
+from .cluster_commands import cluster_ref
+from .output import FAILURE_EXIT_CODES, emit_error
+
+if TYPE_CHECKING:
+    from ..phase import ClusterPhase
+
+RUN_EPILOG = (
+    "Exit codes: the command's (128 + N when signal N ended it; 127 when it was not found, "
+    "126 when it could not be executed); when scaling fails before the command starts: "
+    f"{FAILURE_EXIT_CODES} If the command succeeded but the restore failed: the restore error's code."
+)
+
+
+def _say(text: str) -> None:
+    click.echo(redact(f"ddlscale run: {text}"), err=True)
+
+
+@click.command(
+    "run",
+    epilog=RUN_EPILOG,
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+@click.option("--backend", default=None, help="scaler, kubernetes, local (default: from the environment).")
+@click.option("--kind", required=True, help=f"Cluster kind: {', '.join(ALLOWED_KINDS)}.")
+@click.option("--name", default=None, help="Cluster name.")
+@click.option("--run-id", default=None, help="Domino run id: the cluster is <kind>-<run id>.")
+@click.option("--namespace", default=None, help="Namespace (default: the backend's).")
+@click.option("--replicas", type=int, required=True, help="Workers the command needs.")
+@click.option("--worker-hw-tier", default=None, help="Hardware tier NAME for the workers.")
+@click.option(
+    "--timeout", type=float, default=DEFAULT_SCALE_TIMEOUT, show_default=True,
+    help="Seconds the scale-up with its readiness checks may take; the restore gets as long again.",
+)
+@click.option(
+    "--framework-ready/--no-framework-ready", default=True, show_default=True,
+    help="Also wait until the workers are registered with Dask/Ray/Spark (where checkable).",
+)
+@click.option(
+    "--kill-after", type=float, default=DEFAULT_KILL_AFTER, show_default=True,
+    help="Seconds the command gets to exit after a forwarded SIGTERM/SIGINT before it is killed.",
+)
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def run(
+    backend: Optional[str],
+    kind: str,
+    name: Optional[str],
+    run_id: Optional[str],
+    namespace: Optional[str],
+    replicas: int,
+    worker_hw_tier: Optional[str],
+    timeout: float,
+    framework_ready: bool,
+    kill_after: float,
+    command: Tuple[str, ...],
+) -> None:
+    """Scale the cluster, run COMMAND with it, then restore the cluster.
+
+    \b
+    ddlscale run --kind dask --name NAME --replicas 4 -- python train.py --epochs 3
+
+    Claims REPLICAS workers (recording the baseline first), scales and waits
+    for them, exports the connection variables (where the backend provides
+    them; Domino sets them in a run) to COMMAND and runs it. When COMMAND
+    exits, fails, or ddlscale gets SIGTERM/SIGINT (passed on to COMMAND),
+    the claim is released and the cluster goes back to the largest
+    remaining claim or its baseline. Concurrent runs and phases on one
+    cluster never shrink each other.
+    """
+    # Imported here: the phase machinery imports flytekit, which would slow every `ddlscale --help`.
+    from ..phase import cluster_phase
+
+    try:
+        ref = cluster_ref(kind, name, run_id, namespace)
+        grace = validate_timeout(kill_after, "kill_after")
+        phase = cluster_phase(
+            ref, replicas, worker_hw_tier, timeout=timeout, backend=backend,
+            framework_ready=framework_ready, deck=False, label="run",
+        )
+    except ScalingError as error:
+        sys.exit(emit_error(error, as_json=False))
+    sys.exit(_run_in_phase(phase, list(command), grace))
+
+
+def _run_in_phase(phase: "ClusterPhase", argv: List[str], kill_after: float) -> int:
+    """Run ``argv`` inside ``phase``; return the exit code ``ddlscale run`` ends with."""
+    from ..phase import PhaseInterrupted
+
+    status: Optional[int] = None
+    try:
+        with phase:
+            ready = f"; {phase.framework_check}" if phase.framework_check else ""
+            _say(f"{phase.ref} ready with {plural(phase.settings.replicas, 'worker')}{ready}; running {shlex.join(argv)}")
+            status = run_forwarding(argv, kill_after)
+            _say(f"command exited with {status}; restoring {phase.ref}")
+    except CommandNotStarted as error:
+        _say(f"{error}; {phase.ref} restored to {phase.restored_to or '-'}")
+        return error.exit_code
+    except PhaseInterrupted as interrupt:
+        if status is None:
+            _say(f"interrupted by {interrupt} before the command started; {phase.ref} restored to "
+                 f"{phase.restored_to or '-'}")
+            return 128 + interrupt.signum
+        _say(f"{interrupt} arrived during the restore, which finished first")
+    except ScalingError as error:
+        code = emit_error(error, as_json=False)
+        if status is None:
+            _say(f"the command did not run; {phase.ref} restored to {phase.restored_to or '-'}")
+            return code
+        _say(f"the command exited with {status}, but restoring {phase.ref} failed")
+        return status or code
+    _say(f"{phase.ref} restored to {phase.restored_to}")
+    return status if status is not None else 0

@@ -1,0 +1,297 @@
+"""``ddlscale run`` as a real subprocess: on real local Dask clusters and on the scaler test server.
+
+Each test starts the installed ``ddlscale`` console script with a real
+command as its child, and checks the cluster afterwards: back at its
+baseline (the scaler server's ``spec.worker.replicas``; for the local
+backend, the cluster the run created is gone and no process is left).
+"""
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, List
+
+import pytest
+
+from tests.servers.scaler_server import DEFAULT_API_KEY
+from tests.test_local_support import processes_mentioning
+
+DDLSCALE = str(Path(sys.executable).with_name("ddlscale"))
+START_TIMEOUT = 90.0
+"""Seconds a run may take to import, scale up and start its command on this shared 2-core machine."""
+
+# A child that says it started, then waits to be signalled; the trap records which signal came.
+WAIT_FOR_SIGNAL = (
+    'trap "echo TERM > $0.got; exit 143" TERM; trap "echo INT > $0.got; exit 130" INT; '
+    "touch $0; while :; do sleep 0.05; done"
+)
+
+
+@dataclass
+class Target:
+    """Where a run scales: the CLI arguments naming the cluster, its environment, and how to read its size."""
+
+    args: List[str]
+    env: Dict[str, str]
+    baseline: int
+    size: Callable[[], int]
+    requests: Callable[[], int]
+    """Changing requests the backend has seen (PATCHes to the scaler service; local clusters created)."""
+
+
+def _environment(**values: str) -> Dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DOMINO_", "DDLSCALE_", "CLUSTER_SCALER_"))}
+    env.update(values)
+    return env
+
+
+@pytest.fixture
+def scaler_target(scaler_server, tmp_path):
+    scaler_server.add_cluster("ray", "ray-run1", replicas=1, max_replicas=4)
+    env = _environment(
+        CLUSTER_SCALER_BASE_URL=scaler_server.url,
+        DOMINO_API_KEY=DEFAULT_API_KEY,
+        DDLSCALE_STATE_DIR=str(tmp_path / "state"),
+        DDLSCALE_BACKEND="scaler",
+    )
+    return Target(
+        args=["--kind", "ray", "--name", "ray-run1"],
+        env=env,
+        baseline=1,
+        size=lambda: scaler_server.cluster_object("ray", "ray-run1")["spec"]["worker"]["replicas"],
+        requests=lambda: scaler_server.count("PATCH"),
+    )
+
+
+@pytest.fixture
+def local_target(tmp_path):
+    from flytekitplugins_ddlscale.backends.local import LocalBackend
+    from flytekitplugins_ddlscale.refs import ClusterRef
+
+    state = tmp_path / "state"
+    backend = LocalBackend(state_dir=state / "local")
+    ref = ClusterRef("dask", "runner")
+
+    def size() -> int:
+        return backend.get_state(ref).desired_workers if backend.list_clusters() else 0
+
+    yield Target(
+        args=["--backend", "local", "--kind", "dask", "--name", "runner"],
+        env=_environment(DDLSCALE_STATE_DIR=str(state)),
+        baseline=0,
+        size=size,
+        requests=lambda: len(backend.list_clusters()),
+    )
+    backend.shutdown_all()
+    assert processes_mentioning(str(state)) == [], "local Dask processes left running"
+
+
+@pytest.fixture(params=["local", "scaler"])
+def target(request):
+    return request.getfixturevalue(f"{request.param}_target")
+
+
+def start(target: Target, *args: str) -> "subprocess.Popen[str]":
+    return subprocess.Popen(
+        [DDLSCALE, "run", *target.args, *args],
+        env=target.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(proc: "subprocess.Popen[str]", timeout: float = START_TIMEOUT) -> subprocess.CompletedProcess:
+    out, err = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def run(target: Target, *args: str) -> subprocess.CompletedProcess:
+    return finish(start(target, *args))
+
+
+def wait_for(path: Path, proc: "subprocess.Popen[str]", timeout: float = START_TIMEOUT) -> None:
+    """Wait until the child created ``path`` (it runs), failing early if ddlscale already exited."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None:
+            result = finish(proc)
+            pytest.fail(f"ddlscale exited with {result.returncode} before the command ran:\n{result.stderr}")
+        assert time.monotonic() < deadline, f"the command did not start within {timeout}s"
+        time.sleep(0.05)
+
+
+CHECK_DASK = """
+import os, sys
+from distributed import Client
+address = f"tcp://{os.environ['DASK_SCHEDULER_SERVICE_HOST']}:{os.environ['DASK_SCHEDULER_SERVICE_PORT']}"
+with Client(address, timeout=30) as client:
+    workers = len(client.scheduler_info()["workers"])
+    total = client.submit(sum, range(10)).result()
+print(f"WORKERS {workers} TOTAL {total}")
+"""
+
+
+@pytest.mark.slow
+def test_local_command_runs_on_the_scaled_cluster_then_it_is_removed(local_target):
+    result = run(local_target, "--replicas", "2", "--timeout", "120", "--", sys.executable, "-c", CHECK_DASK)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "WORKERS 2 TOTAL 45"  # stdout is the command's alone
+    assert "2 workers registered with the Dask scheduler" in result.stderr  # framework readiness ran
+    assert "dask/runner restored to 0 workers (baseline)" in result.stderr
+    assert local_target.size() == 0
+
+
+def test_scaler_command_sees_the_cluster_at_its_size(scaler_server, scaler_target, tmp_path):
+    seen = tmp_path / "seen"
+    script = f"import json, urllib.request; print('child ran', flush=True); open({str(seen)!r}, 'w').write('x')"
+    result = run(scaler_target, "--replicas", "3", "--timeout", "30", "--", sys.executable, "-c", script)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "child ran\n" and seen.exists()
+    bodies = [r.body for r in scaler_server.requests if r.method == "PATCH"]
+    assert [b["replicas"] for b in bodies] == [3, 1]  # scaled for the command, then back to the baseline
+    assert scaler_target.size() == 1
+
+
+def test_failing_command_exit_code_is_passed_through_and_cluster_restored(target):
+    result = run(target, "--replicas", "2", "--timeout", "120", "--", "sh", "-c", "echo failing; exit 7")
+    assert result.returncode == 7, result.stderr
+    assert result.stdout == "failing\n"
+    assert "command exited with 7" in result.stderr
+    assert target.size() == target.baseline
+
+
+def test_sigterm_reaches_the_command_and_cluster_is_restored(target, tmp_path):
+    started = tmp_path / "started"
+    proc = start(target, "--replicas", "2", "--timeout", "120", "--", "sh", "-c", WAIT_FOR_SIGNAL, str(started))
+    wait_for(started, proc)
+    assert target.size() == 2
+    proc.send_signal(signal.SIGTERM)
+    result = finish(proc)
+    assert result.returncode == 143, result.stderr
+    assert started.with_suffix(".got").read_text().strip() == "TERM"
+    assert "SIGTERM received: passing it on to the command" in result.stderr
+    assert target.size() == target.baseline
+
+
+def test_sigint_is_forwarded_when_no_terminal_delivered_it(scaler_target, tmp_path):
+    started = tmp_path / "started"
+    proc = start(scaler_target, "--replicas", "2", "--timeout", "30", "--", "sh", "-c", WAIT_FOR_SIGNAL, str(started))
+    wait_for(started, proc)
+    proc.send_signal(signal.SIGINT)
+    result = finish(proc)
+    assert result.returncode == 130, result.stderr
+    assert started.with_suffix(".got").read_text().strip() == "INT"
+    assert scaler_target.size() == 1
+
+
+def test_command_ignoring_sigterm_is_killed_after_the_grace_then_restored(scaler_target, tmp_path):
+    started = tmp_path / "started"
+    stubborn = 'trap "" TERM; touch $0; while :; do sleep 0.05; done'
+    proc = start(
+        scaler_target, "--replicas", "2", "--timeout", "30", "--kill-after", "0.5", "--",
+        "sh", "-c", stubborn, str(started),
+    )
+    wait_for(started, proc)
+    proc.send_signal(signal.SIGTERM)
+    result = finish(proc)
+    assert result.returncode == 128 + signal.SIGKILL, result.stderr
+    assert "did not exit within 0.5s of the signal; killing it" in result.stderr
+    assert scaler_target.size() == 1
+
+
+def test_sigterm_during_scale_up_restores_and_never_runs_the_command(scaler_server, scaler_target, tmp_path):
+    scaler_server.set_pod_ready_delay(60, kind="ray", name="ray-run1")
+    started = tmp_path / "started"
+    proc = start(scaler_target, "--replicas", "3", "--timeout", "120", "--", "touch", str(started))
+    deadline = time.monotonic() + START_TIMEOUT
+    while scaler_server.count("PATCH") == 0:
+        assert proc.poll() is None and time.monotonic() < deadline, "the scale-up request never came"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    result = finish(proc)
+    assert result.returncode == 143, result.stderr
+    assert "interrupted by SIGTERM before the command started" in result.stderr
+    assert not started.exists()
+    assert scaler_target.size() == 1
+
+
+def test_scale_timeout_exits_3_without_running_the_command(scaler_server, scaler_target, tmp_path):
+    scaler_server.set_pod_ready_delay(60, kind="ray", name="ray-run1")
+    started = tmp_path / "started"
+    result = run(scaler_target, "--replicas", "3", "--timeout", "1", "--", "touch", str(started))
+    assert result.returncode == 3, result.stderr
+    assert "Error: [timeout]" in result.stderr and "the command did not run" in result.stderr
+    assert not started.exists()
+    assert scaler_target.size() == 1
+
+
+def test_command_not_found_exits_127_and_restores(scaler_target):
+    result = run(scaler_target, "--replicas", "2", "--timeout", "30", "--", "no-such-command-ddlscale")
+    assert result.returncode == 127, result.stderr
+    assert "cannot run 'no-such-command-ddlscale'" in result.stderr
+    assert scaler_target.size() == 1
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--replicas", "-1"], "invalid replicas=-1"),
+        (["--replicas", "2", "--timeout", "0"], "invalid timeout=0.0"),
+        (["--replicas", "2", "--kill-after", "0"], "invalid kill_after=0.0"),
+        (["--replicas", "2", "--worker-hw-tier", "  "], "invalid worker_hw_tier='  '"),
+        (["--replicas", "two"], "'two' is not a valid integer"),
+    ],
+)
+def test_bad_input_is_refused_before_anything_changes(target, tmp_path, args, message):
+    started = tmp_path / "started"
+    result = run(target, *args, "--", "touch", str(started))
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert not started.exists()
+    assert target.requests() == 0 and target.size() == target.baseline
+
+
+def test_unknown_local_tier_names_the_allowed_tiers(local_target, tmp_path):
+    started = tmp_path / "started"
+    result = run(local_target, "--replicas", "1", "--worker-hw-tier", "Huge", "--", "touch", str(started))
+    assert result.returncode == 2, result.stderr
+    assert "allowed for dask: Large, Medium, Small" in result.stderr
+    assert not started.exists() and local_target.requests() == 0
+
+
+def test_missing_command_and_missing_cluster_name(scaler_server, scaler_target):
+    no_command = finish(subprocess.Popen(
+        [DDLSCALE, "run", *scaler_target.args, "--replicas", "2"],
+        env=scaler_target.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    ))
+    assert no_command.returncode == 2 and "Missing argument 'COMMAND...'" in no_command.stderr
+    no_name = finish(subprocess.Popen(
+        [DDLSCALE, "run", "--kind", "ray", "--replicas", "2", "--", "true"],
+        env=scaler_target.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    ))
+    assert no_name.returncode == 2
+    assert "give --name (or --run-id) outside a Domino run" in no_name.stderr
+    assert scaler_server.count("PATCH") == 0
+
+
+def test_exit_status_of_a_signalled_child():
+    from flytekitplugins_ddlscale.cli.child import exit_status
+
+    assert [exit_status(0), exit_status(7), exit_status(-signal.SIGTERM)] == [0, 7, 143]
+
+
+def test_run_in_a_domino_run_uses_the_runs_own_cluster(scaler_server, scaler_target):
+    scaler_server.add_cluster("dask", "dask-abc123", replicas=1, max_replicas=4)
+    env = dict(scaler_target.env, DOMINO_RUN_ID="abc123")
+    result = finish(subprocess.Popen(
+        [DDLSCALE, "run", "--kind", "dask", "--replicas", "2", "--timeout", "30", "--", "true"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    ))
+    assert result.returncode == 0, result.stderr
+    assert "dask/dask-abc123 restored to 1 worker" in result.stderr
+    assert scaler_server.cluster_object("dask", "dask-abc123")["spec"]["worker"]["replicas"] == 1
+    assert scaler_server.count("PATCH", "daskclusters/dask-abc123") == 2
