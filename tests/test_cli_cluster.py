@@ -54,7 +54,30 @@ def test_status_wait(scaler_server, run):
 
 def test_missing_cluster_identity_is_bad_input(run):
     result = run("status", "--kind", "ray")
-    assert result.exit_code == 2 and "run_id" in result.stderr
+    assert result.exit_code == 2
+    assert result.stderr.startswith("Error: [invalid_input]")
+    assert "give --name (or --run-id) outside a Domino run" in result.stderr
+
+
+def test_restore_tier_without_replicas_is_refused(scaler_server, run):
+    scaler_server.add_cluster("ray", "ray-run1", replicas=1, max_replicas=3)
+    assert run("scale", "--kind", "ray", "--name", "ray-run1", "--replicas", "2", "--timeout", "10").exit_code == 0
+    result = run("restore", "--kind", "ray", "--name", "ray-run1", "--worker-hw-tier", "Medium")
+    assert result.exit_code == 2
+    assert "invalid worker_hw_tier='Medium'" in result.stderr and "only together with --replicas N" in result.stderr
+    assert scaler_server.count("PATCH") == 1  # only the scale: the restore changed nothing
+    assert scaler_server.cluster_object("ray", "ray-run1")["spec"]["worker"]["replicas"] == 2
+    assert run("restore", "--kind", "ray", "--name", "ray-run1", "--timeout", "10").exit_code == 0  # baseline kept
+
+
+@pytest.mark.parametrize("command", [[], ["scale"], ["restore"], ["run"], ["local"]])
+def test_help_lists_the_exit_codes(command):
+    result = CliRunner().invoke(main, [*command, "--help"])
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())
+    assert "3 timeout; 4 not found; 5 unauthorized; 6 backend unavailable; 1 other errors" in text
+    if command == ["run"]:
+        assert "the command's (128 + N when signal N ended it" in text
 
 
 def test_scale_json_and_restore(scaler_server, run):

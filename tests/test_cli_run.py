@@ -292,6 +292,6 @@ def test_run_in_a_domino_run_uses_the_runs_own_cluster(scaler_server, scaler_tar
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     ))
     assert result.returncode == 0, result.stderr
-    assert "dask/dask-abc123 restored to 1 worker" in result.stderr
+    assert "dask/dask-abc123 restored to 1 worker (baseline)" in result.stderr  # "1 worker", not "1 workers"
     assert scaler_server.cluster_object("dask", "dask-abc123")["spec"]["worker"]["replicas"] == 1
     assert scaler_server.count("PATCH", "daskclusters/dask-abc123") == 2

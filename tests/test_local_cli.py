@@ -2,6 +2,7 @@
 import json
 import os
 import signal
+import subprocess
 
 import pytest
 from click.testing import CliRunner
@@ -53,6 +54,9 @@ def test_up_list_status_repair_down(local_state):
         (["up", "--name", "c", "--tier", "Huge"], 2, "allowed for dask: Large, Medium, Small"),
         (["up", "--name", "Bad_Name"], 2, "invalid name='Bad_Name'"),
         (["up", "--name", "c", "--workers", "-1"], 2, "invalid replicas=-1"),
+        (["up", "--name", "c", "--replicas", "-1"], 2, "invalid replicas=-1"),
+        (["up", "--name", "c", "--worker-hw-tier", "Huge"], 2, "allowed for dask: Large, Medium, Small"),
+        (["up", "--kind", "ray", "--name", "c"], 1, "the local backend runs Dask clusters only"),
         (["up", "--name", "c", "--timeout", "0"], 2, "invalid timeout=0.0"),
         (["status", "--name", "nope"], 4, "no local cluster dask/nope"),
         (["down", "--name", "nope"], 4, "no local cluster dask/nope"),
@@ -64,10 +68,77 @@ def test_bad_input_exit_codes_and_nothing_started(local_state, args, code, messa
     result = _invoke(local_state, *args)
     assert result.exit_code == code, result.output
     assert message in result.stderr
+    assert result.stderr.splitlines()[-1].startswith("Error: ")  # as click and the cluster commands print it
     assert LocalBackend(state_dir=local_state).list_clusters() == []
     assert processes_mentioning(str(local_state)) == []
 
 
 def test_down_all_with_nothing_running(local_state):
     result = _invoke(local_state, "down", "--all")
-    assert result.exit_code == 0 and "stopped 0 cluster(s)" in result.stdout
+    assert result.exit_code == 0 and result.stdout == "stopped 0 clusters\n"
+
+
+@pytest.mark.slow
+def test_up_with_the_scale_option_names_and_kind(local_state):
+    result = _invoke(local_state, "up", "--kind", "dask", "--name", "same", "--replicas", "1",
+                     "--worker-hw-tier", "Small", "--json")
+    assert result.exit_code == 0, result.output
+    info = json.loads(result.stdout)
+    assert (info["ready_workers"], info["worker_hw_tier"]) == (1, "Small")
+    down = _invoke(local_state, "down", "--kind", "dask", "--name", "same")
+    assert down.exit_code == 0 and "stopped dask/same" in down.stdout
+
+
+def test_list_columns_line_up_under_the_header():
+    from flytekitplugins_ddlscale.cli.local_commands import _table
+
+    infos = [
+        {"name": "a", "status": "Running", "ready_workers": 1, "desired_workers": 1,
+         "worker_hw_tier": "Small", "address": "tcp://127.0.0.1:1"},
+        {"name": "a-much-longer-name", "status": "Starting", "ready_workers": 10, "desired_workers": 12,
+         "worker_hw_tier": "Medium", "address": "tcp://127.0.0.1:40000"},
+        {"name": "b", "status": "Failed", "ready_workers": 0, "desired_workers": 2,
+         "worker_hw_tier": None, "address": "tcp://127.0.0.1:2"},
+    ]
+    lines = _table(infos).splitlines()
+    assert lines[0].split() == ["NAME", "STATUS", "READY/DESIRED", "TIER", "SCHEDULER"]
+    for header in ("STATUS", "READY/DESIRED", "TIER", "SCHEDULER"):
+        column = lines[0].index(header)
+        assert all(line[column - 2:column] == "  " and line[column] != " " for line in lines[1:]), header
+    assert lines[3].split()[2:4] == ["0/2", "-"]
+
+
+@pytest.mark.slow
+def test_a_cluster_whose_new_workers_have_not_joined_is_starting_not_stopping(local_state):
+    from flytekitplugins_ddlscale.backends.local import procs
+    from flytekitplugins_ddlscale.backends.local.state import WorkerRecord
+
+    assert _invoke(local_state, "up", "--name", "grow", "--replicas", "1").exit_code == 0
+    backend = LocalBackend(state_dir=local_state)
+    ref = ClusterRef("dask", "grow")
+    # What another process sees while a scale-up runs: a new worker process is
+    # recorded (and running) before it has joined and before `desired` is raised.
+    joining = subprocess.Popen(["sleep", "60"])
+    try:
+        record = backend.store.load(ref)
+        record.workers.append(WorkerRecord("grow-dask-worker-9", procs.ProcessId(joining.pid, procs.start_time(joining.pid)),
+                                           record.worker_hw_tier, 1, 2**30))
+        backend.store.save(record)
+        report = json.loads(_invoke(local_state, "status", "--name", "grow", "--no-repair", "--json").stdout)
+        assert (report["status"], report["existing_workers"], report["desired_workers"]) == ("Starting", 2, 1)
+        # Surplus workers that have joined are on their way out: that is Stopping.
+        record = backend.store.load(ref)
+        record.workers.pop()
+        record.desired = 0
+        backend.store.save(record)
+        report = json.loads(_invoke(local_state, "status", "--name", "grow", "--no-repair", "--json").stdout)
+        assert (report["status"], report["existing_workers"], report["desired_workers"]) == ("Stopping", 1, 0)
+    finally:
+        joining.kill()
+        joining.wait()
+
+
+def test_plural():
+    from flytekitplugins_ddlscale.wording import plural
+
+    assert [plural(0, "worker"), plural(1, "worker"), plural(2, "cluster")] == ["0 workers", "1 worker", "2 clusters"]

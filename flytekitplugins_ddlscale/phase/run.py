@@ -27,6 +27,7 @@ from ..progress import default_reporter
 from ..records import Claim
 from ..tasks.runner import observed_workers, recording
 from ..waiting import Deadline
+from ..wording import plural
 from .monitor import PhaseMonitor
 from .readiness import wait_framework_ready
 from .settings import PhaseSettings
@@ -212,9 +213,9 @@ class ClusterPhase:
             return
         if remaining is not None:
             # Informational only: reconcile itself decided from the claims live at its own time.
-            self.restored_to = f"{result.effective} workers (claim {remaining.claim_id} still live)"
+            self.restored_to = f"{plural(result.effective, 'worker')} (claim {remaining.claim_id} still live)"
         else:
-            self.restored_to = f"{result.effective} workers ({'given spec' if target else 'baseline'})"
+            self.restored_to = f"{plural(result.effective, 'worker')} ({'given spec' if target else 'baseline'})"
         self.timeline.add(observed_workers(result.final), result.final.worker_hw_tier)
         logger.info("phase %s on %s ended; cluster set to %s", self.claim_id, self.ref, self.restored_to)
 
