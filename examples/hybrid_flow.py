@@ -18,7 +18,10 @@ Shown here:
   the same if any node fails;
 * ``check_in_phase`` uses ``@distributed_phase`` inside one task: scale,
   work, and restore the baseline (which, for a local cluster that the flow
-  created, takes it down).
+  created, takes it down). The decorator's size is fixed when the task is
+  defined, so ``--workers`` sizes the nodes but not this phase: it always
+  uses ``WORKERS`` (2). For a size chosen at run time, use
+  ``with cluster_phase(CLUSTER, workers): ...`` inside the task body.
 
 On Domino, set ``DDLSCALE_EXAMPLE_CLUSTER=dask`` (a bare kind: the run's
 own cluster) and the scaler or kubernetes backend is chosen automatically.
@@ -71,6 +74,7 @@ def sum_of_squares(data: List[int], ready: ClusterReady) -> int:
 
 
 @task(enable_deck=True, deck_fields=(DeckField.INPUT, DeckField.OUTPUT))
+# Fixed at definition: the workflow's `workers` input does not reach this phase (see the module docstring).
 @distributed_phase(cluster=CLUSTER, replicas=WORKERS, timeout=TIMEOUT, sample_interval=0.5)
 def check_in_phase(data: List[int], expected: int) -> bool:
     """The same computation inside ``@distributed_phase``: scaled for the body, restored after it."""

@@ -295,3 +295,28 @@ def test_run_in_a_domino_run_uses_the_runs_own_cluster(scaler_server, scaler_tar
     assert "dask/dask-abc123 restored to 1 worker (baseline)" in result.stderr  # "1 worker", not "1 workers"
     assert scaler_server.cluster_object("dask", "dask-abc123")["spec"]["worker"]["replicas"] == 1
     assert scaler_server.count("PATCH", "daskclusters/dask-abc123") == 2
+
+
+def _bash_blocks(markdown: Path) -> List[str]:
+    text = markdown.read_text(encoding="utf-8")
+    return [block.split("```", 1)[0] for block in text.split("```bash\n")[1:]]
+
+
+@pytest.mark.parametrize("block", [0, 1], ids=["job-command", "pre-warmed"])
+def test_domino_flows_job_commands_run_as_documented(scaler_server, scaler_target, tmp_path, block):
+    """The job scripts in examples/domino_flows_job.md, run by bash against the scaler test server."""
+    scaler_server.add_cluster("ray", "ray-abc123", replicas=1, max_replicas=8)
+    script = _bash_blocks(Path(__file__).resolve().parent.parent / "examples" / "domino_flows_job.md")[block]
+    assert "ddlscale run" in script and "trap" not in script
+    (tmp_path / "run_training.sh").write_text("set -euo pipefail\n" + script, encoding="utf-8")
+    (tmp_path / "train.py").write_text("import sys; print('trained', sys.argv[1:])\n", encoding="utf-8")
+    (tmp_path / "prepare.py").write_text("print('prepared')\n", encoding="utf-8")
+    env = dict(scaler_target.env, DOMINO_RUN_ID="abc123",
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    result = subprocess.run(["bash", "run_training.sh", "--epochs", "1"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=START_TIMEOUT)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == ("trained ['--epochs', '1']" if block == 0 else "trained []")
+    patches = [r.body["replicas"] for r in scaler_server.requests if r.method == "PATCH"]
+    assert patches[0] == 8 and patches[-1] == 1  # scaled for the step, restored to the baseline after it
+    assert scaler_server.cluster_object("ray", "ray-abc123")["spec"]["worker"]["replicas"] == 1
