@@ -94,14 +94,15 @@ def target(request):
     return request.getfixturevalue(f"{request.param}_target")
 
 
-def start(target: Target, *args: str) -> "subprocess.Popen[str]":
+def popen(argv: List[str], env: Dict[str, str]) -> "subprocess.Popen[str]":
+    # No terminal on stdin: with one, a SIGINT is the terminal's to deliver and is not forwarded.
     return subprocess.Popen(
-        [DDLSCALE, "run", *target.args, *args],
-        env=target.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
+
+
+def start(target: Target, *args: str) -> "subprocess.Popen[str]":
+    return popen([DDLSCALE, "run", *target.args, *args], target.env)
 
 
 def finish(proc: "subprocess.Popen[str]", timeout: float = START_TIMEOUT) -> subprocess.CompletedProcess:
@@ -264,15 +265,9 @@ def test_unknown_local_tier_names_the_allowed_tiers(local_target, tmp_path):
 
 
 def test_missing_command_and_missing_cluster_name(scaler_server, scaler_target):
-    no_command = finish(subprocess.Popen(
-        [DDLSCALE, "run", *scaler_target.args, "--replicas", "2"],
-        env=scaler_target.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    ))
+    no_command = finish(popen([DDLSCALE, "run", *scaler_target.args, "--replicas", "2"], scaler_target.env))
     assert no_command.returncode == 2 and "Missing argument 'COMMAND...'" in no_command.stderr
-    no_name = finish(subprocess.Popen(
-        [DDLSCALE, "run", "--kind", "ray", "--replicas", "2", "--", "true"],
-        env=scaler_target.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    ))
+    no_name = finish(popen([DDLSCALE, "run", "--kind", "ray", "--replicas", "2", "--", "true"], scaler_target.env))
     assert no_name.returncode == 2
     assert "give --name (or --run-id) outside a Domino run" in no_name.stderr
     assert scaler_server.count("PATCH") == 0
@@ -287,10 +282,7 @@ def test_exit_status_of_a_signalled_child():
 def test_run_in_a_domino_run_uses_the_runs_own_cluster(scaler_server, scaler_target):
     scaler_server.add_cluster("dask", "dask-abc123", replicas=1, max_replicas=4)
     env = dict(scaler_target.env, DOMINO_RUN_ID="abc123")
-    result = finish(subprocess.Popen(
-        [DDLSCALE, "run", "--kind", "dask", "--replicas", "2", "--timeout", "30", "--", "true"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    ))
+    result = finish(popen([DDLSCALE, "run", "--kind", "dask", "--replicas", "2", "--timeout", "30", "--", "true"], env))
     assert result.returncode == 0, result.stderr
     assert "dask/dask-abc123 restored to 1 worker (baseline)" in result.stderr  # "1 worker", not "1 workers"
     assert scaler_server.cluster_object("dask", "dask-abc123")["spec"]["worker"]["replicas"] == 1
@@ -314,9 +306,51 @@ def test_domino_flows_job_commands_run_as_documented(scaler_server, scaler_targe
     env = dict(scaler_target.env, DOMINO_RUN_ID="abc123",
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     result = subprocess.run(["bash", "run_training.sh", "--epochs", "1"], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=START_TIMEOUT)
+                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=START_TIMEOUT)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == ("trained ['--epochs', '1']" if block == 0 else "trained []")
     patches = [r.body["replicas"] for r in scaler_server.requests if r.method == "PATCH"]
     assert patches[0] == 8 and patches[-1] == 1  # scaled for the step, restored to the baseline after it
     assert scaler_server.cluster_object("ray", "ray-abc123")["spec"]["worker"]["replicas"] == 1
+
+
+def test_ctrl_c_on_a_terminal_reaches_the_command_once(scaler_target, tmp_path):
+    """Ctrl-C signals the terminal's whole foreground group; ddlscale must not send the command a second SIGINT."""
+    import fcntl
+    import pty
+    import termios
+
+    started = tmp_path / "started"
+    # Counts SIGINTs as they arrive, and keeps listening for a second after the first.
+    counting = (
+        "import pathlib, signal, sys, time\n"
+        "got = pathlib.Path(sys.argv[1] + '.got')\n"
+        "signal.signal(signal.SIGINT, lambda *_: got.open('a').write('INT\\n'))\n"
+        "pathlib.Path(sys.argv[1]).touch()\n"
+        "while not got.exists(): time.sleep(0.01)\n"
+        "ends = time.monotonic() + 1\n"
+        "while time.monotonic() < ends: time.sleep(0.01)\n"
+        "sys.exit(130)\n"
+    )
+    master, slave = pty.openpty()
+
+    def take_the_terminal() -> None:  # runs in the child: a new session whose controlling terminal is the pty
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    proc = subprocess.Popen(
+        [DDLSCALE, "run", *scaler_target.args, "--replicas", "2", "--timeout", "30", "--",
+         sys.executable, "-c", counting, str(started)],
+        env=scaler_target.env, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True, preexec_fn=take_the_terminal,
+    )
+    os.close(slave)
+    try:
+        wait_for(started, proc)
+        os.write(master, b"\x03")  # what Ctrl-C types
+        result = finish(proc)
+    finally:
+        os.close(master)
+    assert result.returncode == 130, result.stderr
+    assert started.with_suffix(".got").read_text().split() == ["INT"]
+    assert "the terminal sent it to the command as well" in result.stderr
+    assert scaler_target.size() == 1
