@@ -215,7 +215,7 @@ def test_sigterm_during_scale_up_restores_and_never_runs_the_command(scaler_serv
     proc.send_signal(signal.SIGTERM)
     result = finish(proc)
     assert result.returncode == 143, result.stderr
-    assert "interrupted by SIGTERM before the command started" in result.stderr
+    assert "SIGTERM before the command started; ray/ray-run1 restored to 1 worker (baseline)" in result.stderr
     assert not started.exists()
     assert scaler_target.size() == 1
 
@@ -353,4 +353,24 @@ def test_ctrl_c_on_a_terminal_reaches_the_command_once(scaler_target, tmp_path):
     assert result.returncode == 130, result.stderr
     assert started.with_suffix(".got").read_text().split() == ["INT"]
     assert "the terminal sent it to the command as well" in result.stderr
+    assert scaler_target.size() == 1
+
+
+def test_failed_restore_after_a_successful_command_exits_with_the_restore_code(scaler_server, scaler_target, tmp_path):
+    started = tmp_path / "started"
+    held = 'touch $0; while [ ! -e $0.release ]; do sleep 0.05; done'
+    proc = start(scaler_target, "--replicas", "2", "--timeout", "30", "--", "sh", "-c", held, str(started))
+    wait_for(started, proc)
+    scaler_server.inject_faults("status", count=1000, status=503, method="PATCH")
+    started.with_suffix(".release").touch()
+    result = finish(proc)
+    assert result.returncode == 6, result.stderr  # backend unavailable: the command's 0 would hide it
+    assert "the command exited with 0, but restoring ray/ray-run1 failed" in result.stderr
+    assert scaler_target.size() == 2
+    scaler_server.clear_faults()
+    recovered = subprocess.run(
+        [DDLSCALE, "restore", *scaler_target.args, "--timeout", "30"], env=scaler_target.env,
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=START_TIMEOUT,
+    )
+    assert recovered.returncode == 0, recovered.stderr  # the baseline was kept for exactly this
     assert scaler_target.size() == 1

@@ -6,6 +6,7 @@ readiness, release and restore), with the command run as a child process
 that gets the connection variables and the signals sent to ``ddlscale``.
 """
 import shlex
+import signal
 import sys
 from typing import TYPE_CHECKING, List, Optional, Tuple
 
@@ -113,20 +114,29 @@ def _run_in_phase(phase: "ClusterPhase", argv: List[str], kill_after: float) -> 
             status = run_forwarding(argv, kill_after)
             _say(f"command exited with {status}; restoring {phase.ref}")
     except CommandNotStarted as error:
-        _say(f"{error}; {phase.ref} restored to {phase.restored_to or '-'}")
+        _say(f"{error}; {_outcome(phase)}")
         return error.exit_code
     except PhaseInterrupted as interrupt:
+        name = signal.Signals(interrupt.signum).name
         if status is None:
-            _say(f"interrupted by {interrupt} before the command started; {phase.ref} restored to "
-                 f"{phase.restored_to or '-'}")
+            _say(f"{name} before the command started; {_outcome(phase)}")
             return 128 + interrupt.signum
-        _say(f"{interrupt} arrived during the restore, which finished first")
+        _say(f"{name} arrived during the restore, which finished first")
     except ScalingError as error:
         code = emit_error(error, as_json=False)
         if status is None:
-            _say(f"the command did not run; {phase.ref} restored to {phase.restored_to or '-'}")
+            _say(f"the command did not run; {_outcome(phase)}")
             return code
-        _say(f"the command exited with {status}, but restoring {phase.ref} failed")
+        _say(f"the command exited with {status}, but {_outcome(phase)}")
         return status or code
-    _say(f"{phase.ref} restored to {phase.restored_to}")
+    _say(_outcome(phase))
     return status if status is not None else 0
+
+
+def _outcome(phase: "ClusterPhase") -> str:
+    """What the phase's cleanup did to the cluster, for the last line ``ddlscale run`` prints."""
+    if phase.restore_error is not None:
+        return f"restoring {phase.ref} failed: {phase.restore_error}"
+    if phase.restored_to is None:
+        return f"{phase.ref} unchanged"
+    return f"{phase.ref} restored to {phase.restored_to}"
