@@ -245,6 +245,7 @@ def test_command_not_found_exits_127_and_restores(scaler_target):
         (["--replicas", "2", "--kill-after", "0"], "invalid kill_after=0.0"),
         (["--replicas", "2", "--worker-hw-tier", "  "], "invalid worker_hw_tier='  '"),
         (["--replicas", "two"], "'two' is not a valid integer"),
+        (["--replicas", "2", "--backend", "bogus"], "invalid backend='bogus'; allowed: kubernetes, local, scaler"),
     ],
 )
 def test_bad_input_is_refused_before_anything_changes(target, tmp_path, args, message):
