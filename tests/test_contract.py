@@ -18,7 +18,7 @@ from flytekitplugins_ddlscale.waiting import Backoff
 from tests.contract_support import run_shell, write_kubeconfig
 from tests.servers.k8s_server import K8sTestServer
 from tests.servers.scaler_server import DEFAULT_API_KEY, ScalerTestServer
-from tests.test_local_support import local_state, processes_mentioning  # noqa: F401 - fixture
+from tests.test_local_support import local_state  # noqa: F401 - fixture
 
 FAST = Backoff(initial=0.02, factor=1.5, cap=0.1)
 AUTO = {"minReplicas": 1, "maxReplicas": 6}
@@ -199,9 +199,21 @@ def test_a_timed_out_restore_stays_in_place_and_its_command_waits_for_it(world):
     assert observed(world.backend.get_state(world.ref)) == 1
 
 
+def test_a_timed_out_reconcile_to_a_claim_stays_in_place_and_names_the_restore(world):
+    world.backend.claim(world.ref, "phase-a", 2)
+    world.slow()
+    with pytest.raises(ScalingTimeoutError) as caught:
+        world.backend.reconcile(world.ref, timeout=0.3)
+    error = caught.value
+    assert f"{world.setting}=2 left in place: " in str(error)
+    assert error.remedy_command == world.command("restore")
+    assert world.desired() == 2
+    assert set(world.backend.claims(world.ref)) == {"phase-a"} and world.backend.get_baseline(world.ref).replicas == 1
+
+
+# The scaler service shows no pod failures, so only these two backends can report one.
+@pytest.mark.parametrize("world", ["kubernetes", pytest.param("local", marks=pytest.mark.slow)], indirect=True)
 def test_a_worker_that_cannot_start_leaves_the_request_in_place(world):
-    if world.break_workers is None:
-        pytest.skip("the scaler service shows no pod failures")
     world.break_workers()
     with pytest.raises(WorkerFailedError) as caught:
         world.backend.scale(world.ref, 3, timeout=60)

@@ -381,6 +381,8 @@ class LocalBackend:
                 return self._scale_locked(
                     ref, claim.replicas, claim.worker_hw_tier, wait, timeout, progress, record_baseline=True
                 )
+            if self.bookkeeping.get_baseline(ref) is None:
+                return None
             return self._restore_locked(ref, target, wait, timeout, progress, drop_claims=False)
 
     def release(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
@@ -464,17 +466,19 @@ class LocalBackend:
         the change is made, before the wait, as on the other backends.
         """
         began = time.monotonic()
-        baseline = self.bookkeeping.get_baseline(ref)
-        if target is None and baseline is None:
-            self._forget_claims(ref, drop_claims)
-            return None
-        record = self.store.load(ref)
-        if target is None and (record is None or (record.ephemeral and baseline.replicas == 0)):
-            result = self._down_locked(ref, record)
-            self.bookkeeping.forget_baseline(ref)
-            self._forget_claims(ref, drop_claims)
-            return result
-        wanted = target or ReplicaSpec(baseline.replicas, baseline.worker_hw_tier, baseline.head_hw_tier)
+        wanted = target
+        if wanted is None:
+            baseline = self.bookkeeping.get_baseline(ref)
+            if baseline is None:
+                self._forget_claims(ref, drop_claims)
+                return None
+            record = self.store.load(ref)
+            if record is None or (record.ephemeral and baseline.replicas == 0):
+                result = self._down_locked(ref, record)
+                self.bookkeeping.forget_baseline(ref)
+                self._forget_claims(ref, drop_claims)
+                return result
+            wanted = ReplicaSpec(baseline.replicas, baseline.worker_hw_tier, baseline.head_hw_tier)
         change = self._apply_locked(ref, wanted.replicas, wanted.worker_hw_tier, record_baseline=False, by_operator=False)
         if change is not None and wanted.head_hw_tier is not None:
             change.record.head_hw_tier = wanted.head_hw_tier
