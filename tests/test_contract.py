@@ -273,3 +273,34 @@ def test_restore_drops_live_claims_and_says_which(world, caplog):
     assert "restore dropped claims a" in caplog.text
     assert world.backend.get_baseline(world.ref) is None
     assert world.desired() == 1
+
+
+def test_remedy_text_quotes_settings_and_survives_pickling():
+    import pickle
+
+    from flytekitplugins_ddlscale.inplace import Reach, left_in_place
+    from flytekitplugins_ddlscale.models import ClusterState
+
+    reach = Reach("local", ClusterRef("dask", "d1", "team-a"), env={"DDLSCALE_STATE_DIR": "/tmp/my state"},
+                  options={"state_dir": "/tmp/my state/local"})
+    state = ClusterState("team-a/dask/d1", "Starting", 3, 2, ready_workers=1)
+    error = left_in_place(ScalingTimeoutError("timed out", state=state), reach, "desired_workers", 3, restoring=False)
+    assert error.remedy_command == (
+        "DDLSCALE_STATE_DIR='/tmp/my state' ddlscale restore --backend local --kind dask --name d1 --namespace team-a"
+    )
+    assert error.remedy_call == (
+        'get_backend("local", state_dir="/tmp/my state/local").restore_baseline(ClusterRef("dask", "d1", "team-a"))'
+    )
+    assert "desired_workers=3 left in place: 1 of 3 workers ready" in str(error)
+    copy = pickle.loads(pickle.dumps(error))
+    assert (copy.left_in_place, copy.remedy_command, str(copy)) == (error.left_in_place, error.remedy_command, str(error))
+
+    python_only = Reach("kubernetes", ClusterRef("ray", "r1", "ns"), options={"context": "prod"}, cli=False)
+    error = left_in_place(WorkerFailedError("pod r1-ray-worker-2 failed", pod="p", reason="CrashLoopBackOff"),
+                          python_only, "spec.worker.replicas", 4, restoring=True)
+    assert error.remedy_command is None and "ddlscale" not in str(error)
+    assert "the workers were never observed" in str(error)
+    assert error.remedy_call == 'get_backend("kubernetes", context="prod").wait_for_workers(ClusterRef("ray", "r1", "ns"), 4)'
+
+    unreachable = pickle.loads(pickle.dumps(UnreachableWaitError(5, desired=2, maximum=4, cluster="ray/x")))
+    assert (unreachable.field, unreachable.value, unreachable.desired, unreachable.maximum) == ("replicas", 5, 2, 4)
