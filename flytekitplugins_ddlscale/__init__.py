@@ -22,6 +22,7 @@ from .errors import (
     ScalingTimeoutError,
     UnauthorizedError,
     UnknownTierError,
+    UnreachableWaitError,
     UnsupportedOperationError,
     WorkerFailedError,
 )
@@ -80,6 +81,7 @@ __all__ = [
     "ScalingTimeoutError",
     "UnauthorizedError",
     "UnknownTierError",
+    "UnreachableWaitError",
     "UnsupportedOperationError",
     "WorkerFailedError",
     *_LAZY,

@@ -23,6 +23,7 @@ from flytekit.models.literals import LiteralMap
 from flytekit.models.task import TaskTemplate
 
 from .errors import ScalingError
+from .inplace import check_reachable
 from .tasks.base import OUTPUT_NAME
 from .tasks.config import ANY_DESIRED, ScaleConfig, WaitConfig, resolve_cluster, validate_wait_replicas
 from .tasks.outputs import ClusterReady, ScaleOutcome
@@ -114,6 +115,10 @@ class ScalingConnector(AsyncConnectorBase):
         with open_backend(config.backend) as backend:
             state = backend.get_state(ref)
             target = state.desired_workers if replicas == ANY_DESIRED else replicas
+            check_reachable(
+                target, desired=state.desired_workers, maximum=state.autoscaling_max, cluster=str(ref),
+                desired_name="desired_workers", state=state,
+            )
             outcome = ClusterReady.from_state(state, backend.name, 0.0)
         now = time.time()
         return ScalingMetadata(

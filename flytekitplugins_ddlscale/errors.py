@@ -16,6 +16,12 @@ class ScalingError(Exception):
     """Base class of every error this plugin raises on purpose."""
 
     code = "scaling_error"
+    left_in_place: Optional[str] = None
+    """After a change whose wait failed: the setting the change left in place, e.g. ``spec.worker.replicas=8``."""
+    remedy_command: Optional[str] = None
+    """After a change whose wait failed: the ``ddlscale`` command that undoes it (or awaits a restore)."""
+    remedy_call: Optional[str] = None
+    """The Python call doing the same as :attr:`remedy_command`."""
 
     def __init__(
         self,
@@ -67,6 +73,43 @@ class InvalidInputError(ScalingError, ValueError):
         self.reason = reason
         why = f": {reason}" if reason else ""
         super().__init__(f"invalid {field}={value!r}{why}; allowed: {allowed}")
+
+
+class UnreachableWaitError(InvalidInputError):
+    """A wait for more workers than the cluster will ever have: above its desired count or its maximum.
+
+    Raised at the start of the wait instead of letting it run out its
+    timeout; ``desired`` and ``maximum`` say what the cluster allows.
+    """
+
+    code = "unreachable_wait"
+
+    def __init__(
+        self,
+        replicas: int,
+        *,
+        desired: int,
+        maximum: Optional[int],
+        cluster: str,
+        desired_name: str = "spec.worker.replicas",
+        maximum_name: str = "maxReplicas",
+        state: "Optional[ClusterState]" = None,
+    ) -> None:
+        self.field = "replicas"
+        self.value = replicas
+        self.desired = desired
+        self.maximum = maximum
+        limit = desired if maximum is None else min(desired, maximum)
+        self.allowed = f"0..{limit}"
+        bound = f"{maximum_name}={maximum}" if maximum is not None else f"no {maximum_name}"
+        ScalingError.__init__(
+            self,
+            f"invalid replicas={replicas}: that many workers can never come ({desired_name}={desired} "
+            f"desired, {bound}), so the wait would only run out its timeout; allowed: {self.allowed}. "
+            f"Scale the cluster first (ScaleCluster, `ddlscale scale`, backend.scale)",
+            cluster=cluster,
+            state=state,
+        )
 
 
 class UnknownTierError(ScalingError):

@@ -166,3 +166,19 @@ def test_restart_head(scaler_server, run):
 def test_mpi_is_unsupported_by_the_scaler(run):
     result = run("status", "--kind", "mpi", "--name", "mpi-run1", "--json")
     assert result.exit_code == 1 and json.loads(result.stdout)["error"] == "unsupported"
+
+
+def test_scale_timeout_exits_3_names_what_was_left_and_the_restore_that_undoes_it(scaler_server, run):
+    scaler_server.add_cluster("ray", "ray-run1", replicas=1, max_replicas=5)
+    scaler_server.set_pod_ready_delay(1.0)
+    result = run("scale", "--kind", "ray", "--name", "ray-run1", "--replicas", "3", "--timeout", "0.3", "--json")
+    assert result.exit_code == 3
+    body = json.loads(result.stdout)
+    assert body["error"] == "timeout" and body["left_in_place"] == "spec.worker.replicas=3"
+    # This shell already points at the service and the state directory, so the command needs nothing more.
+    assert body["remedy_command"] == "ddlscale restore --backend scaler --kind ray --name ray-run1"
+    assert body["remedy_call"] == 'get_backend("scaler").restore_baseline(ClusterRef("ray", "ray-run1"))'
+    assert scaler_server.cluster_object("ray", "ray-run1")["spec"]["worker"]["replicas"] == 3
+    restored = run(*body["remedy_command"].split()[1:], "--timeout", "20")
+    assert restored.exit_code == 0, restored.output
+    assert scaler_server.cluster_object("ray", "ray-run1")["spec"]["worker"]["replicas"] == 1

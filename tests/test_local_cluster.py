@@ -4,6 +4,7 @@ Worker counts, threads and memory limits are checked through a real
 ``distributed.Client`` connected with the Domino connection variables, and
 worker pids through ``Client.run(os.getpid)`` on the workers themselves.
 """
+import logging
 import os
 import signal
 import socket
@@ -39,10 +40,6 @@ def _recorded_worker_pids(backend, ref):
 
 def test_scale_0_3_1_0_with_compute_on_the_workers(backend):
     ref = ClusterRef("dask", "cycle")
-    first = backend.scale(ref, 0, timeout=60)
-    assert first.previous.status == "Stopped"
-    assert (first.final.status, first.final.ready_workers, first.final.head_ready) == ("Running", 0, True)
-
     three = backend.scale(ref, 3, wait=False)
     assert (three.effective, three.final.desired_workers, three.waited) == (3, 3, False)
     assert three.previous.desired_workers == 0
@@ -150,14 +147,19 @@ def test_crashed_worker_and_scheduler_are_repaired(backend):
     assert backend.connection_env(ref)["DASK_SCHEDULER_SERVICE_PORT"] == str(moved.port)
 
 
-def test_timeout_and_max_workers_never_leave_the_cluster_bigger(backend):
+def test_a_timed_out_scale_keeps_its_request_and_max_workers_caps(backend):
     ref = ClusterRef("dask", "timeout")
-    backend.scale(ref, 1, timeout=60)
+    backend.up(ref, 1, timeout=60)
     with pytest.raises(ScalingTimeoutError, match="3 workers seen by the Dask scheduler") as caught:
         backend.scale(ref, 3, timeout=0.05)
-    assert caught.value.state is not None
-    state = backend.get_state(ref)
-    assert (state.desired_workers, state.existing_workers, state.ready_workers) == (1, 1, 1)
+    assert caught.value.state is not None and caught.value.left_in_place == "desired_workers=3"
+    # Nothing is rolled back: the two new workers keep starting and join.
+    assert backend.get_state(ref).desired_workers == 3
+    state = backend.wait_for_workers(ref, 3, timeout=60)
+    assert (state.desired_workers, state.existing_workers, state.ready_workers) == (3, 3, 3)
+    assert len(processes_mentioning(str(backend.store.cluster_dir(ref)))) == 4
+    restored = backend.restore_baseline(ref, timeout=60)
+    assert (restored.final.desired_workers, restored.final.ready_workers) == (1, 1)
     assert len(processes_mentioning(str(backend.store.cluster_dir(ref)))) == 2
 
     capped = LocalBackend(state_dir=backend.store.root, max_workers=1)
@@ -166,17 +168,23 @@ def test_timeout_and_max_workers_never_leave_the_cluster_bigger(backend):
     assert len(processes_mentioning(str(backend.store.cluster_dir(ref)))) == 2
 
 
-def test_a_worker_that_crashes_on_start_fails_fast_and_is_rolled_back(backend, monkeypatch):
+def test_a_worker_that_crashes_on_start_fails_fast_and_only_dead_processes_go(backend, monkeypatch):
     ref = ClusterRef("dask", "crashing")
-    backend.scale(ref, 1, timeout=60)
+    backend.up(ref, 1, timeout=60)
+    healthy = backend.store.load(ref).workers[0]
     # A bad Dask setting in the environment makes every new worker process exit during start-up.
     monkeypatch.setenv("DASK_DISTRIBUTED__WORKER__PROFILE__INTERVAL", "bogus")
     with pytest.raises(WorkerFailedError, match="exited before joining") as caught:
         backend.scale(ref, 2, timeout=60)
     assert caught.value.reason == "ProcessExited" and "Invalid time unit: bogus" in str(caught.value)
+    assert "desired_workers=2 left in place: 1 of 2 workers ready" in str(caught.value)
     state = backend.get_state(ref)
-    assert (state.desired_workers, state.existing_workers, state.ready_workers) == (1, 1, 1)
-    assert len(backend.store.load(ref).workers) == 1
+    assert (state.desired_workers, state.existing_workers, state.ready_workers) == (2, 1, 1)
+    assert [w.name for w in backend.store.load(ref).workers] == [healthy.name]
+    assert procs.is_alive(healthy.proc)
+    monkeypatch.delenv("DASK_DISTRIBUTED__WORKER__PROFILE__INTERVAL")
+    restored = backend.restore_baseline(ref, timeout=60)
+    assert (restored.final.desired_workers, restored.final.ready_workers, restored.final.status) == (1, 1, "Running")
 
 
 def test_restore_baseline_removes_a_cluster_the_flow_created(backend):
@@ -185,19 +193,25 @@ def test_restore_baseline_removes_a_cluster_the_flow_created(backend):
     folder = str(backend.store.cluster_dir(ref))
     assert len(processes_mentioning(folder)) == 3
 
-    # While another phase still claims the cluster, restoring only shrinks it.
-    backend.claim(ref, "other-phase", 1)
-    kept = backend.restore_baseline(ref, timeout=60)
-    assert (kept.final.status, kept.final.ready_workers) == ("Running", 0)
-    assert backend.list_clusters() == [ref]
-    backend.release(ref, "other-phase")
-
-    backend.scale(ref, 1, timeout=60)
     assert backend.get_baseline(ref).replicas == 0
+    # A restore ends every phase, as on the other backends: a claim left behind does not keep the cluster.
+    backend.claim(ref, "left-behind", 1)
     result = backend.restore_baseline(ref)
-    assert (result.previous.ready_workers, result.final.status) == (1, "Stopped")
+    assert (result.previous.ready_workers, result.final.status) == (2, "Stopped")
     assert backend.list_clusters() == [] and backend.get_baseline(ref) is None
+    assert backend.claims(ref) == {}
     assert processes_mentioning(folder) == []
+
+
+def test_scaling_a_missing_cluster_to_zero_changes_nothing(backend, caplog):
+    ref = ClusterRef("dask", "gone")
+    with caplog.at_level(logging.INFO, logger="flytekitplugins_ddlscale.local"):
+        result = backend.scale(ref, 0, timeout=60)
+    assert (result.requested, result.effective, result.waited) == (0, 0, False)
+    assert result.previous.status == result.final.status == "Stopped"
+    assert "dask/gone does not exist; scaling it to 0 workers changes nothing" in caplog.text
+    assert backend.list_clusters() == [] and backend.get_baseline(ref) is None
+    assert processes_mentioning(str(backend.store.root)) == []
 
 
 def test_restore_baseline_keeps_a_cluster_made_with_up(backend):

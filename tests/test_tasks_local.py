@@ -1,12 +1,14 @@
 """The task types running for real: flytekit local execution against the local backend's Dask processes."""
+import logging
+
 import pytest
 from flytekit.core.context_manager import FlyteContextManager
 
-from flytekitplugins_ddlscale.errors import InvalidInputError, UnsupportedOperationError
+from flytekitplugins_ddlscale.errors import InvalidInputError, UnreachableWaitError, UnsupportedOperationError
 from flytekitplugins_ddlscale.refs import ClusterRef
 from flytekitplugins_ddlscale.tasks import ScaleCluster, ScaleOutcome
 from tests.flyte_apps import nodes
-from tests.flyte_support import local_backend, local_env  # noqa: F401 - fixture
+from tests.flyte_support import local_backend, local_env, processes_mentioning  # noqa: F401 - fixture
 
 REF = ClusterRef.parse(nodes.CLUSTER)
 
@@ -63,3 +65,20 @@ def test_failure_handler_restores_the_cluster(local_env):
     with pytest.raises(Exception, match="stage failed on purpose"):
         nodes.failing(fail=True)
     assert local_backend(local_env).list_clusters() == []
+
+
+def test_scale_down_node_on_a_missing_cluster_changes_nothing_and_says_so(local_env, caplog):
+    with caplog.at_level(logging.INFO, logger="flytekitplugins_ddlscale.local"):
+        outcome = nodes.scale_down()
+    assert (outcome.requested, outcome.effective, outcome.previous_workers, outcome.workers) == (0, 0, 0, 0)
+    assert outcome.ready_workers == 0 and not outcome.waited
+    assert f"{REF} does not exist; scaling it to 0 workers changes nothing" in caplog.text
+    backend = local_backend(local_env)
+    assert backend.list_clusters() == [] and backend.get_baseline(REF) is None
+    assert processes_mentioning(str(local_env)) == []
+
+
+def test_wait_node_for_more_workers_than_desired_fails_at_once(local_env):
+    local_backend(local_env).up(REF, 0, timeout=120)
+    with pytest.raises(UnreachableWaitError, match=r"replicas=2: .*desired_workers=0 desired, max_workers=16"):
+        nodes.ready(replicas=2)

@@ -60,7 +60,11 @@ class ClusterBackend(Protocol):
 
         Records the baseline first if none is recorded. ``strict`` refuses a
         request above ``maxReplicas`` instead of capping it. Invalid input
-        raises :class:`InvalidInputError` before any request is sent.
+        raises :class:`InvalidInputError` before any request is sent. If the
+        wait times out or a worker cannot start, the change stays in place and
+        the error names it and the command that restores the baseline
+        (:mod:`flytekitplugins_ddlscale.inplace`); the same holds for
+        :meth:`restore_baseline` and :meth:`reconcile`.
         """
         ...
 
@@ -72,7 +76,11 @@ class ClusterBackend(Protocol):
         timeout: float = DEFAULT_SCALE_TIMEOUT,
         progress: Optional[ProgressReporter] = None,
     ) -> ClusterState:
-        """Return once ``replicas`` workers are up; raise ``ScalingTimeoutError`` at ``timeout``."""
+        """Return once ``replicas`` workers are up; raise ``ScalingTimeoutError`` at ``timeout``.
+
+        A count above the desired one or the maximum raises
+        ``UnreachableWaitError`` at once: such a wait could never end.
+        """
         ...
 
     def restart_head(

@@ -105,6 +105,9 @@ def emit_error(error: ScalingError, as_json: bool) -> int:
             "cluster": error.cluster,
             "http_status": error.status_code,
             "state": to_jsonable(error.state) if error.state is not None else None,
+            "left_in_place": error.left_in_place,
+            "remedy_command": error.remedy_command,
+            "remedy_call": error.remedy_call,
         }
         click.echo(redact(json.dumps(payload, indent=2, sort_keys=True)))
     else:

@@ -18,9 +18,12 @@ from ...errors import (
     ClusterNotFoundError,
     ConflictError,
     InvalidInputError,
+    ScalingTimeoutError,
     UnauthorizedError,
     UnsupportedOperationError,
+    WorkerFailedError,
 )
+from ...inplace import Reach, check_reachable, left_in_place
 from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
 from ...progress import ProgressReporter
 from ...records import BASELINE_ANNOTATION, CLAIMS_ANNOTATION, Claim, decode_claims, encode_claims, largest_claim
@@ -287,11 +290,17 @@ class KubernetesBackend:
     def _finish(
         self, ref: ClusterRef, requested: int, effective: int, capped: bool, previous: ClusterState,
         after: Dict[str, Any], wait: bool, timeout: float, progress: Optional[ProgressReporter],
-        tier_id: Optional[str], tier_name: Optional[str],
+        tier_id: Optional[str], tier_name: Optional[str], *, restoring: bool = False,
     ) -> ScaleResult:
+        """The result of a patch; with ``wait``, once its workers are Ready (a failed wait keeps the patch)."""
         started = time.monotonic()
         if wait:
-            final = self._wait_workers(ref, effective, timeout, progress, tier_id)
+            try:
+                final = self._wait_workers(ref, effective, timeout, progress, tier_id)
+            except (ScalingTimeoutError, WorkerFailedError) as error:
+                raise left_in_place(
+                    error, self._reach(ref), "spec.worker.replicas", effective, restoring=restoring
+                ) from None
         else:
             final = self._state(ref, after, self._pods(ref))
         return ScaleResult(
@@ -310,12 +319,50 @@ class KubernetesBackend:
     ) -> ClusterState:
         """Return once ``replicas`` worker pods are Ready and ``spec.worker.replicas`` agrees.
 
-        Raises :class:`ScalingTimeoutError` at ``timeout`` and
+        Raises :class:`UnreachableWaitError` at once when ``replicas`` is above
+        ``spec.worker.replicas`` or ``maxReplicas`` (such a wait could never
+        end), :class:`ScalingTimeoutError` at ``timeout`` and
         :class:`WorkerFailedError` when a worker cannot start.
         """
         replicas = validate_replicas(replicas)
         timeout = validate_timeout(timeout)
-        return self._wait_workers(ref, replicas, timeout, progress, None)
+        deadline = Deadline(timeout)
+        self._check_reachable(ref, replicas, deadline)
+        return self._wait_workers(ref, replicas, deadline.remaining, progress, None)
+
+    def _check_reachable(self, ref: ClusterRef, replicas: int, deadline: Deadline) -> None:
+        """Refuse a wait for more workers than the cluster will ever have.
+
+        Skipped when the API server cannot be read now: the wait itself then
+        rides out the outage, unless the read already used up the deadline.
+        """
+        try:
+            obj = self._read(ref, deadline)
+        except BackendUnavailableError as error:
+            if not deadline.expired:
+                return
+            raise ScalingTimeoutError(
+                f"timed out after {deadline.timeout:g}s waiting for {replicas} Ready workers on "
+                f"{self._label(ref)}; last error: {error.message}; last state: never read",
+                cluster=self._label(ref),
+            ) from None
+        state = self._state(ref, obj, [])
+        check_reachable(
+            replicas, desired=state.desired_workers, maximum=state.autoscaling_max, cluster=self._label(ref),
+            state=state,
+        )
+
+    def _reach(self, ref: ClusterRef) -> Reach:
+        """How ``ddlscale`` and a new process reach this cluster (its records are on the object)."""
+        env: Dict[str, str] = {}
+        options: Dict[str, str] = {}
+        if self._kubeconfig:
+            env["KUBECONFIG"] = options["kubeconfig"] = self._kubeconfig
+        if self._context:
+            # The CLI has no context flag: only the Python call can choose one.
+            options["context"] = self._context
+        full = ClusterRef(ref.kind, ref.name, self._ns(ref))
+        return Reach(self.name, full, env=env, options=options, cli=not self._context)
 
     def _wait_workers(
         self, ref: ClusterRef, replicas: int, timeout: float, progress: Optional[ProgressReporter],
@@ -484,7 +531,7 @@ class KubernetesBackend:
         requested = target.replicas if target is not None else outcome["effective"]
         return self._finish(
             ref, requested, outcome["effective"], outcome["capped"], previous, after, wait, timeout, progress,
-            outcome["tier"], target.worker_hw_tier if target is not None else None,
+            outcome["tier"], target.worker_hw_tier if target is not None else None, restoring=True,
         )
 
     def _target_tiers(
@@ -527,8 +574,8 @@ class KubernetesBackend:
 
         def build(current: Dict[str, Any]) -> Optional[Patch]:
             outcome.clear()
-            outcome.update(capped=False, tier=None, name=None)
             largest = largest_claim(decode_claims(_annotations(current).get(CLAIMS_ANNOTATION)))
+            outcome.update(capped=False, tier=None, name=None, restoring=largest is None)
             if largest is not None:
                 tier = self._resolve(largest.worker_hw_tier, ref.kind, "worker_hw_tier")
                 spec, outcome["effective"], outcome["capped"] = self._size(ref, current, largest.replicas, False)
@@ -551,7 +598,7 @@ class KubernetesBackend:
             return None
         return self._finish(
             ref, outcome["requested"], outcome["effective"], outcome["capped"], previous, after, wait, timeout,
-            progress, outcome["tier"], outcome["name"],
+            progress, outcome["tier"], outcome["name"], restoring=outcome["restoring"],
         )
 
     def _restore_spec(

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
@@ -19,11 +20,13 @@ from ...errors import (
     CapacityExceededError,
     ClusterNotFoundError,
     InvalidInputError,
+    ScalingTimeoutError,
     UnsupportedOperationError,
     WorkerFailedError,
 )
 from ...filerecords import FileBookkeeping, validate_claim_id
 from ...filestore import FileRecordStore
+from ...inplace import Reach, check_reachable, left_in_place, state_dir_env
 from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
 from ...progress import ProgressReporter
 from ...records import Claim, largest_claim
@@ -44,6 +47,19 @@ DEFAULT_MAX_WORKERS = 16
 STOPPED = "Stopped"
 """``ClusterState.status`` of a local cluster that does not exist (before first use, after ``down``)."""
 _POLL = Backoff(initial=0.1, factor=1.5, cap=0.5)
+DESIRED = "desired_workers"
+"""What holds a local cluster's size, as named in errors (``ClusterState.desired_workers``)."""
+
+
+@dataclass
+class _Change:
+    """Processes a change started (or kept for retiring), for the wait that follows it under the lock."""
+
+    record: ClusterRecord
+    previous: ClusterState
+    effective: int
+    started: List[WorkerRecord]
+    old: List[WorkerRecord]
 
 
 class LocalBackend:
@@ -147,12 +163,18 @@ class LocalBackend:
     ) -> ClusterState:
         """Return once the scheduler sees ``replicas`` workers of the cluster's tier.
 
-        Raises :class:`ScalingTimeoutError` with the last state at ``timeout``.
+        Raises :class:`UnreachableWaitError` at once when ``replicas`` is above
+        the cluster's desired count or ``max_workers`` (such a wait could never
+        end), and :class:`ScalingTimeoutError` with the last state at ``timeout``.
         """
         self._check_kind(ref)
         validate_replicas(replicas)
         timeout = validate_timeout(timeout)
-        self._load(ref)
+        record = self._load(ref)
+        check_reachable(
+            replicas, desired=record.desired, maximum=self.max_workers, cluster=str(ref),
+            desired_name=DESIRED, maximum_name="max_workers",
+        )
         return self._poll(lambda: self._observe(self._load(ref)), ref, replicas, timeout, progress)
 
     # ------------------------------------------------------------ changing
@@ -173,8 +195,11 @@ class LocalBackend:
         A new ``worker_hw_tier`` replaces every worker: new workers start, and
         the old ones are retired once the new ones are up. Above
         ``max_workers`` the request is capped (``strict`` raises
-        :class:`CapacityExceededError` instead). If the new workers fail or
-        time out, they are stopped and the cluster keeps its previous size and tier.
+        :class:`CapacityExceededError` instead). Scaling a cluster that does
+        not exist to 0 workers changes nothing (no scheduler, no baseline).
+        If the wait times out or a new worker exits, nothing is rolled back:
+        the new size stays (only dead processes are dropped) and the error
+        names it and the ``ddlscale restore`` command that undoes it.
         """
         return self._scale(ref, replicas, worker_hw_tier, wait, timeout, strict, progress, by_operator=False)
 
@@ -296,34 +321,21 @@ class LocalBackend:
         timeout: float = DEFAULT_SCALE_TIMEOUT,
         progress: Optional[ProgressReporter] = None,
     ) -> ScaleResult:
-        """Scale back to the baseline (or ``target``) and forget the baseline.
+        """Scale back to the baseline (or ``target``), then forget the baseline and every claim.
 
-        A cluster that a scale created (not ``up``), whose baseline is "no
-        workers" and that no live claim needs, is taken down entirely, so a
-        flow leaves nothing running.
-        With neither baseline nor target this changes nothing.
+        A restore ends every phase, as on the other backends: claims left by
+        killed processes would otherwise hold the cluster up (the dropped ones
+        are logged). A cluster that a scale created (not ``up``) whose
+        baseline is "no workers" is taken down entirely, so a flow leaves
+        nothing running. With neither baseline nor target the size is not
+        changed. If the wait times out, the restored size stays in place.
         """
         self._check_kind(ref)
         timeout = validate_timeout(timeout)
-        baseline = self.bookkeeping.get_baseline(ref)
-        if target is None:
-            if baseline is None:
-                state = self._observe_or_absent(ref)
-                return _unchanged(state)
-            record = self.store.load(ref)
-            unused = baseline.replicas == 0 and not self.bookkeeping.claims(ref)
-            if record is None or (record.ephemeral and unused):
-                return self._restore_by_down(ref, record)
-            target = ReplicaSpec(baseline.replicas, baseline.worker_hw_tier, baseline.head_hw_tier)
-        self.catalog.resolve(target.head_hw_tier, ref.kind, field="head_hw_tier")
-        result = self.scale(ref, target.replicas, target.worker_hw_tier, wait=wait, timeout=timeout, progress=progress)
-        if target.head_hw_tier is not None:
-            with self.store.lock(ref, timeout):
-                current = self._load(ref)
-                current.head_hw_tier = target.head_hw_tier
-                self.store.save(current)
-        self.bookkeeping.forget_baseline(ref)
-        return result
+        self._check_target(target)
+        with self.store.lock(ref, timeout):
+            result = self._restore_locked(ref, target, wait, timeout, progress, drop_claims=True)
+        return result if result is not None else _unchanged(self._observe_or_absent(ref))
 
     def claim(
         self, ref: ClusterRef, claim_id: str, replicas: int, worker_hw_tier: Optional[str] = None
@@ -361,35 +373,18 @@ class LocalBackend:
         """
         self._check_kind(ref)
         timeout = validate_timeout(timeout)
-        if target is not None:
-            validate_replicas(target.replicas, field="target.replicas")
-            self._shape(target.worker_hw_tier, field="target.worker_hw_tier")
-            self.catalog.resolve(target.head_hw_tier, ref.kind, field="target.head_hw_tier")
+        self._check_target(target)
         with self.store.lock(ref, timeout):
             # New claims wait for the cluster lock, so these stay the live ones
-            # until the baseline is forgotten below.
+            # until the baseline is forgotten.
             claim = largest_claim(self.bookkeeping.claims(ref))
-            baseline = self.bookkeeping.get_baseline(ref)
             if claim is not None:
                 return self._scale_locked(
                     ref, claim.replicas, claim.worker_hw_tier, wait, timeout, progress, record_baseline=True
                 )
-            if baseline is None:
+            if self.bookkeeping.get_baseline(ref) is None:
                 return None
-            record = self.store.load(ref)
-            if target is None and (record is None or (record.ephemeral and baseline.replicas == 0)):
-                result = self._down_locked(ref, record)
-            else:
-                wanted = target or ReplicaSpec(baseline.replicas, baseline.worker_hw_tier, baseline.head_hw_tier)
-                result = self._scale_locked(
-                    ref, wanted.replicas, wanted.worker_hw_tier, wait, timeout, progress, record_baseline=False
-                )
-                if wanted.head_hw_tier is not None:
-                    current = self._load(ref)
-                    current.head_hw_tier = wanted.head_hw_tier
-                    self.store.save(current)
-            self.bookkeeping.forget_baseline(ref)
-            return result
+            return self._restore_locked(ref, target, wait, timeout, progress, drop_claims=False)
 
     def release(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
         """Drop ``claim_id``; return the largest remaining claim, or None when none remain."""
@@ -448,43 +443,157 @@ class LocalBackend:
         by_operator: bool = False,
     ) -> ScaleResult:
         """:meth:`_scale` for a caller that holds the cluster lock."""
-        effective = min(replicas, self.max_workers)
         began = time.monotonic()
+        change = self._apply_locked(ref, replicas, worker_hw_tier, record_baseline=record_baseline, by_operator=by_operator)
+        if change is None:
+            return _unchanged(_absent(ref), requested=replicas)
+        # ``up`` records no baseline, so there is nothing to restore after it.
+        reach = None if by_operator else self._reach(ref)
+        return self._settle_locked(change, replicas, worker_hw_tier, wait, timeout, progress, began, reach, False)
+
+    def _restore_locked(
+        self,
+        ref: ClusterRef,
+        target: Optional[ReplicaSpec],
+        wait: bool,
+        timeout: float,
+        progress: Optional[ProgressReporter],
+        *,
+        drop_claims: bool,
+    ) -> Optional[ScaleResult]:
+        """Restore the baseline (or ``target``) for a caller holding the lock; None when there was neither.
+
+        The baseline (and, with ``drop_claims``, every claim) is forgotten once
+        the change is made, before the wait, as on the other backends.
+        """
+        began = time.monotonic()
+        wanted = target
+        if wanted is None:
+            baseline = self.bookkeeping.get_baseline(ref)
+            if baseline is None:
+                self._forget_claims(ref, drop_claims)
+                return None
+            record = self.store.load(ref)
+            if record is None or (record.ephemeral and baseline.replicas == 0):
+                result = self._down_locked(ref, record)
+                self.bookkeeping.forget_baseline(ref)
+                self._forget_claims(ref, drop_claims)
+                return result
+            wanted = ReplicaSpec(baseline.replicas, baseline.worker_hw_tier, baseline.head_hw_tier)
+        change = self._apply_locked(ref, wanted.replicas, wanted.worker_hw_tier, record_baseline=False, by_operator=False)
+        if change is not None and wanted.head_hw_tier is not None:
+            change.record.head_hw_tier = wanted.head_hw_tier
+            self.store.save(change.record)
+        self.bookkeeping.forget_baseline(ref)
+        self._forget_claims(ref, drop_claims)
+        if change is None:
+            return _unchanged(_absent(ref), requested=wanted.replicas)
+        return self._settle_locked(
+            change, wanted.replicas, wanted.worker_hw_tier, wait, timeout, progress, began, self._reach(ref), True
+        )
+
+    def _forget_claims(self, ref: ClusterRef, drop: bool) -> None:
+        if not drop:
+            return
+        dropped = self.bookkeeping.forget_claims(ref)
+        if dropped:
+            logger.warning("%s: restore dropped claims %s", ref, ", ".join(sorted(dropped)))
+
+    def _apply_locked(
+        self,
+        ref: ClusterRef,
+        replicas: int,
+        worker_hw_tier: Optional[str],
+        *,
+        record_baseline: bool,
+        by_operator: bool,
+    ) -> Optional[_Change]:
+        """Record the baseline and start or stop processes for ``replicas`` workers; no waiting.
+
+        Returns None, changing nothing, for 0 workers on a cluster that does
+        not exist (e.g. a phase already took it down): a scheduler holding
+        no workers would only be left running.
+        """
+        effective = min(replicas, self.max_workers)
         existing = self.store.load(ref)
+        if existing is None and effective == 0 and not by_operator:
+            logger.info(
+                "%s does not exist; scaling it to 0 workers changes nothing (no scheduler started, no baseline recorded)",
+                ref,
+            )
+            return None
         previous = self._observe(existing) if existing is not None else _absent(ref)
         record = existing or ClusterRecord(ref=ref, host=self.host, ephemeral=not by_operator)
         record.ephemeral = record.ephemeral and not by_operator
         if record_baseline:
             self.bookkeeping.record_baseline(ref, lambda: previous)
         shape = self._shape(worker_hw_tier or record.worker_hw_tier or None, field="worker_hw_tier")
-        prior_tier, prior_desired = record.worker_hw_tier, record.desired
         started, old = self._reconcile(record, effective, shape)
+        return _Change(record, previous, effective, started, old)
+
+    def _settle_locked(
+        self,
+        change: _Change,
+        replicas: int,
+        worker_hw_tier: Optional[str],
+        wait: bool,
+        timeout: float,
+        progress: Optional[ProgressReporter],
+        began: float,
+        reach: Optional[Reach],
+        restoring: bool,
+    ) -> ScaleResult:
+        """Wait for ``change`` (with ``wait``), then retire old-tier workers; build the result.
+
+        A timeout or a worker that exits leaves the change in place: only the
+        dead processes are dropped, and old-tier workers keep running until
+        the new ones are up (a later scale or restore retires them).
+        """
+        record = change.record
         try:
             final = (
-                self._wait_started(record, started, effective, timeout, progress)
+                self._wait_started(record, change.started, change.effective, timeout, progress)
                 if wait
                 else self._observe(record)
             )
-        except BaseException:
-            self._stop_workers(record, started, retire=False)
-            record.worker_hw_tier, record.desired = prior_tier or shape.tier, prior_desired
-            self.store.save(record)
-            raise
-        if old:
-            self._stop_workers(record, old, retire=True)
+        except (ScalingTimeoutError, WorkerFailedError) as error:
+            self._stop_workers(record, [w for w in change.started if not procs.is_alive(w.proc)], retire=False)
+            if reach is None:
+                raise
+            raise left_in_place(error, reach, DESIRED, change.effective, restoring=restoring) from None
+        if change.old:
+            self._stop_workers(record, change.old, retire=True)
             if wait:
                 final = self._observe(record)
         return ScaleResult(
-            cluster=str(ref),
+            cluster=str(record.ref),
             requested=replicas,
-            effective=effective,
-            capped=effective < replicas,
-            previous=previous,
+            effective=change.effective,
+            capped=change.effective < replicas,
+            previous=change.previous,
             final=final,
             waited=wait,
             seconds_waited=time.monotonic() - began if wait else 0.0,
             worker_hw_tier=worker_hw_tier,
         )
+
+    def _reach(self, ref: ClusterRef) -> Reach:
+        """How ``ddlscale`` and a new process find this state directory (hence the baseline)."""
+        env = state_dir_env(self.store.root, "local")
+        if env == {}:
+            return Reach(self.name, ref)
+        options = {"state_dir": str(self.store.root.resolve())}
+        return Reach(self.name, ref, env=env or {}, options=options, cli=env is not None)
+
+    def _check_target(self, target: Optional[ReplicaSpec]) -> None:
+        """Refuse a bad restore ``target`` before anything changes."""
+        if target is None:
+            return
+        if not isinstance(target, ReplicaSpec):
+            raise InvalidInputError("target", target, "a ReplicaSpec or None")
+        validate_replicas(target.replicas, field="target.replicas")
+        self._shape(target.worker_hw_tier, field="target.worker_hw_tier")
+        self.catalog.resolve(target.head_hw_tier, "dask", field="target.head_hw_tier")
 
     def _reconcile(
         self, record: ClusterRecord, replicas: int, shape: WorkerShape
@@ -711,14 +820,6 @@ class LocalBackend:
             self.store.delete(ref)
         return _downed(ref, previous)
 
-    def _restore_by_down(self, ref: ClusterRef, record: Optional[ClusterRecord]) -> ScaleResult:
-        previous = self._observe(record) if record is not None else _absent(ref)
-        if record is not None:
-            self.down(ref)
-        else:
-            self.bookkeeping.forget_baseline(ref)
-        return _downed(ref, previous)
-
     def _load(self, ref: ClusterRef) -> ClusterRecord:
         record = self.store.load(ref)
         if record is None:
@@ -772,10 +873,10 @@ def _absent(ref: ClusterRef) -> ClusterState:
     )
 
 
-def _unchanged(state: ClusterState) -> ScaleResult:
+def _unchanged(state: ClusterState, requested: Optional[int] = None) -> ScaleResult:
     return ScaleResult(
         cluster=state.cluster,
-        requested=state.desired_workers,
+        requested=state.desired_workers if requested is None else requested,
         effective=state.desired_workers,
         capped=False,
         previous=state,

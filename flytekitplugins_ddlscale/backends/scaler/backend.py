@@ -16,7 +16,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 import httpx
 
@@ -29,9 +29,11 @@ from ...errors import (
     ScalingError,
     ScalingTimeoutError,
     UnsupportedOperationError,
+    WorkerFailedError,
 )
 from ...filerecords import FileBookkeeping, validate_claim_id
-from ...filestore import FileRecordStore
+from ...filestore import STATE_DIR_ENV, FileRecordStore
+from ...inplace import Reach, check_reachable, left_in_place, state_dir_env
 from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult
 from ...progress import ProgressReporter, WaitProgress
 from ...records import Claim
@@ -40,7 +42,15 @@ from ...tiers import DominoTierCatalog, TierCatalog
 from ...validation import validate_replicas, validate_tier_name, validate_timeout
 from ...waiting import Backoff, Deadline, PollSchedule, TwoStageBackoff, poll_until
 from ..base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT, BackendCapabilities
-from .client import DEFAULT_HTTP_TIMEOUT, DEFAULT_RETRIES, DEFAULT_RETRY_BACKOFF, ScalerClient
+from .client import (
+    BASE_URL_ENV,
+    DEFAULT_HTTP_TIMEOUT,
+    DEFAULT_RETRIES,
+    DEFAULT_RETRY_BACKOFF,
+    ScalerClient,
+    displayable_url,
+    resolve_base_url,
+)
 from .state import state_from_object
 
 logger = logging.getLogger("flytekitplugins_ddlscale.scaler")
@@ -175,12 +185,33 @@ class ScalerServiceBackend:
         ``spec.worker.replicas == replicas``.
 
         Pods that exist may not be Ready yet: the service cannot show readiness.
-        Raises :class:`ScalingTimeoutError` with the last state at ``timeout``.
+        Raises :class:`UnreachableWaitError` at once when ``replicas`` is above
+        ``spec.worker.replicas`` or ``maxReplicas`` (such a wait could never
+        end), and :class:`ScalingTimeoutError` with the last state at ``timeout``.
         """
         replicas = validate_replicas(replicas)
         timeout = validate_timeout(timeout)
         self._served(ref)
-        return self._wait_workers(ref, replicas, timeout, progress, None)
+        deadline = Deadline(timeout)
+        first = self._check_reachable(ref, replicas, deadline)
+        return self._wait_workers(ref, replicas, deadline.remaining, progress, first)
+
+    def _check_reachable(self, ref: ClusterRef, replicas: int, deadline: Deadline) -> Optional[ClusterState]:
+        """The cluster now, after refusing a wait for more workers than it will ever have.
+
+        None when the service cannot be read now: the wait itself then rides
+        out the outage, unless the read already used up the deadline.
+        """
+        try:
+            state = state_from_object(ref, self._client.get_cluster(ref, deadline))
+        except BackendUnavailableError as error:
+            if deadline.expired:
+                raise _timed_out(error, deadline, deadline.timeout, f"{replicas} worker pods of {ref}", ref) from None
+            return None
+        check_reachable(
+            replicas, desired=state.desired_workers, maximum=state.autoscaling_max, cluster=str(ref), state=state
+        )
+        return state
 
     def _wait_workers(
         self,
@@ -297,12 +328,19 @@ class ScalerServiceBackend:
         )
 
     def _finish(
-        self, ref: ClusterRef, result: ScaleResult, wait: bool, timeout: float, progress: Optional[ProgressReporter]
+        self, ref: ClusterRef, result: ScaleResult, wait: bool, timeout: float, progress: Optional[ProgressReporter],
+        *, restoring: bool = False,
     ) -> ScaleResult:
+        """With ``wait``, wait for the workers the change asked for; a failed wait leaves the change in place."""
         if not wait:
             return result
         started = time.monotonic()
-        result.final = self._wait_workers(ref, result.effective, timeout, progress, result.final)
+        try:
+            result.final = self._wait_workers(ref, result.effective, timeout, progress, result.final)
+        except (ScalingTimeoutError, WorkerFailedError) as error:
+            raise left_in_place(
+                error, self._reach(ref), "spec.worker.replicas", result.effective, restoring=restoring
+            ) from None
         result.waited = True
         result.seconds_waited = time.monotonic() - started
         return result
@@ -425,7 +463,20 @@ class ScalerServiceBackend:
         stale = self.records.forget_claims(ref)
         if stale:
             logger.warning("%s: restore dropped claims %s", ref, ", ".join(sorted(stale)))
-        return self._finish(ref, result, wait, timeout, progress)
+        return self._finish(ref, result, wait, timeout, progress, restoring=True)
+
+    def _reach(self, ref: ClusterRef) -> Reach:
+        """How ``ddlscale`` and a new process reach this service and these records."""
+        env: Dict[str, str] = {}
+        options: Dict[str, str] = {}
+        if self.base_url != displayable_url(resolve_base_url(None)):
+            env[BASE_URL_ENV] = options["base_url"] = self.base_url
+        # A custom ``records=`` store elsewhere has no setting that names it: the hint then uses the default.
+        state = state_dir_env(self.records.store.directory, "records")
+        if state:
+            env.update(state)
+            options["state_dir"] = state[STATE_DIR_ENV]
+        return Reach(self.name, ref, env=env, options=options)
 
     def _target(self, ref: ClusterRef, target: ReplicaSpec) -> Tuple[int, Optional[str]]:
         if not isinstance(target, ReplicaSpec):
@@ -494,10 +545,12 @@ class ScalerServiceBackend:
         timeout = validate_timeout(timeout)
         self._served(ref)
         wanted = self._target(ref, target) if target is not None else None
+        restoring: List[bool] = []
 
         def act(claim: Optional[Claim], baseline: Optional[Baseline]) -> Optional[ScaleResult]:
             if claim is None and baseline is None:
                 return None
+            restoring.append(claim is None)
             previous = self.get_state(ref)
             if claim is not None:
                 replicas, tier = claim.replicas, claim.worker_hw_tier
@@ -512,7 +565,7 @@ class ScalerServiceBackend:
         result = self.records.settle(ref, act)
         if result is None:
             return None
-        return self._finish(ref, result, wait, timeout, progress)
+        return self._finish(ref, result, wait, timeout, progress, restoring=restoring[-1])
 
     def release(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
         """Drop ``claim_id``; return the largest remaining claim, or None."""

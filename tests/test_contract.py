@@ -1,0 +1,306 @@
+"""One timeout contract on every backend, waits that can never end, and restore bookkeeping.
+
+The scaler service and Kubernetes run as the protocol-true test servers;
+local clusters are real Dask processes. The remedy command an error prints
+is run exactly as printed, in bash, and must really restore the cluster.
+"""
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, Iterator, Optional
+
+import pytest
+
+from flytekitplugins_ddlscale import ClusterRef, InvalidInputError, ScalingTimeoutError, WorkerFailedError
+from flytekitplugins_ddlscale.errors import UnreachableWaitError
+from flytekitplugins_ddlscale.waiting import Backoff
+from tests.contract_support import run_shell, write_kubeconfig
+from tests.servers.k8s_server import K8sTestServer
+from tests.servers.scaler_server import DEFAULT_API_KEY, ScalerTestServer
+from tests.test_local_support import local_state  # noqa: F401 - fixture
+
+FAST = Backoff(initial=0.02, factor=1.5, cap=0.1)
+AUTO = {"minReplicas": 1, "maxReplicas": 6}
+
+
+@dataclass
+class World:
+    """One backend on one cluster of 1 worker (at most 6), and how to look at it from outside the backend."""
+
+    backend: object
+    ref: ClusterRef
+    setting: str
+    """What holds the size, as errors name it."""
+    maximum: str
+    """What bounds the size, as errors name it."""
+    prefix: str
+    """The environment a remedy command must carry (state directory, service URL, kubeconfig)."""
+    options: str
+    """The ``get_backend`` keywords a remedy call must carry."""
+    desired: Callable[[], int]
+    """The desired worker count, read from the server or the state directory."""
+    slow: Callable[[], None] = lambda: None
+    """Make new workers take about a second to come."""
+    break_workers: Optional[Callable[[], None]] = None
+    """Make every new worker fail to start."""
+    shell_env: Dict[str, str] = field(default_factory=dict)
+    """What a user has exported anyway (credentials): never part of a printed command."""
+
+    def command(self, verb: str, *extra: str) -> str:
+        namespace = f" --namespace {self.ref.namespace}" if self.ref.namespace else ""
+        tail = "".join(f" {word}" for word in extra)
+        return (
+            f"{self.prefix}ddlscale {verb} --backend {self.backend.name} --kind {self.ref.kind} "
+            f"--name {self.ref.name}{namespace}{tail}"
+        )
+
+    def call(self, method: str, *args: int) -> str:
+        parts = [self.ref.kind, self.ref.name] + ([self.ref.namespace] if self.ref.namespace else [])
+        ref = ", ".join(f'"{p}"' for p in parts)
+        rest = "".join(f", {a}" for a in args)
+        return f'get_backend("{self.backend.name}"{self.options}).{method}(ClusterRef({ref}){rest})'
+
+
+def observed(state) -> int:
+    return state.ready_workers if state.ready_workers is not None else state.existing_workers
+
+
+@contextlib.contextmanager
+def scaler_world(tmp_path: Path) -> Iterator[World]:
+    with ScalerTestServer() as server:
+        server.add_cluster("ray", "ray-contract", replicas=1, max_replicas=6, min_replicas=1)
+        from flytekitplugins_ddlscale.backends.scaler import ScalerServiceBackend
+
+        state = tmp_path / "scaler-state"
+        backend = ScalerServiceBackend(
+            server.url, api_key=DEFAULT_API_KEY, state_dir=state, timeout=5.0,
+            retry_backoff=FAST, poll_backoff=FAST, env={},
+        )
+        try:
+            yield World(
+                backend, ClusterRef("ray", "ray-contract"), "spec.worker.replicas", "maxReplicas",
+                prefix=f"CLUSTER_SCALER_BASE_URL={server.url} DDLSCALE_STATE_DIR={state} ",
+                options=f', base_url="{server.url}", state_dir="{state}"',
+                desired=lambda: server.cluster_object("ray", "ray-contract")["spec"]["worker"]["replicas"],
+                slow=lambda: server.set_pod_ready_delay(1.0),
+                shell_env={"DOMINO_API_KEY": DEFAULT_API_KEY},
+            )
+        finally:
+            backend.close()
+
+
+@contextlib.contextmanager
+def kubernetes_world(tmp_path: Path) -> Iterator[World]:
+    with K8sTestServer(ready_delay=0.02) as server:
+        server.add_cluster("ray", "ray-contract", replicas=1, autoscaling=AUTO)
+        from flytekitplugins_ddlscale.backends.kubernetes import KubernetesBackend
+
+        config = write_kubeconfig(tmp_path / "kubeconfig", server.url)
+        backend = KubernetesBackend(kubeconfig=str(config), failure_grace=0.3)
+        try:
+            yield World(
+                backend, ClusterRef("ray", "ray-contract", "domino-compute"), "spec.worker.replicas", "maxReplicas",
+                prefix=f"KUBECONFIG={config} ",
+                options=f', kubeconfig="{config}"',
+                desired=lambda: server.get_object("ray", "ray-contract")["spec"]["worker"]["replicas"],
+                slow=lambda: server.set_ready_delay(1.0),
+                break_workers=lambda: server.inject_fault("ray-contract", "CrashLoopBackOff", ordinals=[2]),
+            )
+        finally:
+            backend.close()
+
+
+@contextlib.contextmanager
+def local_world(root: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+    from flytekitplugins_ddlscale.backends.local import LocalBackend
+
+    state = root / "local"
+    backend = LocalBackend(state_dir=state, max_workers=6)
+    ref = ClusterRef("dask", "dask-contract")
+    try:
+        backend.up(ref, 1, timeout=60)
+        yield World(
+            backend, ref, "desired_workers", "max_workers",
+            prefix=f"DDLSCALE_STATE_DIR={root} ",
+            options=f', state_dir="{state}"',
+            desired=lambda: backend.store.load(ref).desired,
+            # A bad Dask setting in the environment makes every new worker process exit during start-up.
+            break_workers=lambda: monkeypatch.setenv("DASK_DISTRIBUTED__WORKER__PROFILE__INTERVAL", "bogus"),
+        )
+    finally:
+        monkeypatch.delenv("DASK_DISTRIBUTED__WORKER__PROFILE__INTERVAL", raising=False)
+        backend.shutdown_all()
+
+
+BACKENDS = ["scaler", "kubernetes", pytest.param("local", marks=pytest.mark.slow)]
+
+
+@pytest.fixture(params=BACKENDS)
+def world(request, tmp_path, monkeypatch) -> Iterator[World]:
+    """Each backend in turn; this process's own state directory points elsewhere, so commands must name theirs."""
+    monkeypatch.setenv("DDLSCALE_STATE_DIR", str(tmp_path / "elsewhere"))
+    for name in ("CLUSTER_SCALER_BASE_URL", "KUBECONFIG", "DOMINO_API_HOST", "DOMINO_API_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    if request.param == "scaler":
+        made = scaler_world(tmp_path)
+    elif request.param == "kubernetes":
+        made = kubernetes_world(tmp_path)
+    else:
+        made = local_world(request.getfixturevalue("local_state"), monkeypatch)
+    with made as instance:
+        yield instance
+
+
+# ----- part 3: a change whose wait fails stays in place -----
+
+
+def test_a_timed_out_scale_stays_in_place_and_its_restore_command_restores(world):
+    world.slow()
+    with pytest.raises(ScalingTimeoutError) as caught:
+        world.backend.scale(world.ref, 3, timeout=0.3)
+    error = caught.value
+    text = str(error)
+    assert error.left_in_place == f"{world.setting}=3"
+    assert f"{world.setting}=3 left in place: " in text and " of 3 " in text and "nothing was rolled back" in text
+    assert error.remedy_command == world.command("restore")
+    assert error.remedy_call == world.call("restore_baseline")
+    assert error.remedy_command in text and error.remedy_call in text
+
+    # Nothing was rolled back: the request stays, and the slow workers still come.
+    assert world.desired() == 3
+    assert world.backend.get_baseline(world.ref).replicas == 1
+    assert observed(world.backend.wait_for_workers(world.ref, 3, timeout=60)) == 3
+
+    ran = run_shell(error.remedy_command, **world.shell_env)
+    assert ran.returncode == 0, ran.stderr
+    assert world.desired() == 1
+    state = world.backend.get_state(world.ref)
+    assert (state.desired_workers, observed(state)) == (1, 1)
+    assert world.backend.get_baseline(world.ref) is None
+
+
+def test_a_timed_out_restore_stays_in_place_and_its_command_waits_for_it(world):
+    world.backend.scale(world.ref, 0, timeout=60)
+    world.slow()
+    with pytest.raises(ScalingTimeoutError) as caught:
+        world.backend.restore_baseline(world.ref, timeout=0.3)
+    error = caught.value
+    assert error.left_in_place == f"{world.setting}=1"
+    assert f"{world.setting}=1 (the restore) left in place: " in str(error)
+    assert "baseline record was cleared" in str(error)
+    assert error.remedy_command == world.command("status", "--wait")
+    assert error.remedy_call == world.call("wait_for_workers", 1)
+    assert world.desired() == 1 and world.backend.get_baseline(world.ref) is None
+
+    ran = run_shell(error.remedy_command, **world.shell_env)
+    assert ran.returncode == 0, ran.stderr
+    assert "desired=1 existing=1" in ran.stdout
+    assert observed(world.backend.get_state(world.ref)) == 1
+
+
+def test_a_timed_out_reconcile_to_a_claim_stays_in_place_and_names_the_restore(world):
+    world.backend.claim(world.ref, "phase-a", 2)
+    world.slow()
+    with pytest.raises(ScalingTimeoutError) as caught:
+        world.backend.reconcile(world.ref, timeout=0.3)
+    error = caught.value
+    assert f"{world.setting}=2 left in place: " in str(error)
+    assert error.remedy_command == world.command("restore")
+    assert world.desired() == 2
+    assert set(world.backend.claims(world.ref)) == {"phase-a"} and world.backend.get_baseline(world.ref).replicas == 1
+
+
+# The scaler service shows no pod failures, so only these two backends can report one.
+@pytest.mark.parametrize("world", ["kubernetes", pytest.param("local", marks=pytest.mark.slow)], indirect=True)
+def test_a_worker_that_cannot_start_leaves_the_request_in_place(world):
+    world.break_workers()
+    with pytest.raises(WorkerFailedError) as caught:
+        world.backend.scale(world.ref, 3, timeout=60)
+    error = caught.value
+    assert error.left_in_place == f"{world.setting}=3"
+    assert f"{world.setting}=3 left in place: " in str(error)
+    assert error.remedy_command == world.command("restore")
+    assert world.desired() == 3
+    assert world.backend.get_baseline(world.ref).replicas == 1
+
+    ran = run_shell(error.remedy_command, **world.shell_env)
+    assert ran.returncode == 0, ran.stderr
+    state = world.backend.get_state(world.ref)
+    assert (state.desired_workers, observed(state), state.existing_workers) == (1, 1, 1)
+
+
+# ----- part 2: a wait that can never end fails at once -----
+
+
+def test_a_wait_for_workers_that_can_never_come_fails_at_once(world):
+    reports = []
+    with pytest.raises(UnreachableWaitError) as caught:
+        world.backend.wait_for_workers(world.ref, 7, timeout=120, progress=reports.append)
+    error = caught.value
+    assert isinstance(error, InvalidInputError) and error.code == "unreachable_wait"
+    assert (error.field, error.value, error.desired, error.maximum) == ("replicas", 7, 1, 6)
+    assert "replicas=7" in str(error) and f"{world.setting}=1" in str(error) and f"{world.maximum}=6" in str(error)
+    assert reports == []  # refused before the wait polled at all
+
+    # Within maxReplicas but above what is desired: it could only time out too.
+    with pytest.raises(UnreachableWaitError, match="allowed: 0..1"):
+        world.backend.wait_for_workers(world.ref, 2, timeout=120, progress=reports.append)
+    assert reports == []
+    assert observed(world.backend.wait_for_workers(world.ref, 1, timeout=60)) == 1
+    assert world.desired() == 1
+
+
+def test_check_reachable_names_the_maximum_when_it_is_the_tighter_bound():
+    from flytekitplugins_ddlscale.inplace import check_reachable
+
+    check_reachable(3, desired=4, maximum=3, cluster="ray/x")
+    with pytest.raises(UnreachableWaitError, match=r"spec.worker.replicas=4 desired, maxReplicas=3.*allowed: 0..3"):
+        check_reachable(4, desired=4, maximum=3, cluster="ray/x")
+    with pytest.raises(UnreachableWaitError, match="no maxReplicas"):
+        check_reachable(5, desired=4, maximum=None, cluster="ray/x")
+
+
+# ----- part 4: one bookkeeping behaviour -----
+
+
+def test_restore_drops_live_claims_and_says_which(world, caplog):
+    world.backend.claim(world.ref, "a", 2)
+    assert set(world.backend.claims(world.ref)) == {"a"}
+    with caplog.at_level(logging.WARNING, logger="flytekitplugins_ddlscale"):
+        world.backend.restore_baseline(world.ref, timeout=60)
+    assert world.backend.claims(world.ref) == {}
+    assert "restore dropped claims a" in caplog.text
+    assert world.backend.get_baseline(world.ref) is None
+    assert world.desired() == 1
+
+
+def test_remedy_text_quotes_settings_and_survives_pickling():
+    import pickle
+
+    from flytekitplugins_ddlscale.inplace import Reach, left_in_place
+    from flytekitplugins_ddlscale.models import ClusterState
+
+    reach = Reach("local", ClusterRef("dask", "d1", "team-a"), env={"DDLSCALE_STATE_DIR": "/tmp/my state"},
+                  options={"state_dir": "/tmp/my state/local"})
+    state = ClusterState("team-a/dask/d1", "Starting", 3, 2, ready_workers=1)
+    error = left_in_place(ScalingTimeoutError("timed out", state=state), reach, "desired_workers", 3, restoring=False)
+    assert error.remedy_command == (
+        "DDLSCALE_STATE_DIR='/tmp/my state' ddlscale restore --backend local --kind dask --name d1 --namespace team-a"
+    )
+    assert error.remedy_call == (
+        'get_backend("local", state_dir="/tmp/my state/local").restore_baseline(ClusterRef("dask", "d1", "team-a"))'
+    )
+    assert "desired_workers=3 left in place: 1 of 3 workers ready" in str(error)
+    copy = pickle.loads(pickle.dumps(error))
+    assert (copy.left_in_place, copy.remedy_command, str(copy)) == (error.left_in_place, error.remedy_command, str(error))
+
+    python_only = Reach("kubernetes", ClusterRef("ray", "r1", "ns"), options={"context": "prod"}, cli=False)
+    error = left_in_place(WorkerFailedError("pod r1-ray-worker-2 failed", pod="p", reason="CrashLoopBackOff"),
+                          python_only, "spec.worker.replicas", 4, restoring=True)
+    assert error.remedy_command is None and "ddlscale" not in str(error)
+    assert "the workers were never observed" in str(error)
+    assert error.remedy_call == 'get_backend("kubernetes", context="prod").wait_for_workers(ClusterRef("ray", "r1", "ns"), 4)'
+
+    unreachable = pickle.loads(pickle.dumps(UnreachableWaitError(5, desired=2, maximum=4, cluster="ray/x")))
+    assert (unreachable.field, unreachable.value, unreachable.desired, unreachable.maximum) == ("replicas", 5, 2, 4)
