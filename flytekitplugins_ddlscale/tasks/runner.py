@@ -13,6 +13,7 @@ from ..backends import get_backend
 from ..backends.base import ClusterBackend
 from ..deck import WorkerTimeline
 from ..errors import UnsupportedOperationError
+from ..framework.confirm import Readiness, confirm_ready
 from ..models import ClusterState
 from ..progress import ProgressReporter, WaitProgress, default_reporter
 from ..validation import validate_replicas, validate_tier_name
@@ -90,9 +91,15 @@ def run_scale(
             backend.restart_head(
                 ref, head_hw_tier, wait=config.wait, timeout=max(deadline.remaining, 1.0), progress=reporter
             )
-        timeline.add(observed_workers(result.final), worker_hw_tier or result.final.worker_hw_tier)
+        readiness: Optional[Readiness] = None
+        if config.wait:
+            readiness = confirm_ready(
+                backend, ref, result.final, result.effective, deadline.remaining, config.framework(),
+                recording(timeline, worker_hw_tier, reporter),
+            )
+        timeline.add(_ready_count(result.final, readiness), worker_hw_tier or result.final.worker_hw_tier)
         timeline.finish()
-        return ScaleOutcome.from_result(result, backend.name), timeline
+        return ScaleOutcome.from_result(result, backend.name, readiness), timeline
 
 
 def run_restart(
@@ -129,16 +136,20 @@ def run_wait(
     reporter = progress if progress is not None else default_reporter()
     timeline = WorkerTimeline()
     started = time.monotonic()
+    deadline = Deadline(config.timeout)
     with open_backend(config.backend) as backend:
         before = backend.get_state(ref)
         timeline.add(observed_workers(before), before.worker_hw_tier, seconds=0.0)
         target = before.desired_workers if replicas == ANY_DESIRED else replicas
-        state = backend.wait_for_workers(
-            ref,
-            target,
-            timeout=config.timeout,
-            progress=recording(timeline, before.worker_hw_tier, reporter),
-        )
-        timeline.add(observed_workers(state), state.worker_hw_tier)
+        sampled = recording(timeline, before.worker_hw_tier, reporter)
+        state = backend.wait_for_workers(ref, target, timeout=config.timeout, progress=sampled)
+        readiness = confirm_ready(backend, ref, state, target, deadline.remaining, config.framework(), sampled)
+        timeline.add(_ready_count(state, readiness), state.worker_hw_tier)
         timeline.finish()
-        return ClusterReady.from_state(state, backend.name, time.monotonic() - started), timeline
+        return ClusterReady.from_state(state, backend.name, time.monotonic() - started, readiness), timeline
+
+
+def _ready_count(state: ClusterState, readiness: Optional[Readiness]) -> int:
+    if readiness is not None and readiness.ready_workers is not None:
+        return readiness.ready_workers
+    return observed_workers(state)
