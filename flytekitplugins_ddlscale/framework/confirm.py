@@ -55,7 +55,7 @@ class Readiness:
 def backend_proof(backend: ClusterBackend, state: ClusterState) -> str:
     """What the backend's own wait proved about ``state``, in words."""
     if backend.name in COUNTS_REGISTERED_WORKERS:
-        return f"{state.ready_workers} workers registered with the scheduler ({backend.name} backend)"
+        return f"{state.ready_workers} workers registered with the Dask scheduler ({backend.name} backend)"
     if backend.capabilities.observes_readiness and state.ready_workers is not None:
         return f"{state.ready_workers} worker pods Ready ({backend.name})"
     return f"{state.existing_workers} worker pods exist ({backend.name}; pod readiness not visible)"
