@@ -131,6 +131,11 @@ class StatusServer:
             self._workers.extend(added)
         return added
 
+    def join_at(self, moments: List[float]) -> None:
+        """Replace every worker by workers joining at the given monotonic ``moments``."""
+        with self._lock:
+            self._workers = [Worker(f"worker-{i}", f"10.0.0.{i + 10}", at) for i, at in enumerate(moments)]
+
     def kill(self, count: int) -> None:
         """The first ``count`` alive workers die now (they stay listed as dead)."""
         now = time.monotonic()
