@@ -36,9 +36,9 @@ from .framework.endpoints import enabled_by_env, resolve_endpoint, where_to_set
 from .framework.probes import probe_for
 from .framework.wait import HeadUnreachable, read_registered
 from .tasks.base import OUTPUT_NAME
-from .tasks.config import ANY_DESIRED, ScaleConfig, WaitConfig, resolve_cluster, validate_wait_replicas
+from .tasks.config import ScaleConfig, WaitConfig, resolve_cluster, validate_wait_replicas
 from .tasks.outputs import ClusterReady, ScaleOutcome
-from .tasks.runner import open_backend
+from .tasks.runner import open_backend, wait_target
 from .tasks.scale import SCALE_TASK_TYPE
 from .tasks.wait import WAIT_TASK_TYPE
 from .validation import validate_replicas, validate_tier_name
@@ -130,7 +130,7 @@ class ScalingConnector(AsyncConnectorBase):
         replicas = validate_wait_replicas(values.get("replicas", config.replicas))
         with open_backend(config.backend) as backend:
             state = backend.get_state(ref)
-            target = state.desired_workers if replicas == ANY_DESIRED else replicas
+            target = wait_target(state, replicas)
             outcome = ClusterReady.from_state(state, backend.name, 0.0)
         now = time.time()
         return ScalingMetadata(

@@ -198,3 +198,27 @@ def test_real_dask_scheduler_http_server(tmp_path):
         assert returned and returned[0].workers == 2
         assert dask.registered() == 2
         assert resolve_endpoint("dask", env=dask.env()).url == url
+
+
+def test_pod_readiness_and_framework_count_combine():
+    """With a backend that sees pod readiness, the smaller of the two counts is ready."""
+    from flytekitplugins_ddlscale.backends.base import BackendCapabilities
+    from flytekitplugins_ddlscale.framework import FrameworkOptions, confirm_ready
+    from flytekitplugins_ddlscale.models import ClusterState
+    from flytekitplugins_ddlscale.refs import ClusterRef
+
+    class PodWatching:
+        name = "kubernetes"
+        capabilities = BackendCapabilities(frozenset({"ray"}), True, True, True, True)
+
+    state = ClusterState("ray/x", "Running", desired_workers=3, existing_workers=3, ready_workers=2)
+    with RayDashboardServer() as server:
+        server.join_after(0, 0, 0)
+        readiness = confirm_ready(PodWatching(), ClusterRef("ray", "x"), state, 2, 10,
+                                  FrameworkOptions(url=server.url, env={}))
+    assert readiness.ready_workers == 2
+    assert readiness.proof.startswith("2 worker pods Ready (kubernetes); 3 workers registered with the Ray head")
+    off = confirm_ready(PodWatching(), ClusterRef("ray", "x"), state, 2, 10, FrameworkOptions(enabled=False, env={}))
+    assert off.proof == "2 worker pods Ready (kubernetes); framework check off"
+    unknown = confirm_ready(PodWatching(), ClusterRef("ray", "x"), state, 2, 10, FrameworkOptions(env={}))
+    assert "head address unknown: set $RAY_HEAD_SERVICE_HOST, $DDLSCALE_RAY_URL" in unknown.proof

@@ -244,3 +244,24 @@ def test_connector_without_a_head_address_says_so(scaler):
         time.sleep(0.1)
     assert resource.phase == TaskExecution.SUCCEEDED
     assert "framework not checked (the connector does not know the head" in resource.outputs["o0"].readiness
+
+
+def test_node_rides_out_a_head_restart(scaler, tmp_path, monkeypatch):
+    with RayDashboardServer() as head:
+        set_env(monkeypatch, head_env("ray", head, tmp_path))
+        head.join_after(POD_DELAY + 0.3, POD_DELAY + 2.5)
+        time.sleep(POD_DELAY)
+        head.outage(1.5)
+        outcome = ScaleCluster("up_outage", cluster="ray/ray-fw", replicas=2, timeout=60)()
+        assert head.alive_count() == 2 and time.monotonic() >= head.last_join()
+        assert outcome.ready_workers == 2
+
+
+def test_a_wait_for_workers_that_can_never_come_fails_at_once(scaler):
+    from flytekitplugins_ddlscale.errors import InvalidInputError
+
+    ScaleCluster("to_two", cluster="spark/spark-fw", replicas=2, wait=False)()
+    started = time.monotonic()
+    with pytest.raises(InvalidInputError, match=r"replicas=3.*spec.worker.replicas=2, maxReplicas=4"):
+        WaitForCluster("never", cluster="spark/spark-fw", timeout=600)(replicas=3)
+    assert time.monotonic() - started < 30

@@ -12,7 +12,7 @@ from typing import Iterator, Optional, Tuple
 from ..backends import get_backend
 from ..backends.base import ClusterBackend
 from ..deck import WorkerTimeline
-from ..errors import UnsupportedOperationError
+from ..errors import InvalidInputError, UnsupportedOperationError
 from ..framework.confirm import Readiness, confirm_ready
 from ..models import ClusterState
 from ..progress import ProgressReporter, WaitProgress, default_reporter
@@ -93,9 +93,9 @@ def run_scale(
             )
         readiness: Optional[Readiness] = None
         if config.wait:
+            # Not sampled into the timeline: it plots worker pods, the framework count is the outcome's.
             readiness = confirm_ready(
-                backend, ref, result.final, result.effective, deadline.remaining, config.framework(),
-                recording(timeline, worker_hw_tier, reporter),
+                backend, ref, result.final, result.effective, deadline.remaining, config.framework(), reporter
             )
         timeline.add(_ready_count(result.final, readiness), worker_hw_tier or result.final.worker_hw_tier)
         timeline.finish()
@@ -140,13 +140,37 @@ def run_wait(
     with open_backend(config.backend) as backend:
         before = backend.get_state(ref)
         timeline.add(observed_workers(before), before.worker_hw_tier, seconds=0.0)
-        target = before.desired_workers if replicas == ANY_DESIRED else replicas
-        sampled = recording(timeline, before.worker_hw_tier, reporter)
-        state = backend.wait_for_workers(ref, target, timeout=config.timeout, progress=sampled)
-        readiness = confirm_ready(backend, ref, state, target, deadline.remaining, config.framework(), sampled)
+        target = wait_target(before, replicas)
+        state = backend.wait_for_workers(
+            ref, target, timeout=config.timeout, progress=recording(timeline, before.worker_hw_tier, reporter)
+        )
+        readiness = confirm_ready(backend, ref, state, target, deadline.remaining, config.framework(), reporter)
         timeline.add(_ready_count(state, readiness), state.worker_hw_tier)
         timeline.finish()
         return ClusterReady.from_state(state, backend.name, time.monotonic() - started, readiness), timeline
+
+
+def wait_target(state: ClusterState, replicas: int) -> int:
+    """The worker count a wait on ``state`` should await (``-1``: the desired count).
+
+    A count that can never come (above the desired workers or above
+    ``maxReplicas``) raises :class:`InvalidInputError` at once instead of
+    waiting out the timeout.
+    """
+    if replicas == ANY_DESIRED:
+        return state.desired_workers
+    ceiling = state.desired_workers
+    if state.autoscaling_max is not None:
+        ceiling = min(ceiling, state.autoscaling_max)
+    if replicas > ceiling:
+        limits = f"spec.worker.replicas={state.desired_workers}"
+        if state.autoscaling_max is not None:
+            limits += f", maxReplicas={state.autoscaling_max}"
+        raise InvalidInputError(
+            "replicas", replicas,
+            f"-1 (the desired count) or 0 to {ceiling}: {state.cluster} asks for no more ({limits}); scale it first",
+        )
+    return replicas
 
 
 def _ready_count(state: ClusterState, readiness: Optional[Readiness]) -> int:
