@@ -100,6 +100,7 @@ class ScalingConnector(AsyncConnectorBase):
 
     def _create_scale(self, config: ScaleConfig, values: Dict[str, Any]) -> ScalingMetadata:
         ref = resolve_cluster(values.get("cluster", config.cluster))
+        config.framework().check(ref.kind)
         replicas = validate_replicas(values.get("replicas", config.replicas))
         tier = validate_tier_name(values.get("worker_hw_tier", config.worker_hw_tier))
         if validate_tier_name(values.get("head_hw_tier", config.head_hw_tier), "head_hw_tier") is not None:

@@ -265,3 +265,21 @@ def test_a_wait_for_workers_that_can_never_come_fails_at_once(scaler):
     with pytest.raises(InvalidInputError, match=r"replicas=3.*spec.worker.replicas=2, maxReplicas=4"):
         WaitForCluster("never", cluster="spark/spark-fw", timeout=600)(replicas=3)
     assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize("variable, value", [("DDLSCALE_FRAMEWORK_READINESS", "sometimes"),
+                                             ("DDLSCALE_RAY_DASHBOARD_PORT", "dashboard")])
+def test_bad_framework_settings_are_refused_before_any_change(variable, value, scaler, monkeypatch):
+    from flytekitplugins_ddlscale.errors import InvalidInputError
+
+    monkeypatch.setenv("RAY_HEAD_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(InvalidInputError, match=variable):
+        ScaleCluster("bad_setting", cluster="ray/ray-fw", replicas=2, timeout=30)()
+    with pytest.raises(InvalidInputError, match=variable):
+        with cluster_phase("ray/ray-fw", 2, timeout=30, reassert_interval=None, deck=False):
+            pass
+    done = cli("scale", "--kind", "ray", "--name", "ray-fw", "--replicas", "2", "--timeout", "30")
+    assert done.returncode == 2 and variable in done.stderr
+    assert scaler.cluster_object("ray", "ray-fw")["spec"]["worker"]["replicas"] == 0
+    assert scaler.count("PATCH") == 0

@@ -88,6 +88,8 @@ def status(backend: Any, ref: ClusterRef, *, wait: bool, timeout: float, progres
            framework_check: bool, framework_url: Optional[str]) -> Any:
     """Show the cluster's state; with --wait, once its desired workers are up (and registered)."""
     framework = FrameworkOptions(framework_check, framework_url)
+    if wait:
+        framework.check(ref.kind)
     deadline = Deadline(timeout)
     state = backend.get_state(ref)
     if not wait:
@@ -110,6 +112,8 @@ def scale(backend: Any, ref: ClusterRef, *, wait: bool, timeout: float, progress
     """Set the worker count (and tier); records the baseline first. With --wait, returns once
     the workers are up and, where the head is reachable, registered with the framework."""
     framework = FrameworkOptions(framework_check, framework_url)
+    if wait:
+        framework.check(ref.kind)
     deadline = Deadline(timeout)
     result = backend.scale(ref, replicas, worker_hw_tier, wait=wait, timeout=timeout, strict=strict, progress=progress)
     if not wait:

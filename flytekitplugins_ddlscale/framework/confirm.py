@@ -38,6 +38,12 @@ class FrameworkOptions:
             raise InvalidInputError("framework_ready", self.enabled, "True or False")
         object.__setattr__(self, "url", validate_url(self.url))
 
+    def check(self, kind: str) -> None:
+        """Raise :class:`InvalidInputError` now for a bad switch, URL or port variable, so that
+        a caller can refuse before changing anything rather than after the scale."""
+        if self.enabled and enabled_by_env(self.env):
+            resolve_endpoint(kind, self.url, self.env)
+
 
 @dataclass(frozen=True)
 class Readiness:

@@ -93,6 +93,8 @@ class ClusterPhase:
     def _start(self) -> None:
         s = self.settings
         deadline = Deadline(s.timeout)
+        framework = FrameworkOptions(s.framework_ready, s.framework_url)
+        framework.check(self.ref.kind)
         self._backend = backend = get_backend(s.backend)
         if self.ref.kind not in backend.capabilities.kinds:
             raise UnsupportedOperationError(
@@ -129,8 +131,7 @@ class ClusterPhase:
             backend.restart_head(self.ref, s.head_hw_tier, wait=True, timeout=max(deadline.remaining, 0.1))
         self._export_env(backend)
         readiness = confirm_ready(
-            backend, self.ref, result.final, result.effective, deadline.remaining,
-            FrameworkOptions(s.framework_ready, s.framework_url), default_reporter(),
+            backend, self.ref, result.final, result.effective, deadline.remaining, framework, default_reporter()
         )
         self.framework_check = readiness.proof
         reassert = None if backend.capabilities.holds_size else s.reassert_interval

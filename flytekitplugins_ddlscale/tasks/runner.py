@@ -65,6 +65,7 @@ def run_scale(
     replicas = validate_replicas(replicas)
     worker_hw_tier = validate_tier_name(worker_hw_tier)
     head_hw_tier = validate_tier_name(head_hw_tier, "head_hw_tier")
+    config.framework().check(ref.kind)
     reporter = progress if progress is not None else default_reporter()
     timeline = WorkerTimeline()
     deadline = Deadline(config.timeout)
@@ -133,6 +134,7 @@ def run_wait(
     """Wait until ``replicas`` workers (``-1``: the desired count) are up on ``cluster``."""
     ref = resolve_cluster(cluster)
     replicas = validate_wait_replicas(replicas)
+    config.framework().check(ref.kind)
     reporter = progress if progress is not None else default_reporter()
     timeline = WorkerTimeline()
     started = time.monotonic()
