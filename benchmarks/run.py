@@ -30,6 +30,7 @@ BENCHMARKS: Dict[str, str] = {
     "cost_model": "benchmarks.bench_cost",
     "import_time": "benchmarks.bench_import",
     "scaler_lag": "benchmarks.bench_scaler",
+    "readiness_lag": "benchmarks.bench_readiness",
     "k8s_lag": "benchmarks.bench_k8s",
     "k8s_200": "benchmarks.bench_k8s_scale",
     "task_overhead": "benchmarks.bench_overhead",

@@ -9,11 +9,19 @@ Python tasks in their container (the default, also for local runs).
 
 ``RestartHead`` is not served here: the backend protocol cannot tell a new
 head from the old one after the fact, so it always runs in its container.
+
+Framework readiness: the connector runs in the Flyte deployment, not in the
+Domino run, so the run's ``DASK_SCHEDULER_SERVICE_HOST``/``RAY_HEAD_SERVICE_HOST``
+and Spark configuration are not there. It checks only a head it is told
+about: the node's ``framework_url`` or ``$DDLSCALE_<KIND>_URL`` /
+``$DDLSCALE_FRAMEWORK_URL`` in the connector's environment, with one status
+read per ``get``. Otherwise the outcome's ``readiness`` says the framework
+was not checked.
 """
 import json
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from flyteidl.core.execution_pb2 import TaskExecution
 from flytekit import FlyteContextManager
@@ -23,11 +31,14 @@ from flytekit.models.literals import LiteralMap
 from flytekit.models.task import TaskTemplate
 
 from .errors import ScalingError
-from .inplace import check_reachable
+from .framework.confirm import Readiness, backend_proof
+from .framework.endpoints import enabled_by_env, resolve_endpoint, where_to_set
+from .framework.probes import probe_for
+from .framework.wait import HeadUnreachable, read_registered
 from .tasks.base import OUTPUT_NAME
-from .tasks.config import ANY_DESIRED, ScaleConfig, WaitConfig, resolve_cluster, validate_wait_replicas
+from .tasks.config import ScaleConfig, WaitConfig, resolve_cluster, validate_wait_replicas
 from .tasks.outputs import ClusterReady, ScaleOutcome
-from .tasks.runner import open_backend
+from .tasks.runner import open_backend, wait_target
 from .tasks.scale import SCALE_TASK_TYPE
 from .tasks.wait import WAIT_TASK_TYPE
 from .validation import validate_replicas, validate_tier_name
@@ -50,6 +61,9 @@ class ScalingMetadata(ResourceMeta):
     """Epoch seconds after which ``get`` reports failure."""
     outcome: str
     """JSON of the outcome known at creation (completed by ``get``)."""
+    framework_ready: bool = True
+    framework_url: str = ""
+    """The node's ``framework_url`` ('' for none)."""
 
 
 def _python_inputs(task_template: TaskTemplate, inputs: Optional[LiteralMap]) -> Dict[str, Any]:
@@ -86,6 +100,7 @@ class ScalingConnector(AsyncConnectorBase):
 
     def _create_scale(self, config: ScaleConfig, values: Dict[str, Any]) -> ScalingMetadata:
         ref = resolve_cluster(values.get("cluster", config.cluster))
+        config.framework().check(ref.kind)
         replicas = validate_replicas(values.get("replicas", config.replicas))
         tier = validate_tier_name(values.get("worker_hw_tier", config.worker_hw_tier))
         if validate_tier_name(values.get("head_hw_tier", config.head_hw_tier), "head_hw_tier") is not None:
@@ -107,6 +122,8 @@ class ScalingConnector(AsyncConnectorBase):
             started=now,
             deadline=now + config.timeout,
             outcome=json.dumps(asdict(outcome)),
+            framework_ready=config.framework_ready,
+            framework_url=config.framework_url or "",
         )
 
     def _create_wait(self, config: WaitConfig, values: Dict[str, Any]) -> ScalingMetadata:
@@ -114,11 +131,7 @@ class ScalingConnector(AsyncConnectorBase):
         replicas = validate_wait_replicas(values.get("replicas", config.replicas))
         with open_backend(config.backend) as backend:
             state = backend.get_state(ref)
-            target = state.desired_workers if replicas == ANY_DESIRED else replicas
-            check_reachable(
-                target, desired=state.desired_workers, maximum=state.autoscaling_max, cluster=str(ref),
-                desired_name="desired_workers", state=state,
-            )
+            target = wait_target(state, replicas)
             outcome = ClusterReady.from_state(state, backend.name, 0.0)
         now = time.time()
         return ScalingMetadata(
@@ -129,6 +142,8 @@ class ScalingConnector(AsyncConnectorBase):
             started=now,
             deadline=now + config.timeout,
             outcome=json.dumps(asdict(outcome)),
+            framework_ready=config.framework_ready,
+            framework_url=config.framework_url or "",
         )
 
     def get(self, resource_meta: ScalingMetadata, **kwargs: Any) -> Resource:
@@ -140,25 +155,55 @@ class ScalingConnector(AsyncConnectorBase):
         ref = resolve_cluster(meta.cluster)
         with open_backend(meta.backend or None) as backend:
             state = backend.get_state(ref)
+            if state.workers_up(meta.target):
+                readiness, pending = self._framework(meta, ref.kind, state, backend_proof(backend, state))
+            else:
+                readiness, pending = None, f"{meta.target} workers"
         elapsed = time.time() - meta.started
-        if state.workers_up(meta.target):
-            return Resource(phase=TaskExecution.SUCCEEDED, outputs={OUTPUT_NAME: self._finished(meta, known, state, elapsed)})
+        if readiness is not None:
+            return Resource(
+                phase=TaskExecution.SUCCEEDED,
+                outputs={OUTPUT_NAME: self._finished(meta, known, state, elapsed, readiness)},
+            )
         if time.time() >= meta.deadline:
             return Resource(
                 phase=TaskExecution.FAILED,
-                message=f"timed out after {elapsed:.0f}s waiting for {meta.target} workers; last state: {state.describe()}",
+                message=f"timed out after {elapsed:.0f}s waiting for {pending}; last state: {state.describe()}",
             )
-        return Resource(phase=TaskExecution.RUNNING, message=f"waiting for {meta.target} workers: {state.describe()}")
+        return Resource(phase=TaskExecution.RUNNING, message=f"waiting for {pending}: {state.describe()}")
 
     @staticmethod
-    def _finished(meta: ScalingMetadata, known: Dict[str, Any], state: Any, elapsed: float) -> Any:
+    def _framework(meta: ScalingMetadata, kind: str, state: Any, base: str) -> Tuple[Optional[Readiness], str]:
+        """(readiness, '') once proven; (None, what is still awaited) while the framework lags."""
+        probe = probe_for(kind)
+        if not meta.framework_ready or not enabled_by_env():
+            return Readiness(state.ready_workers, f"{base}; framework check off"), ""
+        if probe is None or meta.target <= 0:
+            return Readiness(state.ready_workers, base), ""
+        endpoint = resolve_endpoint(kind, meta.framework_url or None)
+        if endpoint is None:
+            note = f"framework not checked (the connector does not know the head: set {where_to_set(kind)})"
+            return Readiness(state.ready_workers, f"{base}; {note}"), ""
+        what = f"{meta.target} workers registered with {probe.registry} at {endpoint.url}"
+        try:
+            seen = read_registered(probe, endpoint, timeout=5.0)
+        except HeadUnreachable as error:
+            return None, f"{what} (head unreachable: {error})"
+        if seen < meta.target:
+            return None, f"{what} ({seen} registered)"
+        ready = seen if state.ready_workers is None else min(seen, state.ready_workers)
+        return Readiness(ready, f"{base}; {seen} workers registered with {probe.registry} at {endpoint.url}"), ""
+
+    @staticmethod
+    def _finished(meta: ScalingMetadata, known: Dict[str, Any], state: Any, elapsed: float, readiness: Readiness) -> Any:
         if meta.task_type == WAIT_TASK_TYPE:
-            return ClusterReady.from_state(state, known["backend"], elapsed)
+            return ClusterReady.from_state(state, known["backend"], elapsed, readiness)
         known.update(
             workers=state.desired_workers,
-            ready_workers=-1 if state.ready_workers is None else state.ready_workers,
+            ready_workers=-1 if readiness.ready_workers is None else readiness.ready_workers,
             waited=True,
             seconds_waited=elapsed,
+            readiness=readiness.proof,
         )
         return ScaleOutcome(**known)
 

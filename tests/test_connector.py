@@ -16,8 +16,7 @@ from flytekit.extend.backend.base_connector import AsyncConnectorExecutorMixin, 
 from flytekit.tools.translator import get_serializable
 
 from flytekitplugins_ddlscale.connector import ScalingConnector, ScalingMetadata
-from flytekitplugins_ddlscale.errors import InvalidInputError, UnreachableWaitError
-from flytekitplugins_ddlscale.refs import ClusterRef
+from flytekitplugins_ddlscale.errors import InvalidInputError
 from flytekitplugins_ddlscale.tasks import SCALE_TASK_TYPE, WAIT_TASK_TYPE, ClusterReady, ScaleCluster, ScaleOutcome
 from tests.flyte_apps import nodes
 from tests.flyte_support import local_backend, local_env  # noqa: F401 - fixture
@@ -81,29 +80,31 @@ def test_scale_then_wait_through_the_connector(local_env):
 
 
 @pytest.mark.slow
-def test_get_fails_at_the_deadline_with_the_last_state(local_env, monkeypatch):
-    backend = local_backend(local_env)
-    ref = ClusterRef.parse(nodes.CLUSTER)
-    backend.up(ref, 1, timeout=60)
-    # A bad Dask setting makes every new worker process exit during start-up: 3 desired, never 3 up.
-    monkeypatch.setenv("DASK_DISTRIBUTED__WORKER__PROFILE__INTERVAL", "bogus")
-    backend.scale(ref, 3, wait=False)
+def test_get_fails_at_the_deadline_with_the_last_state(scaler_server, tmp_path, monkeypatch):
+    from tests.framework_support import use_scaler
+
+    use_scaler(monkeypatch, scaler_server, tmp_path / "state")
+    scaler_server.add_cluster("dask", "nodes-test", replicas=1, max_replicas=4)
+    scaler_server.set_pod_ready_delay(3600.0)  # the requested pods never appear
+    nodes.request()  # asks for 2 without waiting
     wait = ScalingConnector(WAIT_TASK_TYPE)
-    template, inputs = template_and_inputs(nodes.ready, replicas=3)
+    template, inputs = template_and_inputs(nodes.ready, replicas=2)
     meta = wait.create(template, "", inputs)
     assert wait.get(meta).phase == TaskExecution.RUNNING
     meta.deadline = meta.started  # as if the node's timeout had passed
     resource = wait.get(meta)
     assert resource.phase == TaskExecution.FAILED
-    assert "timed out" in resource.message and "desired=3" in resource.message
+    assert "timed out" in resource.message and "desired=2" in resource.message
 
 
-@pytest.mark.slow
-def test_a_wait_for_more_workers_than_desired_is_refused_at_create(local_env):
-    local_backend(local_env).up(ClusterRef.parse(nodes.CLUSTER), 1, timeout=60)
+def test_a_wait_that_can_never_finish_is_refused_at_create(scaler_server, tmp_path, monkeypatch):
+    from tests.framework_support import use_scaler
+
+    use_scaler(monkeypatch, scaler_server, tmp_path / "state")
+    scaler_server.add_cluster("dask", "nodes-test", replicas=1, max_replicas=4)
     wait = ScalingConnector(WAIT_TASK_TYPE)
     template, inputs = template_and_inputs(nodes.ready, replicas=3)  # nothing will scale it to 3
-    with pytest.raises(UnreachableWaitError, match=r"replicas=3: .*desired_workers=1 desired"):
+    with pytest.raises(InvalidInputError, match="replicas=3"):
         wait.create(template, "", inputs)
 
 

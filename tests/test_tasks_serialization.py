@@ -34,6 +34,7 @@ def test_scale_task_template_carries_config_and_typed_interface():
     assert template.custom == {
         "cluster": "dask/nodes-test", "replicas": 2, "worker_hw_tier": None, "head_hw_tier": None,
         "wait": True, "timeout": 120.0, "strict": False, "backend": None,
+        "framework_ready": True, "framework_url": None,
     }
     assert list(template.interface.inputs) == ["cluster", "replicas", "worker_hw_tier", "head_hw_tier"]
     assert template.interface.inputs["replicas"].type.simple is not None

@@ -14,10 +14,12 @@ import click
 from ..backends import get_backend
 from ..backends.base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT
 from ..errors import InvalidInputError, ScalingError
+from ..framework.confirm import FrameworkOptions, confirm_ready
 from ..models import ReplicaSpec
 from ..progress import default_reporter
 from ..refs import ALLOWED_KINDS, ClusterRef
-from .output import EXIT_CODES_HELP, emit, emit_error
+from ..waiting import Deadline
+from .output import EXIT_CODES_HELP, Confirmed, emit, emit_error
 
 
 def _cluster_options(default_wait: bool, default_timeout: float) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -37,6 +39,17 @@ def _cluster_options(default_wait: bool, default_timeout: float) -> Callable[[Ca
         return command
 
     return decorate
+
+
+def _framework_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    command = click.option(
+        "--framework-url", default=None,
+        help="URL of the cluster head's dashboard / web UI (default: from the environment, see docs/readiness.md).",
+    )(command)
+    return click.option(
+        "--framework-check/--no-framework-check", default=True, show_default=True,
+        help="With --wait, also wait until the workers registered with Dask/Ray/Spark where the head is reachable.",
+    )(command)
 
 
 def cluster_ref(kind: str, name: Optional[str], run_id: Optional[str], namespace: Optional[str]) -> ClusterRef:
@@ -81,13 +94,21 @@ def _run(command: Callable[..., Any]) -> Callable[..., Any]:
 
 @click.command("status", epilog=EXIT_CODES_HELP)
 @_cluster_options(default_wait=False, default_timeout=DEFAULT_SCALE_TIMEOUT)
+@_framework_options
 @_run
-def status(backend: Any, ref: ClusterRef, *, wait: bool, timeout: float, progress: Any) -> Any:
-    """Show the cluster's state; with --wait, once its desired workers are up."""
-    state = backend.get_state(ref)
+def status(backend: Any, ref: ClusterRef, *, wait: bool, timeout: float, progress: Any,
+           framework_check: bool, framework_url: Optional[str]) -> Any:
+    """Show the cluster's state; with --wait, once its desired workers are up (and registered)."""
+    framework = FrameworkOptions(framework_check, framework_url)
     if wait:
-        return backend.wait_for_workers(ref, state.desired_workers, timeout=timeout, progress=progress)
-    return state
+        framework.check(ref.kind)
+    deadline = Deadline(timeout)
+    state = backend.get_state(ref)
+    if not wait:
+        return state
+    state = backend.wait_for_workers(ref, state.desired_workers, timeout=timeout, progress=progress)
+    readiness = confirm_ready(backend, ref, state, state.desired_workers, deadline.remaining, framework, progress)
+    return Confirmed(state, readiness)
 
 
 @click.command("scale", epilog=EXIT_CODES_HELP)
@@ -95,11 +116,22 @@ def status(backend: Any, ref: ClusterRef, *, wait: bool, timeout: float, progres
 @click.option("--replicas", type=int, required=True, help="Worker count wanted.")
 @click.option("--worker-hw-tier", default=None, help="Hardware tier NAME for the workers.")
 @click.option("--strict", is_flag=True, help="Refuse (exit 2) instead of capping at maxReplicas.")
+@_framework_options
 @_run
 def scale(backend: Any, ref: ClusterRef, *, wait: bool, timeout: float, progress: Any,
-          replicas: int, worker_hw_tier: Optional[str], strict: bool) -> Any:
-    """Set the worker count (and tier); records the baseline first."""
-    return backend.scale(ref, replicas, worker_hw_tier, wait=wait, timeout=timeout, strict=strict, progress=progress)
+          replicas: int, worker_hw_tier: Optional[str], strict: bool,
+          framework_check: bool, framework_url: Optional[str]) -> Any:
+    """Set the worker count (and tier); records the baseline first. With --wait, returns once
+    the workers are up and, where the head is reachable, registered with the framework."""
+    framework = FrameworkOptions(framework_check, framework_url)
+    if wait:
+        framework.check(ref.kind)
+    deadline = Deadline(timeout)
+    result = backend.scale(ref, replicas, worker_hw_tier, wait=wait, timeout=timeout, strict=strict, progress=progress)
+    if not wait:
+        return result
+    readiness = confirm_ready(backend, ref, result.final, result.effective, deadline.remaining, framework, progress)
+    return Confirmed(result, readiness)
 
 
 @click.command("restart-head", epilog=EXIT_CODES_HELP)

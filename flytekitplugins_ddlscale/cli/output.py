@@ -20,6 +20,7 @@ from ..errors import (
     UnauthorizedError,
     UnknownTierError,
 )
+from ..framework.confirm import Readiness
 from ..models import Baseline, ClusterState, RestartResult, ScaleResult
 from ..redaction import redact
 from ..wording import plural
@@ -56,8 +57,27 @@ def exit_code_for(error: ScalingError) -> int:
     return EXIT_OTHER
 
 
+@dataclasses.dataclass
+class Confirmed:
+    """A state or scale result with the readiness that was confirmed after it."""
+
+    value: Any
+    readiness: Readiness
+
+    def as_dict(self) -> Any:
+        """The value's JSON with ``ready_workers`` from the readiness check and a ``readiness`` key."""
+        data = to_jsonable(self.value)
+        state = data.get("final", data)
+        if self.readiness.ready_workers is not None:
+            state["ready_workers"] = self.readiness.ready_workers
+        data["readiness"] = self.readiness.proof
+        return data
+
+
 def to_jsonable(value: Any) -> Any:
     """``value`` with dataclasses as dicts and datetimes as ISO-8601 strings."""
+    if isinstance(value, Confirmed):
+        return value.as_dict()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict):
@@ -70,6 +90,8 @@ def to_jsonable(value: Any) -> Any:
 
 
 def _text(value: Any) -> str:
+    if isinstance(value, Confirmed):
+        return f"{_text(value.value)}\n  ready:  {value.readiness.proof}"
     if isinstance(value, ClusterState):
         return value.describe()
     if isinstance(value, ScaleResult):

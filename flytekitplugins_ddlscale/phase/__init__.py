@@ -10,8 +10,8 @@
         ...
 
 Before the body: baseline recorded, claim registered, cluster scaled to the
-largest live claim and workers awaited (and, where the client library is
-installed, registered with the framework). After it, on return, exception
+largest live claim and workers awaited (and, where the run can reach the
+cluster's head, registered with the framework). After it, on return, exception
 or SIGTERM/SIGINT: claim released and the cluster shrunk to the largest
 remaining claim, or restored to the baseline (or the ``restore`` spec) when
 none remain. ``functools.wraps`` keeps the signature, so ``@task`` above it
@@ -45,6 +45,7 @@ def cluster_phase(
     backend: Optional[str] = None,
     *,
     framework_ready: bool = True,
+    framework_url: Optional[str] = None,
     reassert_interval: Optional[float] = DEFAULT_REASSERT_INTERVAL,
     sample_interval: float = DEFAULT_SAMPLE_INTERVAL,
     deck: bool = True,
@@ -64,6 +65,7 @@ def cluster_phase(
         timeout=timeout,
         backend=backend,
         framework_ready=framework_ready,
+        framework_url=framework_url,
         reassert_interval=reassert_interval,
         sample_interval=sample_interval,
         deck=deck,
@@ -81,6 +83,7 @@ def distributed_phase(
     backend: Optional[str] = None,
     *,
     framework_ready: bool = True,
+    framework_url: Optional[str] = None,
     reassert_interval: Optional[float] = DEFAULT_REASSERT_INTERVAL,
     sample_interval: float = DEFAULT_SAMPLE_INTERVAL,
     deck: bool = True,
@@ -91,7 +94,9 @@ def distributed_phase(
     run's own cluster) or a ClusterRef. ``restore``: ``"baseline"`` or a
     :class:`ReplicaSpec`. ``timeout`` bounds the scale-up, the readiness
     checks and the restore. ``framework_ready`` also waits until workers are
-    registered with Dask/Ray/Spark where the client is installed.
+    registered with Dask/Ray/Spark where the run can reach the cluster's head
+    (over its HTTP status endpoint; ``framework_url`` overrides where the head
+    is, see docs/readiness.md).
     ``reassert_interval`` (seconds, None to disable) applies where the
     backend cannot hold the size against the autoscaler. ``deck`` attaches a
     Deck with worker count over time and worker-seconds by tier.
@@ -106,6 +111,7 @@ def distributed_phase(
         timeout=timeout,
         backend=backend,
         framework_ready=framework_ready,
+        framework_url=framework_url,
         reassert_interval=reassert_interval,
         sample_interval=sample_interval,
         deck=deck,

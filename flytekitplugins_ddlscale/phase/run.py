@@ -22,6 +22,7 @@ from ..backends import get_backend
 from ..backends.base import ClusterBackend
 from ..deck import WorkerTimeline, publish_deck, render_html
 from ..errors import ConflictError, ScalingError, UnsupportedOperationError
+from ..framework.confirm import FrameworkOptions, confirm_ready
 from ..models import ReplicaSpec
 from ..progress import default_reporter
 from ..records import Claim
@@ -29,7 +30,6 @@ from ..tasks.runner import observed_workers, recording
 from ..waiting import Deadline
 from ..wording import plural
 from .monitor import PhaseMonitor
-from .readiness import wait_framework_ready
 from .settings import PhaseSettings
 from .signals import PhaseInterrupted, SignalsAsExceptions
 
@@ -94,6 +94,8 @@ class ClusterPhase:
     def _start(self) -> None:
         s = self.settings
         deadline = Deadline(s.timeout)
+        framework = FrameworkOptions(s.framework_ready, s.framework_url)
+        framework.check(self.ref.kind)
         self._backend = backend = get_backend(s.backend)
         if self.ref.kind not in backend.capabilities.kinds:
             raise UnsupportedOperationError(
@@ -129,10 +131,10 @@ class ClusterPhase:
         if s.head_hw_tier is not None and result.final.head_hw_tier != s.head_hw_tier:
             backend.restart_head(self.ref, s.head_hw_tier, wait=True, timeout=max(deadline.remaining, 0.1))
         self._export_env(backend)
-        if s.framework_ready:
-            self.framework_check = wait_framework_ready(
-                self.ref.kind, result.effective, max(deadline.remaining, 0.1)
-            )
+        readiness = confirm_ready(
+            backend, self.ref, result.final, result.effective, deadline.remaining, framework, default_reporter()
+        )
+        self.framework_check = readiness.proof
         reassert = None if backend.capabilities.holds_size else s.reassert_interval
         self._monitor = PhaseMonitor(
             backend, self.ref, self.claim_id, s.replicas, s.worker_hw_tier, self.timeline,

@@ -4,6 +4,7 @@ from typing import Optional, Union
 
 from ..backends.base import DEFAULT_SCALE_TIMEOUT
 from ..errors import InvalidInputError
+from ..framework.endpoints import validate_url
 from ..models import ReplicaSpec
 from ..refs import ClusterRef
 from ..tasks.config import ClusterSpec, cluster_text, resolve_cluster
@@ -45,6 +46,7 @@ class PhaseSettings:
     timeout: float = DEFAULT_SCALE_TIMEOUT
     backend: Optional[str] = None
     framework_ready: bool = True
+    framework_url: Optional[str] = None
     reassert_interval: Optional[float] = DEFAULT_REASSERT_INTERVAL
     sample_interval: float = DEFAULT_SAMPLE_INTERVAL
     deck: bool = True
@@ -61,6 +63,7 @@ class PhaseSettings:
         for name in ("framework_ready", "deck"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidInputError(name, getattr(self, name), "True or False")
+        object.__setattr__(self, "framework_url", validate_url(self.framework_url))
         if self.backend is not None and (not isinstance(self.backend, str) or not self.backend.strip()):
             raise InvalidInputError("backend", self.backend, "a backend name (scaler, kubernetes, local, ...) or None")
 

@@ -9,6 +9,8 @@ from typing import Any, Dict, Optional, Type, TypeVar, Union
 
 from ..backends.base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT
 from ..errors import InvalidInputError
+from ..framework.confirm import FrameworkOptions
+from ..framework.endpoints import validate_url
 from ..refs import ClusterRef, check_cluster, parse_cluster
 from ..validation import MAX_REPLICAS, validate_replicas, validate_tier_name, validate_timeout
 
@@ -74,6 +76,10 @@ class ScaleConfig(_Custom):
     timeout: float = DEFAULT_SCALE_TIMEOUT
     strict: bool = False
     backend: Optional[str] = None
+    framework_ready: bool = True
+    """Also wait until the workers registered with Dask/Ray/Spark where the head can be reached."""
+    framework_url: Optional[str] = None
+    """The head's dashboard / web UI URL; None: from the environment (docs/readiness.md)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cluster", cluster_text(self.cluster))
@@ -84,6 +90,11 @@ class ScaleConfig(_Custom):
         _check_bool("wait", self.wait)
         _check_bool("strict", self.strict)
         object.__setattr__(self, "backend", _backend_name(self.backend))
+        _check_framework(self)
+
+    def framework(self) -> FrameworkOptions:
+        """The framework readiness options of this node."""
+        return FrameworkOptions(self.framework_ready, self.framework_url)
 
 
 @dataclass(frozen=True)
@@ -116,12 +127,20 @@ class WaitConfig(_Custom):
     replicas: int = ANY_DESIRED
     timeout: float = DEFAULT_SCALE_TIMEOUT
     backend: Optional[str] = None
+    framework_ready: bool = True
+    """As for :class:`ScaleConfig`."""
+    framework_url: Optional[str] = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cluster", cluster_text(self.cluster))
         validate_wait_replicas(self.replicas)
         object.__setattr__(self, "timeout", validate_timeout(self.timeout))
         object.__setattr__(self, "backend", _backend_name(self.backend))
+        _check_framework(self)
+
+    def framework(self) -> FrameworkOptions:
+        """The framework readiness options of this node."""
+        return FrameworkOptions(self.framework_ready, self.framework_url)
 
 
 def validate_wait_replicas(value: object) -> int:
@@ -132,6 +151,11 @@ def validate_wait_replicas(value: object) -> int:
         return validate_replicas(value)
     except InvalidInputError:
         raise InvalidInputError("replicas", value, f"-1 (the desired count) or an integer from 0 to {MAX_REPLICAS}") from None
+
+
+def _check_framework(config: Any) -> None:
+    _check_bool("framework_ready", config.framework_ready)
+    object.__setattr__(config, "framework_url", validate_url(config.framework_url))
 
 
 def _check_bool(field: str, value: object) -> None:

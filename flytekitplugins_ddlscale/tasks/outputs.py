@@ -7,6 +7,7 @@ downstream node can bind to a single field (``up.effective``).
 from dataclasses import dataclass
 from typing import Optional
 
+from ..framework.confirm import Readiness
 from ..models import ClusterState, RestartResult, ScaleResult
 
 UNKNOWN = -1
@@ -29,15 +30,20 @@ class ScaleOutcome:
     workers: int
     """``spec.worker.replicas`` after the change."""
     ready_workers: int
-    """Ready workers at the end; ``UNKNOWN`` (-1) where the backend cannot see readiness."""
+    """Ready workers at the end: pods Ready where the backend sees readiness, else the workers
+    registered with the framework where that was checked; ``UNKNOWN`` (-1) otherwise."""
     waited: bool
     seconds_waited: float
     worker_hw_tier: str = ""
     """The requested worker tier, or '' when none was asked for."""
+    readiness: str = ""
+    """Which checks proved readiness, e.g. ``4 worker pods exist (scaler; ...); 4 workers
+    registered with the Dask scheduler at http://h:8787``; '' when not waited."""
 
     @classmethod
-    def from_result(cls, result: ScaleResult, backend: str) -> "ScaleOutcome":
-        """The outcome of ``result`` from backend ``backend``."""
+    def from_result(cls, result: ScaleResult, backend: str, readiness: Optional[Readiness] = None) -> "ScaleOutcome":
+        """The outcome of ``result`` from backend ``backend``, with the readiness that was confirmed."""
+        ready = readiness.ready_workers if readiness is not None else result.final.ready_workers
         return cls(
             cluster=result.cluster,
             backend=backend,
@@ -46,10 +52,11 @@ class ScaleOutcome:
             capped=result.capped,
             previous_workers=result.previous.desired_workers,
             workers=result.final.desired_workers,
-            ready_workers=_known(result.final.ready_workers),
+            ready_workers=_known(ready),
             waited=result.waited,
-            seconds_waited=result.seconds_waited,
+            seconds_waited=result.seconds_waited + (readiness.seconds if readiness is not None else 0.0),
             worker_hw_tier=result.worker_hw_tier or "",
+            readiness=readiness.proof if readiness is not None else "",
         )
 
 
@@ -90,19 +97,24 @@ class ClusterReady:
     status: str
     workers: int
     ready_workers: int
-    """``UNKNOWN`` (-1) where the backend cannot see readiness."""
+    """As in :class:`ScaleOutcome`: pods Ready, else framework-registered workers, else ``UNKNOWN`` (-1)."""
     seconds_waited: float
+    readiness: str = ""
+    """Which checks proved readiness (see :class:`ScaleOutcome`)."""
 
     @classmethod
-    def from_state(cls, state: ClusterState, backend: str, seconds_waited: float) -> "ClusterReady":
-        """The outcome of a wait that ended in ``state``."""
+    def from_state(
+        cls, state: ClusterState, backend: str, seconds_waited: float, readiness: Optional[Readiness] = None
+    ) -> "ClusterReady":
+        """The outcome of a wait that ended in ``state``, with the readiness that was confirmed."""
         return cls(
             cluster=state.cluster,
             backend=backend,
             status=state.status,
             workers=state.desired_workers,
-            ready_workers=_known(state.ready_workers),
+            ready_workers=_known(readiness.ready_workers if readiness is not None else state.ready_workers),
             seconds_waited=seconds_waited,
+            readiness=readiness.proof if readiness is not None else "",
         )
 
 

@@ -13,6 +13,8 @@ from ..backends import get_backend
 from ..backends.base import ClusterBackend
 from ..deck import WorkerTimeline
 from ..errors import UnsupportedOperationError
+from ..inplace import check_reachable
+from ..framework.confirm import Readiness, confirm_ready
 from ..models import ClusterState
 from ..progress import ProgressReporter, WaitProgress, default_reporter
 from ..validation import validate_replicas, validate_tier_name
@@ -64,6 +66,7 @@ def run_scale(
     replicas = validate_replicas(replicas)
     worker_hw_tier = validate_tier_name(worker_hw_tier)
     head_hw_tier = validate_tier_name(head_hw_tier, "head_hw_tier")
+    config.framework().check(ref.kind)
     reporter = progress if progress is not None else default_reporter()
     timeline = WorkerTimeline()
     deadline = Deadline(config.timeout)
@@ -90,9 +93,15 @@ def run_scale(
             backend.restart_head(
                 ref, head_hw_tier, wait=config.wait, timeout=max(deadline.remaining, 1.0), progress=reporter
             )
-        timeline.add(observed_workers(result.final), worker_hw_tier or result.final.worker_hw_tier)
+        readiness: Optional[Readiness] = None
+        if config.wait:
+            # Not sampled into the timeline: it plots worker pods, the framework count is the outcome's.
+            readiness = confirm_ready(
+                backend, ref, result.final, result.effective, deadline.remaining, config.framework(), reporter
+            )
+        timeline.add(_ready_count(result.final, readiness), worker_hw_tier or result.final.worker_hw_tier)
         timeline.finish()
-        return ScaleOutcome.from_result(result, backend.name), timeline
+        return ScaleOutcome.from_result(result, backend.name, readiness), timeline
 
 
 def run_restart(
@@ -126,19 +135,42 @@ def run_wait(
     """Wait until ``replicas`` workers (``-1``: the desired count) are up on ``cluster``."""
     ref = resolve_cluster(cluster)
     replicas = validate_wait_replicas(replicas)
+    config.framework().check(ref.kind)
     reporter = progress if progress is not None else default_reporter()
     timeline = WorkerTimeline()
     started = time.monotonic()
+    deadline = Deadline(config.timeout)
     with open_backend(config.backend) as backend:
         before = backend.get_state(ref)
         timeline.add(observed_workers(before), before.worker_hw_tier, seconds=0.0)
+        # The backend refuses a count that can never come, naming its own limits (e.g. max_workers).
         target = before.desired_workers if replicas == ANY_DESIRED else replicas
         state = backend.wait_for_workers(
-            ref,
-            target,
-            timeout=config.timeout,
-            progress=recording(timeline, before.worker_hw_tier, reporter),
+            ref, target, timeout=config.timeout, progress=recording(timeline, before.worker_hw_tier, reporter)
         )
-        timeline.add(observed_workers(state), state.worker_hw_tier)
+        readiness = confirm_ready(backend, ref, state, target, deadline.remaining, config.framework(), reporter)
+        timeline.add(_ready_count(state, readiness), state.worker_hw_tier)
         timeline.finish()
-        return ClusterReady.from_state(state, backend.name, time.monotonic() - started), timeline
+        return ClusterReady.from_state(state, backend.name, time.monotonic() - started, readiness), timeline
+
+
+def wait_target(state: ClusterState, replicas: int) -> int:
+    """The worker count a wait on ``state`` should await (``-1``: the desired count).
+
+    A count that can never come (above the desired workers or above
+    ``maxReplicas``) raises :class:`UnreachableWaitError` at once instead of
+    waiting out the timeout.
+    """
+    if replicas == ANY_DESIRED:
+        return state.desired_workers
+    check_reachable(
+        replicas, desired=state.desired_workers, maximum=state.autoscaling_max, cluster=state.cluster,
+        desired_name="desired_workers", state=state,
+    )
+    return replicas
+
+
+def _ready_count(state: ClusterState, readiness: Optional[Readiness]) -> int:
+    if readiness is not None and readiness.ready_workers is not None:
+        return readiness.ready_workers
+    return observed_workers(state)

@@ -30,6 +30,11 @@ class ScaleCluster(ScalingTaskBase[ScaleConfig]):
     ``replicas: int``, ``worker_hw_tier: Optional[str]``,
     ``head_hw_tier: Optional[str]``. ``wait=False`` returns as soon as the
     request is accepted; pair it with ``WaitForCluster`` to pre-warm.
+    With ``wait``, the node also waits until the workers registered with
+    Dask/Ray/Spark where the run can reach the cluster's head
+    (``framework_ready=False`` switches that off; ``framework_url`` says
+    where the head's dashboard is; see docs/readiness.md), and the
+    outcome's ``readiness`` says which checks proved it.
     """
 
     def __init__(
@@ -43,6 +48,8 @@ class ScaleCluster(ScalingTaskBase[ScaleConfig]):
         timeout: float = DEFAULT_SCALE_TIMEOUT,
         strict: bool = False,
         backend: Optional[str] = None,
+        framework_ready: bool = True,
+        framework_url: Optional[str] = None,
         **kwargs: Any,
     ) -> None:
         config = ScaleConfig(
@@ -54,6 +61,8 @@ class ScaleCluster(ScalingTaskBase[ScaleConfig]):
             timeout=timeout,
             strict=strict,
             backend=backend,
+            framework_ready=framework_ready,
+            framework_url=framework_url,
         )
         super().__init__(
             name=name,

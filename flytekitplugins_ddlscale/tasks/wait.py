@@ -31,7 +31,8 @@ class WaitForCluster(ScalingTaskBase[WaitConfig]):
             train(data=data, workers=up.workers)
 
     Inputs: ``cluster: str`` and ``replicas: int`` (``-1``, the default,
-    waits for whatever ``spec.worker.replicas`` asks for).
+    waits for whatever ``spec.worker.replicas`` asks for). Framework
+    readiness (``framework_ready``, ``framework_url``) as for ``ScaleCluster``.
     """
 
     def __init__(
@@ -41,9 +42,18 @@ class WaitForCluster(ScalingTaskBase[WaitConfig]):
         replicas: int = ANY_DESIRED,
         timeout: float = DEFAULT_SCALE_TIMEOUT,
         backend: Optional[str] = None,
+        framework_ready: bool = True,
+        framework_url: Optional[str] = None,
         **kwargs: Any,
     ) -> None:
-        config = WaitConfig(cluster=cluster, replicas=replicas, timeout=timeout, backend=backend)  # type: ignore[arg-type]
+        config = WaitConfig(
+            cluster=cluster,  # type: ignore[arg-type]
+            replicas=replicas,
+            timeout=timeout,
+            backend=backend,
+            framework_ready=framework_ready,
+            framework_url=framework_url,
+        )
         super().__init__(
             name=name,
             task_config=config,

@@ -1,0 +1,103 @@
+"""The readiness every surface reports: what the backend proved, plus the framework check.
+
+Nodes, the CLI and phases call :func:`confirm_ready` after the backend's own
+wait, with what is left of the same deadline. The result says how many
+workers are ready and which checks proved it, e.g. ``4 worker pods exist
+(scaler; pod readiness not visible); 4 workers registered with the Dask
+scheduler at http://h:8787``.
+"""
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+from ..backends.base import ClusterBackend
+from ..errors import InvalidInputError
+from ..models import ClusterState
+from ..progress import ProgressReporter
+from ..refs import ClusterRef
+from .endpoints import enabled_by_env, resolve_endpoint, validate_url, where_to_set
+from .probes import probe_for
+from .wait import Registered, wait_registered
+
+COUNTS_REGISTERED_WORKERS = frozenset({"local"})
+"""Backends whose own wait already counts workers registered with the framework (the local
+backend asks its Dask scheduler), so an HTTP check would prove nothing more."""
+
+
+@dataclass(frozen=True)
+class FrameworkOptions:
+    """Whether to check framework readiness, and where the head is if not found automatically."""
+
+    enabled: bool = True
+    url: Optional[str] = None
+    """The head's dashboard / web UI base URL; None: resolved from the environment."""
+    env: Optional[Mapping[str, str]] = None
+    """The environment to resolve from; None: ``os.environ``."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise InvalidInputError("framework_ready", self.enabled, "True or False")
+        object.__setattr__(self, "url", validate_url(self.url))
+
+    def check(self, kind: str) -> None:
+        """Raise :class:`InvalidInputError` now for a bad switch, URL or port variable, so that
+        a caller can refuse before changing anything rather than after the scale."""
+        if self.enabled and enabled_by_env(self.env):
+            resolve_endpoint(kind, self.url, self.env)
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """How ready the workers are, and what proved it."""
+
+    ready_workers: Optional[int]
+    """Ready workers: the framework's count where it was checked and the backend cannot see
+    pod readiness, else the backend's Ready count; None when nothing could show it."""
+    proof: str
+    framework: Optional[Registered] = None
+    seconds: float = 0.0
+    """Seconds spent in the framework check."""
+
+
+def backend_proof(backend: ClusterBackend, state: ClusterState) -> str:
+    """What the backend's own wait proved about ``state``, in words."""
+    if backend.name in COUNTS_REGISTERED_WORKERS:
+        return f"{state.ready_workers} workers registered with the Dask scheduler ({backend.name} backend)"
+    if backend.capabilities.observes_readiness and state.ready_workers is not None:
+        return f"{state.ready_workers} worker pods Ready ({backend.name})"
+    return f"{state.existing_workers} worker pods exist ({backend.name}; pod readiness not visible)"
+
+
+def confirm_ready(
+    backend: ClusterBackend,
+    ref: ClusterRef,
+    state: ClusterState,
+    workers: int,
+    timeout: float,
+    options: FrameworkOptions = FrameworkOptions(),
+    progress: Optional[ProgressReporter] = None,
+) -> Readiness:
+    """After the backend's wait ended in ``state``: wait (up to ``timeout``) until ``workers``
+    workers are registered with the framework where that applies, and say what proved readiness.
+
+    The framework check is skipped (and the proof says why) when it is switched off, when no
+    worker is awaited, for kinds without a head, for backends that already count registered
+    workers, and when nothing says where the head is. Raises ``ScalingTimeoutError`` from
+    :func:`~.wait.wait_registered`.
+    """
+    base = backend_proof(backend, state)
+    known = state.ready_workers
+    probe = probe_for(ref.kind)
+    if not options.enabled or not enabled_by_env(options.env):
+        return Readiness(known, f"{base}; framework check off")
+    if workers <= 0 or backend.name in COUNTS_REGISTERED_WORKERS:
+        return Readiness(known, base)
+    if probe is None:
+        return Readiness(known, f"{base}; {ref.kind} has no head to ask")
+    endpoint = resolve_endpoint(ref.kind, options.url, options.env)
+    if endpoint is None:
+        return Readiness(known, f"{base}; framework not checked (head address unknown: set {where_to_set(ref.kind)})")
+    registered = wait_registered(
+        probe, endpoint, workers, timeout, cluster=str(ref), state=state, progress=progress
+    )
+    ready = registered.workers if known is None else min(known, registered.workers)
+    return Readiness(ready, f"{base}; {registered.proof}", registered, registered.seconds)

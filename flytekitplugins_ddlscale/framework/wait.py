@@ -1,0 +1,136 @@
+"""Waiting until N workers have registered with the framework on the cluster's head.
+
+Reads the head's JSON status (:mod:`.probes`) on a fast schedule until the
+count reaches the target or the deadline passes. A head that does not answer
+(connection refused, reset, timeout, a 5xx, a payload of another shape) is
+retried until the deadline: heads restart and dashboards start after the
+pod is Ready. Each outage is logged when it starts and when it ends. Only
+401/403 ends the wait early: retrying cannot fix credentials.
+"""
+import http.client
+import json
+import logging
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from ..errors import ScalingTimeoutError, UnauthorizedError
+from ..models import ClusterState
+from ..progress import ProgressReporter, WaitProgress
+from ..waiting import Deadline, PollSchedule, TwoStageBackoff
+from .endpoints import Endpoint
+from .probes import Probe
+
+logger = logging.getLogger("flytekitplugins_ddlscale")
+
+DEFAULT_SCHEDULE = TwoStageBackoff(initial=0.1, fast=0.25, fast_until=120.0, slow=2.0)
+"""0.1 s doubling to 0.25 s for two minutes, then 2 s: workers usually join seconds after their pod."""
+READ_TIMEOUT = 5.0
+"""Seconds one status read may take (less when the deadline is closer)."""
+
+
+@dataclass(frozen=True)
+class Registered:
+    """What the framework showed when the wait ended."""
+
+    kind: str
+    url: str
+    workers: int
+    """Workers registered at the last read (at least the target)."""
+    proof: str
+    """In words: ``4 workers registered with the Dask scheduler at http://h:8787``."""
+    seconds: float
+
+
+class HeadUnreachable(Exception):
+    """One read of the head's status failed in a way a later read may not."""
+
+
+def read_registered(probe: Probe, endpoint: Endpoint, timeout: float) -> int:
+    """Registered workers now; :class:`HeadUnreachable` when the head did not answer usefully.
+
+    Raises :class:`UnauthorizedError` on 401/403.
+    """
+    url = probe.url(endpoint.url)
+    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as reply:
+            payload = json.loads(reply.read().decode("utf-8"))
+    except urllib.error.HTTPError as error:
+        if error.code in (401, 403):
+            raise UnauthorizedError(
+                f"{probe.registry} at {endpoint.url} refused the status read (HTTP {error.code}); "
+                "give framework_url with credentials it accepts, or switch the framework check off",
+                status_code=error.code,
+            ) from None
+        raise HeadUnreachable(f"HTTP {error.code} from {url}") from None
+    except (OSError, ValueError, http.client.HTTPException) as error:
+        cause = error.reason if isinstance(error, urllib.error.URLError) and isinstance(error.reason, Exception) else error
+        raise HeadUnreachable(f"{type(cause).__name__}: {cause} ({url})") from None
+    try:
+        return probe.count(payload)
+    except ValueError as error:
+        raise HeadUnreachable(f"{error} ({url})") from None
+
+
+def wait_registered(
+    probe: Probe,
+    endpoint: Endpoint,
+    workers: int,
+    timeout: float,
+    *,
+    cluster: Optional[str] = None,
+    state: Optional[ClusterState] = None,
+    progress: Optional[ProgressReporter] = None,
+    schedule: PollSchedule = DEFAULT_SCHEDULE,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Registered:
+    """Return once at least ``workers`` workers are registered with the head at ``endpoint``.
+
+    Reads at least once even when ``timeout`` is (nearly) spent. Raises
+    :class:`ScalingTimeoutError` at ``timeout`` naming what it waited for,
+    the last count, and how long the head had been unreachable; ``state``
+    (the backend's last state) travels with the error.
+    """
+    what = f"{workers} workers registered with {probe.registry} at {endpoint.url}"
+    deadline = Deadline(max(timeout, 0.0))
+    intervals = schedule.intervals()
+    seen: Optional[int] = None
+    outage_since: Optional[float] = None
+    last_error = ""
+    while True:
+        try:
+            seen = read_registered(probe, endpoint, max(0.2, min(READ_TIMEOUT, deadline.remaining)))
+        except HeadUnreachable as error:
+            last_error = str(error)
+            if outage_since is None:
+                outage_since = time.monotonic()
+                logger.warning("%s is not answering (%s); retrying until the deadline", endpoint.url, last_error)
+        else:
+            if outage_since is not None:
+                logger.info("%s answers again after %.1fs", endpoint.url, time.monotonic() - outage_since)
+                outage_since = None
+        detail = (
+            f"head unreachable for {time.monotonic() - outage_since:.1f}s: {last_error}"
+            if outage_since is not None
+            else f"{seen} registered"
+        )
+        if progress is not None:
+            progress(WaitProgress(what, seen or 0, workers, deadline.elapsed, timeout, detail))
+        if outage_since is None and seen is not None and seen >= workers:
+            proof = f"{seen} workers registered with {probe.registry} at {endpoint.url}"
+            return Registered(probe.kind, endpoint.url, seen, proof, deadline.elapsed)
+        if deadline.expired:
+            last = "the head never answered" if seen is None else f"{seen} registered at its last answer"
+            if outage_since is not None and seen is not None:
+                last += f"; then unreachable for {time.monotonic() - outage_since:.1f}s ({last_error})"
+            elif outage_since is not None:
+                last += f" for {time.monotonic() - outage_since:.1f}s ({last_error})"
+            raise ScalingTimeoutError(
+                f"timed out after {timeout:.0f}s waiting for {what} (address from {endpoint.source}); {last}",
+                cluster=cluster,
+                state=state,
+            )
+        sleep(min(next(intervals), deadline.remaining))
