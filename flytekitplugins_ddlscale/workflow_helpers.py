@@ -27,6 +27,7 @@ from .backends.base import DEFAULT_SCALE_TIMEOUT
 from .backends.local.env import environ_set
 from .errors import InvalidInputError
 from .refs import ClusterRef
+from .tasks.base import qualified_name
 from .tasks.config import cluster_text, resolve_cluster
 from .tasks.runner import open_backend
 from .validation import validate_replicas, validate_timeout
@@ -54,7 +55,10 @@ def connected(cluster: Union[str, ClusterRef], backend: Optional[str] = None) ->
 
 
 class ScaleDownOnFailure(PythonInstanceTask[None]):
-    """A failure-handler task: restore the cluster's baseline, or scale it to ``replicas``."""
+    """A failure-handler task: restore the cluster's baseline, or scale it to ``replicas``.
+
+    Its Flyte name is qualified by the defining module, like the node types.
+    """
 
     def __init__(
         self,
@@ -81,6 +85,11 @@ class ScaleDownOnFailure(PythonInstanceTask[None]):
             interface=Interface(inputs=signature, outputs={}),
             **kwargs,
         )
+
+    @property
+    def name(self) -> str:
+        """The task's Flyte name: qualified by the defining module unless the given name has a dot."""
+        return qualified_name(self._name, self.instantiated_in)
 
     def get_custom(self, settings: Any) -> Dict[str, Any]:
         """The cleanup target, visible in the serialized template."""
