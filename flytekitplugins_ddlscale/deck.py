@@ -3,12 +3,18 @@
 The plot is an inline SVG drawn here, so a Deck needs no plotting library in
 the task image. :class:`WorkerTimeline` collects samples while a node or
 phase runs; :func:`render_html` turns them into a page; :func:`publish_deck`
-attaches it to the running task (harmless outside one).
+attaches it to the running task (harmless outside one). In a local run
+flytekit writes each task's Decks to a random folder of its sandbox and
+says where only at debug level, so the first Deck registers a list of
+them printed when the process exits.
 """
+import atexit
 import html
+import re
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:
@@ -190,4 +196,51 @@ def publish_deck(name: str, page: str) -> "Deck":
     """
     from flytekit import Deck
 
-    return Deck(name, page)
+    deck = Deck(name, page)
+    _list_local_decks_at_exit()
+    return deck
+
+
+DECK_FILE = "deck.html"
+_TITLE = re.compile(r"<h2>([^<]{1,200})</h2>")
+_listing: Optional[Path] = None
+
+
+def _list_local_decks_at_exit() -> None:
+    global _listing
+    from flytekit.core.context_manager import FlyteContextManager
+
+    ctx = FlyteContextManager.current_context()
+    if _listing is not None or ctx.execution_state is None or not ctx.execution_state.is_local_execution():
+        return
+    _listing = Path(ctx.file_access.local_sandbox_dir)
+    atexit.register(print_local_decks, _listing)
+
+
+def local_decks(root: Path) -> List[Tuple[str, Path]]:
+    """The ``deck.html`` files under ``root``, oldest first, each labelled with the Decks it added.
+
+    flytekit's local run carries the Decks of earlier tasks into each later
+    file, so a file is labelled by the titles of this plugin's Decks that
+    the previous file did not have (a task with only flytekit's Decks is
+    labelled ``task Deck``).
+    """
+    found = []
+    seen: List[str] = []
+    for path in sorted(root.glob(f"*/{DECK_FILE}"), key=lambda p: p.stat().st_mtime):
+        titles = [html.unescape(t) for t in _TITLE.findall(path.read_text(encoding="utf-8", errors="replace"))]
+        added = [t for t in titles if t not in seen]
+        seen = titles
+        found.append((", ".join(added) or "task Deck", path))
+    return found
+
+
+def print_local_decks(root: Path) -> None:
+    """Print where this local run's Decks were written (nothing when none were)."""
+    from .progress import emit_summary
+
+    decks = local_decks(root)
+    if decks:
+        emit_summary("Decks of this run (open in a browser):\n" + "\n".join(
+            f"  {title}: {path.as_uri()}" for title, path in decks
+        ))

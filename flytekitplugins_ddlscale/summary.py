@@ -30,8 +30,10 @@ def _readiness(outcome: Any) -> str:
     return f" (framework: {readiness})" if readiness else ""
 
 
-def _arrived(outcome: Any, count: int) -> str:
-    """``ready`` where readiness is observable, else what the backend could see."""
+def _arrived(outcome: Any, count: int, before: Optional[int] = None) -> str:
+    """``ready`` where readiness is observable, else what the backend could see; a shrink is just a count."""
+    if count == 0 or (before is not None and count < before):
+        return workers(count)
     if getattr(outcome, "ready_workers", UNKNOWN) == UNKNOWN:
         return f"{workers(count)} up (readiness not observable)"
     return f"{workers(count)} ready"
@@ -44,7 +46,7 @@ def scale_line(step: str, outcome: Any) -> str:
     if not outcome.waited:
         return f"{step}: {change}{workers(outcome.effective)}{_tier(outcome)} requested, not waited for{capped}"
     return (
-        f"{step}: {change}{_arrived(outcome, outcome.effective)}{_tier(outcome)} in "
+        f"{step}: {change}{_arrived(outcome, outcome.effective, outcome.previous_workers)}{_tier(outcome)} in "
         f"{_seconds(outcome.seconds_waited)}{capped}{_readiness(outcome)}"
     )
 
@@ -74,7 +76,7 @@ def restore_line(step: str, outcome: Any) -> str:
     if not outcome.waited:
         return f"{step}: {change}{workers(outcome.workers)}{_tier(outcome)} ({outcome.restored}) requested, not waited for"
     return (
-        f"{step}: {change}{_arrived(outcome, outcome.workers)}{_tier(outcome)} ({outcome.restored}) in "
+        f"{step}: {change}{_arrived(outcome, outcome.workers, outcome.previous_workers)}{_tier(outcome)} ({outcome.restored}) in "
         f"{_seconds(outcome.seconds_waited)}"
     )
 
