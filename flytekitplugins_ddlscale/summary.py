@@ -73,7 +73,7 @@ def restore_line(step: str, outcome: Any) -> str:
     if outcome.restored == "nothing recorded":
         return f"{step}: {outcome.cluster} unchanged at {workers(outcome.workers)} (no baseline recorded)"
     change = f"{outcome.cluster} {outcome.previous_workers} -> "
-    if not outcome.waited:
+    if not outcome.waited and outcome.workers > 0:
         return f"{step}: {change}{workers(outcome.workers)}{_tier(outcome)} ({outcome.restored}) requested, not waited for"
     return (
         f"{step}: {change}{_arrived(outcome, outcome.workers, outcome.previous_workers)}{_tier(outcome)} ({outcome.restored}) in "
