@@ -4,6 +4,7 @@ import os
 import pty
 import re
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -129,3 +130,36 @@ def test_domino_examples_serialize_with_their_settings(module, workflow, monkeyp
         if template.type.startswith("ddlscale"):
             assert template.custom["cluster"] in ("ray", "spark")
     assert {"ddlscale_scale", "python-task"} <= types
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_a_node_based_flow_says_what_was_left_running_and_how_to_stop_it(tmp_path):
+    state = tmp_path / "state"
+    proc = subprocess.Popen(
+        [str(PYFLYTE), "run", "tests/flyte_apps/interrupted.py", "flow"],
+        cwd=ROOT, env=quick_start_env(state), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        err_lines = []
+        for line in proc.stderr:  # bounded by the node's own 120 s timeout, and by the kill below
+            err_lines.append(line)
+            if line.startswith("scale_up: dask/interrupt-test 0 -> 1 worker ready"):
+                break
+        assert err_lines and err_lines[-1].startswith("scale_up:"), "".join(err_lines)
+        time.sleep(1.0)  # let long_stage start
+        proc.send_signal(signal.SIGINT)
+        _, rest = proc.communicate(timeout=60)
+        assert proc.returncode != 0
+        assert "ddlscale: interrupted; left running by this flow:" in rest, rest[-3000:]
+        assert "dask/interrupt-test: Running, 1 worker(s); to stop it: ddlscale local down --name interrupt-test" in rest
+        assert processes_mentioning(str(state)) != []
+        stopped = subprocess.run([str(PYFLYTE.with_name("ddlscale")), "local", "down", "--name", "interrupt-test"],
+                                 env=quick_start_env(state), capture_output=True, text=True, timeout=120)
+        assert stopped.returncode == 0, stopped.stderr
+        assert processes_mentioning(str(state)) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        take_down(state)
+    assert processes_mentioning(str(state)) == []
