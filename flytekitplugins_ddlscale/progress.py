@@ -12,7 +12,7 @@ import sys
 import time
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Callable, Optional, Type
+from typing import Callable, Optional, Type, Union
 
 logger = logging.getLogger("flytekitplugins_ddlscale")
 
@@ -192,7 +192,11 @@ class RichReporter:
         self.close()
 
 
-def default_reporter(activity: Optional[Activity] = None) -> ProgressReporter:
+WaitReporter = Union[LogReporter, RichReporter]
+"""A :data:`ProgressReporter` that can also announce a wait (``begin``) and be used with ``with``."""
+
+
+def default_reporter(activity: Optional[Activity] = None) -> WaitReporter:
     """Rich progress on an interactive terminal, logging otherwise.
 
     The returned reporter is also a context manager (leave the live display

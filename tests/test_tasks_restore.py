@@ -88,3 +88,12 @@ def test_interrupted_flow_names_what_is_left_running_and_how_to_stop_it(local_en
     local_backend(local_env).down(REF)
     leftovers.report_left_running()
     assert "left running" not in capfd.readouterr().err
+
+
+@pytest.mark.slow
+def test_failure_handler_prints_what_it_restored(local_env, caplog):
+    caplog.set_level(logging.INFO, logger="flytekitplugins_ddlscale")
+    with pytest.raises(Exception, match="stage failed on purpose"):
+        nodes.failing(fail=True)
+    assert "cleanup: dask/nodes-test 2 -> 0 workers (baseline) in" in caplog.text
+    assert local_backend(local_env).list_clusters() == []

@@ -89,7 +89,7 @@ def test_quiet_setting_silences_summaries(no_logging_handlers, capsys, monkeypat
     assert capsys.readouterr().err == ""
 
 
-def test_configured_logging_receives_the_line_instead_of_stderr(no_logging_handlers, capsys, monkeypatch):
+def test_configured_logging_receives_the_line_instead_of_stderr(no_logging_handlers, capsys, caplog):
     records = []
 
     class Keep(logging.Handler):
@@ -98,7 +98,7 @@ def test_configured_logging_receives_the_line_instead_of_stderr(no_logging_handl
 
     no_logging_handlers()
     logging.root.addHandler(Keep())
-    monkeypatch.setattr(logging.getLogger("flytekitplugins_ddlscale"), "level", logging.INFO)
+    caplog.set_level(logging.INFO, logger="flytekitplugins_ddlscale")
     emit_summary("via logging")
     assert [r.getMessage() for r in records] == ["via logging"]
     assert capsys.readouterr().err == ""

@@ -116,7 +116,7 @@ class ClusterPhase:
             "phase %s on %s: needs %d workers, holding the largest claim (%d)",
             self.claim_id, self.ref, s.replicas, self.claim.replicas,
         )
-        with default_reporter(Activity(self.label, str(self.ref))) as reporter:  # type: ignore[attr-defined]
+        with default_reporter(Activity(self.label, str(self.ref))) as reporter:
             begin_wait(reporter, self.claim.replicas, s.timeout)
             result = backend.reconcile(
                 self.ref,

@@ -19,7 +19,7 @@ from flytekit.core.interface import Interface
 from flytekit.core.python_function_task import PythonInstanceTask
 
 from ..deck import WorkerTimeline, publish_deck, render_html
-from ..progress import Activity, ProgressReporter, default_reporter
+from ..progress import Activity, WaitReporter, default_reporter
 from .config import resolve_cluster
 
 C = TypeVar("C")
@@ -64,7 +64,7 @@ class ScalingTaskBase(PythonInstanceTask[C], Generic[C]):
         """The name as given, e.g. ``scale_up`` (used in progress and summary lines)."""
         return self._name
 
-    def reporter(self, cluster: str, goal: str = "waiting for {target} workers") -> ProgressReporter:
+    def reporter(self, cluster: str, goal: str = "waiting for {target} workers") -> WaitReporter:
         """Progress for one run of this node: a bar naming the node and the full cluster name."""
         return default_reporter(Activity(self.short_name, str(resolve_cluster(cluster)), goal))
 

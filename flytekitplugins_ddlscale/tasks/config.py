@@ -5,7 +5,7 @@ container run and the Flyte connector rebuild exactly the configuration
 that was serialized.
 """
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Dict, Optional, Type, TypeVar, Union
+from typing import Any, Dict, Optional, Tuple, Type, TypeVar, Union
 
 from ..backends.base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT
 from ..errors import InvalidInputError
@@ -160,7 +160,7 @@ class RestoreConfig(_Custom):
         object.__setattr__(self, "backend", _backend_name(self.backend))
 
 
-def validate_restore_target(replicas: object, worker_hw_tier: object) -> "tuple[int, Optional[str]]":
+def validate_restore_target(replicas: object, worker_hw_tier: object) -> Tuple[int, Optional[str]]:
     """A restore target: ``FROM_BASELINE`` (-1) or a worker count, and a tier only with a count."""
     if replicas == FROM_BASELINE and not isinstance(replicas, bool):
         count = FROM_BASELINE

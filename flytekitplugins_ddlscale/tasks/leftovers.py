@@ -8,18 +8,22 @@ listed with the command that stops them.
 """
 import sys
 import threading
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from ..errors import ClusterNotFoundError
 from ..refs import ClusterRef
 
-_touched: Dict[str, Tuple[str, ClusterRef]] = {}
+_touched: Dict[str, Tuple[Optional[str], ClusterRef]] = {}
 _lock = threading.Lock()
 _installed = False
 
 
-def remember(backend: str, ref: ClusterRef) -> None:
-    """Note that this process changed ``ref`` through ``backend``; install the Ctrl-C report once."""
+def remember(backend: Optional[str], ref: ClusterRef) -> None:
+    """Note that this process is changing ``ref`` through ``backend`` (None: the environment's choice).
+
+    Called before the change, so an interrupt during the node's own wait is
+    covered too. Installs the Ctrl-C report once.
+    """
     global _installed
     with _lock:
         _touched[str(ref)] = (backend, ref)
@@ -46,9 +50,11 @@ def left_running() -> List[str]:
     with _lock:
         touched = list(_touched.values())
     lines = []
-    for backend_name, ref in touched:
+    for option, ref in touched:
+        backend_name = option or "the environment's backend"
         try:
-            backend = get_backend(backend_name)
+            backend = get_backend(option)
+            backend_name = backend.name
             try:
                 state = backend.get_state(ref)
             finally:

@@ -75,6 +75,7 @@ class ScaleCluster(ScalingTaskBase[ScaleConfig]):
     def execute(self, **kwargs: Any) -> ScaleOutcome:
         """Scale with the node's inputs; publish the Deck; print the summary line; return the outcome."""
         cluster = kwargs.get("cluster", self.task_config.cluster)
+        remember(self.task_config.backend, resolve_cluster(cluster))
         with self.reporter(cluster) as progress:
             outcome, timeline = run_scale(
                 self.task_config,
@@ -84,7 +85,6 @@ class ScaleCluster(ScalingTaskBase[ScaleConfig]):
                 head_hw_tier=kwargs.get("head_hw_tier", self.task_config.head_hw_tier),
                 progress=progress,
             )
-        remember(outcome.backend, resolve_cluster(cluster))
         self.publish("Cluster scaling", timeline, outcome)
         emit_summary(scale_line(self.short_name, outcome))
         return outcome
