@@ -33,9 +33,14 @@ from typing import List
 from flytekit import kwtypes, task, workflow
 from flytekit.deck import DeckField
 
-from flytekitplugins_ddlscale import ScaleCluster, WaitForCluster, distributed_phase
-from flytekitplugins_ddlscale.tasks import ClusterReady
-from flytekitplugins_ddlscale.workflow_helpers import connected, scale_down_on_failure
+from flytekitplugins_ddlscale import (
+    ClusterReady,
+    ScaleCluster,
+    WaitForCluster,
+    connected,
+    distributed_phase,
+    scale_down_on_failure,
+)
 
 CLUSTER = os.environ.get("DDLSCALE_EXAMPLE_CLUSTER", "dask/hybrid-demo")
 WORKERS = 2

@@ -23,9 +23,7 @@ from typing import List
 
 from flytekit import kwtypes, task, workflow
 
-from flytekitplugins_ddlscale import RestartHead, ScaleCluster, distributed_phase
-from flytekitplugins_ddlscale.tasks import ScaleOutcome
-from flytekitplugins_ddlscale.workflow_helpers import scale_down_on_failure
+from flytekitplugins_ddlscale import RestartHead, ScaleCluster, ScaleOutcome, distributed_phase, scale_down_on_failure
 
 CLUSTER = "ray"
 GPU_TIER = os.environ.get("DDLSCALE_GPU_TIER", "GPU")

@@ -10,9 +10,7 @@ use ``backend="kubernetes"`` for ``RestartHead`` on Spark.
 """
 from flytekit import kwtypes, task, workflow
 
-from flytekitplugins_ddlscale import ScaleCluster, WaitForCluster, distributed_phase
-from flytekitplugins_ddlscale.tasks import ClusterReady
-from flytekitplugins_ddlscale.workflow_helpers import scale_down_on_failure
+from flytekitplugins_ddlscale import ClusterReady, ScaleCluster, WaitForCluster, distributed_phase, scale_down_on_failure
 
 CLUSTER = "spark"
 TIER = "Medium"

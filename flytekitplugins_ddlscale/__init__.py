@@ -2,7 +2,11 @@
 
 .. code-block:: python
 
-    from flytekitplugins_ddlscale import ClusterRef, ScaleCluster, distributed_phase, get_backend
+    from flytekitplugins_ddlscale import ScaleCluster, RestoreCluster, ScaleOutcome, distributed_phase
+
+Every user-facing name is importable from here: the node types and their
+outcomes, the phase decorator and context manager, the workflow helpers,
+backends, tiers, models and errors.
 
 flytekit imports this package at start-up (``flytekit.plugins`` entry point),
 so only light modules load here; task types, the phase decorator and every
@@ -41,7 +45,16 @@ _LAZY = {
     "ScaleCluster": "flytekitplugins_ddlscale.tasks",
     "RestartHead": "flytekitplugins_ddlscale.tasks",
     "WaitForCluster": "flytekitplugins_ddlscale.tasks",
+    "RestoreCluster": "flytekitplugins_ddlscale.tasks",
+    "ScaleOutcome": "flytekitplugins_ddlscale.tasks",
+    "RestartOutcome": "flytekitplugins_ddlscale.tasks",
+    "ClusterReady": "flytekitplugins_ddlscale.tasks",
+    "RestoreOutcome": "flytekitplugins_ddlscale.tasks",
     "distributed_phase": "flytekitplugins_ddlscale.phase",
+    "cluster_phase": "flytekitplugins_ddlscale.phase",
+    "PhaseInterrupted": "flytekitplugins_ddlscale.phase",
+    "scale_down_on_failure": "flytekitplugins_ddlscale.workflow_helpers",
+    "connected": "flytekitplugins_ddlscale.workflow_helpers",
     "HardwareTier": "flytekitplugins_ddlscale.tiers",
     "TierCatalog": "flytekitplugins_ddlscale.tiers",
     "FileTierCatalog": "flytekitplugins_ddlscale.tiers",

@@ -3,12 +3,18 @@
 The plot is an inline SVG drawn here, so a Deck needs no plotting library in
 the task image. :class:`WorkerTimeline` collects samples while a node or
 phase runs; :func:`render_html` turns them into a page; :func:`publish_deck`
-attaches it to the running task (harmless outside one).
+attaches it to the running task (harmless outside one). In a local run
+flytekit writes each task's Decks to a random folder of its sandbox and
+says where only at debug level, so the first Deck registers a list of
+them printed when the process exits.
 """
+import atexit
 import html
+import re
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:
@@ -36,6 +42,7 @@ class WorkerTimeline:
         self._start = clock()
         self._lock = threading.Lock()
         self._samples: List[Sample] = []
+        self._marks: List[Tuple[float, str]] = []
         self._end: Optional[float] = None
 
     def add(self, workers: int, tier: Optional[str] = None, seconds: Optional[float] = None) -> None:
@@ -43,6 +50,17 @@ class WorkerTimeline:
         at = self._clock() - self._start if seconds is None else seconds
         with self._lock:
             self._samples.append(Sample(max(0.0, at), max(0, int(workers)), tier))
+
+    def mark(self, label: str) -> None:
+        """Label this moment (e.g. ``restore``); the plot draws it as a dashed line."""
+        with self._lock:
+            self._marks.append((max(0.0, self._clock() - self._start), label))
+
+    @property
+    def marks(self) -> List[Tuple[float, str]]:
+        """The labelled moments, as (seconds, label), in time order."""
+        with self._lock:
+            return sorted(self._marks)
 
     def finish(self) -> None:
         """Mark the end of the timeline: worker-seconds are integrated up to here."""
@@ -75,11 +93,22 @@ class WorkerTimeline:
         return totals
 
 
-def render_svg(samples: Sequence[Sample], duration: float, width: int = 640, height: int = 220) -> str:
-    """A step plot of worker count over time as an inline ``<svg>`` element."""
+END_MARGIN = 0.05
+"""Share of the time axis kept after the end, so a change at the very end (the restore) stays visible."""
+
+
+def render_svg(
+    samples: Sequence[Sample],
+    duration: float,
+    width: int = 640,
+    height: int = 220,
+    marks: Sequence[Tuple[float, str]] = (),
+) -> str:
+    """A step plot of worker count over time as an inline ``<svg>`` element; ``marks`` as dashed lines."""
     left, right, top, bottom = 48, 16, 16, 36
     plot_w, plot_h = width - left - right, height - top - bottom
-    end = max(duration, samples[-1].seconds if samples else 0.0, 1e-6)
+    last = max(duration, samples[-1].seconds if samples else 0.0, 1e-6)
+    end = last * (1 + END_MARGIN)
     peak = max([s.workers for s in samples] + [1])
 
     def x(seconds: float) -> float:
@@ -107,8 +136,15 @@ def render_svg(samples: Sequence[Sample], duration: float, width: int = 640, hei
         )
     for fraction in (0.0, 0.5, 1.0):
         parts.append(
-            f'<text x="{x(end * fraction):.1f}" y="{height - 18}" font-size="11" '
-            f'text-anchor="middle">{end * fraction:.1f}s</text>'
+            f'<text x="{x(last * fraction):.1f}" y="{height - 18}" font-size="11" '
+            f'text-anchor="middle">{last * fraction:.1f}s</text>'
+        )
+    for seconds, label in marks:
+        parts.append(
+            f'<line x1="{x(seconds):.1f}" x2="{x(seconds):.1f}" y1="{top}" y2="{top + plot_h}" '
+            'stroke="#c0392b" stroke-dasharray="4 3"/>'
+            f'<text x="{x(seconds) - 4:.1f}" y="{top + 12}" font-size="11" text-anchor="end" '
+            f'fill="#c0392b">{html.escape(label)}</text>'
         )
     parts.append(
         f'<text x="{left + plot_w / 2:.1f}" y="{height - 4}" font-size="11" text-anchor="middle">'
@@ -122,21 +158,31 @@ def render_svg(samples: Sequence[Sample], duration: float, width: int = 640, hei
     return "".join(parts)
 
 
+def fact_text(value: object) -> str:
+    """A fact as shown in a Deck: floats rounded to two decimals (``0.61``), the rest as ``str``."""
+    if isinstance(value, float):
+        return str(round(value, 2))
+    return str(value)
+
+
 def render_html(title: str, timeline: WorkerTimeline, facts: Mapping[str, object]) -> str:
-    """An HTML page: ``facts`` as a table, the worker plot, and worker-seconds by tier."""
+    """An HTML page: ``facts`` as a table, the worker plot, and worker-seconds by tier.
+
+    Tiers whose workers were never up (worker-seconds that round to 0.0) are left out.
+    """
     rows = "".join(
-        f"<tr><th style='text-align:left'>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>"
+        f"<tr><th style='text-align:left'>{html.escape(str(k))}</th><td>{html.escape(fact_text(v))}</td></tr>"
         for k, v in facts.items()
     )
+    used = {tier: seconds for tier, seconds in timeline.worker_seconds_by_tier().items() if round(seconds, 1) > 0}
     tiers = "".join(
-        f"<tr><td>{html.escape(tier)}</td><td>{seconds:.1f}</td></tr>"
-        for tier, seconds in sorted(timeline.worker_seconds_by_tier().items())
-    )
+        f"<tr><td>{html.escape(tier)}</td><td>{seconds:.1f}</td></tr>" for tier, seconds in sorted(used.items())
+    ) or "<tr><td colspan='2'>no workers were up</td></tr>"
     return (
         f"<h2>{html.escape(title)}</h2>"
         f"<table>{rows}</table>"
         "<h3>Workers over time</h3>"
-        f"{render_svg(timeline.samples, timeline.duration)}"
+        f"{render_svg(timeline.samples, timeline.duration, marks=timeline.marks)}"
         "<h3>Worker-seconds by tier</h3>"
         f"<table><tr><th>tier</th><th>worker-seconds</th></tr>{tiers}</table>"
     )
@@ -150,4 +196,51 @@ def publish_deck(name: str, page: str) -> "Deck":
     """
     from flytekit import Deck
 
-    return Deck(name, page)
+    deck = Deck(name, page)
+    _list_local_decks_at_exit()
+    return deck
+
+
+DECK_FILE = "deck.html"
+_TITLE = re.compile(r"<h2>([^<]{1,200})</h2>")
+_listing: Optional[Path] = None
+
+
+def _list_local_decks_at_exit() -> None:
+    global _listing
+    from flytekit.core.context_manager import FlyteContextManager
+
+    ctx = FlyteContextManager.current_context()
+    if _listing is not None or ctx.execution_state is None or not ctx.execution_state.is_local_execution():
+        return
+    _listing = Path(ctx.file_access.local_sandbox_dir)
+    atexit.register(print_local_decks, _listing)
+
+
+def local_decks(root: Path) -> List[Tuple[str, Path]]:
+    """The ``deck.html`` files under ``root``, oldest first, each labelled with the Decks it added.
+
+    flytekit's local run carries the Decks of earlier tasks into each later
+    file, so a file is labelled by the titles of this plugin's Decks that
+    the previous file did not have (a task with only flytekit's Decks is
+    labelled ``task Deck``).
+    """
+    found = []
+    seen: List[str] = []
+    for path in sorted(root.glob(f"*/{DECK_FILE}"), key=lambda p: p.stat().st_mtime):
+        titles = [html.unescape(t) for t in _TITLE.findall(path.read_text(encoding="utf-8", errors="replace"))]
+        added = [t for t in titles if t not in seen]
+        seen = titles
+        found.append((", ".join(added) or "task Deck", path))
+    return found
+
+
+def print_local_decks(root: Path) -> None:
+    """Print where this local run's Decks were written (nothing when none were)."""
+    from .progress import emit_summary
+
+    decks = local_decks(root)
+    if decks:
+        emit_summary("Decks of this run (open in a browser):\n" + "\n".join(
+            f"  {title}: {path.as_uri()}" for title, path in decks
+        ))

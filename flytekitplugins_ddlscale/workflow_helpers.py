@@ -26,8 +26,12 @@ from flytekit.types.error import FlyteError
 from .backends.base import DEFAULT_SCALE_TIMEOUT
 from .backends.local.env import environ_set
 from .errors import InvalidInputError
+from .progress import emit_summary
 from .refs import ClusterRef
+from .summary import restore_line
+from .tasks.base import qualified_name
 from .tasks.config import cluster_text, resolve_cluster
+from .tasks.outputs import RestoreOutcome
 from .tasks.runner import open_backend
 from .validation import validate_replicas, validate_timeout
 
@@ -54,7 +58,10 @@ def connected(cluster: Union[str, ClusterRef], backend: Optional[str] = None) ->
 
 
 class ScaleDownOnFailure(PythonInstanceTask[None]):
-    """A failure-handler task: restore the cluster's baseline, or scale it to ``replicas``."""
+    """A failure-handler task: restore the cluster's baseline, or scale it to ``replicas``.
+
+    Its Flyte name is qualified by the defining module, like the node types.
+    """
 
     def __init__(
         self,
@@ -82,12 +89,17 @@ class ScaleDownOnFailure(PythonInstanceTask[None]):
             **kwargs,
         )
 
+    @property
+    def name(self) -> str:
+        """The task's Flyte name: qualified by the defining module unless the given name has a dot."""
+        return qualified_name(self._name, self.instantiated_in)
+
     def get_custom(self, settings: Any) -> Dict[str, Any]:
         """The cleanup target, visible in the serialized template."""
         return {"cluster": self._cluster, "replicas": self._replicas, "timeout": self._timeout, "backend": self._backend}
 
     def execute(self, **kwargs: Any) -> None:
-        """Scale down after a failure; a cluster with nothing recorded is left as it is."""
+        """Scale down after a failure and print the summary line; a cluster with nothing recorded is left as it is."""
         err = kwargs.get(ERROR_INPUT)
         ref = resolve_cluster(self._cluster)
         logger.warning(
@@ -97,11 +109,13 @@ class ScaleDownOnFailure(PythonInstanceTask[None]):
         )
         with open_backend(self._backend) as backend:
             if self._replicas is not None:
-                backend.scale(ref, self._replicas, wait=True, timeout=self._timeout)
+                result, restored = backend.scale(ref, self._replicas, wait=True, timeout=self._timeout), "given size"
             elif backend.get_baseline(ref) is not None:
-                backend.restore_baseline(ref, wait=True, timeout=self._timeout)
+                result, restored = backend.restore_baseline(ref, wait=True, timeout=self._timeout), "baseline"
             else:
                 logger.info("no baseline recorded for %s: nothing to restore", ref)
+                return
+            emit_summary(restore_line(self._name, RestoreOutcome.from_result(result, backend.name, restored)))
 
 
 def scale_down_on_failure(

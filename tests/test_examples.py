@@ -1,7 +1,15 @@
 """The examples: the README quick start runs end to end with `pyflyte run`; the Domino ones serialize."""
+import fcntl
 import os
+import pty
+import re
+import select
+import signal
+import struct
 import subprocess
 import sys
+import termios
+import time
 from collections import OrderedDict
 from pathlib import Path
 
@@ -22,21 +30,88 @@ def quick_start_env(state: Path) -> dict:
     return env
 
 
+QUICK_START = [str(PYFLYTE), "run", "examples/hybrid_flow.py", "hybrid_flow", "--n", "5000"]
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def take_down(state: Path) -> None:
+    subprocess.run([str(PYFLYTE.with_name("ddlscale")), "local", "down", "--all"],
+                   env=quick_start_env(state), capture_output=True, timeout=120)
+
+
 @pytest.mark.slow
-def test_quick_start_runs_end_to_end_and_leaves_nothing_running(tmp_path):
+def test_quick_start_runs_end_to_end_prints_one_summary_per_step_and_leaves_nothing_running(tmp_path):
     state = tmp_path / "state"
-    done = subprocess.run(
-        [str(PYFLYTE), "run", "examples/hybrid_flow.py", "hybrid_flow", "--n", "5000"],
-        cwd=ROOT, env=quick_start_env(state), capture_output=True, text=True, timeout=300,
-    )
+    done = subprocess.run(QUICK_START, cwd=ROOT, env=quick_start_env(state), capture_output=True, text=True,
+                          timeout=300)
     try:
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         assert done.stdout.strip().splitlines()[-1] == "True"
+        summaries = [line for line in done.stderr.splitlines() if ": dask/hybrid-demo " in line]
+        assert [line.split(":")[0] for line in summaries] == [
+            "request_workers", "workers_ready", "scale_down", "check_in_phase"
+        ], done.stderr
+        assert summaries[0] == "request_workers: dask/hybrid-demo 0 -> 2 workers requested, not waited for"
+        assert re.fullmatch(r"workers_ready: dask/hybrid-demo 2 workers ready after \d+\.\d s", summaries[1])
+        assert re.fullmatch(r"scale_down: dask/hybrid-demo 2 -> 0 workers in \d+\.\d s", summaries[2])
+        assert re.match(r"check_in_phase: dask/hybrid-demo 0 -> 2 workers ready in \d+\.\d s", summaries[3])
+        assert summaries[3].endswith("restored to 0 workers (baseline)")
+        assert "Decks of this run (open in a browser):" in done.stderr
+        assert re.search(r"Distributed phase: check_in_phase: file://\S+/deck\.html", done.stderr)
         assert processes_mentioning(str(state)) == []
         assert not list((state / "local" / "clusters").glob("*/cluster.json"))
     finally:
-        subprocess.run([str(PYFLYTE.with_name("ddlscale")), "local", "down", "--all"],
-                       env=quick_start_env(state), capture_output=True, timeout=120)
+        take_down(state)
+
+
+def run_on_a_terminal(command, env, columns=80, timeout=300.0) -> tuple:
+    """Run ``command`` on a real pseudo-terminal of ``columns`` columns; return (exit code, output)."""
+    main, child = pty.openpty()
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    proc = subprocess.Popen(command, cwd=ROOT, env=dict(env, TERM="xterm", COLUMNS=str(columns)),
+                            stdin=child, stdout=child, stderr=child, close_fds=True)
+    os.close(child)
+    output = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([main], [], [], 1.0)
+            if ready:
+                try:
+                    chunk = os.read(main, 65536)
+                except OSError:  # the child closed the terminal
+                    break
+                if not chunk:
+                    break
+                output += chunk
+            elif proc.poll() is not None:
+                break
+        return proc.wait(timeout=max(1.0, deadline - time.monotonic())), output.decode(errors="replace")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(main)
+
+
+@pytest.mark.slow
+def test_quick_start_on_an_80_column_terminal_shows_the_bar_for_each_wait(tmp_path):
+    state = tmp_path / "state"
+    try:
+        code, output = run_on_a_terminal(QUICK_START, quick_start_env(state))
+        plain = ANSI.sub("", output)
+        lines = [part for line in plain.split("\n") for part in line.split("\r") if part.strip()]
+        assert code == 0, plain[-3000:]
+        # The bar names the node and the full cluster, and says what it waits for.
+        assert any("workers_ready dask/hybrid-demo: waiting for 2" in line for line in lines), plain[-3000:]
+        assert any("check_in_phase dask/hybrid-demo: waiting for 2" in line and "0/2" in line for line in lines)
+        assert not any(" seen " in line for line in lines)
+        assert max(len(line.rstrip()) for line in lines if "━" in line or "/2 " in line) <= 80
+        # Summary lines start on lines of their own, after the bar.
+        assert any(line.startswith("check_in_phase: dask/hybrid-demo 0 -> 2 workers ready in") for line in lines)
+        assert "True" in [line.strip() for line in lines]
+    finally:
+        take_down(state)
 
 
 @pytest.mark.parametrize("module, workflow", [("ray_domino", "ray_training"), ("spark_domino", "spark_etl")])
@@ -55,3 +130,36 @@ def test_domino_examples_serialize_with_their_settings(module, workflow, monkeyp
         if template.type.startswith("ddlscale"):
             assert template.custom["cluster"] in ("ray", "spark")
     assert {"ddlscale_scale", "python-task"} <= types
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_a_node_based_flow_says_what_was_left_running_and_how_to_stop_it(tmp_path):
+    state = tmp_path / "state"
+    proc = subprocess.Popen(
+        [str(PYFLYTE), "run", "tests/flyte_apps/interrupted.py", "flow"],
+        cwd=ROOT, env=quick_start_env(state), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        err_lines = []
+        for line in proc.stderr:  # bounded by the node's own 120 s timeout, and by the kill below
+            err_lines.append(line)
+            if line.startswith("scale_up: dask/interrupt-test 0 -> 1 worker ready"):
+                break
+        assert err_lines and err_lines[-1].startswith("scale_up:"), "".join(err_lines)
+        time.sleep(1.0)  # let long_stage start
+        proc.send_signal(signal.SIGINT)
+        _, rest = proc.communicate(timeout=60)
+        assert proc.returncode != 0
+        assert "ddlscale: interrupted; left running by this flow:" in rest, rest[-3000:]
+        assert "dask/interrupt-test: Running, 1 worker(s); to stop it: ddlscale local down --name interrupt-test" in rest
+        assert processes_mentioning(str(state)) != []
+        stopped = subprocess.run([str(PYFLYTE.with_name("ddlscale")), "local", "down", "--name", "interrupt-test"],
+                                 env=quick_start_env(state), capture_output=True, text=True, timeout=120)
+        assert stopped.returncode == 0, stopped.stderr
+        assert processes_mentioning(str(state)) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        take_down(state)
+    assert processes_mentioning(str(state)) == []

@@ -1,5 +1,7 @@
 """@distributed_phase / cluster_phase against real local Dask clusters."""
+import logging
 import os
+import re
 import signal
 import time
 
@@ -54,7 +56,8 @@ def test_phase_under_task_scales_for_the_body_and_restores_after(local_env):
 
 
 @pytest.mark.slow
-def test_restore_on_exception_keeps_the_body_error_and_reports_a_deck(local_env):
+def test_restore_on_exception_keeps_the_body_error_and_reports_a_deck(local_env, caplog):
+    caplog.set_level(logging.INFO, logger="flytekitplugins_ddlscale")
     backend = local_backend(local_env)
     existing_cluster(backend, 1)
     decks = FlyteContextManager.current_context().user_space_params.decks
@@ -72,6 +75,17 @@ def test_restore_on_exception_keeps_the_body_error_and_reports_a_deck(local_env)
     assert deck.name == "Distributed phase"
     assert "<polyline" in deck.html and "Medium" in deck.html
     assert phase.timeline.worker_seconds_by_tier().get("Medium", 0) > 0.5
+    # The restore is marked and its result is the last sample of the plot.
+    [(restore_at, label)] = phase.timeline.marks
+    assert label == "restore" and ">restore<" in deck.html
+    assert phase.timeline.samples[-1].seconds >= restore_at and phase.timeline.samples[-1].workers == 1
+    summary = [r.getMessage() for r in caplog.records if r.getMessage().startswith("phase: dask/phase-test")]
+    assert len(summary) == 1 and "0 -> 2 workers ready" not in summary[0]
+    assert re.fullmatch(
+        r"phase: dask/phase-test 1 -> 2 workers ready in \d+\.\d s \(framework: .+\); "
+        r"failed after \d+\.\d s \(ZeroDivisionError\), restored to 1 worker \(baseline\)",
+        summary[0],
+    ), summary
 
 
 @pytest.mark.slow

@@ -42,8 +42,10 @@ def test_svg_is_a_step_plot_scaled_to_the_peak():
 
 
 def test_html_escapes_facts_and_lists_tiers():
-    timeline = WorkerTimeline(clock=Clock())
+    clock = Clock()
+    timeline = WorkerTimeline(clock=clock)
     timeline.add(2, "<b>tier</b>", seconds=0.0)
+    clock.now += 5.0
     page = render_html("Scale <x>", timeline, {"cluster": "dask/<x>"})
     assert "<b>tier</b>" not in page and "&lt;b&gt;tier&lt;/b&gt;" in page
     assert "dask/&lt;x&gt;" in page and "Scale &lt;x&gt;" in page

@@ -31,7 +31,7 @@ def test_handler_declares_the_workflow_inputs_plus_optional_err():
         return step(n=n)
 
     spec = get_serializable(OrderedDict(), SETTINGS, ok)
-    assert spec.template.failure_node.task_node.reference_id.name == "h1"
+    assert spec.template.failure_node.task_node.reference_id.name == f"{__name__}.h1"
 
 
 mismatched = scale_down_on_failure("h2", cluster="dask/x", inputs=kwtypes(m=str))

@@ -15,7 +15,8 @@ cluster's head, registered with the framework). After it, on return, exception
 or SIGTERM/SIGINT: claim released and the cluster shrunk to the largest
 remaining claim, or restored to the baseline (or the ``restore`` spec) when
 none remain. ``functools.wraps`` keeps the signature, so ``@task`` above it
-sees the body's typed interface.
+sees the body's typed interface; placed above ``@task`` it raises
+``TypeError`` showing the right order.
 """
 import functools
 from typing import Any, Callable, Optional, TypeVar, cast
@@ -119,6 +120,8 @@ def distributed_phase(
     PhaseSettings(cluster=cluster, replicas=replicas, **options)  # type: ignore[arg-type]
 
     def decorate(fn: F) -> F:
+        _refuse_task_object(fn)
+
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             with cluster_phase(cluster, replicas, label=fn.__name__, **options):  # type: ignore[arg-type]
@@ -127,6 +130,21 @@ def distributed_phase(
         return cast(F, wrapper)
 
     return decorate
+
+
+def _refuse_task_object(fn: object) -> None:
+    from flytekit.core.base_task import PythonTask
+
+    if not isinstance(fn, PythonTask):
+        return
+    short = fn.name.rsplit(".", 1)[-1]
+    raise TypeError(
+        f"@distributed_phase was applied to the Flyte task {fn.name!r}; it must wrap the function, "
+        "so put it below @task:\n\n"
+        "    @task\n"
+        "    @distributed_phase(cluster=..., replicas=...)\n"
+        f"    def {short}(...): ..."
+    )
 
 
 __all__ = ["ClusterPhase", "PhaseInterrupted", "cluster_phase", "distributed_phase"]

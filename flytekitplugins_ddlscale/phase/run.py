@@ -14,6 +14,7 @@ logged and attached to the body's error instead of replacing it.
 """
 import logging
 import os
+import time
 import uuid
 from types import TracebackType
 from typing import Dict, Optional, Type
@@ -24,8 +25,9 @@ from ..deck import WorkerTimeline, publish_deck, render_html
 from ..errors import ConflictError, ScalingError, UnsupportedOperationError
 from ..framework.confirm import FrameworkOptions, confirm_ready
 from ..models import ReplicaSpec
-from ..progress import default_reporter
+from ..progress import Activity, begin_wait, default_reporter, emit_summary
 from ..records import Claim
+from ..summary import phase_line
 from ..tasks.runner import observed_workers, recording
 from ..waiting import Deadline
 from ..wording import plural
@@ -55,6 +57,9 @@ class ClusterPhase:
         self._saved_env: Dict[str, Optional[str]] = {}
         self._claimed = False
         self._finished = False
+        self._began = time.monotonic()
+        self._scaled: Optional[tuple] = None
+        """(workers before, workers held, seconds until ready) once the cluster reached the phase's size."""
 
     def __enter__(self) -> "ClusterPhase":
         guard = self._signals.install()
@@ -114,12 +119,14 @@ class ClusterPhase:
             "phase %s on %s: needs %d workers, holding the largest claim (%d)",
             self.claim_id, self.ref, s.replicas, self.claim.replicas,
         )
-        result = backend.reconcile(
-            self.ref,
-            wait=True,
-            timeout=max(deadline.remaining, 0.1),
-            progress=recording(self.timeline, self.claim.worker_hw_tier, default_reporter()),
-        )
+        with default_reporter(Activity(self.label, str(self.ref))) as reporter:
+            begin_wait(reporter, self.claim.replicas, s.timeout)
+            result = backend.reconcile(
+                self.ref,
+                wait=True,
+                timeout=max(deadline.remaining, 0.1),
+                progress=recording(self.timeline, self.claim.worker_hw_tier, reporter),
+            )
         if result is None:
             raise ScalingError(
                 f"the claim of phase {self.claim_id} vanished before the cluster was scaled "
@@ -128,6 +135,7 @@ class ClusterPhase:
             )
         self.timeline.add(observed_workers(result.previous), result.previous.worker_hw_tier, seconds=0.0)
         self.timeline.add(observed_workers(result.final), result.final.worker_hw_tier or self.claim.worker_hw_tier)
+        self._scaled = (result.previous.desired_workers, result.effective, time.monotonic() - self._began)
         if s.head_hw_tier is not None and result.final.head_hw_tier != s.head_hw_tier:
             backend.restart_head(self.ref, s.head_hw_tier, wait=True, timeout=max(deadline.remaining, 0.1))
         self._export_env(backend)
@@ -200,6 +208,7 @@ class ClusterPhase:
                 self._report_restore_failure(exc, error)
             finally:
                 self._close()
+            emit_summary(self._summary(error))
 
     def _release(self) -> None:
         if not self._claimed or self._backend is None:
@@ -208,7 +217,10 @@ class ClusterPhase:
         remaining = backend.release(self.ref, self.claim_id)
         self._claimed = False
         target = s.restore if isinstance(s.restore, ReplicaSpec) else None
-        result = backend.reconcile(self.ref, target, wait=True, timeout=s.timeout)
+        self.timeline.mark("restore")
+        result = backend.reconcile(
+            self.ref, target, wait=True, timeout=s.timeout, progress=recording(self.timeline, self.claim.worker_hw_tier if self.claim else None, None)
+        )
         if result is None:
             self.restored_to = "unchanged (no claim and no baseline left)"
             logger.info("phase %s on %s ended; nothing left to restore", self.claim_id, self.ref)
@@ -220,6 +232,20 @@ class ClusterPhase:
             self.restored_to = f"{plural(result.effective, 'worker')} ({'given spec' if target else 'baseline'})"
         self.timeline.add(observed_workers(result.final), result.final.worker_hw_tier)
         logger.info("phase %s on %s ended; cluster set to %s", self.claim_id, self.ref, self.restored_to)
+
+    def _summary(self, error: Optional[BaseException]) -> str:
+        before, held, to_ready = self._scaled if self._scaled is not None else (None, None, None)
+        return phase_line(
+            self.label,
+            str(self.ref),
+            before,
+            held,
+            to_ready,
+            time.monotonic() - self._began,
+            self.restored_to,
+            error or self.restore_error,
+            self.framework_check or "",
+        )
 
     def _report_restore_failure(self, exc: Exception, error: Optional[BaseException]) -> None:
         logger.error("phase %s could not restore %s: %s", self.claim_id, self.ref, exc)

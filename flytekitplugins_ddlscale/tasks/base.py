@@ -5,8 +5,13 @@ subclasses, so in a container flytekit's default task resolver finds the
 instance by module and variable name (like ``ShellTask``) and runs
 :meth:`execute` there; the configuration also travels in the template's
 ``custom`` for the Flyte connector.
+
+Task names are global in Flyte, so a name given without a dot is
+qualified by the defining module, as flytekit does for function tasks:
+``ScaleCluster("scale_down", ...)`` in ``flows.train`` is the task
+``flows.train.scale_down``.
 """
-from typing import Any, Dict, Generic, Tuple, Type, TypeVar
+from typing import Any, Dict, Generic, Optional, Tuple, Type, TypeVar
 
 from flytekit.configuration import SerializationSettings
 from flytekit.deck import DeckField
@@ -14,6 +19,8 @@ from flytekit.core.interface import Interface
 from flytekit.core.python_function_task import PythonInstanceTask
 
 from ..deck import WorkerTimeline, publish_deck, render_html
+from ..progress import Activity, WaitReporter, default_reporter
+from .config import resolve_cluster
 
 C = TypeVar("C")
 
@@ -47,6 +54,20 @@ class ScalingTaskBase(PythonInstanceTask[C], Generic[C]):
             **kwargs,
         )
 
+    @property
+    def name(self) -> str:
+        """The task's Flyte name: qualified by the defining module unless the given name has a dot."""
+        return qualified_name(self._name, self.instantiated_in)
+
+    @property
+    def short_name(self) -> str:
+        """The name as given, e.g. ``scale_up`` (used in progress and summary lines)."""
+        return self._name
+
+    def reporter(self, cluster: str, goal: str = "waiting for {target} workers") -> WaitReporter:
+        """Progress for one run of this node: a bar naming the node and the full cluster name."""
+        return default_reporter(Activity(self.short_name, str(resolve_cluster(cluster)), goal))
+
     def get_custom(self, settings: SerializationSettings) -> Dict[str, Any]:
         """The configuration, for the container run and the connector."""
         return self.task_config.to_custom()  # type: ignore[attr-defined]
@@ -54,3 +75,10 @@ class ScalingTaskBase(PythonInstanceTask[C], Generic[C]):
     def publish(self, title: str, timeline: WorkerTimeline, outcome: Any) -> None:
         """Attach the Deck of this run: the outcome's fields and the worker plot."""
         publish_deck(title, render_html(f"{title}: {self.name}", timeline, vars(outcome)))
+
+
+def qualified_name(name: str, module: Optional[str]) -> str:
+    """``module.name`` for a plain ``name`` defined in ``module``; dotted names are taken as given."""
+    if module and "." not in name:
+        return f"{module}.{name}"
+    return name

@@ -5,7 +5,7 @@ container run and the Flyte connector rebuild exactly the configuration
 that was serialized.
 """
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Dict, Optional, Type, TypeVar, Union
+from typing import Any, Dict, Optional, Tuple, Type, TypeVar, Union
 
 from ..backends.base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT
 from ..errors import InvalidInputError
@@ -141,6 +141,50 @@ class WaitConfig(_Custom):
     def framework(self) -> FrameworkOptions:
         """The framework readiness options of this node."""
         return FrameworkOptions(self.framework_ready, self.framework_url)
+
+
+FROM_BASELINE = -1
+"""``RestoreCluster`` replicas value meaning "the recorded baseline"."""
+
+
+@dataclass(frozen=True)
+class RestoreConfig(_Custom):
+    """Defaults and behaviour of a ``RestoreCluster`` task."""
+
+    cluster: str
+    replicas: int = FROM_BASELINE
+    worker_hw_tier: Optional[str] = None
+    wait: bool = True
+    timeout: float = DEFAULT_SCALE_TIMEOUT
+    backend: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cluster", cluster_text(self.cluster))
+        replicas, tier = validate_restore_target(self.replicas, self.worker_hw_tier)
+        object.__setattr__(self, "worker_hw_tier", tier)
+        object.__setattr__(self, "timeout", validate_timeout(self.timeout))
+        _check_bool("wait", self.wait)
+        object.__setattr__(self, "backend", _backend_name(self.backend))
+
+
+def validate_restore_target(replicas: object, worker_hw_tier: object) -> Tuple[int, Optional[str]]:
+    """A restore target: ``FROM_BASELINE`` (-1) or a worker count, and a tier only with a count."""
+    if replicas == FROM_BASELINE and not isinstance(replicas, bool):
+        count = FROM_BASELINE
+    else:
+        try:
+            count = validate_replicas(replicas)
+        except InvalidInputError:
+            raise InvalidInputError(
+                "replicas", replicas, f"-1 (the recorded baseline) or an integer from 0 to {MAX_REPLICAS}"
+            ) from None
+    tier = validate_tier_name(worker_hw_tier)
+    if tier is not None and count == FROM_BASELINE:
+        raise InvalidInputError(
+            "worker_hw_tier", tier, "None when restoring the baseline (the baseline brings its own tier); "
+            "give replicas to restore an explicit size on a tier"
+        )
+    return count, tier
 
 
 def validate_wait_replicas(value: object) -> int:

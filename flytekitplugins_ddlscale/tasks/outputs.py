@@ -118,5 +118,39 @@ class ClusterReady:
         )
 
 
+@dataclass
+class RestoreOutcome:
+    """What a ``RestoreCluster`` node did."""
+
+    cluster: str
+    backend: str
+    restored: str
+    """``baseline``, ``given size``, or ``nothing recorded`` (no baseline and no size: unchanged)."""
+    previous_workers: int
+    workers: int
+    """``spec.worker.replicas`` after the restore (0 for a local cluster taken down)."""
+    ready_workers: int
+    """``UNKNOWN`` (-1) where the backend cannot see readiness."""
+    waited: bool
+    seconds_waited: float
+    worker_hw_tier: str = ""
+    """The tier restored to, or '' when none was named."""
+
+    @classmethod
+    def from_result(cls, result: ScaleResult, backend: str, restored: str) -> "RestoreOutcome":
+        """The outcome of the restore ``result`` (from ``restore_baseline``) on ``backend``."""
+        return cls(
+            cluster=result.cluster,
+            backend=backend,
+            restored=restored,
+            previous_workers=result.previous.desired_workers,
+            workers=result.final.desired_workers,
+            ready_workers=_known(result.final.ready_workers),
+            waited=result.waited,
+            seconds_waited=result.seconds_waited,
+            worker_hw_tier=result.worker_hw_tier or "",
+        )
+
+
 def _known(value: Optional[int]) -> int:
     return UNKNOWN if value is None else value

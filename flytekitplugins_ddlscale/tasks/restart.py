@@ -2,7 +2,9 @@
 from typing import Any, Optional, Union
 
 from ..backends.base import DEFAULT_RESTART_TIMEOUT
+from ..progress import emit_summary
 from ..refs import ClusterRef
+from ..summary import restart_line
 from .base import ScalingTaskBase
 from .config import RestartConfig
 from .outputs import RestartOutcome
@@ -49,11 +51,15 @@ class RestartHead(ScalingTaskBase[RestartConfig]):
         )
 
     def execute(self, **kwargs: Any) -> RestartOutcome:
-        """Restart with the node's inputs; publish the Deck; return the outcome."""
-        outcome, timeline = run_restart(
-            self.task_config,
-            cluster=kwargs.get("cluster", self.task_config.cluster),
-            head_hw_tier=kwargs.get("head_hw_tier", self.task_config.head_hw_tier),
-        )
+        """Restart with the node's inputs; publish the Deck; print the summary line; return the outcome."""
+        cluster = kwargs.get("cluster", self.task_config.cluster)
+        with self.reporter(cluster, goal="waiting for the new head") as progress:
+            outcome, timeline = run_restart(
+                self.task_config,
+                cluster=cluster,
+                head_hw_tier=kwargs.get("head_hw_tier", self.task_config.head_hw_tier),
+                progress=progress,
+            )
         self.publish("Head restart", timeline, outcome)
+        emit_summary(restart_line(self.short_name, outcome))
         return outcome

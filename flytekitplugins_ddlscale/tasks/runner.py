@@ -13,14 +13,24 @@ from ..backends import get_backend
 from ..backends.base import ClusterBackend
 from ..deck import WorkerTimeline
 from ..errors import UnsupportedOperationError
-from ..inplace import check_reachable
 from ..framework.confirm import Readiness, confirm_ready
-from ..models import ClusterState
-from ..progress import ProgressReporter, WaitProgress, default_reporter
+from ..inplace import check_reachable
+from ..models import ClusterState, ReplicaSpec
+from ..progress import ProgressReporter, WaitProgress, begin_wait, default_reporter
 from ..validation import validate_replicas, validate_tier_name
 from ..waiting import Deadline
-from .config import ANY_DESIRED, RestartConfig, ScaleConfig, WaitConfig, resolve_cluster, validate_wait_replicas
-from .outputs import ClusterReady, RestartOutcome, ScaleOutcome
+from .config import (
+    ANY_DESIRED,
+    FROM_BASELINE,
+    RestartConfig,
+    RestoreConfig,
+    ScaleConfig,
+    WaitConfig,
+    resolve_cluster,
+    validate_restore_target,
+    validate_wait_replicas,
+)
+from .outputs import ClusterReady, RestartOutcome, RestoreOutcome, ScaleOutcome
 
 
 @contextlib.contextmanager
@@ -77,6 +87,8 @@ def run_scale(
                 "or drop head_hw_tier",
                 cluster=str(ref),
             )
+        if config.wait:
+            begin_wait(reporter, replicas, config.timeout)
         result = backend.scale(
             ref,
             replicas,
@@ -118,6 +130,8 @@ def run_restart(
     with open_backend(config.backend) as backend:
         before = backend.get_state(ref)
         timeline.add(observed_workers(before), before.worker_hw_tier, seconds=0.0)
+        if config.wait:
+            begin_wait(reporter, 1, config.timeout)
         result = backend.restart_head(
             ref, head_hw_tier, wait=config.wait, timeout=config.timeout, progress=reporter
         )
@@ -145,6 +159,7 @@ def run_wait(
         timeline.add(observed_workers(before), before.worker_hw_tier, seconds=0.0)
         # The backend refuses a count that can never come, naming its own limits (e.g. max_workers).
         target = before.desired_workers if replicas == ANY_DESIRED else replicas
+        begin_wait(reporter, target, config.timeout)
         state = backend.wait_for_workers(
             ref, target, timeout=config.timeout, progress=recording(timeline, before.worker_hw_tier, reporter)
         )
@@ -174,3 +189,40 @@ def _ready_count(state: ClusterState, readiness: Optional[Readiness]) -> int:
     if readiness is not None and readiness.ready_workers is not None:
         return readiness.ready_workers
     return observed_workers(state)
+
+
+def run_restore(
+    config: RestoreConfig,
+    cluster: str,
+    replicas: int,
+    worker_hw_tier: Optional[str],
+    progress: Optional[ProgressReporter] = None,
+) -> Tuple[RestoreOutcome, WorkerTimeline]:
+    """Put ``cluster`` back to its recorded baseline (``replicas`` -1) or to ``replicas`` workers.
+
+    Either way the baseline is forgotten afterwards, as ``ddlscale restore``
+    does. With no baseline recorded and no size given nothing changes
+    (``restored`` is ``nothing recorded``).
+    """
+    ref = resolve_cluster(cluster)
+    replicas, worker_hw_tier = validate_restore_target(replicas, worker_hw_tier)
+    target = None if replicas == FROM_BASELINE else ReplicaSpec(replicas, worker_hw_tier)
+    reporter = progress if progress is not None else default_reporter()
+    timeline = WorkerTimeline()
+    with open_backend(config.backend) as backend:
+        baseline = backend.get_baseline(ref)
+        restored = "given size" if target is not None else "baseline" if baseline is not None else "nothing recorded"
+        goal = target.replicas if target is not None else baseline.replicas if baseline is not None else None
+        if config.wait and goal is not None:
+            begin_wait(reporter, goal, config.timeout)
+        result = backend.restore_baseline(
+            ref,
+            target,
+            wait=config.wait,
+            timeout=config.timeout,
+            progress=recording(timeline, worker_hw_tier, reporter),
+        )
+        timeline.add(observed_workers(result.previous), result.previous.worker_hw_tier, seconds=0.0)
+        timeline.add(observed_workers(result.final), result.final.worker_hw_tier)
+        timeline.finish()
+        return RestoreOutcome.from_result(result, backend.name, restored), timeline

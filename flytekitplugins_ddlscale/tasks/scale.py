@@ -2,9 +2,12 @@
 from typing import Any, Optional, Union
 
 from ..backends.base import DEFAULT_SCALE_TIMEOUT
+from ..progress import emit_summary
 from ..refs import ClusterRef
+from ..summary import scale_line
 from .base import ScalingTaskBase
-from .config import ScaleConfig
+from .config import ScaleConfig, resolve_cluster
+from .leftovers import remember
 from .outputs import ScaleOutcome
 from .runner import run_scale
 
@@ -79,13 +82,18 @@ class ScaleCluster(ScalingTaskBase[ScaleConfig]):
         )
 
     def execute(self, **kwargs: Any) -> ScaleOutcome:
-        """Scale with the node's inputs; publish the Deck; return the outcome."""
-        outcome, timeline = run_scale(
-            self.task_config,
-            cluster=kwargs.get("cluster", self.task_config.cluster),
-            replicas=kwargs.get("replicas", self.task_config.replicas),
-            worker_hw_tier=kwargs.get("worker_hw_tier", self.task_config.worker_hw_tier),
-            head_hw_tier=kwargs.get("head_hw_tier", self.task_config.head_hw_tier),
-        )
+        """Scale with the node's inputs; publish the Deck; print the summary line; return the outcome."""
+        cluster = kwargs.get("cluster", self.task_config.cluster)
+        remember(self.task_config.backend, resolve_cluster(cluster))
+        with self.reporter(cluster) as progress:
+            outcome, timeline = run_scale(
+                self.task_config,
+                cluster=cluster,
+                replicas=kwargs.get("replicas", self.task_config.replicas),
+                worker_hw_tier=kwargs.get("worker_hw_tier", self.task_config.worker_hw_tier),
+                head_hw_tier=kwargs.get("head_hw_tier", self.task_config.head_hw_tier),
+                progress=progress,
+            )
         self.publish("Cluster scaling", timeline, outcome)
+        emit_summary(scale_line(self.short_name, outcome))
         return outcome

@@ -2,7 +2,9 @@
 from typing import Any, Optional, Union
 
 from ..backends.base import DEFAULT_SCALE_TIMEOUT
+from ..progress import emit_summary
 from ..refs import ClusterRef
+from ..summary import wait_line
 from .base import ScalingTaskBase
 from .config import ANY_DESIRED, WaitConfig
 from .outputs import ClusterReady
@@ -64,11 +66,15 @@ class WaitForCluster(ScalingTaskBase[WaitConfig]):
         )
 
     def execute(self, **kwargs: Any) -> ClusterReady:
-        """Wait with the node's inputs; publish the Deck; return what was seen."""
-        outcome, timeline = run_wait(
-            self.task_config,
-            cluster=kwargs.get("cluster", self.task_config.cluster),
-            replicas=kwargs.get("replicas", self.task_config.replicas),
-        )
+        """Wait with the node's inputs; publish the Deck; print the summary line; return what was seen."""
+        cluster = kwargs.get("cluster", self.task_config.cluster)
+        with self.reporter(cluster) as progress:
+            outcome, timeline = run_wait(
+                self.task_config,
+                cluster=cluster,
+                replicas=kwargs.get("replicas", self.task_config.replicas),
+                progress=progress,
+            )
         self.publish("Cluster wait", timeline, outcome)
+        emit_summary(wait_line(self.short_name, outcome))
         return outcome

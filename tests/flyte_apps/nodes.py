@@ -3,7 +3,14 @@ import os
 
 from flytekit import kwtypes, task, workflow
 
-from flytekitplugins_ddlscale.tasks import ClusterReady, RestartHead, ScaleCluster, ScaleOutcome, WaitForCluster
+from flytekitplugins_ddlscale.tasks import (
+    ClusterReady,
+    RestartHead,
+    RestoreCluster,
+    ScaleCluster,
+    ScaleOutcome,
+    WaitForCluster,
+)
 from flytekitplugins_ddlscale.workflow_helpers import connected, scale_down_on_failure
 
 CLUSTER = "dask/nodes-test"
@@ -13,6 +20,7 @@ scale_down = ScaleCluster("scale_down", cluster=CLUSTER, replicas=0, timeout=120
 request = ScaleCluster("request", cluster=CLUSTER, replicas=2, wait=False, timeout=120)
 ready = WaitForCluster("ready", cluster=CLUSTER, timeout=120)
 restart = RestartHead("restart", cluster=CLUSTER, timeout=120)
+restore = RestoreCluster("restore", cluster=CLUSTER, timeout=120)
 cleanup = scale_down_on_failure("cleanup", cluster=CLUSTER, inputs=kwtypes(fail=bool))
 
 
@@ -71,3 +79,12 @@ def failing(fail: bool = True) -> int:
     out = maybe_fail(fail=fail)
     up >> out
     return out
+
+
+@workflow
+def up_work_restore() -> int:
+    """``up >> work >> restore``: the flow ends at the recorded baseline without naming it."""
+    up = scale_up()
+    seen = count_workers(up=up)
+    seen >> restore()
+    return seen

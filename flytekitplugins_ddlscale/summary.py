@@ -1,0 +1,114 @@
+"""The one line each node and phase ends with, e.g. ``scale_up: dask/x 0 -> 2 workers ready in 5.3 s``.
+
+Pure formatting from an outcome's fields (read by name, so any outcome
+with those fields works); :func:`~flytekitplugins_ddlscale.progress.emit_summary`
+prints the line. Where an outcome carries a non-empty ``readiness`` string
+(what the framework reported), it is appended as ``(framework: ...)``.
+"""
+from typing import Any, Optional
+
+from .wording import plural
+
+UNKNOWN = -1
+"""Integer fields use -1 for "not observable" (as ``tasks.outputs.UNKNOWN``)."""
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.1f} s"
+
+
+def workers(count: int) -> str:
+    """``1 worker``, ``2 workers``."""
+    return plural(count, "worker")
+
+
+def _tier(outcome: Any) -> str:
+    tier = getattr(outcome, "worker_hw_tier", "")
+    return f" on {tier}" if tier else ""
+
+
+def _readiness(outcome: Any) -> str:
+    readiness = getattr(outcome, "readiness", "")
+    return f" (framework: {readiness})" if readiness else ""
+
+
+def _arrived(outcome: Any, count: int, before: Optional[int] = None) -> str:
+    """``ready`` where readiness is observable, else what the backend could see; a shrink is just a count."""
+    if count == 0 or (before is not None and count < before):
+        return workers(count)
+    if getattr(outcome, "ready_workers", UNKNOWN) == UNKNOWN:
+        return f"{workers(count)} up (readiness not observable)"
+    return f"{workers(count)} ready"
+
+
+def scale_line(step: str, outcome: Any) -> str:
+    """The summary of a ``ScaleCluster`` node (fields of ``ScaleOutcome``)."""
+    change = f"{outcome.cluster} {outcome.previous_workers} -> "
+    capped = f", capped from {outcome.requested}" if outcome.capped else ""
+    if not outcome.waited:
+        return f"{step}: {change}{workers(outcome.effective)}{_tier(outcome)} requested, not waited for{capped}"
+    return (
+        f"{step}: {change}{_arrived(outcome, outcome.effective, outcome.previous_workers)}{_tier(outcome)} in "
+        f"{_seconds(outcome.seconds_waited)}{capped}{_readiness(outcome)}"
+    )
+
+
+def wait_line(step: str, outcome: Any) -> str:
+    """The summary of a ``WaitForCluster`` node (fields of ``ClusterReady``)."""
+    return (
+        f"{step}: {outcome.cluster} {_arrived(outcome, outcome.workers)} after "
+        f"{_seconds(outcome.seconds_waited)}{_readiness(outcome)}"
+    )
+
+
+def restart_line(step: str, outcome: Any) -> str:
+    """The summary of a ``RestartHead`` node (fields of ``RestartOutcome``)."""
+    tier = f" on {outcome.head_hw_tier}" if outcome.head_hw_tier else ""
+    if not outcome.waited:
+        return f"{step}: {outcome.cluster} head {outcome.pod} restart requested{tier}, not waited for"
+    state = "ready" if outcome.ready else "not seen ready"
+    return f"{step}: {outcome.cluster} head {outcome.pod} restarted{tier}, {state} in {_seconds(outcome.seconds_waited)}"
+
+
+def restore_line(step: str, outcome: Any) -> str:
+    """The summary of a ``RestoreCluster`` node (fields of ``RestoreOutcome``)."""
+    if outcome.restored == "nothing recorded":
+        return f"{step}: {outcome.cluster} unchanged at {workers(outcome.workers)} (no baseline recorded)"
+    change = f"{outcome.cluster} {outcome.previous_workers} -> "
+    if not outcome.waited and outcome.workers > 0:
+        return f"{step}: {change}{workers(outcome.workers)}{_tier(outcome)} ({outcome.restored}) requested, not waited for"
+    return (
+        f"{step}: {change}{_arrived(outcome, outcome.workers, outcome.previous_workers)}{_tier(outcome)} ({outcome.restored}) in "
+        f"{_seconds(outcome.seconds_waited)}"
+    )
+
+
+def phase_line(
+    label: str,
+    cluster: str,
+    before: Optional[int],
+    held: Optional[int],
+    seconds_to_ready: Optional[float],
+    seconds_total: float,
+    restored_to: Optional[str],
+    error: Optional[BaseException],
+    readiness: str = "",
+) -> str:
+    """The summary of a ``@distributed_phase`` / ``cluster_phase`` run, printed when it ends.
+
+    ``held`` None means the cluster never reached the phase's size (the
+    error says why); ``restored_to`` None means nothing was restored.
+    """
+    framework = f" (framework: {readiness})" if readiness else ""
+    if held is None:
+        start = f"{label}: {cluster} not scaled"
+    else:
+        start = (
+            f"{label}: {cluster} {before} -> {workers(held)} ready in {_seconds(seconds_to_ready or 0.0)}"
+            f"{framework}"
+        )
+    outcome = f"failed after {_seconds(seconds_total)} ({type(error).__name__})" if error else (
+        f"done after {_seconds(seconds_total)}"
+    )
+    restore = f", restored to {restored_to}" if restored_to else ""
+    return f"{start}; {outcome}{restore}"

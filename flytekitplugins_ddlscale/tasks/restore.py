@@ -1,0 +1,85 @@
+"""``RestoreCluster``: a flow node that puts a cluster back to its recorded baseline (or a given size)."""
+from typing import Any, Optional, Union
+
+from ..backends.base import DEFAULT_SCALE_TIMEOUT
+from ..progress import emit_summary
+from ..refs import ClusterRef
+from ..summary import restore_line
+from .base import ScalingTaskBase
+from .config import FROM_BASELINE, RestoreConfig
+from .outputs import RestoreOutcome
+from .runner import run_restore
+
+RESTORE_TASK_TYPE = "ddlscale_restore"
+
+
+class RestoreCluster(ScalingTaskBase[RestoreConfig]):
+    """End a node-based flow cleanly; the output is a :class:`RestoreOutcome`.
+
+    The first ``ScaleCluster`` that changes a cluster records its baseline;
+    this node restores it without the flow having to know it (a local
+    cluster the flow created is taken down) and forgets it:
+
+    .. code-block:: python
+
+        scale_up = ScaleCluster("scale_up", cluster="dask/train", replicas=4)
+        restore = RestoreCluster("restore", cluster="dask/train")
+
+        @workflow
+        def wf():
+            up = scale_up()
+            out = train(workers=up.effective)
+            out >> restore()
+
+    Inputs: ``cluster: str``, ``replicas: int`` (``-1``, the default: the
+    recorded baseline; a number: that size instead) and
+    ``worker_hw_tier: Optional[str]`` (only with a number). With no baseline
+    recorded and no size given, the cluster is left as it is.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        cluster: Union[str, ClusterRef],
+        replicas: int = FROM_BASELINE,
+        worker_hw_tier: Optional[str] = None,
+        wait: bool = True,
+        timeout: float = DEFAULT_SCALE_TIMEOUT,
+        backend: Optional[str] = None,
+        **kwargs: Any,
+    ) -> None:
+        config = RestoreConfig(
+            cluster=cluster,  # type: ignore[arg-type]
+            replicas=replicas,
+            worker_hw_tier=worker_hw_tier,
+            wait=wait,
+            timeout=timeout,
+            backend=backend,
+        )
+        super().__init__(
+            name=name,
+            task_config=config,
+            task_type=RESTORE_TASK_TYPE,
+            inputs={
+                "cluster": (str, config.cluster),
+                "replicas": (int, config.replicas),
+                "worker_hw_tier": (Optional[str], config.worker_hw_tier),
+            },
+            output_type=RestoreOutcome,
+            **kwargs,
+        )
+
+    def execute(self, **kwargs: Any) -> RestoreOutcome:
+        """Restore with the node's inputs; publish the Deck; print the summary line; return the outcome."""
+        cluster = kwargs.get("cluster", self.task_config.cluster)
+        with self.reporter(cluster) as progress:
+            outcome, timeline = run_restore(
+                self.task_config,
+                cluster=cluster,
+                replicas=kwargs.get("replicas", self.task_config.replicas),
+                worker_hw_tier=kwargs.get("worker_hw_tier", self.task_config.worker_hw_tier),
+                progress=progress,
+            )
+        self.publish("Cluster restore", timeline, outcome)
+        emit_summary(restore_line(self.short_name, outcome))
+        return outcome
