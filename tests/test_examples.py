@@ -52,7 +52,9 @@ def test_quick_start_runs_end_to_end_prints_one_summary_per_step_and_leaves_noth
             "request_workers", "workers_ready", "scale_down", "check_in_phase"
         ], done.stderr
         assert summaries[0] == "request_workers: dask/hybrid-demo 0 -> 2 workers requested, not waited for"
-        assert re.fullmatch(r"workers_ready: dask/hybrid-demo 2 workers ready after \d+\.\d s", summaries[1])
+        assert re.fullmatch(
+            r"workers_ready: dask/hybrid-demo 2 workers ready after \d+\.\d s"
+            r" \(framework: 2 workers registered with the Dask scheduler.*\)", summaries[1])
         assert re.fullmatch(r"scale_down: dask/hybrid-demo 2 -> 0 workers in \d+\.\d s", summaries[2])
         assert re.match(r"check_in_phase: dask/hybrid-demo 0 -> 2 workers ready in \d+\.\d s", summaries[3])
         assert summaries[3].endswith("restored to 0 workers (baseline)")
