@@ -4,11 +4,14 @@ The schemas come from the project's own facts (``tests/servers/dco_crds.py``,
 written in ``tests/servers/schema_notation.py``). Requests go through the
 official ``kubernetes`` client, as in ``test_k8s_server.py``.
 """
+import copy
 import json
 
 import pytest
+import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from tests.servers import crd_compare
 from tests.servers.dco_crds import CUSTOM_RESOURCES, SCHEMAS, TYPES
 from tests.servers.k8s_fixtures import k8s  # noqa: F401 - fixture
 from tests.servers.k8s_server import K8sTestServer
@@ -236,3 +239,48 @@ Thing(Base)  ports:[Port] names:[] on:bool data:bytes at:datetime meta:object bi
 def test_notation_errors_name_the_problem(text, words):
     with pytest.raises(NotationError, match=words):
         to_schema(parse(text), "A")
+
+
+def _published_crd(resource):
+    """A CRD file as the operator publishes it, made from the facts (with descriptions and defaults)."""
+    schema = copy.deepcopy(SCHEMAS[resource.plural])
+    schema["description"] = f"{resource.kind} is the Schema for the {resource.plural} API"
+    schema["properties"]["spec"]["properties"]["additionalClientPorts"]["items"]["properties"]["protocol"]["default"] = "TCP"
+    subresources = {"status": {}}
+    if resource.scale is not None:
+        subresources["scale"] = {"specReplicasPath": ".spec.worker.replicas",
+                                 "statusReplicasPath": ".status.workerReplicas",
+                                 "labelSelectorPath": ".status.workerSelector"}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{resource.plural}.{GROUP}"},
+        "spec": {
+            "group": GROUP,
+            "names": {"kind": resource.kind, "plural": resource.plural, "shortNames": [resource.short_name]},
+            "scope": "Namespaced",
+            "versions": [{"name": VERSION, "served": True, "storage": True, "subresources": subresources,
+                          "schema": {"openAPIV3Schema": schema}}],
+        },
+    }
+
+
+def test_crd_compare_agrees_with_matching_crds_and_names_each_difference(tmp_path, capsys):
+    crds = {plural: _published_crd(resource) for plural, resource in CUSTOM_RESOURCES.items()}
+    for plural, crd in crds.items():
+        (tmp_path / f"{plural}.yaml").write_text(yaml.safe_dump(crd), encoding="utf-8")
+    assert crd_compare.main([str(tmp_path)]) == 0
+    assert "4 CRD(s) compared: the facts agree" in capsys.readouterr().out
+
+    ray = crds["rayclusters"]["spec"]["versions"][0]
+    ray["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["worker"]["properties"]["replicas"]["format"] = "int64"
+    del ray["subresources"]["scale"]
+    (tmp_path / "rayclusters.yaml").write_text(yaml.safe_dump(crds["rayclusters"]), encoding="utf-8")
+    (tmp_path / "daskclusters.yaml").unlink()
+    assert crd_compare.main([str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert ("rayclusters: schema.properties.spec.properties.worker.properties.replicas.format: "
+            "facts have 'int32', CRD has 'int64'") in out
+    assert "rayclusters: scale subresource: facts have {'specReplicasPath'" in out
+    assert "daskclusters: in the facts, but no CRD file for it" in out
+    assert "3 difference(s)" in out

@@ -12,7 +12,8 @@ Left out because the test server does not act on them: descriptions,
 ``default`` values (only ``protocol: TCP`` of ports), and the
 ``x-kubernetes-map-type`` / ``x-kubernetes-list-type`` merge hints. The CRDs
 declare no minimums or enums; the operator's webhook rules are in
-:func:`k8s_rules.webhook_check`.
+:func:`k8s_rules.webhook_check`. :mod:`crd_compare` checks these facts
+against CRD files.
 """
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
