@@ -53,7 +53,8 @@ def _patch(custom, kind, name, body, content_type=MERGE):
          "spec.worker.resources.requests.cpu", "does not match"),
         ("dask", {"spec": {"worker": {"resources": {"limits": {"memory": 1.5}}}}},
          "spec.worker.resources.limits.memory", "not valid under any"),
-        ("dask", {"spec": {"worker": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}}}}},
+        ("dask", {"spec": {"worker": {"affinity": {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {}}}}}},
          "spec.worker.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution",
          "'nodeSelectorTerms' is a required"),
         ("spark", {"spec": {"worker": {"labels": {"dominodatalab.com/hardware-tier-id": 7}}}},
@@ -84,7 +85,8 @@ def test_schema_accepts_what_the_crd_accepts(k8s, custom):  # noqa: F811
     """Not stricter than the CRD: quantities as numbers, int64s, int-or-string ports, core types."""
     k8s.add_cluster("ray", "c1", replicas=1, wait_ready=False)
     worker = {
-        "resources": {"requests": {"cpu": 2, "memory": "1.5Gi", "nvidia.com/gpu": 1}, "limits": {"cpu": "500m", "memory": "2Gi"}},
+        "resources": {"requests": {"cpu": 2, "memory": "1.5Gi", "nvidia.com/gpu": 1},
+                      "limits": {"cpu": "500m", "memory": "2Gi"}},
         "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 60}],
         "volumes": [{"name": "data", "emptyDir": {"sizeLimit": "1Gi"}},
                     {"name": "cfg", "configMap": {"name": "c", "items": [{"key": "k", "path": "p"}]}}],
@@ -245,7 +247,8 @@ def _published_crd(resource):
     """A CRD file as the operator publishes it, made from the facts (with descriptions and defaults)."""
     schema = copy.deepcopy(SCHEMAS[resource.plural])
     schema["description"] = f"{resource.kind} is the Schema for the {resource.plural} API"
-    schema["properties"]["spec"]["properties"]["additionalClientPorts"]["items"]["properties"]["protocol"]["default"] = "TCP"
+    port = schema["properties"]["spec"]["properties"]["additionalClientPorts"]["items"]
+    port["properties"]["protocol"]["default"] = "TCP"
     subresources = {"status": {}}
     if resource.scale is not None:
         subresources["scale"] = {"specReplicasPath": ".spec.worker.replicas",
@@ -273,7 +276,8 @@ def test_crd_compare_agrees_with_matching_crds_and_names_each_difference(tmp_pat
     assert "4 CRD(s) compared: the facts agree" in capsys.readouterr().out
 
     ray = crds["rayclusters"]["spec"]["versions"][0]
-    ray["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["worker"]["properties"]["replicas"]["format"] = "int64"
+    worker = ray["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["worker"]
+    worker["properties"]["replicas"]["format"] = "int64"
     del ray["subresources"]["scale"]
     (tmp_path / "rayclusters.yaml").write_text(yaml.safe_dump(crds["rayclusters"]), encoding="utf-8")
     (tmp_path / "daskclusters.yaml").unlink()

@@ -9,7 +9,7 @@ int-or-string) together with each kind's names and subresources; see
 docs/kubernetes.md ("The custom resources") for the facts in prose.
 
 Left out because the test server does not act on them: descriptions,
-``default`` values (only ``protocol: TCP`` of ports), and the
+``default`` values (the ports' ``protocol: TCP``), and the
 ``x-kubernetes-map-type`` / ``x-kubernetes-list-type`` merge hints. The CRDs
 declare no minimums or enums; the operator's webhook rules are in
 :func:`k8s_rules.webhook_check`. :mod:`crd_compare` checks these facts

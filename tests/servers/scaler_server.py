@@ -61,7 +61,8 @@ ADMIN_API_KEY = "test-api-key-admin-1"
 OTHER_USER = "other-1"
 OTHER_API_KEY = "test-api-key-other-1"
 
-# Real CRD layout (docs/kubernetes.md, "The custom resources"): app name, head component, CRD kind and head spec section.
+# Real CRD layout (docs/kubernetes.md, "The custom resources"): app name, head component,
+# CRD kind and head spec section.
 _LAYOUT = {
     "rayclusters": ("ray", "head", "RayCluster", "head"),
     "sparkclusters": ("spark", "master", "SparkCluster", "master"),
