@@ -43,8 +43,8 @@ from flytekitplugins_ddlscale.refs import (
     LABEL_OWNER,
 )
 
-from .k8s_operator import SimulatedOperator
 from .dco_crds import SCHEMAS
+from .k8s_operator import SimulatedOperator
 from .k8s_rules import (
     ApiError,
     json_patch,
