@@ -4,7 +4,7 @@ Domino's published reference client for the scaler service scales with one
 PATCH and then polls the cluster every 2 s until ``status.nodes`` minus one
 head equals the requested replicas; a head restart polls
 ``restart_head_status`` every 3 s. It has no timeout. This module speaks the
-same REST protocol (scaler-api.md) with the same fixed intervals so that the
+same REST protocol (docs/scaler.md) with the same fixed intervals so that the
 plugin's backends can be compared with it on the same test server in the
 same run. Its known body-key defect is left out: the benchmarks never send a
 tier, so it would change nothing.

@@ -1,6 +1,6 @@
-"""The test server speaks the scaler service's protocol (scaler-api.md), route by route.
+"""The test server speaks the scaler service's protocol (docs/scaler.md), route by route.
 
-These pin the fake to the reference so backend tests cannot pass against
+These pin the fake to that contract so backend tests cannot pass against
 rules the real service does not have.
 """
 import time

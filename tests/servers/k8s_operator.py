@@ -1,8 +1,8 @@
 """The distributed-compute operator, its StatefulSets and its HPA, simulated.
 
 A thread beside :class:`~k8s_server.K8sTestServer` that, like the real
-operator (see shared/reference/dco.md), keeps one worker pod per
-``spec.worker.replicas`` (StatefulSet ordinals, highest removed first),
+operator (docs/kubernetes.md, "The custom resources"), keeps one worker pod
+per ``spec.worker.replicas`` (StatefulSet ordinals, highest removed first),
 recreates a deleted head pod with a new uid and a newer creationTimestamp,
 rolls the head (and workers, one at a time) when their section's
 resources, node selector or labels change, marks pods Ready after a delay,

@@ -2,19 +2,13 @@
 
 Pure functions used by :mod:`k8s_server`: JSON merge patch (RFC 7386), JSON
 patch (RFC 6902), label selectors, structural-schema pruning and validation
-against the shipped DCO CRDs, and the operator webhook's rules.
+against the DCO CRD schemas of :mod:`dco_crds`, and the operator webhook's rules.
 """
 import copy
-import functools
 import re
-from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import jsonschema
-import yaml
-
-CRD_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "dco-crds"
-"""The shipped CRDs: ``<repo>/../shared/reference/dco-crds`` (CI keeps shared/ beside the repo)."""
 
 
 class ApiError(Exception):
@@ -41,17 +35,6 @@ class ApiError(Exception):
         if self.details:
             body["details"] = self.details
         return body
-
-
-@functools.lru_cache(maxsize=None)
-def load_crd_schemas(crd_dir: Path = CRD_DIR) -> Dict[str, Dict[str, Any]]:
-    """``{plural: openAPIV3Schema}`` for every CRD file in ``crd_dir`` (parsed once per process)."""
-    schemas = {}
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    for path in sorted(Path(crd_dir).glob("*.yaml")):
-        crd = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
-        schemas[crd["spec"]["names"]["plural"]] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    return schemas
 
 
 def merge_patch(target: Any, patch: Any) -> Any:

@@ -3,10 +3,10 @@
 It serves the REST paths the official ``kubernetes`` client uses for the DCO
 custom resources and for pods, and enforces what a real API server enforces:
 merge and JSON patch only on custom resources (415 for strategic merge),
-pruning and schema validation against the shipped CRDs, the DCO admission
-webhook's rules, resourceVersion preconditions (409), label selectors, watch
-streams from a resourceVersion with 410 Gone once history is compacted, 404s,
-and 403 for verbs a test forbids. A :class:`~k8s_operator.SimulatedOperator`
+pruning and schema validation against the DCO CRD schemas (:mod:`dco_crds`),
+the DCO admission webhook's rules, resourceVersion preconditions (409), label
+selectors, watch streams from a resourceVersion with 410 Gone once history is
+compacted, 404s, and 403 for verbs a test forbids. A :class:`~k8s_operator.SimulatedOperator`
 thread plays the operator, the StatefulSets and the HPA.
 
 Usage::
@@ -43,12 +43,11 @@ from flytekitplugins_ddlscale.refs import (
     LABEL_OWNER,
 )
 
+from .dco_crds import SCHEMAS
 from .k8s_operator import SimulatedOperator
 from .k8s_rules import (
-    CRD_DIR,
     ApiError,
     json_patch,
-    load_crd_schemas,
     merge_patch,
     parse_selector,
     prune,
@@ -120,10 +119,9 @@ class K8sTestServer:
         hpa_window: Optional[float] = None,
         history_limit: int = 10000,
         user: str = "system:serviceaccount:domino-compute:flyte-runner",
-        crd_dir: Any = CRD_DIR,
     ) -> None:
         self.user = user
-        self.schemas = load_crd_schemas(crd_dir)
+        self.schemas = SCHEMAS
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self.requests: List[RequestRecord] = []

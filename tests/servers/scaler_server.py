@@ -1,8 +1,8 @@
 """A protocol-true stand-in for Domino's ``ddl-cluster-scaler`` service, over real HTTP.
 
-It follows /work/shared/reference/scaler-api.md route by route, including the
-service's rules and defects, so a client that works here works against the
-real service:
+It follows the service's REST contract (docs/scaler.md) route by route,
+including the service's rules and defects, so a client that works here
+works against the real service:
 
 * auth by ``X-Domino-Api-Key`` (preferred, like the service) or
   ``Authorization: Bearer``; the caller must be an admin or the cluster's
@@ -61,7 +61,8 @@ ADMIN_API_KEY = "test-api-key-admin-1"
 OTHER_USER = "other-1"
 OTHER_API_KEY = "test-api-key-other-1"
 
-# Real CRD layout (dco.md): app name, head component, CRD kind and head spec section.
+# Real CRD layout (docs/kubernetes.md, "The custom resources"): app name, head component,
+# CRD kind and head spec section.
 _LAYOUT = {
     "rayclusters": ("ray", "head", "RayCluster", "head"),
     "sparkclusters": ("spark", "master", "SparkCluster", "master"),
