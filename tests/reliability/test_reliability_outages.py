@@ -367,6 +367,16 @@ def test_k8s_403_after_an_outage_ends_the_wait_at_once(k8s_server, kproxy, k8s_b
     assert fault.fired
 
 
+def test_k8s_release_during_an_outage_rides_it_out(k8s_server, kproxy, k8s_backend, k8s_cluster, logs):
+    k8s_backend.claim(RAY, "phase-a", 3)
+    with When(lambda: True, lambda: kproxy.outage(OUTAGE)) as fault:
+        time.sleep(0.2)
+        assert k8s_backend.release(RAY, "phase-a") is None
+    assert fault.fired
+    assert k8s_backend.claims(RAY) == {}
+    assert_one_outage_logged(logs)
+
+
 def test_k8s_cluster_deleted_during_an_outage_is_not_found_at_once(k8s_server, kproxy, k8s_backend, k8s_cluster):
     k8s_server.set_ready_delay(60.0)
 
@@ -402,7 +412,8 @@ def test_k8s_phase_reconciles_ride_out_outages(k8s_server, kproxy, k8s_cluster, 
         with cluster_phase(f"ray/{RAY.name}", 3, timeout=TIMEOUT, framework_ready=False, deck=False):
             assert k8s_server.ready_workers(RAY.name) == 3
             k8s_server.clear_log()
-            # Scaling down needs no watch (the pods go at once): the outage starts after the release.
+            # Scaling down needs no watch (the pods go at once): the outage starts with the release,
+            # so the release and the restore's reconcile both have to ride it out.
             released = lambda: k8s_server.count("PATCH") > 0  # noqa: E731
             down_fault = When(released, lambda: kproxy.outage(OUTAGE)).__enter__()
     down_fault.__exit__(None, None, None)

@@ -240,6 +240,11 @@ class KubernetesBackend:
             cluster=self._label(ref),
         )
 
+    def _bookkeeping_deadline(self) -> Deadline:
+        """How long a claim, release or baseline record (no timeout of their own) rides out an outage:
+        ``request_timeout``, so a phase ending during an API server restart still releases its claim."""
+        return Deadline(self.request_timeout)
+
     def _with_baseline(self, ref: ClusterRef, obj: Dict[str, Any], patch: Patch) -> Patch:
         if decode_record(obj) is None:
             record = encode_record(*baseline_of(self._label(ref), ref.info, obj))
@@ -477,7 +482,7 @@ class KubernetesBackend:
         def build(current: Dict[str, Any]) -> Optional[Patch]:
             return None if decode_record(current) else self._with_baseline(ref, current, {})
 
-        _, after, _ = self._mutate(ref, build)
+        _, after, _ = self._mutate(ref, build, deadline=self._bookkeeping_deadline())
         record = decode_record(after)
         assert record is not None
         return record[0]
@@ -658,7 +663,7 @@ class KubernetesBackend:
             patch = {"metadata": {"annotations": {CLAIMS_ANNOTATION: encode_claims(claims)}}}
             return self._with_baseline(ref, current, patch)
 
-        _, after, _ = self._mutate(ref, build)
+        _, after, _ = self._mutate(ref, build, deadline=self._bookkeeping_deadline())
         largest = largest_claim(decode_claims(_annotations(after).get(CLAIMS_ANNOTATION)))
         assert largest is not None
         return largest
@@ -676,7 +681,7 @@ class KubernetesBackend:
             value = encode_claims(claims) if claims else None
             return {"metadata": {"annotations": {CLAIMS_ANNOTATION: value}}}
 
-        _, after, _ = self._mutate(ref, build)
+        _, after, _ = self._mutate(ref, build, deadline=self._bookkeeping_deadline())
         return largest_claim(decode_claims(_annotations(after).get(CLAIMS_ANNOTATION)))
 
     def claims(self, ref: ClusterRef) -> Dict[str, Claim]:
