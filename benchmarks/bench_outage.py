@@ -71,8 +71,9 @@ def _k8s_trial(long_outage: bool) -> Dict[str, Any]:
     from tests.servers.k8s_server import K8sTestServer
 
     ref = ClusterRef("ray", "ray-outage")
-    with K8sTestServer(ready_delay=60.0 if long_outage else 1.0) as server, _proxy_for(server.url) as proxy:
+    with K8sTestServer(ready_delay=1.0) as server, _proxy_for(server.url) as proxy:
         server.add_cluster("ray", ref.name, replicas=1, autoscaling={"minReplicas": 1, "maxReplicas": 6})
+        server.set_ready_delay(60.0 if long_outage else 1.0)
         api = k8s_client.ApiClient(k8s_client.Configuration(host=proxy.url))
         backend = KubernetesBackend(api_client=api)
         watching = lambda: any(r.query.get("watch") == "true" for r in server.requests)  # noqa: E731

@@ -14,6 +14,9 @@ from .models import ClusterState
 from .progress import ProgressReporter, WaitProgress
 
 T = TypeVar("T")
+MIN_WAIT = 0.1
+"""Seconds a wait still gets when the earlier steps of its operation took (nearly) all of its timeout,
+so it reads the cluster at least once."""
 
 
 class Deadline:
@@ -38,6 +41,11 @@ class Deadline:
     def expired(self) -> bool:
         """True once the deadline has passed."""
         return time.monotonic() >= self.expires
+
+    def left_for_wait(self) -> float:
+        """The timeout of a wait that ends an operation under this deadline: the time left,
+        at least :data:`MIN_WAIT`."""
+        return max(self.remaining, MIN_WAIT)
 
 
 @dataclass(frozen=True)

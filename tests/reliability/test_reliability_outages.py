@@ -422,3 +422,45 @@ def test_k8s_phase_reconciles_ride_out_outages(k8s_server, kproxy, k8s_cluster, 
     assert spec["worker"]["replicas"] == 1 and spec["autoscaling"] == K8S_AUTOSCALING
     down, up = outage_lines(logs)
     assert len(down) == 2 and len(up) == 2, (down, up)
+
+
+# ======================= TLS =======================
+
+
+@pytest.fixture
+def tls_sproxy(scaler_server: ScalerTestServer, tmp_path: Path) -> Iterator[FaultProxy]:
+    """The scaler test server behind TLS with a self-signed certificate for 127.0.0.1."""
+    from rel_tls import self_signed_cert, server_context
+
+    cert, key = self_signed_cert(tmp_path)
+    host, port = scaler_server.url.rsplit("//", 1)[1].split(":")
+    with FaultProxy((host, int(port)), tls=server_context(cert, key)) as proxy:
+        yield proxy
+
+
+def test_scaler_tls_handshakes_failing_during_a_restart_are_ridden_out(
+    make_scaler, scaler_server, tls_sproxy, scaler_cluster, logs
+):
+    backend = make_scaler(base_url=tls_sproxy.url, verify=False)
+    scaler_server.set_pod_ready_delay(1.0)
+
+    def restarting() -> None:
+        tls_sproxy.reset_next(5)  # the next handshakes are reset, as by a proxy whose backend restarts
+        tls_sproxy.cut_all()
+
+    with When(polling(scaler_server, RAY.name), restarting) as fault:
+        result = backend.scale(RAY, 4, wait=True, timeout=TIMEOUT)
+    assert fault.fired
+    assert result.final.existing_workers == 4
+    assert scale_bodies(scaler_server, RAY.name) == [4]
+    assert_one_outage_logged(logs)
+
+
+def test_scaler_certificate_refused_is_final_not_ridden_out(make_scaler, scaler_server, tls_sproxy, scaler_cluster):
+    from flytekitplugins_ddlscale import BackendUnavailableError
+
+    backend = make_scaler(base_url=tls_sproxy.url)  # verifies the self-signed certificate: refused
+    with pytest.raises(BackendUnavailableError) as caught:
+        backend.scale(RAY, 3, wait=True, timeout=TIMEOUT)  # riding it out would end in ScalingTimeoutError
+    assert "CERTIFICATE_VERIFY_FAILED" in str(caught.value)
+    assert scaler_server.requests == []

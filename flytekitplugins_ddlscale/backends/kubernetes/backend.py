@@ -65,19 +65,12 @@ from .spec import (
 )
 
 OWNER_ENV = "DOMINO_STARTING_USER_ID"
-MIN_WAIT = 0.1
-"""Seconds a wait still gets after the request took (nearly) all of the operation's timeout."""
 Patch = Dict[str, Any]
 logger = logging.getLogger("flytekitplugins_ddlscale.kubernetes")
 
 
 def _annotations(obj: Dict[str, Any]) -> Dict[str, str]:
     return (obj.get("metadata") or {}).get("annotations") or {}
-
-
-def _left(deadline: Deadline) -> float:
-    """The wait's share of an operation's timeout: what the request left of it."""
-    return max(deadline.remaining, MIN_WAIT)
 
 
 class KubernetesBackend:
@@ -325,7 +318,7 @@ class KubernetesBackend:
 
             _, after, _ = self._mutate(ref, build, obj, deadline)
         return self._finish(
-            ref, replicas, outcome["effective"], outcome["capped"], previous, after, wait, _left(deadline), progress,
+            ref, replicas, outcome["effective"], outcome["capped"], previous, after, wait, deadline.left_for_wait(), progress,
             tier.id if tier else None, worker_hw_tier,
         )
 
@@ -442,7 +435,7 @@ class KubernetesBackend:
         if not wait:
             state = self.get_state(ref)
             return RestartResult(self._label(ref), old_name, started_at, False, state, False, 0.0, head_hw_tier)
-        state = self._wait_head(ref, old_uid, tier.id if tier else None, _left(deadline), progress)
+        state = self._wait_head(ref, old_uid, tier.id if tier else None, deadline.left_for_wait(), progress)
         return RestartResult(
             self._label(ref), old_name, started_at, True, state, True, time.monotonic() - begun, head_hw_tier
         )
@@ -535,7 +528,7 @@ class KubernetesBackend:
                                previous, previous, False, 0.0)
         requested = target.replicas if target is not None else outcome["effective"]
         return self._finish(
-            ref, requested, outcome["effective"], outcome["capped"], previous, after, wait, _left(deadline), progress,
+            ref, requested, outcome["effective"], outcome["capped"], previous, after, wait, deadline.left_for_wait(), progress,
             outcome["tier"], target.worker_hw_tier if target is not None else None,
         )
 
@@ -607,7 +600,7 @@ class KubernetesBackend:
             return None
         return self._finish(
             ref, outcome["requested"], outcome["effective"], outcome["capped"], previous, after, wait,
-            _left(deadline), progress, outcome["tier"], outcome["name"],
+            deadline.left_for_wait(), progress, outcome["tier"], outcome["name"],
         )
 
     def _restore_spec(

@@ -47,8 +47,6 @@ from .state import state_from_object
 logger = logging.getLogger("flytekitplugins_ddlscale.scaler")
 
 READINESS_CAVEAT = "the scaler service shows pod existence, not readiness"
-MIN_WAIT = 0.1
-"""Seconds a wait still gets after the request took (nearly) all of the operation's timeout."""
 NUCLEUS_ENV = ("DOMINO_API_HOST", "DOMINO_API_PROXY")
 """Where Nucleus (``/v4/hardwareTier``) is found when ``nucleus_url`` is not given, first set wins."""
 DEFAULT_POLL_BACKOFF = TwoStageBackoff(slow=3.0)
@@ -256,7 +254,7 @@ class ScalerServiceBackend:
         self._check_scalable(previous, replicas, strict)
         self.records.record_baseline(ref, lambda: previous)
         result = self._patch(ref, replicas, tier, previous, deadline)
-        return self._finish(ref, result, wait, _left(deadline), progress)
+        return self._finish(ref, result, wait, deadline.left_for_wait(), progress)
 
     def _check_tier(self, ref: ClusterRef, tier: Optional[str]) -> None:
         if tier is None or self._tiers is None:
@@ -367,7 +365,7 @@ class ScalerServiceBackend:
         if not wait:
             return RestartResult(str(ref), pod, started_at, False, self.get_state(ref), waited=False)
         began = time.monotonic()
-        self._wait_restarted(ref, pod, started_at, _left(deadline), progress, before)
+        self._wait_restarted(ref, pod, started_at, deadline.left_for_wait(), progress, before)
         return RestartResult(
             str(ref), pod, started_at, True, self.get_state(ref), waited=True, seconds_waited=time.monotonic() - began
         )
@@ -453,7 +451,7 @@ class ScalerServiceBackend:
         stale = self.records.forget_claims(ref)
         if stale:
             logger.warning("%s: restore dropped claims %s", ref, ", ".join(sorted(stale)))
-        return self._finish(ref, result, wait, _left(deadline), progress)
+        return self._finish(ref, result, wait, deadline.left_for_wait(), progress)
 
     def _target(self, ref: ClusterRef, target: ReplicaSpec) -> Tuple[int, Optional[str]]:
         if not isinstance(target, ReplicaSpec):
@@ -541,7 +539,7 @@ class ScalerServiceBackend:
         result = self.records.settle(ref, act)
         if result is None:
             return None
-        return self._finish(ref, result, wait, _left(deadline), progress)
+        return self._finish(ref, result, wait, deadline.left_for_wait(), progress)
 
     def release(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
         """Drop ``claim_id``; return the largest remaining claim, or None."""
@@ -552,11 +550,6 @@ class ScalerServiceBackend:
         """The live claims of ``ref`` recorded on this machine, by claim id."""
         self._served(ref)
         return self.records.claims(ref)
-
-
-def _left(deadline: Deadline) -> float:
-    """The wait's share of an operation's timeout: what the request left of it."""
-    return max(deadline.remaining, MIN_WAIT)
 
 
 def _timed_out(
