@@ -117,6 +117,26 @@ def test_scaler_scale_refused_before_sending_is_sent_once_the_service_is_back(
     assert_one_outage_logged(logs)
 
 
+def test_scaler_patch_refused_at_connect_is_sent_once_the_service_is_back(scaler_server, sproxy, scaler_cluster):
+    from flytekitplugins_ddlscale.backends.scaler.client import ScalerClient
+    from flytekitplugins_ddlscale.domino_auth import DominoAuth
+    from flytekitplugins_ddlscale.waiting import Deadline
+    from tests.servers.scaler_server import DEFAULT_API_KEY
+
+    client = ScalerClient(sproxy.url, auth=DominoAuth(api_key=DEFAULT_API_KEY), retries=0)
+    try:
+        with When(lambda: True, lambda: sproxy.outage(1.5)) as fault:
+            time.sleep(0.2)
+            answer = client.scale(RAY, 3, None, Deadline(TIMEOUT))  # no retries left for anything sent
+            restart = client.restart_head(RAY, Deadline(TIMEOUT))
+    finally:
+        client.close()
+    assert fault.fired and sproxy.up_at is not None
+    assert answer["effective_replicas"] == 3
+    assert scale_bodies(scaler_server, RAY.name) == [3]
+    assert restart["pod"] and scaler_server.count("PATCH", "/restart_head/") == 1
+
+
 def test_scaler_restart_wait_rides_out_an_outage_and_restarts_once(
     make_scaler, scaler_server, sproxy, scaler_cluster, logs
 ):
@@ -171,12 +191,12 @@ def test_scaler_two_outages_in_one_wait_are_both_counted(make_scaler, scaler_ser
 
     def two_outages() -> None:
         sproxy.outage(0.8)
-        time.sleep(1.0)
+        time.sleep(2.5)  # longer than the longest pause between attempts (2 s), so one poll succeeds
         sproxy.go_down()
 
     with When(polled, two_outages) as fault:
         with pytest.raises(ScalingTimeoutError) as caught:
-            backend.wait_for_workers(RAY, 3, timeout=4.0)
+            backend.wait_for_workers(RAY, 3, timeout=6.0)
     assert fault.fired
     assert "(2 outages, still unreachable at the end)" in str(caught.value)
     down, up = outage_lines(logs)
@@ -188,8 +208,10 @@ def test_scaler_403_after_an_outage_ends_the_wait_at_once(make_scaler, scaler_se
     scaler_server.set_pod_ready_delay(60.0)
 
     def outage_then_refused() -> None:
+        sproxy.go_down()
         scaler_server.inject_faults("status", 100, status=403, path="/cluster/")
-        sproxy.outage(1.0)
+        time.sleep(1.0)
+        sproxy.come_up()
 
     with When(polling(scaler_server, RAY.name), outage_then_refused) as fault:
         with pytest.raises(UnauthorizedError):
@@ -204,8 +226,10 @@ def test_scaler_cluster_deleted_during_an_outage_is_not_found_at_once(
     scaler_server.set_pod_ready_delay(60.0)
 
     def outage_and_delete() -> None:
+        sproxy.go_down()
         scaler_server.remove_cluster("ray", RAY.name)
-        sproxy.outage(1.0)
+        time.sleep(1.0)
+        sproxy.come_up()
 
     with When(polling(scaler_server, RAY.name), outage_and_delete) as fault:
         with pytest.raises(ClusterNotFoundError):
@@ -306,6 +330,26 @@ def test_k8s_scale_refused_before_sending_is_applied_once_the_server_is_back(
     assert_one_outage_logged(logs)
 
 
+def test_k8s_patch_refused_at_connect_is_sent_once_the_server_is_back(k8s_server, kproxy, k8s_cluster):
+    from kubernetes import client as k8s_client
+
+    from flytekitplugins_ddlscale.backends.kubernetes.api import KubeApi
+    from flytekitplugins_ddlscale.waiting import Deadline
+
+    api = KubeApi(k8s_client.ApiClient(k8s_client.Configuration(host=kproxy.url)))
+    try:
+        version = api.get_cluster("rayclusters", "domino-compute", RAY.name)["metadata"]["resourceVersion"]
+        patch = {"metadata": {"resourceVersion": version}, "spec": {"worker": {"replicas": 2}}}
+        with When(lambda: True, lambda: kproxy.outage(1.5)) as fault:
+            time.sleep(0.2)
+            after = api.patch_cluster("rayclusters", "domino-compute", RAY.name, patch, Deadline(TIMEOUT))
+    finally:
+        api.close()
+    assert fault.fired
+    assert after["spec"]["worker"]["replicas"] == 2
+    assert [r.status for r in k8s_server.requests if r.method == "PATCH"] == [200]
+
+
 def test_k8s_restart_wait_rides_out_an_outage_and_deletes_once(k8s_server, kproxy, k8s_backend, k8s_cluster, logs):
     k8s_server.set_ready_delay(1.0)
     with When(watching(k8s_server), lambda: kproxy.outage(OUTAGE)) as fault:
@@ -357,9 +401,11 @@ def test_k8s_403_after_an_outage_ends_the_wait_at_once(k8s_server, kproxy, k8s_b
     k8s_server.set_ready_delay(60.0)
 
     def outage_then_forbidden() -> None:
+        kproxy.go_down()
         k8s_server.forbid("get", "rayclusters")
         k8s_server.forbid("watch", "pods")
-        kproxy.outage(1.0)
+        time.sleep(1.0)
+        kproxy.come_up()
 
     with When(watching(k8s_server), outage_then_forbidden) as fault:
         with pytest.raises(UnauthorizedError):
@@ -381,8 +427,10 @@ def test_k8s_cluster_deleted_during_an_outage_is_not_found_at_once(k8s_server, k
     k8s_server.set_ready_delay(60.0)
 
     def outage_and_delete() -> None:
+        kproxy.go_down()
         k8s_server.commit("rayclusters", "domino-compute", None, RAY.name, "DELETED")
-        kproxy.outage(1.0)
+        time.sleep(1.0)
+        kproxy.come_up()
 
     with When(watching(k8s_server), outage_and_delete) as fault:
         with pytest.raises(ClusterNotFoundError):
