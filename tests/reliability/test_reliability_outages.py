@@ -163,6 +163,21 @@ def test_scaler_restart_refused_before_sending_is_sent_exactly_once(
     assert_one_outage_logged(logs)
 
 
+@pytest.mark.parametrize("status", [429, 503])
+def test_scaler_overloaded_answers_beyond_the_retry_budget_are_ridden_out_in_a_wait(
+    make_scaler, scaler_server, scaler_cluster, logs, status
+):
+    backend = make_scaler(retries=3)
+    scaler_server.set_pod_ready_delay(0.5)
+    burst = lambda: scaler_server.inject_faults("status", 8, status=status, path="/cluster/")  # noqa: E731
+    with When(polling(scaler_server, RAY.name), burst) as fault:
+        result = backend.scale(RAY, 3, wait=True, timeout=TIMEOUT)
+    assert fault.fired
+    assert result.final.existing_workers == 3
+    assert sum(1 for r in scaler_server.requests if r.status == status) == 8  # twice the old budget of 1 + 3
+    assert_one_outage_logged(logs)
+
+
 def test_scaler_outage_longer_than_the_wait_is_a_timeout_naming_it(
     make_scaler, scaler_server, sproxy, scaler_cluster, logs
 ):
