@@ -139,7 +139,10 @@ def run(quick: bool = False, out_dir: Path = Path("benchmarks/results")) -> Benc
             ))
             headline.append(f"{backend}: {completed}/{trials} waits rode out a {OUTAGE:g} s outage; returned "
                             f"{stats['median']:.2f} s (median, max {stats['max']:.2f} s) after the server came back")
-        headline.append(f"{backend}: outage past a {SHORT_TIMEOUT:g} s timeout -> {beyond['outcome'][:160]}")
+        error = beyond["outcome"].split(":", 1)[0]
+        names = "names the outage" if "was unreachable for" in beyond["outcome"] else "does NOT name the outage"
+        headline.append(f"{backend}: server down past a {SHORT_TIMEOUT:g} s timeout -> {error} "
+                        f"{beyond.get('past_timeout_s')} s after the timeout; the message {names}")
     result.metrics["headline"] = headline
     result.notes.append("The outage is a TCP proxy refusing and cutting connections (a restarting server).")
     return result
