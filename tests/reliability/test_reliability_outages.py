@@ -29,6 +29,8 @@ from flytekitplugins_ddlscale import (
 )
 from tests.servers.scaler_server import ScalerTestServer
 
+pytestmark = pytest.mark.slow  # each outage lasts seconds of real time
+
 OUTAGE = 3.0
 """Seconds the proxy refuses connections in the ride-through tests."""
 TIMEOUT = 30.0
