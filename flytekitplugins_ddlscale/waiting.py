@@ -4,6 +4,7 @@ A wait polls fast at first (most operations on a warm cluster finish within
 a second), then backs off geometrically to a cap, and never sleeps past its
 deadline. Timeouts raise :class:`ScalingTimeoutError` carrying the last state.
 """
+import random
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, Protocol, TypeVar
@@ -13,6 +14,9 @@ from .models import ClusterState
 from .progress import ProgressReporter, WaitProgress
 
 T = TypeVar("T")
+MIN_WAIT = 0.1
+"""Seconds a wait still gets when the earlier steps of its operation took (nearly) all of its timeout,
+so it reads the cluster at least once."""
 
 
 class Deadline:
@@ -38,20 +42,31 @@ class Deadline:
         """True once the deadline has passed."""
         return time.monotonic() >= self.expires
 
+    def left_for_wait(self) -> float:
+        """The timeout of a wait that ends an operation under this deadline: the time left,
+        at least :data:`MIN_WAIT`."""
+        return max(self.remaining, MIN_WAIT)
+
 
 @dataclass(frozen=True)
 class Backoff:
-    """Geometric poll intervals: ``initial``, ``initial*factor``, ... capped at ``cap``."""
+    """Geometric poll intervals: ``initial``, ``initial*factor``, ... capped at ``cap``.
+
+    With ``jitter`` (0 to 1) each interval is drawn uniformly from
+    ``[step * (1 - jitter), step]``, so many clients retrying after the same
+    outage do not all come back at the same instant.
+    """
 
     initial: float = 0.25
     factor: float = 1.5
     cap: float = 2.0
+    jitter: float = 0.0
 
     def intervals(self) -> Iterator[float]:
         """An endless iterator of sleep intervals in seconds."""
         delay = self.initial
         while True:
-            yield delay
+            yield delay * (1.0 - self.jitter * random.random()) if self.jitter else delay
             delay = min(self.cap, delay * self.factor)
 
 
@@ -99,12 +114,15 @@ def poll_until(
     backoff: PollSchedule = Backoff(),
     progress: Optional[ProgressReporter] = None,
     sleep: Callable[[float], None] = time.sleep,
+    note: Callable[[Deadline], str] = lambda deadline: "",
 ) -> ClusterState:
     """Call ``read`` until ``done(state)``; return that state.
 
     ``what`` says what is awaited (it appears in progress and in the timeout
     error); ``count(state)`` measures progress towards ``target``. Raises
-    :class:`ScalingTimeoutError` with the last state once ``timeout`` passes.
+    :class:`ScalingTimeoutError` with the last state once ``timeout`` passes;
+    ``note(deadline)``, when not empty, is added to its message (e.g. how
+    long the backend was unreachable during the wait).
     """
     deadline = Deadline(timeout)
     intervals = backoff.intervals()
@@ -117,8 +135,10 @@ def poll_until(
         if done(state):
             return state
         if deadline.expired:
+            extra = note(deadline)
             raise ScalingTimeoutError(
-                f"timed out after {timeout:.0f}s waiting for {what}; last state: {state.describe()}",
+                f"timed out after {timeout:.0f}s waiting for {what}; {extra + '; ' if extra else ''}"
+                f"last state: {state.describe()}",
                 cluster=state.cluster,
                 state=state,
             )

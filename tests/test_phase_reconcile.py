@@ -9,7 +9,7 @@ from tests.flyte_support import local_backend, local_env  # noqa: F401 - fixture
 from tests.servers.k8s_fixtures import backend, k8s, make_backend, tiers_file  # noqa: F401 - fixtures
 from tests.servers.scaler_server import DEFAULT_API_KEY
 
-from flytekitplugins_ddlscale import ClusterRef, ReplicaSpec
+from flytekitplugins_ddlscale import ClusterRef, ReplicaSpec, ScalingTimeoutError
 from flytekitplugins_ddlscale.backends.scaler import ScalerServiceBackend
 from flytekitplugins_ddlscale.records import BASELINE_ANNOTATION, CLAIMS_ANNOTATION
 from flytekitplugins_ddlscale.waiting import Backoff
@@ -114,8 +114,8 @@ def test_scaler_failed_restore_keeps_the_baseline(scaler_server, scaler_backend)
     scaler_backend.reconcile(RAY, wait=False)
     scaler_backend.release(RAY, "p")
     scaler_server.stop()
-    with pytest.raises(Exception):
-        scaler_backend.reconcile(RAY, wait=False)
+    with pytest.raises(ScalingTimeoutError):  # the reconcile rides out the outage until its timeout
+        scaler_backend.reconcile(RAY, wait=False, timeout=1.0)
     assert scaler_backend.get_baseline(RAY).replicas == 1
 
 

@@ -13,6 +13,7 @@ Usage::
         client_url = proxy.url
         proxy.go_down()      # connection refused from now on, open connections cut
         proxy.come_up()      # listening again on the same port
+        proxy.outage(3.0)    # down for 3 s, then up again (blocks; ``down_at``/``up_at`` record when)
         proxy.reset_next(3)  # the next 3 connections are reset right after accept
         proxy.hang()         # connections stay open but nothing is forwarded any more
 """
@@ -21,6 +22,7 @@ import socket
 import ssl
 import struct
 import threading
+import time
 from typing import List, Optional, Tuple
 
 _CHUNK = 65536
@@ -44,6 +46,10 @@ class FaultProxy:
         self.port = 0
         self.accepted = 0
         """Connections accepted so far (including reset ones)."""
+        self.down_at: Optional[float] = None
+        """``time.monotonic()`` when the last :meth:`outage` began."""
+        self.up_at: Optional[float] = None
+        """``time.monotonic()`` when the last :meth:`outage` ended (listening again)."""
         self.refused_while_down = 0
 
     @property
@@ -77,6 +83,14 @@ class FaultProxy:
     def come_up(self) -> None:
         """Listen again on the same port."""
         self.start()
+
+    def outage(self, seconds: float) -> None:
+        """Refuse connections (and cut open ones) for ``seconds``, then listen again; blocks meanwhile."""
+        self.down_at = time.monotonic()
+        self.go_down()
+        time.sleep(max(0.0, self.down_at + seconds - time.monotonic()))
+        self.come_up()
+        self.up_at = time.monotonic()
 
     def stop(self) -> None:
         """Stop listening, cut connections and join every proxy thread."""

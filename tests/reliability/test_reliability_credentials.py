@@ -217,7 +217,7 @@ def test_connection_failures_never_show_credentials(
             proxy.reset_next(10)
             errors = failures(lambda: backend.get_state(REF), lambda: backend.restart_head(REF))
             proxy.go_down()
-            errors += failures(lambda: backend.scale(REF, 2))
+            errors += failures(lambda: backend.scale(REF, 2, timeout=1.0))  # rides out the outage, then times out
         finally:
             backend.close()
     assert sent_credentials(scaler_server) == [secret_key]

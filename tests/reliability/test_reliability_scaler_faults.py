@@ -234,12 +234,15 @@ def test_service_restart_shorter_than_retry_budget_does_not_end_the_wait(make_sc
     assert set(scale_bodies(scaler_server, cluster.name)) == {4}
 
 
-def test_service_gone_for_good_during_a_wait_ends_in_typed_error(make_scaler, scaler_server, proxy, cluster):
+def test_service_gone_for_good_during_a_wait_ends_in_a_timeout_naming_the_outage(
+    make_scaler, scaler_server, proxy, cluster
+):
     backend = make_scaler(base_url=proxy.url, retries=RETRIES)
     scaler_server.set_pod_ready_delay(5.0)
     with When(patched(scaler_server, cluster.name), proxy.go_down):
-        with pytest.raises(BackendUnavailableError):
-            backend.scale(cluster, 4, wait=True, timeout=10)
+        with pytest.raises(ScalingTimeoutError) as caught:
+            backend.scale(cluster, 4, wait=True, timeout=3)
+    assert "unreachable for" in str(caught.value) and "still unreachable at the end" in str(caught.value)
     assert set(scale_bodies(scaler_server, cluster.name)) == {4}
 
 
@@ -247,8 +250,8 @@ def test_service_gone_during_a_wait_error_carries_last_state(make_scaler, scaler
     backend = make_scaler(base_url=proxy.url, retries=RETRIES)
     scaler_server.set_pod_ready_delay(5.0)
     with When(polling(scaler_server, cluster.name), proxy.go_down) as fault:
-        with pytest.raises(BackendUnavailableError) as caught:
-            backend.scale(cluster, 4, wait=True, timeout=10)
+        with pytest.raises(ScalingTimeoutError) as caught:
+            backend.scale(cluster, 4, wait=True, timeout=3)
     assert fault.fired
     assert caught.value.state is not None
     assert caught.value.state.desired_workers == 4
@@ -309,8 +312,8 @@ def test_service_gone_during_a_head_restart_wait_is_typed_with_last_state(make_s
     # Once the client polls the restart status, it has the service's answer to the restart itself.
     restarted = lambda: scaler_server.count("GET", "/restart_head_status/") > 0  # noqa: E731
     with When(restarted, proxy.go_down) as fault:
-        with pytest.raises(BackendUnavailableError) as caught:
-            backend.restart_head(cluster, wait=True, timeout=20)
+        with pytest.raises(ScalingTimeoutError) as caught:
+            backend.restart_head(cluster, wait=True, timeout=3)
     assert fault.fired
     assert scaler_server.count("PATCH", "/restart_head/") == 1
     assert caught.value.state is not None

@@ -4,11 +4,15 @@ Wraps the official client's ``CustomObjectsApi`` and ``CoreV1Api``: cluster
 objects are read and merge-patched (always ``application/merge-patch+json``:
 custom resources refuse strategic merge with 415), pods are listed, watched
 and deleted. API errors become :mod:`flytekitplugins_ddlscale.errors` types
-naming the verb and resource; reads are retried a bounded number of times on
-connection errors and 5xx, writes are not (the caller decides, since only it
-knows whether a write is safe to repeat). Reads made while waiting take the
-wait's :class:`~flytekitplugins_ddlscale.waiting.Deadline`: each attempt gets
-at most the time the wait has left, and none starts after it has passed.
+naming the verb and resource. Without a deadline, reads are retried a
+bounded number of times on connection errors, 429 and 5xx. Calls made under
+an operation's :class:`~flytekitplugins_ddlscale.waiting.Deadline` give each
+attempt at most the time left; reads then ride out an outage until the
+deadline (:mod:`flytekitplugins_ddlscale.outage`), while writes are tried
+again only when the connection was refused before anything was sent (the
+caller decides about the rest, since only it knows whether a write is safe
+to repeat). ``KubeApi.outage`` logs each outage once when it starts and once
+when it ends.
 """
 import json
 import logging
@@ -24,6 +28,7 @@ from ...errors import (
     ScalingError,
     UnauthorizedError,
 )
+from ...outage import OutageTracker, cert_verification_failed, retry_through_outage
 from ...redaction import redact
 from ...refs import CRD_GROUP, CRD_VERSION
 from ...waiting import Deadline
@@ -80,12 +85,35 @@ def translate(exc: Exception, verb: str, resource: str, name: Optional[str], nam
     return BackendUnavailableError(f"{verb} {where} failed: HTTP {status}: {message}", status_code=status)
 
 
-def _retryable(exc: Exception) -> bool:
+def _symptom(exc: Exception) -> Optional[str]:
+    """What an outage explains: 429/5xx, a refused/reset/timed-out connection, a TLS handshake that
+    failed for another reason than the certificate; None for answers and other errors."""
+    import http.client
+
     from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
 
     if isinstance(exc, ApiException):
-        return (exc.status or 0) >= 500 or exc.status == 429
-    return True
+        status = exc.status or 0
+        return f"HTTP {status}" if status >= 500 or status == 429 else None
+    if isinstance(exc, (HTTPError, OSError, http.client.HTTPException)) and not cert_verification_failed(exc):
+        reason = getattr(exc, "reason", None)
+        return type(reason if isinstance(reason, Exception) else exc).__name__
+    return None
+
+
+def _nothing_sent(exc: Exception) -> bool:
+    """The connection could not be opened (refused or timed out), so the request never left."""
+    from urllib3.exceptions import ConnectTimeoutError, MaxRetryError, NewConnectionError
+
+    reason = exc.reason if isinstance(exc, MaxRetryError) else exc
+    return isinstance(reason, (NewConnectionError, ConnectTimeoutError))
+
+
+def _answer_types() -> Tuple[type, ...]:
+    from kubernetes.client.exceptions import ApiException
+
+    return (ApiException,)
 
 
 class KubeApi:
@@ -104,6 +132,9 @@ class KubeApi:
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
         self.request_timeout = request_timeout
+        host = getattr(api_client.configuration, "host", "") or ""
+        self.outage = OutageTracker(f"the Kubernetes API server {host}".rstrip(), logger)
+        """Reachability of the API server, shared by every call of this client."""
 
     def _timeout(self, deadline: Optional[Deadline]) -> float:
         if deadline is None:
@@ -114,23 +145,26 @@ class KubeApi:
         self, verb: str, resource: str, name: Optional[str], namespace: str,
         call: Callable[[float], Any], deadline: Optional[Deadline] = None,
     ) -> Any:
+        # Under a deadline the outage is ridden out; without one, READ_ATTEMPTS bound the attempts.
         last: Optional[Exception] = None
-        for attempt in range(READ_ATTEMPTS):
+        for attempt in range(1 if deadline is not None else READ_ATTEMPTS):
             try:
-                return call(self._timeout(deadline))
+                return self._tracked(lambda: call(self._timeout(deadline)), deadline)
             except Exception as exc:  # noqa: BLE001 - translated below
                 last = exc
-            if not _retryable(last) or attempt == READ_ATTEMPTS - 1:
+            if _symptom(last) is None or attempt == READ_ATTEMPTS - 1:
                 break
-            pause = 0.2 * (attempt + 1)
-            if deadline is not None:
-                pause = min(pause, deadline.remaining)
             logger.debug("retrying %s %s after %s", verb, resource, type(last).__name__)
-            time.sleep(pause)
-            if deadline is not None and deadline.expired:
-                break
+            time.sleep(0.2 * (attempt + 1))
         assert last is not None
         raise translate(last, verb, resource, name, namespace) from None
+
+    def _tracked(
+        self, call: Callable[[], Any], deadline: Optional[Deadline], retry_if: Callable[[Exception], bool] = lambda e: True
+    ) -> Any:
+        return retry_through_outage(
+            call, tracker=self.outage, symptom=_symptom, deadline=deadline, retry_if=retry_if, answered=_answer_types(),
+        )
 
     def get_cluster(
         self, plural: str, namespace: str, name: str, deadline: Optional[Deadline] = None
@@ -144,12 +178,21 @@ class KubeApi:
             deadline,
         )
 
-    def patch_cluster(self, plural: str, namespace: str, name: str, patch: Dict[str, Any]) -> Dict[str, Any]:
-        """One JSON merge patch of the cluster object; returns the object after it."""
+    def patch_cluster(
+        self, plural: str, namespace: str, name: str, patch: Dict[str, Any], deadline: Optional[Deadline] = None
+    ) -> Dict[str, Any]:
+        """One JSON merge patch of the cluster object; returns the object after it.
+
+        Sent once; with ``deadline``, a connection refused before anything was
+        sent is tried again until it passes."""
         try:
-            return self.custom.patch_namespaced_custom_object(
-                CRD_GROUP, CRD_VERSION, namespace, plural, name, patch,
-                _content_type=MERGE_PATCH, _request_timeout=self.request_timeout,
+            return self._tracked(
+                lambda: self.custom.patch_namespaced_custom_object(
+                    CRD_GROUP, CRD_VERSION, namespace, plural, name, patch,
+                    _content_type=MERGE_PATCH, _request_timeout=self._timeout(deadline),
+                ),
+                deadline,
+                retry_if=_nothing_sent,
             )
         except Exception as exc:  # noqa: BLE001 - translated
             raise translate(exc, "patch", plural, name, namespace) from None
@@ -183,10 +226,14 @@ class KubeApi:
         from urllib3.exceptions import ReadTimeoutError
 
         try:
-            response = self.core.list_namespaced_pod(
-                namespace, label_selector=selector, watch=True, resource_version=resource_version,
-                timeout_seconds=max(1, math.ceil(seconds)), allow_watch_bookmarks=True, _preload_content=False,
-                _request_timeout=(min(self.request_timeout, max(0.05, seconds)), max(0.05, seconds)),
+            # One attempt: the caller re-reads between watches, riding out an outage there.
+            response = self._tracked(
+                lambda: self.core.list_namespaced_pod(
+                    namespace, label_selector=selector, watch=True, resource_version=resource_version,
+                    timeout_seconds=max(1, math.ceil(seconds)), allow_watch_bookmarks=True, _preload_content=False,
+                    _request_timeout=(min(self.request_timeout, max(0.05, seconds)), max(0.05, seconds)),
+                ),
+                None,
             )
         except Exception as exc:  # noqa: BLE001 - translated
             raise translate(exc, "watch", "pods", None, namespace) from None
@@ -217,14 +264,21 @@ class KubeApi:
             response.close()
             response.release_conn()
 
-    def delete_pod(self, namespace: str, name: str, uid: str) -> Dict[str, Any]:
-        """Delete pod ``name`` only if it still has ``uid`` (409 :class:`Conflict` otherwise)."""
+    def delete_pod(self, namespace: str, name: str, uid: str, deadline: Optional[Deadline] = None) -> Dict[str, Any]:
+        """Delete pod ``name`` only if it still has ``uid`` (409 :class:`Conflict` otherwise).
+
+        Sent once; with ``deadline``, a connection refused before anything was
+        sent is tried again until it passes."""
         from kubernetes import client
 
         try:
-            response = self.core.delete_namespaced_pod(
-                name, namespace, body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)),
-                _preload_content=False, _request_timeout=self.request_timeout,
+            response = self._tracked(
+                lambda: self.core.delete_namespaced_pod(
+                    name, namespace, body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)),
+                    _preload_content=False, _request_timeout=self._timeout(deadline),
+                ),
+                deadline,
+                retry_if=_nothing_sent,
             )
             return json.loads(response.data)
         except Exception as exc:  # noqa: BLE001 - translated

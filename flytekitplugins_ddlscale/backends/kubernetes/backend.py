@@ -4,13 +4,16 @@ Each change is ONE JSON merge patch of the cluster object that carries the
 object's resourceVersion; a 409 re-reads and re-applies (bounded). The
 baseline is recorded in the same patch as the first change, in an annotation
 on the cluster object, so any process can restore it. Waits watch pods.
+Scale, restart, restore and reconcile ride out an API server outage until
+their timeout, which bounds the whole operation (request and wait).
 """
+import contextlib
 import logging
 import os
 import random
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from ...errors import (
     BackendUnavailableError,
@@ -25,6 +28,7 @@ from ...errors import (
 )
 from ...inplace import Reach, check_reachable, left_in_place
 from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
+from ...outage import OUTAGE_BACKOFF, outage_timeout
 from ...progress import ProgressReporter
 from ...records import BASELINE_ANNOTATION, CLAIMS_ANNOTATION, Claim, decode_claims, encode_claims, largest_claim
 from ...refs import (
@@ -151,8 +155,24 @@ class KubernetesBackend:
     def _read(self, ref: ClusterRef, deadline: Optional[Deadline] = None) -> Dict[str, Any]:
         return self.api.get_cluster(ref.plural, self._ns(ref), ref.name, deadline)
 
-    def _pods(self, ref: ClusterRef, component: Optional[str] = None) -> List[Dict[str, Any]]:
-        return self.api.list_pods(self._ns(ref), self._selector(ref, component))[0]
+    def _pods(
+        self, ref: ClusterRef, component: Optional[str] = None, deadline: Optional[Deadline] = None
+    ) -> List[Dict[str, Any]]:
+        return self.api.list_pods(self._ns(ref), self._selector(ref, component), deadline)[0]
+
+    @contextlib.contextmanager
+    def _until(self, ref: ClusterRef, deadline: Deadline, what: str, seen: Dict[str, ClusterState]) -> Iterator[None]:
+        """Turn an API server that stayed unreachable until ``deadline`` into a timeout waiting for
+        ``what``, with the state in ``seen["state"]`` if one was read."""
+        try:
+            yield
+        except BackendUnavailableError as error:
+            if not deadline.expired:
+                raise
+            raise outage_timeout(
+                error, deadline=deadline, what=what, tracker=self.api.outage, state=seen.get("state"),
+                cluster=self._label(ref),
+            ) from None
 
     def _resolve(self, name: Optional[str], kind: str, field: str) -> Optional[HardwareTier]:
         wanted = validate_tier_name(name, field=field)
@@ -172,38 +192,54 @@ class KubernetesBackend:
             )
 
     def _mutate(
-        self, ref: ClusterRef, build: Callable[[Dict[str, Any]], Optional[Patch]], first: Optional[Dict[str, Any]] = None
+        self, ref: ClusterRef, build: Callable[[Dict[str, Any]], Optional[Patch]], first: Optional[Dict[str, Any]] = None,
+        deadline: Optional[Deadline] = None,
     ) -> Tuple[Dict[str, Any], Dict[str, Any], bool]:
         """Read, build a patch, send it with the read resourceVersion; on 409 start again.
 
         Returns (object before, object after, whether a patch was sent).
-        ``build`` returning None means nothing needs changing.
+        ``build`` returning None means nothing needs changing. Conflicts are
+        bounded by ``conflict_retries``; a failed patch (API server down, answer
+        lost) is started again from a fresh read until ``deadline`` when given,
+        else it counts against the same bound.
         """
         obj = first
-        unavailable: Optional[BackendUnavailableError] = None
-        for attempt in range(self.conflict_retries):
+        conflicts = 0
+        pauses = OUTAGE_BACKOFF.intervals()
+        while True:
             if obj is None:
-                obj = self._read(ref)
+                obj = self._read(ref, deadline)
             self._check_owner(ref, obj)
             patch = build(obj)
             if patch is None:
                 return obj, obj, False
             patch.setdefault("metadata", {})["resourceVersion"] = obj["metadata"]["resourceVersion"]
             try:
-                after = self.api.patch_cluster(ref.plural, self._ns(ref), ref.name, patch)
+                after = self.api.patch_cluster(ref.plural, self._ns(ref), ref.name, patch, deadline)
                 return obj, after, True
-            except (Conflict, BackendUnavailableError) as exc:
-                # Safe to repeat: the patch is rebuilt from a fresh read and
-                # carries its resourceVersion, so it never applies twice.
-                unavailable = None if isinstance(exc, Conflict) else exc
-                obj = None
-                time.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
-        if unavailable is not None:
-            raise unavailable
+            except Conflict:
+                conflicts += 1
+                if conflicts >= self.conflict_retries:
+                    break
+                pause = random.uniform(0.01, 0.05) * conflicts
+            except BackendUnavailableError:
+                # Safe to repeat, never a blind resend: the patch is rebuilt from
+                # a fresh read and carries its resourceVersion, so it never applies twice.
+                conflicts += deadline is None
+                if (deadline is not None and deadline.expired) or conflicts >= self.conflict_retries:
+                    raise
+                pause = random.uniform(0.01, 0.05) * conflicts if deadline is None else next(pauses)
+            obj = None
+            time.sleep(pause if deadline is None else min(pause, deadline.remaining))
         raise ConflictError(
             f"the cluster kept changing under {self.conflict_retries} attempts to patch it",
             cluster=self._label(ref),
         )
+
+    def _bookkeeping_deadline(self) -> Deadline:
+        """How long a claim, release or baseline record (no timeout of their own) rides out an outage:
+        ``request_timeout``, so a phase ending during an API server restart still releases its claim."""
+        return Deadline(self.request_timeout)
 
     def _with_baseline(self, ref: ClusterRef, obj: Dict[str, Any], patch: Patch) -> Patch:
         if decode_record(obj) is None:
@@ -270,20 +306,22 @@ class KubernetesBackend:
         replicas = validate_replicas(replicas)
         timeout = validate_timeout(timeout)
         tier = self._resolve(worker_hw_tier, ref.kind, "worker_hw_tier")
-        obj = self._read(ref)
-        self._check_owner(ref, obj)
-        previous = self._state(ref, obj, self._pods(ref))
-        outcome: Dict[str, Any] = {}
+        deadline, seen = Deadline(timeout), {}
+        with self._until(ref, deadline, f"the scale of {self._label(ref)} to {replicas} workers to be applied", seen):
+            obj = self._read(ref, deadline)
+            self._check_owner(ref, obj)
+            previous = seen["state"] = self._state(ref, obj, self._pods(ref, deadline=deadline))
+            outcome: Dict[str, Any] = {}
 
-        def build(current: Dict[str, Any]) -> Optional[Patch]:
-            spec, outcome["effective"], outcome["capped"] = self._size(ref, current, replicas, strict)
-            if tier is not None:
-                spec["worker"].update(tier_fragment(spec_section(current, "worker"), tier))
-            return self._with_baseline(ref, current, {"spec": spec})
+            def build(current: Dict[str, Any]) -> Optional[Patch]:
+                spec, outcome["effective"], outcome["capped"] = self._size(ref, current, replicas, strict)
+                if tier is not None:
+                    spec["worker"].update(tier_fragment(spec_section(current, "worker"), tier))
+                return self._with_baseline(ref, current, {"spec": spec})
 
-        _, after, _ = self._mutate(ref, build, obj)
+            _, after, _ = self._mutate(ref, build, obj, deadline)
         return self._finish(
-            ref, replicas, outcome["effective"], outcome["capped"], previous, after, wait, timeout, progress,
+            ref, replicas, outcome["effective"], outcome["capped"], previous, after, wait, deadline.left_for_wait(), progress,
             tier.id if tier else None, worker_hw_tier,
         )
 
@@ -413,34 +451,38 @@ class KubernetesBackend:
             )
         timeout = validate_timeout(timeout)
         tier = self._resolve(head_hw_tier, ref.kind, "head_hw_tier")
-        obj = self._read(ref)
-        self._check_owner(ref, obj)
-        heads = [p for p in self._pods(ref, info.head_component) if not pod_terminating(p)]
-        if not heads:
-            raise ClusterNotFoundError(f"no {info.head_component} pod found", cluster=self._label(ref))
-        old = max(heads, key=lambda p: p["metadata"].get("creationTimestamp", ""))
-        old_name, old_uid = old["metadata"]["name"], old["metadata"]["uid"]
-        started_at = utcnow().isoformat()
-        patched = False
-        if tier is not None:
+        deadline, seen = Deadline(timeout), {}
+        with self._until(ref, deadline, f"the head restart of {self._label(ref)} to be sent", seen):
+            obj = self._read(ref, deadline)
+            self._check_owner(ref, obj)
+            pods = self._pods(ref, info.head_component, deadline)
+            seen["state"] = self._state(ref, obj, pods)
+            heads = [p for p in pods if not pod_terminating(p)]
+            if not heads:
+                raise ClusterNotFoundError(f"no {info.head_component} pod found", cluster=self._label(ref))
+            old = max(heads, key=lambda p: p["metadata"].get("creationTimestamp", ""))
+            old_name, old_uid = old["metadata"]["name"], old["metadata"]["uid"]
+            started_at = utcnow().isoformat()
+            patched = False
+            if tier is not None:
 
-            def build(current: Dict[str, Any]) -> Optional[Patch]:
-                fragment = tier_fragment(spec_section(current, info.head_section), tier)
-                if not fragment:
-                    return None
-                return self._with_baseline(ref, current, {"spec": {info.head_section: fragment}})
+                def build(current: Dict[str, Any]) -> Optional[Patch]:
+                    fragment = tier_fragment(spec_section(current, info.head_section), tier)
+                    if not fragment:
+                        return None
+                    return self._with_baseline(ref, current, {"spec": {info.head_section: fragment}})
 
-            _, _, patched = self._mutate(ref, build, obj)
-        if not patched:
-            try:
-                self.api.delete_pod(self._ns(ref), old_name, old_uid)
-            except (Conflict, ClusterNotFoundError):
-                pass  # already replaced by someone else: the wait below still needs a new Ready head
+                _, _, patched = self._mutate(ref, build, obj, deadline)
+            if not patched:
+                try:
+                    self.api.delete_pod(self._ns(ref), old_name, old_uid, deadline)
+                except (Conflict, ClusterNotFoundError):
+                    pass  # already replaced by someone else: the wait below still needs a new Ready head
         begun = time.monotonic()
         if not wait:
             state = self.get_state(ref)
             return RestartResult(self._label(ref), old_name, started_at, False, state, False, 0.0, head_hw_tier)
-        state = self._wait_head(ref, old_uid, tier.id if tier else None, timeout, progress)
+        state = self._wait_head(ref, old_uid, tier.id if tier else None, deadline.left_for_wait(), progress)
         return RestartResult(
             self._label(ref), old_name, started_at, True, state, True, time.monotonic() - begun, head_hw_tier
         )
@@ -480,7 +522,7 @@ class KubernetesBackend:
         def build(current: Dict[str, Any]) -> Optional[Patch]:
             return None if decode_record(current) else self._with_baseline(ref, current, {})
 
-        _, after, _ = self._mutate(ref, build)
+        _, after, _ = self._mutate(ref, build, deadline=self._bookkeeping_deadline())
         record = decode_record(after)
         assert record is not None
         return record[0]
@@ -504,9 +546,11 @@ class KubernetesBackend:
         """
         timeout = validate_timeout(timeout)
         worker_tier, head_tier = self._target_tiers(ref, target)
-        obj = self._read(ref)
-        self._check_owner(ref, obj)
-        previous = self._state(ref, obj, self._pods(ref))
+        deadline, seen = Deadline(timeout), {}
+        with self._until(ref, deadline, f"the restore of {self._label(ref)} to be applied", seen):
+            obj = self._read(ref, deadline)
+            self._check_owner(ref, obj)
+            previous = seen["state"] = self._state(ref, obj, self._pods(ref, deadline=deadline))
         outcome: Dict[str, Any] = {"effective": previous.desired_workers, "capped": False, "tier": None}
 
         def build(current: Dict[str, Any]) -> Optional[Patch]:
@@ -522,7 +566,8 @@ class KubernetesBackend:
             notes.update(park_autoscaling(current, record, spec))
             return {"spec": spec, "metadata": {"annotations": notes}} if notes else {"spec": spec}
 
-        _, after, patched = self._mutate(ref, build, obj)
+        with self._until(ref, deadline, f"the restore of {self._label(ref)} to be applied", seen):
+            _, after, patched = self._mutate(ref, build, obj, deadline)
         if outcome.get("dropped"):
             logger.warning("%s: restore dropped claims %s", self._label(ref), ", ".join(outcome["dropped"]))
         if not patched:
@@ -530,8 +575,9 @@ class KubernetesBackend:
                                previous, previous, False, 0.0)
         requested = target.replicas if target is not None else outcome["effective"]
         return self._finish(
-            ref, requested, outcome["effective"], outcome["capped"], previous, after, wait, timeout, progress,
-            outcome["tier"], target.worker_hw_tier if target is not None else None, restoring=True,
+            ref, requested, outcome["effective"], outcome["capped"], previous, after, wait,
+            deadline.left_for_wait(), progress, outcome["tier"],
+            target.worker_hw_tier if target is not None else None, restoring=True,
         )
 
     def _target_tiers(
@@ -567,9 +613,12 @@ class KubernetesBackend:
         """
         timeout = validate_timeout(timeout)
         worker_tier, head_tier = self._target_tiers(ref, target)
-        obj = self._read(ref)
-        self._check_owner(ref, obj)
-        previous = self._state(ref, obj, self._pods(ref))
+        deadline, seen = Deadline(timeout), {}
+        what = f"the reconcile of {self._label(ref)} to be applied"
+        with self._until(ref, deadline, what, seen):
+            obj = self._read(ref, deadline)
+            self._check_owner(ref, obj)
+            previous = seen["state"] = self._state(ref, obj, self._pods(ref, deadline=deadline))
         outcome: Dict[str, Any] = {}
 
         def build(current: Dict[str, Any]) -> Optional[Patch]:
@@ -593,12 +642,13 @@ class KubernetesBackend:
             notes = dict(park_autoscaling(current, record, spec), **{BASELINE_ANNOTATION: None})
             return {"spec": spec, "metadata": {"annotations": notes}}
 
-        _, after, patched = self._mutate(ref, build, obj)
+        with self._until(ref, deadline, what, seen):
+            _, after, patched = self._mutate(ref, build, obj, deadline)
         if not patched:
             return None
         return self._finish(
-            ref, outcome["requested"], outcome["effective"], outcome["capped"], previous, after, wait, timeout,
-            progress, outcome["tier"], outcome["name"], restoring=outcome["restoring"],
+            ref, outcome["requested"], outcome["effective"], outcome["capped"], previous, after, wait,
+            deadline.left_for_wait(), progress, outcome["tier"], outcome["name"], restoring=outcome["restoring"],
         )
 
     def _restore_spec(
@@ -654,7 +704,7 @@ class KubernetesBackend:
             patch = {"metadata": {"annotations": {CLAIMS_ANNOTATION: encode_claims(claims)}}}
             return self._with_baseline(ref, current, patch)
 
-        _, after, _ = self._mutate(ref, build)
+        _, after, _ = self._mutate(ref, build, deadline=self._bookkeeping_deadline())
         largest = largest_claim(decode_claims(_annotations(after).get(CLAIMS_ANNOTATION)))
         assert largest is not None
         return largest
@@ -672,7 +722,7 @@ class KubernetesBackend:
             value = encode_claims(claims) if claims else None
             return {"metadata": {"annotations": {CLAIMS_ANNOTATION: value}}}
 
-        _, after, _ = self._mutate(ref, build)
+        _, after, _ = self._mutate(ref, build, deadline=self._bookkeeping_deadline())
         return largest_claim(decode_claims(_annotations(after).get(CLAIMS_ANNOTATION)))
 
     def claims(self, ref: ClusterRef) -> Dict[str, Claim]:

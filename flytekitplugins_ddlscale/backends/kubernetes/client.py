@@ -41,15 +41,17 @@ def make_api_client(kubeconfig: Optional[str], context: Optional[str], in_cluste
 
 
 def limited_retries() -> Any:
-    """The urllib3 retry policy of the backend's API client: one reconnect, never a resend.
+    """The urllib3 retry policy of the backend's API client: no reconnect, never a resend.
 
-    Reads are retried (bounded, and within a wait's deadline) by the backend
-    itself; urllib3's default would also resend a request whose answer timed
-    out, with the full timeout each time, stretching a wait past its deadline.
+    The backend retries by itself: reads (bounded, or through an outage until
+    the operation's deadline) and writes refused before anything was sent,
+    logging an outage once (``KubeApi.outage``). urllib3's default would also
+    resend a request whose answer timed out, with the full timeout each time,
+    stretching a wait past its deadline, and would log every reconnect.
     """
     from urllib3.util.retry import Retry
 
-    return Retry(total=1, connect=1, read=0, status=0, other=0)
+    return Retry(total=1, connect=0, read=0, status=0, other=0)
 
 
 def limit_retries(api_client: Any) -> None:

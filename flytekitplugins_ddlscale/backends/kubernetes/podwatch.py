@@ -2,9 +2,11 @@
 
 List, then watch from the list's resourceVersion; apply events to a local
 copy; survive dropped streams (resume from the last seen version) and 410
-Gone (re-list). A wait ends when the condition holds, at its timeout with
-:class:`ScalingTimeoutError` (also when the API server stops answering: every
-read and watch is bounded by the time the wait has left), or early with
+Gone (re-list), and ride out an API server outage (reads retried with
+jittered backoff, see :mod:`flytekitplugins_ddlscale.outage`). A wait ends
+when the condition holds, at its timeout with :class:`ScalingTimeoutError`
+saying how long the API server was unreachable (every read and watch is
+bounded by the time the wait has left), or early with
 :class:`WorkerFailedError` when a pod has been Unschedulable, crash-looping or
 failing to pull its image for longer than the grace period.
 """
@@ -13,8 +15,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ...errors import BackendUnavailableError, ScalingTimeoutError, WorkerFailedError
 from ...models import ClusterState
+from ...outage import OUTAGE_BACKOFF, outage_timeout
 from ...progress import ProgressReporter, WaitProgress
-from ...waiting import Backoff, Deadline
+from ...waiting import Deadline
 from .api import KubeApi, WatchExpired
 from .spec import pod_failure
 
@@ -76,12 +79,9 @@ class PodWaiter:
         except BackendUnavailableError as exc:
             if not deadline.expired:
                 raise
-            state = self._last_state
-            raise ScalingTimeoutError(
-                f"timed out after {self.timeout:g}s waiting for {self.what}; last error: {exc.message}; "
-                f"last state: {state.describe() if state else 'never read'}",
-                cluster=state.cluster if state else self.cluster,
-                state=state,
+            raise outage_timeout(
+                exc, deadline=deadline, what=self.what, tracker=self.api.outage, state=self._last_state,
+                cluster=self.cluster,
             ) from None
 
     def _run(self, check: Check, deadline: Deadline) -> ClusterState:
@@ -89,7 +89,7 @@ class PodWaiter:
         state = self._evaluate(check, deadline, fresh=True)
         if state is not None:
             return state
-        pauses = Backoff(initial=0.1, factor=2.0, cap=2.0).intervals()
+        pauses = OUTAGE_BACKOFF.intervals()
         while True:
             window = self._window(deadline)
             window_end = time.monotonic() + window
@@ -101,7 +101,7 @@ class PodWaiter:
                             return state
                         if self._failing and min(self._failing.values()) + self.grace < window_end:
                             break
-                pauses = Backoff(initial=0.1, factor=2.0, cap=2.0).intervals()
+                pauses = OUTAGE_BACKOFF.intervals()
             except WatchExpired:
                 self._relist(deadline)
             except BackendUnavailableError:
@@ -149,9 +149,10 @@ class PodWaiter:
             return state
         self._check_failures(state)
         if deadline.expired:
+            outage = self.api.outage.summary(deadline)
             raise ScalingTimeoutError(
-                f"timed out after {self.timeout:.0f}s waiting for {self.what}; last state: {state.describe()}"
-                f"{self._failing_summary()}",
+                f"timed out after {self.timeout:.0f}s waiting for {self.what}; {outage + '; ' if outage else ''}"
+                f"last state: {state.describe()}{self._failing_summary()}",
                 cluster=state.cluster,
                 state=state,
             )

@@ -35,6 +35,7 @@ from ...filerecords import FileBookkeeping, validate_claim_id
 from ...filestore import STATE_DIR_ENV, FileRecordStore
 from ...inplace import Reach, check_reachable, left_in_place, state_dir_env
 from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult
+from ...outage import outage_timeout
 from ...progress import ProgressReporter, WaitProgress
 from ...records import Claim
 from ...refs import ClusterRef
@@ -173,6 +174,13 @@ class ScalerServiceBackend:
         """The cluster now, as far as the service shows it (``ready_workers`` is always None)."""
         return state_from_object(ref, self._client.get_cluster(self._served(ref)))
 
+    def _read_state(self, ref: ClusterRef, deadline: Deadline, what: str) -> ClusterState:
+        """The cluster now, riding out an outage until ``deadline`` (then a timeout waiting for ``what``)."""
+        try:
+            return state_from_object(ref, self._client.get_cluster(ref, deadline))
+        except ScalingError as error:
+            raise _timed_out(error, deadline, what, ref, self._client) from None
+
     def wait_for_workers(
         self,
         ref: ClusterRef,
@@ -226,12 +234,12 @@ class ScalerServiceBackend:
         deadline = Deadline(timeout)
 
         def read() -> ClusterState:
-            # A failed poll (service gone, cluster deleted) reports the last state this wait saw.
+            # A failed poll (cluster deleted, access revoked) reports the last state this wait saw.
             try:
                 seen[0] = state_from_object(ref, self._client.get_cluster(ref, deadline))
             except ScalingError as error:
                 error.state = error.state or seen[0]
-                raise _timed_out(error, deadline, timeout, what, ref) from None
+                raise _timed_out(error, deadline, what, ref, self._client) from None
             return seen[0]
 
         return poll_until(
@@ -244,6 +252,7 @@ class ScalerServiceBackend:
             backoff=self._poll,
             progress=progress,
             sleep=self._sleep,
+            note=self._client.outage.summary,
         )
 
     def scale(
@@ -270,11 +279,13 @@ class ScalerServiceBackend:
         timeout = validate_timeout(timeout)
         self._served(ref)
         self._check_tier(ref, tier)
-        previous = self.get_state(ref)
+        deadline = Deadline(timeout)
+        what = f"the scale request to {replicas} workers of {ref} to be accepted"
+        previous = self._read_state(ref, deadline, what)
         self._check_scalable(previous, replicas, strict)
         self.records.record_baseline(ref, lambda: previous)
-        result = self._patch(ref, replicas, tier, previous)
-        return self._finish(ref, result, wait, timeout, progress)
+        result = self._patch(ref, replicas, tier, previous, deadline)
+        return self._finish(ref, result, wait, deadline.left_for_wait(), progress)
 
     def _check_tier(self, ref: ClusterRef, tier: Optional[str]) -> None:
         if tier is None or self._tiers is None:
@@ -301,12 +312,18 @@ class ScalerServiceBackend:
                 state=previous,
             )
 
-    def _patch(self, ref: ClusterRef, replicas: int, tier: Optional[str], previous: ClusterState) -> ScaleResult:
+    def _patch(
+        self, ref: ClusterRef, replicas: int, tier: Optional[str], previous: ClusterState, deadline: Deadline
+    ) -> ScaleResult:
+        # A refused connection is tried again until the operation's deadline; other failures get
+        # the client's bounded retries (an absolute count is safe to repeat).
         try:
-            answer = self._client.scale(ref, replicas, tier)
+            answer = self._client.scale(ref, replicas, tier, deadline)
         except ScalingError as error:
             error.state = error.state or previous
-            raise
+            raise _timed_out(
+                error, deadline, f"the scale request to {replicas} workers of {ref} to be accepted", ref, self._client
+            ) from None
         requested = int(answer.get("requested_replicas", replicas))
         effective = int(answer.get("effective_replicas", replicas))
         capped = bool(answer.get("capped", effective < requested))
@@ -315,7 +332,9 @@ class ScalerServiceBackend:
                 "%s: %d workers requested, capped to maxReplicas=%s", ref, requested, answer.get("maxReplicas")
             )
         obj = answer.get("object")
-        final = state_from_object(ref, obj) if isinstance(obj, dict) else self.get_state(ref)
+        final = state_from_object(ref, obj) if isinstance(obj, dict) else self._read_state(
+            ref, deadline, f"{ref} after the scale request"
+        )
         return ScaleResult(
             cluster=str(ref),
             requested=requested,
@@ -371,26 +390,27 @@ class ScalerServiceBackend:
                 "pod); use the kubernetes backend for head_hw_tier",
                 cluster=str(ref),
             )
+        deadline = Deadline(timeout)
         # Best effort, for error context only: the restart's own answer decides what happens.
         before = self._state_or_none(ref)
-        answer = self._client.restart_head(ref)
+        try:
+            answer = self._client.restart_head(ref, deadline)
+        except ScalingError as error:
+            error.state = error.state or before
+            raise _timed_out(error, deadline, f"the head restart of {ref} to be accepted", ref, self._client) from None
         pod = str(answer.get("pod") or ref.info.head_pod_name(ref.name))
         started_at = str(answer.get("started_at") or "")
         if not wait:
             return RestartResult(str(ref), pod, started_at, False, self.get_state(ref), waited=False)
         began = time.monotonic()
-        try:
-            self._wait_restarted(ref, pod, started_at, timeout, progress)
-        except ScalingError as error:
-            # A failed status poll (service gone) still says what the cluster last looked like.
-            error.state = error.state or before
-            raise
+        self._wait_restarted(ref, pod, started_at, deadline.left_for_wait(), progress, before)
         return RestartResult(
             str(ref), pod, started_at, True, self.get_state(ref), waited=True, seconds_waited=time.monotonic() - began
         )
 
     def _wait_restarted(
-        self, ref: ClusterRef, pod: str, started_at: str, timeout: float, progress: Optional[ProgressReporter]
+        self, ref: ClusterRef, pod: str, started_at: str, timeout: float, progress: Optional[ProgressReporter],
+        before: Optional[ClusterState],
     ) -> None:
         what = f"new head pod {pod} of {ref} restarted and Ready"
         deadline = Deadline(timeout)
@@ -399,7 +419,9 @@ class ScalerServiceBackend:
             try:
                 answer = self._client.restart_status(ref, started_at, deadline)
             except ScalingError as error:
-                raise _timed_out(error, deadline, timeout, what, ref) from None
+                # A failed status poll (service gone) still says what the cluster last looked like.
+                error.state = error.state or before
+                raise _timed_out(error, deadline, what, ref, self._client) from None
             last = str(answer.get("status")) if answer is not None else "head_pod_not_found (being recreated)"
             done = answer is not None and answer.get("status") == "restarted_and_ready"
             if progress is not None:
@@ -407,8 +429,10 @@ class ScalerServiceBackend:
             if done:
                 return
             if deadline.expired:
+                outage = self._client.outage.summary(deadline)
                 raise ScalingTimeoutError(
-                    f"timed out after {timeout:.0f}s waiting for {what}; last restart status: {last}",
+                    f"timed out after {timeout:.0f}s waiting for {what}; {outage + '; ' if outage else ''}"
+                    f"last restart status: {last}",
                     cluster=str(ref),
                     state=self._state_or_none(ref),
                 )
@@ -449,21 +473,23 @@ class ScalerServiceBackend:
         """
         timeout = validate_timeout(timeout)
         self._served(ref)
+        deadline = Deadline(timeout)
+        what = f"the restore of {ref} to be accepted"
         if target is not None:
             replicas, tier = self._target(ref, target)
-            previous = self.get_state(ref)
+            previous = self._read_state(ref, deadline, what)
         else:
             baseline = self.records.get_baseline(ref)
             if baseline is None:
                 raise InvalidInputError("target", None, f"a ReplicaSpec, since no baseline is recorded for {ref}")
-            previous = self.get_state(ref)
+            previous = self._read_state(ref, deadline, what)
             replicas, tier = baseline.replicas, self._tier_to_restore(ref, baseline, previous)
-        result = self._patch(ref, replicas, tier, previous)
+        result = self._patch(ref, replicas, tier, previous, deadline)
         self.records.forget_baseline(ref)
         stale = self.records.forget_claims(ref)
         if stale:
             logger.warning("%s: restore dropped claims %s", ref, ", ".join(sorted(stale)))
-        return self._finish(ref, result, wait, timeout, progress, restoring=True)
+        return self._finish(ref, result, wait, deadline.left_for_wait(), progress, restoring=True)
 
     def _reach(self, ref: ClusterRef) -> Reach:
         """How ``ddlscale`` and a new process reach this service and these records."""
@@ -546,12 +572,13 @@ class ScalerServiceBackend:
         self._served(ref)
         wanted = self._target(ref, target) if target is not None else None
         restoring: List[bool] = []
+        deadline = Deadline(timeout)
 
         def act(claim: Optional[Claim], baseline: Optional[Baseline]) -> Optional[ScaleResult]:
             if claim is None and baseline is None:
                 return None
             restoring.append(claim is None)
-            previous = self.get_state(ref)
+            previous = self._read_state(ref, deadline, f"the reconcile of {ref} to be accepted")
             if claim is not None:
                 replicas, tier = claim.replicas, claim.worker_hw_tier
                 self._check_scalable(previous, replicas, strict=False)
@@ -560,12 +587,12 @@ class ScalerServiceBackend:
             else:
                 assert baseline is not None
                 replicas, tier = baseline.replicas, self._tier_to_restore(ref, baseline, previous)
-            return self._patch(ref, replicas, tier, previous)
+            return self._patch(ref, replicas, tier, previous, deadline)
 
         result = self.records.settle(ref, act)
         if result is None:
             return None
-        return self._finish(ref, result, wait, timeout, progress, restoring=restoring[-1])
+        return self._finish(ref, result, wait, deadline.left_for_wait(), progress, restoring=restoring[-1])
 
     def release(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
         """Drop ``claim_id``; return the largest remaining claim, or None."""
@@ -578,16 +605,17 @@ class ScalerServiceBackend:
         return self.records.claims(ref)
 
 
-def _timed_out(error: ScalingError, deadline: Deadline, timeout: float, what: str, ref: ClusterRef) -> ScalingError:
-    """``error`` of a poll; once the wait's deadline has passed, a :class:`ScalingTimeoutError` naming it.
+def _timed_out(
+    error: ScalingError, deadline: Deadline, what: str, ref: ClusterRef, client: ScalerClient
+) -> ScalingError:
+    """``error`` of a request; once the operation's deadline has passed, a :class:`ScalingTimeoutError`.
 
-    A poll that fails only because the wait ran out of time (a hanging
-    service) is a timeout of the wait, with the same last state.
+    A request that fails only because the service stayed unreachable (or
+    hung) until the deadline is a timeout of the operation, with how long the
+    service was unreachable and the same last state.
     """
     if not isinstance(error, BackendUnavailableError) or not deadline.expired:
         return error
-    return ScalingTimeoutError(
-        f"timed out after {timeout:g}s waiting for {what}; last error: {error.message}",
-        cluster=str(ref),
-        state=error.state,
+    return outage_timeout(
+        error, deadline=deadline, what=what, tracker=client.outage, state=error.state, cluster=str(ref)
     )

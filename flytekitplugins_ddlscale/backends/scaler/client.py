@@ -16,6 +16,7 @@ from ...domino_auth import DominoAuth
 from ...errors import BackendUnavailableError, ClusterNotFoundError, UnsupportedOperationError
 from ...redaction import register_secret
 from ...refs import ClusterRef
+from ...outage import OutageTracker, cert_verification_failed, retry_through_outage
 from ...waiting import Backoff, Deadline
 from .errors import error_from_response, response_body
 
@@ -24,7 +25,9 @@ logger = logging.getLogger("flytekitplugins_ddlscale.scaler")
 BASE_URL_ENV = "CLUSTER_SCALER_BASE_URL"
 DEFAULT_BASE_URL = "http://ddl-cluster-scaler-svc.domino-field.svc.cluster.local"
 API_PREFIX = "/ddl_cluster_scaler"
-RETRY_STATUSES = frozenset({502, 503, 504})
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+"""Answers of a service that is overloaded or restarting (a 500 is the service's own error, e.g. a
+missing cluster, and is final)."""
 DEFAULT_HTTP_TIMEOUT = 30.0
 DEFAULT_RETRIES = 3
 DEFAULT_RETRY_BACKOFF = Backoff(initial=0.2, factor=2.0, cap=2.0)
@@ -71,6 +74,8 @@ class ScalerClient:
         """The service URL without any userinfo, safe to show."""
         self.timeout = timeout
         self.retries = retries
+        self.outage = OutageTracker(f"the scaler service at {self.base_url}", logger)
+        """Reachability of the service, shared by every call of this client."""
         self._backoff = retry_backoff
         self._sleep = sleep
         self._http = httpx.Client(
@@ -98,39 +103,63 @@ class ScalerClient:
         *,
         retry: bool,
         deadline: Optional[Deadline] = None,
+        ride_out: bool = False,
         **kwargs: Any,
     ) -> httpx.Response:
-        # Under a wait's deadline each attempt gets only the time the wait has
-        # left, and nothing is retried once it has passed.
-        attempts = 1 + (self.retries if retry else 0)
-        delays = self._backoff.intervals()
-        last = ""
-        for attempt in range(1, attempts + 1):
+        # ``retry``: safe to repeat, so transport errors and RETRY_STATUSES are
+        # retried ``retries`` times. Under a ``deadline`` each attempt gets only
+        # the time left; a refused connection (nothing sent) is tried again
+        # until the deadline, and with ``ride_out`` (reads inside a wait) so is
+        # every outage symptom.
+        sent = [0]
+
+        def attempt() -> httpx.Response:
             if deadline is not None:
                 kwargs["timeout"] = min(self.timeout, max(deadline.remaining, MIN_ATTEMPT_TIMEOUT))
+            sent[0] += 1
+            response = self._http.request(method, path, **kwargs)
+            if retry and response.status_code in RETRY_STATUSES:
+                raise _RetryStatus(response)
+            return response
+
+        riding = ride_out and deadline is not None
+
+        def tracked() -> httpx.Response:
+            return retry_through_outage(
+                attempt, tracker=self.outage, symptom=_symptom, deadline=deadline,
+                retry_if=(lambda exc: True) if riding else _nothing_sent, sleep=self._sleep,
+            )
+
+        rounds = 1 + (self.retries if retry and not riding else 0)
+        delays = self._backoff.intervals()
+        last, answer = "", None
+        for round_ in range(1, rounds + 1):
             try:
-                response = self._http.request(method, path, **kwargs)
+                return tracked()
+            except _RetryStatus as status:
+                last, answer = f"HTTP {status.response.status_code}", status.response
             except httpx.TransportError as exc:
-                last = type(exc).__name__
+                last, answer = type(exc).__name__, None
+                if _nothing_sent(exc) and (not retry or cert_verification_failed(exc)):
+                    raise BackendUnavailableError(
+                        f"{method} {self.base_url}{path}: could not connect ({_describe(exc)}); nothing was sent",
+                        cluster=str(ref),
+                    ) from None
                 if not retry:
                     raise BackendUnavailableError(
                         f"{method} {path}: {last}; not retried because the operation is not "
                         f"safe to repeat, so it may or may not have happened",
                         cluster=str(ref),
                     ) from None
-            else:
-                if not (retry and response.status_code in RETRY_STATUSES and attempt < attempts):
-                    return response
-                last = f"HTTP {response.status_code}"
-            if deadline is not None and deadline.expired:
-                attempts = attempt
+            if (deadline is not None and deadline.expired) or round_ == rounds:
                 break
-            if attempt < attempts:
-                delay = next(delays) if deadline is None else min(next(delays), deadline.remaining)
-                logger.info("%s %s failed (%s); retry %d/%d in %.1fs", method, path, last, attempt, attempts - 1, delay)
-                self._sleep(delay)
+            delay = next(delays) if deadline is None else min(next(delays), deadline.remaining)
+            logger.info("%s %s failed (%s); retry %d/%d in %.1fs", method, path, last, round_, rounds - 1, delay)
+            self._sleep(delay)
+        if answer is not None:
+            return answer
         raise BackendUnavailableError(
-            f"{method} {self.base_url}{path} failed {attempts} times; last: {last}", cluster=str(ref)
+            f"{method} {self.base_url}{path} failed {sent[0]} times; last: {last}", cluster=str(ref)
         )
 
     def health(self) -> bool:
@@ -141,32 +170,49 @@ class ScalerClient:
             return False
 
     def get_cluster(self, ref: ClusterRef, deadline: Optional[Deadline] = None) -> Dict[str, Any]:
-        """The cluster's whole custom object (spec and status); attempts end by ``deadline`` if given."""
+        """The cluster's whole custom object (spec and status).
+
+        With ``deadline``, outages (refused/reset connections, TLS handshake
+        failures, 429/502/503/504) are ridden out until it passes; without,
+        the client's bounded retries apply."""
         response = self._send(
-            ref, "GET", f"{API_PREFIX}/cluster/{ref.plural}/{ref.name}", retry=True, deadline=deadline
+            ref, "GET", f"{API_PREFIX}/cluster/{ref.plural}/{ref.name}", retry=True, deadline=deadline,
+            ride_out=True,
         )
         if response.status_code != 200:
             raise error_from_response(response, ref, operation="get cluster")
         return response_body(response)
 
-    def scale(self, ref: ClusterRef, replicas: int, worker_hw_tier: Optional[str]) -> Dict[str, Any]:
-        """PATCH the worker count (and tier, sent as ``worker_hw_tier_name``); the service's answer."""
+    def scale(
+        self, ref: ClusterRef, replicas: int, worker_hw_tier: Optional[str], deadline: Optional[Deadline] = None
+    ) -> Dict[str, Any]:
+        """PATCH the worker count (and tier, sent as ``worker_hw_tier_name``); the service's answer.
+
+        Retried ``retries`` times (an absolute count is safe to repeat); with
+        ``deadline``, a refused connection is also tried again until it passes."""
         body: Dict[str, Any] = {"replicas": replicas}
         if worker_hw_tier is not None:
             body["worker_hw_tier_name"] = worker_hw_tier
-        response = self._send(ref, "PATCH", f"{API_PREFIX}/scale/{ref.plural}/{ref.name}", retry=True, json=body)
+        response = self._send(
+            ref, "PATCH", f"{API_PREFIX}/scale/{ref.plural}/{ref.name}", retry=True, deadline=deadline, json=body
+        )
         if response.status_code != 200:
             raise error_from_response(response, ref, operation="scale", bad_request_value=replicas)
         return response_body(response)
 
-    def restart_head(self, ref: ClusterRef) -> Dict[str, Any]:
+    def restart_head(self, ref: ClusterRef, deadline: Optional[Deadline] = None) -> Dict[str, Any]:
         """Ask the service to delete the head pod (sent once); its 202 answer with ``pod`` and ``started_at``.
+
+        Never re-sent; only a connection refused before anything was sent is
+        tried again, until ``deadline`` when given.
 
         The service deletes ``<name>-<kind>-head-0``, right only for Ray; for
         Spark and Dask the 404 naming that pod raises
         :class:`UnsupportedOperationError`.
         """
-        response = self._send(ref, "PATCH", f"{API_PREFIX}/restart_head/{ref.plural}/{ref.name}", retry=False)
+        response = self._send(
+            ref, "PATCH", f"{API_PREFIX}/restart_head/{ref.plural}/{ref.name}", retry=False, deadline=deadline
+        )
         if response.status_code in (200, 202):
             return response_body(response)
         if response.status_code == 404:
@@ -192,13 +238,14 @@ class ScalerClient:
         self, ref: ClusterRef, started_at: str, deadline: Optional[Deadline] = None
     ) -> Optional[Dict[str, Any]]:
         """The head's restart status since ``started_at`` (the service's value); None while the pod
-        is being recreated. Attempts end by ``deadline`` if given."""
+        is being recreated. With ``deadline``, outages are ridden out until it passes."""
         response = self._send(
             ref,
             "GET",
             f"{API_PREFIX}/restart_head_status/{ref.plural}/{ref.name}",
             retry=True,
             deadline=deadline,
+            ride_out=True,
             params={"started_at": started_at},
         )
         if response.status_code == 200:
@@ -208,3 +255,30 @@ class ScalerClient:
         raise error_from_response(
             response, ref, operation="restart head status", bad_request_field="started_at", bad_request_value=started_at
         )
+
+
+class _RetryStatus(Exception):
+    """An answer with one of :data:`RETRY_STATUSES`: the service is overloaded or restarting."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        super().__init__(f"HTTP {response.status_code}")
+        self.response = response
+
+
+def _symptom(exc: Exception) -> Optional[str]:
+    """What an outage would explain: a transport failure (except a certificate refused) or a retry status."""
+    if isinstance(exc, _RetryStatus):
+        return str(exc)
+    if isinstance(exc, httpx.TransportError) and not cert_verification_failed(exc):
+        return _describe(exc)
+    return None
+
+
+def _nothing_sent(exc: Exception) -> bool:
+    """The connection could not be opened (refused, timed out, TLS handshake), so no request left."""
+    return isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
+
+
+def _describe(exc: Exception) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,176 @@
+"""Riding out a backend outage: retry until the operation's deadline, log once per outage.
+
+API servers and services restart routinely (upgrades, rescheduling, a rolling
+update of a one-replica Deployment). For seconds they refuse or reset
+connections, fail TLS handshakes or answer 429/5xx. Reads inside a wait keep
+trying through that until the wait's own deadline (capped, jittered
+backoff); a mutation is retried only when it was refused before anything
+was sent. An :class:`OutageTracker` per backend connection logs ONCE when an
+outage starts and ONCE when it ends (with its length), and remembers the
+outages so a timeout can say how long the backend was unreachable.
+"""
+import logging
+import ssl
+import threading
+import time
+from collections import deque
+from typing import Callable, Deque, Optional, Tuple, Type, TypeVar
+
+from .errors import BackendUnavailableError, ScalingTimeoutError
+from .models import ClusterState
+from .waiting import Backoff, Deadline
+
+T = TypeVar("T")
+
+OUTAGE_BACKOFF = Backoff(initial=0.2, factor=2.0, cap=2.0, jitter=0.5)
+"""Pauses between attempts during an outage: 0.2 s doubling to 2 s, each drawn from [50 %, 100 %]
+of that, so clients waiting on the same restart do not all reconnect at the same instant."""
+MAX_REMEMBERED = 256
+"""Outages kept per tracker (older ones only matter to waits that ended long ago)."""
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.1f}"
+
+
+class OutageTracker:
+    """The reachability of one backend (``what``, e.g. "the Kubernetes API server at https://...").
+
+    Callers report each attempt: :meth:`failed` for a symptom of an outage,
+    :meth:`recovered` for an answer. Thread-safe: one tracker serves every
+    wait of a backend object.
+    """
+
+    def __init__(self, what: str, logger: logging.Logger, clock: Callable[[], float] = time.monotonic) -> None:
+        self.what = what
+        self._logger = logger
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._down_since: Optional[float] = None
+        self._past: Deque[Tuple[float, float]] = deque(maxlen=MAX_REMEMBERED)
+
+    @property
+    def down(self) -> bool:
+        """True while the last attempt failed with an outage symptom."""
+        return self._down_since is not None
+
+    def failed(self, reason: str) -> None:
+        """An attempt failed with ``reason``; logs only if this starts an outage."""
+        with self._lock:
+            if self._down_since is not None:
+                return
+            self._down_since = self._clock()
+        self._logger.warning("%s is unreachable (%s); waits keep retrying until their deadline", self.what, reason)
+
+    def recovered(self) -> None:
+        """The backend answered; logs the outage's length if one was going on."""
+        with self._lock:
+            since, self._down_since = self._down_since, None
+            if since is None:
+                return
+            now = self._clock()
+            self._past.append((since, now))
+        self._logger.warning("%s is reachable again after %s s", self.what, _seconds(now - since))
+
+    def unreachable_since(self, start: float) -> Tuple[float, int, bool]:
+        """(seconds unreachable, number of outages, still down) counted from monotonic time ``start``."""
+        with self._lock:
+            now = self._clock()
+            spans = list(self._past)
+            if self._down_since is not None:
+                spans.append((self._down_since, now))
+            down = self._down_since is not None
+        overlapping = [(max(begin, start), end) for begin, end in spans if end > start]
+        return sum(end - begin for begin, end in overlapping), len(overlapping), down
+
+    def summary(self, deadline: Deadline) -> str:
+        """E.g. "the API server was unreachable for 12.3 s of the 30 s wait (2 outages)"; "" if it never was."""
+        seconds, count, down = self.unreachable_since(deadline.started)
+        if count == 0:
+            return ""
+        outages = f"{count} outage{'s' if count != 1 else ''}"
+        still = ", still unreachable at the end" if down else ""
+        return (
+            f"{self.what} was unreachable for {_seconds(seconds)} s of the "
+            f"{round(deadline.timeout, 1):g} s wait ({outages}{still})"
+        )
+
+
+def cert_verification_failed(exc: BaseException) -> bool:
+    """True when ``exc`` (or anything it wraps) is a TLS certificate verification failure:
+    a wrong certificate does not heal by retrying."""
+    seen = set()
+    todo = [exc]
+    while todo:
+        current = todo.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(current):
+            return True
+        todo.extend([current.__cause__, current.__context__, getattr(current, "reason", None)])
+        todo.extend(arg for arg in getattr(current, "args", ()) if isinstance(arg, BaseException))
+    return False
+
+
+def retry_through_outage(
+    call: Callable[[], T],
+    *,
+    tracker: OutageTracker,
+    symptom: Callable[[Exception], Optional[str]],
+    deadline: Optional[Deadline],
+    retry_if: Callable[[Exception], bool] = lambda exc: True,
+    answered: Tuple[Type[BaseException], ...] = (),
+    backoff: Backoff = OUTAGE_BACKOFF,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """``call()``'s result, trying again through an outage until ``deadline``.
+
+    ``symptom(exc)`` names a failure that an outage explains (connection
+    refused or reset, TLS handshake, 429, 5xx), else None; such a failure is
+    reported to ``tracker`` and, if ``retry_if(exc)`` (default: always; a
+    mutation passes "nothing was sent"), tried again after a jittered pause.
+    Any other error is raised at once (exceptions of the ``answered`` types
+    count as the backend being reachable). Without a ``deadline`` there is one
+    attempt; at the deadline the last error is raised.
+    """
+    pauses = backoff.intervals()
+    while True:
+        try:
+            result = call()
+        except Exception as exc:  # noqa: BLE001 - classified, then re-raised or retried
+            reason = symptom(exc)
+            if reason is None:
+                if isinstance(exc, answered):
+                    tracker.recovered()
+                raise
+            tracker.failed(reason)
+            if deadline is None or deadline.expired or not retry_if(exc):
+                raise
+            sleep(min(next(pauses), deadline.remaining))
+            if deadline.expired:
+                raise
+        else:
+            tracker.recovered()
+            return result
+
+
+def outage_timeout(
+    error: BackendUnavailableError,
+    *,
+    deadline: Deadline,
+    what: str,
+    tracker: OutageTracker,
+    state: Optional[ClusterState],
+    cluster: Optional[str],
+) -> ScalingTimeoutError:
+    """The :class:`ScalingTimeoutError` of an operation whose backend did not answer before ``deadline``:
+    what it waited for, how long the backend was unreachable, the last error and the last state seen."""
+    outage = tracker.summary(deadline)
+    return ScalingTimeoutError(
+        f"timed out after {round(deadline.timeout, 1):g}s waiting for {what}; "
+        f"{outage + '; ' if outage else ''}last error: {error.message}; "
+        f"last state: {state.describe() if state is not None else 'never read'}",
+        cluster=state.cluster if state is not None else cluster,
+        state=state,
+    )

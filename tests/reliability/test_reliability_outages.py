@@ -1,0 +1,531 @@
+"""Waits that ride out an outage of the scaler service or the Kubernetes API server.
+
+The fault proxy refuses every connection (and cuts the open ones) for a few
+seconds, as a restarting service or API server does, at a moment defined by
+state (the scale was applied, the wait is polling or watching). Contract:
+
+* an outage shorter than the operation's timeout is ridden out: the wait
+  completes, a mutation refused before anything was sent is sent once
+  afterwards, a head restart is never sent twice;
+* each outage is logged exactly once when it starts and once when it ends;
+* an outage longer than the timeout ends in ``ScalingTimeoutError`` that says
+  how long the backend was unreachable, with the last state seen;
+* errors retrying cannot fix (403, 404) end the wait at once, outage or not.
+"""
+import logging
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator, List, Tuple
+
+import pytest
+from rel_helpers import When, polling, scale_bodies
+from rel_proxy import FaultProxy
+
+from flytekitplugins_ddlscale import (
+    ClusterNotFoundError,
+    ClusterRef,
+    ScalingTimeoutError,
+    UnauthorizedError,
+)
+from tests.servers.scaler_server import ScalerTestServer
+
+pytestmark = pytest.mark.slow  # each outage lasts seconds of real time
+
+OUTAGE = 3.0
+"""Seconds the proxy refuses connections in the ride-through tests."""
+TIMEOUT = 30.0
+"""Timeout of operations that must ride out an outage of OUTAGE seconds."""
+RAY = ClusterRef("ray", "ray-outage")
+
+
+def _proxy_for(url: str) -> FaultProxy:
+    host, port = url.rsplit("//", 1)[1].split(":")
+    return FaultProxy((host, int(port)))
+
+
+def outage_lines(caplog: pytest.LogCaptureFixture) -> Tuple[List[str], List[str]]:
+    """The plugin's "is unreachable" and "is reachable again" log lines; fails on per-attempt
+    retry warnings of the HTTP library (the outage is to be logged once, not per attempt)."""
+    assert not [r for r in caplog.records if r.name.startswith("urllib3") and r.levelno >= logging.WARNING]
+    messages = [r.getMessage() for r in caplog.records if r.name.startswith("flytekitplugins_ddlscale")]
+    return [m for m in messages if " is unreachable " in m], [m for m in messages if " is reachable again " in m]
+
+
+def assert_one_outage_logged(caplog: pytest.LogCaptureFixture) -> None:
+    down, up = outage_lines(caplog)
+    assert len(down) == 1 and len(up) == 1, (down, up)
+
+
+@pytest.fixture
+def logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    caplog.set_level(logging.INFO, logger="flytekitplugins_ddlscale")
+    return caplog
+
+
+# ======================= scaler service =======================
+
+
+@pytest.fixture
+def scaler_cluster(scaler_server: ScalerTestServer) -> ClusterRef:
+    scaler_server.add_cluster("ray", RAY.name, replicas=1, max_replicas=6)
+    return RAY
+
+
+@pytest.fixture
+def sproxy(scaler_server: ScalerTestServer) -> Iterator[FaultProxy]:
+    with _proxy_for(scaler_server.url) as running:
+        yield running
+
+
+def restart_polled(server: ScalerTestServer) -> Callable[[], bool]:
+    return lambda: server.count("GET", "/restart_head_status/") > 0
+
+
+def test_scaler_scale_wait_rides_out_an_outage(make_scaler, scaler_server, sproxy, scaler_cluster, logs):
+    backend = make_scaler(base_url=sproxy.url)
+    scaler_server.set_pod_ready_delay(1.0)
+    with When(polling(scaler_server, RAY.name), lambda: sproxy.outage(OUTAGE)) as fault:
+        result = backend.scale(RAY, 4, wait=True, timeout=TIMEOUT)
+    assert fault.fired and sproxy.up_at is not None
+    assert result.final.existing_workers == 4
+    assert scale_bodies(scaler_server, RAY.name) == [4]
+    assert_one_outage_logged(logs)
+
+
+def test_scaler_wait_for_workers_rides_out_an_outage(make_scaler, scaler_server, sproxy, scaler_cluster, logs):
+    backend = make_scaler(base_url=sproxy.url)
+    scaler_server.set_pod_ready_delay(1.0)
+    backend.scale(RAY, 3, wait=False)
+    scaler_server.clear_requests()
+    polled = lambda: scaler_server.count("GET", "/cluster/") > 0  # noqa: E731
+    with When(polled, lambda: sproxy.outage(OUTAGE)) as fault:
+        state = backend.wait_for_workers(RAY, 3, timeout=TIMEOUT)
+    assert fault.fired
+    assert state.existing_workers == 3
+    assert_one_outage_logged(logs)
+
+
+def test_scaler_scale_refused_before_sending_is_sent_once_the_service_is_back(
+    make_scaler, scaler_server, sproxy, scaler_cluster, logs
+):
+    backend = make_scaler(base_url=sproxy.url)
+    backend.get_state(RAY)  # the baseline read; then the service goes away before the PATCH
+    with When(lambda: True, lambda: sproxy.outage(OUTAGE)) as fault:
+        time.sleep(0.2)
+        result = backend.scale(RAY, 3, wait=True, timeout=TIMEOUT)
+    assert fault.fired
+    assert result.final.existing_workers == 3
+    assert scale_bodies(scaler_server, RAY.name) == [3]
+    assert_one_outage_logged(logs)
+
+
+def test_scaler_patch_refused_at_connect_is_sent_once_the_service_is_back(scaler_server, sproxy, scaler_cluster):
+    from flytekitplugins_ddlscale.backends.scaler.client import ScalerClient
+    from flytekitplugins_ddlscale.domino_auth import DominoAuth
+    from flytekitplugins_ddlscale.waiting import Deadline
+    from tests.servers.scaler_server import DEFAULT_API_KEY
+
+    client = ScalerClient(sproxy.url, auth=DominoAuth(api_key=DEFAULT_API_KEY), retries=0)
+    try:
+        with When(lambda: True, lambda: sproxy.outage(1.5)) as fault:
+            time.sleep(0.2)
+            answer = client.scale(RAY, 3, None, Deadline(TIMEOUT))  # no retries left for anything sent
+            restart = client.restart_head(RAY, Deadline(TIMEOUT))
+    finally:
+        client.close()
+    assert fault.fired and sproxy.up_at is not None
+    assert answer["effective_replicas"] == 3
+    assert scale_bodies(scaler_server, RAY.name) == [3]
+    assert restart["pod"] and scaler_server.count("PATCH", "/restart_head/") == 1
+
+
+def test_scaler_restart_wait_rides_out_an_outage_and_restarts_once(
+    make_scaler, scaler_server, sproxy, scaler_cluster, logs
+):
+    backend = make_scaler(base_url=sproxy.url)
+    scaler_server.head_recreate_delay = 1.0
+    with When(restart_polled(scaler_server), lambda: sproxy.outage(OUTAGE)) as fault:
+        result = backend.restart_head(RAY, wait=True, timeout=TIMEOUT)
+    assert fault.fired
+    assert result.ready
+    assert scaler_server.count("PATCH", "/restart_head/") == 1
+    assert_one_outage_logged(logs)
+
+
+def test_scaler_restart_refused_before_sending_is_sent_exactly_once(
+    make_scaler, scaler_server, sproxy, scaler_cluster, logs
+):
+    backend = make_scaler(base_url=sproxy.url)
+    with When(lambda: True, lambda: sproxy.outage(OUTAGE)) as fault:
+        time.sleep(0.2)
+        result = backend.restart_head(RAY, wait=True, timeout=TIMEOUT)
+    assert fault.fired
+    assert result.ready
+    assert scaler_server.count("PATCH", "/restart_head/") == 1
+    assert_one_outage_logged(logs)
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_scaler_overloaded_answers_beyond_the_retry_budget_are_ridden_out_in_a_wait(
+    make_scaler, scaler_server, scaler_cluster, logs, status
+):
+    backend = make_scaler(retries=3)
+    scaler_server.set_pod_ready_delay(0.5)
+    burst = lambda: scaler_server.inject_faults("status", 8, status=status, path="/cluster/")  # noqa: E731
+    with When(polling(scaler_server, RAY.name), burst) as fault:
+        result = backend.scale(RAY, 3, wait=True, timeout=TIMEOUT)
+    assert fault.fired
+    assert result.final.existing_workers == 3
+    assert sum(1 for r in scaler_server.requests if r.status == status) == 8  # twice the old budget of 1 + 3
+    assert_one_outage_logged(logs)
+
+
+def test_scaler_outage_longer_than_the_wait_is_a_timeout_naming_it(
+    make_scaler, scaler_server, sproxy, scaler_cluster, logs
+):
+    backend = make_scaler(base_url=sproxy.url)
+    scaler_server.set_pod_ready_delay(60.0)
+    backend.scale(RAY, 3, wait=False)
+    scaler_server.clear_requests()
+    polled = lambda: scaler_server.count("GET", "/cluster/") > 0  # noqa: E731
+    with When(polled, sproxy.go_down) as fault:
+        with pytest.raises(ScalingTimeoutError) as caught:
+            backend.wait_for_workers(RAY, 3, timeout=2.0)
+    assert fault.fired
+    text = str(caught.value)
+    assert "scaler service" in text and "was unreachable for" in text and "(1 outage, still unreachable" in text
+    assert caught.value.state is not None and caught.value.state.desired_workers == 3
+    down, up = outage_lines(logs)
+    assert len(down) == 1 and up == []
+
+
+def test_scaler_two_outages_in_one_wait_are_both_counted(make_scaler, scaler_server, sproxy, scaler_cluster, logs):
+    backend = make_scaler(base_url=sproxy.url)
+    scaler_server.set_pod_ready_delay(60.0)
+    backend.scale(RAY, 3, wait=False)
+    scaler_server.clear_requests()
+    polled = lambda: scaler_server.count("GET", "/cluster/") > 0  # noqa: E731
+
+    def two_outages() -> None:
+        sproxy.outage(0.8)
+        time.sleep(2.5)  # longer than the longest pause between attempts (2 s), so one poll succeeds
+        sproxy.go_down()
+
+    with When(polled, two_outages) as fault:
+        with pytest.raises(ScalingTimeoutError) as caught:
+            backend.wait_for_workers(RAY, 3, timeout=6.0)
+    assert fault.fired
+    assert "(2 outages, still unreachable at the end)" in str(caught.value)
+    down, up = outage_lines(logs)
+    assert len(down) == 2 and len(up) == 1, (down, up)
+
+
+def test_scaler_403_after_an_outage_ends_the_wait_at_once(make_scaler, scaler_server, sproxy, scaler_cluster):
+    backend = make_scaler(base_url=sproxy.url)
+    scaler_server.set_pod_ready_delay(60.0)
+
+    def outage_then_refused() -> None:
+        sproxy.go_down()
+        scaler_server.inject_faults("status", 100, status=403, path="/cluster/")
+        time.sleep(1.0)
+        sproxy.come_up()
+
+    with When(polling(scaler_server, RAY.name), outage_then_refused) as fault:
+        with pytest.raises(UnauthorizedError):
+            backend.scale(RAY, 3, wait=True, timeout=TIMEOUT)  # a timeout would be ScalingTimeoutError
+    assert fault.fired
+
+
+def test_scaler_cluster_deleted_during_an_outage_is_not_found_at_once(
+    make_scaler, scaler_server, sproxy, scaler_cluster
+):
+    backend = make_scaler(base_url=sproxy.url)
+    scaler_server.set_pod_ready_delay(60.0)
+
+    def outage_and_delete() -> None:
+        sproxy.go_down()
+        scaler_server.remove_cluster("ray", RAY.name)
+        time.sleep(1.0)
+        sproxy.come_up()
+
+    with When(polling(scaler_server, RAY.name), outage_and_delete) as fault:
+        with pytest.raises(ClusterNotFoundError):
+            backend.scale(RAY, 3, wait=True, timeout=TIMEOUT)
+    assert fault.fired
+
+
+def test_scaler_phase_reconciles_ride_out_outages(scaler_server, sproxy, scaler_env, scaler_cluster, monkeypatch, logs):
+    from flytekitplugins_ddlscale.phase import cluster_phase
+
+    monkeypatch.setenv("CLUSTER_SCALER_BASE_URL", sproxy.url)
+    scaler_server.set_pod_ready_delay(1.0)
+    with When(polling(scaler_server, RAY.name), lambda: sproxy.outage(OUTAGE)) as up_fault:
+        with cluster_phase(f"ray/{RAY.name}", 3, timeout=TIMEOUT, framework_ready=False, deck=False,
+                           reassert_interval=None):
+            assert scaler_server.cluster_object("ray", RAY.name)["spec"]["worker"]["replicas"] == 3
+            scaler_server.clear_requests()
+            down_fault = When(polling(scaler_server, RAY.name), lambda: sproxy.outage(OUTAGE)).__enter__()
+    down_fault.__exit__(None, None, None)
+    assert up_fault.fired and down_fault.fired
+    assert scale_bodies(scaler_server, RAY.name) == [1]
+    assert scaler_server.cluster_object("ray", RAY.name)["spec"]["worker"]["replicas"] == 1
+    down, up = outage_lines(logs)
+    assert len(down) == 2 and len(up) == 2, (down, up)
+
+
+# ======================= Kubernetes API server =======================
+
+K8S_AUTOSCALING = {"minReplicas": 1, "maxReplicas": 6}
+
+
+@pytest.fixture
+def k8s_cluster(k8s_server: Any) -> ClusterRef:
+    k8s_server.add_cluster("ray", RAY.name, replicas=1, autoscaling=dict(K8S_AUTOSCALING))
+    return RAY
+
+
+@pytest.fixture
+def kproxy(k8s_server: Any) -> Iterator[FaultProxy]:
+    with _proxy_for(k8s_server.url) as running:
+        yield running
+
+
+@pytest.fixture
+def k8s_backend(kproxy: FaultProxy, tiers_file: Path, clean_env: Path) -> Iterator[Any]:
+    """A Kubernetes backend whose API server is behind the fault proxy."""
+    from kubernetes import client as k8s_client
+
+    from flytekitplugins_ddlscale.backends.kubernetes import KubernetesBackend
+    from flytekitplugins_ddlscale.tiers import FileTierCatalog
+
+    api = k8s_client.ApiClient(k8s_client.Configuration(host=kproxy.url))
+    backend = KubernetesBackend(api_client=api, failure_grace=0.3, tier_catalog=FileTierCatalog(tiers_file))
+    yield backend
+    backend.close()
+    api.close()
+
+
+def watching(server: Any) -> Callable[[], bool]:
+    return lambda: any(r.query.get("watch") == "true" for r in server.requests)
+
+
+def cluster_patches(server: Any) -> int:
+    return sum(1 for r in server.requests if r.method == "PATCH" and r.status == 200)
+
+
+def test_k8s_scale_wait_rides_out_an_outage(k8s_server, kproxy, k8s_backend, k8s_cluster, logs):
+    k8s_server.set_ready_delay(1.0)
+    with When(watching(k8s_server), lambda: kproxy.outage(OUTAGE)) as fault:
+        result = k8s_backend.scale(RAY, 4, wait=True, timeout=TIMEOUT)
+    assert fault.fired
+    assert result.final.ready_workers == 4
+    assert cluster_patches(k8s_server) == 1
+    assert_one_outage_logged(logs)
+
+
+def test_k8s_wait_for_workers_rides_out_an_outage(k8s_server, kproxy, k8s_backend, k8s_cluster, logs):
+    k8s_server.set_ready_delay(1.0)
+    k8s_backend.scale(RAY, 3, wait=False)
+    k8s_server.clear_log()
+    with When(watching(k8s_server), lambda: kproxy.outage(OUTAGE)) as fault:
+        state = k8s_backend.wait_for_workers(RAY, 3, timeout=TIMEOUT)
+    assert fault.fired
+    assert state.ready_workers == 3
+    assert_one_outage_logged(logs)
+
+
+def test_k8s_scale_refused_before_sending_is_applied_once_the_server_is_back(
+    k8s_server, kproxy, k8s_backend, k8s_cluster, logs
+):
+    k8s_backend.get_state(RAY)
+    with When(lambda: True, lambda: kproxy.outage(OUTAGE)) as fault:
+        time.sleep(0.2)
+        result = k8s_backend.scale(RAY, 3, wait=True, timeout=TIMEOUT)
+    assert fault.fired
+    assert result.final.ready_workers == 3
+    assert cluster_patches(k8s_server) == 1
+    assert_one_outage_logged(logs)
+
+
+def test_k8s_patch_refused_at_connect_is_sent_once_the_server_is_back(k8s_server, kproxy, k8s_cluster):
+    from kubernetes import client as k8s_client
+
+    from flytekitplugins_ddlscale.backends.kubernetes.api import KubeApi
+    from flytekitplugins_ddlscale.waiting import Deadline
+
+    api = KubeApi(k8s_client.ApiClient(k8s_client.Configuration(host=kproxy.url)))
+    try:
+        version = api.get_cluster("rayclusters", "domino-compute", RAY.name)["metadata"]["resourceVersion"]
+        patch = {"metadata": {"resourceVersion": version}, "spec": {"worker": {"replicas": 2}}}
+        with When(lambda: True, lambda: kproxy.outage(1.5)) as fault:
+            time.sleep(0.2)
+            after = api.patch_cluster("rayclusters", "domino-compute", RAY.name, patch, Deadline(TIMEOUT))
+    finally:
+        api.close()
+    assert fault.fired
+    assert after["spec"]["worker"]["replicas"] == 2
+    assert [r.status for r in k8s_server.requests if r.method == "PATCH"] == [200]
+
+
+def test_k8s_restart_wait_rides_out_an_outage_and_deletes_once(k8s_server, kproxy, k8s_backend, k8s_cluster, logs):
+    k8s_server.set_ready_delay(1.0)
+    with When(watching(k8s_server), lambda: kproxy.outage(OUTAGE)) as fault:
+        result = k8s_backend.restart_head(RAY, wait=True, timeout=TIMEOUT)
+    assert fault.fired
+    assert result.ready
+    assert k8s_server.count("DELETE") == 1
+    assert_one_outage_logged(logs)
+
+
+def test_k8s_restart_refused_before_sending_deletes_exactly_once(k8s_server, kproxy, k8s_backend, k8s_cluster, logs):
+    with When(lambda: True, lambda: kproxy.outage(OUTAGE)) as fault:
+        time.sleep(0.2)
+        result = k8s_backend.restart_head(RAY, wait=True, timeout=TIMEOUT)
+    assert fault.fired
+    assert result.ready
+    assert k8s_server.count("DELETE") == 1
+    assert_one_outage_logged(logs)
+
+
+def test_k8s_outage_longer_than_the_wait_is_a_timeout_naming_it(k8s_server, kproxy, k8s_backend, k8s_cluster, logs):
+    k8s_server.set_ready_delay(60.0)
+    k8s_backend.scale(RAY, 3, wait=False)
+    k8s_server.clear_log()
+    with When(watching(k8s_server), kproxy.go_down) as fault:
+        with pytest.raises(ScalingTimeoutError) as caught:
+            k8s_backend.wait_for_workers(RAY, 3, timeout=2.0)
+    assert fault.fired
+    text = str(caught.value)
+    assert "Kubernetes API server" in text and "was unreachable for" in text and "(1 outage, still unreachable" in text
+    assert caught.value.state is not None and caught.value.state.desired_workers == 3
+    down, up = outage_lines(logs)
+    assert len(down) == 1 and up == []
+
+
+def test_k8s_scale_whose_server_never_comes_back_is_a_timeout_and_changes_nothing(
+    k8s_server, kproxy, k8s_backend, k8s_cluster
+):
+    k8s_backend.get_state(RAY)
+    kproxy.go_down()
+    with pytest.raises(ScalingTimeoutError) as caught:
+        k8s_backend.scale(RAY, 3, wait=True, timeout=1.5)
+    assert "was unreachable for" in str(caught.value)
+    assert cluster_patches(k8s_server) == 0
+    assert k8s_server.get_object("ray", RAY.name)["spec"]["worker"]["replicas"] == 1
+
+
+def test_k8s_403_after_an_outage_ends_the_wait_at_once(k8s_server, kproxy, k8s_backend, k8s_cluster):
+    k8s_server.set_ready_delay(60.0)
+
+    def outage_then_forbidden() -> None:
+        kproxy.go_down()
+        k8s_server.forbid("get", "rayclusters")
+        k8s_server.forbid("watch", "pods")
+        time.sleep(1.0)
+        kproxy.come_up()
+
+    with When(watching(k8s_server), outage_then_forbidden) as fault:
+        with pytest.raises(UnauthorizedError):
+            k8s_backend.scale(RAY, 3, wait=True, timeout=TIMEOUT)  # a timeout would be ScalingTimeoutError
+    assert fault.fired
+
+
+def test_k8s_release_during_an_outage_rides_it_out(k8s_server, kproxy, k8s_backend, k8s_cluster, logs):
+    k8s_backend.claim(RAY, "phase-a", 3)
+    with When(lambda: True, lambda: kproxy.outage(OUTAGE)) as fault:
+        time.sleep(0.2)
+        assert k8s_backend.release(RAY, "phase-a") is None
+    assert fault.fired
+    assert k8s_backend.claims(RAY) == {}
+    assert_one_outage_logged(logs)
+
+
+def test_k8s_cluster_deleted_during_an_outage_is_not_found_at_once(k8s_server, kproxy, k8s_backend, k8s_cluster):
+    k8s_server.set_ready_delay(60.0)
+
+    def outage_and_delete() -> None:
+        kproxy.go_down()
+        k8s_server.commit("rayclusters", "domino-compute", None, RAY.name, "DELETED")
+        time.sleep(1.0)
+        kproxy.come_up()
+
+    with When(watching(k8s_server), outage_and_delete) as fault:
+        with pytest.raises(ClusterNotFoundError):
+            k8s_backend.scale(RAY, 3, wait=True, timeout=TIMEOUT)
+    assert fault.fired
+
+
+def test_k8s_phase_reconciles_ride_out_outages(k8s_server, kproxy, k8s_cluster, tiers_file, clean_env, tmp_path,
+                                               monkeypatch, logs):
+    from flytekitplugins_ddlscale.phase import cluster_phase
+
+    kubeconfig = tmp_path / "kubeconfig-proxy"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters: [{{name: test, cluster: {{server: '{kproxy.url}'}}}}]\n"
+        "users: [{name: runner, user: {token: kube-token-for-tests}}]\n"
+        "contexts: [{name: test, context: {cluster: test, user: runner, namespace: domino-compute}}]\n"
+        "current-context: test\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("DDLSCALE_BACKEND", "kubernetes")
+    monkeypatch.setenv("DDLSCALE_TIERS_FILE", str(tiers_file))
+    k8s_server.set_ready_delay(1.0)
+    with When(watching(k8s_server), lambda: kproxy.outage(OUTAGE)) as up_fault:
+        with cluster_phase(f"ray/{RAY.name}", 3, timeout=TIMEOUT, framework_ready=False, deck=False):
+            assert k8s_server.ready_workers(RAY.name) == 3
+            k8s_server.clear_log()
+            # Scaling down needs no watch (the pods go at once): the outage starts with the release,
+            # so the release and the restore's reconcile both have to ride it out.
+            released = lambda: k8s_server.count("PATCH") > 0  # noqa: E731
+            down_fault = When(released, lambda: kproxy.outage(OUTAGE)).__enter__()
+    down_fault.__exit__(None, None, None)
+    assert up_fault.fired and down_fault.fired
+    spec = k8s_server.get_object("ray", RAY.name)["spec"]
+    assert spec["worker"]["replicas"] == 1 and spec["autoscaling"] == K8S_AUTOSCALING
+    down, up = outage_lines(logs)
+    assert len(down) == 2 and len(up) == 2, (down, up)
+
+
+# ======================= TLS =======================
+
+
+@pytest.fixture
+def tls_sproxy(scaler_server: ScalerTestServer, tmp_path: Path) -> Iterator[FaultProxy]:
+    """The scaler test server behind TLS with a self-signed certificate for 127.0.0.1."""
+    from rel_tls import self_signed_cert, server_context
+
+    cert, key = self_signed_cert(tmp_path)
+    host, port = scaler_server.url.rsplit("//", 1)[1].split(":")
+    with FaultProxy((host, int(port)), tls=server_context(cert, key)) as proxy:
+        yield proxy
+
+
+def test_scaler_tls_handshakes_failing_during_a_restart_are_ridden_out(
+    make_scaler, scaler_server, tls_sproxy, scaler_cluster, logs
+):
+    backend = make_scaler(base_url=tls_sproxy.url, verify=False)
+    scaler_server.set_pod_ready_delay(1.0)
+
+    def restarting() -> None:
+        tls_sproxy.reset_next(5)  # the next handshakes are reset, as by a proxy whose backend restarts
+        tls_sproxy.cut_all()
+
+    with When(polling(scaler_server, RAY.name), restarting) as fault:
+        result = backend.scale(RAY, 4, wait=True, timeout=TIMEOUT)
+    assert fault.fired
+    assert result.final.existing_workers == 4
+    assert scale_bodies(scaler_server, RAY.name) == [4]
+    assert_one_outage_logged(logs)
+
+
+def test_scaler_certificate_refused_is_final_not_ridden_out(make_scaler, scaler_server, tls_sproxy, scaler_cluster):
+    from flytekitplugins_ddlscale import BackendUnavailableError
+
+    backend = make_scaler(base_url=tls_sproxy.url)  # verifies the self-signed certificate: refused
+    with pytest.raises(BackendUnavailableError) as caught:
+        backend.scale(RAY, 3, wait=True, timeout=TIMEOUT)  # riding it out would end in ScalingTimeoutError
+    assert "CERTIFICATE_VERIFY_FAILED" in str(caught.value)
+    assert scaler_server.requests == []

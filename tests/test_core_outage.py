@@ -1,0 +1,173 @@
+"""The outage tracker and the retry loop shared by both remote backends.
+
+The backends' behaviour during real outages is tested against the test
+servers behind a fault proxy (tests/reliability/test_reliability_outages.py);
+these tests pin the bookkeeping: one log line per outage start and end,
+the arithmetic of "unreachable for X s of the wait", and which failures are
+retried.
+"""
+import itertools
+import logging
+import ssl
+from typing import List
+
+import pytest
+
+from flytekitplugins_ddlscale.outage import OutageTracker, cert_verification_failed, retry_through_outage
+from flytekitplugins_ddlscale.waiting import Backoff, Deadline
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def tracker(clock: Clock) -> OutageTracker:
+    return OutageTracker("the test server", logging.getLogger("flytekitplugins_ddlscale.test"), clock=clock)
+
+
+def messages(caplog: pytest.LogCaptureFixture) -> List[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "flytekitplugins_ddlscale.test"]
+
+
+def test_an_outage_is_logged_once_when_it_starts_and_once_when_it_ends(tracker, clock, caplog):
+    caplog.set_level(logging.INFO)
+    for _ in range(5):
+        tracker.failed("ConnectError")
+        clock.now += 0.5
+    tracker.recovered()
+    tracker.recovered()
+    assert messages(caplog) == [
+        "the test server is unreachable (ConnectError); waits keep retrying until their deadline",
+        "the test server is reachable again after 2.5 s",
+    ]
+
+
+def test_summary_counts_only_outages_within_the_wait(tracker, clock):
+    tracker.failed("x")
+    clock.now += 4.0
+    tracker.recovered()  # 1000-1004: before the wait
+    clock.now += 1.0
+    deadline = Deadline(30)
+    deadline.started = clock.now - 2.0  # the wait began at 1003: 1 s of that outage overlaps it
+    clock.now += 5.0
+    tracker.failed("y")
+    clock.now += 3.0
+    tracker.recovered()
+    assert tracker.unreachable_since(deadline.started) == (4.0, 2, False)
+    assert tracker.summary(deadline) == "the test server was unreachable for 4.0 s of the 30 s wait (2 outages)"
+
+
+def test_summary_names_an_outage_still_going_on(tracker, clock):
+    deadline = Deadline(2.5)
+    deadline.started = clock.now
+    clock.now += 0.5
+    tracker.failed("ConnectError")
+    clock.now += 2.0
+    assert tracker.summary(deadline) == (
+        "the test server was unreachable for 2.0 s of the 2.5 s wait (1 outage, still unreachable at the end)"
+    )
+
+
+def test_summary_is_empty_without_an_outage(tracker):
+    assert tracker.summary(Deadline(10)) == ""
+
+
+def test_transient_failures_are_retried_until_the_call_succeeds(tracker):
+    answers = iter([ConnectionRefusedError(), ConnectionResetError(), "ok"])
+    pauses: List[float] = []
+
+    def call() -> str:
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    result = retry_through_outage(
+        call, tracker=tracker, symptom=lambda exc: type(exc).__name__, deadline=Deadline(30),
+        backoff=Backoff(initial=0.2, factor=2.0, cap=2.0), sleep=pauses.append,
+    )
+    assert result == "ok" and pauses == [0.2, 0.4] and not tracker.down
+
+
+def test_errors_retrying_cannot_fix_are_raised_at_once(tracker):
+    calls = itertools.count()
+
+    def call() -> None:
+        next(calls)
+        raise PermissionError("403")
+
+    with pytest.raises(PermissionError):
+        retry_through_outage(call, tracker=tracker, symptom=lambda exc: None, deadline=Deadline(30), sleep=lambda s: None)
+    assert next(calls) == 1
+
+
+def test_a_failure_that_may_have_been_sent_is_not_retried_when_only_refusals_are(tracker):
+    calls = itertools.count()
+
+    def call() -> None:
+        next(calls)
+        raise TimeoutError("answer lost")
+
+    with pytest.raises(TimeoutError):
+        retry_through_outage(
+            call, tracker=tracker, symptom=lambda exc: "timeout", deadline=Deadline(30),
+            retry_if=lambda exc: isinstance(exc, ConnectionRefusedError), sleep=lambda s: None,
+        )
+    assert next(calls) == 1 and tracker.down
+
+
+def test_without_a_deadline_there_is_one_attempt(tracker):
+    calls = itertools.count()
+
+    def call() -> None:
+        next(calls)
+        raise ConnectionRefusedError()
+
+    with pytest.raises(ConnectionRefusedError):
+        retry_through_outage(call, tracker=tracker, symptom=lambda exc: "refused", deadline=None)
+    assert next(calls) == 1
+
+
+def test_retries_stop_at_the_deadline(tracker):
+    deadline = Deadline(0.05)
+    slept: List[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        deadline.expires = 0.0  # time is up after the first pause
+
+    with pytest.raises(ConnectionRefusedError):
+        retry_through_outage(
+            lambda: (_ for _ in ()).throw(ConnectionRefusedError()), tracker=tracker,
+            symptom=lambda exc: "refused", deadline=deadline, sleep=sleep,
+        )
+    assert len(slept) == 1 and slept[0] <= 0.05
+
+
+def test_jittered_backoff_stays_within_its_band():
+    steps = list(itertools.islice(Backoff(initial=0.2, factor=2.0, cap=2.0, jitter=0.5).intervals(), 200))
+    nominal = list(itertools.islice(Backoff(initial=0.2, factor=2.0, cap=2.0).intervals(), 200))
+    assert all(n * 0.5 <= s <= n for s, n in zip(steps, nominal))
+    assert len(set(steps[10:])) > 1  # not all the same: clients do not come back in lockstep
+
+
+def test_certificate_verification_failures_are_recognised_through_wrappers():
+    inner = ssl.SSLCertVerificationError(1, "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed")
+    try:
+        try:
+            raise inner
+        except ssl.SSLError as exc:
+            raise OSError("connect failed") from exc
+    except OSError as wrapped:
+        assert cert_verification_failed(wrapped)
+    assert not cert_verification_failed(ConnectionResetError("reset during handshake"))
