@@ -19,6 +19,11 @@ from ..tasks.runner import observed_workers
 logger = logging.getLogger("flytekitplugins_ddlscale")
 
 
+REASSERT_TIMEOUT = 20.0
+"""Seconds one re-assert may take, riding out an outage included: shorter than :meth:`PhaseMonitor.stop`
+waits, so a re-assert never outlives the phase's body (the next tick tries again)."""
+
+
 class PhaseMonitor:
     """Samples every ``sample_interval`` seconds; re-asserts every ``reassert_interval`` when asked."""
 
@@ -108,4 +113,4 @@ class PhaseMonitor:
             desired,
             claim.replicas,
         )
-        self._backend.reconcile(self._ref, wait=False)
+        self._backend.reconcile(self._ref, wait=False, timeout=REASSERT_TIMEOUT)
