@@ -28,7 +28,8 @@ def _tier(outcome: Any) -> str:
 
 
 def _readiness(outcome: Any) -> str:
-    readiness = getattr(outcome, "readiness", "")
+    # Nothing needs proving about zero workers.
+    readiness = getattr(outcome, "readiness", "") if getattr(outcome, "workers", None) != 0 else ""
     return f" (framework: {readiness})" if readiness else ""
 
 

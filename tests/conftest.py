@@ -10,6 +10,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.servers.scaler_server import ScalerTestServer  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def fresh_leftovers():
+    """Each test is a flow run of its own: the Ctrl-C report forgets clusters earlier tests touched."""
+    yield
+    leftovers = sys.modules.get("flytekitplugins_ddlscale.tasks.leftovers")
+    if leftovers is not None:
+        leftovers.forget_all()
+
+
 @pytest.fixture
 def scaler_server():
     """A running scaler-service test server (see tests/servers/scaler_server.py); stopped afterwards."""

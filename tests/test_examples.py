@@ -153,7 +153,7 @@ def test_ctrl_c_in_a_node_based_flow_says_what_was_left_running_and_how_to_stop_
         _, rest = proc.communicate(timeout=60)
         assert proc.returncode != 0
         assert "ddlscale: interrupted; left running by this flow:" in rest, rest[-3000:]
-        assert "dask/interrupt-test: Running, 1 worker(s); to stop it: ddlscale local down --name interrupt-test" in rest
+        assert "dask/interrupt-test: Running, 1 worker; to stop it: ddlscale local down --name interrupt-test" in rest
         assert processes_mentioning(str(state)) != []
         stopped = subprocess.run([str(PYFLYTE.with_name("ddlscale")), "local", "down", "--name", "interrupt-test"],
                                  env=quick_start_env(state), capture_output=True, text=True, timeout=120)

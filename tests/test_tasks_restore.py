@@ -83,7 +83,7 @@ def test_interrupted_flow_names_what_is_left_running_and_how_to_stop_it(local_en
     leftovers.report_left_running()
     err = capfd.readouterr().err
     assert "ddlscale: interrupted; left running by this flow:" in err
-    assert "dask/nodes-test: Running, 1 worker(s); to stop it: ddlscale local down --name nodes-test" in err
+    assert "dask/nodes-test: Running, 1 worker; to stop it: ddlscale local down --name nodes-test" in err
     nodes.scale_down()
     local_backend(local_env).down(REF)
     leftovers.report_left_running()

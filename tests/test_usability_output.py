@@ -4,7 +4,6 @@ import logging
 import subprocess
 import sys
 from dataclasses import replace
-from types import SimpleNamespace
 
 import pytest
 
@@ -22,7 +21,7 @@ UP = ScaleOutcome(
 
 def test_scale_summary_reads_like_the_issue_example_and_takes_a_readiness_string():
     assert scale_line("scale_up", UP) == "scale_up: dask/x 0 -> 2 workers ready in 5.3 s"
-    with_readiness = SimpleNamespace(**vars(UP), readiness="2 registered")
+    with_readiness = replace(UP, readiness="2 registered")
     assert scale_line("scale_up", with_readiness) == (
         "scale_up: dask/x 0 -> 2 workers ready in 5.3 s (framework: 2 registered)"
     )
@@ -72,7 +71,13 @@ def no_logging_handlers(monkeypatch):
     test calls the returned function in its body.
     """
     monkeypatch.delenv(progress.QUIET_ENV, raising=False)
-    return lambda: monkeypatch.setattr(logging.root, "handlers", [])
+    plugin = logging.getLogger("flytekitplugins_ddlscale")
+
+    def clear() -> None:
+        monkeypatch.setattr(logging.root, "handlers", [])
+        monkeypatch.setattr(plugin, "handlers", [])
+
+    return clear
 
 
 def test_summary_goes_to_stderr_when_logging_is_not_configured(no_logging_handlers, capsys):

@@ -12,8 +12,9 @@ from typing import Dict, List, Optional, Tuple
 
 from ..errors import ClusterNotFoundError
 from ..refs import ClusterRef
+from ..wording import plural
 
-_touched: Dict[str, Tuple[Optional[str], ClusterRef]] = {}
+_touched: Dict[str, Tuple[str, ClusterRef]] = {}
 _lock = threading.Lock()
 _installed = False
 
@@ -21,18 +22,27 @@ _installed = False
 def remember(backend: Optional[str], ref: ClusterRef) -> None:
     """Note that this process is changing ``ref`` through ``backend`` (None: the environment's choice).
 
-    Called before the change, so an interrupt during the node's own wait is
-    covered too. Installs the Ctrl-C report once.
+    The backend name is resolved now, while the node's environment is in
+    force. Called before the change, so an interrupt during the node's own
+    wait is covered too. Installs the Ctrl-C report once.
     """
+    from ..backends import backend_name_from_env
+
     global _installed
     with _lock:
-        _touched[str(ref)] = (backend, ref)
+        _touched[str(ref)] = (backend or backend_name_from_env(), ref)
         if _installed:
             return
         _installed = True
     from flytekit.core.context_manager import FlyteContextManager
 
     FlyteContextManager.add_signal_handler(lambda signum, frame: report_left_running())
+
+
+def forget_all() -> None:
+    """Forget every remembered cluster (a new flow run in the same process starts from none)."""
+    with _lock:
+        _touched.clear()
 
 
 def stop_command(backend: str, ref: ClusterRef) -> str:
@@ -44,30 +54,35 @@ def stop_command(backend: str, ref: ClusterRef) -> str:
 
 
 def left_running() -> List[str]:
-    """One line per remembered cluster that still has workers or a running head, with its stop command."""
+    """One line per remembered cluster that may still hold workers, with the command that stops it.
+
+    Local clusters are looked at (state files and local processes: quick);
+    remote ones are not, since a Ctrl-C report must not wait on a service or
+    API server: they are listed as possibly still scaled.
+    """
     from ..backends import get_backend
 
     with _lock:
         touched = list(_touched.values())
     lines = []
-    for option, ref in touched:
-        backend_name = option or "the environment's backend"
+    for name, ref in touched:
+        if name != "local":
+            lines.append(f"  {ref} ({name} backend): may still be scaled; to restore it: {stop_command(name, ref)}")
+            continue
+        backend = get_backend("local")
         try:
-            backend = get_backend(option)
-            backend_name = backend.name
-            try:
-                state = backend.get_state(ref)
-            finally:
-                backend.close()
+            state = backend.get_state(ref)
         except ClusterNotFoundError:
             continue
         except Exception as exc:  # the report must not hide the interrupt itself
-            lines.append(f"  {ref}: state unknown ({type(exc).__name__}); to stop it: {stop_command(backend_name, ref)}")
+            lines.append(f"  {ref}: state unknown ({type(exc).__name__}); to stop it: {stop_command(name, ref)}")
             continue
+        finally:
+            backend.close()
         if state.desired_workers > 0 or state.status in ("Running", "Starting", "Pending"):
             lines.append(
-                f"  {ref}: {state.status}, {state.desired_workers} worker(s); to stop it: "
-                f"{stop_command(backend_name, ref)}"
+                f"  {ref}: {state.status}, {plural(state.desired_workers, 'worker')}; to stop it: "
+                f"{stop_command(name, ref)}"
             )
     return lines
 
