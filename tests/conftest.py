@@ -10,6 +10,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.servers.scaler_server import ScalerTestServer  # noqa: E402
 
 
+@pytest.fixture(autouse=True, scope="session")
+def no_deck_listing_at_exit():
+    """A test process is no user's flow run: its Decks are not listed after pytest's closing line."""
+    yield
+    deck = sys.modules.get("flytekitplugins_ddlscale.deck")
+    if deck is not None:
+        import atexit
+
+        atexit.unregister(deck.print_local_decks)
+
+
 @pytest.fixture(autouse=True)
 def fresh_leftovers():
     """Each test is a flow run of its own: the Ctrl-C report forgets clusters earlier tests touched."""
