@@ -379,10 +379,9 @@ class KubernetesBackend:
         except BackendUnavailableError as error:
             if not deadline.expired:
                 return
-            raise ScalingTimeoutError(
-                f"timed out after {deadline.timeout:g}s waiting for {replicas} Ready workers on "
-                f"{self._label(ref)}; last error: {error.message}; last state: never read",
-                cluster=self._label(ref),
+            raise outage_timeout(
+                error, deadline=deadline, what=f"{replicas} Ready workers on {self._label(ref)}",
+                tracker=self.api.outage, state=None, cluster=self._label(ref),
             ) from None
         state = self._state(ref, obj, [])
         check_reachable(

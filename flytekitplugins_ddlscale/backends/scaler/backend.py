@@ -214,7 +214,7 @@ class ScalerServiceBackend:
             state = state_from_object(ref, self._client.get_cluster(ref, deadline))
         except BackendUnavailableError as error:
             if deadline.expired:
-                raise _timed_out(error, deadline, deadline.timeout, f"{replicas} worker pods of {ref}", ref) from None
+                raise _timed_out(error, deadline, f"{replicas} worker pods of {ref}", ref, self._client) from None
             return None
         check_reachable(
             replicas, desired=state.desired_workers, maximum=state.autoscaling_max, cluster=str(ref), state=state
