@@ -4,15 +4,15 @@ import logging
 import subprocess
 import sys
 from dataclasses import replace
-from types import SimpleNamespace
 
 import pytest
 
 from flytekitplugins_ddlscale import progress
-from flytekitplugins_ddlscale.deck import WorkerTimeline, fact_text, render_html, render_svg
+from flytekitplugins_ddlscale.deck import fact_text, render_html, render_svg
 from flytekitplugins_ddlscale.progress import Activity, RichReporter, WaitProgress, begin_wait, emit_summary
 from flytekitplugins_ddlscale.summary import phase_line, restore_line, scale_line, wait_line
 from flytekitplugins_ddlscale.tasks import ClusterReady, RestoreOutcome, ScaleOutcome
+from flytekitplugins_ddlscale.timeline import WorkerTimeline
 
 UP = ScaleOutcome(
     cluster="dask/x", backend="local", requested=2, effective=2, capped=False, previous_workers=0,
@@ -22,7 +22,7 @@ UP = ScaleOutcome(
 
 def test_scale_summary_reads_like_the_issue_example_and_takes_a_readiness_string():
     assert scale_line("scale_up", UP) == "scale_up: dask/x 0 -> 2 workers ready in 5.3 s"
-    with_readiness = SimpleNamespace(**vars(UP), readiness="2 registered")
+    with_readiness = replace(UP, readiness="2 registered")
     assert scale_line("scale_up", with_readiness) == (
         "scale_up: dask/x 0 -> 2 workers ready in 5.3 s (framework: 2 registered)"
     )
