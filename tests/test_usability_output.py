@@ -66,13 +66,19 @@ def test_wait_restore_and_phase_summaries():
 
 @pytest.fixture
 def no_logging_handlers(monkeypatch):
-    """The situation under ``pyflyte run``: nothing handles the root logger.
+    """The situation under ``pyflyte run``: nothing handles the root logger or the plugin's.
 
     pytest adds its capture handler when each test phase starts, so the
-    test calls the returned function in its body.
+    test calls the returned function in its body. An earlier in-process
+    ``ddlscale`` command leaves its stderr handler on the plugin's logger.
     """
     monkeypatch.delenv(progress.QUIET_ENV, raising=False)
-    return lambda: monkeypatch.setattr(logging.root, "handlers", [])
+
+    def remove() -> None:
+        monkeypatch.setattr(logging.root, "handlers", [])
+        monkeypatch.setattr(logging.getLogger("flytekitplugins_ddlscale"), "handlers", [])
+
+    return remove
 
 
 def test_summary_goes_to_stderr_when_logging_is_not_configured(no_logging_handlers, capsys):
