@@ -22,6 +22,10 @@ machine noise hits both sides alike:
 
 The marginal run also lists the modules the plugin's import brings in, and checks that no backend
 library (kubernetes, httpx, dask, distributed, ray) is among them.
+
+A third interpreter per round imports the ``ddlscale`` command line, which
+holds the phase machinery of ``ddlscale run`` (``hold/``), and counts the
+flytekit modules that came with it: none, since no surface imports another.
 """
 import subprocess
 import sys
@@ -48,6 +52,10 @@ _MARGINAL = (
     "t=time.perf_counter(); importlib.import_module('flytekitplugins_ddlscale'); print(time.perf_counter()-t); "
     "print(' '.join(sorted(set(sys.modules) - before)))"
 )
+_CLI = (
+    "import sys, time; t=time.perf_counter(); import flytekitplugins_ddlscale.cli; print(time.perf_counter()-t); "
+    "print(sum(1 for m in sys.modules if m.split('.')[0] == 'flytekit'))"
+)
 
 
 def _python(code: str, *flags: str) -> Tuple[str, str]:
@@ -64,6 +72,8 @@ def run(quick: bool = False, out_dir: Path = Path("benchmarks/results")) -> Benc
     with_times: List[float] = []
     added: Set[str] = set()
     without_times: List[float] = []
+    cli_times: List[float] = []
+    cli_flytekit = 0
     for i in range(rounds):
         # Alternate the order inside each round so a slow stretch of the machine hits both sides.
         order = (_WITH, _WITHOUT) if i % 2 == 0 else (_WITHOUT, _WITH)
@@ -74,6 +84,10 @@ def run(quick: bool = False, out_dir: Path = Path("benchmarks/results")) -> Benc
         elapsed, _, modules = out.partition("\n")
         marginal.append(float(elapsed) * 1000.0)
         added = set(modules.split())  # the same in every round: the plugin's import is deterministic
+        out, _ = _python(_CLI)
+        elapsed, _, count = out.partition("\n")
+        cli_times.append(float(elapsed) * 1000.0)
+        cli_flytekit = max(cli_flytekit, int(count))
     paired = [w - wo for w, wo in zip(with_times, without_times)]
     heavy = sorted(m for m in added if m.split(".")[0] in HEAVY)
     result = BenchResult(NAME, TITLE)
@@ -85,6 +99,8 @@ def run(quick: bool = False, out_dir: Path = Path("benchmarks/results")) -> Benc
         "paired_difference_ms": summarize(paired, 1),
         "modules_added_by_plugin": len(added),
         "backend_libraries_imported": heavy,
+        "ddlscale_cli_import_ms": summarize(cli_times, 1),
+        "flytekit_modules_imported_by_ddlscale_cli": cli_flytekit,
         "headline": [
             f"import flytekit: {summarize(with_times, 0)['median']:.0f} ms median; the plugin adds "
             f"{summarize(marginal, 1)['median']} ms (marginal import), {len(added)} modules, backends not loaded; "
@@ -101,6 +117,10 @@ def run(quick: bool = False, out_dir: Path = Path("benchmarks/results")) -> Benc
     result.targets.append(
         Target("backend libraries imported by the plugin at flytekit start-up", float(len(heavy)), 0.0, "modules",
                detail=", ".join(heavy) or "none of " + ", ".join(HEAVY))
+    )
+    result.targets.append(
+        Target("flytekit modules imported by the ddlscale CLI and its phase machinery", float(cli_flytekit), 0.0,
+               "modules", detail=f"CLI import {summarize(cli_times, 0)['median']:.0f} ms median")
     )
     return result
 

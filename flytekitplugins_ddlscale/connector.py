@@ -35,12 +35,13 @@ from .framework.confirm import Readiness, backend_proof
 from .framework.endpoints import enabled_by_env, resolve_endpoint, where_to_set
 from .framework.probes import probe_for
 from .framework.wait import HeadUnreachable, read_registered
-from .tasks.base import OUTPUT_NAME
-from .tasks.config import ScaleConfig, WaitConfig, resolve_cluster, validate_wait_replicas
-from .tasks.outputs import ClusterReady, ScaleOutcome
-from .tasks.runner import open_backend, wait_target
-from .tasks.scale import SCALE_TASK_TYPE
-from .tasks.wait import WAIT_TASK_TYPE
+from .inplace import check_reachable
+from .models import ClusterState
+from .nodes.config import ANY_DESIRED, ScaleConfig, WaitConfig, validate_wait_replicas
+from .nodes.names import OUTPUT_NAME, SCALE_TASK_TYPE, WAIT_TASK_TYPE
+from .nodes.outputs import ClusterReady, ScaleOutcome
+from .opening import open_backend
+from .refs import parse_cluster
 from .validation import validate_replicas, validate_tier_name
 
 SERVED_TASK_TYPES = (SCALE_TASK_TYPE, WAIT_TASK_TYPE)
@@ -64,6 +65,22 @@ class ScalingMetadata(ResourceMeta):
     framework_ready: bool = True
     framework_url: str = ""
     """The node's ``framework_url`` ('' for none)."""
+
+
+def wait_target(state: ClusterState, replicas: int) -> int:
+    """The worker count a wait on ``state`` should await (``-1``: the desired count).
+
+    A count that can never come (above the desired workers or above
+    ``maxReplicas``) raises :class:`UnreachableWaitError` at once instead of
+    waiting out the timeout.
+    """
+    if replicas == ANY_DESIRED:
+        return state.desired_workers
+    check_reachable(
+        replicas, desired=state.desired_workers, maximum=state.autoscaling_max, cluster=state.cluster,
+        desired_name="desired_workers", state=state,
+    )
+    return replicas
 
 
 def _python_inputs(task_template: TaskTemplate, inputs: Optional[LiteralMap]) -> Dict[str, Any]:
@@ -99,7 +116,7 @@ class ScalingConnector(AsyncConnectorBase):
         return self._create_wait(WaitConfig.from_custom(task_template.custom), values)
 
     def _create_scale(self, config: ScaleConfig, values: Dict[str, Any]) -> ScalingMetadata:
-        ref = resolve_cluster(values.get("cluster", config.cluster))
+        ref = parse_cluster(values.get("cluster", config.cluster))
         config.framework().check(ref.kind)
         replicas = validate_replicas(values.get("replicas", config.replicas))
         tier = validate_tier_name(values.get("worker_hw_tier", config.worker_hw_tier))
@@ -127,7 +144,7 @@ class ScalingConnector(AsyncConnectorBase):
         )
 
     def _create_wait(self, config: WaitConfig, values: Dict[str, Any]) -> ScalingMetadata:
-        ref = resolve_cluster(values.get("cluster", config.cluster))
+        ref = parse_cluster(values.get("cluster", config.cluster))
         replicas = validate_wait_replicas(values.get("replicas", config.replicas))
         with open_backend(config.backend) as backend:
             state = backend.get_state(ref)
@@ -152,7 +169,7 @@ class ScalingConnector(AsyncConnectorBase):
         known = json.loads(meta.outcome)
         if meta.target < 0:
             return Resource(phase=TaskExecution.SUCCEEDED, outputs={OUTPUT_NAME: ScaleOutcome(**known)})
-        ref = resolve_cluster(meta.cluster)
+        ref = parse_cluster(meta.cluster)
         with open_backend(meta.backend or None) as backend:
             state = backend.get_state(ref)
             if state.workers_up(meta.target):

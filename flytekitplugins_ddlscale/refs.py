@@ -7,7 +7,7 @@ names or spec paths by string concatenation of its own.
 import os
 import re
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional, Tuple, Union
 
 from .errors import InvalidInputError
 
@@ -222,6 +222,17 @@ def check_cluster(text: str, field: str = "cluster") -> str:
     if name is not None:
         ClusterRef(kind, name, namespace)
     return text.strip()
+
+
+ClusterSpec = Union[str, ClusterRef]
+"""``kind/name``, ``namespace/kind/name``, a bare kind (the run's own cluster) or a ClusterRef."""
+
+
+def cluster_text(cluster: ClusterSpec, field: str = "cluster") -> str:
+    """Check ``cluster`` and return its text form, as task inputs and configurations carry it."""
+    if isinstance(cluster, ClusterRef):
+        return str(cluster)
+    return check_cluster(cluster, field)
 
 
 def parse_cluster(text: str, field: str = "cluster") -> ClusterRef:

@@ -10,7 +10,7 @@ from typing import Any, Optional
 from .wording import plural
 
 UNKNOWN = -1
-"""Integer fields use -1 for "not observable" (as ``tasks.outputs.UNKNOWN``)."""
+"""Integer fields use -1 for "not observable" (as ``nodes.outputs.UNKNOWN``)."""
 
 
 def _seconds(value: float) -> str:

@@ -24,15 +24,14 @@ from flytekit.core.python_function_task import PythonInstanceTask
 from flytekit.types.error import FlyteError
 
 from .backends.base import DEFAULT_SCALE_TIMEOUT
-from .backends.local.env import environ_set
+from .environ import connection_variables, environ_set
 from .errors import InvalidInputError
+from .nodes.names import qualified_name
+from .nodes.outputs import RestoreOutcome
+from .opening import open_backend
 from .progress import emit_summary
-from .refs import ClusterRef
+from .refs import ClusterRef, cluster_text, parse_cluster
 from .summary import restore_line
-from .tasks.base import qualified_name
-from .tasks.config import cluster_text, resolve_cluster
-from .tasks.outputs import RestoreOutcome
-from .tasks.runner import open_backend
 from .validation import validate_replicas, validate_timeout
 
 logger = logging.getLogger("flytekitplugins_ddlscale")
@@ -49,10 +48,9 @@ def connected(cluster: Union[str, ClusterRef], backend: Optional[str] = None) ->
     them for the block; previous values come back on exit. Yields the
     variables set (empty when nothing was set).
     """
-    ref = resolve_cluster(cluster_text(cluster))
+    ref = parse_cluster(cluster_text(cluster))
     with open_backend(backend) as chosen:
-        connection_env = getattr(chosen, "connection_env", None)
-        values: Dict[str, str] = dict(connection_env(ref)) if connection_env is not None else {}
+        values = connection_variables(chosen, ref)
     with environ_set(values) as present:
         yield present
 
@@ -101,7 +99,7 @@ class ScaleDownOnFailure(PythonInstanceTask[None]):
     def execute(self, **kwargs: Any) -> None:
         """Scale down after a failure and print the summary line; a cluster with nothing recorded is left as it is."""
         err = kwargs.get(ERROR_INPUT)
-        ref = resolve_cluster(self._cluster)
+        ref = parse_cluster(self._cluster)
         logger.warning(
             "workflow failed%s; scaling %s down",
             f" at {err.failed_node_id}: {err.message}" if err is not None else "",

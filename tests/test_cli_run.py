@@ -6,6 +6,7 @@ baseline (the scaler server's ``spec.worker.replicas``; for the local
 backend, the cluster the run created is gone and no process is left).
 """
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -155,6 +156,22 @@ def test_scaler_command_sees_the_cluster_at_its_size(scaler_server, scaler_targe
     bodies = [r.body for r in scaler_server.requests if r.method == "PATCH"]
     assert [b["replicas"] for b in bodies] == [3, 1]  # scaled for the command, then back to the baseline
     assert scaler_target.size() == 1
+
+
+FLYTEKIT_IMPORT = re.compile(r"^import time:.*\|\s*flytekit(\.\w+)*\s*$", re.MULTILINE)
+"""A ``-X importtime`` line for flytekit or one of its modules (not this plugin's package)."""
+
+
+def test_a_run_never_imports_flytekit(scaler_server, scaler_target):
+    # The whole phase (claim, scale, wait, release, restore) runs in this process;
+    # flytekit costs about 2 s to import and none of it is Flyte.
+    argv = [sys.executable, "-X", "importtime", DDLSCALE, "run", *scaler_target.args, "--replicas", "2",
+            "--timeout", "30", "--", "true"]
+    result = finish(popen(argv, scaler_target.env))
+    assert result.returncode == 0, result.stderr
+    assert "import time:" in result.stderr and "flytekitplugins_ddlscale.hold" in result.stderr
+    assert FLYTEKIT_IMPORT.findall(result.stderr) == []
+    assert [r.body["replicas"] for r in scaler_server.requests if r.method == "PATCH"] == [2, 1]
 
 
 def test_failing_command_exit_code_is_passed_through_and_cluster_restored(target):

@@ -8,10 +8,11 @@ from dataclasses import replace
 import pytest
 
 from flytekitplugins_ddlscale import progress
-from flytekitplugins_ddlscale.deck import WorkerTimeline, fact_text, render_html, render_svg
+from flytekitplugins_ddlscale.deck import fact_text, render_html, render_svg
 from flytekitplugins_ddlscale.progress import Activity, RichReporter, WaitProgress, begin_wait, emit_summary
 from flytekitplugins_ddlscale.summary import phase_line, restore_line, scale_line, wait_line
 from flytekitplugins_ddlscale.tasks import ClusterReady, RestoreOutcome, ScaleOutcome
+from flytekitplugins_ddlscale.timeline import WorkerTimeline
 
 UP = ScaleOutcome(
     cluster="dask/x", backend="local", requested=2, effective=2, capped=False, previous_workers=0,
@@ -65,10 +66,11 @@ def test_wait_restore_and_phase_summaries():
 
 @pytest.fixture
 def no_logging_handlers(monkeypatch):
-    """The situation under ``pyflyte run``: nothing handles the root logger.
+    """The situation under ``pyflyte run``: nothing handles the root logger or the plugin's.
 
     pytest adds its capture handler when each test phase starts, so the
-    test calls the returned function in its body.
+    test calls the returned function in its body. An earlier in-process
+    ``ddlscale`` command leaves its stderr handler on the plugin's logger.
     """
     monkeypatch.delenv(progress.QUIET_ENV, raising=False)
     plugin = logging.getLogger("flytekitplugins_ddlscale")

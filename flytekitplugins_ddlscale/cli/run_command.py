@@ -1,19 +1,20 @@
 """``ddlscale run``: hold a cluster at a size for the length of a command.
 
 The command-line twin of ``@distributed_phase``, for Domino Flows steps and
-shell jobs: the same phase machinery (claim, scale, wait, framework
-readiness, release and restore), with the command run as a child process
+shell jobs: the same phase machinery (:mod:`..hold`: claim, scale, wait,
+framework readiness, release and restore), with the command run as a child process
 that gets the connection variables and the signals sent to ``ddlscale``.
 """
 import shlex
 import signal
 import sys
-from typing import TYPE_CHECKING, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import click
 
 from ..backends.base import DEFAULT_SCALE_TIMEOUT
 from ..errors import ScalingError
+from ..hold import ClusterPhase, PhaseInterrupted, cluster_phase
 from ..redaction import redact
 from ..refs import ALLOWED_KINDS
 from ..validation import validate_timeout
@@ -21,9 +22,6 @@ from ..wording import plural
 from .child import DEFAULT_KILL_AFTER, CommandNotStarted, run_forwarding
 from .cluster_commands import cluster_ref
 from .output import FAILURE_EXIT_CODES, emit_error
-
-if TYPE_CHECKING:
-    from ..phase import ClusterPhase
 
 RUN_EPILOG = (
     "Exit codes: the command's (128 + N when signal N ended it; 127 when it was not found, "
@@ -87,9 +85,6 @@ def run(
     remaining claim or its baseline. Concurrent runs and phases on one
     cluster never shrink each other.
     """
-    # Imported here: the phase machinery imports flytekit, which would slow every `ddlscale --help`.
-    from ..phase import cluster_phase
-
     try:
         ref = cluster_ref(kind, name, run_id, namespace)
         grace = validate_timeout(kill_after, "kill_after")
@@ -102,10 +97,8 @@ def run(
     sys.exit(_run_in_phase(phase, list(command), grace))
 
 
-def _run_in_phase(phase: "ClusterPhase", argv: List[str], kill_after: float) -> int:
+def _run_in_phase(phase: ClusterPhase, argv: List[str], kill_after: float) -> int:
     """Run ``argv`` inside ``phase``; return the exit code ``ddlscale run`` ends with."""
-    from ..phase import PhaseInterrupted
-
     status: Optional[int] = None
     try:
         with phase:
@@ -133,7 +126,7 @@ def _run_in_phase(phase: "ClusterPhase", argv: List[str], kill_after: float) -> 
     return status if status is not None else 0
 
 
-def _outcome(phase: "ClusterPhase") -> str:
+def _outcome(phase: ClusterPhase) -> str:
     """What the phase's cleanup did to the cluster, for the last line ``ddlscale run`` prints."""
     if phase.restore_error is not None:
         return f"restoring {phase.ref} failed: {phase.restore_error}"

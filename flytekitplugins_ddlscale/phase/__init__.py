@@ -16,62 +16,24 @@ or SIGTERM/SIGINT: claim released and the cluster shrunk to the largest
 remaining claim, or restored to the baseline (or the ``restore`` spec) when
 none remain. ``functools.wraps`` keeps the signature, so ``@task`` above it
 sees the body's typed interface; placed above ``@task`` it raises
-``TypeError`` showing the right order.
+``TypeError`` showing the right order. The phase itself (claims, scaling,
+signals, the monitor) is :mod:`..hold`, shared with ``ddlscale run``.
 """
 import functools
 from typing import Any, Callable, Optional, TypeVar, cast
 
 from ..backends.base import DEFAULT_SCALE_TIMEOUT
-from ..tasks.config import ClusterSpec
-from .run import ClusterPhase
-from .settings import (
+from ..hold import ClusterPhase, PhaseInterrupted, cluster_phase
+from ..hold.settings import (
     DEFAULT_REASSERT_INTERVAL,
     DEFAULT_SAMPLE_INTERVAL,
     RESTORE_BASELINE,
     PhaseSettings,
     Restore,
 )
-from .signals import PhaseInterrupted
+from ..refs import ClusterSpec
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def cluster_phase(
-    cluster: ClusterSpec,
-    replicas: int,
-    worker_hw_tier: Optional[str] = None,
-    head_hw_tier: Optional[str] = None,
-    restore: Restore = RESTORE_BASELINE,
-    timeout: float = DEFAULT_SCALE_TIMEOUT,
-    backend: Optional[str] = None,
-    *,
-    framework_ready: bool = True,
-    framework_url: Optional[str] = None,
-    reassert_interval: Optional[float] = DEFAULT_REASSERT_INTERVAL,
-    sample_interval: float = DEFAULT_SAMPLE_INTERVAL,
-    deck: bool = True,
-    label: str = "phase",
-) -> ClusterPhase:
-    """The phase as a context manager: ``with cluster_phase("dask/x", 4) as phase: ...``.
-
-    Arguments as for :func:`distributed_phase`; invalid ones raise
-    :class:`InvalidInputError` here, before anything is changed.
-    """
-    settings = PhaseSettings(
-        cluster=cluster,  # type: ignore[arg-type]
-        replicas=replicas,
-        worker_hw_tier=worker_hw_tier,
-        head_hw_tier=head_hw_tier,
-        restore=restore,
-        timeout=timeout,
-        backend=backend,
-        framework_ready=framework_ready,
-        framework_url=framework_url,
-        reassert_interval=reassert_interval,
-        sample_interval=sample_interval,
-        deck=deck,
-    )
-    return ClusterPhase(settings, label)
 
 
 def distributed_phase(

@@ -2,17 +2,19 @@
 
 ``ScaleCluster``, ``RestartHead``, ``WaitForCluster`` and ``RestoreCluster`` are configured when
 defined, take typed inputs (defaults from that configuration) and return a
-typed dataclass that downstream nodes can depend on.
+typed dataclass that downstream nodes can depend on. Their configurations,
+outcomes and task type names live in :mod:`..nodes` (shared with the
+connector) and are re-exported here; ``resolve_cluster`` is
+:func:`..refs.parse_cluster`.
 """
-from .config import ANY_DESIRED, FROM_BASELINE, RestartConfig, RestoreConfig, ScaleConfig, WaitConfig, resolve_cluster
-from .outputs import UNKNOWN, ClusterReady, RestartOutcome, RestoreOutcome, ScaleOutcome
-from .restart import RESTART_TASK_TYPE, RestartHead
-from .restore import RESTORE_TASK_TYPE, RestoreCluster
-from .scale import SCALE_TASK_TYPE, ScaleCluster
-from .wait import WAIT_TASK_TYPE, WaitForCluster
-
-TASK_TYPES = (SCALE_TASK_TYPE, RESTART_TASK_TYPE, WAIT_TASK_TYPE, RESTORE_TASK_TYPE)
-"""Every task type this plugin defines (the connector serves ``SERVED_TASK_TYPES`` of them)."""
+from ..nodes.config import ANY_DESIRED, FROM_BASELINE, RestartConfig, RestoreConfig, ScaleConfig, WaitConfig
+from ..nodes.names import RESTART_TASK_TYPE, RESTORE_TASK_TYPE, SCALE_TASK_TYPE, TASK_TYPES, WAIT_TASK_TYPE
+from ..nodes.outputs import UNKNOWN, ClusterReady, RestartOutcome, RestoreOutcome, ScaleOutcome
+from ..refs import parse_cluster as resolve_cluster
+from .restart import RestartHead
+from .restore import RestoreCluster
+from .scale import ScaleCluster
+from .wait import WaitForCluster
 
 __all__ = [
     "ANY_DESIRED",

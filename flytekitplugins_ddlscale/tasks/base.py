@@ -11,25 +11,23 @@ qualified by the defining module, as flytekit does for function tasks:
 ``ScaleCluster("scale_down", ...)`` in ``flows.train`` is the task
 ``flows.train.scale_down``.
 """
-from typing import Any, Dict, Generic, Optional, Tuple, Type, TypeVar
+from typing import Any, Dict, Generic, Tuple, Type, TypeVar
 
 from flytekit.configuration import SerializationSettings
 from flytekit.deck import DeckField
 from flytekit.core.interface import Interface
 from flytekit.core.python_function_task import PythonInstanceTask
 
-from ..deck import WorkerTimeline, publish_deck, render_html
+from ..deck import publish_deck, render_html
+from ..nodes.names import OUTPUT_NAME, qualified_name
 from ..progress import Activity, WaitReporter, default_reporter
-from .config import resolve_cluster
+from ..refs import parse_cluster
+from ..timeline import WorkerTimeline
 
 C = TypeVar("C")
 
 DECK_FIELDS = (DeckField.INPUT, DeckField.OUTPUT)
 """Flyte's own Decks shown beside ours (its dependency Deck runs ``pip freeze``, which says nothing here)."""
-
-OUTPUT_NAME = "o0"
-"""The single output's name, as for function tasks, so ``up = scale_up()`` is the outcome itself."""
-
 
 class ScalingTaskBase(PythonInstanceTask[C], Generic[C]):
     """A configured cluster operation with typed inputs (defaults from the config) and one typed output."""
@@ -66,7 +64,7 @@ class ScalingTaskBase(PythonInstanceTask[C], Generic[C]):
 
     def reporter(self, cluster: str, goal: str = "waiting for {target} workers") -> WaitReporter:
         """Progress for one run of this node: a bar naming the node and the full cluster name."""
-        return default_reporter(Activity(self.short_name, str(resolve_cluster(cluster)), goal))
+        return default_reporter(Activity(self.short_name, str(parse_cluster(cluster)), goal))
 
     def get_custom(self, settings: SerializationSettings) -> Dict[str, Any]:
         """The configuration, for the container run and the connector."""
@@ -75,10 +73,3 @@ class ScalingTaskBase(PythonInstanceTask[C], Generic[C]):
     def publish(self, title: str, timeline: WorkerTimeline, outcome: Any) -> None:
         """Attach the Deck of this run: the outcome's fields and the worker plot."""
         publish_deck(title, render_html(f"{title}: {self.name}", timeline, vars(outcome)))
-
-
-def qualified_name(name: str, module: Optional[str]) -> str:
-    """``module.name`` for a plain ``name`` defined in ``module``; dotted names are taken as given."""
-    if module and "." not in name:
-        return f"{module}.{name}"
-    return name

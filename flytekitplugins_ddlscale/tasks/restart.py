@@ -2,15 +2,14 @@
 from typing import Any, Optional, Union
 
 from ..backends.base import DEFAULT_RESTART_TIMEOUT
+from ..nodes.config import RestartConfig
+from ..nodes.names import RESTART_TASK_TYPE
+from ..nodes.outputs import RestartOutcome
 from ..progress import emit_summary
 from ..refs import ClusterRef
 from ..summary import restart_line
 from .base import ScalingTaskBase
-from .config import RestartConfig
-from .outputs import RestartOutcome
 from .runner import run_restart
-
-RESTART_TASK_TYPE = "ddlscale_restart_head"
 
 
 class RestartHead(ScalingTaskBase[RestartConfig]):

@@ -2,15 +2,14 @@
 from typing import Any, Optional, Union
 
 from ..backends.base import DEFAULT_SCALE_TIMEOUT
+from ..nodes.config import FROM_BASELINE, RestoreConfig
+from ..nodes.names import RESTORE_TASK_TYPE
+from ..nodes.outputs import RestoreOutcome
 from ..progress import emit_summary
 from ..refs import ClusterRef
 from ..summary import restore_line
 from .base import ScalingTaskBase
-from .config import FROM_BASELINE, RestoreConfig
-from .outputs import RestoreOutcome
 from .runner import run_restore
-
-RESTORE_TASK_TYPE = "ddlscale_restore"
 
 
 class RestoreCluster(ScalingTaskBase[RestoreConfig]):

@@ -2,61 +2,32 @@
 
 Each function validates its inputs, picks the backend, performs the
 operation with progress going to ``progress`` (and into a
-:class:`~flytekitplugins_ddlscale.deck.WorkerTimeline`), and returns the
+:class:`~flytekitplugins_ddlscale.timeline.WorkerTimeline`), and returns the
 typed outcome together with the timeline for a Deck.
 """
-import contextlib
 import time
-from typing import Iterator, Optional, Tuple
+from typing import Optional, Tuple
 
-from ..backends import get_backend
-from ..backends.base import ClusterBackend
-from ..deck import WorkerTimeline
 from ..errors import UnsupportedOperationError
 from ..framework.confirm import Readiness, confirm_ready
-from ..inplace import check_reachable
 from ..models import ClusterState, ReplicaSpec
-from ..progress import ProgressReporter, WaitProgress, begin_wait, default_reporter
-from ..validation import validate_replicas, validate_tier_name
-from ..waiting import Deadline
-from .config import (
+from ..nodes.config import (
     ANY_DESIRED,
     FROM_BASELINE,
     RestartConfig,
     RestoreConfig,
     ScaleConfig,
     WaitConfig,
-    resolve_cluster,
     validate_restore_target,
     validate_wait_replicas,
 )
-from .outputs import ClusterReady, RestartOutcome, RestoreOutcome, ScaleOutcome
-
-
-@contextlib.contextmanager
-def open_backend(name: Optional[str]) -> Iterator[ClusterBackend]:
-    """The backend ``name`` (or the environment's choice), closed on exit."""
-    backend = get_backend(name)
-    try:
-        yield backend
-    finally:
-        backend.close()
-
-
-def observed_workers(state: ClusterState) -> int:
-    """Ready workers where the backend sees readiness, else existing workers."""
-    return state.ready_workers if state.ready_workers is not None else state.existing_workers
-
-
-def recording(timeline: WorkerTimeline, tier: Optional[str], then: Optional[ProgressReporter]) -> ProgressReporter:
-    """A reporter that samples worker counts into ``timeline`` and forwards to ``then``."""
-
-    def report(progress: WaitProgress) -> None:
-        timeline.add(progress.current, tier)
-        if then is not None:
-            then(progress)
-
-    return report
+from ..nodes.outputs import ClusterReady, RestartOutcome, RestoreOutcome, ScaleOutcome
+from ..opening import open_backend
+from ..progress import ProgressReporter, begin_wait, default_reporter
+from ..refs import parse_cluster
+from ..timeline import WorkerTimeline, observed_workers, recording
+from ..validation import validate_replicas, validate_tier_name
+from ..waiting import Deadline
 
 
 def run_scale(
@@ -72,7 +43,7 @@ def run_scale(
     A head tier change needs a backend that can do it; otherwise
     :class:`UnsupportedOperationError` is raised before anything changes.
     """
-    ref = resolve_cluster(cluster)
+    ref = parse_cluster(cluster)
     replicas = validate_replicas(replicas)
     worker_hw_tier = validate_tier_name(worker_hw_tier)
     head_hw_tier = validate_tier_name(head_hw_tier, "head_hw_tier")
@@ -123,7 +94,7 @@ def run_restart(
     progress: Optional[ProgressReporter] = None,
 ) -> Tuple[RestartOutcome, WorkerTimeline]:
     """Replace the head of ``cluster`` (on ``head_hw_tier`` if given); return outcome and timeline."""
-    ref = resolve_cluster(cluster)
+    ref = parse_cluster(cluster)
     head_hw_tier = validate_tier_name(head_hw_tier, "head_hw_tier")
     reporter = progress if progress is not None else default_reporter()
     timeline = WorkerTimeline()
@@ -147,7 +118,7 @@ def run_wait(
     progress: Optional[ProgressReporter] = None,
 ) -> Tuple[ClusterReady, WorkerTimeline]:
     """Wait until ``replicas`` workers (``-1``: the desired count) are up on ``cluster``."""
-    ref = resolve_cluster(cluster)
+    ref = parse_cluster(cluster)
     replicas = validate_wait_replicas(replicas)
     config.framework().check(ref.kind)
     reporter = progress if progress is not None else default_reporter()
@@ -169,22 +140,6 @@ def run_wait(
         return ClusterReady.from_state(state, backend.name, time.monotonic() - started, readiness), timeline
 
 
-def wait_target(state: ClusterState, replicas: int) -> int:
-    """The worker count a wait on ``state`` should await (``-1``: the desired count).
-
-    A count that can never come (above the desired workers or above
-    ``maxReplicas``) raises :class:`UnreachableWaitError` at once instead of
-    waiting out the timeout.
-    """
-    if replicas == ANY_DESIRED:
-        return state.desired_workers
-    check_reachable(
-        replicas, desired=state.desired_workers, maximum=state.autoscaling_max, cluster=state.cluster,
-        desired_name="desired_workers", state=state,
-    )
-    return replicas
-
-
 def _ready_count(state: ClusterState, readiness: Optional[Readiness]) -> int:
     if readiness is not None and readiness.ready_workers is not None:
         return readiness.ready_workers
@@ -204,7 +159,7 @@ def run_restore(
     does. With no baseline recorded and no size given nothing changes
     (``restored`` is ``nothing recorded``).
     """
-    ref = resolve_cluster(cluster)
+    ref = parse_cluster(cluster)
     replicas, worker_hw_tier = validate_restore_target(replicas, worker_hw_tier)
     target = None if replicas == FROM_BASELINE else ReplicaSpec(replicas, worker_hw_tier)
     reporter = progress if progress is not None else default_reporter()

@@ -2,16 +2,15 @@
 from typing import Any, Optional, Union
 
 from ..backends.base import DEFAULT_SCALE_TIMEOUT
+from ..nodes.config import ScaleConfig
+from ..nodes.names import SCALE_TASK_TYPE
+from ..nodes.outputs import ScaleOutcome
 from ..progress import emit_summary
-from ..refs import ClusterRef
+from ..refs import ClusterRef, parse_cluster
 from ..summary import scale_line
 from .base import ScalingTaskBase
-from .config import ScaleConfig, resolve_cluster
 from .leftovers import remember
-from .outputs import ScaleOutcome
 from .runner import run_scale
-
-SCALE_TASK_TYPE = "ddlscale_scale"
 
 
 class ScaleCluster(ScalingTaskBase[ScaleConfig]):
@@ -84,7 +83,7 @@ class ScaleCluster(ScalingTaskBase[ScaleConfig]):
     def execute(self, **kwargs: Any) -> ScaleOutcome:
         """Scale with the node's inputs; publish the Deck; print the summary line; return the outcome."""
         cluster = kwargs.get("cluster", self.task_config.cluster)
-        remember(self.task_config.backend, resolve_cluster(cluster))
+        remember(self.task_config.backend, parse_cluster(cluster))
         with self.reporter(cluster) as progress:
             outcome, timeline = run_scale(
                 self.task_config,

@@ -2,15 +2,14 @@
 from typing import Any, Optional, Union
 
 from ..backends.base import DEFAULT_SCALE_TIMEOUT
+from ..nodes.config import ANY_DESIRED, WaitConfig
+from ..nodes.names import WAIT_TASK_TYPE
+from ..nodes.outputs import ClusterReady
 from ..progress import emit_summary
 from ..refs import ClusterRef
 from ..summary import wait_line
 from .base import ScalingTaskBase
-from .config import ANY_DESIRED, WaitConfig
-from .outputs import ClusterReady
 from .runner import run_wait
-
-WAIT_TASK_TYPE = "ddlscale_wait"
 
 
 class WaitForCluster(ScalingTaskBase[WaitConfig]):

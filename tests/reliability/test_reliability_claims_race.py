@@ -1,6 +1,6 @@
 """Two phases that end and start at the same moment must not shrink each other.
 
-A phase ends (phase/run.py ``ClusterPhase._release``) with two separate
+A phase ends (hold/run.py ``ClusterPhase._release``) with two separate
 backend calls: ``release`` (which says no claim remains) and then
 ``reconcile``. If another phase claims the cluster and scales it up
 between those two calls, the reconcile must not shrink it under that phase.

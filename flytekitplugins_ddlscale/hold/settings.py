@@ -1,4 +1,4 @@
-"""What a phase asks for, checked when the decorator is applied."""
+"""What a phase asks for, checked when the phase is defined (decorator applied, command parsed)."""
 from dataclasses import dataclass
 from typing import Optional, Union
 
@@ -6,8 +6,7 @@ from ..backends.base import DEFAULT_SCALE_TIMEOUT
 from ..errors import InvalidInputError
 from ..framework.endpoints import validate_url
 from ..models import ReplicaSpec
-from ..refs import ClusterRef
-from ..tasks.config import ClusterSpec, cluster_text, resolve_cluster
+from ..refs import ClusterRef, cluster_text, parse_cluster
 from ..validation import validate_replicas, validate_tier_name, validate_timeout
 
 RESTORE_BASELINE = "baseline"
@@ -69,9 +68,4 @@ class PhaseSettings:
 
     def ref(self) -> ClusterRef:
         """The cluster, resolved now (a bare kind needs ``$DOMINO_RUN_ID``)."""
-        return resolve_cluster(self.cluster)
-
-
-def settings_for(cluster: ClusterSpec, replicas: int, **options: object) -> PhaseSettings:
-    """:class:`PhaseSettings` from decorator arguments."""
-    return PhaseSettings(cluster=cluster, replicas=replicas, **options)  # type: ignore[arg-type]
+        return parse_cluster(self.cluster)

@@ -12,23 +12,24 @@ and changing is one atomic backend step, so a phase that claims while
 another ends is never shrunk. The cleanup runs once; its own failure is
 logged and attached to the body's error instead of replacing it.
 """
+import contextlib
 import logging
-import os
 import time
 import uuid
 from types import TracebackType
-from typing import Dict, Optional, Type
+from typing import Optional, Type
 
 from ..backends import get_backend
 from ..backends.base import ClusterBackend
-from ..deck import WorkerTimeline, publish_deck, render_html
+from ..deck import publish_deck, render_html
+from ..environ import connection_variables, environ_set
 from ..errors import ConflictError, ScalingError, UnsupportedOperationError
 from ..framework.confirm import FrameworkOptions, confirm_ready
 from ..models import ReplicaSpec
 from ..progress import Activity, begin_wait, default_reporter, emit_summary
 from ..records import Claim
 from ..summary import phase_line
-from ..tasks.runner import observed_workers, recording
+from ..timeline import WorkerTimeline, observed_workers, recording
 from ..waiting import Deadline
 from ..wording import plural
 from .monitor import PhaseMonitor
@@ -54,7 +55,7 @@ class ClusterPhase:
         self._backend: Optional[ClusterBackend] = None
         self._monitor: Optional[PhaseMonitor] = None
         self._signals = SignalsAsExceptions()
-        self._saved_env: Dict[str, Optional[str]] = {}
+        self._env = contextlib.ExitStack()
         self._claimed = False
         self._finished = False
         self._began = time.monotonic()
@@ -176,22 +177,8 @@ class ClusterPhase:
         )
 
     def _export_env(self, backend: ClusterBackend) -> None:
-        # Domino injects these into runs; the local backend offers them via
-        # connection_env(), an optional extension beyond the protocol.
-        connection_env = getattr(backend, "connection_env", None)
-        if connection_env is None:
-            return
-        for key, value in connection_env(self.ref).items():
-            self._saved_env.setdefault(key, os.environ.get(key))
-            os.environ[key] = value
-
-    def _restore_env(self) -> None:
-        for key, value in self._saved_env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        self._saved_env.clear()
+        # Domino injects these into runs; elsewhere the backend may offer them.
+        self._env.enter_context(environ_set(connection_variables(backend, self.ref)))
 
     def _finish(self, error: Optional[BaseException]) -> None:
         if self._finished:
@@ -200,7 +187,7 @@ class ClusterPhase:
         with self._signals.guard.deferred():
             if self._monitor is not None:
                 self._monitor.stop()
-            self._restore_env()
+            self._env.close()
             try:
                 self._release()
             except Exception as exc:

@@ -1,34 +1,20 @@
-"""Configuration of the scaling task types: fixed when a task is defined, carried in ``custom``.
+"""Configuration of the scaling nodes: fixed when a task is defined, carried in ``custom``.
 
 The same dictionaries travel in the task template's ``custom`` field, so a
 container run and the Flyte connector rebuild exactly the configuration
 that was serialized.
 """
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Dict, Optional, Tuple, Type, TypeVar, Union
+from typing import Any, Dict, Optional, Tuple, Type, TypeVar
 
 from ..backends.base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT
 from ..errors import InvalidInputError
 from ..framework.confirm import FrameworkOptions
 from ..framework.endpoints import validate_url
-from ..refs import ClusterRef, check_cluster, parse_cluster
+from ..refs import cluster_text
 from ..validation import MAX_REPLICAS, validate_replicas, validate_tier_name, validate_timeout
 
 C = TypeVar("C")
-ClusterSpec = Union[str, ClusterRef]
-"""``kind/name``, ``namespace/kind/name``, a bare kind (the run's own cluster) or a ClusterRef."""
-
-
-def cluster_text(cluster: ClusterSpec, field: str = "cluster") -> str:
-    """Check ``cluster`` and return its text form, as task inputs carry it."""
-    if isinstance(cluster, ClusterRef):
-        return str(cluster)
-    return check_cluster(cluster, field)
-
-
-def resolve_cluster(cluster: str, field: str = "cluster") -> ClusterRef:
-    """The cluster that ``cluster`` names; a bare kind means the run's own (``<kind>-$DOMINO_RUN_ID``)."""
-    return parse_cluster(cluster, field)
 
 
 def _backend_name(value: Optional[str]) -> Optional[str]:

@@ -12,9 +12,8 @@ import time
 from typing import Optional
 
 from ..backends.base import ClusterBackend
-from ..deck import WorkerTimeline
 from ..refs import ClusterRef
-from ..tasks.runner import observed_workers
+from ..timeline import WorkerTimeline, observed_workers
 
 logger = logging.getLogger("flytekitplugins_ddlscale")
 

@@ -1,0 +1,35 @@
+"""The connection variables a run sees, set for a block and put back afterwards.
+
+Domino injects ``DASK_SCHEDULER_SERVICE_HOST`` and the like into a run; a
+backend that can say where a cluster's head is (the local one) offers them
+through ``connection_env(ref)``, so code written for Domino runs unchanged.
+"""
+import contextlib
+import os
+from typing import Any, Dict, Iterator, Mapping
+
+from .refs import ClusterRef
+
+
+def connection_variables(backend: Any, ref: ClusterRef) -> Dict[str, str]:
+    """The variables ``backend`` offers for ``ref``; empty when it offers none.
+
+    ``connection_env`` is an optional extension beyond the backend protocol.
+    """
+    connection_env = getattr(backend, "connection_env", None)
+    return dict(connection_env(ref)) if connection_env is not None else {}
+
+
+@contextlib.contextmanager
+def environ_set(values: Mapping[str, str]) -> Iterator[Dict[str, str]]:
+    """Set ``values`` in ``os.environ`` for the block; restore what was there before on exit."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield dict(values)
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
