@@ -1,4 +1,4 @@
-"""The local backend: real Dask clusters made of local scheduler and worker processes.
+"""The local backend's protocol layer: real Dask clusters made of local processes.
 
 A local cluster is one ``dask scheduler`` process plus one ``dask worker``
 process per worker, all detached from the Python process that started them
@@ -6,21 +6,21 @@ and recorded (pid + start time) in the state directory, so separate tasks,
 processes and the ``ddlscale local`` CLI share the same cluster. Every change
 holds the cluster's fcntl lock. ``ready_workers`` counts the workers the
 scheduler itself reports.
+
+This module holds what the protocol means locally (baselines and claims on
+files, via :class:`FileRecordsBackend`; capping at ``max_workers``; waits).
+The processes are the :class:`~.supervisor.ProcessSupervisor`'s, and what
+is particular to Dask is the :class:`~.dask_driver.DaskDriver`'s (the
+interface a Ray or Spark driver implements is :mod:`.driver`).
 """
 import contextlib
 import logging
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Union
 
-from ...errors import (
-    BackendUnavailableError,
-    CapacityExceededError,
-    ClusterNotFoundError,
-    WorkerFailedError,
-)
+from ...errors import CapacityExceededError, ClusterNotFoundError
 from ...filerecords import FileBookkeeping
 from ...filestore import FileRecordStore
 from ...inplace import Reach, state_dir_env
@@ -33,9 +33,12 @@ from ...waiting import Backoff, Deadline, poll_until
 from ...wording import plural
 from ..base import DEFAULT_SCALE_TIMEOUT, BackendCapabilities, Change
 from ..filebacked import FileRecordsBackend
-from . import dask_ops, procs
-from .env import dask_env, environ_set
+from . import procs
+from .dask_driver import DaskDriver
+from .driver import FrameworkDriver
+from .env import environ_set
 from .state import ClusterRecord, LocalStateStore, WorkerRecord
+from .supervisor import ProcessSupervisor
 from .tiers import WorkerShape, default_tier_name, load_catalog
 
 logger = logging.getLogger("flytekitplugins_ddlscale.local")
@@ -112,13 +115,17 @@ class LocalBackend(FileRecordsBackend):
         self.stop_grace = validate_timeout(stop_grace, field="stop_grace")
         self.catalog = load_catalog(tiers_file)
         self.records = FileBookkeeping(FileRecordStore(self.store.records_dir))
+        self.driver: FrameworkDriver = DaskDriver()
+        self.supervisor = ProcessSupervisor(
+            self.store, self.driver, start_timeout=self.start_timeout, stop_grace=self.stop_grace
+        )
 
     # ----------------------------------------------------------- observing
 
     def _observe(self, ref: ClusterRef) -> ClusterState:
         """Live processes and the workers the scheduler sees; :class:`ClusterNotFoundError` when no
         local cluster ``ref`` exists."""
-        return self._observe_record(self._load(ref))
+        return self.supervisor.observe(self._load(ref))
 
     def _observe_for_wait(self, ref: ClusterRef, replicas: int, deadline: Deadline) -> ClusterState:
         return self._observe(ref)
@@ -134,7 +141,7 @@ class LocalBackend(FileRecordsBackend):
         """A JSON-ready report of ``ref``: state, scheduler address, connection variables, processes."""
         self._served(ref)
         record = self._load(ref)
-        state = self._observe_record(record)
+        state = self.supervisor.observe(record)
         return {
             "cluster": str(ref),
             "name": ref.name,
@@ -145,8 +152,8 @@ class LocalBackend(FileRecordsBackend):
             "head_ready": state.head_ready,
             "worker_hw_tier": state.worker_hw_tier,
             "head_hw_tier": state.head_hw_tier,
-            "address": record.address,
-            "env": dask_env(record.host, record.port),
+            "address": self.driver.address(record),
+            "env": self.driver.connection_env(record),
             "scheduler_file": str(self.store.scheduler_file(ref)),
             "scheduler_pid": record.scheduler.pid if record.scheduler else None,
             "workers": [
@@ -161,8 +168,7 @@ class LocalBackend(FileRecordsBackend):
     def connection_env(self, ref: ClusterRef) -> Dict[str, str]:
         """``DASK_SCHEDULER_SERVICE_HOST``/``_PORT`` of ``ref``, as Domino injects them in a run."""
         self._served(ref)
-        record = self._load(ref)
-        return dask_env(record.host, record.port)
+        return self.driver.connection_env(self._load(ref))
 
     @contextlib.contextmanager
     def connected(self, ref: ClusterRef) -> Iterator[Dict[str, str]]:
@@ -207,10 +213,10 @@ class LocalBackend(FileRecordsBackend):
         """Restart a dead scheduler (same port) and missing workers; return the state once whole."""
         self._served(ref)
         timeout = validate_timeout(timeout)
-        with self.store.lock(ref, timeout):
+        with self.supervisor.lock(ref, timeout):
             record = self._load(ref)
             shape = self._shape(record.worker_hw_tier or None, field="worker_hw_tier")
-            started, _ = self._converge(record, record.desired, shape)
+            started, _ = self.supervisor.converge(record, record.desired, shape)
             if started:
                 logger.info("repaired %s: restarted %d worker(s)", ref, len(started))
             return self._wait_started(record, started, record.desired, timeout, progress)
@@ -229,19 +235,17 @@ class LocalBackend(FileRecordsBackend):
         timeout = deadline.timeout
         head_tier = self.catalog.resolve(head_hw_tier, ref.kind, field="head_hw_tier")
         began = time.monotonic()
-        with self.store.lock(ref, timeout):
+        with self.supervisor.lock(ref, timeout):
             record = self._load(ref)
             shape = self._shape(record.worker_hw_tier or None, field="worker_hw_tier")
             started_at = utcnow().isoformat()
-            names = [w.name for w in record.workers if w.tier == shape.tier][: record.desired]
-            self._stop_all(record)
             if head_tier is not None:
                 record.head_hw_tier = head_tier.name
-            started = self._start_cluster_processes(record, shape, record.desired, names=names)
+            started = self.supervisor.restart_head(record, shape)
             if wait:
                 final = self._wait_started(record, started, record.desired, timeout, progress)
             else:
-                final = self._observe_record(record)
+                final = self.supervisor.observe(record)
         return RestartResult(
             cluster=str(ref),
             pod=ref.info.head_pod_name(ref.name) or "scheduler",
@@ -259,11 +263,11 @@ class LocalBackend(FileRecordsBackend):
         Returns False when there was no such cluster.
         """
         self._served(ref)
-        with self.store.lock(ref, validate_timeout(timeout)):
+        with self.supervisor.lock(ref, validate_timeout(timeout)):
             record = self.store.load(ref)
             if record is None:
                 return False
-            self._stop_all(record)
+            self.supervisor.stop_all(record)
             self.store.delete(ref)
         self.records.store.update(ref, lambda stored: stored.clear())
         return True
@@ -281,7 +285,7 @@ class LocalBackend(FileRecordsBackend):
     def _claim(self, ref: ClusterRef, claim_id: str, replicas: int, tier: Optional[str]) -> Claim:
         # The cluster lock keeps a claim from recording a baseline while a
         # reconcile is half-way through changing the processes.
-        with self.store.lock(ref, self.start_timeout):
+        with self.supervisor.lock(ref, self.start_timeout):
             return super()._claim(ref, claim_id, replicas, tier)
 
     # ------------------------------------------------------------ internals
@@ -289,7 +293,7 @@ class LocalBackend(FileRecordsBackend):
     @contextlib.contextmanager
     def _changing(self, ref: ClusterRef, deadline: Deadline) -> Iterator[None]:
         """Every change and its wait hold the cluster's lock, so processes match the records read."""
-        with self.store.lock(ref, deadline.timeout):
+        with self.supervisor.lock(ref, deadline.timeout):
             yield
 
     def _observe_before_change(self, ref: ClusterRef, deadline: Deadline, what: str) -> ClusterState:
@@ -355,11 +359,11 @@ class LocalBackend(FileRecordsBackend):
             return unchanged
         effective = min(replicas, self.max_workers)
         existing = self.store.load(ref)
-        previous = self._observe_record(existing) if existing is not None else _absent(ref)
+        previous = self.supervisor.observe(existing) if existing is not None else _absent(ref)
         record = existing or ClusterRecord(ref=ref, host=self.host, ephemeral=not by_operator)
         record.ephemeral = record.ephemeral and not by_operator
         shape = self._shape(worker_hw_tier or record.worker_hw_tier or None, field="worker_hw_tier")
-        started, old = self._converge(record, effective, shape)
+        started, old = self.supervisor.converge(record, effective, shape)
         result = ScaleResult(
             cluster=str(ref), requested=replicas, effective=effective, capped=effective < replicas,
             previous=previous, final=previous, waited=False, worker_hw_tier=worker_hw_tier,
@@ -380,20 +384,19 @@ class LocalBackend(FileRecordsBackend):
         return self._wait_started(change.detail.record, change.detail.started, replicas, timeout, progress)
 
     def _unwaited(self, ref: ClusterRef, change: Change) -> ClusterState:
-        return self._observe_record(change.detail.record)
+        return self.supervisor.observe(change.detail.record)
 
     def _wait_failed(self, ref: ClusterRef, change: Change) -> None:
         """Only the processes that died are dropped: the new size stays in place."""
-        started: _Started = change.detail
-        self._stop_workers(started.record, [w for w in started.started if not procs.is_alive(w.proc)], retire=False)
+        self.supervisor.drop_dead(change.detail.record, change.detail.started)
 
     def _settled(self, ref: ClusterRef, change: Change, final: ClusterState, waited: bool) -> ClusterState:
         """Old-tier workers are retired once the new ones are up."""
         started: _Started = change.detail
         if not started.old:
             return final
-        self._stop_workers(started.record, started.old, retire=True)
-        return self._observe_record(started.record) if waited else final
+        self.supervisor.stop_workers(started.record, started.old, retire=True)
+        return self.supervisor.observe(started.record) if waited else final
 
     def _reach(self, ref: ClusterRef) -> Reach:
         """How ``ddlscale`` and a new process find this state directory (hence the baseline)."""
@@ -410,138 +413,6 @@ class LocalBackend(FileRecordsBackend):
     def _check_head_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> None:
         self.catalog.resolve(tier, ref.kind, field=field)
 
-    def _converge(
-        self, record: ClusterRecord, replicas: int, shape: WorkerShape
-    ) -> Tuple[List[WorkerRecord], List[WorkerRecord]]:
-        """Bring processes to ``replicas`` workers of ``shape``; return (started, old-tier workers).
-
-        Old-tier workers are left running for the caller to retire once the
-        new ones are up. A dead scheduler is restarted on its port first.
-        """
-        started: List[WorkerRecord] = []
-        old: List[WorkerRecord] = []
-        if record.scheduler is None or not procs.is_alive(record.scheduler):
-            if record.workers:
-                logger.warning("%s: the scheduler had exited; restarting it and its workers", record.ref)
-            self._stop_all(record)
-            if record.port and not _port_is_free(record.host, record.port):
-                # Stale state (e.g. after a reboot): every worker is new anyway, so move.
-                logger.warning("%s: port %d is taken now; the scheduler moves", record.ref, record.port)
-                record.port = 0
-            started = self._start_cluster_processes(record, shape, replicas)
-        else:
-            lost = [w.name for w in record.workers if not procs.is_alive(w.proc)]
-            if lost:
-                logger.warning("%s: worker process(es) %s had exited; replacing them", record.ref, lost)
-            record.workers = [w for w in record.workers if procs.is_alive(w.proc)]
-            same = [w for w in record.workers if w.tier == shape.tier]
-            old = [w for w in record.workers if w.tier != shape.tier]
-            if len(same) < replicas:
-                started = self._start_workers(record, shape, replicas - len(same))
-            elif len(same) > replicas:
-                self._stop_workers(record, same[replicas:], retire=True)
-        record.worker_hw_tier, record.desired = shape.tier, replicas
-        self.store.save(record)
-        return started, old
-
-    def _start_scheduler(self, record: ClusterRecord) -> None:
-        """Start the scheduler on the recorded port (a free one for a new cluster); do not wait.
-
-        Workers may be started at once, since they keep trying to connect;
-        callers then wait with :meth:`_await_scheduler`.
-        """
-        if record.port == 0:
-            record.port = _free_port(record.host)
-        record.scheduler = procs.spawn_detached(
-            dask_ops.scheduler_argv(record.host, record.port, str(self.store.scheduler_file(record.ref))),
-            self.store.log_path(record.ref, "scheduler"),
-        )
-        self.store.save(record)
-
-    def _await_scheduler(self, record: ClusterRecord) -> None:
-        """Wait up to ``start_timeout`` until the scheduler answers; stop it and raise if it does not."""
-        log = self.store.log_path(record.ref, "scheduler")
-        deadline = time.monotonic() + self.start_timeout
-        while dask_ops.scheduler_workers(record.address) is None:
-            assert record.scheduler is not None
-            if not procs.is_alive(record.scheduler):
-                raise BackendUnavailableError(
-                    f"the Dask scheduler of {record.ref} exited while starting on port "
-                    f"{record.port}; {log}:\n{procs.log_tail(log)}",
-                    cluster=str(record.ref),
-                )
-            if time.monotonic() >= deadline:
-                raise BackendUnavailableError(
-                    f"the Dask scheduler of {record.ref} did not answer within "
-                    f"{self.start_timeout:.0f}s; {log}:\n{procs.log_tail(log)}",
-                    cluster=str(record.ref),
-                )
-            time.sleep(0.05)
-
-    def _start_cluster_processes(
-        self, record: ClusterRecord, shape: WorkerShape, count: int, names: Optional[List[str]] = None
-    ) -> List[WorkerRecord]:
-        """Start the scheduler and ``count`` workers together; stop them all if the scheduler fails."""
-        self._start_scheduler(record)
-        started = self._start_workers(record, shape, count, names=names)
-        try:
-            self._await_scheduler(record)
-        except BackendUnavailableError:
-            self._stop_all(record)
-            raise
-        return started
-
-    def _start_workers(
-        self, record: ClusterRecord, shape: WorkerShape, count: int, names: Optional[List[str]] = None
-    ) -> List[WorkerRecord]:
-        started = []
-        workdir = self.store.cluster_dir(record.ref) / "work"
-        workdir.mkdir(parents=True, exist_ok=True)
-        for index in range(count):
-            if names is not None and index < len(names):
-                name = names[index]
-            else:
-                name = f"{record.ref.info.worker_pod_prefix(record.ref.name)}{record.next_index}"
-                record.next_index += 1
-            proc = procs.spawn_detached(
-                dask_ops.worker_argv(
-                    record.address, name, shape.nthreads, shape.memory_limit, str(workdir), record.host
-                ),
-                self.store.log_path(record.ref, name),
-            )
-            worker = WorkerRecord(name, proc, shape.tier, shape.nthreads, shape.memory_limit)
-            record.workers.append(worker)
-            started.append(worker)
-            # Saved after each spawn so a crash here still leaves every pid recorded.
-            self.store.save(record)
-        return started
-
-    def _stop_workers(self, record: ClusterRecord, workers: List[WorkerRecord], retire: bool) -> None:
-        """Retire ``workers`` through the scheduler (data moves off them), then make sure they exit."""
-        if not workers:
-            return
-        retired = False
-        if retire and record.scheduler is not None and procs.is_alive(record.scheduler):
-            try:
-                dask_ops.retire_workers(record.address, [w.name for w in workers], self.stop_grace)
-                retired = True
-            except BackendUnavailableError as exc:
-                logger.warning("%s; terminating the workers instead", exc.message)
-        procs.stop_processes([w.proc for w in workers], self.stop_grace, asked=retired)
-        gone = {w.name for w in workers}
-        record.workers = [w for w in record.workers if w.name not in gone]
-        self.store.save(record)
-
-    def _stop_all(self, record: ClusterRecord) -> None:
-        """Stop the scheduler first (it closes its workers cleanly), then any worker still running."""
-        closing = record.scheduler is not None and procs.is_alive(record.scheduler)
-        if record.scheduler is not None:
-            procs.stop_processes([record.scheduler], self.stop_grace)
-        procs.stop_processes([w.proc for w in record.workers], self.stop_grace, asked=closing)
-        record.scheduler = None
-        record.workers = []
-        self.store.save(record)
-
     def _wait_started(
         self,
         record: ClusterRecord,
@@ -550,34 +421,17 @@ class LocalBackend(FileRecordsBackend):
         timeout: float,
         progress: Optional[ProgressReporter],
     ) -> ClusterState:
-        """Wait until the scheduler sees ``replicas`` workers; fail fast if a new worker exits."""
+        """Wait until the head sees ``replicas`` workers; fail fast if a new worker or the head exits."""
 
         def read() -> ClusterState:
-            state = self._observe_record(record)
-            for worker in started:
-                if not procs.is_alive(worker.proc) and worker in record.workers:
-                    log = self.store.log_path(record.ref, worker.name)
-                    raise WorkerFailedError(
-                        f"local Dask worker {worker.name} exited before joining; {log}:\n"
-                        f"{procs.log_tail(log)}",
-                        pod=worker.name,
-                        reason="ProcessExited",
-                        cluster=str(record.ref),
-                        state=state,
-                    )
-            if record.scheduler is None or not procs.is_alive(record.scheduler):
-                log = self.store.log_path(record.ref, "scheduler")
-                raise BackendUnavailableError(
-                    f"the Dask scheduler of {record.ref} exited; {log}:\n{procs.log_tail(log)}",
-                    cluster=str(record.ref),
-                    state=state,
-                )
+            state = self.supervisor.observe(record)
+            self.supervisor.check_started(record, started, state)
             return state
 
         return self._poll(read, record.ref, replicas, timeout, progress)
 
-    @staticmethod
     def _poll(
+        self,
         read: Callable[[], ClusterState],
         ref: ClusterRef,
         replicas: int,
@@ -587,7 +441,7 @@ class LocalBackend(FileRecordsBackend):
         return poll_until(
             read,
             lambda s: bool(s.head_ready) and s.workers_up(replicas),
-            what=f"{plural(replicas, 'worker')} seen by the Dask scheduler of {ref}",
+            what=f"{plural(replicas, 'worker')} seen by the {self.driver.head_label} of {ref}",
             target=replicas,
             count=lambda s: s.ready_workers or 0,
             timeout=timeout,
@@ -595,43 +449,15 @@ class LocalBackend(FileRecordsBackend):
             progress=progress,
         )
 
-    def _observe_record(self, record: ClusterRecord) -> ClusterState:
-        scheduler_up = record.scheduler is not None and procs.is_alive(record.scheduler)
-        seen = dask_ops.scheduler_workers(record.address) if scheduler_up else None
-        alive = [w for w in record.workers if procs.is_alive(w.proc)]
-        ready = 0
-        if seen is not None:
-            ready = sum(1 for w in alive if w.name in seen and w.tier == record.worker_hw_tier)
-        if seen is None:
-            status = "Failed"
-        elif ready == record.desired and len(alive) == record.desired:
-            status = "Running"
-        elif len(alive) > record.desired and all(w.name in seen for w in alive):
-            # Workers start before the record's desired count is raised; only
-            # surplus workers that already joined are on their way out.
-            status = "Stopping"
-        else:
-            status = "Starting"
-        return ClusterState(
-            cluster=str(record.ref),
-            status=status,
-            desired_workers=record.desired,
-            existing_workers=len(alive),
-            ready_workers=ready,
-            head_ready=seen is not None,
-            worker_hw_tier=record.worker_hw_tier or None,
-            head_hw_tier=record.head_hw_tier,
-        )
-
     def _observe_or_absent(self, ref: ClusterRef) -> ClusterState:
         record = self.store.load(ref)
-        return self._observe_record(record) if record is not None else _absent(ref)
+        return self.supervisor.observe(record) if record is not None else _absent(ref)
 
     def _down_locked(self, ref: ClusterRef, record: Optional[ClusterRecord]) -> ScaleResult:
         """Stop and forget a cluster (its baseline is already gone) for a caller holding its lock."""
-        previous = self._observe_record(record) if record is not None else _absent(ref)
+        previous = self.supervisor.observe(record) if record is not None else _absent(ref)
         if record is not None:
-            self._stop_all(record)
+            self.supervisor.stop_all(record)
             self.store.delete(ref)
         return _downed(ref, previous)
 
@@ -656,24 +482,6 @@ class LocalBackend(FileRecordsBackend):
             f"the local backend runs Dask clusters only; {ref} is a {ref.kind} cluster. "
             f"Use ClusterRef('dask', ...) locally, or the scaler or kubernetes backend for {ref.kind}"
         )
-
-
-def _port_is_free(host: str, port: int) -> bool:
-    """Whether ``host:port`` can be bound right now (nothing else listens there)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def _free_port(host: str) -> int:
-    """A port nothing listens on right now; the scheduler binds it moments later."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
 
 
 def _absent(ref: ClusterRef) -> ClusterState:
