@@ -1,13 +1,16 @@
-"""The backend contract: what every way of reaching a cluster must offer.
+"""The backend contract, and the base class that fulfils it once for every backend.
 
 ``ScaleCluster``, ``RestartHead``, ``@distributed_phase`` and the CLI speak
-only this protocol, so the scaler service, Kubernetes and the local backend
-are interchangeable behind them.
+only the :class:`ClusterBackend` protocol, so the scaler service, Kubernetes
+and the local backend are interchangeable behind them. Each built-in backend
+subclasses :class:`BaseBackend`, which owns the protocol's public methods
+and leaves small hooks to the backend; a third-party backend may do the same
+or implement the protocol directly.
 """
 import contextlib
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, FrozenSet, Iterator, Optional, Protocol, TypeVar, Union, runtime_checkable
+from typing import Any, Dict, FrozenSet, Iterator, Optional, Protocol, Tuple, TypeVar, Union, runtime_checkable
 
 from ..errors import InvalidInputError, ScalingTimeoutError, UnsupportedOperationError, WorkerFailedError
 from ..inplace import Reach, check_reachable, left_in_place
@@ -277,12 +280,7 @@ class BaseBackend:
         out or a worker cannot start, the change stays in place and the error
         names it and the command that restores the baseline.
         """
-        replicas = validate_replicas(replicas)
-        tier = validate_tier_name(worker_hw_tier)
-        timeout = validate_timeout(timeout)
-        self._served(ref)
-        self._check_tier(ref, tier, "worker_hw_tier")
-        deadline = Deadline(timeout)
+        replicas, tier, deadline = self._check_size_request(ref, replicas, worker_hw_tier, timeout)
         with self._changing(ref, deadline):
             change = self._scale_change(ref, replicas, tier, strict, deadline)
             return self._finish(ref, change, wait, deadline, progress)
@@ -388,6 +386,17 @@ class BaseBackend:
         if ref.kind not in self.capabilities.kinds:
             raise UnsupportedOperationError(self._unserved(ref), cluster=str(ref))
         return ref
+
+    def _check_size_request(
+        self, ref: ClusterRef, replicas: object, worker_hw_tier: Optional[str], timeout: object
+    ) -> Tuple[int, Optional[str], Deadline]:
+        """The checked worker count, tier name and the operation's deadline of a request to resize ``ref``."""
+        count = validate_replicas(replicas)
+        tier = validate_tier_name(worker_hw_tier)
+        seconds = validate_timeout(timeout)
+        self._served(ref)
+        self._check_tier(ref, tier, "worker_hw_tier")
+        return count, tier, Deadline(seconds)
 
     def _check_target(self, ref: ClusterRef, target: Optional[ReplicaSpec]) -> None:
         """Refuse a bad restore ``target`` before anything changes."""

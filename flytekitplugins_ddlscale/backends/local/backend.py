@@ -28,7 +28,7 @@ from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleR
 from ...progress import ProgressReporter
 from ...records import Claim
 from ...refs import ClusterRef
-from ...validation import validate_replicas, validate_tier_name, validate_timeout
+from ...validation import validate_replicas, validate_timeout
 from ...waiting import Backoff, Deadline, poll_until
 from ...wording import plural
 from ..base import DEFAULT_SCALE_TIMEOUT, BackendCapabilities, Change
@@ -192,12 +192,7 @@ class LocalBackend(FileRecordsBackend):
         Unlike :meth:`scale` this records no baseline: it is the operator
         setting the size a later flow's baseline will see.
         """
-        replicas = validate_replicas(replicas)
-        tier = validate_tier_name(worker_hw_tier)
-        timeout = validate_timeout(timeout)
-        self._served(ref)
-        self._check_tier(ref, tier, "worker_hw_tier")
-        deadline = Deadline(timeout)
+        replicas, tier, deadline = self._check_size_request(ref, replicas, worker_hw_tier, timeout)
         with self._changing(ref, deadline):
             change = self._apply(ref, replicas, tier, by_operator=True)
             # ``up`` records no baseline, so a failed wait has nothing to restore.
