@@ -8,23 +8,15 @@ annotations (:mod:`.records`).
 """
 from typing import Callable, Dict, Optional, TypeVar
 
-from .errors import InvalidInputError
 from .filestore import FileRecordStore
 from .models import Baseline, ClusterState
 from .records import Claim, decode_baseline, decode_claims, encode_baseline, encode_claims, largest_claim
 from .refs import ClusterRef
-from .validation import validate_replicas, validate_tier_name
+from .validation import validate_claim_id, validate_replicas, validate_tier_name
 
 T = TypeVar("T")
 BASELINE_KEY = "baseline"
 CLAIMS_KEY = "claims"
-
-
-def validate_claim_id(claim_id: object) -> str:
-    """Return ``claim_id`` if it is a non-empty string, else raise :class:`InvalidInputError`."""
-    if not isinstance(claim_id, str) or not claim_id.strip():
-        raise InvalidInputError("claim_id", claim_id, "a non-empty string naming the phase")
-    return claim_id
 
 
 class FileBookkeeping:

@@ -37,3 +37,10 @@ def validate_tier_name(value: Optional[object], field: str = "worker_hw_tier") -
     if not isinstance(value, str) or not value.strip():
         raise InvalidInputError(field, value, "a non-empty hardware tier name, or None")
     return value.strip()
+
+
+def validate_claim_id(claim_id: object) -> str:
+    """Return ``claim_id`` if it is a non-empty string, else raise :class:`InvalidInputError`."""
+    if not isinstance(claim_id, str) or not claim_id.strip():
+        raise InvalidInputError("claim_id", claim_id, "a non-empty string naming the phase")
+    return claim_id

@@ -13,7 +13,9 @@ from typing import Callable, Dict, Iterator, Optional
 import pytest
 
 from flytekitplugins_ddlscale import ClusterRef, InvalidInputError, ScalingTimeoutError, WorkerFailedError
-from flytekitplugins_ddlscale.errors import UnreachableWaitError
+from flytekitplugins_ddlscale.errors import UnreachableWaitError, UnsupportedOperationError
+from flytekitplugins_ddlscale.models import ReplicaSpec
+from flytekitplugins_ddlscale.refs import KINDS
 from flytekitplugins_ddlscale.waiting import Backoff
 from tests.contract_support import run_shell, write_kubeconfig
 from tests.servers.k8s_server import K8sTestServer
@@ -304,3 +306,64 @@ def test_remedy_text_quotes_settings_and_survives_pickling():
 
     unreachable = pickle.loads(pickle.dumps(UnreachableWaitError(5, desired=2, maximum=4, cluster="ray/x")))
     assert (unreachable.field, unreachable.value, unreachable.desired, unreachable.maximum) == ("replicas", 5, 2, 4)
+
+
+# ----- part 5: one base: the same input checks, `with` and connection_env on every backend -----
+
+BAD_INPUT = [
+    ("scale", lambda b, ref: b.scale(ref, -1), "replicas"),
+    ("scale", lambda b, ref: b.scale(ref, True), "replicas"),
+    ("scale", lambda b, ref: b.scale(ref, 2, "  "), "worker_hw_tier"),
+    ("scale", lambda b, ref: b.scale(ref, 2, timeout=0), "timeout"),
+    ("wait", lambda b, ref: b.wait_for_workers(ref, 1, timeout=float("nan")), "timeout"),
+    ("restart", lambda b, ref: b.restart_head(ref, "", timeout=30), "head_hw_tier"),
+    ("restore", lambda b, ref: b.restore_baseline(ref, target=3), "target"),
+    ("restore", lambda b, ref: b.restore_baseline(ref, target=ReplicaSpec(-2)), "target.replicas"),
+    ("reconcile", lambda b, ref: b.reconcile(ref, target=ReplicaSpec(2, worker_hw_tier="")), "target.worker_hw_tier"),
+    ("claim", lambda b, ref: b.claim(ref, "", 2), "claim_id"),
+    ("claim", lambda b, ref: b.claim(ref, "phase-a", 1.5), "replicas"),
+    ("release", lambda b, ref: b.release(ref, None), "claim_id"),
+    ("get_state", lambda b, ref: b.get_state(f"{ref.kind}/{ref.name}"), "ref"),
+]
+
+
+def test_bad_input_is_refused_alike_by_every_backend_before_anything_changes(world):
+    for _, call, field_name in BAD_INPUT:
+        with pytest.raises(InvalidInputError) as caught:
+            call(world.backend, world.ref)
+        assert caught.value.field == field_name, (field_name, caught.value)
+    assert world.desired() == 1
+    assert world.backend.get_baseline(world.ref) is None and world.backend.claims(world.ref) == {}
+
+
+def test_a_kind_the_backend_does_not_serve_is_refused_before_any_request(world):
+    unserved = sorted(set(KINDS) - world.backend.capabilities.kinds)
+    if not unserved:
+        pytest.skip(f"the {world.backend.name} backend serves every kind")
+    ref = ClusterRef(unserved[0], "other")
+    for call in (
+        lambda: world.backend.get_state(ref),
+        lambda: world.backend.scale(ref, 1),
+        lambda: world.backend.claim(ref, "a", 1),
+        lambda: world.backend.claims(ref),
+        lambda: world.backend.connection_env(ref),
+    ):
+        with pytest.raises(UnsupportedOperationError, match=unserved[0]):
+            call()
+    assert world.desired() == 1
+
+
+def test_every_backend_is_a_context_manager_offering_connection_env(world):
+    from flytekitplugins_ddlscale.backends import ClusterBackend
+    from flytekitplugins_ddlscale.backends.base import BaseBackend
+
+    assert isinstance(world.backend, BaseBackend) and isinstance(world.backend, ClusterBackend)
+    with world.backend as backend:
+        assert backend is world.backend
+        env = backend.connection_env(world.ref)
+        assert observed(backend.get_state(world.ref)) == 1
+    if world.backend.name == "local":
+        record = world.backend.store.load(world.ref)
+        assert env == {"DASK_SCHEDULER_SERVICE_HOST": record.host, "DASK_SCHEDULER_SERVICE_PORT": str(record.port)}
+    else:
+        assert env == {}  # on Domino the platform injects the head's address itself

@@ -23,6 +23,7 @@ from .base import (
     DEFAULT_RESTART_TIMEOUT,
     DEFAULT_SCALE_TIMEOUT,
     BackendCapabilities,
+    BaseBackend,
     ClusterBackend,
 )
 
@@ -84,6 +85,7 @@ __all__ = [
     "BACKEND_ENV",
     "BUILTIN_BACKENDS",
     "BackendCapabilities",
+    "BaseBackend",
     "ClusterBackend",
     "DEFAULT_RESTART_TIMEOUT",
     "DEFAULT_SCALE_TIMEOUT",

@@ -1,16 +1,27 @@
-"""The backend contract: what every way of reaching a cluster must offer.
+"""The backend contract, and the base class that fulfils it once for every backend.
 
 ``ScaleCluster``, ``RestartHead``, ``@distributed_phase`` and the CLI speak
-only this protocol, so the scaler service, Kubernetes and the local backend
-are interchangeable behind them.
+only the :class:`ClusterBackend` protocol, so the scaler service, Kubernetes
+and the local backend are interchangeable behind them. Each built-in backend
+subclasses :class:`BaseBackend`, which owns the protocol's public methods
+and leaves small hooks to the backend; a third-party backend may do the same
+or implement the protocol directly.
 """
+import contextlib
+import time
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, Optional, Protocol, runtime_checkable
+from typing import Any, Dict, FrozenSet, Iterator, Optional, Protocol, Tuple, TypeVar, Union, runtime_checkable
 
+from ..errors import InvalidInputError, ScalingTimeoutError, UnsupportedOperationError, WorkerFailedError
+from ..inplace import Reach, check_reachable, left_in_place
 from ..models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult
 from ..progress import ProgressReporter
 from ..records import Claim
 from ..refs import ClusterRef
+from ..validation import validate_claim_id, validate_replicas, validate_tier_name, validate_timeout
+from ..waiting import Deadline
+
+B = TypeVar("B", bound="BaseBackend")
 
 DEFAULT_SCALE_TIMEOUT = 900.0
 """Seconds a scale waits for workers by default: GPU nodes can take minutes to join."""
@@ -158,3 +169,385 @@ class ClusterBackend(Protocol):
     def close(self) -> None:
         """Release connections and background resources."""
         ...
+
+
+@dataclass
+class Change:
+    """A change a backend has sent or made, before the wait for its workers.
+
+    ``result`` is what the change did (``waited`` False, ``final`` the state
+    right after it); ``restoring`` whether it put back a baseline or restore
+    target; ``detail`` is what the backend's own wait needs about it (the tier
+    id the new workers carry, the processes just started).
+    """
+
+    result: ScaleResult
+    restoring: bool = False
+    detail: Any = None
+
+
+class BaseBackend:
+    """The protocol's methods, done once; a backend subclasses it and implements the hooks.
+
+    Every public method checks its input first (replicas, timeout, tier
+    names, claim ids, restore targets, the kind served), so a bad argument
+    raises :class:`InvalidInputError` naming the field (or
+    :class:`UnsupportedOperationError` for a kind not served) before anything
+    is sent. A scale, restore or reconcile is one :class:`Change`
+    (``_scale_change``, ``_restore_change``, ``_reconcile_change``) made under
+    ``_changing`` and then, with ``wait``, waited for by ``_wait_workers``; a
+    wait that times out or sees a worker fail leaves the change in place and
+    the error names it and its remedy (:func:`inplace.left_in_place`). A wait
+    for more workers than the cluster will ever have is refused at once
+    (:func:`inplace.check_reachable`). The records hooks (``_record_baseline``,
+    ``_get_baseline``, ``_claim``, ``_release``, ``_claims``) store baselines
+    and claims: on files (:class:`FileRecordsBackend`) or with the cluster.
+    """
+
+    name: str = "base"
+    capabilities: BackendCapabilities
+    size_setting = "spec.worker.replicas"
+    """What holds a cluster's size, as errors name it (left in place, unreachable waits)."""
+    maximum_setting = "maxReplicas"
+    """What bounds a cluster's size, as errors name it."""
+
+    # ------------------------------------------------------------ lifecycle
+
+    def __enter__(self: B) -> B:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release connections and background resources (none by default)."""
+
+    def connection_env(self, ref: ClusterRef) -> Dict[str, str]:
+        """The variables code in a run uses to reach ``ref``'s head, as Domino injects them.
+
+        Empty by default: on Domino the platform injects them itself; the
+        local backend returns its own head's address.
+        """
+        self._served(ref)
+        return {}
+
+    # ------------------------------------------------------------- protocol
+
+    def get_state(self, ref: ClusterRef) -> ClusterState:
+        """Observe the cluster now."""
+        return self._observe(self._served(ref))
+
+    def wait_for_workers(
+        self,
+        ref: ClusterRef,
+        replicas: int,
+        *,
+        timeout: float = DEFAULT_SCALE_TIMEOUT,
+        progress: Optional[ProgressReporter] = None,
+    ) -> ClusterState:
+        """Return once ``replicas`` workers are up; raise ``ScalingTimeoutError`` at ``timeout``.
+
+        A count above the desired one or the maximum raises
+        ``UnreachableWaitError`` at once: such a wait could never end.
+        """
+        replicas = validate_replicas(replicas)
+        timeout = validate_timeout(timeout)
+        self._served(ref)
+        deadline = Deadline(timeout)
+        state = self._observe_for_wait(ref, replicas, deadline)
+        if state is not None:
+            check_reachable(
+                replicas, desired=state.desired_workers, maximum=self._maximum(state), cluster=state.cluster,
+                desired_name=self.size_setting, maximum_name=self.maximum_setting, state=state,
+            )
+        return self._wait_workers(ref, replicas, deadline.remaining, progress, None, state)
+
+    def scale(
+        self,
+        ref: ClusterRef,
+        replicas: int,
+        worker_hw_tier: Optional[str] = None,
+        *,
+        wait: bool = True,
+        timeout: float = DEFAULT_SCALE_TIMEOUT,
+        strict: bool = False,
+        progress: Optional[ProgressReporter] = None,
+    ) -> ScaleResult:
+        """Set the worker count (and tier); with ``wait``, return once they are up.
+
+        Records the baseline first if none is recorded. ``strict`` refuses a
+        request above the maximum instead of capping it. If the wait times
+        out or a worker cannot start, the change stays in place and the error
+        names it and the command that restores the baseline.
+        """
+        replicas, tier, deadline = self._check_size_request(ref, replicas, worker_hw_tier, timeout)
+        with self._changing(ref, deadline):
+            change = self._scale_change(ref, replicas, tier, strict, deadline)
+            return self._finish(ref, change, wait, deadline, progress)
+
+    def restart_head(
+        self,
+        ref: ClusterRef,
+        head_hw_tier: Optional[str] = None,
+        *,
+        wait: bool = True,
+        timeout: float = DEFAULT_RESTART_TIMEOUT,
+        progress: Optional[ProgressReporter] = None,
+    ) -> RestartResult:
+        """Replace the head (on a new tier if given); with ``wait``, until it is Ready."""
+        tier = validate_tier_name(head_hw_tier, field="head_hw_tier")
+        timeout = validate_timeout(timeout)
+        self._served(ref)
+        return self._restart_head(ref, tier, wait, Deadline(timeout), progress)
+
+    def record_baseline(self, ref: ClusterRef) -> Baseline:
+        """Record the cluster's current size and tiers unless already recorded; return the baseline."""
+        return self._record_baseline(self._served(ref))
+
+    def get_baseline(self, ref: ClusterRef) -> Optional[Baseline]:
+        """The recorded baseline, or None."""
+        return self._get_baseline(self._served(ref))
+
+    def restore_baseline(
+        self,
+        ref: ClusterRef,
+        target: Optional[ReplicaSpec] = None,
+        *,
+        wait: bool = True,
+        timeout: float = DEFAULT_SCALE_TIMEOUT,
+        progress: Optional[ProgressReporter] = None,
+    ) -> ScaleResult:
+        """Put the cluster back to the recorded baseline (or ``target``), then forget the baseline
+        and every claim (claims left by killed processes would otherwise inflate the next phase).
+
+        If the wait times out, the restored size stays in place and the error says how to keep waiting.
+        """
+        timeout = validate_timeout(timeout)
+        self._served(ref)
+        self._check_target(ref, target)
+        deadline = Deadline(timeout)
+        with self._changing(ref, deadline):
+            change = self._restore_change(ref, target, deadline)
+            return self._finish(ref, change, wait, deadline, progress)
+
+    def claim(
+        self, ref: ClusterRef, claim_id: str, replicas: int, worker_hw_tier: Optional[str] = None
+    ) -> Claim:
+        """Register that ``claim_id`` needs ``replicas`` workers; return the largest live claim.
+
+        Records the baseline first if none is recorded, in the same atomic
+        step as the claim. An unknown tier is refused before anything is written.
+        """
+        validate_claim_id(claim_id)
+        replicas = validate_replicas(replicas)
+        tier = validate_tier_name(worker_hw_tier)
+        self._served(ref)
+        self._check_tier(ref, tier, "worker_hw_tier")
+        return self._claim(ref, claim_id, replicas, tier)
+
+    def reconcile(
+        self,
+        ref: ClusterRef,
+        target: Optional[ReplicaSpec] = None,
+        *,
+        wait: bool = True,
+        timeout: float = DEFAULT_SCALE_TIMEOUT,
+        progress: Optional[ProgressReporter] = None,
+    ) -> Optional[ScaleResult]:
+        """Scale to the largest live claim, or, when no claim remains, restore the baseline (or
+        ``target``) and forget the baseline; None when there is neither claim nor baseline.
+
+        The decision and the change are atomic with respect to concurrent
+        claims and releases; with ``wait``, returns once the workers are up.
+        """
+        timeout = validate_timeout(timeout)
+        self._served(ref)
+        self._check_target(ref, target)
+        deadline = Deadline(timeout)
+        with self._changing(ref, deadline):
+            change = self._reconcile_change(ref, target, deadline)
+            return None if change is None else self._finish(ref, change, wait, deadline, progress)
+
+    def release(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
+        """Drop ``claim_id``; return the largest remaining claim, or None when none remain."""
+        validate_claim_id(claim_id)
+        return self._release(self._served(ref), claim_id)
+
+    def claims(self, ref: ClusterRef) -> Dict[str, Claim]:
+        """The live claims of ``ref`` by claim id (empty when none)."""
+        return self._claims(self._served(ref))
+
+    # ------------------------------------------------------- done once here
+
+    def _served(self, ref: ClusterRef) -> ClusterRef:
+        """``ref``, after refusing what is not a :class:`ClusterRef` or a kind this backend does not serve."""
+        if not isinstance(ref, ClusterRef):
+            raise InvalidInputError("ref", ref, "a ClusterRef")
+        if ref.kind not in self.capabilities.kinds:
+            raise UnsupportedOperationError(self._unserved(ref), cluster=str(ref))
+        return ref
+
+    def _check_size_request(
+        self, ref: ClusterRef, replicas: object, worker_hw_tier: Optional[str], timeout: object
+    ) -> Tuple[int, Optional[str], Deadline]:
+        """The checked worker count, tier name and the operation's deadline of a request to resize ``ref``."""
+        count = validate_replicas(replicas)
+        tier = validate_tier_name(worker_hw_tier)
+        seconds = validate_timeout(timeout)
+        self._served(ref)
+        self._check_tier(ref, tier, "worker_hw_tier")
+        return count, tier, Deadline(seconds)
+
+    def _check_target(self, ref: ClusterRef, target: Optional[ReplicaSpec]) -> None:
+        """Refuse a bad restore ``target`` before anything changes."""
+        if target is None:
+            return
+        if not isinstance(target, ReplicaSpec):
+            raise InvalidInputError("target", target, "a ReplicaSpec or None")
+        validate_replicas(target.replicas, field="target.replicas")
+        self._check_tier(ref, validate_tier_name(target.worker_hw_tier, field="target.worker_hw_tier"),
+                         "target.worker_hw_tier")
+        self._check_head_tier(ref, validate_tier_name(target.head_hw_tier, field="target.head_hw_tier"),
+                              "target.head_hw_tier")
+
+    def _finish(
+        self,
+        ref: ClusterRef,
+        change: Union[Change, ScaleResult],
+        wait: bool,
+        deadline: Deadline,
+        progress: Optional[ProgressReporter],
+        *,
+        explain: bool = True,
+    ) -> ScaleResult:
+        """The result of ``change``; with ``wait``, once its workers are up.
+
+        A wait that times out or sees a worker fail leaves the change in place
+        (``explain``: the error names it and the remedy). A plain
+        :class:`ScaleResult` is a change that had nothing to wait for.
+        """
+        if isinstance(change, ScaleResult):
+            return change
+        result = change.result
+        began = time.monotonic()
+        if wait:
+            try:
+                final = self._wait_workers(ref, result.effective, deadline.left_for_wait(), progress, change, result.final)
+            except (ScalingTimeoutError, WorkerFailedError) as error:
+                self._wait_failed(ref, change)
+                if not explain:
+                    raise
+                raise left_in_place(
+                    error, self._reach(ref), self.size_setting, result.effective, restoring=change.restoring
+                ) from None
+        else:
+            final = self._unwaited(ref, change)
+        result.final = self._settled(ref, change, final, wait)
+        result.waited = wait
+        result.seconds_waited = time.monotonic() - began if wait else 0.0
+        return result
+
+    # ------------------------------------------------------- backend hooks
+
+    def _unserved(self, ref: ClusterRef) -> str:
+        """Why ``ref``'s kind is not served, and what serves it."""
+        return (
+            f"the {self.name} backend does not serve {ref.kind} clusters "
+            f"(it serves {', '.join(sorted(self.capabilities.kinds))})"
+        )
+
+    def _check_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> None:
+        """Refuse a worker tier name this backend knows to be wrong (default: the cluster judges it)."""
+
+    def _check_head_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> None:
+        """Refuse a head tier this backend cannot set or knows to be wrong."""
+        if tier is not None and not self.capabilities.head_tier:
+            raise UnsupportedOperationError(
+                f"the {self.name} backend cannot change the head's hardware tier; use the kubernetes backend",
+                cluster=str(ref),
+            )
+
+    @contextlib.contextmanager
+    def _changing(self, ref: ClusterRef, deadline: Deadline) -> Iterator[None]:
+        """Held around a change and its wait (default: nothing; the local backend holds its cluster lock)."""
+        yield
+
+    def _maximum(self, state: ClusterState) -> Optional[int]:
+        """The most workers ``state``'s cluster can have (None: no bound known)."""
+        return state.autoscaling_max
+
+    def _unwaited(self, ref: ClusterRef, change: Change) -> ClusterState:
+        """The state to report after a change not waited for."""
+        return change.result.final
+
+    def _wait_failed(self, ref: ClusterRef, change: Change) -> None:
+        """Tidy up after the wait for ``change`` failed; the change itself stays."""
+
+    def _settled(self, ref: ClusterRef, change: Change, final: ClusterState, waited: bool) -> ClusterState:
+        """Finish ``change`` once its workers are up (or not waited for); return the state to report."""
+        return final
+
+    def _observe(self, ref: ClusterRef) -> ClusterState:
+        """The cluster now."""
+        raise NotImplementedError
+
+    def _observe_for_wait(self, ref: ClusterRef, replicas: int, deadline: Deadline) -> Optional[ClusterState]:
+        """The cluster at the start of a wait, to refuse an impossible one; None when it cannot be read
+        now but may be before ``deadline`` (the wait then rides out the outage)."""
+        raise NotImplementedError
+
+    def _wait_workers(
+        self,
+        ref: ClusterRef,
+        replicas: int,
+        timeout: float,
+        progress: Optional[ProgressReporter],
+        change: Optional[Change],
+        last: Optional[ClusterState],
+    ) -> ClusterState:
+        """Wait until ``replicas`` workers are up (after ``change``, if given); ``last`` is the latest state seen."""
+        raise NotImplementedError
+
+    def _reach(self, ref: ClusterRef) -> Reach:
+        """How ``ddlscale`` and a new process reach this cluster and its records (for remedies)."""
+        raise NotImplementedError
+
+    def _scale_change(
+        self, ref: ClusterRef, replicas: int, tier: Optional[str], strict: bool, deadline: Deadline
+    ) -> Union[Change, ScaleResult]:
+        """Record the baseline if none is, then set ``replicas`` workers (and ``tier``)."""
+        raise NotImplementedError
+
+    def _restore_change(
+        self, ref: ClusterRef, target: Optional[ReplicaSpec], deadline: Deadline
+    ) -> Union[Change, ScaleResult]:
+        """Put back the baseline (or ``target``); forget the baseline and every claim."""
+        raise NotImplementedError
+
+    def _reconcile_change(
+        self, ref: ClusterRef, target: Optional[ReplicaSpec], deadline: Deadline
+    ) -> Union[Change, ScaleResult, None]:
+        """Scale to the largest claim, else restore the baseline (or ``target``); None if neither exists."""
+        raise NotImplementedError
+
+    def _restart_head(
+        self, ref: ClusterRef, tier: Optional[str], wait: bool, deadline: Deadline,
+        progress: Optional[ProgressReporter],
+    ) -> RestartResult:
+        """Replace the head (on ``tier`` if given); with ``wait``, until the new head is Ready."""
+        raise NotImplementedError
+
+    def _record_baseline(self, ref: ClusterRef) -> Baseline:
+        raise NotImplementedError
+
+    def _get_baseline(self, ref: ClusterRef) -> Optional[Baseline]:
+        raise NotImplementedError
+
+    def _claim(self, ref: ClusterRef, claim_id: str, replicas: int, tier: Optional[str]) -> Claim:
+        raise NotImplementedError
+
+    def _release(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
+        raise NotImplementedError
+
+    def _claims(self, ref: ClusterRef) -> Dict[str, Claim]:
+        raise NotImplementedError

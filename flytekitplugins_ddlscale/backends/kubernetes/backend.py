@@ -13,7 +13,8 @@ import os
 import random
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 from ...errors import (
     BackendUnavailableError,
@@ -21,12 +22,10 @@ from ...errors import (
     ClusterNotFoundError,
     ConflictError,
     InvalidInputError,
-    ScalingTimeoutError,
     UnauthorizedError,
     UnsupportedOperationError,
-    WorkerFailedError,
 )
-from ...inplace import Reach, check_reachable, left_in_place
+from ...inplace import Reach
 from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
 from ...outage import OUTAGE_BACKOFF, outage_timeout
 from ...progress import ProgressReporter
@@ -43,9 +42,9 @@ from ...refs import (
     validate_name,
 )
 from ...tiers import HardwareTier, TierCatalog
-from ...validation import validate_replicas, validate_tier_name, validate_timeout
+from ...validation import validate_tier_name, validate_timeout
 from ...waiting import Deadline
-from ..base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT, BackendCapabilities
+from ..base import BackendCapabilities, BaseBackend, Change
 from .api import Conflict, KubeApi
 from .client import make_api_client, tier_catalog_from_env
 from .podwatch import PodWaiter
@@ -72,11 +71,19 @@ Patch = Dict[str, Any]
 logger = logging.getLogger("flytekitplugins_ddlscale.kubernetes")
 
 
+@dataclass(frozen=True)
+class _Patched:
+    """What the wait after a patch needs: the tier id its workers carry, the object it left."""
+
+    tier_id: Optional[str]
+    after: Dict[str, Any]
+
+
 def _annotations(obj: Dict[str, Any]) -> Dict[str, str]:
     return (obj.get("metadata") or {}).get("annotations") or {}
 
 
-class KubernetesBackend:
+class KubernetesBackend(BaseBackend):
     """Scales DCO clusters by patching their custom resources with the official client.
 
     ``namespace`` is used for refs without one. The API client comes from
@@ -280,33 +287,26 @@ class KubernetesBackend:
     def _state(self, ref: ClusterRef, obj: Dict[str, Any], pods: List[Dict[str, Any]]) -> ClusterState:
         return build_state(self._label(ref), ref.info, obj, pods)
 
-    # -- protocol ----------------------------------------------------------
-    def get_state(self, ref: ClusterRef) -> ClusterState:
-        """The cluster now: spec and status from the object, workers and head from the pods."""
+    # -- protocol hooks ----------------------------------------------------
+    def _observe(self, ref: ClusterRef) -> ClusterState:
+        """Spec and status from the object, workers and head from the pods."""
         obj = self._read(ref)
         return self._state(ref, obj, self._pods(ref))
 
-    def scale(
-        self,
-        ref: ClusterRef,
-        replicas: int,
-        worker_hw_tier: Optional[str] = None,
-        *,
-        wait: bool = True,
-        timeout: float = DEFAULT_SCALE_TIMEOUT,
-        strict: bool = False,
-        progress: Optional[ProgressReporter] = None,
-    ) -> ScaleResult:
-        """Set the worker count (and tier) in one merge patch; with ``wait``, until that many are Ready.
+    def _check_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> None:
+        self._resolve(tier, ref.kind, field)
 
-        Above ``maxReplicas`` the count is capped (``capped`` in the result)
-        or, with ``strict``, :class:`CapacityExceededError` is raised before
-        anything changes.
-        """
-        replicas = validate_replicas(replicas)
-        timeout = validate_timeout(timeout)
+    def _check_head_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> None:
+        if ref.info.head_section is None and tier is not None:
+            raise InvalidInputError(field, tier, "None for MPI clusters (no head)")
+        self._resolve(tier, ref.kind, field)
+
+    def _scale_change(
+        self, ref: ClusterRef, replicas: int, worker_hw_tier: Optional[str], strict: bool, deadline: Deadline
+    ) -> Change:
+        """One merge patch sets the count (held against the HPA) and tier and records the baseline."""
         tier = self._resolve(worker_hw_tier, ref.kind, "worker_hw_tier")
-        deadline, seen = Deadline(timeout), {}
+        seen: Dict[str, ClusterState] = {}
         with self._until(ref, deadline, f"the scale of {self._label(ref)} to {replicas} workers to be applied", seen):
             obj = self._read(ref, deadline)
             self._check_owner(ref, obj)
@@ -320,74 +320,38 @@ class KubernetesBackend:
                 return self._with_baseline(ref, current, {"spec": spec})
 
             _, after, _ = self._mutate(ref, build, obj, deadline)
-        return self._finish(
-            ref, replicas, outcome["effective"], outcome["capped"], previous, after, wait, deadline.left_for_wait(), progress,
-            tier.id if tier else None, worker_hw_tier,
+        return self._change(
+            ref, replicas, outcome["effective"], outcome["capped"], previous, after, tier.id if tier else None,
+            worker_hw_tier,
         )
 
-    def _finish(
+    def _change(
         self, ref: ClusterRef, requested: int, effective: int, capped: bool, previous: ClusterState,
-        after: Dict[str, Any], wait: bool, timeout: float, progress: Optional[ProgressReporter],
-        tier_id: Optional[str], tier_name: Optional[str], *, restoring: bool = False,
-    ) -> ScaleResult:
-        """The result of a patch; with ``wait``, once its workers are Ready (a failed wait keeps the patch)."""
-        started = time.monotonic()
-        if wait:
-            try:
-                final = self._wait_workers(ref, effective, timeout, progress, tier_id)
-            except (ScalingTimeoutError, WorkerFailedError) as error:
-                raise left_in_place(
-                    error, self._reach(ref), "spec.worker.replicas", effective, restoring=restoring
-                ) from None
-        else:
-            final = self._state(ref, after, self._pods(ref))
-        return ScaleResult(
+        after: Dict[str, Any], tier_id: Optional[str], tier_name: Optional[str], *, restoring: bool = False,
+    ) -> Change:
+        """A sent patch, with what its wait needs: the tier id new workers carry, the object it left."""
+        result = ScaleResult(
             cluster=self._label(ref), requested=requested, effective=effective, capped=capped,
-            previous=previous, final=final, waited=wait, seconds_waited=time.monotonic() - started if wait else 0.0,
-            worker_hw_tier=tier_name,
+            previous=previous, final=previous, waited=False, worker_hw_tier=tier_name,
         )
+        return Change(result, restoring=restoring, detail=_Patched(tier_id, after))
 
-    def wait_for_workers(
-        self,
-        ref: ClusterRef,
-        replicas: int,
-        *,
-        timeout: float = DEFAULT_SCALE_TIMEOUT,
-        progress: Optional[ProgressReporter] = None,
-    ) -> ClusterState:
-        """Return once ``replicas`` worker pods are Ready and ``spec.worker.replicas`` agrees.
+    def _unwaited(self, ref: ClusterRef, change: Change) -> ClusterState:
+        return self._state(ref, change.detail.after, self._pods(ref))
 
-        Raises :class:`UnreachableWaitError` at once when ``replicas`` is above
-        ``spec.worker.replicas`` or ``maxReplicas`` (such a wait could never
-        end), :class:`ScalingTimeoutError` at ``timeout`` and
-        :class:`WorkerFailedError` when a worker cannot start.
-        """
-        replicas = validate_replicas(replicas)
-        timeout = validate_timeout(timeout)
-        deadline = Deadline(timeout)
-        self._check_reachable(ref, replicas, deadline)
-        return self._wait_workers(ref, replicas, deadline.remaining, progress, None)
-
-    def _check_reachable(self, ref: ClusterRef, replicas: int, deadline: Deadline) -> None:
-        """Refuse a wait for more workers than the cluster will ever have.
-
-        Skipped when the API server cannot be read now: the wait itself then
-        rides out the outage, unless the read already used up the deadline.
-        """
+    def _observe_for_wait(self, ref: ClusterRef, replicas: int, deadline: Deadline) -> Optional[ClusterState]:
+        """The object at the start of a wait; None while the API server cannot be read (the wait
+        rides out the outage), unless that read already used up the deadline."""
         try:
             obj = self._read(ref, deadline)
         except BackendUnavailableError as error:
             if not deadline.expired:
-                return
+                return None
             raise outage_timeout(
                 error, deadline=deadline, what=f"{replicas} Ready workers on {self._label(ref)}",
                 tracker=self.api.outage, state=None, cluster=self._label(ref),
             ) from None
-        state = self._state(ref, obj, [])
-        check_reachable(
-            replicas, desired=state.desired_workers, maximum=state.autoscaling_max, cluster=self._label(ref),
-            state=state,
-        )
+        return self._state(ref, obj, [])
 
     def _reach(self, ref: ClusterRef) -> Reach:
         """How ``ddlscale`` and a new process reach this cluster (its records are on the object)."""
@@ -403,8 +367,10 @@ class KubernetesBackend:
 
     def _wait_workers(
         self, ref: ClusterRef, replicas: int, timeout: float, progress: Optional[ProgressReporter],
-        tier_id: Optional[str],
+        change: Optional[Change], last: Optional[ClusterState],
     ) -> ClusterState:
+        """Watch worker pods until ``replicas`` are Ready (on the tier ``change`` set) and the spec agrees."""
+        tier_id = change.detail.tier_id if change is not None else None
         holder: Dict[str, Dict[str, Any]] = {}
 
         def check(
@@ -429,28 +395,19 @@ class KubernetesBackend:
         )
         return waiter.run(check)
 
-    def restart_head(
-        self,
-        ref: ClusterRef,
-        head_hw_tier: Optional[str] = None,
-        *,
-        wait: bool = True,
-        timeout: float = DEFAULT_RESTART_TIMEOUT,
-        progress: Optional[ProgressReporter] = None,
+    def _restart_head(
+        self, ref: ClusterRef, head_hw_tier: Optional[str], wait: bool, deadline: Deadline,
+        progress: Optional[ProgressReporter],
     ) -> RestartResult:
-        """Replace the head pod: roll it onto ``head_hw_tier`` by patching the head section,
-        or delete it so its StatefulSet recreates it; with ``wait``, until a new head is Ready.
-
-        MPI clusters have no head: :class:`UnsupportedOperationError`.
-        """
+        """Roll the head onto ``head_hw_tier`` by patching the head section, or delete it so its
+        StatefulSet recreates it; MPI clusters have no head (:class:`UnsupportedOperationError`)."""
         info = ref.info
         if info.head_section is None:
             raise UnsupportedOperationError(
                 f"{info.crd_kind} clusters have no head to restart", cluster=self._label(ref)
             )
-        timeout = validate_timeout(timeout)
         tier = self._resolve(head_hw_tier, ref.kind, "head_hw_tier")
-        deadline, seen = Deadline(timeout), {}
+        seen: Dict[str, ClusterState] = {}
         with self._until(ref, deadline, f"the head restart of {self._label(ref)} to be sent", seen):
             obj = self._read(ref, deadline)
             self._check_owner(ref, obj)
@@ -515,7 +472,7 @@ class KubernetesBackend:
         )
         return waiter.run(check)
 
-    def record_baseline(self, ref: ClusterRef) -> Baseline:
+    def _record_baseline(self, ref: ClusterRef) -> Baseline:
         """Record the size, autoscaling section and tiers in the cluster's annotation, unless recorded."""
 
         def build(current: Dict[str, Any]) -> Optional[Patch]:
@@ -526,26 +483,19 @@ class KubernetesBackend:
         assert record is not None
         return record[0]
 
-    def get_baseline(self, ref: ClusterRef) -> Optional[Baseline]:
+    def _get_baseline(self, ref: ClusterRef) -> Optional[Baseline]:
         """The baseline recorded on the cluster object, or None."""
         record = decode_record(self._read(ref))
         return record[0] if record else None
 
-    def restore_baseline(
-        self,
-        ref: ClusterRef,
-        target: Optional[ReplicaSpec] = None,
-        *,
-        wait: bool = True,
-        timeout: float = DEFAULT_SCALE_TIMEOUT,
-        progress: Optional[ProgressReporter] = None,
-    ) -> ScaleResult:
+    def _restore_change(
+        self, ref: ClusterRef, target: Optional[ReplicaSpec], deadline: Deadline
+    ) -> Union[Change, ScaleResult]:
         """Put back the recorded replicas, autoscaling section and tiers (or ``target``), in one
         patch that also removes the baseline annotation. Without a baseline or target nothing changes.
         """
-        timeout = validate_timeout(timeout)
         worker_tier, head_tier = self._target_tiers(ref, target)
-        deadline, seen = Deadline(timeout), {}
+        seen: Dict[str, ClusterState] = {}
         with self._until(ref, deadline, f"the restore of {self._label(ref)} to be applied", seen):
             obj = self._read(ref, deadline)
             self._check_owner(ref, obj)
@@ -573,46 +523,30 @@ class KubernetesBackend:
             return ScaleResult(self._label(ref), previous.desired_workers, previous.desired_workers, False,
                                previous, previous, False, 0.0)
         requested = target.replicas if target is not None else outcome["effective"]
-        return self._finish(
-            ref, requested, outcome["effective"], outcome["capped"], previous, after, wait,
-            deadline.left_for_wait(), progress, outcome["tier"],
+        return self._change(
+            ref, requested, outcome["effective"], outcome["capped"], previous, after, outcome["tier"],
             target.worker_hw_tier if target is not None else None, restoring=True,
         )
 
     def _target_tiers(
         self, ref: ClusterRef, target: Optional[ReplicaSpec]
     ) -> Tuple[Optional[HardwareTier], Optional[HardwareTier]]:
-        """The resolved worker and head tiers of a restore ``target`` (checked before anything is sent)."""
+        """The resolved worker and head tiers of a restore ``target`` (checked by the base before this)."""
         if target is None:
             return None, None
-        if not isinstance(target, ReplicaSpec):
-            raise InvalidInputError("target", target, "a ReplicaSpec or None")
-        validate_replicas(target.replicas, field="target.replicas")
-        worker_tier = self._resolve(target.worker_hw_tier, ref.kind, "target.worker_hw_tier")
-        if ref.info.head_section is None and target.head_hw_tier is not None:
-            raise InvalidInputError("target.head_hw_tier", target.head_hw_tier, "None for MPI clusters (no head)")
-        return worker_tier, self._resolve(target.head_hw_tier, ref.kind, "target.head_hw_tier")
+        return (
+            self._resolve(target.worker_hw_tier, ref.kind, "target.worker_hw_tier"),
+            self._resolve(target.head_hw_tier, ref.kind, "target.head_hw_tier"),
+        )
 
-    def reconcile(
-        self,
-        ref: ClusterRef,
-        target: Optional[ReplicaSpec] = None,
-        *,
-        wait: bool = True,
-        timeout: float = DEFAULT_SCALE_TIMEOUT,
-        progress: Optional[ProgressReporter] = None,
-    ) -> Optional[ScaleResult]:
-        """Scale to the largest live claim, or restore the baseline (or ``target``) and drop the
-        baseline annotation when no claim remains; None when there is neither claim nor baseline.
-
-        The claims are read from the object and the change is ONE merge patch
-        carrying that read's resourceVersion, so a concurrent claim or release
-        makes it 409 and the target is computed again from a fresh read
-        (bounded by ``conflict_retries``). With ``wait``, until the workers are Ready.
-        """
-        timeout = validate_timeout(timeout)
+    def _reconcile_change(
+        self, ref: ClusterRef, target: Optional[ReplicaSpec], deadline: Deadline
+    ) -> Optional[Change]:
+        """The claims are read from the object and the change is ONE merge patch carrying that
+        read's resourceVersion, so a concurrent claim or release makes it 409 and the target is
+        computed again from a fresh read (bounded by ``conflict_retries``)."""
         worker_tier, head_tier = self._target_tiers(ref, target)
-        deadline, seen = Deadline(timeout), {}
+        seen: Dict[str, ClusterState] = {}
         what = f"the reconcile of {self._label(ref)} to be applied"
         with self._until(ref, deadline, what, seen):
             obj = self._read(ref, deadline)
@@ -645,9 +579,9 @@ class KubernetesBackend:
             _, after, patched = self._mutate(ref, build, obj, deadline)
         if not patched:
             return None
-        return self._finish(
-            ref, outcome["requested"], outcome["effective"], outcome["capped"], previous, after, wait,
-            deadline.left_for_wait(), progress, outcome["tier"], outcome["name"], restoring=outcome["restoring"],
+        return self._change(
+            ref, outcome["requested"], outcome["effective"], outcome["capped"], previous, after, outcome["tier"],
+            outcome["name"], restoring=outcome["restoring"],
         )
 
     def _restore_spec(
@@ -686,12 +620,8 @@ class KubernetesBackend:
             spec[info.head_section] = head_fragment
         return spec
 
-    def claim(self, ref: ClusterRef, claim_id: str, replicas: int, worker_hw_tier: Optional[str] = None) -> Claim:
+    def _claim(self, ref: ClusterRef, claim_id: str, replicas: int, worker_hw_tier: Optional[str]) -> Claim:
         """Add ``claim_id`` to the claims annotation (recording the baseline first); return the largest claim."""
-        if not isinstance(claim_id, str) or not claim_id.strip():
-            raise InvalidInputError("claim_id", claim_id, "a non-empty string")
-        replicas = validate_replicas(replicas)
-        self._resolve(worker_hw_tier, ref.kind, "worker_hw_tier")
 
         def build(current: Dict[str, Any]) -> Optional[Patch]:
             claims = decode_claims(_annotations(current).get(CLAIMS_ANNOTATION))
@@ -708,10 +638,8 @@ class KubernetesBackend:
         assert largest is not None
         return largest
 
-    def release(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
+    def _release(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
         """Remove ``claim_id`` from the claims annotation; return the largest remaining claim or None."""
-        if not isinstance(claim_id, str) or not claim_id.strip():
-            raise InvalidInputError("claim_id", claim_id, "a non-empty string")
 
         def build(current: Dict[str, Any]) -> Optional[Patch]:
             claims = decode_claims(_annotations(current).get(CLAIMS_ANNOTATION))
@@ -724,7 +652,7 @@ class KubernetesBackend:
         _, after, _ = self._mutate(ref, build, deadline=self._bookkeeping_deadline())
         return largest_claim(decode_claims(_annotations(after).get(CLAIMS_ANNOTATION)))
 
-    def claims(self, ref: ClusterRef) -> Dict[str, Claim]:
+    def _claims(self, ref: ClusterRef) -> Dict[str, Claim]:
         """The live claims in the cluster's claims annotation, by claim id."""
         return decode_claims(_annotations(self._read(ref)).get(CLAIMS_ANNOTATION))
 

@@ -1,4 +1,4 @@
-"""The local backend: real Dask clusters made of local scheduler and worker processes.
+"""The local backend's protocol layer: real Dask clusters made of local processes.
 
 A local cluster is one ``dask scheduler`` process plus one ``dask worker``
 process per worker, all detached from the Python process that started them
@@ -6,38 +6,39 @@ and recorded (pid + start time) in the state directory, so separate tasks,
 processes and the ``ddlscale local`` CLI share the same cluster. Every change
 holds the cluster's fcntl lock. ``ready_workers`` counts the workers the
 scheduler itself reports.
+
+This module holds what the protocol means locally (baselines and claims on
+files, via :class:`FileRecordsBackend`; capping at ``max_workers``; waits).
+The processes are the :class:`~.supervisor.ProcessSupervisor`'s, and what
+is particular to Dask is the :class:`~.dask_driver.DaskDriver`'s (the
+interface a Ray or Spark driver implements is :mod:`.driver`).
 """
 import contextlib
 import logging
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Union
 
-from ...errors import (
-    BackendUnavailableError,
-    CapacityExceededError,
-    ClusterNotFoundError,
-    InvalidInputError,
-    ScalingTimeoutError,
-    UnsupportedOperationError,
-    WorkerFailedError,
-)
-from ...filerecords import FileBookkeeping, validate_claim_id
+from ...errors import CapacityExceededError, ClusterNotFoundError
+from ...filerecords import FileBookkeeping
 from ...filestore import FileRecordStore
-from ...inplace import Reach, check_reachable, left_in_place, state_dir_env
+from ...inplace import Reach, state_dir_env
 from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
 from ...progress import ProgressReporter
-from ...records import Claim, largest_claim
+from ...records import Claim
 from ...refs import ClusterRef
 from ...validation import validate_replicas, validate_timeout
-from ...waiting import Backoff, poll_until
+from ...waiting import Backoff, Deadline, poll_until
 from ...wording import plural
-from ..base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT, BackendCapabilities
-from . import dask_ops, procs
-from .env import dask_env, environ_set
+from ..base import DEFAULT_SCALE_TIMEOUT, BackendCapabilities, Change
+from ..filebacked import FileRecordsBackend
+from . import procs
+from .dask_driver import DaskDriver
+from .driver import FrameworkDriver
+from .env import environ_set
 from .state import ClusterRecord, LocalStateStore, WorkerRecord
+from .supervisor import ProcessSupervisor
 from .tiers import WorkerShape, default_tier_name, load_catalog
 
 logger = logging.getLogger("flytekitplugins_ddlscale.local")
@@ -52,17 +53,16 @@ DESIRED = "desired_workers"
 
 
 @dataclass
-class _Change:
-    """Processes a change started (or kept for retiring), for the wait that follows it under the lock."""
+class _Started:
+    """What a change did to the processes, for the wait that follows it under the lock."""
 
     record: ClusterRecord
-    previous: ClusterState
-    effective: int
     started: List[WorkerRecord]
     old: List[WorkerRecord]
+    """Workers of the previous tier, retired once the new ones are up."""
 
 
-class LocalBackend:
+class LocalBackend(FileRecordsBackend):
     """Real local Dask clusters, the default backend when nothing else is configured.
 
     ``state_dir`` defaults to ``$DDLSCALE_STATE_DIR/local`` (``~/.ddlscale/local``);
@@ -70,9 +70,26 @@ class LocalBackend:
     ``data/local_tiers.yaml``. ``max_workers`` plays the role of a cluster's
     ``maxReplicas``. Only ``dask`` clusters are served; other kinds raise
     :class:`UnsupportedOperationError`.
+
+    What the protocol's methods do here: ``get_state`` sees live processes
+    and the workers the scheduler reports, and raises
+    :class:`ClusterNotFoundError` when no local cluster ``ref`` exists. A
+    scale starts or stops worker processes (creating the cluster if needed);
+    a new worker tier replaces every worker, the old ones retired once the
+    new ones are up; above ``max_workers`` the request is capped
+    (``strict``: :class:`CapacityExceededError`). Scaling a cluster that
+    does not exist to 0 workers changes nothing (no scheduler, no baseline).
+    A failed wait rolls nothing back: only dead processes are dropped. A
+    restore (and a reconcile with no claim left) takes down a cluster that a
+    scale created (not ``up``) whose baseline is "no workers", so a flow
+    leaves nothing running. Every change and its wait hold the cluster's
+    lock, which :meth:`claim` takes too. ``close`` releases nothing:
+    clusters deliberately outlive this object (see :meth:`down`).
     """
 
     name = "local"
+    size_setting = DESIRED
+    maximum_setting = "max_workers"
     capabilities = BackendCapabilities(
         kinds=frozenset({"dask"}),
         observes_readiness=True,
@@ -97,17 +114,24 @@ class LocalBackend:
         self.start_timeout = validate_timeout(start_timeout, field="start_timeout")
         self.stop_grace = validate_timeout(stop_grace, field="stop_grace")
         self.catalog = load_catalog(tiers_file)
-        self.bookkeeping = FileBookkeeping(FileRecordStore(self.store.records_dir))
+        self.records = FileBookkeeping(FileRecordStore(self.store.records_dir))
+        self.driver: FrameworkDriver = DaskDriver()
+        self.supervisor = ProcessSupervisor(
+            self.store, self.driver, start_timeout=self.start_timeout, stop_grace=self.stop_grace
+        )
 
     # ----------------------------------------------------------- observing
 
-    def get_state(self, ref: ClusterRef) -> ClusterState:
-        """Observe the cluster now: live processes and the workers its scheduler sees.
+    def _observe(self, ref: ClusterRef) -> ClusterState:
+        """Live processes and the workers the scheduler sees; :class:`ClusterNotFoundError` when no
+        local cluster ``ref`` exists."""
+        return self.supervisor.observe(self._load(ref))
 
-        Raises :class:`ClusterNotFoundError` when no local cluster ``ref`` exists.
-        """
-        self._check_kind(ref)
-        return self._observe(self._load(ref))
+    def _observe_for_wait(self, ref: ClusterRef, replicas: int, deadline: Deadline) -> ClusterState:
+        return self._observe(ref)
+
+    def _maximum(self, state: ClusterState) -> int:
+        return self.max_workers
 
     def list_clusters(self) -> List[ClusterRef]:
         """Every local cluster recorded in the state directory."""
@@ -115,9 +139,9 @@ class LocalBackend:
 
     def describe(self, ref: ClusterRef) -> Dict[str, Any]:
         """A JSON-ready report of ``ref``: state, scheduler address, connection variables, processes."""
-        self._check_kind(ref)
+        self._served(ref)
         record = self._load(ref)
-        state = self._observe(record)
+        state = self.supervisor.observe(record)
         return {
             "cluster": str(ref),
             "name": ref.name,
@@ -128,8 +152,8 @@ class LocalBackend:
             "head_ready": state.head_ready,
             "worker_hw_tier": state.worker_hw_tier,
             "head_hw_tier": state.head_hw_tier,
-            "address": record.address,
-            "env": dask_env(record.host, record.port),
+            "address": self.driver.address(record),
+            "env": self.driver.connection_env(record),
             "scheduler_file": str(self.store.scheduler_file(ref)),
             "scheduler_pid": record.scheduler.pid if record.scheduler else None,
             "workers": [
@@ -143,9 +167,8 @@ class LocalBackend:
 
     def connection_env(self, ref: ClusterRef) -> Dict[str, str]:
         """``DASK_SCHEDULER_SERVICE_HOST``/``_PORT`` of ``ref``, as Domino injects them in a run."""
-        self._check_kind(ref)
-        record = self._load(ref)
-        return dask_env(record.host, record.port)
+        self._served(ref)
+        return self.driver.connection_env(self._load(ref))
 
     @contextlib.contextmanager
     def connected(self, ref: ClusterRef) -> Iterator[Dict[str, str]]:
@@ -153,55 +176,7 @@ class LocalBackend:
         with environ_set(self.connection_env(ref)) as values:
             yield values
 
-    def wait_for_workers(
-        self,
-        ref: ClusterRef,
-        replicas: int,
-        *,
-        timeout: float = DEFAULT_SCALE_TIMEOUT,
-        progress: Optional[ProgressReporter] = None,
-    ) -> ClusterState:
-        """Return once the scheduler sees ``replicas`` workers of the cluster's tier.
-
-        Raises :class:`UnreachableWaitError` at once when ``replicas`` is above
-        the cluster's desired count or ``max_workers`` (such a wait could never
-        end), and :class:`ScalingTimeoutError` with the last state at ``timeout``.
-        """
-        self._check_kind(ref)
-        validate_replicas(replicas)
-        timeout = validate_timeout(timeout)
-        record = self._load(ref)
-        check_reachable(
-            replicas, desired=record.desired, maximum=self.max_workers, cluster=str(ref),
-            desired_name=DESIRED, maximum_name="max_workers",
-        )
-        return self._poll(lambda: self._observe(self._load(ref)), ref, replicas, timeout, progress)
-
     # ------------------------------------------------------------ changing
-
-    def scale(
-        self,
-        ref: ClusterRef,
-        replicas: int,
-        worker_hw_tier: Optional[str] = None,
-        *,
-        wait: bool = True,
-        timeout: float = DEFAULT_SCALE_TIMEOUT,
-        strict: bool = False,
-        progress: Optional[ProgressReporter] = None,
-    ) -> ScaleResult:
-        """Start or stop worker processes until there are ``replicas``; create the cluster if needed.
-
-        A new ``worker_hw_tier`` replaces every worker: new workers start, and
-        the old ones are retired once the new ones are up. Above
-        ``max_workers`` the request is capped (``strict`` raises
-        :class:`CapacityExceededError` instead). Scaling a cluster that does
-        not exist to 0 workers changes nothing (no scheduler, no baseline).
-        If the wait times out or a new worker exits, nothing is rolled back:
-        the new size stays (only dead processes are dropped) and the error
-        names it and the ``ddlscale restore`` command that undoes it.
-        """
-        return self._scale(ref, replicas, worker_hw_tier, wait, timeout, strict, progress, by_operator=False)
 
     def up(
         self,
@@ -217,7 +192,11 @@ class LocalBackend:
         Unlike :meth:`scale` this records no baseline: it is the operator
         setting the size a later flow's baseline will see.
         """
-        return self._scale(ref, replicas, worker_hw_tier, True, timeout, False, progress, by_operator=True)
+        replicas, tier, deadline = self._check_size_request(ref, replicas, worker_hw_tier, timeout)
+        with self._changing(ref, deadline):
+            change = self._apply(ref, replicas, tier, by_operator=True)
+            # ``up`` records no baseline, so a failed wait has nothing to restore.
+            return self._finish(ref, change, True, deadline, progress, explain=False)
 
     def repair(
         self,
@@ -227,24 +206,19 @@ class LocalBackend:
         progress: Optional[ProgressReporter] = None,
     ) -> ClusterState:
         """Restart a dead scheduler (same port) and missing workers; return the state once whole."""
-        self._check_kind(ref)
+        self._served(ref)
         timeout = validate_timeout(timeout)
-        with self.store.lock(ref, timeout):
+        with self.supervisor.lock(ref, timeout):
             record = self._load(ref)
             shape = self._shape(record.worker_hw_tier or None, field="worker_hw_tier")
-            started, _ = self._reconcile(record, record.desired, shape)
+            started, _ = self.supervisor.converge(record, record.desired, shape)
             if started:
                 logger.info("repaired %s: restarted %d worker(s)", ref, len(started))
             return self._wait_started(record, started, record.desired, timeout, progress)
 
-    def restart_head(
-        self,
-        ref: ClusterRef,
-        head_hw_tier: Optional[str] = None,
-        *,
-        wait: bool = True,
-        timeout: float = DEFAULT_RESTART_TIMEOUT,
-        progress: Optional[ProgressReporter] = None,
+    def _restart_head(
+        self, ref: ClusterRef, head_hw_tier: Optional[str], wait: bool, deadline: Deadline,
+        progress: Optional[ProgressReporter],
     ) -> RestartResult:
         """Restart the scheduler on the same port; with ``wait``, until every worker is back.
 
@@ -253,23 +227,20 @@ class LocalBackend:
         ``head_hw_tier`` must be a known tier; it is recorded and reported, but
         a local scheduler is one process and the tier does not limit it.
         """
-        self._check_kind(ref)
-        timeout = validate_timeout(timeout)
+        timeout = deadline.timeout
         head_tier = self.catalog.resolve(head_hw_tier, ref.kind, field="head_hw_tier")
         began = time.monotonic()
-        with self.store.lock(ref, timeout):
+        with self.supervisor.lock(ref, timeout):
             record = self._load(ref)
             shape = self._shape(record.worker_hw_tier or None, field="worker_hw_tier")
             started_at = utcnow().isoformat()
-            names = [w.name for w in record.workers if w.tier == shape.tier][: record.desired]
-            self._stop_all(record)
             if head_tier is not None:
                 record.head_hw_tier = head_tier.name
-            started = self._start_cluster_processes(record, shape, record.desired, names=names)
+            started = self.supervisor.restart_head(record, shape)
             if wait:
                 final = self._wait_started(record, started, record.desired, timeout, progress)
             else:
-                final = self._observe(record)
+                final = self.supervisor.observe(record)
         return RestartResult(
             cluster=str(ref),
             pod=ref.info.head_pod_name(ref.name) or "scheduler",
@@ -286,14 +257,14 @@ class LocalBackend:
 
         Returns False when there was no such cluster.
         """
-        self._check_kind(ref)
-        with self.store.lock(ref, validate_timeout(timeout)):
+        self._served(ref)
+        with self.supervisor.lock(ref, validate_timeout(timeout)):
             record = self.store.load(ref)
             if record is None:
                 return False
-            self._stop_all(record)
+            self.supervisor.stop_all(record)
             self.store.delete(ref)
-        self.bookkeeping.store.update(ref, lambda stored: stored.clear())
+        self.records.store.update(ref, lambda stored: stored.clear())
         return True
 
     def shutdown_all(self) -> List[ClusterRef]:
@@ -302,280 +273,125 @@ class LocalBackend:
 
     # ------------------------------------------------- baselines and claims
 
-    def record_baseline(self, ref: ClusterRef) -> Baseline:
-        """Record the current size and tiers unless already recorded (0 workers if the cluster is new)."""
-        self._check_kind(ref)
-        return self.bookkeeping.record_baseline(ref, lambda: self._observe_or_absent(ref))
+    def _observe_for_baseline(self, ref: ClusterRef) -> ClusterState:
+        """The current size and tiers (0 workers if the cluster is new)."""
+        return self._observe_or_absent(ref)
 
-    def get_baseline(self, ref: ClusterRef) -> Optional[Baseline]:
-        """The recorded baseline, or None."""
-        self._check_kind(ref)
-        return self.bookkeeping.get_baseline(ref)
-
-    def restore_baseline(
-        self,
-        ref: ClusterRef,
-        target: Optional[ReplicaSpec] = None,
-        *,
-        wait: bool = True,
-        timeout: float = DEFAULT_SCALE_TIMEOUT,
-        progress: Optional[ProgressReporter] = None,
-    ) -> ScaleResult:
-        """Scale back to the baseline (or ``target``), then forget the baseline and every claim.
-
-        A restore ends every phase, as on the other backends: claims left by
-        killed processes would otherwise hold the cluster up (the dropped ones
-        are logged). A cluster that a scale created (not ``up``) whose
-        baseline is "no workers" is taken down entirely, so a flow leaves
-        nothing running. With neither baseline nor target the size is not
-        changed. If the wait times out, the restored size stays in place.
-        """
-        self._check_kind(ref)
-        timeout = validate_timeout(timeout)
-        self._check_target(target)
-        with self.store.lock(ref, timeout):
-            result = self._restore_locked(ref, target, wait, timeout, progress, drop_claims=True)
-        return result if result is not None else _unchanged(self._observe_or_absent(ref))
-
-    def claim(
-        self, ref: ClusterRef, claim_id: str, replicas: int, worker_hw_tier: Optional[str] = None
-    ) -> Claim:
-        """Register that ``claim_id`` needs ``replicas`` workers; return the largest live claim.
-
-        Records the baseline first. Raises :class:`UnknownTierError` for an unknown tier.
-        """
-        self._check_kind(ref)
-        validate_claim_id(claim_id)
-        validate_replicas(replicas)
-        self.catalog.resolve(worker_hw_tier, ref.kind)
+    def _claim(self, ref: ClusterRef, claim_id: str, replicas: int, tier: Optional[str]) -> Claim:
         # The cluster lock keeps a claim from recording a baseline while a
         # reconcile is half-way through changing the processes.
-        with self.store.lock(ref, self.start_timeout):
-            return self.bookkeeping.claim(
-                ref, claim_id, replicas, worker_hw_tier, observe=lambda: self._observe_or_absent(ref)
-            )
-
-    def reconcile(
-        self,
-        ref: ClusterRef,
-        target: Optional[ReplicaSpec] = None,
-        *,
-        wait: bool = True,
-        timeout: float = DEFAULT_SCALE_TIMEOUT,
-        progress: Optional[ProgressReporter] = None,
-    ) -> Optional[ScaleResult]:
-        """Scale to the largest live claim, or restore the baseline (or ``target``) and forget the
-        baseline when no claim remains; None when there is neither claim nor baseline.
-
-        Runs under the cluster's lock (which :meth:`claim` also takes), so the
-        processes match the claims it read. A cluster that a scale created
-        whose baseline is "no workers" is taken down when restored.
-        """
-        self._check_kind(ref)
-        timeout = validate_timeout(timeout)
-        self._check_target(target)
-        with self.store.lock(ref, timeout):
-            # New claims wait for the cluster lock, so these stay the live ones
-            # until the baseline is forgotten.
-            claim = largest_claim(self.bookkeeping.claims(ref))
-            if claim is not None:
-                return self._scale_locked(
-                    ref, claim.replicas, claim.worker_hw_tier, wait, timeout, progress, record_baseline=True
-                )
-            if self.bookkeeping.get_baseline(ref) is None:
-                return None
-            return self._restore_locked(ref, target, wait, timeout, progress, drop_claims=False)
-
-    def release(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
-        """Drop ``claim_id``; return the largest remaining claim, or None when none remain."""
-        self._check_kind(ref)
-        return self.bookkeeping.release(ref, claim_id)
-
-    def claims(self, ref: ClusterRef) -> Dict[str, Claim]:
-        """The live claims of ``ref`` by claim id."""
-        self._check_kind(ref)
-        return self.bookkeeping.claims(ref)
-
-    def close(self) -> None:
-        """Nothing to release: clusters deliberately outlive this object (see :meth:`down`)."""
+        with self.supervisor.lock(ref, self.start_timeout):
+            return super()._claim(ref, claim_id, replicas, tier)
 
     # ------------------------------------------------------------ internals
 
-    def _scale(
-        self,
-        ref: ClusterRef,
-        replicas: int,
-        worker_hw_tier: Optional[str],
-        wait: bool,
-        timeout: float,
-        strict: bool,
-        progress: Optional[ProgressReporter],
-        by_operator: bool,
-    ) -> ScaleResult:
-        self._check_kind(ref)
-        replicas = validate_replicas(replicas)
-        timeout = validate_timeout(timeout)
-        if worker_hw_tier is not None:
-            self._shape(worker_hw_tier, field="worker_hw_tier")
-        effective = min(replicas, self.max_workers)
-        if effective < replicas and strict:
+    @contextlib.contextmanager
+    def _changing(self, ref: ClusterRef, deadline: Deadline) -> Iterator[None]:
+        """Every change and its wait hold the cluster's lock, so processes match the records read."""
+        with self.supervisor.lock(ref, deadline.timeout):
+            yield
+
+    def _observe_before_change(self, ref: ClusterRef, deadline: Deadline, what: str) -> ClusterState:
+        return self._observe_or_absent(ref)
+
+    def _check_size(self, previous: ClusterState, replicas: int, strict: bool) -> None:
+        if strict and replicas > self.max_workers:
             raise CapacityExceededError(
                 f"asked for {replicas} workers; this local backend allows at most "
                 f"{self.max_workers} (LocalBackend(max_workers=...))",
-                cluster=str(ref),
-            )
-        with self.store.lock(ref, timeout):
-            return self._scale_locked(
-                ref, replicas, worker_hw_tier, wait, timeout, progress,
-                record_baseline=not by_operator, by_operator=by_operator,
+                cluster=previous.cluster,
             )
 
-    def _scale_locked(
-        self,
-        ref: ClusterRef,
-        replicas: int,
-        worker_hw_tier: Optional[str],
-        wait: bool,
-        timeout: float,
-        progress: Optional[ProgressReporter],
-        *,
-        record_baseline: bool,
-        by_operator: bool = False,
-    ) -> ScaleResult:
-        """:meth:`_scale` for a caller that holds the cluster lock."""
-        began = time.monotonic()
-        change = self._apply_locked(ref, replicas, worker_hw_tier, record_baseline=record_baseline, by_operator=by_operator)
-        if change is None:
-            return _unchanged(_absent(ref), requested=replicas)
-        # ``up`` records no baseline, so there is nothing to restore after it.
-        reach = None if by_operator else self._reach(ref)
-        return self._settle_locked(change, replicas, worker_hw_tier, wait, timeout, progress, began, reach, False)
+    def _nothing_to_change(self, ref: ClusterRef, previous: ClusterState, replicas: int) -> Optional[ScaleResult]:
+        return self._creates_nothing(ref, replicas, by_operator=False)
 
-    def _restore_locked(
-        self,
-        ref: ClusterRef,
-        target: Optional[ReplicaSpec],
-        wait: bool,
-        timeout: float,
-        progress: Optional[ProgressReporter],
-        *,
-        drop_claims: bool,
-    ) -> Optional[ScaleResult]:
-        """Restore the baseline (or ``target``) for a caller holding the lock; None when there was neither.
+    def _creates_nothing(self, ref: ClusterRef, replicas: int, by_operator: bool) -> Optional[ScaleResult]:
+        """The unchanged result for 0 workers on a cluster that does not exist (e.g. a phase already
+        took it down): a scheduler holding no workers would only be left running."""
+        if by_operator or min(replicas, self.max_workers) > 0 or self.store.load(ref) is not None:
+            return None
+        logger.info(
+            "%s does not exist; scaling it to 0 workers changes nothing (no scheduler started, no baseline recorded)",
+            ref,
+        )
+        return _unchanged(_absent(ref), requested=replicas)
 
-        The baseline (and, with ``drop_claims``, every claim) is forgotten once
-        the change is made, before the wait, as on the other backends.
-        """
-        began = time.monotonic()
+    def _apply_size(
+        self, ref: ClusterRef, replicas: int, tier: Optional[str], previous: ClusterState, deadline: Deadline
+    ) -> Union[Change, ScaleResult]:
+        return self._apply(ref, replicas, tier, by_operator=False)
+
+    def _apply_baseline(
+        self, ref: ClusterRef, baseline: Optional[Baseline], target: Optional[ReplicaSpec], deadline: Deadline
+    ) -> Union[Change, ScaleResult]:
+        """A cluster that a scale created (not ``up``) whose baseline is "no workers" is taken
+        down entirely, so a flow leaves nothing running."""
         wanted = target
         if wanted is None:
-            baseline = self.bookkeeping.get_baseline(ref)
-            if baseline is None:
-                self._forget_claims(ref, drop_claims)
-                return None
+            assert baseline is not None
             record = self.store.load(ref)
             if record is None or (record.ephemeral and baseline.replicas == 0):
-                result = self._down_locked(ref, record)
-                self.bookkeeping.forget_baseline(ref)
-                self._forget_claims(ref, drop_claims)
-                return result
+                return self._down_locked(ref, record)
             wanted = ReplicaSpec(baseline.replicas, baseline.worker_hw_tier, baseline.head_hw_tier)
-        change = self._apply_locked(ref, wanted.replicas, wanted.worker_hw_tier, record_baseline=False, by_operator=False)
-        if change is not None and wanted.head_hw_tier is not None:
-            change.record.head_hw_tier = wanted.head_hw_tier
-            self.store.save(change.record)
-        self.bookkeeping.forget_baseline(ref)
-        self._forget_claims(ref, drop_claims)
-        if change is None:
-            return _unchanged(_absent(ref), requested=wanted.replicas)
-        return self._settle_locked(
-            change, wanted.replicas, wanted.worker_hw_tier, wait, timeout, progress, began, self._reach(ref), True
+        change = self._apply(ref, wanted.replicas, wanted.worker_hw_tier, by_operator=False)
+        if isinstance(change, ScaleResult):
+            return change
+        if wanted.head_hw_tier is not None:
+            change.detail.record.head_hw_tier = wanted.head_hw_tier
+            self.store.save(change.detail.record)
+        change.restoring = True
+        return change
+
+    def _no_baseline(self, ref: ClusterRef) -> ScaleResult:
+        return _unchanged(self._observe_or_absent(ref))
+
+    def _apply(
+        self, ref: ClusterRef, replicas: int, worker_hw_tier: Optional[str], *, by_operator: bool
+    ) -> Union[Change, ScaleResult]:
+        """Start or stop processes for ``replicas`` workers (capped at ``max_workers``); no waiting."""
+        unchanged = self._creates_nothing(ref, replicas, by_operator)
+        if unchanged is not None:
+            return unchanged
+        effective = min(replicas, self.max_workers)
+        existing = self.store.load(ref)
+        previous = self.supervisor.observe(existing) if existing is not None else _absent(ref)
+        record = existing or ClusterRecord(ref=ref, host=self.host, ephemeral=not by_operator)
+        record.ephemeral = record.ephemeral and not by_operator
+        shape = self._shape(worker_hw_tier or record.worker_hw_tier or None, field="worker_hw_tier")
+        started, old = self.supervisor.converge(record, effective, shape)
+        result = ScaleResult(
+            cluster=str(ref), requested=replicas, effective=effective, capped=effective < replicas,
+            previous=previous, final=previous, waited=False, worker_hw_tier=worker_hw_tier,
         )
+        return Change(result, detail=_Started(record, started, old))
 
-    def _forget_claims(self, ref: ClusterRef, drop: bool) -> None:
-        if not drop:
-            return
-        dropped = self.bookkeeping.forget_claims(ref)
-        if dropped:
-            logger.warning("%s: restore dropped claims %s", ref, ", ".join(sorted(dropped)))
-
-    def _apply_locked(
+    def _wait_workers(
         self,
         ref: ClusterRef,
         replicas: int,
-        worker_hw_tier: Optional[str],
-        *,
-        record_baseline: bool,
-        by_operator: bool,
-    ) -> Optional[_Change]:
-        """Record the baseline and start or stop processes for ``replicas`` workers; no waiting.
-
-        Returns None, changing nothing, for 0 workers on a cluster that does
-        not exist (e.g. a phase already took it down): a scheduler holding
-        no workers would only be left running.
-        """
-        effective = min(replicas, self.max_workers)
-        existing = self.store.load(ref)
-        if existing is None and effective == 0 and not by_operator:
-            logger.info(
-                "%s does not exist; scaling it to 0 workers changes nothing (no scheduler started, no baseline recorded)",
-                ref,
-            )
-            return None
-        previous = self._observe(existing) if existing is not None else _absent(ref)
-        record = existing or ClusterRecord(ref=ref, host=self.host, ephemeral=not by_operator)
-        record.ephemeral = record.ephemeral and not by_operator
-        if record_baseline:
-            self.bookkeeping.record_baseline(ref, lambda: previous)
-        shape = self._shape(worker_hw_tier or record.worker_hw_tier or None, field="worker_hw_tier")
-        started, old = self._reconcile(record, effective, shape)
-        return _Change(record, previous, effective, started, old)
-
-    def _settle_locked(
-        self,
-        change: _Change,
-        replicas: int,
-        worker_hw_tier: Optional[str],
-        wait: bool,
         timeout: float,
         progress: Optional[ProgressReporter],
-        began: float,
-        reach: Optional[Reach],
-        restoring: bool,
-    ) -> ScaleResult:
-        """Wait for ``change`` (with ``wait``), then retire old-tier workers; build the result.
+        change: Optional[Change],
+        last: Optional[ClusterState],
+    ) -> ClusterState:
+        if change is None:
+            return self._poll(lambda: self._observe(ref), ref, replicas, timeout, progress)
+        return self._wait_started(change.detail.record, change.detail.started, replicas, timeout, progress)
 
-        A timeout or a worker that exits leaves the change in place: only the
-        dead processes are dropped, and old-tier workers keep running until
-        the new ones are up (a later scale or restore retires them).
-        """
-        record = change.record
-        try:
-            final = (
-                self._wait_started(record, change.started, change.effective, timeout, progress)
-                if wait
-                else self._observe(record)
-            )
-        except (ScalingTimeoutError, WorkerFailedError) as error:
-            self._stop_workers(record, [w for w in change.started if not procs.is_alive(w.proc)], retire=False)
-            if reach is None:
-                raise
-            raise left_in_place(error, reach, DESIRED, change.effective, restoring=restoring) from None
-        if change.old:
-            self._stop_workers(record, change.old, retire=True)
-            if wait:
-                final = self._observe(record)
-        return ScaleResult(
-            cluster=str(record.ref),
-            requested=replicas,
-            effective=change.effective,
-            capped=change.effective < replicas,
-            previous=change.previous,
-            final=final,
-            waited=wait,
-            seconds_waited=time.monotonic() - began if wait else 0.0,
-            worker_hw_tier=worker_hw_tier,
-        )
+    def _unwaited(self, ref: ClusterRef, change: Change) -> ClusterState:
+        return self.supervisor.observe(change.detail.record)
+
+    def _wait_failed(self, ref: ClusterRef, change: Change) -> None:
+        """Only the processes that died are dropped: the new size stays in place."""
+        self.supervisor.drop_dead(change.detail.record, change.detail.started)
+
+    def _settled(self, ref: ClusterRef, change: Change, final: ClusterState, waited: bool) -> ClusterState:
+        """Old-tier workers are retired once the new ones are up."""
+        started: _Started = change.detail
+        if not started.old:
+            return final
+        self.supervisor.stop_workers(started.record, started.old, retire=True)
+        return self.supervisor.observe(started.record) if waited else final
 
     def _reach(self, ref: ClusterRef) -> Reach:
         """How ``ddlscale`` and a new process find this state directory (hence the baseline)."""
@@ -585,147 +401,12 @@ class LocalBackend:
         options = {"state_dir": str(self.store.root.resolve())}
         return Reach(self.name, ref, env=env or {}, options=options, cli=env is not None)
 
-    def _check_target(self, target: Optional[ReplicaSpec]) -> None:
-        """Refuse a bad restore ``target`` before anything changes."""
-        if target is None:
-            return
-        if not isinstance(target, ReplicaSpec):
-            raise InvalidInputError("target", target, "a ReplicaSpec or None")
-        validate_replicas(target.replicas, field="target.replicas")
-        self._shape(target.worker_hw_tier, field="target.worker_hw_tier")
-        self.catalog.resolve(target.head_hw_tier, "dask", field="target.head_hw_tier")
+    def _check_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> None:
+        if tier is not None:
+            self._shape(tier, field=field)
 
-    def _reconcile(
-        self, record: ClusterRecord, replicas: int, shape: WorkerShape
-    ) -> Tuple[List[WorkerRecord], List[WorkerRecord]]:
-        """Bring processes to ``replicas`` workers of ``shape``; return (started, old-tier workers).
-
-        Old-tier workers are left running for the caller to retire once the
-        new ones are up. A dead scheduler is restarted on its port first.
-        """
-        started: List[WorkerRecord] = []
-        old: List[WorkerRecord] = []
-        if record.scheduler is None or not procs.is_alive(record.scheduler):
-            if record.workers:
-                logger.warning("%s: the scheduler had exited; restarting it and its workers", record.ref)
-            self._stop_all(record)
-            if record.port and not _port_is_free(record.host, record.port):
-                # Stale state (e.g. after a reboot): every worker is new anyway, so move.
-                logger.warning("%s: port %d is taken now; the scheduler moves", record.ref, record.port)
-                record.port = 0
-            started = self._start_cluster_processes(record, shape, replicas)
-        else:
-            lost = [w.name for w in record.workers if not procs.is_alive(w.proc)]
-            if lost:
-                logger.warning("%s: worker process(es) %s had exited; replacing them", record.ref, lost)
-            record.workers = [w for w in record.workers if procs.is_alive(w.proc)]
-            same = [w for w in record.workers if w.tier == shape.tier]
-            old = [w for w in record.workers if w.tier != shape.tier]
-            if len(same) < replicas:
-                started = self._start_workers(record, shape, replicas - len(same))
-            elif len(same) > replicas:
-                self._stop_workers(record, same[replicas:], retire=True)
-        record.worker_hw_tier, record.desired = shape.tier, replicas
-        self.store.save(record)
-        return started, old
-
-    def _start_scheduler(self, record: ClusterRecord) -> None:
-        """Start the scheduler on the recorded port (a free one for a new cluster); do not wait.
-
-        Workers may be started at once, since they keep trying to connect;
-        callers then wait with :meth:`_await_scheduler`.
-        """
-        if record.port == 0:
-            record.port = _free_port(record.host)
-        record.scheduler = procs.spawn_detached(
-            dask_ops.scheduler_argv(record.host, record.port, str(self.store.scheduler_file(record.ref))),
-            self.store.log_path(record.ref, "scheduler"),
-        )
-        self.store.save(record)
-
-    def _await_scheduler(self, record: ClusterRecord) -> None:
-        """Wait up to ``start_timeout`` until the scheduler answers; stop it and raise if it does not."""
-        log = self.store.log_path(record.ref, "scheduler")
-        deadline = time.monotonic() + self.start_timeout
-        while dask_ops.scheduler_workers(record.address) is None:
-            assert record.scheduler is not None
-            if not procs.is_alive(record.scheduler):
-                raise BackendUnavailableError(
-                    f"the Dask scheduler of {record.ref} exited while starting on port "
-                    f"{record.port}; {log}:\n{procs.log_tail(log)}",
-                    cluster=str(record.ref),
-                )
-            if time.monotonic() >= deadline:
-                raise BackendUnavailableError(
-                    f"the Dask scheduler of {record.ref} did not answer within "
-                    f"{self.start_timeout:.0f}s; {log}:\n{procs.log_tail(log)}",
-                    cluster=str(record.ref),
-                )
-            time.sleep(0.05)
-
-    def _start_cluster_processes(
-        self, record: ClusterRecord, shape: WorkerShape, count: int, names: Optional[List[str]] = None
-    ) -> List[WorkerRecord]:
-        """Start the scheduler and ``count`` workers together; stop them all if the scheduler fails."""
-        self._start_scheduler(record)
-        started = self._start_workers(record, shape, count, names=names)
-        try:
-            self._await_scheduler(record)
-        except BackendUnavailableError:
-            self._stop_all(record)
-            raise
-        return started
-
-    def _start_workers(
-        self, record: ClusterRecord, shape: WorkerShape, count: int, names: Optional[List[str]] = None
-    ) -> List[WorkerRecord]:
-        started = []
-        workdir = self.store.cluster_dir(record.ref) / "work"
-        workdir.mkdir(parents=True, exist_ok=True)
-        for index in range(count):
-            if names is not None and index < len(names):
-                name = names[index]
-            else:
-                name = f"{record.ref.info.worker_pod_prefix(record.ref.name)}{record.next_index}"
-                record.next_index += 1
-            proc = procs.spawn_detached(
-                dask_ops.worker_argv(
-                    record.address, name, shape.nthreads, shape.memory_limit, str(workdir), record.host
-                ),
-                self.store.log_path(record.ref, name),
-            )
-            worker = WorkerRecord(name, proc, shape.tier, shape.nthreads, shape.memory_limit)
-            record.workers.append(worker)
-            started.append(worker)
-            # Saved after each spawn so a crash here still leaves every pid recorded.
-            self.store.save(record)
-        return started
-
-    def _stop_workers(self, record: ClusterRecord, workers: List[WorkerRecord], retire: bool) -> None:
-        """Retire ``workers`` through the scheduler (data moves off them), then make sure they exit."""
-        if not workers:
-            return
-        retired = False
-        if retire and record.scheduler is not None and procs.is_alive(record.scheduler):
-            try:
-                dask_ops.retire_workers(record.address, [w.name for w in workers], self.stop_grace)
-                retired = True
-            except BackendUnavailableError as exc:
-                logger.warning("%s; terminating the workers instead", exc.message)
-        procs.stop_processes([w.proc for w in workers], self.stop_grace, asked=retired)
-        gone = {w.name for w in workers}
-        record.workers = [w for w in record.workers if w.name not in gone]
-        self.store.save(record)
-
-    def _stop_all(self, record: ClusterRecord) -> None:
-        """Stop the scheduler first (it closes its workers cleanly), then any worker still running."""
-        closing = record.scheduler is not None and procs.is_alive(record.scheduler)
-        if record.scheduler is not None:
-            procs.stop_processes([record.scheduler], self.stop_grace)
-        procs.stop_processes([w.proc for w in record.workers], self.stop_grace, asked=closing)
-        record.scheduler = None
-        record.workers = []
-        self.store.save(record)
+    def _check_head_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> None:
+        self.catalog.resolve(tier, ref.kind, field=field)
 
     def _wait_started(
         self,
@@ -735,34 +416,17 @@ class LocalBackend:
         timeout: float,
         progress: Optional[ProgressReporter],
     ) -> ClusterState:
-        """Wait until the scheduler sees ``replicas`` workers; fail fast if a new worker exits."""
+        """Wait until the head sees ``replicas`` workers; fail fast if a new worker or the head exits."""
 
         def read() -> ClusterState:
-            state = self._observe(record)
-            for worker in started:
-                if not procs.is_alive(worker.proc) and worker in record.workers:
-                    log = self.store.log_path(record.ref, worker.name)
-                    raise WorkerFailedError(
-                        f"local Dask worker {worker.name} exited before joining; {log}:\n"
-                        f"{procs.log_tail(log)}",
-                        pod=worker.name,
-                        reason="ProcessExited",
-                        cluster=str(record.ref),
-                        state=state,
-                    )
-            if record.scheduler is None or not procs.is_alive(record.scheduler):
-                log = self.store.log_path(record.ref, "scheduler")
-                raise BackendUnavailableError(
-                    f"the Dask scheduler of {record.ref} exited; {log}:\n{procs.log_tail(log)}",
-                    cluster=str(record.ref),
-                    state=state,
-                )
+            state = self.supervisor.observe(record)
+            self.supervisor.check_started(record, started, state)
             return state
 
         return self._poll(read, record.ref, replicas, timeout, progress)
 
-    @staticmethod
     def _poll(
+        self,
         read: Callable[[], ClusterState],
         ref: ClusterRef,
         replicas: int,
@@ -772,7 +436,7 @@ class LocalBackend:
         return poll_until(
             read,
             lambda s: bool(s.head_ready) and s.workers_up(replicas),
-            what=f"{plural(replicas, 'worker')} seen by the Dask scheduler of {ref}",
+            what=f"{plural(replicas, 'worker')} seen by the {self.driver.head_label} of {ref}",
             target=replicas,
             count=lambda s: s.ready_workers or 0,
             timeout=timeout,
@@ -780,43 +444,15 @@ class LocalBackend:
             progress=progress,
         )
 
-    def _observe(self, record: ClusterRecord) -> ClusterState:
-        scheduler_up = record.scheduler is not None and procs.is_alive(record.scheduler)
-        seen = dask_ops.scheduler_workers(record.address) if scheduler_up else None
-        alive = [w for w in record.workers if procs.is_alive(w.proc)]
-        ready = 0
-        if seen is not None:
-            ready = sum(1 for w in alive if w.name in seen and w.tier == record.worker_hw_tier)
-        if seen is None:
-            status = "Failed"
-        elif ready == record.desired and len(alive) == record.desired:
-            status = "Running"
-        elif len(alive) > record.desired and all(w.name in seen for w in alive):
-            # Workers start before the record's desired count is raised; only
-            # surplus workers that already joined are on their way out.
-            status = "Stopping"
-        else:
-            status = "Starting"
-        return ClusterState(
-            cluster=str(record.ref),
-            status=status,
-            desired_workers=record.desired,
-            existing_workers=len(alive),
-            ready_workers=ready,
-            head_ready=seen is not None,
-            worker_hw_tier=record.worker_hw_tier or None,
-            head_hw_tier=record.head_hw_tier,
-        )
-
     def _observe_or_absent(self, ref: ClusterRef) -> ClusterState:
         record = self.store.load(ref)
-        return self._observe(record) if record is not None else _absent(ref)
+        return self.supervisor.observe(record) if record is not None else _absent(ref)
 
     def _down_locked(self, ref: ClusterRef, record: Optional[ClusterRecord]) -> ScaleResult:
         """Stop and forget a cluster (its baseline is already gone) for a caller holding its lock."""
-        previous = self._observe(record) if record is not None else _absent(ref)
+        previous = self.supervisor.observe(record) if record is not None else _absent(ref)
         if record is not None:
-            self._stop_all(record)
+            self.supervisor.stop_all(record)
             self.store.delete(ref)
         return _downed(ref, previous)
 
@@ -836,34 +472,11 @@ class LocalBackend:
         assert tier is not None
         return WorkerShape.from_tier(tier)
 
-    def _check_kind(self, ref: ClusterRef) -> None:
-        if not isinstance(ref, ClusterRef):
-            raise InvalidInputError("ref", ref, "a ClusterRef")
-        if ref.kind not in self.capabilities.kinds:
-            raise UnsupportedOperationError(
-                f"the local backend runs Dask clusters only; {ref} is a {ref.kind} cluster. "
-                f"Use ClusterRef('dask', ...) locally, or the scaler or kubernetes backend "
-                f"for {ref.kind}",
-                cluster=str(ref),
-            )
-
-
-def _port_is_free(host: str, port: int) -> bool:
-    """Whether ``host:port`` can be bound right now (nothing else listens there)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def _free_port(host: str) -> int:
-    """A port nothing listens on right now; the scheduler binds it moments later."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
+    def _unserved(self, ref: ClusterRef) -> str:
+        return (
+            f"the local backend runs Dask clusters only; {ref} is a {ref.kind} cluster. "
+            f"Use ClusterRef('dask', ...) locally, or the scaler or kubernetes backend for {ref.kind}"
+        )
 
 
 def _absent(ref: ClusterRef) -> ClusterState:

@@ -16,7 +16,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Union
 
 import httpx
 
@@ -29,20 +29,19 @@ from ...errors import (
     ScalingError,
     ScalingTimeoutError,
     UnsupportedOperationError,
-    WorkerFailedError,
 )
-from ...filerecords import FileBookkeeping, validate_claim_id
+from ...filerecords import FileBookkeeping
 from ...filestore import STATE_DIR_ENV, FileRecordStore
-from ...inplace import Reach, check_reachable, left_in_place, state_dir_env
+from ...inplace import Reach, state_dir_env
 from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult
 from ...outage import outage_timeout
 from ...progress import ProgressReporter, WaitProgress
-from ...records import Claim
 from ...refs import ClusterRef
 from ...tiers import DominoTierCatalog, TierCatalog
-from ...validation import validate_replicas, validate_tier_name, validate_timeout
+from ...validation import validate_tier_name, validate_timeout
 from ...waiting import Backoff, Deadline, PollSchedule, TwoStageBackoff, poll_until
-from ..base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT, BackendCapabilities
+from ..base import BackendCapabilities, Change
+from ..filebacked import FileRecordsBackend
 from .client import (
     BASE_URL_ENV,
     DEFAULT_HTTP_TIMEOUT,
@@ -66,8 +65,26 @@ DEFAULT_RESTART_POLL_BACKOFF = TwoStageBackoff(slow=10.0)
 """Poll intervals of head-restart waits: as for scale, then 10 s (the reference polls every 3 s)."""
 
 
-class ScalerServiceBackend:
+class ScalerServiceBackend(FileRecordsBackend):
     """A :class:`ClusterBackend` that talks to Domino's cluster scaler service over HTTP.
+
+    What the protocol's methods do here: ``get_state`` shows what the
+    service shows (``ready_workers`` is always None); a wait ends once the
+    requested worker pods EXIST, the cluster is Running and
+    ``spec.worker.replicas`` agrees (pods may not be Ready yet). ``scale``
+    sets the tier by NAME and reports the service's own numbers
+    (``effective = min(requested, maxReplicas)``). ``restart_head`` deletes
+    the head pod through the service (sent once, never retried) and, with
+    ``wait``, polls ``restart_head_status`` with the service's
+    ``started_at`` until the new head is restarted and Ready; it raises
+    :class:`UnsupportedOperationError` before sending for ``head_hw_tier``
+    (no head-tier route) and after the service's 404 for Spark/Dask (it
+    deletes a wrong pod name). Baselines and claims are recorded on this
+    machine; a restore maps a recorded worker tier id back to its name
+    through ``tier_catalog`` (else only the replica count is restored, with
+    a warning); ``target.head_hw_tier`` is refused. A reconcile reads the
+    claims and sends its request under this machine's record lock of the
+    cluster, and waits for workers after releasing it.
 
     ``base_url`` defaults to ``$CLUSTER_SCALER_BASE_URL``, then the in-cluster
     service URL. Credentials come from ``auth`` or :class:`DominoAuth`
@@ -149,77 +166,40 @@ class ScalerServiceBackend:
         """The service URL in use."""
         return self._client.base_url
 
-    def __enter__(self) -> "ScalerServiceBackend":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
     def close(self) -> None:
         """Close the pooled HTTP connections."""
         self._client.close()
 
-    def _served(self, ref: ClusterRef) -> ClusterRef:
-        if not isinstance(ref, ClusterRef):
-            raise InvalidInputError("ref", ref, "a ClusterRef")
-        if ref.kind not in self.capabilities.kinds:
+    def _unserved(self, ref: ClusterRef) -> str:
+        return (
+            f"the scaler service does not serve {ref.kind} clusters "
+            f"(it serves {', '.join(sorted(self.capabilities.kinds))}); use the kubernetes backend"
+        )
+
+    def _check_head_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> None:
+        if tier is not None:
             raise UnsupportedOperationError(
-                f"the scaler service does not serve {ref.kind} clusters "
-                f"(it serves {', '.join(sorted(self.capabilities.kinds))}); use the kubernetes backend",
+                "the scaler service cannot change the head's hardware tier; use the kubernetes backend",
                 cluster=str(ref),
             )
-        return ref
 
-    def get_state(self, ref: ClusterRef) -> ClusterState:
-        """The cluster now, as far as the service shows it (``ready_workers`` is always None)."""
-        return state_from_object(ref, self._client.get_cluster(self._served(ref)))
+    def _observe(self, ref: ClusterRef) -> ClusterState:
+        return state_from_object(ref, self._client.get_cluster(ref))
 
-    def _read_state(self, ref: ClusterRef, deadline: Deadline, what: str) -> ClusterState:
+    def _observe_before_change(self, ref: ClusterRef, deadline: Deadline, what: str) -> ClusterState:
         """The cluster now, riding out an outage until ``deadline`` (then a timeout waiting for ``what``)."""
         try:
             return state_from_object(ref, self._client.get_cluster(ref, deadline))
         except ScalingError as error:
-            raise _timed_out(error, deadline, what, ref, self._client) from None
+            raise _timed_out(error, deadline, f"{what} to be accepted", ref, self._client) from None
 
-    def wait_for_workers(
-        self,
-        ref: ClusterRef,
-        replicas: int,
-        *,
-        timeout: float = DEFAULT_SCALE_TIMEOUT,
-        progress: Optional[ProgressReporter] = None,
-    ) -> ClusterState:
-        """Return the state once ``replicas`` worker pods exist, the cluster is Running and
-        ``spec.worker.replicas == replicas``.
-
-        Pods that exist may not be Ready yet: the service cannot show readiness.
-        Raises :class:`UnreachableWaitError` at once when ``replicas`` is above
-        ``spec.worker.replicas`` or ``maxReplicas`` (such a wait could never
-        end), and :class:`ScalingTimeoutError` with the last state at ``timeout``.
-        """
-        replicas = validate_replicas(replicas)
-        timeout = validate_timeout(timeout)
-        self._served(ref)
-        deadline = Deadline(timeout)
-        first = self._check_reachable(ref, replicas, deadline)
-        return self._wait_workers(ref, replicas, deadline.remaining, progress, first)
-
-    def _check_reachable(self, ref: ClusterRef, replicas: int, deadline: Deadline) -> Optional[ClusterState]:
-        """The cluster now, after refusing a wait for more workers than it will ever have.
-
-        None when the service cannot be read now: the wait itself then rides
-        out the outage, unless the read already used up the deadline.
-        """
+    def _observe_for_wait(self, ref: ClusterRef, replicas: int, deadline: Deadline) -> Optional[ClusterState]:
         try:
-            state = state_from_object(ref, self._client.get_cluster(ref, deadline))
+            return state_from_object(ref, self._client.get_cluster(ref, deadline))
         except BackendUnavailableError as error:
             if deadline.expired:
                 raise _timed_out(error, deadline, f"{replicas} worker pods of {ref}", ref, self._client) from None
             return None
-        check_reachable(
-            replicas, desired=state.desired_workers, maximum=state.autoscaling_max, cluster=str(ref), state=state
-        )
-        return state
 
     def _wait_workers(
         self,
@@ -227,6 +207,7 @@ class ScalerServiceBackend:
         replicas: int,
         timeout: float,
         progress: Optional[ProgressReporter],
+        change: Optional[Change],
         last: Optional[ClusterState],
     ) -> ClusterState:
         seen = [last]
@@ -255,48 +236,15 @@ class ScalerServiceBackend:
             note=self._client.outage.summary,
         )
 
-    def scale(
-        self,
-        ref: ClusterRef,
-        replicas: int,
-        worker_hw_tier: Optional[str] = None,
-        *,
-        wait: bool = True,
-        timeout: float = DEFAULT_SCALE_TIMEOUT,
-        strict: bool = False,
-        progress: Optional[ProgressReporter] = None,
-    ) -> ScaleResult:
-        """Set the worker count (and tier, by NAME); with ``wait``, return once the pods exist.
-
-        The result's ``requested``/``effective``/``capped`` are the service's
-        own numbers (``effective = min(requested, maxReplicas)``); ``strict``
-        refuses a request above ``maxReplicas`` with
-        :class:`CapacityExceededError` before anything changes. The baseline
-        is recorded first if none is recorded.
-        """
-        replicas = validate_replicas(replicas)
-        tier = validate_tier_name(worker_hw_tier)
-        timeout = validate_timeout(timeout)
-        self._served(ref)
-        self._check_tier(ref, tier)
-        deadline = Deadline(timeout)
-        what = f"the scale request to {replicas} workers of {ref} to be accepted"
-        previous = self._read_state(ref, deadline, what)
-        self._check_scalable(previous, replicas, strict)
-        self.records.record_baseline(ref, lambda: previous)
-        result = self._patch(ref, replicas, tier, previous, deadline)
-        return self._finish(ref, result, wait, deadline.left_for_wait(), progress)
-
-    def _check_tier(self, ref: ClusterRef, tier: Optional[str]) -> None:
+    def _check_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> None:
         if tier is None or self._tiers is None:
             return
         try:
-            self._tiers.resolve(tier, ref.kind)
+            self._tiers.resolve(tier, ref.kind, field=field)
         except BackendUnavailableError as error:
             logger.warning("%s: could not check tier %r in the tier catalog (%s); the service will judge it", ref, tier, error)
 
-    @staticmethod
-    def _check_scalable(previous: ClusterState, replicas: int, strict: bool) -> None:
+    def _check_size(self, previous: ClusterState, replicas: int, strict: bool) -> None:
         if previous.autoscaling_max is None:
             raise NotScalableError(
                 "the cluster has no usable spec.autoscaling.maxReplicas, and the scaler service "
@@ -311,6 +259,25 @@ class ScalerServiceBackend:
                 cluster=previous.cluster,
                 state=previous,
             )
+
+    def _apply_size(
+        self, ref: ClusterRef, replicas: int, tier: Optional[str], previous: ClusterState, deadline: Deadline
+    ) -> Change:
+        return Change(self._patch(ref, replicas, tier, previous, deadline))
+
+    def _apply_baseline(
+        self, ref: ClusterRef, baseline: Optional[Baseline], target: Optional[ReplicaSpec], deadline: Deadline
+    ) -> Change:
+        previous = self._observe_before_change(ref, deadline, f"the restore of {ref}")
+        if target is not None:
+            replicas, tier = target.replicas, validate_tier_name(target.worker_hw_tier)
+        else:
+            assert baseline is not None
+            replicas, tier = baseline.replicas, self._tier_to_restore(ref, baseline, previous)
+        return Change(self._patch(ref, replicas, tier, previous, deadline), restoring=True)
+
+    def _no_baseline(self, ref: ClusterRef) -> ScaleResult:
+        raise InvalidInputError("target", None, f"a ReplicaSpec, since no baseline is recorded for {ref}")
 
     def _patch(
         self, ref: ClusterRef, replicas: int, tier: Optional[str], previous: ClusterState, deadline: Deadline
@@ -332,7 +299,7 @@ class ScalerServiceBackend:
                 "%s: %d workers requested, capped to maxReplicas=%s", ref, requested, answer.get("maxReplicas")
             )
         obj = answer.get("object")
-        final = state_from_object(ref, obj) if isinstance(obj, dict) else self._read_state(
+        final = state_from_object(ref, obj) if isinstance(obj, dict) else self._observe_before_change(
             ref, deadline, f"{ref} after the scale request"
         )
         return ScaleResult(
@@ -346,51 +313,16 @@ class ScalerServiceBackend:
             worker_hw_tier=tier,
         )
 
-    def _finish(
-        self, ref: ClusterRef, result: ScaleResult, wait: bool, timeout: float, progress: Optional[ProgressReporter],
-        *, restoring: bool = False,
-    ) -> ScaleResult:
-        """With ``wait``, wait for the workers the change asked for; a failed wait leaves the change in place."""
-        if not wait:
-            return result
-        started = time.monotonic()
-        try:
-            result.final = self._wait_workers(ref, result.effective, timeout, progress, result.final)
-        except (ScalingTimeoutError, WorkerFailedError) as error:
-            raise left_in_place(
-                error, self._reach(ref), "spec.worker.replicas", result.effective, restoring=restoring
-            ) from None
-        result.waited = True
-        result.seconds_waited = time.monotonic() - started
-        return result
-
-    def restart_head(
-        self,
-        ref: ClusterRef,
-        head_hw_tier: Optional[str] = None,
-        *,
-        wait: bool = True,
-        timeout: float = DEFAULT_RESTART_TIMEOUT,
-        progress: Optional[ProgressReporter] = None,
+    def _restart_head(
+        self, ref: ClusterRef, tier: Optional[str], wait: bool, deadline: Deadline,
+        progress: Optional[ProgressReporter],
     ) -> RestartResult:
-        """Delete the head pod through the service (sent once, never retried); with ``wait``,
-        poll ``restart_head_status`` with the service's ``started_at`` until the new head is
-        restarted and Ready.
-
-        Raises :class:`UnsupportedOperationError` before sending for
-        ``head_hw_tier`` (the service has no head-tier route) and MPI, and
-        after the service's 404 for Spark/Dask (it deletes a wrong pod name).
-        """
-        tier = validate_tier_name(head_hw_tier, field="head_hw_tier")
-        timeout = validate_timeout(timeout)
-        self._served(ref)
         if tier is not None:
             raise UnsupportedOperationError(
                 "the scaler service cannot change the head's hardware tier (restart only deletes the "
                 "pod); use the kubernetes backend for head_hw_tier",
                 cluster=str(ref),
             )
-        deadline = Deadline(timeout)
         # Best effort, for error context only: the restart's own answer decides what happens.
         before = self._state_or_none(ref)
         try:
@@ -444,53 +376,6 @@ class ScalerServiceBackend:
         except ScalingError:
             return None
 
-    def record_baseline(self, ref: ClusterRef) -> Baseline:
-        """The recorded baseline; records the current state first if none is recorded."""
-        self._served(ref)
-        return self.records.record_baseline(ref, lambda: self.get_state(ref))
-
-    def get_baseline(self, ref: ClusterRef) -> Optional[Baseline]:
-        """The baseline recorded in this machine's state directory, or None."""
-        self._served(ref)
-        return self.records.get_baseline(ref)
-
-    def restore_baseline(
-        self,
-        ref: ClusterRef,
-        target: Optional[ReplicaSpec] = None,
-        *,
-        wait: bool = True,
-        timeout: float = DEFAULT_SCALE_TIMEOUT,
-        progress: Optional[ProgressReporter] = None,
-    ) -> ScaleResult:
-        """Scale back to the recorded baseline (or ``target``), then forget the baseline and
-        every claim (claims left by killed processes would otherwise inflate the next phase).
-
-        A recorded worker tier is restored only if it differs from the current
-        one and ``tier_catalog`` maps its id to a name; otherwise the replica
-        count alone is restored and a warning says so. ``target.head_hw_tier``
-        is refused (no head-tier route).
-        """
-        timeout = validate_timeout(timeout)
-        self._served(ref)
-        deadline = Deadline(timeout)
-        what = f"the restore of {ref} to be accepted"
-        if target is not None:
-            replicas, tier = self._target(ref, target)
-            previous = self._read_state(ref, deadline, what)
-        else:
-            baseline = self.records.get_baseline(ref)
-            if baseline is None:
-                raise InvalidInputError("target", None, f"a ReplicaSpec, since no baseline is recorded for {ref}")
-            previous = self._read_state(ref, deadline, what)
-            replicas, tier = baseline.replicas, self._tier_to_restore(ref, baseline, previous)
-        result = self._patch(ref, replicas, tier, previous, deadline)
-        self.records.forget_baseline(ref)
-        stale = self.records.forget_claims(ref)
-        if stale:
-            logger.warning("%s: restore dropped claims %s", ref, ", ".join(sorted(stale)))
-        return self._finish(ref, result, wait, deadline.left_for_wait(), progress, restoring=True)
-
     def _reach(self, ref: ClusterRef) -> Reach:
         """How ``ddlscale`` and a new process reach this service and these records."""
         env: Dict[str, str] = {}
@@ -503,18 +388,6 @@ class ScalerServiceBackend:
             env.update(state)
             options["state_dir"] = state[STATE_DIR_ENV]
         return Reach(self.name, ref, env=env, options=options)
-
-    def _target(self, ref: ClusterRef, target: ReplicaSpec) -> Tuple[int, Optional[str]]:
-        if not isinstance(target, ReplicaSpec):
-            raise InvalidInputError("target", target, "a ReplicaSpec or None")
-        replicas = validate_replicas(target.replicas, field="target.replicas")
-        tier = validate_tier_name(target.worker_hw_tier, field="target.worker_hw_tier")
-        if validate_tier_name(target.head_hw_tier, field="target.head_hw_tier") is not None:
-            raise UnsupportedOperationError(
-                "the scaler service cannot change the head's hardware tier; use the kubernetes backend",
-                cluster=str(ref),
-            )
-        return replicas, tier
 
     def _tier_to_restore(self, ref: ClusterRef, baseline: Baseline, current: ClusterState) -> Optional[str]:
         wanted = baseline.worker_hw_tier
@@ -534,75 +407,6 @@ class ScalerServiceBackend:
             wanted,
         )
         return None
-
-    def claim(
-        self, ref: ClusterRef, claim_id: str, replicas: int, worker_hw_tier: Optional[str] = None
-    ) -> Claim:
-        """Register ``claim_id``'s need; return the largest live claim.
-
-        A missing baseline is recorded in the same locked update as the claim.
-        An unknown or restricted tier is refused (via the tier catalog, when
-        there is one) before anything is written.
-        """
-        validate_claim_id(claim_id)
-        validate_replicas(replicas)
-        tier = validate_tier_name(worker_hw_tier)
-        self._served(ref)
-        self._check_tier(ref, tier)
-        return self.records.claim(ref, claim_id, replicas, tier, observe=lambda: self.get_state(ref))
-
-    def reconcile(
-        self,
-        ref: ClusterRef,
-        target: Optional[ReplicaSpec] = None,
-        *,
-        wait: bool = True,
-        timeout: float = DEFAULT_SCALE_TIMEOUT,
-        progress: Optional[ProgressReporter] = None,
-    ) -> Optional[ScaleResult]:
-        """Scale to the largest live claim, or restore the baseline (or ``target``) when none
-        remains and forget the baseline; None when there is neither claim nor baseline.
-
-        The claims are read and the scale request is sent while this
-        machine's record lock of the cluster is held, so claims and releases
-        of other phases wait for it; the wait for workers (``wait``) happens
-        after the lock is released. Tiers are restored as by :meth:`restore_baseline`.
-        """
-        timeout = validate_timeout(timeout)
-        self._served(ref)
-        wanted = self._target(ref, target) if target is not None else None
-        restoring: List[bool] = []
-        deadline = Deadline(timeout)
-
-        def act(claim: Optional[Claim], baseline: Optional[Baseline]) -> Optional[ScaleResult]:
-            if claim is None and baseline is None:
-                return None
-            restoring.append(claim is None)
-            previous = self._read_state(ref, deadline, f"the reconcile of {ref} to be accepted")
-            if claim is not None:
-                replicas, tier = claim.replicas, claim.worker_hw_tier
-                self._check_scalable(previous, replicas, strict=False)
-            elif wanted is not None:
-                replicas, tier = wanted
-            else:
-                assert baseline is not None
-                replicas, tier = baseline.replicas, self._tier_to_restore(ref, baseline, previous)
-            return self._patch(ref, replicas, tier, previous, deadline)
-
-        result = self.records.settle(ref, act)
-        if result is None:
-            return None
-        return self._finish(ref, result, wait, deadline.left_for_wait(), progress, restoring=restoring[-1])
-
-    def release(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
-        """Drop ``claim_id``; return the largest remaining claim, or None."""
-        self._served(ref)
-        return self.records.release(ref, claim_id)
-
-    def claims(self, ref: ClusterRef) -> Dict[str, Claim]:
-        """The live claims of ``ref`` recorded on this machine, by claim id."""
-        self._served(ref)
-        return self.records.claims(ref)
 
 
 def _timed_out(

@@ -1,0 +1,67 @@
+"""What the local backend needs from one framework: the driver interface.
+
+A local cluster is one head process plus one process per worker, spawned
+detached by the :class:`~.supervisor.ProcessSupervisor` from the command
+lines a driver gives and recorded by pid and start time. The supervisor
+owns everything about processes (spawn, stop, liveness, ports, log tails,
+repair, the cluster lock) and the backend owns the protocol; a driver only
+knows its framework. A new framework (Ray, Spark) provides one class with:
+
+* ``kind``: the :class:`ClusterRef` kind it serves; ``framework`` and
+  ``head_label``: how messages name it ("Dask", "Dask scheduler");
+* :meth:`head_argv`: the head on ``record.host:record.port`` (the port is
+  chosen by the supervisor, kept across restarts);
+* :meth:`worker_argv`: one worker process named ``name`` of ``shape``
+  (threads, memory) that joins the head at :meth:`address` and keeps trying
+  while the head starts, and exits on its own once its head is gone for good;
+* :meth:`registered_workers`: the names of the workers the head reports as
+  registered (readiness is registration, not a live pid), None while the
+  head does not answer;
+* :meth:`retire_workers`: ask the head to drain and close workers, raising
+  :class:`BackendUnavailableError` when it cannot (the supervisor then
+  terminates them);
+* :meth:`connection_env`: the variables Domino injects for this framework,
+  so code written for Domino connects unchanged.
+
+A head restart stops every process and starts the head and the same-named
+workers again (workers of all three frameworks die or detach with their
+head), so a driver needs nothing more for it.
+"""
+from pathlib import Path
+from typing import Dict, List, Optional, Protocol, Set
+
+from .state import ClusterRecord, LocalStateStore
+from .tiers import WorkerShape
+
+
+class FrameworkDriver(Protocol):
+    """One framework's head and worker processes, as the local backend starts and observes them."""
+
+    kind: str
+    framework: str
+    head_label: str
+
+    def address(self, record: ClusterRecord) -> str:
+        """Where workers and clients reach the head of ``record``."""
+        ...
+
+    def head_argv(self, record: ClusterRecord, store: LocalStateStore) -> List[str]:
+        """The command line of the head on ``record.host:record.port``; its files go in ``store``'s
+        folder of the cluster."""
+        ...
+
+    def worker_argv(self, record: ClusterRecord, name: str, shape: WorkerShape, workdir: Path) -> List[str]:
+        """The command line of one worker named ``name`` of ``shape`` joining the head of ``record``."""
+        ...
+
+    def registered_workers(self, record: ClusterRecord) -> Optional[Set[str]]:
+        """Names of the workers the head reports as registered; None when the head does not answer."""
+        ...
+
+    def retire_workers(self, record: ClusterRecord, names: List[str], timeout: float) -> None:
+        """Ask the head to drain and close ``names`` within ``timeout``; :class:`BackendUnavailableError` if not."""
+        ...
+
+    def connection_env(self, record: ClusterRecord) -> Dict[str, str]:
+        """The variables Domino injects for this framework's head, for ``record``'s head."""
+        ...

@@ -1,0 +1,259 @@
+"""The process supervisor of the local backend: head and worker processes of one cluster.
+
+It spawns processes detached (so clusters outlive the Python process that
+started them) from the command lines of a :class:`~.driver.FrameworkDriver`,
+records every pid with its start time in the state directory, stops them
+(retiring workers through the head first, so data moves off them), checks
+liveness, picks and keeps the head's port, quotes log tails in errors, and
+repairs a cluster whose processes died. It knows nothing of baselines,
+claims or waits; callers hold the cluster lock (:meth:`lock`) around changes.
+"""
+import logging
+import socket
+import time
+from typing import Iterator, List, Optional, Tuple
+
+from ...errors import BackendUnavailableError, WorkerFailedError
+from ...models import ClusterState
+from ...refs import ClusterRef
+from . import procs
+from .driver import FrameworkDriver
+from .state import ClusterRecord, LocalStateStore, WorkerRecord
+from .tiers import WorkerShape
+
+logger = logging.getLogger("flytekitplugins_ddlscale.local")
+
+HEAD_LOG = "scheduler"
+"""Log name of the head process (``logs/scheduler.log`` in the cluster's folder)."""
+
+
+class ProcessSupervisor:
+    """Starts, stops, observes and repairs the processes of local clusters of one framework."""
+
+    def __init__(
+        self, store: LocalStateStore, driver: FrameworkDriver, *, start_timeout: float, stop_grace: float
+    ) -> None:
+        self.store = store
+        self.driver = driver
+        self.start_timeout = start_timeout
+        self.stop_grace = stop_grace
+
+    def lock(self, ref: ClusterRef, timeout: float) -> "Iterator[None]":
+        """The cluster's exclusive change lock (held by every change of its processes), at most ``timeout`` s."""
+        return self.store.lock(ref, timeout)
+
+    def head_alive(self, record: ClusterRecord) -> bool:
+        """Whether the recorded head process is running."""
+        return record.scheduler is not None and procs.is_alive(record.scheduler)
+
+    # ------------------------------------------------------------ changing
+
+    def converge(
+        self, record: ClusterRecord, replicas: int, shape: WorkerShape
+    ) -> Tuple[List[WorkerRecord], List[WorkerRecord]]:
+        """Bring processes to ``replicas`` workers of ``shape``; return (started, old-tier workers).
+
+        Old-tier workers are left running for the caller to retire once the
+        new ones are up. Dead processes are repaired on the way: a dead head
+        is restarted on its port (with new workers), dead workers replaced.
+        """
+        started: List[WorkerRecord] = []
+        old: List[WorkerRecord] = []
+        if not self.head_alive(record):
+            if record.workers:
+                logger.warning("%s: the %s had exited; restarting it and its workers", record.ref, self.driver.head_label)
+            self.stop_all(record)
+            if record.port and not _port_is_free(record.host, record.port):
+                # Stale state (e.g. after a reboot): every worker is new anyway, so move.
+                logger.warning("%s: port %d is taken now; the %s moves", record.ref, record.port, self.driver.head_label)
+                record.port = 0
+            started = self.start_cluster(record, shape, replicas)
+        else:
+            lost = [w.name for w in record.workers if not procs.is_alive(w.proc)]
+            if lost:
+                logger.warning("%s: worker process(es) %s had exited; replacing them", record.ref, lost)
+            record.workers = [w for w in record.workers if procs.is_alive(w.proc)]
+            same = [w for w in record.workers if w.tier == shape.tier]
+            old = [w for w in record.workers if w.tier != shape.tier]
+            if len(same) < replicas:
+                started = self.start_workers(record, shape, replicas - len(same))
+            elif len(same) > replicas:
+                self.stop_workers(record, same[replicas:], retire=True)
+        record.worker_hw_tier, record.desired = shape.tier, replicas
+        self.store.save(record)
+        return started, old
+
+    def restart_head(self, record: ClusterRecord, shape: WorkerShape) -> List[WorkerRecord]:
+        """Stop every process, then start the head on the same port and the same-named workers again."""
+        names = [w.name for w in record.workers if w.tier == shape.tier][: record.desired]
+        self.stop_all(record)
+        return self.start_cluster(record, shape, record.desired, names=names)
+
+    def start_cluster(
+        self, record: ClusterRecord, shape: WorkerShape, count: int, names: Optional[List[str]] = None
+    ) -> List[WorkerRecord]:
+        """Start the head and ``count`` workers together; stop them all if the head fails to answer."""
+        self._start_head(record)
+        started = self.start_workers(record, shape, count, names=names)
+        try:
+            self._await_head(record)
+        except BackendUnavailableError:
+            self.stop_all(record)
+            raise
+        return started
+
+    def start_workers(
+        self, record: ClusterRecord, shape: WorkerShape, count: int, names: Optional[List[str]] = None
+    ) -> List[WorkerRecord]:
+        """Spawn ``count`` workers of ``shape`` (named ``names`` first, then new names); do not wait."""
+        started = []
+        workdir = self.store.cluster_dir(record.ref) / "work"
+        workdir.mkdir(parents=True, exist_ok=True)
+        for index in range(count):
+            if names is not None and index < len(names):
+                name = names[index]
+            else:
+                name = f"{record.ref.info.worker_pod_prefix(record.ref.name)}{record.next_index}"
+                record.next_index += 1
+            proc = procs.spawn_detached(
+                self.driver.worker_argv(record, name, shape, workdir), self.store.log_path(record.ref, name)
+            )
+            worker = WorkerRecord(name, proc, shape.tier, shape.nthreads, shape.memory_limit)
+            record.workers.append(worker)
+            started.append(worker)
+            # Saved after each spawn so a crash here still leaves every pid recorded.
+            self.store.save(record)
+        return started
+
+    def stop_workers(self, record: ClusterRecord, workers: List[WorkerRecord], retire: bool) -> None:
+        """Retire ``workers`` through the head (data moves off them), then make sure they exit."""
+        if not workers:
+            return
+        retired = False
+        if retire and self.head_alive(record):
+            try:
+                self.driver.retire_workers(record, [w.name for w in workers], self.stop_grace)
+                retired = True
+            except BackendUnavailableError as exc:
+                logger.warning("%s; terminating the workers instead", exc.message)
+        procs.stop_processes([w.proc for w in workers], self.stop_grace, asked=retired)
+        gone = {w.name for w in workers}
+        record.workers = [w for w in record.workers if w.name not in gone]
+        self.store.save(record)
+
+    def drop_dead(self, record: ClusterRecord, workers: List[WorkerRecord]) -> None:
+        """Forget those of ``workers`` whose process has exited (the others keep running)."""
+        self.stop_workers(record, [w for w in workers if not procs.is_alive(w.proc)], retire=False)
+
+    def stop_all(self, record: ClusterRecord) -> None:
+        """Stop the head first (it closes its workers cleanly), then any worker still running."""
+        closing = self.head_alive(record)
+        if record.scheduler is not None:
+            procs.stop_processes([record.scheduler], self.stop_grace)
+        procs.stop_processes([w.proc for w in record.workers], self.stop_grace, asked=closing)
+        record.scheduler = None
+        record.workers = []
+        self.store.save(record)
+
+    # ----------------------------------------------------------- observing
+
+    def observe(self, record: ClusterRecord) -> ClusterState:
+        """Live processes, and the workers of the cluster's tier the head reports as registered."""
+        seen = self.driver.registered_workers(record) if self.head_alive(record) else None
+        alive = [w for w in record.workers if procs.is_alive(w.proc)]
+        ready = 0
+        if seen is not None:
+            ready = sum(1 for w in alive if w.name in seen and w.tier == record.worker_hw_tier)
+        if seen is None:
+            status = "Failed"
+        elif ready == record.desired and len(alive) == record.desired:
+            status = "Running"
+        elif len(alive) > record.desired and all(w.name in seen for w in alive):
+            # Workers start before the record's desired count is raised; only
+            # surplus workers that already joined are on their way out.
+            status = "Stopping"
+        else:
+            status = "Starting"
+        return ClusterState(
+            cluster=str(record.ref),
+            status=status,
+            desired_workers=record.desired,
+            existing_workers=len(alive),
+            ready_workers=ready,
+            head_ready=seen is not None,
+            worker_hw_tier=record.worker_hw_tier or None,
+            head_hw_tier=record.head_hw_tier,
+        )
+
+    def check_started(self, record: ClusterRecord, started: List[WorkerRecord], state: ClusterState) -> None:
+        """Raise when a worker of ``started`` exited before joining, or the head exited, quoting its log."""
+        for worker in started:
+            if not procs.is_alive(worker.proc) and worker in record.workers:
+                log = self.store.log_path(record.ref, worker.name)
+                raise WorkerFailedError(
+                    f"local {self.driver.framework} worker {worker.name} exited before joining; {log}:\n"
+                    f"{procs.log_tail(log)}",
+                    pod=worker.name,
+                    reason="ProcessExited",
+                    cluster=str(record.ref),
+                    state=state,
+                )
+        if not self.head_alive(record):
+            log = self.store.log_path(record.ref, HEAD_LOG)
+            raise BackendUnavailableError(
+                f"the {self.driver.head_label} of {record.ref} exited; {log}:\n{procs.log_tail(log)}",
+                cluster=str(record.ref),
+                state=state,
+            )
+
+    # ------------------------------------------------------------ internals
+
+    def _start_head(self, record: ClusterRecord) -> None:
+        """Start the head on the recorded port (a free one for a new cluster); do not wait.
+
+        Workers may be started at once, since they keep trying to connect;
+        :meth:`_await_head` then waits for the head.
+        """
+        if record.port == 0:
+            record.port = _free_port(record.host)
+        record.scheduler = procs.spawn_detached(
+            self.driver.head_argv(record, self.store), self.store.log_path(record.ref, HEAD_LOG)
+        )
+        self.store.save(record)
+
+    def _await_head(self, record: ClusterRecord) -> None:
+        """Wait up to ``start_timeout`` until the head answers; raise, quoting its log, if it does not."""
+        log = self.store.log_path(record.ref, HEAD_LOG)
+        deadline = time.monotonic() + self.start_timeout
+        while self.driver.registered_workers(record) is None:
+            if not self.head_alive(record):
+                raise BackendUnavailableError(
+                    f"the {self.driver.head_label} of {record.ref} exited while starting on port "
+                    f"{record.port}; {log}:\n{procs.log_tail(log)}",
+                    cluster=str(record.ref),
+                )
+            if time.monotonic() >= deadline:
+                raise BackendUnavailableError(
+                    f"the {self.driver.head_label} of {record.ref} did not answer within "
+                    f"{self.start_timeout:.0f}s; {log}:\n{procs.log_tail(log)}",
+                    cluster=str(record.ref),
+                )
+            time.sleep(0.05)
+
+
+def _port_is_free(host: str, port: int) -> bool:
+    """Whether ``host:port`` can be bound right now (nothing else listens there)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port(host: str) -> int:
+    """A port nothing listens on right now; the head binds it moments later."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
