@@ -56,7 +56,7 @@ def test_up_list_status_repair_down(local_state):
         (["up", "--name", "c", "--workers", "-1"], 2, "invalid replicas=-1"),
         (["up", "--name", "c", "--replicas", "-1"], 2, "invalid replicas=-1"),
         (["up", "--name", "c", "--worker-hw-tier", "Huge"], 2, "allowed for dask: Large, Medium, Small"),
-        (["up", "--kind", "ray", "--name", "c"], 1, "the local backend runs Dask clusters only"),
+        (["up", "--kind", "mpi", "--name", "c"], 1, "clusters, not mpi (mpi/c)"),
         (["up", "--name", "c", "--timeout", "0"], 2, "invalid timeout=0.0"),
         (["status", "--name", "nope"], 4, "no local cluster dask/nope"),
         (["down", "--name", "nope"], 4, "no local cluster dask/nope"),

@@ -40,7 +40,7 @@ def _ref(kind: str, name: str) -> ClusterRef:
 
 
 _kind_option = click.option(
-    "--kind", default="dask", show_default=True, help="Cluster kind (local clusters are Dask only)."
+    "--kind", default="dask", show_default=True, help="Cluster kind: one the local backend serves (dask, ray, spark as installed)."
 )
 
 

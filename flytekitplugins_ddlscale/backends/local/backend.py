@@ -1,17 +1,17 @@
-"""The local backend's protocol layer: real Dask clusters made of local processes.
+"""The local backend's protocol layer: real local clusters made of local processes.
 
-A local cluster is one ``dask scheduler`` process plus one ``dask worker``
-process per worker, all detached from the Python process that started them
+A local cluster is one head process (a ``dask scheduler`` for Dask) plus one
+worker process per worker, all detached from the Python process that started them
 and recorded (pid + start time) in the state directory, so separate tasks,
 processes and the ``ddlscale local`` CLI share the same cluster. Every change
 holds the cluster's fcntl lock. ``ready_workers`` counts the workers the
-scheduler itself reports.
+head itself reports.
 
 This module holds what the protocol means locally (baselines and claims on
 files, via :class:`FileRecordsBackend`; capping at ``max_workers``; waits).
 The processes are the :class:`~.supervisor.ProcessSupervisor`'s, and what
-is particular to Dask is the :class:`~.dask_driver.DaskDriver`'s (the
-interface a Ray or Spark driver implements is :mod:`.driver`).
+is particular to a framework is its driver's (:mod:`.driver` is the
+interface, :mod:`.drivers` says which driver runs which kind).
 """
 import contextlib
 import logging
@@ -34,8 +34,8 @@ from ...wording import plural
 from ..base import DEFAULT_SCALE_TIMEOUT, BackendCapabilities, Change
 from ..filebacked import FileRecordsBackend
 from . import procs
-from .dask_driver import DaskDriver
 from .driver import FrameworkDriver
+from .drivers import SERVED_KINDS, load_driver, served_frameworks
 from .env import environ_set
 from .state import ClusterRecord, LocalStateStore, WorkerRecord
 from .supervisor import ProcessSupervisor
@@ -63,13 +63,14 @@ class _Started:
 
 
 class LocalBackend(FileRecordsBackend):
-    """Real local Dask clusters, the default backend when nothing else is configured.
+    """Real local clusters, the default backend when nothing else is configured.
 
     ``state_dir`` defaults to ``$DDLSCALE_STATE_DIR/local`` (``~/.ddlscale/local``);
     ``tiers_file`` to ``$DDLSCALE_LOCAL_TIERS``, else the packaged
     ``data/local_tiers.yaml``. ``max_workers`` plays the role of a cluster's
-    ``maxReplicas``. Only ``dask`` clusters are served; other kinds raise
-    :class:`UnsupportedOperationError`.
+    ``maxReplicas``. The kinds in :data:`~.drivers.SERVED_KINDS` are served;
+    other kinds raise :class:`UnsupportedOperationError`, and a kind whose
+    framework is not installed raises an error that says what to install.
 
     What the protocol's methods do here: ``get_state`` sees live processes
     and the workers the scheduler reports, and raises
@@ -91,7 +92,7 @@ class LocalBackend(FileRecordsBackend):
     size_setting = DESIRED
     maximum_setting = "max_workers"
     capabilities = BackendCapabilities(
-        kinds=frozenset({"dask"}),
+        kinds=SERVED_KINDS,
         observes_readiness=True,
         holds_size=True,
         head_tier=False,
@@ -115,10 +116,16 @@ class LocalBackend(FileRecordsBackend):
         self.stop_grace = validate_timeout(stop_grace, field="stop_grace")
         self.catalog = load_catalog(tiers_file)
         self.records = FileBookkeeping(FileRecordStore(self.store.records_dir))
-        self.driver: FrameworkDriver = DaskDriver()
+        self._drivers: Dict[str, FrameworkDriver] = {}
         self.supervisor = ProcessSupervisor(
             self.store, self.driver, start_timeout=self.start_timeout, stop_grace=self.stop_grace
         )
+
+    def driver(self, ref: ClusterRef) -> FrameworkDriver:
+        """The driver of ``ref``'s framework (loaded on first use of its kind)."""
+        if ref.kind not in self._drivers:
+            self._drivers[ref.kind] = load_driver(ref.kind)
+        return self._drivers[ref.kind]
 
     # ----------------------------------------------------------- observing
 
@@ -138,10 +145,11 @@ class LocalBackend(FileRecordsBackend):
         return self.store.refs()
 
     def describe(self, ref: ClusterRef) -> Dict[str, Any]:
-        """A JSON-ready report of ``ref``: state, scheduler address, connection variables, processes."""
+        """A JSON-ready report of ``ref``: state, head address, connection variables, processes."""
         self._served(ref)
         record = self._load(ref)
         state = self.supervisor.observe(record)
+        driver = self.driver(ref)
         return {
             "cluster": str(ref),
             "name": ref.name,
@@ -152,9 +160,9 @@ class LocalBackend(FileRecordsBackend):
             "head_ready": state.head_ready,
             "worker_hw_tier": state.worker_hw_tier,
             "head_hw_tier": state.head_hw_tier,
-            "address": self.driver.address(record),
-            "env": self.driver.connection_env(record),
-            "scheduler_file": str(self.store.scheduler_file(ref)),
+            "address": driver.address(record),
+            "env": driver.connection_env(record),
+            **driver.details(record, self.store),
             "scheduler_pid": record.scheduler.pid if record.scheduler else None,
             "workers": [
                 {**w.to_json(), "alive": procs.is_alive(w.proc)} for w in record.workers
@@ -166,9 +174,10 @@ class LocalBackend(FileRecordsBackend):
         }
 
     def connection_env(self, ref: ClusterRef) -> Dict[str, str]:
-        """``DASK_SCHEDULER_SERVICE_HOST``/``_PORT`` of ``ref``, as Domino injects them in a run."""
+        """The variables Domino injects in a run for ``ref``'s framework (e.g.
+        ``DASK_SCHEDULER_SERVICE_HOST``/``_PORT``), naming this local head."""
         self._served(ref)
-        return self.driver.connection_env(self._load(ref))
+        return self.driver(ref).connection_env(self._load(ref))
 
     @contextlib.contextmanager
     def connected(self, ref: ClusterRef) -> Iterator[Dict[str, str]]:
@@ -210,7 +219,7 @@ class LocalBackend(FileRecordsBackend):
         timeout = validate_timeout(timeout)
         with self.supervisor.lock(ref, timeout):
             record = self._load(ref)
-            shape = self._shape(record.worker_hw_tier or None, field="worker_hw_tier")
+            shape = self._shape(ref, record.worker_hw_tier or None, field="worker_hw_tier")
             started, _ = self.supervisor.converge(record, record.desired, shape)
             if started:
                 logger.info("repaired %s: restarted %d worker(s)", ref, len(started))
@@ -232,7 +241,7 @@ class LocalBackend(FileRecordsBackend):
         began = time.monotonic()
         with self.supervisor.lock(ref, timeout):
             record = self._load(ref)
-            shape = self._shape(record.worker_hw_tier or None, field="worker_hw_tier")
+            shape = self._shape(ref, record.worker_hw_tier or None, field="worker_hw_tier")
             started_at = utcnow().isoformat()
             if head_tier is not None:
                 record.head_hw_tier = head_tier.name
@@ -357,7 +366,7 @@ class LocalBackend(FileRecordsBackend):
         previous = self.supervisor.observe(existing) if existing is not None else _absent(ref)
         record = existing or ClusterRecord(ref=ref, host=self.host, ephemeral=not by_operator)
         record.ephemeral = record.ephemeral and not by_operator
-        shape = self._shape(worker_hw_tier or record.worker_hw_tier or None, field="worker_hw_tier")
+        shape = self._shape(ref, worker_hw_tier or record.worker_hw_tier or None, field="worker_hw_tier")
         started, old = self.supervisor.converge(record, effective, shape)
         result = ScaleResult(
             cluster=str(ref), requested=replicas, effective=effective, capped=effective < replicas,
@@ -403,7 +412,7 @@ class LocalBackend(FileRecordsBackend):
 
     def _check_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> None:
         if tier is not None:
-            self._shape(tier, field=field)
+            self._shape(ref, tier, field=field)
 
     def _check_head_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> None:
         self.catalog.resolve(tier, ref.kind, field=field)
@@ -436,7 +445,7 @@ class LocalBackend(FileRecordsBackend):
         return poll_until(
             read,
             lambda s: bool(s.head_ready) and s.workers_up(replicas),
-            what=f"{plural(replicas, 'worker')} seen by the {self.driver.head_label} of {ref}",
+            what=f"{plural(replicas, 'worker')} seen by the {self.driver(ref).head_label} of {ref}",
             target=replicas,
             count=lambda s: s.ready_workers or 0,
             timeout=timeout,
@@ -466,16 +475,16 @@ class LocalBackend(FileRecordsBackend):
             )
         return record
 
-    def _shape(self, tier_name: Optional[str], field: str) -> WorkerShape:
+    def _shape(self, ref: ClusterRef, tier_name: Optional[str], field: str) -> WorkerShape:
         name = tier_name if tier_name is not None else default_tier_name(self.catalog)
-        tier = self.catalog.resolve(name, "dask", field=field)
+        tier = self.catalog.resolve(name, ref.kind, field=field)
         assert tier is not None
         return WorkerShape.from_tier(tier)
 
     def _unserved(self, ref: ClusterRef) -> str:
         return (
-            f"the local backend runs Dask clusters only; {ref} is a {ref.kind} cluster. "
-            f"Use ClusterRef('dask', ...) locally, or the scaler or kubernetes backend for {ref.kind}"
+            f"the local backend runs {served_frameworks()} clusters, not {ref.kind} ({ref}); "
+            f"use the scaler or kubernetes backend for {ref.kind}"
         )
 
 

@@ -1,6 +1,6 @@
 """The Dask driver of the local backend: a ``dask scheduler`` head and ``dask worker`` processes."""
 from pathlib import Path
-from typing import Dict, List, Optional, Set
+from typing import Any, Dict, List, Optional, Set
 
 from . import dask_ops
 from .env import dask_env
@@ -35,3 +35,6 @@ class DaskDriver:
 
     def connection_env(self, record: ClusterRecord) -> Dict[str, str]:
         return dask_env(record.host, record.port)
+
+    def details(self, record: ClusterRecord, store: LocalStateStore) -> Dict[str, Any]:
+        return {"scheduler_file": str(store.scheduler_file(record.ref))}

@@ -5,7 +5,7 @@ detached by the :class:`~.supervisor.ProcessSupervisor` from the command
 lines a driver gives and recorded by pid and start time. The supervisor
 owns everything about processes (spawn, stop, liveness, ports, log tails,
 repair, the cluster lock) and the backend owns the protocol; a driver only
-knows its framework. A new framework (Ray, Spark) provides one class with:
+knows its framework. Each framework provides one class with:
 
 * ``kind``: the :class:`ClusterRef` kind it serves; ``framework`` and
   ``head_label``: how messages name it ("Dask", "Dask scheduler");
@@ -21,14 +21,18 @@ knows its framework. A new framework (Ray, Spark) provides one class with:
   :class:`BackendUnavailableError` when it cannot (the supervisor then
   terminates them);
 * :meth:`connection_env`: the variables Domino injects for this framework,
-  so code written for Domino connects unchanged.
+  so code written for Domino connects unchanged;
+* :meth:`details`: framework-specific entries of ``ddlscale local describe``
+  (the Dask scheduler file, the Ray dashboard...).
+
+Which driver runs which kind is :mod:`.drivers`' registry.
 
 A head restart stops every process and starts the head and the same-named
 workers again (workers of all three frameworks die or detach with their
 head), so a driver needs nothing more for it.
 """
 from pathlib import Path
-from typing import Dict, List, Optional, Protocol, Set
+from typing import Any, Dict, List, Optional, Protocol, Set
 
 from .state import ClusterRecord, LocalStateStore
 from .tiers import WorkerShape
@@ -64,4 +68,8 @@ class FrameworkDriver(Protocol):
 
     def connection_env(self, record: ClusterRecord) -> Dict[str, str]:
         """The variables Domino injects for this framework's head, for ``record``'s head."""
+        ...
+
+    def details(self, record: ClusterRecord, store: LocalStateStore) -> Dict[str, Any]:
+        """Framework-specific entries for a description of ``record`` (JSON-ready)."""
         ...

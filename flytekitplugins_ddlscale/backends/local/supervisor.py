@@ -11,7 +11,7 @@ claims or waits; callers hold the cluster lock (:meth:`lock`) around changes.
 import logging
 import socket
 import time
-from typing import Iterator, List, Optional, Tuple
+from typing import Callable, Iterator, List, Optional, Tuple
 
 from ...errors import BackendUnavailableError, WorkerFailedError
 from ...models import ClusterState
@@ -28,15 +28,23 @@ HEAD_LOG = "scheduler"
 
 
 class ProcessSupervisor:
-    """Starts, stops, observes and repairs the processes of local clusters of one framework."""
+    """Starts, stops, observes and repairs the processes of local clusters, each through its kind's driver."""
 
     def __init__(
-        self, store: LocalStateStore, driver: FrameworkDriver, *, start_timeout: float, stop_grace: float
+        self,
+        store: LocalStateStore,
+        driver_for: Callable[[ClusterRef], FrameworkDriver],
+        *,
+        start_timeout: float,
+        stop_grace: float,
     ) -> None:
         self.store = store
-        self.driver = driver
+        self.driver_for = driver_for
         self.start_timeout = start_timeout
         self.stop_grace = stop_grace
+
+    def _driver(self, record: ClusterRecord) -> FrameworkDriver:
+        return self.driver_for(record.ref)
 
     def lock(self, ref: ClusterRef, timeout: float) -> "Iterator[None]":
         """The cluster's exclusive change lock (held by every change of its processes), at most ``timeout`` s."""
@@ -61,11 +69,11 @@ class ProcessSupervisor:
         old: List[WorkerRecord] = []
         if not self.head_alive(record):
             if record.workers:
-                logger.warning("%s: the %s had exited; restarting it and its workers", record.ref, self.driver.head_label)
+                logger.warning("%s: the %s had exited; restarting it and its workers", record.ref, self._driver(record).head_label)
             self.stop_all(record)
             if record.port and not _port_is_free(record.host, record.port):
                 # Stale state (e.g. after a reboot): every worker is new anyway, so move.
-                logger.warning("%s: port %d is taken now; the %s moves", record.ref, record.port, self.driver.head_label)
+                logger.warning("%s: port %d is taken now; the %s moves", record.ref, record.port, self._driver(record).head_label)
                 record.port = 0
             started = self.start_cluster(record, shape, replicas)
         else:
@@ -116,7 +124,7 @@ class ProcessSupervisor:
                 name = f"{record.ref.info.worker_pod_prefix(record.ref.name)}{record.next_index}"
                 record.next_index += 1
             proc = procs.spawn_detached(
-                self.driver.worker_argv(record, name, shape, workdir), self.store.log_path(record.ref, name)
+                self._driver(record).worker_argv(record, name, shape, workdir), self.store.log_path(record.ref, name)
             )
             worker = WorkerRecord(name, proc, shape.tier, shape.nthreads, shape.memory_limit)
             record.workers.append(worker)
@@ -132,7 +140,7 @@ class ProcessSupervisor:
         retired = False
         if retire and self.head_alive(record):
             try:
-                self.driver.retire_workers(record, [w.name for w in workers], self.stop_grace)
+                self._driver(record).retire_workers(record, [w.name for w in workers], self.stop_grace)
                 retired = True
             except BackendUnavailableError as exc:
                 logger.warning("%s; terminating the workers instead", exc.message)
@@ -159,7 +167,7 @@ class ProcessSupervisor:
 
     def observe(self, record: ClusterRecord) -> ClusterState:
         """Live processes, and the workers of the cluster's tier the head reports as registered."""
-        seen = self.driver.registered_workers(record) if self.head_alive(record) else None
+        seen = self._driver(record).registered_workers(record) if self.head_alive(record) else None
         alive = [w for w in record.workers if procs.is_alive(w.proc)]
         ready = 0
         if seen is not None:
@@ -191,7 +199,7 @@ class ProcessSupervisor:
             if not procs.is_alive(worker.proc) and worker in record.workers:
                 log = self.store.log_path(record.ref, worker.name)
                 raise WorkerFailedError(
-                    f"local {self.driver.framework} worker {worker.name} exited before joining; {log}:\n"
+                    f"local {self._driver(record).framework} worker {worker.name} exited before joining; {log}:\n"
                     f"{procs.log_tail(log)}",
                     pod=worker.name,
                     reason="ProcessExited",
@@ -201,7 +209,7 @@ class ProcessSupervisor:
         if not self.head_alive(record):
             log = self.store.log_path(record.ref, HEAD_LOG)
             raise BackendUnavailableError(
-                f"the {self.driver.head_label} of {record.ref} exited; {log}:\n{procs.log_tail(log)}",
+                f"the {self._driver(record).head_label} of {record.ref} exited; {log}:\n{procs.log_tail(log)}",
                 cluster=str(record.ref),
                 state=state,
             )
@@ -217,7 +225,7 @@ class ProcessSupervisor:
         if record.port == 0:
             record.port = _free_port(record.host)
         record.scheduler = procs.spawn_detached(
-            self.driver.head_argv(record, self.store), self.store.log_path(record.ref, HEAD_LOG)
+            self._driver(record).head_argv(record, self.store), self.store.log_path(record.ref, HEAD_LOG)
         )
         self.store.save(record)
 
@@ -225,16 +233,16 @@ class ProcessSupervisor:
         """Wait up to ``start_timeout`` until the head answers; raise, quoting its log, if it does not."""
         log = self.store.log_path(record.ref, HEAD_LOG)
         deadline = time.monotonic() + self.start_timeout
-        while self.driver.registered_workers(record) is None:
+        while self._driver(record).registered_workers(record) is None:
             if not self.head_alive(record):
                 raise BackendUnavailableError(
-                    f"the {self.driver.head_label} of {record.ref} exited while starting on port "
+                    f"the {self._driver(record).head_label} of {record.ref} exited while starting on port "
                     f"{record.port}; {log}:\n{procs.log_tail(log)}",
                     cluster=str(record.ref),
                 )
             if time.monotonic() >= deadline:
                 raise BackendUnavailableError(
-                    f"the {self.driver.head_label} of {record.ref} did not answer within "
+                    f"the {self._driver(record).head_label} of {record.ref} did not answer within "
                     f"{self.start_timeout:.0f}s; {log}:\n{procs.log_tail(log)}",
                     cluster=str(record.ref),
                 )
