@@ -54,6 +54,12 @@ class OutageTracker:
         """True while the last attempt failed with an outage symptom."""
         return self._down_since is not None
 
+    def current_outage(self) -> Optional[float]:
+        """Seconds the ongoing outage has lasted so far; None while the backend answers."""
+        with self._lock:
+            since = self._down_since
+            return None if since is None else self._clock() - since
+
     def failed(self, reason: str) -> None:
         """An attempt failed with ``reason``; logs only if this starts an outage."""
         with self._lock:

@@ -4,8 +4,10 @@ Reads the head's JSON status (:mod:`.probes`) on a fast schedule until the
 count reaches the target or the deadline passes. A head that does not answer
 (connection refused, reset, timeout, a 5xx, a payload of another shape) is
 retried until the deadline: heads restart and dashboards start after the
-pod is Ready. Each outage is logged when it starts and when it ends. Only
-401/403 ends the wait early: retrying cannot fix credentials.
+pod is Ready. Each outage is logged once when it starts and once when it
+ends, by the same :class:`~flytekitplugins_ddlscale.outage.OutageTracker`
+the backends use. Only 401/403 ends the wait early: retrying cannot fix
+credentials.
 """
 import http.client
 import json
@@ -18,6 +20,7 @@ from typing import Callable, Optional
 
 from ..errors import ScalingTimeoutError, UnauthorizedError
 from ..models import ClusterState
+from ..outage import OutageTracker
 from ..progress import ProgressReporter, WaitProgress
 from ..waiting import Deadline, PollSchedule, TwoStageBackoff
 from .endpoints import Endpoint
@@ -98,36 +101,29 @@ def wait_registered(
     deadline = Deadline(max(timeout, 0.0))
     intervals = schedule.intervals()
     seen: Optional[int] = None
-    outage_since: Optional[float] = None
+    tracker = OutageTracker(f"{probe.registry} at {endpoint.url}", logger)
     last_error = ""
     while True:
         try:
             seen = read_registered(probe, endpoint, max(0.2, min(READ_TIMEOUT, deadline.remaining)))
         except HeadUnreachable as error:
             last_error = str(error)
-            if outage_since is None:
-                outage_since = time.monotonic()
-                logger.warning("%s is not answering (%s); retrying until the deadline", endpoint.url, last_error)
+            tracker.failed(last_error)
         else:
-            if outage_since is not None:
-                logger.info("%s answers again after %.1fs", endpoint.url, time.monotonic() - outage_since)
-                outage_since = None
-        detail = (
-            f"head unreachable for {time.monotonic() - outage_since:.1f}s: {last_error}"
-            if outage_since is not None
-            else f"{seen} registered"
-        )
+            tracker.recovered()
+        outage = tracker.current_outage()
+        detail = f"head unreachable for {outage:.1f}s: {last_error}" if outage is not None else f"{seen} registered"
         if progress is not None:
             progress(WaitProgress(what, seen or 0, workers, deadline.elapsed, timeout, detail))
-        if outage_since is None and seen is not None and seen >= workers:
+        if outage is None and seen is not None and seen >= workers:
             proof = f"{seen} workers registered with {probe.registry} at {endpoint.url}"
             return Registered(probe.kind, endpoint.url, seen, proof, deadline.elapsed)
         if deadline.expired:
             last = "the head never answered" if seen is None else f"{seen} registered at its last answer"
-            if outage_since is not None and seen is not None:
-                last += f"; then unreachable for {time.monotonic() - outage_since:.1f}s ({last_error})"
-            elif outage_since is not None:
-                last += f" for {time.monotonic() - outage_since:.1f}s ({last_error})"
+            if outage is not None and seen is not None:
+                last += f"; then unreachable for {outage:.1f}s ({last_error})"
+            elif outage is not None:
+                last += f" for {outage:.1f}s ({last_error})"
             raise ScalingTimeoutError(
                 f"timed out after {timeout:.0f}s waiting for {what} (address from {endpoint.source}); {last}",
                 cluster=cluster,
