@@ -12,6 +12,7 @@ from typing import Callable, Iterator, Optional, Protocol, TypeVar
 from .errors import ScalingTimeoutError
 from .models import ClusterState
 from .progress import ProgressReporter, WaitProgress
+from .wording import seconds
 
 T = TypeVar("T")
 MIN_WAIT = 0.1
@@ -137,7 +138,7 @@ def poll_until(
         if deadline.expired:
             extra = note(deadline)
             raise ScalingTimeoutError(
-                f"timed out after {timeout:.0f}s waiting for {what}; {extra + '; ' if extra else ''}"
+                f"timed out after {seconds(timeout)} waiting for {what}; {extra + '; ' if extra else ''}"
                 f"last state: {state.describe()}",
                 cluster=state.cluster,
                 state=state,

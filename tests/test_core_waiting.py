@@ -25,3 +25,25 @@ def test_two_stage_backoff_sends_fewer_polls_than_fixed_two_second_polling_over_
 def test_backoff_is_geometric_and_capped():
     steps = list(itertools.islice(Backoff(initial=0.1, factor=2.0, cap=0.5).intervals(), 5))
     assert steps == [0.1, 0.2, 0.4, 0.5, 0.5]
+
+
+def test_a_sub_second_timeout_is_named_as_it_was_given():
+    from flytekitplugins_ddlscale.errors import ScalingTimeoutError
+    from flytekitplugins_ddlscale.models import ClusterState
+    from flytekitplugins_ddlscale.waiting import poll_until
+
+    state = ClusterState(cluster="dask/c", status="Starting", desired_workers=2, existing_workers=0,
+                         ready_workers=0, head_ready=True)
+    try:
+        poll_until(lambda: state, lambda s: False, what="2 workers", target=2, count=lambda s: 0, timeout=0.3,
+                   backoff=Backoff(initial=0.05, factor=1.0, cap=0.05))
+    except ScalingTimeoutError as error:
+        assert "timed out after 0.3s waiting for 2 workers" in str(error)
+    else:
+        raise AssertionError("poll_until returned although its condition never held")
+
+
+def test_seconds_reads_as_given_to_a_tenth():
+    from flytekitplugins_ddlscale.wording import seconds
+
+    assert [seconds(900), seconds(4.94), seconds(0.5), seconds(30.0)] == ["900s", "4.9s", "0.5s", "30s"]

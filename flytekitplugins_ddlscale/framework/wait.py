@@ -23,6 +23,7 @@ from ..models import ClusterState
 from ..outage import OutageTracker
 from ..progress import ProgressReporter, WaitProgress
 from ..waiting import Deadline, PollSchedule, TwoStageBackoff
+from ..wording import seconds
 from .endpoints import Endpoint
 from .probes import Probe
 
@@ -125,7 +126,7 @@ def wait_registered(
             elif outage is not None:
                 last += f" for {outage:.1f}s ({last_error})"
             raise ScalingTimeoutError(
-                f"timed out after {timeout:.0f}s waiting for {what} (address from {endpoint.source}); {last}",
+                f"timed out after {seconds(timeout)} waiting for {what} (address from {endpoint.source}); {last}",
                 cluster=cluster,
                 state=state,
             )

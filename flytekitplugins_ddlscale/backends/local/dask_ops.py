@@ -10,6 +10,7 @@ import sys
 from typing import Any, Dict, List, Optional
 
 from ...errors import BackendUnavailableError
+from ...wording import seconds
 
 
 def scheduler_argv(host: str, port: int, scheduler_file: str) -> List[str]:
@@ -75,6 +76,6 @@ def retire_workers(address: str, names: List[str], timeout: float) -> None:
         asyncio.run(_call(address, timeout, "retire_workers", names=names, close_workers=True))
     except Exception as exc:
         raise BackendUnavailableError(
-            f"scheduler {address} did not retire workers {names} within {timeout:.0f}s "
+            f"scheduler {address} did not retire workers {names} within {seconds(timeout)} "
             f"({type(exc).__name__})"
         ) from None

@@ -26,6 +26,7 @@ from typing import Any, Dict, Iterator, List, Optional, Union
 from ...errors import ConflictError
 from ...filestore import default_state_dir
 from ...refs import ClusterRef
+from ...wording import seconds
 from .procs import ProcessId
 
 _LOCK_POLL = 0.05
@@ -214,7 +215,7 @@ class LocalStateStore:
                         raise
                 if time.monotonic() >= deadline:
                     raise ConflictError(
-                        f"another process kept the lock on local cluster {ref} for {timeout:.0f}s "
+                        f"another process kept the lock on local cluster {ref} for {seconds(timeout)} "
                         f"({folder / 'cluster.lock'})",
                         cluster=str(ref),
                     )
