@@ -61,7 +61,7 @@ def test_for_run_and_parse(monkeypatch):
     [
         ("dask-x", "use kind/name, e.g. 'dask/x'"),
         ("rayclusters-r1", "use kind/name, e.g. 'ray/r1'"),
-        ("my-cluster", "not a kind (ray, spark, dask, mpi) and no '/'; use kind/name, e.g. 'dask/my-cluster'"),
+        ("my-cluster", "not a kind (ray, spark, dask, mpi, kuberay, dask-operator) and no '/'; use kind/name, e.g. 'dask/my-cluster'"),
         ("dask//x", "the name is empty; use kind/name, e.g. 'dask/x'"),
         ("dask/", "the name is empty"),
         ("/x", "the kind is empty"),

@@ -17,7 +17,10 @@ from tests.servers.k8s_fixtures import k8s  # noqa: F401 - fixture
 from tests.servers.k8s_server import K8sTestServer
 from tests.servers.schema_notation import NotationError, parse, to_schema
 
-from flytekitplugins_ddlscale.refs import KINDS
+from flytekitplugins_ddlscale.refs import KINDS as ALL_KINDS
+
+KINDS = {kind: info for kind, info in ALL_KINDS.items() if info.flavour == "dco"}
+"""Domino's kinds: the CRDs of dco_crds (the open-source operators' are in oss_crds)."""
 
 GROUP, VERSION, NS = "distributed-compute.dominodatalab.com", "v1alpha1", "domino-compute"
 MERGE, JSON_PATCH = "application/merge-patch+json", "application/json-patch+json"

@@ -32,8 +32,9 @@ from flytekitplugins_ddlscale.refs import (
 PODS = "pods"
 REVISION_LABEL = "controller-revision-hash"
 FAULTS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "Unschedulable")
-_BY_PLURAL = {info.plural: info for info in KINDS.values()}
-_BY_APP = {info.app: info for info in KINDS.values()}
+DCO_KINDS = {kind: info for kind, info in KINDS.items() if info.flavour == "dco"}
+_BY_PLURAL = {info.plural: info for info in DCO_KINDS.values()}
+_BY_APP = {info.app: info for info in DCO_KINDS.values()}
 ClusterKey = Tuple[str, str, str]
 
 
