@@ -65,6 +65,10 @@ PODS = "pods"
 Key = Tuple[str, str, str]
 
 
+ALL_SCHEMAS: Dict[str, Dict[str, Any]] = dict(SCHEMAS, **OSS_SCHEMAS)
+"""Every custom resource the server serves, by resource key; built once at import."""
+
+
 def group_of(resource: str) -> str:
     """API group of a test-server resource key: ``pods`` core, bare plurals Domino's DCO,
     ``<plural>.<group>`` an open-source operator's."""
@@ -135,7 +139,7 @@ class K8sTestServer:
         user: str = "system:serviceaccount:domino-compute:flyte-runner",
     ) -> None:
         self.user = user
-        self.schemas = dict(SCHEMAS, **OSS_SCHEMAS)
+        self.schemas = ALL_SCHEMAS
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self.requests: List[RequestRecord] = []
