@@ -389,6 +389,7 @@ class KubernetesBackend(BaseBackend):
             raise UnsupportedOperationError(
                 f"{info.crd_kind} clusters have no head to restart", cluster=self._label(ref)
             )
+        self._adapter(ref).check_tier(ref, head_hw_tier, "head_hw_tier")
         tier = self._resolve(head_hw_tier, ref.kind, "head_hw_tier")
         seen: Dict[str, ClusterState] = {}
         with self._until(ref, deadline, f"the head restart of {self._label(ref)} to be sent", seen):

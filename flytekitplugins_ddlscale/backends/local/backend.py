@@ -475,7 +475,8 @@ class LocalBackend(FileRecordsBackend):
     def _unserved(self, ref: ClusterRef) -> str:
         return (
             f"the local backend runs Dask clusters only; {ref} is a {ref.kind} cluster. "
-            f"Use ClusterRef('dask', ...) locally, or the scaler or kubernetes backend for {ref.kind}"
+            f"Use ClusterRef('dask', ...) locally, or the "
+            f"{'scaler or kubernetes backend' if ref.info.served_by_scaler else 'kubernetes backend'} for {ref.kind}"
         )
 
 
