@@ -4,6 +4,7 @@ import time
 from pathlib import Path
 
 import pytest
+from kubernetes import client
 from tests.servers.k8s_fixtures import backend, k8s, make_backend, role_rules, tiers_file  # noqa: F401 - fixtures
 
 from flytekitplugins_ddlscale import ClusterRef
@@ -12,6 +13,7 @@ from flytekitplugins_ddlscale.errors import (
     ConflictError,
     InvalidInputError,
     ScalingTimeoutError,
+    UnauthorizedError,
     WorkerFailedError,
 )
 from flytekitplugins_ddlscale.models import ReplicaSpec
@@ -80,9 +82,11 @@ def test_size_is_held_against_the_ray_autoscaler_and_restored(k8s, backend):  # 
     obj = k8s.get_resource(RAY, "r1")
     groups = obj["spec"]["workerGroupSpecs"]
     groups[0]["replicas"] = 3
-    custom = _custom(k8s)
-    custom.patch_namespaced_custom_object("ray.io", "v1", "domino-compute", "rayclusters", "r1",
-                                          {"spec": {"workerGroupSpecs": groups}})
+    api_client = k8s.api_client()
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        "ray.io", "v1", "domino-compute", "rayclusters", "r1", {"spec": {"workerGroupSpecs": groups}}
+    )
+    api_client.close()
     k8s.wait_for(lambda: _group(k8s)["replicas"] == 1 and len(_workers(k8s)) == 1, 10, "the autoscaler to shrink it")
     backend.scale(REF, 4, timeout=20)
     time.sleep(0.8)
@@ -90,12 +94,6 @@ def test_size_is_held_against_the_ray_autoscaler_and_restored(k8s, backend):  # 
     restored = backend.restore_baseline(REF, timeout=20)
     assert restored.effective == 1 and _group(k8s)["minReplicas"] == 1
     assert BASELINE_ANNOTATION not in (k8s.get_resource(RAY, "r1")["metadata"].get("annotations") or {})
-
-
-def _custom(server):
-    from kubernetes import client
-
-    return client.CustomObjectsApi(server.api_client())
 
 
 def test_max_replicas_caps_and_strict_names_both(k8s, backend):  # noqa: F811
@@ -220,7 +218,7 @@ def test_the_shipped_role_is_enough(k8s, backend):  # noqa: F811
     backend.restore_baseline(REF, timeout=20)
     assert k8s.requests and all(r.status != 403 for r in k8s.requests)
     k8s.forbid("patch", RAY)
-    with pytest.raises(Exception, match="cannot patch resource \"rayclusters\" in API group \"ray.io\""):
+    with pytest.raises(UnauthorizedError, match="cannot patch resource \"rayclusters\" in API group \"ray.io\""):
         backend.scale(REF, 2, timeout=20)
 
 
