@@ -69,6 +69,8 @@ class SimulatedOperator:
         self.hpa_window = hpa_window
         self._cluster_delay: Dict[str, float] = {}
         self._faults: Dict[Tuple[str, str, str], Tuple[str, Optional[Set[int]]]] = {}
+        self._spared: Set[str] = set()
+        """Uids of pods that existed when a ``new_only`` fault was injected."""
         self._due: Dict[str, float] = {}
         """Pod uid -> monotonic time it becomes Ready (or is removed, when terminating)."""
         self._last_replicas: Dict[ClusterKey, Tuple[int, float]] = {}
@@ -105,11 +107,16 @@ class SimulatedOperator:
             self._dirty.update(k for k in self._clusters())
             self.server.changed.notify_all()
 
-    def inject_fault(self, namespace: str, cluster: str, component: str, reason: str, ordinals: Optional[List[int]]) -> None:
+    def inject_fault(
+        self, namespace: str, cluster: str, component: str, reason: str, ordinals: Optional[List[int]],
+        new_only: bool = False,
+    ) -> None:
         if reason not in FAULTS:
             raise ValueError(f"reason must be one of {FAULTS}")
         with self.server.changed:
             self._faults[(namespace, cluster, component)] = (reason, set(ordinals) if ordinals is not None else None)
+            if new_only:
+                self._spared.update(p["metadata"]["uid"] for p in self._owned(namespace, cluster))
             for pod in self._owned(namespace, cluster):
                 self._apply_fault(pod)
             self.server.changed.notify_all()
@@ -306,7 +313,7 @@ class SimulatedOperator:
 
     def _fault_for(self, pod: Dict[str, Any]) -> Optional[str]:
         owner = pod_owner(pod)
-        if owner is None:
+        if owner is None or pod["metadata"]["uid"] in self._spared:
             return None
         entry = self._faults.get((pod["metadata"]["namespace"], owner[0][2], owner[1]))
         if entry is None:

@@ -455,13 +455,15 @@ class K8sTestServer:
         ordinals: Optional[List[int]] = None,
         component: str = "worker",
         namespace: str = "domino-compute",
+        new_only: bool = False,
     ) -> None:
-        """Make pods of ``cluster`` fail with ``reason`` (existing and future ones).
+        """Make pods of ``cluster`` fail with ``reason`` (existing and future ones; only future ones
+        with ``new_only``, for operators whose pods have no ordinals).
 
         ``reason``: ``CrashLoopBackOff``, ``ImagePullBackOff``, ``ErrImagePull`` or
         ``Unschedulable``. ``ordinals`` None means every pod of ``component``.
         """
-        self.operator.inject_fault(namespace, cluster, component, reason, ordinals)
+        self.operator.inject_fault(namespace, cluster, component, reason, ordinals, new_only)
 
     def clear_faults(self, cluster: str, namespace: str = "domino-compute") -> None:
         """Let the pods of ``cluster`` start normally again."""

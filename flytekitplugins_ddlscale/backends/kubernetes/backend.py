@@ -259,6 +259,9 @@ class KubernetesBackend(BaseBackend):
             self._label(ref), ref, obj, replicas, strict, tier, self._workers(ref, pods), decode_record(obj)
         )
 
+    def _size_setting(self, ref: ClusterRef) -> str:
+        return self._adapter(ref).size_setting(ref)
+
     def _state(self, ref: ClusterRef, obj: Dict[str, Any], pods: List[Dict[str, Any]]) -> ClusterState:
         return self._adapter(ref).state(self._label(ref), ref, obj, pods)
 

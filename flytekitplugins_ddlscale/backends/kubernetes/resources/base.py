@@ -48,6 +48,10 @@ class ResourceAdapter(ABC):
         """Plural of the patched object's resource."""
         return self.info.plural
 
+    def size_setting(self, ref: ClusterRef) -> str:
+        """The field that holds the worker count, as errors name it."""
+        return "spec.worker.replicas"
+
     def object_name(self, ref: ClusterRef) -> str:
         """Name of the object that holds the worker count (and the records): the cluster by default."""
         return ref.name

@@ -46,6 +46,11 @@ def autoscaling_on(obj: Dict[str, Any]) -> bool:
 class KubeRayAdapter(ResourceAdapter):
     """RayCluster objects managed by the KubeRay operator."""
 
+    def size_setting(self, ref: ClusterRef) -> str:
+        # Without a group name the cluster has exactly one group (else the ref is refused): index 0.
+        where = f"groupName={ref.group}" if ref.group is not None else "0"
+        return f"spec.workerGroupSpecs[{where}].replicas"
+
     def pod_selector(self, ref: ClusterRef, role: Optional[str] = None) -> str:
         base = f"{LABEL_CLUSTER}={ref.name}"
         if role == "head":
