@@ -54,6 +54,12 @@ class KindInfo:
     resource adapter by this."""
 
     @property
+    def framework(self) -> str:
+        """The framework its head runs (``ray``, ``spark``, ``dask``, ``mpi``): how workers registered
+        with it are counted, whichever operator manages the cluster."""
+        return {"kuberay": "ray", "daskop": "dask"}.get(self.flavour, self.kind)
+
+    @property
     def worker_groups(self) -> bool:
         """Whether clusters of this kind have named worker groups (chosen with ``ClusterRef.group``)."""
         return self.flavour != "dco"

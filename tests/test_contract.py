@@ -410,7 +410,9 @@ def test_every_backend_is_a_context_manager_offering_connection_env(world):
         record = world.backend.store.load(world.ref)
         assert env == {"DASK_SCHEDULER_SERVICE_HOST": record.host, "DASK_SCHEDULER_SERVICE_PORT": str(record.port)}
     elif world.ref.kind == "kuberay":
-        assert env == {"RAY_ADDRESS": f"ray://{world.ref.name}-head-svc.domino-compute.svc:10001"}
+        host = f"{world.ref.name}-head-svc.domino-compute.svc"
+        assert env == {"RAY_ADDRESS": f"ray://{host}:10001", "RAY_HEAD_SERVICE_HOST": host,
+                       "RAY_HEAD_SERVICE_PORT": "10001"}
     elif world.ref.kind == "dask-operator":
         assert env == {"DASK_SCHEDULER_SERVICE_HOST": f"{world.ref.name}-scheduler.domino-compute.svc",
                        "DASK_SCHEDULER_SERVICE_PORT": "8786"}

@@ -199,7 +199,8 @@ def test_domino_ray_and_kuberay_clusters_of_one_name_stay_apart(k8s, backend):  
 
 def test_connection_env_points_at_the_head_service(backend):  # noqa: F811
     assert backend.connection_env(ClusterRef("kuberay", "r1", "ml")) == {
-        "RAY_ADDRESS": "ray://r1-head-svc.ml.svc:10001"
+        "RAY_ADDRESS": "ray://r1-head-svc.ml.svc:10001",
+        "RAY_HEAD_SERVICE_HOST": "r1-head-svc.ml.svc", "RAY_HEAD_SERVICE_PORT": "10001",
     }
 
 

@@ -185,5 +185,12 @@ class KubeRayAdapter(ResourceAdapter):
         return self._patched(obj, index, group, baseline.replicas, detail.get("minReplicas"), pods)
 
     def connection_env(self, ref: ClusterRef, namespace: str) -> Dict[str, str]:
-        """``RAY_ADDRESS``: Ray Client on the head service KubeRay creates (``<name>-head-svc``)."""
-        return {"RAY_ADDRESS": f"ray://{ref.name}-head-svc.{namespace}.svc:{CLIENT_PORT}"}
+        """The head service KubeRay creates (``<name>-head-svc``): ``RAY_ADDRESS`` for Ray Client,
+        and ``RAY_HEAD_SERVICE_HOST``/``_PORT`` as Domino sets them for its Ray clusters (the
+        framework check finds the head's dashboard through them)."""
+        host = f"{ref.name}-head-svc.{namespace}.svc"
+        return {
+            "RAY_ADDRESS": f"ray://{host}:{CLIENT_PORT}",
+            "RAY_HEAD_SERVICE_HOST": host,
+            "RAY_HEAD_SERVICE_PORT": str(CLIENT_PORT),
+        }
