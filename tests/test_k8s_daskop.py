@@ -141,3 +141,25 @@ def test_the_shipped_role_is_enough(k8s, backend):  # noqa: F811
     k8s.forbid("patch", GROUPS)
     with pytest.raises(UnauthorizedError, match='cannot patch resource "daskworkergroups"'):
         backend.scale(REF, 1, timeout=20)
+
+
+@pytest.mark.parametrize(
+    "manifest, plural, group",
+    [("kuberay-cluster.yaml", "rayclusters", "ray.io"), ("dask-operator-cluster.yaml", "daskclusters", "kubernetes.dask.org")],
+)
+def test_shipped_example_clusters_are_accepted_and_scale(k8s, backend, manifest, plural, group):  # noqa: F811
+    import yaml
+    from kubernetes import client
+
+    body = yaml.safe_load((ROLE.parent / manifest).read_text())
+    namespace = body["metadata"]["namespace"]
+    api_client = k8s.api_client()
+    try:
+        client.CustomObjectsApi(api_client).create_namespaced_custom_object(group, "v1", namespace, plural, body)
+    finally:
+        api_client.close()
+    kind = "kuberay" if group == "ray.io" else "dask-operator"
+    ref = ClusterRef(kind, body["metadata"]["name"], namespace)
+    assert backend.wait_for_workers(ref, 1, timeout=20).desired_workers == 1
+    assert backend.scale(ref, 2, timeout=20).final.ready_workers == 2
+    assert backend.restore_baseline(ref, timeout=20).effective == 1

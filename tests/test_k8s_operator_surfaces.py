@@ -101,3 +101,29 @@ def test_phase_holds_a_dask_operator_cluster_and_exports_the_scheduler(k8s_env):
     assert k8s_env.get_resource(GROUPS, "d1-default")["spec"]["worker"]["replicas"] == 1
     notes = k8s_env.get_resource(GROUPS, "d1-default")["metadata"].get("annotations") or {}
     assert not [k for k in notes if k.startswith("ddlscale")]
+
+
+def test_sandbox_example_flow_serializes_for_the_operator_cluster(monkeypatch):
+    """examples/k8s_operator_flow.py (docs/sandbox.md) registers: scale node, stage, restore node."""
+    from collections import OrderedDict
+
+    from flytekit.configuration import Image, ImageConfig, SerializationSettings
+    from flytekit.core.base_task import PythonTask
+    from flytekit.tools.translator import get_serializable
+
+    settings = SerializationSettings(image_config=ImageConfig(default_image=Image(name="d", fqn="img", tag="1")))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "examples"))
+    monkeypatch.setenv("DDLSCALE_EXAMPLE_CLUSTER", "ray-clusters/kuberay/shared-ray@workers")
+    sys.modules.pop("k8s_operator_flow", None)
+    module = __import__("k8s_operator_flow")
+    flow = get_serializable(OrderedDict(), settings, module.operator_flow).template
+    tasks = {t.name: t for t in vars(module).values() if isinstance(t, PythonTask)}
+    types = []
+    for node in flow.nodes:
+        template = get_serializable(OrderedDict(), settings, tasks[node.task_node.reference_id.name]).template
+        types.append(template.type)
+        if template.type.startswith("ddlscale"):
+            assert template.custom["cluster"] == "ray-clusters/kuberay/shared-ray@workers"
+            assert template.custom["backend"] == "kubernetes"
+    assert sorted(types) == sorted(["ddlscale_scale", "python-task", "ddlscale_restore"])
+    sys.modules.pop("k8s_operator_flow", None)

@@ -22,8 +22,9 @@ Dask operator (one DaskCluster): creates the default DaskWorkerGroup
 ``<name>-default`` from ``spec.worker``, a scheduler pod
 ``<name>-scheduler-<5 chars>`` (a Deployment: recreated under a new name),
 and per DaskWorkerGroup pods ``<group object>-worker-<10 chars>`` to its
-``spec.worker.replicas``; surplus workers are retired (newest first here; the
-real operator asks the scheduler which are idle). Labels
+``spec.worker.replicas``; surplus workers are removed, those not Ready first,
+then the newest (the real operator asks the scheduler which registered
+workers to retire, and falls back to the newest pods). Labels
 ``dask.org/cluster-name``, ``dask.org/component``, ``dask.org/workergroup-name``.
 With ``hpa_window`` set and a DaskAutoscaler named after the cluster, the
 default group is pulled back to the autoscaler's ``minimum`` after that long.
@@ -270,8 +271,10 @@ class _Dask(_Reconcile):
             self.create(f"{group_name}-worker-{_suffix(10)}", labels, "worker", worker.get("spec") or {})
         surplus = len(live) - desired
         if surplus > 0:
-            newest = sorted(live, key=lambda p: (p["metadata"]["creationTimestamp"], p["metadata"]["name"]))
-            for pod in newest[-surplus:]:
+            # Pods that never started go first, then the newest (the operator's LIFO fallback).
+            order = sorted(live, key=lambda p: (_ready(p), p["metadata"]["creationTimestamp"], p["metadata"]["name"]))
+            doomed = [p for p in order if not _ready(p)] + [p for p in reversed(order) if _ready(p)]
+            for pod in doomed[:surplus]:
                 self.sim.delete(pod)
 
     def _autoscale(self, default: str) -> None:
