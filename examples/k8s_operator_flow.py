@@ -37,8 +37,9 @@ def sum_of_squares(n: int, up: ScaleOutcome) -> int:
     """The distributed stage: runs on the workers ``up`` brought up (Dask operator clusters)."""
     from distributed import Client
 
+    # ``up.cluster`` is the cluster the node scaled, as registered (the module's default may differ here).
     with get_backend("kubernetes") as backend:
-        env = backend.connection_env(parse_cluster(CLUSTER))
+        env = backend.connection_env(parse_cluster(up.cluster))
     address = f"tcp://{env['DASK_SCHEDULER_SERVICE_HOST']}:{env['DASK_SCHEDULER_SERVICE_PORT']}"
     with Client(address) as client:
         chunks = [range(i, min(i + 10_000, n)) for i in range(0, n, 10_000)]
