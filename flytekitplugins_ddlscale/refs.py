@@ -196,6 +196,11 @@ class ClusterRef:
         :class:`InvalidInputError` naming ``run_id``.
         """
         short = normalize_kind(kind)
+        if KINDS[short].flavour != "dco":
+            raise InvalidInputError(
+                "kind", kind, ", ".join(k for k, info in KINDS.items() if info.flavour == "dco"),
+                reason="a Domino run's own cluster is one of Domino's kinds; name other clusters",
+            )
         run = run_id if run_id is not None else os.environ.get("DOMINO_RUN_ID")
         if not run:
             raise InvalidInputError(

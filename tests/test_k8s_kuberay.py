@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
-from tests.servers.k8s_fixtures import backend, k8s, make_backend, role_rules, tiers_file  # noqa: F401 - fixtures
+from tests.servers.k8s_fixtures import backend, k8s, role_rules, tiers_file  # noqa: F401 - fixtures
 
 from flytekitplugins_ddlscale import ClusterRef
 from flytekitplugins_ddlscale.errors import (

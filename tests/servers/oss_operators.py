@@ -34,8 +34,6 @@ import random
 import string
 from typing import Any, Dict, List, Optional, Tuple
 
-from .oss_crds import OSS_RESOURCES
-
 PODS = "pods"
 RAY = "rayclusters.ray.io"
 DASK = "daskclusters.kubernetes.dask.org"
@@ -291,4 +289,4 @@ class _Dask(_Reconcile):
             self.server.commit(DASK_GROUPS, self.namespace, changed, default, "MODIFIED")
 
 
-__all__ = ["CLUSTERS", "OSS_RESOURCES", "cluster_key", "pod_owner", "reconcile"]
+__all__ = ["CLUSTERS", "cluster_key", "pod_owner", "reconcile"]

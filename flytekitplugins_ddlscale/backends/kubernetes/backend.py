@@ -1,4 +1,5 @@
-"""The Kubernetes backend: DCO custom resources patched directly.
+"""The Kubernetes backend: cluster custom resources patched directly (Domino's DCO kinds, KubeRay's
+RayCluster, the Dask operator's worker groups; what differs per operator is in ``resources/``).
 
 Each change is ONE JSON merge patch of the cluster object that carries the
 object's resourceVersion; a 409 re-reads and re-applies (bounded). The

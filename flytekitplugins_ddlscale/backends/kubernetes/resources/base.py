@@ -1,12 +1,16 @@
 """The interface every cluster-resource adapter implements, and what they share."""
 from abc import ABC, abstractmethod
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from ....errors import InvalidInputError
 from ....models import Baseline, ClusterState, ReplicaSpec
 from ....refs import KindInfo, ClusterRef
 from ....tiers import HardwareTier
 from ..spec import pod_ready, pod_terminating
+
+if TYPE_CHECKING:
+    from ....waiting import Deadline
+    from ..api import KubeApi
 
 Patch = Dict[str, Any]
 Outcome = Dict[str, Any]
@@ -56,10 +60,12 @@ class ResourceAdapter(ABC):
         """Name of the object that holds the worker count (and the records): the cluster by default."""
         return ref.name
 
-    def explain_missing(self, ref: ClusterRef, namespace: str, api: Any, deadline: Any) -> None:
+    def explain_missing(self, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"]) -> None:
         """Called when the object is not found: raise a clearer error if there is one to give."""
 
-    def before_change(self, label: str, ref: ClusterRef, namespace: str, api: Any, deadline: Any) -> None:
+    def before_change(
+        self, label: str, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"]
+    ) -> None:
         """Refuse a size change this flavour cannot make or hold, before anything is sent (no check by default)."""
 
     @abstractmethod
@@ -129,13 +135,7 @@ def live(pods: Pods) -> Pods:
 def removal_order(pods: Pods) -> Pods:
     """Which workers to remove first: not Ready before Ready (they do no work yet), then the newest
     (least state built up), then by name so the choice is stable."""
-    return sorted(
-        live(pods),
-        key=lambda p: (
-            pod_ready(p), _negated(p["metadata"].get("creationTimestamp") or ""), p["metadata"]["name"]
-        ),
-    )
-
-
-def _negated(stamp: str) -> Tuple[int, ...]:
-    return tuple(-ord(c) for c in stamp)
+    ordered = sorted(live(pods), key=lambda p: p["metadata"]["name"])
+    ordered.sort(key=lambda p: p["metadata"].get("creationTimestamp") or "", reverse=True)
+    ordered.sort(key=pod_ready)
+    return ordered

@@ -10,7 +10,7 @@ against it, so changes to such a group are refused with an error saying so
 (``KubeCluster.scale`` deletes the autoscaler instead; we leave that to the
 user). No tiers: a group's pod spec carries its hardware.
 """
-from typing import Any, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
 from ....errors import ClusterNotFoundError, InvalidInputError, UnsupportedOperationError
 from ....models import Baseline, ClusterState, ReplicaSpec
@@ -18,6 +18,10 @@ from ....refs import ClusterRef
 from ....tiers import HardwareTier
 from ..spec import pod_ready
 from .base import Outcome, Patch, Pods, Record, ResourceAdapter, live
+
+if TYPE_CHECKING:
+    from ....waiting import Deadline
+    from ..api import KubeApi
 
 LABEL_CLUSTER = "dask.org/cluster-name"
 LABEL_COMPONENT = "dask.org/component"
@@ -58,7 +62,7 @@ class DaskOperatorAdapter(ResourceAdapter):
     def is_worker(self, pod: Dict[str, Any]) -> bool:
         return _labels(pod).get(LABEL_COMPONENT) == "worker"
 
-    def explain_missing(self, ref: ClusterRef, namespace: str, api: Any, deadline: Any) -> None:
+    def explain_missing(self, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"]) -> None:
         """A missing worker group of an existing cluster is a bad group name: list the groups."""
         try:
             groups = api.list_clusters(WORKER_GROUPS, namespace, "", self.group, self.version, deadline)
@@ -72,7 +76,9 @@ class DaskOperatorAdapter(ResourceAdapter):
         if names:
             raise InvalidInputError("group", ref.group if ref.group is not None else DEFAULT_GROUP, ", ".join(names))
 
-    def before_change(self, label: str, ref: ClusterRef, namespace: str, api: Any, deadline: Any) -> None:
+    def before_change(
+        self, label: str, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"]
+    ) -> None:
         """Refuse to change a group a DaskAutoscaler sizes (only the default group is adaptive)."""
         if ref.group not in (None, DEFAULT_GROUP):
             return
