@@ -71,7 +71,8 @@ def translate(exc: Exception, verb: str, resource: str, name: Optional[str], nam
     if status in (401, 403):
         return UnauthorizedError(
             f"Kubernetes refused to {verb} {where} (RBAC): {message}. "
-            f"Grant the '{verb}' verb on '{resource}' (see examples/k8s/rbac.yaml)",
+            f"Grant the '{verb}' verb on '{resource}' (see the Role for the cluster's kind in examples/k8s/: "
+            "rbac.yaml, kuberay-rbac.yaml, dask-operator-rbac.yaml)",
             status_code=status,
         )
     if status == 404:
