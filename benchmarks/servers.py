@@ -65,13 +65,14 @@ def timed_k8s_server(**kwargs: Any) -> Any:
             moment = time.time()
             stored = super().commit(resource, namespace, obj, name, event)
             if resource == "pods" and obj is not None and _is_ready(obj):
+                from tests.servers.k8s_operator import pod_owner
+
                 meta = obj.get("metadata") or {}
-                labels = meta.get("labels") or {}
+                # Any operator's pod (Domino's, KubeRay's, the Dask operator's): its cluster and role.
+                owner = pod_owner(obj)
+                cluster, component = (owner[0][2], owner[1]) if owner is not None else ("", "")
                 with self._ready_lock:
-                    self._ready_at.setdefault(
-                        str(meta.get("uid") or name),
-                        (moment, labels.get("app.kubernetes.io/instance", ""), labels.get("app.kubernetes.io/component", "")),
-                    )
+                    self._ready_at.setdefault(str(meta.get("uid") or name), (moment, cluster, component))
             return stored
 
         def ready_moments(self, cluster: str, component: str = "worker", since: float = 0.0) -> List[float]:

@@ -52,13 +52,17 @@ class Reach:
         words += ["ddlscale", verb, "--backend", self.backend, "--kind", self.ref.kind, "--name", self.ref.name]
         if self.ref.namespace:
             words += ["--namespace", self.ref.namespace]
+        if self.ref.group is not None:
+            words += ["--group", shlex.quote(self.ref.group)]
         return " ".join(words + [shlex.quote(word) for word in extra])
 
     def call(self, method: str, *args: OptionValue) -> str:
         """The Python call ``get_backend(...).<method>(ClusterRef(...), *args)`` for this cluster."""
         options = "".join(f", {name}={json.dumps(value)}" for name, value in self.options.items())
-        ref_args = [self.ref.kind, self.ref.name] + ([self.ref.namespace] if self.ref.namespace else [])
-        ref = f"ClusterRef({', '.join(json.dumps(a) for a in ref_args)})"
+        ref_args = [json.dumps(a) for a in [self.ref.kind, self.ref.name] + ([self.ref.namespace] if self.ref.namespace else [])]
+        if self.ref.group is not None:
+            ref_args.append(f"group={json.dumps(self.ref.group)}")
+        ref = f"ClusterRef({', '.join(ref_args)})"
         rest = "".join(f", {json.dumps(a)}" for a in args)
         return f"get_backend({json.dumps(self.backend)}{options}).{method}({ref}{rest})"
 

@@ -45,6 +45,24 @@ class KindInfo:
     """Whether the CRD accepts ``spec.autoscaling``."""
     served_by_scaler: bool
     """Whether Domino's scaler service accepts this kind."""
+    group: str = CRD_GROUP
+    """API group of the custom resource: Domino's DCO, ``ray.io`` (KubeRay) or ``kubernetes.dask.org``."""
+    version: str = CRD_VERSION
+    """API version of the custom resource."""
+    flavour: str = "dco"
+    """Which operator manages it: ``dco``, ``kuberay`` or ``daskop``; the Kubernetes backend picks its
+    resource adapter by this."""
+
+    @property
+    def framework(self) -> str:
+        """The framework its head runs (``ray``, ``spark``, ``dask``, ``mpi``): how workers registered
+        with it are counted, whichever operator manages the cluster."""
+        return {"kuberay": "ray", "daskop": "dask"}.get(self.flavour, self.kind)
+
+    @property
+    def worker_groups(self) -> bool:
+        """Whether clusters of this kind have named worker groups (chosen with ``ClusterRef.group``)."""
+        return self.flavour != "dco"
 
     def head_pod_name(self, cluster: str) -> Optional[str]:
         """The operator's head pod name for ``cluster`` (StatefulSet ordinal 0)."""
@@ -62,14 +80,27 @@ KINDS: Dict[str, KindInfo] = {
     "spark": KindInfo("spark", "sparkclusters", "SparkCluster", "spark", "master", "master", True, True),
     "dask": KindInfo("dask", "daskclusters", "DaskCluster", "dask", "scheduler", "scheduler", True, True),
     "mpi": KindInfo("mpi", "mpiclusters", "MPICluster", "mpi", None, None, False, False),
+    # Clusters of the open-source operators, served by the Kubernetes backend only.
+    "kuberay": KindInfo(
+        "kuberay", "rayclusters", "RayCluster", "kuberay", "headGroupSpec", "head", True, False,
+        group="ray.io", version="v1", flavour="kuberay",
+    ),
+    "dask-operator": KindInfo(
+        "dask-operator", "daskclusters", "DaskCluster", "dask", "scheduler", "scheduler", True, False,
+        group="kubernetes.dask.org", version="v1", flavour="daskop",
+    ),
 }
-_BY_PLURAL = {info.plural: info for info in KINDS.values()}
+# Plurals name Domino's kinds only: "rayclusters" stays Domino's RayCluster, as it always was.
+_BY_PLURAL = {info.plural: info for info in KINDS.values() if info.flavour == "dco"}
 ALLOWED_KINDS = tuple(KINDS) + tuple(_BY_PLURAL)
 
 # Cluster names become label values and prefixes of pod names, so they must be
 # DNS-1123 labels (63 characters at most).
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 MAX_NAME_LENGTH = 63
+# Worker group names become label values (ray.io/group, dask.org/workergroup-name).
+_GROUP_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+GROUP_SEPARATOR = "@"
 
 
 def normalize_kind(kind: str, field: str = "kind") -> str:
@@ -100,24 +131,50 @@ def validate_name(name: str, field: str = "name") -> str:
     return name
 
 
+def validate_group(group: Optional[str], kind: str, field: str = "group") -> Optional[str]:
+    """Return ``group`` (a worker group name, or None for the default) if ``kind`` has worker groups.
+
+    Raises :class:`InvalidInputError` naming ``field`` for a malformed name, or
+    for any group on a Domino kind (those have one worker section).
+    """
+    if group is None:
+        return None
+    if not KINDS[kind].worker_groups:
+        grouped = ", ".join(k for k, info in KINDS.items() if info.worker_groups)
+        raise InvalidInputError(
+            field, group, f"None: {kind} clusters have one worker section; worker groups exist on {grouped}"
+        )
+    if not isinstance(group, str) or len(group) > MAX_NAME_LENGTH or not _GROUP_RE.match(group):
+        raise InvalidInputError(
+            field, group, "a worker group name: letters, digits, '-', '_' and '.', at most 63 characters"
+        )
+    return group
+
+
 @dataclass(frozen=True)
 class ClusterRef:
     """One distributed-compute cluster.
 
-    ``kind`` accepts ``ray|spark|dask|mpi`` or the plurals ``rayclusters|...``
-    and is stored in its short form. ``namespace`` None means the backend's
-    default (Domino uses ``domino-compute``).
+    ``kind`` accepts ``ray|spark|dask|mpi`` (Domino), ``kuberay`` (KubeRay's
+    RayCluster), ``dask-operator`` (the Dask operator's DaskCluster), or the
+    plurals ``rayclusters|...`` of Domino's kinds, and is stored in its short
+    form. ``namespace`` None means the backend's default (Domino uses
+    ``domino-compute``). ``group`` chooses a worker group on ``kuberay`` and
+    ``dask-operator`` clusters (None: the only group, or ``default`` for the
+    Dask operator); written ``kind/name@group``.
     """
 
     kind: str
     name: str
     namespace: Optional[str] = None
+    group: Optional[str] = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", normalize_kind(self.kind))
         validate_name(self.name)
         if self.namespace is not None:
             validate_name(self.namespace, field="namespace")
+        validate_group(self.group, self.kind)
 
     @property
     def info(self) -> KindInfo:
@@ -139,6 +196,11 @@ class ClusterRef:
         :class:`InvalidInputError` naming ``run_id``.
         """
         short = normalize_kind(kind)
+        if KINDS[short].flavour != "dco":
+            raise InvalidInputError(
+                "kind", kind, ", ".join(k for k, info in KINDS.items() if info.flavour == "dco"),
+                reason="a Domino run's own cluster is one of Domino's kinds; name other clusters",
+            )
         run = run_id if run_id is not None else os.environ.get("DOMINO_RUN_ID")
         if not run:
             raise InvalidInputError(
@@ -155,14 +217,27 @@ class ClusterRef:
         """
         in_text, kind, name = _cluster_parts(text, "cluster", bare_kind=False)
         assert name is not None
-        return cls(kind, name, in_text if in_text is not None else namespace)
+        name, group = _split_group(name)
+        return cls(kind, name, in_text if in_text is not None else namespace, group)
 
     def __str__(self) -> str:
         prefix = f"{self.namespace}/" if self.namespace else ""
-        return f"{prefix}{self.kind}/{self.name}"
+        suffix = f"{GROUP_SEPARATOR}{self.group}" if self.group is not None else ""
+        return f"{prefix}{self.kind}/{self.name}{suffix}"
 
 
-CLUSTER_FORMS = "'<kind>/<name>', '<namespace>/<kind>/<name>', or a bare kind for the Domino run's own cluster"
+def _split_group(name: str) -> Tuple[str, Optional[str]]:
+    """``name@group`` -> (name, group); a name without ``@`` has no group."""
+    if GROUP_SEPARATOR not in name:
+        return name, None
+    base, _, group = name.partition(GROUP_SEPARATOR)
+    return base, group
+
+
+CLUSTER_FORMS = (
+    "'<kind>/<name>', '<namespace>/<kind>/<name>' (either with '@<worker group>' on kuberay and "
+    "dask-operator clusters), or a bare kind for the Domino run's own cluster"
+)
 """The cluster strings that nodes, phases and the CLI accept, for error messages."""
 _NAMED_FORMS = "'<kind>/<name>' or '<namespace>/<kind>/<name>'"
 
@@ -191,7 +266,10 @@ def _cluster_parts(text: object, field: str, bare_kind: bool) -> Tuple[Optional[
     parts = text.strip().split("/")
     if len(parts) == 1:
         if bare_kind and parts[0].strip().lower() in ALLOWED_KINDS:
-            return None, normalize_kind(parts[0], field), None
+            kind = normalize_kind(parts[0], field)
+            if KINDS[kind].worker_groups:
+                raise InvalidInputError(field, text, forms, reason=f"{kind} clusters need a name: use '{kind}/<name>'")
+            return None, kind, None
         raise InvalidInputError(field, text, forms, reason=_no_slash_reason(parts[0]))
     if len(parts) > 3:
         raise InvalidInputError(field, text, forms, reason=f"{len(parts) - 1} '/' (at most 2)")
@@ -220,7 +298,8 @@ def check_cluster(text: str, field: str = "cluster") -> str:
     """
     namespace, kind, name = _cluster_parts(text, field, bare_kind=True)
     if name is not None:
-        ClusterRef(kind, name, namespace)
+        base, group = _split_group(name)
+        ClusterRef(kind, base, namespace, group)
     return text.strip()
 
 
@@ -244,7 +323,8 @@ def parse_cluster(text: str, field: str = "cluster") -> ClusterRef:
     """
     namespace, kind, name = _cluster_parts(text, field, bare_kind=True)
     if name is not None:
-        return ClusterRef(kind, name, namespace)
+        base, group = _split_group(name)
+        return ClusterRef(kind, base, namespace, group)
     if not os.environ.get("DOMINO_RUN_ID"):
         raise InvalidInputError(
             field,

@@ -114,6 +114,43 @@ def kubernetes_world(tmp_path: Path) -> Iterator[World]:
 
 
 @contextlib.contextmanager
+def operator_world(tmp_path: Path, kind: str) -> Iterator[World]:
+    """A KubeRay or Dask-operator cluster on the Kubernetes test server."""
+    with K8sTestServer(ready_delay=0.02) as server:
+        from flytekitplugins_ddlscale.backends.kubernetes import KubernetesBackend
+
+        name = f"{kind}-contract"
+        if kind == "kuberay":
+            server.add_kuberay(name, groups=[{"groupName": "workers", "replicas": 1, "minReplicas": 1,
+                                              "maxReplicas": 6}], autoscaling=True)
+            setting, maximum = "spec.workerGroupSpecs[0].replicas", "maxReplicas"
+
+            def desired() -> int:
+                obj = server.get_resource("rayclusters.ray.io", name)
+                return obj["spec"]["workerGroupSpecs"][0]["replicas"]
+        else:
+            server.add_dask_operator(name, replicas=1)
+            setting, maximum = "spec.worker.replicas", ""
+
+            def desired() -> int:
+                return server.get_resource("daskworkergroups.kubernetes.dask.org", f"{name}-default")["spec"]["worker"]["replicas"]
+
+        config = write_kubeconfig(tmp_path / "kubeconfig", server.url)
+        backend = KubernetesBackend(kubeconfig=str(config), failure_grace=0.3)
+        try:
+            yield World(
+                backend, ClusterRef(kind, name, "domino-compute"), setting, maximum,
+                prefix=f"KUBECONFIG={config} ",
+                options=f', kubeconfig="{config}"',
+                desired=desired,
+                slow=lambda: server.set_ready_delay(1.0),
+                break_workers=lambda: server.inject_fault(name, "CrashLoopBackOff", new_only=True),
+            )
+        finally:
+            backend.close()
+
+
+@contextlib.contextmanager
 def local_world(root: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
     from flytekitplugins_ddlscale.backends.local import LocalBackend
 
@@ -135,7 +172,7 @@ def local_world(root: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
         backend.shutdown_all()
 
 
-BACKENDS = ["scaler", "kubernetes", pytest.param("local", marks=pytest.mark.slow)]
+BACKENDS = ["scaler", "kubernetes", "kuberay", "dask-operator", pytest.param("local", marks=pytest.mark.slow)]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -148,6 +185,8 @@ def world(request, tmp_path, monkeypatch) -> Iterator[World]:
         made = scaler_world(tmp_path)
     elif request.param == "kubernetes":
         made = kubernetes_world(tmp_path)
+    elif request.param in ("kuberay", "dask-operator"):
+        made = operator_world(tmp_path, request.param)
     else:
         made = local_world(request.getfixturevalue("local_state"), monkeypatch)
     with made as instance:
@@ -214,7 +253,9 @@ def test_a_timed_out_reconcile_to_a_claim_stays_in_place_and_names_the_restore(w
 
 
 # The scaler service shows no pod failures, so only these two backends can report one.
-@pytest.mark.parametrize("world", ["kubernetes", pytest.param("local", marks=pytest.mark.slow)], indirect=True)
+@pytest.mark.parametrize(
+    "world", ["kubernetes", "kuberay", "dask-operator", pytest.param("local", marks=pytest.mark.slow)], indirect=True
+)
 def test_a_worker_that_cannot_start_leaves_the_request_in_place(world):
     world.break_workers()
     with pytest.raises(WorkerFailedError) as caught:
@@ -237,17 +278,20 @@ def test_a_worker_that_cannot_start_leaves_the_request_in_place(world):
 
 def test_a_wait_for_workers_that_can_never_come_fails_at_once(world):
     reports = []
-    with pytest.raises(UnreachableWaitError) as caught:
-        world.backend.wait_for_workers(world.ref, 7, timeout=120, progress=reports.append)
-    error = caught.value
-    assert isinstance(error, InvalidInputError) and error.code == "unreachable_wait"
-    assert (error.field, error.value, error.desired, error.maximum) == ("replicas", 7, 1, 6)
-    assert "replicas=7" in str(error) and f"{world.setting}=1" in str(error) and f"{world.maximum}=6" in str(error)
-    assert reports == []  # refused before the wait polled at all
+    # A DaskWorkerGroup has no maximum: there only the desired count bounds a wait.
+    if world.maximum:
+        with pytest.raises(UnreachableWaitError) as caught:
+            world.backend.wait_for_workers(world.ref, 7, timeout=120, progress=reports.append)
+        error = caught.value
+        assert isinstance(error, InvalidInputError) and error.code == "unreachable_wait"
+        assert (error.field, error.value, error.desired, error.maximum) == ("replicas", 7, 1, 6)
+        assert "replicas=7" in str(error) and f"{world.setting}=1" in str(error) and f"{world.maximum}=6" in str(error)
+        assert reports == []  # refused before the wait polled at all
 
     # Within maxReplicas but above what is desired: it could only time out too.
-    with pytest.raises(UnreachableWaitError, match="allowed: 0..1"):
+    with pytest.raises(UnreachableWaitError, match="allowed: 0..1") as above:
         world.backend.wait_for_workers(world.ref, 2, timeout=120, progress=reports.append)
+    assert f"{world.setting}=1" in str(above.value)
     assert reports == []
     assert observed(world.backend.wait_for_workers(world.ref, 1, timeout=60)) == 1
     assert world.desired() == 1
@@ -365,5 +409,12 @@ def test_every_backend_is_a_context_manager_offering_connection_env(world):
     if world.backend.name == "local":
         record = world.backend.store.load(world.ref)
         assert env == {"DASK_SCHEDULER_SERVICE_HOST": record.host, "DASK_SCHEDULER_SERVICE_PORT": str(record.port)}
+    elif world.ref.kind == "kuberay":
+        host = f"{world.ref.name}-head-svc.domino-compute.svc"
+        assert env == {"RAY_ADDRESS": f"ray://{host}:10001", "RAY_HEAD_SERVICE_HOST": host,
+                       "RAY_HEAD_SERVICE_PORT": "10001"}
+    elif world.ref.kind == "dask-operator":
+        assert env == {"DASK_SCHEDULER_SERVICE_HOST": f"{world.ref.name}-scheduler.domino-compute.svc",
+                       "DASK_SCHEDULER_SERVICE_PORT": "8786"}
     else:
         assert env == {}  # on Domino the platform injects the head's address itself

@@ -61,7 +61,7 @@ def test_for_run_and_parse(monkeypatch):
     [
         ("dask-x", "use kind/name, e.g. 'dask/x'"),
         ("rayclusters-r1", "use kind/name, e.g. 'ray/r1'"),
-        ("my-cluster", "not a kind (ray, spark, dask, mpi) and no '/'; use kind/name, e.g. 'dask/my-cluster'"),
+        ("my-cluster", "not a kind (ray, spark, dask, mpi, kuberay, dask-operator) and no '/'; use kind/name, e.g. 'dask/my-cluster'"),
         ("dask//x", "the name is empty; use kind/name, e.g. 'dask/x'"),
         ("dask/", "the name is empty"),
         ("/x", "the kind is empty"),
@@ -105,3 +105,35 @@ def test_parse_refuses_a_bare_kind_and_keeps_the_given_namespace():
         ClusterRef.parse("dask")
     assert "'<namespace>/<kind>/<name>'" in info.value.allowed and "bare kind" not in info.value.allowed
     assert ClusterRef.parse("dask/x", namespace="ns2") == ClusterRef("dask", "x", "ns2")
+
+
+def test_operator_kinds_take_a_worker_group_and_round_trip():
+    from flytekitplugins_ddlscale.refs import cluster_text
+
+    ref = parse_cluster("ml/kuberay/my-ray@gpu-group")
+    assert (ref.namespace, ref.kind, ref.name, ref.group) == ("ml", "kuberay", "my-ray", "gpu-group")
+    assert str(ref) == "ml/kuberay/my-ray@gpu-group" and parse_cluster(str(ref)) == ref
+    assert cluster_text(ClusterRef("dask-operator", "d", group="highmem")) == "dask-operator/d@highmem"
+    assert check_cluster(" dask-operator/d ") == "dask-operator/d"
+    assert parse_cluster("rayclusters/x").kind == "ray"  # plurals keep naming Domino's kinds
+    assert KINDS["kuberay"].framework == "ray" and KINDS["dask-operator"].framework == "dask"
+
+
+@pytest.mark.parametrize(
+    "text, field, words",
+    [
+        ("ray/x@workers", "group", "ray clusters have one worker section"),
+        ("kuberay/x@bad group", "group", "a worker group name"),
+        ("kuberay", "cluster", "kuberay clusters need a name"),
+    ],
+)
+def test_worker_groups_are_checked_before_anything_runs(text, field, words):
+    with pytest.raises(InvalidInputError, match=words) as caught:
+        parse_cluster(text)
+    assert caught.value.field == field
+
+
+def test_a_domino_run_cluster_is_of_a_domino_kind():
+    with pytest.raises(InvalidInputError, match="Domino's kinds") as caught:
+        ClusterRef.for_run("kuberay", "run-1")
+    assert caught.value.field == "kind"

@@ -31,7 +31,7 @@ def test_capabilities_and_protocol():
     instance = KubernetesBackend()
     assert isinstance(instance, ClusterBackend)
     caps = instance.capabilities
-    assert caps.kinds == frozenset({"ray", "spark", "dask", "mpi"})
+    assert caps.kinds == frozenset({"ray", "spark", "dask", "mpi", "kuberay", "dask-operator"})
     assert caps.observes_readiness and caps.holds_size and caps.head_tier and caps.persistent_baseline
     assert isinstance(get_backend("k8s", namespace="team-a"), KubernetesBackend)
 

@@ -258,7 +258,7 @@ class BaseBackend:
         if state is not None:
             check_reachable(
                 replicas, desired=state.desired_workers, maximum=self._maximum(state), cluster=state.cluster,
-                desired_name=self.size_setting, maximum_name=self.maximum_setting, state=state,
+                desired_name=self._size_setting(ref), maximum_name=self.maximum_setting, state=state,
             )
         return self._wait_workers(ref, replicas, deadline.remaining, progress, None, state)
 
@@ -438,7 +438,7 @@ class BaseBackend:
                 if not explain:
                     raise
                 raise left_in_place(
-                    error, self._reach(ref), self.size_setting, result.effective, restoring=change.restoring
+                    error, self._reach(ref), self._size_setting(ref), result.effective, restoring=change.restoring
                 ) from None
         else:
             final = self._unwaited(ref, change)
@@ -448,6 +448,10 @@ class BaseBackend:
         return result
 
     # ------------------------------------------------------- backend hooks
+
+    def _size_setting(self, ref: ClusterRef) -> str:
+        """What holds ``ref``'s size, as errors name it (:attr:`size_setting` unless a kind says otherwise)."""
+        return self.size_setting
 
     def _unserved(self, ref: ClusterRef) -> str:
         """Why ``ref``'s kind is not served, and what serves it."""

@@ -30,6 +30,7 @@ def _cluster_options(default_wait: bool, default_timeout: float) -> Callable[[Ca
             click.option("--name", default=None, help="Cluster name."),
             click.option("--run-id", default=None, help="Domino run id: the cluster is <kind>-<run id>."),
             click.option("--namespace", default=None, help="Namespace (default: the backend's)."),
+            click.option("--group", default=None, help="Worker group (kuberay and dask-operator clusters; default: the only one / default)."),
             click.option("--wait/--no-wait", default=default_wait, show_default=True, help="Wait until done."),
             click.option("--timeout", type=float, default=default_timeout, show_default=True, help="Seconds to wait at most."),
             click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text."),
@@ -52,13 +53,16 @@ def _framework_options(command: Callable[..., Any]) -> Callable[..., Any]:
     )(command)
 
 
-def cluster_ref(kind: str, name: Optional[str], run_id: Optional[str], namespace: Optional[str]) -> ClusterRef:
-    """The cluster the identity options name: ``--name``, else ``--run-id``, else ``$DOMINO_RUN_ID``.
+def cluster_ref(
+    kind: str, name: Optional[str], run_id: Optional[str], namespace: Optional[str], group: Optional[str] = None
+) -> ClusterRef:
+    """The cluster the identity options name: ``--name`` (and ``--group``), else ``--run-id``, else
+    ``$DOMINO_RUN_ID``.
 
     Raises :class:`InvalidInputError` (naming ``name``) when none is given.
     """
     if name is not None:
-        return ClusterRef(kind, name, namespace)
+        return ClusterRef(kind, name, namespace, group)
     if run_id is None and not os.environ.get("DOMINO_RUN_ID"):
         raise InvalidInputError(
             "name",
@@ -74,11 +78,12 @@ def _run(command: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(command)
     def wrapper(backend: Optional[str], kind: str, name: Optional[str], run_id: Optional[str],
-                namespace: Optional[str], wait: bool, timeout: float, as_json: bool, **kwargs: Any) -> None:
+                namespace: Optional[str], group: Optional[str], wait: bool, timeout: float, as_json: bool,
+                **kwargs: Any) -> None:
         ctx = click.get_current_context()
         chosen = None
         try:
-            ref = cluster_ref(kind, name, run_id, namespace)
+            ref = cluster_ref(kind, name, run_id, namespace, group)
             chosen = get_backend(backend)
             progress = default_reporter() if wait else None
             result = command(chosen, ref, wait=wait, timeout=timeout, progress=progress, **kwargs)

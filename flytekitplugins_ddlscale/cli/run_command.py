@@ -44,6 +44,7 @@ def _say(text: str) -> None:
 @click.option("--name", default=None, help="Cluster name.")
 @click.option("--run-id", default=None, help="Domino run id: the cluster is <kind>-<run id>.")
 @click.option("--namespace", default=None, help="Namespace (default: the backend's).")
+@click.option("--group", default=None, help="Worker group (kuberay and dask-operator clusters; default: the only one / default).")
 @click.option("--replicas", type=int, required=True, help="Workers the command needs.")
 @click.option("--worker-hw-tier", default=None, help="Hardware tier NAME for the workers.")
 @click.option(
@@ -65,6 +66,7 @@ def run(
     name: Optional[str],
     run_id: Optional[str],
     namespace: Optional[str],
+    group: Optional[str],
     replicas: int,
     worker_hw_tier: Optional[str],
     timeout: float,
@@ -86,7 +88,7 @@ def run(
     cluster never shrink each other.
     """
     try:
-        ref = cluster_ref(kind, name, run_id, namespace)
+        ref = cluster_ref(kind, name, run_id, namespace, group)
         grace = validate_timeout(kill_after, "kill_after")
         phase = cluster_phase(
             ref, replicas, worker_hw_tier, timeout=timeout, backend=backend,

@@ -20,6 +20,7 @@ from typing import Mapping, Optional
 from urllib.parse import urlsplit
 
 from ..errors import InvalidInputError
+from ..refs import KINDS
 from .spark_conf import configured_master, master_host
 
 SWITCH_ENV = "DDLSCALE_FRAMEWORK_READINESS"
@@ -44,6 +45,11 @@ class Endpoint:
     kind: str
     url: str
     source: str
+
+
+def framework_of(kind: str) -> str:
+    """The framework of a cluster kind: ``ray`` for ``kuberay``, ``dask`` for ``dask-operator``."""
+    return KINDS[kind].framework if kind in KINDS else kind
 
 
 def kind_url_env(kind: str) -> str:
@@ -95,6 +101,7 @@ def _host_url(host: str, port: int) -> str:
 
 def resolve_endpoint(kind: str, url: Optional[str] = None, env: Optional[Mapping[str, str]] = None) -> Optional[Endpoint]:
     """The head of the run's ``kind`` cluster, or None when nothing says where it is."""
+    kind = framework_of(kind)
     environ = os.environ if env is None else env
     if url is not None:
         return Endpoint(kind, validate_url(url) or "", "framework_url argument")
@@ -120,6 +127,7 @@ def resolve_endpoint(kind: str, url: Optional[str] = None, env: Optional[Mapping
 
 def where_to_set(kind: str) -> str:
     """What a user sets so the head of ``kind`` can be found (for 'not checked' messages)."""
+    kind = framework_of(kind)
     domino = {
         "dask": "$DASK_SCHEDULER_SERVICE_HOST",
         "ray": "$RAY_HEAD_SERVICE_HOST",

@@ -16,6 +16,8 @@ like an unreachable head (a proxy's error page, a head still starting).
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional
 
+from .endpoints import framework_of
+
 RAY_LIST_LIMIT = 10000
 """``limit`` of the Ray node list: the State API refuses more (RAY_MAX_LIMIT_FROM_API_SERVER)."""
 
@@ -82,5 +84,6 @@ PROBES: Dict[str, Probe] = {
 
 
 def probe_for(kind: str) -> Optional[Probe]:
-    """The probe of ``kind``, or None for kinds without a head to ask (MPI)."""
-    return PROBES.get(kind)
+    """The probe of ``kind`` (of its framework: ``ray`` for ``kuberay``...), or None for kinds
+    without a head to ask (MPI)."""
+    return PROBES.get(framework_of(kind))

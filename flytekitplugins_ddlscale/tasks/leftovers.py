@@ -50,7 +50,8 @@ def stop_command(backend: str, ref: ClusterRef) -> str:
     if backend == "local":
         return f"ddlscale local down --name {ref.name}"
     namespace = f" --namespace {ref.namespace}" if ref.namespace else ""
-    return f"ddlscale restore --backend {backend} --kind {ref.kind} --name {ref.name}{namespace}"
+    group = f" --group {ref.group}" if ref.group is not None else ""
+    return f"ddlscale restore --backend {backend} --kind {ref.kind} --name {ref.name}{namespace}{group}"
 
 
 def left_running() -> List[str]:

@@ -55,3 +55,21 @@ def backend(k8s: K8sTestServer, tiers_file: Path) -> Iterator[KubernetesBackend]
     """A backend for :func:`k8s`, closed after the test."""
     with make_backend(k8s, tiers_file) as instance:
         yield instance
+
+
+def role_rules(path: Path) -> "set":
+    """The ``(verb, test-server resource)`` pairs the Role in the YAML file at ``path`` allows,
+    for :meth:`K8sTestServer.allow_only` (resources of other API groups than core and Domino's
+    are named ``<plural>.<group>`` there)."""
+    import yaml
+
+    from flytekitplugins_ddlscale.refs import CRD_GROUP
+
+    role = next(d for d in yaml.safe_load_all(path.read_text()) if d["kind"] == "Role")
+    rules = set()
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                key = resource if group in ("", CRD_GROUP) else f"{resource}.{group}"
+                rules.update((verb, key) for verb in rule["verbs"])
+    return rules

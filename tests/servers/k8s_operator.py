@@ -32,9 +32,22 @@ from flytekitplugins_ddlscale.refs import (
 PODS = "pods"
 REVISION_LABEL = "controller-revision-hash"
 FAULTS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "Unschedulable")
-_BY_PLURAL = {info.plural: info for info in KINDS.values()}
-_BY_APP = {info.app: info for info in KINDS.values()}
+DCO_KINDS = {kind: info for kind, info in KINDS.items() if info.flavour == "dco"}
+_BY_PLURAL = {info.plural: info for info in DCO_KINDS.values()}
+_BY_APP = {info.app: info for info in DCO_KINDS.values()}
 ClusterKey = Tuple[str, str, str]
+
+
+def pod_owner(pod: Dict[str, Any]) -> Optional[Tuple[ClusterKey, str]]:
+    """The cluster a pod belongs to (its test-server key) and its role label value, for any operator."""
+    from . import oss_operators
+
+    labels = pod["metadata"].get("labels") or {}
+    namespace = pod["metadata"]["namespace"]
+    info = _BY_APP.get(labels.get(LABEL_APP, ""))
+    if info is not None and LABEL_INSTANCE in labels:
+        return (info.plural, namespace, labels[LABEL_INSTANCE]), labels.get(LABEL_COMPONENT, "")
+    return oss_operators.pod_owner(namespace, labels)
 
 
 def _iso(moment: float) -> str:
@@ -56,6 +69,8 @@ class SimulatedOperator:
         self.hpa_window = hpa_window
         self._cluster_delay: Dict[str, float] = {}
         self._faults: Dict[Tuple[str, str, str], Tuple[str, Optional[Set[int]]]] = {}
+        self._spared: Set[str] = set()
+        """Uids of pods that existed when a ``new_only`` fault was injected."""
         self._due: Dict[str, float] = {}
         """Pod uid -> monotonic time it becomes Ready (or is removed, when terminating)."""
         self._last_replicas: Dict[ClusterKey, Tuple[int, float]] = {}
@@ -92,33 +107,52 @@ class SimulatedOperator:
             self._dirty.update(k for k in self._clusters())
             self.server.changed.notify_all()
 
-    def inject_fault(self, namespace: str, cluster: str, component: str, reason: str, ordinals: Optional[List[int]]) -> None:
+    def inject_fault(
+        self, namespace: str, cluster: str, component: str, reason: str, ordinals: Optional[List[int]],
+        new_only: bool = False,
+    ) -> None:
         if reason not in FAULTS:
             raise ValueError(f"reason must be one of {FAULTS}")
         with self.server.changed:
             self._faults[(namespace, cluster, component)] = (reason, set(ordinals) if ordinals is not None else None)
-            for pod in self._pods_of(namespace, cluster):
+            if new_only:
+                self._spared.update(p["metadata"]["uid"] for p in self._owned(namespace, cluster))
+            for pod in self._owned(namespace, cluster):
                 self._apply_fault(pod)
             self.server.changed.notify_all()
 
     def clear_faults(self, namespace: str, cluster: str) -> None:
         with self.server.changed:
-            faulted = [p for p in self._pods_of(namespace, cluster) if self._faulted(p)]
+            faulted = [p for p in self._owned(namespace, cluster) if self._faulted(p)]
             for key in [k for k in self._faults if k[:2] == (namespace, cluster)]:
                 del self._faults[key]
             for pod in faulted:
                 self._delete(pod)
             self.server.changed.notify_all()
 
+    def _owned(self, namespace: str, cluster: str) -> List[Dict[str, Any]]:
+        """Pods of the cluster named ``cluster`` in ``namespace``, whichever operator runs it."""
+        found = []
+        for (res, ns, _), pod in list(self.server._objects.items()):
+            owner = pod_owner(pod) if res == PODS and ns == namespace else None
+            if owner is not None and owner[0][2] == cluster:
+                found.append(pod)
+        return found
+
     def mark_dirty(self, resource: str, namespace: str, obj: Dict[str, Any]) -> None:
         """Called by the server (holding its lock) on every change."""
+        from . import oss_operators
+
         if resource == PODS:
-            labels = obj["metadata"].get("labels") or {}
-            info = _BY_APP.get(labels.get(LABEL_APP, ""))
-            if info is not None and LABEL_INSTANCE in labels:
-                self._dirty.add((info.plural, namespace, labels[LABEL_INSTANCE]))
-        else:
+            owner = pod_owner(obj)
+            if owner is not None:
+                self._dirty.add(owner[0])
+        elif resource in _BY_PLURAL:
             self._dirty.add((resource, namespace, obj["metadata"]["name"]))
+        else:
+            key = oss_operators.cluster_key(resource, namespace, obj)
+            if key is not None:
+                self._dirty.add(key)
 
     def delete_pod(self, namespace: str, name: str) -> Dict[str, Any]:
         """A DELETE from a client: terminate (or remove) the pod; its StatefulSet recreates it."""
@@ -145,7 +179,9 @@ class SimulatedOperator:
             heapq.heappush(self._timers, (at, key))
 
     def _clusters(self) -> List[ClusterKey]:
-        return [k for k in self.server._objects if k[0] in _BY_PLURAL]
+        from . import oss_operators
+
+        return [k for k in self.server._objects if k[0] in _BY_PLURAL or k[0] in oss_operators.CLUSTERS]
 
     def _pods_of(self, namespace: str, cluster: str, app: Optional[str] = None) -> List[Dict[str, Any]]:
         return [
@@ -156,7 +192,12 @@ class SimulatedOperator:
 
     # -- reconcile ---------------------------------------------------------
     def _reconcile(self, key: ClusterKey, now: float) -> None:
+        from . import oss_operators
+
         plural, namespace, name = key
+        if plural not in _BY_PLURAL:
+            oss_operators.reconcile(self, key, now)
+            return
         info = _BY_PLURAL[plural]
         obj = self.server.lookup(plural, namespace, name)
         pods = self._pods_of(namespace, name, info.app)
@@ -229,12 +270,21 @@ class SimulatedOperator:
         self, key: ClusterKey, info: Any, obj: Dict[str, Any], component: str, pod_name: str,
         ordinal: int, section: Dict[str, Any], revision: str, now: float,
     ) -> None:
-        namespace, cluster = key[1], key[2]
         labels = dict(section.get("labels") or {})
         labels.update({
-            LABEL_APP: info.app, LABEL_INSTANCE: cluster, LABEL_COMPONENT: component,
+            LABEL_APP: info.app, LABEL_INSTANCE: key[2], LABEL_COMPONENT: component,
             LABEL_MANAGED_BY: MANAGED_BY_OPERATOR, REVISION_LABEL: revision,
         })
+        spec = {
+            "nodeSelector": copy.deepcopy(section.get("nodeSelector") or {}),
+            "containers": [{"name": info.app, "image": "test", "resources": copy.deepcopy(section.get("resources") or {})}],
+        }
+        self.create_pod(key, pod_name, labels, spec, now)
+
+    def create_pod(self, key: ClusterKey, pod_name: str, labels: Dict[str, str], spec: Dict[str, Any], now: float) -> None:
+        """Add a Pending pod of cluster ``key`` that turns Ready after the ready delay (unless faulted)."""
+        namespace, cluster = key[1], key[2]
+        container = spec["containers"][0]["name"]
         created = time.time()
         previous = self._last_created.get((namespace, pod_name))
         if previous is not None and int(created) <= int(previous):
@@ -248,14 +298,11 @@ class SimulatedOperator:
                 "name": pod_name, "namespace": namespace, "uid": uid, "labels": labels,
                 "creationTimestamp": _iso(created), "generation": 1,
             },
-            "spec": {
-                "nodeSelector": copy.deepcopy(section.get("nodeSelector") or {}),
-                "containers": [{"name": info.app, "image": "test", "resources": copy.deepcopy(section.get("resources") or {})}],
-            },
+            "spec": spec,
             "status": {
                 "phase": "Pending",
                 "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "False"}],
-                "containerStatuses": [_container_status(info.app, False, {"waiting": {"reason": "ContainerCreating"}})],
+                "containerStatuses": [_container_status(container, False, {"waiting": {"reason": "ContainerCreating"}})],
             },
         }
         self._apply_fault(pod, commit=False)
@@ -265,12 +312,16 @@ class SimulatedOperator:
         self.server.commit(PODS, namespace, pod, pod_name, "ADDED")
 
     def _fault_for(self, pod: Dict[str, Any]) -> Optional[str]:
-        labels = pod["metadata"]["labels"]
-        entry = self._faults.get((pod["metadata"]["namespace"], labels[LABEL_INSTANCE], labels[LABEL_COMPONENT]))
+        owner = pod_owner(pod)
+        if owner is None or pod["metadata"]["uid"] in self._spared:
+            return None
+        entry = self._faults.get((pod["metadata"]["namespace"], owner[0][2], owner[1]))
         if entry is None:
             return None
         reason, ordinals = entry
-        if ordinals is not None and int(pod["metadata"]["name"].rsplit("-", 1)[1]) not in ordinals:
+        suffix = pod["metadata"]["name"].rsplit("-", 1)[1]
+        # Operators that name pods randomly (KubeRay, the Dask operator) have no ordinals.
+        if ordinals is not None and not (suffix.isdigit() and int(suffix) in ordinals):
             return None
         return reason
 
@@ -332,6 +383,18 @@ class SimulatedOperator:
         }
         self.server.commit(PODS, namespace, ready, name, "MODIFIED")
 
+    def delete(self, pod: Dict[str, Any]) -> Dict[str, Any]:
+        """Terminate (or remove) ``pod``, as its controller does."""
+        return self._delete(pod)
+
+    def advance(self, key: ClusterKey, pod: Dict[str, Any], now: float) -> None:
+        """Make ``pod`` Ready (or gone, if terminating) once its delay has passed."""
+        self._advance(key, pod, now)
+
+    def faulted(self, pod: Dict[str, Any]) -> bool:
+        """Whether an injected fault keeps ``pod`` from starting."""
+        return self._faulted(pod)
+
     def _delete(self, pod: Dict[str, Any]) -> Dict[str, Any]:
         name, namespace = pod["metadata"]["name"], pod["metadata"]["namespace"]
         if self.terminate_delay <= 0:
@@ -343,8 +406,9 @@ class SimulatedOperator:
         terminating["metadata"]["deletionGracePeriodSeconds"] = int(self.terminate_delay) or 1
         now = time.monotonic()
         self._due[pod["metadata"]["uid"]] = now + self.terminate_delay
-        labels = pod["metadata"]["labels"]
-        self._schedule((_BY_APP[labels[LABEL_APP]].plural, namespace, labels[LABEL_INSTANCE]), now + self.terminate_delay)
+        owner = pod_owner(pod)
+        if owner is not None:
+            self._schedule(owner[0], now + self.terminate_delay)
         return self.server.commit(PODS, namespace, terminating, name, "MODIFIED")
 
     def _update_status(self, obj: Dict[str, Any], info: Any, replicas: int) -> None:

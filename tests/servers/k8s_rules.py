@@ -189,7 +189,9 @@ _Validator = jsonschema.validators.extend(
 )
 
 
-def validate_object(obj: Dict[str, Any], schema: Dict[str, Any], kind: str) -> None:
+def validate_object(
+    obj: Dict[str, Any], schema: Dict[str, Any], kind: str, group: str = "distributed-compute.dominodatalab.com"
+) -> None:
     """422 Invalid, with field causes, when ``obj`` breaks the CRD schema."""
     errors = sorted(_Validator(schema).iter_errors(obj), key=lambda e: list(e.absolute_path))
     if errors:
@@ -202,8 +204,8 @@ def validate_object(obj: Dict[str, Any], schema: Dict[str, Any], kind: str) -> N
         raise ApiError(
             422,
             "Invalid",
-            f'{kind}.distributed-compute.dominodatalab.com "{name}" is invalid: {text}',
-            {"name": name, "group": "distributed-compute.dominodatalab.com", "kind": kind, "causes": causes},
+            f'{kind}.{group} "{name}" is invalid: {text}',
+            {"name": name, "group": group, "kind": kind, "causes": causes},
         )
 
 

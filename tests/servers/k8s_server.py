@@ -44,6 +44,7 @@ from flytekitplugins_ddlscale.refs import (
 )
 
 from .dco_crds import SCHEMAS
+from .oss_crds import OSS_RESOURCES, OSS_SCHEMAS
 from .k8s_operator import SimulatedOperator
 from .k8s_rules import (
     ApiError,
@@ -62,6 +63,23 @@ STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 PODS = "pods"
 Key = Tuple[str, str, str]
+
+
+ALL_SCHEMAS: Dict[str, Dict[str, Any]] = dict(SCHEMAS, **OSS_SCHEMAS)
+"""Every custom resource the server serves, by resource key; built once at import."""
+
+
+def group_of(resource: str) -> str:
+    """API group of a test-server resource key: ``pods`` core, bare plurals Domino's DCO,
+    ``<plural>.<group>`` an open-source operator's."""
+    if resource == PODS:
+        return ""
+    return OSS_RESOURCES[resource].group if resource in OSS_RESOURCES else CRD_GROUP
+
+
+def plural_of(resource: str) -> str:
+    """The plural in REST paths and RBAC rules of a test-server resource key."""
+    return OSS_RESOURCES[resource].plural if resource in OSS_RESOURCES else resource
 
 
 def now_iso(offset: float = 0.0) -> str:
@@ -121,7 +139,7 @@ class K8sTestServer:
         user: str = "system:serviceaccount:domino-compute:flyte-runner",
     ) -> None:
         self.user = user
-        self.schemas = SCHEMAS
+        self.schemas = ALL_SCHEMAS
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self.requests: List[RequestRecord] = []
@@ -248,6 +266,102 @@ class K8sTestServer:
             )
         return created
 
+    def add_kuberay(
+        self,
+        name: str,
+        namespace: str = "domino-compute",
+        *,
+        groups: Optional[List[Dict[str, Any]]] = None,
+        autoscaling: bool = False,
+        wait_ready: bool = True,
+        timeout: float = 10.0,
+    ) -> Dict[str, Any]:
+        """Create a KubeRay RayCluster (validated like a create); ``groups`` are worker group specs
+        without their template (default: one group ``workers`` of 2). Waits for its pods by default."""
+        container = {"containers": [{"name": "ray", "image": "rayproject/ray:2.46.0",
+                                     "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}]}
+        specs = [dict(g, template={"spec": copy.deepcopy(container)}) for g in (groups or [{"groupName": "workers", "replicas": 2}])]
+        obj = {
+            "apiVersion": "ray.io/v1", "kind": "RayCluster",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "rayVersion": "2.46.0", "enableInTreeAutoscaling": autoscaling,
+                "headGroupSpec": {"rayStartParams": {}, "template": {"spec": copy.deepcopy(container)}},
+                "workerGroupSpecs": specs,
+            },
+        }
+        with self.lock:
+            created = self._create("rayclusters.ray.io", namespace, obj)
+        if wait_ready:
+            wanted = sum(min(max(int(g.get("replicas") or 0), int(g.get("minReplicas") or 0)),
+                             int(g.get("maxReplicas", 2147483647))) for g in specs)
+            self.wait_for(
+                lambda: len(self.select_pods(namespace, ready=True, **{"ray.io/cluster": name})) == wanted + 1,
+                timeout, f"RayCluster {name} to come up",
+            )
+        return created
+
+    def add_dask_operator(
+        self,
+        name: str,
+        namespace: str = "domino-compute",
+        *,
+        replicas: int = 2,
+        groups: Optional[Dict[str, int]] = None,
+        autoscaler: Optional[Dict[str, int]] = None,
+        wait_ready: bool = True,
+        timeout: float = 10.0,
+    ) -> Dict[str, Any]:
+        """Create a Dask-operator DaskCluster (its operator adds the ``default`` worker group), extra
+        DaskWorkerGroups ``{group: replicas}`` and optionally a DaskAutoscaler ``{minimum, maximum}``;
+        waits for the pods by default."""
+        pod = {"containers": [{"name": "worker", "image": "ghcr.io/dask/dask:latest"}]}
+        obj = {
+            "apiVersion": "kubernetes.dask.org/v1", "kind": "DaskCluster",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "worker": {"replicas": replicas, "spec": copy.deepcopy(pod)},
+                "scheduler": {"spec": copy.deepcopy(pod), "service": {"ports": [{"name": "tcp-comm", "port": 8786}]}},
+            },
+        }
+        with self.lock:
+            created = self._create("daskclusters.kubernetes.dask.org", namespace, obj)
+            for group, count in (groups or {}).items():
+                self._create("daskworkergroups.kubernetes.dask.org", namespace, {
+                    "apiVersion": "kubernetes.dask.org/v1", "kind": "DaskWorkerGroup",
+                    "metadata": {"name": f"{name}-{group}", "namespace": namespace},
+                    "spec": {"cluster": name, "worker": {"replicas": count, "spec": copy.deepcopy(pod)}},
+                })
+            if autoscaler is not None:
+                self._create("daskautoscalers.kubernetes.dask.org", namespace, {
+                    "apiVersion": "kubernetes.dask.org/v1", "kind": "DaskAutoscaler",
+                    "metadata": {"name": name, "namespace": namespace},
+                    "spec": dict(autoscaler),
+                })
+        if wait_ready:
+            wanted = replicas + sum((groups or {}).values()) + 1
+            self.wait_for(
+                lambda: len(self.select_pods(namespace, ready=True, **{"dask.org/cluster-name": name})) == wanted,
+                timeout, f"DaskCluster {name} to come up",
+            )
+        return created
+
+    def get_resource(self, resource: str, name: str, namespace: str = "domino-compute") -> Dict[str, Any]:
+        """A copy of a stored object by test-server resource key (``rayclusters.ray.io``...)."""
+        with self.lock:
+            return copy.deepcopy(self._objects[(resource, namespace, name)])
+
+    def select_pods(self, namespace: str = "domino-compute", *, ready: Optional[bool] = None, **labels: str) -> List[Dict[str, Any]]:
+        """Copies of the pods carrying all ``labels`` (``ready``: only Ready / only not Ready), by name."""
+        with self.lock:
+            found = [
+                copy.deepcopy(o) for (res, ns, _), o in self._objects.items()
+                if res == PODS and ns == namespace
+                and all((o["metadata"].get("labels") or {}).get(k) == v for k, v in labels.items())
+                and (ready is None or pod_ready(o) == ready)
+            ]
+        return sorted(found, key=lambda p: p["metadata"]["name"])
+
     def get_object(self, kind: str, name: str, namespace: str = "domino-compute") -> Dict[str, Any]:
         """A copy of the stored cluster object (KeyError when absent)."""
         with self.lock:
@@ -341,13 +455,15 @@ class K8sTestServer:
         ordinals: Optional[List[int]] = None,
         component: str = "worker",
         namespace: str = "domino-compute",
+        new_only: bool = False,
     ) -> None:
-        """Make pods of ``cluster`` fail with ``reason`` (existing and future ones).
+        """Make pods of ``cluster`` fail with ``reason`` (existing and future ones; only future ones
+        with ``new_only``, for operators whose pods have no ordinals).
 
         ``reason``: ``CrashLoopBackOff``, ``ImagePullBackOff``, ``ErrImagePull`` or
         ``Unschedulable``. ``ordinals`` None means every pod of ``component``.
         """
-        self.operator.inject_fault(namespace, cluster, component, reason, ordinals)
+        self.operator.inject_fault(namespace, cluster, component, reason, ordinals, new_only)
 
     def clear_faults(self, cluster: str, namespace: str = "domino-compute") -> None:
         """Let the pods of ``cluster`` start normally again."""
@@ -435,19 +551,20 @@ class K8sTestServer:
         schema = self.schemas[resource]
         obj = prune(obj, schema)
         kind = obj.get("kind", resource)
-        validate_object(obj, schema, kind)
-        webhook_check(obj, kind)
+        validate_object(obj, schema, kind, group_of(resource))
+        if resource not in OSS_RESOURCES:
+            webhook_check(obj, kind)
         return obj
 
     def _qualified(self, resource: str) -> str:
-        return resource if resource == PODS else f"{resource}.{CRD_GROUP}"
+        return resource if resource == PODS or resource in OSS_RESOURCES else f"{resource}.{CRD_GROUP}"
 
     def _get(self, resource: str, namespace: str, name: str) -> Dict[str, Any]:
         obj = self._objects.get((resource, namespace, name))
         if obj is None:
             raise ApiError(
                 404, "NotFound", f'{self._qualified(resource)} "{name}" not found',
-                {"name": name, "group": "" if resource == PODS else CRD_GROUP, "kind": resource},
+                {"name": name, "group": group_of(resource), "kind": plural_of(resource)},
             )
         return obj
 
@@ -468,7 +585,7 @@ class K8sTestServer:
                 409, "Conflict",
                 f'Operation cannot be fulfilled on {self._qualified(resource)} "{name}": the object has been '
                 "modified; please apply your changes to the latest version and try again",
-                {"name": name, "group": "" if resource == PODS else CRD_GROUP, "kind": resource},
+                {"name": name, "group": group_of(resource), "kind": plural_of(resource)},
             )
         new = copy.deepcopy(new)
         meta = new.setdefault("metadata", {})
@@ -477,7 +594,7 @@ class K8sTestServer:
                 meta[fixed] = current["metadata"][fixed]
             else:
                 meta.pop(fixed, None)
-        if resource != PODS:
+        if resource != PODS and self._has_status_subresource(resource):
             if subresource == "status":
                 new["spec"] = copy.deepcopy(current.get("spec"))
                 for key in ("labels", "annotations"):
@@ -486,6 +603,7 @@ class K8sTestServer:
                 new["status"] = copy.deepcopy(current["status"])
             else:
                 new.pop("status", None)
+        if resource != PODS:
             new = self._admit(resource, new)
             if new.get("spec") != current.get("spec"):
                 new["metadata"]["generation"] = current["metadata"].get("generation", 1) + 1
@@ -494,6 +612,12 @@ class K8sTestServer:
         if new == current:
             return copy.deepcopy(current)
         return copy.deepcopy(self.commit(resource, namespace, new, name, "MODIFIED"))
+
+    @staticmethod
+    def _has_status_subresource(resource: str) -> bool:
+        """Whether the CRD has a status subresource (every DCO kind and KubeRay's RayCluster do);
+        without one, status is written with the main resource."""
+        return resource not in OSS_RESOURCES or OSS_RESOURCES[resource].status_subresource
 
     def _patch(
         self, resource: str, namespace: str, name: str, content_type: str, body: Any, subresource: Optional[str]
@@ -538,13 +662,14 @@ class K8sTestServer:
         if not denied:
             return
         base = resource.split("/")[0]
-        group = "" if base == PODS else CRD_GROUP
+        group = group_of(base)
         subject = f'{self._qualified(base)} "{name}"' if name else self._qualified(base)
+        shown = plural_of(base) + resource[len(base):]
         raise ApiError(
             403, "Forbidden",
-            f'{subject} is forbidden: User "{self.user}" cannot {verb} resource "{resource}" '
+            f'{subject} is forbidden: User "{self.user}" cannot {verb} resource "{shown}" '
             f'in API group "{group}" in the namespace "{namespace}"',
-            {"name": name or "", "group": group, "kind": base},
+            {"name": name or "", "group": group, "kind": plural_of(base)},
         )
 
     # -- watch -------------------------------------------------------------
@@ -640,6 +765,11 @@ class _Handler(BaseHTTPRequestHandler):
         parts = [p for p in path.split("/") if p]
         if parts[:3] == ["apis", CRD_GROUP, CRD_VERSION] and len(parts) >= 6 and parts[3] == "namespaces":
             rest = parts[4:]
+        elif parts[:1] == ["apis"] and len(parts) >= 6 and parts[3] == "namespaces" and any(
+            (r.group, r.version, r.plural) == (parts[1], parts[2], parts[5]) for r in OSS_RESOURCES.values()
+        ):
+            rest = parts[4:]
+            rest[1] = f"{rest[1]}.{parts[1]}"
         elif parts[:2] == ["api", "v1"] and len(parts) >= 5 and parts[2] == "namespaces" and parts[4] == PODS:
             rest = parts[3:]
         else:
@@ -649,7 +779,9 @@ class _Handler(BaseHTTPRequestHandler):
             raise _ROUTE_ERR
         name = rest[2] if len(rest) > 2 else None
         sub = rest[3] if len(rest) > 3 else None
-        if len(rest) > 4 or (sub is not None and (sub != "status" or resource == PODS)):
+        if len(rest) > 4 or (sub is not None and (
+            sub != "status" or resource == PODS or not self.api._has_status_subresource(resource)
+        )):
             raise _ROUTE_ERR
         return namespace, resource, name, sub
 

@@ -71,7 +71,8 @@ def translate(exc: Exception, verb: str, resource: str, name: Optional[str], nam
     if status in (401, 403):
         return UnauthorizedError(
             f"Kubernetes refused to {verb} {where} (RBAC): {message}. "
-            f"Grant the '{verb}' verb on '{resource}' (see examples/k8s/rbac.yaml)",
+            f"Grant the '{verb}' verb on '{resource}' (see the Role for the cluster's kind in examples/k8s/: "
+            "rbac.yaml, kuberay-rbac.yaml, dask-operator-rbac.yaml)",
             status_code=status,
         )
     if status == 404:
@@ -167,28 +168,45 @@ class KubeApi:
         )
 
     def get_cluster(
-        self, plural: str, namespace: str, name: str, deadline: Optional[Deadline] = None
+        self, plural: str, namespace: str, name: str, deadline: Optional[Deadline] = None,
+        group: str = CRD_GROUP, version: str = CRD_VERSION,
     ) -> Dict[str, Any]:
-        """The cluster object as a dict; attempts end by ``deadline`` if given."""
+        """The cluster object (of ``group``/``version``, Domino's DCO by default) as a dict;
+        attempts end by ``deadline`` if given."""
         return self._read(
             "get", plural, name, namespace,
             lambda timeout: self.custom.get_namespaced_custom_object(
-                CRD_GROUP, CRD_VERSION, namespace, plural, name, _request_timeout=timeout
+                group, version, namespace, plural, name, _request_timeout=timeout
             ),
             deadline,
         )
 
+    def list_clusters(
+        self, plural: str, namespace: str, selector: str, group: str, version: str,
+        deadline: Optional[Deadline] = None,
+    ) -> List[Dict[str, Any]]:
+        """Custom objects of ``plural`` matching ``selector``; attempts end by ``deadline`` if given."""
+        return self._read(
+            "list", plural, None, namespace,
+            lambda timeout: self.custom.list_namespaced_custom_object(
+                group, version, namespace, plural, label_selector=selector, _request_timeout=timeout
+            ).get("items") or [],
+            deadline,
+        )
+
     def patch_cluster(
-        self, plural: str, namespace: str, name: str, patch: Dict[str, Any], deadline: Optional[Deadline] = None
+        self, plural: str, namespace: str, name: str, patch: Dict[str, Any], deadline: Optional[Deadline] = None,
+        group: str = CRD_GROUP, version: str = CRD_VERSION,
     ) -> Dict[str, Any]:
-        """One JSON merge patch of the cluster object; returns the object after it.
+        """One JSON merge patch of the cluster object (of ``group``/``version``); returns the object
+        after it.
 
         Sent once; with ``deadline``, a connection refused before anything was
         sent is tried again until it passes."""
         try:
             return self._tracked(
                 lambda: self.custom.patch_namespaced_custom_object(
-                    CRD_GROUP, CRD_VERSION, namespace, plural, name, patch,
+                    group, version, namespace, plural, name, patch,
                     _content_type=MERGE_PATCH, _request_timeout=self._timeout(deadline),
                 ),
                 deadline,

@@ -1,4 +1,5 @@
-"""The Kubernetes backend: DCO custom resources patched directly.
+"""The Kubernetes backend: cluster custom resources patched directly (Domino's DCO kinds, KubeRay's
+RayCluster, the Dask operator's worker groups; what differs per operator is in ``resources/``).
 
 Each change is ONE JSON merge patch of the cluster object that carries the
 object's resourceVersion; a 409 re-reads and re-applies (bounded). The
@@ -18,7 +19,6 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 from ...errors import (
     BackendUnavailableError,
-    CapacityExceededError,
     ClusterNotFoundError,
     ConflictError,
     InvalidInputError,
@@ -30,17 +30,7 @@ from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleR
 from ...outage import OUTAGE_BACKOFF, outage_timeout
 from ...progress import ProgressReporter
 from ...records import BASELINE_ANNOTATION, CLAIMS_ANNOTATION, Claim, decode_claims, encode_claims, largest_claim
-from ...refs import (
-    DEFAULT_NAMESPACE,
-    KINDS,
-    LABEL_APP,
-    LABEL_COMPONENT,
-    LABEL_HW_TIER,
-    LABEL_INSTANCE,
-    LABEL_OWNER,
-    ClusterRef,
-    validate_name,
-)
+from ...refs import DEFAULT_NAMESPACE, GROUP_SEPARATOR, KINDS, LABEL_HW_TIER, LABEL_OWNER, ClusterRef, validate_name
 from ...tiers import HardwareTier, TierCatalog
 from ...validation import validate_tier_name, validate_timeout
 from ...waiting import Deadline
@@ -48,23 +38,8 @@ from ..base import BackendCapabilities, BaseBackend, Change
 from .api import Conflict, KubeApi
 from .client import make_api_client, tier_catalog_from_env
 from .podwatch import PodWaiter
-from .spec import (
-    autoscaling_section,
-    baseline_of,
-    build_state,
-    decode_record,
-    diff_map,
-    encode_record,
-    PARKED_AUTOSCALING_ANNOTATION,
-    is_worker,
-    park_autoscaling,
-    parked_autoscaling,
-    pod_ready,
-    pod_terminating,
-    restore_fragment,
-    spec_section,
-    tier_fragment,
-)
+from .resources import Outcome, ResourceAdapter, adapter_for
+from .spec import decode_record, encode_record, pod_ready, pod_terminating
 
 OWNER_ENV = "DOMINO_STARTING_USER_ID"
 Patch = Dict[str, Any]
@@ -84,7 +59,9 @@ def _annotations(obj: Dict[str, Any]) -> Dict[str, str]:
 
 
 class KubernetesBackend(BaseBackend):
-    """Scales DCO clusters by patching their custom resources with the official client.
+    """Scales clusters by patching their custom resources with the official client: Domino's
+    DCO kinds, KubeRay's RayCluster (``kuberay``) and the Dask operator's worker groups
+    (``dask-operator``), each through its :class:`~.resources.ResourceAdapter`.
 
     ``namespace`` is used for refs without one. The API client comes from
     ``api_client`` if given, else in-cluster config (``in_cluster=True``, or
@@ -151,21 +128,34 @@ class KubernetesBackend(BaseBackend):
         return ref.namespace or self.namespace
 
     def _label(self, ref: ClusterRef) -> str:
-        return f"{self._ns(ref)}/{ref.kind}/{ref.name}"
+        group = f"{GROUP_SEPARATOR}{ref.group}" if ref.group is not None else ""
+        return f"{self._ns(ref)}/{ref.kind}/{ref.name}{group}"
 
-    def _selector(self, ref: ClusterRef, component: Optional[str] = None) -> str:
-        parts = [f"{LABEL_APP}={ref.info.app}", f"{LABEL_INSTANCE}={ref.name}"]
-        if component:
-            parts.append(f"{LABEL_COMPONENT}={component}")
-        return ",".join(parts)
+    @staticmethod
+    def _adapter(ref: ClusterRef) -> ResourceAdapter:
+        return adapter_for(ref.info)
+
+    def _selector(self, ref: ClusterRef, role: Optional[str] = None) -> str:
+        return self._adapter(ref).pod_selector(ref, role)
 
     def _read(self, ref: ClusterRef, deadline: Optional[Deadline] = None) -> Dict[str, Any]:
-        return self.api.get_cluster(ref.plural, self._ns(ref), ref.name, deadline)
+        adapter = self._adapter(ref)
+        try:
+            return self.api.get_cluster(
+                adapter.plural, self._ns(ref), adapter.object_name(ref), deadline, adapter.group, adapter.version
+            )
+        except ClusterNotFoundError:
+            adapter.explain_missing(ref, self._ns(ref), self.api, deadline)
+            raise
 
     def _pods(
-        self, ref: ClusterRef, component: Optional[str] = None, deadline: Optional[Deadline] = None
+        self, ref: ClusterRef, role: Optional[str] = None, deadline: Optional[Deadline] = None
     ) -> List[Dict[str, Any]]:
-        return self.api.list_pods(self._ns(ref), self._selector(ref, component), deadline)[0]
+        return self.api.list_pods(self._ns(ref), self._selector(ref, role), deadline)[0]
+
+    def _workers(self, ref: ClusterRef, pods: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+        adapter = self._adapter(ref)
+        return [p for p in pods if adapter.is_worker(p)]
 
     @contextlib.contextmanager
     def _until(self, ref: ClusterRef, deadline: Deadline, what: str, seen: Dict[str, ClusterState]) -> Iterator[None]:
@@ -222,7 +212,11 @@ class KubernetesBackend(BaseBackend):
                 return obj, obj, False
             patch.setdefault("metadata", {})["resourceVersion"] = obj["metadata"]["resourceVersion"]
             try:
-                after = self.api.patch_cluster(ref.plural, self._ns(ref), ref.name, patch, deadline)
+                adapter = self._adapter(ref)
+                after = self.api.patch_cluster(
+                    adapter.plural, self._ns(ref), adapter.object_name(ref), patch, deadline, adapter.group,
+                    adapter.version,
+                )
                 return obj, after, True
             except Conflict:
                 conflicts += 1
@@ -249,43 +243,34 @@ class KubernetesBackend(BaseBackend):
         return Deadline(self.request_timeout)
 
     def _with_baseline(self, ref: ClusterRef, obj: Dict[str, Any], patch: Patch) -> Patch:
+        notes = self._adapter(ref).notes(obj, None, patch.get("spec") or {}, False)
         if decode_record(obj) is None:
-            record = encode_record(*baseline_of(self._label(ref), ref.info, obj))
-            patch.setdefault("metadata", {}).setdefault("annotations", {})[BASELINE_ANNOTATION] = record
-        if parked_autoscaling(obj) is not None and (patch.get("spec") or {}).get("autoscaling"):
-            patch.setdefault("metadata", {}).setdefault("annotations", {})[PARKED_AUTOSCALING_ANNOTATION] = None
+            notes[BASELINE_ANNOTATION] = encode_record(*self._adapter(ref).baseline(self._label(ref), ref, obj))
+        if notes:
+            patch.setdefault("metadata", {}).setdefault("annotations", {}).update(notes)
         return patch
 
     def _size(
-        self, ref: ClusterRef, obj: Dict[str, Any], replicas: int, strict: bool
+        self, ref: ClusterRef, obj: Dict[str, Any], replicas: int, strict: bool, tier: Optional[HardwareTier],
+        pods: List[Dict[str, Any]],
     ) -> Tuple[Patch, int, bool]:
-        """The spec fragment setting ``replicas`` workers (held against the HPA), effective count, capped."""
-        auto = autoscaling_section(obj)
-        record = decode_record(obj)
-        recorded = record[1].get("autoscaling") if record else parked_autoscaling(obj)
-        bounds = auto or (recorded if replicas > 0 else None)
-        effective, capped = replicas, False
-        if bounds and bounds.get("maxReplicas") is not None and replicas > int(bounds["maxReplicas"]):
-            limit = int(bounds["maxReplicas"])
-            if strict:
-                raise CapacityExceededError(
-                    f"{replicas} workers requested but maxReplicas is {limit} (strict mode)",
-                    cluster=self._label(ref),
-                )
-            effective, capped = limit, True
-        spec: Patch = {"worker": {"replicas": effective}}
-        if ref.info.autoscaling:
-            if auto and effective == 0:
-                # The webhook forbids minReplicas 0, so zero workers means no autoscaling for now.
-                spec["autoscaling"] = None
-            elif auto and int(auto.get("minReplicas", 1)) != effective:
-                spec["autoscaling"] = {"minReplicas": effective}
-            elif not auto and recorded and effective > 0:
-                spec["autoscaling"] = dict(recorded, minReplicas=effective)
-        return spec, effective, capped
+        """The spec fragment setting ``replicas`` workers (on ``tier``, held against the operator's
+        autoscaler), effective count, capped."""
+        return self._adapter(ref).size_spec(
+            self._label(ref), ref, obj, replicas, strict, tier, self._workers(ref, pods), decode_record(obj)
+        )
+
+    def _size_setting(self, ref: ClusterRef) -> str:
+        return self._adapter(ref).size_setting(ref)
 
     def _state(self, ref: ClusterRef, obj: Dict[str, Any], pods: List[Dict[str, Any]]) -> ClusterState:
-        return build_state(self._label(ref), ref.info, obj, pods)
+        return self._adapter(ref).state(self._label(ref), ref, obj, pods)
+
+    def connection_env(self, ref: ClusterRef) -> Dict[str, str]:
+        """The variables code uses to reach ``ref``'s head: empty for Domino's kinds (Domino injects
+        them), the scheduler service for ``dask-operator``, ``RAY_ADDRESS`` for ``kuberay``."""
+        self._served(ref)
+        return self._adapter(ref).connection_env(ref, self._ns(ref))
 
     # -- protocol hooks ----------------------------------------------------
     def _observe(self, ref: ClusterRef) -> ClusterState:
@@ -294,9 +279,11 @@ class KubernetesBackend(BaseBackend):
         return self._state(ref, obj, self._pods(ref))
 
     def _check_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> None:
+        self._adapter(ref).check_tier(ref, tier, field)
         self._resolve(tier, ref.kind, field)
 
     def _check_head_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> None:
+        self._adapter(ref).check_tier(ref, tier, field)
         if ref.info.head_section is None and tier is not None:
             raise InvalidInputError(field, tier, "None for MPI clusters (no head)")
         self._resolve(tier, ref.kind, field)
@@ -310,13 +297,13 @@ class KubernetesBackend(BaseBackend):
         with self._until(ref, deadline, f"the scale of {self._label(ref)} to {replicas} workers to be applied", seen):
             obj = self._read(ref, deadline)
             self._check_owner(ref, obj)
-            previous = seen["state"] = self._state(ref, obj, self._pods(ref, deadline=deadline))
+            self._adapter(ref).before_change(self._label(ref), ref, self._ns(ref), self.api, deadline)
+            pods = self._pods(ref, deadline=deadline)
+            previous = seen["state"] = self._state(ref, obj, pods)
             outcome: Dict[str, Any] = {}
 
             def build(current: Dict[str, Any]) -> Optional[Patch]:
-                spec, outcome["effective"], outcome["capped"] = self._size(ref, current, replicas, strict)
-                if tier is not None:
-                    spec["worker"].update(tier_fragment(spec_section(current, "worker"), tier))
+                spec, outcome["effective"], outcome["capped"] = self._size(ref, current, replicas, strict, tier, pods)
                 return self._with_baseline(ref, current, {"spec": spec})
 
             _, after, _ = self._mutate(ref, build, obj, deadline)
@@ -362,7 +349,7 @@ class KubernetesBackend(BaseBackend):
         if self._context:
             # The CLI has no context flag: only the Python call can choose one.
             options["context"] = self._context
-        full = ClusterRef(ref.kind, ref.name, self._ns(ref))
+        full = ClusterRef(ref.kind, ref.name, self._ns(ref), ref.group)
         return Reach(self.name, full, env=env, options=options, cli=not self._context)
 
     def _wait_workers(
@@ -382,7 +369,7 @@ class KubernetesBackend(BaseBackend):
             state = self._state(ref, holder["obj"], list(pods.values()))
             ready = sum(
                 1 for p in pods.values()
-                if is_worker(p) and pod_ready(p)
+                if self._adapter(ref).is_worker(p) and pod_ready(p)
                 and (tier_id is None or p["metadata"].get("labels", {}).get(LABEL_HW_TIER) == tier_id)
             )
             done = ready == replicas and state.desired_workers == replicas and state.existing_workers == replicas
@@ -391,7 +378,7 @@ class KubernetesBackend(BaseBackend):
         waiter = PodWaiter(
             self.api, self._ns(ref), self._selector(ref, "worker"),
             what=f"{replicas} Ready workers on {self._label(ref)}", target=replicas, timeout=timeout,
-            grace=self.failure_grace, watched=is_worker, progress=progress, cluster=self._label(ref),
+            grace=self.failure_grace, watched=self._adapter(ref).is_worker, progress=progress, cluster=self._label(ref),
         )
         return waiter.run(check)
 
@@ -406,12 +393,13 @@ class KubernetesBackend(BaseBackend):
             raise UnsupportedOperationError(
                 f"{info.crd_kind} clusters have no head to restart", cluster=self._label(ref)
             )
+        self._adapter(ref).check_tier(ref, head_hw_tier, "head_hw_tier")
         tier = self._resolve(head_hw_tier, ref.kind, "head_hw_tier")
         seen: Dict[str, ClusterState] = {}
         with self._until(ref, deadline, f"the head restart of {self._label(ref)} to be sent", seen):
             obj = self._read(ref, deadline)
             self._check_owner(ref, obj)
-            pods = self._pods(ref, info.head_component, deadline)
+            pods = self._pods(ref, "head", deadline)
             seen["state"] = self._state(ref, obj, pods)
             heads = [p for p in pods if not pod_terminating(p)]
             if not heads:
@@ -423,10 +411,8 @@ class KubernetesBackend(BaseBackend):
             if tier is not None:
 
                 def build(current: Dict[str, Any]) -> Optional[Patch]:
-                    fragment = tier_fragment(spec_section(current, info.head_section), tier)
-                    if not fragment:
-                        return None
-                    return self._with_baseline(ref, current, {"spec": {info.head_section: fragment}})
+                    spec = self._adapter(ref).head_tier_spec(current, tier)
+                    return None if spec is None else self._with_baseline(ref, current, {"spec": spec})
 
                 _, _, patched = self._mutate(ref, build, obj, deadline)
             if not patched:
@@ -466,7 +452,7 @@ class KubernetesBackend(BaseBackend):
             return ready, state, int(ready)
 
         waiter = PodWaiter(
-            self.api, self._ns(ref), self._selector(ref, ref.info.head_component),
+            self.api, self._ns(ref), self._selector(ref, "head"),
             what=f"a new Ready {ref.info.head_component} pod on {self._label(ref)}", target=1, timeout=timeout,
             grace=self.failure_grace, watched=fresh_head, progress=progress, cluster=self._label(ref),
         )
@@ -499,7 +485,8 @@ class KubernetesBackend(BaseBackend):
         with self._until(ref, deadline, f"the restore of {self._label(ref)} to be applied", seen):
             obj = self._read(ref, deadline)
             self._check_owner(ref, obj)
-            previous = seen["state"] = self._state(ref, obj, self._pods(ref, deadline=deadline))
+            pods = self._pods(ref, deadline=deadline)
+            previous = seen["state"] = self._state(ref, obj, pods)
         outcome: Dict[str, Any] = {"effective": previous.desired_workers, "capped": False, "tier": None}
 
         def build(current: Dict[str, Any]) -> Optional[Patch]:
@@ -509,10 +496,10 @@ class KubernetesBackend(BaseBackend):
             notes: Patch = {CLAIMS_ANNOTATION: None} if outcome["dropped"] else {}
             if record is None and target is None:
                 return {"metadata": {"annotations": notes}} if notes else None
-            spec = self._restore_spec(ref, current, record, target, worker_tier, head_tier, outcome)
+            spec = self._restore_spec(ref, current, record, target, worker_tier, head_tier, outcome, pods)
             if record is not None:
                 notes[BASELINE_ANNOTATION] = None
-            notes.update(park_autoscaling(current, record, spec))
+            notes.update(self._adapter(ref).notes(current, record, spec, True))
             return {"spec": spec, "metadata": {"annotations": notes}} if notes else {"spec": spec}
 
         with self._until(ref, deadline, f"the restore of {self._label(ref)} to be applied", seen):
@@ -551,7 +538,8 @@ class KubernetesBackend(BaseBackend):
         with self._until(ref, deadline, what, seen):
             obj = self._read(ref, deadline)
             self._check_owner(ref, obj)
-            previous = seen["state"] = self._state(ref, obj, self._pods(ref, deadline=deadline))
+            pods = self._pods(ref, deadline=deadline)
+            previous = seen["state"] = self._state(ref, obj, pods)
         outcome: Dict[str, Any] = {}
 
         def build(current: Dict[str, Any]) -> Optional[Patch]:
@@ -560,19 +548,20 @@ class KubernetesBackend(BaseBackend):
             outcome.update(capped=False, tier=None, name=None, restoring=largest is None)
             if largest is not None:
                 tier = self._resolve(largest.worker_hw_tier, ref.kind, "worker_hw_tier")
-                spec, outcome["effective"], outcome["capped"] = self._size(ref, current, largest.replicas, False)
+                spec, outcome["effective"], outcome["capped"] = self._size(
+                    ref, current, largest.replicas, False, tier, pods
+                )
                 if tier is not None:
-                    spec["worker"].update(tier_fragment(spec_section(current, "worker"), tier))
                     outcome.update(tier=tier.id, name=largest.worker_hw_tier)
                 outcome["requested"] = largest.replicas
                 return self._with_baseline(ref, current, {"spec": spec})
             record = decode_record(current)
             if record is None:
                 return None
-            spec = self._restore_spec(ref, current, record, target, worker_tier, head_tier, outcome)
+            spec = self._restore_spec(ref, current, record, target, worker_tier, head_tier, outcome, pods)
             outcome["requested"] = target.replicas if target is not None else outcome["effective"]
             outcome["name"] = target.worker_hw_tier if target is not None else None
-            notes = dict(park_autoscaling(current, record, spec), **{BASELINE_ANNOTATION: None})
+            notes = dict(self._adapter(ref).notes(current, record, spec, True), **{BASELINE_ANNOTATION: None})
             return {"spec": spec, "metadata": {"annotations": notes}}
 
         with self._until(ref, deadline, what, seen):
@@ -587,38 +576,11 @@ class KubernetesBackend(BaseBackend):
     def _restore_spec(
         self, ref: ClusterRef, obj: Dict[str, Any], record: Optional[Tuple[Baseline, Dict[str, Any]]],
         target: Optional[ReplicaSpec], worker_tier: Optional[HardwareTier], head_tier: Optional[HardwareTier],
-        outcome: Dict[str, Any],
+        outcome: Outcome, pods: List[Dict[str, Any]],
     ) -> Patch:
-        info = ref.info
-        if target is not None:
-            spec, outcome["effective"], outcome["capped"] = self._size(ref, obj, target.replicas, False)
-        else:
-            assert record is not None
-            baseline, detail = record
-            spec = {"worker": {"replicas": baseline.replicas}}
-            outcome["effective"] = baseline.replicas
-            if info.autoscaling:
-                recorded, current = detail.get("autoscaling"), autoscaling_section(obj)
-                if recorded is None and current is not None:
-                    spec["autoscaling"] = None
-                elif recorded is not None:
-                    spec["autoscaling"] = diff_map(current, recorded) if current else recorded
-        worker = spec_section(obj, "worker")
-        head = spec_section(obj, info.head_section)
-        if worker_tier is not None:
-            spec["worker"].update(tier_fragment(worker, worker_tier))
-            outcome["tier"] = worker_tier.id
-        elif record is not None and record[1].get("worker"):
-            spec["worker"].update(restore_fragment(worker, record[1]["worker"]))
-            outcome["tier"] = record[1]["worker"].get("tier")
-        head_fragment: Patch = {}
-        if head_tier is not None:
-            head_fragment = tier_fragment(head, head_tier)
-        elif record is not None and record[1].get("head"):
-            head_fragment = restore_fragment(head, record[1]["head"])
-        if head_fragment and info.head_section:
-            spec[info.head_section] = head_fragment
-        return spec
+        return self._adapter(ref).restore_spec(
+            self._label(ref), ref, obj, record, target, worker_tier, head_tier, outcome, self._workers(ref, pods)
+        )
 
     def _claim(self, ref: ClusterRef, claim_id: str, replicas: int, worker_hw_tier: Optional[str]) -> Claim:
         """Add ``claim_id`` to the claims annotation (recording the baseline first); return the largest claim."""

@@ -483,8 +483,8 @@ class LocalBackend(FileRecordsBackend):
 
     def _unserved(self, ref: ClusterRef) -> str:
         return (
-            f"the local backend runs {served_frameworks()} clusters, not {ref.kind} ({ref}); "
-            f"use the scaler or kubernetes backend for {ref.kind}"
+            f"the local backend runs {served_frameworks()} clusters, not {ref.kind} ({ref}); use the "
+            f"{'scaler or kubernetes backend' if ref.info.served_by_scaler else 'kubernetes backend'} for {ref.kind}"
         )
 
 

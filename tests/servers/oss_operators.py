@@ -1,0 +1,292 @@
+"""KubeRay and the Dask operator, simulated on the test server's store.
+
+Called by :class:`~k8s_operator.SimulatedOperator` (which owns the timers,
+ready delays, faults and pod creation) for the clusters of
+:mod:`oss_crds`. Like the real operators:
+
+KubeRay (one RayCluster): a head pod ``<name>-head-<5 chars>`` (recreated
+under a new name when deleted); per worker group, pods
+``<name>-<group>-worker-<5 chars>``. Pods named in
+``scaleStrategy.workersToDelete`` are deleted first and the list is then
+cleared in the object; the group is kept at ``replicas`` clamped to
+``[minReplicas, maxReplicas]``: missing pods are created, and surplus pods are
+deleted at random only when ``enableInTreeAutoscaling`` is off (with it on,
+KubeRay deletes only what the autoscaler lists). Labels ``ray.io/cluster``,
+``ray.io/node-type``, ``ray.io/group``. Status: ``state`` ``ready`` once the head
+and every desired worker are Ready, and the worker counts. With the server's
+``hpa_window`` set, the Ray autoscaler is played: a group above
+``minReplicas`` for that long is brought down to it, listing its newest
+workers in ``workersToDelete``.
+
+Dask operator (one DaskCluster): creates the default DaskWorkerGroup
+``<name>-default`` from ``spec.worker``, a scheduler pod
+``<name>-scheduler-<5 chars>`` (a Deployment: recreated under a new name),
+and per DaskWorkerGroup pods ``<group object>-worker-<10 chars>`` to its
+``spec.worker.replicas``; surplus workers are removed, those not Ready first,
+then the newest (the real operator asks the scheduler which registered
+workers to retire, and falls back to the newest pods). Labels
+``dask.org/cluster-name``, ``dask.org/component``, ``dask.org/workergroup-name``.
+With ``hpa_window`` set and a DaskAutoscaler named after the cluster, the
+default group is pulled back to the autoscaler's ``minimum`` after that long.
+"""
+import copy
+import random
+import string
+from typing import Any, Dict, List, Optional, Tuple
+
+PODS = "pods"
+RAY = "rayclusters.ray.io"
+DASK = "daskclusters.kubernetes.dask.org"
+DASK_GROUPS = "daskworkergroups.kubernetes.dask.org"
+DASK_AUTOSCALERS = "daskautoscalers.kubernetes.dask.org"
+CLUSTERS = (RAY, DASK)
+"""Resources whose objects are clusters the simulation reconciles."""
+ClusterKey = Tuple[str, str, str]
+MAX_INT32 = 2147483647
+
+
+def _suffix(length: int) -> str:
+    return "".join(random.choice(string.ascii_lowercase + string.digits) for _ in range(length))
+
+
+def pod_owner(namespace: str, labels: Dict[str, str]) -> Optional[Tuple[ClusterKey, str]]:
+    """(cluster key, role) of a KubeRay or Dask-operator pod, else None."""
+    if "ray.io/cluster" in labels:
+        return (RAY, namespace, labels["ray.io/cluster"]), labels.get("ray.io/node-type", "")
+    if "dask.org/cluster-name" in labels:
+        return (DASK, namespace, labels["dask.org/cluster-name"]), labels.get("dask.org/component", "")
+    return None
+
+
+def cluster_key(resource: str, namespace: str, obj: Dict[str, Any]) -> Optional[ClusterKey]:
+    """The cluster a changed object of ``resource`` belongs to, else None."""
+    if resource in CLUSTERS:
+        return resource, namespace, obj["metadata"]["name"]
+    if resource == DASK_GROUPS:
+        return DASK, namespace, str((obj.get("spec") or {}).get("cluster"))
+    if resource == DASK_AUTOSCALERS:
+        return DASK, namespace, obj["metadata"]["name"]
+    return None
+
+
+def reconcile(sim: Any, key: ClusterKey, now: float) -> None:
+    """One reconcile of the cluster ``key``."""
+    if key[0] == RAY:
+        _Ray(sim, key, now).run()
+    else:
+        _Dask(sim, key, now).run()
+
+
+def _live(pods: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
+def _ready(pod: Dict[str, Any]) -> bool:
+    if pod["metadata"].get("deletionTimestamp"):
+        return False
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod.get("status", {}).get("conditions", []))
+
+
+class _Reconcile:
+    def __init__(self, sim: Any, key: ClusterKey, now: float) -> None:
+        self.sim, self.key, self.now = sim, key, now
+        self.server = sim.server
+        self.namespace, self.name = key[1], key[2]
+
+    def pods(self, **labels: str) -> List[Dict[str, Any]]:
+        return [
+            o for (res, ns, _), o in self.server._objects.items()
+            if res == PODS and ns == self.namespace
+            and all((o["metadata"].get("labels") or {}).get(k) == v for k, v in labels.items())
+        ]
+
+    def drop_all(self, pods: List[Dict[str, Any]]) -> None:
+        for pod in pods:
+            self.server.commit(PODS, self.namespace, None, pod["metadata"]["name"], "DELETED")
+
+    def create(self, name: str, labels: Dict[str, str], container: str, template: Dict[str, Any]) -> None:
+        spec = copy.deepcopy(template) if template else {}
+        spec["containers"] = [dict((spec.get("containers") or [{}])[0], name=container, image="test")]
+        self.sim.create_pod(self.key, name, labels, spec, self.now)
+
+    def advance(self, pods: List[Dict[str, Any]]) -> None:
+        for pod in pods:
+            self.sim.advance(self.key, pod, self.now)
+
+    def autoscaler_due(self, marker: Tuple[str, ...], above: bool) -> bool:
+        """Whether the emulated autoscaler acts now: ``above`` held for ``hpa_window`` seconds."""
+        window = self.sim.hpa_window
+        if window is None or not above:
+            self.sim._last_replicas.pop(marker, None)
+            return False
+        since = self.sim._last_replicas.setdefault(marker, (0, self.now))[1]
+        if self.now - since >= window:
+            self.sim._last_replicas.pop(marker, None)
+            return True
+        self.sim._schedule(self.key, since + window)
+        return False
+
+
+class _Ray(_Reconcile):
+    def run(self) -> None:
+        obj = self.server.lookup(RAY, self.namespace, self.name)
+        everything = self.pods(**{"ray.io/cluster": self.name})
+        if obj is None:
+            self.drop_all(everything)
+            return
+        self.advance(everything)
+        obj = self._autoscale(obj)
+        obj = self._delete_listed(obj)
+        spec = obj["spec"]
+        heads = _live(self.pods(**{"ray.io/cluster": self.name, "ray.io/node-type": "head"}))
+        if not heads:
+            labels = {"ray.io/cluster": self.name, "ray.io/node-type": "head", "ray.io/group": "headgroup",
+                      "app.kubernetes.io/created-by": "kuberay-operator"}
+            template = (spec.get("headGroupSpec") or {}).get("template") or {}
+            self.create(f"{self.name}-head-{_suffix(5)}", labels, "ray-head", template.get("spec") or {})
+        desired_total = 0
+        for group in spec.get("workerGroupSpecs") or []:
+            desired = self._desired(group)
+            desired_total += desired
+            name = group["groupName"]
+            live = _live(self.pods(**{"ray.io/cluster": self.name, "ray.io/group": name, "ray.io/node-type": "worker"}))
+            for _ in range(desired - len(live)):
+                labels = {"ray.io/cluster": self.name, "ray.io/node-type": "worker", "ray.io/group": name,
+                          "app.kubernetes.io/created-by": "kuberay-operator"}
+                self.create(f"{self.name}-{name}-worker-{_suffix(5)}", labels, "ray-worker",
+                            (group.get("template") or {}).get("spec") or {})
+            if len(live) > desired and not spec.get("enableInTreeAutoscaling"):
+                for pod in random.sample(live, len(live) - desired):
+                    self.sim.delete(pod)
+        self._status(obj, desired_total)
+
+    @staticmethod
+    def _desired(group: Dict[str, Any]) -> int:
+        if group.get("suspend"):
+            return 0
+        low, high = int(group.get("minReplicas") or 0), int(group.get("maxReplicas", MAX_INT32))
+        return min(max(int(group.get("replicas") or 0), low), high)
+
+    def _delete_listed(self, obj: Dict[str, Any]) -> Dict[str, Any]:
+        groups = obj["spec"].get("workerGroupSpecs") or []
+        if not any((g.get("scaleStrategy") or {}).get("workersToDelete") for g in groups):
+            return obj
+        changed = copy.deepcopy(obj)
+        for group in changed["spec"]["workerGroupSpecs"]:
+            for pod_name in (group.get("scaleStrategy") or {}).get("workersToDelete") or []:
+                pod = self.server.lookup(PODS, self.namespace, pod_name)
+                if pod is not None and pod["metadata"]["labels"].get("ray.io/group") == group["groupName"]:
+                    self.sim.delete(pod)
+            if group.get("scaleStrategy"):
+                group["scaleStrategy"]["workersToDelete"] = []
+        return self._commit(changed, obj)
+
+    def _autoscale(self, obj: Dict[str, Any]) -> Dict[str, Any]:
+        if not obj["spec"].get("enableInTreeAutoscaling"):
+            return obj
+        changed = copy.deepcopy(obj)
+        for group in changed["spec"].get("workerGroupSpecs") or []:
+            low = int(group.get("minReplicas") or 0)
+            above = int(group.get("replicas") or 0) > low
+            if not self.autoscaler_due((RAY, self.namespace, self.name, group["groupName"]), above):
+                continue
+            live = _live(self.pods(**{"ray.io/cluster": self.name, "ray.io/group": group["groupName"],
+                                      "ray.io/node-type": "worker"}))
+            newest = sorted(live, key=lambda p: (p["metadata"]["creationTimestamp"], p["metadata"]["name"]))
+            surplus = newest[low:] if len(newest) > low else []
+            group["replicas"] = low
+            group.setdefault("scaleStrategy", {})["workersToDelete"] = [p["metadata"]["name"] for p in surplus]
+        return self._commit(changed, obj)
+
+    def _commit(self, changed: Dict[str, Any], obj: Dict[str, Any]) -> Dict[str, Any]:
+        if changed == obj:
+            return obj
+        if changed["spec"] != obj["spec"]:
+            changed["metadata"]["generation"] = obj["metadata"].get("generation", 1) + 1
+        return self.server.commit(RAY, self.namespace, changed, self.name, "MODIFIED")
+
+    def _status(self, obj: Dict[str, Any], desired: int) -> None:
+        pods = _live(self.pods(**{"ray.io/cluster": self.name}))
+        workers = [p for p in pods if p["metadata"]["labels"].get("ray.io/node-type") == "worker"]
+        head_ready = any(_ready(p) for p in pods if p["metadata"]["labels"].get("ray.io/node-type") == "head")
+        ready = sum(1 for p in workers if _ready(p))
+        groups = obj["spec"].get("workerGroupSpecs") or []
+        status = dict(obj.get("status") or {})
+        status.update({
+            "readyWorkerReplicas": ready,
+            "availableWorkerReplicas": ready,
+            "desiredWorkerReplicas": desired,
+            "minWorkerReplicas": sum(int(g.get("minReplicas") or 0) for g in groups),
+            "maxWorkerReplicas": min(MAX_INT32, sum(int(g.get("maxReplicas", MAX_INT32)) for g in groups)),
+            "observedGeneration": obj["metadata"].get("generation", 1),
+        })
+        if head_ready and ready >= desired:
+            status["state"] = "ready"
+        if status != obj.get("status"):
+            changed = copy.deepcopy(obj)
+            changed["status"] = status
+            self.server.commit(RAY, self.namespace, changed, self.name, "MODIFIED")
+
+
+class _Dask(_Reconcile):
+    def run(self) -> None:
+        obj = self.server.lookup(DASK, self.namespace, self.name)
+        everything = self.pods(**{"dask.org/cluster-name": self.name})
+        if obj is None:
+            self.drop_all(everything)
+            return
+        self.advance(everything)
+        default = f"{self.name}-default"
+        if self.server.lookup(DASK_GROUPS, self.namespace, default) is None:
+            group = {
+                "apiVersion": "kubernetes.dask.org/v1", "kind": "DaskWorkerGroup",
+                "metadata": {"name": default, "namespace": self.namespace, "labels": {"dask.org/cluster-name": self.name}},
+                "spec": {"cluster": self.name, "worker": copy.deepcopy(obj["spec"]["worker"])},
+            }
+            self.server._create(DASK_GROUPS, self.namespace, group)
+        scheduler = {"dask.org/cluster-name": self.name, "dask.org/component": "scheduler"}
+        if not _live(self.pods(**scheduler)):
+            self.create(f"{self.name}-scheduler-{_suffix(5)}", scheduler, "scheduler",
+                        obj["spec"]["scheduler"].get("spec") or {})
+        self._autoscale(default)
+        for (res, ns, name), group in list(self.server._objects.items()):
+            if res == DASK_GROUPS and ns == self.namespace and group["spec"].get("cluster") == self.name:
+                self._workers(name, group)
+        head_ready = any(_ready(p) for p in self.pods(**scheduler))
+        status = {"phase": "Running" if head_ready else "Pending"}
+        if obj.get("status") != status:
+            changed = copy.deepcopy(obj)
+            changed["status"] = status
+            self.server.commit(DASK, self.namespace, changed, self.name, "MODIFIED")
+
+    def _workers(self, group_name: str, group: Dict[str, Any]) -> None:
+        worker = group["spec"]["worker"]
+        desired = int(worker.get("replicas", 1))
+        labels = {"dask.org/cluster-name": self.name, "dask.org/component": "worker",
+                  "dask.org/workergroup-name": group_name}
+        live = _live(self.pods(**labels))
+        for _ in range(desired - len(live)):
+            self.create(f"{group_name}-worker-{_suffix(10)}", labels, "worker", worker.get("spec") or {})
+        surplus = len(live) - desired
+        if surplus > 0:
+            # Pods that never started go first, then the newest (the operator's LIFO fallback).
+            order = sorted(live, key=lambda p: (_ready(p), p["metadata"]["creationTimestamp"], p["metadata"]["name"]))
+            doomed = [p for p in order if not _ready(p)] + [p for p in reversed(order) if _ready(p)]
+            for pod in doomed[:surplus]:
+                self.sim.delete(pod)
+
+    def _autoscale(self, default: str) -> None:
+        scaler = self.server.lookup(DASK_AUTOSCALERS, self.namespace, self.name)
+        group = self.server.lookup(DASK_GROUPS, self.namespace, default)
+        if scaler is None or group is None:
+            return
+        low = int((scaler.get("spec") or {}).get("minimum") or 0)
+        replicas = int(group["spec"]["worker"].get("replicas", 1))
+        if self.autoscaler_due((DASK, self.namespace, self.name), replicas > low):
+            changed = copy.deepcopy(group)
+            changed["spec"]["worker"]["replicas"] = low
+            changed["metadata"]["generation"] = group["metadata"].get("generation", 1) + 1
+            self.server.commit(DASK_GROUPS, self.namespace, changed, default, "MODIFIED")
+
+
+__all__ = ["CLUSTERS", "cluster_key", "pod_owner", "reconcile"]

@@ -1,0 +1,163 @@
+"""Dask-operator clusters (kind ``dask-operator``) on the Kubernetes backend, against the test
+server's DaskCluster/DaskWorkerGroup/DaskAutoscaler CRD facts and simulated Dask operator."""
+from pathlib import Path
+
+import pytest
+from tests.servers.k8s_fixtures import backend, k8s, role_rules, tiers_file  # noqa: F401 - fixtures
+
+from flytekitplugins_ddlscale import ClusterRef
+from flytekitplugins_ddlscale.errors import (
+    InvalidInputError,
+    UnauthorizedError,
+    UnsupportedOperationError,
+    WorkerFailedError,
+)
+from flytekitplugins_ddlscale.records import BASELINE_ANNOTATION, CLAIMS_ANNOTATION
+from flytekitplugins_ddlscale.refs import parse_cluster
+
+GROUPS = "daskworkergroups.kubernetes.dask.org"
+ROLE = Path(__file__).resolve().parents[1] / "examples" / "k8s" / "dask-operator-rbac.yaml"
+REF = ClusterRef("dask-operator", "d1")
+
+
+def _workers(server, group="d1-default", ready=None):
+    return server.select_pods(ready=ready, **{"dask.org/cluster-name": "d1", "dask.org/component": "worker",
+                                              "dask.org/workergroup-name": group})
+
+
+def _replicas(server, group="d1-default"):
+    return server.get_resource(GROUPS, group)["spec"]["worker"]["replicas"]
+
+
+def _patches(server):
+    return [r for r in server.requests if r.method == "PATCH"]
+
+
+def test_scale_patches_the_default_worker_group_and_restores(k8s, backend):  # noqa: F811
+    k8s.add_dask_operator("d1", replicas=1)
+    result = backend.scale(REF, 3, timeout=20)
+    assert result.final.ready_workers == 3 and _replicas(k8s) == 3 and len(_workers(k8s, ready=True)) == 3
+    patch = _patches(k8s)[-1]
+    assert patch.path == "/apis/kubernetes.dask.org/v1/namespaces/domino-compute/daskworkergroups/d1-default"
+    assert patch.content_type.startswith("application/merge-patch+json")
+    assert backend.get_baseline(REF).replicas == 1
+    assert backend.scale(REF, 0, timeout=20).final.existing_workers == 0 and _workers(k8s) == []
+    restored = backend.restore_baseline(REF, timeout=20)
+    assert restored.effective == 1 and len(_workers(k8s, ready=True)) == 1
+    assert BASELINE_ANNOTATION not in (k8s.get_resource(GROUPS, "d1-default")["metadata"].get("annotations") or {})
+
+
+def test_a_named_group_is_scaled_and_a_wrong_one_lists_the_groups(k8s, backend):  # noqa: F811
+    k8s.add_dask_operator("d1", replicas=1, groups={"highmem": 1})
+    highmem = parse_cluster("dask-operator/d1@highmem")
+    assert backend.scale(highmem, 2, timeout=20).final.ready_workers == 2
+    assert _replicas(k8s, "d1-highmem") == 2 and _replicas(k8s) == 1 and len(_workers(k8s)) == 1
+    with pytest.raises(InvalidInputError, match="default, highmem") as caught:
+        backend.scale(ClusterRef("dask-operator", "d1", group="gpu"), 2, timeout=20)
+    assert caught.value.field == "group"
+
+
+def test_a_dask_autoscaler_is_not_fought_the_change_is_refused(k8s, backend):  # noqa: F811
+    k8s.add_dask_operator("d1", replicas=1, autoscaler={"minimum": 1, "maximum": 5})
+    k8s.clear_log()
+    with pytest.raises(UnsupportedOperationError, match="DaskAutoscaler 'd1'.*minimum 1 and maximum 5"):
+        backend.scale(REF, 3, timeout=20)
+    assert _patches(k8s) == [] and _replicas(k8s) == 1
+
+
+def test_the_emulated_autoscaler_really_acts(k8s):  # noqa: F811
+    """The refusal above guards against something real: the autoscaler pulls the group back."""
+    k8s.add_dask_operator("d1", replicas=1, autoscaler={"minimum": 1, "maximum": 5})
+    k8s.set_hpa_window(0.2)
+    from kubernetes import client
+
+    api_client = k8s.api_client()
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        "kubernetes.dask.org", "v1", "domino-compute", "daskworkergroups", "d1-default",
+        {"spec": {"worker": {"replicas": 3}}},
+    )
+    api_client.close()
+    k8s.wait_for(lambda: _replicas(k8s) == 1 and len(_workers(k8s)) == 1, 10, "the autoscaler to shrink it")
+
+
+def test_claims_reconcile_to_the_largest_then_the_baseline(k8s, backend):  # noqa: F811
+    k8s.add_dask_operator("d1", replicas=1)
+    backend.claim(REF, "a", 3)
+    backend.claim(REF, "b", 2)
+    assert backend.reconcile(REF, timeout=20).effective == 3
+    backend.release(REF, "a")
+    assert backend.reconcile(REF, timeout=20).effective == 2 and len(_workers(k8s, ready=True)) == 2
+    backend.release(REF, "b")
+    assert backend.reconcile(REF, timeout=20).effective == 1
+    notes = k8s.get_resource(GROUPS, "d1-default")["metadata"].get("annotations") or {}
+    assert BASELINE_ANNOTATION not in notes and CLAIMS_ANNOTATION not in notes
+
+
+@pytest.mark.parametrize("reason", ["CrashLoopBackOff", "Unschedulable"])
+def test_a_worker_that_cannot_start_ends_the_wait_early(k8s, backend, reason):  # noqa: F811
+    k8s.add_dask_operator("d1", replicas=1)
+    k8s.inject_fault("d1", reason)
+    with pytest.raises(WorkerFailedError) as caught:  # long before the 60 s timeout: the pod failed
+        backend.scale(REF, 3, timeout=60)
+    assert caught.value.reason == reason
+
+
+def test_scheduler_restart_waits_for_a_new_scheduler(k8s, backend):  # noqa: F811
+    k8s.add_dask_operator("d1", replicas=1)
+    old = k8s.select_pods(**{"dask.org/cluster-name": "d1", "dask.org/component": "scheduler"})[0]
+    result = backend.restart_head(REF, timeout=20)
+    assert result.pod == old["metadata"]["name"] and result.ready
+    new = k8s.select_pods(ready=True, **{"dask.org/cluster-name": "d1", "dask.org/component": "scheduler"})
+    assert len(new) == 1 and new[0]["metadata"]["uid"] != old["metadata"]["uid"]
+
+
+def test_tiers_are_refused_and_connection_env_names_the_scheduler_service(k8s, backend):  # noqa: F811
+    with pytest.raises(InvalidInputError) as caught:
+        backend.scale(REF, 2, "small")
+    assert caught.value.field == "worker_hw_tier" and k8s.requests == []
+    assert backend.connection_env(ClusterRef("dask-operator", "d1", "team")) == {
+        "DASK_SCHEDULER_SERVICE_HOST": "d1-scheduler.team.svc", "DASK_SCHEDULER_SERVICE_PORT": "8786",
+    }
+
+
+def test_the_shipped_role_is_enough(k8s, backend):  # noqa: F811
+    rules = role_rules(ROLE)
+    assert rules == {(v, GROUPS) for v in ("get", "list", "watch", "patch")} | {
+        ("get", "daskautoscalers.kubernetes.dask.org")
+    } | {(v, "pods") for v in ("get", "list", "watch", "delete")}
+    k8s.add_dask_operator("d1", replicas=1, groups={"highmem": 1})
+    k8s.allow_only(rules)
+    backend.scale(REF, 2, timeout=20)
+    backend.claim(REF, "p", 3)
+    backend.reconcile(REF, timeout=20)
+    backend.restart_head(REF, timeout=20)
+    backend.release(REF, "p")
+    backend.restore_baseline(REF, timeout=20)
+    with pytest.raises(InvalidInputError):
+        backend.get_state(ClusterRef("dask-operator", "d1", group="nope"))
+    assert k8s.requests and all(r.status != 403 for r in k8s.requests)
+    k8s.forbid("patch", GROUPS)
+    with pytest.raises(UnauthorizedError, match='cannot patch resource "daskworkergroups"'):
+        backend.scale(REF, 1, timeout=20)
+
+
+@pytest.mark.parametrize(
+    "manifest, plural, group",
+    [("kuberay-cluster.yaml", "rayclusters", "ray.io"), ("dask-operator-cluster.yaml", "daskclusters", "kubernetes.dask.org")],
+)
+def test_shipped_example_clusters_are_accepted_and_scale(k8s, backend, manifest, plural, group):  # noqa: F811
+    import yaml
+    from kubernetes import client
+
+    body = yaml.safe_load((ROLE.parent / manifest).read_text())
+    namespace = body["metadata"]["namespace"]
+    api_client = k8s.api_client()
+    try:
+        client.CustomObjectsApi(api_client).create_namespaced_custom_object(group, "v1", namespace, plural, body)
+    finally:
+        api_client.close()
+    kind = "kuberay" if group == "ray.io" else "dask-operator"
+    ref = ClusterRef(kind, body["metadata"]["name"], namespace)
+    assert backend.wait_for_workers(ref, 1, timeout=20).desired_workers == 1
+    assert backend.scale(ref, 2, timeout=20).final.ready_workers == 2
+    assert backend.restore_baseline(ref, timeout=20).effective == 1
