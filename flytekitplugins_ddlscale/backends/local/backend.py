@@ -127,6 +127,13 @@ class LocalBackend(FileRecordsBackend):
             self._drivers[ref.kind] = load_driver(ref.kind)
         return self._drivers[ref.kind]
 
+    def _served(self, ref: ClusterRef) -> ClusterRef:
+        """Loading the driver here refuses a kind whose framework is not installed (saying what to
+        install) before any baseline is recorded or process started."""
+        super()._served(ref)
+        self.driver(ref)
+        return ref
+
     # ----------------------------------------------------------- observing
 
     def _observe(self, ref: ClusterRef) -> ClusterState:

@@ -9,6 +9,9 @@ knows its framework. Each framework provides one class with:
 
 * ``kind``: the :class:`ClusterRef` kind it serves; ``framework`` and
   ``head_label``: how messages name it ("Dask", "Dask scheduler");
+  ``workers_exit_with_head``: whether stopping the head makes its workers
+  exit on their own (Dask), so they get a grace period before SIGTERM, or
+  not (Spark workers keep trying to reach their master);
 * :meth:`head_argv`: the head on ``record.host:record.port`` (the port is
   chosen by the supervisor, kept across restarts);
 * :meth:`worker_argv`: one worker process named ``name`` of ``shape``
@@ -28,8 +31,7 @@ knows its framework. Each framework provides one class with:
 Which driver runs which kind is :mod:`.drivers`' registry.
 
 A head restart stops every process and starts the head and the same-named
-workers again (workers of all three frameworks die or detach with their
-head), so a driver needs nothing more for it.
+workers again, so a driver needs nothing more for it.
 """
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Protocol, Set
@@ -44,6 +46,7 @@ class FrameworkDriver(Protocol):
     kind: str
     framework: str
     head_label: str
+    workers_exit_with_head: bool
 
     def address(self, record: ClusterRecord) -> str:
         """Where workers and clients reach the head of ``record``."""
