@@ -64,6 +64,7 @@ class SparkDriver:
         folder = store.cluster_dir(record.ref)
         facts.update(
             webui_port=webui,
+            python=sys.executable,
             conf_dir=str(folder / "conf"),
             daemon_conf=str(folder / "spark-daemon.conf"),
         )
@@ -129,10 +130,13 @@ class SparkDriver:
                 os.kill(worker.proc.pid, signal.SIGTERM)
 
     def connection_env(self, record: ClusterRecord) -> Dict[str, str]:
-        """``SPARK_CONF_DIR`` (its ``spark-defaults.conf`` sets ``spark.master``, as on Domino) and
-        the master's web UI port for the framework readiness check."""
+        """``SPARK_CONF_DIR`` (its ``spark-defaults.conf`` sets ``spark.master``, as on Domino),
+        ``PYSPARK_PYTHON`` (the Python that started the cluster, with pyspark: an application
+        started from Python reads this variable, not ``spark.pyspark.python``, for its executors)
+        and the master's web UI port for the framework readiness check."""
         return {
             "SPARK_CONF_DIR": str(record.framework.get("conf_dir", "")),
+            "PYSPARK_PYTHON": str(record.framework.get("python", "")),
             WEBUI_PORT_ENV: str(record.framework.get("webui_port", "")),
         }
 
@@ -157,6 +161,6 @@ class SparkDriver:
     def _write_app_defaults(self, record: ClusterRecord, executor_memory_mib: int) -> None:
         spark_ops.write_properties(
             Path(record.framework["conf_dir"]) / "spark-defaults.conf",
-            spark_ops.app_properties(self.address(record), record.host, executor_memory_mib, sys.executable),
+            spark_ops.app_properties(self.address(record), record.host, executor_memory_mib, record.framework["python"]),
         )
 
