@@ -6,6 +6,7 @@ Layout under the state directory (``$DDLSCALE_STATE_DIR/local`` by default)::
     clusters/<namespace>.<kind>.<name>/cluster.lock   fcntl lock held for every change
     clusters/<namespace>.<kind>.<name>/scheduler.json Dask scheduler file (Client(scheduler_file=...))
     clusters/<namespace>.<kind>.<name>/logs/          scheduler and worker logs
+    clusters/<namespace>.<kind>.<name>/conf/          Spark: spark-defaults.conf for user code
     records/                                          baselines and claims (FileRecordStore)
 
 ``cluster.json`` is replaced atomically, so readers never need the lock.
