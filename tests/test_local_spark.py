@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import urllib.request
 from pathlib import Path
 from typing import Any, Dict, List
@@ -22,7 +23,8 @@ from flytekitplugins_ddlscale import ClusterRef, ScaleCluster
 from flytekitplugins_ddlscale.backends.local import LocalBackend, procs
 from flytekitplugins_ddlscale.framework import probe_for, resolve_endpoint, wait_registered
 from flytekitplugins_ddlscale.phase import cluster_phase
-from tests.framework_support import SCALER_VARIABLES
+from tests.framework_support import SCALER_VARIABLES, use_scaler
+from tests.servers.scaler_server import ScalerTestServer
 from tests.test_local_support import SMALL_TIERS, processes_mentioning, wait_dead
 
 
@@ -178,6 +180,43 @@ def test_framework_check_reads_the_real_master_from_the_connection_variables(sha
     assert registered.proof == f"2 workers registered with the Spark master at {webui}"
     by_url = resolve_endpoint("spark", env={"DDLSCALE_SPARK_URL": webui})
     assert wait_registered(probe_for("spark"), by_url, 2, timeout=30).workers == 2
+
+
+@pytest.mark.parametrize("surface", ["node", "cli", "phase"])
+def test_surfaces_on_domino_wait_for_the_real_master_found_through_the_connection_variables(
+    surface, shared, tmp_path, monkeypatch
+):
+    """The scaler backend (its test server lists pods at once) with this real cluster as the run's
+    Spark cluster: each surface returns only once the second worker is ALIVE on the real master."""
+    shared.size(1)
+    with ScalerTestServer(pod_ready_delay=0.2) as server:
+        server.add_cluster("spark", "spark-fw", replicas=1, max_replicas=4, min_replicas=None)
+        use_scaler(monkeypatch, server, tmp_path / "scaler-state")
+        for key, value in shared.backend.connection_env(shared.ref).items():
+            monkeypatch.setenv(key, value)
+        grow = threading.Thread(target=lambda: shared.backend.scale(shared.ref, 2, timeout=TIMEOUT))
+        grow.start()
+        try:
+            if surface == "node":
+                outcome = ScaleCluster("up_fw", cluster="spark/spark-fw", replicas=2, timeout=TIMEOUT)()
+                proof, alive = outcome.readiness, len(shared.alive_workers())
+            elif surface == "cli":
+                done = subprocess.run(
+                    [DDLSCALE, "scale", "--kind", "spark", "--name", "spark-fw", "--replicas", "2", "--timeout",
+                     str(TIMEOUT), "--json"], capture_output=True, text=True, timeout=TIMEOUT + 60, env=dict(os.environ),
+                )
+                alive = len(shared.alive_workers())
+                assert done.returncode == 0, done.stderr
+                proof = json.loads(done.stdout)["readiness"]
+            else:
+                with cluster_phase("spark/spark-fw", 2, timeout=TIMEOUT, reassert_interval=None, deck=False) as phase:
+                    proof, alive = phase.framework_check, len(shared.alive_workers())
+        finally:
+            grow.join(TIMEOUT)
+    webui = f"http://127.0.0.1:{shared.record().framework['webui_port']}"
+    assert alive == 2
+    assert f"2 workers registered with the Spark master at {webui}" in proof
+    assert "worker pods exist (scaler" in proof
 
 
 def test_scale_node_reports_workers_registered_with_the_spark_master(surface_env):

@@ -25,6 +25,10 @@ INSTALL_PYSPARK = 'pip install "flytekitplugins-ddlscale[spark]"'
 INSTALL_JAVA = "Java 17 or newer (e.g. `apt-get install openjdk-17-jre-headless`), or set JAVA_HOME to one"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
+DAEMON_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+"""The master, the workers and spark-class's launcher mostly start up and then idle: without
+the optimising compiler and with one GC thread a worker joined in 5 s instead of 15-20 s on
+the busy 2-core machine (3 alternating runs each). Executors are unaffected."""
 MASTER_WAIT = 120
 """Seconds a new worker waits for its master to answer before it starts anyway."""
 
@@ -87,13 +91,16 @@ def _launch(home: Path, conf_dir: Path, host: str, main_class: str) -> List[str]
 
     ``env`` and ``spark-class`` both exec, so the pid the supervisor records is the JVM's.
     ``SPARK_LOCAL_IP`` binds the web UIs and the RPC endpoints to ``host`` instead of every
-    interface.
+    interface. The launcher and daemon JVMs run with :data:`DAEMON_JVM_OPTIONS` ahead of any
+    options already set (later ones win).
     """
     return [
         shutil.which("env") or "/usr/bin/env",
         f"SPARK_HOME={home}",
         f"SPARK_CONF_DIR={conf_dir}",
         f"SPARK_LOCAL_IP={host}",
+        *(f"{name}={DAEMON_JVM_OPTIONS} {os.environ.get(name, '')}".rstrip()
+          for name in ("SPARK_LAUNCHER_OPTS", "SPARK_DAEMON_JAVA_OPTS")),
         str(home / "bin" / "spark-class"),
         main_class,
     ]
