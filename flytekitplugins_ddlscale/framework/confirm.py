@@ -62,7 +62,7 @@ def backend_proof(backend: ClusterBackend, state: ClusterState, kind: str) -> st
     """What the backend's own wait proved about ``state`` of a ``kind`` cluster, in words."""
     if backend.name in COUNTS_REGISTERED_WORKERS:
         probe = probe_for(kind)
-        registry = probe.registry if probe is not None else f"the {kind} head"
+        registry = probe.registry if probe is not None else f"the {kind} cluster"
         return f"{state.ready_workers} workers registered with {registry} ({backend.name} backend)"
     if backend.capabilities.observes_readiness and state.ready_workers is not None:
         return f"{state.ready_workers} worker pods Ready ({backend.name})"

@@ -127,13 +127,6 @@ class LocalBackend(FileRecordsBackend):
             self._drivers[ref.kind] = load_driver(ref.kind)
         return self._drivers[ref.kind]
 
-    def _served(self, ref: ClusterRef) -> ClusterRef:
-        """Loading the driver here refuses a kind whose framework is not installed (saying what to
-        install) before any baseline is recorded or process started."""
-        super()._served(ref)
-        self.driver(ref)
-        return ref
-
     # ----------------------------------------------------------- observing
 
     def _observe(self, ref: ClusterRef) -> ClusterState:
@@ -487,6 +480,13 @@ class LocalBackend(FileRecordsBackend):
         tier = self.catalog.resolve(name, ref.kind, field=field)
         assert tier is not None
         return WorkerShape.from_tier(tier)
+
+    def _served(self, ref: ClusterRef) -> ClusterRef:
+        """Also loads the kind's driver, so a framework that is not installed is refused (with what
+        to install) before anything is recorded or started."""
+        super()._served(ref)
+        self.driver(ref)
+        return ref
 
     def _unserved(self, ref: ClusterRef) -> str:
         return (

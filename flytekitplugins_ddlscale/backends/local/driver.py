@@ -9,20 +9,24 @@ knows its framework. Each framework provides one class with:
 
 * ``kind``: the :class:`ClusterRef` kind it serves; ``framework`` and
   ``head_label``: how messages name it ("Dask", "Dask scheduler");
-  ``workers_exit_with_head``: whether stopping the head makes its workers
-  exit on their own (Dask), so they get a grace period before SIGTERM, or
-  not (Spark workers keep trying to reach their master);
 * :meth:`head_argv`: the head on ``record.host:record.port`` (the port is
   chosen by the supervisor, kept across restarts);
 * :meth:`worker_argv`: one worker process named ``name`` of ``shape``
   (threads, memory) that joins the head at :meth:`address` and keeps trying
   while the head starts, and exits on its own once its head is gone for good;
+* both command-line methods may record what they chose (ports, file paths)
+  in ``record.framework`` and write files in the cluster's folder; the
+  supervisor saves the record after each spawn, so later calls (in any
+  process) find it there;
 * :meth:`registered_workers`: the names of the workers the head reports as
   registered (readiness is registration, not a live pid), None while the
   head does not answer;
 * :meth:`retire_workers`: ask the head to drain and close workers, raising
   :class:`BackendUnavailableError` when it cannot (the supervisor then
   terminates them);
+* ``workers_exit_with_head``: whether workers close cleanly when their head
+  stops (Dask); where not (Spark workers keep trying to reach a lost master),
+  the supervisor stops the workers before the head;
 * :meth:`connection_env`: the variables Domino injects for this framework,
   so code written for Domino connects unchanged;
 * :meth:`details`: framework-specific entries of ``ddlscale local describe``

@@ -154,11 +154,18 @@ class ProcessSupervisor:
         self.stop_workers(record, [w for w in workers if not procs.is_alive(w.proc)], retire=False)
 
     def stop_all(self, record: ClusterRecord) -> None:
-        """Stop the head first (a Dask scheduler closes its workers cleanly), then any worker still running."""
-        closing = self.head_alive(record) and self._driver(record).workers_exit_with_head
-        if record.scheduler is not None:
-            procs.stop_processes([record.scheduler], self.stop_grace)
-        procs.stop_processes([w.proc for w in record.workers], self.stop_grace, asked=closing)
+        """Stop every process: the head first where it closes its workers cleanly (then any worker
+        still running), else the workers first, while their head can still take their drain."""
+        workers = [w.proc for w in record.workers]
+        if self._driver(record).workers_exit_with_head:
+            closing = self.head_alive(record)
+            if record.scheduler is not None:
+                procs.stop_processes([record.scheduler], self.stop_grace)
+            procs.stop_processes(workers, self.stop_grace, asked=closing)
+        else:
+            procs.stop_processes(workers, self.stop_grace)
+            if record.scheduler is not None:
+                procs.stop_processes([record.scheduler], self.stop_grace)
         record.scheduler = None
         record.workers = []
         self.store.save(record)
