@@ -1,7 +1,7 @@
 """Spark on Domino: pre-warm the run's Spark cluster while a single-node stage runs.
 
-Runs inside a Domino run with an attached Spark cluster (not on a laptop:
-the local backend runs Dask only). Domino configures ``spark.master`` in
+Runs inside a Domino run with an attached Spark cluster (on a laptop, run
+``examples/spark_local.py`` instead). Domino configures ``spark.master`` in
 runs with an attached cluster, so ``SparkSession.builder.getOrCreate()``
 connects to it. Backend, credentials and tiers are chosen as described in
 ``examples/ray_domino.py``. Note: through the scaler service a head restart

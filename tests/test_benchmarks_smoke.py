@@ -5,6 +5,8 @@ each benchmark ran (status ``ok``), produced figures for every target, wrote
 valid JSON and its plots, and left no threads or processes behind.
 """
 import json
+import os
+import shutil
 import threading
 import time
 
@@ -15,7 +17,13 @@ from benchmarks.report import RESULT_SCHEMA
 from benchmarks.run import BENCHMARKS, main, run_one
 from tests.flyte_support import processes_mentioning
 
-SLOW = {"import_time", "scaler_lag", "readiness_lag", "k8s_lag", "k8s_200", "task_overhead", "local_dask", "outage"}
+SLOW = {"import_time", "scaler_lag", "readiness_lag", "k8s_lag", "k8s_200", "task_overhead", "local_dask", "outage",
+        "local_spark"}
+NO_JAVA = pytest.mark.skipif(
+    shutil.which("java") is None and not os.environ.get("JAVA_HOME"),
+    reason="Java is absent: local Spark clusters need Java 17+ (apt-get install openjdk-17-jre-headless)",
+)
+NEEDS = {"local_spark": [NO_JAVA]}
 
 
 def _non_daemon_threads():
@@ -36,7 +44,7 @@ def _check_document(doc, out_dir, name):
 
 
 @pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in BENCHMARKS]
+    "name", [pytest.param(n, marks=[pytest.mark.slow] * (n in SLOW) + NEEDS.get(n, [])) for n in BENCHMARKS]
 )
 def test_benchmark_runs_quick_and_writes_a_well_formed_result(name, tmp_path):
     threads_before = _non_daemon_threads()

@@ -4,6 +4,7 @@ import os
 import pty
 import re
 import select
+import shutil
 import signal
 import struct
 import subprocess
@@ -61,6 +62,37 @@ def test_quick_start_runs_end_to_end_prints_one_summary_per_step_and_leaves_noth
         assert "Decks of this run (open in a browser):" in done.stderr
         assert re.search(r"Distributed phase: check_in_phase: file://\S+/deck\.html", done.stderr)
         assert processes_mentioning(str(state)) == []
+        assert not list((state / "local" / "clusters").glob("*/cluster.json"))
+    finally:
+        take_down(state)
+
+
+def _gone(state: Path, timeout: float = 30.0) -> bool:
+    """Whether every process mentioning ``state`` has exited (pyspark's gateway JVM exits moments
+    after the Python process that started it)."""
+    deadline = time.monotonic() + timeout
+    while processes_mentioning(str(state)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return processes_mentioning(str(state)) == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("java") is None and not os.environ.get("JAVA_HOME"),
+                    reason="Java is absent: local Spark clusters need Java 17+ (apt-get install openjdk-17-jre-headless)")
+def test_spark_example_runs_locally_end_to_end_on_a_real_spark_cluster(tmp_path):
+    state = tmp_path / "state"
+    done = subprocess.run([str(PYFLYTE), "run", "examples/spark_local.py", "spark_flow", "--lines", "200"],
+                          cwd=ROOT, env=quick_start_env(state), capture_output=True, text=True, timeout=600)
+    try:
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert done.stdout.strip().splitlines()[-1] == "True"
+        summaries = [line for line in done.stderr.splitlines() if ": spark/spark-demo " in line]
+        assert [line.split(":")[0] for line in summaries] == ["request_workers", "workers_ready", "check_in_phase"]
+        assert re.fullmatch(
+            r"workers_ready: spark/spark-demo 2 workers ready after \d+\.\d s"
+            r" \(framework: 2 workers registered with the Spark master \(local backend\)\)", summaries[1])
+        assert summaries[2].endswith("restored to 0 workers (baseline)")
+        assert _gone(state)
         assert not list((state / "local" / "clusters").glob("*/cluster.json"))
     finally:
         take_down(state)

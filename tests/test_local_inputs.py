@@ -95,7 +95,7 @@ def test_strict_above_max_workers_is_refused(local_state):
     assert backend.list_clusters() == []
 
 
-@pytest.mark.parametrize("kind", ["ray", "spark", "mpi"])
+@pytest.mark.parametrize("kind", ["ray", "mpi"])
 def test_other_kinds_are_unsupported_with_an_explanation(backend, kind):
     ref = ClusterRef(kind, "other")
     for call in (
@@ -143,7 +143,7 @@ def test_claims_keep_the_largest_and_record_a_baseline(backend):
 def test_capabilities_and_protocol(backend):
     assert isinstance(backend, ClusterBackend)
     caps = backend.capabilities
-    assert caps.kinds == frozenset({"dask"})
+    assert caps.kinds == frozenset({"dask", "spark"})
     assert caps.observes_readiness and caps.holds_size and caps.persistent_baseline
 
 
@@ -179,3 +179,54 @@ def test_restore_to_explicit_target_validates_tier_first(backend):
     with pytest.raises(UnknownTierError):
         backend.restore_baseline(REF, ReplicaSpec(1, "Huge"))
     assert backend.list_clusters() == []
+
+
+SPARK = ClusterRef("spark", "needs-java")
+
+
+def _refused_before_anything(backend, match):
+    for call in (
+        lambda: backend.scale(SPARK, 1),
+        lambda: backend.claim(SPARK, "p", 1),
+        lambda: backend.up(SPARK, 1),
+        lambda: backend.get_state(SPARK),
+    ):
+        with pytest.raises(UnsupportedOperationError, match=match):
+            call()
+    assert backend.list_clusters() == []
+    assert backend.records.get_baseline(SPARK) is None and backend.records.claims(SPARK) == {}
+
+
+def test_spark_without_java_is_refused_saying_what_to_install(backend, monkeypatch, tmp_path):
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-jdk"))
+    _refused_before_anything(backend, r"need Java, and there is no \$JAVA_HOME/bin/java .*openjdk-17-jre-headless")
+    monkeypatch.delenv("JAVA_HOME")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    _refused_before_anything(backend, r"need Java, and there is no java on PATH: install Java 17 or newer")
+
+
+def test_spark_on_java_11_is_refused_saying_what_to_install(backend, monkeypatch, tmp_path):
+    java = tmp_path / "jdk11" / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    # What `java -version` of an OpenJDK 11 prints (on stderr).
+    java.write_text('#!/bin/sh\necho \'openjdk version "11.0.22" 2024-01-16\' >&2\n')
+    java.chmod(0o755)
+    monkeypatch.setenv("JAVA_HOME", str(java.parent.parent))
+    _refused_before_anything(backend, r"need Java 17\+, but \$JAVA_HOME/bin/java .* is Java 11: install .*openjdk-17")
+
+
+def test_spark_without_pyspark_is_refused_saying_what_to_install(backend, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pyspark", None)  # how the import system marks a module as absent
+    _refused_before_anything(backend, r'need pyspark, which is not installed here: pip install "flytekitplugins-ddlscale\[spark\]"')
+
+
+@pytest.mark.parametrize("text, major", [
+    ('openjdk version "17.0.15" 2025-04-15', 17),
+    ('java version "1.8.0_392"', 8),
+    ('openjdk version "21" 2023-09-19', 21),
+    ("no version here", None),
+])
+def test_java_major_versions(text, major):
+    from flytekitplugins_ddlscale.backends.local.spark_ops import java_major
+
+    assert java_major(text) == major

@@ -1,4 +1,4 @@
-"""``ddlscale local``: create, inspect and remove local Dask clusters.
+"""``ddlscale local``: create, inspect and remove local clusters (Dask; Spark with the ``spark`` extra).
 
 The local backend (and so Dask) is imported only when a command runs, so
 ``ddlscale --help`` stays fast.
@@ -69,7 +69,7 @@ def _summary(info: Dict[str, Any]) -> str:
 )
 @click.pass_context
 def local(ctx: click.Context, state_dir: Optional[str], tiers_file: Optional[str]) -> None:
-    """Local Dask clusters (scheduler and worker processes on this machine)."""
+    """Local clusters: a head and worker processes on this machine (Dask; Spark with the spark extra)."""
     ctx.obj = {"state_dir": state_dir, "tiers_file": tiers_file}
 
 

@@ -481,6 +481,13 @@ class LocalBackend(FileRecordsBackend):
         assert tier is not None
         return WorkerShape.from_tier(tier)
 
+    def _served(self, ref: ClusterRef) -> ClusterRef:
+        """Also loads the kind's driver, so a framework that is not installed is refused (with what
+        to install) before anything is recorded or started."""
+        super()._served(ref)
+        self.driver(ref)
+        return ref
+
     def _unserved(self, ref: ClusterRef) -> str:
         return (
             f"the local backend runs {served_frameworks()} clusters, not {ref.kind} ({ref}); use the "

@@ -14,6 +14,7 @@ class DaskDriver:
     kind = "dask"
     framework = "Dask"
     head_label = "Dask scheduler"
+    workers_exit_with_head = True
 
     def address(self, record: ClusterRecord) -> str:
         return record.address

@@ -14,12 +14,19 @@ knows its framework. Each framework provides one class with:
 * :meth:`worker_argv`: one worker process named ``name`` of ``shape``
   (threads, memory) that joins the head at :meth:`address` and keeps trying
   while the head starts, and exits on its own once its head is gone for good;
+* both command-line methods may record what they chose (ports, file paths)
+  in ``record.framework`` and write files in the cluster's folder; the
+  supervisor saves the record after each spawn, so later calls (in any
+  process) find it there;
 * :meth:`registered_workers`: the names of the workers the head reports as
   registered (readiness is registration, not a live pid), None while the
   head does not answer;
 * :meth:`retire_workers`: ask the head to drain and close workers, raising
   :class:`BackendUnavailableError` when it cannot (the supervisor then
   terminates them);
+* ``workers_exit_with_head``: whether workers close cleanly when their head
+  stops (Dask); where not (Spark workers keep trying to reach a lost master),
+  the supervisor stops the workers before the head;
 * :meth:`connection_env`: the variables Domino injects for this framework,
   so code written for Domino connects unchanged;
 * :meth:`details`: framework-specific entries of ``ddlscale local describe``
@@ -28,8 +35,7 @@ knows its framework. Each framework provides one class with:
 Which driver runs which kind is :mod:`.drivers`' registry.
 
 A head restart stops every process and starts the head and the same-named
-workers again (workers of all three frameworks die or detach with their
-head), so a driver needs nothing more for it.
+workers again, so a driver needs nothing more for it.
 """
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Protocol, Set
@@ -44,6 +50,7 @@ class FrameworkDriver(Protocol):
     kind: str
     framework: str
     head_label: str
+    workers_exit_with_head: bool
 
     def address(self, record: ClusterRecord) -> str:
         """Where workers and clients reach the head of ``record``."""

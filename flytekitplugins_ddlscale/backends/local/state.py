@@ -6,6 +6,7 @@ Layout under the state directory (``$DDLSCALE_STATE_DIR/local`` by default)::
     clusters/<namespace>.<kind>.<name>/cluster.lock   fcntl lock held for every change
     clusters/<namespace>.<kind>.<name>/scheduler.json Dask scheduler file (Client(scheduler_file=...))
     clusters/<namespace>.<kind>.<name>/logs/          scheduler and worker logs
+    clusters/<namespace>.<kind>.<name>/conf/          Spark: spark-defaults.conf for user code
     records/                                          baselines and claims (FileRecordStore)
 
 ``cluster.json`` is replaced atomically, so readers never need the lock.
@@ -88,6 +89,9 @@ class ClusterRecord:
     """Suffix of the next worker name, so a name is never reused within a cluster."""
     ephemeral: bool = True
     """Created implicitly by a scale; restoring its baseline removes it again."""
+    framework: Dict[str, Any] = field(default_factory=dict)
+    """What the framework's driver chose and must find again (JSON-ready): e.g. the Spark
+    master's web UI port and each Spark worker's port; empty for Dask."""
     created_at: str = field(
         default_factory=lambda: datetime.datetime.now(datetime.timezone.utc).isoformat()
     )
@@ -112,6 +116,7 @@ class ClusterRecord:
             "workers": [w.to_json() for w in self.workers],
             "next_index": self.next_index,
             "ephemeral": self.ephemeral,
+            "framework": self.framework,
             "created_at": self.created_at,
         }
 
@@ -130,6 +135,7 @@ class ClusterRecord:
             workers=[WorkerRecord.from_json(w) for w in data.get("workers", [])],
             next_index=int(data.get("next_index", 0)),
             ephemeral=bool(data.get("ephemeral", True)),
+            framework=dict(data.get("framework") or {}),
             created_at=data.get("created_at") or "",
         )
 

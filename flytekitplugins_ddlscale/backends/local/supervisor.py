@@ -71,7 +71,7 @@ class ProcessSupervisor:
             if record.workers:
                 logger.warning("%s: the %s had exited; restarting it and its workers", record.ref, self._driver(record).head_label)
             self.stop_all(record)
-            if record.port and not _port_is_free(record.host, record.port):
+            if record.port and not port_is_free(record.host, record.port):
                 # Stale state (e.g. after a reboot): every worker is new anyway, so move.
                 logger.warning("%s: port %d is taken now; the %s moves", record.ref, record.port, self._driver(record).head_label)
                 record.port = 0
@@ -154,11 +154,18 @@ class ProcessSupervisor:
         self.stop_workers(record, [w for w in workers if not procs.is_alive(w.proc)], retire=False)
 
     def stop_all(self, record: ClusterRecord) -> None:
-        """Stop the head first (it closes its workers cleanly), then any worker still running."""
-        closing = self.head_alive(record)
-        if record.scheduler is not None:
-            procs.stop_processes([record.scheduler], self.stop_grace)
-        procs.stop_processes([w.proc for w in record.workers], self.stop_grace, asked=closing)
+        """Stop every process: the head first where it closes its workers cleanly (then any worker
+        still running), else the workers first, while their head can still take their drain."""
+        workers = [w.proc for w in record.workers]
+        if self._driver(record).workers_exit_with_head:
+            closing = self.head_alive(record)
+            if record.scheduler is not None:
+                procs.stop_processes([record.scheduler], self.stop_grace)
+            procs.stop_processes(workers, self.stop_grace, asked=closing)
+        else:
+            procs.stop_processes(workers, self.stop_grace)
+            if record.scheduler is not None:
+                procs.stop_processes([record.scheduler], self.stop_grace)
         record.scheduler = None
         record.workers = []
         self.store.save(record)
@@ -223,7 +230,7 @@ class ProcessSupervisor:
         :meth:`_await_head` then waits for the head.
         """
         if record.port == 0:
-            record.port = _free_port(record.host)
+            record.port = free_port(record.host)
         record.scheduler = procs.spawn_detached(
             self._driver(record).head_argv(record, self.store), self.store.log_path(record.ref, HEAD_LOG)
         )
@@ -249,7 +256,7 @@ class ProcessSupervisor:
             time.sleep(0.05)
 
 
-def _port_is_free(host: str, port: int) -> bool:
+def port_is_free(host: str, port: int) -> bool:
     """Whether ``host:port`` can be bound right now (nothing else listens there)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -260,7 +267,7 @@ def _port_is_free(host: str, port: int) -> bool:
     return True
 
 
-def _free_port(host: str) -> int:
+def free_port(host: str) -> int:
     """A port nothing listens on right now; the head binds it moments later."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((host, 0))

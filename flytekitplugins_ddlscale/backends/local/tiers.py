@@ -4,7 +4,8 @@ Tiers come from a small YAML file read through the core
 :class:`~flytekitplugins_ddlscale.tiers.FileTierCatalog`: the packaged
 ``data/local_tiers.yaml`` unless ``$DDLSCALE_LOCAL_TIERS`` or an explicit
 path names another. ``cores`` becomes ``--nthreads`` and ``memory`` becomes
-``--memory-limit``.
+``--memory-limit`` of a Dask worker, ``--cores`` and ``--memory`` of a Spark
+worker.
 """
 import os
 import re

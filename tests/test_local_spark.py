@@ -1,0 +1,324 @@
+"""Local backend against a real Spark standalone cluster (master and worker JVMs from pyspark).
+
+One cluster is shared by the module (each start costs several seconds of JVM
+start-up on two cores); every test first brings it to the size and tier it
+needs. What the code under test reports is checked against the master's own
+``/json/`` status, the worker processes, and a real SparkSession job run in a
+separate Python process with nothing but the connection variables.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import urllib.request
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+
+from flytekitplugins_ddlscale import ClusterRef, ScaleCluster
+from flytekitplugins_ddlscale.backends.local import LocalBackend, procs
+from flytekitplugins_ddlscale.framework import probe_for, resolve_endpoint, wait_registered
+from flytekitplugins_ddlscale.phase import cluster_phase
+from tests.framework_support import SCALER_VARIABLES, use_scaler
+from tests.servers.scaler_server import ScalerTestServer
+from tests.test_local_support import SMALL_TIERS, processes_mentioning, wait_dead
+
+
+def _java_present() -> bool:
+    java_home = os.environ.get("JAVA_HOME", "").strip()
+    return bool(java_home and os.access(Path(java_home) / "bin" / "java", os.X_OK)) or shutil.which("java") is not None
+
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not _java_present(),
+        reason="Java is absent: local Spark clusters need Java 17+ (apt-get install openjdk-17-jre-headless)",
+    ),
+]
+
+TIMEOUT = 180
+DDLSCALE = str(Path(sys.executable).parent / "ddlscale")
+
+JOB = """
+import json, os, sys
+from pyspark.sql import SparkSession
+
+spark = SparkSession.builder.appName("ddlscale-local-test").getOrCreate()
+sc = spark.sparkContext
+total = sc.parallelize(range(1000), 4).map(lambda x: x * x).sum()
+pythons = sc.parallelize(range(4), 4).map(lambda _: sys.executable).distinct().collect()
+print(json.dumps({"master": sc.master, "app": sc.applicationId, "total": total, "pythons": pythons}))
+spark.stop()
+"""
+
+
+class Shared:
+    """The module's cluster, its backend and the environment that selects them."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.state = base / "local"
+        self.tiers = base / "tiers.yaml"
+        self.tiers.write_text(SMALL_TIERS)
+        self.backend = LocalBackend(state_dir=self.state, tiers_file=self.tiers, stop_grace=5.0)
+        self.ref = ClusterRef("spark", "shared")
+
+    def env(self) -> Dict[str, str]:
+        """What makes every surface (nodes, phases, ``ddlscale``) use this state directory and tiers."""
+        env = {k: v for k, v in os.environ.items() if k not in SCALER_VARIABLES and k != "CLUSTER_SCALER_BASE_URL"}
+        env.update(DDLSCALE_STATE_DIR=str(self.base), DDLSCALE_LOCAL_TIERS=str(self.tiers))
+        return env
+
+    def record(self):
+        return self.backend.store.load(self.ref)
+
+    def master(self) -> Dict[str, Any]:
+        """The master's own status, read here without the code under test."""
+        port = self.record().framework["webui_port"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/", timeout=10) as reply:
+            return json.loads(reply.read())
+
+    def alive_workers(self) -> List[Dict[str, Any]]:
+        return [w for w in self.master()["workers"] if w["state"] == "ALIVE"]
+
+    def size(self, replicas: int, tier: str = "Tiny") -> None:
+        self.backend.up(self.ref, replicas, tier, timeout=TIMEOUT)
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    cluster = Shared(tmp_path_factory.mktemp("spark"))
+    yield cluster
+    cluster.backend.shutdown_all()
+    assert processes_mentioning(str(cluster.base)) == []
+
+
+@pytest.fixture
+def surface_env(shared, monkeypatch):
+    """The environment of a process on this machine with nothing configured but the state directory."""
+    for name in list(os.environ):
+        if name in SCALER_VARIABLES or name == "CLUSTER_SCALER_BASE_URL":
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("DDLSCALE_STATE_DIR", str(shared.base))
+    monkeypatch.setenv("DDLSCALE_LOCAL_TIERS", str(shared.tiers))
+    return shared
+
+
+def _worker_endpoints(shared) -> Dict[str, str]:
+    """Worker name -> host:port the driver recorded for it."""
+    record = shared.record()
+    ports = record.framework["workers"]
+    return {w.name: f"127.0.0.1:{ports[w.name]['port']}" for w in record.workers}
+
+
+def test_scale_0_1_2_1_counts_alive_workers_on_the_master_and_retires_by_decommissioning(shared):
+    backend, ref = shared.backend, shared.ref
+    backend.up(ref, 0, "Tiny", timeout=TIMEOUT)
+    assert shared.master()["status"] == "ALIVE" and shared.alive_workers() == []
+    assert backend.get_state(ref).ready_workers == 0
+
+    one = backend.scale(ref, 1, timeout=TIMEOUT)
+    assert (one.previous.desired_workers, one.final.ready_workers, one.final.status) == (0, 1, "Running")
+    [alive] = shared.alive_workers()
+    assert (alive["cores"], alive["memory"]) == (1, 512)  # Tiny: 1 core, 512Mi
+
+    reports = []
+    two = backend.scale(ref, 2, timeout=TIMEOUT, progress=reports.append)
+    assert (two.final.ready_workers, two.final.existing_workers) == (2, 2)
+    assert "2 workers seen by the Spark master of spark/shared" in reports[-1].what
+    endpoints = _worker_endpoints(shared)
+    assert sorted(endpoints.values()) == sorted(f"{w['host']}:{w['port']}" for w in shared.alive_workers())
+
+    record = shared.record()
+    leaving = record.workers[-1]
+    one_again = backend.scale(ref, 1, timeout=TIMEOUT)
+    assert (one_again.final.ready_workers, one_again.final.existing_workers) == (1, 1)
+    wait_dead(leaving.proc)
+    states = {f"{w['host']}:{w['port']}": w["state"] for w in shared.master()["workers"]}
+    assert states[endpoints[leaving.name]] != "ALIVE"
+    assert [w.name for w in shared.record().workers] == [n for n in endpoints if n != leaving.name]
+    # Retired by decommissioning (SIGPWR), not just killed: the master saw it leave that way.
+    logs = shared.state / "clusters" / "_.spark.shared" / "logs"
+    assert f"Decommissioning worker worker-" in (logs / "scheduler.log").read_text()
+    assert f"on {endpoints[leaving.name]}" in [line.rsplit(" ", 2)[-2] + " " + line.rsplit(" ", 1)[-1]
+                                             for line in (logs / "scheduler.log").read_text().splitlines()
+                                             if "Decommissioning worker" in line]
+
+
+def test_a_sparksession_in_user_code_connects_through_the_connection_variables_alone(shared):
+    shared.size(2)
+    env = dict(shared.env(), **shared.backend.connection_env(shared.ref))
+    conf = Path(env["SPARK_CONF_DIR"]) / "spark-defaults.conf"
+    assert f"spark.master spark://127.0.0.1:{shared.record().port}" in conf.read_text()
+    done = subprocess.run([sys.executable, "-c", JOB], env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["master"] == f"spark://127.0.0.1:{shared.record().port}"
+    assert result["total"] == sum(x * x for x in range(1000))
+    assert result["pythons"] == [sys.executable]
+    # The executors ran on this cluster's workers: each keeps a folder per application.
+    work = shared.state / "clusters" / "_.spark.shared" / "work"
+    ran_on = {p.parent.name for p in work.glob(f"*/{result['app']}")}
+    assert ran_on and ran_on <= {w.name for w in shared.record().workers}
+    assert result["app"] in [a["id"] for a in shared.master()["completedapps"]]
+
+
+def test_framework_check_reads_the_real_master_from_the_connection_variables(shared):
+    shared.size(2)
+    env = shared.backend.connection_env(shared.ref)
+    endpoint = resolve_endpoint("spark", env=env)
+    assert endpoint is not None
+    webui = f"http://127.0.0.1:{shared.record().framework['webui_port']}"
+    assert endpoint.url == webui
+    assert "spark.master in" in endpoint.source
+    registered = wait_registered(probe_for("spark"), endpoint, 2, timeout=30)
+    assert registered.proof == f"2 workers registered with the Spark master at {webui}"
+    by_url = resolve_endpoint("spark", env={"DDLSCALE_SPARK_URL": webui})
+    assert wait_registered(probe_for("spark"), by_url, 2, timeout=30).workers == 2
+
+
+@pytest.mark.parametrize("surface", ["node", "cli", "phase"])
+def test_surfaces_on_domino_wait_for_the_real_master_found_through_the_connection_variables(
+    surface, shared, tmp_path, monkeypatch
+):
+    """The scaler backend (its test server lists pods at once) with this real cluster as the run's
+    Spark cluster: each surface returns only once the second worker is ALIVE on the real master."""
+    shared.size(1)
+    with ScalerTestServer(pod_ready_delay=0.2) as server:
+        server.add_cluster("spark", "spark-fw", replicas=1, max_replicas=4, min_replicas=None)
+        use_scaler(monkeypatch, server, tmp_path / "scaler-state")
+        for key, value in shared.backend.connection_env(shared.ref).items():
+            monkeypatch.setenv(key, value)
+        grow = threading.Thread(target=lambda: shared.backend.scale(shared.ref, 2, timeout=TIMEOUT))
+        grow.start()
+        try:
+            if surface == "node":
+                outcome = ScaleCluster("up_fw", cluster="spark/spark-fw", replicas=2, timeout=TIMEOUT)()
+                proof, alive = outcome.readiness, len(shared.alive_workers())
+            elif surface == "cli":
+                done = subprocess.run(
+                    [DDLSCALE, "scale", "--kind", "spark", "--name", "spark-fw", "--replicas", "2", "--timeout",
+                     str(TIMEOUT), "--json"], capture_output=True, text=True, timeout=TIMEOUT + 60, env=dict(os.environ),
+                )
+                alive = len(shared.alive_workers())
+                assert done.returncode == 0, done.stderr
+                proof = json.loads(done.stdout)["readiness"]
+            else:
+                with cluster_phase("spark/spark-fw", 2, timeout=TIMEOUT, reassert_interval=None, deck=False) as phase:
+                    proof, alive = phase.framework_check, len(shared.alive_workers())
+        finally:
+            grow.join(TIMEOUT)
+    webui = f"http://127.0.0.1:{shared.record().framework['webui_port']}"
+    assert alive == 2
+    assert f"2 workers registered with the Spark master at {webui}" in proof
+    assert "worker pods exist (scaler" in proof
+
+
+def test_scale_node_reports_workers_registered_with_the_spark_master(surface_env):
+    shared = surface_env
+    shared.size(1)
+    outcome = ScaleCluster("up_spark", cluster="spark/shared", replicas=2, worker_hw_tier="Tiny", timeout=TIMEOUT)()
+    assert outcome.ready_workers == 2 and outcome.waited
+    assert outcome.readiness == "2 workers registered with the Spark master (local backend)"
+    assert len(shared.alive_workers()) == 2
+
+
+def test_cli_scale_and_a_phase_report_the_spark_master(surface_env):
+    shared = surface_env
+    shared.size(1)
+    done = subprocess.run(
+        [DDLSCALE, "scale", "--kind", "spark", "--name", "shared", "--replicas", "2", "--timeout", str(TIMEOUT),
+         "--json"],
+        capture_output=True, text=True, timeout=TIMEOUT + 60, env=shared.env(),
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["final"]["ready_workers"] == 2
+    assert "2 workers registered with the Spark master (local backend)" in result["readiness"]
+    shared.size(1)
+    with cluster_phase("spark/shared", 2, timeout=TIMEOUT, reassert_interval=None, deck=False) as phase:
+        assert len(shared.alive_workers()) == 2
+        assert "2 workers registered with the Spark master (local backend)" in phase.framework_check
+        assert os.environ["SPARK_CONF_DIR"] == shared.record().framework["conf_dir"]
+
+
+def test_tier_change_replaces_workers_with_the_new_cores_and_memory(shared):
+    shared.size(1, "Tiny")
+    old = shared.record().workers
+    result = shared.backend.scale(shared.ref, 1, "Duo", timeout=TIMEOUT)
+    assert (result.final.ready_workers, result.final.worker_hw_tier) == (1, "Duo")
+    for worker in old:
+        wait_dead(worker.proc)
+    [alive] = shared.alive_workers()
+    assert (alive["cores"], alive["memory"]) == (2, 768)  # Duo: 2.5 cores rounded down, 768Mi
+    defaults = Path(shared.record().framework["conf_dir"]) / "spark-defaults.conf"
+    assert "spark.executor.memory 768m" in defaults.read_text()
+
+
+def test_head_restart_keeps_the_master_port_and_brings_the_same_workers_back(shared):
+    shared.size(2)
+    before = shared.record()
+    result = shared.backend.restart_head(shared.ref, timeout=TIMEOUT)
+    after = shared.record()
+    assert result.ready and result.final.ready_workers == 2
+    assert after.port == before.port and after.scheduler.pid != before.scheduler.pid
+    assert [w.name for w in after.workers] == [w.name for w in before.workers]
+    assert not any(procs.is_alive(w.proc) for w in before.workers)
+    assert len(shared.alive_workers()) == 2
+    assert shared.master()["url"] == f"spark://127.0.0.1:{before.port}"
+
+
+def test_a_killed_worker_and_a_killed_master_are_repaired(shared):
+    shared.size(2)
+    victim = shared.record().workers[0]
+    os.kill(victim.proc.pid, signal.SIGKILL)
+    wait_dead(victim.proc)
+    assert shared.backend.get_state(shared.ref).status != "Running"
+    repaired = shared.backend.repair(shared.ref, timeout=TIMEOUT)
+    assert (repaired.ready_workers, repaired.status) == (2, "Running")
+    assert victim.name not in [w.name for w in shared.record().workers]
+
+    record = shared.record()
+    os.kill(record.scheduler.pid, signal.SIGKILL)
+    wait_dead(record.scheduler)
+    assert shared.backend.get_state(shared.ref).head_ready is False
+    repaired = shared.backend.repair(shared.ref, timeout=TIMEOUT)
+    assert (repaired.ready_workers, repaired.head_ready) == (2, True)
+    assert shared.record().port == record.port
+    assert not any(procs.is_alive(w.proc) for w in record.workers)
+    assert len(shared.alive_workers()) == 2
+
+
+def test_cli_local_up_status_down_for_spark(shared):
+    env = shared.env()
+    local = [DDLSCALE, "local", "--state-dir", str(shared.state), "--tiers-file", str(shared.tiers)]
+    up = subprocess.run(local + ["up", "--kind", "spark", "--name", "cli", "--replicas", "1", "--json"],
+                        capture_output=True, text=True, timeout=TIMEOUT + 60, env=env)
+    assert up.returncode == 0, up.stderr
+    info = json.loads(up.stdout)
+    assert (info["ready_workers"], info["address"]) == (1, info["master_url"])
+    assert set(info["env"]) == {"SPARK_CONF_DIR", "PYSPARK_PYTHON", "DDLSCALE_SPARK_WEBUI_PORT"}
+    status = subprocess.run(local + ["status", "--kind", "spark", "--name", "cli"],
+                            capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    assert status.returncode == 0, status.stderr
+    assert "spark/cli Running: workers 1/1 ready" in status.stdout
+    assert f"SPARK_CONF_DIR={info['env']['SPARK_CONF_DIR']}" in status.stdout
+    cluster_pids = [info["scheduler_pid"]] + [w["pid"] for w in info["workers"]]
+    down = subprocess.run(local + ["down", "--kind", "spark", "--name", "cli"],
+                          capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    assert down.returncode == 0, down.stderr
+    assert [pid for pid in cluster_pids if procs.start_time(pid) is not None] == []
+    assert processes_mentioning(str(shared.state / "clusters" / "_.spark.cli")) == []
+
+
+def test_down_leaves_no_java_process_behind(shared):
+    shared.size(1)
+    assert processes_mentioning(str(shared.base))
+    assert shared.backend.down(shared.ref)
+    assert processes_mentioning(str(shared.base)) == []
+    assert shared.backend.list_clusters() == []
