@@ -56,10 +56,10 @@ def test_local_backend_refuses_bad_input_before_starting_anything(
     assert files_under(clean_env) == []
 
 
-@pytest.mark.parametrize("kind", ["ray", "spark", "mpi"])
-def test_local_backend_refuses_kinds_it_cannot_run_before_starting_anything(local: Any, clean_env: Path, kind: str):
+@pytest.mark.parametrize("cluster", ["mpi/mpi-input", "kuberay/ray-input", "dask-operator/dask-input"])
+def test_local_backend_refuses_kinds_it_cannot_run_before_starting_anything(local: Any, clean_env: Path, cluster: str):
     with pytest.raises((UnsupportedOperationError, ScalingError)) as caught:
-        local.scale(ClusterRef(kind, f"{kind}-input"), 2)
-    assert "dask" in str(caught.value)
+        local.scale(ClusterRef.parse(cluster), 2)
+    assert "the local backend runs dask" in str(caught.value)
     assert child_pids() == []
     assert files_under(clean_env) == []
