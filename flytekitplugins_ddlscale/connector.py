@@ -173,7 +173,7 @@ class ScalingConnector(AsyncConnectorBase):
         with open_backend(meta.backend or None) as backend:
             state = backend.get_state(ref)
             if state.workers_up(meta.target):
-                readiness, pending = self._framework(meta, ref.kind, state, backend_proof(backend, state))
+                readiness, pending = self._framework(meta, ref.kind, state, backend_proof(backend, state, ref.kind))
             else:
                 readiness, pending = None, f"{meta.target} workers"
         elapsed = time.time() - meta.started

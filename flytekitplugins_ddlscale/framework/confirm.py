@@ -20,7 +20,8 @@ from .wait import Registered, wait_registered
 
 COUNTS_REGISTERED_WORKERS = frozenset({"local"})
 """Backends whose own wait already counts workers registered with the framework (the local
-backend asks its Dask scheduler), so an HTTP check would prove nothing more."""
+backend asks its Dask scheduler, or its Ray head's State API), so a second check would prove
+nothing more."""
 
 
 @dataclass(frozen=True)
@@ -58,10 +59,12 @@ class Readiness:
     """Seconds spent in the framework check."""
 
 
-def backend_proof(backend: ClusterBackend, state: ClusterState) -> str:
-    """What the backend's own wait proved about ``state``, in words."""
+def backend_proof(backend: ClusterBackend, state: ClusterState, kind: str) -> str:
+    """What the backend's own wait proved about ``state`` of a ``kind`` cluster, in words."""
     if backend.name in COUNTS_REGISTERED_WORKERS:
-        return f"{state.ready_workers} workers registered with the Dask scheduler ({backend.name} backend)"
+        probe = probe_for(kind)
+        registry = probe.registry if probe is not None else f"the {kind} cluster"
+        return f"{state.ready_workers} workers registered with {registry} ({backend.name} backend)"
     if backend.capabilities.observes_readiness and state.ready_workers is not None:
         return f"{state.ready_workers} worker pods Ready ({backend.name})"
     return f"{state.existing_workers} worker pods exist ({backend.name}; pod readiness not visible)"
@@ -84,7 +87,7 @@ def confirm_ready(
     workers, and when nothing says where the head is. Raises ``ScalingTimeoutError`` from
     :func:`~.wait.wait_registered`.
     """
-    base = backend_proof(backend, state)
+    base = backend_proof(backend, state, ref.kind)
     known = state.ready_workers
     probe = probe_for(ref.kind)
     if not options.enabled or not enabled_by_env(options.env):

@@ -1,6 +1,7 @@
 """The local backend's protocol layer: real local clusters made of local processes.
 
-A local cluster is one head process (a ``dask scheduler`` for Dask) plus one
+A local cluster is one head process (a ``dask scheduler`` for Dask, a
+``ray start --head`` node for Ray) plus one
 worker process per worker, all detached from the Python process that started them
 and recorded (pid + start time) in the state directory, so separate tasks,
 processes and the ``ddlscale local`` CLI share the same cluster. Every change
@@ -480,6 +481,13 @@ class LocalBackend(FileRecordsBackend):
         tier = self.catalog.resolve(name, ref.kind, field=field)
         assert tier is not None
         return WorkerShape.from_tier(tier)
+
+    def _served(self, ref: ClusterRef) -> ClusterRef:
+        """Also loads the kind's driver, so a framework that is not installed is refused (with what
+        to install) before anything is recorded or started."""
+        super()._served(ref)
+        self.driver(ref)
+        return ref
 
     def _unserved(self, ref: ClusterRef) -> str:
         return (

@@ -1,19 +1,34 @@
-"""``python .../ray_node.py HOST:PORT -- ray start ...``: wait for a Ray head, then become the node.
+"""``python .../ray_node.py HOST:PORT -- ray start ...``: one local Ray worker node, started robustly.
 
-A local Ray worker is started together with its head, but ``ray start
---address`` gives up on a GCS that is not listening yet. This waits (up to
-``WAIT_SECONDS``) until the GCS port accepts connections, then replaces
-itself with the ``ray start`` command, so the pid the supervisor recorded is
-the node's. Without a head by then it exits with status 1, naming what it
-waited for.
+The supervisor records this process as the worker. It
+
+* waits (up to :data:`WAIT_SECONDS`) until the head's GCS port accepts
+  connections: a worker starts together with its head, and ``ray start
+  --address`` gives up on a GCS that is not listening yet;
+* runs the command as its child and passes SIGTERM/SIGINT on to it (SIGTERM
+  is how Ray drains a node); the child gets SIGTERM too if this process
+  dies, so a killed worker takes its node down with it;
+* starts the command once more (at most) when it fails within
+  :data:`STARTUP_SECONDS`: ``ray start`` gives its raylet a fixed 30 s to
+  register with the GCS, which a loaded machine can miss. A node that never
+  registered is safe to start again.
+
+It exits with the command's status (1, naming what it waited for, when no
+head appeared). Run as a script, not with ``-m``: importing the plugin
+package would only slow each start.
 """
-import os
+import ctypes
+import signal
 import socket
+import subprocess
 import sys
 import time
-from typing import List
+from typing import List, Tuple
 
 WAIT_SECONDS = 120.0
+STARTUP_SECONDS = 60.0
+ATTEMPTS = 2
+_PR_SET_PDEATHSIG = 1
 
 
 def _listening(address: str) -> bool:
@@ -25,8 +40,27 @@ def _listening(address: str) -> bool:
         return False
 
 
+def _die_with_parent() -> None:
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _run(command: List[str]) -> Tuple[int, bool]:
+    """Run ``command`` to its end, passing SIGTERM/SIGINT on: its exit status, and whether it was
+    asked to stop."""
+    child = subprocess.Popen(command, preexec_fn=_die_with_parent)
+    stopping: List[int] = []
+
+    def forward(signum: int, frame: object) -> None:
+        stopping.append(signum)
+        child.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    return child.wait(), bool(stopping)
+
+
 def main(argv: List[str]) -> int:
-    """Wait for ``argv[0]`` (``host:port``), then exec the command after ``--``."""
+    """Wait for ``argv[0]`` (``host:port``), then run the command after ``--`` as described above."""
     if len(argv) < 3 or argv[1] != "--":
         print("usage: ray_node.py HOST:PORT -- COMMAND...", file=sys.stderr)
         return 2
@@ -37,8 +71,21 @@ def main(argv: List[str]) -> int:
             print(f"no Ray head (GCS) listening at {address} after {WAIT_SECONDS:.0f}s", file=sys.stderr)
             return 1
         time.sleep(0.2)
-    sys.stdout.flush()
-    os.execv(command[0], command)
+    for attempt in range(1, ATTEMPTS + 1):
+        began = time.monotonic()
+        code, stopped = _run(command)
+        if stopped:
+            return 0
+        ran = time.monotonic() - began
+        if code <= 0 or ran > STARTUP_SECONDS or attempt == ATTEMPTS:
+            break
+        print(
+            f"ray_node: the node failed {ran:.0f}s after starting (exit status {code}); "
+            f"starting it again (attempt {attempt + 1} of {ATTEMPTS})",
+            file=sys.stderr, flush=True,
+        )
+    # A child killed by a signal reports -N; a shell reports that as 128+N.
+    return code if code >= 0 else 128 - code
 
 
 if __name__ == "__main__":

@@ -85,13 +85,12 @@ def head_argv(ray: str, host: str, port: int, dashboard_port: int, client_port: 
 def worker_argv(ray: str, gcs_address: str, host: str, name: str, cpus: int, memory: int) -> List[str]:
     """One worker node named ``name`` (its Ray ``node_name``) with ``cpus`` CPUs and ``memory`` bytes.
 
-    It runs through :mod:`.ray_node`, which waits for the head's GCS port
-    before it becomes ``ray start --block`` (same pid): ``ray start`` alone
-    gives up on a head that is still starting.
+    It runs under :mod:`.ray_node`, which waits for the head's GCS port
+    (``ray start`` alone gives up on a head that is still starting), passes
+    SIGTERM on, and starts a node that failed to register once more.
     """
     store = max(OBJECT_STORE_MINIMUM, int(memory * OBJECT_STORE_SHARE))
     return [
-        # Run as a script, not with -m: importing the plugin package would only slow each start.
         sys.executable, str(Path(__file__).with_name("ray_node.py")), gcs_address, "--",
         ray, "start", "--block",
         "--address", gcs_address,
