@@ -95,7 +95,7 @@ def test_strict_above_max_workers_is_refused(local_state):
     assert backend.list_clusters() == []
 
 
-@pytest.mark.parametrize("kind", ["ray", "spark", "mpi"])
+@pytest.mark.parametrize("kind", ["spark", "mpi"])
 def test_other_kinds_are_unsupported_with_an_explanation(backend, kind):
     ref = ClusterRef(kind, "other")
     for call in (

@@ -29,6 +29,7 @@ from flytekitplugins_ddlscale.framework.probes import probe_for
 from flytekitplugins_ddlscale.framework.wait import wait_registered
 from flytekitplugins_ddlscale.phase import cluster_phase
 from tests.test_framework_surfaces import POD_DELAY, cli, scaler, set_env  # noqa: F401
+from tests.servers.ray_dashboard import RayDashboardServer
 from tests.test_local_support import processes_mentioning, wait_dead
 
 pytestmark = pytest.mark.slow
@@ -169,27 +170,28 @@ def test_framework_check_reads_the_real_dashboard_from_the_connection_variables(
 
 
 @pytest.mark.parametrize("surface", ["node", "cli", "phase"])
-def test_surfaces_wait_until_the_real_ray_workers_joined(surface, b, scaler, monkeypatch):
-    """The scaler test server lists pods within a second; the real Ray workers take seconds longer
-    to join the real head, and each surface returns only once the head lists them."""
+def test_surfaces_wait_until_the_real_ray_worker_joined(surface, b, scaler, monkeypatch):
+    """The scaler test server lists the pod within a second; the real Ray worker takes seconds
+    longer to join the real head, and each surface returns only once the head lists it."""
     b.scale(REF, 0, timeout=TIMEOUT)
     set_env(monkeypatch, b.connection_env(REF))
-    b.scale(REF, 2, wait=False)
+    b.scale(REF, 1, wait=False)
+    timeout = 150.0
     if surface == "node":
-        outcome = ScaleCluster("up_ray", cluster="ray/ray-fw", replicas=2, timeout=TIMEOUT)()
+        outcome = ScaleCluster("up_ray", cluster="ray/ray-fw", replicas=1, timeout=timeout)()
         proof, ready = outcome.readiness, outcome.ready_workers
     elif surface == "cli":
-        done = cli("scale", "--kind", "ray", "--name", "ray-fw", "--replicas", "2", "--timeout", str(TIMEOUT), "--json")
+        done = cli("scale", "--kind", "ray", "--name", "ray-fw", "--replicas", "1", "--timeout", str(timeout), "--json")
         assert done.returncode == 0, done.stderr
         result = json.loads(done.stdout)
         proof, ready = result["readiness"], result["final"]["ready_workers"]
     else:
-        with cluster_phase("ray/ray-fw", 2, timeout=TIMEOUT, reassert_interval=None, deck=False) as phase:
+        with cluster_phase("ray/ray-fw", 1, timeout=timeout, reassert_interval=None, deck=False) as phase:
             proof, ready = phase.framework_check, len(dashboard_nodes(b))
-    assert len(dashboard_nodes(b)) == 2 and ready == 2
-    assert b.wait_for_workers(REF, 2, timeout=10).ready_workers == 2
+    assert len(dashboard_nodes(b)) == 1 and ready == 1
+    assert b.wait_for_workers(REF, 1, timeout=10).ready_workers == 1
     dashboard = f"http://127.0.0.1:{b.connection_env(REF)['DDLSCALE_RAY_DASHBOARD_PORT']}"
-    assert f"2 workers registered with the Ray head at {dashboard}" in proof
+    assert f"registered with the Ray head at {dashboard}" in proof
 
 
 def test_a_killed_worker_node_is_replaced_and_leaves_no_process(b):
@@ -287,14 +289,10 @@ TRAPPING = 'echo started >> "$0"; trap \'echo stopped >> "$0"; exit 0\' TERM; wh
 
 
 @pytest.fixture
-def head_port():
-    """A listening TCP port standing in for the head's GCS."""
-    import socket
-
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        yield f"127.0.0.1:{listener.getsockname()[1]}"
+def head_url():
+    """A dashboard test server listing an ALIVE head node, standing in for the Ray head."""
+    with RayDashboardServer() as head:
+        yield head.url
 
 
 def _lines(path: Path, count: int, timeout: float = 20.0) -> List[str]:
@@ -305,19 +303,19 @@ def _lines(path: Path, count: int, timeout: float = 20.0) -> List[str]:
     return path.read_text().splitlines()
 
 
-def test_node_wrapper_starts_a_failing_node_once_more_then_reports_its_status(head_port, tmp_path):
+def test_node_wrapper_starts_a_failing_node_twice_more_then_reports_its_status(head_url, tmp_path):
     runs = tmp_path / "runs"
-    done = subprocess.run([sys.executable, str(RAY_NODE), head_port, "--", "sh", "-c", 'echo run >> "$0"; exit 3', str(runs)],
+    done = subprocess.run([sys.executable, str(RAY_NODE), head_url, "--", "sh", "-c", 'echo run >> "$0"; exit 3', str(runs)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 3
-    assert runs.read_text().splitlines() == ["run", "run"]
-    assert "failed 0s after starting (exit status 3); starting it again (attempt 2 of 2)" in done.stderr
+    assert runs.read_text().splitlines() == ["run", "run", "run"]
+    assert "failed 0s after starting (exit status 3); starting it again (attempt 2 of 3)" in done.stderr
 
 
-def test_node_wrapper_passes_sigterm_on_and_its_death_stops_the_node(head_port, tmp_path):
+def test_node_wrapper_passes_sigterm_on_and_its_death_stops_the_node(head_url, tmp_path):
     for how in (signal.SIGTERM, signal.SIGKILL):
         log = tmp_path / f"node-{how.name}"
-        wrapper = subprocess.Popen([sys.executable, str(RAY_NODE), head_port, "--", "sh", "-c", TRAPPING, str(log)])
+        wrapper = subprocess.Popen([sys.executable, str(RAY_NODE), head_url, "--", "sh", "-c", TRAPPING, str(log)])
         try:
             _lines(log, 1)
             wrapper.send_signal(how)

@@ -55,7 +55,8 @@ class RayDriver:
 
     def worker_argv(self, record: ClusterRecord, name: str, shape: WorkerShape, workdir: Path) -> List[str]:
         return ray_ops.worker_argv(
-            self.ray, self.address(record), record.host, name, shape.nthreads, shape.memory_limit
+            self.ray, self.address(record), self._dashboard(record), record.host, name, shape.nthreads,
+            shape.memory_limit,
         )
 
     def registered_workers(self, record: ClusterRecord) -> Optional[Set[str]]:

@@ -1,14 +1,15 @@
-"""``python .../ray_node.py HOST:PORT -- ray start ...``: one local Ray worker node, started robustly.
+"""``python .../ray_node.py DASHBOARD_URL -- ray start ...``: one local Ray worker node, started robustly.
 
 The supervisor records this process as the worker. It
 
-* waits (up to :data:`WAIT_SECONDS`) until the head's GCS port accepts
-  connections: a worker starts together with its head, and ``ray start
-  --address`` gives up on a GCS that is not listening yet;
+* waits (up to :data:`WAIT_SECONDS`) until the head's dashboard lists the
+  head node ALIVE: a worker starts together with its head, and ``ray start
+  --address`` gives up on a GCS that is not listening yet, or that does not
+  know its head node yet;
 * runs the command as its child and passes SIGTERM/SIGINT on to it (SIGTERM
   is how Ray drains a node); the child gets SIGTERM too if this process
   dies, so a killed worker takes its node down with it;
-* starts the command once more (at most) when it fails within
+* starts the command again (at most twice) when it fails within
   :data:`STARTUP_SECONDS`: ``ray start`` gives its raylet a fixed 30 s to
   register with the GCS, which a loaded machine can miss. A node that never
   registered is safe to start again.
@@ -18,26 +19,29 @@ head appeared). Run as a script, not with ``-m``: importing the plugin
 package would only slow each start.
 """
 import ctypes
+import json
 import signal
-import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from typing import List, Tuple
 
-WAIT_SECONDS = 120.0
+WAIT_SECONDS = 180.0
 STARTUP_SECONDS = 60.0
-ATTEMPTS = 2
+ATTEMPTS = 3
 _PR_SET_PDEATHSIG = 1
+_ALIVE_NODES = "/api/v0/nodes?limit=10000&filter_keys=state&filter_predicates=%3D&filter_values=ALIVE"
 
 
-def _listening(address: str) -> bool:
-    host, _, port = address.rpartition(":")
+def _head_alive(dashboard: str) -> bool:
+    """Whether the dashboard at ``dashboard`` lists an ALIVE head node (the State API's node list)."""
     try:
-        with socket.create_connection((host, int(port)), timeout=1.0):
-            return True
-    except OSError:
+        with urllib.request.urlopen(dashboard.rstrip("/") + _ALIVE_NODES, timeout=3.0) as reply:
+            nodes = json.loads(reply.read().decode("utf-8"))["data"]["result"]["result"]
+    except (OSError, ValueError, KeyError, TypeError):
         return False
+    return any(isinstance(n, dict) and n.get("is_head_node") and n.get("state") == "ALIVE" for n in nodes)
 
 
 def _die_with_parent() -> None:
@@ -60,15 +64,15 @@ def _run(command: List[str]) -> Tuple[int, bool]:
 
 
 def main(argv: List[str]) -> int:
-    """Wait for ``argv[0]`` (``host:port``), then run the command after ``--`` as described above."""
+    """Wait for the head at ``argv[0]`` (its dashboard URL), then run the command after ``--`` as described above."""
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: ray_node.py HOST:PORT -- COMMAND...", file=sys.stderr)
+        print("usage: ray_node.py DASHBOARD_URL -- COMMAND...", file=sys.stderr)
         return 2
-    address, command = argv[0], argv[2:]
+    dashboard, command = argv[0], argv[2:]
     deadline = time.monotonic() + WAIT_SECONDS
-    while not _listening(address):
+    while not _head_alive(dashboard):
         if time.monotonic() >= deadline:
-            print(f"no Ray head (GCS) listening at {address} after {WAIT_SECONDS:.0f}s", file=sys.stderr)
+            print(f"no ALIVE Ray head node listed by {dashboard} after {WAIT_SECONDS:.0f}s", file=sys.stderr)
             return 1
         time.sleep(0.2)
     for attempt in range(1, ATTEMPTS + 1):

@@ -82,16 +82,19 @@ def head_argv(ray: str, host: str, port: int, dashboard_port: int, client_port: 
     ]
 
 
-def worker_argv(ray: str, gcs_address: str, host: str, name: str, cpus: int, memory: int) -> List[str]:
+def worker_argv(
+    ray: str, gcs_address: str, dashboard: str, host: str, name: str, cpus: int, memory: int
+) -> List[str]:
     """One worker node named ``name`` (its Ray ``node_name``) with ``cpus`` CPUs and ``memory`` bytes.
 
-    It runs under :mod:`.ray_node`, which waits for the head's GCS port
-    (``ray start`` alone gives up on a head that is still starting), passes
-    SIGTERM on, and starts a node that failed to register once more.
+    It runs under :mod:`.ray_node`, which waits until the head's
+    ``dashboard`` lists the head node (``ray start`` alone gives up on a
+    head that is still starting), passes SIGTERM on, and starts a node that
+    failed to register again.
     """
     store = max(OBJECT_STORE_MINIMUM, int(memory * OBJECT_STORE_SHARE))
     return [
-        sys.executable, str(Path(__file__).with_name("ray_node.py")), gcs_address, "--",
+        sys.executable, str(Path(__file__).with_name("ray_node.py")), dashboard, "--",
         ray, "start", "--block",
         "--address", gcs_address,
         "--node-ip-address", host,
