@@ -29,6 +29,8 @@ setup(
     extras_require={
         "test": ["pytest>=8", "pytest-timeout>=2.3", "jsonschema>=4.20", "prometheus-client>=0.20", "cryptography>=42"],
         "bench": ["matplotlib>=3.8"],
+        # ray[default]: the dashboard (State API, which readiness reads) and the client server (ray://).
+        "ray": ["ray[default]>=2.9"],
         "spark": ["pyspark>=4.0,<5"],
     },
     entry_points={

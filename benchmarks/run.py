@@ -35,6 +35,7 @@ BENCHMARKS: Dict[str, str] = {
     "k8s_200": "benchmarks.bench_k8s_scale",
     "task_overhead": "benchmarks.bench_overhead",
     "local_dask": "benchmarks.bench_local",
+    "local_frameworks": "benchmarks.bench_local_frameworks",
     "local_spark": "benchmarks.bench_local_spark",
     "outage": "benchmarks.bench_outage",
 }

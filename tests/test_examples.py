@@ -98,6 +98,35 @@ def test_spark_example_runs_locally_end_to_end_on_a_real_spark_cluster(tmp_path)
         take_down(state)
 
 
+@pytest.mark.slow
+def test_readme_ray_snippet_is_the_ray_example_and_runs_end_to_end_on_local_ray(tmp_path):
+    from flytekitplugins_ddlscale.backends.local.ray_ops import temp_dir
+
+    readme = (ROOT / "README.md").read_text()
+    snippet = readme.split("```python\n", 1)[1].split("```\n", 1)[0]
+    example = (ROOT / "examples" / "ray_local.py").read_text()
+    assert "cluster=\"ray/" in snippet and example.endswith(snippet)
+    state = tmp_path / "state"
+    ray_files = temp_dir(state / "local" / "clusters" / "_.ray.demo")
+    done = subprocess.run([str(PYFLYTE), "run", "examples/ray_local.py", "train_flow"], cwd=ROOT,
+                          env=quick_start_env(state), capture_output=True, text=True, timeout=900)
+    try:
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        loss = sum(1.0 / (s + 1) for s in range(8))
+        assert float(done.stdout.strip().splitlines()[-1]) == pytest.approx(1.0 / loss)
+        summaries = [line for line in done.stderr.splitlines() if ": ray/demo " in line]
+        assert [line.split(":")[0] for line in summaries] == ["scale_up", "scale_down", "evaluate"], done.stderr
+        assert re.fullmatch(r"scale_up: ray/demo 0 -> 2 workers ready on Medium in \d+\.\d s"
+                            r" \(framework: 2 workers registered with the Ray head \(local backend\)\)", summaries[0])
+        assert re.match(r"evaluate: ray/demo 0 -> 1 worker ready in \d+\.\d s", summaries[2])
+        assert summaries[2].endswith("restored to 0 workers (baseline)")
+        # The flow created the cluster, so restoring its baseline took it down: no Ray process is left.
+        assert not list((state / "local" / "clusters").glob("*/cluster.json"))
+        assert processes_mentioning(ray_files) == []
+    finally:
+        take_down(state)
+
+
 def run_on_a_terminal(command, env, columns=80, timeout=300.0) -> tuple:
     """Run ``command`` on a real pseudo-terminal of ``columns`` columns; return (exit code, output)."""
     main, child = pty.openpty()

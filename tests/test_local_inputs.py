@@ -95,7 +95,7 @@ def test_strict_above_max_workers_is_refused(local_state):
     assert backend.list_clusters() == []
 
 
-@pytest.mark.parametrize("kind", ["ray", "mpi"])
+@pytest.mark.parametrize("kind", ["mpi"])
 def test_other_kinds_are_unsupported_with_an_explanation(backend, kind):
     ref = ClusterRef(kind, "other")
     for call in (
@@ -143,7 +143,7 @@ def test_claims_keep_the_largest_and_record_a_baseline(backend):
 def test_capabilities_and_protocol(backend):
     assert isinstance(backend, ClusterBackend)
     caps = backend.capabilities
-    assert caps.kinds == frozenset({"dask", "spark"})
+    assert caps.kinds == frozenset({"dask", "ray", "spark"})
     assert caps.observes_readiness and caps.holds_size and caps.persistent_baseline
 
 

@@ -79,7 +79,7 @@ class Shared:
 
     def master(self) -> Dict[str, Any]:
         """The master's own status, read here without the code under test."""
-        port = self.record().framework["webui_port"]
+        port = self.record().ports["webui"]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/", timeout=10) as reply:
             return json.loads(reply.read())
 
@@ -173,7 +173,7 @@ def test_framework_check_reads_the_real_master_from_the_connection_variables(sha
     env = shared.backend.connection_env(shared.ref)
     endpoint = resolve_endpoint("spark", env=env)
     assert endpoint is not None
-    webui = f"http://127.0.0.1:{shared.record().framework['webui_port']}"
+    webui = f"http://127.0.0.1:{shared.record().ports['webui']}"
     assert endpoint.url == webui
     assert "spark.master in" in endpoint.source
     registered = wait_registered(probe_for("spark"), endpoint, 2, timeout=30)
@@ -213,7 +213,7 @@ def test_surfaces_on_domino_wait_for_the_real_master_found_through_the_connectio
                     proof, alive = phase.framework_check, len(shared.alive_workers())
         finally:
             grow.join(TIMEOUT)
-    webui = f"http://127.0.0.1:{shared.record().framework['webui_port']}"
+    webui = f"http://127.0.0.1:{shared.record().ports['webui']}"
     assert alive == 2
     assert f"2 workers registered with the Spark master at {webui}" in proof
     assert "worker pods exist (scaler" in proof

@@ -14,13 +14,15 @@ from ..errors import InvalidInputError
 from ..models import ClusterState
 from ..progress import ProgressReporter
 from ..refs import ClusterRef
+from ..wording import plural
 from .endpoints import enabled_by_env, resolve_endpoint, validate_url, where_to_set
 from .probes import probe_for
 from .wait import Registered, wait_registered
 
 COUNTS_REGISTERED_WORKERS = frozenset({"local"})
 """Backends whose own wait already counts workers registered with the framework (the local
-backend asks its Dask scheduler or Spark master), so an HTTP check would prove nothing more."""
+backend asks its Dask scheduler, its Ray head's State API or its Spark master), so a second check
+would prove nothing more."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ def backend_proof(backend: ClusterBackend, state: ClusterState, kind: str) -> st
     if backend.name in COUNTS_REGISTERED_WORKERS:
         probe = probe_for(kind)
         registry = probe.registry if probe is not None else f"the {kind} cluster"
-        return f"{state.ready_workers} workers registered with {registry} ({backend.name} backend)"
+        return f"{plural(state.ready_workers or 0, 'worker')} registered with {registry} ({backend.name} backend)"
     if backend.capabilities.observes_readiness and state.ready_workers is not None:
         return f"{state.ready_workers} worker pods Ready ({backend.name})"
     return f"{state.existing_workers} worker pods exist ({backend.name}; pod readiness not visible)"

@@ -14,7 +14,7 @@ A payload of another shape raises :class:`ValueError`, which the wait treats
 like an unreachable head (a proxy's error page, a head still starting).
 """
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from .endpoints import framework_of
 
@@ -45,14 +45,19 @@ def _dask_workers(payload: Any) -> int:
     return payload["workers"]
 
 
-def _ray_workers(payload: Any) -> int:
+def ray_alive_nodes(payload: Any) -> List[Dict[str, Any]]:
+    """The ALIVE entries of a Ray State API node list; ValueError if ``payload`` is not one."""
     data = payload.get("data") if isinstance(payload, dict) else None
     listing = data.get("result") if isinstance(data, dict) else None
     nodes = listing.get("result") if isinstance(listing, dict) else None
     if not isinstance(nodes, list):
         msg = payload.get("msg") if isinstance(payload, dict) else None
         raise ValueError(f"not a Ray State API node list ({msg or 'no data.result.result'})")
-    alive = [n for n in nodes if isinstance(n, dict) and n.get("state") == "ALIVE"]
+    return [n for n in nodes if isinstance(n, dict) and n.get("state") == "ALIVE"]
+
+
+def _ray_workers(payload: Any) -> int:
+    alive = ray_alive_nodes(payload)
     if all("is_head_node" in n for n in alive):
         return sum(1 for n in alive if not n["is_head_node"])
     # Ray before 2.7 does not mark the head in this list; the head is one ALIVE node.

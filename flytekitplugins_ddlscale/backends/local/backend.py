@@ -1,6 +1,7 @@
 """The local backend's protocol layer: real local clusters made of local processes.
 
-A local cluster is one head process (a ``dask scheduler`` for Dask) plus one
+A local cluster is one head process (a ``dask scheduler`` for Dask, a
+``ray start --head`` node for Ray) plus one
 worker process per worker, all detached from the Python process that started them
 and recorded (pid + start time) in the state directory, so separate tasks,
 processes and the ``ddlscale local`` CLI share the same cluster. Every change

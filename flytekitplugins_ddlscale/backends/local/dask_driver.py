@@ -1,6 +1,6 @@
 """The Dask driver of the local backend: a ``dask scheduler`` head and ``dask worker`` processes."""
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from . import dask_ops
 from .env import dask_env
@@ -14,6 +14,7 @@ class DaskDriver:
     kind = "dask"
     framework = "Dask"
     head_label = "Dask scheduler"
+    head_ports: Tuple[str, ...] = ()
     workers_exit_with_head = True
 
     def address(self, record: ClusterRecord) -> str:
@@ -31,8 +32,9 @@ class DaskDriver:
         seen = dask_ops.scheduler_workers(record.address)
         return None if seen is None else set(seen)
 
-    def retire_workers(self, record: ClusterRecord, names: List[str], timeout: float) -> None:
+    def retire_workers(self, record: ClusterRecord, names: List[str], timeout: float) -> bool:
         dask_ops.retire_workers(record.address, names, timeout)
+        return True
 
     def connection_env(self, record: ClusterRecord) -> Dict[str, str]:
         return dask_env(record.host, record.port)

@@ -23,10 +23,16 @@ knows its framework. Each framework provides one class with:
   head does not answer;
 * :meth:`retire_workers`: ask the head to drain and close workers, raising
   :class:`BackendUnavailableError` when it cannot (the supervisor then
-  terminates them);
+  terminates them); it returns False where the framework's drain is the
+  stop signal itself (Ray: SIGTERM drains a node), so the supervisor
+  signals at once instead of waiting for the workers to leave on their own;
+* ``head_ports``: names of the head's ports besides its main one (Ray's
+  dashboard and client server), chosen free by the supervisor and kept in
+  ``record.ports`` across head restarts;
 * ``workers_exit_with_head``: whether workers close cleanly when their head
-  stops (Dask); where not (Spark workers keep trying to reach a lost master),
-  the supervisor stops the workers before the head;
+  stops (Dask); where not (Ray workers wait a minute for a lost head, Spark
+  workers keep trying to reach a lost master), the supervisor stops the
+  workers before the head;
 * :meth:`connection_env`: the variables Domino injects for this framework,
   so code written for Domino connects unchanged;
 * :meth:`details`: framework-specific entries of ``ddlscale local describe``
@@ -38,7 +44,7 @@ A head restart stops every process and starts the head and the same-named
 workers again, so a driver needs nothing more for it.
 """
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Protocol, Set
+from typing import Any, Dict, List, Optional, Protocol, Set, Tuple
 
 from .state import ClusterRecord, LocalStateStore
 from .tiers import WorkerShape
@@ -50,6 +56,7 @@ class FrameworkDriver(Protocol):
     kind: str
     framework: str
     head_label: str
+    head_ports: Tuple[str, ...]
     workers_exit_with_head: bool
 
     def address(self, record: ClusterRecord) -> str:
@@ -69,8 +76,9 @@ class FrameworkDriver(Protocol):
         """Names of the workers the head reports as registered; None when the head does not answer."""
         ...
 
-    def retire_workers(self, record: ClusterRecord, names: List[str], timeout: float) -> None:
-        """Ask the head to drain and close ``names`` within ``timeout``; :class:`BackendUnavailableError` if not."""
+    def retire_workers(self, record: ClusterRecord, names: List[str], timeout: float) -> bool:
+        """Ask the head to drain and close ``names`` within ``timeout``: True once asked (they exit on
+        their own), False when stopping them is the drain; :class:`BackendUnavailableError` if not."""
         ...
 
     def connection_env(self, record: ClusterRecord) -> Dict[str, str]:

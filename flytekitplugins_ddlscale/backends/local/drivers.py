@@ -12,6 +12,7 @@ from .driver import FrameworkDriver
 
 _DRIVERS: Dict[str, str] = {
     "dask": "flytekitplugins_ddlscale.backends.local.dask_driver:DaskDriver",
+    "ray": "flytekitplugins_ddlscale.backends.local.ray_driver:RayDriver",
     "spark": "flytekitplugins_ddlscale.backends.local.spark_driver:SparkDriver",
 }
 """Kind -> ``module:class`` of its driver."""

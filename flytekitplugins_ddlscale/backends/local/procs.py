@@ -15,7 +15,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional, Tuple
 
 from ...errors import BackendUnavailableError
 
@@ -35,6 +35,16 @@ class ProcessId:
         return {"pid": self.pid, "start": self.start}
 
 
+def _stat(pid: int) -> Optional[List[str]]:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state first), or None if gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # The command name in parentheses may contain spaces; fields follow the last ')'.
+    return text[text.rindex(")") + 2 :].split()
+
+
 def start_time(pid: int) -> Optional[int]:
     """The start time of ``pid`` (clock ticks since boot), or None if it is not running.
 
@@ -43,15 +53,32 @@ def start_time(pid: int) -> Optional[int]:
     while other threads still tear down and hold its sockets open, so it
     counts as running until only the main thread is left.
     """
+    fields = _stat(pid)
+    if fields is None:
+        return None
     try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-        # The command name in parentheses may contain spaces; fields follow the last ')'.
-        fields = text[text.rindex(")") + 2 :].split()
         if fields[0] in ("Z", "X") and len(os.listdir(f"/proc/{pid}/task")) <= 1:
             return None
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
     return int(fields[19])
+
+
+def group_members(proc: ProcessId) -> List[ProcessId]:
+    """The other running processes of ``proc``'s process group (its own, from :func:`spawn_detached`):
+    what it started, such as Ray's raylet and gcs_server. Empty when ``proc`` is not running."""
+    fields = _stat(proc.pid)
+    if fields is None or not is_alive(proc):
+        return []
+    group = fields[2]
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == proc.pid:
+            continue
+        other = _stat(int(entry))
+        if other is not None and other[2] == group and other[0] not in ("Z", "X"):
+            members.append(ProcessId(int(entry), int(other[19])))
+    return members
 
 
 def is_alive(proc: ProcessId) -> bool:
@@ -90,11 +117,22 @@ def stop_processes(procs: Iterable[ProcessId], grace: float = 5.0, asked: bool =
     scheduler closing): they first get ``grace`` seconds to finish on their
     own, because a SIGTERM that lands mid-shutdown can stall a Dask worker.
     Signals go to all processes before any wait, so stopping N takes one
-    grace period, not N. Raises :class:`BackendUnavailableError` naming the
-    pids still running 5 s after SIGKILL.
+    grace period, not N. What each process had started in its process group
+    (:func:`group_members`, read before any signal) and still runs a second
+    after the process is gone gets SIGTERM, then SIGKILL a second later: a
+    framework process killed after its grace cannot clean up behind itself. Raises
+    :class:`BackendUnavailableError` naming the pids still running 5 s after
+    SIGKILL.
     """
     pending = list(procs)
-    steps = [(signal.SIGTERM, grace), (signal.SIGKILL, 5.0)]
+    started_by_them = [m for p in pending for m in group_members(p)]
+    _signal_until_gone(pending, grace, asked)
+    _signal_until_gone(started_by_them, 1.0, asked=True)
+
+
+def _signal_until_gone(procs: List[ProcessId], grace: float, asked: bool) -> None:
+    pending = list(procs)
+    steps: List[Tuple[Optional[signal.Signals], float]] = [(signal.SIGTERM, grace), (signal.SIGKILL, 5.0)]
     if asked:
         steps.insert(0, (None, grace))
     for sig, wait in steps:

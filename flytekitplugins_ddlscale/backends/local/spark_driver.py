@@ -2,8 +2,7 @@
 
 The master and each worker run ``bin/spark-class`` of the installed pyspark
 in the foreground. The master listens on the supervisor's port, its web UI on
-a port recorded in ``record.framework`` (kept across head restarts while it
-is free). Each worker gets its own recorded port, web UI port and work
+the head port ``webui`` the supervisor chooses and keeps (``record.ports``). Each worker gets its own recorded port, web UI port and work
 directory; the master's ``/json/`` lists workers by ``host:port``, which is
 how a worker name is matched to an ALIVE worker.
 
@@ -27,9 +26,10 @@ from typing import Any, Dict, List, Optional, Set
 
 from ...errors import BackendUnavailableError
 from ...waiting import Backoff, Deadline
+from ...wording import seconds
 from . import procs, spark_ops
 from .state import ClusterRecord, LocalStateStore
-from .supervisor import free_port, port_is_free
+from .supervisor import free_port
 from .tiers import WorkerShape
 
 WEBUI_PORT_ENV = "DDLSCALE_SPARK_WEBUI_PORT"
@@ -47,6 +47,7 @@ class SparkDriver:
     kind = "spark"
     framework = "Spark"
     head_label = "Spark master"
+    head_ports = ("webui",)
     workers_exit_with_head = False
 
     def __init__(self) -> None:
@@ -58,12 +59,9 @@ class SparkDriver:
 
     def head_argv(self, record: ClusterRecord, store: LocalStateStore) -> List[str]:
         facts = record.framework
-        webui = int(facts.get("webui_port") or 0)
-        if not webui or not port_is_free(record.host, webui):
-            webui = free_port(record.host)
+        webui = record.ports["webui"]
         folder = store.cluster_dir(record.ref)
         facts.update(
-            webui_port=webui,
             python=sys.executable,
             conf_dir=str(folder / "conf"),
             daemon_conf=str(folder / "spark-daemon.conf"),
@@ -79,7 +77,9 @@ class SparkDriver:
         facts = record.framework
         live = {w.name for w in record.workers}
         workers = {n: p for n, p in facts.get("workers", {}).items() if n in live}
-        workers[name] = {"port": free_port(record.host), "webui_port": free_port(record.host)}
+        taken = {record.port, *record.ports.values(), *(p for w in workers.values() for p in w.values())}
+        port = free_port(record.host, taken)
+        workers[name] = {"port": port, "webui_port": free_port(record.host, taken | {port})}
         facts["workers"] = workers
         memory = max(1, shape.memory_limit // 2**20)
         facts["executor_memory_mib"] = memory
@@ -97,9 +97,9 @@ class SparkDriver:
         alive = spark_ops.workers_in(payload, {"ALIVE"})
         return {name for name, port in self._ports(record).items() if f"{record.host}:{port}" in alive}
 
-    def retire_workers(self, record: ClusterRecord, names: List[str], timeout: float) -> None:
+    def retire_workers(self, record: ClusterRecord, names: List[str], timeout: float) -> bool:
         """Decommission ``names`` (SIGPWR), wait until the master shows each decommissioned with
-        no executor cores in use, then terminate them."""
+        no executor cores in use, then terminate them: True, they are on their way out."""
         ports = self._ports(record)
         leaving = [w for w in record.workers if w.name in names and procs.is_alive(w.proc)]
         endpoints = {f"{record.host}:{ports[w.name]}" for w in leaving if w.name in ports}
@@ -122,12 +122,13 @@ class SparkDriver:
             if deadline.expired:
                 raise BackendUnavailableError(
                     f"the Spark master at {self._webui(record)} did not show workers {sorted(busy)} "
-                    f"decommissioned with their executors gone within {timeout:.0f}s"
+                    f"decommissioned with their executors gone within {seconds(timeout)}"
                 )
             time.sleep(min(next(intervals), deadline.remaining))
         for worker in leaving:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(worker.proc.pid, signal.SIGTERM)
+        return True
 
     def connection_env(self, record: ClusterRecord) -> Dict[str, str]:
         """``SPARK_CONF_DIR`` (its ``spark-defaults.conf`` sets ``spark.master``, as on Domino),
@@ -137,7 +138,7 @@ class SparkDriver:
         return {
             "SPARK_CONF_DIR": str(record.framework.get("conf_dir", "")),
             "PYSPARK_PYTHON": str(record.framework.get("python", "")),
-            WEBUI_PORT_ENV: str(record.framework.get("webui_port", "")),
+            WEBUI_PORT_ENV: str(record.ports.get("webui", "")),
         }
 
     def details(self, record: ClusterRecord, store: LocalStateStore) -> Dict[str, Any]:
@@ -152,7 +153,7 @@ class SparkDriver:
     # ------------------------------------------------------------ internals
 
     def _webui(self, record: ClusterRecord) -> str:
-        return f"http://{record.host}:{record.framework.get('webui_port', 0)}"
+        return f"http://{record.host}:{record.ports.get('webui', 0)}"
 
     @staticmethod
     def _ports(record: ClusterRecord) -> Dict[str, int]:

@@ -80,6 +80,8 @@ class ClusterRecord:
     host: str
     port: int = 0
     """Scheduler port; 0 until the first scheduler has chosen one."""
+    ports: Dict[str, int] = field(default_factory=dict)
+    """The head's other ports by name (a driver's ``head_ports``), kept across head restarts."""
     scheduler: Optional[ProcessId] = None
     head_hw_tier: Optional[str] = None
     worker_hw_tier: str = ""
@@ -109,6 +111,7 @@ class ClusterRecord:
             "namespace": self.ref.namespace,
             "host": self.host,
             "port": self.port,
+            "ports": dict(self.ports),
             "scheduler": self.scheduler.to_json() if self.scheduler else None,
             "head_hw_tier": self.head_hw_tier,
             "worker_hw_tier": self.worker_hw_tier,
@@ -128,6 +131,7 @@ class ClusterRecord:
             ref=ClusterRef(data["kind"], data["name"], data.get("namespace")),
             host=data["host"],
             port=int(data["port"]),
+            ports={str(k): int(v) for k, v in (data.get("ports") or {}).items()},
             scheduler=ProcessId(int(sched["pid"]), int(sched["start"])) if sched else None,
             head_hw_tier=data.get("head_hw_tier"),
             worker_hw_tier=data.get("worker_hw_tier") or "",

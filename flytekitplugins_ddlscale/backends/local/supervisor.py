@@ -11,7 +11,7 @@ claims or waits; callers hold the cluster lock (:meth:`lock`) around changes.
 import logging
 import socket
 import time
-from typing import Callable, Iterator, List, Optional, Tuple
+from typing import AbstractSet, Callable, Iterator, List, Optional, Tuple
 
 from ...errors import BackendUnavailableError, WorkerFailedError
 from ...models import ClusterState
@@ -71,10 +71,11 @@ class ProcessSupervisor:
             if record.workers:
                 logger.warning("%s: the %s had exited; restarting it and its workers", record.ref, self._driver(record).head_label)
             self.stop_all(record)
-            if record.port and not port_is_free(record.host, record.port):
+            taken = [p for p in [record.port, *record.ports.values()] if p and not port_is_free(record.host, p)]
+            if taken:
                 # Stale state (e.g. after a reboot): every worker is new anyway, so move.
-                logger.warning("%s: port %d is taken now; the %s moves", record.ref, record.port, self._driver(record).head_label)
-                record.port = 0
+                logger.warning("%s: port(s) %s taken now; the %s moves", record.ref, taken, self._driver(record).head_label)
+                record.port, record.ports = 0, {}
             started = self.start_cluster(record, shape, replicas)
         else:
             lost = [w.name for w in record.workers if not procs.is_alive(w.proc)]
@@ -140,8 +141,7 @@ class ProcessSupervisor:
         retired = False
         if retire and self.head_alive(record):
             try:
-                self._driver(record).retire_workers(record, [w.name for w in workers], self.stop_grace)
-                retired = True
+                retired = self._driver(record).retire_workers(record, [w.name for w in workers], self.stop_grace)
             except BackendUnavailableError as exc:
                 logger.warning("%s; terminating the workers instead", exc.message)
         procs.stop_processes([w.proc for w in workers], self.stop_grace, asked=retired)
@@ -229,8 +229,14 @@ class ProcessSupervisor:
         Workers may be started at once, since they keep trying to connect;
         :meth:`_await_head` then waits for the head.
         """
+        taken = {record.port, *record.ports.values()}
         if record.port == 0:
-            record.port = free_port(record.host)
+            record.port = free_port(record.host, taken)
+            taken.add(record.port)
+        for name in self._driver(record).head_ports:
+            if not record.ports.get(name):
+                record.ports[name] = free_port(record.host, taken)
+                taken.add(record.ports[name])
         record.scheduler = procs.spawn_detached(
             self._driver(record).head_argv(record, self.store), self.store.log_path(record.ref, HEAD_LOG)
         )
@@ -267,8 +273,11 @@ def port_is_free(host: str, port: int) -> bool:
     return True
 
 
-def free_port(host: str) -> int:
-    """A port nothing listens on right now; the head binds it moments later."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
+def free_port(host: str, avoid: AbstractSet[int] = frozenset()) -> int:
+    """A port nothing listens on right now and not in ``avoid``; its user binds it moments later."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind((host, 0))
+            port = int(probe.getsockname()[1])
+        if port not in avoid:
+            return port

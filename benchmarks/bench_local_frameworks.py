@@ -1,0 +1,80 @@
+"""Local backend, per framework: real workers 0 -> 2 ready and 2 -> 0.
+
+For each framework the local backend runs, the head is created once (timed
+apart), then each cycle scales it from no workers to 2 ready workers (as the
+head reports them: Dask scheduler, Ray dashboard's ALIVE worker nodes) with
+``wait=True`` and back to none. A framework that is not installed is
+recorded in the notes and left out. On this shared 2-core machine the
+figures are dominated by process start-up (Ray starts 5 processes per node).
+"""
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List
+
+from benchmarks.report import BenchResult
+from benchmarks.stats import summarize
+
+NAME = "local_frameworks"
+TITLE = "Local backend: real workers 0 -> 2 ready and 2 -> 0, per framework"
+WORKERS = 2
+FRAMEWORKS = ("dask", "ray")
+
+
+def _cycles(kind: str, cycles: int) -> Dict[str, List[float]]:
+    from flytekitplugins_ddlscale import ClusterRef
+    from flytekitplugins_ddlscale.backends.local import LocalBackend
+
+    ref = ClusterRef(kind, f"bench-{kind}")
+    times: Dict[str, List[float]] = {"create_head_s": [], "up_0_to_2_s": [], "down_2_to_0_s": []}
+    with tempfile.TemporaryDirectory(prefix="ddlscale-bench-") as tmp:
+        backend = LocalBackend(state_dir=Path(tmp) / "local")
+        try:
+            started = time.perf_counter()
+            backend.up(ref, 0, timeout=300)
+            times["create_head_s"].append(time.perf_counter() - started)
+            for _ in range(cycles):
+                started = time.perf_counter()
+                result = backend.scale(ref, WORKERS, wait=True, timeout=300)
+                times["up_0_to_2_s"].append(time.perf_counter() - started)
+                if result.final.ready_workers != WORKERS:
+                    raise RuntimeError(f"{kind}: scale returned with {result.final.describe()}")
+                started = time.perf_counter()
+                result = backend.scale(ref, 0, wait=True, timeout=300)
+                times["down_2_to_0_s"].append(time.perf_counter() - started)
+                if result.final.existing_workers != 0:
+                    raise RuntimeError(f"{kind}: scale returned with {result.final.describe()}")
+        finally:
+            backend.shutdown_all()
+            backend.close()
+    return times
+
+
+def run(quick: bool = False, out_dir: Path = Path("benchmarks/results")) -> BenchResult:
+    """Time ``1`` (quick) or ``3`` up/down cycles per framework; every process is stopped afterwards."""
+    try:
+        from flytekitplugins_ddlscale.backends.local.drivers import load_driver
+        from flytekitplugins_ddlscale.errors import UnsupportedOperationError
+    except ImportError as exc:
+        return BenchResult.skipped(NAME, TITLE, f"local backend not importable: {exc}")
+    cycles = 1 if quick else 3
+    result = BenchResult(NAME, TITLE)
+    metrics: Dict[str, object] = {"cycles": cycles, "workers": WORKERS}
+    headline = []
+    for kind in FRAMEWORKS:
+        try:
+            load_driver(kind)
+        except (KeyError, UnsupportedOperationError) as exc:
+            result.notes.append(f"{kind} left out: {exc}")
+            continue
+        stats = {name: summarize(values, 3) for name, values in _cycles(kind, cycles).items()}
+        metrics[kind] = stats
+        headline.append(
+            f"local {kind}: 0 -> {WORKERS} ready median {stats['up_0_to_2_s']['median']:.1f} s, "
+            f"{WORKERS} -> 0 median {stats['down_2_to_0_s']['median']:.1f} s "
+            f"(head start {stats['create_head_s']['median']:.1f} s)"
+        )
+    metrics["headline"] = headline
+    result.metrics = metrics
+    result.notes.append("Reported, no target: real processes on a shared 2-core machine (see loadavg).")
+    return result

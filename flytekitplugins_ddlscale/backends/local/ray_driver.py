@@ -1,0 +1,82 @@
+"""The Ray driver of the local backend: a ``ray start --head`` node and ``ray start`` worker nodes.
+
+Each node is one ``ray start --block`` process; its raylet, object store,
+agents (and, on the head, the GCS, dashboard and client server) are its
+children in its process group and stop with it. A tier's ``cores`` become
+the node's ``--num-cpus`` and its ``memory`` the node's memory (object
+store plus ``--memory``). Workers are named (``--node-name``) after their
+worker record, so the head's node list tells which have joined.
+
+Ray has no call that drains and removes a node from outside other than
+stopping it: SIGTERM to ``ray start --block`` marks the node draining (no
+new tasks), waits for its running tasks up to
+``$RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S`` (Ray's default 30 s; the
+supervisor's stop grace bounds it) and stops its processes. Objects whose
+only copy lived on the node are lost, as on Domino when a pod goes.
+"""
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Set, Tuple
+
+from . import ray_ops
+from .env import ray_env
+from .state import ClusterRecord, LocalStateStore
+from .tiers import WorkerShape
+
+DASHBOARD = "dashboard"
+CLIENT = "client"
+
+
+class RayDriver:
+    """Local Ray clusters: see :class:`~.driver.FrameworkDriver` for what each method promises.
+
+    Construction finds the ``ray`` command (:func:`~.ray_ops.ray_executable`)
+    and raises :class:`UnsupportedOperationError` saying how to install Ray
+    when there is none.
+    """
+
+    kind = "ray"
+    framework = "Ray"
+    head_label = "Ray head"
+    head_ports: Tuple[str, ...] = (DASHBOARD, CLIENT)
+    workers_exit_with_head = False
+
+    def __init__(self) -> None:
+        self.ray = ray_ops.ray_executable()
+
+    def address(self, record: ClusterRecord) -> str:
+        """The GCS address ``ray start --address`` joins (clients use :meth:`connection_env`)."""
+        return f"{record.host}:{record.port}"
+
+    def head_argv(self, record: ClusterRecord, store: LocalStateStore) -> List[str]:
+        return ray_ops.head_argv(
+            self.ray, record.host, record.port, record.ports[DASHBOARD], record.ports[CLIENT],
+            ray_ops.temp_dir(store.cluster_dir(record.ref)),
+        )
+
+    def worker_argv(self, record: ClusterRecord, name: str, shape: WorkerShape, workdir: Path) -> List[str]:
+        return ray_ops.worker_argv(
+            self.ray, self.address(record), self._dashboard(record), record.host, name, shape.nthreads,
+            shape.memory_limit,
+        )
+
+    def registered_workers(self, record: ClusterRecord) -> Optional[Set[str]]:
+        if not record.ports.get(DASHBOARD):
+            return None
+        return ray_ops.alive_worker_nodes(self._dashboard(record))
+
+    def retire_workers(self, record: ClusterRecord, names: List[str], timeout: float) -> bool:
+        # Stopping a Ray node is its drain (see the module docstring): nothing to ask the head first.
+        return False
+
+    def connection_env(self, record: ClusterRecord) -> Dict[str, str]:
+        return ray_env(record.host, record.ports.get(CLIENT, 0), record.ports.get(DASHBOARD, 0))
+
+    def details(self, record: ClusterRecord, store: LocalStateStore) -> Dict[str, Any]:
+        return {
+            "dashboard": self._dashboard(record),
+            "client_address": f"ray://{record.host}:{record.ports.get(CLIENT, 0)}",
+            "ray_temp_dir": ray_ops.temp_dir(store.cluster_dir(record.ref)),
+        }
+
+    def _dashboard(self, record: ClusterRecord) -> str:
+        return ray_ops.dashboard_url(record.host, record.ports.get(DASHBOARD, 0))

@@ -1,0 +1,96 @@
+"""``python .../ray_node.py DASHBOARD_URL -- ray start ...``: one local Ray worker node, started robustly.
+
+The supervisor records this process as the worker. It
+
+* waits (up to :data:`WAIT_SECONDS`) until the head's dashboard lists the
+  head node ALIVE: a worker starts together with its head, and ``ray start
+  --address`` gives up on a GCS that is not listening yet, or that does not
+  know its head node yet;
+* runs the command as its child and passes SIGTERM/SIGINT on to it (SIGTERM
+  is how Ray drains a node); the child gets SIGTERM too if this process
+  dies, so a killed worker takes its node down with it;
+* starts the command again (at most twice) when it fails within
+  :data:`STARTUP_SECONDS`: ``ray start`` gives its raylet a fixed 30 s to
+  register with the GCS, which a loaded machine can miss. A node that never
+  registered is safe to start again.
+
+It exits with the command's status (1, naming what it waited for, when no
+head appeared). Run as a script, not with ``-m``: importing the plugin
+package would only slow each start.
+"""
+import ctypes
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from typing import List, Tuple
+
+WAIT_SECONDS = 180.0
+STARTUP_SECONDS = 60.0
+ATTEMPTS = 3
+_PR_SET_PDEATHSIG = 1
+_ALIVE_NODES = "/api/v0/nodes?limit=10000&filter_keys=state&filter_predicates=%3D&filter_values=ALIVE"
+
+
+def _head_alive(dashboard: str) -> bool:
+    """Whether the dashboard at ``dashboard`` lists an ALIVE head node (the State API's node list)."""
+    try:
+        with urllib.request.urlopen(dashboard.rstrip("/") + _ALIVE_NODES, timeout=3.0) as reply:
+            nodes = json.loads(reply.read().decode("utf-8"))["data"]["result"]["result"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return any(isinstance(n, dict) and n.get("is_head_node") and n.get("state") == "ALIVE" for n in nodes)
+
+
+def _die_with_parent() -> None:
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _run(command: List[str]) -> Tuple[int, bool]:
+    """Run ``command`` to its end, passing SIGTERM/SIGINT on: its exit status, and whether it was
+    asked to stop."""
+    child = subprocess.Popen(command, preexec_fn=_die_with_parent)
+    stopping: List[int] = []
+
+    def forward(signum: int, frame: object) -> None:
+        stopping.append(signum)
+        child.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    return child.wait(), bool(stopping)
+
+
+def main(argv: List[str]) -> int:
+    """Wait for the head at ``argv[0]`` (its dashboard URL), then run the command after ``--`` as described above."""
+    if len(argv) < 3 or argv[1] != "--":
+        print("usage: ray_node.py DASHBOARD_URL -- COMMAND...", file=sys.stderr)
+        return 2
+    dashboard, command = argv[0], argv[2:]
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not _head_alive(dashboard):
+        if time.monotonic() >= deadline:
+            print(f"no ALIVE Ray head node listed by {dashboard} after {WAIT_SECONDS:.0f}s", file=sys.stderr)
+            return 1
+        time.sleep(0.2)
+    for attempt in range(1, ATTEMPTS + 1):
+        began = time.monotonic()
+        code, stopped = _run(command)
+        if stopped:
+            return 0
+        ran = time.monotonic() - began
+        if code <= 0 or ran > STARTUP_SECONDS or attempt == ATTEMPTS:
+            break
+        print(
+            f"ray_node: the node failed {ran:.0f}s after starting (exit status {code}); "
+            f"starting it again (attempt {attempt + 1} of {ATTEMPTS})",
+            file=sys.stderr, flush=True,
+        )
+    # A child killed by a signal reports -N; a shell reports that as 128+N.
+    return code if code >= 0 else 128 - code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,127 @@
+"""Command lines that start local Ray nodes, and what the Ray head's dashboard says about them.
+
+Nothing here imports ``ray``: the nodes are ``ray start --block`` processes
+of the Ray installed beside this Python (or ``$DDLSCALE_RAY_EXECUTABLE``),
+and the head is read over the dashboard's State API with the standard
+library, so the plugin process pays no Ray import cost.
+"""
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import List, Optional, Set
+
+from ...errors import UnsupportedOperationError
+from ...framework.probes import PROBES, ray_alive_nodes
+
+RAY_EXECUTABLE_ENV = "DDLSCALE_RAY_EXECUTABLE"
+INSTALL_HINT = 'pip install "flytekitplugins-ddlscale[ray]"'
+OBJECT_STORE_SHARE = 0.3
+"""Share of a tier's memory given to the node's object store, as Ray itself does (the rest is ``--memory``)."""
+OBJECT_STORE_MINIMUM = 75 * 1024 * 1024
+"""Ray refuses an object store below 75 MiB."""
+HEAD_OBJECT_STORE = 256 * 1024 * 1024
+"""The head runs no tasks (``--num-cpus 0``); its store holds what ``ray://`` clients put."""
+
+
+def ray_executable() -> str:
+    """The ``ray`` command to start nodes with: ``$DDLSCALE_RAY_EXECUTABLE``, else the one installed
+    beside this Python, else the first on ``PATH``.
+
+    Raises :class:`UnsupportedOperationError` saying how to install Ray when there is none.
+    """
+    configured = os.environ.get(RAY_EXECUTABLE_ENV, "").strip()
+    if configured:
+        candidates = [configured]
+    else:
+        candidates = [str(Path(sys.executable).parent / "ray"), shutil.which("ray") or ""]
+    for candidate in candidates:
+        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    where = f"${RAY_EXECUTABLE_ENV}={configured} is not an executable file" if configured else (
+        f"no `ray` command beside {sys.executable} or on PATH"
+    )
+    raise UnsupportedOperationError(
+        f"local Ray clusters need Ray installed in this environment: {INSTALL_HINT} "
+        f"({where}; ${RAY_EXECUTABLE_ENV} may name the `ray` command of another installation)"
+    )
+
+
+def temp_dir(cluster_dir: Path) -> str:
+    """Ray's ``--temp-dir`` for one cluster: short, because Ray puts Unix sockets under it (107-byte limit)."""
+    digest = hashlib.sha1(str(cluster_dir.resolve()).encode()).hexdigest()[:12]
+    return str(Path(tempfile.gettempdir()) / "ddlscale-ray" / digest)
+
+
+def head_argv(ray: str, host: str, port: int, dashboard_port: int, client_port: int, temp: str) -> List[str]:
+    """``ray start --head --block``: GCS on ``port``, the dashboard and the client server on theirs.
+
+    Every port Ray would otherwise take at a fixed default (GCS 6379,
+    dashboard 8265, client 10001, dashboard agent 52365) is given, so local
+    clusters run side by side; the rest (node and object manager, workers,
+    agents) are left to the OS (port 0). The head runs no tasks.
+    """
+    return [
+        ray, "start", "--head", "--block",
+        "--node-ip-address", host,
+        "--port", str(port),
+        "--dashboard-host", host,
+        "--dashboard-port", str(dashboard_port),
+        "--ray-client-server-port", str(client_port),
+        "--dashboard-agent-listen-port", "0",
+        "--num-cpus", "0",
+        "--num-gpus", "0",
+        "--object-store-memory", str(HEAD_OBJECT_STORE),
+        "--temp-dir", temp,
+        "--disable-usage-stats",
+    ]
+
+
+def worker_argv(
+    ray: str, gcs_address: str, dashboard: str, host: str, name: str, cpus: int, memory: int
+) -> List[str]:
+    """One worker node named ``name`` (its Ray ``node_name``) with ``cpus`` CPUs and ``memory`` bytes.
+
+    It runs under :mod:`.ray_node`, which waits until the head's
+    ``dashboard`` lists the head node (``ray start`` alone gives up on a
+    head that is still starting), passes SIGTERM on, and starts a node that
+    failed to register again.
+    """
+    store = max(OBJECT_STORE_MINIMUM, int(memory * OBJECT_STORE_SHARE))
+    return [
+        sys.executable, str(Path(__file__).with_name("ray_node.py")), dashboard, "--",
+        ray, "start", "--block",
+        "--address", gcs_address,
+        "--node-ip-address", host,
+        "--node-name", name,
+        "--num-cpus", str(cpus),
+        "--num-gpus", "0",
+        "--memory", str(max(memory - store, OBJECT_STORE_MINIMUM)),
+        "--object-store-memory", str(store),
+        "--dashboard-agent-listen-port", "0",
+        "--disable-usage-stats",
+    ]
+
+
+def dashboard_url(host: str, port: int) -> str:
+    """The dashboard's base URL."""
+    return f"http://{host}:{port}"
+
+
+def alive_worker_nodes(base_url: str, timeout: float = 3.0) -> Optional[Set[str]]:
+    """``node_name`` of every ALIVE worker node (not the head) the dashboard at ``base_url`` lists;
+    None while it does not answer with a node list."""
+    request = urllib.request.Request(PROBES["ray"].url(base_url), headers={"Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as reply:
+            nodes = ray_alive_nodes(json.loads(reply.read().decode("utf-8")))
+    except (OSError, ValueError):
+        # URLError, refused or reset connections and timeouts are OSErrors; a
+        # dashboard still starting answers 5xx (HTTPError, an OSError) or another shape.
+        return None
+    return {str(n.get("node_name")) for n in nodes if not n.get("is_head_node")}
