@@ -14,7 +14,7 @@ import ssl
 import threading
 import time
 from collections import deque
-from typing import Callable, Deque, Optional, Tuple, Type, TypeVar
+from typing import Callable, Deque, Dict, Optional, Tuple, Type, TypeVar
 
 from .errors import BackendUnavailableError, ScalingTimeoutError
 from .models import ClusterState
@@ -94,6 +94,20 @@ class OutageTracker:
             f"{self.what} was unreachable for {_seconds(seconds)} s of the "
             f"{round(deadline.timeout, 1):g} s wait ({outages}{still})"
         )
+
+
+_TRACKERS: Dict[str, OutageTracker] = {}
+_TRACKERS_LOCK = threading.Lock()
+
+
+def shared_tracker(what: str, logger: logging.Logger) -> OutageTracker:
+    """The one :class:`OutageTracker` of ``what`` in this process: every client of the same backend
+    (several backend objects, a shared informer or poll) reports to it, so an outage is logged once."""
+    with _TRACKERS_LOCK:
+        tracker = _TRACKERS.get(what)
+        if tracker is None:
+            tracker = _TRACKERS[what] = OutageTracker(what, logger)
+        return tracker
 
 
 def cert_verification_failed(exc: BaseException) -> bool:

@@ -134,6 +134,8 @@ class K8sTestServer:
         self._allowed: Optional[Set[Tuple[str, str]]] = None
         self._interference: Dict[Key, int] = {}
         self._watches: Set[_Watch] = set()
+        self.peak_watches = 0
+        """The most watch connections open at once since the start (or :meth:`clear_log`)."""
         self._connections: Set[Any] = set()
         self._closing = False
         self.operator = SimulatedOperator(
@@ -384,9 +386,16 @@ class K8sTestServer:
             )
 
     def clear_log(self) -> None:
-        """Forget the request log."""
+        """Forget the request log and the peak of open watches."""
         with self.lock:
             self.requests.clear()
+            self.peak_watches = len(self._watches)
+
+    @property
+    def open_watches(self) -> int:
+        """Watch connections open now."""
+        with self.lock:
+            return len(self._watches)
 
     # -- store -------------------------------------------------------------
     @property
@@ -739,6 +748,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         with api.lock:
             api._watches.add(watch)
+            api.peak_watches = max(api.peak_watches, len(api._watches))
             start = query.get("resourceVersion")
             if not start or start == "0":
                 since = api.resource_version

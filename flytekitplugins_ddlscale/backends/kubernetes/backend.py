@@ -29,6 +29,7 @@ from ...inplace import Reach
 from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
 from ...outage import OUTAGE_BACKOFF, outage_timeout
 from ...progress import ProgressReporter
+from ...sharing import current_shared_reads
 from ...records import BASELINE_ANNOTATION, CLAIMS_ANNOTATION, Claim, decode_claims, encode_claims, largest_claim
 from ...refs import (
     DEFAULT_NAMESPACE,
@@ -47,6 +48,7 @@ from ...waiting import Deadline
 from ..base import BackendCapabilities, BaseBackend, Change
 from .api import Conflict, KubeApi
 from .client import make_api_client, tier_catalog_from_env
+from .informer import cached_pods
 from .podwatch import PodWaiter
 from .spec import (
     autoscaling_section,
@@ -165,6 +167,14 @@ class KubernetesBackend(BaseBackend):
     def _pods(
         self, ref: ClusterRef, component: Optional[str] = None, deadline: Optional[Deadline] = None
     ) -> List[Dict[str, Any]]:
+        """The cluster's pods: from the shared informer's cache when one is synced for the namespace (or
+        the caller asked for shared reads, see :mod:`~flytekitplugins_ddlscale.sharing`), else one list."""
+        sharing = current_shared_reads()
+        linger = sharing.linger if sharing is not None else 0.0
+        wait = deadline.remaining if deadline is not None else self.request_timeout
+        cached = cached_pods(self.api, self._ns(ref), self._selector(ref, component), linger, wait)
+        if cached is not None:
+            return cached
         return self.api.list_pods(self._ns(ref), self._selector(ref, component), deadline)[0]
 
     @contextlib.contextmanager
