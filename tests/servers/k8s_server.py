@@ -566,7 +566,7 @@ class K8sTestServer:
 
         with self.changed:
             while True:
-                if watch.dropped or self._closing:
+                if watch.dropped or self._closing or _peer_closed(watch.connection):
                     return [], True, since
                 events = []
                 for event in reversed(self._events):
@@ -584,7 +584,8 @@ class K8sTestServer:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return [], True, since
-                self.changed.wait(min(remaining, 0.5))
+                # Woken by every change; otherwise look every 0.2 s whether the client hung up.
+                self.changed.wait(min(remaining, 0.2))
 
     def too_old(self, resource_version: int) -> bool:
         """Whether history no longer reaches back to ``resource_version`` (410 Gone)."""
@@ -596,6 +597,20 @@ def pod_ready(pod: Dict[str, Any]) -> bool:
     if pod["metadata"].get("deletionTimestamp"):
         return False
     return any(c["type"] == "Ready" and c["status"] == "True" for c in pod.get("status", {}).get("conditions", []))
+
+
+def _peer_closed(conn: Any) -> bool:
+    """Whether the client closed its end (as an API server notices a cancelled watch request)."""
+    import select
+    import socket
+
+    if conn is None:
+        return False
+    try:
+        readable, _, _ = select.select([conn], [], [], 0)
+        return bool(readable) and conn.recv(1, socket.MSG_PEEK) == b""
+    except (OSError, ValueError):
+        return True
 
 
 def _shutdown(conn: Any) -> None:

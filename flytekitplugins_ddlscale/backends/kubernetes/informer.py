@@ -14,9 +14,9 @@ jittered :data:`~flytekitplugins_ddlscale.outage.OUTAGE_BACKOFF` and logged
 once per outage (the tracker is shared by every client of the server); any
 other error (403, 404) ends every current wait with that error.
 
-The informer stops, closing its watch at once, when its last subscription
-closes, unless ``linger`` seconds were asked for (a service that reads the
-same namespace every few seconds keeps it warm). It talks through its own
+The informer stops, closing its watch, :data:`WAIT_LINGER` seconds after its
+last wait ends, or later when a caller asked for ``linger`` seconds (a
+service that reads the same namespace every few seconds keeps it warm). It talks through its own
 API client, a copy of the first caller's configuration, so it outlives the
 backend that started it; informers are keyed by API server, credentials
 (hashed, never kept in clear) and namespace.
@@ -36,6 +36,9 @@ logger = logging.getLogger("flytekitplugins_ddlscale.kubernetes")
 
 WATCH_WINDOW = 30.0
 """Longest single watch request (seconds); the watch resumes from the last version after it."""
+WAIT_LINGER = 1.0
+"""Seconds an informer stays after its last wait ends, so waits that follow each other (a busy
+process, a phase's scale then wait) reuse the cache instead of listing again."""
 Pod = Dict[str, Any]
 Requirement = Tuple[str, str, Optional[str]]
 """(key, op, value): op is "=", "!=", "exists" or "!" (absent)."""
@@ -179,7 +182,6 @@ class PodInformer:
         with self.lock:
             sub.error = self.error
             self._subs.add(sub)
-            self._idle_until = None
             if sub.index is None:
                 self._unindexed.add(sub)
             else:
@@ -204,8 +206,16 @@ class PodInformer:
                 return
             now = time.monotonic()
             self._idle_until = max(self._idle_until or now, now + linger)
-            done = self._idle_until <= now
-        if done:
+            left = self._idle_until - now
+        if left <= 0:
+            _REGISTRY.retire(self)
+            return
+        timer = threading.Timer(left, self._expire)
+        timer.daemon = True
+        timer.start()
+
+    def _expire(self) -> None:
+        if self.idle_expired:
             _REGISTRY.retire(self)
 
     def _matching(self, sub: Subscription) -> Dict[str, Pod]:
@@ -253,9 +263,6 @@ class PodInformer:
         relist = True
         try:
             while not self._stopping.is_set():
-                if self.idle_expired:
-                    _REGISTRY.retire(self)
-                    break
                 try:
                     if relist:
                         self._list()
@@ -265,8 +272,11 @@ class PodInformer:
                 except WatchExpired:
                     relist = True
                 except BackendUnavailableError as exc:
-                    # A dropped stream resumes from the last version seen; an outage is ridden out.
+                    # A dropped stream resumes from the last version seen; an outage is ridden out,
+                    # but not for nobody: an idle informer ends here.
                     self.last_error = exc
+                    if not self.subscribers:
+                        break
                     self._stopping.wait(next(pauses))
                 except ScalingError as exc:
                     self._fail(exc)
@@ -309,13 +319,6 @@ class PodInformer:
         for sub in subs:
             sub._wake()
 
-    def _window(self) -> float:
-        with self.lock:
-            idle_until = self._idle_until if not self._subs else None
-        if idle_until is None:
-            return WATCH_WINDOW
-        return max(0.05, min(WATCH_WINDOW, idle_until - time.monotonic()))
-
     def _opened(self, response: Any) -> None:
         self._response = response
         if self._stopping.is_set():
@@ -324,7 +327,7 @@ class PodInformer:
     def _watch(self) -> None:
         self.watches += 1
         try:
-            for event in self.api.watch_pods(self.namespace, "", self._version, self._window(), on_open=self._opened):
+            for event in self.api.watch_pods(self.namespace, "", self._version, WATCH_WINDOW, on_open=self._opened):
                 self._apply(event)
                 if self._stopping.is_set():
                     return

@@ -19,7 +19,7 @@ from ...outage import outage_timeout
 from ...progress import ProgressReporter, WaitProgress
 from ...waiting import Deadline
 from .api import KubeApi
-from .informer import Subscription, subscribe
+from .informer import WAIT_LINGER, Subscription, subscribe
 from .spec import pod_failure
 
 MAX_WINDOW = 30
@@ -74,16 +74,18 @@ class PodWaiter:
         did not answer before it.
         """
         deadline = Deadline(self.timeout)
-        with subscribe(self.api, self.namespace, self.selector) as sub:
-            try:
-                return self._run(sub, check, deadline)
-            except BackendUnavailableError as exc:
-                if not deadline.expired:
-                    raise
-                raise outage_timeout(
-                    exc, deadline=deadline, what=self.what, tracker=self.api.outage, state=self._last_state,
-                    cluster=self.cluster,
-                ) from None
+        sub = subscribe(self.api, self.namespace, self.selector)
+        try:
+            return self._run(sub, check, deadline)
+        except BackendUnavailableError as exc:
+            if not deadline.expired:
+                raise
+            raise outage_timeout(
+                exc, deadline=deadline, what=self.what, tracker=self.api.outage, state=self._last_state,
+                cluster=self.cluster,
+            ) from None
+        finally:
+            sub.close(WAIT_LINGER)
 
     def _run(self, sub: Subscription, check: Check, deadline: Deadline) -> ClusterState:
         if not sub.wait_synced(deadline.remaining):

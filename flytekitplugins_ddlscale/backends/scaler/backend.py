@@ -37,6 +37,7 @@ from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleR
 from ...outage import outage_timeout
 from ...progress import ProgressReporter, WaitProgress
 from ...refs import ClusterRef
+from ...sharing import current_shared_reads
 from ...tiers import DominoTierCatalog, TierCatalog
 from ...validation import validate_tier_name, validate_timeout
 from ...waiting import Backoff, Deadline, PollSchedule, TwoStageBackoff, poll_until
@@ -61,6 +62,9 @@ NUCLEUS_ENV = ("DOMINO_API_HOST", "DOMINO_API_PROXY")
 DEFAULT_POLL_BACKOFF = TwoStageBackoff(slow=3.0)
 """Poll intervals of scale waits: 0.25 s doubling to 1 s for the first 10 s, then 3 s
 (the reference client polls every 2 s: fewer requests over a long wait, less lag on a short one)."""
+SHARED_POLL_AGE = 0.5
+"""Seconds a cluster read of one wait may answer another wait on the same cluster (at most two
+polls per second per cluster, however many wait on it)."""
 DEFAULT_RESTART_POLL_BACKOFF = TwoStageBackoff(slow=10.0)
 """Poll intervals of head-restart waits: as for scale, then 10 s (the reference polls every 3 s)."""
 
@@ -130,6 +134,7 @@ class ScalerServiceBackend(FileRecordsBackend):
         restart_poll_backoff: Optional[PollSchedule] = None,
         env: Optional[Mapping[str, str]] = None,
         sleep: Callable[[float], None] = time.sleep,
+        max_requests_per_second: Optional[float] = None,
     ) -> None:
         validate_timeout(timeout)
         if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 10:
@@ -138,7 +143,7 @@ class ScalerServiceBackend(FileRecordsBackend):
             auth = DominoAuth(token=token, api_key=api_key, verify=verify)
         self._client = ScalerClient(
             base_url, auth=auth, verify=verify, timeout=timeout, retries=retries,
-            retry_backoff=retry_backoff, env=env, sleep=sleep,
+            retry_backoff=retry_backoff, env=env, sleep=sleep, max_requests_per_second=max_requests_per_second,
         )
         if records is None:
             store = FileRecordStore(Path(state_dir) / "records") if state_dir is not None else FileRecordStore()
@@ -184,6 +189,9 @@ class ScalerServiceBackend(FileRecordsBackend):
             )
 
     def _observe(self, ref: ClusterRef) -> ClusterState:
+        sharing = current_shared_reads()
+        if sharing is not None:
+            return state_from_object(ref, self._client.poll_cluster(ref, None, sharing.max_age))
         return state_from_object(ref, self._client.get_cluster(ref))
 
     def _observe_before_change(self, ref: ClusterRef, deadline: Deadline, what: str) -> ClusterState:
@@ -195,7 +203,7 @@ class ScalerServiceBackend(FileRecordsBackend):
 
     def _observe_for_wait(self, ref: ClusterRef, replicas: int, deadline: Deadline) -> Optional[ClusterState]:
         try:
-            return state_from_object(ref, self._client.get_cluster(ref, deadline))
+            return state_from_object(ref, self._client.get_cluster(ref, deadline, paced=True))
         except BackendUnavailableError as error:
             if deadline.expired:
                 raise _timed_out(error, deadline, f"{replicas} worker pods of {ref}", ref, self._client) from None
@@ -217,7 +225,7 @@ class ScalerServiceBackend(FileRecordsBackend):
         def read() -> ClusterState:
             # A failed poll (cluster deleted, access revoked) reports the last state this wait saw.
             try:
-                seen[0] = state_from_object(ref, self._client.get_cluster(ref, deadline))
+                seen[0] = state_from_object(ref, self._client.poll_cluster(ref, deadline, SHARED_POLL_AGE))
             except ScalingError as error:
                 error.state = error.state or seen[0]
                 raise _timed_out(error, deadline, what, ref, self._client) from None
