@@ -15,8 +15,9 @@ What the service can and cannot do shapes this backend:
 import logging
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Mapping, Optional, Union
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Union
 
 import httpx
 
@@ -62,9 +63,11 @@ NUCLEUS_ENV = ("DOMINO_API_HOST", "DOMINO_API_PROXY")
 DEFAULT_POLL_BACKOFF = TwoStageBackoff(slow=3.0)
 """Poll intervals of scale waits: 0.25 s doubling to 1 s for the first 10 s, then 3 s
 (the reference client polls every 2 s: fewer requests over a long wait, less lag on a short one)."""
-SHARED_POLL_AGE = 0.5
-"""Seconds a cluster read of one wait may answer another wait on the same cluster (at most two
-polls per second per cluster, however many wait on it)."""
+SHARED_POLL_AGE = 0.3
+"""Seconds a cluster read (or list) of one wait may answer another wait (at most about three polls
+per second per cluster, or per kind while a list answers them, however many wait)."""
+LISTED_POLL_INTERVAL = 0.3
+"""Poll interval of a wait whose polls a shared list answers: its reads cost no request of their own."""
 DEFAULT_RESTART_POLL_BACKOFF = TwoStageBackoff(slow=10.0)
 """Poll intervals of head-restart waits: as for scale, then 10 s (the reference polls every 3 s)."""
 
@@ -238,7 +241,7 @@ class ScalerServiceBackend(FileRecordsBackend):
             target=replicas,
             count=lambda s: s.existing_workers,
             timeout=timeout,
-            backoff=self._poll,
+            backoff=_ListedSchedule(self._poll, lambda: self._client.shared_by_list(ref)),
             progress=progress,
             sleep=self._sleep,
             note=self._client.outage.summary,
@@ -415,6 +418,20 @@ class ScalerServiceBackend(FileRecordsBackend):
             wanted,
         )
         return None
+
+
+@dataclass(frozen=True)
+class _ListedSchedule:
+    """``base``'s intervals, shortened to :data:`LISTED_POLL_INTERVAL` while ``listed()`` (a shared list
+    answers the polls, so polling more often sends no more requests)."""
+
+    base: PollSchedule
+    listed: Callable[[], bool]
+
+    def intervals(self) -> Iterator[float]:
+        """An endless iterator of sleep intervals in seconds."""
+        for step in self.base.intervals():
+            yield min(step, LISTED_POLL_INTERVAL) if self.listed() else step
 
 
 def _timed_out(

@@ -7,6 +7,7 @@ retried: a lost answer is reported, not re-sent. The polls of waits go
 through the process's shared, paced polls of the service (:mod:`.polls`);
 every 429/503 the service sends slows them all.
 """
+import hashlib
 import logging
 import os
 import time
@@ -21,7 +22,7 @@ from ...refs import ClusterRef
 from ...outage import cert_verification_failed, retry_through_outage, shared_tracker
 from ...waiting import Backoff, Deadline
 from .errors import error_from_response, response_body
-from .polls import for_service, max_rps_from
+from .polls import LIST_FROM, max_rps_from, pacer_for, polls_for
 
 logger = logging.getLogger("flytekitplugins_ddlscale.scaler")
 
@@ -83,8 +84,6 @@ class ScalerClient:
         self.retries = retries
         self.outage = shared_tracker(f"the scaler service at {self.base_url}", logger)
         """Reachability of the service, shared by every client of it in this process."""
-        self.pacer, self.polls = for_service(self.base_url, rate)
-        """This process's pacing of polls to the service, and its polls shared between waits."""
         self._backoff = retry_backoff
         self._sleep = sleep
         self._http = httpx.Client(
@@ -94,6 +93,10 @@ class ScalerClient:
             verify=verify,
             headers={"Accept": "application/json"},
         )
+        self.pacer = pacer_for(self.base_url, rate)
+        """This process's pacing of polls to the service."""
+        self.polls = polls_for(self.base_url, _identity(self._http.auth))
+        """This process's polls of the service shared between waits with the same credentials."""
 
     @property
     def auth(self) -> Optional[httpx.Auth]:
@@ -205,11 +208,33 @@ class ScalerClient:
         return response_body(response)
 
     def poll_cluster(self, ref: ClusterRef, deadline: Optional[Deadline], max_age: float) -> Dict[str, Any]:
-        """:meth:`get_cluster` as a shared, paced poll: another wait's read of the same cluster in
-        flight or at most ``max_age`` seconds old answers it instead of a request of its own."""
+        """:meth:`get_cluster` as a shared, paced poll: another wait's read of the same cluster (or of
+        every cluster of its kind, while :data:`~.polls.LIST_FROM` or more are waited on) in flight or
+        at most ``max_age`` seconds old answers it instead of a request of its own. A cluster the list
+        does not show is read on its own (for its own error)."""
+        if self.shared_by_list(ref):
+            listed = self.polls.read(f"list:{ref.plural}", lambda: self._list(ref, deadline), max_age, deadline)
+            if ref.name in listed:
+                return listed[ref.name]
         return self.polls.read(
             f"{ref.plural}/{ref.name}", lambda: self.get_cluster(ref, deadline, paced=True), max_age, deadline
         )
+
+    def shared_by_list(self, ref: ClusterRef) -> bool:
+        """Whether polls of ``ref`` are answered by one list of its kind (enough clusters waited on)."""
+        return self.polls.crowd(ref.plural, ref.name) >= LIST_FROM
+
+    def _list(self, ref: ClusterRef, deadline: Optional[Deadline]) -> Dict[str, Dict[str, Any]]:
+        response = self._send(
+            ref, "GET", f"{API_PREFIX}/list/{ref.plural}", retry=True, deadline=deadline, ride_out=True, paced=True,
+        )
+        if response.status_code != 200:
+            raise error_from_response(response, ref, operation="list clusters")
+        clusters = response_body(response).get("clusters") or []
+        return {str((c.get("metadata") or {}).get("name")): c for c in clusters if isinstance(c, dict)}
+
+    def _forget(self, ref: ClusterRef) -> None:
+        self.polls.forget(f"{ref.plural}/{ref.name}", f"list:{ref.plural}")
 
     def scale(
         self, ref: ClusterRef, replicas: int, worker_hw_tier: Optional[str], deadline: Optional[Deadline] = None
@@ -227,7 +252,7 @@ class ScalerClient:
             )
         finally:
             # Whatever the answer, a read from before this request must not answer a wait after it.
-            self.polls.forget(f"{ref.plural}/{ref.name}")
+            self._forget(ref)
         if response.status_code != 200:
             raise error_from_response(response, ref, operation="scale", bad_request_value=replicas)
         return response_body(response)
@@ -247,7 +272,7 @@ class ScalerClient:
                 ref, "PATCH", f"{API_PREFIX}/restart_head/{ref.plural}/{ref.name}", retry=False, deadline=deadline
             )
         finally:
-            self.polls.forget(f"{ref.plural}/{ref.name}")
+            self._forget(ref)
         if response.status_code in (200, 202):
             return response_body(response)
         if response.status_code == 404:
@@ -299,6 +324,14 @@ class _RetryStatus(Exception):
     def __init__(self, response: httpx.Response) -> None:
         super().__init__(f"HTTP {response.status_code}")
         self.response = response
+
+
+def _identity(auth: Any) -> str:
+    """A digest of the credentials ``auth`` sends (polls are shared only between the same identity)."""
+    if isinstance(auth, DominoAuth):
+        secret = "\0".join(str(v) for v in (auth.api_proxy, auth.token, auth.api_key))
+        return hashlib.sha256(secret.encode()).hexdigest()
+    return f"object-{id(auth)}"
 
 
 def _retry_after(response: httpx.Response) -> Optional[float]:

@@ -11,9 +11,14 @@ own would be a request storm, so per service URL this process keeps:
   waiter: nobody polls again before a pause (``Retry-After`` when the
   service sends one, at most 10 s, else 0.5 s doubling to 2 s), and the rate is halved,
   climbing back by a quarter per answer that is not one of them;
-* :class:`SharedPolls`: concurrent waits on the SAME cluster share one poll.
-  A read joins a poll already in flight, or reuses a result at most
-  ``max_age`` seconds old, instead of sending its own.
+* :class:`SharedPolls` (per service AND identity: the service shows each
+  caller only what it may see): concurrent waits on the SAME cluster share
+  one poll. A read joins a poll already in flight, or reuses a result at
+  most ``max_age`` seconds old, instead of sending its own. While waits on
+  :data:`LIST_FROM` or more clusters of one kind run at once, one
+  ``GET /list/<kind>`` answers them all (the service's list route returns
+  every cluster the caller may see), so the requests of a fleet of waits do
+  not grow with the fleet.
 
 Writes (scale, restart) are never paced or shared: they are what the user
 asked for, and happen once per operation.
@@ -37,6 +42,10 @@ same cap as :data:`~flytekitplugins_ddlscale.outage.OUTAGE_BACKOFF`)."""
 MAX_RETRY_AFTER = 10.0
 """Longest ``Retry-After`` honoured (seconds), so a wrong header cannot stall every wait."""
 MIN_RATE = 1.0
+LIST_FROM = 3
+"""Clusters of one kind waited on at once from which one list answers all their polls."""
+INTEREST_S = 5.0
+"""Seconds a wait's last read counts it as waiting on its cluster."""
 KEEP_RESULTS = 4096
 """Cluster results kept per service before the oldest are forgotten."""
 
@@ -128,6 +137,7 @@ class SharedPolls:
         self._results: Dict[str, Tuple[float, Any]] = {}
         self._flights: Dict[str, _Flight] = {}
         self._generation = 0
+        self._interest: Dict[str, Dict[str, float]] = {}
         self.shared = 0
         """Reads answered without a request of their own."""
 
@@ -158,12 +168,25 @@ class SharedPolls:
             if not isinstance(flight.error, BackendUnavailableError) or (deadline is not None and deadline.expired):
                 raise flight.error
 
-    def forget(self, key: str) -> None:
-        """Drop the result kept for ``key``, and that of a poll in flight now (this process just changed
+    def forget(self, *keys: str) -> None:
+        """Drop the results kept for ``keys``, and those of polls in flight now (this process just changed
         that cluster: a read sent before the change must not answer a wait after it)."""
         with self._lock:
-            self._results.pop(key, None)
+            for key in keys:
+                self._results.pop(key, None)
             self._generation += 1
+
+    def crowd(self, group: str, member: str) -> int:
+        """Note that ``member`` (a cluster) of ``group`` (its kind) is being waited on; return how many
+        members of the group were in the last :data:`INTEREST_S` seconds."""
+        now = time.monotonic()
+        with self._lock:
+            members = self._interest.setdefault(group, {})
+            members[member] = now
+            if len(members) > 1 and min(members.values()) < now - INTEREST_S:
+                for name in [m for m, seen in members.items() if seen < now - INTEREST_S]:
+                    del members[name]
+            return len(members)
 
     def _fetch(self, key: str, flight: _Flight, fetch: Callable[[], T]) -> T:
         try:
@@ -183,22 +206,23 @@ class SharedPolls:
             flight.done.set()
 
 
-class _Service:
-    def __init__(self, rate: float) -> None:
-        self.pacer = PollPacer(rate)
-        self.polls = SharedPolls()
+_PACERS: Dict[str, PollPacer] = {}
+_POLLS: Dict[Tuple[str, str], SharedPolls] = {}
+_LOCK = threading.Lock()
 
 
-_SERVICES: Dict[str, _Service] = {}
-_SERVICES_LOCK = threading.Lock()
-
-
-def for_service(url: str, rate: float) -> Tuple[PollPacer, SharedPolls]:
-    """The pacer and shared polls of the service at ``url`` in this process; ``rate`` becomes its limit."""
-    with _SERVICES_LOCK:
-        service = _SERVICES.get(url)
-        if service is None:
-            service = _SERVICES[url] = _Service(rate)
+def pacer_for(url: str, rate: float) -> PollPacer:
+    """The pacer of the service at ``url`` in this process; ``rate`` becomes its limit."""
+    with _LOCK:
+        pacer = _PACERS.get(url)
+        if pacer is None:
+            pacer = _PACERS[url] = PollPacer(rate)
         else:
-            service.pacer.set_limit(rate)
-        return service.pacer, service.polls
+            pacer.set_limit(rate)
+        return pacer
+
+
+def polls_for(url: str, identity: str) -> SharedPolls:
+    """The shared polls of the service at ``url`` for callers authenticated as ``identity`` (a digest)."""
+    with _LOCK:
+        return _POLLS.setdefault((url, identity), SharedPolls())
