@@ -51,12 +51,14 @@ class Plan:
     """Seconds each new worker pod takes to become Ready."""
     poll: float
     """Seconds between one execution's connector polls."""
+    senders: int = 16
+    """Scale requests in flight at once (the API server's write path is not what is measured)."""
     replicas: int = 2
     child_timeout: float = 900.0
 
 
-QUICK = Plan(clusters=12, ready_delay=0.5, poll=0.5, child_timeout=300.0)
-FULL = Plan(clusters=1000, ready_delay=5.0, poll=5.0)
+QUICK = Plan(clusters=12, ready_delay=2.0, poll=0.5, child_timeout=300.0)
+FULL = Plan(clusters=1000, ready_delay=40.0, poll=5.0)
 
 
 def _server(plan: Plan) -> Any:
@@ -109,9 +111,9 @@ def _backend_lane(plan: Plan, tree: Optional[Path]) -> Dict[str, Any]:
     server = _server(plan)
     try:
         launched = time.time()
-        args = (server.url, str(plan.clusters), str(plan.replicas))
-        cmd = command(tree, "benchmarks.k8s_scale_client", *args) if tree else [
-            sys.executable, "-m", "benchmarks.k8s_scale_client", *args]
+        args = (server.url, str(plan.clusters), str(plan.replicas), str(plan.senders))
+        cmd = command(tree, "benchmarks.fleet_wait_client", *args) if tree else [
+            sys.executable, "-m", "benchmarks.fleet_wait_client", *args]
         report, failure = _run_child(cmd, plan.child_timeout)
         lags, errors = [], []
         for call in (report or {}).get("calls", []):
@@ -122,14 +124,38 @@ def _backend_lane(plan: Plan, tree: Optional[Path]) -> Dict[str, Any]:
                 errors.append(f"{call['cluster']}: returned with {len(moments)} new Ready workers")
             else:
                 lags.append((call["returned"] - max(moments)) * 1000.0)
-        return _lane_summary(server, report, failure, lags, errors, time.time() - launched)
+        summary = _lane_summary(server, report, failure, lags, errors, time.time() - launched)
+        summary["peak_concurrent_waits"] = (report or {}).get("peak_waits")
+        return summary
     finally:
         server.close()
 
 
-def _connector_lane(plan: Plan, tree: Optional[Path], workdir: Path) -> Dict[str, Any]:
-    from benchmarks.k8s_scale_client import main as scale_all
+def _send_scales(url: str, plan: Plan) -> List[str]:
+    """Send every cluster's scale request (no wait), ``plan.senders`` at a time; the errors."""
+    from concurrent.futures import ThreadPoolExecutor
 
+    from kubernetes import client
+
+    from flytekitplugins_ddlscale import ClusterRef
+    from flytekitplugins_ddlscale.backends.kubernetes import KubernetesBackend
+
+    config = client.Configuration(host=url)
+    config.connection_pool_maxsize = plan.senders + 4
+    with KubernetesBackend(NAMESPACE, api_client=client.ApiClient(config), owner=OWNER, request_timeout=120) as backend:
+
+        def one(index: int) -> str:
+            try:
+                backend.scale(ClusterRef("ray", cluster_name(index), NAMESPACE), plan.replicas, wait=False, timeout=300)
+                return ""
+            except Exception as exc:  # counted by the caller
+                return f"{cluster_name(index)}: scale: {exc!r}"[:200]
+
+        with ThreadPoolExecutor(plan.senders) as pool:
+            return [e for e in pool.map(one, range(plan.clusters)) if e]
+
+
+def _connector_lane(plan: Plan, tree: Optional[Path], workdir: Path) -> Dict[str, Any]:
     server = _server(plan)
     try:
         kubeconfig = workdir / "kubeconfig"
@@ -149,7 +175,7 @@ def _connector_lane(plan: Plan, tree: Optional[Path], workdir: Path) -> Dict[str
             launched = time.time()
             # The scale requests (no wait) are sent here; the connector process only answers the polls,
             # and only the polls' requests are counted.
-            sent = scale_all(server.url, plan.clusters, plan.replicas, wait=False)
+            send_errors = _send_scales(server.url, plan)
             server.clear_log()
             if child.stdin:
                 child.stdin.write("go\n")
@@ -165,7 +191,7 @@ def _connector_lane(plan: Plan, tree: Optional[Path], workdir: Path) -> Dict[str
             failure = f"connector child failed ({child.returncode}): {err[-1500:]}"
         else:
             report = json.loads(out.strip().splitlines()[-1])
-        lags, errors = [], [c["error"] for c in sent["calls"] if c["error"]]
+        lags, errors = [], list(send_errors)
         for execution in (report or {}).get("executions", []):
             moments = server.ready_moments(execution["cluster"], "worker", since=launched)
             if execution["error"] or not moments:
