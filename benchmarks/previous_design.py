@@ -22,7 +22,7 @@ _LAUNCH = (
 )
 
 
-HARNESS = ("fleet_connector_client.py", "fleet_wait_client.py")
+HARNESS = ("fleet_connector_client.py", "fleet_wait_client.py", "fleet_scaler_client.py")
 """Benchmark child harnesses newer than :data:`PREVIOUS`, copied in: the code measured is the old plugin."""
 
 

@@ -15,7 +15,7 @@ from benchmarks.report import RESULT_SCHEMA
 from benchmarks.run import BENCHMARKS, main, run_one
 from tests.flyte_support import processes_mentioning
 
-SLOW = {"import_time", "scaler_lag", "readiness_lag", "k8s_lag", "k8s_200", "fleet_k8s", "task_overhead", "local_dask", "outage"}
+SLOW = {"import_time", "scaler_lag", "readiness_lag", "k8s_lag", "k8s_200", "fleet_k8s", "fleet_scaler", "task_overhead", "local_dask", "outage"}
 
 
 def _non_daemon_threads():

@@ -206,7 +206,7 @@ class ScalerServiceBackend(FileRecordsBackend):
 
     def _observe_for_wait(self, ref: ClusterRef, replicas: int, deadline: Deadline) -> Optional[ClusterState]:
         try:
-            return state_from_object(ref, self._client.get_cluster(ref, deadline, paced=True))
+            return state_from_object(ref, self._client.poll_cluster(ref, deadline, SHARED_POLL_AGE))
         except BackendUnavailableError as error:
             if deadline.expired:
                 raise _timed_out(error, deadline, f"{replicas} worker pods of {ref}", ref, self._client) from None
