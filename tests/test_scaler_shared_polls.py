@@ -11,7 +11,7 @@ import pytest
 from flytekitplugins_ddlscale import ClusterRef, InvalidInputError
 from flytekitplugins_ddlscale.backends.scaler import ScalerServiceBackend
 from flytekitplugins_ddlscale.backends.scaler.polls import MAX_RPS_ENV, PollPacer, SharedPolls, max_rps_from
-from flytekitplugins_ddlscale.errors import BackendUnavailableError, ClusterNotFoundError
+from flytekitplugins_ddlscale.errors import BackendUnavailableError, ClusterNotFoundError, ScalingError
 from flytekitplugins_ddlscale.sharing import shared_reads
 from flytekitplugins_ddlscale.waiting import Backoff, Deadline
 from tests.servers.scaler_server import DEFAULT_API_KEY
@@ -51,7 +51,7 @@ def test_concurrent_waits_on_one_cluster_share_its_polls(scaler_server, tmp_path
 
 
 def test_polls_across_clusters_are_paced_to_the_configured_rate(scaler_server, tmp_path):
-    names = [f"p{i}" for i in range(6)]
+    names = ["p0", "p1"]  # fewer than LIST_FROM: each wait polls its own cluster, 20 times a second unpaced
     for name in names:
         scaler_server.add_cluster("dask", name, replicas=1, max_replicas=4)
     scaler_server.set_pod_ready_delay(2.0)
@@ -185,3 +185,42 @@ def test_shared_poll_errors_outages_are_retried_by_the_joiner_others_shared():
 
     with pytest.raises(ClusterNotFoundError):
         polls.read("m", missing, 0.0, None)
+
+
+def test_waits_on_many_clusters_of_a_kind_are_answered_by_one_list(scaler_server, tmp_path):
+    names = [f"l{i}" for i in range(8)]
+    for name in names:
+        scaler_server.add_cluster("dask", name, replicas=1, max_replicas=4)
+    scaler_server.set_pod_ready_delay(1.5)
+    with make(scaler_server, tmp_path) as backend:
+        for name in names:
+            backend.scale(ClusterRef("dask", name), 2, wait=False)
+        scaler_server.clear_requests()
+        began = time.monotonic()
+        with ThreadPoolExecutor(len(names)) as pool:
+            states = list(pool.map(lambda n: backend.wait_for_workers(ClusterRef("dask", n), 2, timeout=30), names))
+        took = time.monotonic() - began
+    assert [s.existing_workers for s in states] == [2] * len(names)
+    lists = [r for r in scaler_server.requests if "/list/" in r.path]
+    singles = cluster_gets(scaler_server)
+    assert lists, "no list was used"
+    # Until LIST_FROM waits have noted their cluster, a wait reads its own; after that, lists only
+    # (at most one per SHARED_POLL_AGE), whatever the number of clusters.
+    assert len(singles) <= len(names)
+    assert len(lists) <= took / 0.3 + 2
+
+
+def test_a_cluster_missing_from_the_list_gets_its_own_error(scaler_server, tmp_path):
+    names = ["m1", "m2", "m3"]
+    for name in names:
+        scaler_server.add_cluster("ray", name, replicas=1, max_replicas=4)
+    with make(scaler_server, tmp_path) as backend:
+        client = backend._client
+        for name in names:
+            client.shared_by_list(ClusterRef("ray", name))
+        scaler_server.remove_cluster("ray", "m3")
+        with pytest.raises(ScalingError) as caught:
+            client.poll_cluster(ClusterRef("ray", "m3"), Deadline(5), 0.0)
+    assert "m3" in str(caught.value)
+    assert any("/list/" in r.path for r in scaler_server.requests)
+    assert any(r.path.endswith("/cluster/rayclusters/m3") for r in scaler_server.requests)
