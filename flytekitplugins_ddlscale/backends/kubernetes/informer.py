@@ -173,6 +173,7 @@ class PodInformer:
         self._idle_until: Optional[float] = None
         self._stopping = threading.Event()
         self._response: Any = None
+        self._timer: Optional[threading.Timer] = None
         self._thread = threading.Thread(target=self._run, name=f"ddlscale-informer-{namespace}", daemon=True)
 
     # -- subscribers -------------------------------------------------------
@@ -209,14 +210,28 @@ class PodInformer:
             left = self._idle_until - now
         if left <= 0:
             _REGISTRY.retire(self)
-            return
-        timer = threading.Timer(left, self._expire)
-        timer.daemon = True
-        timer.start()
+        else:
+            self._arm(left)
+
+    def _arm(self, seconds: float) -> None:
+        # One timer at a time: reads that extend the linger (a connector's every poll) start none.
+        with self.lock:
+            if self._timer is not None:
+                return
+            self._timer = threading.Timer(seconds, self._expire)
+            self._timer.daemon = True
+            self._timer.start()
 
     def _expire(self) -> None:
-        if self.idle_expired:
+        with self.lock:
+            self._timer = None
+            left = None if self._subs or self._idle_until is None else self._idle_until - time.monotonic()
+        if left is None:
+            return
+        if left <= 0:
             _REGISTRY.retire(self)
+        else:
+            self._arm(left)
 
     def _matching(self, sub: Subscription) -> Dict[str, Pod]:
         names: Iterable[str] = self._pods if sub.index is None else self._by_label.get(sub.index, ())
@@ -242,6 +257,10 @@ class PodInformer:
     def stop(self) -> None:
         """Stop at once: the open watch is shut down, the thread ends and closes the client."""
         self._stopping.set()
+        with self.lock:
+            timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
         response = self._response
         if response is not None:
             try:
