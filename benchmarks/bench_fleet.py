@@ -237,15 +237,19 @@ def run(quick: bool = False, out_dir: Path = Path("benchmarks/results")) -> Benc
     plan = QUICK if quick else FULL
     lanes: Dict[str, Dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="ddlscale-fleet-") as tmp:
-        previous = export(Path(tmp) / "previous")
+        previous, missing = export(Path(tmp) / "previous")
         lanes["backend_shared"] = _backend_lane(plan, None)
-        lanes["backend_per_wait"] = _backend_lane(plan, previous)
+        if previous is not None:
+            lanes["backend_per_wait"] = _backend_lane(plan, previous)
         lanes["connector_shared"] = _connector_lane(plan, None, Path(tmp))
-        lanes["connector_per_poll"] = _connector_lane(plan, previous, Path(tmp))
+        if previous is not None:
+            lanes["connector_per_poll"] = _connector_lane(plan, previous, Path(tmp))
     result = BenchResult(NAME, TITLE)
+    if missing:
+        result.notes.append(missing)
     result.metrics = {
         "plan": {"clusters": plan.clusters, "replicas": f"1 -> {plan.replicas}", "ready_delay_s": plan.ready_delay,
-                 "connector_poll_s": plan.poll, "previous_design": f"git {PREVIOUS}"},
+                 "connector_poll_s": plan.poll, "previous_design": missing or f"git {PREVIOUS}"},
         **lanes,
         "headline": [_headline(name, lane, plan.clusters) for name, lane in lanes.items()],
     }

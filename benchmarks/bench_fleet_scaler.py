@@ -114,12 +114,17 @@ def run(quick: bool = False, out_dir: Path = Path("benchmarks/results")) -> Benc
     """Both designs on fresh servers of the same size."""
     plan = QUICK if quick else FULL
     with tempfile.TemporaryDirectory(prefix="ddlscale-fleet-scaler-") as tmp:
-        previous = export(Path(tmp) / "previous")
-        lanes = {"shared": _lane(plan, None, Path(tmp)), "per_wait": _lane(plan, previous, Path(tmp))}
+        previous, missing = export(Path(tmp) / "previous")
+        lanes = {"shared": _lane(plan, None, Path(tmp))}
+        if previous is not None:
+            lanes["per_wait"] = _lane(plan, previous, Path(tmp))
     result = BenchResult(NAME, TITLE)
+    if missing:
+        result.notes.append(missing)
+    old_lane = lanes.get("per_wait")
     result.metrics = {
         "plan": {"clusters": plan.clusters, "replicas": f"1 -> {plan.replicas}", "ready_delay_s": plan.ready_delay,
-                 "DDLSCALE_SCALER_MAX_RPS": plan.max_rps, "previous_design": f"git {PREVIOUS}"},
+                 "DDLSCALE_SCALER_MAX_RPS": plan.max_rps, "previous_design": missing or f"git {PREVIOUS}"},
         **lanes,
         "headline": [
             f"{name}: {lane['completed']}/{plan.clusters} in {lane['wall_s']} s; lag p95 "
@@ -132,8 +137,8 @@ def run(quick: bool = False, out_dir: Path = Path("benchmarks/results")) -> Benc
     result.targets.append(Target("scale-and-waits completed", float(shared["completed"]), float(plan.clusters), "waits", ">="))
     result.targets.append(Target("requests per cluster per second (average)", shared["requests_per_cluster_per_s"],
                                  RATE_LIMIT, "req/s",
-                                 detail=f"previous design {lanes['per_wait']['requests_per_cluster_per_s']} req/s"))
+                                 detail=f"previous design {old_lane['requests_per_cluster_per_s']} req/s" if old_lane else missing))
     lag = shared["lag_s"]
     result.targets.append(Target("detection lag p95", lag["p95"] if lag else None, LAG_LIMIT_S, "s",
-                                 detail=f"previous design p95 {lanes['per_wait']['lag_s']['p95'] if lanes['per_wait']['lag_s'] else 'n/a'} s"))
+                                 detail=f"previous design p95 {old_lane['lag_s']['p95'] if old_lane and old_lane['lag_s'] else 'n/a'} s"))
     return result

@@ -9,7 +9,7 @@ which would win over ``sys.path``; the launcher removes it first.
 import subprocess
 import sys
 from pathlib import Path
-from typing import List
+from typing import List, Optional, Tuple
 
 PREVIOUS = "1156fdb"
 """The last commit before issue 14 (one pod watch per wait, one poll loop per scaler wait)."""
@@ -26,18 +26,23 @@ HARNESS = ("fleet_connector_client.py", "fleet_wait_client.py", "fleet_scaler_cl
 """Benchmark child harnesses newer than :data:`PREVIOUS`, copied in: the code measured is the old plugin."""
 
 
-def export(target: Path) -> Path:
-    """The previous design's source tree under ``target`` (created once), with this tree's :data:`HARNESS`."""
+def export(target: Path) -> Tuple[Optional[Path], str]:
+    """The previous design's source tree under ``target`` (created once), with this tree's
+    :data:`HARNESS`; (None, why) where the git history is not there (a copy without ``.git``)."""
     if not (target / "flytekitplugins_ddlscale").is_dir():
         target.mkdir(parents=True, exist_ok=True)
-        archive = subprocess.run(
-            ["git", "-C", str(REPO_ROOT), "archive", PREVIOUS, "flytekitplugins_ddlscale", "benchmarks"],
-            capture_output=True, check=True,
-        ).stdout
+        try:
+            archive = subprocess.run(
+                ["git", "-C", str(REPO_ROOT), "archive", PREVIOUS, "flytekitplugins_ddlscale", "benchmarks"],
+                capture_output=True, check=True,
+            ).stdout
+        except (OSError, subprocess.CalledProcessError) as exc:
+            detail = getattr(exc, "stderr", b"") or b""
+            return None, f"previous design not measured: git archive {PREVIOUS} failed ({detail.decode(errors='replace').strip() or exc})"
         subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
         for name in HARNESS:
             (target / "benchmarks" / name).write_text((REPO_ROOT / "benchmarks" / name).read_text())
-    return target
+    return target, ""
 
 
 def command(tree: Path, module: str, *args: str) -> List[str]:
