@@ -271,3 +271,29 @@ def _headline(name: str, lane: Dict[str, Any], clusters: int) -> str:
     lag_text = f"lag p95 {lag['p95']} ms" if lag else f"no lag ({lane['failure'] or 'none completed'})"
     return (f"{name}: {lane['completed']}/{clusters} in {lane['wall_s']} s; {lag_text}; peak RSS {lane['peak_rss_mb']} MB; "
             f"peak open watches {lane['peak_open_watches']}; {lane['requests']['total']} API requests")
+
+
+def main() -> None:
+    """``python -m benchmarks.bench_fleet --clusters N``: the full plan at another size, written to
+    ``results/fleet_k8s_<N>.json`` (the suite's ``fleet_k8s`` is the 1,000-cluster run)."""
+    import argparse
+    import dataclasses
+
+    from benchmarks.report import write_json
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_fleet")
+    parser.add_argument("--clusters", type=int, required=True)
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks" / "results")
+    args = parser.parse_args()
+    global FULL
+    FULL = dataclasses.replace(FULL, clusters=args.clusters)
+    started = time.monotonic()
+    result = run(quick=False, out_dir=args.out)
+    result.name = f"{NAME}_{args.clusters}"
+    document = result.to_json(quick=False, duration_s=time.monotonic() - started)
+    write_json(args.out / f"{result.name}.json", document)
+    print("\n".join(document["metrics"]["headline"]))
+
+
+if __name__ == "__main__":
+    main()

@@ -29,7 +29,6 @@ from ...inplace import Reach
 from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
 from ...outage import OUTAGE_BACKOFF, outage_timeout
 from ...progress import ProgressReporter
-from ...sharing import current_shared_reads
 from ...records import BASELINE_ANNOTATION, CLAIMS_ANNOTATION, Claim, decode_claims, encode_claims, largest_claim
 from ...refs import (
     DEFAULT_NAMESPACE,
@@ -42,6 +41,7 @@ from ...refs import (
     ClusterRef,
     validate_name,
 )
+from ...sharing import current_shared_reads
 from ...tiers import HardwareTier, TierCatalog
 from ...validation import validate_tier_name, validate_timeout
 from ...waiting import Deadline
