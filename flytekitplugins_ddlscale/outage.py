@@ -13,8 +13,9 @@ import logging
 import ssl
 import threading
 import time
+import weakref
 from collections import deque
-from typing import Callable, Deque, Dict, Optional, Tuple, Type, TypeVar
+from typing import Callable, Deque, Optional, Tuple, Type, TypeVar
 
 from .errors import BackendUnavailableError, ScalingTimeoutError
 from .models import ClusterState
@@ -96,13 +97,14 @@ class OutageTracker:
         )
 
 
-_TRACKERS: Dict[str, OutageTracker] = {}
+_TRACKERS: "weakref.WeakValueDictionary[str, OutageTracker]" = weakref.WeakValueDictionary()
 _TRACKERS_LOCK = threading.Lock()
 
 
 def shared_tracker(what: str, logger: logging.Logger) -> OutageTracker:
     """The one :class:`OutageTracker` of ``what`` in this process: every client of the same backend
-    (several backend objects, a shared informer or poll) reports to it, so an outage is logged once."""
+    (several backend objects, a shared informer or poll) reports to it, so an outage is logged once.
+    It lives as long as a client holds it, so a later server at the same address starts afresh."""
     with _TRACKERS_LOCK:
         tracker = _TRACKERS.get(what)
         if tracker is None:

@@ -97,8 +97,10 @@ class Subscription:
         self.informer = informer
         self.selector = selector
         self.requirements = requirements
-        self.index: Optional[Tuple[str, str]] = next(((k, v) for k, op, v in requirements if op == "=" and v is not None), None)
-        """The label this subscription requires, so events for other pods never touch it."""
+        pairs = [(k, v) for k, op, v in requirements if op == "=" and v is not None]
+        self.index: Optional[Tuple[str, str]] = pairs[-1] if pairs else None
+        """A label this subscription requires, so events for other pods never touch it (the informer
+        picks the most selective one)."""
         self.pods: Dict[str, Pod] = {}
         self.error: Optional[ScalingError] = None
         self.relisted = False
@@ -181,6 +183,9 @@ class PodInformer:
         """A new subscription for pods matching ``selector``; filled at once if the cache is synced."""
         sub = Subscription(self, selector, parse_selector(selector))
         with self.lock:
+            pairs = [(k, v) for k, op, v in sub.requirements if op == "=" and v is not None]
+            if pairs and self.synced.is_set():
+                sub.index = min(pairs, key=lambda pair: len(self._by_label.get(pair, ())))
             sub.error = self.error
             self._subs.add(sub)
             if sub.index is None:

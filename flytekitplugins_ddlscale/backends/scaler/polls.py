@@ -26,6 +26,7 @@ asked for, and happen once per operation.
 import os
 import threading
 import time
+import weakref
 from typing import Any, Callable, Dict, Optional, Tuple, TypeVar
 
 from ...errors import BackendUnavailableError, InvalidInputError
@@ -206,8 +207,10 @@ class SharedPolls:
             flight.done.set()
 
 
-_PACERS: Dict[str, PollPacer] = {}
-_POLLS: Dict[Tuple[str, str], SharedPolls] = {}
+# Held by the clients that use them: gone with the last client, so a later service at the same
+# address starts with a fresh pace and no results of the one before.
+_PACERS: "weakref.WeakValueDictionary[str, PollPacer]" = weakref.WeakValueDictionary()
+_POLLS: "weakref.WeakValueDictionary[Tuple[str, str], SharedPolls]" = weakref.WeakValueDictionary()
 _LOCK = threading.Lock()
 
 
@@ -216,7 +219,8 @@ def pacer_for(url: str, rate: float) -> PollPacer:
     with _LOCK:
         pacer = _PACERS.get(url)
         if pacer is None:
-            pacer = _PACERS[url] = PollPacer(rate)
+            pacer = PollPacer(rate)
+            _PACERS[url] = pacer
         else:
             pacer.set_limit(rate)
         return pacer
@@ -225,4 +229,8 @@ def pacer_for(url: str, rate: float) -> PollPacer:
 def polls_for(url: str, identity: str) -> SharedPolls:
     """The shared polls of the service at ``url`` for callers authenticated as ``identity`` (a digest)."""
     with _LOCK:
-        return _POLLS.setdefault((url, identity), SharedPolls())
+        polls = _POLLS.get((url, identity))
+        if polls is None:
+            polls = SharedPolls()
+            _POLLS[(url, identity)] = polls
+        return polls
