@@ -165,7 +165,7 @@ class PodInformer:
         self.error: Optional[ScalingError] = None
         """Why the informer stopped serving (a refusal), handed to every subscription."""
         self.lists = 0
-        self.watches = 0
+        """Lists made (one to start, one per 410)."""
         self._pods: Dict[str, Pod] = {}
         self._by_label: Dict[Tuple[str, str], Set[str]] = {}
         self._subs: Set[Subscription] = set()
@@ -241,12 +241,6 @@ class PodInformer:
     def _matching(self, sub: Subscription) -> Dict[str, Pod]:
         names: Iterable[str] = self._pods if sub.index is None else self._by_label.get(sub.index, ())
         return {n: self._pods[n] for n in names if matches(sub.requirements, _labels(self._pods[n]))}
-
-    @property
-    def idle_expired(self) -> bool:
-        """True when no one has subscribed for the linger time asked for."""
-        with self.lock:
-            return not self._subs and self._idle_until is not None and time.monotonic() >= self._idle_until
 
     @property
     def subscribers(self) -> int:
@@ -349,7 +343,6 @@ class PodInformer:
             response.shutdown()
 
     def _watch(self) -> None:
-        self.watches += 1
         try:
             for event in self.api.watch_pods(self.namespace, "", self._version, WATCH_WINDOW, on_open=self._opened):
                 self._apply(event)
