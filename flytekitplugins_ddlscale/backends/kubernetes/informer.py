@@ -183,31 +183,39 @@ class PodInformer:
         """A new subscription for pods matching ``selector``; filled at once if the cache is synced."""
         sub = Subscription(self, selector, parse_selector(selector))
         with self.lock:
-            pairs = [(k, v) for k, op, v in sub.requirements if op == "=" and v is not None]
-            if pairs and self.synced.is_set():
-                sub.index = min(pairs, key=lambda pair: len(self._by_label.get(pair, ())))
             sub.error = self.error
             self._subs.add(sub)
-            if sub.index is None:
-                self._unindexed.add(sub)
-            else:
-                self._by_index.setdefault(sub.index, set()).add(sub)
+            self._index(sub)
             if self.synced.is_set():
                 sub.pods = self._matching(sub)
                 sub._wake()
         return sub
 
+    def _index(self, sub: Subscription) -> None:
+        # Under the lock. The most selective required label (fewest pods in the cache), so an event
+        # touches the few waits on that pod's cluster, not every wait of the kind.
+        pairs = [(k, v) for k, op, v in sub.requirements if op == "=" and v is not None]
+        if pairs and self.synced.is_set():
+            sub.index = min(pairs, key=lambda pair: len(self._by_label.get(pair, ())))
+        if sub.index is None:
+            self._unindexed.add(sub)
+        else:
+            self._by_index.setdefault(sub.index, set()).add(sub)
+
+    def _unindex(self, sub: Subscription) -> None:
+        self._unindexed.discard(sub)
+        if sub.index is not None:
+            group = self._by_index.get(sub.index)
+            if group is not None:
+                group.discard(sub)
+                if not group:
+                    del self._by_index[sub.index]
+
     def unsubscribe(self, sub: Subscription, linger: float) -> None:
         """Drop ``sub``; the last one out stops the informer (after ``linger`` seconds)."""
         with self.lock:
             self._subs.discard(sub)
-            self._unindexed.discard(sub)
-            if sub.index is not None:
-                group = self._by_index.get(sub.index)
-                if group is not None:
-                    group.discard(sub)
-                    if not group:
-                        del self._by_index[sub.index]
+            self._unindex(sub)
             if self._subs:
                 return
             now = time.monotonic()
@@ -328,11 +336,16 @@ class PodInformer:
                 by_label.setdefault(pair, set()).add(name)
         with self.lock:
             self._pods, self._by_label, self._version = pods, by_label, version
+            first = not self.synced.is_set()
+            self.synced.set()
             subs = list(self._subs)
             for sub in subs:
+                if first:
+                    # Subscribed before the cache existed: index them by what is selective now.
+                    self._unindex(sub)
+                    self._index(sub)
                 sub.pods = self._matching(sub)
-                sub.relisted = self.synced.is_set()
-            self.synced.set()
+                sub.relisted = not first
         self.last_error = None
         for sub in subs:
             sub._wake()
