@@ -42,8 +42,9 @@ def cluster_name(index: int) -> str:
     return f"c{index:03d}"
 
 
-def main(url: str, count: int, replicas: int, timeout: float = 180.0) -> Dict[str, Any]:
-    """Scale ``count`` clusters to ``replicas`` concurrently; return timings, errors and peak RSS."""
+def main(url: str, count: int, replicas: int, timeout: float = 180.0, wait: bool = True) -> Dict[str, Any]:
+    """Scale ``count`` clusters to ``replicas`` concurrently (``wait``: until their workers are Ready);
+    return timings, errors and peak RSS."""
     from kubernetes import client
 
     from flytekitplugins_ddlscale import ClusterRef
@@ -61,7 +62,7 @@ def main(url: str, count: int, replicas: int, timeout: float = 180.0) -> Dict[st
         gate.wait(timeout=60)
         started = time.time()
         try:
-            backend.scale(ClusterRef("ray", name, NAMESPACE), replicas, wait=True, timeout=timeout)
+            backend.scale(ClusterRef("ray", name, NAMESPACE), replicas, wait=wait, timeout=timeout)
             return {"cluster": name, "started": started, "returned": time.time(), "error": None}
         except Exception as exc:  # reported per cluster; the parent counts failures
             return {"cluster": name, "started": started, "returned": time.time(), "error": repr(exc)}

@@ -33,6 +33,8 @@ BENCHMARKS: Dict[str, str] = {
     "readiness_lag": "benchmarks.bench_readiness",
     "k8s_lag": "benchmarks.bench_k8s",
     "k8s_200": "benchmarks.bench_k8s_scale",
+    "fleet_k8s": "benchmarks.bench_fleet",
+    "fleet_scaler": "benchmarks.bench_fleet_scaler",
     "task_overhead": "benchmarks.bench_overhead",
     "local_dask": "benchmarks.bench_local",
     "local_frameworks": "benchmarks.bench_local_frameworks",

@@ -13,6 +13,7 @@ import logging
 import ssl
 import threading
 import time
+import weakref
 from collections import deque
 from typing import Callable, Deque, Optional, Tuple, Type, TypeVar
 
@@ -100,6 +101,21 @@ class OutageTracker:
             f"{self.what} was unreachable for {_seconds(seconds)} s of the "
             f"{round(deadline.timeout, 1):g} s wait ({outages}{still})"
         )
+
+
+_TRACKERS: "weakref.WeakValueDictionary[str, OutageTracker]" = weakref.WeakValueDictionary()
+_TRACKERS_LOCK = threading.Lock()
+
+
+def shared_tracker(what: str, logger: logging.Logger) -> OutageTracker:
+    """The one :class:`OutageTracker` of ``what`` in this process: every client of the same backend
+    (several backend objects, a shared informer or poll) reports to it, so an outage is logged once.
+    It lives as long as a client holds it, so a later server at the same address starts afresh."""
+    with _TRACKERS_LOCK:
+        tracker = _TRACKERS.get(what)
+        if tracker is None:
+            tracker = _TRACKERS[what] = OutageTracker(what, logger)
+        return tracker
 
 
 def cert_verification_failed(exc: BaseException) -> bool:

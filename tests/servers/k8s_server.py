@@ -152,6 +152,8 @@ class K8sTestServer:
         self._allowed: Optional[Set[Tuple[str, str]]] = None
         self._interference: Dict[Key, int] = {}
         self._watches: Set[_Watch] = set()
+        self.peak_watches = 0
+        """The most watch connections open at once since the start (or :meth:`clear_log`)."""
         self._connections: Set[Any] = set()
         self._closing = False
         self.operator = SimulatedOperator(
@@ -500,9 +502,16 @@ class K8sTestServer:
             )
 
     def clear_log(self) -> None:
-        """Forget the request log."""
+        """Forget the request log and the peak of open watches."""
         with self.lock:
             self.requests.clear()
+            self.peak_watches = len(self._watches)
+
+    @property
+    def open_watches(self) -> int:
+        """Watch connections open now."""
+        with self.lock:
+            return len(self._watches)
 
     # -- store -------------------------------------------------------------
     @property
@@ -682,7 +691,7 @@ class K8sTestServer:
 
         with self.changed:
             while True:
-                if watch.dropped or self._closing:
+                if watch.dropped or self._closing or _peer_closed(watch.connection):
                     return [], True, since
                 events = []
                 for event in reversed(self._events):
@@ -700,7 +709,8 @@ class K8sTestServer:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return [], True, since
-                self.changed.wait(min(remaining, 0.5))
+                # Woken by every change; otherwise look every 0.2 s whether the client hung up.
+                self.changed.wait(min(remaining, 0.2))
 
     def too_old(self, resource_version: int) -> bool:
         """Whether history no longer reaches back to ``resource_version`` (410 Gone)."""
@@ -712,6 +722,20 @@ def pod_ready(pod: Dict[str, Any]) -> bool:
     if pod["metadata"].get("deletionTimestamp"):
         return False
     return any(c["type"] == "Ready" and c["status"] == "True" for c in pod.get("status", {}).get("conditions", []))
+
+
+def _peer_closed(conn: Any) -> bool:
+    """Whether the client closed its end (as an API server notices a cancelled watch request)."""
+    import select
+    import socket
+
+    if conn is None:
+        return False
+    try:
+        readable, _, _ = select.select([conn], [], [], 0)
+        return bool(readable) and conn.recv(1, socket.MSG_PEEK) == b""
+    except (OSError, ValueError):
+        return True
 
 
 def _shutdown(conn: Any) -> None:
@@ -871,6 +895,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         with api.lock:
             api._watches.add(watch)
+            api.peak_watches = max(api.peak_watches, len(api._watches))
             start = query.get("resourceVersion")
             if not start or start == "0":
                 since = api.resource_version

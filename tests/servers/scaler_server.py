@@ -152,6 +152,8 @@ class RecordedRequest:
     body: Optional[Any]
     status: Optional[int] = None
     """Status answered; None when the connection was dropped."""
+    at: float = field(default_factory=time.monotonic)
+    """When the request arrived (``time.monotonic()``, same clock as the client in this process)."""
 
 
 @dataclass

@@ -28,7 +28,7 @@ from ...errors import (
     ScalingError,
     UnauthorizedError,
 )
-from ...outage import OutageTracker, cert_verification_failed, retry_through_outage
+from ...outage import cert_verification_failed, retry_through_outage, shared_tracker
 from ...redaction import redact
 from ...refs import CRD_GROUP, CRD_VERSION
 from ...waiting import Deadline
@@ -134,8 +134,9 @@ class KubeApi:
         self.core = client.CoreV1Api(api_client)
         self.request_timeout = request_timeout
         host = getattr(api_client.configuration, "host", "") or ""
-        self.outage = OutageTracker(f"the Kubernetes API server {host}".rstrip(), logger)
-        """Reachability of the API server, shared by every call of this client."""
+        self.outage = shared_tracker(f"the Kubernetes API server {host}".rstrip(), logger)
+        """Reachability of the API server, shared by every client of it in this process (the shared
+        pod informer included), so an outage is logged once."""
 
     def _timeout(self, deadline: Optional[Deadline]) -> float:
         if deadline is None:
@@ -230,7 +231,8 @@ class KubeApi:
         return self._read("list", "pods", None, namespace, call, deadline)
 
     def watch_pods(
-        self, namespace: str, selector: str, resource_version: str, seconds: float
+        self, namespace: str, selector: str, resource_version: str, seconds: float,
+        on_open: Optional[Callable[[Any], None]] = None,
     ) -> Iterator[Dict[str, Any]]:
         """Pod events (``{"type", "object"}``) after ``resource_version`` for about ``seconds``.
 
@@ -238,7 +240,8 @@ class KubeApi:
         ``seconds`` (the server only takes whole seconds); connecting takes at
         most ``seconds`` too, so a caller bounds the watch by its time left. Raises
         :class:`WatchExpired` on 410 and :class:`BackendUnavailableError`
-        when the connection breaks.
+        when the connection breaks. ``on_open(response)`` is handed the open stream, so another
+        thread can end it early (``response.shutdown()``).
         """
         from kubernetes.watch.watch import iter_resp_lines
         from urllib3.exceptions import ReadTimeoutError
@@ -256,6 +259,8 @@ class KubeApi:
         except Exception as exc:  # noqa: BLE001 - translated
             raise translate(exc, "watch", "pods", None, namespace) from None
         try:
+            if on_open is not None:
+                on_open(response)
             for line in iter_resp_lines(response):
                 if not line:
                     continue

@@ -31,12 +31,14 @@ from ...outage import OUTAGE_BACKOFF, outage_timeout
 from ...progress import ProgressReporter
 from ...records import BASELINE_ANNOTATION, CLAIMS_ANNOTATION, Claim, decode_claims, encode_claims, largest_claim
 from ...refs import DEFAULT_NAMESPACE, GROUP_SEPARATOR, KINDS, LABEL_HW_TIER, LABEL_OWNER, ClusterRef, validate_name
+from ...sharing import current_shared_reads
 from ...tiers import HardwareTier, TierCatalog
 from ...validation import validate_tier_name, validate_timeout
 from ...waiting import Deadline
 from ..base import BackendCapabilities, BaseBackend, Change
 from .api import Conflict, KubeApi
 from .client import make_api_client, tier_catalog_from_env
+from .informer import cached_pods
 from .podwatch import PodWaiter
 from .resources import Outcome, ResourceAdapter, adapter_for
 from .spec import decode_record, encode_record, pod_ready, pod_terminating
@@ -151,6 +153,14 @@ class KubernetesBackend(BaseBackend):
     def _pods(
         self, ref: ClusterRef, role: Optional[str] = None, deadline: Optional[Deadline] = None
     ) -> List[Dict[str, Any]]:
+        """The cluster's pods: from the shared informer's cache when one is synced for the namespace (or
+        the caller asked for shared reads, see :mod:`~flytekitplugins_ddlscale.sharing`), else one list."""
+        sharing = current_shared_reads()
+        linger = sharing.linger if sharing is not None else 0.0
+        wait = deadline.remaining if deadline is not None else self.request_timeout
+        cached = cached_pods(self.api, self._ns(ref), self._selector(ref, role), linger, wait)
+        if cached is not None:
+            return cached
         return self.api.list_pods(self._ns(ref), self._selector(ref, role), deadline)[0]
 
     def _workers(self, ref: ClusterRef, pods: List[Dict[str, Any]]) -> List[Dict[str, Any]]:

@@ -1,28 +1,29 @@
 """Waiting on a cluster's pods by watching them, not polling.
 
-List, then watch from the list's resourceVersion; apply events to a local
-copy; survive dropped streams (resume from the last seen version) and 410
-Gone (re-list), and ride out an API server outage (reads retried with
-jittered backoff, see :mod:`flytekitplugins_ddlscale.outage`). A wait ends
-when the condition holds, at its timeout with :class:`ScalingTimeoutError`
-saying how long the API server was unreachable (every read and watch is
-bounded by the time the wait has left), or early with
-:class:`WorkerFailedError` when a pod has been Unschedulable, crash-looping or
-failing to pull its image for longer than the grace period.
+A wait subscribes to the process's shared pod informer of its namespace
+(:mod:`.informer`: one list+watch per API server and namespace for every
+wait, which resumes dropped streams, re-lists once for everyone after a 410
+Gone and rides out API server outages) and is woken when one of its pods
+changes. A wait ends when the condition holds, at its timeout with
+:class:`ScalingTimeoutError` saying how long the API server was unreachable,
+or early with :class:`WorkerFailedError` when a pod has been Unschedulable,
+crash-looping or failing to pull its image for longer than the grace period;
+an error the informer met (403, 404) ends it at once.
 """
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ...errors import BackendUnavailableError, ScalingTimeoutError, WorkerFailedError
 from ...models import ClusterState
-from ...outage import OUTAGE_BACKOFF, outage_timeout
+from ...outage import outage_timeout
 from ...progress import ProgressReporter, WaitProgress
 from ...waiting import Deadline
-from .api import KubeApi, WatchExpired
+from .api import KubeApi
+from .informer import WAIT_LINGER, Subscription, subscribe
 from .spec import pod_failure
 
 MAX_WINDOW = 30
-"""Longest single watch request (seconds): the cluster object is re-read between windows."""
+"""Longest time (seconds) a wait goes without re-reading the cluster object."""
 MIN_WINDOW = 0.05
 
 Pods = Dict[str, Dict[str, Any]]
@@ -61,7 +62,6 @@ class PodWaiter:
         """Which pods' failures end the wait early."""
         self.progress = progress
         self.pods: Pods = {}
-        self.version = ""
         self._failing: Dict[Tuple[str, str], float] = {}
         self._last_report: Optional[Tuple[int, str]] = None
         self._last_state: Optional[ClusterState] = None
@@ -74,8 +74,9 @@ class PodWaiter:
         did not answer before it.
         """
         deadline = Deadline(self.timeout)
+        sub = subscribe(self.api, self.namespace, self.selector)
         try:
-            return self._run(check, deadline)
+            return self._run(sub, check, deadline)
         except BackendUnavailableError as exc:
             if not deadline.expired:
                 raise
@@ -83,56 +84,37 @@ class PodWaiter:
                 exc, deadline=deadline, what=self.what, tracker=self.api.outage, state=self._last_state,
                 cluster=self.cluster,
             ) from None
+        finally:
+            sub.close(WAIT_LINGER)
 
-    def _run(self, check: Check, deadline: Deadline) -> ClusterState:
-        self._relist(deadline)
+    def _run(self, sub: Subscription, check: Check, deadline: Deadline) -> ClusterState:
+        if not sub.wait_synced(deadline.remaining):
+            # The informer is still riding out an outage (or a slow first list): the wait's time is up.
+            raise sub.informer.last_error or BackendUnavailableError(
+                f"the pods of namespace {self.namespace!r} were not listed in time"
+            )
+        self._raise_for(sub)
+        self.pods = sub.snapshot()
         state = self._evaluate(check, deadline, fresh=True)
-        if state is not None:
-            return state
-        pauses = OUTAGE_BACKOFF.intervals()
-        while True:
-            window = self._window(deadline)
-            window_end = time.monotonic() + window
-            try:
-                for event in self.api.watch_pods(self.namespace, self.selector, self.version, window):
-                    if self._apply(event):
-                        state = self._evaluate(check, deadline, fresh=False)
-                        if state is not None:
-                            return state
-                        if self._failing and min(self._failing.values()) + self.grace < window_end:
-                            break
-                pauses = OUTAGE_BACKOFF.intervals()
-            except WatchExpired:
-                self._relist(deadline)
-            except BackendUnavailableError:
-                # A dropped stream resumes from the last version seen; the
-                # deadline bounds how long this keeps trying.
-                time.sleep(min(next(pauses), deadline.remaining))
-            state = self._evaluate(check, deadline, fresh=True)
-            if state is not None:
-                return state
+        fresh_at = time.monotonic()
+        while state is None:
+            sub.wait(self._window(deadline, fresh_at))
+            self._raise_for(sub)
+            relisted = sub.relisted
+            self.pods = sub.snapshot()
+            fresh = relisted or deadline.expired or time.monotonic() - fresh_at >= MAX_WINDOW
+            if fresh:
+                fresh_at = time.monotonic()
+            state = self._evaluate(check, deadline, fresh=fresh)
+        return state
 
-    def _relist(self, deadline: Deadline) -> None:
-        items, version = self.api.list_pods(self.namespace, self.selector, deadline)
-        self.pods = {p["metadata"]["name"]: p for p in items}
-        self.version = version
+    @staticmethod
+    def _raise_for(sub: Subscription) -> None:
+        if sub.error is not None:
+            raise sub.error
 
-    def _apply(self, event: Dict[str, Any]) -> bool:
-        obj = event.get("object") or {}
-        meta = obj.get("metadata") or {}
-        if meta.get("resourceVersion"):
-            self.version = str(meta["resourceVersion"])
-        kind = event.get("type")
-        if kind == "BOOKMARK":
-            return False
-        if kind == "DELETED":
-            self.pods.pop(meta.get("name"), None)
-        else:
-            self.pods[meta["name"]] = obj
-        return True
-
-    def _window(self, deadline: Deadline) -> float:
-        limit = deadline.remaining
+    def _window(self, deadline: Deadline, fresh_at: float) -> float:
+        limit = min(deadline.remaining, fresh_at + MAX_WINDOW - time.monotonic())
         if self._failing:
             limit = min(limit, min(self._failing.values()) + self.grace - time.monotonic())
         return max(MIN_WINDOW, min(float(MAX_WINDOW), limit))

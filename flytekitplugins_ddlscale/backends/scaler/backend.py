@@ -15,8 +15,9 @@ What the service can and cannot do shapes this backend:
 import logging
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Mapping, Optional, Union
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Union
 
 import httpx
 
@@ -37,6 +38,7 @@ from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleR
 from ...outage import outage_timeout
 from ...progress import ProgressReporter, WaitProgress
 from ...refs import ClusterRef
+from ...sharing import current_shared_reads
 from ...tiers import DominoTierCatalog, TierCatalog
 from ...validation import validate_tier_name, validate_timeout
 from ...waiting import Backoff, Deadline, PollSchedule, TwoStageBackoff, poll_until
@@ -61,6 +63,11 @@ NUCLEUS_ENV = ("DOMINO_API_HOST", "DOMINO_API_PROXY")
 DEFAULT_POLL_BACKOFF = TwoStageBackoff(slow=3.0)
 """Poll intervals of scale waits: 0.25 s doubling to 1 s for the first 10 s, then 3 s
 (the reference client polls every 2 s: fewer requests over a long wait, less lag on a short one)."""
+SHARED_POLL_AGE = 0.3
+"""Seconds a cluster read (or list) of one wait may answer another wait (at most about three polls
+per second per cluster, or per kind while a list answers them, however many wait)."""
+LISTED_POLL_INTERVAL = 0.3
+"""Poll interval of a wait whose polls a shared list answers: its reads cost no request of their own."""
 DEFAULT_RESTART_POLL_BACKOFF = TwoStageBackoff(slow=10.0)
 """Poll intervals of head-restart waits: as for scale, then 10 s (the reference polls every 3 s)."""
 
@@ -130,6 +137,7 @@ class ScalerServiceBackend(FileRecordsBackend):
         restart_poll_backoff: Optional[PollSchedule] = None,
         env: Optional[Mapping[str, str]] = None,
         sleep: Callable[[float], None] = time.sleep,
+        max_requests_per_second: Optional[float] = None,
     ) -> None:
         validate_timeout(timeout)
         if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 10:
@@ -138,7 +146,7 @@ class ScalerServiceBackend(FileRecordsBackend):
             auth = DominoAuth(token=token, api_key=api_key, verify=verify)
         self._client = ScalerClient(
             base_url, auth=auth, verify=verify, timeout=timeout, retries=retries,
-            retry_backoff=retry_backoff, env=env, sleep=sleep,
+            retry_backoff=retry_backoff, env=env, sleep=sleep, max_requests_per_second=max_requests_per_second,
         )
         if records is None:
             store = FileRecordStore(Path(state_dir) / "records") if state_dir is not None else FileRecordStore()
@@ -184,6 +192,9 @@ class ScalerServiceBackend(FileRecordsBackend):
             )
 
     def _observe(self, ref: ClusterRef) -> ClusterState:
+        sharing = current_shared_reads()
+        if sharing is not None:
+            return state_from_object(ref, self._client.poll_cluster(ref, None, sharing.max_age))
         return state_from_object(ref, self._client.get_cluster(ref))
 
     def _observe_before_change(self, ref: ClusterRef, deadline: Deadline, what: str) -> ClusterState:
@@ -195,7 +206,7 @@ class ScalerServiceBackend(FileRecordsBackend):
 
     def _observe_for_wait(self, ref: ClusterRef, replicas: int, deadline: Deadline) -> Optional[ClusterState]:
         try:
-            return state_from_object(ref, self._client.get_cluster(ref, deadline))
+            return state_from_object(ref, self._client.poll_cluster(ref, deadline, SHARED_POLL_AGE))
         except BackendUnavailableError as error:
             if deadline.expired:
                 raise _timed_out(error, deadline, f"{replicas} worker pods of {ref}", ref, self._client) from None
@@ -217,7 +228,7 @@ class ScalerServiceBackend(FileRecordsBackend):
         def read() -> ClusterState:
             # A failed poll (cluster deleted, access revoked) reports the last state this wait saw.
             try:
-                seen[0] = state_from_object(ref, self._client.get_cluster(ref, deadline))
+                seen[0] = state_from_object(ref, self._client.poll_cluster(ref, deadline, SHARED_POLL_AGE))
             except ScalingError as error:
                 error.state = error.state or seen[0]
                 raise _timed_out(error, deadline, what, ref, self._client) from None
@@ -230,7 +241,7 @@ class ScalerServiceBackend(FileRecordsBackend):
             target=replicas,
             count=lambda s: s.existing_workers,
             timeout=timeout,
-            backoff=self._poll,
+            backoff=_ListedSchedule(self._poll, lambda: self._client.shared_by_list(ref)),
             progress=progress,
             sleep=self._sleep,
             note=self._client.outage.summary,
@@ -407,6 +418,20 @@ class ScalerServiceBackend(FileRecordsBackend):
             wanted,
         )
         return None
+
+
+@dataclass(frozen=True)
+class _ListedSchedule:
+    """``base``'s intervals, shortened to :data:`LISTED_POLL_INTERVAL` while ``listed()`` (a shared list
+    answers the polls, so polling more often sends no more requests)."""
+
+    base: PollSchedule
+    listed: Callable[[], bool]
+
+    def intervals(self) -> Iterator[float]:
+        """An endless iterator of sleep intervals in seconds."""
+        for step in self.base.intervals():
+            yield min(step, LISTED_POLL_INTERVAL) if self.listed() else step
 
 
 def _timed_out(

@@ -3,8 +3,11 @@
 Reads (cluster, restart status) and scale are safe to repeat (scale sets an
 absolute count), so they are retried on connection errors and 502/503/504
 with bounded exponential backoff. Head restart deletes a pod and is never
-retried: a lost answer is reported, not re-sent.
+retried: a lost answer is reported, not re-sent. The polls of waits go
+through the process's shared, paced polls of the service (:mod:`.polls`);
+every 429/503 the service sends slows them all.
 """
+import hashlib
 import logging
 import os
 import time
@@ -16,9 +19,10 @@ from ...domino_auth import DominoAuth
 from ...errors import BackendUnavailableError, ClusterNotFoundError, UnsupportedOperationError
 from ...redaction import register_secret
 from ...refs import ClusterRef
-from ...outage import OutageTracker, cert_verification_failed, retry_through_outage
+from ...outage import cert_verification_failed, retry_through_outage, shared_tracker
 from ...waiting import Backoff, Deadline
 from .errors import error_from_response, response_body
+from .polls import LIST_FROM, max_rps_from, pacer_for, polls_for
 
 logger = logging.getLogger("flytekitplugins_ddlscale.scaler")
 
@@ -31,6 +35,8 @@ missing cluster, and is final)."""
 DEFAULT_HTTP_TIMEOUT = 30.0
 DEFAULT_RETRIES = 3
 DEFAULT_RETRY_BACKOFF = Backoff(initial=0.2, factor=2.0, cap=2.0)
+SLOWING_STATUSES = frozenset({429, 503})
+"""Answers that slow every poll of this process to the service down (see :mod:`.polls`)."""
 MIN_ATTEMPT_TIMEOUT = 0.1
 """Seconds any request under a deadline still gets, so a wait reads the cluster at least once."""
 
@@ -63,7 +69,9 @@ class ScalerClient:
         retry_backoff: Backoff = DEFAULT_RETRY_BACKOFF,
         env: Optional[Mapping[str, str]] = None,
         sleep: Callable[[float], None] = time.sleep,
+        max_requests_per_second: Optional[float] = None,
     ) -> None:
+        rate = max_rps_from(max_requests_per_second, None if env is None else dict(env))
         url = resolve_base_url(base_url, env)
         parsed = httpx.URL(url)
         if parsed.password:
@@ -74,8 +82,8 @@ class ScalerClient:
         """The service URL without any userinfo, safe to show."""
         self.timeout = timeout
         self.retries = retries
-        self.outage = OutageTracker(f"the scaler service at {self.base_url}", logger)
-        """Reachability of the service, shared by every call of this client."""
+        self.outage = shared_tracker(f"the scaler service at {self.base_url}", logger)
+        """Reachability of the service, shared by every client of it in this process."""
         self._backoff = retry_backoff
         self._sleep = sleep
         self._http = httpx.Client(
@@ -85,6 +93,10 @@ class ScalerClient:
             verify=verify,
             headers={"Accept": "application/json"},
         )
+        self.pacer = pacer_for(self.base_url, rate)
+        """This process's pacing of polls to the service."""
+        self.polls = polls_for(self.base_url, _identity(self._http.auth))
+        """This process's polls of the service shared between waits with the same credentials."""
 
     @property
     def auth(self) -> Optional[httpx.Auth]:
@@ -104,20 +116,30 @@ class ScalerClient:
         retry: bool,
         deadline: Optional[Deadline] = None,
         ride_out: bool = False,
+        paced: bool = False,
         **kwargs: Any,
     ) -> httpx.Response:
         # ``retry``: safe to repeat, so transport errors and RETRY_STATUSES are
         # retried ``retries`` times. Under a ``deadline`` each attempt gets only
         # the time left; a refused connection (nothing sent) is tried again
         # until the deadline, and with ``ride_out`` (reads inside a wait) so is
-        # every outage symptom.
+        # every outage symptom. ``paced``: a poll, which waits for its slot (every attempt).
         sent = [0]
 
         def attempt() -> httpx.Response:
+            if paced:
+                pause = self.pacer.slot(deadline)
+                while pause > 0:
+                    self._sleep(pause)
+                    pause = self.pacer.held(deadline)
             if deadline is not None:
                 kwargs["timeout"] = min(self.timeout, max(deadline.remaining, MIN_ATTEMPT_TIMEOUT))
             sent[0] += 1
             response = self._http.request(method, path, **kwargs)
+            if response.status_code in SLOWING_STATUSES:
+                self.pacer.slowed(_retry_after(response))
+            else:
+                self.pacer.answered()
             if retry and response.status_code in RETRY_STATUSES:
                 raise _RetryStatus(response)
             return response
@@ -169,19 +191,50 @@ class ScalerClient:
         except httpx.TransportError:
             return False
 
-    def get_cluster(self, ref: ClusterRef, deadline: Optional[Deadline] = None) -> Dict[str, Any]:
+    def get_cluster(
+        self, ref: ClusterRef, deadline: Optional[Deadline] = None, *, paced: bool = False
+    ) -> Dict[str, Any]:
         """The cluster's whole custom object (spec and status).
 
         With ``deadline``, outages (refused/reset connections, TLS handshake
         failures, 429/502/503/504) are ridden out until it passes; without,
-        the client's bounded retries apply."""
+        the client's bounded retries apply. ``paced``: a poll, sent in its slot."""
         response = self._send(
             ref, "GET", f"{API_PREFIX}/cluster/{ref.plural}/{ref.name}", retry=True, deadline=deadline,
-            ride_out=True,
+            ride_out=True, paced=paced,
         )
         if response.status_code != 200:
             raise error_from_response(response, ref, operation="get cluster")
         return response_body(response)
+
+    def poll_cluster(self, ref: ClusterRef, deadline: Optional[Deadline], max_age: float) -> Dict[str, Any]:
+        """:meth:`get_cluster` as a shared, paced poll: another wait's read of the same cluster (or of
+        every cluster of its kind, while :data:`~.polls.LIST_FROM` or more are waited on) in flight or
+        at most ``max_age`` seconds old answers it instead of a request of its own. A cluster the list
+        does not show is read on its own (for its own error)."""
+        if self.shared_by_list(ref):
+            listed = self.polls.read(f"list:{ref.plural}", lambda: self._list(ref, deadline), max_age, deadline)
+            if ref.name in listed:
+                return listed[ref.name]
+        return self.polls.read(
+            f"{ref.plural}/{ref.name}", lambda: self.get_cluster(ref, deadline, paced=True), max_age, deadline
+        )
+
+    def shared_by_list(self, ref: ClusterRef) -> bool:
+        """Whether polls of ``ref`` are answered by one list of its kind (enough clusters waited on)."""
+        return self.polls.crowd(ref.plural, ref.name) >= LIST_FROM
+
+    def _list(self, ref: ClusterRef, deadline: Optional[Deadline]) -> Dict[str, Dict[str, Any]]:
+        response = self._send(
+            ref, "GET", f"{API_PREFIX}/list/{ref.plural}", retry=True, deadline=deadline, ride_out=True, paced=True,
+        )
+        if response.status_code != 200:
+            raise error_from_response(response, ref, operation="list clusters")
+        clusters = response_body(response).get("clusters") or []
+        return {str((c.get("metadata") or {}).get("name")): c for c in clusters if isinstance(c, dict)}
+
+    def _forget(self, ref: ClusterRef) -> None:
+        self.polls.forget(f"{ref.plural}/{ref.name}", f"list:{ref.plural}")
 
     def scale(
         self, ref: ClusterRef, replicas: int, worker_hw_tier: Optional[str], deadline: Optional[Deadline] = None
@@ -193,9 +246,13 @@ class ScalerClient:
         body: Dict[str, Any] = {"replicas": replicas}
         if worker_hw_tier is not None:
             body["worker_hw_tier_name"] = worker_hw_tier
-        response = self._send(
-            ref, "PATCH", f"{API_PREFIX}/scale/{ref.plural}/{ref.name}", retry=True, deadline=deadline, json=body
-        )
+        try:
+            response = self._send(
+                ref, "PATCH", f"{API_PREFIX}/scale/{ref.plural}/{ref.name}", retry=True, deadline=deadline, json=body
+            )
+        finally:
+            # Whatever the answer, a read from before this request must not answer a wait after it.
+            self._forget(ref)
         if response.status_code != 200:
             raise error_from_response(response, ref, operation="scale", bad_request_value=replicas)
         return response_body(response)
@@ -210,9 +267,12 @@ class ScalerClient:
         Spark and Dask the 404 naming that pod raises
         :class:`UnsupportedOperationError`.
         """
-        response = self._send(
-            ref, "PATCH", f"{API_PREFIX}/restart_head/{ref.plural}/{ref.name}", retry=False, deadline=deadline
-        )
+        try:
+            response = self._send(
+                ref, "PATCH", f"{API_PREFIX}/restart_head/{ref.plural}/{ref.name}", retry=False, deadline=deadline
+            )
+        finally:
+            self._forget(ref)
         if response.status_code in (200, 202):
             return response_body(response)
         if response.status_code == 404:
@@ -246,6 +306,7 @@ class ScalerClient:
             retry=True,
             deadline=deadline,
             ride_out=True,
+            paced=True,
             params={"started_at": started_at},
         )
         if response.status_code == 200:
@@ -263,6 +324,22 @@ class _RetryStatus(Exception):
     def __init__(self, response: httpx.Response) -> None:
         super().__init__(f"HTTP {response.status_code}")
         self.response = response
+
+
+def _identity(auth: Any) -> str:
+    """A digest of the credentials ``auth`` sends (polls are shared only between the same identity)."""
+    if isinstance(auth, DominoAuth):
+        secret = "\0".join(str(v) for v in (auth.api_proxy, auth.token, auth.api_key))
+        return hashlib.sha256(secret.encode()).hexdigest()
+    return f"object-{id(auth)}"
+
+
+def _retry_after(response: httpx.Response) -> Optional[float]:
+    """The seconds of a ``Retry-After`` header given in seconds, else None."""
+    try:
+        return float(response.headers.get("Retry-After", ""))
+    except ValueError:
+        return None
 
 
 def _symptom(exc: Exception) -> Optional[str]:

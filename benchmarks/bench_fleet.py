@@ -1,0 +1,299 @@
+"""Fleet scale on Kubernetes: 1,000 concurrent waits in one process, shared informer vs one watch per wait.
+
+The Kubernetes test server (this process) holds ``clusters`` Ray clusters of
+one worker; a child process scales them all at once with ``wait=True``
+(:mod:`benchmarks.k8s_scale_client`), once with this tree (one shared pod
+list+watch per namespace) and once with the previous design, the plugin at
+commit :data:`benchmarks.previous_design.PREVIOUS` exported from git (one
+list+watch per wait). A third and fourth run do the same waits through the
+Flyte connector (:mod:`benchmarks.fleet_connector_client`): one
+``ddlscale_wait`` execution per cluster, each polled with ``get`` every
+``poll`` seconds, current tree vs previous design.
+
+Lag (backend): the child's return minus the moment the server stored that
+cluster's last new worker Ready (same clock). Lag (connector): the first
+``get`` that answered SUCCEEDED returned this long after the later of the
+Ready moment and the start of that poll, i.e. the lag of the answer itself,
+not the wait for Flyte's next poll (a ``get`` that started after the Ready
+moment but still answered RUNNING counts from the Ready moment). Peak RSS is
+the child's alone; open watches and requests are counted by the server.
+"""
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from benchmarks.k8s_scale_client import NAMESPACE, OWNER, cluster_name
+from benchmarks.previous_design import PREVIOUS, command, export
+from benchmarks.report import BenchResult, Target
+from benchmarks.stats import summarize
+
+NAME = "fleet_k8s"
+TITLE = "1,000 concurrent waits on 1,000 clusters (Kubernetes backend and connector): shared informer vs one watch per wait"
+LAG_LIMIT_MS = 100.0
+RSS_LIMIT_MB = 300.0
+NAMESPACES = 1
+RESOURCES = 1
+"""Pods are the only resource waits watch."""
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much to measure."""
+
+    clusters: int
+    ready_delay: float
+    """Seconds each new worker pod takes to become Ready."""
+    poll: float
+    """Seconds between one execution's connector polls."""
+    senders: int = 16
+    """Scale requests in flight at once (the API server's write path is not what is measured)."""
+    replicas: int = 2
+    child_timeout: float = 900.0
+
+
+QUICK = Plan(clusters=12, ready_delay=2.0, poll=0.5, child_timeout=300.0)
+FULL = Plan(clusters=1000, ready_delay=40.0, poll=5.0)
+
+
+def _server(plan: Plan) -> Any:
+    from benchmarks.servers import timed_k8s_server
+
+    server = timed_k8s_server(ready_delay=0.0).start()
+    try:
+        for i in range(plan.clusters):
+            server.add_cluster(
+                "ray", cluster_name(i), NAMESPACE, replicas=1,
+                autoscaling={"minReplicas": 1, "maxReplicas": 8}, owner=OWNER, wait_ready=False,
+            )
+        deadline = time.monotonic() + 300
+        while len(server.ready_moments_all("worker")) < plan.clusters:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"timed out after 300 s waiting for {plan.clusters} clusters to come up")
+            time.sleep(0.1)
+        server.set_ready_delay(plan.ready_delay)
+        server.clear_log()
+        return server
+    except BaseException:
+        server.close()
+        raise
+
+
+def _requests(server: Any) -> Dict[str, int]:
+    counts = {"total": 0, "pod_lists": 0, "pod_watches": 0, "cluster_gets": 0, "patches": 0}
+    for r in list(server.requests):
+        counts["total"] += 1
+        if r.path.endswith("/pods"):
+            counts["pod_watches" if r.query.get("watch") == "true" else "pod_lists"] += 1
+        elif r.method == "GET":
+            counts["cluster_gets"] += 1
+        elif r.method == "PATCH":
+            counts["patches"] += 1
+    return counts
+
+
+def _run_child(cmd: List[str], timeout: float) -> Tuple[Optional[Dict[str, Any]], str]:
+    try:
+        child = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=str(REPO_ROOT), check=False)
+    except subprocess.TimeoutExpired:
+        return None, f"did not finish within {timeout:.0f} s"
+    if child.returncode != 0:
+        return None, f"child failed ({child.returncode}): {child.stderr[-1500:]}"
+    return json.loads(child.stdout.strip().splitlines()[-1]), ""
+
+
+def _backend_lane(plan: Plan, tree: Optional[Path]) -> Dict[str, Any]:
+    server = _server(plan)
+    try:
+        launched = time.time()
+        args = (server.url, str(plan.clusters), str(plan.replicas), str(plan.senders))
+        cmd = command(tree, "benchmarks.fleet_wait_client", *args) if tree else [
+            sys.executable, "-m", "benchmarks.fleet_wait_client", *args]
+        report, failure = _run_child(cmd, plan.child_timeout)
+        lags, errors = [], []
+        for call in (report or {}).get("calls", []):
+            moments = server.ready_moments(call["cluster"], "worker", since=launched)
+            if call["error"]:
+                errors.append(f"{call['cluster']}: {call['error'][:200]}")
+            elif len(moments) < plan.replicas - 1:
+                errors.append(f"{call['cluster']}: returned with {len(moments)} new Ready workers")
+            else:
+                lags.append((call["returned"] - max(moments)) * 1000.0)
+        summary = _lane_summary(server, report, failure, lags, errors, time.time() - launched)
+        summary["peak_concurrent_waits"] = (report or {}).get("peak_waits")
+        return summary
+    finally:
+        server.close()
+
+
+def _send_scales(url: str, plan: Plan) -> List[str]:
+    """Send every cluster's scale request (no wait), ``plan.senders`` at a time; the errors."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kubernetes import client
+
+    from flytekitplugins_ddlscale import ClusterRef
+    from flytekitplugins_ddlscale.backends.kubernetes import KubernetesBackend
+
+    config = client.Configuration(host=url)
+    config.connection_pool_maxsize = plan.senders + 4
+    with KubernetesBackend(NAMESPACE, api_client=client.ApiClient(config), owner=OWNER, request_timeout=120) as backend:
+
+        def one(index: int) -> str:
+            try:
+                backend.scale(ClusterRef("ray", cluster_name(index), NAMESPACE), plan.replicas, wait=False, timeout=300)
+                return ""
+            except Exception as exc:  # counted by the caller
+                return f"{cluster_name(index)}: scale: {exc!r}"[:200]
+
+        with ThreadPoolExecutor(plan.senders) as pool:
+            return [e for e in pool.map(one, range(plan.clusters)) if e]
+
+
+def _connector_lane(plan: Plan, tree: Optional[Path], workdir: Path) -> Dict[str, Any]:
+    server = _server(plan)
+    try:
+        kubeconfig = workdir / "kubeconfig"
+        kubeconfig.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "bench",
+            "clusters": [{"name": "k", "cluster": {"server": server.url}}],
+            "users": [{"name": "u", "user": {"token": "bench-token"}}],
+            "contexts": [{"name": "bench", "context": {"cluster": "k", "user": "u", "namespace": NAMESPACE}}],
+        }))
+        args = (str(kubeconfig), str(plan.clusters), str(plan.replicas), str(plan.poll))
+        cmd = command(tree, "benchmarks.fleet_connector_client", *args) if tree else [
+            sys.executable, "-m", "benchmarks.fleet_connector_client", *args]
+        child = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True, cwd=str(REPO_ROOT))
+        try:
+            warm = child.stdout.readline() if child.stdout else ""
+            launched = time.time()
+            # The scale requests (no wait) are sent here; the connector process only answers the polls,
+            # and only the polls' requests are counted.
+            send_errors = _send_scales(server.url, plan)
+            server.clear_log()
+            if child.stdin:
+                child.stdin.write("go\n")
+                child.stdin.flush()
+            out, err = child.communicate(timeout=plan.child_timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.communicate()
+            out, err = "", f"did not finish within {plan.child_timeout:.0f} s"
+        report: Optional[Dict[str, Any]] = None
+        failure = ""
+        if warm.strip() != "warm" or child.returncode != 0 or not out.strip():
+            failure = f"connector child failed ({child.returncode}): {err[-1500:]}"
+        else:
+            report = json.loads(out.strip().splitlines()[-1])
+        lags, errors = [], list(send_errors)
+        for execution in (report or {}).get("executions", []):
+            moments = server.ready_moments(execution["cluster"], "worker", since=launched)
+            if execution["error"] or not moments:
+                errors.append(f"{execution['cluster']}: {execution['error'] or 'no Ready moment'}"[:200])
+                continue
+            ready = max(moments)
+            first_after = next((p for p in execution["polls"] if p[0] >= ready), None)
+            done = next(p for p in execution["polls"] if p[2])
+            start = ready if first_after is None or not first_after[2] else first_after[0]
+            lags.append((done[1] - start) * 1000.0)
+        summary = _lane_summary(server, report, failure, lags, errors, time.time() - launched)
+        polls = sum(len(e["polls"]) for e in (report or {}).get("executions", []))
+        summary["connector_polls"] = polls
+        if polls:
+            summary["requests_per_poll"] = round(summary["requests"]["total"] / polls, 2)
+        return summary
+    finally:
+        server.close()
+
+
+def _lane_summary(server: Any, report: Optional[Dict[str, Any]], failure: str, lags: List[float], errors: List[str],
+                  seconds: float) -> Dict[str, Any]:
+    return {
+        "completed": len(lags),
+        "failure": failure or None,
+        "errors": errors[:10],
+        "error_count": len(errors),
+        "lag_ms": summarize(lags, 1) if lags else None,
+        "peak_rss_mb": round(report["peak_rss_kb"] / 1024.0, 1) if report else None,
+        "peak_open_watches": server.peak_watches,
+        "requests": _requests(server),
+        "wall_s": round(seconds, 1),
+    }
+
+
+def run(quick: bool = False, out_dir: Path = Path("benchmarks/results")) -> BenchResult:
+    """Both designs, through the backend and through the connector, on fresh servers of the same size."""
+    try:
+        import flytekitplugins_ddlscale.backends.kubernetes  # noqa: F401
+        import tests.servers.k8s_server  # noqa: F401
+    except ImportError as exc:
+        return BenchResult.skipped(NAME, TITLE, f"kubernetes backend or its test server not importable: {exc}")
+    plan = QUICK if quick else FULL
+    lanes: Dict[str, Dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="ddlscale-fleet-") as tmp:
+        previous, missing = export(Path(tmp) / "previous")
+        lanes["backend_shared"] = _backend_lane(plan, None)
+        if previous is not None:
+            lanes["backend_per_wait"] = _backend_lane(plan, previous)
+        lanes["connector_shared"] = _connector_lane(plan, None, Path(tmp))
+        if previous is not None:
+            lanes["connector_per_poll"] = _connector_lane(plan, previous, Path(tmp))
+    result = BenchResult(NAME, TITLE)
+    if missing:
+        result.notes.append(missing)
+    result.metrics = {
+        "plan": {"clusters": plan.clusters, "replicas": f"1 -> {plan.replicas}", "ready_delay_s": plan.ready_delay,
+                 "connector_poll_s": plan.poll, "previous_design": missing or f"git {PREVIOUS}"},
+        **lanes,
+        "headline": [_headline(name, lane, plan.clusters) for name, lane in lanes.items()],
+    }
+    watch_limit = float(NAMESPACES * RESOURCES)
+    for name in ("backend_shared", "connector_shared"):
+        lane = lanes[name]
+        lag = lane["lag_ms"]
+        result.targets.append(Target(f"{name}: waits completed", float(lane["completed"]), float(plan.clusters), "waits", ">="))
+        result.targets.append(Target(f"{name}: detection lag p95", lag["p95"] if lag else None, LAG_LIMIT_MS, "ms",
+                                     detail=f"median {lag['median']} ms" if lag else (lane["failure"] or "none completed")))
+        result.targets.append(Target(f"{name}: peak RSS", lane["peak_rss_mb"], RSS_LIMIT_MB, "MB"))
+        result.targets.append(Target(f"{name}: open watches (peak)", float(lane["peak_open_watches"]), watch_limit, "watches",
+                                     detail=f"{lane['requests']['total']} API requests in all"))
+    return result
+
+
+def _headline(name: str, lane: Dict[str, Any], clusters: int) -> str:
+    lag = lane["lag_ms"]
+    lag_text = f"lag p95 {lag['p95']} ms" if lag else f"no lag ({lane['failure'] or 'none completed'})"
+    return (f"{name}: {lane['completed']}/{clusters} in {lane['wall_s']} s; {lag_text}; peak RSS {lane['peak_rss_mb']} MB; "
+            f"peak open watches {lane['peak_open_watches']}; {lane['requests']['total']} API requests")
+
+
+def main() -> None:
+    """``python -m benchmarks.bench_fleet --clusters N``: the full plan at another size, written to
+    ``results/fleet_k8s_<N>.json`` (the suite's ``fleet_k8s`` is the 1,000-cluster run)."""
+    import argparse
+    import dataclasses
+
+    from benchmarks.report import write_json
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_fleet")
+    parser.add_argument("--clusters", type=int, required=True)
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks" / "results")
+    args = parser.parse_args()
+    global FULL
+    FULL = dataclasses.replace(FULL, clusters=args.clusters)
+    started = time.monotonic()
+    result = run(quick=False, out_dir=args.out)
+    result.name = f"{NAME}_{args.clusters}"
+    document = result.to_json(quick=False, duration_s=time.monotonic() - started)
+    write_json(args.out / f"{result.name}.json", document)
+    print("\n".join(document["metrics"]["headline"]))
+
+
+if __name__ == "__main__":
+    main()

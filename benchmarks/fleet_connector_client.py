@@ -1,0 +1,69 @@
+"""Child process of the fleet benchmark: one connector answering many executions' polls at once.
+
+Run as ``python -m benchmarks.fleet_connector_client KUBECONFIG COUNT REPLICAS POLL_S``. It
+warms up as a running connector service is warm (modules imported, one ``get`` answered), prints
+``warm``, and waits for a line on stdin: by then the parent has sent the scale requests of clusters
+``c000``... Then it polls :meth:`ScalingConnector.get` for one ``ddlscale_wait`` execution per
+cluster, each every ``POLL_S`` seconds (restoring its metadata from bytes each time, as the
+connector service does), and prints one JSON document: per execution, when each poll started and
+returned and what it answered, and this process's peak RSS. The previous design's run uses this
+same harness on the previous plugin code.
+"""
+import json
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Dict, List
+
+from benchmarks.k8s_scale_client import NAMESPACE, cluster_name, peak_rss_kb
+
+
+def main(kubeconfig: str, count: int, replicas: int, poll: float, limit: float = 300.0) -> Dict[str, Any]:
+    """Poll every execution until it leaves RUNNING; return per-execution polls, errors and peak RSS."""
+    os.environ["KUBECONFIG"] = kubeconfig
+    os.environ["DDLSCALE_BACKEND"] = "kubernetes"
+    from flyteidl.core.execution_pb2 import TaskExecution
+
+    from flytekitplugins_ddlscale.connector import ScalingConnector, ScalingMetadata
+    from flytekitplugins_ddlscale.nodes.names import WAIT_TASK_TYPE
+
+    connector = ScalingConnector(WAIT_TASK_TYPE)
+
+    def meta_of(name: str) -> bytes:
+        now = time.time()
+        return ScalingMetadata(
+            task_type=WAIT_TASK_TYPE, cluster=f"{NAMESPACE}/ray/{name}", backend="kubernetes", target=replicas,
+            started=now, deadline=now + limit, outcome=json.dumps({"backend": "kubernetes"}), framework_ready=False,
+        ).encode()
+
+    connector.get(ScalingMetadata.decode(meta_of(cluster_name(0))))
+    rss_before_kb = peak_rss_kb()
+    print("warm", flush=True)
+    sys.stdin.readline()
+
+    def one(index: int) -> Dict[str, Any]:
+        name = cluster_name(index)
+        meta = meta_of(name)
+        polls: List[List[float]] = []
+        time.sleep(poll * index / count)  # executions started at different moments, as in a fleet
+        while True:
+            began = time.time()
+            try:
+                resource = connector.get(ScalingMetadata.decode(meta))
+            except Exception as exc:  # reported per execution; the parent counts failures
+                return {"cluster": name, "polls": polls, "error": repr(exc)}
+            done = resource.phase != TaskExecution.RUNNING
+            polls.append([began, time.time(), float(done)])
+            if done:
+                ok = resource.phase == TaskExecution.SUCCEEDED
+                return {"cluster": name, "polls": polls, "error": None if ok else resource.message}
+            time.sleep(max(0.0, poll - (time.time() - began)))
+
+    with ThreadPoolExecutor(max_workers=count, thread_name_prefix="execution") as pool:
+        executions = list(pool.map(one, range(count)))
+    return {"executions": executions, "rss_before_kb": rss_before_kb, "peak_rss_kb": peak_rss_kb()}
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]))))
