@@ -143,7 +143,7 @@ def test_claims_keep_the_largest_and_record_a_baseline(backend):
 def test_capabilities_and_protocol(backend):
     assert isinstance(backend, ClusterBackend)
     caps = backend.capabilities
-    assert caps.kinds == frozenset({"dask"})
+    assert caps.kinds == frozenset({"dask", "ray"})
     assert caps.observes_readiness and caps.holds_size and caps.persistent_baseline
 
 
