@@ -104,6 +104,6 @@ def test_sigterm_in_the_body_restores_and_puts_handlers_back(local_env):
 
 def test_unsupported_kind_is_refused_before_anything_changes(local_env):
     with pytest.raises(UnsupportedOperationError):
-        with cluster_phase("ray/phase-test", 2, timeout=30):
+        with cluster_phase("mpi/phase-test", 2, timeout=30):
             pytest.fail("body must not run")
     assert local_backend(local_env).list_clusters() == []
