@@ -52,7 +52,19 @@ def test_selectors_parse_and_match():
     assert not matches(reqs, {"app": "ray", "component": "worker", "deleting": "yes"})
     assert matches(parse_selector("a==b"), {"a": "b"})
     with pytest.raises(InvalidInputError, match="selector"):
-        parse_selector("app in (ray,dask)")
+        parse_selector("app in ray")
+
+
+def test_set_based_selectors_match_as_the_api_server_reads_them():
+    # KubeRay waits select one worker group and the head group: ray.io/group in (headgroup,gpu).
+    reqs = parse_selector("ray.io/cluster=r1,ray.io/group in (headgroup, gpu),zone notin (a,b)")
+    assert reqs == [("ray.io/cluster", "=", "r1"), ("ray.io/group", "in", frozenset({"headgroup", "gpu"})),
+                    ("zone", "notin", frozenset({"a", "b"}))]
+    assert matches(reqs, {"ray.io/cluster": "r1", "ray.io/group": "gpu"})
+    assert matches(reqs, {"ray.io/cluster": "r1", "ray.io/group": "headgroup", "zone": "c"})
+    assert not matches(reqs, {"ray.io/cluster": "r1", "ray.io/group": "cpu"})
+    assert not matches(reqs, {"ray.io/cluster": "r1"})
+    assert not matches(reqs, {"ray.io/cluster": "r1", "ray.io/group": "gpu", "zone": "a"})
 
 
 def test_concurrent_waits_share_one_watch_and_one_list(k8s, backend):  # noqa: F811

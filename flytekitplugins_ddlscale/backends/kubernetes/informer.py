@@ -24,9 +24,10 @@ backend that started it; informers are keyed by API server, credentials
 import copy
 import hashlib
 import logging
+import re
 import threading
 import time
-from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+from typing import AbstractSet, Any, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple, Union
 
 from ...errors import BackendUnavailableError, InvalidInputError, ScalingError
 from ...outage import OUTAGE_BACKOFF
@@ -40,28 +41,49 @@ WAIT_LINGER = 1.0
 """Seconds an informer stays after its last wait ends, so waits that follow each other (a busy
 process, a phase's scale then wait) reuse the cache instead of listing again."""
 Pod = Dict[str, Any]
-Requirement = Tuple[str, str, Optional[str]]
-"""(key, op, value): op is "=", "!=", "exists" or "!" (absent)."""
+Requirement = Tuple[str, str, Union[str, FrozenSet[str], None]]
+"""(key, op, value): op is "=", "!=", "exists", "!" (absent), "in" or "notin" (value: the set)."""
 Key = Tuple[str, str, str]
 
 
-def parse_selector(selector: str) -> List[Requirement]:
-    """The requirements of an equality-based label selector (``a=b,c!=d,e,!f``).
+_SET_REQUIREMENT = re.compile(r"^([^\s!=(),]+)\s+(in|notin)\s+\(([^()]*)\)$")
 
-    Raises :class:`InvalidInputError` for set-based requirements (``in``, ``notin``), which no
-    wait of this plugin uses."""
+
+def _parts(selector: str) -> List[str]:
+    """The comma-separated requirements of ``selector``; commas inside ``(...)`` belong to a set."""
+    parts, depth, current = [], 0, ""
+    for char in selector:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += char
+    parts.append(current.strip())
+    return [part for part in parts if part]
+
+
+def parse_selector(selector: str) -> List[Requirement]:
+    """The requirements of a label selector: equality-based (``a=b,c!=d,e,!f``) and set-based
+    (``g in (x,y)``, ``h notin (z)``), as the API server reads them.
+
+    Raises :class:`InvalidInputError` naming the selector for anything else."""
     requirements: List[Requirement] = []
-    for part in (p.strip() for p in selector.split(",")):
-        if not part:
-            continue
-        if "!=" in part:
+    for part in _parts(selector):
+        in_set = _SET_REQUIREMENT.match(part)
+        if in_set:
+            key, op, values = in_set.groups()
+            requirements.append((key, op, frozenset(v.strip() for v in values.split(",") if v.strip())))
+        elif "!=" in part:
             key, value = part.split("!=", 1)
             requirements.append((key.strip(), "!=", value.strip()))
         elif "=" in part:
             key, value = part.replace("==", "=").split("=", 1)
             requirements.append((key.strip(), "=", value.strip()))
-        elif " " in part or "(" in part:
-            raise InvalidInputError("selector", selector, "equality-based requirements: key=value, key!=value, key, !key")
+        elif " " in part or "(" in part or ")" in part:
+            raise InvalidInputError(
+                "selector", selector, "label requirements: key=value, key!=value, key, !key, key in (a,b), key notin (a,b)"
+            )
         elif part.startswith("!"):
             requirements.append((part[1:], "!", None))
         else:
@@ -80,7 +102,15 @@ def matches(requirements: List[Requirement], labels: Dict[str, str]) -> bool:
             return False
         if op == "!" and key in labels:
             return False
+        if op in ("in", "notin"):
+            inside = labels.get(key) in _values(value)
+            if inside != (op == "in"):
+                return False
     return True
+
+
+def _values(value: Union[str, FrozenSet[str], None]) -> AbstractSet[Optional[str]]:
+    return value if isinstance(value, frozenset) else frozenset()
 
 
 def _labels(pod: Pod) -> Dict[str, str]:
