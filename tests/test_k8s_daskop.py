@@ -11,6 +11,7 @@ from flytekitplugins_ddlscale.errors import (
     CapacityExceededError,
     InvalidInputError,
     UnauthorizedError,
+    UnsupportedOperationError,
     WorkerFailedError,
 )
 from flytekitplugins_ddlscale.records import BASELINE_ANNOTATION, CLAIMS_ANNOTATION
@@ -243,3 +244,22 @@ def test_shipped_example_clusters_are_accepted_and_scale(k8s, backend, manifest,
     assert backend.wait_for_workers(ref, 1, timeout=20).desired_workers == 1
     assert backend.scale(ref, 2, timeout=20).final.ready_workers == 2
     assert backend.restore_baseline(ref, timeout=20).effective == 1
+
+
+def test_two_autoscalers_for_one_cluster_are_refused_before_anything_is_sent(k8s, backend):  # noqa: F811
+    from kubernetes import client
+
+    k8s.add_dask_operator("d1", replicas=1, autoscaler={"minimum": 1, "maximum": 5})
+    api_client = k8s.api_client()
+    try:
+        client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+            "kubernetes.dask.org", "v1", "domino-compute", "daskautoscalers",
+            {"apiVersion": "kubernetes.dask.org/v1", "kind": "DaskAutoscaler", "metadata": {"name": "d1-other"},
+             "spec": {"cluster": "d1", "minimum": 2, "maximum": 4}},
+        )
+    finally:
+        api_client.close()
+    k8s.clear_log()
+    with pytest.raises(UnsupportedOperationError, match="DaskAutoscalers d1, d1-other"):
+        backend.scale(REF, 3, timeout=20)
+    assert _patches(k8s) == [] and _replicas(k8s) == 1

@@ -256,10 +256,9 @@ class KubernetesBackend(BaseBackend):
 
         return mutate
 
-    def _hold_elsewhere(self, ref: ClusterRef, replicas: int, deadline: Deadline) -> None:
-        self._adapter(ref).hold_elsewhere(
-            self._label(ref), ref, self._ns(ref), self.api, deadline, replicas, self._elsewhere(ref, deadline)
-        )
+    def _hold_elsewhere(self, ref: ClusterRef, names: Tuple[str, ...], replicas: int, deadline: Deadline) -> None:
+        if names:
+            self._adapter(ref).hold_elsewhere(self._label(ref), ref, names, replicas, self._elsewhere(ref, deadline))
 
     def _restore_elsewhere(self, ref: ClusterRef, deadline: Deadline) -> None:
         self._adapter(ref).restore_elsewhere(
@@ -326,7 +325,7 @@ class KubernetesBackend(BaseBackend):
         with self._until(ref, deadline, f"the scale of {self._label(ref)} to {replicas} workers to be applied", seen):
             obj = self._read(ref, deadline)
             self._check_owner(ref, obj)
-            wanted, capped = self._adapter(ref).before_change(
+            wanted, capped, others = self._adapter(ref).before_change(
                 self._label(ref), ref, self._ns(ref), self.api, deadline, replicas, strict
             )
             pods = self._pods(ref, deadline=deadline)
@@ -341,7 +340,7 @@ class KubernetesBackend(BaseBackend):
             # Size (and baseline) first, autoscaler second: a failure between leaves the
             # autoscaler free to shrink the group back within its own bounds, never to grow it.
             _, after, _ = self._mutate(ref, build, obj, deadline)
-            self._hold_elsewhere(ref, outcome["effective"], deadline)
+            self._hold_elsewhere(ref, others, outcome["effective"], deadline)
         return self._change(
             ref, replicas, outcome["effective"], outcome["capped"], previous, after, tier.id if tier else None,
             worker_hw_tier,
@@ -587,7 +586,7 @@ class KubernetesBackend(BaseBackend):
             outcome.update(capped=False, tier=None, name=None, restoring=largest is None)
             if largest is not None:
                 tier = self._resolve(largest.worker_hw_tier, ref.kind, "worker_hw_tier")
-                wanted, capped = self._adapter(ref).before_change(
+                wanted, capped, outcome["others"] = self._adapter(ref).before_change(
                     self._label(ref), ref, self._ns(ref), self.api, deadline, largest.replicas, False
                 )
                 spec, outcome["effective"], outcome["capped"] = self._size(ref, current, wanted, False, tier, pods)
@@ -616,7 +615,7 @@ class KubernetesBackend(BaseBackend):
                 if claimed:
                     self._restore_elsewhere(ref, deadline)
             elif outcome:
-                self._hold_elsewhere(ref, outcome["effective"], deadline)
+                self._hold_elsewhere(ref, outcome["others"], outcome["effective"], deadline)
         if not patched:
             return None
         return self._change(

@@ -70,17 +70,17 @@ class ResourceAdapter(ABC):
     def before_change(
         self, label: str, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"],
         replicas: int, strict: bool,
-    ) -> Tuple[int, bool]:
-        """Check a change to ``replicas`` workers before anything is sent; return the workers to set
-        and whether a bound kept on another object capped them (no check, no cap by default)."""
-        return replicas, False
+    ) -> Tuple[int, bool, Tuple[str, ...]]:
+        """Check a change to ``replicas`` workers before anything is sent; return the workers to set,
+        whether a bound kept on another object capped them, and the names of the other objects
+        that size the group (for :meth:`hold_elsewhere`). No check, no cap, none by default."""
+        return replicas, False, ()
 
     def hold_elsewhere(
-        self, label: str, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"],
-        replicas: int, mutate: Mutate,
+        self, label: str, ref: ClusterRef, names: Tuple[str, ...], replicas: int, mutate: Mutate,
     ) -> None:
-        """After the size patch: hold ``replicas`` on the other objects that size the group (an
-        autoscaler kept beside it), recording what they had; nothing by default."""
+        """After the size patch: hold ``replicas`` on the other objects ``names`` (from
+        :meth:`before_change`) that size the group, recording what they had; nothing by default."""
 
     def restore_elsewhere(
         self, label: str, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"],

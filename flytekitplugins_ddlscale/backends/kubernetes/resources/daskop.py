@@ -97,37 +97,36 @@ class DaskOperatorAdapter(ResourceAdapter):
     def before_change(
         self, label: str, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"],
         replicas: int, strict: bool,
-    ) -> Tuple[int, bool]:
+    ) -> Tuple[int, bool, Tuple[str, ...]]:
         """Cap ``replicas`` at the DaskAutoscaler's ``maximum`` (strict: refuse, naming both); refuse
         a cluster with more than one autoscaler (they fight each other; which to hold is unclear)."""
         scalers = self._autoscalers(ref, namespace, api, deadline)
         if not scalers:
-            return replicas, False
+            return replicas, False, ()
         if len(scalers) > 1:
             names = ", ".join(str(a["metadata"]["name"]) for a in scalers)
             raise UnsupportedOperationError(
                 f"DaskAutoscalers {names} all size this cluster's default worker group; delete all but one "
                 "before scaling it", cluster=label,
             )
-        spec = scalers[0].get("spec") or {}
-        limit = spec.get("maximum")
+        names = (str(scalers[0]["metadata"]["name"]),)
+        limit = (scalers[0].get("spec") or {}).get("maximum")
         if limit is None or replicas <= int(limit):
-            return replicas, False
+            return replicas, False, names
         if strict:
             raise CapacityExceededError(
                 f"{replicas} workers requested but DaskAutoscaler {scalers[0]['metadata']['name']!r} has "
                 f"maximum {int(limit)} (strict mode)",
                 cluster=label,
             )
-        return int(limit), True
+        return int(limit), True, names
 
     def hold_elsewhere(
-        self, label: str, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"],
-        replicas: int, mutate: Mutate,
+        self, label: str, ref: ClusterRef, names: Tuple[str, ...], replicas: int, mutate: Mutate,
     ) -> None:
         """Set the DaskAutoscaler's ``minimum`` to ``replicas``, so its adapt cycles never go below
         the held size, recording its own minimum on it the first time (same patch)."""
-        for scaler in self._autoscalers(ref, namespace, api, deadline):
+        for name in names:
 
             def build(current: Dict[str, Any]) -> Optional[Patch]:
                 notes = (current.get("metadata") or {}).get("annotations") or {}
@@ -139,7 +138,7 @@ class DaskOperatorAdapter(ResourceAdapter):
                     patch["spec"] = {"minimum": replicas}
                 return patch or None
 
-            mutate(AUTOSCALERS, str(scaler["metadata"]["name"]), build)
+            mutate(AUTOSCALERS, name, build)
 
     def restore_elsewhere(
         self, label: str, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"],
