@@ -1,5 +1,6 @@
 """Dask-operator clusters (kind ``dask-operator``) on the Kubernetes backend, against the test
 server's DaskCluster/DaskWorkerGroup/DaskAutoscaler CRD facts and simulated Dask operator."""
+import time
 from pathlib import Path
 
 import pytest
@@ -7,6 +8,7 @@ from tests.servers.k8s_fixtures import backend, k8s, role_rules, tiers_file  # n
 
 from flytekitplugins_ddlscale import ClusterRef
 from flytekitplugins_ddlscale.errors import (
+    CapacityExceededError,
     InvalidInputError,
     UnauthorizedError,
     UnsupportedOperationError,
@@ -16,6 +18,8 @@ from flytekitplugins_ddlscale.records import BASELINE_ANNOTATION, CLAIMS_ANNOTAT
 from flytekitplugins_ddlscale.refs import parse_cluster
 
 GROUPS = "daskworkergroups.kubernetes.dask.org"
+AUTOSCALERS = "daskautoscalers.kubernetes.dask.org"
+HELD = "ddlscale.flyte.org/autoscaler-minimum"
 ROLE = Path(__file__).resolve().parents[1] / "examples" / "k8s" / "dask-operator-rbac.yaml"
 REF = ClusterRef("dask-operator", "d1")
 
@@ -31,6 +35,15 @@ def _replicas(server, group="d1-default"):
 
 def _patches(server):
     return [r for r in server.requests if r.method == "PATCH"]
+
+
+def _autoscaler(server):
+    scaler = server.get_resource(AUTOSCALERS, "d1")
+    return scaler["spec"]["minimum"], (scaler["metadata"].get("annotations") or {}).get(HELD)
+
+
+def _baseline_recorded(server):
+    return BASELINE_ANNOTATION in (server.get_resource(GROUPS, "d1-default")["metadata"].get("annotations") or {})
 
 
 def test_scale_patches_the_default_worker_group_and_restores(k8s, backend):  # noqa: F811
@@ -57,16 +70,85 @@ def test_a_named_group_is_scaled_and_a_wrong_one_lists_the_groups(k8s, backend):
     assert caught.value.field == "group"
 
 
-def test_a_dask_autoscaler_is_not_fought_the_change_is_refused(k8s, backend):  # noqa: F811
+def test_a_size_is_held_against_a_dask_autoscaler_that_wants_fewer(k8s, backend):  # noqa: F811
     k8s.add_dask_operator("d1", replicas=1, autoscaler={"minimum": 1, "maximum": 5})
+    k8s.set_hpa_window(0.1)
+    result = backend.scale(REF, 3, timeout=20)
+    assert result.effective == 3 and not result.capped and result.final.ready_workers == 3
+    assert _autoscaler(k8s) == (3, "1") and backend.get_baseline(REF).replicas == 1
+    # The autoscaler still acts (it follows a scheduler that wants more) ...
+    k8s.set_dask_desired("d1", 4)
+    k8s.wait_for(lambda: _replicas(k8s) == 4, 10, "the autoscaler to grow the group")
+    # ... and when the scheduler wants none, it stops at the held size, not at its own minimum.
+    k8s.set_dask_desired("d1", 0)
+    k8s.wait_for(lambda: _replicas(k8s) == 3 and len(_workers(k8s)) == 3, 10, "the autoscaler to come down to 3")
+    time.sleep(0.5)  # several adapt cycles: it stays there
+    assert _replicas(k8s) == 3 and len(_workers(k8s)) == 3
+    restored = backend.restore_baseline(REF, timeout=20)
+    assert restored.effective == 1 and _autoscaler(k8s) == (1, None) and not _baseline_recorded(k8s)
+    k8s.wait_for(lambda: _replicas(k8s) == 1 and len(_workers(k8s)) == 1, 10, "the group back at 1")
+
+
+def test_above_the_autoscaler_maximum_is_capped_or_refused_in_strict_mode(k8s, backend):  # noqa: F811
+    k8s.add_dask_operator("d1", replicas=1, autoscaler={"minimum": 1, "maximum": 3})
     k8s.clear_log()
-    with pytest.raises(UnsupportedOperationError, match="DaskAutoscaler 'd1'.*minimum 1 and maximum 5"):
+    with pytest.raises(CapacityExceededError, match="5 workers requested but DaskAutoscaler 'd1' has maximum 3"):
+        backend.scale(REF, 5, strict=True, timeout=20)
+    assert _patches(k8s) == [] and _replicas(k8s) == 1 and _autoscaler(k8s) == (1, None)
+    result = backend.scale(REF, 5, timeout=20)
+    assert (result.effective, result.capped, _replicas(k8s), _autoscaler(k8s)) == (3, True, 3, (3, "1"))
+    backend.restore_baseline(REF, timeout=20)
+    assert _autoscaler(k8s) == (1, None) and _replicas(k8s) == 1
+
+
+def test_the_autoscaler_patch_refused_leaves_a_group_the_autoscaler_can_only_shrink(k8s, backend):  # noqa: F811
+    k8s.add_dask_operator("d1", replicas=1, autoscaler={"minimum": 1, "maximum": 5})
+    k8s.forbid("patch", AUTOSCALERS)
+    with pytest.raises(UnauthorizedError, match="daskautoscalers"):
         backend.scale(REF, 3, timeout=20)
-    assert _patches(k8s) == [] and _replicas(k8s) == 1
+    # As documented: the worker group (with its baseline) was patched first; the autoscaler
+    # kept its own minimum and so pulls the group back, never above what was asked.
+    assert _autoscaler(k8s) == (1, None) and _baseline_recorded(k8s)
+    k8s.set_hpa_window(0.05)
+    k8s.wait_for(lambda: _replicas(k8s) == 1, 10, "the autoscaler to shrink the group")
+    assert backend.restore_baseline(REF, timeout=20).effective == 1 and not _baseline_recorded(k8s)
+
+
+def test_a_restore_stopped_half_way_is_finished_by_repeating_it(k8s, backend):  # noqa: F811
+    k8s.add_dask_operator("d1", replicas=1, autoscaler={"minimum": 1, "maximum": 5})
+    backend.scale(REF, 3, timeout=20)
+    k8s.forbid("patch", GROUPS)
+    with pytest.raises(UnauthorizedError, match="daskworkergroups"):
+        backend.restore_baseline(REF, timeout=20)
+    # The autoscaler went back first; the worker group still carries the record.
+    assert _autoscaler(k8s) == (1, None) and _baseline_recorded(k8s) and _replicas(k8s) == 3
+    k8s.allow_all()
+    assert backend.restore_baseline(REF, timeout=20).effective == 1
+    assert _autoscaler(k8s) == (1, None) and not _baseline_recorded(k8s) and _replicas(k8s) == 1
+    assert backend.restore_baseline(REF, timeout=20).effective == 1 and _autoscaler(k8s) == (1, None)
+
+
+def test_claims_hold_the_largest_against_the_autoscaler(k8s, backend):  # noqa: F811
+    k8s.add_dask_operator("d1", replicas=1, autoscaler={"minimum": 1, "maximum": 5})
+    backend.claim(REF, "a", 4)
+    backend.claim(REF, "b", 2)
+    assert backend.reconcile(REF, timeout=20).effective == 4 and _autoscaler(k8s) == (4, "1")
+    backend.release(REF, "a")
+    assert backend.reconcile(REF, timeout=20).effective == 2 and _autoscaler(k8s) == (2, "1")
+    assert len(_workers(k8s, ready=True)) == 2
+    backend.release(REF, "b")
+    assert backend.reconcile(REF, timeout=20).effective == 1
+    assert _autoscaler(k8s) == (1, None) and not _baseline_recorded(k8s)
+
+
+def test_a_named_group_is_not_held_against_the_autoscaler(k8s, backend):  # noqa: F811
+    k8s.add_dask_operator("d1", replicas=1, groups={"highmem": 1}, autoscaler={"minimum": 1, "maximum": 2})
+    assert backend.scale(parse_cluster("dask-operator/d1@highmem"), 4, timeout=20).effective == 4
+    assert _autoscaler(k8s) == (1, None) and _replicas(k8s, "d1-highmem") == 4
 
 
 def test_the_emulated_autoscaler_really_acts(k8s):  # noqa: F811
-    """The refusal above guards against something real: the autoscaler pulls the group back."""
+    """The control of the hold above: without it, the autoscaler pulls the group back to its minimum."""
     k8s.add_dask_operator("d1", replicas=1, autoscaler={"minimum": 1, "maximum": 5})
     k8s.set_hpa_window(0.2)
     from kubernetes import client
@@ -123,9 +205,9 @@ def test_tiers_are_refused_and_connection_env_names_the_scheduler_service(k8s, b
 def test_the_shipped_role_is_enough(k8s, backend):  # noqa: F811
     rules = role_rules(ROLE)
     assert rules == {(v, GROUPS) for v in ("get", "list", "watch", "patch")} | {
-        ("get", "daskautoscalers.kubernetes.dask.org")
+        (v, AUTOSCALERS) for v in ("get", "list", "patch")
     } | {(v, "pods") for v in ("get", "list", "watch", "delete")}
-    k8s.add_dask_operator("d1", replicas=1, groups={"highmem": 1})
+    k8s.add_dask_operator("d1", replicas=1, groups={"highmem": 1}, autoscaler={"minimum": 1, "maximum": 5})
     k8s.allow_only(rules)
     backend.scale(REF, 2, timeout=20)
     backend.claim(REF, "p", 3)
@@ -136,6 +218,7 @@ def test_the_shipped_role_is_enough(k8s, backend):  # noqa: F811
     with pytest.raises(InvalidInputError):
         backend.get_state(ClusterRef("dask-operator", "d1", group="nope"))
     assert k8s.requests and all(r.status != 403 for r in k8s.requests)
+    assert any(r.method == "PATCH" and "/daskautoscalers/" in r.path for r in k8s.requests)
     k8s.forbid("patch", GROUPS)
     with pytest.raises(UnauthorizedError, match='cannot patch resource "daskworkergroups"'):
         backend.scale(REF, 1, timeout=20)
@@ -161,3 +244,22 @@ def test_shipped_example_clusters_are_accepted_and_scale(k8s, backend, manifest,
     assert backend.wait_for_workers(ref, 1, timeout=20).desired_workers == 1
     assert backend.scale(ref, 2, timeout=20).final.ready_workers == 2
     assert backend.restore_baseline(ref, timeout=20).effective == 1
+
+
+def test_two_autoscalers_for_one_cluster_are_refused_before_anything_is_sent(k8s, backend):  # noqa: F811
+    from kubernetes import client
+
+    k8s.add_dask_operator("d1", replicas=1, autoscaler={"minimum": 1, "maximum": 5})
+    api_client = k8s.api_client()
+    try:
+        client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+            "kubernetes.dask.org", "v1", "domino-compute", "daskautoscalers",
+            {"apiVersion": "kubernetes.dask.org/v1", "kind": "DaskAutoscaler", "metadata": {"name": "d1-other"},
+             "spec": {"cluster": "d1", "minimum": 2, "maximum": 4}},
+        )
+    finally:
+        api_client.close()
+    k8s.clear_log()
+    with pytest.raises(UnsupportedOperationError, match="DaskAutoscalers d1, d1-other"):
+        backend.scale(REF, 3, timeout=20)
+    assert _patches(k8s) == [] and _replicas(k8s) == 1

@@ -74,6 +74,8 @@ class SimulatedOperator:
         self._due: Dict[str, float] = {}
         """Pod uid -> monotonic time it becomes Ready (or is removed, when terminating)."""
         self._last_replicas: Dict[ClusterKey, Tuple[int, float]] = {}
+        self.dask_desired: Dict[Tuple[str, str], int] = {}
+        """(namespace, cluster) -> the adaptive target a Dask scheduler reports (0, an idle one, if unset)."""
         self._last_created: Dict[Tuple[str, str], float] = {}
         self._dirty: Set[ClusterKey] = set()
         self._timers: List[Tuple[float, ClusterKey]] = []
@@ -104,6 +106,12 @@ class SimulatedOperator:
     def set_hpa_window(self, seconds: Optional[float]) -> None:
         with self.server.changed:
             self.hpa_window = seconds
+            self._dirty.update(k for k in self._clusters())
+            self.server.changed.notify_all()
+
+    def set_dask_desired(self, namespace: str, cluster: str, workers: int) -> None:
+        with self.server.changed:
+            self.dask_desired[(namespace, cluster)] = workers
             self._dirty.update(k for k in self._clusters())
             self.server.changed.notify_all()
 

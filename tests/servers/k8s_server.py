@@ -315,8 +315,8 @@ class K8sTestServer:
         timeout: float = 10.0,
     ) -> Dict[str, Any]:
         """Create a Dask-operator DaskCluster (its operator adds the ``default`` worker group), extra
-        DaskWorkerGroups ``{group: replicas}`` and optionally a DaskAutoscaler ``{minimum, maximum}``;
-        waits for the pods by default."""
+        DaskWorkerGroups ``{group: replicas}`` and optionally a DaskAutoscaler ``{minimum, maximum}``
+        (named after the cluster, as ``KubeCluster.adapt`` names it); waits for the pods by default."""
         pod = {"containers": [{"name": "worker", "image": "ghcr.io/dask/dask:latest"}]}
         obj = {
             "apiVersion": "kubernetes.dask.org/v1", "kind": "DaskCluster",
@@ -338,7 +338,7 @@ class K8sTestServer:
                 self._create("daskautoscalers.kubernetes.dask.org", namespace, {
                     "apiVersion": "kubernetes.dask.org/v1", "kind": "DaskAutoscaler",
                     "metadata": {"name": name, "namespace": namespace},
-                    "spec": dict(autoscaler),
+                    "spec": dict(autoscaler, cluster=name),
                 })
         if wait_ready:
             wanted = replicas + sum((groups or {}).values()) + 1
@@ -448,6 +448,10 @@ class K8sTestServer:
     def set_hpa_window(self, seconds: Optional[float]) -> None:
         """Emulate the HPA pulling replicas to minReplicas after ``seconds``; None turns it off."""
         self.operator.set_hpa_window(seconds)
+
+    def set_dask_desired(self, cluster: str, workers: int, namespace: str = "domino-compute") -> None:
+        """The adaptive target the Dask scheduler of ``cluster`` reports to its DaskAutoscaler."""
+        self.operator.set_dask_desired(namespace, cluster, workers)
 
     def inject_fault(
         self,

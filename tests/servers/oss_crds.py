@@ -11,8 +11,8 @@ Facts read from the published CRDs and written here in our own notation
 - Dask operator ``daskclusters``, ``daskworkergroups``, ``daskautoscalers``
   (``kubernetes.dask.org/v1``): a DaskCluster needs ``spec.scheduler`` (``spec`` and
   ``service``) and ``spec.worker`` (``spec``; ``replicas`` defaults to 1); a
-  DaskWorkerGroup needs ``spec.cluster`` and ``spec.worker``; a DaskAutoscaler has
-  ``spec.minimum`` and ``spec.maximum``. DaskCluster (``.spec.replicas``) and
+  DaskWorkerGroup needs ``spec.cluster`` and ``spec.worker``; a DaskAutoscaler needs
+  ``spec.cluster``, ``spec.minimum`` and ``spec.maximum``. DaskCluster (``.spec.replicas``) and
   DaskWorkerGroup (``.spec.worker.replicas``) have a ``scale`` subresource and no
   ``status`` subresource; their status is written with the main resource.
 
@@ -53,7 +53,7 @@ DaskClusterStatus    phase
 DaskCluster(Object)  spec:DaskClusterSpec status:DaskClusterStatus
 DaskWorkerGroupSpec  cluster! worker!:DaskWorker
 DaskWorkerGroup(Object)  spec:DaskWorkerGroupSpec status:object
-DaskAutoscalerSpec   maximum:int32 minimum:int32
+DaskAutoscalerSpec   cluster! maximum!:int32 minimum!:int32
 DaskAutoscaler(Object)   spec:DaskAutoscalerSpec status:object
 """
 )

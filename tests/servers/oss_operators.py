@@ -26,8 +26,12 @@ and per DaskWorkerGroup pods ``<group object>-worker-<10 chars>`` to its
 then the newest (the real operator asks the scheduler which registered
 workers to retire, and falls back to the newest pods). Labels
 ``dask.org/cluster-name``, ``dask.org/component``, ``dask.org/workergroup-name``.
-With ``hpa_window`` set and a DaskAutoscaler named after the cluster, the
-default group is pulled back to the autoscaler's ``minimum`` after that long.
+With ``hpa_window`` set, a DaskAutoscaler whose ``spec.cluster`` names the
+cluster adapts as the real one does (``daskautoscaler_adapt``), one step per
+``hpa_window`` (its cooldown): the scheduler's adaptive target (0, an idle
+scheduler, unless the test sets one with ``set_dask_desired``) is kept within
+``[minimum, maximum]``, a scale-down removes at most a quarter of the replicas
+(at least one) per step, and the default group's ``replicas`` is set to it.
 """
 import copy
 import random
@@ -65,7 +69,7 @@ def cluster_key(resource: str, namespace: str, obj: Dict[str, Any]) -> Optional[
     if resource == DASK_GROUPS:
         return DASK, namespace, str((obj.get("spec") or {}).get("cluster"))
     if resource == DASK_AUTOSCALERS:
-        return DASK, namespace, obj["metadata"]["name"]
+        return DASK, namespace, str((obj.get("spec") or {}).get("cluster"))
     return None
 
 
@@ -276,17 +280,23 @@ class _Dask(_Reconcile):
                 self.sim.delete(pod)
 
     def _autoscale(self, default: str) -> None:
-        scaler = self.server.lookup(DASK_AUTOSCALERS, self.namespace, self.name)
+        scalers = [
+            o for (res, ns, _), o in self.server._objects.items()
+            if res == DASK_AUTOSCALERS and ns == self.namespace and (o.get("spec") or {}).get("cluster") == self.name
+        ]
         group = self.server.lookup(DASK_GROUPS, self.namespace, default)
-        if scaler is None or group is None:
+        if not scalers or group is None:
             return
-        low = int((scaler.get("spec") or {}).get("minimum") or 0)
-        replicas = int(group["spec"]["worker"].get("replicas", 1))
-        if self.autoscaler_due((DASK, self.namespace, self.name), replicas > low):
+        spec = scalers[0]["spec"]
+        current = int(group["spec"]["worker"].get("replicas", 1))
+        target = self.sim.dask_desired.get((self.namespace, self.name), 0)
+        target = min(int(spec["maximum"]), max(int(spec["minimum"]), target))
+        if current > 0:
+            target = max(current - max(1, int(current * 0.25)), target)
+        if self.autoscaler_due((DASK, self.namespace, self.name), target != current):
             changed = copy.deepcopy(group)
-            changed["spec"]["worker"]["replicas"] = low
+            changed["spec"]["worker"]["replicas"] = target
             changed["metadata"]["generation"] = group["metadata"].get("generation", 1) + 1
             self.server.commit(DASK_GROUPS, self.namespace, changed, default, "MODIFIED")
-
 
 __all__ = ["CLUSTERS", "cluster_key", "pod_owner", "reconcile"]

@@ -200,7 +200,7 @@ class KubernetesBackend(BaseBackend):
 
     def _mutate(
         self, ref: ClusterRef, build: Callable[[Dict[str, Any]], Optional[Patch]], first: Optional[Dict[str, Any]] = None,
-        deadline: Optional[Deadline] = None,
+        deadline: Optional[Deadline] = None, where: Optional[Tuple[str, str]] = None,
     ) -> Tuple[Dict[str, Any], Dict[str, Any], bool]:
         """Read, build a patch, send it with the read resourceVersion; on 409 start again.
 
@@ -208,25 +208,26 @@ class KubernetesBackend(BaseBackend):
         ``build`` returning None means nothing needs changing. Conflicts are
         bounded by ``conflict_retries``; a failed patch (API server down, answer
         lost) is started again from a fresh read until ``deadline`` when given,
-        else it counts against the same bound.
+        else it counts against the same bound. ``where`` (plural, name) names
+        another object of the adapter's API group than the one holding the size.
         """
+        adapter = self._adapter(ref)
+        plural, name = where if where is not None else (adapter.plural, adapter.object_name(ref))
         obj = first
         conflicts = 0
         pauses = OUTAGE_BACKOFF.intervals()
         while True:
             if obj is None:
-                obj = self._read(ref, deadline)
+                obj = self._read(ref, deadline) if where is None else self.api.get_cluster(
+                    plural, self._ns(ref), name, deadline, adapter.group, adapter.version
+                )
             self._check_owner(ref, obj)
             patch = build(obj)
             if patch is None:
                 return obj, obj, False
             patch.setdefault("metadata", {})["resourceVersion"] = obj["metadata"]["resourceVersion"]
             try:
-                adapter = self._adapter(ref)
-                after = self.api.patch_cluster(
-                    adapter.plural, self._ns(ref), adapter.object_name(ref), patch, deadline, adapter.group,
-                    adapter.version,
-                )
+                after = self.api.patch_cluster(plural, self._ns(ref), name, patch, deadline, adapter.group, adapter.version)
                 return obj, after, True
             except Conflict:
                 conflicts += 1
@@ -245,6 +246,23 @@ class KubernetesBackend(BaseBackend):
         raise ConflictError(
             f"the cluster kept changing under {self.conflict_retries} attempts to patch it",
             cluster=self._label(ref),
+        )
+
+    def _elsewhere(self, ref: ClusterRef, deadline: Deadline) -> Callable[..., Dict[str, Any]]:
+        """The :data:`~.resources.base.Mutate` an adapter uses to change the other objects sizing ``ref``."""
+
+        def mutate(plural: str, name: str, build: Callable[[Dict[str, Any]], Optional[Patch]]) -> Dict[str, Any]:
+            return self._mutate(ref, build, deadline=deadline, where=(plural, name))[1]
+
+        return mutate
+
+    def _hold_elsewhere(self, ref: ClusterRef, names: Tuple[str, ...], replicas: int, deadline: Deadline) -> None:
+        if names:
+            self._adapter(ref).hold_elsewhere(self._label(ref), ref, names, replicas, self._elsewhere(ref, deadline))
+
+    def _restore_elsewhere(self, ref: ClusterRef, deadline: Deadline) -> None:
+        self._adapter(ref).restore_elsewhere(
+            self._label(ref), ref, self._ns(ref), self.api, deadline, self._elsewhere(ref, deadline)
         )
 
     def _bookkeeping_deadline(self) -> Deadline:
@@ -307,16 +325,22 @@ class KubernetesBackend(BaseBackend):
         with self._until(ref, deadline, f"the scale of {self._label(ref)} to {replicas} workers to be applied", seen):
             obj = self._read(ref, deadline)
             self._check_owner(ref, obj)
-            self._adapter(ref).before_change(self._label(ref), ref, self._ns(ref), self.api, deadline)
+            wanted, capped, others = self._adapter(ref).before_change(
+                self._label(ref), ref, self._ns(ref), self.api, deadline, replicas, strict
+            )
             pods = self._pods(ref, deadline=deadline)
             previous = seen["state"] = self._state(ref, obj, pods)
             outcome: Dict[str, Any] = {}
 
             def build(current: Dict[str, Any]) -> Optional[Patch]:
-                spec, outcome["effective"], outcome["capped"] = self._size(ref, current, replicas, strict, tier, pods)
+                spec, outcome["effective"], outcome["capped"] = self._size(ref, current, wanted, strict, tier, pods)
+                outcome["capped"] = outcome["capped"] or capped
                 return self._with_baseline(ref, current, {"spec": spec})
 
+            # Size (and baseline) first, autoscaler second: a failure between leaves the
+            # autoscaler free to shrink the group back within its own bounds, never to grow it.
             _, after, _ = self._mutate(ref, build, obj, deadline)
+            self._hold_elsewhere(ref, others, outcome["effective"], deadline)
         return self._change(
             ref, replicas, outcome["effective"], outcome["capped"], previous, after, tier.id if tier else None,
             worker_hw_tier,
@@ -513,6 +537,10 @@ class KubernetesBackend(BaseBackend):
             return {"spec": spec, "metadata": {"annotations": notes}} if notes else {"spec": spec}
 
         with self._until(ref, deadline, f"the restore of {self._label(ref)} to be applied", seen):
+            # The autoscaler first, the worker group (which drops the record) last: a failure
+            # between leaves the record, so repeating the restore finishes it, and the autoscaler
+            # already back at its own minimum can only shrink the group, never hold it larger.
+            self._restore_elsewhere(ref, deadline)
             _, after, patched = self._mutate(ref, build, obj, deadline)
         if outcome.get("dropped"):
             logger.warning("%s: restore dropped claims %s", self._label(ref), ", ".join(outcome["dropped"]))
@@ -558,9 +586,11 @@ class KubernetesBackend(BaseBackend):
             outcome.update(capped=False, tier=None, name=None, restoring=largest is None)
             if largest is not None:
                 tier = self._resolve(largest.worker_hw_tier, ref.kind, "worker_hw_tier")
-                spec, outcome["effective"], outcome["capped"] = self._size(
-                    ref, current, largest.replicas, False, tier, pods
+                wanted, capped, outcome["others"] = self._adapter(ref).before_change(
+                    self._label(ref), ref, self._ns(ref), self.api, deadline, largest.replicas, False
                 )
+                spec, outcome["effective"], outcome["capped"] = self._size(ref, current, wanted, False, tier, pods)
+                outcome["capped"] = outcome["capped"] or capped
                 if tier is not None:
                     outcome.update(tier=tier.id, name=largest.worker_hw_tier)
                 outcome["requested"] = largest.replicas
@@ -574,8 +604,18 @@ class KubernetesBackend(BaseBackend):
             notes = dict(self._adapter(ref).notes(current, record, spec, True), **{BASELINE_ANNOTATION: None})
             return {"spec": spec, "metadata": {"annotations": notes}}
 
+        claimed = largest_claim(decode_claims(_annotations(obj).get(CLAIMS_ANNOTATION))) is not None
         with self._until(ref, deadline, what, seen):
+            # Same order as scale and restore: the autoscaler is released before the worker
+            # group's record goes, and held only after the worker group is sized.
+            if not claimed:
+                self._restore_elsewhere(ref, deadline)
             _, after, patched = self._mutate(ref, build, obj, deadline)
+            if outcome.get("restoring"):
+                if claimed:
+                    self._restore_elsewhere(ref, deadline)
+            elif outcome:
+                self._hold_elsewhere(ref, outcome["others"], outcome["effective"], deadline)
         if not patched:
             return None
         return self._change(

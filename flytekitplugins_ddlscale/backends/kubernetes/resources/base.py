@@ -1,6 +1,6 @@
 """The interface every cluster-resource adapter implements, and what they share."""
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from ....errors import InvalidInputError
 from ....models import Baseline, ClusterState, ReplicaSpec
@@ -19,6 +19,10 @@ Outcome = Dict[str, Any]
 Record = Tuple[Baseline, Dict[str, Any]]
 """A recorded baseline and the adapter's own detail (what it needs to put the object back)."""
 Pods = List[Dict[str, Any]]
+Mutate = Callable[[str, str, Callable[[Dict[str, Any]], Optional[Patch]]], Dict[str, Any]]
+"""``mutate(plural, name, build)``: the backend's read-build-patch cycle on another object of the
+adapter's API group (resourceVersion-checked, 409 and outages retried, bounded); returns the object
+after it. ``build`` returning None changes nothing."""
 
 
 class ResourceAdapter(ABC):
@@ -64,9 +68,25 @@ class ResourceAdapter(ABC):
         """Called when the object is not found: raise a clearer error if there is one to give."""
 
     def before_change(
-        self, label: str, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"]
+        self, label: str, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"],
+        replicas: int, strict: bool,
+    ) -> Tuple[int, bool, Tuple[str, ...]]:
+        """Check a change to ``replicas`` workers before anything is sent; return the workers to set,
+        whether a bound kept on another object capped them, and the names of the other objects
+        that size the group (for :meth:`hold_elsewhere`). No check, no cap, none by default."""
+        return replicas, False, ()
+
+    def hold_elsewhere(
+        self, label: str, ref: ClusterRef, names: Tuple[str, ...], replicas: int, mutate: Mutate,
     ) -> None:
-        """Refuse a size change this flavour cannot make or hold, before anything is sent (no check by default)."""
+        """After the size patch: hold ``replicas`` on the other objects ``names`` (from
+        :meth:`before_change`) that size the group, recording what they had; nothing by default."""
+
+    def restore_elsewhere(
+        self, label: str, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"],
+        mutate: Mutate,
+    ) -> None:
+        """Before a restore's patch: put those other objects back as recorded (idempotent); nothing by default."""
 
     @abstractmethod
     def pod_selector(self, ref: ClusterRef, role: Optional[str] = None) -> str:

@@ -4,20 +4,23 @@ As ``KubeCluster.scale`` does, the object patched is the DaskWorkerGroup
 ``<cluster>-<group>`` (``default`` unless a group is named), at
 ``spec.worker.replicas``; the baseline and claims live on it. The operator
 retires the workers it removes through the scheduler, so a scale-down does
-not kill busy workers. A DaskAutoscaler (named after the cluster) rewrites
-the default group's replicas on every adapt cycle: a size cannot be held
-against it, so changes to such a group are refused with an error saying so
-(``KubeCluster.scale`` deletes the autoscaler instead; we leave that to the
-user). No tiers: a group's pod spec carries its hardware.
+not kill busy workers. A DaskAutoscaler (``spec.cluster`` naming the cluster)
+sets the default group's replicas on every adapt cycle to the scheduler's
+adaptive target kept within ``[minimum, maximum]``: a phase holds N workers
+by setting ``replicas`` to N and the autoscaler's ``minimum`` to N (N above
+``maximum`` is capped, refused in strict mode); the autoscaler's own minimum
+is recorded in an annotation on it and put back by a restore. No tiers: a
+group's pod spec carries its hardware.
 """
-from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from ....errors import ClusterNotFoundError, InvalidInputError, UnsupportedOperationError
+from ....errors import CapacityExceededError, ClusterNotFoundError, InvalidInputError, UnsupportedOperationError
 from ....models import Baseline, ClusterState, ReplicaSpec
+from ....records import ANNOTATION_PREFIX
 from ....refs import ClusterRef
 from ....tiers import HardwareTier
 from ..spec import pod_ready
-from .base import Outcome, Patch, Pods, Record, ResourceAdapter, live
+from .base import Mutate, Outcome, Patch, Pods, Record, ResourceAdapter, live
 
 if TYPE_CHECKING:
     from ....waiting import Deadline
@@ -30,6 +33,8 @@ WORKER_GROUPS = "daskworkergroups"
 AUTOSCALERS = "daskautoscalers"
 DEFAULT_GROUP = "default"
 SCHEDULER_PORT = 8786
+HELD_MINIMUM_ANNOTATION = f"{ANNOTATION_PREFIX}/autoscaler-minimum"
+"""On a DaskAutoscaler whose ``minimum`` a phase raised: the minimum it had before, put back by a restore."""
 
 
 def _labels(pod: Dict[str, Any]) -> Dict[str, str]:
@@ -76,23 +81,80 @@ class DaskOperatorAdapter(ResourceAdapter):
         if names:
             raise InvalidInputError("group", ref.group if ref.group is not None else DEFAULT_GROUP, ", ".join(names))
 
-    def before_change(
-        self, label: str, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"]
-    ) -> None:
-        """Refuse to change a group a DaskAutoscaler sizes (only the default group is adaptive)."""
+    def _autoscalers(
+        self, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"]
+    ) -> List[Dict[str, Any]]:
+        """The DaskAutoscalers sizing ``ref``'s group: those whose ``spec.cluster`` names the cluster,
+        when ``ref`` is its default group (the only group an autoscaler sizes); else none."""
         if ref.group not in (None, DEFAULT_GROUP):
-            return
-        try:
-            scaler = api.get_cluster(AUTOSCALERS, namespace, ref.name, deadline, self.group, self.version)
-        except ClusterNotFoundError:
-            return
-        spec = scaler.get("spec") or {}
-        raise UnsupportedOperationError(
-            f"DaskAutoscaler {ref.name!r} sizes this cluster's default worker group itself (between "
-            f"minimum {spec.get('minimum')} and maximum {spec.get('maximum')}), so a size cannot be held "
-            "against it; delete the DaskAutoscaler (as KubeCluster.scale does) before scaling this cluster",
-            cluster=label,
+            return []
+        found = api.list_clusters(AUTOSCALERS, namespace, "", self.group, self.version, deadline)
+        return sorted(
+            (a for a in found if (a.get("spec") or {}).get("cluster") == ref.name),
+            key=lambda a: str(a["metadata"]["name"]),
         )
+
+    def before_change(
+        self, label: str, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"],
+        replicas: int, strict: bool,
+    ) -> Tuple[int, bool, Tuple[str, ...]]:
+        """Cap ``replicas`` at the DaskAutoscaler's ``maximum`` (strict: refuse, naming both); refuse
+        a cluster with more than one autoscaler (they fight each other; which to hold is unclear)."""
+        scalers = self._autoscalers(ref, namespace, api, deadline)
+        if not scalers:
+            return replicas, False, ()
+        if len(scalers) > 1:
+            names = ", ".join(str(a["metadata"]["name"]) for a in scalers)
+            raise UnsupportedOperationError(
+                f"DaskAutoscalers {names} all size this cluster's default worker group; delete all but one "
+                "before scaling it", cluster=label,
+            )
+        names = (str(scalers[0]["metadata"]["name"]),)
+        limit = (scalers[0].get("spec") or {}).get("maximum")
+        if limit is None or replicas <= int(limit):
+            return replicas, False, names
+        if strict:
+            raise CapacityExceededError(
+                f"{replicas} workers requested but DaskAutoscaler {scalers[0]['metadata']['name']!r} has "
+                f"maximum {int(limit)} (strict mode)",
+                cluster=label,
+            )
+        return int(limit), True, names
+
+    def hold_elsewhere(
+        self, label: str, ref: ClusterRef, names: Tuple[str, ...], replicas: int, mutate: Mutate,
+    ) -> None:
+        """Set the DaskAutoscaler's ``minimum`` to ``replicas``, so its adapt cycles never go below
+        the held size, recording its own minimum on it the first time (same patch)."""
+        for name in names:
+
+            def build(current: Dict[str, Any]) -> Optional[Patch]:
+                notes = (current.get("metadata") or {}).get("annotations") or {}
+                low = (current.get("spec") or {}).get("minimum")
+                patch: Patch = {}
+                if HELD_MINIMUM_ANNOTATION not in notes:
+                    patch["metadata"] = {"annotations": {HELD_MINIMUM_ANNOTATION: str(low if low is not None else 0)}}
+                if low != replicas:
+                    patch["spec"] = {"minimum": replicas}
+                return patch or None
+
+            mutate(AUTOSCALERS, name, build)
+
+    def restore_elsewhere(
+        self, label: str, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"],
+        mutate: Mutate,
+    ) -> None:
+        """Put the recorded ``minimum`` back on each DaskAutoscaler that carries one, removing the
+        record in the same patch; one without a record is left alone (nothing to undo)."""
+        for scaler in self._autoscalers(ref, namespace, api, deadline):
+
+            def build(current: Dict[str, Any]) -> Optional[Patch]:
+                recorded = ((current.get("metadata") or {}).get("annotations") or {}).get(HELD_MINIMUM_ANNOTATION)
+                if recorded is None:
+                    return None
+                return {"spec": {"minimum": int(recorded)}, "metadata": {"annotations": {HELD_MINIMUM_ANNOTATION: None}}}
+
+            mutate(AUTOSCALERS, str(scaler["metadata"]["name"]), build)
 
     def state(self, label: str, ref: ClusterRef, obj: Dict[str, Any], pods: Pods) -> ClusterState:
         group = self.object_name(ref)
