@@ -413,6 +413,7 @@ class KubernetesBackend(BaseBackend):
             self.api, self._ns(ref), self._selector(ref, "worker"),
             what=f"{replicas} Ready workers on {self._label(ref)}", target=replicas, timeout=timeout,
             grace=self.failure_grace, watched=self._adapter(ref).is_worker, progress=progress, cluster=self._label(ref),
+            last=last,
         )
         return waiter.run(check)
 

@@ -48,6 +48,7 @@ class PodWaiter:
         watched: Callable[[Dict[str, Any]], bool],
         progress: Optional[ProgressReporter] = None,
         cluster: Optional[str] = None,
+        last: Optional[ClusterState] = None,
     ) -> None:
         self.api = api
         self.cluster = cluster
@@ -64,7 +65,9 @@ class PodWaiter:
         self.pods: Pods = {}
         self._failing: Dict[Tuple[str, str], float] = {}
         self._last_report: Optional[Tuple[int, str]] = None
-        self._last_state: Optional[ClusterState] = None
+        self._last_state: Optional[ClusterState] = last
+        """The latest state seen; starts as the caller's read before the wait (``last``), so a wait
+        whose own reads all fail still reports what was last known."""
 
     def run(self, check: Check) -> ClusterState:
         """Wait until ``check`` says done; return the final state.
