@@ -193,9 +193,8 @@ class SimulatedOperator:
 
     def _pods_of(self, namespace: str, cluster: str, app: Optional[str] = None) -> List[Dict[str, Any]]:
         return [
-            o for (res, ns, _), o in self.server._objects.items()
-            if res == PODS and ns == namespace and o["metadata"]["labels"].get(LABEL_INSTANCE) == cluster
-            and (app is None or o["metadata"]["labels"].get(LABEL_APP) == app)
+            o for o in self.server.pods_of_instance(namespace, cluster)
+            if app is None or o["metadata"]["labels"].get(LABEL_APP) == app
         ]
 
     # -- reconcile ---------------------------------------------------------
