@@ -10,7 +10,8 @@ Python tasks in their container (the default, also for local runs).
 Many executions at once: every ``get`` reads inside
 :func:`~flytekitplugins_ddlscale.sharing.shared_reads`, so the connector
 process answers all its executions' polls from one pod watch per namespace
-on Kubernetes (kept :data:`SHARED_LINGER` seconds after the last read) and
+on Kubernetes (kept :data:`SHARED_LINGER` seconds after the last read),
+through backends kept open across polls (:data:`POLL_BACKENDS`), and
 from shared, paced cluster polls on the scaler service (a read at most
 :data:`SHARED_MAX_AGE` seconds old answers every execution on that
 cluster). What a poll waits for stays in the resource metadata, so a
@@ -49,12 +50,15 @@ from .models import ClusterState
 from .nodes.config import ANY_DESIRED, ScaleConfig, WaitConfig, validate_wait_replicas
 from .nodes.names import OUTPUT_NAME, SCALE_TASK_TYPE, WAIT_TASK_TYPE
 from .nodes.outputs import ClusterReady, ScaleOutcome
-from .opening import open_backend
+from .opening import BackendPool, open_backend
 from .refs import parse_cluster
 from .sharing import shared_reads
 from .validation import validate_replicas, validate_tier_name
 
 SERVED_TASK_TYPES = (SCALE_TASK_TYPE, WAIT_TASK_TYPE)
+POLL_BACKENDS = BackendPool()
+"""The backends every ``get`` reads through: kept open across polls, so a thousand executions share one
+API client and its connections instead of opening one per poll."""
 SHARED_LINGER = 60.0
 """Seconds the shared pod watch of a namespace outlives the last ``get`` that read it (FlytePropeller
 polls every few seconds, so a busy namespace keeps one watch instead of a list per poll)."""
@@ -185,7 +189,7 @@ class ScalingConnector(AsyncConnectorBase):
         if meta.target < 0:
             return Resource(phase=TaskExecution.SUCCEEDED, outputs={OUTPUT_NAME: ScaleOutcome(**known)})
         ref = parse_cluster(meta.cluster)
-        with open_backend(meta.backend or None) as backend, shared_reads(SHARED_LINGER, SHARED_MAX_AGE):
+        with POLL_BACKENDS.backend(meta.backend or None) as backend, shared_reads(SHARED_LINGER, SHARED_MAX_AGE):
             state = backend.get_state(ref)
             if state.workers_up(meta.target):
                 readiness, pending = self._framework(meta, ref.kind, state, backend_proof(backend, state, ref.kind))

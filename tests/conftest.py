@@ -30,6 +30,15 @@ def fresh_leftovers():
         leftovers.forget_all()
 
 
+@pytest.fixture(autouse=True)
+def fresh_connector_backends():
+    """Each test's connector polls start without backends an earlier test's polls kept open."""
+    yield
+    connector = sys.modules.get("flytekitplugins_ddlscale.connector")
+    if connector is not None:
+        connector.POLL_BACKENDS.close()
+
+
 @pytest.fixture
 def scaler_server():
     """A running scaler-service test server (see tests/servers/scaler_server.py); stopped afterwards."""

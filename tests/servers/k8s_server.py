@@ -158,6 +158,8 @@ class K8sTestServer:
         self.peak_watches = 0
         """The most watch connections open at once since the start (or :meth:`clear_log`)."""
         self._connections: Set[Any] = set()
+        self.connections_accepted = 0
+        """TCP connections clients opened since the start (kept-alive connections count once)."""
         self._closing = False
         self.operator = SimulatedOperator(
             self, ready_delay=ready_delay, terminate_delay=terminate_delay, hpa_window=hpa_window
@@ -195,6 +197,12 @@ class K8sTestServer:
             _shutdown(conn)
         if self._thread is not None:
             self._thread.join(timeout=5)
+
+    @property
+    def open_connections(self) -> int:
+        """TCP connections open now."""
+        with self.lock:
+            return len(self._connections)
 
     def __enter__(self) -> "K8sTestServer":
         return self.start()
@@ -781,6 +789,9 @@ _ROUTE_ERR = ApiError(404, "NotFound", "the server could not find the requested 
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Headers and body go out in separate writes; with Nagle on, a client's delayed ACK holds
+    # every answer on a kept-alive connection ~40 ms (the real API server sets TCP_NODELAY).
+    disable_nagle_algorithm = True
     api: K8sTestServer
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence stderr access log
@@ -790,6 +801,7 @@ class _Handler(BaseHTTPRequestHandler):
         super().setup()
         with self.api.lock:
             self.api._connections.add(self.connection)
+            self.api.connections_accepted += 1
 
     def finish(self) -> None:
         with self.api.lock:
