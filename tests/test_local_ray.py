@@ -327,3 +327,19 @@ def test_node_wrapper_passes_sigterm_on_and_its_death_stops_the_node(head_url, t
         finally:
             wrapper.kill()
             wrapper.wait()
+
+
+
+def test_worker_nodes_started_together_get_ray_temp_folders_of_their_own_short_enough_for_sockets(tmp_path):
+    from flytekitplugins_ddlscale.backends.local import ray_ops
+
+    temp = ray_ops.temp_dir(tmp_path / ("c" * 200))
+    names = [f"{'n' * 63}-ray-worker-{i}" for i in (0, 1, 10)]
+    folders = []
+    for name in names:
+        argv = ray_ops.worker_argv("ray", "127.0.0.1:1", "http://127.0.0.1:2", "127.0.0.1", name, 1, GIB, temp)
+        folders.append(argv[argv.index("--temp-dir") + 1])
+    assert len(set(folders)) == 3 and all(f.startswith(temp + "/") for f in folders)
+    # The longest socket Ray puts there: <folder>/session_<date>_<time>_<usec>_<pid>/sockets/plasma_store.
+    session = "session_2026-12-03_14-36-42_112897_4194304"
+    assert all(len(f"{f}/{session}/sockets/plasma_store".encode()) <= 107 for f in folders)

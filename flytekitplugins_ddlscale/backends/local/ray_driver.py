@@ -24,6 +24,8 @@ from .tiers import WorkerShape
 
 DASHBOARD = "dashboard"
 CLIENT = "client"
+TEMP_DIR = "temp_dir"
+"""``record.framework`` key: the head's ``--temp-dir``, under which worker nodes put their sockets."""
 
 
 class RayDriver:
@@ -48,15 +50,16 @@ class RayDriver:
         return f"{record.host}:{record.port}"
 
     def head_argv(self, record: ClusterRecord, store: LocalStateStore) -> List[str]:
+        temp = ray_ops.temp_dir(store.cluster_dir(record.ref))
+        record.framework[TEMP_DIR] = temp
         return ray_ops.head_argv(
-            self.ray, record.host, record.port, record.ports[DASHBOARD], record.ports[CLIENT],
-            ray_ops.temp_dir(store.cluster_dir(record.ref)),
+            self.ray, record.host, record.port, record.ports[DASHBOARD], record.ports[CLIENT], temp
         )
 
     def worker_argv(self, record: ClusterRecord, name: str, shape: WorkerShape, workdir: Path) -> List[str]:
         return ray_ops.worker_argv(
             self.ray, self.address(record), self._dashboard(record), record.host, name, shape.nthreads,
-            shape.memory_limit,
+            shape.memory_limit, record.framework.get(TEMP_DIR) or ray_ops.temp_dir(workdir.parent),
         )
 
     def registered_workers(self, record: ClusterRecord) -> Optional[Set[str]]:

@@ -91,7 +91,7 @@ def head_argv(ray: str, host: str, port: int, dashboard_port: int, client_port: 
 
 
 def worker_argv(
-    ray: str, gcs_address: str, dashboard: str, host: str, name: str, cpus: int, memory: int
+    ray: str, gcs_address: str, dashboard: str, host: str, name: str, cpus: int, memory: int, temp: str
 ) -> List[str]:
     """One worker node named ``name`` (its Ray ``node_name``) with ``cpus`` CPUs and ``memory`` bytes.
 
@@ -99,6 +99,13 @@ def worker_argv(
     ``dashboard`` lists the head node (``ray start`` alone gives up on a
     head that is still starting), passes SIGTERM on, and starts a node that
     failed to register again.
+
+    Each worker node has a Ray ``--temp-dir`` of its own inside the
+    cluster's ``temp`` (:func:`worker_temp_dir`). Sharing the head's, every
+    node on this host takes the next free ``sockets/raylet.N`` of one
+    session folder, and two workers starting at once chose the same name:
+    the second raylet died with "bind: Address already in use" and its
+    ``ray start`` timed out after 30 s (seen on a quiet machine).
     """
     store = max(OBJECT_STORE_MINIMUM, int(memory * OBJECT_STORE_SHARE))
     return [
@@ -112,8 +119,18 @@ def worker_argv(
         "--memory", str(max(memory - store, OBJECT_STORE_MINIMUM)),
         "--object-store-memory", str(store),
         "--dashboard-agent-listen-port", "0",
+        "--temp-dir", worker_temp_dir(temp, name),
         "--disable-usage-stats",
     ]
+
+
+def worker_temp_dir(temp: str, name: str) -> str:
+    """The ``--temp-dir`` of worker node ``name`` in the cluster whose Ray temp folder is ``temp``.
+
+    Short (``w`` and 8 hex digits) because the node's sockets go three levels
+    below it and a Unix socket path has 107 bytes at most.
+    """
+    return str(Path(temp) / f"w{hashlib.sha1(name.encode()).hexdigest()[:8]}")
 
 
 def dashboard_url(host: str, port: int) -> str:
