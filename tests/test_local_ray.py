@@ -279,10 +279,14 @@ def test_cli_local_up_status_down_with_kind_ray(b, state):
     assert status["dashboard"] == f"http://127.0.0.1:{info['env']['DDLSCALE_RAY_DASHBOARD_PORT']}"
     assert len(dashboard_nodes(b)) == 2
     pids = cluster_processes(b, REF)
+    ray_files = Path(temp_dir(b.store.cluster_dir(REF)))
+    assert (ray_files / "session_latest").exists()
     down = invoke("down", "--kind", "ray", "--name", NAME)
     assert down.exit_code == 0, down.output
     assert b.list_clusters() == []
     assert [pid for pid in pids if procs.start_time(pid) is not None] == []
+    # Ray's sessions and logs (head and every worker node) went with the cluster.
+    assert not ray_files.exists()
 
 
 # ----- the worker node wrapper, with plain commands standing in for `ray start` -----

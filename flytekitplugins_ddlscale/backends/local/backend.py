@@ -272,8 +272,7 @@ class LocalBackend(FileRecordsBackend):
             record = self.store.load(ref)
             if record is None:
                 return False
-            self.supervisor.stop_all(record)
-            self.store.delete(ref)
+            self.supervisor.take_down(record)
         self.records.store.update(ref, lambda stored: stored.clear())
         return True
 
@@ -462,8 +461,7 @@ class LocalBackend(FileRecordsBackend):
         """Stop and forget a cluster (its baseline is already gone) for a caller holding its lock."""
         previous = self.supervisor.observe(record) if record is not None else _absent(ref)
         if record is not None:
-            self.supervisor.stop_all(record)
-            self.store.delete(ref)
+            self.supervisor.take_down(record)
         return _downed(ref, previous)
 
     def _load(self, ref: ClusterRef) -> ClusterRecord:

@@ -39,5 +39,8 @@ class DaskDriver:
     def connection_env(self, record: ClusterRecord) -> Dict[str, str]:
         return dask_env(record.host, record.port)
 
+    def outside_paths(self, record: ClusterRecord, store: LocalStateStore) -> List[Path]:
+        return []
+
     def details(self, record: ClusterRecord, store: LocalStateStore) -> Dict[str, Any]:
         return {"scheduler_file": str(store.scheduler_file(record.ref))}

@@ -36,7 +36,10 @@ knows its framework. Each framework provides one class with:
 * :meth:`connection_env`: the variables Domino injects for this framework,
   so code written for Domino connects unchanged;
 * :meth:`details`: framework-specific entries of ``ddlscale local describe``
-  (the Dask scheduler file, the Ray dashboard...).
+  (the Dask scheduler file, the Ray dashboard...);
+* :meth:`outside_paths`: folders the framework writes outside the
+  cluster's folder (Ray's temp folder), removed when the cluster is taken
+  down.
 
 Which driver runs which kind is :mod:`.drivers`' registry.
 
@@ -87,4 +90,8 @@ class FrameworkDriver(Protocol):
 
     def details(self, record: ClusterRecord, store: LocalStateStore) -> Dict[str, Any]:
         """Framework-specific entries for a description of ``record`` (JSON-ready)."""
+        ...
+
+    def outside_paths(self, record: ClusterRecord, store: LocalStateStore) -> List[Path]:
+        """Folders of ``record`` outside ``store``'s folder of the cluster, to remove with it."""
         ...

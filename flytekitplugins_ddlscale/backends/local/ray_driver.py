@@ -81,5 +81,8 @@ class RayDriver:
             "ray_temp_dir": ray_ops.temp_dir(store.cluster_dir(record.ref)),
         }
 
+    def outside_paths(self, record: ClusterRecord, store: LocalStateStore) -> List[Path]:
+        return [Path(record.framework.get(TEMP_DIR) or ray_ops.temp_dir(store.cluster_dir(record.ref)))]
+
     def _dashboard(self, record: ClusterRecord) -> str:
         return ray_ops.dashboard_url(record.host, record.ports.get(DASHBOARD, 0))

@@ -141,6 +141,9 @@ class SparkDriver:
             WEBUI_PORT_ENV: str(record.ports.get("webui", "")),
         }
 
+    def outside_paths(self, record: ClusterRecord, store: LocalStateStore) -> List[Path]:
+        return []
+
     def details(self, record: ClusterRecord, store: LocalStateStore) -> Dict[str, Any]:
         conf_dir = record.framework.get("conf_dir")
         return {

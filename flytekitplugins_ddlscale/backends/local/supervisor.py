@@ -9,6 +9,7 @@ repairs a cluster whose processes died. It knows nothing of baselines,
 claims or waits; callers hold the cluster lock (:meth:`lock`) around changes.
 """
 import logging
+import shutil
 import socket
 import time
 from typing import AbstractSet, Callable, Iterator, List, Optional, Tuple
@@ -169,6 +170,15 @@ class ProcessSupervisor:
         record.scheduler = None
         record.workers = []
         self.store.save(record)
+
+    def take_down(self, record: ClusterRecord) -> None:
+        """Stop every process of ``record`` and remove its files: the cluster's folder (all but its
+        lock) and the folders its framework wrote elsewhere (Ray's temp folder: sessions, logs)."""
+        outside = self._driver(record).outside_paths(record, self.store)
+        self.stop_all(record)
+        self.store.delete(record.ref)
+        for path in outside:
+            shutil.rmtree(path, ignore_errors=True)
 
     # ----------------------------------------------------------- observing
 
