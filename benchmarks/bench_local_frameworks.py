@@ -7,11 +7,10 @@ head reports them: Dask scheduler, Ray dashboard's ALIVE worker nodes) with
 recorded in the notes and left out. On this shared 2-core machine the
 figures are dominated by process start-up (Ray starts 5 processes per node).
 """
-import tempfile
-import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict
 
+from benchmarks.local_cycles import DOWN, HEAD, UP, time_cycles
 from benchmarks.report import BenchResult
 from benchmarks.stats import summarize
 
@@ -19,35 +18,7 @@ NAME = "local_frameworks"
 TITLE = "Local backend: real workers 0 -> 2 ready and 2 -> 0, per framework"
 WORKERS = 2
 FRAMEWORKS = ("dask", "ray")
-
-
-def _cycles(kind: str, cycles: int) -> Dict[str, List[float]]:
-    from flytekitplugins_ddlscale import ClusterRef
-    from flytekitplugins_ddlscale.backends.local import LocalBackend
-
-    ref = ClusterRef(kind, f"bench-{kind}")
-    times: Dict[str, List[float]] = {"create_head_s": [], "up_0_to_2_s": [], "down_2_to_0_s": []}
-    with tempfile.TemporaryDirectory(prefix="ddlscale-bench-") as tmp:
-        backend = LocalBackend(state_dir=Path(tmp) / "local")
-        try:
-            started = time.perf_counter()
-            backend.up(ref, 0, timeout=300)
-            times["create_head_s"].append(time.perf_counter() - started)
-            for _ in range(cycles):
-                started = time.perf_counter()
-                result = backend.scale(ref, WORKERS, wait=True, timeout=300)
-                times["up_0_to_2_s"].append(time.perf_counter() - started)
-                if result.final.ready_workers != WORKERS:
-                    raise RuntimeError(f"{kind}: scale returned with {result.final.describe()}")
-                started = time.perf_counter()
-                result = backend.scale(ref, 0, wait=True, timeout=300)
-                times["down_2_to_0_s"].append(time.perf_counter() - started)
-                if result.final.existing_workers != 0:
-                    raise RuntimeError(f"{kind}: scale returned with {result.final.describe()}")
-        finally:
-            backend.shutdown_all()
-            backend.close()
-    return times
+STEPS = {"create_head_s": HEAD, "up_0_to_2_s": UP, "down_2_to_0_s": DOWN}
 
 
 def run(quick: bool = False, out_dir: Path = Path("benchmarks/results")) -> BenchResult:
@@ -67,7 +38,8 @@ def run(quick: bool = False, out_dir: Path = Path("benchmarks/results")) -> Benc
         except (KeyError, UnsupportedOperationError) as exc:
             result.notes.append(f"{kind} left out: {exc}")
             continue
-        stats = {name: summarize(values, 3) for name, values in _cycles(kind, cycles).items()}
+        times = time_cycles(kind, f"bench-{kind}", WORKERS, cycles)
+        stats = {metric: summarize(times[step], 3) for metric, step in STEPS.items()}
         metrics[kind] = stats
         headline.append(
             f"local {kind}: 0 -> {WORKERS} ready median {stats['up_0_to_2_s']['median']:.1f} s, "

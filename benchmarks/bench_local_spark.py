@@ -7,52 +7,30 @@ to none (each worker decommissioned, then stopped). Every worker is a JVM
 started through pyspark's ``spark-class`` (a launcher JVM, then the worker),
 so on this shared 2-core machine the figures are dominated by JVM start-up.
 """
-import tempfile
-import time
 from pathlib import Path
-from typing import Dict, List
 
+from benchmarks.local_cycles import DOWN, HEAD, UP, time_cycles
 from benchmarks.report import BenchResult
 from benchmarks.stats import summarize
 
 NAME = "local_spark"
 TITLE = "Local backend: real Spark standalone workers 0 -> 2 and 2 -> 0"
 WORKERS = 2
+STEPS = {"create_master_s": HEAD, "up_0_to_2_s": UP, "down_2_to_0_s": DOWN}
 
 
 def run(quick: bool = False, out_dir: Path = Path("benchmarks/results")) -> BenchResult:
     """Time ``1`` (quick) or ``5`` up/down cycles; every process is stopped afterwards."""
-    from flytekitplugins_ddlscale import ClusterRef, UnsupportedOperationError
-    from flytekitplugins_ddlscale.backends.local import LocalBackend
+    from flytekitplugins_ddlscale import UnsupportedOperationError
+    from flytekitplugins_ddlscale.backends.local.drivers import load_driver
 
     cycles = 1 if quick else 5
-    ref = ClusterRef("spark", "bench-spark")
-    times: Dict[str, List[float]] = {"create_master_s": [], "up_0_to_2_s": [], "down_2_to_0_s": []}
-    with tempfile.TemporaryDirectory(prefix="ddlscale-bench-") as tmp:
-        backend = LocalBackend(state_dir=Path(tmp) / "local")
-        try:
-            try:
-                backend.driver(ref)
-            except UnsupportedOperationError as exc:
-                return BenchResult.skipped(NAME, TITLE, exc.message)
-            started = time.perf_counter()
-            backend.up(ref, 0, timeout=300)
-            times["create_master_s"].append(time.perf_counter() - started)
-            for _ in range(cycles):
-                started = time.perf_counter()
-                result = backend.scale(ref, WORKERS, wait=True, timeout=300)
-                times["up_0_to_2_s"].append(time.perf_counter() - started)
-                if result.final.ready_workers != WORKERS:
-                    raise RuntimeError(f"scale returned with {result.final.describe()}")
-                started = time.perf_counter()
-                result = backend.scale(ref, 0, wait=True, timeout=300)
-                times["down_2_to_0_s"].append(time.perf_counter() - started)
-                if result.final.existing_workers != 0:
-                    raise RuntimeError(f"scale returned with {result.final.describe()}")
-        finally:
-            backend.shutdown_all()
-            backend.close()
-    stats = {name: summarize(values, 3) for name, values in times.items()}
+    try:
+        load_driver("spark")
+    except UnsupportedOperationError as exc:
+        return BenchResult.skipped(NAME, TITLE, exc.message)
+    times = time_cycles("spark", "bench-spark", WORKERS, cycles)
+    stats = {metric: summarize(times[step], 3) for metric, step in STEPS.items()}
     result = BenchResult(NAME, TITLE)
     result.metrics = {
         "cycles": cycles,
