@@ -70,7 +70,7 @@ def head_argv(ray: str, host: str, port: int, dashboard_port: int, client_port: 
     handlers on, the client server's first fork of a per-client server
     often died of SIGSEGV before exec (measured here: 4 of 5 first
     ``ray://`` connections refused with "Starting Ray client server
-    failed", 0 of 8 with the handlers off). Nothing in the head forks a
+    failed", 0 of 7 with the handlers off). Nothing in the head forks a
     process that goes on using gRPC without exec.
     """
     return [
