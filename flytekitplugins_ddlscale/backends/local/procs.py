@@ -10,6 +10,7 @@ unrelated process after a reboot or a long idle.
 """
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -84,6 +85,14 @@ def group_members(proc: ProcessId) -> List[ProcessId]:
 def is_alive(proc: ProcessId) -> bool:
     """Whether the recorded process is still the running process with that pid."""
     return start_time(proc.pid) == proc.start
+
+
+def with_environment(variables: Dict[str, str], argv: List[str]) -> List[str]:
+    """``argv`` run through ``env`` with ``variables`` set on top of this process's environment.
+
+    ``env`` execs the command, so the pid :func:`spawn_detached` records is the command's own.
+    """
+    return [shutil.which("env") or "/usr/bin/env", *(f"{name}={value}" for name, value in variables.items()), *argv]
 
 
 def spawn_detached(argv: List[str], log_path: Path) -> ProcessId:

@@ -50,8 +50,7 @@ class RayDriver:
         return f"{record.host}:{record.port}"
 
     def head_argv(self, record: ClusterRecord, store: LocalStateStore) -> List[str]:
-        temp = ray_ops.temp_dir(store.cluster_dir(record.ref))
-        record.framework[TEMP_DIR] = temp
+        temp = record.framework[TEMP_DIR] = self._temp_dir(record, store)
         return ray_ops.head_argv(
             self.ray, record.host, record.port, record.ports[DASHBOARD], record.ports[CLIENT], temp
         )
@@ -78,11 +77,15 @@ class RayDriver:
         return {
             "dashboard": self._dashboard(record),
             "client_address": f"ray://{record.host}:{record.ports.get(CLIENT, 0)}",
-            "ray_temp_dir": ray_ops.temp_dir(store.cluster_dir(record.ref)),
+            "ray_temp_dir": self._temp_dir(record, store),
         }
 
     def outside_paths(self, record: ClusterRecord, store: LocalStateStore) -> List[Path]:
-        return [Path(record.framework.get(TEMP_DIR) or ray_ops.temp_dir(store.cluster_dir(record.ref)))]
+        return [Path(self._temp_dir(record, store))]
+
+    @staticmethod
+    def _temp_dir(record: ClusterRecord, store: LocalStateStore) -> str:
+        return ray_ops.temp_dir(store.cluster_dir(record.ref))
 
     def _dashboard(self, record: ClusterRecord) -> str:
         return ray_ops.dashboard_url(record.host, record.ports.get(DASHBOARD, 0))

@@ -18,6 +18,7 @@ from typing import List, Optional, Set
 
 from ...errors import UnsupportedOperationError
 from ...framework.probes import PROBES, ray_alive_nodes
+from .procs import with_environment
 
 RAY_EXECUTABLE_ENV = "DDLSCALE_RAY_EXECUTABLE"
 INSTALL_HINT = 'pip install "flytekitplugins-ddlscale[ray]"'
@@ -73,8 +74,7 @@ def head_argv(ray: str, host: str, port: int, dashboard_port: int, client_port: 
     failed", 0 of 7 with the handlers off). Nothing in the head forks a
     process that goes on using gRPC without exec.
     """
-    return [
-        shutil.which("env") or "/usr/bin/env", "GRPC_ENABLE_FORK_SUPPORT=0",
+    return with_environment({"GRPC_ENABLE_FORK_SUPPORT": "0"}, [
         ray, "start", "--head", "--block",
         "--node-ip-address", host,
         "--port", str(port),
@@ -87,7 +87,7 @@ def head_argv(ray: str, host: str, port: int, dashboard_port: int, client_port: 
         "--object-store-memory", str(HEAD_OBJECT_STORE),
         "--temp-dir", temp,
         "--disable-usage-stats",
-    ]
+    ])
 
 
 def worker_argv(

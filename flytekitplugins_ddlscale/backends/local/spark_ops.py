@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Set
 
 from ...errors import UnsupportedOperationError
+from .procs import with_environment
 
 MIN_JAVA = 17
 """Spark 4 runs on Java 17 or newer."""
@@ -94,16 +95,16 @@ def _launch(home: Path, conf_dir: Path, host: str, main_class: str) -> List[str]
     interface. The launcher and daemon JVMs run with :data:`DAEMON_JVM_OPTIONS` ahead of any
     options already set (later ones win).
     """
-    return [
-        shutil.which("env") or "/usr/bin/env",
-        f"SPARK_HOME={home}",
-        f"SPARK_CONF_DIR={conf_dir}",
-        f"SPARK_LOCAL_IP={host}",
-        *(f"{name}={DAEMON_JVM_OPTIONS} {os.environ.get(name, '')}".rstrip()
-          for name in ("SPARK_LAUNCHER_OPTS", "SPARK_DAEMON_JAVA_OPTS")),
-        str(home / "bin" / "spark-class"),
-        main_class,
-    ]
+    return with_environment(
+        {
+            "SPARK_HOME": str(home),
+            "SPARK_CONF_DIR": str(conf_dir),
+            "SPARK_LOCAL_IP": host,
+            **{name: f"{DAEMON_JVM_OPTIONS} {os.environ.get(name, '')}".rstrip()
+               for name in ("SPARK_LAUNCHER_OPTS", "SPARK_DAEMON_JAVA_OPTS")},
+        },
+        [str(home / "bin" / "spark-class"), main_class],
+    )
 
 
 def master_argv(home: Path, conf_dir: Path, daemon_conf: Path, host: str, port: int, webui_port: int) -> List[str]:
