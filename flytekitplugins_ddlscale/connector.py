@@ -27,10 +27,20 @@ about: the node's ``framework_url`` or ``$DDLSCALE_<KIND>_URL`` /
 ``$DDLSCALE_FRAMEWORK_URL`` in the connector's environment, with one status
 read per ``get``. Otherwise the outcome's ``readiness`` says the framework
 was not checked.
+
+What a template may ask for is the deployment's choice, not the template's:
+the connector serves only the backends, namespaces and clusters its
+environment lists (``scaler`` and ``kubernetes`` by default, never ``local``
+unless listed) and reads a template's ``framework_url`` only on a head host
+the backend reports for that cluster or the environment allows
+(:mod:`.connector_policy`, docs/flyte.md). A failed framework read tells the
+caller only that the endpoint is not ready; the detail goes to the debug log.
 """
 import json
+import logging
+import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any, Dict, Optional, Tuple
 
 from flyteidl.core.execution_pb2 import TaskExecution
@@ -40,7 +50,8 @@ from flytekit.extend.backend.base_connector import AsyncConnectorBase, Connector
 from flytekit.models.literals import LiteralMap
 from flytekit.models.task import TaskTemplate
 
-from .errors import ScalingError
+from .connector_policy import ConnectorPolicy, reported_head_hosts
+from .errors import BackendUnavailableError, InvalidInputError, ScalingError
 from .framework.confirm import Readiness, backend_proof
 from .framework.endpoints import enabled_by_env, resolve_endpoint, where_to_set
 from .framework.probes import probe_for
@@ -51,9 +62,11 @@ from .nodes.config import ANY_DESIRED, ScaleConfig, WaitConfig, validate_wait_re
 from .nodes.names import OUTPUT_NAME, SCALE_TASK_TYPE, WAIT_TASK_TYPE
 from .nodes.outputs import ClusterReady, ScaleOutcome
 from .opening import BackendPool, open_backend
-from .refs import parse_cluster
+from .refs import ClusterRef, parse_cluster
 from .sharing import shared_reads
-from .validation import validate_replicas, validate_tier_name
+from .validation import MAX_NODE_TIMEOUT, validate_replicas, validate_tier_name
+
+logger = logging.getLogger("flytekitplugins_ddlscale.connector")
 
 SERVED_TASK_TYPES = (SCALE_TASK_TYPE, WAIT_TASK_TYPE)
 POLL_BACKENDS = BackendPool()
@@ -64,6 +77,9 @@ SHARED_LINGER = 60.0
 polls every few seconds, so a busy namespace keeps one watch instead of a list per poll)."""
 SHARED_MAX_AGE = 1.0
 """Age (seconds) of a scaler-service cluster read that may answer another execution's ``get``."""
+NOT_READY = "framework endpoint not ready or unreachable"
+"""All a caller learns of a failed framework read: refused, 404 and timeout look alike from outside
+(details go to the connector's debug log), so a template cannot map what listens where."""
 
 
 @dataclass
@@ -84,6 +100,48 @@ class ScalingMetadata(ResourceMeta):
     framework_ready: bool = True
     framework_url: str = ""
     """The node's ``framework_url`` ('' for none)."""
+    error: str = ""
+    """Why the node was refused ('' when it was not): ``get`` reports it as FAILED."""
+
+    @classmethod
+    def refused(cls, task_type: str, error: ScalingError) -> "ScalingMetadata":
+        """A metadata whose ``get`` fails at once with ``error``'s one-line message."""
+        now = time.time()
+        return cls(task_type, "", "", -1, now, now, "{}", error=str(error))
+
+    @classmethod
+    def decode(cls, data: bytes) -> "ScalingMetadata":
+        """The metadata in ``data``; a refused one (saying which field is wrong) when it is malformed,
+        so the caller gets a short FAILED answer instead of a traceback."""
+        try:
+            raw = json.loads(data.decode("utf-8"))
+            if not isinstance(raw, dict):
+                raise InvalidInputError("resource_meta", type(raw).__name__, "a JSON object")
+            values = {f.name: _checked_field(f.name, f.type, raw) for f in fields(cls) if f.name in raw}
+            for f in fields(cls):
+                if f.name not in values and f.default is MISSING:
+                    raise InvalidInputError(f"resource_meta.{f.name}", None, "the value create returned (required)")
+            return cls(**values)
+        except ScalingError as error:
+            return cls.refused(str(raw.get("task_type", "")) if isinstance(raw, dict) else "", error)
+        except (ValueError, TypeError):
+            return cls.refused("", InvalidInputError("resource_meta", "<not JSON>", "the JSON that create returned"))
+
+
+_META_TYPES = {int: "an integer", float: "a finite number", str: "a string", bool: "true or false"}
+
+
+def _checked_field(name: str, kind: Any, raw: Dict[str, Any]) -> Any:
+    """``raw[name]`` if it has the field's type (whole floats pass as int, ints as float)."""
+    value = raw[name]
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if kind is int and isinstance(value, float) and value.is_integer():
+        value = int(value)
+    ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
+    if not ok or (kind is float and not math.isfinite(value)):
+        raise InvalidInputError(f"resource_meta.{name}", type(value).__name__, _META_TYPES.get(kind, str(kind)))
+    return value
 
 
 def wait_target(state: ClusterState, replicas: int) -> int:
@@ -111,14 +169,21 @@ def _python_inputs(task_template: TaskTemplate, inputs: Optional[LiteralMap]) ->
 
 
 class ScalingConnector(AsyncConnectorBase):
-    """Serves one ddlscale task type; register one instance per served type."""
+    """Serves one ddlscale task type; register one instance per served type.
+
+    What templates may ask for is fixed when the connector is built, from its
+    environment (:class:`~flytekitplugins_ddlscale.connector_policy.ConnectorPolicy`).
+    A refused or malformed template or resource metadata ends the node FAILED
+    with a one-line message naming the field; nothing is sent for it.
+    """
 
     name = "ddlscale connector"
 
-    def __init__(self, task_type: str) -> None:
+    def __init__(self, task_type: str, policy: Optional[ConnectorPolicy] = None) -> None:
         if task_type not in SERVED_TASK_TYPES:
             raise ValueError(f"task_type must be one of {SERVED_TASK_TYPES}, not {task_type!r}")
         super().__init__(task_type_name=task_type, metadata_type=ScalingMetadata)
+        self.policy = policy if policy is not None else ConnectorPolicy.from_env()
 
     def create(
         self,
@@ -128,25 +193,48 @@ class ScalingConnector(AsyncConnectorBase):
         task_execution_metadata: Any = None,
         **kwargs: Any,
     ) -> ScalingMetadata:
-        """Validate the node's inputs and send the request (without waiting)."""
-        values = _python_inputs(task_template, inputs)
-        if task_template.type == SCALE_TASK_TYPE:
-            return self._create_scale(ScaleConfig.from_custom(task_template.custom), values)
-        return self._create_wait(WaitConfig.from_custom(task_template.custom), values)
+        """Validate the node's inputs and send the request (without waiting).
+
+        A typed error (bad input, a backend, namespace, cluster or head not
+        served, an unknown tier...) comes back as a refused metadata whose
+        ``get`` is FAILED with the error's message: flytekit's service would
+        turn a raised error into gRPC INTERNAL with a traceback. An unreachable
+        backend is raised, so FlytePropeller tries the creation again.
+        """
+        try:
+            values = _python_inputs(task_template, inputs)
+            if task_template.type == SCALE_TASK_TYPE:
+                return self._create_scale(ScaleConfig.from_custom(task_template.custom), values)
+            return self._create_wait(WaitConfig.from_custom(task_template.custom), values)
+        except BackendUnavailableError:
+            raise
+        except ScalingError as error:
+            logger.info("refused a %s template: %s", task_template.type, error)
+            return ScalingMetadata.refused(task_template.type, error)
+
+    def _served(self, backend_name: Optional[str], cluster: str) -> Tuple[str, ClusterRef]:
+        """The served backend name and cluster, or :class:`NotServedError` (nothing opened or sent)."""
+        return self.policy.backend(backend_name), parse_cluster(cluster)
+
+    def _check_opened(self, backend: Any, ref: ClusterRef, framework_url: str) -> None:
+        """The checks that need the opened backend (its namespace, its head host), before any request."""
+        self.policy.check_cluster(ref, backend)
+        if framework_url:
+            self.policy.check_framework_url(framework_url, reported_head_hosts(backend, ref))
 
     def _create_scale(self, config: ScaleConfig, values: Dict[str, Any]) -> ScalingMetadata:
-        ref = parse_cluster(values.get("cluster", config.cluster))
+        backend_name, ref = self._served(config.backend, values.get("cluster", config.cluster))
         config.framework().check(ref.kind)
         replicas = validate_replicas(values.get("replicas", config.replicas))
         tier = validate_tier_name(values.get("worker_hw_tier", config.worker_hw_tier))
-        if validate_tier_name(values.get("head_hw_tier", config.head_hw_tier), "head_hw_tier") is not None:
-            raise ScalingError(
-                "head_hw_tier needs a head restart, which the connector does not serve; "
-                "run this node in its container (without the connector)",
-                code="unsupported",
-                cluster=str(ref),
+        head_tier = validate_tier_name(values.get("head_hw_tier", config.head_hw_tier), "head_hw_tier")
+        if head_tier is not None:
+            raise InvalidInputError(
+                "head_hw_tier", head_tier, "None",
+                reason="a head restart is not served by the connector; run this node in its container",
             )
-        with open_backend(config.backend) as backend:
+        with open_backend(backend_name) as backend:
+            self._check_opened(backend, ref, config.framework_url or "")
             result = backend.scale(ref, replicas, tier, wait=False, timeout=config.timeout, strict=config.strict)
             outcome = ScaleOutcome.from_result(result, backend.name)
         now = time.time()
@@ -163,9 +251,10 @@ class ScalingConnector(AsyncConnectorBase):
         )
 
     def _create_wait(self, config: WaitConfig, values: Dict[str, Any]) -> ScalingMetadata:
-        ref = parse_cluster(values.get("cluster", config.cluster))
+        backend_name, ref = self._served(config.backend, values.get("cluster", config.cluster))
         replicas = validate_wait_replicas(values.get("replicas", config.replicas))
-        with open_backend(config.backend) as backend:
+        with open_backend(backend_name) as backend:
+            self._check_opened(backend, ref, config.framework_url or "")
             state = backend.get_state(ref)
             target = wait_target(state, replicas)
             outcome = ClusterReady.from_state(state, backend.name, 0.0)
@@ -183,13 +272,41 @@ class ScalingConnector(AsyncConnectorBase):
         )
 
     def get(self, resource_meta: ScalingMetadata, **kwargs: Any) -> Resource:
-        """RUNNING until the target workers are up; SUCCEEDED with the typed outcome; FAILED at the deadline."""
+        """RUNNING until the target workers are up; SUCCEEDED with the typed outcome; FAILED at the deadline.
+
+        The metadata comes from the caller, so it is checked as a template is:
+        a refused one, a deadline more than :data:`MAX_NODE_TIMEOUT` after the
+        start, or a backend, cluster or head not served is FAILED with a
+        one-line message. A backend outage is RUNNING until the deadline.
+        """
         meta = resource_meta
-        known = json.loads(meta.outcome)
-        if meta.target < 0:
-            return Resource(phase=TaskExecution.SUCCEEDED, outputs={OUTPUT_NAME: ScaleOutcome(**known)})
-        ref = parse_cluster(meta.cluster)
-        with POLL_BACKENDS.backend(meta.backend or None) as backend, shared_reads(SHARED_LINGER, SHARED_MAX_AGE):
+        if meta.error:
+            return Resource(phase=TaskExecution.FAILED, message=meta.error)
+        try:
+            return self._poll(meta)
+        except BackendUnavailableError as error:
+            if time.time() >= meta.deadline:
+                return Resource(phase=TaskExecution.FAILED, message=f"timed out; the backend is unavailable: {error}")
+            return Resource(phase=TaskExecution.RUNNING, message=f"backend unavailable, reading again: {error}")
+        except ScalingError as error:
+            return Resource(phase=TaskExecution.FAILED, message=str(error))
+
+    def _poll(self, meta: ScalingMetadata) -> Resource:
+        if meta.task_type not in SERVED_TASK_TYPES:
+            raise InvalidInputError("resource_meta.task_type", meta.task_type, ", ".join(SERVED_TASK_TYPES))
+        if not 0 <= meta.deadline - meta.started <= MAX_NODE_TIMEOUT:
+            raise InvalidInputError(
+                "resource_meta.deadline", meta.deadline, f"at most {MAX_NODE_TIMEOUT:.0f} s after resource_meta.started"
+            )
+        try:
+            known = json.loads(meta.outcome)
+            if meta.target < 0:
+                return Resource(phase=TaskExecution.SUCCEEDED, outputs={OUTPUT_NAME: ScaleOutcome(**known)})
+        except (ValueError, TypeError):
+            raise InvalidInputError("resource_meta.outcome", "<unreadable>", "the JSON that create returned") from None
+        backend_name, ref = self._served(meta.backend or None, meta.cluster)
+        with POLL_BACKENDS.backend(backend_name) as backend, shared_reads(SHARED_LINGER, SHARED_MAX_AGE):
+            self._check_opened(backend, ref, meta.framework_url)
             state = backend.get_state(ref)
             if state.workers_up(meta.target):
                 readiness, pending = self._framework(meta, ref.kind, state, backend_proof(backend, state, ref.kind))
@@ -224,7 +341,8 @@ class ScalingConnector(AsyncConnectorBase):
         try:
             seen = read_registered(probe, endpoint, timeout=5.0)
         except HeadUnreachable as error:
-            return None, f"{what} (head unreachable: {error})"
+            logger.debug("framework read of %s failed: %s", endpoint.url, error)
+            return None, f"{what} ({NOT_READY})"
         if seen < meta.target:
             return None, f"{what} ({seen} registered)"
         ready = seen if state.ready_workers is None else min(seen, state.ready_workers)

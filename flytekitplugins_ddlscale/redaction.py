@@ -16,6 +16,8 @@ _MIN_SECRET_LENGTH = 4
 _lock = threading.Lock()
 _secrets: Set[str] = set()
 
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"]+@")
+"""``scheme://user:password@``: the userinfo of a URL, whether or not its password was registered."""
 _HEADER_PATTERNS = (
     re.compile(r"(?i)(authorization\s*[:=]\s*['\"]?bearer\s+)[^\s'\",}]+"),
     re.compile(r"(?i)(x-domino-api-key\s*['\"]?\s*[:=]\s*['\"]?)[^\s'\",}]+"),
@@ -30,14 +32,20 @@ def register_secret(value: str) -> None:
             _secrets.add(value)
 
 
+def mask_userinfo(url: str) -> str:
+    """``url`` with any ``user:password@`` replaced by ``***@`` (the rest kept, to say which URL)."""
+    return _URL_USERINFO.sub(lambda m: m.group(1) + MASK + "@", url)
+
+
 def redact(text: object) -> str:
-    """``str(text)`` with every registered secret and auth-header value masked."""
+    """``str(text)`` with every registered secret, URL userinfo and auth-header value masked."""
     out = str(text)
     with _lock:
         known = sorted(_secrets, key=len, reverse=True)
     for secret in known:
         if secret in out:
             out = out.replace(secret, MASK)
+    out = mask_userinfo(out)
     for pattern in _HEADER_PATTERNS:
         out = pattern.sub(lambda m: m.group(1) + MASK, out)
     return out

@@ -21,12 +21,18 @@ def validate_replicas(value: object, field: str = "replicas", maximum: int = MAX
     return value
 
 
-def validate_timeout(value: object, field: str = "timeout") -> float:
-    """Return ``value`` as a positive, finite number of seconds."""
+MAX_NODE_TIMEOUT = 24 * 3600.0
+"""Longest timeout of a scaling node (24 h): the connector polls a node until then, so an endless
+one would be polled forever."""
+
+
+def validate_timeout(value: object, field: str = "timeout", maximum: Optional[float] = None) -> float:
+    """Return ``value`` as a positive, finite number of seconds (at most ``maximum`` when given)."""
+    allowed = "a positive number of seconds" + (f" up to {maximum:.0f} ({maximum / 3600:g} h)" if maximum else "")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidInputError(field, value, "a positive number of seconds")
-    if not math.isfinite(value) or value <= 0:
-        raise InvalidInputError(field, value, "a positive number of seconds")
+        raise InvalidInputError(field, value, allowed)
+    if not math.isfinite(value) or value <= 0 or (maximum is not None and value > maximum):
+        raise InvalidInputError(field, value, allowed)
     return float(value)
 
 

@@ -15,13 +15,23 @@ from flytekit.core.type_engine import TypeEngine
 from flytekit.extend.backend.base_connector import AsyncConnectorExecutorMixin, ConnectorRegistry
 from flytekit.tools.translator import get_serializable
 
-from flytekitplugins_ddlscale.connector import ScalingConnector, ScalingMetadata
-from flytekitplugins_ddlscale.errors import InvalidInputError
+from flytekitplugins_ddlscale.connector import ScalingConnector, ScalingMetadata, register_connectors
 from flytekitplugins_ddlscale.tasks import SCALE_TASK_TYPE, WAIT_TASK_TYPE, ClusterReady, ScaleCluster, ScaleOutcome
 from tests.flyte_apps import nodes
 from tests.flyte_support import local_backend, local_env  # noqa: F401 - fixture
 
 SETTINGS = SerializationSettings(image_config=ImageConfig(default_image=Image(name="d", fqn="img", tag="1")))
+
+
+@pytest.fixture
+def local_served(local_env, monkeypatch):
+    """``local_env``, with a connector that serves the local backend (it does only when listed):
+    the registered connectors are rebuilt for the test, and rebuilt with the defaults after it."""
+    monkeypatch.setenv("DDLSCALE_CONNECTOR_BACKENDS", "local")
+    register_connectors()
+    yield local_env
+    monkeypatch.delenv("DDLSCALE_CONNECTOR_BACKENDS")
+    register_connectors()
 
 
 def template_and_inputs(task, **values):
@@ -62,7 +72,7 @@ def test_metadata_round_trips_through_bytes():
 
 
 @pytest.mark.slow
-def test_scale_then_wait_through_the_connector(local_env):
+def test_scale_then_wait_through_the_connector(local_served):
     scale = ScalingConnector(SCALE_TASK_TYPE)
     template, inputs = template_and_inputs(nodes.request, replicas=2)
     meta = scale.create(template, "", inputs)
@@ -104,19 +114,22 @@ def test_a_wait_that_can_never_finish_is_refused_at_create(scaler_server, tmp_pa
     scaler_server.add_cluster("dask", "nodes-test", replicas=1, max_replicas=4)
     wait = ScalingConnector(WAIT_TASK_TYPE)
     template, inputs = template_and_inputs(nodes.ready, replicas=3)  # nothing will scale it to 3
-    with pytest.raises(InvalidInputError, match="replicas=3"):
-        wait.create(template, "", inputs)
+    meta = wait.create(template, "", inputs)
+    resource = wait.get(ScalingMetadata.decode(meta.encode()))
+    assert resource.phase == TaskExecution.FAILED and "[unreachable_wait]" in resource.message
+    assert "replicas=3" in resource.message
 
 
-def test_bad_inputs_are_refused_before_anything_starts(local_env):
+def test_bad_inputs_are_refused_before_anything_starts(local_served):
     scale = ScalingConnector(SCALE_TASK_TYPE)
     template, inputs = template_and_inputs(nodes.scale_up, replicas=-1)
-    with pytest.raises(InvalidInputError):
-        scale.create(template, "", inputs)
-    assert local_backend(local_env).list_clusters() == []
+    resource = scale.get(scale.create(template, "", inputs))
+    assert resource.phase == TaskExecution.FAILED
+    assert resource.message.startswith("[invalid_input] invalid replicas=-1; allowed: an integer from 0 to")
+    assert local_backend(local_served).list_clusters() == []
 
 
 @pytest.mark.slow
-def test_flytekits_connector_runner_executes_the_node(local_env):
+def test_flytekits_connector_runner_executes_the_node(local_served):
     outcome = connector_scale()
     assert isinstance(outcome, ScaleOutcome) and outcome.effective == 1 and outcome.ready_workers == 1

@@ -46,6 +46,7 @@ def connector_service(local_env):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in SCALER_ENV}
     env["PYTHONPATH"] = str(ROOT)
+    env["DDLSCALE_CONNECTOR_BACKENDS"] = "local"  # served only when listed
     proc = subprocess.Popen(
         [str(Path(sys.executable).with_name("pyflyte")), "serve", "connector", "--port", str(port),
          "--prometheus_port", str(free_port()), "--modules", "flytekitplugins_ddlscale.connector"],
@@ -91,3 +92,24 @@ def test_service_lists_the_connector_and_scales_over_grpc(connector_service, loc
     outputs = TypeEngine.literal_map_to_kwargs(ctx, LiteralMap.from_flyte_idl(reply.resource.outputs), {"o0": ScaleOutcome})
     assert outputs["o0"].effective == 1 and outputs["o0"].ready_workers == 1
     assert local_backend(local_env).get_state(ClusterRef.parse(nodes.CLUSTER)).ready_workers == 1
+
+
+@pytest.mark.slow
+def test_service_answers_bad_templates_and_metadata_with_a_short_failure(connector_service, local_env):
+    """What FlytePropeller receives for a template or resource meta the connector refuses: a FAILED
+    resource with a one-line message naming the field, not gRPC INTERNAL with a traceback."""
+    stub = AsyncAgentServiceStub(connector_service)
+    category = agent_pb2.TaskCategory(name="ddlscale_scale", version=0)
+    template = get_serializable(OrderedDict(), SETTINGS, nodes.scale_up).template
+    template.custom["timeout"] = 1e300
+    created = stub.CreateTask(agent_pb2.CreateTaskRequest(template=template.to_flyte_idl(), output_prefix="/tmp/out"),
+                              timeout=120)
+    for meta in (created.resource_meta, b"{not json"):
+        reply = stub.GetTask(agent_pb2.GetTaskRequest(task_category=category, resource_meta=meta), timeout=30)
+        assert reply.resource.phase == TaskExecution.FAILED
+        assert reply.resource.message.startswith("[invalid_input] invalid ")
+        assert "\n" not in reply.resource.message and "Trace" not in reply.resource.message
+    assert "timeout=1e+300" in stub.GetTask(
+        agent_pb2.GetTaskRequest(task_category=category, resource_meta=created.resource_meta), timeout=30
+    ).resource.message
+    assert local_backend(local_env).list_clusters() == []

@@ -204,6 +204,16 @@ def test_bad_framework_url_is_refused_before_any_change(scaler):
     assert scaler.cluster_object("ray", "ray-fw")["spec"]["worker"]["replicas"] == 0
 
 
+def test_a_framework_url_with_credentials_is_refused_masked_in_json(scaler):
+    url = "http://admin:pw-s3cret-2468@127.0.0.1:8265"
+    done = cli("scale", "--kind", "ray", "--name", "ray-fw", "--replicas", "2", "--framework-url", url, "--json")
+    answer = json.loads(done.stdout)
+    assert done.returncode == 2 and answer["error"] == "invalid_input"
+    assert "framework_url='http://***@127.0.0.1:8265'" in answer["message"]
+    assert "pw-s3cret-2468" not in done.stdout + done.stderr
+    assert scaler.cluster_object("ray", "ray-fw")["spec"]["worker"]["replicas"] == 0
+
+
 connector_node = ScaleCluster("conn_ray", cluster="ray/ray-fw", replicas=2, timeout=60,
                               container_image="registry/flows:v1")
 

@@ -13,6 +13,10 @@ Precedence for the head's base URL (first match wins):
    (``$DDLSCALE_SPARK_WEBUI_PORT``, else ``$SPARK_MASTER_WEBUI_PORT``, default 8080).
 
 ``$DDLSCALE_FRAMEWORK_READINESS=off`` switches every check off.
+
+A URL with credentials (``http://user:password@host``) is refused wherever
+it comes from: the check sends none, and the URL would carry them into
+templates, logs and messages.
 """
 import os
 from dataclasses import dataclass
@@ -20,6 +24,7 @@ from typing import Mapping, Optional
 from urllib.parse import urlsplit
 
 from ..errors import InvalidInputError
+from ..redaction import mask_userinfo, register_secret
 from ..refs import KINDS
 from .spark_conf import configured_master, master_host
 
@@ -58,13 +63,28 @@ def kind_url_env(kind: str) -> str:
 
 
 def validate_url(value: object, field: str = "framework_url") -> Optional[str]:
-    """``value`` as a base URL without a trailing slash; None stays None."""
+    """``value`` as a base URL without a trailing slash; None stays None.
+
+    Raises :class:`InvalidInputError` naming ``field`` for anything but an
+    ``http(s)://host[:port]`` URL, and for a URL carrying ``user:password@``
+    (the error shows it masked).
+    """
     if value is None:
         return None
     allowed = "an http:// or https:// URL of the cluster head's dashboard or web UI (e.g. http://host:8787), or None"
     if not isinstance(value, str):
         raise InvalidInputError(field, value, allowed)
     parts = urlsplit(value.strip())
+    if "@" in parts.netloc:
+        # Refused rather than sent: the URL travels in task templates, resource metadata and
+        # messages, and urllib would hand "user:password@host" to the resolver as a host name.
+        if parts.password:
+            register_secret(parts.password)
+        raise InvalidInputError(
+            field, mask_userinfo(value.strip()), allowed,
+            reason="credentials in the URL (user:password@) are not accepted: the framework check sends "
+            "no credentials; give the head's URL without them, or switch the framework check off",
+        )
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise InvalidInputError(field, value, allowed)
     try:

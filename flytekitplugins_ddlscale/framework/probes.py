@@ -51,8 +51,8 @@ def ray_alive_nodes(payload: Any) -> List[Dict[str, Any]]:
     listing = data.get("result") if isinstance(data, dict) else None
     nodes = listing.get("result") if isinstance(listing, dict) else None
     if not isinstance(nodes, list):
-        msg = payload.get("msg") if isinstance(payload, dict) else None
-        raise ValueError(f"not a Ray State API node list ({msg or 'no data.result.result'})")
+        # Nothing of the answer goes into the message: it may come from any service the URL names.
+        raise ValueError("not a Ray State API node list (no data.result.result)")
     return [n for n in nodes if isinstance(n, dict) and n.get("state") == "ALIVE"]
 
 

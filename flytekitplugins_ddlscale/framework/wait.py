@@ -4,7 +4,8 @@ Reads the head's JSON status (:mod:`.probes`) on a fast schedule until the
 count reaches the target or the deadline passes. A head that does not answer
 (connection refused, reset, timeout, a 5xx, a payload of another shape) is
 retried until the deadline: heads restart and dashboards start after the
-pod is Ready. Each outage is logged once when it starts and once when it
+pod is Ready. Redirects are not followed and no part of an answer's body
+reaches a message: the URL may point anywhere its writer chose. Each outage is logged once when it starts and once when it
 ends, by the same :class:`~flytekitplugins_ddlscale.outage.OutageTracker`
 the backends use. Only 401/403 ends the wait early: retrying cannot fix
 credentials.
@@ -33,6 +34,8 @@ DEFAULT_SCHEDULE = TwoStageBackoff(initial=0.1, fast=0.25, fast_until=120.0, slo
 """0.1 s doubling to 0.25 s for two minutes, then 2 s: workers usually join seconds after their pod."""
 READ_TIMEOUT = 5.0
 """Seconds one status read may take (less when the deadline is closer)."""
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
+"""Largest status answer read (a Ray node list of 10000 nodes is a few MB)."""
 
 
 @dataclass(frozen=True)
@@ -52,27 +55,52 @@ class HeadUnreachable(Exception):
     """One read of the head's status failed in a way a later read may not."""
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """Refuses every redirect, so a 3xx surfaces as an ``HTTPError`` instead of a request elsewhere."""
+
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects())
+"""The probes' opener: the head's own URL only (a redirect could point anywhere, even at ``ftp://``)."""
+
+
 def read_registered(probe: Probe, endpoint: Endpoint, timeout: float) -> int:
     """Registered workers now; :class:`HeadUnreachable` when the head did not answer usefully.
 
-    Raises :class:`UnauthorizedError` on 401/403.
+    Redirects are not followed (a 3xx is a failed read). Error messages name
+    the URL and what failed, never any part of the answer's body or status
+    line. Raises :class:`UnauthorizedError` on 401/403.
     """
     url = probe.url(endpoint.url)
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as reply:
-            payload = json.loads(reply.read().decode("utf-8"))
+        with _OPENER.open(request, timeout=timeout) as reply:
+            body = reply.read(MAX_ANSWER_BYTES + 1)
     except urllib.error.HTTPError as error:
+        error.close()
         if error.code in (401, 403):
             raise UnauthorizedError(
-                f"{probe.registry} at {endpoint.url} refused the status read (HTTP {error.code}); "
-                "give framework_url with credentials it accepts, or switch the framework check off",
+                f"{probe.registry} at {endpoint.url} refused the status read (HTTP {error.code}); the framework "
+                "check sends no credentials: give the URL of a head port that needs none, or switch the check off",
                 status_code=error.code,
             ) from None
+        if 300 <= error.code < 400:
+            raise HeadUnreachable(f"HTTP {error.code} redirect from {url}, not followed") from None
         raise HeadUnreachable(f"HTTP {error.code} from {url}") from None
-    except (OSError, ValueError, http.client.HTTPException) as error:
+    except http.client.HTTPException as error:
+        # Its text may quote what the other end sent (BadStatusLine: the banner of whatever listens there).
+        raise HeadUnreachable(f"{type(error).__name__}: not an HTTP answer ({url})") from None
+    except OSError as error:
         cause = error.reason if isinstance(error, urllib.error.URLError) and isinstance(error.reason, Exception) else error
         raise HeadUnreachable(f"{type(cause).__name__}: {cause} ({url})") from None
+    if len(body) > MAX_ANSWER_BYTES:
+        raise HeadUnreachable(f"answer larger than {MAX_ANSWER_BYTES} bytes ({url})")
+    try:
+        payload = json.loads(body.decode("utf-8"))
+    except ValueError:
+        raise HeadUnreachable(f"not a JSON answer ({url})") from None
     try:
         return probe.count(payload)
     except ValueError as error:

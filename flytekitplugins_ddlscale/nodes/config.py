@@ -4,7 +4,7 @@ The same dictionaries travel in the task template's ``custom`` field, so a
 container run and the Flyte connector rebuild exactly the configuration
 that was serialized.
 """
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any, Dict, Optional, Tuple, Type, TypeVar
 
 from ..backends.base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT
@@ -12,7 +12,7 @@ from ..errors import InvalidInputError
 from ..framework.confirm import FrameworkOptions
 from ..framework.endpoints import validate_url
 from ..refs import cluster_text
-from ..validation import MAX_REPLICAS, validate_replicas, validate_tier_name, validate_timeout
+from ..validation import MAX_NODE_TIMEOUT, MAX_REPLICAS, validate_replicas, validate_tier_name, validate_timeout
 
 C = TypeVar("C")
 
@@ -38,8 +38,15 @@ class _Custom:
 
         A template's ``custom`` is a protobuf Struct, which stores every
         number as a double, so whole numbers come back to int fields as ints.
+        Raises :class:`InvalidInputError` for a ``custom`` that is not a
+        dictionary or lacks a required field (each field's own check names it).
         """
+        if not isinstance(custom, dict):
+            raise InvalidInputError("custom", type(custom).__name__, "a dictionary of the node's configuration")
         types = {f.name: f.type for f in fields(cls)}  # type: ignore[arg-type]
+        for f in fields(cls):  # type: ignore[arg-type]
+            if f.default is MISSING and f.name not in custom:
+                raise InvalidInputError(f"custom.{f.name}", None, f"the {f.name} the node was defined with (required)")
         values = {}
         for key, value in custom.items():
             if key not in types:
@@ -72,7 +79,7 @@ class ScaleConfig(_Custom):
         validate_replicas(self.replicas)
         object.__setattr__(self, "worker_hw_tier", validate_tier_name(self.worker_hw_tier))
         object.__setattr__(self, "head_hw_tier", validate_tier_name(self.head_hw_tier, "head_hw_tier"))
-        object.__setattr__(self, "timeout", validate_timeout(self.timeout))
+        object.__setattr__(self, "timeout", validate_timeout(self.timeout, maximum=MAX_NODE_TIMEOUT))
         _check_bool("wait", self.wait)
         _check_bool("strict", self.strict)
         object.__setattr__(self, "backend", _backend_name(self.backend))
@@ -96,7 +103,7 @@ class RestartConfig(_Custom):
     def __post_init__(self) -> None:
         object.__setattr__(self, "cluster", cluster_text(self.cluster))
         object.__setattr__(self, "head_hw_tier", validate_tier_name(self.head_hw_tier, "head_hw_tier"))
-        object.__setattr__(self, "timeout", validate_timeout(self.timeout))
+        object.__setattr__(self, "timeout", validate_timeout(self.timeout, maximum=MAX_NODE_TIMEOUT))
         _check_bool("wait", self.wait)
         object.__setattr__(self, "backend", _backend_name(self.backend))
 
@@ -120,7 +127,7 @@ class WaitConfig(_Custom):
     def __post_init__(self) -> None:
         object.__setattr__(self, "cluster", cluster_text(self.cluster))
         validate_wait_replicas(self.replicas)
-        object.__setattr__(self, "timeout", validate_timeout(self.timeout))
+        object.__setattr__(self, "timeout", validate_timeout(self.timeout, maximum=MAX_NODE_TIMEOUT))
         object.__setattr__(self, "backend", _backend_name(self.backend))
         _check_framework(self)
 
@@ -148,7 +155,7 @@ class RestoreConfig(_Custom):
         object.__setattr__(self, "cluster", cluster_text(self.cluster))
         replicas, tier = validate_restore_target(self.replicas, self.worker_hw_tier)
         object.__setattr__(self, "worker_hw_tier", tier)
-        object.__setattr__(self, "timeout", validate_timeout(self.timeout))
+        object.__setattr__(self, "timeout", validate_timeout(self.timeout, maximum=MAX_NODE_TIMEOUT))
         _check_bool("wait", self.wait)
         object.__setattr__(self, "backend", _backend_name(self.backend))
 

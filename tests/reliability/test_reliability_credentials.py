@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator, List
 
 import pytest
 from click.testing import CliRunner
+from flyteidl.core.execution_pb2 import TaskExecution
 from flytekit import FlyteContextManager, task, workflow
 from rel_proxy import FaultProxy
 from rel_secrets import exception_texts, leaks
@@ -396,13 +397,14 @@ def test_connector_metadata_messages_and_errors_never_show_credentials(
     texts.append(str(resource.message))
     time.sleep(0.5)
     texts.append(repr(connector.get(meta)))
-    errors = []
     for bad in (literals(cluster="ray/ray-foreign", replicas=2), literals(cluster="ray/ray-missing", replicas=2)):
-        with pytest.raises(ScalingError) as caught:
-            connector.create(template, inputs=bad)
-        errors.append(caught.value)
+        # A typed error in create comes back as a refused metadata whose get is FAILED with its message.
+        refused = connector.create(template, inputs=bad)
+        failed = connector.get(refused)
+        assert failed.phase == TaskExecution.FAILED and failed.message.startswith(("[unauthorized]", "[not_found]"))
+        texts += [refused.encode().decode("utf-8", "replace"), repr(refused), failed.message]
     assert sent_credentials(scaler_server) == [secret_key]
-    assert leaks([secret_key], texts + everything_seen(debug_logs, capfd, errors)) == []
+    assert leaks([secret_key], texts + everything_seen(debug_logs, capfd, [])) == []
 
 
 def test_password_in_the_service_url_never_in_logs_or_errors(scaler_server, cluster, secret_key, debug_logs, capfd):

@@ -8,10 +8,12 @@ through the process's shared, paced polls of the service (:mod:`.polls`);
 every 429/503 the service sends slows them all.
 """
 import hashlib
+import ipaddress
 import logging
 import os
+import threading
 import time
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional, Set
 
 import httpx
 
@@ -55,6 +57,41 @@ def displayable_url(url: str) -> str:
     return str(parsed.copy_with(username=None, password=None)).rstrip("/")
 
 
+def credentials_in_clear(url: str) -> bool:
+    """Whether credentials sent to ``url`` would cross the network unencrypted: plain ``http://`` to a
+    host that is not loopback (``localhost``, 127.0.0.0/8, ::1)."""
+    parsed = httpx.URL(url)
+    if parsed.scheme != "http":
+        return False
+    host = parsed.host.lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return False
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return True
+
+
+_warned_clear: Set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def _warn_clear_once(url: str, auth: Optional[httpx.Auth]) -> None:
+    """Log once per process and URL that this client's credentials travel over plain HTTP."""
+    sends = auth is not None and not (isinstance(auth, DominoAuth) and auth.source == "none")
+    if not sends or not credentials_in_clear(url):
+        return
+    with _warned_lock:
+        if url in _warned_clear:
+            return
+        _warned_clear.add(url)
+    logger.warning(
+        "the scaler service at %s is plain HTTP: the Domino token or API key sent with every request is not "
+        "encrypted on the way; that is acceptable only inside the cluster network (the in-cluster default "
+        "service URL), else set $%s to an https:// URL", url, BASE_URL_ENV,
+    )
+
+
 class ScalerClient:
     """The service's routes as methods returning parsed JSON, raising typed errors."""
 
@@ -86,9 +123,11 @@ class ScalerClient:
         """Reachability of the service, shared by every client of it in this process."""
         self._backoff = retry_backoff
         self._sleep = sleep
+        auth = auth if auth is not None else DominoAuth(env=env, verify=verify)
+        _warn_clear_once(self.base_url, auth)
         self._http = httpx.Client(
             base_url=url,
-            auth=auth if auth is not None else DominoAuth(env=env, verify=verify),
+            auth=auth,
             timeout=httpx.Timeout(timeout),
             verify=verify,
             headers={"Accept": "application/json"},
