@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Callable, Optional, Type, Union
 
+from .wording import plural
+
 logger = logging.getLogger("flytekitplugins_ddlscale")
 
 QUIET_ENV = "DDLSCALE_QUIET"
@@ -46,12 +48,12 @@ class Activity:
     step: str
     """The node or phase name, e.g. ``scale_up``."""
     cluster: str
-    goal: str = "waiting for {target} workers"
-    """Formatted with ``target``: what the wait needs, in words."""
+    goal: str = "waiting for {workers}"
+    """Formatted with ``target`` (a number) and ``workers`` (``1 worker``, ``2 workers``): what the wait needs."""
 
     def describe(self, target: int) -> str:
         """``scale_up dask/x: waiting for 2 workers``."""
-        return f"{self.step} {self.cluster}: {self.goal.format(target=target)}"
+        return f"{self.step} {self.cluster}: {self.goal.format(target=target, workers=plural(target, 'worker'))}"
 
 
 class LogReporter:

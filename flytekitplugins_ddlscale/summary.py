@@ -94,11 +94,13 @@ def phase_line(
     restored_to: Optional[str],
     error: Optional[BaseException],
     readiness: str = "",
+    body_failure: Optional[str] = None,
 ) -> str:
     """The summary of a ``@distributed_phase`` / ``cluster_phase`` run, printed when it ends.
 
     ``held`` None means the cluster never reached the phase's size (the
-    error says why); ``restored_to`` None means nothing was restored.
+    error says why); ``restored_to`` None means nothing was restored;
+    ``body_failure`` names how a block failed without raising (``exit 7``).
     """
     framework = f" (framework: {readiness})" if readiness else ""
     if held is None:
@@ -108,8 +110,11 @@ def phase_line(
             f"{label}: {cluster} {before} -> {workers(held)} ready in {_seconds(seconds_to_ready or 0.0)}"
             f"{framework}"
         )
-    outcome = f"failed after {_seconds(seconds_total)} ({type(error).__name__})" if error else (
-        f"done after {_seconds(seconds_total)}"
-    )
+    if error is not None:
+        outcome = f"failed after {_seconds(seconds_total)} ({type(error).__name__})"
+    elif body_failure is not None:
+        outcome = f"failed ({body_failure}) after {_seconds(seconds_total)}"
+    else:
+        outcome = f"done after {_seconds(seconds_total)}"
     restore = f", restored to {restored_to}" if restored_to else ""
     return f"{start}; {outcome}{restore}"

@@ -179,6 +179,7 @@ def test_failing_command_exit_code_is_passed_through_and_cluster_restored(target
     assert result.returncode == 7, result.stderr
     assert result.stdout == "failing\n"
     assert "command exited with 7" in result.stderr
+    assert "failed (exit 7) after" in result.stderr and "done after" not in result.stderr
     assert target.size() == target.baseline
 
 
@@ -392,3 +393,17 @@ def test_failed_restore_after_a_successful_command_exits_with_the_restore_code(s
     )
     assert recovered.returncode == 0, recovered.stderr  # the baseline was kept for exactly this
     assert scaler_target.size() == 1
+
+
+def test_ctrl_c_during_a_scale_wait_exits_130(scaler_server, scaler_target):
+    scaler_server.set_pod_ready_delay(60.0)
+    proc = popen([DDLSCALE, "scale", *scaler_target.args, "--replicas", "3", "--wait", "--timeout", "60"],
+                 scaler_target.env)
+    deadline = time.monotonic() + START_TIMEOUT
+    while scaler_target.requests() == 0:  # the scale request was sent: the command is waiting
+        assert proc.poll() is None and time.monotonic() < deadline, "ddlscale scale never sent its request"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    result = finish(proc)
+    assert result.returncode == 130, result.stderr
+    assert "Interrupted." in result.stderr and "Aborted!" not in result.stderr

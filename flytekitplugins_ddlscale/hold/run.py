@@ -52,6 +52,8 @@ class ClusterPhase:
         self.framework_check: Optional[str] = None
         self.restored_to: Optional[str] = None
         self.restore_error: Optional[BaseException] = None
+        self.body_failure: Optional[str] = None
+        """Set by a caller whose block failed without raising (``exit 7`` for a command), for the summary."""
         self._backend: Optional[ClusterBackend] = None
         self._monitor: Optional[PhaseMonitor] = None
         self._signals = SignalsAsExceptions()
@@ -117,8 +119,8 @@ class ClusterPhase:
         self._claimed = True
         self._check_held_tier(backend, self.claim)
         logger.info(
-            "phase %s on %s: needs %d workers, holding the largest claim (%d)",
-            self.claim_id, self.ref, s.replicas, self.claim.replicas,
+            "phase %s on %s: needs %s, holding the largest claim (%d)",
+            self.claim_id, self.ref, plural(s.replicas, "worker"), self.claim.replicas,
         )
         with default_reporter(Activity(self.label, str(self.ref))) as reporter:
             begin_wait(reporter, self.claim.replicas, s.timeout)
@@ -232,6 +234,7 @@ class ClusterPhase:
             self.restored_to,
             error or self.restore_error,
             self.framework_check or "",
+            self.body_failure,
         )
 
     def _report_restore_failure(self, exc: Exception, error: Optional[BaseException]) -> None:
