@@ -407,3 +407,13 @@ def test_ctrl_c_during_a_scale_wait_exits_130(scaler_server, scaler_target):
     result = finish(proc)
     assert result.returncode == 130, result.stderr
     assert "Interrupted." in result.stderr and "Aborted!" not in result.stderr
+
+
+@pytest.mark.slow
+def test_a_piped_scale_wait_keeps_talking_while_nothing_changes(scaler_server, scaler_target):
+    scaler_server.set_pod_ready_delay(17.0)  # longer than the 15 s a piped wait may stay silent
+    result = finish(popen([DDLSCALE, "scale", *scaler_target.args, "--replicas", "2", "--wait", "--timeout", "60"],
+                          scaler_target.env))
+    assert result.returncode == 0, result.stderr
+    heartbeats = [line for line in result.stderr.splitlines() if "still waiting for" in line]
+    assert heartbeats and "1/2 after" in heartbeats[0] and "(timeout 60s)" in heartbeats[0], result.stderr
