@@ -26,6 +26,9 @@ def test_scale_summary_reads_like_the_issue_example_and_takes_a_readiness_string
     assert scale_line("scale_up", with_readiness) == (
         "scale_up: dask/x 0 -> 2 workers ready in 5.3 s (framework: 2 registered)"
     )
+    # The node's own time, starting the cluster included, and how much of it was the wait.
+    assert scale_line("scale_up", UP, seconds_total=9.46) == "scale_up: dask/x 0 -> 2 workers ready in 9.5 s (5.3 s waiting)"
+    assert scale_line("scale_up", UP, seconds_total=5.31) == "scale_up: dask/x 0 -> 2 workers ready in 5.3 s"
 
 
 @pytest.mark.parametrize(

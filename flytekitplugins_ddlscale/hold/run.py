@@ -146,6 +146,8 @@ class ClusterPhase:
             backend, self.ref, result.final, result.effective, deadline.remaining, framework, default_reporter()
         )
         self.framework_check = readiness.proof
+        # Ready means registered with the framework too: the summary's time to ready includes that wait.
+        self._scaled = (*self._scaled[:2], time.monotonic() - self._began)
         reassert = None if backend.capabilities.holds_size else s.reassert_interval
         self._monitor = PhaseMonitor(
             backend, self.ref, self.claim_id, s.replicas, s.worker_hw_tier, self.timeline,
