@@ -417,3 +417,10 @@ def test_a_piped_scale_wait_keeps_talking_while_nothing_changes(scaler_server, s
     assert result.returncode == 0, result.stderr
     heartbeats = [line for line in result.stderr.splitlines() if "still waiting for" in line]
     assert heartbeats and "1/2 after" in heartbeats[0] and "(timeout 60s)" in heartbeats[0], result.stderr
+
+
+def test_a_command_that_needs_no_workers_runs_on_a_local_cluster_that_does_not_exist(local_target):
+    result = run(local_target, "--replicas", "0", "--", "sh", "-c", "echo ran")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "ran\n"
+    assert local_target.requests() == 0  # no cluster was created for it

@@ -23,7 +23,7 @@ from ..backends import get_backend
 from ..backends.base import ClusterBackend
 from ..deck import publish_deck, render_html
 from ..environ import connection_variables, environ_set
-from ..errors import ConflictError, ScalingError, UnsupportedOperationError
+from ..errors import ClusterNotFoundError, ConflictError, ScalingError, UnsupportedOperationError
 from ..framework.confirm import FrameworkOptions, confirm_ready
 from ..models import ReplicaSpec
 from ..progress import Activity, begin_wait, default_reporter, emit_summary
@@ -182,7 +182,15 @@ class ClusterPhase:
 
     def _export_env(self, backend: ClusterBackend) -> None:
         # Domino injects these into runs; elsewhere the backend may offer them.
-        self._env.enter_context(environ_set(connection_variables(backend, self.ref)))
+        try:
+            variables = connection_variables(backend, self.ref)
+        except ClusterNotFoundError:
+            if self.claim is not None and self.claim.replicas > 0:
+                raise
+            # Nothing needed and nothing there (the local backend creates no head for 0 workers).
+            logger.info("phase %s: %s does not exist and needs no workers; no connection variables", self.claim_id, self.ref)
+            variables = {}
+        self._env.enter_context(environ_set(variables))
 
     def _finish(self, error: Optional[BaseException]) -> None:
         if self._finished:
