@@ -20,15 +20,18 @@ setup(
     package_data={"flytekitplugins_ddlscale": ["py.typed", "data/*.yaml"]},
     python_requires=">=3.9",
     install_requires=[
-        "flytekit>=1.12,<2",
+        # The connector base and `pyflyte serve connector` exist from flytekit 1.16.
+        "flytekit>=1.16,<2",
         "httpx>=0.27",
         "kubernetes>=29",
         "dask[distributed]>=2024.1",
         "pyyaml>=6",
     ],
     extras_require={
-        "test": ["pytest>=8", "pytest-timeout>=2.3", "jsonschema>=4.20", "prometheus-client>=0.20", "cryptography>=42"],
+        "test": ["pytest>=8", "pytest-timeout>=2.3", "pytest-xdist>=3.5", "jsonschema>=4.20", "cryptography>=42"],
         "bench": ["matplotlib>=3.8"],
+        # The connector service (`pyflyte serve connector`): its metrics and gRPC health checks.
+        "connector": ["prometheus-client>=0.20", "grpcio-health-checking>=1.60"],
         # ray[default]: the dashboard (State API, which readiness reads) and the client server (ray://).
         "ray": ["ray[default]>=2.9"],
         "spark": ["pyspark>=4.0,<5"],

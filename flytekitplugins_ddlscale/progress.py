@@ -9,15 +9,19 @@ and phase ends with (quiet with ``DDLSCALE_QUIET=1``).
 import logging
 import os
 import sys
+import threading
 import time
+import weakref
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Callable, Optional, Type, Union
 
+from .wording import plural
+
 logger = logging.getLogger("flytekitplugins_ddlscale")
 
 QUIET_ENV = "DDLSCALE_QUIET"
-"""Set to 1 (or true/yes) to silence summary lines."""
+"""Set to 1 (or true/yes) to silence summary and progress lines."""
 
 
 @dataclass(frozen=True)
@@ -46,54 +50,141 @@ class Activity:
     step: str
     """The node or phase name, e.g. ``scale_up``."""
     cluster: str
-    goal: str = "waiting for {target} workers"
-    """Formatted with ``target``: what the wait needs, in words."""
+    goal: str = "waiting for {workers}"
+    """Formatted with ``target`` (a number) and ``workers`` (``1 worker``, ``2 workers``): what the wait needs."""
 
     def describe(self, target: int) -> str:
         """``scale_up dask/x: waiting for 2 workers``."""
-        return f"{self.step} {self.cluster}: {self.goal.format(target=target)}"
+        return f"{self.step} {self.cluster}: {self.goal.format(target=target, workers=plural(target, 'worker'))}"
+
+
+HEARTBEAT_SECONDS = 15.0
+"""Longest silence of a wait that is not on a terminal: a line at least this often while nothing changes."""
 
 
 class LogReporter:
-    """Logs progress at INFO when it changes, and at most every ``interval`` seconds otherwise."""
+    """Lines for a wait that is not on a terminal (a pipe, a pod's log): one when it starts,
+    one on every change, and a heartbeat at least every ``interval`` seconds while nothing changes.
 
-    def __init__(
-        self, interval: float = 10.0, log: logging.Logger = logger, activity: Optional[Activity] = None
-    ) -> None:
+    Each line says what is awaited, how far it got, for how long and the timeout. Lines go
+    where :func:`emit_summary` sends summaries (the plugin's logger when the program configured
+    logging, else stderr) and ``$DDLSCALE_QUIET`` silences them. The heartbeat runs in a daemon
+    thread that ends when the wait is done, its timeout has passed, the reporter is closed
+    (``with``) or nothing refers to the reporter any more.
+    """
+
+    def __init__(self, interval: float = HEARTBEAT_SECONDS, activity: Optional[Activity] = None) -> None:
         self._interval = interval
-        self._log = log
         self._activity = activity
+        self._lock = threading.Lock()
         self._last_key: Optional[tuple] = None
-        self._last_time = 0.0
+        self._last: Optional[WaitProgress] = None
+        self._last_at = 0.0
+        """When ``_last`` arrived (monotonic)."""
+        self._last_line_at = 0.0
+        self._began_at: Optional[float] = None
+        self._timeout: Optional[float] = None
+        self._target: Optional[int] = None
+        self._closed = False
+        self._stopped = threading.Event()
+        """Set when the current wait is done or the reporter is closed; a later wait gets a new one."""
+        self._heartbeat: Optional[threading.Thread] = None
 
     def begin(self, target: int, timeout: float) -> None:
-        """Log that the wait starts."""
+        """Print that the wait starts, and start the heartbeat."""
+        with self._lock:
+            self._began_at, self._timeout, self._target = time.monotonic(), timeout, target
+            self._last = None
+            self._start_heartbeat()
         if self._activity is not None:
-            self._log.info("%s (timeout %.0fs)", self._activity.describe(target), timeout)
+            self._say(f"{self._activity.describe(target)} (timeout {timeout:.0f}s)")
 
     def __call__(self, progress: WaitProgress) -> None:
         key = (progress.what, progress.current, progress.target, progress.detail)
-        now = time.monotonic()
-        if key == self._last_key and now - self._last_time < self._interval:
-            return
-        self._last_key, self._last_time = key, now
+        with self._lock:
+            now = time.monotonic()
+            self._target, self._last, self._last_at = progress.target, progress, now
+            if progress.current >= progress.target:
+                self._stopped.set()
+            else:
+                self._start_heartbeat()
+            if key == self._last_key and now - self._last_line_at < self._interval:
+                return
+            self._last_key, self._last_line_at = key, now
+        emit_line(self._line(progress, progress.elapsed, still=False))
+
+    def _line(self, progress: WaitProgress, elapsed: float, still: bool) -> str:
         prefix = f"{self._activity.step}: " if self._activity is not None else ""
-        self._log.info(
-            "%swaiting for %s: %d/%d after %.1fs (timeout %.0fs) %s",
-            prefix,
-            progress.what,
-            progress.current,
-            progress.target,
-            progress.elapsed,
-            progress.timeout,
-            progress.detail,
+        verb = "still waiting" if still else "waiting"
+        detail = f" {progress.detail}" if progress.detail else ""
+        return (
+            f"{prefix}{verb} for {progress.what}: {progress.current}/{progress.target} after {elapsed:.1f}s "
+            f"(timeout {progress.timeout:.0f}s){detail}"
         )
+
+    def _say(self, line: str) -> None:
+        with self._lock:
+            self._last_line_at = time.monotonic()
+        emit_line(line)
+
+    def _beat(self) -> Optional[float]:
+        """Print a heartbeat if the wait has been silent for ``interval``; the seconds until the
+        next check, or None when the heartbeat should end."""
+        with self._lock:
+            now = time.monotonic()
+            if self._last is not None:
+                elapsed, timeout = self._last.elapsed + (now - self._last_at), self._last.timeout
+            elif self._began_at is not None and self._timeout is not None:
+                elapsed, timeout = now - self._began_at, self._timeout
+            else:
+                return None
+            if self._stopped.is_set() or elapsed > timeout + self._interval:
+                return None
+            silent = now - self._last_line_at
+            if silent < self._interval:
+                return self._interval - silent
+            if self._last is not None:
+                line = self._line(self._last, elapsed, still=True)
+            else:
+                step = f"{self._activity.describe(self._target or 0)}" if self._activity else "waiting"
+                line = f"{step}: still waiting after {elapsed:.1f}s (timeout {timeout:.0f}s)"
+            self._last_line_at = now
+        emit_line(line)
+        return self._interval
+
+    def _start_heartbeat(self) -> None:
+        """Start the heartbeat of the current wait unless it runs (called under the lock)."""
+        if self._closed or quiet() or (self._heartbeat is not None and not self._stopped.is_set()):
+            return
+        self._stopped = threading.Event()
+        self._last_line_at = time.monotonic()
+        self._heartbeat = threading.Thread(
+            target=_heartbeat, args=(weakref.ref(self), self._stopped), name="ddlscale-progress", daemon=True
+        )
+        self._heartbeat.start()
+
+    def close(self) -> None:
+        """End the heartbeat for good (idempotent)."""
+        with self._lock:
+            self._closed = True
+            self._stopped.set()
 
     def __enter__(self) -> "LogReporter":
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        return None
+        self.close()
+
+
+def _heartbeat(reporter_ref: "weakref.ReferenceType[LogReporter]", stopped: threading.Event) -> None:
+    """Run a reporter's heartbeat; it holds the reporter weakly, so a wait that is forgotten ends it."""
+    delay: Optional[float] = 0.0
+    while delay is not None and not stopped.wait(delay):
+        reporter = reporter_ref()
+        if reporter is None:
+            return
+        delay = reporter._beat()
+        del reporter
 
 
 class RichReporter:
@@ -230,6 +321,11 @@ def emit_summary(line: str) -> None:
     logger, so this is the case under ``pyflyte run`` and in task pods) it
     is written straight to stderr.
     """
+    emit_line(line)
+
+
+def emit_line(line: str) -> None:
+    """Print one line for a user (a summary or a wait's progress) as :func:`emit_summary` says."""
     if quiet():
         return
     if logger.hasHandlers():

@@ -17,6 +17,13 @@ def _seconds(value: float) -> str:
     return f"{value:.1f} s"
 
 
+def _took(waited: float, total: Optional[float]) -> str:
+    """``in 4.0 s``: the step's own time, start to end, and how much of it was waiting when that differs."""
+    if total is None or total - waited < 0.05:
+        return f"in {_seconds(max(waited, total or 0.0))}"
+    return f"in {_seconds(total)} ({_seconds(waited)} waiting)"
+
+
 def workers(count: int) -> str:
     """``1 worker``, ``2 workers``."""
     return plural(count, "worker")
@@ -42,45 +49,47 @@ def _arrived(outcome: Any, count: int, before: Optional[int] = None) -> str:
     return f"{workers(count)} ready"
 
 
-def scale_line(step: str, outcome: Any) -> str:
-    """The summary of a ``ScaleCluster`` node (fields of ``ScaleOutcome``)."""
+def scale_line(step: str, outcome: Any, seconds_total: Optional[float] = None) -> str:
+    """The summary of a ``ScaleCluster`` node (fields of ``ScaleOutcome``); ``seconds_total`` is the
+    node's own time, start to end (creating a cluster included), when the caller measured it."""
     change = f"{outcome.cluster} {outcome.previous_workers} -> "
     capped = f", capped from {outcome.requested}" if outcome.capped else ""
     if not outcome.waited:
         return f"{step}: {change}{workers(outcome.effective)}{_tier(outcome)} requested, not waited for{capped}"
     return (
-        f"{step}: {change}{_arrived(outcome, outcome.effective, outcome.previous_workers)}{_tier(outcome)} in "
-        f"{_seconds(outcome.seconds_waited)}{capped}{_readiness(outcome)}"
+        f"{step}: {change}{_arrived(outcome, outcome.effective, outcome.previous_workers)}{_tier(outcome)} "
+        f"{_took(outcome.seconds_waited, seconds_total)}{capped}{_readiness(outcome)}"
     )
 
 
-def wait_line(step: str, outcome: Any) -> str:
-    """The summary of a ``WaitForCluster`` node (fields of ``ClusterReady``)."""
-    return (
-        f"{step}: {outcome.cluster} {_arrived(outcome, outcome.workers)} after "
-        f"{_seconds(outcome.seconds_waited)}{_readiness(outcome)}"
-    )
+def wait_line(step: str, outcome: Any, seconds_total: Optional[float] = None) -> str:
+    """The summary of a ``WaitForCluster`` node (fields of ``ClusterReady``); ``seconds_total`` as in
+    :func:`scale_line`."""
+    took = _seconds(max(outcome.seconds_waited, seconds_total or 0.0))
+    return f"{step}: {outcome.cluster} {_arrived(outcome, outcome.workers)} after {took}{_readiness(outcome)}"
 
 
-def restart_line(step: str, outcome: Any) -> str:
-    """The summary of a ``RestartHead`` node (fields of ``RestartOutcome``)."""
+def restart_line(step: str, outcome: Any, seconds_total: Optional[float] = None) -> str:
+    """The summary of a ``RestartHead`` node (fields of ``RestartOutcome``); ``seconds_total`` as in
+    :func:`scale_line`."""
     tier = f" on {outcome.head_hw_tier}" if outcome.head_hw_tier else ""
     if not outcome.waited:
         return f"{step}: {outcome.cluster} head {outcome.pod} restart requested{tier}, not waited for"
     state = "ready" if outcome.ready else "not seen ready"
-    return f"{step}: {outcome.cluster} head {outcome.pod} restarted{tier}, {state} in {_seconds(outcome.seconds_waited)}"
+    return f"{step}: {outcome.cluster} head {outcome.pod} restarted{tier}, {state} {_took(outcome.seconds_waited, seconds_total)}"
 
 
-def restore_line(step: str, outcome: Any) -> str:
-    """The summary of a ``RestoreCluster`` node (fields of ``RestoreOutcome``)."""
+def restore_line(step: str, outcome: Any, seconds_total: Optional[float] = None) -> str:
+    """The summary of a ``RestoreCluster`` node (fields of ``RestoreOutcome``); ``seconds_total`` as in
+    :func:`scale_line`."""
     if outcome.restored == "nothing recorded":
         return f"{step}: {outcome.cluster} unchanged at {workers(outcome.workers)} (no baseline recorded)"
     change = f"{outcome.cluster} {outcome.previous_workers} -> "
     if not outcome.waited and outcome.workers > 0:
         return f"{step}: {change}{workers(outcome.workers)}{_tier(outcome)} ({outcome.restored}) requested, not waited for"
     return (
-        f"{step}: {change}{_arrived(outcome, outcome.workers, outcome.previous_workers)}{_tier(outcome)} ({outcome.restored}) in "
-        f"{_seconds(outcome.seconds_waited)}"
+        f"{step}: {change}{_arrived(outcome, outcome.workers, outcome.previous_workers)}{_tier(outcome)} ({outcome.restored}) "
+        f"{_took(outcome.seconds_waited, seconds_total)}"
     )
 
 
@@ -94,11 +103,13 @@ def phase_line(
     restored_to: Optional[str],
     error: Optional[BaseException],
     readiness: str = "",
+    body_failure: Optional[str] = None,
 ) -> str:
     """The summary of a ``@distributed_phase`` / ``cluster_phase`` run, printed when it ends.
 
     ``held`` None means the cluster never reached the phase's size (the
-    error says why); ``restored_to`` None means nothing was restored.
+    error says why); ``restored_to`` None means nothing was restored;
+    ``body_failure`` names how a block failed without raising (``exit 7``).
     """
     framework = f" (framework: {readiness})" if readiness else ""
     if held is None:
@@ -108,8 +119,11 @@ def phase_line(
             f"{label}: {cluster} {before} -> {workers(held)} ready in {_seconds(seconds_to_ready or 0.0)}"
             f"{framework}"
         )
-    outcome = f"failed after {_seconds(seconds_total)} ({type(error).__name__})" if error else (
-        f"done after {_seconds(seconds_total)}"
-    )
+    if error is not None:
+        outcome = f"failed after {_seconds(seconds_total)} ({type(error).__name__})"
+    elif body_failure is not None:
+        outcome = f"failed ({body_failure}) after {_seconds(seconds_total)}"
+    else:
+        outcome = f"done after {_seconds(seconds_total)}"
     restore = f", restored to {restored_to}" if restored_to else ""
     return f"{start}; {outcome}{restore}"

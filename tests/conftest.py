@@ -10,6 +10,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.servers.scaler_server import ScalerTestServer  # noqa: E402
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under ``-n N --dist loadgroup`` (the README's test command) a module's tests share one worker, so
+    module-scoped clusters and servers start once; tests of the real control plane share one worker too,
+    so it starts once per suite, not once per worker."""
+    for item in items:
+        group = "envtest" if item.get_closest_marker("envtest") else item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(autouse=True, scope="session")
 def no_deck_listing_at_exit():
     """A test process is no user's flow run: its Decks are not listed after pytest's closing line."""

@@ -179,6 +179,7 @@ def test_failing_command_exit_code_is_passed_through_and_cluster_restored(target
     assert result.returncode == 7, result.stderr
     assert result.stdout == "failing\n"
     assert "command exited with 7" in result.stderr
+    assert "failed (exit 7) after" in result.stderr and "done after" not in result.stderr
     assert target.size() == target.baseline
 
 
@@ -392,3 +393,34 @@ def test_failed_restore_after_a_successful_command_exits_with_the_restore_code(s
     )
     assert recovered.returncode == 0, recovered.stderr  # the baseline was kept for exactly this
     assert scaler_target.size() == 1
+
+
+def test_ctrl_c_during_a_scale_wait_exits_130(scaler_server, scaler_target):
+    scaler_server.set_pod_ready_delay(60.0)
+    proc = popen([DDLSCALE, "scale", *scaler_target.args, "--replicas", "3", "--wait", "--timeout", "60"],
+                 scaler_target.env)
+    deadline = time.monotonic() + START_TIMEOUT
+    while scaler_target.requests() == 0:  # the scale request was sent: the command is waiting
+        assert proc.poll() is None and time.monotonic() < deadline, "ddlscale scale never sent its request"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    result = finish(proc)
+    assert result.returncode == 130, result.stderr
+    assert "Interrupted." in result.stderr and "Aborted!" not in result.stderr
+
+
+@pytest.mark.slow
+def test_a_piped_scale_wait_keeps_talking_while_nothing_changes(scaler_server, scaler_target):
+    scaler_server.set_pod_ready_delay(17.0)  # longer than the 15 s a piped wait may stay silent
+    result = finish(popen([DDLSCALE, "scale", *scaler_target.args, "--replicas", "2", "--wait", "--timeout", "60"],
+                          scaler_target.env))
+    assert result.returncode == 0, result.stderr
+    heartbeats = [line for line in result.stderr.splitlines() if "still waiting for" in line]
+    assert heartbeats and "1/2 after" in heartbeats[0] and "(timeout 60s)" in heartbeats[0], result.stderr
+
+
+def test_a_command_that_needs_no_workers_runs_on_a_local_cluster_that_does_not_exist(local_target):
+    result = run(local_target, "--replicas", "0", "--", "sh", "-c", "echo ran")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "ran\n"
+    assert local_target.requests() == 0  # no cluster was created for it

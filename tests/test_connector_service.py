@@ -28,7 +28,6 @@ from flytekitplugins_ddlscale.tasks import ScaleOutcome
 from tests.flyte_apps import nodes
 from tests.flyte_support import SCALER_ENV, local_backend, local_env  # noqa: F401 - fixture
 
-pytest.importorskip("prometheus_client", reason="the connector service needs flytekit[connector]")
 
 ROOT = Path(__file__).resolve().parent.parent
 SETTINGS = SerializationSettings(image_config=ImageConfig(default_image=Image(name="d", fqn="img", tag="1")))
@@ -69,6 +68,10 @@ def connector_service(local_env):
 
 @pytest.mark.slow
 def test_service_lists_the_connector_and_scales_over_grpc(connector_service, local_env):
+    from grpc_health.v1 import health_pb2, health_pb2_grpc  # the connector extra: the health checks deployments probe
+
+    health = health_pb2_grpc.HealthStub(connector_service).Check(health_pb2.HealthCheckRequest(), timeout=30)
+    assert health.status == health_pb2.HealthCheckResponse.SERVING
     agents = AgentMetadataServiceStub(connector_service).ListAgents(agent_pb2.ListAgentsRequest(), timeout=30)
     served = {c.name for a in agents.agents for c in a.supported_task_categories}
     assert {"ddlscale_scale", "ddlscale_wait"} <= served

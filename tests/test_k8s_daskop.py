@@ -1,5 +1,6 @@
 """Dask-operator clusters (kind ``dask-operator``) on the Kubernetes backend, against the test
 server's DaskCluster/DaskWorkerGroup/DaskAutoscaler CRD facts and simulated Dask operator."""
+import re
 import time
 from pathlib import Path
 
@@ -263,3 +264,24 @@ def test_two_autoscalers_for_one_cluster_are_refused_before_anything_is_sent(k8s
     with pytest.raises(UnsupportedOperationError, match="DaskAutoscalers d1, d1-other"):
         backend.scale(REF, 3, timeout=20)
     assert _patches(k8s) == [] and _replicas(k8s) == 1
+
+
+@pytest.mark.parametrize(
+    "manifest, package, tag",
+    [("kuberay-cluster.yaml", "ray", re.compile(r"rayproject/ray:(?P<version>[\d.]+)-py311$")),
+     ("dask-operator-cluster.yaml", "distributed", re.compile(r"ghcr\.io/dask/dask:(?P<version>[\d.]+)-py3\.11$"))],
+)
+def test_shipped_example_images_run_the_framework_versions_constraints_pin(manifest, package, tag):
+    """A client installed under constraints.txt must speak to the example cluster (Ray Client needs equal versions)."""
+    import yaml
+
+    pins = dict(line.split("==", 1) for line in (ROLE.parents[2] / "constraints.txt").read_text().splitlines() if "==" in line)
+    text = (ROLE.parent / manifest).read_text()
+    images = [m.group(1) for m in re.finditer(r"image:\s*(\S+)", text)]
+    assert images, f"{manifest} names no image"
+    for image in images:
+        match = tag.match(image)
+        assert match and match.group("version") == pins[package], (image, pins[package])
+    spec = yaml.safe_load(text)["spec"]
+    if "rayVersion" in spec:
+        assert spec["rayVersion"] == pins["ray"]

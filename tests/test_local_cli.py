@@ -29,7 +29,7 @@ def test_up_list_status_repair_down(local_state):
     listed = _invoke(local_state, "list", "--json")
     assert [c["name"] for c in json.loads(listed.stdout)] == ["cli"]
     text = _invoke(local_state, "list").stdout
-    assert "cli" in text and "Running" in text and "2/2" in text
+    assert text.splitlines()[1].split()[:4] == ["dask", "cli", "Running", "2/2"]
 
     victim = LocalBackend(state_dir=local_state).store.load(ClusterRef("dask", "cli")).workers[1]
     os.kill(victim.proc.pid, signal.SIGKILL)
@@ -56,7 +56,9 @@ def test_up_list_status_repair_down(local_state):
         (["up", "--name", "c", "--workers", "-1"], 2, "invalid replicas=-1"),
         (["up", "--name", "c", "--replicas", "-1"], 2, "invalid replicas=-1"),
         (["up", "--name", "c", "--worker-hw-tier", "Huge"], 2, "allowed for dask: Large, Medium, Small"),
-        (["up", "--kind", "mpi", "--name", "c"], 1, "clusters, not mpi (mpi/c)"),
+        (["up", "--kind", "mpi", "--name", "c"], 2, "'mpi'; the local backend runs dask, ray and spark clusters"),
+        (["up", "--kind", "foo", "--name", "c"], 2, "'foo'; the local backend runs dask, ray and spark clusters"),
+        (["status", "--kind", "ray", "--name", "nope"], 4, "`ddlscale local up --kind ray --name nope`"),
         (["up", "--name", "c", "--timeout", "0"], 2, "invalid timeout=0.0"),
         (["status", "--name", "nope"], 4, "no local cluster dask/nope"),
         (["down", "--name", "nope"], 4, "no local cluster dask/nope"),
@@ -93,19 +95,19 @@ def test_list_columns_line_up_under_the_header():
     from flytekitplugins_ddlscale.cli.local_commands import _table
 
     infos = [
-        {"name": "a", "status": "Running", "ready_workers": 1, "desired_workers": 1,
+        {"kind": "dask", "name": "a", "status": "Running", "ready_workers": 1, "desired_workers": 1,
          "worker_hw_tier": "Small", "address": "tcp://127.0.0.1:1"},
-        {"name": "a-much-longer-name", "status": "Starting", "ready_workers": 10, "desired_workers": 12,
+        {"kind": "spark", "name": "a-much-longer-name", "status": "Starting", "ready_workers": 10, "desired_workers": 12,
          "worker_hw_tier": "Medium", "address": "tcp://127.0.0.1:40000"},
-        {"name": "b", "status": "Failed", "ready_workers": 0, "desired_workers": 2,
+        {"kind": "ray", "name": "b", "status": "Failed", "ready_workers": 0, "desired_workers": 2,
          "worker_hw_tier": None, "address": "tcp://127.0.0.1:2"},
     ]
     lines = _table(infos).splitlines()
-    assert lines[0].split() == ["NAME", "STATUS", "READY/DESIRED", "TIER", "SCHEDULER"]
-    for header in ("STATUS", "READY/DESIRED", "TIER", "SCHEDULER"):
+    assert lines[0].split() == ["KIND", "NAME", "STATUS", "READY/DESIRED", "TIER", "SCHEDULER"]
+    for header in ("NAME", "STATUS", "READY/DESIRED", "TIER", "SCHEDULER"):
         column = lines[0].index(header)
         assert all(line[column - 2:column] == "  " and line[column] != " " for line in lines[1:]), header
-    assert lines[3].split()[2:4] == ["0/2", "-"]
+    assert lines[3].split()[:2] == ["ray", "b"] and lines[3].split()[3:5] == ["0/2", "-"]
 
 
 @pytest.mark.slow

@@ -111,7 +111,7 @@ def test_other_kinds_are_unsupported_with_an_explanation(backend, kind):
 
 
 def test_missing_cluster_is_reported_not_created(backend):
-    with pytest.raises(ClusterNotFoundError, match="ddlscale local up --name inputs"):
+    with pytest.raises(ClusterNotFoundError, match="ddlscale local up --kind dask --name inputs"):
         backend.get_state(REF)
     with pytest.raises(ClusterNotFoundError):
         backend.connection_env(REF)

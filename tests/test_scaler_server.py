@@ -137,7 +137,7 @@ def test_worker_pods_appear_and_leave_after_the_delay(scaler_server, http):
 
 def test_restart_head_ray_and_status_semantics(scaler_server, http):
     scaler_server.head_recreate_delay = 0.3
-    scaler_server.head_ready_delay = 0.3
+    scaler_server.head_ready_delay = 2.0  # a window wide enough to see "not ready" on a busy machine
     scaler_server.add_cluster("ray", "ray-a")
     status_url = "/ddl_cluster_scaler/restart_head_status/rayclusters/ray-a"
     assert http.get(status_url, headers=KEY).json()["error"] == "bad_request"
@@ -147,16 +147,29 @@ def test_restart_head_ray_and_status_semantics(scaler_server, http):
     body = restart.json()
     assert body["pod"] == "ray-a-ray-head-0" and body["grace_period_seconds"] == 20
     assert body["started_at"].endswith("Z") and len(body["started_at"]) == 20
-    gone = http.get(status_url, params={"started_at": body["started_at"]}, headers=KEY)
+
+    def status():
+        return http.get(status_url, params={"started_at": body["started_at"]}, headers=KEY)
+
+    gone = status()
     assert gone.status_code == 404 and gone.json()["status"] == "head_pod_not_found"
-    time.sleep(0.35)
-    starting = http.get(status_url, params={"started_at": body["started_at"]}, headers=KEY).json()
+    starting = _poll(status, lambda answer: answer.status_code != 404).json()
     assert starting["status"] == "restarted_but_not_ready" and starting["restarted"] and not starting["ready"]
-    time.sleep(0.35)
-    done = http.get(status_url, params={"started_at": body["started_at"]}, headers=KEY).json()
+    done = _poll(status, lambda answer: answer.json()["status"] != "restarted_but_not_ready").json()
     assert done["status"] == "restarted_and_ready" and done["ok"]
     future = http.get(status_url, params={"started_at": "2999-01-01T00:00:00Z"}, headers=KEY).json()
     assert future["status"] == "not_restarted"
+
+
+def _poll(read, changed, timeout=20.0):
+    """``read()`` every 50 ms until ``changed(answer)``; the answer (fails after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        answer = read()
+        if changed(answer):
+            return answer
+        assert time.monotonic() < deadline, f"no change within {timeout}s: {answer.text}"
+        time.sleep(0.05)
 
 
 @pytest.mark.parametrize("kind,wrong", [("spark", "spark-a-spark-head-0"), ("dask", "dask-a-dask-head-0")])

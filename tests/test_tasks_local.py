@@ -1,5 +1,7 @@
 """The task types running for real: flytekit local execution against the local backend's Dask processes."""
 import logging
+import re
+import time
 
 import pytest
 from flytekit.core.context_manager import FlyteContextManager
@@ -31,6 +33,18 @@ def test_scale_outcome_is_typed_reports_readiness_and_attaches_a_deck(local_env)
     deck = params.decks[before]
     assert deck.name == "Cluster scaling"
     assert "<svg" in deck.html and "<polyline" in deck.html and "worker-seconds" in deck.html
+
+
+def test_the_summary_time_is_the_nodes_own_with_the_cluster_start_up(local_env, caplog):
+    caplog.set_level(logging.INFO, logger="flytekitplugins_ddlscale")
+    started = time.monotonic()
+    outcome = nodes.scale_up.execute(cluster=nodes.CLUSTER, replicas=1)
+    took = time.monotonic() - started
+    line = next(m for m in (r.getMessage() for r in caplog.records) if m.startswith("scale_up: dask/"))
+    total, waiting = map(float, re.search(r" in (\d+\.\d) s \((\d+\.\d) s waiting\)", line).groups())
+    assert waiting == pytest.approx(outcome.seconds_waited, abs=0.05)
+    # Creating the cluster is the node's time too, not only the wait that followed.
+    assert waiting < total <= took + 0.05 and total >= took - 0.2, (line, took)
 
 
 def test_prewarm_request_then_wait_then_compute(local_env):

@@ -26,6 +26,9 @@ def test_scale_summary_reads_like_the_issue_example_and_takes_a_readiness_string
     assert scale_line("scale_up", with_readiness) == (
         "scale_up: dask/x 0 -> 2 workers ready in 5.3 s (framework: 2 registered)"
     )
+    # The node's own time, starting the cluster included, and how much of it was the wait.
+    assert scale_line("scale_up", UP, seconds_total=9.46) == "scale_up: dask/x 0 -> 2 workers ready in 9.5 s (5.3 s waiting)"
+    assert scale_line("scale_up", UP, seconds_total=5.31) == "scale_up: dask/x 0 -> 2 workers ready in 5.3 s"
 
 
 @pytest.mark.parametrize(
@@ -94,6 +97,64 @@ def test_quiet_setting_silences_summaries(no_logging_handlers, capsys, monkeypat
     monkeypatch.setenv(progress.QUIET_ENV, "1")
     emit_summary("anything")
     assert capsys.readouterr().err == ""
+
+
+def _lines_until(capsys, seen, wanted, timeout=10.0):
+    """The stderr lines written so far once ``wanted(lines)`` holds (polled; fails after ``timeout``)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        seen.extend(capsys.readouterr().err.splitlines())
+        if wanted(seen):
+            return seen
+        assert time.monotonic() < deadline, f"not seen within {timeout}s: {seen}"
+        time.sleep(0.05)
+
+
+def test_a_piped_wait_says_when_it_starts_each_change_and_keeps_talking_while_nothing_changes(
+    no_logging_handlers, capsys
+):
+    no_logging_handlers()
+    reporter = progress.LogReporter(interval=0.2, activity=Activity("scale_up", "dask/x"))
+    seen = []
+    with reporter:
+        begin_wait(reporter, 2, 60)
+        reporter(WaitProgress("2 Ready workers on dask/x", 0, 2, 0.1, 60))
+        _lines_until(capsys, seen, lambda lines: sum("still waiting" in line for line in lines) >= 2)
+        reporter(WaitProgress("2 Ready workers on dask/x", 1, 2, 0.9, 60))
+        reporter(WaitProgress("2 Ready workers on dask/x", 2, 2, 1.0, 60))
+        seen.extend(capsys.readouterr().err.splitlines())
+    assert seen[0] == "scale_up dask/x: waiting for 2 workers (timeout 60s)"
+    assert seen[1].startswith("scale_up: waiting for 2 Ready workers on dask/x: 0/2 after 0.1s (timeout 60s)")
+    assert seen[2].startswith("scale_up: still waiting for 2 Ready workers on dask/x: 0/2 after ")
+    assert [line.split(": ")[-1].split(" after")[0] for line in seen[-2:]] == ["1/2", "2/2"]
+    assert _heartbeats_end()
+
+
+def _heartbeats_end(timeout=10.0):
+    import threading
+    import time
+
+    deadline = time.monotonic() + timeout
+    while any(t.name == "ddlscale-progress" for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "a heartbeat thread outlived its wait"
+        time.sleep(0.05)
+    return True
+
+
+def test_a_forgotten_wait_stops_its_heartbeat_and_quiet_silences_it(no_logging_handlers, capsys, monkeypatch):
+    no_logging_handlers()
+    reporter = progress.LogReporter(interval=0.2, activity=Activity("scale_up", "dask/x"))
+    reporter(WaitProgress("2 Ready workers on dask/x", 0, 2, 0.1, 60))
+    del reporter  # a caller that never closed it: the heartbeat holds it weakly and ends
+    assert _heartbeats_end()
+    monkeypatch.setenv(progress.QUIET_ENV, "1")
+    capsys.readouterr()
+    quiet = progress.LogReporter(interval=0.05)
+    quiet(WaitProgress("2 Ready workers on dask/x", 0, 2, 0.1, 60))
+    assert capsys.readouterr().err == ""
+    quiet.close()
 
 
 def test_configured_logging_receives_the_line_instead_of_stderr(no_logging_handlers, capsys, caplog):

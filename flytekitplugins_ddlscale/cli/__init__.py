@@ -4,16 +4,30 @@ Exit codes, for scripts: :data:`.output.EXIT_CODES_HELP` (also printed by
 ``--help``); ``ddlscale run`` passes its command's exit code through.
 """
 import logging
+from typing import Any
 
 import click
 
 from .cluster_commands import register_cluster_commands
 from .local_commands import local
-from .output import EXIT_CODES_HELP
+from .output import EXIT_CODES_HELP, EXIT_INTERRUPTED
 from .run_command import run
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES_HELP)
+class _InterruptibleGroup(click.Group):
+    """Exits 130 on Ctrl-C (click's own handling exits 1, which scripts read as a failure of the command)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("\nInterrupted.", err=True)
+            raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
+
+
+@click.group(
+    cls=_InterruptibleGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES_HELP
+)
 @click.version_option(package_name="flytekitplugins-ddlscale")
 @click.option("-v", "--verbose", is_flag=True, help="Log backend requests and retries (DEBUG).")
 def main(verbose: bool) -> None:

@@ -1,4 +1,4 @@
-"""``ddlscale local``: create, inspect and remove local clusters (Dask; Spark with the ``spark`` extra).
+"""``ddlscale local``: create, inspect and remove local clusters (Dask; Ray and Spark with their extras).
 
 The local backend (and so Dask) is imported only when a command runs, so
 ``ddlscale --help`` stays fast.
@@ -39,8 +39,22 @@ def _ref(kind: str, name: str) -> ClusterRef:
     return _run(lambda: ClusterRef(kind, name))
 
 
+def _local_kind(ctx: click.Context, param: click.Parameter, kind: str) -> str:
+    """``kind`` when the local backend runs it; otherwise a usage error (exit 2) naming the kinds it runs."""
+    from ..backends.local.drivers import SERVED_KINDS, served_frameworks
+
+    if kind not in SERVED_KINDS:
+        raise click.BadParameter(
+            f"{kind!r}; the local backend runs {served_frameworks()} clusters "
+            "(other kinds run on the scaler or kubernetes backend)",
+            ctx=ctx, param=param,
+        )
+    return kind
+
+
 _kind_option = click.option(
-    "--kind", default="dask", show_default=True, help="Cluster kind: one the local backend serves (dask, ray, spark as installed)."
+    "--kind", default="dask", show_default=True, callback=_local_kind,
+    help="Cluster kind: dask, ray or spark (ray and spark need their extras).",
 )
 
 
@@ -69,7 +83,7 @@ def _summary(info: Dict[str, Any]) -> str:
 )
 @click.pass_context
 def local(ctx: click.Context, state_dir: Optional[str], tiers_file: Optional[str]) -> None:
-    """Local clusters: a head and worker processes on this machine (Dask; Spark with the spark extra)."""
+    """Local clusters: a head and worker processes on this machine (Dask; Ray and Spark with their extras)."""
     ctx.obj = {"state_dir": state_dir, "tiers_file": tiers_file}
 
 
@@ -158,8 +172,9 @@ def list_clusters(ctx: click.Context, as_json: bool) -> None:
 
 def _table(infos: List[Dict[str, Any]]) -> str:
     """One aligned row per cluster under a header; every column as wide as its widest cell."""
-    rows = [("NAME", "STATUS", "READY/DESIRED", "TIER", "SCHEDULER")] + [
+    rows = [("KIND", "NAME", "STATUS", "READY/DESIRED", "TIER", "SCHEDULER")] + [
         (
+            info["kind"],
             info["name"],
             info["status"],
             f"{info['ready_workers']}/{info['desired_workers']}",

@@ -32,10 +32,12 @@ EXIT_TIMEOUT = 3
 EXIT_NOT_FOUND = 4
 EXIT_UNAUTHORIZED = 5
 EXIT_UNAVAILABLE = 6
+EXIT_INTERRUPTED = 130
+"""Ctrl-C: 128 + SIGINT, as shells report a command that SIGINT ended."""
 
 FAILURE_EXIT_CODES = (
     "2 bad input (including an unknown tier and a --strict refusal); "
-    "3 timeout; 4 not found; 5 unauthorized; 6 backend unavailable; 1 other errors."
+    "3 timeout; 4 not found; 5 unauthorized; 6 backend unavailable; 130 interrupted (Ctrl-C); 1 other errors."
 )
 """The exit codes of failures, for ``--help`` texts."""
 EXIT_CODES_HELP = f"Exit codes: 0 ok; {FAILURE_EXIT_CODES}"

@@ -107,6 +107,8 @@ def _run_in_phase(phase: ClusterPhase, argv: List[str], kill_after: float) -> in
             ready = f"; {phase.framework_check}" if phase.framework_check else ""
             _say(f"{phase.ref} ready with {plural(phase.settings.replicas, 'worker')}{ready}; running {shlex.join(argv)}")
             status = run_forwarding(argv, kill_after)
+            if status != 0:
+                phase.body_failure = f"exit {status}"
             _say(f"command exited with {status}; restoring {phase.ref}")
     except CommandNotStarted as error:
         _say(f"{error}; {_outcome(phase)}")

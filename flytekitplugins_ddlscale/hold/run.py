@@ -23,7 +23,7 @@ from ..backends import get_backend
 from ..backends.base import ClusterBackend
 from ..deck import publish_deck, render_html
 from ..environ import connection_variables, environ_set
-from ..errors import ConflictError, ScalingError, UnsupportedOperationError
+from ..errors import ClusterNotFoundError, ConflictError, ScalingError, UnsupportedOperationError
 from ..framework.confirm import FrameworkOptions, confirm_ready
 from ..models import ReplicaSpec
 from ..progress import Activity, begin_wait, default_reporter, emit_summary
@@ -52,6 +52,8 @@ class ClusterPhase:
         self.framework_check: Optional[str] = None
         self.restored_to: Optional[str] = None
         self.restore_error: Optional[BaseException] = None
+        self.body_failure: Optional[str] = None
+        """Set by a caller whose block failed without raising (``exit 7`` for a command), for the summary."""
         self._backend: Optional[ClusterBackend] = None
         self._monitor: Optional[PhaseMonitor] = None
         self._signals = SignalsAsExceptions()
@@ -117,8 +119,8 @@ class ClusterPhase:
         self._claimed = True
         self._check_held_tier(backend, self.claim)
         logger.info(
-            "phase %s on %s: needs %d workers, holding the largest claim (%d)",
-            self.claim_id, self.ref, s.replicas, self.claim.replicas,
+            "phase %s on %s: needs %s, holding the largest claim (%d)",
+            self.claim_id, self.ref, plural(s.replicas, "worker"), self.claim.replicas,
         )
         with default_reporter(Activity(self.label, str(self.ref))) as reporter:
             begin_wait(reporter, self.claim.replicas, s.timeout)
@@ -144,6 +146,8 @@ class ClusterPhase:
             backend, self.ref, result.final, result.effective, deadline.remaining, framework, default_reporter()
         )
         self.framework_check = readiness.proof
+        # Ready means registered with the framework too: the summary's time to ready includes that wait.
+        self._scaled = (*self._scaled[:2], time.monotonic() - self._began)
         reassert = None if backend.capabilities.holds_size else s.reassert_interval
         self._monitor = PhaseMonitor(
             backend, self.ref, self.claim_id, s.replicas, s.worker_hw_tier, self.timeline,
@@ -178,7 +182,15 @@ class ClusterPhase:
 
     def _export_env(self, backend: ClusterBackend) -> None:
         # Domino injects these into runs; elsewhere the backend may offer them.
-        self._env.enter_context(environ_set(connection_variables(backend, self.ref)))
+        try:
+            variables = connection_variables(backend, self.ref)
+        except ClusterNotFoundError:
+            if self.claim is not None and self.claim.replicas > 0:
+                raise
+            # Nothing needed and nothing there (the local backend creates no head for 0 workers).
+            logger.info("phase %s: %s does not exist and needs no workers; no connection variables", self.claim_id, self.ref)
+            variables = {}
+        self._env.enter_context(environ_set(variables))
 
     def _finish(self, error: Optional[BaseException]) -> None:
         if self._finished:
@@ -232,6 +244,7 @@ class ClusterPhase:
             self.restored_to,
             error or self.restore_error,
             self.framework_check or "",
+            self.body_failure,
         )
 
     def _report_restore_failure(self, exc: Exception, error: Optional[BaseException]) -> None:

@@ -62,7 +62,7 @@ class ScalingTaskBase(PythonInstanceTask[C], Generic[C]):
         """The name as given, e.g. ``scale_up`` (used in progress and summary lines)."""
         return self._name
 
-    def reporter(self, cluster: str, goal: str = "waiting for {target} workers") -> WaitReporter:
+    def reporter(self, cluster: str, goal: str = "waiting for {workers}") -> WaitReporter:
         """Progress for one run of this node: a bar naming the node and the full cluster name."""
         return default_reporter(Activity(self.short_name, str(parse_cluster(cluster)), goal))
 

@@ -1,4 +1,5 @@
 """``RestartHead``: a flow node that replaces a cluster's head pod, optionally on a new tier."""
+import time
 from typing import Any, Optional, Union
 
 from ..backends.base import DEFAULT_RESTART_TIMEOUT
@@ -51,6 +52,7 @@ class RestartHead(ScalingTaskBase[RestartConfig]):
 
     def execute(self, **kwargs: Any) -> RestartOutcome:
         """Restart with the node's inputs; publish the Deck; print the summary line; return the outcome."""
+        started = time.monotonic()
         cluster = kwargs.get("cluster", self.task_config.cluster)
         with self.reporter(cluster, goal="waiting for the new head") as progress:
             outcome, timeline = run_restart(
@@ -60,5 +62,5 @@ class RestartHead(ScalingTaskBase[RestartConfig]):
                 progress=progress,
             )
         self.publish("Head restart", timeline, outcome)
-        emit_summary(restart_line(self.short_name, outcome))
+        emit_summary(restart_line(self.short_name, outcome, time.monotonic() - started))
         return outcome

@@ -1,4 +1,5 @@
 """``RestoreCluster``: a flow node that puts a cluster back to its recorded baseline (or a given size)."""
+import time
 from typing import Any, Optional, Union
 
 from ..backends.base import DEFAULT_SCALE_TIMEOUT
@@ -70,6 +71,7 @@ class RestoreCluster(ScalingTaskBase[RestoreConfig]):
 
     def execute(self, **kwargs: Any) -> RestoreOutcome:
         """Restore with the node's inputs; publish the Deck; print the summary line; return the outcome."""
+        started = time.monotonic()
         cluster = kwargs.get("cluster", self.task_config.cluster)
         with self.reporter(cluster) as progress:
             outcome, timeline = run_restore(
@@ -80,5 +82,5 @@ class RestoreCluster(ScalingTaskBase[RestoreConfig]):
                 progress=progress,
             )
         self.publish("Cluster restore", timeline, outcome)
-        emit_summary(restore_line(self.short_name, outcome))
+        emit_summary(restore_line(self.short_name, outcome, time.monotonic() - started))
         return outcome

@@ -1,4 +1,5 @@
 """``ScaleCluster``: a flow node that sets a cluster's worker count and tier."""
+import time
 from typing import Any, Optional, Union
 
 from ..backends.base import DEFAULT_SCALE_TIMEOUT
@@ -82,6 +83,7 @@ class ScaleCluster(ScalingTaskBase[ScaleConfig]):
 
     def execute(self, **kwargs: Any) -> ScaleOutcome:
         """Scale with the node's inputs; publish the Deck; print the summary line; return the outcome."""
+        started = time.monotonic()
         cluster = kwargs.get("cluster", self.task_config.cluster)
         remember(self.task_config.backend, parse_cluster(cluster))
         with self.reporter(cluster) as progress:
@@ -94,5 +96,5 @@ class ScaleCluster(ScalingTaskBase[ScaleConfig]):
                 progress=progress,
             )
         self.publish("Cluster scaling", timeline, outcome)
-        emit_summary(scale_line(self.short_name, outcome))
+        emit_summary(scale_line(self.short_name, outcome, time.monotonic() - started))
         return outcome

@@ -1,4 +1,5 @@
 """``WaitForCluster``: a flow node that waits for workers a ``ScaleCluster(wait=False)`` requested."""
+import time
 from typing import Any, Optional, Union
 
 from ..backends.base import DEFAULT_SCALE_TIMEOUT
@@ -66,6 +67,7 @@ class WaitForCluster(ScalingTaskBase[WaitConfig]):
 
     def execute(self, **kwargs: Any) -> ClusterReady:
         """Wait with the node's inputs; publish the Deck; print the summary line; return what was seen."""
+        started = time.monotonic()
         cluster = kwargs.get("cluster", self.task_config.cluster)
         with self.reporter(cluster) as progress:
             outcome, timeline = run_wait(
@@ -75,5 +77,5 @@ class WaitForCluster(ScalingTaskBase[WaitConfig]):
                 progress=progress,
             )
         self.publish("Cluster wait", timeline, outcome)
-        emit_summary(wait_line(self.short_name, outcome))
+        emit_summary(wait_line(self.short_name, outcome, time.monotonic() - started))
         return outcome

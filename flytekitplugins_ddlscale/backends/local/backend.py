@@ -153,6 +153,7 @@ class LocalBackend(FileRecordsBackend):
         driver = self.driver(ref)
         return {
             "cluster": str(ref),
+            "kind": ref.kind,
             "name": ref.name,
             "status": state.status,
             "desired_workers": state.desired_workers,
@@ -469,7 +470,7 @@ class LocalBackend(FileRecordsBackend):
         if record is None:
             raise ClusterNotFoundError(
                 f"no local cluster {ref} in {self.store.root}; create it with "
-                f"`ddlscale local up --name {ref.name}` or by scaling it",
+                f"`ddlscale local up --kind {ref.kind} --name {ref.name}` or by scaling it",
                 cluster=str(ref),
             )
         return record

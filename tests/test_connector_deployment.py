@@ -1,0 +1,47 @@
+"""The shipped connector deployment (examples/k8s/connector.yaml, docs/connector.md) agrees with the service."""
+import re
+import shlex
+from pathlib import Path
+
+import yaml
+
+from flytekitplugins_ddlscale.connector import SERVED_TASK_TYPES
+
+ROOT = Path(__file__).resolve().parent.parent
+MANIFEST = ROOT / "examples" / "k8s" / "connector.yaml"
+GUIDE = ROOT / "docs" / "connector.md"
+
+
+def _objects():
+    return {doc["kind"]: doc for doc in yaml.safe_load_all(MANIFEST.read_text())}
+
+
+def test_the_deployment_serves_the_plugins_connector_on_the_port_the_service_and_probes_use():
+    objects = _objects()
+    container = objects["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    argv = container["command"]
+    assert argv[:3] == ["pyflyte", "serve", "connector"]
+    options = dict(zip(argv[3::2], argv[4::2]))
+    assert options["--modules"] == "flytekitplugins_ddlscale.connector"
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"grpc": int(options["--port"]), "metrics": int(options["--prometheus_port"])}
+    assert container["readinessProbe"]["grpc"]["port"] == ports["grpc"]  # the connector extra's health service
+    service = objects["Service"]["spec"]
+    assert service["type"] == "ClusterIP" and service["ports"][0]["targetPort"] == "grpc"
+    labels = objects["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    assert service["selector"] == labels == objects["NetworkPolicy"]["spec"]["podSelector"]["matchLabels"]
+    admitted = {rule["ports"][0]["port"] for rule in objects["NetworkPolicy"]["spec"]["ingress"]}
+    assert admitted == set(ports.values())
+
+
+def test_the_guide_pins_exactly_the_task_types_the_connector_serves_at_the_services_endpoint():
+    text = GUIDE.read_text()
+    config = yaml.safe_load(re.search(r"```yaml\n(.*?)```", text, re.S).group(1))
+    plugin = config["plugins"]["connector-service"]
+    assert sorted(plugin["supportedTaskTypes"]) == sorted(SERVED_TASK_TYPES)
+    assert "connector-service" in config["tasks"]["task-plugins"]["enabled-plugins"]
+    service = _objects()["Service"]
+    expected = f"k8s://{service['metadata']['name']}.{service['metadata']['namespace']}:{service['spec']['ports'][0]['port']}"
+    assert plugin["defaultConnector"]["endpoint"] == expected
+    commands = [shlex.split(c) for c in re.findall(r"`(pyflyte serve connector [^`]+)`", text.replace("\n", " "))]
+    assert _objects()["Deployment"]["spec"]["template"]["spec"]["containers"][0]["command"] in commands
