@@ -17,7 +17,7 @@ from typing import Any, Dict, Iterator, List
 import pytest
 import yaml
 
-from .controlplane import ENV_DIR, ControlPlane, missing_requirements
+from .controlplane import ENV_DIR, USER, ControlPlane, missing_requirements
 from .crds import install
 from .dco_operator import DcoStandIn
 from .kubelet import FakeKubelet
@@ -47,10 +47,13 @@ class Envtest:
 
     def grant(self, role_file: Path, namespace: str) -> List[str]:
         """Create the Role and RoleBinding of ``role_file`` (a shipped ``examples/k8s/*rbac.yaml``) in
-        ``namespace``, exactly as written but for the namespace; returns the Role names."""
+        ``namespace``, exactly as written but for the namespace and the binding's subject, which becomes
+        the non-admin user's service account (the files bind "the service account of your task pods");
+        returns the Role names."""
         from kubernetes import client
 
         rbac = client.RbacAuthorizationV1Api(self.admin)
+        account_namespace, account = USER.split(":")[2:]
         roles = []
         for document in yaml.safe_load_all(role_file.read_text()):
             document["metadata"]["namespace"] = namespace
@@ -58,6 +61,7 @@ class Envtest:
                 rbac.create_namespaced_role(namespace, document)
                 roles.append(document["metadata"]["name"])
             elif document["kind"] == "RoleBinding":
+                document["subjects"] = [{"kind": "ServiceAccount", "name": account, "namespace": account_namespace}]
                 rbac.create_namespaced_role_binding(namespace, document)
         return roles
 

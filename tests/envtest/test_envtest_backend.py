@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from flytekitplugins_ddlscale import ClusterRef
-from flytekitplugins_ddlscale.errors import UnauthorizedError
+from flytekitplugins_ddlscale.errors import ScalingTimeoutError, UnauthorizedError
 from flytekitplugins_ddlscale.records import BASELINE_ANNOTATION, CLAIMS_ANNOTATION
 
 AUTO = {"minReplicas": 1, "maxReplicas": 5}
@@ -112,6 +112,20 @@ def test_head_restart_on_a_new_tier_rolls_the_head(side):
     new = side.pods("s1", "master")[0]
     assert new["metadata"]["uid"] != old["metadata"]["uid"]
     assert new["metadata"]["labels"][TIER_LABEL] == "medium-k8s"
+
+
+def test_a_timed_out_wait_carries_the_last_state_and_progress_names_the_cluster(side):
+    side.add_cluster("spark", "s1", replicas=1)
+    ref = ClusterRef("spark", "s1", side.namespace)
+    side.set_ready_delay(120, cluster="s1")
+    seen = []
+    with side.backend() as backend:
+        with pytest.raises(ScalingTimeoutError) as caught:
+            backend.scale(ref, 2, timeout=3, progress=seen.append)
+    state = caught.value.state
+    assert (state.desired_workers, state.existing_workers, state.ready_workers) == (2, 2, 1)
+    assert "2 Ready workers" in str(caught.value)
+    assert seen and seen[-1].target == 2 and "s1" in seen[-1].what
 
 
 def test_claims_reconcile_to_the_largest_then_the_baseline(side):
