@@ -44,6 +44,10 @@ USER = "system:serviceaccount:domino-compute:flyte-runner"
 CONTROLLERS = "deployment,replicaset,statefulset,garbagecollector,namespace"
 """Controllers the tier needs: StatefulSets make the DCO stand-in's pods; the rest as an operator's objects need."""
 START_TIMEOUT = 60.0
+SUITE = Path(__file__).resolve().parents[2]
+SUITE_ENV = "DDLSCALE_ENVTEST_SUITE"
+"""Set to :data:`SUITE` (the repository holding these tests) in every process started here, so a CI
+run on a shared machine tells its own leftover processes from other checkouts' (``.ci/run``)."""
 
 
 class ControlPlaneError(RuntimeError):
@@ -276,7 +280,7 @@ class ControlPlane:
         try:
             self.processes[name] = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.work,
-                preexec_fn=_die_with_parent,
+                env=dict(os.environ, **{SUITE_ENV: str(SUITE)}), preexec_fn=_die_with_parent,
             )
         finally:
             log.close()
