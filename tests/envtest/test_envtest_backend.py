@@ -120,8 +120,11 @@ def test_a_timed_out_wait_carries_the_last_state_and_progress_names_the_cluster(
     side.set_ready_delay(120, cluster="s1")
     seen = []
     with side.backend() as backend:
+        backend.scale(ref, 2, wait=False)
+        # The pod exists before the wait starts (a loaded machine may take seconds to create it).
+        side.wait_for(lambda: len(side.pods("s1", "worker")) == 2, "the second worker pod")
         with pytest.raises(ScalingTimeoutError) as caught:
-            backend.scale(ref, 2, timeout=3, progress=seen.append)
+            backend.wait_for_workers(ref, 2, timeout=1, progress=seen.append)
     state = caught.value.state
     assert (state.desired_workers, state.existing_workers, state.ready_workers) == (2, 2, 1)
     assert "2 Ready workers" in str(caught.value)
