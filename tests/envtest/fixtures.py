@@ -3,8 +3,9 @@
 ``envtest`` (session scope, registered in ``tests/conftest.py`` so every
 module shares ONE control plane) starts etcd, kube-apiserver and
 kube-controller-manager (:mod:`controlplane`), installs the repository's CRDs
-(:mod:`crds`), and runs the kubelet's part (:mod:`kubelet`) and the DCO
-stand-in (:mod:`dco_operator`) until the session ends. Without
+(:mod:`crds`) and the DCO's admission webhook (:mod:`dco_webhook`), and runs
+the kubelet's part (:mod:`kubelet`) and the DCO stand-in (:mod:`dco_operator`)
+until the session ends. Without
 ``$DDLSCALE_ENVTEST_DIR`` (or without etcd) every test using it is skipped,
 saying why.
 """
@@ -20,6 +21,7 @@ import yaml
 from .controlplane import ENV_DIR, USER, ControlPlane, missing_requirements
 from .crds import install
 from .dco_operator import DcoStandIn
+from .dco_webhook import DcoWebhook
 from .kubelet import FakeKubelet
 
 READY_DELAY = 0.05
@@ -79,11 +81,16 @@ def envtest() -> Iterator[Envtest]:
     with ControlPlane(Path(os.environ[ENV_DIR])) as plane:
         admin = plane.api_client()
         install(admin)
-        kubelet = FakeKubelet(admin, ready_delay=READY_DELAY).start()
-        operator = DcoStandIn(admin).start()
+        webhook = DcoWebhook(plane.work / "certs").start()
         try:
-            yield Envtest(plane, admin, kubelet, operator)
+            webhook.register(admin)
+            kubelet = FakeKubelet(admin, ready_delay=READY_DELAY).start()
+            operator = DcoStandIn(admin).start()
+            try:
+                yield Envtest(plane, admin, kubelet, operator)
+            finally:
+                operator.stop()
+                kubelet.stop()
         finally:
-            operator.stop()
-            kubelet.stop()
+            webhook.stop()
             admin.close()

@@ -71,6 +71,47 @@ def test_the_crd_schema_refuses_bad_fields_with_422_naming_them(side, body, fiel
     assert side.get_object("ray", "c1")["spec"]["worker"]["replicas"] == 1
 
 
+@pytest.mark.parametrize(
+    "patch, fragment",
+    [
+        ({"spec": {"autoscaling": {"minReplicas": 0}}}, "spec.autoscaling.minReplicas: Invalid value: 0"),
+        ({"spec": {"autoscaling": {"minReplicas": 6}}}, "cannot be greater than maxReplicas (5)"),
+        ({"spec": {"worker": {"resources": {"requests": {"memory": None}}}}}, "requests.memory: Required value"),
+    ],
+)
+def test_the_operator_webhook_refusal_reaches_the_client_as_422(side, patch, fragment):
+    side.add_cluster("ray", "c1", replicas=1, autoscaling={"minReplicas": 1, "maxReplicas": 5}, wait_ready=False)
+    before = side.get_object("ray", "c1")["spec"]
+    with pytest.raises(ApiException) as caught:
+        _patch(side, "c1", patch)
+    status = json.loads(caught.value.body)
+    assert (caught.value.status, status["reason"]) == (422, "Invalid")
+    assert status["message"].startswith(
+        'admission webhook "vraycluster.distributed-compute.dominodatalab.com" denied the request: '
+        'RayCluster.distributed-compute.dominodatalab.com "c1" is invalid: ')
+    assert fragment in status["message"]
+    assert side.get_object("ray", "c1")["spec"] == before
+
+
+@pytest.mark.parametrize(
+    "replicas, words",
+    [
+        (-1, ".spec.worker.replicas: Invalid value: -1: should be a non-negative integer"),
+        ("three", ".spec.worker.replicas: Invalid value: 0: .spec.worker.replicas accessor error: three is of the "
+                  "type string, expected int64"),
+    ],
+)
+def test_the_scale_subresource_path_is_checked_by_the_api_server_before_any_webhook(side, replicas, words):
+    side.add_cluster("dask", "d1", replicas=1, wait_ready=False)
+    with pytest.raises(ApiException) as caught:
+        _patch(side, "d1", {"spec": {"worker": {"replicas": replicas}}}, plural="daskclusters")
+    status = json.loads(caught.value.body)
+    assert (caught.value.status, status["reason"]) == (422, "Invalid")
+    assert "admission webhook" not in status["message"] and words in status["message"]
+    assert any(c["field"] == ".spec.worker.replicas" for c in status["details"]["causes"])
+    assert side.get_object("dask", "d1")["spec"]["worker"]["replicas"] == 1
+
+
 def test_unknown_fields_are_pruned_and_maps_kept(side):
     side.add_cluster("dask", "d1", replicas=1, wait_ready=False)
     after = _patch(side, "d1", {"spec": {"worker": {"replicaz": 5, "nodeSelector": {"pool": "a"}}, "bogus": 1}},

@@ -191,16 +191,21 @@ _Validator = jsonschema.validators.extend(
 
 
 def validate_object(
-    obj: Dict[str, Any], schema: Dict[str, Any], kind: str, group: str = "distributed-compute.dominodatalab.com"
+    obj: Dict[str, Any], schema: Dict[str, Any], kind: str, group: str = "distributed-compute.dominodatalab.com",
+    scale_path: Optional[str] = None,
 ) -> None:
-    """422 Invalid, with field causes worded as kube-apiserver words them, when ``obj`` breaks the CRD schema."""
+    """422 Invalid, with field causes worded as kube-apiserver words them, when ``obj`` breaks the CRD schema
+    or, for a CRD with a ``scale`` subresource, holds no valid replica count at its ``specReplicasPath``
+    ``scale_path`` (checked by the API server itself, before any admission webhook)."""
     errors = sorted(_Validator(schema).iter_errors(obj), key=lambda e: list(e.absolute_path))
-    if errors:
-        causes: List[Dict[str, str]] = []
-        for error in errors:
-            for cause in _causes(error):
-                if cause not in causes:
-                    causes.append(cause)
+    causes: List[Dict[str, str]] = []
+    for error in errors:
+        for cause in _causes(error):
+            if cause not in causes:
+                causes.append(cause)
+    if scale_path is not None:
+        causes.extend(_scale_causes(obj, scale_path))
+    if causes:
         text = ", ".join(f"{c['field']}: {c['message']}" for c in causes)
         name = obj.get("metadata", {}).get("name")
         raise ApiError(
@@ -209,6 +214,27 @@ def validate_object(
             f'{kind}.{group} "{name}" is invalid: ' + (f"[{text}]" if len(causes) > 1 else text),
             {"name": name, "group": group, "kind": kind, "causes": causes},
         )
+
+
+def _scale_causes(obj: Dict[str, Any], path: str) -> List[Dict[str, str]]:
+    """kube-apiserver's check of a scale subresource's ``specReplicasPath`` (measured on v1.24): absent is
+    fine; otherwise an int64 from 0 to 2147483647."""
+    value: Any = obj
+    for key in path.strip(".").split("."):
+        if not isinstance(value, dict) or key not in value:
+            return []
+        value = value[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        shown = json.dumps(value) if not isinstance(value, str) else value
+        go_type = {bool: "bool", float: "float64", str: "string"}.get(type(value), "map[string]interface {}")
+        message = f"Invalid value: 0: {path} accessor error: {shown} is of the type {go_type}, expected int64"
+    elif value < 0:
+        message = f"Invalid value: {value}: should be a non-negative integer"
+    elif value > 2147483647:
+        message = f"Invalid value: {value}: should be less than or equal to 2147483647"
+    else:
+        return []
+    return [{"reason": "FieldValueInvalid", "field": path, "message": message}]
 
 
 _JSON_TYPES = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"), (dict, "object"),
@@ -237,8 +263,14 @@ def _causes(error: Any) -> List[Dict[str, str]]:
     return [{"reason": "FieldValueInvalid", "field": path, "message": f"Invalid value: {error.message}"}]
 
 
-def webhook_check(obj: Dict[str, Any], kind: str) -> None:
-    """The DCO validating webhook: autoscaling bounds, replicas >= 0, worker cpu/memory requests."""
+def webhook_name(kind: str) -> str:
+    """The name the DCO's validating webhook for ``kind`` (``RayCluster``...) is registered under."""
+    return f"v{kind.lower()}.distributed-compute.dominodatalab.com"
+
+
+def webhook_problems(obj: Dict[str, Any]) -> List[str]:
+    """What the DCO validating webhook refuses in ``obj`` (empty when it admits it): autoscaling bounds,
+    replicas >= 0, worker cpu/memory requests."""
     spec = obj.get("spec") or {}
     problems = []
     auto = spec.get("autoscaling")
@@ -260,11 +292,22 @@ def webhook_check(obj: Dict[str, Any], kind: str) -> None:
     for resource in ("cpu", "memory"):
         if resource not in requests:
             problems.append(f"spec.worker.resources.requests.{resource}: Required value: must be set")
+    return problems
+
+
+def webhook_denial(obj: Dict[str, Any], kind: str, problems: List[str]) -> str:
+    """The webhook's own message for ``problems`` (the API server prefixes it with who denied the request)."""
+    name = obj.get("metadata", {}).get("name")
+    return f'{kind}.distributed-compute.dominodatalab.com "{name}" is invalid: ' + "; ".join(problems)
+
+
+def webhook_check(obj: Dict[str, Any], kind: str) -> None:
+    """The DCO validating webhook as the API server reports its refusal: 422 Invalid,
+    ``admission webhook "<name>" denied the request: <the webhook's message>``."""
+    problems = webhook_problems(obj)
     if problems:
-        name = obj.get("metadata", {}).get("name")
         raise ApiError(
             422,
             "Invalid",
-            f'admission webhook "v{kind.lower()}.distributed-compute.dominodatalab.com" denied the request: '
-            f'{kind}.distributed-compute.dominodatalab.com "{name}" is invalid: ' + "; ".join(problems),
+            f'admission webhook "{webhook_name(kind)}" denied the request: {webhook_denial(obj, kind, problems)}',
         )

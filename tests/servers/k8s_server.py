@@ -44,7 +44,7 @@ from flytekitplugins_ddlscale.refs import (
     LABEL_OWNER,
 )
 
-from .dco_crds import SCHEMAS
+from .dco_crds import CUSTOM_RESOURCES, SCHEMAS
 from .oss_crds import OSS_RESOURCES, OSS_SCHEMAS
 from .k8s_operator import SimulatedOperator
 from .k8s_rules import (
@@ -114,6 +114,14 @@ def group_of(resource: str) -> str:
     if resource == PODS:
         return ""
     return OSS_RESOURCES[resource].group if resource in OSS_RESOURCES else CRD_GROUP
+
+
+def scale_path_of(resource: str) -> Optional[str]:
+    """``specReplicasPath`` of the resource's ``scale`` subresource (None without one, and for pods)."""
+    if resource in OSS_RESOURCES:
+        return OSS_RESOURCES[resource].scale_spec_path
+    scale = CUSTOM_RESOURCES[resource].scale if resource in CUSTOM_RESOURCES else None
+    return scale.spec_replicas_path if scale is not None else None
 
 
 def plural_of(resource: str) -> str:
@@ -619,7 +627,7 @@ class K8sTestServer:
         schema = self.schemas[resource]
         obj = prune(obj, schema)
         kind = obj.get("kind", resource)
-        validate_object(obj, schema, kind, group_of(resource))
+        validate_object(obj, schema, kind, group_of(resource), scale_path=scale_path_of(resource))
         if resource not in OSS_RESOURCES:
             webhook_check(obj, kind)
         return obj
