@@ -30,6 +30,7 @@ def test_scale_up_holds_the_size_by_raising_min_replicas(side, kind):
         result = backend.scale(ref, 3, timeout=60)
     assert (result.requested, result.effective, result.capped) == (3, 3, False)
     assert result.previous.ready_workers == 1 and result.final.ready_workers == 3
+    assert result.final.head_ready is True and result.final.status == "Running"
     obj = side.get_object(kind, "c1")
     assert obj["spec"]["worker"]["replicas"] == 3
     assert obj["spec"]["autoscaling"] == {"minReplicas": 3, "maxReplicas": 5}
