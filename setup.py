@@ -27,7 +27,8 @@ setup(
         "pyyaml>=6",
     ],
     extras_require={
-        "test": ["pytest>=8", "pytest-timeout>=2.3", "jsonschema>=4.20", "prometheus-client>=0.20", "cryptography>=42"],
+        "test": ["pytest>=8", "pytest-timeout>=2.3", "jsonschema>=4.20", "prometheus-client>=0.20", "cryptography>=42",
+                 "dask-kubernetes>=2024.1"],
         "bench": ["matplotlib>=3.8"],
         # ray[default]: the dashboard (State API, which readiness reads) and the client server (ray://).
         "ray": ["ray[default]>=2.9"],
