@@ -300,7 +300,8 @@ class ControlPlane:
         while time.monotonic() < deadline:
             self.check_running()
             try:
-                with urllib.request.urlopen(request, timeout=2, context=context if url.startswith("https") else None) as answer:
+                secure = context if url.startswith("https") else None
+                with urllib.request.urlopen(request, timeout=2, context=secure) as answer:
                     if answer.status == 200:
                         return
             except urllib.error.HTTPError as exc:

@@ -14,6 +14,7 @@ is used only as a wake-up signal, and each pass acts on a fresh list, so a
 broken or expired watch never loses anything.
 """
 import datetime
+import json
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional
@@ -129,10 +130,7 @@ class FakeKubelet:
 
     def _act(self) -> Optional[float]:
         now = time.monotonic()
-        pods = self.core.list_pod_for_all_namespaces(_preload_content=False)
-        import json
-
-        items = json.loads(pods.data)["items"]
+        items = json.loads(self.core.list_pod_for_all_namespaces(_preload_content=False).data)["items"]
         alive = set()
         soonest: Optional[float] = None
         for pod in items:
@@ -197,7 +195,8 @@ class FakeKubelet:
         try:
             self.core.delete_namespaced_pod(
                 meta["name"], meta["namespace"], grace_period_seconds=0,
-                body=client.V1DeleteOptions(grace_period_seconds=0, preconditions=client.V1Preconditions(uid=meta["uid"])),
+                body=client.V1DeleteOptions(
+                    grace_period_seconds=0, preconditions=client.V1Preconditions(uid=meta["uid"])),
             )
         except ApiException as exc:
             if exc.status not in (404, 409):

@@ -172,7 +172,8 @@ class RealServerSide(Side):
         self.custom.create_namespaced_custom_object(CRD_GROUP, CRD_VERSION, self.namespace, KINDS[kind].plural, obj)
 
     def get_object(self, kind: str, name: str) -> Dict[str, Any]:
-        return self.custom.get_namespaced_custom_object(CRD_GROUP, CRD_VERSION, self.namespace, KINDS[kind].plural, name)
+        return self.custom.get_namespaced_custom_object(
+            CRD_GROUP, CRD_VERSION, self.namespace, KINDS[kind].plural, name)
 
     def pods(self, name: str, component: Optional[str] = None, kind: Optional[str] = None) -> List[Dict[str, Any]]:
         selector = [f"{LABEL_INSTANCE}={name}"]
@@ -180,7 +181,8 @@ class RealServerSide(Side):
             selector.append(f"{LABEL_COMPONENT}={component}")
         if kind:
             selector.append(f"{LABEL_APP}={KINDS[kind].app}")
-        answer = self.core.list_namespaced_pod(self.namespace, label_selector=",".join(selector), _preload_content=False)
+        answer = self.core.list_namespaced_pod(
+            self.namespace, label_selector=",".join(selector), _preload_content=False)
         return sorted(json.loads(answer.data)["items"], key=lambda p: p["metadata"]["name"])
 
     def set_ready_delay(self, seconds: float, cluster: Optional[str] = None) -> None:

@@ -61,7 +61,8 @@ def test_the_crds_come_from_the_repository_facts_and_keep_free_form_objects():
     ])
     ray = found["rayclusters.distributed-compute.dominodatalab.com"]["spec"]["versions"][0]
     assert ray["subresources"]["scale"]["specReplicasPath"] == ".spec.worker.replicas"
-    assert "scale" not in found["mpiclusters.distributed-compute.dominodatalab.com"]["spec"]["versions"][0]["subresources"]
+    mpi = found["mpiclusters.distributed-compute.dominodatalab.com"]["spec"]["versions"][0]
+    assert "scale" not in mpi["subresources"]
     template = found["rayclusters.ray.io"]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     head = template["properties"]["spec"]["properties"]["headGroupSpec"]["properties"]["template"]
     assert head == {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
