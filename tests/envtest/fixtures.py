@@ -13,7 +13,7 @@ import itertools
 import os
 import secrets
 from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 import yaml
@@ -47,11 +47,11 @@ class Envtest:
         client.CoreV1Api(self.admin).create_namespace({"metadata": {"name": name}})
         return name
 
-    def grant(self, role_file: Path, namespace: str) -> List[str]:
+    def grant(self, role_file: Path, namespace: str, without: Optional[Tuple[str, str]] = None) -> List[str]:
         """Create the Role and RoleBinding of ``role_file`` (a shipped ``examples/k8s/*rbac.yaml``) in
         ``namespace``, exactly as written but for the namespace and the binding's subject, which becomes
         the non-admin user's service account (the files bind "the service account of your task pods");
-        returns the Role names."""
+        ``without`` = ``(verb, resource)`` takes that one permission out of the Role. Returns the Role names."""
         from kubernetes import client
 
         rbac = client.RbacAuthorizationV1Api(self.admin)
@@ -60,6 +60,8 @@ class Envtest:
         for document in yaml.safe_load_all(role_file.read_text()):
             document["metadata"]["namespace"] = namespace
             if document["kind"] == "Role":
+                if without is not None:
+                    document["rules"] = _without(document["rules"], *without)
                 rbac.create_namespaced_role(namespace, document)
                 roles.append(document["metadata"]["name"])
             elif document["kind"] == "RoleBinding":
@@ -70,6 +72,22 @@ class Envtest:
     def health(self) -> Dict[str, List[str]]:
         """Errors the kubelet and the DCO stand-in met lately (for a failing test's message)."""
         return {"kubelet": list(self.kubelet.errors), "dco": list(self.operator.errors)}
+
+
+def _without(rules: List[Dict[str, Any]], verb: str, resource: str) -> List[Dict[str, Any]]:
+    """``rules`` with ``verb`` on ``resource`` taken out (the rule split in two where it names more)."""
+    kept = []
+    for rule in rules:
+        if resource in rule["resources"] and verb in rule["verbs"]:
+            others = [r for r in rule["resources"] if r != resource]
+            if others:
+                kept.append(dict(rule, resources=others))
+            verbs = [v for v in rule["verbs"] if v != verb]
+            if verbs:
+                kept.append(dict(rule, resources=[resource], verbs=verbs))
+        else:
+            kept.append(rule)
+    return kept
 
 
 @pytest.fixture(scope="session")

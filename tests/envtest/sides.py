@@ -55,8 +55,9 @@ class Side:
         """A ``kubernetes.client.ApiClient`` with every right; the side closes it."""
         raise NotImplementedError
 
-    def grant(self, role_file: Path) -> None:
-        """Give the non-admin user the Role (and RoleBinding) of ``role_file``, in :attr:`namespace`."""
+    def grant(self, role_file: Path, without: Optional[Tuple[str, str]] = None) -> None:
+        """Give the non-admin user the Role (and RoleBinding) of ``role_file``, in :attr:`namespace`, less
+        the permission ``without`` = ``(verb, resource)`` when given."""
         raise NotImplementedError
 
     def _client_source(self, user: bool) -> Dict[str, Any]:
@@ -137,8 +138,8 @@ class TestServerSide(Side):
         self._clients.append(self.server.api_client())
         return self._clients[-1]
 
-    def grant(self, role_file: Path) -> None:
-        self._granted |= role_rules(role_file)
+    def grant(self, role_file: Path, without: Optional[Tuple[str, str]] = None) -> None:
+        self._granted |= role_rules(role_file) - {without}
         if self.server._allowed is not None:
             self.server.allow_only(self._granted)
 
@@ -191,8 +192,8 @@ class RealServerSide(Side):
     def admin_client(self) -> Any:
         return self.envtest.admin
 
-    def grant(self, role_file: Path) -> None:
-        self.envtest.grant(role_file, self.namespace)
+    def grant(self, role_file: Path, without: Optional[Tuple[str, str]] = None) -> None:
+        self.envtest.grant(role_file, self.namespace, without)
 
     def _client_source(self, user: bool) -> Dict[str, Any]:
         plane = self.envtest.plane

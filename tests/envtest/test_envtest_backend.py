@@ -172,6 +172,26 @@ def test_without_the_role_the_user_gets_a_clear_403(side):
     assert side.get_object("ray", "c1")["spec"]["worker"]["replicas"] == 1
 
 
+@pytest.mark.parametrize(
+    "verb, resource, operation",
+    [("patch", "rayclusters", "scale"), ("watch", "pods", "scale"), ("delete", "pods", "restart")],
+)
+def test_a_role_without_one_permission_gets_a_403_naming_it(side, verb, resource, operation):
+    side.add_cluster("ray", "c1", replicas=1)
+    side.grant(RBAC, without=(verb, resource))
+    side.set_ready_delay(1.0, cluster="c1")  # so a scale's wait has to watch
+    ref = ClusterRef("ray", "c1", side.namespace)
+    with side.backend(user=True) as backend:
+        with pytest.raises(UnauthorizedError) as caught:
+            if operation == "scale":
+                backend.scale(ref, 2, timeout=30)
+            else:
+                backend.restart_head(ref, timeout=30)
+    assert caught.value.status_code == 403
+    assert f"refused to {verb} {resource}" in str(caught.value)
+    assert f'cannot {verb} resource "{resource}"' in str(caught.value)
+
+
 def test_the_shipped_role_allows_every_operation(side):
     side.add_cluster("ray", "c1", replicas=1, autoscaling={"minReplicas": 1, "maxReplicas": 3})
     side.add_cluster("mpi", "c1", replicas=1)
