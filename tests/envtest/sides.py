@@ -63,6 +63,10 @@ class Side:
     def _client_source(self, user: bool) -> Dict[str, Any]:
         raise NotImplementedError
 
+    def compact(self) -> None:
+        """Forget the watch history: watches from any version handed out so far get 410 Gone."""
+        raise NotImplementedError
+
     def close(self) -> None:
         """Release what the side made."""
 
@@ -138,6 +142,9 @@ class TestServerSide(Side):
         self._clients.append(self.server.api_client())
         return self._clients[-1]
 
+    def compact(self) -> None:
+        self.server.compact()
+
     def grant(self, role_file: Path, without: Optional[Tuple[str, str]] = None) -> None:
         self._granted |= role_rules(role_file) - {without}
         if self.server._allowed is not None:
@@ -191,6 +198,9 @@ class RealServerSide(Side):
 
     def admin_client(self) -> Any:
         return self.envtest.admin
+
+    def compact(self) -> None:
+        self.envtest.plane.compact()
 
     def grant(self, role_file: Path, without: Optional[Tuple[str, str]] = None) -> None:
         self.envtest.grant(role_file, self.namespace, without)
