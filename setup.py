@@ -28,7 +28,8 @@ setup(
         "pyyaml>=6",
     ],
     extras_require={
-        "test": ["pytest>=8", "pytest-timeout>=2.3", "pytest-xdist>=3.5", "jsonschema>=4.20", "cryptography>=42"],
+        "test": ["pytest>=8", "pytest-timeout>=2.3", "pytest-xdist>=3.5", "jsonschema>=4.20", "cryptography>=42",
+                 "dask-kubernetes>=2024.1"],
         "bench": ["matplotlib>=3.8"],
         # The connector service (`pyflyte serve connector`): its metrics and gRPC health checks.
         "connector": ["prometheus-client>=0.20", "grpcio-health-checking>=1.60"],

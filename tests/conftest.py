@@ -7,6 +7,7 @@ import pytest
 # Lets tests import the shared test servers as ``tests.servers...`` however pytest is started.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from tests.envtest.fixtures import envtest  # noqa: E402,F401 - the session's real control plane, shared by all modules
 from tests.servers.scaler_server import ScalerTestServer  # noqa: E402
 
 

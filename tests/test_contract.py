@@ -114,6 +114,31 @@ def kubernetes_world(tmp_path: Path) -> Iterator[World]:
 
 
 @contextlib.contextmanager
+def real_kubernetes_world(tmp_path: Path, envtest) -> Iterator[World]:
+    """The kubernetes world on the envtest tier's real kube-apiserver (admin kubeconfig, a namespace of its own)."""
+    from flytekitplugins_ddlscale.backends.kubernetes import KubernetesBackend
+    from tests.envtest.sides import RealServerSide
+
+    side = RealServerSide(tmp_path / "no-tiers.yaml", envtest)
+    try:
+        side.add_cluster("ray", "ray-contract", replicas=1, autoscaling=AUTO)
+        config = envtest.plane.admin_kubeconfig
+        backend = KubernetesBackend(kubeconfig=str(config), failure_grace=0.3)
+        try:
+            yield World(
+                backend, ClusterRef("ray", "ray-contract", side.namespace), "spec.worker.replicas", "maxReplicas",
+                prefix=f"KUBECONFIG={config} ",
+                options=f', kubeconfig="{config}"',
+                desired=lambda: side.get_object("ray", "ray-contract")["spec"]["worker"]["replicas"],
+                slow=lambda: side.set_ready_delay(1.0),
+            )
+        finally:
+            backend.close()
+    finally:
+        side.close()
+
+
+@contextlib.contextmanager
 def operator_world(tmp_path: Path, kind: str) -> Iterator[World]:
     """A KubeRay or Dask-operator cluster on the Kubernetes test server."""
     with K8sTestServer(ready_delay=0.02) as server:
@@ -172,7 +197,8 @@ def local_world(root: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
         backend.shutdown_all()
 
 
-BACKENDS = ["scaler", "kubernetes", "kuberay", "dask-operator", pytest.param("local", marks=pytest.mark.slow)]
+BACKENDS = ["scaler", "kubernetes", pytest.param("kubernetes-real", marks=pytest.mark.envtest), "kuberay",
+            "dask-operator", pytest.param("local", marks=pytest.mark.slow)]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -185,6 +211,8 @@ def world(request, tmp_path, monkeypatch) -> Iterator[World]:
         made = scaler_world(tmp_path)
     elif request.param == "kubernetes":
         made = kubernetes_world(tmp_path)
+    elif request.param == "kubernetes-real":
+        made = real_kubernetes_world(tmp_path, request.getfixturevalue("envtest"))
     elif request.param in ("kuberay", "dask-operator"):
         made = operator_world(tmp_path, request.param)
     else:

@@ -72,7 +72,6 @@ def test_schema_validation_and_pruning(k8s, apis):  # noqa: F811
     [
         ({"spec": {"autoscaling": {"minReplicas": 0}}}, "minReplicas"),
         ({"spec": {"autoscaling": {"minReplicas": 6}}}, "cannot be greater than maxReplicas"),
-        ({"spec": {"worker": {"replicas": -1}}}, "spec.worker.replicas"),
         ({"spec": {"worker": {"resources": {"requests": {"memory": None}}}}}, "requests.memory"),
     ],
 )
@@ -85,6 +84,18 @@ def test_webhook_rules(k8s, apis, patch, fragment):  # noqa: F811
     assert err.value.status == 422
     assert "admission webhook" in _message(err.value) and fragment in _message(err.value)
     assert k8s.get_object("ray", "c1") == before
+
+
+def test_negative_replicas_are_refused_by_the_scale_subresource_check_not_the_webhook(k8s, apis):  # noqa: F811
+    k8s.add_cluster("ray", "c1")
+    custom, _ = apis
+    with pytest.raises(ApiException) as err:
+        _patch(custom, "c1", {"spec": {"worker": {"replicas": -1}}})
+    assert err.value.status == 422
+    assert _message(err.value) == (
+        'RayCluster.distributed-compute.dominodatalab.com "c1" is invalid: '
+        ".spec.worker.replicas: Invalid value: -1: should be a non-negative integer"
+    )
 
 
 def test_stale_resource_version_is_409(k8s, apis):  # noqa: F811

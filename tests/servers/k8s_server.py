@@ -44,7 +44,7 @@ from flytekitplugins_ddlscale.refs import (
     LABEL_OWNER,
 )
 
-from .dco_crds import SCHEMAS
+from .dco_crds import CUSTOM_RESOURCES, SCHEMAS
 from .oss_crds import OSS_RESOURCES, OSS_SCHEMAS
 from .k8s_operator import SimulatedOperator
 from .k8s_rules import (
@@ -70,12 +70,58 @@ ALL_SCHEMAS: Dict[str, Dict[str, Any]] = dict(SCHEMAS, **OSS_SCHEMAS)
 """Every custom resource the server serves, by resource key; built once at import."""
 
 
+def cluster_object(
+    kind: str,
+    name: str,
+    namespace: str = "domino-compute",
+    *,
+    replicas: int = 2,
+    autoscaling: Optional[Dict[str, Any]] = None,
+    worker_resources: Optional[Dict[str, Any]] = None,
+    head_resources: Optional[Dict[str, Any]] = None,
+    worker_tier: Optional[str] = None,
+    head_tier: Optional[str] = None,
+    owner: Optional[str] = None,
+) -> Dict[str, Any]:
+    """A DCO cluster object as :meth:`K8sTestServer.add_cluster` creates it (also sent to a real API server)."""
+    info = KINDS[kind]
+    resources = worker_resources or {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}
+    worker: Dict[str, Any] = {"replicas": replicas, "resources": copy.deepcopy(resources)}
+    if worker_tier:
+        worker["labels"] = {"dominodatalab.com/hardware-tier-id": worker_tier}
+    spec: Dict[str, Any] = {"image": {"repository": f"{info.app}", "tag": "test"}, "worker": worker}
+    if info.kind == "mpi":
+        worker["sharedSSHSecret"] = f"{name}-ssh"
+    if info.head_section:
+        head: Dict[str, Any] = {"resources": copy.deepcopy(head_resources or resources)}
+        if head_tier:
+            head["labels"] = {"dominodatalab.com/hardware-tier-id": head_tier}
+        spec[info.head_section] = head
+    if autoscaling is not None:
+        spec["autoscaling"] = dict(autoscaling)
+    labels = {LABEL_OWNER: owner} if owner else {}
+    return {
+        "apiVersion": f"{CRD_GROUP}/{CRD_VERSION}",
+        "kind": info.crd_kind,
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": spec,
+    }
+
+
 def group_of(resource: str) -> str:
     """API group of a test-server resource key: ``pods`` core, bare plurals Domino's DCO,
     ``<plural>.<group>`` an open-source operator's."""
     if resource == PODS:
         return ""
     return OSS_RESOURCES[resource].group if resource in OSS_RESOURCES else CRD_GROUP
+
+
+def scale_path_of(resource: str) -> Optional[str]:
+    """``specReplicasPath`` of the resource's ``scale`` subresource (None without one, and for pods)."""
+    if resource in OSS_RESOURCES:
+        return OSS_RESOURCES[resource].scale_spec_path
+    scale = CUSTOM_RESOURCES[resource].scale if resource in CUSTOM_RESOURCES else None
+    return scale.spec_replicas_path if scale is not None else None
 
 
 def plural_of(resource: str) -> str:
@@ -248,27 +294,10 @@ class K8sTestServer:
         would be refused by the API server or the webhook.
         """
         info = KINDS[kind]
-        resources = worker_resources or {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}
-        worker: Dict[str, Any] = {"replicas": replicas, "resources": copy.deepcopy(resources)}
-        if worker_tier:
-            worker["labels"] = {"dominodatalab.com/hardware-tier-id": worker_tier}
-        spec: Dict[str, Any] = {"image": {"repository": f"{info.app}", "tag": "test"}, "worker": worker}
-        if info.kind == "mpi":
-            worker["sharedSSHSecret"] = f"{name}-ssh"
-        if info.head_section:
-            head: Dict[str, Any] = {"resources": copy.deepcopy(head_resources or resources)}
-            if head_tier:
-                head["labels"] = {"dominodatalab.com/hardware-tier-id": head_tier}
-            spec[info.head_section] = head
-        if autoscaling is not None:
-            spec["autoscaling"] = dict(autoscaling)
-        labels = {LABEL_OWNER: owner} if owner else {}
-        obj = {
-            "apiVersion": f"{CRD_GROUP}/{CRD_VERSION}",
-            "kind": info.crd_kind,
-            "metadata": {"name": name, "namespace": namespace, "labels": labels},
-            "spec": spec,
-        }
+        obj = cluster_object(
+            kind, name, namespace, replicas=replicas, autoscaling=autoscaling, worker_resources=worker_resources,
+            head_resources=head_resources, worker_tier=worker_tier, head_tier=head_tier, owner=owner,
+        )
         with self.lock:
             created = self._create(info.plural, namespace, obj)
         if wait_ready:
@@ -598,7 +627,7 @@ class K8sTestServer:
         schema = self.schemas[resource]
         obj = prune(obj, schema)
         kind = obj.get("kind", resource)
-        validate_object(obj, schema, kind, group_of(resource))
+        validate_object(obj, schema, kind, group_of(resource), scale_path=scale_path_of(resource))
         if resource not in OSS_RESOURCES:
             webhook_check(obj, kind)
         return obj

@@ -38,7 +38,7 @@ from ...waiting import Deadline
 from ..base import BackendCapabilities, BaseBackend, Change
 from .api import Conflict, KubeApi
 from .client import make_api_client, tier_catalog_from_env
-from .informer import cached_pods
+from .informer import cached_pods, matches, parse_selector
 from .podwatch import PodWaiter
 from .resources import Outcome, ResourceAdapter, adapter_for
 from .spec import decode_record, encode_record, pod_ready, pod_terminating
@@ -390,9 +390,15 @@ class KubernetesBackend(BaseBackend):
         self, ref: ClusterRef, replicas: int, timeout: float, progress: Optional[ProgressReporter],
         change: Optional[Change], last: Optional[ClusterState],
     ) -> ClusterState:
-        """Watch worker pods until ``replicas`` are Ready (on the tier ``change`` set) and the spec agrees."""
+        """Watch the cluster's pods until ``replicas`` workers are Ready (on the tier ``change`` set) and the
+        spec agrees. The head's pods are watched too, so the state a wait ends with tells whether the head
+        is Ready; only the worker selector's pods are counted and can end the wait by failing."""
         tier_id = change.detail.tier_id if change is not None else None
         holder: Dict[str, Dict[str, Any]] = {}
+        worker_requirements = parse_selector(self._selector(ref, "worker"))
+
+        def is_member(pod: Dict[str, Any]) -> bool:
+            return matches(worker_requirements, (pod.get("metadata") or {}).get("labels") or {})
 
         def check(
             pods: Dict[str, Dict[str, Any]], fresh: bool, deadline: Deadline
@@ -403,16 +409,16 @@ class KubernetesBackend(BaseBackend):
             state = self._state(ref, holder["obj"], list(pods.values()))
             ready = sum(
                 1 for p in pods.values()
-                if self._adapter(ref).is_worker(p) and pod_ready(p)
+                if is_member(p) and pod_ready(p)
                 and (tier_id is None or p["metadata"].get("labels", {}).get(LABEL_HW_TIER) == tier_id)
             )
             done = ready == replicas and state.desired_workers == replicas and state.existing_workers == replicas
             return done, state, ready
 
         waiter = PodWaiter(
-            self.api, self._ns(ref), self._selector(ref, "worker"),
+            self.api, self._ns(ref), self._selector(ref),
             what=f"{replicas} Ready workers on {self._label(ref)}", target=replicas, timeout=timeout,
-            grace=self.failure_grace, watched=self._adapter(ref).is_worker, progress=progress, cluster=self._label(ref),
+            grace=self.failure_grace, watched=is_member, progress=progress, cluster=self._label(ref),
             last=last,
         )
         return waiter.run(check)
