@@ -11,6 +11,7 @@ from tests.envtest.fixtures import envtest  # noqa: E402,F401 - the session's re
 from tests.servers.scaler_server import ScalerTestServer  # noqa: E402
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the node ids
 def pytest_collection_modifyitems(config, items):
     """Under ``-n N --dist loadgroup`` (the README's test command) a module's tests share one worker, so
     module-scoped clusters and servers start once; tests of the real control plane share one worker too,
