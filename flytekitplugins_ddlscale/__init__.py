@@ -27,6 +27,7 @@ from .errors import (
     UnauthorizedError,
     UnknownTierError,
     UnreachableWaitError,
+    UnsafePathError,
     UnsupportedOperationError,
     WorkerFailedError,
 )
@@ -95,6 +96,7 @@ __all__ = [
     "UnauthorizedError",
     "UnknownTierError",
     "UnreachableWaitError",
+    "UnsafePathError",
     "UnsupportedOperationError",
     "WorkerFailedError",
     *_LAZY,

@@ -75,6 +75,21 @@ class InvalidInputError(ScalingError, ValueError):
         super().__init__(f"invalid {field}={value!r}{why}; allowed: {allowed}")
 
 
+class UnsafePathError(InvalidInputError):
+    """A state folder or file another user could steer: owned by someone else, writable by group or
+    others, or a symbolic link. ``path`` names it; the message says the remedy."""
+
+    code = "unsafe_state_dir"
+
+    def __init__(self, path: Any, problem: str, remedy: str) -> None:
+        self.path = str(path)
+        self.field = "state_dir"
+        self.value = self.path
+        self.allowed = "a folder owned by you, not writable by group or others, reached without symbolic links"
+        self.reason = problem
+        ScalingError.__init__(self, f"refusing {self.path}: {problem}; {remedy}")
+
+
 class UnreachableWaitError(InvalidInputError):
     """A wait for more workers than the cluster will ever have: above its desired count or its maximum.
 

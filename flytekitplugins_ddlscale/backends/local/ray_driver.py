@@ -14,9 +14,11 @@ new tasks), waits for its running tasks up to
 supervisor's stop grace bounds it) and stops its processes. Objects whose
 only copy lived on the node are lost, as on Domino when a pod goes.
 """
+import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
 
+from ...privatefs import check_private_dir
 from . import ray_ops
 from .env import ray_env
 from .state import ClusterRecord, LocalStateStore
@@ -25,7 +27,8 @@ from .tiers import WorkerShape
 DASHBOARD = "dashboard"
 CLIENT = "client"
 TEMP_DIR = "temp_dir"
-"""``record.framework`` key: the head's ``--temp-dir``, under which worker nodes put their sockets."""
+"""``record.framework`` key: the cluster's Ray temp folder (the head's ``--temp-dir``; worker nodes have
+theirs inside it), recorded because it may be a ``mkdtemp`` folder (:func:`~.ray_ops.temp_dir`)."""
 
 
 class RayDriver:
@@ -50,7 +53,7 @@ class RayDriver:
         return f"{record.host}:{record.port}"
 
     def head_argv(self, record: ClusterRecord, store: LocalStateStore) -> List[str]:
-        temp = record.framework[TEMP_DIR] = self._temp_dir(record, store)
+        temp = record.framework[TEMP_DIR] = self._temp_dir(record, store, create=True)
         return ray_ops.head_argv(
             self.ray, record.host, record.port, record.ports[DASHBOARD], record.ports[CLIENT], temp
         )
@@ -58,7 +61,7 @@ class RayDriver:
     def worker_argv(self, record: ClusterRecord, name: str, shape: WorkerShape, workdir: Path) -> List[str]:
         return ray_ops.worker_argv(
             self.ray, self.address(record), self._dashboard(record), record.host, name, shape.nthreads,
-            shape.memory_limit, record.framework.get(TEMP_DIR) or ray_ops.temp_dir(workdir.parent),
+            shape.memory_limit, record.framework[TEMP_DIR],
         )
 
     def registered_workers(self, record: ClusterRecord) -> Optional[Set[str]]:
@@ -81,10 +84,19 @@ class RayDriver:
         }
 
     def outside_paths(self, record: ClusterRecord, store: LocalStateStore) -> List[Path]:
-        return [Path(self._temp_dir(record, store))]
+        temp = self._temp_dir(record, store)
+        return [Path(temp)] if temp and Path(temp).parent != store.cluster_dir(record.ref) else []
 
     @staticmethod
-    def _temp_dir(record: ClusterRecord, store: LocalStateStore) -> str:
+    def _temp_dir(record: ClusterRecord, store: LocalStateStore, create: bool = False) -> Optional[str]:
+        """The cluster's recorded Ray temp folder (checked when the record was read); with ``create``,
+        a new one (:func:`~.ray_ops.temp_dir`) when none is recorded or the recorded one is gone."""
+        temp = record.framework.get(TEMP_DIR)
+        if temp and os.path.lexists(temp):
+            check_private_dir(temp)
+            return str(temp)
+        if not create:
+            return str(temp) if temp else None
         return ray_ops.temp_dir(store.cluster_dir(record.ref))
 
     def _dashboard(self, record: ClusterRecord) -> str:
