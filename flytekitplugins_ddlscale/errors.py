@@ -75,6 +75,29 @@ class InvalidInputError(ScalingError, ValueError):
         super().__init__(f"invalid {field}={value!r}{why}; allowed: {allowed}")
 
 
+class CorruptRecordError(InvalidInputError):
+    """A stored record (a local cluster's ``cluster.json``, a baseline or claim) holds a value that
+    user input could not: nothing is started, stopped or sent on it.
+
+    ``source`` names the file (or annotation); ``field``, ``value`` and
+    ``allowed`` say what is wrong, as for :class:`InvalidInputError`.
+    """
+
+    code = "corrupt_record"
+
+    def __init__(self, source: str, field: str, value: Any, allowed: str) -> None:
+        self.source = source
+        self.field = field
+        self.value = value
+        self.allowed = allowed
+        self.reason = None
+        ScalingError.__init__(
+            self,
+            f"corrupt record {source}: {field}={value!r}; allowed: {allowed}. Nothing was changed; "
+            f"fix or remove the record (a removed record forgets that cluster's baseline or processes)",
+        )
+
+
 class UnsafePathError(InvalidInputError):
     """A state folder or file another user could steer: owned by someone else, writable by group or
     others, or a symbolic link. ``path`` names it; the message says the remedy."""

@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, Iterator, Optional, TypeVar, Union
 
 from .errors import ConflictError
 from .privatefs import open_nofollow, private_dir, read_text_nofollow
+from .recordcheck import json_object, reading
 from .refs import ClusterRef
 
 T = TypeVar("T")
@@ -41,7 +42,8 @@ class FileRecordStore:
     Waiting for a lock that another process holds is bounded by
     ``lock_timeout`` seconds, then :class:`ConflictError` names the lock file.
     The directory is created 0700; one owned by another user, writable by
-    group or others, or a symbolic link raises :class:`UnsafePathError`.
+    group or others, or a symbolic link raises :class:`UnsafePathError`. A
+    record that is not a JSON object raises :class:`CorruptRecordError`.
     """
 
     def __init__(self, directory: Union[str, Path, None] = None, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> None:
@@ -93,7 +95,8 @@ class FileRecordStore:
             text = read_text_nofollow(path)
         except FileNotFoundError:
             return {}
-        return json.loads(text)
+        with reading(str(path)):
+            return json_object(text, "record")
 
     def read(self, ref: ClusterRef) -> Dict[str, Any]:
         """The record of ``ref`` (empty when there is none)."""

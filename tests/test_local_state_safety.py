@@ -1,4 +1,4 @@
-"""The state directory cannot be steered by another user.
+"""The state directory cannot be steered by another user, and records are checked before use.
 
 The tests run as root, so "another user" is ``nobody``: folders are handed to it with ``chown``.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from flytekitplugins_ddlscale import ClusterRef, UnsafePathError
+from flytekitplugins_ddlscale import ClusterRef, CorruptRecordError, UnsafePathError
 from flytekitplugins_ddlscale.backends.local import LocalBackend, procs, ray_ops
 from flytekitplugins_ddlscale.backends.local.state import ClusterRecord
 from flytekitplugins_ddlscale.cli.local_commands import local
@@ -141,6 +141,60 @@ def test_down_removes_links_inside_the_cluster_folder_not_their_targets(tmp_path
 def _record() -> ClusterRecord:
     """A cluster of one Small worker whose processes are all gone."""
     return ClusterRecord(ref=REF, host="127.0.0.1", worker_hw_tier="Small", desired=1)
+
+
+def _write_record(backend: LocalBackend, **fields) -> Path:
+    with backend.supervisor.lock(REF, 5):
+        backend.store.save(_record())
+    path = backend.store.cluster_dir(REF) / "cluster.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
+    return path
+
+
+@pytest.mark.parametrize(
+    "field, value, allowed",
+    [
+        ("desired", 1000000000, "an integer from 0 to 1000"),
+        ("desired", -5, "an integer from 0 to 1000"),
+        ("desired", "abc", "an integer from 0 to 1000"),
+        ("port", 70000, "an integer from 0 to 65535"),
+        ("workers", [{"name": "../../x", "pid": 1, "start": 1, "tier": "Small", "nthreads": 1, "memory_limit": 1}],
+         "a worker name"),
+        ("framework", {"temp_dir": "/etc"}, "ddlscale-ray-"),
+        ("name", "other", "dask/steered, the cluster of its folder"),
+    ],
+)
+def test_a_corrupt_cluster_record_starts_and_stops_nothing(local_state, field, value, allowed):
+    backend = LocalBackend(state_dir=local_state)
+    path = _write_record(backend, **{field: value})
+    shown = "workers[0].name" if field == "workers" else "framework.temp_dir" if field == "framework" else (
+        "kind/name/namespace" if field == "name" else field)
+    for attempt in (lambda: backend.repair(REF, timeout=10), lambda: backend.scale(REF, 1, timeout=10),
+                    lambda: backend.get_state(REF)):
+        with pytest.raises(CorruptRecordError) as caught:
+            attempt()
+        assert caught.value.source == str(path) and caught.value.field == shown and allowed in str(caught.value)
+    for args in (["status", "--name", REF.name, "--timeout", "10"], ["status", "--name", REF.name, "--repair"]):
+        result = CliRunner().invoke(local, ["--state-dir", str(local_state), *args])
+        assert result.exit_code == 2, result.output
+        assert str(path) in result.output and "corrupt record" in result.output
+    assert processes_mentioning(str(local_state)) == []
+
+
+@pytest.mark.slow
+def test_status_reports_a_dead_cluster_without_starting_anything_unless_asked_to_repair(local_state):
+    backend = LocalBackend(state_dir=local_state)
+    _write_record(backend)
+    result = CliRunner().invoke(local, ["--state-dir", str(local_state), "status", "--name", REF.name, "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert (report["status"], report["repaired"], report["existing_workers"]) == ("Failed", False, 0)
+    assert processes_mentioning(str(local_state)) == []
+    asked = CliRunner().invoke(
+        local, ["--state-dir", str(local_state), "status", "--name", REF.name, "--repair", "--json"]
+    )
+    assert asked.exit_code == 0, asked.output
+    assert json.loads(asked.stdout)["repaired"] is True and processes_mentioning(str(local_state)) != []
 
 
 def test_ray_temp_folders_are_private_and_never_a_predictable_shared_path(tmp_path):

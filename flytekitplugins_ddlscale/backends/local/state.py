@@ -13,7 +13,8 @@ Layout under the state directory (``$DDLSCALE_STATE_DIR/local`` by default)::
 
 Every folder is private (created 0700; one owned by another user, writable
 by group or others, or a symbolic link is refused with :class:`UnsafePathError`),
-and no file is opened through a link.
+no file is opened through a link, and ``cluster.json`` is checked with the
+rules of user input when read (:mod:`.record_check`).
 """
 import contextlib
 import datetime
@@ -31,9 +32,11 @@ from typing import Any, Dict, Iterator, List, Optional, Union
 from ...errors import ConflictError, InvalidInputError, ScalingError
 from ...filestore import default_state_dir
 from ...privatefs import check_private_dir, open_nofollow, private_dir, read_text_nofollow, remove_nofollow
+from ...recordcheck import json_object, reading
 from ...refs import ClusterRef
 from ...wording import seconds
 from .procs import ProcessId
+from .record_check import check_cluster_json
 
 _LOCK_POLL = 0.05
 CLUSTER_FILE = "cluster.json"
@@ -182,7 +185,9 @@ class LocalStateStore:
     def load(self, ref: ClusterRef) -> Optional[ClusterRecord]:
         """The record of ``ref``, or None when no such local cluster exists.
 
-        Raises :class:`UnsafePathError` for a folder or file others could steer.
+        Raises :class:`CorruptRecordError` (naming the file, the field and its
+        value) for a record user input could not have made, and
+        :class:`UnsafePathError` for a folder or file others could steer.
         """
         folder = self.cluster_dir(ref)
         if not os.path.lexists(folder):
@@ -193,7 +198,13 @@ class LocalStateStore:
             text = read_text_nofollow(path)
         except FileNotFoundError:
             return None
-        return ClusterRecord.from_json(json.loads(text))
+        with reading(str(path)):
+            data = json_object(text, "cluster.json")
+            check_cluster_json(data, folder)
+            record = ClusterRecord.from_json(data)
+            if record.ref != ref:
+                raise InvalidInputError("kind/name/namespace", str(record.ref), f"{ref}, the cluster of its folder")
+        return record
 
     def save(self, record: ClusterRecord) -> None:
         """Write ``record`` atomically (callers hold :meth:`lock`)."""
@@ -232,7 +243,7 @@ class LocalStateStore:
                 ref = _ref_of_folder(name)
                 if ref is not None and self.load(ref) is not None:
                     found.append(ref)
-            except (ScalingError, ValueError, KeyError) as exc:
+            except ScalingError as exc:
                 logger.warning("skipping local cluster folder %s: %s", self.clusters_dir / name, exc)
         return sorted(found, key=lambda r: (r.namespace or "", r.kind, r.name))
 
