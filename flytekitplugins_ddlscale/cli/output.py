@@ -34,7 +34,7 @@ EXIT_UNAUTHORIZED = 5
 EXIT_UNAVAILABLE = 6
 
 FAILURE_EXIT_CODES = (
-    "2 bad input (including an unknown tier and a --strict refusal); "
+    "2 bad input (including an unknown tier, a --strict refusal, a corrupt record and an unsafe state directory); "
     "3 timeout; 4 not found; 5 unauthorized; 6 backend unavailable; 1 other errors."
 )
 """The exit codes of failures, for ``--help`` texts."""
