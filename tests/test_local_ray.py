@@ -9,6 +9,7 @@ client running a remote task, and the processes under /proc.
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -280,7 +281,9 @@ def test_cli_local_up_status_down_with_kind_ray(b, state):
     assert len(dashboard_nodes(b)) == 2
     pids = cluster_processes(b, REF)
     ray_files = Path(b.store.load(REF).framework["temp_dir"])
-    assert (ray_files / "session_latest").exists()
+    # Ray makes its folders 0777: they sit in a private folder of the cluster's.
+    assert status["ray_temp_dir"] == str(ray_files / "r") and (ray_files / "r" / "session_latest").exists()
+    assert stat.S_IMODE(os.lstat(ray_files).st_mode) == 0o700
     down = invoke("down", "--kind", "ray", "--name", NAME)
     assert down.exit_code == 0, down.output
     assert b.list_clusters() == []
