@@ -75,6 +75,10 @@ class InvalidInputError(ScalingError, ValueError):
         super().__init__(f"invalid {field}={value!r}{why}; allowed: {allowed}")
 
 
+_SHOWN_VALUE = 200
+"""Characters of a corrupt record's value quoted in the error (a record may hold a long list)."""
+
+
 class CorruptRecordError(InvalidInputError):
     """A stored record (a local cluster's ``cluster.json``, a baseline or claim) holds a value that
     user input could not: nothing is started, stopped or sent on it.
@@ -91,9 +95,12 @@ class CorruptRecordError(InvalidInputError):
         self.value = value
         self.allowed = allowed
         self.reason = None
+        shown = repr(value)
+        if len(shown) > _SHOWN_VALUE:
+            shown = shown[:_SHOWN_VALUE] + "..."
         ScalingError.__init__(
             self,
-            f"corrupt record {source}: {field}={value!r}; allowed: {allowed}. Nothing was changed; "
+            f"corrupt record {source}: {field}={shown}; allowed: {allowed}. Nothing was changed; "
             f"fix or remove the record (a removed record forgets that cluster's baseline or processes)",
         )
 
