@@ -75,6 +75,51 @@ class InvalidInputError(ScalingError, ValueError):
         super().__init__(f"invalid {field}={value!r}{why}; allowed: {allowed}")
 
 
+_SHOWN_VALUE = 200
+"""Characters of a corrupt record's value quoted in the error (a record may hold a long list)."""
+
+
+class CorruptRecordError(InvalidInputError):
+    """A stored record (a local cluster's ``cluster.json``, a baseline or claim) holds a value that
+    user input could not: nothing is started, stopped or sent on it.
+
+    ``source`` names the file (or annotation); ``field``, ``value`` and
+    ``allowed`` say what is wrong, as for :class:`InvalidInputError`.
+    """
+
+    code = "corrupt_record"
+
+    def __init__(self, source: str, field: str, value: Any, allowed: str) -> None:
+        self.source = source
+        self.field = field
+        self.value = value
+        self.allowed = allowed
+        self.reason = None
+        shown = repr(value)
+        if len(shown) > _SHOWN_VALUE:
+            shown = shown[:_SHOWN_VALUE] + "..."
+        ScalingError.__init__(
+            self,
+            f"corrupt record {source}: {field}={shown}; allowed: {allowed}. Nothing was changed; "
+            f"fix or remove the record (a removed record forgets that cluster's baseline or processes)",
+        )
+
+
+class UnsafePathError(InvalidInputError):
+    """A state folder or file another user could steer: owned by someone else, writable by group or
+    others, or a symbolic link. ``path`` names it; the message says the remedy."""
+
+    code = "unsafe_state_dir"
+
+    def __init__(self, path: Any, problem: str, remedy: str) -> None:
+        self.path = str(path)
+        self.field = "state_dir"
+        self.value = self.path
+        self.allowed = "a folder owned by you, not writable by group or others, reached without symbolic links"
+        self.reason = problem
+        ScalingError.__init__(self, f"refusing {self.path}: {problem}; {remedy}")
+
+
 class UnreachableWaitError(InvalidInputError):
     """A wait for more workers than the cluster will ever have: above its desired count or its maximum.
 

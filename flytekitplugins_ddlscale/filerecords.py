@@ -4,9 +4,11 @@ For backends that cannot store records with the cluster (the scaler service
 only patches replicas; local clusters have no object). Each operation is one
 locked read-modify-write of the cluster's record, so concurrent processes on
 one machine agree. Records keep the same JSON encoding as the Kubernetes
-annotations (:mod:`.records`).
+annotations (:mod:`.records`); what is read back is checked as user input is,
+so a corrupt record raises :class:`CorruptRecordError` naming its file before
+anything acts on it.
 """
-from typing import Callable, Dict, Optional, TypeVar
+from typing import Any, Callable, Dict, Optional, TypeVar
 
 from .filestore import FileRecordStore
 from .models import Baseline, ClusterState
@@ -27,7 +29,7 @@ class FileBookkeeping:
 
     def get_baseline(self, ref: ClusterRef) -> Optional[Baseline]:
         """The recorded baseline of ``ref``, or None."""
-        return decode_baseline(self.store.get(ref, BASELINE_KEY))
+        return self._baseline(ref, self.store.read(ref))
 
     def record_baseline(self, ref: ClusterRef, observe: Callable[[], ClusterState]) -> Baseline:
         """The recorded baseline; if there is none, record ``Baseline.from_state(observe())``.
@@ -37,7 +39,7 @@ class FileBookkeeping:
         """
 
         def change(record: Dict[str, str]) -> Baseline:
-            existing = decode_baseline(record.get(BASELINE_KEY))
+            existing = self._baseline(ref, record)
             if existing is not None:
                 return existing
             baseline = Baseline.from_state(observe())
@@ -48,15 +50,15 @@ class FileBookkeeping:
 
     def forget_baseline(self, ref: ClusterRef) -> Optional[Baseline]:
         """Drop the recorded baseline; return what it was (None if there was none)."""
-        return self.store.update(ref, lambda record: decode_baseline(record.pop(BASELINE_KEY, None)))
+        return self.store.update(ref, lambda record: self._baseline(ref, {BASELINE_KEY: record.pop(BASELINE_KEY, None)}))
 
     def forget_claims(self, ref: ClusterRef) -> Dict[str, Claim]:
         """Drop every claim of ``ref`` (e.g. left by killed processes); return what they were."""
-        return self.store.update(ref, lambda record: decode_claims(record.pop(CLAIMS_KEY, None)))
+        return self.store.update(ref, lambda record: self._claims(ref, {CLAIMS_KEY: record.pop(CLAIMS_KEY, None)}))
 
     def claims(self, ref: ClusterRef) -> Dict[str, Claim]:
         """Live claims of ``ref`` by claim id."""
-        return decode_claims(self.store.get(ref, CLAIMS_KEY))
+        return self._claims(ref, self.store.read(ref))
 
     def claim(
         self,
@@ -78,9 +80,9 @@ class FileBookkeeping:
         tier = validate_tier_name(worker_hw_tier)
 
         def change(record: Dict[str, str]) -> Claim:
-            if observe is not None and decode_baseline(record.get(BASELINE_KEY)) is None:
+            if observe is not None and self._baseline(ref, record) is None:
                 record[BASELINE_KEY] = encode_baseline(Baseline.from_state(observe()))
-            claims = decode_claims(record.get(CLAIMS_KEY))
+            claims = self._claims(ref, record)
             claims[claim_id] = Claim(claim_id=claim_id, replicas=replicas, worker_hw_tier=tier)
             record[CLAIMS_KEY] = encode_claims(claims)
             return largest_claim(claims)  # type: ignore[return-value]
@@ -92,7 +94,7 @@ class FileBookkeeping:
         validate_claim_id(claim_id)
 
         def change(record: Dict[str, str]) -> Optional[Claim]:
-            claims = decode_claims(record.get(CLAIMS_KEY))
+            claims = self._claims(ref, record)
             claims.pop(claim_id, None)
             if claims:
                 record[CLAIMS_KEY] = encode_claims(claims)
@@ -112,10 +114,16 @@ class FileBookkeeping:
         """
 
         def change(record: Dict[str, str]) -> T:
-            largest = largest_claim(decode_claims(record.get(CLAIMS_KEY)))
-            result = act(largest, decode_baseline(record.get(BASELINE_KEY)))
+            largest = largest_claim(self._claims(ref, record))
+            result = act(largest, self._baseline(ref, record))
             if largest is None:
                 record.pop(BASELINE_KEY, None)
             return result
 
         return self.store.update(ref, change)
+
+    def _baseline(self, ref: ClusterRef, record: Dict[str, Any]) -> Optional[Baseline]:
+        return decode_baseline(record.get(BASELINE_KEY), source=f"{self.store.path(ref)} ({BASELINE_KEY})")
+
+    def _claims(self, ref: ClusterRef, record: Dict[str, Any]) -> Dict[str, Claim]:
+        return decode_claims(record.get(CLAIMS_KEY), source=f"{self.store.path(ref)} ({CLAIMS_KEY})")

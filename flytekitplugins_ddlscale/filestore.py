@@ -4,6 +4,8 @@ Used where the cluster object cannot carry annotations for us (the scaler
 service only patches replicas) and by the local backend. Each cluster has a
 JSON file; updates happen under an exclusive ``fcntl`` lock and are written
 atomically (temp file + rename), so concurrent processes never lose an update.
+The directory is private (:func:`~.privatefs.private_dir`) and no file in it
+is opened through a symbolic link.
 """
 import contextlib
 import errno
@@ -17,6 +19,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Optional, TypeVar, Union
 
 from .errors import ConflictError
+from .privatefs import open_nofollow, private_dir, read_text_nofollow
+from .recordcheck import json_object, reading
 from .refs import ClusterRef
 
 T = TypeVar("T")
@@ -37,22 +41,27 @@ class FileRecordStore:
 
     Waiting for a lock that another process holds is bounded by
     ``lock_timeout`` seconds, then :class:`ConflictError` names the lock file.
+    The directory is created 0700; one owned by another user, writable by
+    group or others, or a symbolic link raises :class:`UnsafePathError`. A
+    record that is not a JSON object raises :class:`CorruptRecordError`.
     """
 
     def __init__(self, directory: Union[str, Path, None] = None, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> None:
-        self.directory = Path(directory) if directory is not None else default_state_dir() / "records"
-        self.directory.mkdir(parents=True, exist_ok=True)
+        if directory is None:
+            directory = private_dir(default_state_dir()) / "records"
+        self.directory = private_dir(directory)
         self.lock_timeout = lock_timeout
 
-    def _path(self, ref: ClusterRef) -> Path:
+    def path(self, ref: ClusterRef) -> Path:
+        """The file holding ``ref``'s record."""
         namespace = ref.namespace or "_"
         return self.directory / f"{namespace}.{ref.kind}.{ref.name}.json"
 
     @contextlib.contextmanager
     def _locked(self, ref: ClusterRef) -> Iterator[Path]:
-        path = self._path(ref)
+        path = self.path(ref)
         lock_path = path.with_suffix(".lock")
-        with open(lock_path, "a+") as lock:
+        with os.fdopen(open_nofollow(lock_path, os.O_RDWR | os.O_CREAT), "a+") as lock:
             self._acquire(lock, lock_path, ref)
             try:
                 yield path
@@ -83,9 +92,11 @@ class FileRecordStore:
     @staticmethod
     def _load(path: Path) -> Dict[str, Any]:
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
+            text = read_text_nofollow(path)
         except FileNotFoundError:
             return {}
+        with reading(str(path)):
+            return json_object(text, "record")
 
     def read(self, ref: ClusterRef) -> Dict[str, Any]:
         """The record of ``ref`` (empty when there is none)."""

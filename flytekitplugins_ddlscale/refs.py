@@ -95,11 +95,12 @@ _BY_PLURAL = {info.plural: info for info in KINDS.values() if info.flavour == "d
 ALLOWED_KINDS = tuple(KINDS) + tuple(_BY_PLURAL)
 
 # Cluster names become label values and prefixes of pod names, so they must be
-# DNS-1123 labels (63 characters at most).
-_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# DNS-1123 labels (63 characters at most). Patterns are used with fullmatch: "$"
+# would also match before a trailing newline.
+_NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 MAX_NAME_LENGTH = 63
 # Worker group names become label values (ray.io/group, dask.org/workergroup-name).
-_GROUP_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_GROUP_RE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 GROUP_SEPARATOR = "@"
 
 
@@ -121,7 +122,7 @@ def validate_name(name: str, field: str = "name") -> str:
     """Return ``name`` if it is a valid cluster name, else raise :class:`InvalidInputError`."""
     if not isinstance(name, str) or not name:
         raise InvalidInputError(field, name, "a non-empty DNS-1123 label (lowercase a-z, 0-9, '-')")
-    if len(name) > MAX_NAME_LENGTH or not _NAME_RE.match(name):
+    if len(name) > MAX_NAME_LENGTH or not _NAME_RE.fullmatch(name):
         raise InvalidInputError(
             field,
             name,
@@ -144,7 +145,7 @@ def validate_group(group: Optional[str], kind: str, field: str = "group") -> Opt
         raise InvalidInputError(
             field, group, f"None: {kind} clusters have one worker section; worker groups exist on {grouped}"
         )
-    if not isinstance(group, str) or len(group) > MAX_NAME_LENGTH or not _GROUP_RE.match(group):
+    if not isinstance(group, str) or len(group) > MAX_NAME_LENGTH or not _GROUP_RE.fullmatch(group):
         raise InvalidInputError(
             field, group, "a worker group name: letters, digits, '-', '_' and '.', at most 63 characters"
         )

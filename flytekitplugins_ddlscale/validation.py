@@ -3,8 +3,10 @@
 Each failure is an :class:`InvalidInputError` that names the field and the
 values it accepts.
 """
+import contextlib
+import datetime
 import math
-from typing import Optional
+from typing import Optional, Pattern
 
 from .errors import InvalidInputError
 
@@ -50,3 +52,29 @@ def validate_claim_id(claim_id: object) -> str:
     if not isinstance(claim_id, str) or not claim_id.strip():
         raise InvalidInputError("claim_id", claim_id, "a non-empty string naming the phase")
     return claim_id
+
+
+def validate_int(value: object, field: str, minimum: int, maximum: Optional[int] = None) -> int:
+    """Return ``value`` as an integer in ``minimum..maximum`` (no upper bound for None); booleans,
+    floats and strings are refused."""
+    allowed = f"an integer from {minimum} to {maximum}" if maximum is not None else f"an integer of at least {minimum}"
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputError(field, value, allowed)
+    if value < minimum or (maximum is not None and value > maximum):
+        raise InvalidInputError(field, value, allowed)
+    return value
+
+
+def validate_text(value: object, field: str, allowed: str, pattern: Optional[Pattern[str]] = None) -> str:
+    """Return ``value`` if it is a non-empty string that ``pattern`` (if given) matches as a whole."""
+    if not isinstance(value, str) or not value or (pattern is not None and not pattern.fullmatch(value)):
+        raise InvalidInputError(field, value, allowed)
+    return value
+
+
+def validate_timestamp(value: object, field: str) -> datetime.datetime:
+    """Return the ISO-8601 time ``value`` as a datetime."""
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            return datetime.datetime.fromisoformat(value)
+    raise InvalidInputError(field, value, "an ISO-8601 time, e.g. 2026-01-31T12:00:00+00:00")

@@ -1,7 +1,10 @@
 """Baseline and claim encodings and the largest-claim rule."""
 import datetime
+import json
 
-from flytekitplugins_ddlscale import Baseline, ClusterState
+import pytest
+
+from flytekitplugins_ddlscale import Baseline, ClusterState, CorruptRecordError, InvalidInputError
 from flytekitplugins_ddlscale.records import (
     Claim,
     decode_baseline,
@@ -29,3 +32,45 @@ def test_claims_round_trip_and_largest_with_oldest_tie():
     assert largest_claim(claims).claim_id == "a"
     assert largest_claim({}) is None and decode_claims(None) == {}
     assert ":" in small.holder
+
+
+_GOOD_BASELINE = {"cluster": "ray/r", "replicas": 2, "recorded_at": "2026-01-31T12:00:00+00:00"}
+_GOOD_CLAIM = {"claim_id": "p", "replicas": 2, "created_at": "2026-01-31T12:00:00+00:00", "holder": "h:1"}
+
+
+@pytest.mark.parametrize(
+    "change, field, value",
+    [
+        ({"replicas": -5}, "baseline.replicas", -5),
+        ({"replicas": "abc"}, "baseline.replicas", "abc"),
+        ({"replicas": 1000000000}, "baseline.replicas", 1000000000),
+        ({"replicas": True}, "baseline.replicas", True),
+        ({"worker_hw_tier": ""}, "baseline.worker_hw_tier", ""),
+        ({"autoscaling_max": -1}, "baseline.autoscaling_max", -1),
+        ({"recorded_at": "yesterday"}, "baseline.recorded_at", "yesterday"),
+        ({"surprise": 1}, "baseline.surprise", 1),
+    ],
+)
+def test_a_baseline_with_a_value_user_input_could_not_give_is_refused(change, field, value):
+    with pytest.raises(CorruptRecordError) as caught:
+        decode_baseline(json.dumps({**_GOOD_BASELINE, **change}), source="the-file")
+    error = caught.value
+    assert (error.source, error.field, error.value, error.code) == ("the-file", field, value, "corrupt_record")
+    assert "the-file" in str(error) and "allowed:" in str(error) and isinstance(error, InvalidInputError)
+
+
+@pytest.mark.parametrize(
+    "text, field, value",
+    [
+        (json.dumps({"p": {**_GOOD_CLAIM, "replicas": -5}}), "claims['p'].replicas", -5),
+        (json.dumps({"p": {**_GOOD_CLAIM, "replicas": "abc"}}), "claims['p'].replicas", "abc"),
+        (json.dumps({"p": {**_GOOD_CLAIM, "claim_id": "q"}}), "claims['p'].claim_id", "q"),
+        (json.dumps({"p": {**_GOOD_CLAIM, "worker_hw_tier": 7}}), "claims['p'].worker_hw_tier", 7),
+        (json.dumps({"p": 3}), "claims['p']", 3),
+        ("[1, 2]", "claims", "[1, 2]"),
+    ],
+)
+def test_claims_with_a_value_user_input_could_not_give_are_refused(text, field, value):
+    with pytest.raises(CorruptRecordError) as caught:
+        decode_claims(text, source="the-file")
+    assert (caught.value.field, caught.value.value) == (field, value)

@@ -137,3 +137,21 @@ def test_a_domino_run_cluster_is_of_a_domino_kind():
     with pytest.raises(InvalidInputError, match="Domino's kinds") as caught:
         ClusterRef.for_run("kuberay", "run-1")
     assert caught.value.field == "kind"
+
+
+@pytest.mark.parametrize(
+    "make, field",
+    [
+        (lambda: ClusterRef("dask", "abc\n"), "name"),
+        (lambda: ClusterRef("dask", "abc", namespace="team\n"), "namespace"),
+        (lambda: ClusterRef("kuberay", "abc", group="gpu\n"), "group"),
+        (lambda: ClusterRef.for_run("dask", "abc", namespace="ns\n"), "namespace"),
+    ],
+)
+def test_a_trailing_newline_is_refused_in_names_namespaces_and_groups(make, field):
+    # "$" matches before a final newline: such names broke the scaler URL (httpx.InvalidURL),
+    # made folders and worker names with a newline and broke `ddlscale local list`.
+    with pytest.raises(InvalidInputError) as caught:
+        make()
+    assert caught.value.field == field and caught.value.value.endswith("\n")
+

@@ -36,7 +36,7 @@ def test_up_list_status_repair_down(local_state):
     wait_dead(victim.proc)
     report = json.loads(_invoke(local_state, "status", "--name", "cli", "--no-repair", "--json").stdout)
     assert (report["status"], report["existing_workers"], report["repaired"]) == ("Starting", 1, False)
-    repaired = _invoke(local_state, "status", "--name", "cli", "--json")
+    repaired = _invoke(local_state, "status", "--name", "cli", "--repair", "--json")
     assert repaired.exit_code == 0, repaired.output
     report = json.loads(repaired.stdout)
     assert (report["status"], report["ready_workers"], report["repaired"]) == ("Running", 2, True)

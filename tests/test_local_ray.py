@@ -9,6 +9,7 @@ client running a remote task, and the processes under /proc.
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -21,7 +22,7 @@ from click.testing import CliRunner
 
 from flytekitplugins_ddlscale import ClusterRef, ScaleCluster, UnsupportedOperationError
 from flytekitplugins_ddlscale.backends.local import LocalBackend, procs
-from flytekitplugins_ddlscale.backends.local.ray_ops import RAY_EXECUTABLE_ENV, temp_dir
+from flytekitplugins_ddlscale.backends.local.ray_ops import RAY_EXECUTABLE_ENV
 from flytekitplugins_ddlscale.cli.local_commands import local
 from flytekitplugins_ddlscale.framework import FrameworkOptions, confirm_ready
 from flytekitplugins_ddlscale.framework.endpoints import resolve_endpoint
@@ -57,7 +58,7 @@ def cluster_processes(backend: LocalBackend, ref: ClusterRef) -> List[int]:
     """Every process of a local Ray cluster: its session files live under its Ray temp dir, and
     worker nodes name the head's GCS address."""
     record = backend.store.load(ref)
-    found = set(processes_mentioning(temp_dir(backend.store.cluster_dir(ref))))
+    found = set(processes_mentioning(record.framework["temp_dir"])) if record is not None else set()
     if record is not None and record.port:
         found |= set(processes_mentioning(f"--address {record.host}:{record.port}"))
     return sorted(found)
@@ -279,8 +280,10 @@ def test_cli_local_up_status_down_with_kind_ray(b, state):
     assert status["dashboard"] == f"http://127.0.0.1:{info['env']['DDLSCALE_RAY_DASHBOARD_PORT']}"
     assert len(dashboard_nodes(b)) == 2
     pids = cluster_processes(b, REF)
-    ray_files = Path(temp_dir(b.store.cluster_dir(REF)))
-    assert (ray_files / "session_latest").exists()
+    ray_files = Path(b.store.load(REF).framework["temp_dir"])
+    # Ray makes its folders 0777: they sit in a private folder of the cluster's.
+    assert status["ray_temp_dir"] == str(ray_files / "r") and (ray_files / "r" / "session_latest").exists()
+    assert stat.S_IMODE(os.lstat(ray_files).st_mode) == 0o700
     down = invoke("down", "--kind", "ray", "--name", NAME)
     assert down.exit_code == 0, down.output
     assert b.list_clusters() == []
@@ -337,7 +340,7 @@ def test_node_wrapper_passes_sigterm_on_and_its_death_stops_the_node(head_url, t
 def test_worker_nodes_started_together_get_ray_temp_folders_of_their_own_short_enough_for_sockets(tmp_path):
     from flytekitplugins_ddlscale.backends.local import ray_ops
 
-    temp = ray_ops.temp_dir(tmp_path / ("c" * 200))
+    temp = "/tmp/ddlscale-ray-abcd1234"
     names = [f"{'n' * 63}-ray-worker-{i}" for i in (0, 1, 10)]
     folders = []
     for name in names:

@@ -1,7 +1,9 @@
 """Baselines, claims and restore through the scaler backend (records in files)."""
+import json
+
 import pytest
 
-from flytekitplugins_ddlscale import ClusterRef, InvalidInputError, ReplicaSpec, UnsupportedOperationError
+from flytekitplugins_ddlscale import ClusterRef, CorruptRecordError, InvalidInputError, ReplicaSpec, UnsupportedOperationError
 from flytekitplugins_ddlscale.backends.scaler import ScalerServiceBackend
 from flytekitplugins_ddlscale.tiers import StaticTierCatalog, parse_tiers
 from tests.servers.scaler_server import DEFAULT_API_KEY
@@ -123,3 +125,38 @@ def test_unreachable_nucleus_leaves_the_tier_to_the_service(scaler_server, tmp_p
     ) as backend:
         assert backend.scale(RAY, 2, "Medium", wait=False).effective == 2
     assert "could not check tier" in caplog.text
+
+
+@pytest.mark.parametrize("replicas", [-5, "abc", 1000000000])
+def test_a_corrupt_baseline_record_is_refused_before_anything_is_sent(scaler_server, scaler_backend, replicas):
+    scaler_server.add_cluster("ray", "ray-run1", replicas=1)
+    scaler_backend.scale(RAY, 3, timeout=5)
+    path = scaler_backend.records.store.path(RAY)
+    record = json.loads(path.read_text())
+    baseline = json.loads(record["baseline"])
+    record["baseline"] = json.dumps({**baseline, "replicas": replicas})
+    path.write_text(json.dumps(record))
+    patches = scaler_server.count("PATCH")
+    with pytest.raises(CorruptRecordError) as caught:
+        scaler_backend.restore_baseline(RAY, timeout=5)
+    assert (caught.value.field, caught.value.value) == ("baseline.replicas", replicas)
+    assert str(path) in str(caught.value) and "an integer from 0 to 1000" in str(caught.value)
+    assert scaler_server.count("PATCH") == patches
+    assert scaler_server.cluster_object("ray", "ray-run1")["spec"]["worker"]["replicas"] == 3
+
+
+def test_a_corrupt_claim_record_is_refused_before_anything_is_sent(scaler_server, scaler_backend):
+    scaler_server.add_cluster("ray", "ray-run1", replicas=1)
+    scaler_backend.claim(RAY, "phase-a", 2)
+    path = scaler_backend.records.store.path(RAY)
+    record = json.loads(path.read_text())
+    claims = json.loads(record["claims"])
+    claims["phase-a"]["replicas"] = -5
+    path.write_text(json.dumps({**record, "claims": json.dumps(claims)}))
+    patches = scaler_server.count("PATCH")
+    with pytest.raises(CorruptRecordError, match=r"claims\['phase-a'\].replicas=-5"):
+        scaler_backend.reconcile(RAY, timeout=5)
+    path.write_text("not json")
+    with pytest.raises(CorruptRecordError, match="record='not json'"):
+        scaler_backend.claims(RAY)
+    assert scaler_server.count("PATCH") == patches

@@ -133,14 +133,17 @@ def down(ctx: click.Context, kind: str, name: Optional[str], everything: bool) -
 @click.option("--json", "as_json", is_flag=True, help="Print the cluster as JSON.")
 @click.option(
     "--repair/--no-repair",
-    default=True,
+    default=False,
     show_default=True,
-    help="Restart a dead scheduler or missing workers before reporting.",
+    help="Restart a dead scheduler or missing workers (up to the recorded size) before reporting; "
+    "without it nothing is started or stopped.",
 )
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds a repair may wait.")
 @click.pass_context
 def status(ctx: click.Context, kind: str, name: str, as_json: bool, repair: bool, timeout: float) -> None:
-    """Report a cluster: processes, the workers its scheduler sees, connection variables."""
+    """Report a cluster: processes, the workers its scheduler sees, connection variables.
+
+    Only reports; with --repair it first restarts what died."""
     backend = _backend(ctx)
     ref = _ref(kind, name)
     info = _run(lambda: backend.describe(ref))

@@ -36,7 +36,7 @@ EXIT_INTERRUPTED = 130
 """Ctrl-C: 128 + SIGINT, as shells report a command that SIGINT ended."""
 
 FAILURE_EXIT_CODES = (
-    "2 bad input (including an unknown tier and a --strict refusal); "
+    "2 bad input (including an unknown tier, a --strict refusal, a corrupt record and an unsafe state directory); "
     "3 timeout; 4 not found; 5 unauthorized; 6 backend unavailable; 130 interrupted (Ctrl-C); 1 other errors."
 )
 """The exit codes of failures, for ``--help`` texts."""

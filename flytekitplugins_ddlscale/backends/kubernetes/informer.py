@@ -46,7 +46,7 @@ Requirement = Tuple[str, str, Union[str, FrozenSet[str], None]]
 Key = Tuple[str, str, str]
 
 
-_SET_REQUIREMENT = re.compile(r"^([^\s!=(),]+)\s+(in|notin)\s+\(([^()]*)\)$")
+_SET_REQUIREMENT = re.compile(r"([^\s!=(),]+)\s+(in|notin)\s+\(([^()]*)\)")
 
 
 def _parts(selector: str) -> List[str]:
@@ -70,7 +70,7 @@ def parse_selector(selector: str) -> List[Requirement]:
     Raises :class:`InvalidInputError` naming the selector for anything else."""
     requirements: List[Requirement] = []
     for part in _parts(selector):
-        in_set = _SET_REQUIREMENT.match(part)
+        in_set = _SET_REQUIREMENT.fullmatch(part)
         if in_set:
             key, op, values = in_set.groups()
             requirements.append((key, op, frozenset(v.strip() for v in values.split(",") if v.strip())))

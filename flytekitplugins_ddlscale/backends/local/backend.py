@@ -216,16 +216,22 @@ class LocalBackend(FileRecordsBackend):
         timeout: float = DEFAULT_SCALE_TIMEOUT,
         progress: Optional[ProgressReporter] = None,
     ) -> ClusterState:
-        """Restart a dead scheduler (same port) and missing workers; return the state once whole."""
+        """Restart a dead scheduler (same port) and missing workers; return the state once whole.
+
+        The recorded size is capped at ``max_workers``, as a scale request is;
+        a record no user input could make raises :class:`CorruptRecordError`
+        before anything starts.
+        """
         self._served(ref)
         timeout = validate_timeout(timeout)
         with self.supervisor.lock(ref, timeout):
             record = self._load(ref)
             shape = self._shape(ref, record.worker_hw_tier or None, field="worker_hw_tier")
-            started, _ = self.supervisor.converge(record, record.desired, shape)
+            replicas = min(record.desired, self.max_workers)
+            started, _ = self.supervisor.converge(record, replicas, shape)
             if started:
                 logger.info("repaired %s: restarted %d worker(s)", ref, len(started))
-            return self._wait_started(record, started, record.desired, timeout, progress)
+            return self._wait_started(record, started, replicas, timeout, progress)
 
     def _restart_head(
         self, ref: ClusterRef, head_hw_tier: Optional[str], wait: bool, deadline: Deadline,
@@ -247,6 +253,7 @@ class LocalBackend(FileRecordsBackend):
             started_at = utcnow().isoformat()
             if head_tier is not None:
                 record.head_hw_tier = head_tier.name
+            record.desired = min(record.desired, self.max_workers)
             started = self.supervisor.restart_head(record, shape)
             if wait:
                 final = self._wait_started(record, started, record.desired, timeout, progress)

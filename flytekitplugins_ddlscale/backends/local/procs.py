@@ -18,9 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Tuple
 
-from ...errors import BackendUnavailableError
+from ...errors import BackendUnavailableError, UnsafePathError
+from ...privatefs import open_nofollow, private_dir, read_text_nofollow
 
-_SPAWN_SCRIPT = 'log=$1; shift; "$@" >>"$log" 2>&1 </dev/null & echo $!'
+# The log is opened here, not by the shell, so a symbolic link in its place is refused: it is the
+# shell's stderr, and the command's stdout and stderr.
+_SPAWN_SCRIPT = '"$@" >&2 </dev/null & echo $!'
 _POLL = 0.05
 
 
@@ -96,14 +99,19 @@ def with_environment(variables: Dict[str, str], argv: List[str]) -> List[str]:
 
 
 def spawn_detached(argv: List[str], log_path: Path) -> ProcessId:
-    """Start ``argv`` detached from this process (same environment), appending its output to ``log_path``."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    """Start ``argv`` detached from this process (same environment), appending its output to ``log_path``.
+
+    The log's folder is private and the log is never opened through a link
+    (:class:`UnsafePathError`).
+    """
+    private_dir(log_path.parent)
+    log = open_nofollow(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
         out = subprocess.run(
-            ["/bin/sh", "-c", _SPAWN_SCRIPT, "sh", str(log_path), *argv],
+            ["/bin/sh", "-c", _SPAWN_SCRIPT, "sh", *argv],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=log,
             start_new_session=True,
             check=True,
             timeout=30,
@@ -111,6 +119,8 @@ def spawn_detached(argv: List[str], log_path: Path) -> ProcessId:
         pid = int(out.stdout.decode().strip())
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
         raise BackendUnavailableError(f"could not start {argv[0]}: {exc}") from None
+    finally:
+        os.close(log)
     started = start_time(pid)
     if started is None:
         raise BackendUnavailableError(
@@ -163,7 +173,9 @@ def _signal_until_gone(procs: List[ProcessId], grace: float, asked: bool) -> Non
 def log_tail(path: Path, lines: int = 15) -> str:
     """The last ``lines`` lines of a log file, or a note that it is missing."""
     try:
-        text = path.read_text(errors="replace")
+        text = read_text_nofollow(path)
     except FileNotFoundError:
         return f"(no log at {path})"
+    except UnsafePathError as exc:
+        return f"(log not read: {exc.message})"
     return "\n".join(text.splitlines()[-lines:])

@@ -14,9 +14,11 @@ new tasks), waits for its running tasks up to
 supervisor's stop grace bounds it) and stops its processes. Objects whose
 only copy lived on the node are lost, as on Domino when a pod goes.
 """
+import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
 
+from ...privatefs import check_private_dir
 from . import ray_ops
 from .env import ray_env
 from .state import ClusterRecord, LocalStateStore
@@ -25,7 +27,9 @@ from .tiers import WorkerShape
 DASHBOARD = "dashboard"
 CLIENT = "client"
 TEMP_DIR = "temp_dir"
-"""``record.framework`` key: the head's ``--temp-dir``, under which worker nodes put their sockets."""
+"""``record.framework`` key: the cluster's private folder of Ray files, holding the head's ``--temp-dir``
+(worker nodes have theirs inside that); recorded because it may be a ``mkdtemp`` folder
+(:func:`~.ray_ops.temp_dir`)."""
 
 
 class RayDriver:
@@ -50,15 +54,16 @@ class RayDriver:
         return f"{record.host}:{record.port}"
 
     def head_argv(self, record: ClusterRecord, store: LocalStateStore) -> List[str]:
-        temp = record.framework[TEMP_DIR] = self._temp_dir(record, store)
+        folder = record.framework[TEMP_DIR] = self._temp_dir(record, store, create=True)
         return ray_ops.head_argv(
-            self.ray, record.host, record.port, record.ports[DASHBOARD], record.ports[CLIENT], temp
+            self.ray, record.host, record.port, record.ports[DASHBOARD], record.ports[CLIENT],
+            ray_ops.ray_temp_dir(folder),
         )
 
     def worker_argv(self, record: ClusterRecord, name: str, shape: WorkerShape, workdir: Path) -> List[str]:
         return ray_ops.worker_argv(
             self.ray, self.address(record), self._dashboard(record), record.host, name, shape.nthreads,
-            shape.memory_limit, record.framework.get(TEMP_DIR) or ray_ops.temp_dir(workdir.parent),
+            shape.memory_limit, ray_ops.ray_temp_dir(record.framework[TEMP_DIR]),
         )
 
     def registered_workers(self, record: ClusterRecord) -> Optional[Set[str]]:
@@ -74,17 +79,28 @@ class RayDriver:
         return ray_env(record.host, record.ports.get(CLIENT, 0), record.ports.get(DASHBOARD, 0))
 
     def details(self, record: ClusterRecord, store: LocalStateStore) -> Dict[str, Any]:
+        folder = self._temp_dir(record, store)
         return {
             "dashboard": self._dashboard(record),
             "client_address": f"ray://{record.host}:{record.ports.get(CLIENT, 0)}",
-            "ray_temp_dir": self._temp_dir(record, store),
+            "ray_temp_dir": ray_ops.ray_temp_dir(folder) if folder else None,
         }
 
     def outside_paths(self, record: ClusterRecord, store: LocalStateStore) -> List[Path]:
-        return [Path(self._temp_dir(record, store))]
+        temp = self._temp_dir(record, store)
+        return [Path(temp)] if temp and Path(temp).parent != store.cluster_dir(record.ref) else []
 
     @staticmethod
-    def _temp_dir(record: ClusterRecord, store: LocalStateStore) -> str:
+    def _temp_dir(record: ClusterRecord, store: LocalStateStore, create: bool = False) -> Optional[str]:
+        """The cluster's recorded private folder of Ray files (its path checked when the record was
+        read); with ``create``, a new one (:func:`~.ray_ops.temp_dir`) when none is recorded or the
+        recorded one is gone."""
+        temp = record.framework.get(TEMP_DIR)
+        if temp and os.path.lexists(temp):
+            check_private_dir(temp)
+            return str(temp)
+        if not create:
+            return str(temp) if temp else None
         return ray_ops.temp_dir(store.cluster_dir(record.ref))
 
     def _dashboard(self, record: ClusterRecord) -> str:

@@ -18,6 +18,7 @@ from typing import List, Optional, Set
 
 from ...errors import UnsupportedOperationError
 from ...framework.probes import PROBES, ray_alive_nodes
+from ...privatefs import private_dir
 from .procs import with_environment
 
 RAY_EXECUTABLE_ENV = "DDLSCALE_RAY_EXECUTABLE"
@@ -53,10 +54,33 @@ def ray_executable() -> str:
     )
 
 
+RAY_TEMP_PREFIX = "ddlscale-ray-"
+"""Name prefix of a Ray temp folder made with ``mkdtemp`` when the cluster's folder is too deep for Ray's sockets."""
+SOCKET_PATH_MAX = 107
+"""Bytes a Unix socket path may have."""
+BELOW_TEMP_DIR = len("/r/w12345678/session_2026-01-31_12-00-00_123456_4194304/sockets/plasma_store")
+"""Bytes Ray adds below a cluster's private temp folder for its longest socket: Ray's own folder
+(:func:`ray_temp_dir`), a worker node's (:func:`worker_temp_dir`), the session folder (date,
+microseconds, a pid of up to 7 digits), the socket."""
+
+
 def temp_dir(cluster_dir: Path) -> str:
-    """Ray's ``--temp-dir`` for one cluster: short, because Ray puts Unix sockets under it (107-byte limit)."""
-    digest = hashlib.sha1(str(cluster_dir.resolve()).encode()).hexdigest()[:12]
-    return str(Path(tempfile.gettempdir()) / "ddlscale-ray" / digest)
+    """The private folder (0700) holding a new cluster's Ray files (Ray's own is :func:`ray_temp_dir` in it).
+
+    ``<cluster folder>/ray`` when Ray's sockets fit the 107-byte limit there,
+    else a new folder ``ddlscale-ray-XXXXXXXX`` made by ``mkdtemp`` in the temp
+    folder (never a predictable shared path); the caller records it.
+    """
+    inside = cluster_dir / "ray"
+    if len(os.fsencode(str(inside))) + BELOW_TEMP_DIR <= SOCKET_PATH_MAX:
+        return str(private_dir(inside))
+    return tempfile.mkdtemp(prefix=RAY_TEMP_PREFIX)
+
+
+def ray_temp_dir(folder: str) -> str:
+    """Ray's ``--temp-dir`` inside the private ``folder``: Ray makes its temp folder and session folders
+    0777, so they stay private only below a folder of ours."""
+    return str(Path(folder) / "r")
 
 
 def head_argv(ray: str, host: str, port: int, dashboard_port: int, client_port: int, temp: str) -> List[str]:

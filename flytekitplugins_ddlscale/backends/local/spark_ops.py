@@ -12,12 +12,14 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Set
 
 from ...errors import UnsupportedOperationError
+from ...privatefs import private_dir
 from .procs import with_environment
 
 MIN_JAVA = 17
@@ -177,12 +179,13 @@ def app_properties(master_url: str, host: str, executor_memory_mib: int, python:
 
 def write_properties(path: Path, values: Mapping[str, str]) -> None:
     """Write ``values`` as a Spark properties file (``key value`` lines), replacing it atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     text = "# Written by flytekitplugins-ddlscale for a local Spark cluster.\n" + "".join(
         f"{key} {value}\n" for key, value in values.items()
     )
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
     os.replace(tmp, path)
 
 

@@ -10,27 +10,38 @@ Layout under the state directory (``$DDLSCALE_STATE_DIR/local`` by default)::
     records/                                          baselines and claims (FileRecordStore)
 
 ``cluster.json`` is replaced atomically, so readers never need the lock.
+
+Every folder is private (created 0700; one owned by another user, writable
+by group or others, or a symbolic link is refused with :class:`UnsafePathError`),
+no file is opened through a link, and ``cluster.json`` is checked with the
+rules of user input when read (:mod:`.record_check`).
 """
 import contextlib
 import datetime
 import errno
 import fcntl
 import json
+import logging
 import os
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Union
 
-from ...errors import ConflictError
+from ...errors import ConflictError, InvalidInputError, ScalingError
 from ...filestore import default_state_dir
+from ...privatefs import check_private_dir, open_nofollow, private_dir, read_text_nofollow, remove_nofollow
+from ...recordcheck import json_object, reading
 from ...refs import ClusterRef
 from ...wording import seconds
 from .procs import ProcessId
+from .record_check import check_cluster_json
 
 _LOCK_POLL = 0.05
+CLUSTER_FILE = "cluster.json"
+LOCK_FILE = "cluster.lock"
+logger = logging.getLogger("flytekitplugins_ddlscale.local")
 
 
 def default_local_state_dir() -> Path:
@@ -148,14 +159,20 @@ class LocalStateStore:
     """Reads and writes cluster records in a state directory."""
 
     def __init__(self, root: Union[str, Path, None] = None) -> None:
-        self.root = Path(root) if root is not None else default_local_state_dir()
-        self.clusters_dir = self.root / "clusters"
+        if root is None:
+            private_dir(default_state_dir())
+        self.root = private_dir(root if root is not None else default_local_state_dir())
+        self.clusters_dir = private_dir(self.root / "clusters")
         self.records_dir = self.root / "records"
-        self.clusters_dir.mkdir(parents=True, exist_ok=True)
 
     def cluster_dir(self, ref: ClusterRef) -> Path:
-        """The folder of ``ref``'s files."""
+        """The folder of ``ref``'s files (its path only: :meth:`private_cluster_dir` creates and checks it)."""
         return self.clusters_dir / f"{ref.namespace or '_'}.{ref.kind}.{ref.name}"
+
+    def private_cluster_dir(self, ref: ClusterRef, *parts: str) -> Path:
+        """``ref``'s folder (or the sub-folder ``parts``), created 0700 if absent; :class:`UnsafePathError`
+        when it is a link, another user's, or writable by others."""
+        return private_dir(self.cluster_dir(ref).joinpath(*parts))
 
     def scheduler_file(self, ref: ClusterRef) -> Path:
         """The ``--scheduler-file`` of ``ref``'s scheduler, for ``Client(scheduler_file=...)``."""
@@ -166,44 +183,68 @@ class LocalStateStore:
         return self.cluster_dir(ref) / "logs" / f"{process}.log"
 
     def load(self, ref: ClusterRef) -> Optional[ClusterRecord]:
-        """The record of ``ref``, or None when no such local cluster exists."""
+        """The record of ``ref``, or None when no such local cluster exists.
+
+        Raises :class:`CorruptRecordError` (naming the file, the field and its
+        value) for a record user input could not have made, and
+        :class:`UnsafePathError` for a folder or file others could steer.
+        """
+        folder = self.cluster_dir(ref)
+        if not os.path.lexists(folder):
+            return None
+        check_private_dir(folder)
+        path = folder / CLUSTER_FILE
         try:
-            text = (self.cluster_dir(ref) / "cluster.json").read_text(encoding="utf-8")
+            text = read_text_nofollow(path)
         except FileNotFoundError:
             return None
-        return ClusterRecord.from_json(json.loads(text))
+        with reading(str(path)):
+            data = json_object(text, "cluster.json")
+            check_cluster_json(data, folder)
+            record = ClusterRecord.from_json(data)
+            if record.ref != ref:
+                raise InvalidInputError("kind/name/namespace", str(record.ref), f"{ref}, the cluster of its folder")
+        return record
 
     def save(self, record: ClusterRecord) -> None:
         """Write ``record`` atomically (callers hold :meth:`lock`)."""
-        folder = self.cluster_dir(record.ref)
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = self.private_cluster_dir(record.ref)
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(record.to_json(), handle, indent=1, sort_keys=True)
-        os.replace(tmp, folder / "cluster.json")
+        os.replace(tmp, folder / CLUSTER_FILE)
 
     def delete(self, ref: ClusterRef) -> None:
         """Remove every file of ``ref`` except its lock (callers hold :meth:`lock`).
 
-        The lock file stays: removing it would let a process already waiting
-        on it lock an unlinked file while a newcomer locks a new one.
+        Only what is inside the cluster's own folder goes, walking without
+        following links (a link is removed, never what it points to); a
+        cluster folder that is itself a link or not this user's is refused
+        (:class:`UnsafePathError`) and nothing is removed. The lock file
+        stays: removing it would let a process already waiting on it lock an
+        unlinked file while a newcomer locks a new one.
         """
         folder = self.cluster_dir(ref)
-        for child in list(folder.iterdir()) if folder.exists() else []:
-            if child.name == "cluster.lock":
-                continue
-            if child.is_dir():
-                shutil.rmtree(child, ignore_errors=True)
-            else:
-                with contextlib.suppress(FileNotFoundError):
-                    child.unlink()
+        if not os.path.lexists(folder):
+            return
+        check_private_dir(folder)
+        with os.scandir(folder) as entries:
+            names = [entry.name for entry in entries if entry.name != LOCK_FILE]
+        for name in names:
+            remove_nofollow(folder / name)
 
     def refs(self) -> List[ClusterRef]:
-        """Every cluster that has a record, sorted by name."""
+        """Every cluster that has a readable record, sorted by name; others are skipped with a warning."""
         found = []
-        for path in sorted(self.clusters_dir.glob("*/cluster.json")):
-            with contextlib.suppress(FileNotFoundError, ValueError, KeyError):
-                found.append(ClusterRecord.from_json(json.loads(path.read_text(encoding="utf-8"))).ref)
+        with os.scandir(self.clusters_dir) as entries:
+            folders = sorted(entry.name for entry in entries)
+        for name in folders:
+            try:
+                ref = _ref_of_folder(name)
+                if ref is not None and self.load(ref) is not None:
+                    found.append(ref)
+            except ScalingError as exc:
+                logger.warning("skipping local cluster folder %s: %s", self.clusters_dir / name, exc)
         return sorted(found, key=lambda r: (r.namespace or "", r.kind, r.name))
 
     @contextlib.contextmanager
@@ -212,10 +253,9 @@ class LocalStateStore:
 
         Raises :class:`ConflictError` when another process keeps it longer.
         """
-        folder = self.cluster_dir(ref)
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = self.private_cluster_dir(ref)
         deadline = time.monotonic() + timeout
-        with open(folder / "cluster.lock", "a+") as handle:
+        with os.fdopen(open_nofollow(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT), "a+") as handle:
             while True:
                 try:
                     fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -226,7 +266,7 @@ class LocalStateStore:
                 if time.monotonic() >= deadline:
                     raise ConflictError(
                         f"another process kept the lock on local cluster {ref} for {seconds(timeout)} "
-                        f"({folder / 'cluster.lock'})",
+                        f"({folder / LOCK_FILE})",
                         cluster=str(ref),
                     )
                 time.sleep(_LOCK_POLL)
@@ -234,3 +274,16 @@ class LocalStateStore:
                 yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _ref_of_folder(name: str) -> Optional[ClusterRef]:
+    """The cluster a folder ``<namespace>.<kind>.<name>`` of the clusters folder is for; None for
+    another name (a folder the user made)."""
+    namespace, dot, rest = name.partition(".")
+    kind, dot2, cluster = rest.partition(".")
+    if not (dot and dot2):
+        return None
+    try:
+        return ClusterRef(kind, cluster, None if namespace == "_" else namespace)
+    except InvalidInputError:
+        return None

@@ -9,13 +9,13 @@ repairs a cluster whose processes died. It knows nothing of baselines,
 claims or waits; callers hold the cluster lock (:meth:`lock`) around changes.
 """
 import logging
-import shutil
 import socket
 import time
 from typing import AbstractSet, Callable, Iterator, List, Optional, Tuple
 
 from ...errors import BackendUnavailableError, WorkerFailedError
 from ...models import ClusterState
+from ...privatefs import remove_nofollow
 from ...refs import ClusterRef
 from . import procs
 from .driver import FrameworkDriver
@@ -117,8 +117,7 @@ class ProcessSupervisor:
     ) -> List[WorkerRecord]:
         """Spawn ``count`` workers of ``shape`` (named ``names`` first, then new names); do not wait."""
         started = []
-        workdir = self.store.cluster_dir(record.ref) / "work"
-        workdir.mkdir(parents=True, exist_ok=True)
+        workdir = self.store.private_cluster_dir(record.ref, "work")
         for index in range(count):
             if names is not None and index < len(names):
                 name = names[index]
@@ -173,12 +172,13 @@ class ProcessSupervisor:
 
     def take_down(self, record: ClusterRecord) -> None:
         """Stop every process of ``record`` and remove its files: the cluster's folder (all but its
-        lock) and the folders its framework wrote elsewhere (Ray's temp folder: sessions, logs)."""
+        lock) and the folders its framework wrote elsewhere (Ray's temp folder: sessions, logs),
+        never following a link out of them."""
         outside = self._driver(record).outside_paths(record, self.store)
         self.stop_all(record)
         self.store.delete(record.ref)
         for path in outside:
-            shutil.rmtree(path, ignore_errors=True)
+            remove_nofollow(path)
 
     # ----------------------------------------------------------- observing
 

@@ -20,7 +20,7 @@ from ...tiers import FileTierCatalog, HardwareTier
 
 LOCAL_TIERS_ENV = "DDLSCALE_LOCAL_TIERS"
 
-_QUANTITY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTPE]i?|k)?B?\s*$")
+_QUANTITY = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([KMGTPE]i?|k)?B?\s*")
 _FACTORS = {
     None: 1,
     "k": 10**3,
@@ -54,7 +54,7 @@ def tiers_file_path(tiers_file: Union[str, Path, None] = None) -> Path:
 
 def memory_bytes(quantity: str, field: str = "memory") -> int:
     """Bytes in a Kubernetes memory quantity (``1Gi``, ``512Mi``, ``2G``, ``1073741824``)."""
-    match = _QUANTITY.match(str(quantity))
+    match = _QUANTITY.fullmatch(str(quantity))
     if not match:
         raise InvalidInputError(field, quantity, "a memory quantity such as 512Mi, 1Gi or 2G")
     number, unit = match.groups()
