@@ -6,7 +6,9 @@ short-lived ``sh`` that backgrounds them: the cluster process is re-parented
 away from us at once, so it never becomes our zombie and Python never warns
 about a child it did not wait for. A pid is recorded together with the
 process start time, because pids are reused and a bare pid could name an
-unrelated process after a reboot or a long idle.
+unrelated process after a reboot or a long idle. Every cluster process
+starts with :func:`~.process_env.cluster_environment`, never this process's
+whole environment (its credentials).
 """
 import contextlib
 import os
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from ...errors import BackendUnavailableError
+from .process_env import cluster_environment
 
 _SPAWN_SCRIPT = 'log=$1; shift; "$@" >>"$log" 2>&1 </dev/null & echo $!'
 _POLL = 0.05
@@ -88,7 +91,8 @@ def is_alive(proc: ProcessId) -> bool:
 
 
 def with_environment(variables: Dict[str, str], argv: List[str]) -> List[str]:
-    """``argv`` run through ``env`` with ``variables`` set on top of this process's environment.
+    """``argv`` run through ``env`` with ``variables`` set on top of the environment it starts with
+    (:func:`spawn_detached`'s: the allow-listed :func:`~.process_env.cluster_environment`).
 
     ``env`` execs the command, so the pid :func:`spawn_detached` records is the command's own.
     """
@@ -96,7 +100,11 @@ def with_environment(variables: Dict[str, str], argv: List[str]) -> List[str]:
 
 
 def spawn_detached(argv: List[str], log_path: Path) -> ProcessId:
-    """Start ``argv`` detached from this process (same environment), appending its output to ``log_path``."""
+    """Start ``argv`` detached from this process, appending its output to ``log_path``.
+
+    It starts with :func:`~.process_env.cluster_environment` (the allow-listed variables of this
+    process, no credentials), plus what ``argv`` sets itself through :func:`with_environment`.
+    """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     try:
         out = subprocess.run(
@@ -105,6 +113,7 @@ def spawn_detached(argv: List[str], log_path: Path) -> ProcessId:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            env=cluster_environment(),
             check=True,
             timeout=30,
         )
