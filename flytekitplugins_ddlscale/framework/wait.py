@@ -26,6 +26,7 @@ from ..waiting import Deadline, PollSchedule, TwoStageBackoff
 from ..wording import seconds
 from .endpoints import Endpoint
 from .probes import Probe
+from .ray_auth import ray_auth_headers
 
 logger = logging.getLogger("flytekitplugins_ddlscale")
 
@@ -55,10 +56,15 @@ class HeadUnreachable(Exception):
 def read_registered(probe: Probe, endpoint: Endpoint, timeout: float) -> int:
     """Registered workers now; :class:`HeadUnreachable` when the head did not answer usefully.
 
+    A Ray head is read with the token of Ray's token authentication when this process's
+    environment turns it on (:mod:`.ray_auth`: a local cluster's connection variables do).
+
     Raises :class:`UnauthorizedError` on 401/403.
     """
     url = probe.url(endpoint.url)
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    # A Ray head with token authentication (local clusters) wants the token ray.init would send.
+    auth = ray_auth_headers() if probe.kind == "ray" else {}
+    request = urllib.request.Request(url, headers={"Accept": "application/json", **auth})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as reply:
             payload = json.loads(reply.read().decode("utf-8"))

@@ -13,6 +13,11 @@ new tasks), waits for its running tasks up to
 ``$RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S`` (Ray's default 30 s; the
 supervisor's stop grace bounds it) and stops its processes. Objects whose
 only copy lived on the node are lost, as on Domino when a pod goes.
+
+Every node listens on loopback only and runs with Ray's token
+authentication; the token lives in the cluster's folder (mode 0600) and
+:meth:`RayDriver.connection_env` hands user code its path (see
+:mod:`.ray_ops`).
 """
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
@@ -26,14 +31,16 @@ DASHBOARD = "dashboard"
 CLIENT = "client"
 TEMP_DIR = "temp_dir"
 """``record.framework`` key: the head's ``--temp-dir``, under which worker nodes put their sockets."""
+TOKEN_PATH = "auth_token_path"
+"""``record.framework`` key: the file holding the cluster's Ray authentication token."""
 
 
 class RayDriver:
     """Local Ray clusters: see :class:`~.driver.FrameworkDriver` for what each method promises.
 
     Construction finds the ``ray`` command (:func:`~.ray_ops.ray_executable`)
-    and raises :class:`UnsupportedOperationError` saying how to install Ray
-    when there is none.
+    and its Python (:func:`~.ray_ops.ray_python`), and raises
+    :class:`UnsupportedOperationError` saying how to install Ray when there is none.
     """
 
     kind = "ray"
@@ -44,6 +51,7 @@ class RayDriver:
 
     def __init__(self) -> None:
         self.ray = ray_ops.ray_executable()
+        self.python = ray_ops.ray_python(self.ray)
 
     def address(self, record: ClusterRecord) -> str:
         """The GCS address ``ray start --address`` joins (clients use :meth:`connection_env`)."""
@@ -51,27 +59,36 @@ class RayDriver:
 
     def head_argv(self, record: ClusterRecord, store: LocalStateStore) -> List[str]:
         temp = record.framework[TEMP_DIR] = self._temp_dir(record, store)
+        token_file = ray_ops.ensure_token(store.cluster_dir(record.ref) / ray_ops.TOKEN_FILE)
+        token = record.framework[TOKEN_PATH] = str(token_file)
         return ray_ops.head_argv(
-            self.ray, record.host, record.port, record.ports[DASHBOARD], record.ports[CLIENT], temp
+            self.python, record.host, record.port, record.ports[DASHBOARD], record.ports[CLIENT], temp, token
         )
 
     def worker_argv(self, record: ClusterRecord, name: str, shape: WorkerShape, workdir: Path) -> List[str]:
         return ray_ops.worker_argv(
-            self.ray, self.address(record), self._dashboard(record), record.host, name, shape.nthreads,
+            self.python, self.address(record), self._dashboard(record), record.host, name, shape.nthreads,
             shape.memory_limit, record.framework.get(TEMP_DIR) or ray_ops.temp_dir(workdir.parent),
+            record.framework.get(TOKEN_PATH) or str(workdir.parent / ray_ops.TOKEN_FILE),
         )
 
     def registered_workers(self, record: ClusterRecord) -> Optional[Set[str]]:
-        if not record.ports.get(DASHBOARD):
+        if not record.ports.get(DASHBOARD) or not record.framework.get(TOKEN_PATH):
             return None
-        return ray_ops.alive_worker_nodes(self._dashboard(record))
+        return ray_ops.alive_worker_nodes(self._dashboard(record), record.framework[TOKEN_PATH])
 
     def retire_workers(self, record: ClusterRecord, names: List[str], timeout: float) -> bool:
         # Stopping a Ray node is its drain (see the module docstring): nothing to ask the head first.
         return False
 
     def connection_env(self, record: ClusterRecord) -> Dict[str, str]:
-        return ray_env(record.host, record.ports.get(CLIENT, 0), record.ports.get(DASHBOARD, 0))
+        """Domino's variables, plus token authentication and the path of the cluster's token file
+        (``RAY_AUTH_MODE``, ``RAY_AUTH_TOKEN_PATH``), which ``ray.init("ray://...")`` and the
+        framework check read."""
+        env = ray_env(record.host, record.ports.get(CLIENT, 0), record.ports.get(DASHBOARD, 0))
+        if record.framework.get(TOKEN_PATH):
+            env.update(ray_ops.client_env(record.framework[TOKEN_PATH]))
+        return env
 
     def details(self, record: ClusterRecord, store: LocalStateStore) -> Dict[str, Any]:
         return {
