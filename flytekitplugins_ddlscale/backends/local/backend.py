@@ -51,8 +51,9 @@ STOPPED = "Stopped"
 _POLL = Backoff(initial=0.1, factor=1.5, cap=0.5)
 DESIRED = "desired_workers"
 """What holds a local cluster's size, as named in errors (``ClusterState.desired_workers``)."""
-LOOPBACK_HOSTS = ("127.0.0.1", "::1")
-"""Where local clusters listen: they are single-user, and nothing but loopback may reach them."""
+LOOPBACK_HOSTS = ("127.0.0.1",)
+"""Where local clusters may listen: they are single-user, and nothing but loopback may reach them
+(``::1`` is not offered: Ray and Spark were checked to hold every listener to 127.0.0.1 only)."""
 
 
 @dataclass

@@ -26,7 +26,7 @@ def scheduler_argv(host: str, port: int, scheduler_file: str) -> List[str]:
         "--host", host,
         "--port", str(port),
         "--no-dashboard",
-        "--dashboard-address", _any_port(host),
+        "--dashboard-address", f"{host}:0",
         "--scheduler-file", scheduler_file,
     ]
 
@@ -47,16 +47,11 @@ def worker_argv(
         "--memory-limit", str(memory_limit),
         "--no-nanny",
         "--no-dashboard",
-        "--dashboard-address", _any_port(host),
+        "--dashboard-address", f"{host}:0",
         "--host", host,
         "--local-directory", local_directory,
         "--death-timeout", "60",
     ]
-
-
-def _any_port(host: str) -> str:
-    """``host`` with port 0 (the OS picks one), as Dask's address options take it (``[::1]:0``)."""
-    return f"[{host}]:0" if ":" in host else f"{host}:0"
 
 
 async def _call(address: str, timeout: float, op: str, **kwargs: Any) -> Any:

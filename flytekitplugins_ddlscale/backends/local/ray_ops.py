@@ -82,8 +82,11 @@ def ray_python(ray: str) -> str:
             first = script.readline(512).decode("utf-8", "replace")
     except OSError as exc:
         first = f"({exc})"
-    interpreter = first[2:].strip().split(" ")[0] if first.startswith("#!") else ""
-    if interpreter and "python" in Path(interpreter).name and os.access(interpreter, os.X_OK):
+    words = first[2:].split() if first.startswith("#!") else []
+    if len(words) > 1 and Path(words[0]).name == "env":
+        words = [shutil.which(words[1]) or words[1]]
+    interpreter = words[0] if words else ""
+    if "python" in Path(interpreter).name and os.access(interpreter, os.X_OK):
         return interpreter
     raise UnsupportedOperationError(
         f"local Ray clusters start their nodes through the Python of the `ray` command, and {ray} does "
