@@ -182,7 +182,8 @@ class Cluster:
         self.base = base
         tiers = base / "tiers.yaml"
         tiers.write_text(SMALL_TIERS)
-        self.backend = LocalBackend(state_dir=base / "local", tiers_file=tiers, stop_grace=5.0)
+        # A Ray head took over 60 s to answer while other suites loaded the 2 cores (load 10-20).
+        self.backend = LocalBackend(state_dir=base / "local", tiers_file=tiers, stop_grace=5.0, start_timeout=180.0)
         self.ref = ClusterRef(kind, "sec")
         self.client: "subprocess.Popen[str]"
         self.task_env_names: List[str] = []
