@@ -31,9 +31,9 @@ def ray_connect() -> None:
 
 @task
 def train(up: ScaleOutcome) -> float:     # runs once 2 workers joined the Ray head
-    import ray
-
     with connected(up.cluster):           # RAY_HEAD_SERVICE_HOST/_PORT, as Domino sets them
+        import ray                        # after them: Ray reads RAY_AUTH_MODE on import
+
         ray_connect()
         losses = ray.get([ray.remote(lambda s: 1.0 / (s + 1)).remote(s) for s in range(8)])
         ray.shutdown()

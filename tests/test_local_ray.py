@@ -45,7 +45,10 @@ def dashboard_nodes(backend: LocalBackend, ref: ClusterRef = REF) -> Dict[str, d
     """ALIVE worker nodes by name, read from the dashboard by this test (not through the plugin)."""
     env = backend.connection_env(ref)
     url = f"http://127.0.0.1:{env['DDLSCALE_RAY_DASHBOARD_PORT']}/api/v0/nodes?limit=100&detail=true"
-    with urllib.request.urlopen(url, timeout=10) as reply:
+    # The head runs with token authentication; the token is in the file the variables name.
+    token = Path(env["RAY_AUTH_TOKEN_PATH"]).read_text().strip()
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=10) as reply:
         nodes = json.loads(reply.read())["data"]["result"]["result"]
     return {n["node_name"]: n for n in nodes if n["state"] == "ALIVE" and not n["is_head_node"]}
 
@@ -150,7 +153,10 @@ def test_a_ray_client_connects_through_the_domino_variables_and_runs_on_a_worker
         "ray.shutdown()\n"
     )
     with b.connected(REF) as env:
-        assert set(env) == {"RAY_HEAD_SERVICE_HOST", "RAY_HEAD_SERVICE_PORT", "DDLSCALE_RAY_DASHBOARD_PORT"}
+        assert set(env) == {
+            "RAY_HEAD_SERVICE_HOST", "RAY_HEAD_SERVICE_PORT", "DDLSCALE_RAY_DASHBOARD_PORT",
+            "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH",
+        }
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180,
                               env=dict(os.environ))
     assert "RAY_HEAD_SERVICE_HOST" not in os.environ
@@ -166,7 +172,8 @@ def test_framework_check_reads_the_real_dashboard_from_the_connection_variables(
     endpoint = resolve_endpoint("ray", env=b.connection_env(REF))
     assert endpoint is not None
     assert endpoint.source.startswith("$RAY_HEAD_SERVICE_HOST, port ")
-    registered = wait_registered(probe_for("ray"), endpoint, 2, timeout=30)
+    with b.connected(REF):  # the token the dashboard asks for, as a phase body has it
+        registered = wait_registered(probe_for("ray"), endpoint, 2, timeout=30)
     assert registered.workers == 2
     assert f"2 workers registered with the Ray head at {endpoint.url}" == registered.proof
     readiness = confirm_ready(b, REF, state, 2, 30, FrameworkOptions())
@@ -344,7 +351,9 @@ def test_worker_nodes_started_together_get_ray_temp_folders_of_their_own_short_e
     names = [f"{'n' * 63}-ray-worker-{i}" for i in (0, 1, 10)]
     folders = []
     for name in names:
-        argv = ray_ops.worker_argv("ray", "127.0.0.1:1", "http://127.0.0.1:2", "127.0.0.1", name, 1, GIB, temp)
+        argv = ray_ops.worker_argv(
+            sys.executable, "127.0.0.1:1", "http://127.0.0.1:2", "127.0.0.1", name, 1, GIB, temp, str(tmp_path / "t")
+        )
         folders.append(argv[argv.index("--temp-dir") + 1])
     assert len(set(folders)) == 3 and all(f.startswith(temp + "/") for f in folders)
     # The longest socket Ray puts there: <folder>/session_<date>_<time>_<usec>_<pid>/sockets/plasma_store.

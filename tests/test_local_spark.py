@@ -302,7 +302,7 @@ def test_cli_local_up_status_down_for_spark(shared):
     assert up.returncode == 0, up.stderr
     info = json.loads(up.stdout)
     assert (info["ready_workers"], info["address"]) == (1, info["master_url"])
-    assert set(info["env"]) == {"SPARK_CONF_DIR", "PYSPARK_PYTHON", "DDLSCALE_SPARK_WEBUI_PORT"}
+    assert set(info["env"]) == {"SPARK_CONF_DIR", "PYSPARK_PYTHON", "SPARK_LOCAL_IP", "DDLSCALE_SPARK_WEBUI_PORT"}
     status = subprocess.run(local + ["status", "--kind", "spark", "--name", "cli"],
                             capture_output=True, text=True, timeout=TIMEOUT, env=env)
     assert status.returncode == 0, status.stderr

@@ -27,6 +27,7 @@ from ..waiting import Deadline, PollSchedule, TwoStageBackoff
 from ..wording import seconds
 from .endpoints import Endpoint
 from .probes import Probe
+from .ray_auth import ray_auth_headers
 
 logger = logging.getLogger("flytekitplugins_ddlscale")
 
@@ -71,10 +72,14 @@ def read_registered(probe: Probe, endpoint: Endpoint, timeout: float) -> int:
 
     Redirects are not followed (a 3xx is a failed read). Error messages name
     the URL and what failed, never any part of the answer's body or status
-    line. Raises :class:`UnauthorizedError` on 401/403.
+    line. A Ray head is read with the token of Ray's token authentication when
+    this process's environment turns it on (:mod:`.ray_auth`: a local
+    cluster's connection variables do). Raises :class:`UnauthorizedError` on 401/403.
     """
     url = probe.url(endpoint.url)
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    # A Ray head with token authentication (local clusters) wants the token ray.init would send.
+    auth = ray_auth_headers() if probe.kind == "ray" else {}
+    request = urllib.request.Request(url, headers={"Accept": "application/json", **auth})
     try:
         with _OPENER.open(request, timeout=timeout) as reply:
             body = reply.read(MAX_ANSWER_BYTES + 1)

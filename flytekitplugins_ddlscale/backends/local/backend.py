@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Union
 
-from ...errors import CapacityExceededError, ClusterNotFoundError
+from ...errors import CapacityExceededError, ClusterNotFoundError, InvalidInputError
 from ...filerecords import FileBookkeeping
 from ...filestore import FileRecordStore
 from ...inplace import Reach, state_dir_env
@@ -51,6 +51,9 @@ STOPPED = "Stopped"
 _POLL = Backoff(initial=0.1, factor=1.5, cap=0.5)
 DESIRED = "desired_workers"
 """What holds a local cluster's size, as named in errors (``ClusterState.desired_workers``)."""
+LOOPBACK_HOSTS = ("127.0.0.1",)
+"""Where local clusters may listen: they are single-user, and nothing but loopback may reach them
+(``::1`` is not offered: Ray and Spark were checked to hold every listener to 127.0.0.1 only)."""
 
 
 @dataclass
@@ -68,7 +71,9 @@ class LocalBackend(FileRecordsBackend):
 
     ``state_dir`` defaults to ``$DDLSCALE_STATE_DIR/local`` (``~/.ddlscale/local``);
     ``tiers_file`` to ``$DDLSCALE_LOCAL_TIERS``, else the packaged
-    ``data/local_tiers.yaml``. ``max_workers`` plays the role of a cluster's
+    ``data/local_tiers.yaml``. ``host`` is where every process listens: a
+    loopback address (:data:`LOOPBACK_HOSTS`), anything else raises
+    :class:`InvalidInputError`. ``max_workers`` plays the role of a cluster's
     ``maxReplicas``. The kinds in :data:`~.drivers.SERVED_KINDS` are served;
     other kinds raise :class:`UnsupportedOperationError`, and a kind whose
     framework is not installed raises an error that says what to install.
@@ -110,6 +115,11 @@ class LocalBackend(FileRecordsBackend):
         start_timeout: float = 60.0,
         stop_grace: float = 5.0,
     ) -> None:
+        if host not in LOOPBACK_HOSTS:
+            raise InvalidInputError(
+                "host", host, " or ".join(LOOPBACK_HOSTS),
+                reason="local clusters are single-user and listen on loopback only",
+            )
         self.store = LocalStateStore(state_dir)
         self.host = host
         self.max_workers = validate_replicas(max_workers, field="max_workers")

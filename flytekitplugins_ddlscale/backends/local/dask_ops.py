@@ -17,12 +17,16 @@ def scheduler_argv(host: str, port: int, scheduler_file: str) -> List[str]:
     """``dask scheduler`` on ``host:port`` that also writes its address to ``scheduler_file``
 
     (for ``Client(scheduler_file=...)``; it also puts the cluster's folder in the command line).
+    Without a dashboard a scheduler still serves HTTP (health, metrics, call stacks) on
+    ``--dashboard-address``, every interface at 8787 by default: it is held to ``host`` on a
+    port the OS picks.
     """
     return [
         sys.executable, "-m", "distributed.cli.dask_scheduler",
         "--host", host,
         "--port", str(port),
         "--no-dashboard",
+        "--dashboard-address", f"{host}:0",
         "--scheduler-file", scheduler_file,
     ]
 
@@ -33,7 +37,8 @@ def worker_argv(
     """One ``dask worker`` process (no nanny, so one pid per worker) named ``name``.
 
     ``--death-timeout`` bounds how long a worker waits for a scheduler that is
-    gone, so an orphaned worker exits on its own.
+    gone, so an orphaned worker exits on its own. Its HTTP server (served even
+    without a dashboard, on every interface by default) is held to ``host``.
     """
     return [
         sys.executable, "-m", "distributed.cli.dask_worker", address,
@@ -42,6 +47,7 @@ def worker_argv(
         "--memory-limit", str(memory_limit),
         "--no-nanny",
         "--no-dashboard",
+        "--dashboard-address", f"{host}:0",
         "--host", host,
         "--local-directory", local_directory,
         "--death-timeout", "60",

@@ -6,7 +6,9 @@ short-lived ``sh`` that backgrounds them: the cluster process is re-parented
 away from us at once, so it never becomes our zombie and Python never warns
 about a child it did not wait for. A pid is recorded together with the
 process start time, because pids are reused and a bare pid could name an
-unrelated process after a reboot or a long idle.
+unrelated process after a reboot or a long idle. Every cluster process
+starts with :func:`~.process_env.cluster_environment`, never this process's
+whole environment (its credentials).
 """
 import contextlib
 import os
@@ -20,6 +22,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 from ...errors import BackendUnavailableError, UnsafePathError
 from ...privatefs import open_nofollow, private_dir, read_text_nofollow
+from .process_env import cluster_environment
 
 # The log is opened here, not by the shell, so a symbolic link in its place is refused: it is the
 # shell's stderr, and the command's stdout and stderr.
@@ -91,7 +94,8 @@ def is_alive(proc: ProcessId) -> bool:
 
 
 def with_environment(variables: Dict[str, str], argv: List[str]) -> List[str]:
-    """``argv`` run through ``env`` with ``variables`` set on top of this process's environment.
+    """``argv`` run through ``env`` with ``variables`` set on top of the environment it starts with
+    (:func:`spawn_detached`'s: the allow-listed :func:`~.process_env.cluster_environment`).
 
     ``env`` execs the command, so the pid :func:`spawn_detached` records is the command's own.
     """
@@ -99,10 +103,11 @@ def with_environment(variables: Dict[str, str], argv: List[str]) -> List[str]:
 
 
 def spawn_detached(argv: List[str], log_path: Path) -> ProcessId:
-    """Start ``argv`` detached from this process (same environment), appending its output to ``log_path``.
+    """Start ``argv`` detached from this process, appending its output to ``log_path``.
 
-    The log's folder is private and the log is never opened through a link
-    (:class:`UnsafePathError`).
+    It starts with :func:`~.process_env.cluster_environment` (the allow-listed variables of this
+    process, no credentials), plus what ``argv`` sets itself through :func:`with_environment`.
+    The log's folder is private and the log is never opened through a link (:class:`UnsafePathError`).
     """
     private_dir(log_path.parent)
     log = open_nofollow(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
@@ -113,6 +118,7 @@ def spawn_detached(argv: List[str], log_path: Path) -> ProcessId:
             stdout=subprocess.PIPE,
             stderr=log,
             start_new_session=True,
+            env=cluster_environment(),
             check=True,
             timeout=30,
         )

@@ -13,6 +13,11 @@ new tasks), waits for its running tasks up to
 ``$RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S`` (Ray's default 30 s; the
 supervisor's stop grace bounds it) and stops its processes. Objects whose
 only copy lived on the node are lost, as on Domino when a pod goes.
+
+Every node listens on loopback only and runs with Ray's token
+authentication; the token lives in the cluster's folder (mode 0600) and
+:meth:`RayDriver.connection_env` hands user code its path (see
+:mod:`.ray_ops`).
 """
 import os
 from pathlib import Path
@@ -30,14 +35,16 @@ TEMP_DIR = "temp_dir"
 """``record.framework`` key: the cluster's private folder of Ray files, holding the head's ``--temp-dir``
 (worker nodes have theirs inside that); recorded because it may be a ``mkdtemp`` folder
 (:func:`~.ray_ops.temp_dir`)."""
+TOKEN_PATH = "auth_token_path"
+"""``record.framework`` key: the file holding the cluster's Ray authentication token."""
 
 
 class RayDriver:
     """Local Ray clusters: see :class:`~.driver.FrameworkDriver` for what each method promises.
 
     Construction finds the ``ray`` command (:func:`~.ray_ops.ray_executable`)
-    and raises :class:`UnsupportedOperationError` saying how to install Ray
-    when there is none.
+    and its Python (:func:`~.ray_ops.ray_python`), and raises
+    :class:`UnsupportedOperationError` saying how to install Ray when there is none.
     """
 
     kind = "ray"
@@ -48,6 +55,7 @@ class RayDriver:
 
     def __init__(self) -> None:
         self.ray = ray_ops.ray_executable()
+        self.python = ray_ops.ray_python(self.ray)
 
     def address(self, record: ClusterRecord) -> str:
         """The GCS address ``ray start --address`` joins (clients use :meth:`connection_env`)."""
@@ -55,28 +63,37 @@ class RayDriver:
 
     def head_argv(self, record: ClusterRecord, store: LocalStateStore) -> List[str]:
         folder = record.framework[TEMP_DIR] = self._temp_dir(record, store, create=True)
+        token_file = ray_ops.ensure_token(store.cluster_dir(record.ref) / ray_ops.TOKEN_FILE)
+        token = record.framework[TOKEN_PATH] = str(token_file)
         return ray_ops.head_argv(
-            self.ray, record.host, record.port, record.ports[DASHBOARD], record.ports[CLIENT],
-            ray_ops.ray_temp_dir(folder),
+            self.python, record.host, record.port, record.ports[DASHBOARD], record.ports[CLIENT],
+            ray_ops.ray_temp_dir(folder), token,
         )
 
     def worker_argv(self, record: ClusterRecord, name: str, shape: WorkerShape, workdir: Path) -> List[str]:
         return ray_ops.worker_argv(
-            self.ray, self.address(record), self._dashboard(record), record.host, name, shape.nthreads,
+            self.python, self.address(record), self._dashboard(record), record.host, name, shape.nthreads,
             shape.memory_limit, ray_ops.ray_temp_dir(record.framework[TEMP_DIR]),
+            record.framework.get(TOKEN_PATH) or str(workdir.parent / ray_ops.TOKEN_FILE),
         )
 
     def registered_workers(self, record: ClusterRecord) -> Optional[Set[str]]:
-        if not record.ports.get(DASHBOARD):
+        if not record.ports.get(DASHBOARD) or not record.framework.get(TOKEN_PATH):
             return None
-        return ray_ops.alive_worker_nodes(self._dashboard(record))
+        return ray_ops.alive_worker_nodes(self._dashboard(record), record.framework[TOKEN_PATH])
 
     def retire_workers(self, record: ClusterRecord, names: List[str], timeout: float) -> bool:
         # Stopping a Ray node is its drain (see the module docstring): nothing to ask the head first.
         return False
 
     def connection_env(self, record: ClusterRecord) -> Dict[str, str]:
-        return ray_env(record.host, record.ports.get(CLIENT, 0), record.ports.get(DASHBOARD, 0))
+        """Domino's variables, plus token authentication and the path of the cluster's token file
+        (``RAY_AUTH_MODE``, ``RAY_AUTH_TOKEN_PATH``), which ``ray.init("ray://...")`` and the
+        framework check read."""
+        env = ray_env(record.host, record.ports.get(CLIENT, 0), record.ports.get(DASHBOARD, 0))
+        if record.framework.get(TOKEN_PATH):
+            env.update(ray_ops.client_env(record.framework[TOKEN_PATH]))
+        return env
 
     def details(self, record: ClusterRecord, store: LocalStateStore) -> Dict[str, Any]:
         folder = self._temp_dir(record, store)

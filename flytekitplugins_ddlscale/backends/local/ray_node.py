@@ -3,9 +3,10 @@
 The supervisor records this process as the worker. It
 
 * waits (up to :data:`WAIT_SECONDS`) until the head's dashboard lists the
-  head node ALIVE: a worker starts together with its head, and ``ray start
-  --address`` gives up on a GCS that is not listening yet, or that does not
-  know its head node yet;
+  head node ALIVE (read with the cluster's token, from the file
+  ``$RAY_AUTH_TOKEN_PATH`` the node runs with): a worker starts together
+  with its head, and ``ray start --address`` gives up on a GCS that is not
+  listening yet, or that does not know its head node yet;
 * runs the command as its child and passes SIGTERM/SIGINT on to it (SIGTERM
   is how Ray drains a node); the child gets SIGTERM too if this process
   dies, so a killed worker takes its node down with it;
@@ -20,12 +21,13 @@ package would only slow each start.
 """
 import ctypes
 import json
+import os
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
-from typing import List, Tuple
+from typing import Dict, List, Tuple
 
 WAIT_SECONDS = 180.0
 STARTUP_SECONDS = 60.0
@@ -34,10 +36,21 @@ _PR_SET_PDEATHSIG = 1
 _ALIVE_NODES = "/api/v0/nodes?limit=10000&filter_keys=state&filter_predicates=%3D&filter_values=ALIVE"
 
 
+def _auth_headers() -> Dict[str, str]:
+    """The cluster's token as the dashboard expects it (this script does not import the plugin)."""
+    try:
+        with open(os.environ.get("RAY_AUTH_TOKEN_PATH", ""), encoding="utf-8") as handle:
+            token = handle.read().strip()
+    except OSError:
+        return {}
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
 def _head_alive(dashboard: str) -> bool:
     """Whether the dashboard at ``dashboard`` lists an ALIVE head node (the State API's node list)."""
+    request = urllib.request.Request(dashboard.rstrip("/") + _ALIVE_NODES, headers=_auth_headers())
     try:
-        with urllib.request.urlopen(dashboard.rstrip("/") + _ALIVE_NODES, timeout=3.0) as reply:
+        with urllib.request.urlopen(request, timeout=3.0) as reply:
             nodes = json.loads(reply.read().decode("utf-8"))["data"]["result"]["result"]
     except (OSError, ValueError, KeyError, TypeError):
         return False

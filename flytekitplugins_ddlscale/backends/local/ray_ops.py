@@ -2,22 +2,33 @@
 
 Nothing here imports ``ray``: the nodes are ``ray start --block`` processes
 of the Ray installed beside this Python (or ``$DDLSCALE_RAY_EXECUTABLE``),
-and the head is read over the dashboard's State API with the standard
-library, so the plugin process pays no Ray import cost.
+run through :mod:`.ray_start` with that installation's Python, and the head
+is read over the dashboard's State API with the standard library, so the
+plugin process pays no Ray import cost.
+
+Every node is held to loopback (:mod:`.ray_start`; measured with ``ss``:
+without it, gcs_server, the raylets, the dashboard agents and the client
+server listened on every interface or the LAN address) and runs with Ray's
+token authentication (``RAY_AUTH_MODE=token``), its token in a file of the
+cluster's folder (mode 0600) named by ``RAY_AUTH_TOKEN_PATH``: loopback
+keeps other machines out, the token other users of this machine.
 """
 import hashlib
 import json
 import os
+import secrets
 import shutil
+import stat
 import sys
 import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import List, Optional, Set
+from typing import Dict, List, Optional, Set
 
-from ...errors import UnsupportedOperationError
+from ...errors import UnsafePathError, UnsupportedOperationError
 from ...framework.probes import PROBES, ray_alive_nodes
+from ...framework.ray_auth import AUTH_MODE_ENV, TOKEN_PATH_ENV, ray_auth_headers
 from ...privatefs import private_dir
 from .procs import with_environment
 
@@ -29,6 +40,11 @@ OBJECT_STORE_MINIMUM = 75 * 1024 * 1024
 """Ray refuses an object store below 75 MiB."""
 HEAD_OBJECT_STORE = 256 * 1024 * 1024
 """The head runs no tasks (``--num-cpus 0``); its store holds what ``ray://`` clients put."""
+TOKEN_FILE = "ray-auth-token"
+"""The cluster's Ray authentication token, in the cluster's folder (mode 0600)."""
+LOOPBACK_CLUSTER_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+"""Set to 0 for every process of a node: Ray's address look-ups then answer loopback (see
+:mod:`.ray_start`, which keeps ``ray start`` itself able to join a head)."""
 
 
 def ray_executable() -> str:
@@ -64,6 +80,63 @@ BELOW_TEMP_DIR = len("/r/w12345678/session_2026-01-31_12-00-00_123456_4194304/so
 microseconds, a pid of up to 7 digits), the socket."""
 
 
+def ray_python(ray: str) -> str:
+    """The Python of the ``ray`` command: this one when ``ray`` is installed beside it, else the
+    interpreter its console script names on its ``#!`` line.
+
+    Raises :class:`UnsupportedOperationError` when ``ray`` is not a Python console script: the
+    nodes are started through :mod:`.ray_start` in Ray's Python, to hold them to loopback.
+    """
+    if Path(ray).parent == Path(sys.executable).parent:
+        return sys.executable
+    try:
+        with open(ray, "rb") as script:
+            first = script.readline(512).decode("utf-8", "replace")
+    except OSError as exc:
+        first = f"({exc})"
+    words = first[2:].split() if first.startswith("#!") else []
+    if len(words) > 1 and Path(words[0]).name == "env":
+        words = [shutil.which(words[1]) or words[1]]
+    interpreter = words[0] if words else ""
+    if "python" in Path(interpreter).name and os.access(interpreter, os.X_OK):
+        return interpreter
+    raise UnsupportedOperationError(
+        f"local Ray clusters start their nodes through the Python of the `ray` command, and {ray} does "
+        f"not name one on its #! line ({first.strip()[:80]!r}); set ${RAY_EXECUTABLE_ENV} to the `ray` "
+        f"console script of a Python installation ({INSTALL_HINT})"
+    )
+
+
+def ensure_token(path: Path) -> Path:
+    """The cluster's token file at ``path``, created (random 256 bits, mode 0600) when missing.
+
+    A head restart keeps the token, so clients holding the path keep working.
+    """
+    private_dir(path.parent)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        found = os.lstat(path)
+        if stat.S_ISLNK(found.st_mode) or found.st_uid != os.getuid():
+            raise UnsafePathError(path, "the Ray token file is a link or another user's", "remove it") from None
+        os.chmod(path, 0o600)
+        return path
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(secrets.token_hex(32))
+    return path
+
+
+def node_env(token_path: str) -> Dict[str, str]:
+    """What every process of a node runs with: loopback address look-ups and token authentication."""
+    return {LOOPBACK_CLUSTER_ENV: "0", AUTH_MODE_ENV: "token", TOKEN_PATH_ENV: token_path}
+
+
+def client_env(token_path: str) -> Dict[str, str]:
+    """What user code needs to connect (``ray.init("ray://...")``) and the framework check to read
+    the dashboard: token authentication and the token file's path (never the token)."""
+    return {AUTH_MODE_ENV: "token", TOKEN_PATH_ENV: token_path}
+
+
 def temp_dir(cluster_dir: Path) -> str:
     """The private folder (0700) holding a new cluster's Ray files (Ray's own is :func:`ray_temp_dir` in it).
 
@@ -83,8 +156,16 @@ def ray_temp_dir(folder: str) -> str:
     return str(Path(folder) / "r")
 
 
-def head_argv(ray: str, host: str, port: int, dashboard_port: int, client_port: int, temp: str) -> List[str]:
-    """``ray start --head --block``: GCS on ``port``, the dashboard and the client server on theirs.
+def _start(python: str) -> List[str]:
+    """The ``ray`` command as nodes run it: :mod:`.ray_start` in Ray's Python (:func:`ray_python`)."""
+    return [python, str(Path(__file__).with_name("ray_start.py"))]
+
+
+def head_argv(
+    python: str, host: str, port: int, dashboard_port: int, client_port: int, temp: str, token_path: str
+) -> List[str]:
+    """``ray start --head --block``: GCS on ``port``, the dashboard and the client server on theirs,
+    all on ``host`` (loopback), with token authentication (:func:`node_env`).
 
     Every port Ray would otherwise take at a fixed default (GCS 6379,
     dashboard 8265, client 10001, dashboard agent 52365) is given, so local
@@ -98,8 +179,8 @@ def head_argv(ray: str, host: str, port: int, dashboard_port: int, client_port: 
     failed", 0 of 7 with the handlers off). Nothing in the head forks a
     process that goes on using gRPC without exec.
     """
-    return with_environment({"GRPC_ENABLE_FORK_SUPPORT": "0"}, [
-        ray, "start", "--head", "--block",
+    return with_environment({"GRPC_ENABLE_FORK_SUPPORT": "0", **node_env(token_path)}, [
+        *_start(python), "start", "--head", "--block",
         "--node-ip-address", host,
         "--port", str(port),
         "--dashboard-host", host,
@@ -115,7 +196,8 @@ def head_argv(ray: str, host: str, port: int, dashboard_port: int, client_port: 
 
 
 def worker_argv(
-    ray: str, gcs_address: str, dashboard: str, host: str, name: str, cpus: int, memory: int, temp: str
+    python: str, gcs_address: str, dashboard: str, host: str, name: str, cpus: int, memory: int, temp: str,
+    token_path: str,
 ) -> List[str]:
     """One worker node named ``name`` (its Ray ``node_name``) with ``cpus`` CPUs and ``memory`` bytes.
 
@@ -132,9 +214,9 @@ def worker_argv(
     ``ray start`` timed out after 30 s (seen on a quiet machine).
     """
     store = max(OBJECT_STORE_MINIMUM, int(memory * OBJECT_STORE_SHARE))
-    return [
+    return with_environment(node_env(token_path), [
         sys.executable, str(Path(__file__).with_name("ray_node.py")), dashboard, "--",
-        ray, "start", "--block",
+        *_start(python), "start", "--block",
         "--address", gcs_address,
         "--node-ip-address", host,
         "--node-name", name,
@@ -145,7 +227,7 @@ def worker_argv(
         "--dashboard-agent-listen-port", "0",
         "--temp-dir", worker_temp_dir(temp, name),
         "--disable-usage-stats",
-    ]
+    ])
 
 
 def worker_temp_dir(temp: str, name: str) -> str:
@@ -162,10 +244,12 @@ def dashboard_url(host: str, port: int) -> str:
     return f"http://{host}:{port}"
 
 
-def alive_worker_nodes(base_url: str, timeout: float = 3.0) -> Optional[Set[str]]:
-    """``node_name`` of every ALIVE worker node (not the head) the dashboard at ``base_url`` lists;
-    None while it does not answer with a node list."""
-    request = urllib.request.Request(PROBES["ray"].url(base_url), headers={"Accept": "application/json"})
+def alive_worker_nodes(base_url: str, token_path: str, timeout: float = 3.0) -> Optional[Set[str]]:
+    """``node_name`` of every ALIVE worker node (not the head) the dashboard at ``base_url`` lists,
+    read with the cluster's token (file ``token_path``); None while it does not answer with a
+    node list."""
+    headers = {"Accept": "application/json", **ray_auth_headers(client_env(token_path))}
+    request = urllib.request.Request(PROBES["ray"].url(base_url), headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as reply:
             nodes = ray_alive_nodes(json.loads(reply.read().decode("utf-8")))

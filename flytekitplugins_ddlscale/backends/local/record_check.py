@@ -15,7 +15,7 @@ from typing import Any, Dict
 from ...errors import InvalidInputError
 from ...recordcheck import mapping, only_fields
 from ...validation import MAX_REPLICAS, validate_int, validate_replicas, validate_text, validate_tier_name, validate_timestamp
-from .ray_ops import RAY_TEMP_PREFIX
+from .ray_ops import RAY_TEMP_PREFIX, TOKEN_FILE
 
 _RAY_TEMP_NAME = re.compile(re.escape(RAY_TEMP_PREFIX) + r"[A-Za-z0-9_]{8}")
 _HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.:-]{0,251}[A-Za-z0-9])?")
@@ -74,8 +74,12 @@ def _check_worker(data: Any, where: str) -> None:
 
 
 def _check_framework(facts: Dict[str, Any], folder: Path) -> None:
-    """The facts a driver records: paths must be the cluster's own files (Spark) or its Ray temp folder."""
-    for key, expected in (("conf_dir", folder / "conf"), ("daemon_conf", folder / "spark-daemon.conf")):
+    """The facts a driver records: paths must be the cluster's own files (Spark's, Ray's token) or its Ray
+    temp folder."""
+    own_files = (
+        ("conf_dir", folder / "conf"), ("daemon_conf", folder / "spark-daemon.conf"), ("auth_token_path", folder / TOKEN_FILE),
+    )
+    for key, expected in own_files:
         if key in facts and facts[key] != str(expected):
             raise InvalidInputError(f"framework.{key}", facts[key], str(expected))
     if "python" in facts:

@@ -133,11 +133,14 @@ class SparkDriver:
     def connection_env(self, record: ClusterRecord) -> Dict[str, str]:
         """``SPARK_CONF_DIR`` (its ``spark-defaults.conf`` sets ``spark.master``, as on Domino),
         ``PYSPARK_PYTHON`` (the Python that started the cluster, with pyspark: an application
-        started from Python reads this variable, not ``spark.pyspark.python``, for its executors)
-        and the master's web UI port for the framework readiness check."""
+        started from Python reads this variable, not ``spark.pyspark.python``, for its executors),
+        ``SPARK_LOCAL_IP`` (the cluster's loopback host: a driver's web UI binds to it instead of
+        every interface; no property moves it) and the master's web UI port for the framework
+        readiness check."""
         return {
             "SPARK_CONF_DIR": str(record.framework.get("conf_dir", "")),
             "PYSPARK_PYTHON": str(record.framework.get("python", "")),
+            "SPARK_LOCAL_IP": record.host,
             WEBUI_PORT_ENV: str(record.ports.get("webui", "")),
         }
 

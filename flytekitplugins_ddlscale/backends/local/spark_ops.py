@@ -162,14 +162,16 @@ def app_properties(master_url: str, host: str, executor_memory_mib: int, python:
     """What an application finds in ``spark-defaults.conf``, as Domino presets it for a run.
 
     ``spark.master`` is how code written for Domino finds its cluster; executors fit in one
-    worker of the cluster's tier; the driver is reached on ``host``; Python tasks of
-    ``spark-submit`` applications run with ``python`` (the interpreter that started the
+    worker of the cluster's tier; the driver is reached on ``host`` and listens there only
+    (its web UI follows ``$SPARK_LOCAL_IP``: ``SparkDriver.connection_env``); Python tasks
+    of ``spark-submit`` applications run with ``python`` (the interpreter that started the
     cluster, where pyspark is installed); decommissioned executors move their blocks to the
     remaining ones.
     """
     return {
         "spark.master": master_url,
         "spark.driver.host": host,
+        "spark.driver.bindAddress": host,
         "spark.executor.memory": f"{executor_memory_mib}m",
         "spark.pyspark.python": python,
         "spark.decommission.enabled": "true",

@@ -1,0 +1,55 @@
+"""The environment every process of a local cluster starts with: a short allow-list, never credentials.
+
+Local clusters run code sent to them (Dask tasks, Ray tasks, Spark
+executors), and a local Dask scheduler has no authentication: any user of
+the machine who reaches its loopback port can run code in its workers. So
+the heads, workers and their wrappers do not inherit the environment of
+the process that started them (``DOMINO_API_KEY``, cloud keys, tokens);
+they get only what running a framework needs (:func:`cluster_environment`).
+:func:`~.procs.spawn_detached` applies it to every cluster process, and a
+driver adds its framework's own settings on top
+(:func:`~.procs.with_environment`).
+"""
+import os
+import re
+from typing import Dict, Mapping, Optional
+
+ALLOWED_NAMES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ",
+    "TMPDIR", "TEMP", "TMP",
+    "PYTHONPATH", "PYTHONHOME", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE",
+    "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV",
+    "LD_LIBRARY_PATH", "JAVA_HOME",
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+})
+"""Variables passed on by name: finding programs, files, the locale and the Python and Java in use."""
+
+ALLOWED_PREFIXES = ("LC_", "DASK_", "RAY_", "SPARK_", "PYSPARK_")
+"""The frameworks' own settings (``DASK_DISTRIBUTED__...``, ``RAY_...``, ``SPARK_...``) and the locale."""
+
+_CREDENTIAL = re.compile(
+    r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS$|CREDENTIAL|AUTH|COOKIE|SESSION|"
+    r"^AWS_|^DOMINO_|^AZURE_|^GOOGLE_|^GCP_|^KUBECONFIG$|^KUBE_",
+    re.IGNORECASE,
+)
+"""Names that look like a credential are dropped even under an allowed prefix (``RAY_AUTH_TOKEN``,
+``SPARK_AUTH_SECRET``): a driver that needs one of its own sets it explicitly."""
+
+
+def is_credential_name(name: str) -> bool:
+    """Whether ``name`` looks like a variable holding a credential (a key, token, secret, password,
+    or a cloud or Domino setting)."""
+    return bool(_CREDENTIAL.search(name))
+
+
+def is_allowed(name: str) -> bool:
+    """Whether a cluster process inherits ``name`` from the process that starts the cluster."""
+    if is_credential_name(name):
+        return False
+    return name in ALLOWED_NAMES or name.startswith(ALLOWED_PREFIXES)
+
+
+def cluster_environment(source: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """The variables of ``source`` (default: this process's environment) a cluster process starts with."""
+    environ = os.environ if source is None else source
+    return {name: value for name, value in environ.items() if is_allowed(name)}
