@@ -29,8 +29,10 @@ OUTER_ENV = ("DOMINO_API_PROXY", "DOMINO_TOKEN", "DOMINO_API_KEY", "DOMINO_RUN_I
 
 @pytest.fixture(autouse=True)
 def no_leftovers() -> Iterator[None]:
-    """Fail a test that leaves threads or child processes running."""
+    """Fail a test that leaves threads or child processes running (those it found running are not its own:
+    under pytest-xdist a worker may hold the session's control plane or another module's servers)."""
     before = set(threading.enumerate())
+    children_before = set(child_pids())
     yield
     deadline = time.monotonic() + 10
     while True:
@@ -38,7 +40,7 @@ def no_leftovers() -> Iterator[None]:
             t for t in threading.enumerate()
             if t not in before and t.is_alive() and not t.name.endswith(PROCESS_WIDE_THREADS)
         ]
-        kids = child_pids()
+        kids = [pid for pid in child_pids() if pid not in children_before]
         if not extra and not kids:
             return
         if time.monotonic() > deadline:
