@@ -6,6 +6,7 @@ stderr is a terminal (local ``pyflyte run``) and rate-limited logging
 otherwise (remote pods). :func:`emit_summary` prints the one line each node
 and phase ends with (quiet with ``DDLSCALE_QUIET=1``).
 """
+import atexit
 import logging
 import os
 import sys
@@ -14,7 +15,7 @@ import time
 import weakref
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Callable, Optional, Type, Union
+from typing import Callable, Optional, Set, Tuple, Type, Union
 
 from .wording import plural
 
@@ -176,15 +177,33 @@ class LogReporter:
         self.close()
 
 
+_RUNNING_HEARTBEATS: Set[Tuple[threading.Event, threading.Thread]] = set()
+"""Heartbeats still running, ended before the interpreter exits (see :func:`_end_heartbeats`)."""
+
+
 def _heartbeat(reporter_ref: "weakref.ReferenceType[LogReporter]", stopped: threading.Event) -> None:
     """Run a reporter's heartbeat; it holds the reporter weakly, so a wait that is forgotten ends it."""
-    delay: Optional[float] = 0.0
-    while delay is not None and not stopped.wait(delay):
-        reporter = reporter_ref()
-        if reporter is None:
-            return
-        delay = reporter._beat()
-        del reporter
+    entry = (stopped, threading.current_thread())
+    _RUNNING_HEARTBEATS.add(entry)
+    try:
+        delay: Optional[float] = 0.0
+        while delay is not None and not stopped.wait(delay):
+            reporter = reporter_ref()
+            if reporter is None:
+                return
+            delay = reporter._beat()
+            del reporter
+    finally:
+        _RUNNING_HEARTBEATS.discard(entry)
+
+
+@atexit.register
+def _end_heartbeats() -> None:
+    # A daemon thread still writing to stderr while the interpreter shuts down aborts the process
+    # (SIGABRT: stderr's lock cannot be taken at shutdown): end every heartbeat first.
+    for stopped, thread in list(_RUNNING_HEARTBEATS):
+        stopped.set()
+        thread.join(timeout=2.0)
 
 
 class RichReporter:
