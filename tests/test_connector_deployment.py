@@ -40,8 +40,9 @@ def test_the_guide_pins_exactly_the_task_types_the_connector_serves_at_the_servi
     plugin = config["plugins"]["connector-service"]
     assert sorted(plugin["supportedTaskTypes"]) == sorted(SERVED_TASK_TYPES)
     assert "connector-service" in config["tasks"]["task-plugins"]["enabled-plugins"]
-    service = _objects()["Service"]
+    objects = _objects()
+    service = objects["Service"]
     expected = f"k8s://{service['metadata']['name']}.{service['metadata']['namespace']}:{service['spec']['ports'][0]['port']}"
     assert plugin["defaultConnector"]["endpoint"] == expected
     commands = [shlex.split(c) for c in re.findall(r"`(pyflyte serve connector [^`]+)`", text.replace("\n", " "))]
-    assert _objects()["Deployment"]["spec"]["template"]["spec"]["containers"][0]["command"] in commands
+    assert objects["Deployment"]["spec"]["template"]["spec"]["containers"][0]["command"] in commands

@@ -32,7 +32,7 @@ from flytekitplugins_ddlscale.refs import (
     MANAGED_BY_OPERATOR,
 )
 
-from .kubelet import Reactor, iso_now
+from .kubelet import Reacting, Reactor, iso_now
 
 DCO_KINDS = [info for info in KINDS.values() if info.flavour == "dco"]
 TEMPLATE_ANNOTATION = "envtest.ddlscale.io/template-hash"
@@ -43,7 +43,7 @@ def _loads(response: Any) -> Dict[str, Any]:
     return json.loads(response.data)
 
 
-class DcoStandIn:
+class DcoStandIn(Reacting):
     """Reconciles every DCO cluster object of the API server into StatefulSets and a status."""
 
     def __init__(self, api_client: Any) -> None:
@@ -57,17 +57,6 @@ class DcoStandIn:
             for info in DCO_KINDS
         ] + [self.apps.list_stateful_set_for_all_namespaces, self.core.list_pod_for_all_namespaces]
         self._reactor = Reactor("envtest-dco", watches, self._act, period=1.0)
-
-    def start(self) -> "DcoStandIn":
-        self._reactor.start()
-        return self
-
-    def stop(self) -> None:
-        self._reactor.stop()
-
-    @property
-    def errors(self) -> List[str]:
-        return self._reactor.errors
 
     def _act(self) -> Optional[float]:
         sets = {

@@ -17,7 +17,7 @@ import datetime
 import json
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, TypeVar
 
 NODE = "envtest-node"
 
@@ -92,7 +92,30 @@ class Reactor:
             self._wake.wait(wait)
 
 
-class FakeKubelet:
+R = TypeVar("R", bound="Reacting")
+
+
+class Reacting:
+    """Start, stop and errors of a stand-in whose work runs in ``self._reactor`` (a :class:`Reactor`)."""
+
+    _reactor: Reactor
+
+    def start(self: R) -> R:
+        """Start the stand-in's watches and loop; return it."""
+        self._reactor.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop the watches and the loop."""
+        self._reactor.stop()
+
+    @property
+    def errors(self) -> List[str]:
+        """The last errors of the loop, for a test's failure message."""
+        return self._reactor.errors
+
+
+class FakeKubelet(Reacting):
     """Makes every pod of the API server Ready after ``ready_delay`` s and finishes deletions.
 
     ``delays`` maps a value of the label ``app.kubernetes.io/instance`` (a
@@ -108,17 +131,6 @@ class FakeKubelet:
         self.delays: Dict[str, float] = {}
         self._seen: Dict[str, float] = {}
         self._reactor = Reactor("envtest-kubelet", [self.core.list_pod_for_all_namespaces], self._act, period=1.0)
-
-    def start(self) -> "FakeKubelet":
-        self._reactor.start()
-        return self
-
-    def stop(self) -> None:
-        self._reactor.stop()
-
-    @property
-    def errors(self) -> List[str]:
-        return self._reactor.errors
 
     def set_ready_delay(self, seconds: float, cluster: Optional[str] = None) -> None:
         """How long new pods (of one cluster, or all) take to become Ready."""
