@@ -11,26 +11,24 @@ from tests.envtest.fixtures import envtest  # noqa: E402,F401 - the session's re
 from tests.servers.scaler_server import ScalerTestServer  # noqa: E402
 
 
-REAL_FRAMEWORK_MODULES = frozenset(
-    f"tests/{name}.py"
-    for name in ("test_local_ray", "test_local_spark", "test_examples", "test_benchmarks_smoke", "test_local_security")
-)
-"""Modules that start real Ray nodes and Spark JVMs: one worker runs them one after another, because a Ray
-head starting beside another module's Ray or Spark cluster on two cores timed out ("node timed out during
-startup")."""
+RAY_OR_SPARK_LANE = "ray-or-spark"
+"""The xdist group of tests marked ``ray_or_spark``: one worker runs them one after another, because a Ray
+head starting beside another test's Ray or Spark cluster on two cores timed out ("node timed out during
+startup"). Dask clusters and test servers run beside them."""
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the node ids
 def pytest_collection_modifyitems(config, items):
     """Under ``-n N --dist loadgroup`` (the README's test command) a module's tests share one worker, so
     module-scoped clusters and servers start once; tests of the real control plane share one worker too,
-    so it starts once per suite, not once per worker."""
+    so it starts once per suite, not once per worker; tests that start Ray nodes or Spark JVMs (marked
+    ``ray_or_spark``) share one worker so that no two of them start at once."""
     for item in items:
         module = item.nodeid.split("::", 1)[0]
         if item.get_closest_marker("envtest"):
             group = "envtest"
-        elif module in REAL_FRAMEWORK_MODULES:
-            group = "real-frameworks"
+        elif item.get_closest_marker("ray_or_spark"):
+            group = RAY_OR_SPARK_LANE
         else:
             group = module
         item.add_marker(pytest.mark.xdist_group(group))

@@ -108,19 +108,28 @@ class RealDask:
             timer.cancel()
         with self._lock:
             self._stopped = True
-            procs = list(self._workers) + ([self._scheduler] if self._scheduler else [])
-        for proc in procs:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            workers = list(self._workers)
+        # Workers first, while their scheduler still answers: a worker whose scheduler went first
+        # spends its whole close timeout trying to say goodbye.
+        _terminate(workers)
+        _terminate([self._scheduler] if self._scheduler else [])
 
     def __enter__(self) -> "RealDask":
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _terminate(procs: List[subprocess.Popen], grace: float = 10.0) -> None:
+    """SIGTERM to each of ``procs``, then SIGKILL to those still running ``grace`` seconds later."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

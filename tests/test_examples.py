@@ -77,6 +77,7 @@ def _gone(state: Path, timeout: float = 30.0) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.ray_or_spark
 @pytest.mark.skipif(shutil.which("java") is None and not os.environ.get("JAVA_HOME"),
                     reason="Java is absent: local Spark clusters need Java 17+ (apt-get install openjdk-17-jre-headless)")
 def test_spark_example_runs_locally_end_to_end_on_a_real_spark_cluster(tmp_path):
@@ -99,6 +100,7 @@ def test_spark_example_runs_locally_end_to_end_on_a_real_spark_cluster(tmp_path)
 
 
 @pytest.mark.slow
+@pytest.mark.ray_or_spark
 def test_readme_ray_snippet_is_the_ray_example_and_runs_end_to_end_on_local_ray(tmp_path):
     from flytekitplugins_ddlscale.backends.local.ray_ops import temp_dir
 

@@ -20,3 +20,19 @@ def test_each_module_runs_in_one_worker_under_loadgroup():
         workers[path].add(worker)
     assert set(workers) == set(files), result.stdout[-3000:]
     assert all(len(ran_in) == 1 for ran_in in workers.values()), dict(workers)
+
+
+def _collected(*args):
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    return {line for line in result.stdout.splitlines() if "::" in line}
+
+
+def test_every_test_that_starts_ray_or_spark_runs_in_the_one_lane():
+    """A Ray head started beside another Ray or Spark cluster times out on two cores: each test that starts
+    one carries ``ray_or_spark`` (conftest.py puts those in one xdist group); Dask tests stay out of it."""
+    assert _collected("-m", "not ray_or_spark", "tests/test_local_ray.py", "tests/test_local_spark.py") == set()
+    lane = _collected("-m", "ray_or_spark", "tests/test_local_security.py", "tests/test_benchmarks_smoke.py")
+    assert {test.rsplit("[", 1)[1].rstrip("]") for test in lane} == {"ray", "spark", "local_frameworks", "local_spark"}
