@@ -144,3 +144,16 @@ def test_plural():
     from flytekitplugins_ddlscale.wording import plural
 
     assert [plural(0, "worker"), plural(1, "worker"), plural(2, "cluster")] == ["0 workers", "1 worker", "2 clusters"]
+
+
+@pytest.mark.parametrize("command", ["status", "restore"])
+def test_status_and_restore_of_a_missing_local_cluster_both_exit_4(command, tmp_path):
+    from flytekitplugins_ddlscale.cli import main
+
+    result = CliRunner().invoke(
+        main, [command, "--backend", "local", "--kind", "dask", "--name", "never-made"],
+        env={"DDLSCALE_STATE_DIR": str(tmp_path / "state")}, catch_exceptions=False,
+    )
+    assert result.exit_code == 4, result.output
+    assert "[not_found] dask/never-made: no local cluster dask/never-made" in result.stderr
+    assert LocalBackend(state_dir=tmp_path / "state" / "local").list_clusters() == []

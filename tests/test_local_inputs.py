@@ -121,9 +121,9 @@ def test_missing_cluster_is_reported_not_created(backend):
     assert backend.list_clusters() == []
 
 
-def test_restore_without_baseline_or_cluster_changes_nothing(backend):
-    result = backend.restore_baseline(REF)
-    assert (result.requested, result.effective, result.final.status) == (0, 0, "Stopped")
+def test_restore_without_baseline_or_cluster_is_not_found_and_changes_nothing(backend):
+    with pytest.raises(ClusterNotFoundError, match="no local cluster dask/inputs"):
+        backend.restore_baseline(REF)
     assert backend.list_clusters() == []
 
 

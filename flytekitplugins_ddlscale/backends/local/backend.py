@@ -370,7 +370,9 @@ class LocalBackend(FileRecordsBackend):
         return change
 
     def _no_baseline(self, ref: ClusterRef) -> ScaleResult:
-        return _unchanged(self._observe_or_absent(ref))
+        """Nothing recorded to put back: the cluster unchanged, or :class:`ClusterNotFoundError` when there is
+        none (as the scaler and Kubernetes backends answer, and ``status`` exits)."""
+        return _unchanged(self._observe(ref))
 
     def _apply(
         self, ref: ClusterRef, replicas: int, worker_hw_tier: Optional[str], *, by_operator: bool
