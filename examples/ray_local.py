@@ -26,7 +26,8 @@ scale_down = ScaleCluster("scale_down", cluster="ray/demo", replicas=0)
 def ray_connect() -> None:
     import ray  # what Domino documents for code in a run with a Ray cluster
 
-    ray.init(f"ray://{os.environ['RAY_HEAD_SERVICE_HOST']}:{os.environ['RAY_HEAD_SERVICE_PORT']}")
+    address = f"ray://{os.environ['RAY_HEAD_SERVICE_HOST']}:{os.environ['RAY_HEAD_SERVICE_PORT']}"
+    ray.init(address, logging_level="ERROR")  # Ray's INFO chatter would bury the flow's own lines
 
 
 @task

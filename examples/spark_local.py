@@ -52,7 +52,10 @@ def _word_counts(text: List[str]) -> Dict[str, int]:
     """Count words with Spark on the cluster's executors."""
     from pyspark.sql import SparkSession
 
-    spark = SparkSession.builder.appName("ddlscale-spark-local").getOrCreate()
+    # No console progress bar: piped, its carriage returns run into the flow's own lines.
+    builder = SparkSession.builder.appName("ddlscale-spark-local").config("spark.ui.showConsoleProgress", "false")
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
     try:
         words = spark.sparkContext.parallelize(text, WORKERS).flatMap(str.split)
         return dict(words.map(lambda word: (word, 1)).reduceByKey(lambda a, b: a + b).collect())

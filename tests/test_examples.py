@@ -89,6 +89,7 @@ def test_spark_example_runs_locally_end_to_end_on_a_real_spark_cluster(tmp_path)
         assert done.stdout.strip().splitlines()[-1] == "True"
         summaries = [line for line in done.stderr.splitlines() if ": spark/spark-demo " in line]
         assert [line.split(":")[0] for line in summaries] == ["request_workers", "workers_ready", "check_in_phase"]
+        assert "\r" not in done.stderr and "[Stage " not in done.stderr, "Spark's progress bar shows"
         assert re.fullmatch(
             r"workers_ready: spark/spark-demo 2 workers ready after \d+\.\d s"
             r" \(framework: 2 workers registered with the Spark master \(local backend\)\)", summaries[1])
@@ -118,6 +119,7 @@ def test_readme_ray_snippet_is_the_ray_example_and_runs_end_to_end_on_local_ray(
         assert float(done.stdout.strip().splitlines()[-1]) == pytest.approx(1.0 / loss)
         summaries = [line for line in done.stderr.splitlines() if ": ray/demo " in line]
         assert [line.split(":")[0] for line in summaries] == ["scale_up", "scale_down", "evaluate"], done.stderr
+        assert "client_builder" not in done.stderr and "SIGTERM handler" not in done.stderr, "Ray's chatter shows"
         assert re.fullmatch(r"scale_up: ray/demo 0 -> 2 workers ready on Medium in \d+\.\d s(?: \(\d+\.\d s waiting\))?"
                             r" \(framework: 2 workers registered with the Ray head \(local backend\)\)", summaries[0])
         assert re.match(r"evaluate: ray/demo 0 -> 1 worker ready in \d+\.\d s", summaries[2])
