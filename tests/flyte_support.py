@@ -12,8 +12,10 @@ SCALER_ENV = ("CLUSTER_SCALER_BASE_URL", "DOMINO_RUN_ID", "DDLSCALE_BACKEND", "D
               "DOMINO_TOKEN", "DOMINO_API_KEY", "DASK_SCHEDULER_SERVICE_HOST", "DASK_SCHEDULER_SERVICE_PORT")
 
 
-def processes_mentioning(text: str) -> List[int]:
-    """Pids of live processes whose command line contains ``text`` (local clusters name their state dir)."""
+def processes_mentioning(text: str, environment: bool = False) -> List[int]:
+    """Pids of live processes whose command line contains ``text`` (local clusters name their state dir);
+    with ``environment``, also those whose environment does (a Ray node's processes carry the path of the
+    cluster's token file, inside the state dir, but name only Ray's temp folder on their command line)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -21,9 +23,10 @@ def processes_mentioning(text: str) -> List[int]:
         try:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             status = (entry / "status").read_text()
+            environ = (entry / "environ").read_bytes().decode(errors="replace") if environment else ""
         except OSError:
             continue
-        if text in cmdline and "State:\tZ" not in status:
+        if (text in cmdline or text in environ) and "State:\tZ" not in status:
             found.append(int(entry.name))
     return found
 

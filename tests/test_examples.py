@@ -9,6 +9,7 @@ import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import termios
 import time
 from collections import OrderedDict
@@ -103,14 +104,16 @@ def test_spark_example_runs_locally_end_to_end_on_a_real_spark_cluster(tmp_path)
 @pytest.mark.slow
 @pytest.mark.ray_or_spark
 def test_readme_ray_snippet_is_the_ray_example_and_runs_end_to_end_on_local_ray(tmp_path):
-    from flytekitplugins_ddlscale.backends.local.ray_ops import temp_dir
+    from flytekitplugins_ddlscale.backends.local.ray_ops import RAY_TEMP_PREFIX
 
     readme = (ROOT / "README.md").read_text()
     snippet = readme.split("```python\n", 1)[1].split("```\n", 1)[0]
     example = (ROOT / "examples" / "ray_local.py").read_text()
     assert "cluster=\"ray/" in snippet and example.endswith(snippet)
     state = tmp_path / "state"
-    ray_files = temp_dir(state / "local" / "clusters" / "_.ray.demo")
+    # Ray's socket paths do not fit under tmp_path, so the cluster's Ray files go to a new folder in the temp
+    # folder (ray_ops.temp_dir); Ray tests run one at a time (the ray_or_spark lane), so a new one is this run's.
+    ray_folders_before = set(Path(tempfile.gettempdir()).glob(RAY_TEMP_PREFIX + "*"))
     done = subprocess.run([str(PYFLYTE), "run", "examples/ray_local.py", "train_flow"], cwd=ROOT,
                           env=quick_start_env(state), capture_output=True, text=True, timeout=900)
     try:
@@ -126,7 +129,8 @@ def test_readme_ray_snippet_is_the_ray_example_and_runs_end_to_end_on_local_ray(
         assert summaries[2].endswith("restored to 0 workers (baseline)")
         # The flow created the cluster, so restoring its baseline took it down: no Ray process is left.
         assert not list((state / "local" / "clusters").glob("*/cluster.json"))
-        assert processes_mentioning(ray_files) == []
+        assert processes_mentioning(str(state), environment=True) == []
+        assert set(Path(tempfile.gettempdir()).glob(RAY_TEMP_PREFIX + "*")) - ray_folders_before == set()
     finally:
         take_down(state)
 
