@@ -228,9 +228,9 @@ def cluster(request, tmp_path_factory) -> Iterator[Cluster]:
             found.client.wait()
         found.backend.shutdown_all()
         deadline = time.monotonic() + 20
-        while processes_mentioning(str(found.base)) and time.monotonic() < deadline:
+        while processes_mentioning(str(found.base), environment=True) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert processes_mentioning(str(found.base)) == []
+        assert processes_mentioning(str(found.base), environment=True) == []
 
 
 def _read_line(client: "subprocess.Popen[str]", timeout: float) -> str:

@@ -4,13 +4,13 @@ Every fixture tears its clusters down and then checks, by scanning /proc,
 that no process started for the test's state directory is still running,
 and that no thread was left behind in the test process.
 """
-import os
 import threading
 import time
-from pathlib import Path
-from typing import Dict, List
+from typing import Dict
 
 import pytest
+
+from tests.flyte_support import processes_mentioning  # noqa: F401 - the local tests import it from here
 
 SMALL_TIERS = """
 tiers:
@@ -25,22 +25,6 @@ tiers:
     memory: 1Gi
     restrictTo: [ray]
 """
-
-
-def processes_mentioning(text: str) -> List[int]:
-    """Pids of running (non-zombie) processes whose command line contains ``text``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (FileNotFoundError, ProcessLookupError, PermissionError, IndexError):
-            continue
-        if text in cmdline and state not in ("Z", "X"):
-            found.append(int(entry.name))
-    return found
 
 
 def wait_dead(proc, timeout: float = 10.0) -> None:
@@ -71,7 +55,7 @@ def local_state(tmp_path):
     from flytekitplugins_ddlscale.backends.local import LocalBackend
 
     LocalBackend(state_dir=path).shutdown_all()
-    leftover = processes_mentioning(str(path))
+    leftover = processes_mentioning(str(path), environment=True)
     assert leftover == [], f"processes left running: {leftover}"
     # A closed dask Client stops its loop thread asynchronously: give it a moment.
     for thread in set(threading.enumerate()) - threads_before:
