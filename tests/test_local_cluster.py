@@ -11,7 +11,13 @@ import socket
 
 import pytest
 
-from flytekitplugins_ddlscale import ClusterRef, ReplicaSpec, ScalingTimeoutError, WorkerFailedError
+from flytekitplugins_ddlscale import (
+    BackendUnavailableError,
+    ClusterRef,
+    ReplicaSpec,
+    ScalingTimeoutError,
+    WorkerFailedError,
+)
 from flytekitplugins_ddlscale.backends.local import LocalBackend, procs
 from tests.test_local_support import (  # noqa: F401
     backend,
@@ -227,3 +233,53 @@ def test_restore_baseline_keeps_a_cluster_made_with_up(backend):
     assert explicit.final.desired_workers == 0 and backend.list_clusters() == [ref]
     assert backend.down(ref) is True
     assert processes_mentioning(str(backend.store.cluster_dir(ref))) == []
+
+
+class _ReleaseOnRetry(logging.Handler):
+    """Closes ``holder`` (a socket on the head's port) when the supervisor says it starts the head once more."""
+
+    def __init__(self, holder: socket.socket) -> None:
+        super().__init__(logging.WARNING)
+        self.holder = holder
+        self.retries = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "starting it once more" in record.getMessage():
+            self.retries.append(record.getMessage())
+            self.holder.close()
+
+
+def _hold_port(port: int) -> socket.socket:
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # the killed scheduler's connections linger
+    holder.bind(("127.0.0.1", port))
+    holder.listen(1)
+    return holder
+
+
+@pytest.mark.parametrize("freed_after_first_exit", [True, False])
+def test_a_head_that_exits_while_starting_is_started_once_more(backend, freed_after_first_exit):
+    ref = ClusterRef("dask", f"retry-{str(freed_after_first_exit).lower()}")
+    backend.scale(ref, 1, timeout=60)
+    before = backend.store.load(ref)
+    os.kill(before.scheduler.pid, signal.SIGKILL)
+    wait_dead(before.scheduler)
+    # The new scheduler cannot bind its recorded port while something else listens there: it exits.
+    holder = _hold_port(before.port)
+    watcher = _ReleaseOnRetry(holder) if freed_after_first_exit else _ReleaseOnRetry(socket.socket())
+    logging.getLogger("flytekitplugins_ddlscale.local").addHandler(watcher)
+    try:
+        if freed_after_first_exit:
+            result = backend.restart_head(ref, timeout=60)
+            assert result.ready and result.final.ready_workers == 1
+            assert backend.store.load(ref).port == before.port
+        else:
+            with pytest.raises(BackendUnavailableError, match="exited while starting on port") as caught:
+                backend.restart_head(ref, timeout=60)
+            assert type(caught.value).__name__ == "HeadExitedError"
+            after = backend.store.load(ref)
+            assert after.scheduler is None and after.workers == []
+    finally:
+        logging.getLogger("flytekitplugins_ddlscale.local").removeHandler(watcher)
+        holder.close()
+    assert len(watcher.retries) == 1 and f"dask/{ref.name}" in watcher.retries[0]

@@ -32,6 +32,9 @@ class DaskDriver:
         seen = dask_ops.scheduler_workers(record.address)
         return None if seen is None else set(seen)
 
+    def head_ready(self, record: ClusterRecord) -> bool:
+        return self.registered_workers(record) is not None
+
     def retire_workers(self, record: ClusterRecord, names: List[str], timeout: float) -> bool:
         dask_ops.retire_workers(record.address, names, timeout)
         return True

@@ -21,6 +21,8 @@ knows its framework. Each framework provides one class with:
 * :meth:`registered_workers`: the names of the workers the head reports as
   registered (readiness is registration, not a live pid), None while the
   head does not answer;
+* :meth:`head_ready`: whether the head has finished starting (the
+  supervisor waits for it before a start counts as done);
 * :meth:`retire_workers`: ask the head to drain and close workers, raising
   :class:`BackendUnavailableError` when it cannot (the supervisor then
   terminates them); it returns False where the framework's drain is the
@@ -77,6 +79,11 @@ class FrameworkDriver(Protocol):
 
     def registered_workers(self, record: ClusterRecord) -> Optional[Set[str]]:
         """Names of the workers the head reports as registered; None when the head does not answer."""
+        ...
+
+    def head_ready(self, record: ClusterRecord) -> bool:
+        """Whether the head of ``record`` has finished starting: it answers, and every part of it that
+        could still give up on its own is up."""
         ...
 
     def retire_workers(self, record: ClusterRecord, names: List[str], timeout: float) -> bool:

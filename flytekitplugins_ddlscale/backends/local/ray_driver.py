@@ -82,6 +82,17 @@ class RayDriver:
             return None
         return ray_ops.alive_worker_nodes(self._dashboard(record), record.framework[TOKEN_PATH])
 
+    def head_ready(self, record: ClusterRecord) -> bool:
+        """The dashboard lists the head node ALIVE and the client server accepts connections: on a
+        loaded machine a head node can register after its client server (which waits 30 s for it, then
+        exits and takes the whole head down) gave up."""
+        if not record.ports.get(DASHBOARD) or not record.framework.get(TOKEN_PATH):
+            return False
+        nodes = ray_ops.alive_nodes(self._dashboard(record), record.framework[TOKEN_PATH])
+        if not nodes or not any(node.get("is_head_node") for node in nodes):
+            return False
+        return ray_ops.accepts_connections(record.host, record.ports.get(CLIENT, 0))
+
     def retire_workers(self, record: ClusterRecord, names: List[str], timeout: float) -> bool:
         # Stopping a Ray node is its drain (see the module docstring): nothing to ask the head first.
         return False

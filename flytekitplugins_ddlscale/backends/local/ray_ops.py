@@ -18,13 +18,14 @@ import json
 import os
 import secrets
 import shutil
+import socket
 import stat
 import sys
 import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Dict, List, Optional, Set
+from typing import Any, Dict, List, Optional, Set
 
 from ...errors import UnsafePathError, UnsupportedOperationError
 from ...framework.probes import PROBES, ray_alive_nodes
@@ -244,17 +245,33 @@ def dashboard_url(host: str, port: int) -> str:
     return f"http://{host}:{port}"
 
 
-def alive_worker_nodes(base_url: str, token_path: str, timeout: float = 3.0) -> Optional[Set[str]]:
-    """``node_name`` of every ALIVE worker node (not the head) the dashboard at ``base_url`` lists,
-    read with the cluster's token (file ``token_path``); None while it does not answer with a
-    node list."""
+def alive_nodes(base_url: str, token_path: str, timeout: float = 3.0) -> Optional[List[Dict[str, Any]]]:
+    """Every ALIVE node (head included) the dashboard at ``base_url`` lists, read with the cluster's
+    token (file ``token_path``); None while it does not answer with a node list."""
     headers = {"Accept": "application/json", **ray_auth_headers(client_env(token_path))}
     request = urllib.request.Request(PROBES["ray"].url(base_url), headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as reply:
-            nodes = ray_alive_nodes(json.loads(reply.read().decode("utf-8")))
+            return ray_alive_nodes(json.loads(reply.read().decode("utf-8")))
     except (OSError, ValueError):
         # URLError, refused or reset connections and timeouts are OSErrors; a
         # dashboard still starting answers 5xx (HTTPError, an OSError) or another shape.
+        return None
+
+
+def accepts_connections(host: str, port: int, timeout: float = 1.0) -> bool:
+    """Whether something listens on ``host:port`` (a TCP connection is accepted, then closed)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def alive_worker_nodes(base_url: str, token_path: str, timeout: float = 3.0) -> Optional[Set[str]]:
+    """``node_name`` of every ALIVE worker node (not the head) the dashboard at ``base_url`` lists;
+    None while it does not answer with a node list."""
+    nodes = alive_nodes(base_url, token_path, timeout)
+    if nodes is None:
         return None
     return {str(n.get("node_name")) for n in nodes if not n.get("is_head_node")}

@@ -97,6 +97,9 @@ class SparkDriver:
         alive = spark_ops.workers_in(payload, {"ALIVE"})
         return {name for name, port in self._ports(record).items() if f"{record.host}:{port}" in alive}
 
+    def head_ready(self, record: ClusterRecord) -> bool:
+        return spark_ops.master_json(self._webui(record)) is not None
+
     def retire_workers(self, record: ClusterRecord, names: List[str], timeout: float) -> bool:
         """Decommission ``names`` (SIGPWR), wait until the master shows each decommissioned with
         no executor cores in use, then terminate them: True, they are on their way out."""

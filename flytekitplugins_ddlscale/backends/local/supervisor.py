@@ -24,6 +24,9 @@ from .tiers import WorkerShape
 
 logger = logging.getLogger("flytekitplugins_ddlscale.local")
 
+HEAD_START_ATTEMPTS = 2
+"""Starts of a head that exits while starting, before the start fails (see :meth:`ProcessSupervisor.start_cluster`)."""
+
 HEAD_LOG = "scheduler"
 """Log name of the head process (``logs/scheduler.log`` in the cluster's folder)."""
 
@@ -102,15 +105,30 @@ class ProcessSupervisor:
     def start_cluster(
         self, record: ClusterRecord, shape: WorkerShape, count: int, names: Optional[List[str]] = None
     ) -> List[WorkerRecord]:
-        """Start the head and ``count`` workers together; stop them all if the head fails to answer."""
-        self._start_head(record)
-        started = self.start_workers(record, shape, count, names=names)
-        try:
-            self._await_head(record)
-        except BackendUnavailableError:
-            self.stop_all(record)
-            raise
-        return started
+        """Start the head and ``count`` workers together; stop them all if the head fails to answer.
+
+        A head that exits while starting is started once more, with the same workers: on a loaded
+        machine a Ray head's client server gives up when the head node registers late (after 30 s) and
+        takes the head down with it; a second start on the same ports finds the machine warmed up.
+        Nothing uses a head before it answered, so the second start repeats nothing a user saw.
+        """
+        attempts_left = HEAD_START_ATTEMPTS
+        while True:
+            attempts_left -= 1
+            self._start_head(record)
+            started = self.start_workers(record, shape, count, names=names)
+            try:
+                self._await_head(record)
+                return started
+            except HeadExitedError as exc:
+                self.stop_all(record)
+                if not attempts_left:
+                    raise
+                logger.warning("%s; starting it once more", str(exc).split(";", 1)[0])
+                names = [worker.name for worker in started]
+            except BackendUnavailableError:
+                self.stop_all(record)
+                raise
 
     def start_workers(
         self, record: ClusterRecord, shape: WorkerShape, count: int, names: Optional[List[str]] = None
@@ -253,12 +271,14 @@ class ProcessSupervisor:
         self.store.save(record)
 
     def _await_head(self, record: ClusterRecord) -> None:
-        """Wait up to ``start_timeout`` until the head answers; raise, quoting its log, if it does not."""
+        """Wait up to ``start_timeout`` until the head is ready (:meth:`FrameworkDriver.head_ready`);
+        :class:`HeadExitedError` if it exits first, :class:`BackendUnavailableError` if it does not
+        answer in time, each quoting its log."""
         log = self.store.log_path(record.ref, HEAD_LOG)
         deadline = time.monotonic() + self.start_timeout
-        while self._driver(record).registered_workers(record) is None:
+        while not self._driver(record).head_ready(record):
             if not self.head_alive(record):
-                raise BackendUnavailableError(
+                raise HeadExitedError(
                     f"the {self._driver(record).head_label} of {record.ref} exited while starting on port "
                     f"{record.port}; {log}:\n{procs.log_tail(log)}",
                     cluster=str(record.ref),
@@ -270,6 +290,10 @@ class ProcessSupervisor:
                     cluster=str(record.ref),
                 )
             time.sleep(0.05)
+
+
+class HeadExitedError(BackendUnavailableError):
+    """The head process exited before it was ready."""
 
 
 def port_is_free(host: str, port: int) -> bool:
