@@ -230,3 +230,19 @@ def test_java_major_versions(text, major):
     from flytekitplugins_ddlscale.backends.local.spark_ops import java_major
 
     assert java_major(text) == major
+
+
+def test_java_is_asked_for_its_version_once_per_binary(tmp_path, monkeypatch):
+    from flytekitplugins_ddlscale.backends.local.spark_ops import java_command
+
+    java = tmp_path / "jdk" / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    asked = tmp_path / "asked"
+    java.write_text(f'#!/bin/sh\necho x >> {asked}\necho \'openjdk version "17.0.15" 2025-04-15\' >&2\n')
+    java.chmod(0o755)
+    monkeypatch.setenv("JAVA_HOME", str(java.parent.parent))
+    assert java_command() == java_command() == str(java)
+    assert asked.read_text() == "x\n"
+    # A replaced binary (another modification time) is asked again.
+    os.utime(java, ns=(0, 1_000_000_000))
+    assert java_command() == str(java) and asked.read_text() == "x\nx\n"

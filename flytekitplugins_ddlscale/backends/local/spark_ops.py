@@ -5,6 +5,7 @@ Nothing here imports ``pyspark``: the distribution is located on disk (its
 recorded pid is the JVM itself) and the master is read over its web UI's
 ``/json/`` with the standard library.
 """
+import functools
 import importlib.util
 import json
 import os
@@ -66,18 +67,23 @@ def java_command(env: Optional[Mapping[str, str]] = None) -> str:
     if not java or not os.access(java, os.X_OK):
         raise UnsupportedOperationError(f"local Spark clusters need Java, and there is no {where}: install {INSTALL_JAVA}")
     try:
-        shown = subprocess.run(
-            [java, "-version"], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
-        )
+        major = _version_of(java, os.stat(java).st_mtime_ns)
     except (OSError, subprocess.SubprocessError) as exc:
         raise UnsupportedOperationError(f"{where} does not run ({exc}): install {INSTALL_JAVA}") from None
-    major = java_major(shown.stderr + shown.stdout)
     if major is None or major < MIN_JAVA:
         found = f"Java {major}" if major is not None else "no Java version in its `-version` output"
         raise UnsupportedOperationError(
             f"local Spark clusters need Java {MIN_JAVA}+, but {where} is {found}: install {INSTALL_JAVA}"
         )
     return java
+
+
+@functools.lru_cache(maxsize=8)
+def _version_of(java: str, mtime_ns: int) -> Optional[int]:
+    """The major version ``java -version`` shows, asked once per binary (and modification time) per
+    process: each backend object checks Java, and the JVM takes a second to answer."""
+    shown = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    return java_major(shown.stderr + shown.stdout)
 
 
 def java_major(version_text: str) -> Optional[int]:
