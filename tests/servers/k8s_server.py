@@ -46,6 +46,7 @@ from flytekitplugins_ddlscale.refs import (
 
 from .dco_crds import CUSTOM_RESOURCES, SCHEMAS
 from .oss_crds import OSS_RESOURCES, OSS_SCHEMAS
+from .oss_operators import desired_pods
 from .k8s_operator import SimulatedOperator
 from .k8s_rules import (
     ApiError,
@@ -336,8 +337,7 @@ class K8sTestServer:
         with self.lock:
             created = self._create("rayclusters.ray.io", namespace, obj)
         if wait_ready:
-            wanted = sum(min(max(int(g.get("replicas") or 0), int(g.get("minReplicas") or 0)),
-                             int(g.get("maxReplicas", 2147483647))) for g in specs)
+            wanted = sum(desired_pods(obj["spec"], g) for g in specs)
             self.wait_for(
                 lambda: len(self.select_pods(namespace, ready=True, **{"ray.io/cluster": name})) == wanted + 1,
                 timeout, f"RayCluster {name} to come up",

@@ -643,6 +643,7 @@ class KubernetesBackend(BaseBackend):
         """Add ``claim_id`` to the claims annotation (recording the baseline first); return the largest claim."""
 
         def build(current: Dict[str, Any]) -> Optional[Patch]:
+            self._adapter(ref).check_size(self._label(ref), ref, current, replicas)
             claims = decode_claims(_annotations(current).get(CLAIMS_ANNOTATION))
             existing = claims.get(claim_id)
             claim = Claim(claim_id, replicas, worker_hw_tier)

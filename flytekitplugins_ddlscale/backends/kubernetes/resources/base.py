@@ -67,6 +67,10 @@ class ResourceAdapter(ABC):
     def explain_missing(self, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"]) -> None:
         """Called when the object is not found: raise a clearer error if there is one to give."""
 
+    def check_size(self, label: str, ref: ClusterRef, obj: Dict[str, Any], replicas: int) -> None:
+        """Refuse ``replicas`` workers where the object cannot take them (before a claim records
+        them); nothing to refuse by default."""
+
     def before_change(
         self, label: str, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"],
         replicas: int, strict: bool,
@@ -145,6 +149,11 @@ class ResourceAdapter(ABC):
     def connection_env(self, ref: ClusterRef, namespace: str) -> Dict[str, str]:
         """The variables user code reads to reach the cluster's head (none by default)."""
         return {}
+
+
+def pod_labels(pod: Dict[str, Any]) -> Dict[str, str]:
+    """The labels of ``pod`` (empty when it has none)."""
+    return (pod.get("metadata") or {}).get("labels") or {}
 
 
 def live(pods: Pods) -> Pods:

@@ -21,6 +21,7 @@ from ....refs import ClusterRef
 from ....tiers import HardwareTier
 from ..spec import pod_ready
 from .base import Mutate, Outcome, Patch, Pods, Record, ResourceAdapter, live
+from .base import pod_labels as _labels
 
 if TYPE_CHECKING:
     from ....waiting import Deadline
@@ -35,10 +36,6 @@ DEFAULT_GROUP = "default"
 SCHEDULER_PORT = 8786
 HELD_MINIMUM_ANNOTATION = f"{ANNOTATION_PREFIX}/autoscaler-minimum"
 """On a DaskAutoscaler whose ``minimum`` a phase raised: the minimum it had before, put back by a restore."""
-
-
-def _labels(pod: Dict[str, Any]) -> Dict[str, str]:
-    return (pod.get("metadata") or {}).get("labels") or {}
 
 
 def desired_workers(obj: Dict[str, Any]) -> int:
