@@ -204,8 +204,10 @@ class KubernetesBackend(BaseBackend):
     ) -> Tuple[Dict[str, Any], Dict[str, Any], bool]:
         """Read, build a patch, send it with the read resourceVersion; on 409 start again.
 
-        Returns (object before, object after, whether a patch was sent).
-        ``build`` returning None means nothing needs changing. Conflicts are
+        Returns (object before, object after, whether a patch was applied).
+        ``build`` returning None means nothing needs changing; after a patch
+        whose answer was lost it means the re-read object already is as the
+        patch would leave it, so the patch counts as applied. Conflicts are
         bounded by ``conflict_retries``; a failed patch (API server down, answer
         lost) is started again from a fresh read until ``deadline`` when given,
         else it counts against the same bound. ``where`` (plural, name) names
@@ -216,6 +218,8 @@ class KubernetesBackend(BaseBackend):
         obj = first
         conflicts = 0
         pauses = OUTAGE_BACKOFF.intervals()
+        unanswered: Optional[Dict[str, Any]] = None
+        """The object a patch whose answer was lost was built from."""
         while True:
             if obj is None:
                 obj = self._read(ref, deadline) if where is None else self.api.get_cluster(
@@ -224,7 +228,8 @@ class KubernetesBackend(BaseBackend):
             self._check_owner(ref, obj)
             patch = build(obj)
             if patch is None:
-                return obj, obj, False
+                # Nothing left to change after a lost answer: the patch was applied (or its equal).
+                return (unanswered, obj, True) if unanswered is not None else (obj, obj, False)
             patch.setdefault("metadata", {})["resourceVersion"] = obj["metadata"]["resourceVersion"]
             try:
                 after = self.api.patch_cluster(plural, self._ns(ref), name, patch, deadline, adapter.group, adapter.version)
@@ -237,6 +242,7 @@ class KubernetesBackend(BaseBackend):
             except BackendUnavailableError:
                 # Safe to repeat, never a blind resend: the patch is rebuilt from
                 # a fresh read and carries its resourceVersion, so it never applies twice.
+                unanswered = unanswered or obj
                 conflicts += deadline is None
                 if (deadline is not None and deadline.expired) or conflicts >= self.conflict_retries:
                     raise
@@ -588,6 +594,7 @@ class KubernetesBackend(BaseBackend):
         outcome: Dict[str, Any] = {}
 
         def build(current: Dict[str, Any]) -> Optional[Patch]:
+            sent = dict(outcome)
             outcome.clear()
             largest = largest_claim(decode_claims(_annotations(current).get(CLAIMS_ANNOTATION)))
             outcome.update(capped=False, tier=None, name=None, restoring=largest is None)
@@ -604,6 +611,8 @@ class KubernetesBackend(BaseBackend):
                 return self._with_baseline(ref, current, {"spec": spec})
             record = decode_record(current)
             if record is None:
+                # After a lost answer this re-read finds the restore sent before applied: keep what it decided.
+                outcome.update(sent)
                 return None
             spec = self._restore_spec(ref, current, record, target, worker_tier, head_tier, outcome, pods)
             outcome["requested"] = target.replicas if target is not None else outcome["effective"]
