@@ -308,9 +308,11 @@ class KubernetesBackend(BaseBackend):
 
     # -- protocol hooks ----------------------------------------------------
     def _observe(self, ref: ClusterRef) -> ClusterState:
-        """Spec and status from the object, workers and head from the pods."""
+        """Spec and status from the object, workers and head from the pods, bounds from the
+        operator's autoscaler where it is another object (the Dask operator's DaskAutoscaler)."""
         obj = self._read(ref)
-        return self._state(ref, obj, self._pods(ref))
+        state = self._state(ref, obj, self._pods(ref))
+        return self._adapter(ref).observe_elsewhere(ref, self._ns(ref), self.api, None, state)
 
     def _check_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> None:
         self._adapter(ref).check_tier(ref, tier, field)

@@ -92,6 +92,13 @@ class ResourceAdapter(ABC):
     ) -> None:
         """Before a restore's patch: put those other objects back as recorded (idempotent); nothing by default."""
 
+    def observe_elsewhere(
+        self, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"], state: ClusterState,
+    ) -> ClusterState:
+        """``state`` with what the other objects sizing the group tell (an autoscaler's bounds);
+        ``state`` itself by default."""
+        return state
+
     @abstractmethod
     def pod_selector(self, ref: ClusterRef, role: Optional[str] = None) -> str:
         """Label selector of the cluster's pods: all (``role`` None), ``worker`` (of the chosen

@@ -12,6 +12,7 @@ by setting ``replicas`` to N and the autoscaler's ``minimum`` to N (N above
 is recorded in an annotation on it and put back by a restore. No tiers: a
 group's pod spec carries its hardware.
 """
+import dataclasses
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from ....errors import CapacityExceededError, ClusterNotFoundError, InvalidInputError, UnsupportedOperationError
@@ -152,6 +153,20 @@ class DaskOperatorAdapter(ResourceAdapter):
                 return {"spec": {"minimum": int(recorded)}, "metadata": {"annotations": {HELD_MINIMUM_ANNOTATION: None}}}
 
             mutate(AUTOSCALERS, str(scaler["metadata"]["name"]), build)
+
+    def observe_elsewhere(
+        self, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"], state: ClusterState,
+    ) -> ClusterState:
+        """``state`` with the DaskAutoscaler's ``minimum`` and ``maximum`` as its autoscaling bounds
+        (the minimum a phase holds while it holds one); unchanged without exactly one autoscaler."""
+        scalers = self._autoscalers(ref, namespace, api, deadline)
+        if len(scalers) != 1:
+            return state
+        spec = scalers[0].get("spec") or {}
+        limit = spec.get("maximum")
+        return dataclasses.replace(
+            state, autoscaling_min=int(spec.get("minimum") or 0), autoscaling_max=None if limit is None else int(limit),
+        )
 
     def state(self, label: str, ref: ClusterRef, obj: Dict[str, Any], pods: Pods) -> ClusterState:
         group = self.object_name(ref)
