@@ -182,6 +182,37 @@ def test_refused_credentials_end_the_wait_at_once():
         assert time.monotonic() - started < 10 and len(server.requests) == 1
 
 
+SECRET = "ray-token-7f3a9c"
+
+
+@pytest.mark.parametrize("where", ["variable", "file"])
+def test_a_ray_head_with_token_authentication_gets_the_configured_token(where, tmp_path, monkeypatch):
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    if where == "variable":
+        monkeypatch.setenv("RAY_AUTH_TOKEN", SECRET)
+    else:
+        monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+        (tmp_path / "token").write_text(SECRET + "\n")
+        monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "token"))
+    with RayDashboardServer(token=SECRET) as server:
+        server.join_after(0)
+        assert wait_registered(PROBES["ray"], endpoint("ray", server.url), 1, timeout=10).workers == 1
+
+
+def test_a_ray_head_refusing_says_how_to_give_the_token_and_never_shows_it(monkeypatch):
+    for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "wrong-token-123")  # not sent: RAY_AUTH_MODE is not token
+    with RayDashboardServer(token=SECRET) as server:
+        with pytest.raises(UnauthorizedError, match="HTTP 401") as missing:
+            wait_registered(PROBES["ray"], endpoint("ray", server.url), 1, timeout=10)
+        assert "no token was sent" in str(missing.value) and "RAY_AUTH_MODE=token" in str(missing.value)
+        monkeypatch.setenv("RAY_AUTH_MODE", "token")
+        with pytest.raises(UnauthorizedError, match="HTTP 403") as wrong:
+            wait_registered(PROBES["ray"], endpoint("ray", server.url), 1, timeout=10)
+        assert "check it is this cluster's token" in str(wrong.value) and "wrong-token-123" not in str(wrong.value)
+
+
 @pytest.mark.slow
 def test_real_dask_scheduler_http_server(tmp_path):
     with RealDask(tmp_path) as dask:

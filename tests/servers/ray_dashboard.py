@@ -16,8 +16,14 @@ false`` and the message; filters are ``filter_keys``/``filter_predicates``/
 ``filter_values`` triples with ``=`` or ``!=``, string values compared
 case-insensitively. The head is itself an ALIVE node. ``legacy=True`` plays
 Ray before 2.7, whose node entries have no ``is_head_node``. Other paths 404.
+
+``token`` plays a head started with ``RAY_AUTH_MODE=token`` (Ray's
+``http_token_authentication`` middleware): the token comes in ``Authorization``
+(``Bearer <token>``), else ``X-Ray-Authorization``; none answers 401
+``Unauthorized: Missing authentication token``, another 403 ``Forbidden:
+Invalid authentication token`` (plain text).
 """
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 
 from .status_http import Reply, StatusServer
 
@@ -29,9 +35,20 @@ FILTERABLE = ("node_id", "node_ip", "is_head_node", "state", "node_name")
 class RayDashboardServer(StatusServer):
     """A Ray head's dashboard with a head node and workers that join when the test says."""
 
-    def __init__(self, legacy: bool = False) -> None:
+    def __init__(self, legacy: bool = False, token: Optional[str] = None) -> None:
         super().__init__()
         self.legacy = legacy
+        self.token = token
+
+    def refuse(self, headers: Any) -> Optional[Tuple[int, str]]:
+        if self.token is None:
+            return None
+        sent = headers.get("Authorization") or headers.get("X-Ray-Authorization") or ""
+        if not sent:
+            return 401, "Unauthorized: Missing authentication token"
+        if sent.removeprefix("Bearer ") != self.token:
+            return 403, "Forbidden: Invalid authentication token"
+        return None
 
     def _node(self, node_id: str, ip: str, head: bool, alive: bool) -> Dict[str, Any]:
         node = {
