@@ -254,3 +254,34 @@ def test_pod_readiness_and_framework_count_combine():
     assert off.proof == "2 worker pods Ready (kubernetes); framework check off"
     unknown = confirm_ready(PodWatching(), ClusterRef("ray", "x"), state, 2, 10, FrameworkOptions(env={}))
     assert "head address unknown: set $RAY_HEAD_SERVICE_HOST, $DDLSCALE_RAY_URL" in unknown.proof
+
+
+def test_idle_ray_workers_are_the_alive_ones_without_running_work():
+    from flytekitplugins_ddlscale.framework.ray_idle import idle_worker_ips
+
+    with RayDashboardServer() as server:
+        server.node("10.1.0.1", busy=True)
+        server.node("10.1.0.2")
+        server.node("10.1.0.3")
+        assert idle_worker_ips(server.url, 5) == frozenset({"10.1.0.2", "10.1.0.3"})
+        server.set_busy("10.1.0.3", True)
+        assert idle_worker_ips(server.url, 5) == frozenset({"10.1.0.2"})
+    assert idle_worker_ips(server.url, 1) is None  # no answer: unknown, not "none idle"
+
+
+def test_a_truncated_or_foreign_ray_list_tells_nothing():
+    from flytekitplugins_ddlscale.framework.ray_idle import idle_worker_ips
+
+    class Truncated(StatusServer):
+        def route(self, path, query):
+            node = {"node_id": "n1", "node_ip": "10.1.0.9", "is_head_node": False, "state": "ALIVE"}
+            listing = {"total": 10001, "num_after_truncation": 10000, "num_filtered": 1, "result": [node]}
+            return 200, {"result": True, "msg": "", "data": {"result": listing}}, {}
+
+    class Foreign(StatusServer):
+        def route(self, path, query):
+            return 200, {"workers": 3}, {}
+
+    for server_class in (Truncated, Foreign):
+        with server_class() as server:
+            assert idle_worker_ips(server.url, 5) is None

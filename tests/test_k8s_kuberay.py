@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
-from tests.servers.k8s_fixtures import backend, k8s, role_rules, tiers_file  # noqa: F401 - fixtures
+from tests.servers.k8s_fixtures import backend, k8s, make_backend, role_rules, tiers_file  # noqa: F401 - fixtures
+from tests.servers.ray_dashboard import RayDashboardServer
 
 from flytekitplugins_ddlscale import ClusterRef
+from flytekitplugins_ddlscale.backends.kubernetes.resources.base import removal_order
 from flytekitplugins_ddlscale.errors import (
     CapacityExceededError,
     ConflictError,
@@ -120,6 +122,32 @@ def test_a_suspended_group_has_no_workers_and_is_refused(k8s, backend):  # noqa:
     with pytest.raises(NotScalableError, match=re.escape(field)):
         backend.claim(REF, "p", 3)
     assert _patches(k8s) == [] and _workers(k8s) == []
+
+
+@pytest.mark.parametrize("token", [None, "ray-token-5d1e"])
+def test_a_scale_down_removes_the_workers_the_ray_head_reports_idle(k8s, tiers_file, token, monkeypatch):  # noqa: F811
+    k8s.add_kuberay("r1", groups=[{"groupName": "workers", "replicas": 3, "maxReplicas": 6}], autoscaling=True)
+    if token is not None:  # a head with Ray's token authentication gets the token configured as Ray reads it
+        monkeypatch.setenv("RAY_AUTH_MODE", "token")
+        monkeypatch.setenv("RAY_AUTH_TOKEN", token)
+    workers = removal_order(_workers(k8s))
+    idle = workers[-1]  # the one today's rule (the newest first) would keep longest
+    with RayDashboardServer(token=token) as head:
+        for pod in workers:
+            head.node(pod["status"]["podIP"], busy=pod is not idle)
+        with make_backend(k8s, tiers_file, ray_dashboard=head.url) as backend:
+            k8s.clear_log()
+            backend.scale(REF, 2, timeout=20)
+            listed = _patches(k8s)[0].body["spec"]["workerGroupSpecs"][0]["scaleStrategy"]["workersToDelete"]
+            assert listed == [idle["metadata"]["name"]]
+            assert idle["metadata"]["name"] not in _names(_workers(k8s))
+            # A head that does not answer leaves today's rule: the newest goes.
+            head.stop()
+            newest = removal_order(_workers(k8s))[0]
+            k8s.clear_log()
+            backend.scale(REF, 1, timeout=20)
+            listed = _patches(k8s)[0].body["spec"]["workerGroupSpecs"][0]["scaleStrategy"]["workersToDelete"]
+            assert listed == [newest["metadata"]["name"]]
 
 
 def test_pods_that_are_not_ready_are_removed_first(k8s, backend):  # noqa: F811

@@ -25,6 +25,7 @@ from ...errors import (
     UnauthorizedError,
     UnsupportedOperationError,
 )
+from ...framework.ray_idle import idle_worker_ips
 from ...inplace import Reach
 from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
 from ...outage import OUTAGE_BACKOFF, outage_timeout
@@ -41,9 +42,14 @@ from .client import make_api_client, tier_catalog_from_env
 from .informer import cached_pods, matches, parse_selector
 from .podwatch import PodWaiter
 from .resources import Outcome, ResourceAdapter, adapter_for
+from .resources.base import mark_idle
 from .spec import decode_record, encode_record, pod_ready, pod_terminating
 
 OWNER_ENV = "DOMINO_STARTING_USER_ID"
+RAY_DASHBOARD = "http://{name}-head-svc.{namespace}.svc:8265"
+"""Where a KubeRay cluster's Ray dashboard answers: KubeRay's head service, the dashboard port."""
+IDLE_READ_TIMEOUT = 2.0
+"""Seconds each read of the Ray head's idle workers may take before the scale-down goes on without them."""
 Patch = Dict[str, Any]
 logger = logging.getLogger("flytekitplugins_ddlscale.kubernetes")
 
@@ -74,6 +80,9 @@ class KubernetesBackend(BaseBackend):
     differs from ``owner`` (default ``$DOMINO_STARTING_USER_ID``) are refused
     unless ``allow_foreign``. A pod Unschedulable, crash-looping or failing
     to pull for longer than ``failure_grace`` seconds ends a wait early.
+    A KubeRay scale-down removes the workers the Ray head reports idle first,
+    reading its dashboard at ``ray_dashboard`` (``{name}``/``{namespace}``
+    filled in; None: never asked).
     """
 
     name = "kubernetes"
@@ -100,6 +109,7 @@ class KubernetesBackend(BaseBackend):
         failure_grace: float = 30.0,
         request_timeout: float = 30.0,
         conflict_retries: int = 8,
+        ray_dashboard: Optional[str] = RAY_DASHBOARD,
     ) -> None:
         self.namespace = validate_name(namespace, field="namespace")
         self.failure_grace = validate_timeout(failure_grace, field="failure_grace")
@@ -107,6 +117,9 @@ class KubernetesBackend(BaseBackend):
         if isinstance(conflict_retries, bool) or not isinstance(conflict_retries, int) or conflict_retries < 1:
             raise InvalidInputError("conflict_retries", conflict_retries, "an integer >= 1")
         self.conflict_retries = conflict_retries
+        if ray_dashboard is not None and not isinstance(ray_dashboard, str):
+            raise InvalidInputError("ray_dashboard", ray_dashboard, f"a URL such as {RAY_DASHBOARD}, or None")
+        self.ray_dashboard = ray_dashboard
         self.owner = owner if owner is not None else os.environ.get(OWNER_ENV) or None
         self.allow_foreign = allow_foreign
         self._kubeconfig, self._context, self._in_cluster = kubeconfig, context, in_cluster
@@ -162,6 +175,15 @@ class KubernetesBackend(BaseBackend):
         if cached is not None:
             return cached
         return self.api.list_pods(self._ns(ref), self._selector(ref, role), deadline)[0]
+
+    def _marked_idle(self, ref: ClusterRef, pods: List[Dict[str, Any]], deadline: Deadline) -> List[Dict[str, Any]]:
+        """``pods`` with the workers the cluster's Ray head reports idle marked (:func:`~.resources.base.mark_idle`),
+        for kinds whose head is asked; unmarked when it is not asked, has no worker to report on, or does not tell."""
+        if not self._adapter(ref).idle_from_ray_head or self.ray_dashboard is None or not self._workers(ref, pods):
+            return pods
+        url = self.ray_dashboard.format(name=ref.name, namespace=self._ns(ref))
+        idle = idle_worker_ips(url, max(0.2, min(IDLE_READ_TIMEOUT, deadline.remaining)))
+        return pods if idle is None else mark_idle(pods, idle)
 
     def _workers(self, ref: ClusterRef, pods: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
         adapter = self._adapter(ref)
@@ -338,6 +360,8 @@ class KubernetesBackend(BaseBackend):
             )
             pods = self._pods(ref, deadline=deadline)
             previous = seen["state"] = self._state(ref, obj, pods)
+            if previous.existing_workers > wanted:
+                pods = self._marked_idle(ref, pods, deadline)
             outcome: Dict[str, Any] = {}
 
             def build(current: Dict[str, Any]) -> Optional[Patch]:
@@ -536,6 +560,7 @@ class KubernetesBackend(BaseBackend):
             self._check_owner(ref, obj)
             pods = self._pods(ref, deadline=deadline)
             previous = seen["state"] = self._state(ref, obj, pods)
+            pods = self._marked_idle(ref, pods, deadline)
         outcome: Dict[str, Any] = {"effective": previous.desired_workers, "capped": False, "tier": None}
 
         def build(current: Dict[str, Any]) -> Optional[Patch]:
@@ -593,6 +618,7 @@ class KubernetesBackend(BaseBackend):
             self._check_owner(ref, obj)
             pods = self._pods(ref, deadline=deadline)
             previous = seen["state"] = self._state(ref, obj, pods)
+            pods = self._marked_idle(ref, pods, deadline)
         outcome: Dict[str, Any] = {}
 
         def build(current: Dict[str, Any]) -> Optional[Patch]:

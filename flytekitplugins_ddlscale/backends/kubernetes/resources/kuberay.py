@@ -8,8 +8,11 @@ autoscaler rewrites ``replicas`` itself; a phase holds its size by setting
 ``minReplicas`` to it (the autoscaler never goes below). Scale-down names
 the pods to remove in ``scaleStrategy.workersToDelete``, as the Ray
 autoscaler does: KubeRay deletes exactly those (with autoscaling on it
-deletes no others), and we choose workers that are not Ready first, then the
-newest. Restore puts back the recorded ``replicas`` and ``minReplicas``.
+deletes no others), and we choose workers that are not Ready first, then
+those the Ray head reports idle (marked by the backend), then the newest;
+names of pods that no longer exist are dropped first (KubeRay never clears
+the list). Counts are pods: ``replicas × numOfHosts``, none while suspended.
+Restore puts back the recorded ``replicas`` and ``minReplicas``.
 No tiers: a group's pod template carries its hardware.
 """
 from typing import Any, Dict, List, Optional, Tuple
@@ -64,6 +67,8 @@ def autoscaling_on(obj: Dict[str, Any]) -> bool:
 
 class KubeRayAdapter(ResourceAdapter):
     """RayCluster objects managed by the KubeRay operator."""
+
+    idle_from_ray_head = True
 
     def size_setting(self, ref: ClusterRef) -> str:
         # Without a group name the cluster has exactly one group (else the ref is refused): index 0.
