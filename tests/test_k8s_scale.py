@@ -1,5 +1,6 @@
 """KubernetesBackend scaling, tiers and head restarts against the protocol-true test server."""
 import json
+import logging
 import subprocess
 import sys
 
@@ -298,13 +299,16 @@ def test_scale_without_wait_returns_after_the_patch(k8s, backend):  # noqa: F811
     assert result.final.ready_workers == 1
 
 
-def test_a_restore_whose_answer_was_lost_reports_what_it_applied(k8s, backend):  # noqa: F811
+def test_a_restore_whose_answer_was_lost_reports_what_it_applied(k8s, backend, caplog):  # noqa: F811
     k8s.add_cluster("ray", "c1", replicas=1)
     ref = ClusterRef("ray", "c1")
     backend.scale(ref, 3, timeout=20)
+    backend.claim(ref, "left-by-a-killed-process", 3)
     k8s.clear_log()
     k8s.lose_answers("PATCH")
-    restored = backend.restore_baseline(ref, timeout=20)
+    with caplog.at_level(logging.WARNING, logger="flytekitplugins_ddlscale.kubernetes"):
+        restored = backend.restore_baseline(ref, timeout=20)
+    assert "restore dropped claims left-by-a-killed-process" in caplog.text
     # Applied once, its answer lost, the re-read showed it applied: nothing sent again.
     assert [r.status for r in _patches(k8s)] == [200]
     assert k8s.get_object("ray", "c1")["spec"]["worker"]["replicas"] == 1

@@ -566,10 +566,13 @@ class KubernetesBackend(BaseBackend):
         def build(current: Dict[str, Any]) -> Optional[Patch]:
             record = decode_record(current)
             # A restore ends every phase: claims left by killed processes would inflate the next one.
-            outcome["dropped"] = sorted(decode_claims(_annotations(current).get(CLAIMS_ANNOTATION)))
-            notes: Patch = {CLAIMS_ANNOTATION: None} if outcome["dropped"] else {}
+            dropped = sorted(decode_claims(_annotations(current).get(CLAIMS_ANNOTATION)))
+            notes: Patch = {CLAIMS_ANNOTATION: None} if dropped else {}
+            if record is None and target is None and not notes:
+                return None  # what an earlier build whose answer was lost dropped stays reported
+            outcome["dropped"] = dropped
             if record is None and target is None:
-                return {"metadata": {"annotations": notes}} if notes else None
+                return {"metadata": {"annotations": notes}}
             spec = self._restore_spec(ref, current, record, target, worker_tier, head_tier, outcome, pods)
             if record is not None:
                 notes[BASELINE_ANNOTATION] = None
