@@ -65,6 +65,15 @@ def autoscaling_on(obj: Dict[str, Any]) -> bool:
     return bool((obj.get("spec") or {}).get("enableInTreeAutoscaling"))
 
 
+def bounds(obj: Dict[str, Any], group: Dict[str, Any]) -> Tuple[Optional[int], Optional[int]]:
+    """The Ray autoscaler's bounds of ``group`` in pods (``minReplicas``/``maxReplicas`` × ``numOfHosts``);
+    (None, None) without autoscaling, None for a maximum left unset."""
+    if not autoscaling_on(obj):
+        return None, None
+    high = group.get("maxReplicas")
+    return int(group.get("minReplicas") or 0) * hosts(group), None if high is None else int(high) * hosts(group)
+
+
 class KubeRayAdapter(ResourceAdapter):
     """RayCluster objects managed by the KubeRay operator."""
 
@@ -126,7 +135,7 @@ class KubeRayAdapter(ResourceAdapter):
         _, group = self._chosen(label, ref, obj)
         name = group.get("groupName")
         workers = [p for p in live(pods) if self.is_worker(p) and _labels(p).get(LABEL_GROUP) == name]
-        auto = autoscaling_on(obj)
+        low, high = bounds(obj, group)
         return ClusterState(
             cluster=label,
             status=str((obj.get("status") or {}).get("state") or "Unknown"),
@@ -134,22 +143,23 @@ class KubeRayAdapter(ResourceAdapter):
             existing_workers=len(workers),
             ready_workers=sum(1 for p in workers if pod_ready(p)),
             head_ready=any(pod_ready(p) for p in live(pods) if _labels(p).get(LABEL_NODE_TYPE) == "head"),
-            autoscaling_min=int(group.get("minReplicas") or 0) * hosts(group) if auto else None,
-            autoscaling_max=int(group["maxReplicas"]) * hosts(group) if auto and group.get("maxReplicas") is not None else None,
+            autoscaling_min=low,
+            autoscaling_max=high,
         )
 
     def baseline(self, label: str, ref: ClusterRef, obj: Dict[str, Any]) -> Record:
         _, group = self._chosen(label, ref, obj)
-        auto = autoscaling_on(obj)
+        low, high = bounds(obj, group)
         baseline = Baseline(
             cluster=label,
             replicas=pods_of(obj, group, group.get("replicas")),
-            autoscaling_min=int(group.get("minReplicas") or 0) * hosts(group) if auto else None,
-            autoscaling_max=int(group["maxReplicas"]) * hosts(group) if auto and group.get("maxReplicas") is not None else None,
+            autoscaling_min=low,
+            autoscaling_max=high,
         )
         # The group's own replicas: the baseline counts pods, which a suspended group has none of.
-        detail = {"group": group.get("groupName"), "minReplicas": group.get("minReplicas"), "replicas": group.get("replicas")}
-        return baseline, detail
+        return baseline, {
+            "group": group.get("groupName"), "minReplicas": group.get("minReplicas"), "replicas": group.get("replicas"),
+        }
 
     def _patched(
         self, obj: Dict[str, Any], index: int, group: Dict[str, Any], replicas: int, low: Any, pods: Pods
@@ -188,9 +198,10 @@ class KubeRayAdapter(ResourceAdapter):
                 f"set {field} to false before scaling it", cluster=label,
             )
         per = hosts(group)
+        below = replicas - replicas % per
         if replicas % per:
             raise InvalidInputError(
-                "replicas", replicas, f"a multiple of {per} (e.g. {replicas - replicas % per} or {replicas - replicas % per + per})",
+                "replicas", replicas, f"a multiple of {per} (nearest: {below} or {below + per})",
                 reason=f"worker group {name!r} has numOfHosts {per} "
                 f"(spec.workerGroupSpecs[groupName={name}].numOfHosts): each replica is {per} worker pods",
             )
