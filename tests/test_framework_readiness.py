@@ -182,6 +182,37 @@ def test_refused_credentials_end_the_wait_at_once():
         assert time.monotonic() - started < 10 and len(server.requests) == 1
 
 
+SECRET = "ray-token-7f3a9c"
+
+
+@pytest.mark.parametrize("where", ["variable", "file"])
+def test_a_ray_head_with_token_authentication_gets_the_configured_token(where, tmp_path, monkeypatch):
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    if where == "variable":
+        monkeypatch.setenv("RAY_AUTH_TOKEN", SECRET)
+    else:
+        monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+        (tmp_path / "token").write_text(SECRET + "\n")
+        monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "token"))
+    with RayDashboardServer(token=SECRET) as server:
+        server.join_after(0)
+        assert wait_registered(PROBES["ray"], endpoint("ray", server.url), 1, timeout=10).workers == 1
+
+
+def test_a_ray_head_refusing_says_how_to_give_the_token_and_never_shows_it(monkeypatch):
+    for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "wrong-token-123")  # not sent: RAY_AUTH_MODE is not token
+    with RayDashboardServer(token=SECRET) as server:
+        with pytest.raises(UnauthorizedError, match="HTTP 401") as missing:
+            wait_registered(PROBES["ray"], endpoint("ray", server.url), 1, timeout=10)
+        assert "no token was sent" in str(missing.value) and "RAY_AUTH_MODE=token" in str(missing.value)
+        monkeypatch.setenv("RAY_AUTH_MODE", "token")
+        with pytest.raises(UnauthorizedError, match="HTTP 403") as wrong:
+            wait_registered(PROBES["ray"], endpoint("ray", server.url), 1, timeout=10)
+        assert "check it is this cluster's token" in str(wrong.value) and "wrong-token-123" not in str(wrong.value)
+
+
 @pytest.mark.slow
 def test_real_dask_scheduler_http_server(tmp_path):
     with RealDask(tmp_path) as dask:
@@ -223,3 +254,34 @@ def test_pod_readiness_and_framework_count_combine():
     assert off.proof == "2 worker pods Ready (kubernetes); framework check off"
     unknown = confirm_ready(PodWatching(), ClusterRef("ray", "x"), state, 2, 10, FrameworkOptions(env={}))
     assert "head address unknown: set $RAY_HEAD_SERVICE_HOST, $DDLSCALE_RAY_URL" in unknown.proof
+
+
+def test_idle_ray_workers_are_the_alive_ones_without_running_work():
+    from flytekitplugins_ddlscale.framework.ray_idle import idle_worker_ips
+
+    with RayDashboardServer() as server:
+        server.node("10.1.0.1", busy=True)
+        server.node("10.1.0.2")
+        server.node("10.1.0.3")
+        assert idle_worker_ips(server.url, 5) == frozenset({"10.1.0.2", "10.1.0.3"})
+        server.set_busy("10.1.0.3", True)
+        assert idle_worker_ips(server.url, 5) == frozenset({"10.1.0.2"})
+    assert idle_worker_ips(server.url, 1) is None  # no answer: unknown, not "none idle"
+
+
+def test_a_truncated_or_foreign_ray_list_tells_nothing():
+    from flytekitplugins_ddlscale.framework.ray_idle import idle_worker_ips
+
+    class Truncated(StatusServer):
+        def route(self, path, query):
+            node = {"node_id": "n1", "node_ip": "10.1.0.9", "is_head_node": False, "state": "ALIVE"}
+            listing = {"total": 10001, "num_after_truncation": 10000, "num_filtered": 1, "result": [node]}
+            return 200, {"result": True, "msg": "", "data": {"result": listing}}, {}
+
+    class Foreign(StatusServer):
+        def route(self, path, query):
+            return 200, {"workers": 3}, {}
+
+    for server_class in (Truncated, Foreign):
+        with server_class() as server:
+            assert idle_worker_ips(server.url, 5) is None

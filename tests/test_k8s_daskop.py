@@ -1,13 +1,17 @@
 """Dask-operator clusters (kind ``dask-operator``) on the Kubernetes backend, against the test
 server's DaskCluster/DaskWorkerGroup/DaskAutoscaler CRD facts and simulated Dask operator."""
+import json
 import re
 import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
+from tests.contract_support import write_kubeconfig
 from tests.servers.k8s_fixtures import backend, k8s, role_rules, tiers_file  # noqa: F401 - fixtures
 
 from flytekitplugins_ddlscale import ClusterRef
+from flytekitplugins_ddlscale.cli import main
 from flytekitplugins_ddlscale.errors import (
     CapacityExceededError,
     InvalidInputError,
@@ -88,6 +92,30 @@ def test_a_size_is_held_against_a_dask_autoscaler_that_wants_fewer(k8s, backend)
     restored = backend.restore_baseline(REF, timeout=20)
     assert restored.effective == 1 and _autoscaler(k8s) == (1, None) and not _baseline_recorded(k8s)
     k8s.wait_for(lambda: _replicas(k8s) == 1 and len(_workers(k8s)) == 1, 10, "the group back at 1")
+
+
+def test_the_state_shows_the_autoscaler_bounds(k8s, backend):  # noqa: F811
+    k8s.add_dask_operator("d1", replicas=1, autoscaler={"minimum": 1, "maximum": 5})
+    state = backend.get_state(REF)
+    assert (state.autoscaling_min, state.autoscaling_max, state.autoscaling) == (1, 5, True)
+    backend.scale(REF, 3, timeout=20)
+    assert (backend.get_state(REF).autoscaling_min, backend.get_state(REF).autoscaling_max) == (3, 5)
+    named = backend.get_state(ClusterRef("dask-operator", "d1", group="default"))
+    assert (named.autoscaling_min, named.autoscaling_max) == (3, 5)
+    k8s.add_dask_operator("d2", replicas=1)
+    alone = backend.get_state(ClusterRef("dask-operator", "d2"))
+    assert (alone.autoscaling_min, alone.autoscaling_max, alone.autoscaling) == (None, None, False)
+
+
+def test_cli_status_shows_the_autoscaler_bounds(k8s, tmp_path):  # noqa: F811
+    k8s.add_dask_operator("d1", replicas=1, autoscaler={"minimum": 1, "maximum": 5})
+    environment = {"DDLSCALE_BACKEND": "kubernetes", "DDLSCALE_STATE_DIR": str(tmp_path / "state"),
+                   "KUBECONFIG": str(write_kubeconfig(tmp_path / "kubeconfig", k8s.url))}
+    result = CliRunner().invoke(main, ["status", "--kind", "dask-operator", "--name", "d1", "--json"],
+                                env=environment, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    state = json.loads(result.stdout)
+    assert (state["desired_workers"], state["autoscaling_min"], state["autoscaling_max"]) == (1, 1, 5)
 
 
 def test_above_the_autoscaler_maximum_is_capped_or_refused_in_strict_mode(k8s, backend):  # noqa: F811

@@ -1,17 +1,21 @@
 """KubeRay RayClusters (kind ``kuberay``) on the Kubernetes backend, against the test server's
 RayCluster CRD facts and simulated KubeRay operator and Ray autoscaler."""
+import re
 import time
 from pathlib import Path
 
 import pytest
 from kubernetes import client
-from tests.servers.k8s_fixtures import backend, k8s, role_rules, tiers_file  # noqa: F401 - fixtures
+from tests.servers.k8s_fixtures import backend, k8s, make_backend, role_rules, tiers_file  # noqa: F401 - fixtures
+from tests.servers.ray_dashboard import RayDashboardServer
 
 from flytekitplugins_ddlscale import ClusterRef
+from flytekitplugins_ddlscale.backends.kubernetes.resources.base import removal_order
 from flytekitplugins_ddlscale.errors import (
     CapacityExceededError,
     ConflictError,
     InvalidInputError,
+    NotScalableError,
     ScalingTimeoutError,
     UnauthorizedError,
     WorkerFailedError,
@@ -60,7 +64,90 @@ def test_scale_up_and_down_names_the_workers_to_delete(k8s, backend):  # noqa: F
     kept = _names(_workers(k8s))
     assert len(listed) == 2 and len(kept) == 2 and not set(listed) & kept
     assert max(created[name] for name in kept) <= min(created[name] for name in listed)
-    assert _group(k8s)["scaleStrategy"]["workersToDelete"] == []  # KubeRay cleared the list after deleting
+    # KubeRay clears the list only in its own memory: the object keeps the names of pods long gone.
+    assert _group(k8s)["scaleStrategy"]["workersToDelete"] == listed
+
+
+def test_names_of_pods_gone_are_dropped_from_workers_to_delete(k8s, backend):  # noqa: F811
+    k8s.add_kuberay("r1", groups=[{"groupName": "workers", "replicas": 3, "maxReplicas": 6}], autoscaling=True)
+    backend.scale(REF, 2, timeout=20)
+    gone = _group(k8s)["scaleStrategy"]["workersToDelete"]
+    assert len(gone) == 1 and gone[0] not in _names(_workers(k8s))
+    k8s.clear_log()
+    backend.scale(REF, 1, timeout=20)
+    listed = _patches(k8s)[0].body["spec"]["workerGroupSpecs"][0]["scaleStrategy"]["workersToDelete"]
+    assert len(listed) == 1 and gone[0] not in listed and len(_workers(k8s)) == 1
+    k8s.clear_log()
+    backend.restore_baseline(REF, timeout=20)  # a scale-up drops the gone names too
+    assert _group(k8s)["scaleStrategy"]["workersToDelete"] == [] and len(_workers(k8s, ready=True)) == 3
+
+
+def test_a_multi_host_group_counts_pods_and_removes_whole_replicas(k8s, backend):  # noqa: F811
+    k8s.add_kuberay("r1", groups=[{"groupName": "tpu", "replicas": 1, "numOfHosts": 2, "maxReplicas": 3}],
+                    autoscaling=True)
+    ref = parse_cluster("kuberay/r1@tpu")
+    state = backend.get_state(ref)
+    assert (state.desired_workers, state.existing_workers, state.autoscaling_max) == (2, 2, 6)
+    k8s.clear_log()
+    with pytest.raises(InvalidInputError, match=r"numOfHosts 2") as caught:
+        backend.scale(ref, 3, timeout=20)
+    assert caught.value.field == "replicas" and "'tpu'" in str(caught.value) and _patches(k8s) == []
+    with pytest.raises(InvalidInputError, match=r"numOfHosts"):
+        backend.claim(ref, "p", 5)
+    assert _patches(k8s) == []
+    with pytest.raises(CapacityExceededError, match=r"maxReplicas 3 of 2 pods each \(numOfHosts\), 6 workers"):
+        backend.scale(ref, 8, strict=True, timeout=20)
+    up = backend.scale(ref, 6, timeout=20)
+    assert (up.effective, up.final.ready_workers) == (6, 6)
+    assert (_group(k8s, "tpu")["replicas"], _group(k8s, "tpu")["minReplicas"]) == (3, 3)
+    k8s.clear_log()
+    down = backend.scale(ref, 2, timeout=20)
+    assert down.final.existing_workers == 2
+    listed = _patches(k8s)[0].body["spec"]["workerGroupSpecs"][0]["scaleStrategy"]["workersToDelete"]
+    assert len(listed) == 2  # one pod of each replica going; KubeRay takes its partner with it
+    replicas = {p["metadata"]["labels"]["ray.io/worker-group-replica-name"] for p in _workers(k8s, "tpu")}
+    assert len(replicas) == 1
+    assert backend.restore_baseline(ref, timeout=20).effective == 2 and _group(k8s, "tpu")["replicas"] == 1
+
+
+def test_a_suspended_group_has_no_workers_and_is_refused(k8s, backend):  # noqa: F811
+    k8s.add_kuberay("r1", groups=[{"groupName": "workers", "replicas": 2, "suspend": True}])
+    state = backend.get_state(REF)
+    assert (state.desired_workers, state.existing_workers) == (0, 0)
+    k8s.clear_log()
+    field = "spec.workerGroupSpecs[groupName=workers].suspend"
+    with pytest.raises(NotScalableError, match=re.escape(field)) as caught:
+        backend.scale(REF, 3, timeout=20)
+    assert "'workers'" in str(caught.value)
+    with pytest.raises(NotScalableError, match=re.escape(field)):
+        backend.claim(REF, "p", 3)
+    assert _patches(k8s) == [] and _workers(k8s) == []
+
+
+@pytest.mark.parametrize("token", [None, "ray-token-5d1e"])
+def test_a_scale_down_removes_the_workers_the_ray_head_reports_idle(k8s, tiers_file, token, monkeypatch):  # noqa: F811
+    k8s.add_kuberay("r1", groups=[{"groupName": "workers", "replicas": 3, "maxReplicas": 6}], autoscaling=True)
+    if token is not None:  # a head with Ray's token authentication gets the token configured as Ray reads it
+        monkeypatch.setenv("RAY_AUTH_MODE", "token")
+        monkeypatch.setenv("RAY_AUTH_TOKEN", token)
+    workers = removal_order(_workers(k8s))
+    idle = workers[-1]  # the one today's rule (the newest first) would keep longest
+    with RayDashboardServer(token=token) as head:
+        for pod in workers:
+            head.node(pod["status"]["podIP"], busy=pod is not idle)
+        with make_backend(k8s, tiers_file, ray_dashboard=head.url) as backend:
+            k8s.clear_log()
+            backend.scale(REF, 2, timeout=20)
+            listed = _patches(k8s)[0].body["spec"]["workerGroupSpecs"][0]["scaleStrategy"]["workersToDelete"]
+            assert listed == [idle["metadata"]["name"]]
+            assert idle["metadata"]["name"] not in _names(_workers(k8s))
+            # A head that does not answer leaves today's rule: the newest goes.
+            head.stop()
+            newest = removal_order(_workers(k8s))[0]
+            k8s.clear_log()
+            backend.scale(REF, 1, timeout=20)
+            listed = _patches(k8s)[0].body["spec"]["workerGroupSpecs"][0]["scaleStrategy"]["workersToDelete"]
+            assert listed == [newest["metadata"]["name"]]
 
 
 def test_pods_that_are_not_ready_are_removed_first(k8s, backend):  # noqa: F811

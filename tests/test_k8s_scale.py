@@ -1,5 +1,6 @@
 """KubernetesBackend scaling, tiers and head restarts against the protocol-true test server."""
 import json
+import logging
 import subprocess
 import sys
 
@@ -296,3 +297,36 @@ def test_scale_without_wait_returns_after_the_patch(k8s, backend):  # noqa: F811
     result = backend.scale(ClusterRef("ray", "c1"), 3, wait=False)
     assert not result.waited and result.final.desired_workers == 3
     assert result.final.ready_workers == 1
+
+
+def test_a_restore_whose_answer_was_lost_reports_what_it_applied(k8s, backend, caplog):  # noqa: F811
+    k8s.add_cluster("ray", "c1", replicas=1)
+    ref = ClusterRef("ray", "c1")
+    backend.scale(ref, 3, timeout=20)
+    backend.claim(ref, "left-by-a-killed-process", 3)
+    k8s.clear_log()
+    k8s.lose_answers("PATCH")
+    with caplog.at_level(logging.WARNING, logger="flytekitplugins_ddlscale.kubernetes"):
+        restored = backend.restore_baseline(ref, timeout=20)
+    assert "restore dropped claims left-by-a-killed-process" in caplog.text
+    # Applied once, its answer lost, the re-read showed it applied: nothing sent again.
+    assert [r.status for r in _patches(k8s)] == [200]
+    assert k8s.get_object("ray", "c1")["spec"]["worker"]["replicas"] == 1
+    assert (restored.effective, restored.waited, restored.final.ready_workers) == (1, True, 1)
+    assert restored.previous.desired_workers == 3 and restored.final.desired_workers == 1
+    assert BASELINE_ANNOTATION not in (k8s.get_object("ray", "c1")["metadata"].get("annotations") or {})
+
+
+def test_a_reconcile_restoring_whose_answer_was_lost_reports_what_it_applied(k8s, backend):  # noqa: F811
+    k8s.add_cluster("ray", "c1", replicas=1)
+    ref = ClusterRef("ray", "c1")
+    backend.claim(ref, "p", 3)
+    assert backend.reconcile(ref, timeout=20).effective == 3
+    backend.release(ref, "p")
+    k8s.clear_log()
+    k8s.lose_answers("PATCH")
+    restored = backend.reconcile(ref, timeout=20)
+    assert [r.status for r in _patches(k8s)] == [200]
+    assert restored is not None and (restored.effective, restored.final.ready_workers) == (1, 1)
+    assert BASELINE_ANNOTATION not in (k8s.get_object("ray", "c1")["metadata"].get("annotations") or {})
+

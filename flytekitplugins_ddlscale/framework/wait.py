@@ -27,7 +27,7 @@ from ..waiting import Deadline, PollSchedule, TwoStageBackoff
 from ..wording import seconds
 from .endpoints import Endpoint
 from .probes import Probe
-from .ray_auth import ray_auth_headers
+from .ray_auth import AUTH_MODE_ENV, TOKEN_ENV, TOKEN_PATH_ENV, ray_auth_headers
 
 logger = logging.getLogger("flytekitplugins_ddlscale")
 
@@ -87,8 +87,8 @@ def read_registered(probe: Probe, endpoint: Endpoint, timeout: float) -> int:
         error.close()
         if error.code in (401, 403):
             raise UnauthorizedError(
-                f"{probe.registry} at {endpoint.url} refused the status read (HTTP {error.code}); the framework "
-                "check sends no credentials: give the URL of a head port that needs none, or switch the check off",
+                f"{probe.registry} at {endpoint.url} refused the status read (HTTP {error.code}); "
+                f"{_credentials_sent(probe, bool(auth))}",
                 status_code=error.code,
             ) from None
         if 300 <= error.code < 400:
@@ -110,6 +110,19 @@ def read_registered(probe: Probe, endpoint: Endpoint, timeout: float) -> int:
         return probe.count(payload)
     except ValueError as error:
         raise HeadUnreachable(f"{error} ({url})") from None
+
+
+def _credentials_sent(probe: Probe, token_sent: bool) -> str:
+    """What the refused read carried and what would fix it (never the token itself)."""
+    if probe.kind != "ray":
+        return ("the framework check sends no credentials: give the URL of a head port that needs none, "
+                "or switch the check off")
+    if token_sent:
+        return (f"the token of Ray's token authentication was sent ({AUTH_MODE_ENV}=token, from ${TOKEN_ENV}, "
+                f"else the file ${TOKEN_PATH_ENV} names, else ~/.ray/auth_token): check it is this cluster's token")
+    return (f"no token was sent: a Ray head with token authentication needs {AUTH_MODE_ENV}=token and the token "
+            f"in ${TOKEN_ENV} or a file named by ${TOKEN_PATH_ENV}, as ray.init does; or give the URL of a head "
+            "port that needs none, or switch the check off")
 
 
 def wait_registered(

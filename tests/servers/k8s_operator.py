@@ -381,8 +381,12 @@ class SimulatedOperator:
         if self._faulted(pod):
             return
         ready = copy.deepcopy(pod)
+        # A running pod has an IP of its own (the Ray head names its nodes by it), here one from its uid.
+        ip = "10." + ".".join(str(int(uid[i:i + 2], 16)) for i in (0, 2, 4))
         ready["status"] = {
             "phase": "Running",
+            "podIP": ip,
+            "podIPs": [{"ip": ip}],
             "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
             "containerStatuses": [_container_status(
                 pod["spec"]["containers"][0]["name"], True, {"running": {"startedAt": _iso(time.time())}}

@@ -46,6 +46,7 @@ from flytekitplugins_ddlscale.refs import (
 
 from .dco_crds import CUSTOM_RESOURCES, SCHEMAS
 from .oss_crds import OSS_RESOURCES, OSS_SCHEMAS
+from .oss_operators import desired_pods
 from .k8s_operator import SimulatedOperator
 from .k8s_rules import (
     ApiError,
@@ -201,6 +202,7 @@ class K8sTestServer:
         self._forbidden: Set[Tuple[str, str]] = set()
         self._allowed: Optional[Set[Tuple[str, str]]] = None
         self._interference: Dict[Key, int] = {}
+        self._lost_answers: Dict[str, int] = {}
         self._watches: Set[_Watch] = set()
         self.peak_watches = 0
         """The most watch connections open at once since the start (or :meth:`clear_log`)."""
@@ -336,8 +338,7 @@ class K8sTestServer:
         with self.lock:
             created = self._create("rayclusters.ray.io", namespace, obj)
         if wait_ready:
-            wanted = sum(min(max(int(g.get("replicas") or 0), int(g.get("minReplicas") or 0)),
-                             int(g.get("maxReplicas", 2147483647))) for g in specs)
+            wanted = sum(desired_pods(obj["spec"], g) for g in specs)
             self.wait_for(
                 lambda: len(self.select_pods(namespace, ready=True, **{"ray.io/cluster": name})) == wanted + 1,
                 timeout, f"RayCluster {name} to come up",
@@ -470,6 +471,20 @@ class K8sTestServer:
         really modify it (an annotation), so a patch carrying the read resourceVersion gets 409."""
         with self.lock:
             self._interference[(KINDS[kind].plural, namespace, name)] = times
+
+    def lose_answers(self, method: str, times: int = 1) -> None:
+        """Apply each of the next ``times`` requests of ``method`` (``PATCH``...), then hang up without
+        answering: the change is made and the client never hears of it."""
+        with self.lock:
+            self._lost_answers[method] = times
+
+    def answer_lost(self, method: str) -> bool:
+        """Whether the answer to this ``method`` request is to be lost (counts it)."""
+        with self.lock:
+            left = self._lost_answers.get(method, 0)
+            if left > 0:
+                self._lost_answers[method] = left - 1
+            return left > 0
 
     def _interfere(self, resource: str, namespace: str, name: str) -> None:
         key = (resource, namespace, name)
@@ -919,6 +934,10 @@ class _Handler(BaseHTTPRequestHandler):
         except ApiError as err:
             status, payload = err.code, err.status()
         record.status = status
+        if self.api.answer_lost(method):
+            self.close_connection = True
+            _shutdown(self.connection)
+            return
         self._send(status, payload)
 
     def _dispatch(

@@ -7,16 +7,23 @@ ready delays, faults and pod creation) for the clusters of
 KubeRay (one RayCluster): a head pod ``<name>-head-<5 chars>`` (recreated
 under a new name when deleted); per worker group, pods
 ``<name>-<group>-worker-<5 chars>``. Pods named in
-``scaleStrategy.workersToDelete`` are deleted first and the list is then
-cleared in the object; the group is kept at ``replicas`` clamped to
-``[minReplicas, maxReplicas]``: missing pods are created, and surplus pods are
-deleted at random only when ``enableInTreeAutoscaling`` is off (with it on,
-KubeRay deletes only what the autoscaler lists). Labels ``ray.io/cluster``,
-``ray.io/node-type``, ``ray.io/group``. Status: ``state`` ``ready`` once the head
-and every desired worker are Ready, and the worker counts. With the server's
-``hpa_window`` set, the Ray autoscaler is played: a group above
-``minReplicas`` for that long is brought down to it, listing its newest
-workers in ``workersToDelete``.
+``scaleStrategy.workersToDelete`` are deleted on every reconcile (by name, as
+KubeRay's ``reconcilePods`` does) and the list is left as it is: KubeRay
+clears it only in its in-memory copy, never in the object, so names of pods
+long gone stay until someone else rewrites the list. The group is kept at
+``replicas`` clamped to ``[minReplicas, maxReplicas]``, times ``numOfHosts``
+pods (``GetWorkerGroupDesiredReplicas``), none while the group (``suspend``)
+or the cluster (``spec.suspend``) is suspended: missing pods are created, and
+surplus pods are deleted at random only when ``enableInTreeAutoscaling`` is
+off (with it on, KubeRay deletes only what the autoscaler lists). A group
+with ``numOfHosts`` above 1 is made of replicas of that many pods sharing the
+label ``ray.io/worker-group-replica-name``; a listed pod takes its whole
+replica with it (KubeRay's multi-host indexing, on by default). Labels
+``ray.io/cluster``, ``ray.io/node-type``, ``ray.io/group``. Status: ``state``
+``ready`` once the head and every desired worker are Ready, and the worker
+counts. With the server's ``hpa_window`` set, the Ray autoscaler is played:
+a group above ``minReplicas`` for that long is brought down to it, listing
+its newest workers in ``workersToDelete``.
 
 Dask operator (one DaskCluster): creates the default DaskWorkerGroup
 ``<name>-default`` from ``spec.worker``, a scheduler pod
@@ -91,6 +98,30 @@ def _ready(pod: Dict[str, Any]) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in pod.get("status", {}).get("conditions", []))
 
 
+
+def _hosts(group: Dict[str, Any]) -> int:
+    """Pods per replica: ``numOfHosts`` (the CRD's default 1; KubeRay treats 0 as 1)."""
+    return max(1, int(group.get("numOfHosts") or 1))
+
+
+def _replicas(pods: List[Dict[str, Any]]) -> List[List[Dict[str, Any]]]:
+    """``pods`` by replica: those sharing a ``ray.io/worker-group-replica-name`` together, any other alone."""
+    by_name: Dict[str, List[Dict[str, Any]]] = {}
+    for pod in pods:
+        labels = pod["metadata"].get("labels") or {}
+        by_name.setdefault(labels.get("ray.io/worker-group-replica-name") or pod["metadata"]["name"], []).append(pod)
+    return list(by_name.values())
+
+
+def desired_pods(spec: Dict[str, Any], group: Dict[str, Any]) -> int:
+    """KubeRay's ``GetWorkerGroupDesiredReplicas``: ``replicas`` within ``[minReplicas, maxReplicas]``
+    times ``numOfHosts``; none for a suspended group or cluster."""
+    if group.get("suspend") or spec.get("suspend"):
+        return 0
+    low, high = int(group.get("minReplicas") or 0), int(group.get("maxReplicas", MAX_INT32))
+    return min(max(int(group.get("replicas") or 0), low), high) * _hosts(group)
+
+
 class _Reconcile:
     def __init__(self, sim: Any, key: ClusterKey, now: float) -> None:
         self.sim, self.key, self.now = sim, key, now
@@ -140,50 +171,56 @@ class _Ray(_Reconcile):
             return
         self.advance(everything)
         obj = self._autoscale(obj)
-        obj = self._delete_listed(obj)
+        self._delete_listed(obj)
         spec = obj["spec"]
         heads = _live(self.pods(**{"ray.io/cluster": self.name, "ray.io/node-type": "head"}))
-        if not heads:
+        if spec.get("suspend"):
+            for pod in heads:
+                self.sim.delete(pod)
+        elif not heads:
             labels = {"ray.io/cluster": self.name, "ray.io/node-type": "head", "ray.io/group": "headgroup",
                       "app.kubernetes.io/created-by": "kuberay-operator"}
             template = (spec.get("headGroupSpec") or {}).get("template") or {}
             self.create(f"{self.name}-head-{_suffix(5)}", labels, "ray-head", template.get("spec") or {})
         desired_total = 0
         for group in spec.get("workerGroupSpecs") or []:
-            desired = self._desired(group)
+            desired = desired_pods(spec, group)
             desired_total += desired
             name = group["groupName"]
             live = _live(self.pods(**{"ray.io/cluster": self.name, "ray.io/group": name, "ray.io/node-type": "worker"}))
-            for _ in range(desired - len(live)):
-                labels = {"ray.io/cluster": self.name, "ray.io/node-type": "worker", "ray.io/group": name,
-                          "app.kubernetes.io/created-by": "kuberay-operator"}
-                self.create(f"{self.name}-{name}-worker-{_suffix(5)}", labels, "ray-worker",
-                            (group.get("template") or {}).get("spec") or {})
-            if len(live) > desired and not spec.get("enableInTreeAutoscaling"):
-                for pod in random.sample(live, len(live) - desired):
-                    self.sim.delete(pod)
+            hosts = _hosts(group)
+            for _ in range((desired - len(live)) // hosts):
+                replica = f"{name}-{_suffix(5)}"
+                for _host in range(hosts):
+                    labels = {"ray.io/cluster": self.name, "ray.io/node-type": "worker", "ray.io/group": name,
+                              "app.kubernetes.io/created-by": "kuberay-operator"}
+                    if hosts > 1:
+                        labels["ray.io/worker-group-replica-name"] = replica
+                    self.create(f"{self.name}-{name}-worker-{_suffix(5)}", labels, "ray-worker",
+                                (group.get("template") or {}).get("spec") or {})
+            suspended = bool(group.get("suspend") or spec.get("suspend"))
+            if len(live) > desired and (suspended or not spec.get("enableInTreeAutoscaling")):
+                replicas = _replicas(live)
+                for replica in random.sample(replicas, len(replicas) - desired // hosts):
+                    for pod in replica:
+                        self.sim.delete(pod)
         self._status(obj, desired_total)
 
-    @staticmethod
-    def _desired(group: Dict[str, Any]) -> int:
-        if group.get("suspend"):
-            return 0
-        low, high = int(group.get("minReplicas") or 0), int(group.get("maxReplicas", MAX_INT32))
-        return min(max(int(group.get("replicas") or 0), low), high)
-
-    def _delete_listed(self, obj: Dict[str, Any]) -> Dict[str, Any]:
-        groups = obj["spec"].get("workerGroupSpecs") or []
-        if not any((g.get("scaleStrategy") or {}).get("workersToDelete") for g in groups):
-            return obj
-        changed = copy.deepcopy(obj)
-        for group in changed["spec"]["workerGroupSpecs"]:
-            for pod_name in (group.get("scaleStrategy") or {}).get("workersToDelete") or []:
-                pod = self.server.lookup(PODS, self.namespace, pod_name)
-                if pod is not None and pod["metadata"]["labels"].get("ray.io/group") == group["groupName"]:
-                    self.sim.delete(pod)
-            if group.get("scaleStrategy"):
-                group["scaleStrategy"]["workersToDelete"] = []
-        return self._commit(changed, obj)
+    def _delete_listed(self, obj: Dict[str, Any]) -> None:
+        for group in obj["spec"].get("workerGroupSpecs") or []:
+            listed = (group.get("scaleStrategy") or {}).get("workersToDelete") or []
+            if _hosts(group) > 1:
+                ours = self.pods(**{"ray.io/cluster": self.name, "ray.io/group": group["groupName"],
+                                    "ray.io/node-type": "worker"})
+                replicas = {(p["metadata"].get("labels") or {}).get("ray.io/worker-group-replica-name")
+                            for p in ours if p["metadata"]["name"] in listed}
+                doomed = [p for p in ours if (p["metadata"].get("labels") or {}).get("ray.io/worker-group-replica-name")
+                          in replicas]
+            else:
+                found = (self.server.lookup(PODS, self.namespace, pod_name) for pod_name in listed)
+                doomed = [p for p in found if p is not None]
+            for pod in doomed:
+                self.sim.delete(pod)
 
     def _autoscale(self, obj: Dict[str, Any]) -> Dict[str, Any]:
         if not obj["spec"].get("enableInTreeAutoscaling"):
@@ -299,4 +336,4 @@ class _Dask(_Reconcile):
             changed["metadata"]["generation"] = group["metadata"].get("generation", 1) + 1
             self.server.commit(DASK_GROUPS, self.namespace, changed, default, "MODIFIED")
 
-__all__ = ["CLUSTERS", "cluster_key", "pod_owner", "reconcile"]
+__all__ = ["CLUSTERS", "cluster_key", "desired_pods", "pod_owner", "reconcile"]

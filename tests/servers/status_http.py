@@ -61,6 +61,15 @@ class StatusServer:
                 parts = urlsplit(self.path)
                 with owner._lock:
                     owner.requests.append(self.path)
+                refusal = owner.refuse(self.headers)
+                if refusal is not None:
+                    text = refusal[1].encode()
+                    self.send_response(refusal[0])
+                    self.send_header("Content-Type", "text/plain; charset=utf-8")
+                    self.send_header("Content-Length", str(len(text)))
+                    self.end_headers()
+                    self.wfile.write(text)
+                    return
                 status, payload, headers = owner.route(parts.path, parse_qs(parts.query))
                 body = b"" if payload is None else json.dumps(payload).encode()
                 self.send_response(status)
@@ -158,6 +167,11 @@ class StatusServer:
         """Monotonic time the last scheduled worker joins (None without workers)."""
         with self._lock:
             return max((w.joins_at for w in self._workers), default=None)
+
+    def refuse(self, headers: Any) -> Optional[Tuple[int, str]]:
+        """``(status, text)`` refusing a request with these headers before it is routed; None lets it
+        through (every request, by default)."""
+        return None
 
     def route(self, path: str, query: Dict[str, List[str]]) -> Reply:
         raise NotImplementedError

@@ -25,6 +25,7 @@ from ...errors import (
     UnauthorizedError,
     UnsupportedOperationError,
 )
+from ...framework.ray_idle import idle_worker_ips
 from ...inplace import Reach
 from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
 from ...outage import OUTAGE_BACKOFF, outage_timeout
@@ -41,9 +42,14 @@ from .client import make_api_client, tier_catalog_from_env
 from .informer import cached_pods, matches, parse_selector
 from .podwatch import PodWaiter
 from .resources import Outcome, ResourceAdapter, adapter_for
+from .resources.base import mark_idle
 from .spec import decode_record, encode_record, pod_ready, pod_terminating
 
 OWNER_ENV = "DOMINO_STARTING_USER_ID"
+RAY_DASHBOARD = "http://{name}-head-svc.{namespace}.svc:8265"
+"""Where a KubeRay cluster's Ray dashboard answers: KubeRay's head service, the dashboard port."""
+IDLE_READ_TIMEOUT = 2.0
+"""Seconds each read of the Ray head's idle workers may take before the scale-down goes on without them."""
 Patch = Dict[str, Any]
 logger = logging.getLogger("flytekitplugins_ddlscale.kubernetes")
 
@@ -74,6 +80,9 @@ class KubernetesBackend(BaseBackend):
     differs from ``owner`` (default ``$DOMINO_STARTING_USER_ID``) are refused
     unless ``allow_foreign``. A pod Unschedulable, crash-looping or failing
     to pull for longer than ``failure_grace`` seconds ends a wait early.
+    A KubeRay scale-down removes the workers the Ray head reports idle first,
+    reading its dashboard at ``ray_dashboard`` (``{name}``/``{namespace}``
+    filled in; None: never asked).
     """
 
     name = "kubernetes"
@@ -100,6 +109,7 @@ class KubernetesBackend(BaseBackend):
         failure_grace: float = 30.0,
         request_timeout: float = 30.0,
         conflict_retries: int = 8,
+        ray_dashboard: Optional[str] = RAY_DASHBOARD,
     ) -> None:
         self.namespace = validate_name(namespace, field="namespace")
         self.failure_grace = validate_timeout(failure_grace, field="failure_grace")
@@ -107,6 +117,9 @@ class KubernetesBackend(BaseBackend):
         if isinstance(conflict_retries, bool) or not isinstance(conflict_retries, int) or conflict_retries < 1:
             raise InvalidInputError("conflict_retries", conflict_retries, "an integer >= 1")
         self.conflict_retries = conflict_retries
+        if ray_dashboard is not None and not isinstance(ray_dashboard, str):
+            raise InvalidInputError("ray_dashboard", ray_dashboard, f"a URL such as {RAY_DASHBOARD}, or None")
+        self.ray_dashboard = ray_dashboard
         self.owner = owner if owner is not None else os.environ.get(OWNER_ENV) or None
         self.allow_foreign = allow_foreign
         self._kubeconfig, self._context, self._in_cluster = kubeconfig, context, in_cluster
@@ -163,6 +176,15 @@ class KubernetesBackend(BaseBackend):
             return cached
         return self.api.list_pods(self._ns(ref), self._selector(ref, role), deadline)[0]
 
+    def _marked_idle(self, ref: ClusterRef, pods: List[Dict[str, Any]], deadline: Deadline) -> List[Dict[str, Any]]:
+        """``pods`` with the workers the cluster's Ray head reports idle marked (:func:`~.resources.base.mark_idle`),
+        for kinds whose head is asked; unmarked when it is not asked, has no worker to report on, or does not tell."""
+        if not self._adapter(ref).idle_from_ray_head or self.ray_dashboard is None or not self._workers(ref, pods):
+            return pods
+        url = self.ray_dashboard.format(name=ref.name, namespace=self._ns(ref))
+        idle = idle_worker_ips(url, max(0.2, min(IDLE_READ_TIMEOUT, deadline.remaining)))
+        return pods if idle is None else mark_idle(pods, idle)
+
     def _workers(self, ref: ClusterRef, pods: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
         adapter = self._adapter(ref)
         return [p for p in pods if adapter.is_worker(p)]
@@ -204,8 +226,10 @@ class KubernetesBackend(BaseBackend):
     ) -> Tuple[Dict[str, Any], Dict[str, Any], bool]:
         """Read, build a patch, send it with the read resourceVersion; on 409 start again.
 
-        Returns (object before, object after, whether a patch was sent).
-        ``build`` returning None means nothing needs changing. Conflicts are
+        Returns (object before, object after, whether a patch was applied).
+        ``build`` returning None means nothing needs changing; after a patch
+        whose answer was lost it means the re-read object already is as the
+        patch would leave it, so the patch counts as applied. Conflicts are
         bounded by ``conflict_retries``; a failed patch (API server down, answer
         lost) is started again from a fresh read until ``deadline`` when given,
         else it counts against the same bound. ``where`` (plural, name) names
@@ -216,6 +240,8 @@ class KubernetesBackend(BaseBackend):
         obj = first
         conflicts = 0
         pauses = OUTAGE_BACKOFF.intervals()
+        unanswered: Optional[Dict[str, Any]] = None
+        """The object a patch whose answer was lost was built from."""
         while True:
             if obj is None:
                 obj = self._read(ref, deadline) if where is None else self.api.get_cluster(
@@ -224,7 +250,8 @@ class KubernetesBackend(BaseBackend):
             self._check_owner(ref, obj)
             patch = build(obj)
             if patch is None:
-                return obj, obj, False
+                # Nothing left to change after a lost answer: the patch was applied (or its equal).
+                return (unanswered, obj, True) if unanswered is not None else (obj, obj, False)
             patch.setdefault("metadata", {})["resourceVersion"] = obj["metadata"]["resourceVersion"]
             try:
                 after = self.api.patch_cluster(plural, self._ns(ref), name, patch, deadline, adapter.group, adapter.version)
@@ -237,6 +264,7 @@ class KubernetesBackend(BaseBackend):
             except BackendUnavailableError:
                 # Safe to repeat, never a blind resend: the patch is rebuilt from
                 # a fresh read and carries its resourceVersion, so it never applies twice.
+                unanswered = unanswered or obj
                 conflicts += deadline is None
                 if (deadline is not None and deadline.expired) or conflicts >= self.conflict_retries:
                     raise
@@ -302,9 +330,11 @@ class KubernetesBackend(BaseBackend):
 
     # -- protocol hooks ----------------------------------------------------
     def _observe(self, ref: ClusterRef) -> ClusterState:
-        """Spec and status from the object, workers and head from the pods."""
+        """Spec and status from the object, workers and head from the pods, bounds from the
+        operator's autoscaler where it is another object (the Dask operator's DaskAutoscaler)."""
         obj = self._read(ref)
-        return self._state(ref, obj, self._pods(ref))
+        state = self._state(ref, obj, self._pods(ref))
+        return self._adapter(ref).observe_elsewhere(ref, self._ns(ref), self.api, None, state)
 
     def _check_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> None:
         self._adapter(ref).check_tier(ref, tier, field)
@@ -330,6 +360,8 @@ class KubernetesBackend(BaseBackend):
             )
             pods = self._pods(ref, deadline=deadline)
             previous = seen["state"] = self._state(ref, obj, pods)
+            if previous.existing_workers > wanted:
+                pods = self._marked_idle(ref, pods, deadline)
             outcome: Dict[str, Any] = {}
 
             def build(current: Dict[str, Any]) -> Optional[Patch]:
@@ -528,15 +560,19 @@ class KubernetesBackend(BaseBackend):
             self._check_owner(ref, obj)
             pods = self._pods(ref, deadline=deadline)
             previous = seen["state"] = self._state(ref, obj, pods)
+            pods = self._marked_idle(ref, pods, deadline)
         outcome: Dict[str, Any] = {"effective": previous.desired_workers, "capped": False, "tier": None}
 
         def build(current: Dict[str, Any]) -> Optional[Patch]:
             record = decode_record(current)
             # A restore ends every phase: claims left by killed processes would inflate the next one.
-            outcome["dropped"] = sorted(decode_claims(_annotations(current).get(CLAIMS_ANNOTATION)))
-            notes: Patch = {CLAIMS_ANNOTATION: None} if outcome["dropped"] else {}
+            dropped = sorted(decode_claims(_annotations(current).get(CLAIMS_ANNOTATION)))
+            notes: Patch = {CLAIMS_ANNOTATION: None} if dropped else {}
+            if record is None and target is None and not notes:
+                return None  # what an earlier build whose answer was lost dropped stays reported
+            outcome["dropped"] = dropped
             if record is None and target is None:
-                return {"metadata": {"annotations": notes}} if notes else None
+                return {"metadata": {"annotations": notes}}
             spec = self._restore_spec(ref, current, record, target, worker_tier, head_tier, outcome, pods)
             if record is not None:
                 notes[BASELINE_ANNOTATION] = None
@@ -585,9 +621,11 @@ class KubernetesBackend(BaseBackend):
             self._check_owner(ref, obj)
             pods = self._pods(ref, deadline=deadline)
             previous = seen["state"] = self._state(ref, obj, pods)
+            pods = self._marked_idle(ref, pods, deadline)
         outcome: Dict[str, Any] = {}
 
         def build(current: Dict[str, Any]) -> Optional[Patch]:
+            sent = dict(outcome)
             outcome.clear()
             largest = largest_claim(decode_claims(_annotations(current).get(CLAIMS_ANNOTATION)))
             outcome.update(capped=False, tier=None, name=None, restoring=largest is None)
@@ -604,6 +642,8 @@ class KubernetesBackend(BaseBackend):
                 return self._with_baseline(ref, current, {"spec": spec})
             record = decode_record(current)
             if record is None:
+                # After a lost answer this re-read finds the restore sent before applied: keep what it decided.
+                outcome.update(sent)
                 return None
             spec = self._restore_spec(ref, current, record, target, worker_tier, head_tier, outcome, pods)
             outcome["requested"] = target.replicas if target is not None else outcome["effective"]
@@ -643,6 +683,7 @@ class KubernetesBackend(BaseBackend):
         """Add ``claim_id`` to the claims annotation (recording the baseline first); return the largest claim."""
 
         def build(current: Dict[str, Any]) -> Optional[Patch]:
+            self._adapter(ref).check_size(self._label(ref), ref, current, replicas)
             claims = decode_claims(_annotations(current).get(CLAIMS_ANNOTATION))
             existing = claims.get(claim_id)
             claim = Claim(claim_id, replicas, worker_hw_tier)

@@ -1,6 +1,6 @@
 """The interface every cluster-resource adapter implements, and what they share."""
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
 from ....errors import InvalidInputError
 from ....models import Baseline, ClusterState, ReplicaSpec
@@ -36,6 +36,8 @@ class ResourceAdapter(ABC):
 
     tiers = False
     """Whether worker and head hardware tiers can be set (Domino's tier catalog)."""
+    idle_from_ray_head = False
+    """Whether a scale-down asks the cluster's Ray head which workers are idle (KubeRay)."""
 
     def __init__(self, info: KindInfo) -> None:
         self.info = info
@@ -67,6 +69,10 @@ class ResourceAdapter(ABC):
     def explain_missing(self, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"]) -> None:
         """Called when the object is not found: raise a clearer error if there is one to give."""
 
+    def check_size(self, label: str, ref: ClusterRef, obj: Dict[str, Any], replicas: int) -> None:
+        """Refuse ``replicas`` workers where the object cannot take them (before a claim records
+        them); nothing to refuse by default."""
+
     def before_change(
         self, label: str, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"],
         replicas: int, strict: bool,
@@ -87,6 +93,13 @@ class ResourceAdapter(ABC):
         mutate: Mutate,
     ) -> None:
         """Before a restore's patch: put those other objects back as recorded (idempotent); nothing by default."""
+
+    def observe_elsewhere(
+        self, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"], state: ClusterState,
+    ) -> ClusterState:
+        """``state`` with what the other objects sizing the group tell (an autoscaler's bounds);
+        ``state`` itself by default."""
+        return state
 
     @abstractmethod
     def pod_selector(self, ref: ClusterRef, role: Optional[str] = None) -> str:
@@ -147,15 +160,31 @@ class ResourceAdapter(ABC):
         return {}
 
 
+def pod_labels(pod: Dict[str, Any]) -> Dict[str, str]:
+    """The labels of ``pod`` (empty when it has none)."""
+    return (pod.get("metadata") or {}).get("labels") or {}
+
+
 def live(pods: Pods) -> Pods:
     """Pods not being deleted."""
     return [p for p in pods if not pod_terminating(p)]
 
 
+IDLE = "ddlscale-idle"
+"""Key set on the backend's own copy of a worker pod whose framework head reports it idle (never sent)."""
+
+
+def mark_idle(pods: Pods, ips: FrozenSet[str]) -> Pods:
+    """``pods``, those whose ``status.podIP`` is in ``ips`` copied with :data:`IDLE` set."""
+    return [dict(p, **{IDLE: True}) if (p.get("status") or {}).get("podIP") in ips else p for p in pods]
+
+
 def removal_order(pods: Pods) -> Pods:
-    """Which workers to remove first: not Ready before Ready (they do no work yet), then the newest
-    (least state built up), then by name so the choice is stable."""
+    """Which workers to remove first: not Ready before Ready (they do no work yet), then those the
+    framework's head reports idle (:func:`mark_idle`), then the newest (least state built up), then by
+    name so the choice is stable."""
     ordered = sorted(live(pods), key=lambda p: p["metadata"]["name"])
     ordered.sort(key=lambda p: p["metadata"].get("creationTimestamp") or "", reverse=True)
+    ordered.sort(key=lambda p: not p.get(IDLE))
     ordered.sort(key=pod_ready)
     return ordered

@@ -12,6 +12,7 @@ by setting ``replicas`` to N and the autoscaler's ``minimum`` to N (N above
 is recorded in an annotation on it and put back by a restore. No tiers: a
 group's pod spec carries its hardware.
 """
+import dataclasses
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from ....errors import CapacityExceededError, ClusterNotFoundError, InvalidInputError, UnsupportedOperationError
@@ -21,6 +22,7 @@ from ....refs import ClusterRef
 from ....tiers import HardwareTier
 from ..spec import pod_ready
 from .base import Mutate, Outcome, Patch, Pods, Record, ResourceAdapter, live
+from .base import pod_labels as _labels
 
 if TYPE_CHECKING:
     from ....waiting import Deadline
@@ -35,10 +37,6 @@ DEFAULT_GROUP = "default"
 SCHEDULER_PORT = 8786
 HELD_MINIMUM_ANNOTATION = f"{ANNOTATION_PREFIX}/autoscaler-minimum"
 """On a DaskAutoscaler whose ``minimum`` a phase raised: the minimum it had before, put back by a restore."""
-
-
-def _labels(pod: Dict[str, Any]) -> Dict[str, str]:
-    return (pod.get("metadata") or {}).get("labels") or {}
 
 
 def desired_workers(obj: Dict[str, Any]) -> int:
@@ -155,6 +153,20 @@ class DaskOperatorAdapter(ResourceAdapter):
                 return {"spec": {"minimum": int(recorded)}, "metadata": {"annotations": {HELD_MINIMUM_ANNOTATION: None}}}
 
             mutate(AUTOSCALERS, str(scaler["metadata"]["name"]), build)
+
+    def observe_elsewhere(
+        self, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"], state: ClusterState,
+    ) -> ClusterState:
+        """``state`` with the DaskAutoscaler's ``minimum`` and ``maximum`` as its autoscaling bounds
+        (the minimum a phase holds while it holds one); unchanged without exactly one autoscaler."""
+        scalers = self._autoscalers(ref, namespace, api, deadline)
+        if len(scalers) != 1:
+            return state
+        spec = scalers[0].get("spec") or {}
+        limit = spec.get("maximum")
+        return dataclasses.replace(
+            state, autoscaling_min=int(spec.get("minimum") or 0), autoscaling_max=None if limit is None else int(limit),
+        )
 
     def state(self, label: str, ref: ClusterRef, obj: Dict[str, Any], pods: Pods) -> ClusterState:
         group = self.object_name(ref)
