@@ -49,24 +49,43 @@ def _arrived(outcome: Any, count: int, before: Optional[int] = None) -> str:
     return f"{workers(count)} ready"
 
 
+def _found(outcome: Any, asked: int) -> int:
+    """The workers to report once a wait for ``asked`` ended: the Ready ones where known and the
+    cluster wants more than ``asked`` (an autoscaler above a held floor), else ``asked``."""
+    ready = getattr(outcome, "ready_workers", UNKNOWN)
+    return ready if outcome.workers > asked and ready != UNKNOWN else asked
+
+
+def _above(outcome: Any, asked: int) -> str:
+    """`` (at least 3 held; the cluster wants 5)`` when the cluster wants more than ``asked``."""
+    return f" (at least {asked} held; the cluster wants {outcome.workers})" if outcome.workers > asked else ""
+
+
 def scale_line(step: str, outcome: Any, seconds_total: Optional[float] = None) -> str:
     """The summary of a ``ScaleCluster`` node (fields of ``ScaleOutcome``); ``seconds_total`` is the
-    node's own time, start to end (creating a cluster included), when the caller measured it."""
+    node's own time, start to end (creating a cluster included), when the caller measured it. The
+    counts are what the wait found: with an autoscaler above the size set, the workers Ready and
+    the size the cluster wants."""
     change = f"{outcome.cluster} {outcome.previous_workers} -> "
     capped = f", capped from {outcome.requested}" if outcome.capped else ""
     if not outcome.waited:
         return f"{step}: {change}{workers(outcome.effective)}{_tier(outcome)} requested, not waited for{capped}"
+    arrived = _arrived(outcome, _found(outcome, outcome.effective), outcome.previous_workers)
     return (
-        f"{step}: {change}{_arrived(outcome, outcome.effective, outcome.previous_workers)}{_tier(outcome)} "
+        f"{step}: {change}{arrived}{_above(outcome, outcome.effective)}{_tier(outcome)} "
         f"{_took(outcome.seconds_waited, seconds_total)}{capped}{_readiness(outcome)}"
     )
 
 
 def wait_line(step: str, outcome: Any, seconds_total: Optional[float] = None) -> str:
     """The summary of a ``WaitForCluster`` node (fields of ``ClusterReady``); ``seconds_total`` as in
-    :func:`scale_line`."""
+    :func:`scale_line`. The workers reported are the Ready ones where known (a wait may end below
+    the size the cluster wants, an autoscaler's above a held floor), else the size it wants."""
     took = _seconds(max(outcome.seconds_waited, seconds_total or 0.0))
-    return f"{step}: {outcome.cluster} {_arrived(outcome, outcome.workers)} after {took}{_readiness(outcome)}"
+    ready = getattr(outcome, "ready_workers", UNKNOWN)
+    count = outcome.workers if ready == UNKNOWN else ready
+    wants = f" (the cluster wants {outcome.workers})" if count < outcome.workers else ""
+    return f"{step}: {outcome.cluster} {_arrived(outcome, count)}{wants} after {took}{_readiness(outcome)}"
 
 
 def restart_line(step: str, outcome: Any, seconds_total: Optional[float] = None) -> str:

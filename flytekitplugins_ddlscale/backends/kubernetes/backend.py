@@ -391,8 +391,10 @@ class KubernetesBackend(BaseBackend):
         change: Optional[Change], last: Optional[ClusterState],
     ) -> ClusterState:
         """Watch the cluster's pods until ``replicas`` workers are Ready (on the tier ``change`` set) and the
-        spec agrees. The head's pods are watched too, so the state a wait ends with tells whether the head
-        is Ready; only the worker selector's pods are counted and can end the wait by failing."""
+        spec agrees: exactly that many, or at least that many while an autoscaler runs the cluster above
+        them (:func:`~flytekitplugins_ddlscale.models.workers_reached`). The head's pods are watched too,
+        so the state a wait ends with tells whether the head is Ready; only the worker selector's pods
+        are counted and can end the wait by failing."""
         tier_id = change.detail.tier_id if change is not None else None
         holder: Dict[str, Dict[str, Any]] = {}
         worker_requirements = parse_selector(self._selector(ref, "worker"))
@@ -412,7 +414,10 @@ class KubernetesBackend(BaseBackend):
                 if is_member(p) and pod_ready(p)
                 and (tier_id is None or p["metadata"].get("labels", {}).get(LABEL_HW_TIER) == tier_id)
             )
-            done = ready == replicas and state.desired_workers == replicas and state.existing_workers == replicas
+            # A shrink is also done only once the extra pods are gone (not just not Ready).
+            done = state.workers_up(replicas, ready) and (
+                state.desired_workers != replicas or state.existing_workers == replicas
+            )
             return done, state, ready
 
         waiter = PodWaiter(
