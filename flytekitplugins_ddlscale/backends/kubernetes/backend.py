@@ -361,10 +361,12 @@ class KubernetesBackend(BaseBackend):
         return self._state(ref, change.detail.after, self._pods(ref))
 
     def _observe_for_wait(self, ref: ClusterRef, replicas: int, deadline: Deadline) -> Optional[ClusterState]:
-        """The object at the start of a wait; None while the API server cannot be read (the wait
-        rides out the outage), unless that read already used up the deadline."""
+        """The object and its pods at the start of a wait (so an error about it reports the head and
+        the workers as they are); None while the API server cannot be read (the wait rides out the
+        outage), unless that read already used up the deadline."""
         try:
             obj = self._read(ref, deadline)
+            pods = self._pods(ref, deadline=deadline)
         except BackendUnavailableError as error:
             if not deadline.expired:
                 return None
@@ -372,7 +374,7 @@ class KubernetesBackend(BaseBackend):
                 error, deadline=deadline, what=f"{replicas} Ready workers on {self._label(ref)}",
                 tracker=self.api.outage, state=None, cluster=self._label(ref),
             ) from None
-        return self._state(ref, obj, [])
+        return self._state(ref, obj, pods)
 
     def _reach(self, ref: ClusterRef) -> Reach:
         """How ``ddlscale`` and a new process reach this cluster (its records are on the object)."""
@@ -480,9 +482,11 @@ class KubernetesBackend(BaseBackend):
         progress: Optional[ProgressReporter],
     ) -> ClusterState:
         holder: Dict[str, Dict[str, Any]] = {}
+        head_requirements = parse_selector(self._selector(ref, "head"))
 
         def fresh_head(pod: Dict[str, Any]) -> bool:
-            return pod["metadata"].get("uid") != old_uid
+            labels = (pod.get("metadata") or {}).get("labels") or {}
+            return matches(head_requirements, labels) and pod["metadata"].get("uid") != old_uid
 
         def check(
             pods: Dict[str, Dict[str, Any]], fresh: bool, deadline: Deadline
@@ -497,8 +501,9 @@ class KubernetesBackend(BaseBackend):
             )
             return ready, state, int(ready)
 
+        # All the cluster's pods, so the state the wait ends with counts the workers too.
         waiter = PodWaiter(
-            self.api, self._ns(ref), self._selector(ref, "head"),
+            self.api, self._ns(ref), self._selector(ref),
             what=f"a new Ready {ref.info.head_component} pod on {self._label(ref)}", target=1, timeout=timeout,
             grace=self.failure_grace, watched=fresh_head, progress=progress, cluster=self._label(ref),
         )

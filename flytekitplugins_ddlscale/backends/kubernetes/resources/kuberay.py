@@ -38,6 +38,19 @@ def worker_groups(obj: Dict[str, Any]) -> List[Dict[str, Any]]:
     return list((obj.get("spec") or {}).get("workerGroupSpecs") or [])
 
 
+STATES = {"ready": "Running", "failed": "Failed", "suspending": "Stopping", "suspended": "Stopped"}
+"""KubeRay's ``status.state`` values in the words every backend's state uses (``unhealthy``, which
+KubeRay no longer sets, and anything new fall back to what the head pod says)."""
+
+
+def cluster_status(obj: Dict[str, Any], head_ready: bool) -> str:
+    """The state's status of a RayCluster: its ``status.state`` as KubeRay documents it (``ready``
+    is ``Running``), else, before KubeRay has set one, ``Starting`` once the head pod is Ready and
+    ``Pending`` until then."""
+    state = str((obj.get("status") or {}).get("state") or "")
+    return STATES.get(state, "Starting" if head_ready else "Pending")
+
+
 def autoscaling_on(obj: Dict[str, Any]) -> bool:
     """Whether the Ray autoscaler manages the cluster's size (``enableInTreeAutoscaling``)."""
     return bool((obj.get("spec") or {}).get("enableInTreeAutoscaling"))
@@ -103,13 +116,14 @@ class KubeRayAdapter(ResourceAdapter):
         name = group.get("groupName")
         workers = [p for p in live(pods) if self.is_worker(p) and _labels(p).get(LABEL_GROUP) == name]
         auto = autoscaling_on(obj)
+        head_ready = any(pod_ready(p) for p in live(pods) if _labels(p).get(LABEL_NODE_TYPE) == "head")
         return ClusterState(
             cluster=label,
-            status=str((obj.get("status") or {}).get("state") or "Unknown"),
+            status=cluster_status(obj, head_ready),
             desired_workers=int(group.get("replicas") or 0),
             existing_workers=len(workers),
             ready_workers=sum(1 for p in workers if pod_ready(p)),
-            head_ready=any(pod_ready(p) for p in live(pods) if _labels(p).get(LABEL_NODE_TYPE) == "head"),
+            head_ready=head_ready,
             autoscaling_min=int(group.get("minReplicas") or 0) if auto else None,
             autoscaling_max=int(group["maxReplicas"]) if auto and group.get("maxReplicas") is not None else None,
         )
