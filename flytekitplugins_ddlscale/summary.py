@@ -5,7 +5,7 @@ with those fields works); :func:`~flytekitplugins_ddlscale.progress.emit_summary
 prints the line. Where an outcome carries a non-empty ``readiness`` string
 (what the framework reported), it is appended as ``(framework: ...)``.
 """
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 from .wording import plural
 
@@ -123,19 +123,27 @@ def phase_line(
     error: Optional[BaseException],
     readiness: str = "",
     body_failure: Optional[str] = None,
+    *,
+    found: Optional[Tuple[int, int]] = None,
 ) -> str:
     """The summary of a ``@distributed_phase`` / ``cluster_phase`` run, printed when it ends.
 
     ``held`` None means the cluster never reached the phase's size (the
     error says why); ``restored_to`` None means nothing was restored;
-    ``body_failure`` names how a block failed without raising (``exit 7``).
+    ``body_failure`` names how a block failed without raising (``exit 7``);
+    ``found`` is (workers up, workers the cluster wants) when the wait ended,
+    reported where the cluster wants more than ``held`` (an autoscaler above
+    the held floor).
     """
     framework = f" (framework: {readiness})" if readiness else ""
     if held is None:
         start = f"{label}: {cluster} not scaled"
     else:
+        up, above = held, ""
+        if found is not None and found[1] > held:
+            up, above = max(found[0], held), f" (at least {held} held; the cluster wants {found[1]})"
         start = (
-            f"{label}: {cluster} {before} -> {workers(held)} ready in {_seconds(seconds_to_ready or 0.0)}"
+            f"{label}: {cluster} {before} -> {workers(up)} ready{above} in {_seconds(seconds_to_ready or 0.0)}"
             f"{framework}"
         )
     if error is not None:
