@@ -51,9 +51,9 @@ def scheduler_status(schedulers: Pods) -> str:
     Ready, ``Starting`` while one exists, else ``Pending``.
 
     Not the DaskCluster's ``status.phase``: the DaskWorkerGroup read has none, and the operator's
-    phase can stay ``Pending`` while the scheduler serves (its component creation writes
-    ``Pending`` after the scheduler Service's handler wrote ``Running``, dask-kubernetes #968; seen
-    with dask-kubernetes 2026.3.0 in the envtest tier), so the scheduler pod is the authority."""
+    phase can stay ``Pending`` while the scheduler serves (seen with dask-kubernetes 2026.3.0 in
+    the envtest tier; dask-kubernetes #968: its component creation can write ``Pending`` after the
+    scheduler Service's handler wrote ``Running``), so the scheduler pod is the authority."""
     if any(pod_ready(p) for p in schedulers):
         return "Running"
     return "Starting" if schedulers else "Pending"
