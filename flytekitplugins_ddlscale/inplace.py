@@ -143,9 +143,10 @@ def check_reachable(
 ) -> None:
     """Raise :class:`UnreachableWaitError` when a wait for ``replicas`` workers could never end.
 
-    A wait is done only when the cluster desires exactly ``replicas``
-    workers, so a count above the desired one (or above the maximum) can only
-    run out the wait's timeout.
+    A wait is done only while the cluster desires at least ``replicas``
+    workers (:func:`~flytekitplugins_ddlscale.models.workers_reached`), so a
+    count above the desired one (or above the maximum) can only run out the
+    wait's timeout.
     """
     if replicas > desired or (maximum is not None and replicas > maximum):
         raise UnreachableWaitError(

@@ -38,7 +38,8 @@ class ClusterState:
     cluster: str
     """The cluster as ``[namespace/]kind/name``."""
     status: str
-    """``status.clusterStatus``: Pending, Starting, Running, Stopping, Failed, or Unknown."""
+    """``status.clusterStatus``: Pending, Starting, Running, Stopping, Stopped, Failed, or Unknown (the
+    open-source operators' states and the local backend's in the same words)."""
     desired_workers: int
     """``spec.worker.replicas``."""
     existing_workers: int
