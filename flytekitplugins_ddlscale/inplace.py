@@ -112,7 +112,9 @@ def left_in_place(
     now = desired if found is None else found
     error.left_in_place = f"{setting}={now}"
     seen = workers_seen(error.state, desired, found)
-    changed = f" (this change set {desired}; since changed by the autoscaler or another client)" if now != desired else ""
+    changed = ""
+    if now != desired:
+        changed = f" (this change set {desired}; since changed by the autoscaler or another client)"
     if restoring:
         # A wait for more than the cluster now wants could never end (it is refused as unreachable).
         error.remedy_command = reach.command("status", "--wait")
