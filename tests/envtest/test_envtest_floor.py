@@ -87,3 +87,21 @@ def test_a_timed_out_wait_reports_the_size_it_found_not_the_one_it_sent(side):
     assert "spec.worker.replicas=5 left in place (this change set 3; since changed by the autoscaler" in text
     assert "1 of 5 workers ready, at least 3 needed" in text
     assert "=3 left in place" not in text
+
+
+def test_a_failed_restore_names_the_size_found_and_a_wait_that_can_end():
+    from flytekitplugins_ddlscale.inplace import Reach, left_in_place
+    from flytekitplugins_ddlscale.models import ClusterState
+
+    reach = Reach("kubernetes", ClusterRef("ray", "c1", "ns"))
+    # The restore set 4; the HPA, back at the baseline's minimum, has since lowered it to 2.
+    lowered = ScalingTimeoutError("timed out", state=ClusterState("ns/ray/c1", "Running", 2, 3, ready_workers=1))
+    error = left_in_place(lowered, reach, "spec.worker.replicas", 4, restoring=True, found=2)
+    assert error.left_in_place == "spec.worker.replicas=2"
+    assert "=2 (the restore) left in place (this change set 4; since changed by the autoscaler" in str(error)
+    assert "1 of 2 workers ready, at least 4 needed" in str(error)
+    assert error.remedy_call.endswith(".wait_for_workers(ClusterRef(\"ray\", \"c1\", \"ns\"), 2)")
+    # Found as sent: the text is the one every backend gave before.
+    same = left_in_place(ScalingTimeoutError("timed out", state=ClusterState("ns/ray/c1", "Running", 4, 3, 3)),
+                         reach, "spec.worker.replicas", 4, restoring=False, found=4)
+    assert "spec.worker.replicas=4 left in place: 3 of 4 workers ready; nothing was rolled back" in str(same)
