@@ -81,40 +81,52 @@ def state_dir_env(directory: Path, subdir: str) -> Optional[Dict[str, str]]:
     return {STATE_DIR_ENV: str(directory.parent)}
 
 
-def workers_seen(state: Optional[ClusterState], desired: int) -> str:
-    """How far ``state`` got towards ``desired`` workers, in words."""
+def workers_seen(state: Optional[ClusterState], desired: int, found: Optional[int] = None) -> str:
+    """How far ``state`` got towards ``desired`` workers, in words; ``found`` is the size the cluster
+    wanted when last seen, reported instead of ``desired`` where the two differ."""
     if state is None:
         return "the workers were never observed"
+    wanted = desired if found is None else found
+    needed = f", at least {desired} needed" if wanted != desired else ""
     if state.ready_workers is None:
-        return f"{state.existing_workers} of {desired} worker pods exist (readiness not observable)"
-    return f"{state.ready_workers} of {desired} workers ready"
+        return f"{state.existing_workers} of {wanted} worker pods exist (readiness not observable){needed}"
+    return f"{state.ready_workers} of {wanted} workers ready{needed}"
 
 
 def left_in_place(
-    error: ScalingError, reach: Reach, setting: str, desired: int, *, restoring: bool
+    error: ScalingError, reach: Reach, setting: str, desired: int, *, restoring: bool, found: Optional[int] = None
 ) -> ScalingError:
     """``error`` (of the wait after a change), extended with what the change left in place and the remedy.
 
     ``setting`` names what holds the size (``spec.worker.replicas``,
-    ``desired_workers``). After a scale or a reconcile to a claim
-    (``restoring`` False) the remedy restores the baseline; after a restore,
-    whose baseline record is already cleared, it waits for the restore. The
-    same fields are set as :attr:`ScalingError.left_in_place`,
-    :attr:`ScalingError.remedy_command` and :attr:`ScalingError.remedy_call`.
+    ``desired_workers``) and ``desired`` what the change set it to;
+    ``found``, when the wait read the cluster after the change, is what the
+    setting held then (an autoscaler may have raised it above a held
+    minimum): the error reports that, not what was sent. After a scale or a
+    reconcile to a claim (``restoring`` False) the remedy restores the
+    baseline; after a restore, whose baseline record is already cleared, it
+    waits for the restore. The same fields are set as
+    :attr:`ScalingError.left_in_place`, :attr:`ScalingError.remedy_command`
+    and :attr:`ScalingError.remedy_call`.
     """
-    error.left_in_place = f"{setting}={desired}"
-    seen = workers_seen(error.state, desired)
+    now = desired if found is None else found
+    error.left_in_place = f"{setting}={now}"
+    seen = workers_seen(error.state, desired, found)
+    changed = ""
+    if now != desired:
+        changed = f" (this change set {desired}; since changed by the autoscaler or another client)"
     if restoring:
+        # A wait for more than the cluster now wants could never end (it is refused as unreachable).
         error.remedy_command = reach.command("status", "--wait")
-        error.remedy_call = reach.call("wait_for_workers", desired)
+        error.remedy_call = reach.call("wait_for_workers", min(desired, now))
         what = (
-            f"{error.left_in_place} (the restore) left in place: {seen}; nothing was rolled back and the "
-            f"baseline record was cleared with the restore. To keep waiting for it"
+            f"{error.left_in_place} (the restore) left in place{changed}: {seen}; nothing was rolled back and "
+            f"the baseline record was cleared with the restore. To keep waiting for it"
         )
     else:
         error.remedy_command = reach.command("restore")
         error.remedy_call = reach.call("restore_baseline")
-        what = f"{error.left_in_place} left in place: {seen}; nothing was rolled back. To restore the baseline"
+        what = f"{error.left_in_place} left in place{changed}: {seen}; nothing was rolled back. To restore the baseline"
     how = f"`{error.remedy_command}` (Python: `{error.remedy_call}`)" if error.remedy_command else f"`{error.remedy_call}`"
     error.message = redact(f"{error.message}. {what}: {how}")
     error.args = (error.message,)
@@ -133,9 +145,10 @@ def check_reachable(
 ) -> None:
     """Raise :class:`UnreachableWaitError` when a wait for ``replicas`` workers could never end.
 
-    A wait is done only when the cluster desires exactly ``replicas``
-    workers, so a count above the desired one (or above the maximum) can only
-    run out the wait's timeout.
+    A wait is done only while the cluster desires at least ``replicas``
+    workers (:func:`~flytekitplugins_ddlscale.models.workers_reached`), so a
+    count above the desired one (or above the maximum) can only run out the
+    wait's timeout.
     """
     if replicas > desired or (maximum is not None and replicas > maximum):
         raise UnreachableWaitError(

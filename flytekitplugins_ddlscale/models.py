@@ -15,6 +15,17 @@ def utcnow() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc)
 
 
+def workers_reached(up: int, desired: int, replicas: int) -> bool:
+    """Whether a wait for ``replicas`` workers is done with ``up`` workers up while the cluster wants
+    ``desired``: exactly ``replicas`` when it wants exactly that many (a shrink is done once the
+    extra workers are gone), at least ``replicas`` when it wants more. A held size is a floor: an
+    autoscaler may run the cluster above it, and the wait then ends as soon as ``replicas`` are up
+    instead of waiting for every worker the autoscaler added."""
+    if desired == replicas:
+        return up == replicas
+    return desired > replicas and up >= replicas
+
+
 @dataclass
 class ClusterState:
     """One observation of a cluster.
@@ -27,7 +38,8 @@ class ClusterState:
     cluster: str
     """The cluster as ``[namespace/]kind/name``."""
     status: str
-    """``status.clusterStatus``: Pending, Starting, Running, Stopping, Failed, or Unknown."""
+    """``status.clusterStatus``: Pending, Starting, Running, Stopping, Stopped, Failed, or Unknown (the
+    open-source operators' states and the local backend's in the same words)."""
     desired_workers: int
     """``spec.worker.replicas``."""
     existing_workers: int
@@ -52,10 +64,12 @@ class ClusterState:
         """Whether the cluster has an autoscaling section."""
         return self.autoscaling_max is not None
 
-    def workers_up(self, replicas: int) -> bool:
-        """True when ``replicas`` workers are up: Ready where observable, else existing."""
-        seen = self.ready_workers if self.ready_workers is not None else self.existing_workers
-        return seen == replicas and self.desired_workers == replicas
+    def workers_up(self, replicas: int, up: Optional[int] = None) -> bool:
+        """True when a wait for ``replicas`` workers is done (:func:`workers_reached`), counting ``up``
+        if given, else the Ready workers where observable, else the existing ones."""
+        if up is None:
+            up = self.ready_workers if self.ready_workers is not None else self.existing_workers
+        return workers_reached(up, self.desired_workers, replicas)
 
     def describe(self) -> str:
         """A one-line summary for progress messages and errors."""
@@ -151,4 +165,5 @@ __all__ = [
     "RestartResult",
     "ScaleResult",
     "utcnow",
+    "workers_reached",
 ]

@@ -5,7 +5,7 @@ with those fields works); :func:`~flytekitplugins_ddlscale.progress.emit_summary
 prints the line. Where an outcome carries a non-empty ``readiness`` string
 (what the framework reported), it is appended as ``(framework: ...)``.
 """
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 from .wording import plural
 
@@ -49,24 +49,43 @@ def _arrived(outcome: Any, count: int, before: Optional[int] = None) -> str:
     return f"{workers(count)} ready"
 
 
+def _found(outcome: Any, asked: int) -> int:
+    """The workers to report once a wait for ``asked`` ended: the Ready ones where known and the
+    cluster wants more than ``asked`` (an autoscaler above a held floor), else ``asked``."""
+    ready = getattr(outcome, "ready_workers", UNKNOWN)
+    return ready if outcome.workers > asked and ready != UNKNOWN else asked
+
+
+def _above(outcome: Any, asked: int) -> str:
+    """`` (at least 3 held; the cluster wants 5)`` when the cluster wants more than ``asked``."""
+    return f" (at least {asked} held; the cluster wants {outcome.workers})" if outcome.workers > asked else ""
+
+
 def scale_line(step: str, outcome: Any, seconds_total: Optional[float] = None) -> str:
     """The summary of a ``ScaleCluster`` node (fields of ``ScaleOutcome``); ``seconds_total`` is the
-    node's own time, start to end (creating a cluster included), when the caller measured it."""
+    node's own time, start to end (creating a cluster included), when the caller measured it. The
+    counts are what the wait found: with an autoscaler above the size set, the workers Ready and
+    the size the cluster wants."""
     change = f"{outcome.cluster} {outcome.previous_workers} -> "
     capped = f", capped from {outcome.requested}" if outcome.capped else ""
     if not outcome.waited:
         return f"{step}: {change}{workers(outcome.effective)}{_tier(outcome)} requested, not waited for{capped}"
+    arrived = _arrived(outcome, _found(outcome, outcome.effective), outcome.previous_workers)
     return (
-        f"{step}: {change}{_arrived(outcome, outcome.effective, outcome.previous_workers)}{_tier(outcome)} "
+        f"{step}: {change}{arrived}{_above(outcome, outcome.effective)}{_tier(outcome)} "
         f"{_took(outcome.seconds_waited, seconds_total)}{capped}{_readiness(outcome)}"
     )
 
 
 def wait_line(step: str, outcome: Any, seconds_total: Optional[float] = None) -> str:
     """The summary of a ``WaitForCluster`` node (fields of ``ClusterReady``); ``seconds_total`` as in
-    :func:`scale_line`."""
+    :func:`scale_line`. The workers reported are the Ready ones where known (a wait may end below
+    the size the cluster wants, an autoscaler's above a held floor), else the size it wants."""
     took = _seconds(max(outcome.seconds_waited, seconds_total or 0.0))
-    return f"{step}: {outcome.cluster} {_arrived(outcome, outcome.workers)} after {took}{_readiness(outcome)}"
+    ready = getattr(outcome, "ready_workers", UNKNOWN)
+    count = outcome.workers if ready == UNKNOWN else ready
+    wants = f" (the cluster wants {outcome.workers})" if count < outcome.workers else ""
+    return f"{step}: {outcome.cluster} {_arrived(outcome, count)}{wants} after {took}{_readiness(outcome)}"
 
 
 def restart_line(step: str, outcome: Any, seconds_total: Optional[float] = None) -> str:
@@ -104,19 +123,27 @@ def phase_line(
     error: Optional[BaseException],
     readiness: str = "",
     body_failure: Optional[str] = None,
+    *,
+    found: Optional[Tuple[int, int]] = None,
 ) -> str:
     """The summary of a ``@distributed_phase`` / ``cluster_phase`` run, printed when it ends.
 
     ``held`` None means the cluster never reached the phase's size (the
     error says why); ``restored_to`` None means nothing was restored;
-    ``body_failure`` names how a block failed without raising (``exit 7``).
+    ``body_failure`` names how a block failed without raising (``exit 7``);
+    ``found`` is (workers up, workers the cluster wants) when the wait ended,
+    reported where the cluster wants more than ``held`` (an autoscaler above
+    the held floor).
     """
     framework = f" (framework: {readiness})" if readiness else ""
     if held is None:
         start = f"{label}: {cluster} not scaled"
     else:
+        up, above = held, ""
+        if found is not None and found[1] > held:
+            up, above = max(found[0], held), f" (at least {held} held; the cluster wants {found[1]})"
         start = (
-            f"{label}: {cluster} {before} -> {workers(held)} ready in {_seconds(seconds_to_ready or 0.0)}"
+            f"{label}: {cluster} {before} -> {workers(up)} ready{above} in {_seconds(seconds_to_ready or 0.0)}"
             f"{framework}"
         )
     if error is not None:

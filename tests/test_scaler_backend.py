@@ -69,6 +69,13 @@ def test_scale_down_waits_until_pods_are_gone(scaler_server, scaler_backend):
     assert result.final.existing_workers == 1
 
 
+def test_a_wait_for_fewer_workers_than_the_cluster_runs_ends_at_once(scaler_server, scaler_backend):
+    # An autoscaler (or another client) runs the cluster above the size waited for: that size is a floor.
+    scaler_server.add_cluster("ray", "ray-run1", replicas=4, max_replicas=6)
+    state = scaler_backend.wait_for_workers(RAY, 2, timeout=5)
+    assert (state.desired_workers, state.existing_workers) == (4, 4)
+
+
 def test_no_wait_returns_the_patched_object_state(scaler_server, scaler_backend):
     scaler_server.add_cluster("ray", "ray-run1", replicas=1, max_replicas=4, pod_ready_delay=30)
     result = scaler_backend.scale(RAY, 4, wait=False)

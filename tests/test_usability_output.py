@@ -44,6 +44,9 @@ def test_scale_summary_reads_like_the_issue_example_and_takes_a_readiness_string
          "down: dask/x 0 -> 2 workers up (readiness not observable) on GPU in 5.3 s"),
         (dict(effective=1, workers=1, requested=1, ready_workers=1),
          "down: dask/x 0 -> 1 worker ready in 5.3 s"),
+        # An autoscaler above the held size: the workers found Ready and the size the cluster wants.
+        (dict(effective=3, requested=3, workers=5, ready_workers=4),
+         "down: dask/x 0 -> 4 workers ready (at least 3 held; the cluster wants 5) in 5.3 s"),
     ],
 )
 def test_scale_summary_variants(changes, expected):
@@ -54,6 +57,8 @@ def test_wait_restore_and_phase_summaries():
     ready = ClusterReady(cluster="dask/x", backend="local", status="Running", workers=2, ready_workers=2,
                          seconds_waited=1.04)
     assert wait_line("ready", ready) == "ready: dask/x 2 workers ready after 1.0 s"
+    floor = replace(ready, workers=5, ready_workers=3)
+    assert wait_line("ready", floor) == "ready: dask/x 3 workers ready (the cluster wants 5) after 1.0 s"
     restored = RestoreOutcome(cluster="dask/x", backend="local", restored="baseline", previous_workers=2,
                               workers=0, ready_workers=0, waited=True, seconds_waited=0.52)
     assert restore_line("restore", restored) == "restore: dask/x 2 -> 0 workers (baseline) in 0.5 s"
@@ -61,6 +66,9 @@ def test_wait_restore_and_phase_summaries():
     assert restore_line("restore", nothing) == "restore: dask/x unchanged at 0 workers (no baseline recorded)"
     assert phase_line("train", "dask/x", 0, 4, 3.04, 10.0, "0 workers (baseline)", None) == (
         "train: dask/x 0 -> 4 workers ready in 3.0 s; done after 10.0 s, restored to 0 workers (baseline)"
+    )
+    assert phase_line("train", "dask/x", 0, 4, 3.04, 10.0, None, None, found=(5, 6)) == (
+        "train: dask/x 0 -> 5 workers ready (at least 4 held; the cluster wants 6) in 3.0 s; done after 10.0 s"
     )
     assert phase_line("train", "dask/x", None, None, None, 2.0, None, TimeoutError("t")) == (
         "train: dask/x not scaled; failed after 2.0 s (TimeoutError)"

@@ -14,7 +14,7 @@ from typing import Any, Dict, FrozenSet, Iterator, Optional, Protocol, Tuple, Ty
 
 from ..errors import InvalidInputError, ScalingTimeoutError, UnsupportedOperationError, WorkerFailedError
 from ..inplace import Reach, check_reachable, left_in_place
-from ..models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult
+from ..models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
 from ..progress import ProgressReporter
 from ..records import Claim
 from ..refs import ClusterRef
@@ -89,8 +89,11 @@ class ClusterBackend(Protocol):
     ) -> ClusterState:
         """Return once ``replicas`` workers are up; raise ``ScalingTimeoutError`` at ``timeout``.
 
-        A count above the desired one or the maximum raises
-        ``UnreachableWaitError`` at once: such a wait could never end.
+        Up means exactly ``replicas`` while the cluster wants that many, or at
+        least ``replicas`` while it wants more (an autoscaler above a held
+        minimum: the held size is a floor). A count above the desired one or
+        the maximum raises ``UnreachableWaitError`` at once: such a wait could
+        never end.
         """
         ...
 
@@ -247,8 +250,11 @@ class BaseBackend:
     ) -> ClusterState:
         """Return once ``replicas`` workers are up; raise ``ScalingTimeoutError`` at ``timeout``.
 
-        A count above the desired one or the maximum raises
-        ``UnreachableWaitError`` at once: such a wait could never end.
+        Up means exactly ``replicas`` while the cluster wants that many, or at
+        least ``replicas`` while it wants more (an autoscaler above a held
+        minimum: the held size is a floor). A count above the desired one or
+        the maximum raises ``UnreachableWaitError`` at once: such a wait could
+        never end.
         """
         replicas = validate_replicas(replicas)
         timeout = validate_timeout(timeout)
@@ -430,6 +436,7 @@ class BaseBackend:
             return change
         result = change.result
         began = time.monotonic()
+        began_at = utcnow()
         if wait:
             try:
                 final = self._wait_workers(ref, result.effective, deadline.left_for_wait(), progress, change, result.final)
@@ -437,8 +444,11 @@ class BaseBackend:
                 self._wait_failed(ref, change)
                 if not explain:
                     raise
+                # Only a state the wait read reports what the change left; one from before it does not.
+                seen = error.state if error.state is not None and error.state.observed_at >= began_at else None
                 raise left_in_place(
-                    error, self._reach(ref), self._size_setting(ref), result.effective, restoring=change.restoring
+                    error, self._reach(ref), self._size_setting(ref), result.effective, restoring=change.restoring,
+                    found=seen.desired_workers if seen is not None else None,
                 ) from None
         else:
             final = self._unwaited(ref, change)

@@ -63,6 +63,8 @@ class ClusterPhase:
         self._began = time.monotonic()
         self._scaled: Optional[tuple] = None
         """(workers before, workers held, seconds until ready) once the cluster reached the phase's size."""
+        self._found: Optional[tuple] = None
+        """(workers up, workers the cluster wants) when the phase's wait ended."""
 
     def __enter__(self) -> "ClusterPhase":
         guard = self._signals.install()
@@ -139,6 +141,7 @@ class ClusterPhase:
         self.timeline.add(observed_workers(result.previous), result.previous.worker_hw_tier, seconds=0.0)
         self.timeline.add(observed_workers(result.final), result.final.worker_hw_tier or self.claim.worker_hw_tier)
         self._scaled = (result.previous.desired_workers, result.effective, time.monotonic() - self._began)
+        self._found = (observed_workers(result.final), result.final.desired_workers)
         if s.head_hw_tier is not None and result.final.head_hw_tier != s.head_hw_tier:
             backend.restart_head(self.ref, s.head_hw_tier, wait=True, timeout=max(deadline.remaining, 0.1))
         self._export_env(backend)
@@ -245,6 +248,7 @@ class ClusterPhase:
             error or self.restore_error,
             self.framework_check or "",
             self.body_failure,
+            found=self._found,
         )
 
     def _report_restore_failure(self, exc: Exception, error: Optional[BaseException]) -> None:

@@ -19,7 +19,7 @@ from kubernetes import client
 
 from flytekitplugins_ddlscale import ClusterRef
 from flytekitplugins_ddlscale.backends.kubernetes import KubernetesBackend
-from flytekitplugins_ddlscale.errors import ClusterNotFoundError, InvalidInputError
+from flytekitplugins_ddlscale.errors import ClusterNotFoundError, InvalidInputError, UnreachableWaitError
 from tests.envtest.dask_operator import RealDaskOperator
 
 pytestmark = pytest.mark.envtest
@@ -74,3 +74,29 @@ def test_the_operator_makes_the_cluster_and_the_backend_scales_it_up(envtest, da
     assert len(deployments.items) == 3
     group = custom.get_namespaced_custom_object(DASK, "v1", namespace, "daskworkergroups", "shared-dask-default")
     assert group["spec"]["cluster"] == "shared-dask" and group["spec"]["worker"]["replicas"] == 3
+
+
+def test_the_state_reports_the_ready_scheduler_whatever_phase_the_operator_wrote(envtest, dask_operator):
+    namespace = envtest.new_namespace()
+    body = copy.deepcopy(yaml.safe_load(EXAMPLE.read_text()))
+    body["metadata"]["namespace"] = namespace
+    client.CustomObjectsApi(envtest.admin).create_namespaced_custom_object(DASK, "v1", namespace, "daskclusters", body)
+    ref = ClusterRef("dask-operator", "shared-dask", namespace)
+    with KubernetesBackend(kubeconfig=str(envtest.plane.admin_kubeconfig), failure_grace=5) as backend:
+        def ready() -> bool:
+            try:
+                return backend.get_state(ref).ready_workers == 1
+            except (ClusterNotFoundError, InvalidInputError):
+                return False
+
+        _wait(ready, "the operator's first worker to be Ready", dask_operator)
+        state = backend.get_state(ref)
+        assert (state.status, state.head_ready) == ("Running", True)
+        # The state a wait starts from is read with the pods (here: a wait refused as unreachable).
+        with pytest.raises(UnreachableWaitError) as caught:
+            backend.wait_for_workers(ref, 4, timeout=30)
+        assert (caught.value.state.status, caught.value.state.head_ready) == ("Running", True)
+        # A scheduler restart's final state counts the workers too.
+        restarted = backend.restart_head(ref, timeout=60)
+        assert restarted.ready and restarted.final.head_ready is True
+        assert (restarted.final.existing_workers, restarted.final.ready_workers) == (1, 1)

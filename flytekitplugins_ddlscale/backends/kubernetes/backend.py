@@ -393,10 +393,12 @@ class KubernetesBackend(BaseBackend):
         return self._state(ref, change.detail.after, self._pods(ref))
 
     def _observe_for_wait(self, ref: ClusterRef, replicas: int, deadline: Deadline) -> Optional[ClusterState]:
-        """The object at the start of a wait; None while the API server cannot be read (the wait
-        rides out the outage), unless that read already used up the deadline."""
+        """The object and its pods at the start of a wait (so an error about it reports the head and
+        the workers as they are); None while the API server cannot be read (the wait rides out the
+        outage), unless that read already used up the deadline."""
         try:
             obj = self._read(ref, deadline)
+            pods = self._pods(ref, deadline=deadline)
         except BackendUnavailableError as error:
             if not deadline.expired:
                 return None
@@ -404,7 +406,7 @@ class KubernetesBackend(BaseBackend):
                 error, deadline=deadline, what=f"{replicas} Ready workers on {self._label(ref)}",
                 tracker=self.api.outage, state=None, cluster=self._label(ref),
             ) from None
-        return self._state(ref, obj, [])
+        return self._state(ref, obj, pods)
 
     def _reach(self, ref: ClusterRef) -> Reach:
         """How ``ddlscale`` and a new process reach this cluster (its records are on the object)."""
@@ -423,8 +425,10 @@ class KubernetesBackend(BaseBackend):
         change: Optional[Change], last: Optional[ClusterState],
     ) -> ClusterState:
         """Watch the cluster's pods until ``replicas`` workers are Ready (on the tier ``change`` set) and the
-        spec agrees. The head's pods are watched too, so the state a wait ends with tells whether the head
-        is Ready; only the worker selector's pods are counted and can end the wait by failing."""
+        spec agrees: exactly that many, or at least that many while an autoscaler runs the cluster above
+        them (:func:`~flytekitplugins_ddlscale.models.workers_reached`). The head's pods are watched too,
+        so the state a wait ends with tells whether the head is Ready; only the worker selector's pods
+        are counted and can end the wait by failing."""
         tier_id = change.detail.tier_id if change is not None else None
         holder: Dict[str, Dict[str, Any]] = {}
         worker_requirements = parse_selector(self._selector(ref, "worker"))
@@ -444,7 +448,10 @@ class KubernetesBackend(BaseBackend):
                 if is_member(p) and pod_ready(p)
                 and (tier_id is None or p["metadata"].get("labels", {}).get(LABEL_HW_TIER) == tier_id)
             )
-            done = ready == replicas and state.desired_workers == replicas and state.existing_workers == replicas
+            # A shrink is also done only once the extra pods are gone (not just not Ready).
+            done = state.workers_up(replicas, ready) and (
+                state.desired_workers != replicas or state.existing_workers == replicas
+            )
             return done, state, ready
 
         waiter = PodWaiter(
@@ -507,9 +514,11 @@ class KubernetesBackend(BaseBackend):
         progress: Optional[ProgressReporter],
     ) -> ClusterState:
         holder: Dict[str, Dict[str, Any]] = {}
+        head_requirements = parse_selector(self._selector(ref, "head"))
 
         def fresh_head(pod: Dict[str, Any]) -> bool:
-            return pod["metadata"].get("uid") != old_uid
+            labels = (pod.get("metadata") or {}).get("labels") or {}
+            return matches(head_requirements, labels) and pod["metadata"].get("uid") != old_uid
 
         def check(
             pods: Dict[str, Dict[str, Any]], fresh: bool, deadline: Deadline
@@ -524,8 +533,9 @@ class KubernetesBackend(BaseBackend):
             )
             return ready, state, int(ready)
 
+        # All the cluster's pods, so the state the wait ends with counts the workers too.
         waiter = PodWaiter(
-            self.api, self._ns(ref), self._selector(ref, "head"),
+            self.api, self._ns(ref), self._selector(ref),
             what=f"a new Ready {ref.info.head_component} pod on {self._label(ref)}", target=1, timeout=timeout,
             grace=self.failure_grace, watched=fresh_head, progress=progress, cluster=self._label(ref),
         )

@@ -44,6 +44,19 @@ def desired_workers(obj: Dict[str, Any]) -> int:
     return int(((obj.get("spec") or {}).get("worker") or {}).get("replicas", 1))
 
 
+def scheduler_status(schedulers: Pods) -> str:
+    """The state's status of a Dask-operator cluster from its scheduler pods: ``Running`` once one is
+    Ready, ``Starting`` while one exists, else ``Pending``.
+
+    Not the DaskCluster's ``status.phase``: the DaskWorkerGroup read has none, and the operator's
+    phase can stay ``Pending`` while the scheduler serves (seen with dask-kubernetes 2026.3.0 in
+    the envtest tier; dask-kubernetes #968: its component creation can write ``Pending`` after the
+    scheduler Service's handler wrote ``Running``), so the scheduler pod is the authority."""
+    if any(pod_ready(p) for p in schedulers):
+        return "Running"
+    return "Starting" if schedulers else "Pending"
+
+
 class DaskOperatorAdapter(ResourceAdapter):
     """DaskWorkerGroup objects of a DaskCluster managed by the Dask operator."""
 
@@ -171,11 +184,11 @@ class DaskOperatorAdapter(ResourceAdapter):
     def state(self, label: str, ref: ClusterRef, obj: Dict[str, Any], pods: Pods) -> ClusterState:
         group = self.object_name(ref)
         workers = [p for p in live(pods) if self.is_worker(p) and _labels(p).get(LABEL_WORKER_GROUP) == group]
-        head_ready = any(pod_ready(p) for p in live(pods) if _labels(p).get(LABEL_COMPONENT) == "scheduler")
+        schedulers = [p for p in live(pods) if _labels(p).get(LABEL_COMPONENT) == "scheduler"]
+        head_ready = any(pod_ready(p) for p in schedulers)
         return ClusterState(
             cluster=label,
-            # The DaskWorkerGroup has no phase of its own; the scheduler pod tells whether the cluster serves.
-            status="Running" if head_ready else "Pending",
+            status=scheduler_status(schedulers),
             desired_workers=desired_workers(obj),
             existing_workers=len(workers),
             ready_workers=sum(1 for p in workers if pod_ready(p)),

@@ -60,6 +60,19 @@ def pods_of(obj: Dict[str, Any], group: Dict[str, Any], replicas: Any) -> int:
     return 0 if suspended_by(obj, group) else int(replicas or 0) * hosts(group)
 
 
+STATES = {"ready": "Running", "failed": "Failed", "suspending": "Stopping", "suspended": "Stopped"}
+"""KubeRay's ``status.state`` values in the words every backend's state uses (``unhealthy``, which
+KubeRay no longer sets, and anything new fall back to what the head pod says)."""
+
+
+def cluster_status(obj: Dict[str, Any], head_ready: bool) -> str:
+    """The state's status of a RayCluster: its ``status.state`` as KubeRay documents it (``ready``
+    is ``Running``), else, before KubeRay has set one, ``Starting`` once the head pod is Ready and
+    ``Pending`` until then."""
+    state = str((obj.get("status") or {}).get("state") or "")
+    return STATES.get(state, "Starting" if head_ready else "Pending")
+
+
 def autoscaling_on(obj: Dict[str, Any]) -> bool:
     """Whether the Ray autoscaler manages the cluster's size (``enableInTreeAutoscaling``)."""
     return bool((obj.get("spec") or {}).get("enableInTreeAutoscaling"))
@@ -136,13 +149,14 @@ class KubeRayAdapter(ResourceAdapter):
         name = group.get("groupName")
         workers = [p for p in live(pods) if self.is_worker(p) and _labels(p).get(LABEL_GROUP) == name]
         low, high = bounds(obj, group)
+        head_ready = any(pod_ready(p) for p in live(pods) if _labels(p).get(LABEL_NODE_TYPE) == "head")
         return ClusterState(
             cluster=label,
-            status=str((obj.get("status") or {}).get("state") or "Unknown"),
+            status=cluster_status(obj, head_ready),
             desired_workers=pods_of(obj, group, group.get("replicas")),
             existing_workers=len(workers),
             ready_workers=sum(1 for p in workers if pod_ready(p)),
-            head_ready=any(pod_ready(p) for p in live(pods) if _labels(p).get(LABEL_NODE_TYPE) == "head"),
+            head_ready=head_ready,
             autoscaling_min=low,
             autoscaling_max=high,
         )
