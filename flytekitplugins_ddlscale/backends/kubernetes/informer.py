@@ -21,6 +21,7 @@ API client, a copy of the first caller's configuration, so it outlives the
 backend that started it; informers are keyed by API server, credentials
 (hashed, never kept in clear) and namespace.
 """
+import atexit
 import copy
 import hashlib
 import logging
@@ -486,6 +487,15 @@ class _Registry:
         with self._lock:
             return list(self._informers.values())
 
+    def stop_all(self, join_timeout: float) -> None:
+        """Stop every informer and wait up to ``join_timeout`` seconds for each thread to end."""
+        with self._lock:
+            informers, self._informers = list(self._informers.values()), {}
+        for informer in informers:
+            informer.stop()
+        for informer in informers:
+            informer.join(join_timeout)
+
 
 def _own_api(api: KubeApi) -> KubeApi:
     """A KubeApi on a client of its own (same server and credentials), so the informer outlives ``api``'s owner."""
@@ -495,6 +505,13 @@ def _own_api(api: KubeApi) -> KubeApi:
 
 
 _REGISTRY = _Registry()
+
+
+@atexit.register
+def _stop_informers() -> None:
+    """Informer threads end before the interpreter finalizes: a watch thread woken during finalization
+    aborted ``ddlscale restore`` with SIGABRT (about 1 run in 12 on a loaded machine)."""
+    _REGISTRY.stop_all(join_timeout=2.0)
 
 
 def subscribe(api: KubeApi, namespace: str, selector: str) -> Subscription:
