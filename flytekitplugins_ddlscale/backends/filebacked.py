@@ -38,6 +38,8 @@ class FileRecordsBackend(BaseBackend):
     """A :class:`BaseBackend` whose baselines and claims are in ``self.records``, a :class:`FileBookkeeping`."""
 
     records: FileBookkeeping
+    locked_step_seconds: float = LOCKED_STEP_SECONDS
+    """Longest one reconcile step holds the record lock (:data:`LOCKED_STEP_SECONDS`)."""
 
     # ------------------------------------------------------------- records
 
@@ -102,7 +104,7 @@ class FileRecordsBackend(BaseBackend):
         while True:
             # Read (riding out an outage) before taking the lock; under it, each step is bounded.
             previous = self._observe_before_change(ref, deadline, f"the reconcile of {ref}")
-            step = Deadline(max(min(deadline.remaining, LOCKED_STEP_SECONDS), 0.1))
+            step = Deadline(max(min(deadline.remaining, self.locked_step_seconds), 0.1))
             try:
                 return self.records.settle(
                     ref, lambda decided: self._settle_step(ref, decided, target, previous, step),
