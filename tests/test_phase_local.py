@@ -83,7 +83,7 @@ def test_restore_on_exception_keeps_the_body_error_and_reports_a_deck(local_env,
     assert len(summary) == 1 and "0 -> 2 workers ready" not in summary[0]
     assert re.fullmatch(
         r"phase: dask/phase-test 1 -> 2 workers ready in \d+\.\d s \(framework: .+\); "
-        r"failed after \d+\.\d s \(ZeroDivisionError\), restored to 1 worker \(baseline\)",
+        r"failed after \d+\.\d s \(ZeroDivisionError\), restored to 1 worker \(as found\)",
         summary[0],
     ), summary
 

@@ -209,13 +209,19 @@ def test_scaler_reconcile_rides_out_an_outage_without_the_record_lock(scaler_ser
 
 
 def test_scaler_reconcile_whose_request_fails_gives_the_lock_back_and_decides_again(scaler_server, tmp_path):
-    """Every scale request is dropped for a while: each locked step is bounded, the lock is given back
-    between tries (B claims meanwhile), and once the service answers A's decision includes B's claim."""
+    """The service answers every scale request 503 for a while, longer than a locked step (0.3 s; the
+    client's 10 retries, 0.1 s doubling, outlast it): the lock is given back between tries (B claims
+    meanwhile), and once the service answers, A's new decision includes B's claim."""
     scaler_server.add_cluster("ray", "ray-rec", replicas=1, max_replicas=6)
-    with scaler_pair(scaler_server, tmp_path / "shared") as (a, b):
+    state = tmp_path / "shared"
+    a = ScalerServiceBackend(
+        scaler_server.url, api_key=DEFAULT_API_KEY, state_dir=state, timeout=5.0, env={}, retries=10,
+        retry_backoff=Backoff(initial=0.1, factor=2.0, cap=0.5), poll_backoff=Backoff(initial=0.02, factor=1.5, cap=0.1),
+    )
+    with a, scaler_pair(scaler_server, state) as (b, _):
         a.locked_step_seconds = 0.3
         a.claim(RAY, "a", 3)
-        scaler_server.inject_faults("drop", 10_000, method="PATCH")
+        scaler_server.inject_faults("status", 10_000, status=503, method="PATCH")
 
         def claim_then_heal() -> None:
             b.claim(RAY, "b", 5, timeout=2.0)
