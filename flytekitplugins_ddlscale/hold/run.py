@@ -164,7 +164,7 @@ class ClusterPhase:
         self._scaled = (*self._scaled[:2], time.monotonic() - self._began)
         reassert = None if backend.capabilities.holds_size else s.reassert_interval
         self._monitor = PhaseMonitor(
-            backend, self.ref, self.claim_id, s.replicas, s.worker_hw_tier, self.timeline,
+            backend, self.ref, self.claim_id, s.worker_hw_tier, self.timeline,
             s.sample_interval, reassert,
         )
         self._monitor.start()
