@@ -485,15 +485,20 @@ def test_phases_that_changed_nothing_else_forget_the_baseline_they_put_back(worl
 def test_a_lapsed_claim_stops_counting_and_the_next_reconcile_drops_it_naming_its_holder(world, caplog):
     from flytekitplugins_ddlscale.leases import this_holder
 
-    world.backend.claim(world.ref, "stale", 3, lease_seconds=0.5)  # its holder never renews: a dead pod
-    world.backend.reconcile(world.ref, timeout=60)
+    from flytekitplugins_ddlscale.leases import expires_at
+    from flytekitplugins_ddlscale.models import utcnow
+
+    # Its holder never renews: a dead pod. The lease outlasts the reconcile (3 s: a real API server).
+    world.backend.claim(world.ref, "stale", 3, lease_seconds=3.0)
+    world.backend.reconcile(world.ref, wait=False, timeout=60)
     assert world.desired() == 3
-    time.sleep(0.6)
+    ends = expires_at(world.backend.claims(world.ref)["stale"])
+    time.sleep(max((ends - utcnow()).total_seconds(), 0.0) + 0.1)
     assert world.backend.claims(world.ref) == {}
     with caplog.at_level(logging.WARNING, logger="flytekitplugins_ddlscale"):
         world.backend.reconcile(world.ref, timeout=60)
     assert world.desired() == 1
-    assert f"dropped claim stale (3 workers, holder {this_holder()})" in caplog.text and "lease" in caplog.text
+    assert f"dropped claim stale (3 workers, holder {this_holder()}): its lease of 3s ran out" in caplog.text
 
 
 def test_a_renewed_claim_outlives_its_lease(world):
