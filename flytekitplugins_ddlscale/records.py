@@ -175,10 +175,11 @@ def _optional_count(value: Any, field: str) -> Optional[int]:
 
 
 def same_size(first: Optional[Baseline], second: Optional[Baseline]) -> bool:
-    """Whether two recorded sizes are the same cluster shape (workers and tiers; when recorded does not matter)."""
+    """Whether two recorded sizes are the same cluster shape (workers and tiers; when recorded does not
+    matter, nor the worker tier of no workers)."""
     if first is None or second is None:
         return first is second
-    keys = ("replicas", "worker_hw_tier", "head_hw_tier")
+    keys = ("replicas", "head_hw_tier") + (("worker_hw_tier",) if first.replicas else ())
     return all(getattr(first, key) == getattr(second, key) for key in keys)
 
 

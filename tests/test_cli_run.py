@@ -147,6 +147,20 @@ def test_local_command_runs_on_the_scaled_cluster_then_it_is_removed(local_targe
     assert local_target.size() == 0
 
 
+@pytest.mark.slow
+def test_local_run_asking_for_fewer_workers_than_up_made_keeps_them(local_target, tmp_path):
+    """``ddlscale local up --replicas 2``, then ``run --replicas 1``: at least 1, so the 2 stay, during and after."""
+    up = subprocess.run([DDLSCALE, "local", "up", "--kind", "dask", "--name", "runner", "--replicas", "2"],
+                        env=local_target.env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                        timeout=START_TIMEOUT)
+    assert up.returncode == 0, up.stderr
+    result = run(local_target, "--replicas", "1", "--timeout", "120", "--", sys.executable, "-c", CHECK_DASK)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "WORKERS 2 TOTAL 45"  # the command ran on the 2 workers found
+    assert "dask/runner restored to 2 workers (as found)" in result.stderr
+    assert local_target.size() == 2
+
+
 def test_scaler_command_sees_the_cluster_at_its_size(scaler_server, scaler_target, tmp_path):
     seen = tmp_path / "seen"
     script = f"import json, urllib.request; print('child ran', flush=True); open({str(seen)!r}, 'w').write('x')"
