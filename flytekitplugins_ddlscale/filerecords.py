@@ -31,6 +31,9 @@ T = TypeVar("T")
 BASELINE_KEY = "baseline"
 CLAIMS_KEY = "claims"
 OUTSIDE_KEY = "outside_phases"
+RENEW_LOCK_TIMEOUT = 10.0
+"""Seconds a renewal waits for the record lock: a renewal that cannot get it is tried again at the next
+tick, well within the lease, instead of holding up the phase's cleanup."""
 
 
 def _exactly(name: str, observed: Optional[str]) -> bool:
@@ -144,7 +147,7 @@ class FileBookkeeping:
             record[CLAIMS_KEY] = encode_claims(claims)
             return claims[claim_id]
 
-        return self.store.update(ref, change)
+        return self.store.update(ref, change, timeout=RENEW_LOCK_TIMEOUT)
 
     def release(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
         """Drop ``claim_id`` (no error if absent); return the largest remaining live claim, or None."""

@@ -34,6 +34,8 @@ def test_decorator_arguments_are_checked_when_applied():
         (dict(replicas=1, restore=ReplicaSpec(replicas=-2)), "restore.replicas"),
         (dict(replicas=1, timeout=-5), "timeout"),
         (dict(replicas=1, reassert_interval=0), "reassert_interval"),
+        (dict(replicas=1, lease_seconds=0), "lease_seconds"),
+        (dict(replicas=1, lease_seconds=10**6), "lease_seconds"),
         (dict(replicas=1, cluster="dask/UPPER"), "name"),
     ]:
         kwargs.setdefault("cluster", CLUSTER)
