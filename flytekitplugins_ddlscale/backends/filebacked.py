@@ -38,8 +38,9 @@ class FileRecordsBackend(BaseBackend):
     """A :class:`BaseBackend` whose baselines and claims are in ``self.records``, a :class:`FileBookkeeping`."""
 
     records: FileBookkeeping
-    locked_step_seconds: float = LOCKED_STEP_SECONDS
-    """Longest one reconcile step holds the record lock (:data:`LOCKED_STEP_SECONDS`)."""
+    locked_step_seconds: Optional[float] = LOCKED_STEP_SECONDS
+    """Longest one reconcile step holds the record lock (:data:`LOCKED_STEP_SECONDS`); None for a backend
+    whose changes meet no outage (its step is the operation and a failure is final)."""
 
     # ------------------------------------------------------------- records
 
@@ -104,7 +105,8 @@ class FileRecordsBackend(BaseBackend):
         while True:
             # Read (riding out an outage) before taking the lock; under it, each step is bounded.
             previous = self._observe_before_change(ref, deadline, f"the reconcile of {ref}")
-            step = Deadline(max(min(deadline.remaining, self.locked_step_seconds), 0.1))
+            bound = self.locked_step_seconds
+            step = deadline if bound is None else Deadline(max(min(deadline.remaining, bound), 0.1))
             try:
                 return self.records.settle(
                     ref, lambda decided: self._settle_step(ref, decided, target, previous, step),
@@ -114,7 +116,7 @@ class FileRecordsBackend(BaseBackend):
             except (BackendUnavailableError, ScalingTimeoutError) as error:
                 # Only an outage that outlasted the locked step goes on outside the lock; what would
                 # have failed anyway (bounded retries spent before the step ended) still fails.
-                if not step.expired or deadline.expired:
+                if step is deadline or not step.expired or deadline.expired:
                     raise
                 logger.info("%s: the reconcile met an outage (%s); deciding again once it is over", ref, error)
                 time.sleep(min(next(pauses), deadline.remaining))

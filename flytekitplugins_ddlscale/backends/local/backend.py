@@ -96,6 +96,7 @@ class LocalBackend(FileRecordsBackend):
     """
 
     name = "local"
+    locked_step_seconds = None  # no outages here: a head that does not start fails the change
     size_setting = DESIRED
     maximum_setting = "max_workers"
     capabilities = BackendCapabilities(
