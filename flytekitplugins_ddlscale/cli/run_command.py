@@ -79,13 +79,15 @@ def run(
     \b
     ddlscale run --kind dask --name NAME --replicas 4 -- python train.py --epochs 3
 
-    Claims REPLICAS workers (recording the baseline first), scales and waits
-    for them, exports the connection variables (where the backend provides
-    them; Domino sets them in a run) to COMMAND and runs it. When COMMAND
-    exits, fails, or ddlscale gets SIGTERM/SIGINT (passed on to COMMAND),
-    the claim is released and the cluster goes back to the largest
-    remaining claim or its baseline. Concurrent runs and phases on one
-    cluster never shrink each other.
+    Claims at least REPLICAS workers (a cluster found larger on the same
+    tier is not shrunk), scales and waits for them, exports the connection
+    variables (where the backend provides them; Domino sets them in a run)
+    to COMMAND and runs it. When COMMAND exits, fails, or ddlscale gets
+    SIGTERM/SIGINT (passed on to COMMAND), the claim is released and the
+    cluster goes back to the largest remaining claim or the size it had
+    before the phases. Concurrent runs and phases on one cluster never
+    shrink each other. The claim is a lease renewed while ddlscale runs; if
+    ddlscale is killed, the claim stops counting and COMMAND is killed too.
     """
     try:
         ref = cluster_ref(kind, name, run_id, namespace, group)
