@@ -45,7 +45,7 @@ def _say(text: str) -> None:
 @click.option("--run-id", default=None, help="Domino run id: the cluster is <kind>-<run id>.")
 @click.option("--namespace", default=None, help="Namespace (default: the backend's).")
 @click.option("--group", default=None, help="Worker group (kuberay and dask-operator clusters; default: the only one / default).")
-@click.option("--replicas", type=int, required=True, help="Workers the command needs.")
+@click.option("--replicas", type=int, required=True, help="Workers the command needs at least (a cluster found larger is not shrunk).")
 @click.option("--worker-hw-tier", default=None, help="Hardware tier NAME for the workers.")
 @click.option(
     "--timeout", type=float, default=DEFAULT_SCALE_TIMEOUT, show_default=True,
