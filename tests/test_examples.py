@@ -87,11 +87,15 @@ def test_spark_example_runs_locally_end_to_end_on_a_real_spark_cluster(tmp_path)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         assert done.stdout.strip().splitlines()[-1] == "True"
         summaries = [line for line in done.stderr.splitlines() if ": spark/spark-demo " in line]
-        assert [line.split(":")[0] for line in summaries] == ["request_workers", "workers_ready", "check_in_phase"]
+        assert [line.split(":")[0] for line in summaries] == [
+            "request_workers", "workers_ready", "check_in_phase", "restore"
+        ]
         assert re.fullmatch(
             r"workers_ready: spark/spark-demo 2 workers ready after \d+\.\d s"
             r" \(framework: 2 workers registered with the Spark master \(local backend\)\)", summaries[1])
-        assert summaries[2].endswith("restored to 0 workers (as found)")
+        # The phase gives back the 2 workers it found; RestoreCluster then restores the baseline.
+        assert summaries[2].endswith("restored to 2 workers (as found)")
+        assert summaries[3].startswith("restore: spark/spark-demo 2 -> 0 workers (baseline) in")
         assert _gone(state)
         assert not list((state / "local" / "clusters").glob("*/cluster.json"))
     finally:
