@@ -17,8 +17,8 @@ Shown here:
 * ``scale_down`` returns the cluster to no workers, and ``cleanup`` does
   the same if any node fails;
 * ``check_in_phase`` uses ``@distributed_phase`` inside one task: scale,
-  work, and restore the baseline (which, for a local cluster that the flow
-  created, takes it down). The decorator's size is fixed when the task is
+  work, and give back the size it found (no workers after ``scale_down``;
+  for a local cluster that the flow created, that takes it down). The decorator's size is fixed when the task is
   defined, so ``--workers`` sizes the nodes but not this phase: it always
   uses ``WORKERS`` (2). For a size chosen at run time, use
   ``with cluster_phase(CLUSTER, workers): ...`` inside the task body.

@@ -66,7 +66,7 @@ def train(shards: List[str], epochs: int, up: ScaleOutcome) -> float:
 @task
 @distributed_phase(cluster=CLUSTER, replicas=4, worker_hw_tier=GPU_TIER, timeout=1800, reassert_interval=60)
 def evaluate(loss: float) -> float:
-    """A phase inside one task: 4 GPU workers for the body, the baseline restored after."""
+    """A phase inside one task: at least 4 GPU workers for the body, the size it found given back after."""
     import ray
 
     _connect_ray()

@@ -8,8 +8,9 @@ With nothing configured, the local backend starts a real local Ray cluster
 are ALIVE on the head, ``train`` runs Ray tasks on them through a ``ray://``
 client built from ``RAY_HEAD_SERVICE_HOST``/``_PORT`` as on Domino,
 ``scale_down`` leaves the head without workers, and ``evaluate`` holds one
-worker for its body; when it ends the cluster goes back to its baseline
-(none: the flow created it), so the run leaves no process behind.
+worker for its body; when it ends the cluster goes back to the size it
+found (no workers: for a cluster the flow created that takes it down), so
+the run leaves no process behind.
 
 On Domino, use ``cluster="ray"`` (the run's own cluster) and Domino's tier
 names; ``connected`` then leaves Domino's own variables alone.

@@ -41,7 +41,7 @@ def aggregate(path: str, ready: ClusterReady) -> int:
 @task
 @distributed_phase(cluster=CLUSTER, replicas=3, worker_hw_tier=TIER, timeout=1200)
 def compact(path: str) -> str:
-    """A phase: three executors for the body, the baseline restored after it."""
+    """A phase: at least three executors for the body, the size it found given back after it."""
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.appName("ddlscale-compact").getOrCreate()

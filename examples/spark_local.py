@@ -21,9 +21,12 @@ Shown here:
   and ``WaitForCluster`` waits (for workers registered with the Spark
   master) only before the Spark stage;
 * ``count_words`` runs a Spark job on those workers;
-* ``check_in_phase`` runs a Spark job inside ``@distributed_phase``; when
-  the phase ends, the cluster goes back to its baseline (no workers, for a
-  cluster the flow created: it is taken down).
+* ``check_in_phase`` runs a Spark job inside ``@distributed_phase``; the
+  phase holds at least its workers and gives back what it found (the two
+  workers ``request_workers`` asked for);
+* ``restore`` (``RestoreCluster``) then puts back the baseline the first
+  node recorded (no workers, for a cluster the flow created: it is taken
+  down).
 """
 import os
 from typing import Dict, List
@@ -32,6 +35,7 @@ from flytekit import kwtypes, task, workflow
 
 from flytekitplugins_ddlscale import (
     ClusterReady,
+    RestoreCluster,
     ScaleCluster,
     WaitForCluster,
     connected,
@@ -45,6 +49,7 @@ TIMEOUT = 600.0
 
 request_workers = ScaleCluster("request_workers", cluster=CLUSTER, replicas=WORKERS, wait=False, timeout=TIMEOUT)
 workers_ready = WaitForCluster("workers_ready", cluster=CLUSTER, timeout=TIMEOUT)
+restore = RestoreCluster("restore", cluster=CLUSTER, timeout=TIMEOUT)
 cleanup = scale_down_on_failure("cleanup", cluster=CLUSTER, inputs=kwtypes(lines=int))
 
 
@@ -88,11 +93,13 @@ def check_in_phase(text: List[str], expected: Dict[str, int]) -> bool:
 
 @workflow(on_failure=cleanup)
 def spark_flow(lines: int = 1000) -> bool:
-    """Request workers, prepare meanwhile, wait, count words with Spark, check again in a phase."""
+    """Request workers, prepare meanwhile, wait, count words with Spark, check again in a phase, restore."""
     pending = request_workers()
     text = prepare(lines=lines)
     pending >> text
     ready = workers_ready(replicas=pending.effective)
     text >> ready
     counts = count_words(text=text, ready=ready)
-    return check_in_phase(text=text, expected=counts)
+    same = check_in_phase(text=text, expected=counts)
+    same >> restore()
+    return same

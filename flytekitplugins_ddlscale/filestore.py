@@ -26,7 +26,8 @@ from .refs import ClusterRef
 T = TypeVar("T")
 STATE_DIR_ENV = "DDLSCALE_STATE_DIR"
 DEFAULT_LOCK_TIMEOUT = 300.0
-"""Seconds to wait for another process's record lock: holders make a few bounded service calls."""
+"""Seconds to wait for another process's record lock when the caller gives no bound of its own: holders
+read the records, decide and send one change (never a wait, never an outage ride-out)."""
 _LOCK_POLL = 0.05
 logger = logging.getLogger("flytekitplugins_ddlscale.records")
 
@@ -58,18 +59,18 @@ class FileRecordStore:
         return self.directory / f"{namespace}.{ref.kind}.{ref.name}.json"
 
     @contextlib.contextmanager
-    def _locked(self, ref: ClusterRef) -> Iterator[Path]:
+    def _locked(self, ref: ClusterRef, timeout: Optional[float] = None) -> Iterator[Path]:
         path = self.path(ref)
         lock_path = path.with_suffix(".lock")
         with os.fdopen(open_nofollow(lock_path, os.O_RDWR | os.O_CREAT), "a+") as lock:
-            self._acquire(lock, lock_path, ref)
+            self._acquire(lock, lock_path, ref, self.lock_timeout if timeout is None else timeout)
             try:
                 yield path
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
-    def _acquire(self, lock: Any, lock_path: Path, ref: ClusterRef) -> None:
-        deadline = time.monotonic() + self.lock_timeout
+    def _acquire(self, lock: Any, lock_path: Path, ref: ClusterRef, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
         told = False
         while True:
             try:
@@ -81,11 +82,11 @@ class FileRecordStore:
             if time.monotonic() >= deadline:
                 raise ConflictError(
                     f"another process held the record lock of {ref} ({lock_path}) for more than "
-                    f"{self.lock_timeout:g}s; if no ddlscale process is running for it, a stopped one holds it",
+                    f"{timeout:g}s; if no ddlscale process is running for it, a stopped one holds it",
                     cluster=str(ref),
                 )
             if not told:
-                logger.info("waiting up to %gs for the record lock of %s (%s)", self.lock_timeout, ref, lock_path)
+                logger.info("waiting up to %gs for the record lock of %s (%s)", timeout, ref, lock_path)
                 told = True
             time.sleep(_LOCK_POLL)
 
@@ -103,12 +104,14 @@ class FileRecordStore:
         with self._locked(ref) as path:
             return self._load(path)
 
-    def update(self, ref: ClusterRef, change: Callable[[Dict[str, Any]], T]) -> T:
+    def update(self, ref: ClusterRef, change: Callable[[Dict[str, Any]], T], timeout: Optional[float] = None) -> T:
         """Apply ``change`` to the record in place, under the lock, and save it.
 
-        Returns what ``change`` returns. An empty record deletes the file.
+        Waits at most ``timeout`` seconds for the lock (None: ``lock_timeout``).
+        Returns what ``change`` returns; when it raises, nothing is saved. An
+        empty record deletes the file.
         """
-        with self._locked(ref) as path:
+        with self._locked(ref, timeout) as path:
             record = self._load(path)
             result = change(record)
             if record:

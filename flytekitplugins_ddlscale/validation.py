@@ -6,6 +6,7 @@ values it accepts.
 import contextlib
 import datetime
 import math
+import re
 from typing import Optional, Pattern
 
 from .errors import InvalidInputError
@@ -47,11 +48,16 @@ def validate_tier_name(value: Optional[object], field: str = "worker_hw_tier") -
     return value.strip()
 
 
-def validate_claim_id(claim_id: object) -> str:
-    """Return ``claim_id`` if it is a non-empty string, else raise :class:`InvalidInputError`."""
-    if not isinstance(claim_id, str) or not claim_id.strip():
-        raise InvalidInputError("claim_id", claim_id, "a non-empty string naming the phase")
-    return claim_id
+CLAIM_ID_PATTERN = re.compile(r"\w[\w.:@-]{0,199}")
+"""A claim id: a word character, then up to 199 word characters, ``.``, ``:``, ``@`` or ``-`` (a phase's
+label, such as a task function's name, and a random suffix); no spaces or control characters."""
+
+
+def validate_claim_id(claim_id: object, field: str = "claim_id") -> str:
+    """Return ``claim_id`` if it matches :data:`CLAIM_ID_PATTERN`, else raise :class:`InvalidInputError`."""
+    return validate_text(
+        claim_id, field, "a phase name: letters, digits, _ . : @ - (at most 200, no spaces)", CLAIM_ID_PATTERN
+    )
 
 
 def validate_int(value: object, field: str, minimum: int, maximum: Optional[int] = None) -> int:

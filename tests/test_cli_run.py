@@ -143,8 +143,22 @@ def test_local_command_runs_on_the_scaled_cluster_then_it_is_removed(local_targe
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "WORKERS 2 TOTAL 45"  # stdout is the command's alone
     assert "2 workers registered with the Dask scheduler" in result.stderr  # framework readiness ran
-    assert "dask/runner restored to 0 workers (baseline)" in result.stderr
+    assert "dask/runner restored to 0 workers (as found)" in result.stderr
     assert local_target.size() == 0
+
+
+@pytest.mark.slow
+def test_local_run_asking_for_fewer_workers_than_up_made_keeps_them(local_target, tmp_path):
+    """``ddlscale local up --replicas 2``, then ``run --replicas 1``: at least 1, so the 2 stay, during and after."""
+    up = subprocess.run([DDLSCALE, "local", "up", "--kind", "dask", "--name", "runner", "--replicas", "2"],
+                        env=local_target.env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                        timeout=START_TIMEOUT)
+    assert up.returncode == 0, up.stderr
+    result = run(local_target, "--replicas", "1", "--timeout", "120", "--", sys.executable, "-c", CHECK_DASK)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "WORKERS 2 TOTAL 45"  # the command ran on the 2 workers found
+    assert "dask/runner restored to 2 workers (as found)" in result.stderr
+    assert local_target.size() == 2
 
 
 def test_scaler_command_sees_the_cluster_at_its_size(scaler_server, scaler_target, tmp_path):
@@ -233,7 +247,7 @@ def test_sigterm_during_scale_up_restores_and_never_runs_the_command(scaler_serv
     proc.send_signal(signal.SIGTERM)
     result = finish(proc)
     assert result.returncode == 143, result.stderr
-    assert "SIGTERM before the command started; ray/ray-run1 restored to 1 worker (baseline)" in result.stderr
+    assert "SIGTERM before the command started; ray/ray-run1 restored to 1 worker (as found)" in result.stderr
     assert not started.exists()
     assert scaler_target.size() == 1
 
@@ -303,7 +317,7 @@ def test_run_in_a_domino_run_uses_the_runs_own_cluster(scaler_server, scaler_tar
     env = dict(scaler_target.env, DOMINO_RUN_ID="abc123")
     result = finish(popen([DDLSCALE, "run", "--kind", "dask", "--replicas", "2", "--timeout", "30", "--", "true"], env))
     assert result.returncode == 0, result.stderr
-    assert "dask/dask-abc123 restored to 1 worker (baseline)" in result.stderr  # "1 worker", not "1 workers"
+    assert "dask/dask-abc123 restored to 1 worker (as found)" in result.stderr  # "1 worker", not "1 workers"
     assert scaler_server.cluster_object("dask", "dask-abc123")["spec"]["worker"]["replicas"] == 1
     assert scaler_server.count("PATCH", "daskclusters/dask-abc123") == 2
 
@@ -329,8 +343,17 @@ def test_domino_flows_job_commands_run_as_documented(scaler_server, scaler_targe
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == ("trained ['--epochs', '1']" if block == 0 else "trained []")
     patches = [r.body["replicas"] for r in scaler_server.requests if r.method == "PATCH"]
-    assert patches[0] == 8 and patches[-1] == 1  # scaled for the step, restored to the baseline after it
-    assert scaler_server.cluster_object("ray", "ray-abc123")["spec"]["worker"]["replicas"] == 1
+    size = lambda: scaler_server.cluster_object("ray", "ray-abc123")["spec"]["worker"]["replicas"]  # noqa: E731
+    if block == 0:
+        assert patches == [8, 1]  # scaled for the step, back to the size it found after it
+        assert size() == 1
+        return
+    # The run gives back what it found (the pre-warm's 8); the baseline the pre-warm recorded stays.
+    assert set(patches) == {8} and size() == 8
+    restored = subprocess.run([DDLSCALE, "restore", "--kind", "ray", "--run-id", "abc123", "--timeout", "30"], env=env,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=START_TIMEOUT)
+    assert restored.returncode == 0, restored.stderr
+    assert size() == 1
 
 
 def test_ctrl_c_on_a_terminal_reaches_the_command_once(scaler_target, tmp_path):

@@ -5,10 +5,14 @@ local clusters are real Dask processes. The remedy command an error prints
 is run exactly as printed, in bash, and must really restore the cluster.
 """
 import contextlib
+import json
 import logging
+import sys
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterator, Optional
+from typing import Callable, Dict, Iterator, List, Optional
 
 import pytest
 
@@ -446,3 +450,163 @@ def test_every_backend_is_a_context_manager_offering_connection_env(world):
                        "DASK_SCHEDULER_SERVICE_PORT": "8786"}
     else:
         assert env == {}  # on Domino the platform injects the head's address itself
+
+
+# ----- part 6: claims are leases, a phase holds at least N and gives back what it found -----
+
+
+def test_a_phase_holds_at_least_its_claim_and_gives_back_the_size_it_found(world):
+    world.backend.scale(world.ref, 2, timeout=60)  # a node before the phases: baseline 1
+    world.backend.claim(world.ref, "small", 1)
+    world.backend.reconcile(world.ref, timeout=60)
+    assert world.desired() == 2  # at least 1: a cluster found larger is not shrunk
+    world.backend.claim(world.ref, "big", 3)
+    world.backend.reconcile(world.ref, timeout=60)
+    assert world.desired() == 3
+    world.backend.release(world.ref, "big")
+    world.backend.reconcile(world.ref, timeout=60)
+    assert world.desired() == 2  # "small" still holds; never below the size found
+    world.backend.release(world.ref, "small")
+    world.backend.reconcile(world.ref, timeout=60)
+    assert world.desired() == 2 and world.backend.claims(world.ref) == {}
+    assert world.backend.get_baseline(world.ref).replicas == 1  # kept for RestoreCluster / ddlscale restore
+    world.backend.restore_baseline(world.ref, timeout=60)
+    assert world.desired() == 1 and world.backend.get_baseline(world.ref) is None
+
+
+def test_phases_that_changed_nothing_else_forget_the_baseline_they_put_back(world):
+    world.backend.claim(world.ref, "p", 2)
+    world.backend.reconcile(world.ref, timeout=60)
+    world.backend.release(world.ref, "p")
+    assert world.backend.reconcile(world.ref, timeout=60).effective == 1
+    assert world.desired() == 1 and world.backend.get_baseline(world.ref) is None
+
+
+def test_a_lapsed_claim_stops_counting_and_the_next_reconcile_drops_it_naming_its_holder(world, caplog):
+    from flytekitplugins_ddlscale.leases import this_holder
+
+    from flytekitplugins_ddlscale.leases import expires_at
+    from flytekitplugins_ddlscale.models import utcnow
+
+    # Its holder never renews: a dead pod. The lease outlasts the reconcile (3 s: a real API server).
+    world.backend.claim(world.ref, "stale", 3, lease_seconds=3.0)
+    world.backend.reconcile(world.ref, wait=False, timeout=60)
+    assert world.desired() == 3
+    ends = expires_at(world.backend.claims(world.ref)["stale"])
+    time.sleep(max((ends - utcnow()).total_seconds(), 0.0) + 0.1)
+    assert world.backend.claims(world.ref) == {}
+    with caplog.at_level(logging.WARNING, logger="flytekitplugins_ddlscale"):
+        world.backend.reconcile(world.ref, timeout=60)
+    assert world.desired() == 1
+    assert f"dropped claim stale (3 workers, holder {this_holder()}): its lease of 3s ran out" in caplog.text
+
+
+def test_a_renewed_claim_outlives_its_lease(world):
+    world.backend.claim(world.ref, "kept", 2, lease_seconds=0.6)
+    for _ in range(3):
+        time.sleep(0.3)
+        assert world.backend.renew(world.ref, "kept") is not None
+    assert set(world.backend.claims(world.ref)) == {"kept"}
+    world.backend.release(world.ref, "kept")
+    assert world.backend.renew(world.ref, "kept") is None
+
+
+def test_a_claim_waits_for_no_other_phase_s_scale_up_wait(world):
+    """Phase A is inside its wait for workers (held there by its progress callback, a hook this test
+    controls); phase B's claim must get the record (and cluster) locks within its own 3 s timeout."""
+    in_wait, go_on = threading.Event(), threading.Event()
+    outcome: List[object] = []
+
+    def progress(update) -> None:
+        in_wait.set()
+        go_on.wait(60)
+
+    def phase_a() -> None:
+        try:
+            world.backend.claim(world.ref, "a", 3)
+            outcome.append(world.backend.reconcile(world.ref, timeout=120, progress=progress))
+        except BaseException as exc:  # reported below
+            outcome.append(exc)
+
+    thread = threading.Thread(target=phase_a)
+    thread.start()
+    try:
+        assert in_wait.wait(60), outcome
+        world.backend.claim(world.ref, "b", 2, timeout=3.0)
+        assert set(world.backend.claims(world.ref)) == {"a", "b"}
+    finally:
+        go_on.set()
+        thread.join(120)
+    assert not isinstance(outcome[0], BaseException), outcome
+    assert world.desired() == 3
+
+
+def test_status_lists_live_claims_with_holder_and_age(world):
+    from flytekitplugins_ddlscale.leases import this_holder
+
+    world.backend.claim(world.ref, "phase-a", 2)
+    ran = run_shell(world.command("status", "--json"), **world.shell_env)
+    assert ran.returncode == 0, ran.stderr
+    claims = json.loads(ran.stdout)["claims"]
+    assert [(c["claim_id"], c["replicas"], c["holder"]) for c in claims] == [("phase-a", 2, this_holder())]
+    assert 0 <= claims[0]["age_seconds"] < 120 and claims[0]["lease_seconds"] == 90
+    ran = run_shell(world.command("status"), **world.shell_env)
+    assert ran.returncode == 0, ran.stderr
+    assert f"phase-a: at least 2 workers, holder {this_holder()}, age " in ran.stdout
+
+
+@pytest.mark.parametrize("point", ["claimed", "body"])
+def test_a_killed_run_s_claim_dies_with_it_and_its_command_too(world, tmp_path, point):
+    """``ddlscale run`` is killed with SIGKILL at a chosen point (the pause hook, or in its command's
+    body): its claim no longer counts, its command is gone, and the next run ends at the size found."""
+    import os
+    import signal
+    import subprocess
+
+    paused, child_pid = tmp_path / "paused", tmp_path / "command.pid"
+    env = dict(world.shell_env)
+    if point == "claimed":
+        env["DDLSCALE_PAUSE_AT"] = f"claimed={paused}"
+    body = f"echo $$ > {child_pid}; exec sleep 120"
+    command = world.command("run", "--replicas", "3", "--no-framework-ready", "--timeout", "120", "--", "sh", "-c",
+                            f"'{body}'")
+    from tests.contract_support import OUTER_ENV
+
+    environment = {k: v for k, v in os.environ.items() if k not in OUTER_ENV}
+    environment["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{environment.get('PATH', '')}"
+    environment.update(env)
+    # exec: the shell becomes ddlscale, so the pid killed is ddlscale's own.
+    proc = subprocess.Popen(["bash", "-c", command.replace("ddlscale run", "exec ddlscale run", 1)], env=environment, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        marker = paused if point == "claimed" else child_pid
+        ends = time.monotonic() + 120
+        while not (marker.exists() and marker.read_text().strip()) and proc.poll() is None and time.monotonic() < ends:
+            time.sleep(0.05)
+        assert marker.exists(), proc.communicate(timeout=30)
+        assert set(world.backend.claims(world.ref)) != set()
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+    assert world.backend.claims(world.ref) == {}  # its holder process is gone: the claim no longer counts
+    if point == "body":
+        pid = int(child_pid.read_text())
+        ends = time.monotonic() + 10
+        while _running(pid) and time.monotonic() < ends:
+            time.sleep(0.05)
+        assert not _running(pid), "the command outlived the ddlscale run that held the cluster for it"
+        assert world.desired() == 3
+    ran = run_shell(world.command("run", "--replicas", "1", "--no-framework-ready", "--timeout", "120", "--", "true"),
+                    **world.shell_env)
+    assert ran.returncode == 0, ran.stderr
+    assert world.desired() == 1, ran.stderr  # the size found before the killed run, not its 3
+    assert world.backend.claims(world.ref) == {}
+
+
+def _running(pid: int) -> bool:
+    from flytekitplugins_ddlscale.leases import pid_running
+
+    return pid_running(pid)

@@ -10,10 +10,12 @@ from flytekitplugins_ddlscale.filestore import FileRecordStore
 REF = ClusterRef("dask", "dask-a")
 
 
-def _add_claims(directory, start, count):
+def _add_claims(directory, start, count, added, done):
     books = FileBookkeeping(FileRecordStore(directory))
     for i in range(start, start + count):
         books.claim(REF, f"claim-{i}", i % 7)
+    added.put(start)
+    done.wait(60)  # a claim counts while its holder lives
 
 
 def test_update_read_and_delete_when_empty(tmp_path):
@@ -32,13 +34,21 @@ def test_default_directory_follows_the_environment(tmp_path, monkeypatch):
 
 def test_concurrent_processes_never_lose_a_claim(tmp_path):
     ctx = multiprocessing.get_context("spawn")
-    workers = [ctx.Process(target=_add_claims, args=(str(tmp_path), n * 20, 20)) for n in range(3)]
+    added, done = ctx.Queue(), ctx.Event()
+    workers = [ctx.Process(target=_add_claims, args=(str(tmp_path), n * 20, 20, added, done)) for n in range(3)]
     for worker in workers:
         worker.start()
-    for worker in workers:
-        worker.join(timeout=60)
-        assert worker.exitcode == 0
-    assert len(FileBookkeeping(FileRecordStore(tmp_path)).claims(REF)) == 60
+    try:
+        for _ in workers:
+            added.get(timeout=60)
+        assert len(FileBookkeeping(FileRecordStore(tmp_path)).claims(REF)) == 60
+    finally:
+        done.set()
+        for worker in workers:
+            worker.join(timeout=60)
+    assert all(worker.exitcode == 0 for worker in workers)
+    # Their holders are gone now: none of the 60 counts any more.
+    assert FileBookkeeping(FileRecordStore(tmp_path)).claims(REF) == {}
 
 
 def test_bookkeeping_baseline_is_recorded_once(tmp_path):

@@ -74,3 +74,48 @@ def test_claims_with_a_value_user_input_could_not_give_are_refused(text, field, 
     with pytest.raises(CorruptRecordError) as caught:
         decode_claims(text, source="the-file")
     assert (caught.value.field, caught.value.value) == (field, value)
+
+
+@pytest.mark.parametrize(
+    "text, field",
+    [
+        (json.dumps({"a b": {**_GOOD_CLAIM, "claim_id": "a b"}}), "claims"),
+        (json.dumps({"p": {**_GOOD_CLAIM, "holder": "host"}}), "claims['p'].holder"),
+        (json.dumps({"p": {**_GOOD_CLAIM, "holder": "a b:12"}}), "claims['p'].holder"),
+        (json.dumps({"p": {**_GOOD_CLAIM, "renewed_at": "soon"}}), "claims['p'].renewed_at"),
+        (json.dumps({"p": {**_GOOD_CLAIM, "lease_seconds": 0}}), "claims['p'].lease_seconds"),
+        (json.dumps({"p": {**_GOOD_CLAIM, "lease_seconds": True}}), "claims['p'].lease_seconds"),
+        (json.dumps({"p": {**_GOOD_CLAIM, "lease_seconds": 10**9}}), "claims['p'].lease_seconds"),
+    ],
+)
+def test_claim_ids_holders_and_leases_are_checked_as_records(text, field):
+    with pytest.raises(CorruptRecordError) as caught:
+        decode_claims(text, source="the-file")
+    assert caught.value.field == field
+
+
+def test_a_claim_written_before_leases_counts_from_when_it_was_made():
+    from flytekitplugins_ddlscale.leases import DEFAULT_LEASE_SECONDS, split_live
+
+    old = decode_claims(json.dumps({"p": _GOOD_CLAIM}))["p"]
+    assert old.renewed_at == old.created_at and old.lease_seconds == DEFAULT_LEASE_SECONDS
+    live, dead = split_live({"p": old})
+    assert live == {} and "lease of 90s ran out" in dead["p"][1]
+
+
+def test_a_claim_of_a_process_gone_from_this_host_is_dead_at_once():
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from flytekitplugins_ddlscale.leases import split_live
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    mine = Claim("mine", 2)
+    theirs = Claim("theirs", 3, holder=f"{socket.gethostname()}:{gone.pid}")
+    elsewhere = Claim("elsewhere", 3, holder=f"another-host:{gone.pid}")
+    live, dead = split_live({"mine": mine, "theirs": theirs, "elsewhere": elsewhere})
+    assert sorted(live) == ["elsewhere", "mine"] and mine.holder.endswith(f":{os.getpid()}")
+    assert dead["theirs"][1] == f"its holder process {theirs.holder} is gone"

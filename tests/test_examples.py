@@ -59,7 +59,7 @@ def test_quick_start_runs_end_to_end_prints_one_summary_per_step_and_leaves_noth
             r" \(framework: 2 workers registered with the Dask scheduler.*\)", summaries[1])
         assert re.fullmatch(r"scale_down: dask/hybrid-demo 2 -> 0 workers in \d+\.\d s(?: \(\d+\.\d s waiting\))?", summaries[2])
         assert re.match(r"check_in_phase: dask/hybrid-demo 0 -> 2 workers ready in \d+\.\d s", summaries[3])
-        assert summaries[3].endswith("restored to 0 workers (baseline)")
+        assert summaries[3].endswith("restored to 0 workers (as found)")
         assert "Decks of this run (open in a browser):" in done.stderr
         assert re.search(r"Distributed phase: check_in_phase: file://\S+/deck\.html", done.stderr)
         assert processes_mentioning(str(state)) == []
@@ -89,12 +89,16 @@ def test_spark_example_runs_locally_end_to_end_on_a_real_spark_cluster(tmp_path)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         assert done.stdout.strip().splitlines()[-1] == "True"
         summaries = [line for line in done.stderr.splitlines() if ": spark/spark-demo " in line]
-        assert [line.split(":")[0] for line in summaries] == ["request_workers", "workers_ready", "check_in_phase"]
+        assert [line.split(":")[0] for line in summaries] == [
+            "request_workers", "workers_ready", "check_in_phase", "restore"
+        ]
         assert "\r" not in done.stderr and "[Stage " not in done.stderr, "Spark's progress bar shows"
         assert re.fullmatch(
             r"workers_ready: spark/spark-demo 2 workers ready after \d+\.\d s"
             r" \(framework: 2 workers registered with the Spark master \(local backend\)\)", summaries[1])
-        assert summaries[2].endswith("restored to 0 workers (baseline)")
+        # The phase gives back the 2 workers it found; RestoreCluster then restores the baseline.
+        assert summaries[2].endswith("restored to 2 workers (as found)")
+        assert summaries[3].startswith("restore: spark/spark-demo 2 -> 0 workers (baseline) in")
         assert _gone(state)
         assert not list((state / "local" / "clusters").glob("*/cluster.json"))
     finally:
@@ -126,7 +130,7 @@ def test_readme_ray_snippet_is_the_ray_example_and_runs_end_to_end_on_local_ray(
         assert re.fullmatch(r"scale_up: ray/demo 0 -> 2 workers ready on Medium in \d+\.\d s(?: \(\d+\.\d s waiting\))?"
                             r" \(framework: 2 workers registered with the Ray head \(local backend\)\)", summaries[0])
         assert re.match(r"evaluate: ray/demo 0 -> 1 worker ready in \d+\.\d s", summaries[2])
-        assert summaries[2].endswith("restored to 0 workers (baseline)")
+        assert summaries[2].endswith("restored to 0 workers (as found)")
         # The flow created the cluster, so restoring its baseline took it down: no Ray process is left.
         assert not list((state / "local" / "clusters").glob("*/cluster.json"))
         assert processes_mentioning(str(state), environment=True) == []

@@ -211,3 +211,33 @@ def test_autoscaling_removed_for_zero_workers_is_parked_until_the_next_scale_up(
     assert "autoscaling" not in k8s.get_object("ray", "zero")["spec"]
     backend.scale(ref, 2, timeout=20)
     assert k8s.get_object("ray", "zero")["spec"]["autoscaling"] == {"minReplicas": 2, "maxReplicas": 6}
+
+
+@pytest.mark.parametrize(
+    "annotation, text, field",
+    [
+        ("parked", '{"maxReplicas": -3}', "autoscaling.maxReplicas"),
+        ("parked", '{"maxReplicas": 6, "minReplicas": "all"}', "autoscaling.minReplicas"),
+        ("parked", '{"maxReplicas": 6, "surprise": 1}', "autoscaling.surprise"),
+        ("parked", "not json", "autoscaling"),
+        ("claims", '{"bad id\\n": {"claim_id": "bad id\\n", "replicas": 2}}', "claims"),
+        ("claims", '{"p": {"claim_id": "p", "replicas": 2, "holder": "no pid"}}', "claims['p'].holder"),
+        ("claims", '{"p": {"claim_id": "p", "replicas": 2, "lease_seconds": -1}}', "claims['p'].lease_seconds"),
+        ("outside", '{"cluster": "ray/x", "replicas": 2, "recorded_at": "2026-01-01T00:00:00+00:00", '
+                    '"kubernetes": {"autoscaling": {"maxReplicas": 0}}}', "kubernetes.autoscaling.maxReplicas"),
+    ],
+)
+def test_corrupt_record_annotations_are_refused_before_anything_changes(k8s, backend, annotation, text, field):  # noqa: F811
+    from flytekitplugins_ddlscale.backends.kubernetes.spec import PARKED_AUTOSCALING_ANNOTATION
+    from flytekitplugins_ddlscale.errors import CorruptRecordError
+    from flytekitplugins_ddlscale.records import OUTSIDE_ANNOTATION
+
+    names = {"parked": PARKED_AUTOSCALING_ANNOTATION, "claims": CLAIMS_ANNOTATION, "outside": OUTSIDE_ANNOTATION}
+    k8s.add_cluster("ray", "bad", replicas=0)
+    backend.api.patch_cluster("rayclusters", "domino-compute", "bad", {"metadata": {"annotations": {names[annotation]: text}}})
+    before = k8s.get_object("ray", "bad")["spec"]
+    with pytest.raises(CorruptRecordError) as caught:
+        backend.claim(ClusterRef("ray", "bad"), "p2", 2)
+        backend.reconcile(ClusterRef("ray", "bad"), timeout=20)
+    assert caught.value.field == field and names[annotation] in str(caught.value)
+    assert k8s.get_object("ray", "bad")["spec"] == before

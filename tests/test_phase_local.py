@@ -34,6 +34,8 @@ def test_decorator_arguments_are_checked_when_applied():
         (dict(replicas=1, restore=ReplicaSpec(replicas=-2)), "restore.replicas"),
         (dict(replicas=1, timeout=-5), "timeout"),
         (dict(replicas=1, reassert_interval=0), "reassert_interval"),
+        (dict(replicas=1, lease_seconds=0), "lease_seconds"),
+        (dict(replicas=1, lease_seconds=10**6), "lease_seconds"),
         (dict(replicas=1, cluster="dask/UPPER"), "name"),
     ]:
         kwargs.setdefault("cluster", CLUSTER)
@@ -83,7 +85,7 @@ def test_restore_on_exception_keeps_the_body_error_and_reports_a_deck(local_env,
     assert len(summary) == 1 and "0 -> 2 workers ready" not in summary[0]
     assert re.fullmatch(
         r"phase: dask/phase-test 1 -> 2 workers ready in \d+\.\d s \(framework: .+\); "
-        r"failed after \d+\.\d s \(ZeroDivisionError\), restored to 1 worker \(baseline\)",
+        r"failed after \d+\.\d s \(ZeroDivisionError\), restored to 1 worker \(as found\)",
         summary[0],
     ), summary
 

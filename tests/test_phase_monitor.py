@@ -23,7 +23,7 @@ def test_a_read_in_flight_when_the_phase_ends_does_not_re_add_the_claim(scaler_s
     scaler_server.inject_faults("delay", count=1, delay=1.0, method="GET", path="/cluster/")
 
     monitor = PhaseMonitor(
-        scaler_backend, ref, "phase-a", 3, None, WorkerTimeline(),
+        scaler_backend, ref, "phase-a", None, WorkerTimeline(),
         sample_interval=0.05, reassert_interval=0.05,
     )
     monitor.start()

@@ -166,3 +166,72 @@ def test_local_reconcile_follows_claims_and_takes_down_what_it_created(local_env
         assert backend.list_clusters() == [] and backend.get_baseline(ref) is None
     finally:
         backend.down(ref)
+
+
+def _claim_while(reconcile: Callable[[], Any], claim: Callable[[], Any], started: Callable[[], bool]) -> List[Any]:
+    """Run ``reconcile`` in a thread; once ``started()``, ``claim()`` here; return [reconcile's outcome]."""
+    outcome: List[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append(reconcile())
+        except BaseException as exc:  # reported to the caller
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        for _ in range(600):
+            if started():
+                break
+            threading.Event().wait(0.02)
+        claim()
+    finally:
+        thread.join(60)
+    assert not thread.is_alive()
+    return outcome
+
+
+def test_scaler_reconcile_rides_out_an_outage_without_the_record_lock(scaler_server, tmp_path):
+    """The service is down: phase A's reconcile rides it out, but not under the record lock, so
+    phase B's claim (no service call needed: the sizes are recorded) is done within its own 2 s."""
+    scaler_server.add_cluster("ray", "ray-rec", replicas=1, max_replicas=6)
+    with scaler_pair(scaler_server, tmp_path / "shared") as (a, b):
+        a.claim(RAY, "a", 3)
+        scaler_server.stop()
+        outcome = _claim_while(
+            lambda: a.reconcile(RAY, wait=False, timeout=4.0),
+            lambda: b.claim(RAY, "b", 2, timeout=2.0),
+            lambda: a._client.outage.down,
+        )
+        assert isinstance(outcome[0], ScalingTimeoutError), outcome
+        assert set(b.claims(RAY)) == {"a", "b"}
+
+
+def test_scaler_reconcile_whose_request_fails_gives_the_lock_back_and_decides_again(scaler_server, tmp_path):
+    """The service answers every scale request 503 for a while, longer than a locked step (0.3 s; the
+    client's 10 retries, 0.1 s doubling, outlast it): the lock is given back between tries (B claims
+    meanwhile), and once the service answers, A's new decision includes B's claim."""
+    scaler_server.add_cluster("ray", "ray-rec", replicas=1, max_replicas=6)
+    state = tmp_path / "shared"
+    a = ScalerServiceBackend(
+        scaler_server.url, api_key=DEFAULT_API_KEY, state_dir=state, timeout=5.0, env={}, retries=10,
+        retry_backoff=Backoff(initial=0.1, factor=2.0, cap=0.5), poll_backoff=Backoff(initial=0.02, factor=1.5, cap=0.1),
+    )
+    with a, scaler_pair(scaler_server, state) as (b, _):
+        a.locked_step_seconds = 0.3
+        a.claim(RAY, "a", 3)
+        scaler_server.inject_faults("status", 10_000, status=503, method="PATCH")
+
+        def claim_then_heal() -> None:
+            b.claim(RAY, "b", 5, timeout=2.0)
+            scaler_server.clear_faults()
+
+        outcome = _claim_while(
+            lambda: a.reconcile(RAY, wait=False, timeout=30.0),
+            claim_then_heal,
+            lambda: scaler_server.count("PATCH") > 0,
+        )
+        assert not isinstance(outcome[0], BaseException), outcome
+        assert outcome[0].effective == 5  # decided again after the outage: B's larger claim counts
+        assert int(scaler_server.cluster_object("ray", "ray-rec")["spec"]["worker"]["replicas"]) == 5

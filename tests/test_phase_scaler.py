@@ -130,3 +130,23 @@ def test_unserved_kind_is_refused_before_any_request(server):
         with cluster_phase("mpi/mpi-phase", 2, timeout=30):
             pytest.fail("body must not run")
     assert server.requests == []
+
+
+def test_a_phase_renews_its_claim_through_a_long_scale_up_wait_and_its_body(server):
+    server.set_pod_ready_delay(1.5)  # the wait outlasts the 0.6 s lease twice over
+    with cluster_phase(CLUSTER, 3, timeout=30, reassert_interval=None, lease_seconds=0.6) as phase:
+        assert phase.claim_id in phase.backend.claims(phase.ref)
+        time.sleep(1.0)
+        assert phase.claim_id in phase.backend.claims(phase.ref)
+        assert replicas(server) == 3
+    assert replicas(server) == 1 and phase.backend.claims(phase.ref) == {}
+
+
+def test_the_monitor_does_not_re_add_a_claim_ddlscale_restore_dropped(server, caplog):
+    caplog.set_level(logging.WARNING, logger="flytekitplugins_ddlscale")
+    with cluster_phase(CLUSTER, 4, timeout=30, reassert_interval=0.1, sample_interval=0.1) as phase:
+        phase.backend.restore_baseline(phase.ref, timeout=30)  # the operator's override
+        hpa_scales_to(server, 2)
+        time.sleep(0.5)  # several re-assert ticks
+        assert phase.backend.claims(phase.ref) == {} and replicas(server) == 2
+    assert f"phase {phase.claim_id}: its claim on ray/ray-phase is gone; not re-asserting" in caplog.text

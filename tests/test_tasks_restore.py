@@ -97,3 +97,15 @@ def test_failure_handler_prints_what_it_restored(local_env, caplog):
         nodes.failing(fail=True)
     assert "cleanup: dask/nodes-test 2 -> 0 workers (baseline) in" in caplog.text
     assert local_backend(local_env).list_clusters() == []
+
+
+@pytest.mark.slow
+def test_a_phase_between_nodes_gives_back_what_it_found_and_restore_cluster_the_baseline(local_env, caplog):
+    from tests.flyte_apps import gives_back
+
+    caplog.set_level(logging.INFO, logger="flytekitplugins_ddlscale")
+    seen, after, done = gives_back.node_phase_node()
+    assert (seen, after) == (3, 1)  # the phase held 3 for its body and gave back the 1 worker it found
+    assert (done.restored, done.previous_workers, done.workers) == ("baseline", 1, 0)
+    assert "restored to 1 worker (as found)" in caplog.text
+    assert local_backend(local_env).list_clusters() == []  # the baseline was "no cluster"

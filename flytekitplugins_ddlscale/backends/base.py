@@ -16,6 +16,7 @@ from ..errors import InvalidInputError, ScalingTimeoutError, UnsupportedOperatio
 from ..inplace import Reach, check_reachable, left_in_place
 from ..models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
 from ..progress import ProgressReporter
+from ..leases import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
 from ..records import Claim
 from ..refs import ClusterRef
 from ..validation import validate_claim_id, validate_replicas, validate_tier_name, validate_timeout
@@ -130,14 +131,24 @@ class ClusterBackend(Protocol):
         ...
 
     def claim(
-        self, ref: ClusterRef, claim_id: str, replicas: int, worker_hw_tier: Optional[str] = None
+        self, ref: ClusterRef, claim_id: str, replicas: int, worker_hw_tier: Optional[str] = None, *,
+        timeout: Optional[float] = None, lease_seconds: float = DEFAULT_LEASE_SECONDS,
     ) -> Claim:
-        """Register that ``claim_id`` needs ``replicas`` workers; return the largest live claim.
+        """Register that ``claim_id`` needs at least ``replicas`` workers; return the largest live claim.
 
-        Records the baseline first if none is recorded, in the same atomic
-        step as the claim, so a concurrent :meth:`reconcile` never forgets a
-        baseline that a new claim relies on. Phases then :meth:`reconcile`.
+        The claim is a lease of ``lease_seconds`` its holder keeps with
+        :meth:`renew` (:mod:`flytekitplugins_ddlscale.leases`). Records the
+        baseline if none is recorded, and the size outside phases when no
+        other claim is live, in the same atomic step as the claim, so a
+        concurrent :meth:`reconcile` never forgets a record that a new claim
+        relies on; dead claims are dropped in that step. Waits at most
+        ``timeout`` seconds for a lock another process holds (None: the
+        backend's bound). Phases then :meth:`reconcile`.
         """
+        ...
+
+    def renew(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
+        """Renew ``claim_id``'s lease from now; the renewed claim, or None when it is gone."""
         ...
 
     def reconcile(
@@ -149,15 +160,18 @@ class ClusterBackend(Protocol):
         timeout: float = DEFAULT_SCALE_TIMEOUT,
         progress: Optional[ProgressReporter] = None,
     ) -> Optional[ScaleResult]:
-        """Scale to the largest live claim (its replicas and its tier), or, when no claim
-        remains, restore the recorded baseline (or ``target`` instead) and forget the baseline.
+        """Hold the largest live claim (its tier; its replicas, or the size outside phases when that is
+        larger on the same tier), or, when no claim is live, restore the size outside phases (or
+        ``target`` instead) and forget it (:func:`flytekitplugins_ddlscale.records.settle`).
 
-        The decision and the change are atomic with respect to concurrent
+        Dead claims are dropped (and logged with their holder). The decision
+        and the change are atomic with respect to concurrent
         :meth:`claim`/:meth:`release` (one resourceVersion-checked patch, or
         the scale request sent under the cluster's record lock), so a phase
-        ending never shrinks a phase that has just claimed. With ``wait``,
-        returns once the workers are up. Returns None when there was nothing
-        to do (no claim and no baseline).
+        ending never shrinks a phase that has just claimed; the wait that
+        follows holds no lock. With ``wait``, returns once the workers are
+        up. Returns None when there was nothing to do (no claim and nothing
+        recorded to restore).
         """
         ...
 
@@ -289,7 +303,7 @@ class BaseBackend:
         replicas, tier, deadline = self._check_size_request(ref, replicas, worker_hw_tier, timeout)
         with self._changing(ref, deadline):
             change = self._scale_change(ref, replicas, tier, strict, deadline)
-            return self._finish(ref, change, wait, deadline, progress)
+        return self._finish(ref, change, wait, deadline, progress)
 
     def restart_head(
         self,
@@ -334,22 +348,33 @@ class BaseBackend:
         deadline = Deadline(timeout)
         with self._changing(ref, deadline):
             change = self._restore_change(ref, target, deadline)
-            return self._finish(ref, change, wait, deadline, progress)
+        return self._finish(ref, change, wait, deadline, progress)
 
     def claim(
-        self, ref: ClusterRef, claim_id: str, replicas: int, worker_hw_tier: Optional[str] = None
+        self, ref: ClusterRef, claim_id: str, replicas: int, worker_hw_tier: Optional[str] = None, *,
+        timeout: Optional[float] = None, lease_seconds: float = DEFAULT_LEASE_SECONDS,
     ) -> Claim:
-        """Register that ``claim_id`` needs ``replicas`` workers; return the largest live claim.
+        """Register that ``claim_id`` needs at least ``replicas`` workers, as a lease of ``lease_seconds``;
+        return the largest live claim.
 
-        Records the baseline first if none is recorded, in the same atomic
-        step as the claim. An unknown tier is refused before anything is written.
+        Records the baseline (and, for the first live phase, the size outside
+        phases) in the same atomic step as the claim, dropping dead claims.
+        Waits at most ``timeout`` seconds for another process's lock. An
+        unknown tier is refused before anything is written.
         """
         validate_claim_id(claim_id)
         replicas = validate_replicas(replicas)
         tier = validate_tier_name(worker_hw_tier)
+        lease = validate_timeout(lease_seconds, "lease_seconds", MAX_LEASE_SECONDS)
+        wait_for_lock = None if timeout is None else validate_timeout(timeout)
         self._served(ref)
         self._check_tier(ref, tier, "worker_hw_tier")
-        return self._claim(ref, claim_id, replicas, tier)
+        return self._claim(ref, claim_id, replicas, tier, lease, wait_for_lock)
+
+    def renew(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
+        """Renew ``claim_id``'s lease from now; the renewed claim, or None when it is gone."""
+        validate_claim_id(claim_id)
+        return self._renew(self._served(ref), claim_id)
 
     def reconcile(
         self,
@@ -372,7 +397,7 @@ class BaseBackend:
         deadline = Deadline(timeout)
         with self._changing(ref, deadline):
             change = self._reconcile_change(ref, target, deadline)
-            return None if change is None else self._finish(ref, change, wait, deadline, progress)
+        return None if change is None else self._finish(ref, change, wait, deadline, progress)
 
     def release(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
         """Drop ``claim_id``; return the largest remaining claim, or None when none remain."""
@@ -483,8 +508,13 @@ class BaseBackend:
 
     @contextlib.contextmanager
     def _changing(self, ref: ClusterRef, deadline: Deadline) -> Iterator[None]:
-        """Held around a change and its wait (default: nothing; the local backend holds its cluster lock)."""
+        """Held around a change, never its wait (default: nothing; the local backend holds its cluster lock)."""
         yield
+
+    def _same_tier(self, ref: ClusterRef, name: str, observed: Optional[str]) -> bool:
+        """Whether workers of tier ``name`` are the tier a recorded size shows (``observed``: as the
+        cluster reports it); the size outside phases is a floor of a claim only on its own tier."""
+        return name == observed
 
     def _maximum(self, state: ClusterState) -> Optional[int]:
         """The most workers ``state``'s cluster can have (None: no bound known)."""
@@ -557,7 +587,13 @@ class BaseBackend:
     def _get_baseline(self, ref: ClusterRef) -> Optional[Baseline]:
         raise NotImplementedError
 
-    def _claim(self, ref: ClusterRef, claim_id: str, replicas: int, tier: Optional[str]) -> Claim:
+    def _claim(
+        self, ref: ClusterRef, claim_id: str, replicas: int, tier: Optional[str], lease_seconds: float,
+        timeout: Optional[float],
+    ) -> Claim:
+        raise NotImplementedError
+
+    def _renew(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
         raise NotImplementedError
 
     def _release(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:

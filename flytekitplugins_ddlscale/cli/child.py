@@ -5,8 +5,13 @@
 the signal must reach the command, and the cluster must be restored only
 after the command has exited. A command that does not exit within
 ``kill_after`` seconds of the first forwarded signal is killed, so the
-restore still runs before the runner's own grace period ends.
+restore still runs before the runner's own grace period ends. On Linux the
+command also dies with ``ddlscale`` (``PR_SET_PDEATHSIG``): a ``ddlscale``
+killed outright (SIGKILL, the OOM killer) leaves no command running on
+unheld workers, and its claim dies with it (:mod:`..leases`).
 """
+import ctypes
+import ctypes.util
 import logging
 import os
 import signal
@@ -14,7 +19,7 @@ import subprocess
 import sys
 import threading
 from types import FrameType
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 logger = logging.getLogger("flytekitplugins_ddlscale")
 
@@ -31,6 +36,39 @@ class CommandNotStarted(Exception):
     def __init__(self, argv: Sequence[str], error: OSError) -> None:
         self.exit_code = EXIT_NOT_FOUND if isinstance(error, FileNotFoundError) else EXIT_NOT_EXECUTABLE
         super().__init__(f"cannot run {argv[0]!r}: {error.strerror or error}")
+
+
+PR_SET_PDEATHSIG = 1
+"""prctl(2) option: the signal the calling process gets when its parent thread exits."""
+
+
+def die_with_parent() -> Optional[Callable[[], None]]:
+    """A ``preexec_fn`` that makes the child get SIGKILL when this process dies (Linux), else None.
+
+    The prctl function is looked up here, before the fork, so the child only
+    makes two system calls before its exec. A parent that died between the
+    fork and the prctl is caught by comparing the parent pid: the child then
+    exits at once. Only the command itself is covered, not what it starts
+    in the background.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(EXIT_PARENT_GONE)
+
+    return preexec
+
+
+EXIT_PARENT_GONE = 137
+"""The command's status when ``ddlscale`` died before it could start: as if killed by SIGKILL."""
 
 
 def exit_status(returncode: int) -> int:
@@ -107,7 +145,8 @@ def run_forwarding(argv: Sequence[str], kill_after: float = DEFAULT_KILL_AFTER) 
 
     While it runs, SIGTERM and SIGINT sent to this process are passed on to
     it (SIGINT only when the terminal did not already deliver it), and it is
-    killed if it is still running ``kill_after`` seconds after the first.
+    killed if it is still running ``kill_after`` seconds after the first;
+    on Linux it is killed when this process dies (:func:`die_with_parent`).
     The previous signal handlers are back in place when this returns.
     Raises :class:`CommandNotStarted` when ``argv`` cannot be executed.
     """
@@ -117,7 +156,7 @@ def run_forwarding(argv: Sequence[str], kill_after: float = DEFAULT_KILL_AFTER) 
     forwarder.install()
     try:
         try:
-            forwarder.proc = subprocess.Popen(list(argv))
+            forwarder.proc = subprocess.Popen(list(argv), preexec_fn=die_with_parent())
         except OSError as error:
             raise CommandNotStarted(argv, error) from None
         for signum in forwarder.pending:

@@ -19,7 +19,7 @@ from ..models import ReplicaSpec
 from ..progress import default_reporter
 from ..refs import ALLOWED_KINDS, ClusterRef
 from ..waiting import Deadline
-from .output import EXIT_CODES_HELP, Confirmed, emit, emit_error
+from .output import EXIT_CODES_HELP, Confirmed, WithClaims, emit, emit_error
 
 
 def _cluster_options(default_wait: bool, default_timeout: float) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -103,17 +103,18 @@ def _run(command: Callable[..., Any]) -> Callable[..., Any]:
 @_run
 def status(backend: Any, ref: ClusterRef, *, wait: bool, timeout: float, progress: Any,
            framework_check: bool, framework_url: Optional[str]) -> Any:
-    """Show the cluster's state; with --wait, once its desired workers are up (and registered)."""
+    """Show the cluster's state and its live claims (holder, age); with --wait, once its desired
+    workers are up (and registered)."""
     framework = FrameworkOptions(framework_check, framework_url)
     if wait:
         framework.check(ref.kind)
     deadline = Deadline(timeout)
     state = backend.get_state(ref)
     if not wait:
-        return state
+        return WithClaims(state, backend.claims(ref))
     state = backend.wait_for_workers(ref, state.desired_workers, timeout=timeout, progress=progress)
     readiness = confirm_ready(backend, ref, state, state.desired_workers, deadline.remaining, framework, progress)
-    return Confirmed(state, readiness)
+    return WithClaims(Confirmed(state, readiness), backend.claims(ref))
 
 
 @click.command("scale", epilog=EXIT_CODES_HELP)

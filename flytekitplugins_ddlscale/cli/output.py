@@ -6,7 +6,7 @@ terminal or a CI log even if an error message carried one.
 import dataclasses
 import datetime
 import json
-from typing import Any
+from typing import Any, Dict
 
 import click
 
@@ -21,7 +21,9 @@ from ..errors import (
     UnknownTierError,
 )
 from ..framework.confirm import Readiness
-from ..models import Baseline, ClusterState, RestartResult, ScaleResult
+from ..leases import age_seconds
+from ..models import Baseline, ClusterState, RestartResult, ScaleResult, utcnow
+from ..records import Claim
 from ..redaction import redact
 from ..wording import plural
 
@@ -76,9 +78,47 @@ class Confirmed:
         return data
 
 
+@dataclasses.dataclass
+class WithClaims:
+    """A state (or confirmed state) with the live claims on the cluster, as ``status`` prints it."""
+
+    value: Any
+    claims: Dict[str, Claim]
+
+    def as_dict(self) -> Any:
+        """The value's JSON with a ``claims`` list: id, workers, tier, holder, age and last renewal in seconds."""
+        data = to_jsonable(self.value)
+        now = utcnow()
+        data["claims"] = [
+            {
+                "claim_id": claim.claim_id, "replicas": claim.replicas, "worker_hw_tier": claim.worker_hw_tier,
+                "holder": claim.holder, "age_seconds": round(age_seconds(claim, now), 1),
+                "renewed_seconds_ago": round((now - datetime.datetime.fromisoformat(claim.renewed_at)).total_seconds(), 1),
+                "lease_seconds": claim.lease_seconds,
+            }
+            for claim in sorted(self.claims.values(), key=lambda c: c.created_at)
+        ]
+        return data
+
+
+def _claims_text(claims: Dict[str, Claim]) -> str:
+    if not claims:
+        return "  claims: none"
+    now = utcnow()
+    lines = ["  claims:"]
+    for claim in sorted(claims.values(), key=lambda c: c.created_at):
+        tier = f" of tier {claim.worker_hw_tier}" if claim.worker_hw_tier else ""
+        renewed = (now - datetime.datetime.fromisoformat(claim.renewed_at)).total_seconds()
+        lines.append(
+            f"    {claim.claim_id}: at least {plural(claim.replicas, 'worker')}{tier}, holder {claim.holder}, "
+            f"age {age_seconds(claim, now):.0f}s, renewed {renewed:.0f}s ago (lease {claim.lease_seconds:g}s)"
+        )
+    return "\n".join(lines)
+
+
 def to_jsonable(value: Any) -> Any:
     """``value`` with dataclasses as dicts and datetimes as ISO-8601 strings."""
-    if isinstance(value, Confirmed):
+    if isinstance(value, (Confirmed, WithClaims)):
         return value.as_dict()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
@@ -92,6 +132,8 @@ def to_jsonable(value: Any) -> Any:
 
 
 def _text(value: Any) -> str:
+    if isinstance(value, WithClaims):
+        return f"{_text(value.value)}\n{_claims_text(value.claims)}"
     if isinstance(value, Confirmed):
         return f"{_text(value.value)}\n  ready:  {value.readiness.proof}"
     if isinstance(value, ClusterState):

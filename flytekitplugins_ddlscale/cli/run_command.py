@@ -45,7 +45,7 @@ def _say(text: str) -> None:
 @click.option("--run-id", default=None, help="Domino run id: the cluster is <kind>-<run id>.")
 @click.option("--namespace", default=None, help="Namespace (default: the backend's).")
 @click.option("--group", default=None, help="Worker group (kuberay and dask-operator clusters; default: the only one / default).")
-@click.option("--replicas", type=int, required=True, help="Workers the command needs.")
+@click.option("--replicas", type=int, required=True, help="Workers the command needs at least (a cluster found larger is not shrunk).")
 @click.option("--worker-hw-tier", default=None, help="Hardware tier NAME for the workers.")
 @click.option(
     "--timeout", type=float, default=DEFAULT_SCALE_TIMEOUT, show_default=True,
@@ -79,13 +79,15 @@ def run(
     \b
     ddlscale run --kind dask --name NAME --replicas 4 -- python train.py --epochs 3
 
-    Claims REPLICAS workers (recording the baseline first), scales and waits
-    for them, exports the connection variables (where the backend provides
-    them; Domino sets them in a run) to COMMAND and runs it. When COMMAND
-    exits, fails, or ddlscale gets SIGTERM/SIGINT (passed on to COMMAND),
-    the claim is released and the cluster goes back to the largest
-    remaining claim or its baseline. Concurrent runs and phases on one
-    cluster never shrink each other.
+    Claims at least REPLICAS workers (a cluster found larger on the same
+    tier is not shrunk), scales and waits for them, exports the connection
+    variables (where the backend provides them; Domino sets them in a run)
+    to COMMAND and runs it. When COMMAND exits, fails, or ddlscale gets
+    SIGTERM/SIGINT (passed on to COMMAND), the claim is released and the
+    cluster goes back to the largest remaining claim or the size it had
+    before the phases. Concurrent runs and phases on one cluster never
+    shrink each other. The claim is a lease renewed while ddlscale runs; if
+    ddlscale is killed, the claim stops counting and COMMAND is killed too.
     """
     try:
         ref = cluster_ref(kind, name, run_id, namespace, group)

@@ -8,6 +8,7 @@ line that holds a cluster does not pay for Flyte.
 from typing import Optional
 
 from ..backends.base import DEFAULT_SCALE_TIMEOUT
+from ..leases import DEFAULT_LEASE_SECONDS
 from ..refs import ClusterSpec
 from .run import ClusterPhase
 from .settings import (
@@ -35,6 +36,7 @@ def cluster_phase(
     sample_interval: float = DEFAULT_SAMPLE_INTERVAL,
     deck: bool = True,
     label: str = "phase",
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
 ) -> ClusterPhase:
     """The phase as a context manager: ``with cluster_phase("dask/x", 4) as phase: ...``.
 
@@ -54,6 +56,7 @@ def cluster_phase(
         reassert_interval=reassert_interval,
         sample_interval=sample_interval,
         deck=deck,
+        lease_seconds=lease_seconds,
     )
     return ClusterPhase(settings, label)
 

@@ -12,6 +12,7 @@ import time
 from typing import Optional
 
 from ..backends.base import ClusterBackend
+from ..records import largest_claim
 from ..refs import ClusterRef
 from ..timeline import WorkerTimeline, observed_workers
 
@@ -31,7 +32,6 @@ class PhaseMonitor:
         backend: ClusterBackend,
         ref: ClusterRef,
         claim_id: str,
-        replicas: int,
         worker_hw_tier: Optional[str],
         timeline: WorkerTimeline,
         sample_interval: float,
@@ -40,7 +40,6 @@ class PhaseMonitor:
         self._backend = backend
         self._ref = ref
         self._claim_id = claim_id
-        self._replicas = replicas
         self._tier = worker_hw_tier
         self._timeline = timeline
         self._sample_interval = sample_interval
@@ -91,11 +90,14 @@ class PhaseMonitor:
                 logger.warning("phase monitor of %s: %s", self._ref, exc)
 
     def _reassert(self, desired: int) -> None:
-        # Re-claiming is idempotent and returns the largest live claim; the
-        # reconcile decides from the claims live at its own moment, so a
-        # concurrent larger phase is never shrunk by this re-assert.
-        claim = self._backend.claim(self._ref, self._claim_id, self._replicas, self._tier)
-        if desired >= claim.replicas:
+        # A renewal, never a re-claim: a claim `ddlscale restore` dropped stays dropped. The
+        # reconcile decides from the claims live at its own moment, so a concurrent larger
+        # phase is never shrunk by this re-assert.
+        if self._backend.renew(self._ref, self._claim_id) is None:
+            logger.warning("phase %s: its claim on %s is gone; not re-asserting", self._claim_id, self._ref)
+            return
+        claim = largest_claim(self._backend.claims(self._ref))
+        if claim is None or desired >= claim.replicas:
             return
         if self._tier is not None and claim.worker_hw_tier != self._tier:
             # A larger claim of another tier is live (a phase about to be refused

@@ -1,16 +1,20 @@
 """One run of a distributed phase: claim and reconcile on enter; release and reconcile on exit.
 
-Order on enter: install signal handlers, claim (which records the baseline
-if none is recorded), refuse a held tier that differs from the phase's,
-reconcile the cluster to the largest live claim and wait, change the head
+Order on enter: install signal handlers, claim at least ``replicas``
+workers (which records the baseline if none is recorded, and the size
+outside phases if no other phase is live) within the phase's timeout, start
+renewing the claim's lease, refuse a held tier that differs from the
+phase's, reconcile the cluster to the largest live claim (never below the
+size it had outside phases, on the same tier) and wait, change the head
 tier if asked, export the connection variables, wait for framework
 readiness, start the monitor. Any failure or signal on the way runs the
-same cleanup as the end of the body: stop the monitor, release the claim,
-and reconcile again, which scales to the largest remaining claim or, when
-none remains, restores the baseline (or the given ReplicaSpec). Deciding
-and changing is one atomic backend step, so a phase that claims while
-another ends is never shrunk. The cleanup runs once; its own failure is
-logged and attached to the body's error instead of replacing it.
+same cleanup as the end of the body: stop the monitor and the renewals,
+release the claim, and reconcile again, which holds the largest remaining
+claim or, when none remains, gives back the size outside phases (or the
+given ReplicaSpec). Deciding and changing is one atomic backend step, so a
+phase that claims while another ends is never shrunk. The cleanup runs
+once; its own failure is logged and attached to the body's error instead
+of replacing it.
 """
 import contextlib
 import logging
@@ -32,7 +36,9 @@ from ..summary import phase_line
 from ..timeline import WorkerTimeline, observed_workers, recording
 from ..waiting import Deadline
 from ..wording import plural
+from .lease import LeaseKeeper
 from .monitor import PhaseMonitor
+from .pausepoints import check_pause_setting, pause_point
 from .settings import PhaseSettings
 from .signals import PhaseInterrupted, SignalsAsExceptions
 
@@ -56,6 +62,7 @@ class ClusterPhase:
         """Set by a caller whose block failed without raising (``exit 7`` for a command), for the summary."""
         self._backend: Optional[ClusterBackend] = None
         self._monitor: Optional[PhaseMonitor] = None
+        self._lease: Optional[LeaseKeeper] = None
         self._signals = SignalsAsExceptions()
         self._env = contextlib.ExitStack()
         self._claimed = False
@@ -106,6 +113,7 @@ class ClusterPhase:
         deadline = Deadline(s.timeout)
         framework = FrameworkOptions(s.framework_ready, s.framework_url)
         framework.check(self.ref.kind)
+        check_pause_setting()
         self._backend = backend = get_backend(s.backend)
         if self.ref.kind not in backend.capabilities.kinds:
             raise UnsupportedOperationError(
@@ -117,11 +125,17 @@ class ClusterPhase:
                 f"backend {backend.name!r} cannot change the head tier; drop head_hw_tier or use kubernetes",
                 cluster=str(self.ref),
             )
-        self.claim = backend.claim(self.ref, self.claim_id, s.replicas, s.worker_hw_tier)
+        self.claim = backend.claim(
+            self.ref, self.claim_id, s.replicas, s.worker_hw_tier, timeout=max(deadline.remaining, 0.1),
+            lease_seconds=s.lease_seconds,
+        )
         self._claimed = True
+        self._lease = LeaseKeeper(backend, self.ref, self.claim_id, s.lease_seconds)
+        self._lease.start()
+        pause_point("claimed")
         self._check_held_tier(backend, self.claim)
         logger.info(
-            "phase %s on %s: needs %s, holding the largest claim (%d)",
+            "phase %s on %s: needs at least %s; the largest live claim is %d",
             self.claim_id, self.ref, plural(s.replicas, "worker"), self.claim.replicas,
         )
         with default_reporter(Activity(self.label, str(self.ref))) as reporter:
@@ -153,10 +167,11 @@ class ClusterPhase:
         self._scaled = (*self._scaled[:2], time.monotonic() - self._began)
         reassert = None if backend.capabilities.holds_size else s.reassert_interval
         self._monitor = PhaseMonitor(
-            backend, self.ref, self.claim_id, s.replicas, s.worker_hw_tier, self.timeline,
+            backend, self.ref, self.claim_id, s.worker_hw_tier, self.timeline,
             s.sample_interval, reassert,
         )
         self._monitor.start()
+        pause_point("scaled")
 
     def _check_held_tier(self, backend: ClusterBackend, held: Claim) -> None:
         # The largest claim decides the workers' tier: a body must neither run
@@ -202,6 +217,8 @@ class ClusterPhase:
         with self._signals.guard.deferred():
             if self._monitor is not None:
                 self._monitor.stop()
+            if self._lease is not None:
+                self._lease.stop()
             self._env.close()
             try:
                 self._release()
@@ -218,20 +235,21 @@ class ClusterPhase:
         backend, s = self._backend, self.settings
         remaining = backend.release(self.ref, self.claim_id)
         self._claimed = False
+        pause_point("released")
         target = s.restore if isinstance(s.restore, ReplicaSpec) else None
         self.timeline.mark("restore")
         result = backend.reconcile(
             self.ref, target, wait=True, timeout=s.timeout, progress=recording(self.timeline, self.claim.worker_hw_tier if self.claim else None, None)
         )
         if result is None:
-            self.restored_to = "unchanged (no claim and no baseline left)"
+            self.restored_to = "unchanged (no claim and no size outside phases recorded)"
             logger.info("phase %s on %s ended; nothing left to restore", self.claim_id, self.ref)
             return
         if remaining is not None:
             # Informational only: reconcile itself decided from the claims live at its own time.
             self.restored_to = f"{plural(result.effective, 'worker')} (claim {remaining.claim_id} still live)"
         else:
-            self.restored_to = f"{plural(result.effective, 'worker')} ({'given spec' if target else 'baseline'})"
+            self.restored_to = f"{plural(result.effective, 'worker')} ({'given spec' if target else 'as found'})"
         self.timeline.add(observed_workers(result.final), result.final.worker_hw_tier)
         logger.info("phase %s on %s ended; cluster set to %s", self.claim_id, self.ref, self.restored_to)
 

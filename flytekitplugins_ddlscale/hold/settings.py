@@ -5,6 +5,7 @@ from typing import Optional, Union
 from ..backends.base import DEFAULT_SCALE_TIMEOUT
 from ..errors import InvalidInputError
 from ..framework.endpoints import validate_url
+from ..leases import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
 from ..models import ReplicaSpec
 from ..refs import ClusterRef, cluster_text, parse_cluster
 from ..validation import validate_replicas, validate_tier_name, validate_timeout
@@ -49,6 +50,8 @@ class PhaseSettings:
     reassert_interval: Optional[float] = DEFAULT_REASSERT_INTERVAL
     sample_interval: float = DEFAULT_SAMPLE_INTERVAL
     deck: bool = True
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+    """How long the phase's claim outlives its last renewal (renewed every third of it)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cluster", cluster_text(self.cluster))
@@ -59,6 +62,7 @@ class PhaseSettings:
         object.__setattr__(self, "timeout", validate_timeout(self.timeout))
         object.__setattr__(self, "reassert_interval", _interval("reassert_interval", self.reassert_interval))
         object.__setattr__(self, "sample_interval", validate_timeout(self.sample_interval, "sample_interval"))
+        object.__setattr__(self, "lease_seconds", validate_timeout(self.lease_seconds, "lease_seconds", MAX_LEASE_SECONDS))
         for name in ("framework_ready", "deck"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidInputError(name, getattr(self, name), "True or False")

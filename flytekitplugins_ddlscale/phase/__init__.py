@@ -31,6 +31,7 @@ from ..hold.settings import (
     PhaseSettings,
     Restore,
 )
+from ..leases import DEFAULT_LEASE_SECONDS
 from ..refs import ClusterSpec
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -50,11 +51,15 @@ def distributed_phase(
     reassert_interval: Optional[float] = DEFAULT_REASSERT_INTERVAL,
     sample_interval: float = DEFAULT_SAMPLE_INTERVAL,
     deck: bool = True,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
 ) -> Callable[[F], F]:
     """Decorate a function (under ``@task``) so it runs with the cluster scaled for it.
 
     ``cluster``: ``kind/name``, ``namespace/kind/name``, a bare kind (the
-    run's own cluster) or a ClusterRef. ``restore``: ``"baseline"`` or a
+    run's own cluster) or a ClusterRef. ``replicas``: at least this many
+    workers (a cluster found larger on the same tier is not shrunk).
+    ``restore``: ``"baseline"`` (the default: when the last live phase ends,
+    the size the cluster had outside phases comes back) or a
     :class:`ReplicaSpec`. ``timeout`` bounds the scale-up, the readiness
     checks and the restore. ``framework_ready`` also waits until workers are
     registered with Dask/Ray/Spark where the run can reach the cluster's head
@@ -63,6 +68,8 @@ def distributed_phase(
     ``reassert_interval`` (seconds, None to disable) applies where the
     backend cannot hold the size against the autoscaler. ``deck`` attaches a
     Deck with worker count over time and worker-seconds by tier.
+    ``lease_seconds``: how long the phase's claim outlives its last renewal
+    (renewed every third of it while the phase runs; see docs/flyte.md).
 
     Arguments are checked when the decorator is applied; the cluster name
     itself is resolved when the function is called.
@@ -78,6 +85,7 @@ def distributed_phase(
         reassert_interval=reassert_interval,
         sample_interval=sample_interval,
         deck=deck,
+        lease_seconds=lease_seconds,
     )
     PhaseSettings(cluster=cluster, replicas=replicas, **options)  # type: ignore[arg-type]
 

@@ -22,15 +22,26 @@ from ...errors import (
     ClusterNotFoundError,
     ConflictError,
     InvalidInputError,
+    ScalingError,
     UnauthorizedError,
     UnsupportedOperationError,
 )
 from ...framework.ray_idle import idle_worker_ips
 from ...inplace import Reach
+from ...leases import log_dropped, split_live
 from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
 from ...outage import OUTAGE_BACKOFF, outage_timeout
 from ...progress import ProgressReporter
-from ...records import BASELINE_ANNOTATION, CLAIMS_ANNOTATION, Claim, decode_claims, encode_claims, largest_claim
+from ...records import (
+    BASELINE_ANNOTATION,
+    CLAIMS_ANNOTATION,
+    OUTSIDE_ANNOTATION,
+    Claim,
+    decode_claims,
+    encode_claims,
+    largest_claim,
+    settle,
+)
 from ...refs import DEFAULT_NAMESPACE, GROUP_SEPARATOR, KINDS, LABEL_HW_TIER, LABEL_OWNER, ClusterRef, validate_name
 from ...sharing import current_shared_reads
 from ...tiers import HardwareTier, TierCatalog
@@ -586,6 +597,8 @@ class KubernetesBackend(BaseBackend):
             spec = self._restore_spec(ref, current, record, target, worker_tier, head_tier, outcome, pods)
             if record is not None:
                 notes[BASELINE_ANNOTATION] = None
+            if OUTSIDE_ANNOTATION in _annotations(current):
+                notes[OUTSIDE_ANNOTATION] = None
             notes.update(self._adapter(ref).notes(current, record, spec, True))
             return {"spec": spec, "metadata": {"annotations": notes}} if notes else {"spec": spec}
 
@@ -622,7 +635,9 @@ class KubernetesBackend(BaseBackend):
     ) -> Optional[Change]:
         """The claims are read from the object and the change is ONE merge patch carrying that
         read's resourceVersion, so a concurrent claim or release makes it 409 and the target is
-        computed again from a fresh read (bounded by ``conflict_retries``)."""
+        computed again from a fresh read (bounded by ``conflict_retries``). The same patch drops
+        dead claims, and, when no claim is live, the record of the size outside phases it puts back
+        (and the baseline when that is the same size)."""
         worker_tier, head_tier = self._target_tiers(ref, target)
         seen: Dict[str, ClusterState] = {}
         what = f"the reconcile of {self._label(ref)} to be applied"
@@ -637,48 +652,81 @@ class KubernetesBackend(BaseBackend):
         def build(current: Dict[str, Any]) -> Optional[Patch]:
             sent = dict(outcome)
             outcome.clear()
-            largest = largest_claim(decode_claims(_annotations(current).get(CLAIMS_ANNOTATION)))
-            outcome.update(capped=False, tier=None, name=None, restoring=largest is None)
-            if largest is not None:
-                tier = self._resolve(largest.worker_hw_tier, ref.kind, "worker_hw_tier")
+            annotations = _annotations(current)
+            record, outside = decode_record(current), decode_record(current, OUTSIDE_ANNOTATION)
+            decided = settle(
+                decode_claims(annotations.get(CLAIMS_ANNOTATION)), outside[0] if outside else None,
+                record[0] if record else None, lambda name, observed: self._same_tier(ref, name, observed),
+            )
+            outcome.update(capped=False, tier=None, name=None, restoring=decided.hold is None, dead=decided.dead)
+            notes: Patch = {}
+            if decided.dead:
+                notes[CLAIMS_ANNOTATION] = encode_claims(decided.live) if decided.live else None
+            if decided.hold is not None:
+                tier = self._resolve(decided.hold.worker_hw_tier, ref.kind, "worker_hw_tier")
                 wanted, capped, outcome["others"] = self._adapter(ref).before_change(
-                    self._label(ref), ref, self._ns(ref), self.api, deadline, largest.replicas, False
+                    self._label(ref), ref, self._ns(ref), self.api, deadline, decided.replicas, False
                 )
                 spec, outcome["effective"], outcome["capped"] = self._size(ref, current, wanted, False, tier, pods)
                 outcome["capped"] = outcome["capped"] or capped
                 if tier is not None:
-                    outcome.update(tier=tier.id, name=largest.worker_hw_tier)
-                outcome["requested"] = largest.replicas
-                return self._with_baseline(ref, current, {"spec": spec})
-            record = decode_record(current)
-            if record is None:
-                # After a lost answer this re-read finds the restore sent before applied: keep what it decided.
-                outcome.update(sent)
-                return None
-            spec = self._restore_spec(ref, current, record, target, worker_tier, head_tier, outcome, pods)
+                    outcome.update(tier=tier.id, name=decided.hold.worker_hw_tier)
+                outcome["requested"] = decided.replicas
+                patch = self._with_baseline(ref, current, {"spec": spec})
+                if notes:
+                    patch.setdefault("metadata", {}).setdefault("annotations", {}).update(notes)
+                return patch
+            restoring = outside or record
+            if restoring is None:
+                if sent and not sent.get("nothing"):
+                    # After a lost answer this re-read finds the restore sent before applied: keep what it decided.
+                    outcome.update(sent)
+                else:
+                    outcome["nothing"] = True
+                return {"metadata": {"annotations": notes}} if notes else None
+            spec = self._restore_spec(ref, current, restoring, target, worker_tier, head_tier, outcome, pods)
             outcome["requested"] = target.replicas if target is not None else outcome["effective"]
             outcome["name"] = target.worker_hw_tier if target is not None else None
-            notes = dict(self._adapter(ref).notes(current, record, spec, True), **{BASELINE_ANNOTATION: None})
+            notes.update(self._adapter(ref).notes(current, restoring, spec, True))
+            if outside is not None:
+                notes[OUTSIDE_ANNOTATION] = None
+            if record is not None and decided.forget_baseline:
+                notes[BASELINE_ANNOTATION] = None
             return {"spec": spec, "metadata": {"annotations": notes}}
 
-        claimed = largest_claim(decode_claims(_annotations(obj).get(CLAIMS_ANNOTATION))) is not None
+        live = split_live(decode_claims(_annotations(obj).get(CLAIMS_ANNOTATION)))[0]
+        claimed = largest_claim(live) is not None
         with self._until(ref, deadline, what, seen):
             # Same order as scale and restore: the autoscaler is released before the worker
             # group's record goes, and held only after the worker group is sized.
             if not claimed:
                 self._restore_elsewhere(ref, deadline)
             _, after, patched = self._mutate(ref, build, obj, deadline)
-            if outcome.get("restoring"):
+            if outcome.get("nothing"):
+                pass
+            elif outcome.get("restoring"):
                 if claimed:
                     self._restore_elsewhere(ref, deadline)
             elif outcome:
                 self._hold_elsewhere(ref, outcome["others"], outcome["effective"], deadline)
-        if not patched:
+        if patched:
+            log_dropped(self._label(ref), outcome.get("dead") or {})
+        if not patched or outcome.get("nothing"):
             return None
         return self._change(
             ref, outcome["requested"], outcome["effective"], outcome["capped"], previous, after, outcome["tier"],
             outcome["name"], restoring=outcome["restoring"],
         )
+
+    def _same_tier(self, ref: ClusterRef, name: str, observed: Optional[str]) -> bool:
+        """A claim's tier NAME against the tier id label a recorded size shows."""
+        if name == observed:
+            return True
+        try:
+            tier = self._resolve(name, ref.kind, "worker_hw_tier")
+        except ScalingError:
+            return False
+        return tier is not None and tier.id == observed
 
     def _restore_spec(
         self, ref: ClusterRef, obj: Dict[str, Any], record: Optional[Tuple[Baseline, Dict[str, Any]]],
@@ -689,24 +737,49 @@ class KubernetesBackend(BaseBackend):
             self._label(ref), ref, obj, record, target, worker_tier, head_tier, outcome, self._workers(ref, pods)
         )
 
-    def _claim(self, ref: ClusterRef, claim_id: str, replicas: int, worker_hw_tier: Optional[str]) -> Claim:
-        """Add ``claim_id`` to the claims annotation (recording the baseline first); return the largest claim."""
+    def _claim(
+        self, ref: ClusterRef, claim_id: str, replicas: int, worker_hw_tier: Optional[str], lease_seconds: float,
+        timeout: Optional[float],
+    ) -> Claim:
+        """Add ``claim_id`` to the claims annotation, dropping dead claims; record the baseline and, for
+        the first live phase, the size outside phases in the same patch; return the largest live claim."""
+        dead: Dict[str, Any] = {}
 
         def build(current: Dict[str, Any]) -> Optional[Patch]:
             self._adapter(ref).check_size(self._label(ref), ref, current, replicas)
-            claims = decode_claims(_annotations(current).get(CLAIMS_ANNOTATION))
-            existing = claims.get(claim_id)
-            claim = Claim(claim_id, replicas, worker_hw_tier)
+            live, gone = split_live(decode_claims(_annotations(current).get(CLAIMS_ANNOTATION)))
+            dead.clear()
+            dead.update(gone)
+            others = [key for key in live if key != claim_id]
+            existing = live.get(claim_id)
+            claim = Claim(claim_id, replicas, worker_hw_tier, lease_seconds=lease_seconds)
             if existing is not None:
                 claim.created_at = existing.created_at
-            claims[claim_id] = claim
-            patch = {"metadata": {"annotations": {CLAIMS_ANNOTATION: encode_claims(claims)}}}
-            return self._with_baseline(ref, current, patch)
+            live[claim_id] = claim
+            notes: Patch = {CLAIMS_ANNOTATION: encode_claims(live)}
+            if not others and decode_record(current, OUTSIDE_ANNOTATION) is None:
+                notes[OUTSIDE_ANNOTATION] = encode_record(*self._adapter(ref).baseline(self._label(ref), ref, current))
+            return self._with_baseline(ref, current, {"metadata": {"annotations": notes}})
 
-        _, after, _ = self._mutate(ref, build, deadline=self._bookkeeping_deadline())
-        largest = largest_claim(decode_claims(_annotations(after).get(CLAIMS_ANNOTATION)))
+        deadline = Deadline(timeout) if timeout is not None else self._bookkeeping_deadline()
+        _, after, _ = self._mutate(ref, build, deadline=deadline)
+        log_dropped(self._label(ref), dead)
+        largest = largest_claim(split_live(decode_claims(_annotations(after).get(CLAIMS_ANNOTATION)))[0])
         assert largest is not None
         return largest
+
+    def _renew(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
+        """Renew ``claim_id`` in the claims annotation; None (and no patch) when it is gone."""
+
+        def build(current: Dict[str, Any]) -> Optional[Patch]:
+            claims = decode_claims(_annotations(current).get(CLAIMS_ANNOTATION))
+            if claim_id not in claims:
+                return None
+            claims[claim_id] = claims[claim_id].renewed()
+            return {"metadata": {"annotations": {CLAIMS_ANNOTATION: encode_claims(claims)}}}
+
+        _, after, _ = self._mutate(ref, build, deadline=self._bookkeeping_deadline())
+        return decode_claims(_annotations(after).get(CLAIMS_ANNOTATION)).get(claim_id)
 
     def _release(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
         """Remove ``claim_id`` from the claims annotation; return the largest remaining claim or None."""
@@ -720,11 +793,11 @@ class KubernetesBackend(BaseBackend):
             return {"metadata": {"annotations": {CLAIMS_ANNOTATION: value}}}
 
         _, after, _ = self._mutate(ref, build, deadline=self._bookkeeping_deadline())
-        return largest_claim(decode_claims(_annotations(after).get(CLAIMS_ANNOTATION)))
+        return largest_claim(split_live(decode_claims(_annotations(after).get(CLAIMS_ANNOTATION)))[0])
 
     def _claims(self, ref: ClusterRef) -> Dict[str, Claim]:
-        """The live claims in the cluster's claims annotation, by claim id."""
-        return decode_claims(_annotations(self._read(ref)).get(CLAIMS_ANNOTATION))
+        """The live claims in the cluster's claims annotation, by claim id (dead ones not counted)."""
+        return split_live(decode_claims(_annotations(self._read(ref)).get(CLAIMS_ANNOTATION)))[0]
 
     def close(self) -> None:
         """Close the connection pool if this backend created the client."""

@@ -7,17 +7,25 @@ import json
 from typing import Any, Dict, Iterable, Optional, Tuple
 
 from ...models import Baseline, ClusterState
+from ...recordcheck import json_object, mapping, only_fields, reading
 from ...records import ANNOTATION_PREFIX, BASELINE_ANNOTATION, decode_baseline, encode_baseline
 from ...refs import LABEL_COMPONENT, LABEL_HW_TIER, NODE_POOL_SELECTOR, KindInfo
 from ...tiers import HardwareTier
+from ...validation import validate_int
 
 FAILURE_REASONS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "Unschedulable")
 TIER_RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
+MAX_INT32 = 2**31 - 1
 K8S_BASELINE_KEY = "kubernetes"
 """Key of the Kubernetes-only part of the baseline annotation (autoscaling section, tiers)."""
 PARKED_AUTOSCALING_ANNOTATION = f"{ANNOTATION_PREFIX}/autoscaling"
 """The autoscaling section a restore to zero workers removed (the webhook forbids minReplicas 0)
 while also dropping the baseline: kept so the next scale above zero can put it back."""
+AUTOSCALING_FIELDS = (
+    "averageCPUUtilization", "averageMemoryUtilization", "maxReplicas", "minReplicas",
+    "scaleDownStabilizationWindowSeconds",
+)
+"""The fields of a DCO cluster's ``spec.autoscaling`` (the CRD's schema): all a recorded section may hold."""
 
 
 def spec_section(obj: Dict[str, Any], name: Optional[str]) -> Dict[str, Any]:
@@ -192,22 +200,44 @@ def encode_record(baseline: Baseline, detail: Dict[str, Any]) -> str:
     return json.dumps(data, separators=(",", ":"), sort_keys=True)
 
 
-def decode_record(obj: Dict[str, Any]) -> Optional[Tuple[Baseline, Dict[str, Any]]]:
-    """The recorded baseline and its Kubernetes detail, or None when none is recorded."""
-    text = ((obj.get("metadata") or {}).get("annotations") or {}).get(BASELINE_ANNOTATION)
+def decode_record(
+    obj: Dict[str, Any], annotation: str = BASELINE_ANNOTATION
+) -> Optional[Tuple[Baseline, Dict[str, Any]]]:
+    """The size recorded in ``annotation`` (the baseline, or the size outside phases) and its
+    Kubernetes detail, or None when none is recorded.
+
+    Checked as user input is: :class:`CorruptRecordError` names the annotation and the field.
+    """
+    text = ((obj.get("metadata") or {}).get("annotations") or {}).get(annotation)
     if not text:
         return None
-    data = json.loads(text)
-    detail = data.pop(K8S_BASELINE_KEY, None) or {}
-    baseline = decode_baseline(json.dumps(data))
+    with reading(f"annotation {annotation}"):
+        data = json_object(text, "record")
+        detail = mapping(data.pop(K8S_BASELINE_KEY, None) or {}, K8S_BASELINE_KEY)
+        if detail.get("autoscaling") is not None:
+            check_autoscaling(detail["autoscaling"], f"{K8S_BASELINE_KEY}.autoscaling")
+    baseline = decode_baseline(json.dumps(data), source=f"annotation {annotation}")
     assert baseline is not None
     return baseline, detail
 
 
+def check_autoscaling(value: Any, where: str) -> Dict[str, Any]:
+    """``value`` if it is an autoscaling section as the CRD allows (known fields, counts as integers)."""
+    section = mapping(value, where)
+    only_fields(section, AUTOSCALING_FIELDS, ("maxReplicas",), where)
+    for key, number in section.items():
+        validate_int(number, f"{where}.{key}", 1 if key.endswith("Replicas") else 0, MAX_INT32)
+    return section
+
+
 def parked_autoscaling(obj: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-    """The autoscaling section parked by a restore to zero workers, or None."""
+    """The autoscaling section parked by a restore to zero workers, or None; checked as records are
+    (:class:`CorruptRecordError` naming the annotation and field)."""
     text = ((obj.get("metadata") or {}).get("annotations") or {}).get(PARKED_AUTOSCALING_ANNOTATION)
-    return json.loads(text) if text else None
+    if not text:
+        return None
+    with reading(f"annotation {PARKED_AUTOSCALING_ANNOTATION}"):
+        return check_autoscaling(json_object(text, "autoscaling"), "autoscaling")
 
 
 def park_autoscaling(

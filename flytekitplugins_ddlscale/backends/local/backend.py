@@ -89,12 +89,14 @@ class LocalBackend(FileRecordsBackend):
     A failed wait rolls nothing back: only dead processes are dropped. A
     restore (and a reconcile with no claim left) takes down a cluster that a
     scale created (not ``up``) whose baseline is "no workers", so a flow
-    leaves nothing running. Every change and its wait hold the cluster's
-    lock, which :meth:`claim` takes too. ``close`` releases nothing:
+    leaves nothing running. Every change holds the cluster's lock while it
+    starts or stops processes (not while it waits for them), and so does
+    :meth:`claim`, within its own timeout. ``close`` releases nothing:
     clusters deliberately outlive this object (see :meth:`down`).
     """
 
     name = "local"
+    locked_step_seconds = None  # no outages here: a head that does not start fails the change
     size_setting = DESIRED
     maximum_setting = "max_workers"
     capabilities = BackendCapabilities(
@@ -216,8 +218,8 @@ class LocalBackend(FileRecordsBackend):
         replicas, tier, deadline = self._check_size_request(ref, replicas, worker_hw_tier, timeout)
         with self._changing(ref, deadline):
             change = self._apply(ref, replicas, tier, by_operator=True)
-            # ``up`` records no baseline, so a failed wait has nothing to restore.
-            return self._finish(ref, change, True, deadline, progress, explain=False)
+        # ``up`` records no baseline, so a failed wait has nothing to restore.
+        return self._finish(ref, change, True, deadline, progress, explain=False)
 
     def repair(
         self,
@@ -304,18 +306,25 @@ class LocalBackend(FileRecordsBackend):
         """The current size and tiers (0 workers if the cluster is new)."""
         return self._observe_or_absent(ref)
 
-    def _claim(self, ref: ClusterRef, claim_id: str, replicas: int, tier: Optional[str]) -> Claim:
-        # The cluster lock keeps a claim from recording a baseline while a
-        # reconcile is half-way through changing the processes.
-        with self.supervisor.lock(ref, self.start_timeout):
-            return super()._claim(ref, claim_id, replicas, tier)
+    def _claim(
+        self, ref: ClusterRef, claim_id: str, replicas: int, tier: Optional[str], lease_seconds: float,
+        timeout: Optional[float],
+    ) -> Claim:
+        # The cluster lock keeps a claim from recording a size while a change is half-way through
+        # changing the processes; changes hold it only while they start or stop processes.
+        began = time.monotonic()
+        bound = timeout if timeout is not None else self.records.store.lock_timeout
+        with self.supervisor.lock(ref, bound):
+            left = max(bound - (time.monotonic() - began), 0.1)
+            return super()._claim(ref, claim_id, replicas, tier, lease_seconds, left)
 
     # ------------------------------------------------------------ internals
 
     @contextlib.contextmanager
     def _changing(self, ref: ClusterRef, deadline: Deadline) -> Iterator[None]:
-        """Every change and its wait hold the cluster's lock, so processes match the records read."""
-        with self.supervisor.lock(ref, deadline.timeout):
+        """Every change holds the cluster's lock while it starts or stops processes, so processes match
+        the records read; the wait for its workers that follows does not."""
+        with self.supervisor.lock(ref, max(deadline.remaining, 0.1)):
             yield
 
     def _observe_before_change(self, ref: ClusterRef, deadline: Deadline, what: str) -> ClusterState:
@@ -412,15 +421,23 @@ class LocalBackend(FileRecordsBackend):
 
     def _wait_failed(self, ref: ClusterRef, change: Change) -> None:
         """Only the processes that died are dropped: the new size stays in place."""
-        self.supervisor.drop_dead(change.detail.record, change.detail.started)
+        with self.supervisor.lock(ref, self.records.store.lock_timeout):
+            record = self.store.load(ref)
+            if record is not None:
+                self.supervisor.drop_dead(record, [w for w in change.detail.started if w in record.workers])
 
     def _settled(self, ref: ClusterRef, change: Change, final: ClusterState, waited: bool) -> ClusterState:
-        """Old-tier workers are retired once the new ones are up."""
+        """Old-tier workers are retired once the new ones are up (those a later change kept are not)."""
         started: _Started = change.detail
         if not started.old:
             return final
-        self.supervisor.stop_workers(started.record, started.old, retire=True)
-        return self.supervisor.observe(started.record) if waited else final
+        with self.supervisor.lock(ref, self.records.store.lock_timeout):
+            record = self.store.load(ref)
+            if record is None:
+                return final
+            retiring = [w for w in started.old if w in record.workers and w.tier != record.worker_hw_tier]
+            self.supervisor.stop_workers(record, retiring, retire=True)
+            return self.supervisor.observe(record) if waited else final
 
     def _reach(self, ref: ClusterRef) -> Reach:
         """How ``ddlscale`` and a new process find this state directory (hence the baseline)."""
@@ -445,11 +462,16 @@ class LocalBackend(FileRecordsBackend):
         timeout: float,
         progress: Optional[ProgressReporter],
     ) -> ClusterState:
-        """Wait until the head sees ``replicas`` workers; fail fast if a new worker or the head exits."""
+        """Wait until the head sees ``replicas`` workers; fail fast if a new worker or the head exits.
+
+        The wait holds no lock, so each poll reads the record again: a change
+        made meanwhile (another phase holding more) is what is observed.
+        """
 
         def read() -> ClusterState:
-            state = self.supervisor.observe(record)
-            self.supervisor.check_started(record, started, state)
+            current = self.store.load(record.ref) or record
+            state = self.supervisor.observe(current)
+            self.supervisor.check_started(current, started, state)
             return state
 
         return self._poll(read, record.ref, replicas, timeout, progress)
@@ -464,7 +486,7 @@ class LocalBackend(FileRecordsBackend):
     ) -> ClusterState:
         return poll_until(
             read,
-            lambda s: bool(s.head_ready) and s.workers_up(replicas),
+            lambda s: bool(s.head_ready) and (s.workers_up(replicas) or _superseded_and_up(s, replicas)),
             what=f"{plural(replicas, 'worker')} seen by the {self.driver(ref).head_label} of {ref}",
             target=replicas,
             count=lambda s: s.ready_workers or 0,
@@ -512,6 +534,12 @@ class LocalBackend(FileRecordsBackend):
             f"the local backend runs {served_frameworks()} clusters, not {ref.kind} ({ref}); use the "
             f"{'scaler or kubernetes backend' if ref.info.served_by_scaler else 'kubernetes backend'} for {ref.kind}"
         )
+
+
+def _superseded_and_up(state: ClusterState, replicas: int) -> bool:
+    """A wait for ``replicas`` workers is over when a later change (another phase) set more and at least
+    ``replicas`` of them are up: what this change asked for is there."""
+    return state.desired_workers > replicas and (state.ready_workers or 0) >= replicas
 
 
 def _absent(ref: ClusterRef) -> ClusterState:

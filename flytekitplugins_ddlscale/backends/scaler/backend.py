@@ -255,6 +255,17 @@ class ScalerServiceBackend(FileRecordsBackend):
         except BackendUnavailableError as error:
             logger.warning("%s: could not check tier %r in the tier catalog (%s); the service will judge it", ref, tier, error)
 
+    def _same_tier(self, ref: ClusterRef, name: str, observed: Optional[str]) -> bool:
+        """A claim's tier NAME against the tier id label the cluster showed (through the catalog)."""
+        if name == observed:
+            return True
+        if self._tiers is None or observed is None:
+            return False
+        try:
+            return any(t.id == observed and t.name == name for t in self._tiers.tiers())
+        except BackendUnavailableError:
+            return False
+
     def _check_size(self, previous: ClusterState, replicas: int, strict: bool) -> None:
         if previous.autoscaling_max is None:
             raise NotScalableError(

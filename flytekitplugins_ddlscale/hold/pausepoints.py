@@ -1,0 +1,46 @@
+"""Named points where a phase can be stopped on purpose, to crash it at a chosen moment.
+
+``DDLSCALE_PAUSE_AT=<point>=<file>`` makes a phase that reaches ``<point>``
+write ``<point> <pid>`` to ``<file>`` and sleep there (at most
+:data:`MAX_PAUSE` seconds) instead of going on. The reliability tests use it
+to ``kill -9`` a phase exactly after its claim, or with the cluster scaled,
+not by luck of timing; an operator can use it to rehearse a crash. Unset, it
+costs one environment lookup per point.
+"""
+import logging
+import os
+import time
+from pathlib import Path
+
+from ..errors import InvalidInputError
+
+logger = logging.getLogger("flytekitplugins_ddlscale")
+
+PAUSE_ENV = "DDLSCALE_PAUSE_AT"
+POINTS = ("claimed", "scaled", "released")
+"""``claimed``: the claim is recorded, nothing scaled yet; ``scaled``: the cluster holds the claim and
+the body is about to run; ``released``: the claim is dropped, the cluster not yet given back."""
+MAX_PAUSE = 600.0
+
+
+def check_pause_setting() -> None:
+    """Refuse a malformed ``$DDLSCALE_PAUSE_AT`` before the phase changes anything."""
+    setting = os.environ.get(PAUSE_ENV)
+    if not setting:
+        return
+    point, _, path = setting.partition("=")
+    if point not in POINTS or not path:
+        raise InvalidInputError(PAUSE_ENV, setting, f"<point>=<file> with point one of {', '.join(POINTS)}")
+
+
+def pause_point(name: str) -> None:
+    """Pause here when ``$DDLSCALE_PAUSE_AT`` names this point."""
+    setting = os.environ.get(PAUSE_ENV)
+    if not setting:
+        return
+    point, _, path = setting.partition("=")
+    if point != name:
+        return
+    logger.warning("phase paused at %r (%s); it goes on after %.0fs unless stopped", name, PAUSE_ENV, MAX_PAUSE)
+    Path(path).write_text(f"{name} {os.getpid()}\n", encoding="utf-8")
+    time.sleep(MAX_PAUSE)
