@@ -56,9 +56,7 @@ class ResourceAdapter(ABC):
         """Plural of the patched object's resource."""
         return self.info.plural
 
-    removal = (
-        "the operator has not removed them yet: see its log and the cluster's events"
-    )
+    removal = "the operator has not removed them yet: see its log and the cluster's events"
     """Why workers of a scale-down may still be running, for the error of a wait that outlived them."""
 
     def size_setting(self, ref: ClusterRef) -> str:
