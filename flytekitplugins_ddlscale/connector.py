@@ -309,7 +309,9 @@ class ScalingConnector(AsyncConnectorBase):
             self._check_opened(backend, ref, meta.framework_url)
             state = backend.get_state(ref)
             if state.workers_up(meta.target):
-                readiness, pending = self._framework(meta, ref.kind, state, backend_proof(backend, state, ref.kind))
+                removed = meta.task_type == SCALE_TASK_TYPE and int(known.get("previous_workers", 0)) > meta.target
+                readiness, pending = self._framework(
+                    meta, ref.kind, state, backend_proof(backend, state, ref.kind), removed)
             else:
                 readiness, pending = None, f"{meta.target} workers"
         elapsed = time.time() - meta.started
@@ -326,12 +328,15 @@ class ScalingConnector(AsyncConnectorBase):
         return Resource(phase=TaskExecution.RUNNING, message=f"waiting for {pending}: {state.describe()}")
 
     @staticmethod
-    def _framework(meta: ScalingMetadata, kind: str, state: Any, base: str) -> Tuple[Optional[Readiness], str]:
-        """(readiness, '') once proven; (None, what is still awaited) while the framework lags."""
+    def _framework(
+        meta: ScalingMetadata, kind: str, state: Any, base: str, removed: bool = False
+    ) -> Tuple[Optional[Readiness], str]:
+        """(readiness, '') once proven; (None, what is still awaited) while the framework lags: the
+        target's workers registered, or, after a scale-down (``removed``), the removed ones dropped."""
         probe = probe_for(kind)
         if not meta.framework_ready or not enabled_by_env():
             return Readiness(state.ready_workers, f"{base}; framework check off"), ""
-        if probe is None or meta.target <= 0:
+        if probe is None or (meta.target <= 0 and not removed):
             return Readiness(state.ready_workers, base), ""
         endpoint = resolve_endpoint(kind, meta.framework_url or None)
         if endpoint is None:
@@ -343,6 +348,8 @@ class ScalingConnector(AsyncConnectorBase):
         except HeadUnreachable as error:
             logger.debug("framework read of %s failed: %s", endpoint.url, error)
             return None, f"{what} ({NOT_READY})"
+        if removed and seen > meta.target:
+            return None, f"{probe.registry} at {endpoint.url} to drop the removed workers ({seen} registered)"
         if seen < meta.target:
             return None, f"{what} ({seen} registered)"
         ready = seen if state.ready_workers is None else min(seen, state.ready_workers)

@@ -97,6 +97,15 @@ class RealDask:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
 
+    def stop_workers(self) -> None:
+        """Stop every worker process, as their pods going away would."""
+        with self._lock:
+            workers, self._workers = list(self._workers), []
+        for proc in workers:
+            proc.terminate()
+        for proc in workers:
+            proc.wait(timeout=15)
+
     def registered(self) -> int:
         """Workers the scheduler itself lists now."""
         assert self.address is not None

@@ -105,6 +105,9 @@ def test_phase_body_starts_after_the_last_dask_worker_joined(dask):
     with cluster_phase("dask/dask-fw", 2, timeout=120, reassert_interval=None, deck=False) as phase:
         assert dask.registered() == 2
         assert "2 workers registered with the Dask scheduler" in phase.framework_check
+        # The restore to 0 waits until the scheduler dropped them: their processes end with their pods.
+        dask.stop_workers()
+    assert dask.registered() == 0
 
 
 # ----- Ray dashboard and Spark master -----
@@ -126,7 +129,12 @@ def test_surfaces_return_after_the_last_worker_joined(kind, surface, scaler, tmp
         else:
             with cluster_phase(f"{kind}/{kind}-fw", 3, timeout=60, reassert_interval=None, deck=False) as phase:
                 proof, ready = phase.framework_check, head.alive_count()
-        assert head.alive_count() == 3 and time.monotonic() >= head.last_join()
+                joined = time.monotonic() >= head.last_join()
+                # The restore to 0 waits until the head dropped them (docs/readiness.md, "Scale-down").
+                gone_at = head.leave_after(3, 0.5)
+            assert joined and head.alive_count() == 0 and time.monotonic() >= gone_at
+        if surface != "phase":
+            assert head.alive_count() == 3 and time.monotonic() >= head.last_join()
         assert ready == 3 and f"3 workers registered with" in proof and head.url in proof
 
 

@@ -15,6 +15,7 @@ from flytekitplugins_ddlscale.cli import main
 from flytekitplugins_ddlscale.errors import (
     CapacityExceededError,
     InvalidInputError,
+    ScalingTimeoutError,
     UnauthorizedError,
     UnsupportedOperationError,
     WorkerFailedError,
@@ -313,3 +314,19 @@ def test_shipped_example_images_run_the_framework_versions_constraints_pin(manif
     spec = yaml.safe_load(text)["spec"]
     if "rayVersion" in spec:
         assert spec["rayVersion"] == pins["ray"]
+
+
+def test_a_restore_whose_workers_the_operator_cannot_retire_says_which_and_why(k8s, backend):  # noqa: F811
+    k8s.add_dask_operator("d1", replicas=1)
+    backend.scale(REF, 3, timeout=20)
+    k8s.set_dask_scheduler_reachable("d1", False)
+    with pytest.raises(ScalingTimeoutError) as caught:
+        backend.restore_baseline(REF, timeout=2)
+    message = str(caught.value)
+    running = sorted(p["metadata"]["name"] for p in _workers(k8s))
+    assert len(running) == 3 and _replicas(k8s) == 1
+    assert f"3 worker pods for 1 wanted, still running: {', '.join(running)}" in message
+    assert "retiring it through the cluster's scheduler" in message and "retries every 60 s" in message
+    # Once the operator reaches the scheduler again, the restored size takes effect.
+    k8s.set_dask_scheduler_reachable("d1", True)
+    assert backend.wait_for_workers(REF, 1, timeout=20).existing_workers == 1

@@ -24,7 +24,7 @@ def test_restore_template_carries_config_and_typed_interface():
     assert template.id.name == "tests.flyte_apps.nodes.restore"
     assert template.custom == {
         "cluster": "dask/nodes-test", "replicas": -1, "worker_hw_tier": None,
-        "wait": True, "timeout": 120.0, "backend": None,
+        "wait": True, "timeout": 120.0, "backend": None, "framework_ready": True, "framework_url": None,
     }
     assert list(template.interface.inputs) == ["cluster", "replicas", "worker_hw_tier"]
     assert list(template.interface.outputs) == ["o0"]

@@ -14,7 +14,7 @@ import click
 from ..backends import get_backend
 from ..backends.base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT
 from ..errors import InvalidInputError, ScalingError
-from ..framework.confirm import FrameworkOptions, confirm_ready
+from ..framework.confirm import FrameworkOptions, confirm_change, confirm_ready
 from ..models import ReplicaSpec
 from ..progress import default_reporter
 from ..refs import ALLOWED_KINDS, ClusterRef
@@ -136,7 +136,7 @@ def scale(backend: Any, ref: ClusterRef, *, wait: bool, timeout: float, progress
     result = backend.scale(ref, replicas, worker_hw_tier, wait=wait, timeout=timeout, strict=strict, progress=progress)
     if not wait:
         return result
-    readiness = confirm_ready(backend, ref, result.final, result.effective, deadline.remaining, framework, progress)
+    readiness = confirm_change(backend, ref, result, deadline.remaining, framework, progress)
     return Confirmed(result, readiness)
 
 
@@ -154,10 +154,14 @@ def restart_head(backend: Any, ref: ClusterRef, *, wait: bool, timeout: float, p
 @_cluster_options(default_wait=True, default_timeout=DEFAULT_SCALE_TIMEOUT)
 @click.option("--replicas", type=int, default=None, help="Restore to this count instead of the recorded baseline.")
 @click.option("--worker-hw-tier", default=None, help="With --replicas: the workers' tier NAME.")
+@_framework_options
 @_run
 def restore(backend: Any, ref: ClusterRef, *, wait: bool, timeout: float, progress: Any,
-            replicas: Optional[int], worker_hw_tier: Optional[str]) -> Any:
-    """Put the cluster back to its recorded baseline (or --replicas) and forget the baseline."""
+            replicas: Optional[int], worker_hw_tier: Optional[str],
+            framework_check: bool, framework_url: Optional[str]) -> Any:
+    """Put the cluster back to its recorded baseline (or --replicas) and forget the baseline. With
+    --wait, returns once the removed workers are gone and, where the head is reachable, the
+    framework has dropped them."""
     if worker_hw_tier is not None and replicas is None:
         raise InvalidInputError(
             "worker_hw_tier",
@@ -165,8 +169,15 @@ def restore(backend: Any, ref: ClusterRef, *, wait: bool, timeout: float, progre
             "only together with --replicas N",
             reason="the baseline restores its own tier; give --replicas N to restore to another size and tier",
         )
+    framework = FrameworkOptions(framework_check, framework_url)
+    if wait:
+        framework.check(ref.kind)
     target = ReplicaSpec(replicas, worker_hw_tier) if replicas is not None else None
-    return backend.restore_baseline(ref, target, wait=wait, timeout=timeout, progress=progress)
+    deadline = Deadline(timeout)
+    result = backend.restore_baseline(ref, target, wait=wait, timeout=timeout, progress=progress)
+    if not wait:
+        return result
+    return Confirmed(result, confirm_change(backend, ref, result, deadline.remaining, framework, progress))
 
 
 def register_cluster_commands(group: click.Group) -> None:

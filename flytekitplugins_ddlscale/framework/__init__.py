@@ -9,13 +9,14 @@ framework client is needed in the task image):
 * :mod:`.endpoints`  where the head is (overrides, Domino's variables,
   ``spark.master``) and the on/off switch;
 * :mod:`.spark_conf` reading ``spark.master`` from the run's Spark configuration;
-* :mod:`.wait`       the bounded wait that rides out an unreachable head;
+* :mod:`.wait`       the bounded waits (workers registered; removed workers dropped) that
+  ride out an unreachable head;
 * :mod:`.confirm`    the readiness every surface reports (nodes, CLI, phases).
 """
-from .confirm import FrameworkOptions, Readiness, backend_proof, confirm_ready
+from .confirm import FrameworkOptions, Readiness, backend_proof, confirm_change, confirm_ready
 from .endpoints import Endpoint, enabled_by_env, resolve_endpoint
 from .probes import PROBES, Probe, probe_for
-from .wait import Registered, read_registered, wait_registered
+from .wait import Registered, read_registered, wait_dropped, wait_registered
 
 __all__ = [
     "PROBES",
@@ -25,10 +26,12 @@ __all__ = [
     "Readiness",
     "Registered",
     "backend_proof",
+    "confirm_change",
     "confirm_ready",
     "enabled_by_env",
     "probe_for",
     "read_registered",
     "resolve_endpoint",
+    "wait_dropped",
     "wait_registered",
 ]

@@ -1,7 +1,10 @@
 """The readiness every surface reports: what the backend proved, plus the framework check.
 
 Nodes, the CLI and phases call :func:`confirm_ready` after the backend's own
-wait, with what is left of the same deadline. The result says how many
+wait (:func:`confirm_change` after a scale, restore or reconcile), with what
+is left of the same deadline. After a change that removed workers the check
+waits until the framework has dropped them, as the backend's wait only saw
+their pods go. The result says how many
 workers are ready and which checks proved it, e.g. ``4 worker pods exist
 (scaler; pod readiness not visible); 4 workers registered with the Dask
 scheduler at http://h:8787``.
@@ -11,13 +14,13 @@ from typing import Mapping, Optional
 
 from ..backends.base import ClusterBackend
 from ..errors import InvalidInputError
-from ..models import ClusterState
+from ..models import ClusterState, ScaleResult
 from ..progress import ProgressReporter
 from ..refs import ClusterRef
 from ..wording import plural
 from .endpoints import enabled_by_env, resolve_endpoint, validate_url, where_to_set
 from .probes import probe_for
-from .wait import Registered, wait_registered
+from .wait import Registered, wait_dropped, wait_registered
 
 COUNTS_REGISTERED_WORKERS = frozenset({"local"})
 """Backends whose own wait already counts workers registered with the framework (the local
@@ -71,6 +74,12 @@ def backend_proof(backend: ClusterBackend, state: ClusterState, kind: str) -> st
     return f"{state.existing_workers} worker pods exist ({backend.name}; pod readiness not visible)"
 
 
+def removed_workers(result: ScaleResult) -> bool:
+    """Whether the change behind ``result`` took workers away (fewer than were wanted or running before)."""
+    before = result.previous
+    return result.effective < max(before.desired_workers, before.existing_workers)
+
+
 def confirm_ready(
     backend: ClusterBackend,
     ref: ClusterRef,
@@ -79,29 +88,47 @@ def confirm_ready(
     timeout: float,
     options: FrameworkOptions = FrameworkOptions(),
     progress: Optional[ProgressReporter] = None,
+    *,
+    removed: bool = False,
 ) -> Readiness:
     """After the backend's wait ended in ``state``: wait (up to ``timeout``) until ``workers``
     workers are registered with the framework where that applies, and say what proved readiness.
 
-    The framework check is skipped (and the proof says why) when it is switched off, when no
+    ``removed``: the wait followed a scale-down, so the check waits until at most ``workers``
+    are registered (the framework dropped the removed ones), even for 0 workers. The
+    framework check is skipped (and the proof says why) when it is switched off, when no
     worker is awaited, for kinds without a head, for backends that already count registered
     workers, and when nothing says where the head is. Raises ``ScalingTimeoutError`` from
-    :func:`~.wait.wait_registered`.
+    :func:`~.wait.wait_registered` / :func:`~.wait.wait_dropped`.
     """
     base = backend_proof(backend, state, ref.kind)
     known = state.ready_workers
     probe = probe_for(ref.kind)
     if not options.enabled or not enabled_by_env(options.env):
         return Readiness(known, f"{base}; framework check off")
-    if workers <= 0 or backend.name in COUNTS_REGISTERED_WORKERS:
+    if (workers <= 0 and not removed) or backend.name in COUNTS_REGISTERED_WORKERS:
         return Readiness(known, base)
     if probe is None:
         return Readiness(known, f"{base}; {ref.kind} has no head to ask")
     endpoint = resolve_endpoint(ref.kind, options.url, options.env)
     if endpoint is None:
         return Readiness(known, f"{base}; framework not checked (head address unknown: set {where_to_set(ref.kind)})")
-    registered = wait_registered(
-        probe, endpoint, workers, timeout, cluster=str(ref), state=state, progress=progress
-    )
+    wait = wait_dropped if removed else wait_registered
+    registered = wait(probe, endpoint, workers, timeout, cluster=str(ref), state=state, progress=progress)
     ready = registered.workers if known is None else min(known, registered.workers)
     return Readiness(ready, f"{base}; {registered.proof}", registered, registered.seconds)
+
+
+def confirm_change(
+    backend: ClusterBackend,
+    ref: ClusterRef,
+    result: ScaleResult,
+    timeout: float,
+    options: FrameworkOptions = FrameworkOptions(),
+    progress: Optional[ProgressReporter] = None,
+) -> Readiness:
+    """:func:`confirm_ready` for the waited-for ``result`` of a scale, restore or reconcile: its
+    workers registered, or, when it removed workers, the framework rid of them."""
+    return confirm_ready(
+        backend, ref, result.final, result.effective, timeout, options, progress, removed=removed_workers(result)
+    )

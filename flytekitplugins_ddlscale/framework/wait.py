@@ -1,7 +1,9 @@
-"""Waiting until N workers have registered with the framework on the cluster's head.
+"""Waiting until N workers have registered with the framework on the cluster's head, or until it
+has dropped the workers a scale-down removed.
 
 Reads the head's JSON status (:mod:`.probes`) on a fast schedule until the
-count reaches the target or the deadline passes. A head that does not answer
+count reaches the target (:func:`wait_registered`: at least N;
+:func:`wait_dropped`: at most N) or the deadline passes. A head that does not answer
 (connection refused, reset, timeout, a 5xx, a payload of another shape) is
 retried until the deadline: heads restart and dashboards start after the
 pod is Ready. Redirects are not followed and no part of an answer's body
@@ -46,7 +48,7 @@ class Registered:
     kind: str
     url: str
     workers: int
-    """Workers registered at the last read (at least the target)."""
+    """Workers registered at the last read (at least the target; at most it after a scale-down)."""
     proof: str
     """In words: ``4 workers registered with the Dask scheduler at http://h:8787``."""
     seconds: float
@@ -144,7 +146,55 @@ def wait_registered(
     the last count, and how long the head had been unreachable; ``state``
     (the backend's last state) travels with the error.
     """
-    what = f"{workers} workers registered with {probe.registry} at {endpoint.url}"
+    return _wait_count(
+        probe, endpoint, workers, timeout, lambda seen: seen >= workers,
+        f"{workers} workers registered with {probe.registry} at {endpoint.url}", "",
+        cluster=cluster, state=state, progress=progress, schedule=schedule, sleep=sleep,
+    )
+
+
+def wait_dropped(
+    probe: Probe,
+    endpoint: Endpoint,
+    workers: int,
+    timeout: float,
+    *,
+    cluster: Optional[str] = None,
+    state: Optional[ClusterState] = None,
+    progress: Optional[ProgressReporter] = None,
+    schedule: PollSchedule = DEFAULT_SCHEDULE,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Registered:
+    """Return once at most ``workers`` workers are registered with the head at ``endpoint``: after a
+    scale-down, the framework has dropped the workers it removed.
+
+    As :func:`wait_registered` otherwise; the timeout names the workers still registered.
+    """
+    return _wait_count(
+        probe, endpoint, workers, timeout, lambda seen: seen <= workers,
+        f"{probe.registry} at {endpoint.url} to drop the removed workers (at most {workers} registered)",
+        "; the removed workers are still registered: their processes have not stopped or the head has not "
+        "noticed yet",
+        cluster=cluster, state=state, progress=progress, schedule=schedule, sleep=sleep,
+    )
+
+
+def _wait_count(
+    probe: Probe,
+    endpoint: Endpoint,
+    workers: int,
+    timeout: float,
+    reached: Callable[[int], bool],
+    what: str,
+    behind: str,
+    *,
+    cluster: Optional[str],
+    state: Optional[ClusterState],
+    progress: Optional[ProgressReporter],
+    schedule: PollSchedule,
+    sleep: Callable[[float], None],
+) -> Registered:
+    """Read the head until ``reached(count)``; ``behind`` is what a timeout adds when the head answered."""
     deadline = Deadline(max(timeout, 0.0))
     intervals = schedule.intervals()
     seen: Optional[int] = None
@@ -162,7 +212,7 @@ def wait_registered(
         detail = f"head unreachable for {outage:.1f}s: {last_error}" if outage is not None else f"{seen} registered"
         if progress is not None:
             progress(WaitProgress(what, seen or 0, workers, deadline.elapsed, timeout, detail))
-        if outage is None and seen is not None and seen >= workers:
+        if outage is None and seen is not None and reached(seen):
             proof = f"{seen} workers registered with {probe.registry} at {endpoint.url}"
             return Registered(probe.kind, endpoint.url, seen, proof, deadline.elapsed)
         if deadline.expired:
@@ -171,6 +221,8 @@ def wait_registered(
                 last += f"; then unreachable for {outage:.1f}s ({last_error})"
             elif outage is not None:
                 last += f" for {outage:.1f}s ({last_error})"
+            elif seen is not None:
+                last += behind
             raise ScalingTimeoutError(
                 f"timed out after {seconds(timeout)} waiting for {what} (address from {endpoint.source}); {last}",
                 cluster=cluster,

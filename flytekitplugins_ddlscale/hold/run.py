@@ -28,7 +28,7 @@ from ..backends.base import ClusterBackend
 from ..deck import publish_deck, render_html
 from ..environ import connection_variables, environ_set
 from ..errors import ClusterNotFoundError, ConflictError, ScalingError, UnsupportedOperationError
-from ..framework.confirm import FrameworkOptions, confirm_ready
+from ..framework.confirm import FrameworkOptions, confirm_change
 from ..models import ReplicaSpec
 from ..progress import Activity, begin_wait, default_reporter, emit_summary
 from ..records import Claim
@@ -159,9 +159,7 @@ class ClusterPhase:
         if s.head_hw_tier is not None and result.final.head_hw_tier != s.head_hw_tier:
             backend.restart_head(self.ref, s.head_hw_tier, wait=True, timeout=max(deadline.remaining, 0.1))
         self._export_env(backend)
-        readiness = confirm_ready(
-            backend, self.ref, result.final, result.effective, deadline.remaining, framework, default_reporter()
-        )
+        readiness = confirm_change(backend, self.ref, result, deadline.remaining, framework, default_reporter())
         self.framework_check = readiness.proof
         # Ready means registered with the framework too: the summary's time to ready includes that wait.
         self._scaled = (*self._scaled[:2], time.monotonic() - self._began)
@@ -238,6 +236,7 @@ class ClusterPhase:
         pause_point("released")
         target = s.restore if isinstance(s.restore, ReplicaSpec) else None
         self.timeline.mark("restore")
+        deadline = Deadline(s.timeout)
         result = backend.reconcile(
             self.ref, target, wait=True, timeout=s.timeout, progress=recording(self.timeline, self.claim.worker_hw_tier if self.claim else None, None)
         )
@@ -250,6 +249,8 @@ class ClusterPhase:
             self.restored_to = f"{plural(result.effective, 'worker')} (claim {remaining.claim_id} still live)"
         else:
             self.restored_to = f"{plural(result.effective, 'worker')} ({'given spec' if target else 'as found'})"
+        # The removed workers gone from the framework too, so the next phase or flow starts from the restored size.
+        confirm_change(backend, self.ref, result, deadline.remaining, FrameworkOptions(s.framework_ready, s.framework_url))
         self.timeline.add(observed_workers(result.final), result.final.worker_hw_tier)
         logger.info("phase %s on %s ended; cluster set to %s", self.claim_id, self.ref, self.restored_to)
 

@@ -150,6 +150,10 @@ class RestoreConfig(_Custom):
     wait: bool = True
     timeout: float = DEFAULT_SCALE_TIMEOUT
     backend: Optional[str] = None
+    framework_ready: bool = True
+    """With ``wait``, also wait until the framework dropped the removed workers where the head can be reached."""
+    framework_url: Optional[str] = None
+    """As for :class:`ScaleConfig`."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cluster", cluster_text(self.cluster))
@@ -158,6 +162,11 @@ class RestoreConfig(_Custom):
         object.__setattr__(self, "timeout", validate_timeout(self.timeout, maximum=MAX_NODE_TIMEOUT))
         _check_bool("wait", self.wait)
         object.__setattr__(self, "backend", _backend_name(self.backend))
+        _check_framework(self)
+
+    def framework(self) -> FrameworkOptions:
+        """The framework check options of this node."""
+        return FrameworkOptions(self.framework_ready, self.framework_url)
 
 
 def validate_restore_target(replicas: object, worker_hw_tier: object) -> Tuple[int, Optional[str]]:

@@ -34,7 +34,10 @@ class RestoreCluster(ScalingTaskBase[RestoreConfig]):
     Inputs: ``cluster: str``, ``replicas: int`` (``-1``, the default: the
     recorded baseline; a number: that size instead) and
     ``worker_hw_tier: Optional[str]`` (only with a number). With no baseline
-    recorded and no size given, the cluster is left as it is.
+    recorded and no size given, the cluster is left as it is. With ``wait``,
+    it ends once the removed workers are gone and, unless ``framework_ready``
+    is False, the framework (Dask scheduler, Ray head, Spark master; head found
+    as for ``ScaleCluster``, or at ``framework_url``) has dropped them.
     """
 
     def __init__(
@@ -46,6 +49,8 @@ class RestoreCluster(ScalingTaskBase[RestoreConfig]):
         wait: bool = True,
         timeout: float = DEFAULT_SCALE_TIMEOUT,
         backend: Optional[str] = None,
+        framework_ready: bool = True,
+        framework_url: Optional[str] = None,
         **kwargs: Any,
     ) -> None:
         config = RestoreConfig(
@@ -55,6 +60,8 @@ class RestoreCluster(ScalingTaskBase[RestoreConfig]):
             wait=wait,
             timeout=timeout,
             backend=backend,
+            framework_ready=framework_ready,
+            framework_url=framework_url,
         )
         super().__init__(
             name=name,

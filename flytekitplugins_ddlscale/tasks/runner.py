@@ -9,7 +9,7 @@ import time
 from typing import Optional, Tuple
 
 from ..errors import UnsupportedOperationError
-from ..framework.confirm import Readiness, confirm_ready
+from ..framework.confirm import Readiness, confirm_change, confirm_ready
 from ..models import ClusterState, ReplicaSpec
 from ..nodes.config import (
     ANY_DESIRED,
@@ -79,9 +79,7 @@ def run_scale(
         readiness: Optional[Readiness] = None
         if config.wait:
             # Not sampled into the timeline: it plots worker pods, the framework count is the outcome's.
-            readiness = confirm_ready(
-                backend, ref, result.final, result.effective, deadline.remaining, config.framework(), reporter
-            )
+            readiness = confirm_change(backend, ref, result, deadline.remaining, config.framework(), reporter)
         timeline.add(_ready_count(result.final, readiness), worker_hw_tier or result.final.worker_hw_tier)
         timeline.finish()
         return ScaleOutcome.from_result(result, backend.name, readiness), timeline
@@ -162,8 +160,10 @@ def run_restore(
     ref = parse_cluster(cluster)
     replicas, worker_hw_tier = validate_restore_target(replicas, worker_hw_tier)
     target = None if replicas == FROM_BASELINE else ReplicaSpec(replicas, worker_hw_tier)
+    config.framework().check(ref.kind)
     reporter = progress if progress is not None else default_reporter()
     timeline = WorkerTimeline()
+    deadline = Deadline(config.timeout)
     with open_backend(config.backend) as backend:
         baseline = backend.get_baseline(ref)
         restored = "given size" if target is not None else "baseline" if baseline is not None else "nothing recorded"
@@ -178,6 +178,8 @@ def run_restore(
             progress=recording(timeline, worker_hw_tier, reporter),
         )
         timeline.add(observed_workers(result.previous), result.previous.worker_hw_tier, seconds=0.0)
+        if config.wait:
+            confirm_change(backend, ref, result, deadline.remaining, config.framework(), reporter)
         timeline.add(observed_workers(result.final), result.final.worker_hw_tier)
         timeline.finish()
         return RestoreOutcome.from_result(result, backend.name, restored), timeline

@@ -6,10 +6,15 @@ kubeconfig. It makes DaskClusters into a scheduler Deployment and Service,
 the default DaskWorkerGroup and one worker Deployment per worker; the
 controller-manager makes their pods and the fake kubelet makes them Ready.
 
-Known limit here (no cluster DNS, no real scheduler): the operator retires
-workers through the scheduler's Service, which resolves nowhere, so a
-scale-down is retried by kopf (every 60 s) and removes no worker. Only what
-needs no scheduler is tested against it.
+The operator retires workers through the scheduler's Service
+(``<cluster>-scheduler.<namespace>``), and this control plane has no cluster
+DNS. Where a private mount namespace is allowed (``unshare -rm``), the
+operator runs in one whose ``/etc/hosts`` is :attr:`RealDaskOperator.dns`
+(:class:`~.dask_runtime.ClusterDns`), so a test can serve a cluster's
+scheduler Service at 127.0.0.1 with a real scheduler behind it
+(:class:`~.dask_runtime.DaskRuntime`). Nothing else of the machine changes.
+Without it (``dns`` None), or for a Service not served, the name resolves
+nowhere: the operator retries a scale-down every 60 s and removes no worker.
 """
 import os
 import subprocess
@@ -19,6 +24,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .controlplane import SUITE, SUITE_ENV, _die_with_parent
+from .dask_runtime import ClusterDns
 
 START_TIMEOUT = 60.0
 
@@ -29,15 +35,22 @@ class RealDaskOperator:
     def __init__(self, kubeconfig: Path, work: Path) -> None:
         self.kubeconfig = kubeconfig
         self.log = work / "dask-operator.log"
+        self.dns: Optional[ClusterDns] = ClusterDns(work / "dask-operator.hosts") if ClusterDns.available() else None
+        """The operator's /etc/hosts; None where no private mount namespace can be had."""
         self._process: Optional[subprocess.Popen] = None
 
     def start(self) -> "RealDaskOperator":
         """Start the operator and wait (at most 60 s) until kopf says it is watching."""
         env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), **{SUITE_ENV: str(SUITE)})
+        command = [sys.executable, "-m", "kopf", "run", "--standalone", "--all-namespaces",
+                   "-m", "dask_kubernetes.operator.controller"]
+        if self.dns is not None:
+            # unshare execs (no fork), so the pid, the signals and the parent-death signal stay the operator's.
+            command = ["unshare", "--user", "--map-root-user", "--mount", "--", "sh", "-c",
+                       'mount --bind "$0" /etc/hosts && exec "$@"', str(self.dns.path), *command]
         with open(self.log, "wb") as log:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "kopf", "run", "--standalone", "--all-namespaces",
-                 "-m", "dask_kubernetes.operator.controller"],
+                command,
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent,
             )
         deadline = time.monotonic() + START_TIMEOUT

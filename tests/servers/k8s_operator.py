@@ -76,6 +76,8 @@ class SimulatedOperator:
         self._last_replicas: Dict[ClusterKey, Tuple[int, float]] = {}
         self.dask_desired: Dict[Tuple[str, str], int] = {}
         """(namespace, cluster) -> the adaptive target a Dask scheduler reports (0, an idle one, if unset)."""
+        self.dask_unreachable: Set[Tuple[str, str]] = set()
+        """(namespace, cluster) of Dask schedulers the operator cannot reach."""
         self._last_created: Dict[Tuple[str, str], float] = {}
         self._dirty: Set[ClusterKey] = set()
         self._timers: List[Tuple[float, ClusterKey]] = []
@@ -112,6 +114,12 @@ class SimulatedOperator:
     def set_dask_desired(self, namespace: str, cluster: str, workers: int) -> None:
         with self.server.changed:
             self.dask_desired[(namespace, cluster)] = workers
+            self._dirty.update(k for k in self._clusters())
+            self.server.changed.notify_all()
+
+    def set_dask_scheduler_reachable(self, namespace: str, cluster: str, reachable: bool) -> None:
+        with self.server.changed:
+            (self.dask_unreachable.discard if reachable else self.dask_unreachable.add)((namespace, cluster))
             self._dirty.update(k for k in self._clusters())
             self.server.changed.notify_all()
 

@@ -509,6 +509,11 @@ class K8sTestServer:
         """The adaptive target the Dask scheduler of ``cluster`` reports to its DaskAutoscaler."""
         self.operator.set_dask_desired(namespace, cluster, workers)
 
+    def set_dask_scheduler_reachable(self, cluster: str, reachable: bool, namespace: str = "domino-compute") -> None:
+        """Whether the Dask operator reaches the scheduler of ``cluster``: when it cannot, it retires (so
+        removes) no worker and its DaskAutoscaler does not adapt, as the real operator."""
+        self.operator.set_dask_scheduler_reachable(namespace, cluster, reachable)
+
     def inject_fault(
         self,
         cluster: str,

@@ -31,7 +31,10 @@ Dask operator (one DaskCluster): creates the default DaskWorkerGroup
 and per DaskWorkerGroup pods ``<group object>-worker-<10 chars>`` to its
 ``spec.worker.replicas``; surplus workers are removed, those not Ready first,
 then the newest (the real operator asks the scheduler which registered
-workers to retire, and falls back to the newest pods). Labels
+workers to retire, and falls back to the newest pods). When the test makes
+the scheduler unreachable (``set_dask_scheduler_reachable``) no worker is
+removed and the autoscaler does not adapt: the real operator fails the
+retire and retries every 60 s, and skips an adapt cycle without a target. Labels
 ``dask.org/cluster-name``, ``dask.org/component``, ``dask.org/workergroup-name``.
 With ``hpa_window`` set, a DaskAutoscaler whose ``spec.cluster`` names the
 cluster adapts as the real one does (``daskautoscaler_adapt``), one step per
@@ -309,7 +312,7 @@ class _Dask(_Reconcile):
         for _ in range(desired - len(live)):
             self.create(f"{group_name}-worker-{_suffix(10)}", labels, "worker", worker.get("spec") or {})
         surplus = len(live) - desired
-        if surplus > 0:
+        if surplus > 0 and (self.namespace, self.name) not in self.sim.dask_unreachable:
             # Pods that never started go first, then the newest (the operator's LIFO fallback).
             order = sorted(live, key=lambda p: (_ready(p), p["metadata"]["creationTimestamp"], p["metadata"]["name"]))
             doomed = [p for p in order if not _ready(p)] + [p for p in reversed(order) if _ready(p)]
@@ -322,7 +325,7 @@ class _Dask(_Reconcile):
             if res == DASK_AUTOSCALERS and ns == self.namespace and (o.get("spec") or {}).get("cluster") == self.name
         ]
         group = self.server.lookup(DASK_GROUPS, self.namespace, default)
-        if not scalers or group is None:
+        if not scalers or group is None or (self.namespace, self.name) in self.sim.dask_unreachable:
             return
         spec = scalers[0]["spec"]
         current = int(group["spec"]["worker"].get("replicas", 1))

@@ -152,6 +152,15 @@ class StatusServer:
             for worker in [w for w in self._workers if w.alive(now)][:count]:
                 worker.dies_at = now
 
+    def leave_after(self, count: int, delay: float) -> float:
+        """The first ``count`` alive workers die ``delay`` seconds from now (a scale-down's workers the
+        head has not dropped yet); returns that monotonic moment."""
+        now = time.monotonic()
+        with self._lock:
+            for worker in [w for w in self._workers if w.alive(now)][:count]:
+                worker.dies_at = now + delay
+        return now + delay
+
     def workers_now(self) -> Tuple[float, List[Worker]]:
         """``(now, workers that have joined so far)``, alive or dead."""
         now = time.monotonic()

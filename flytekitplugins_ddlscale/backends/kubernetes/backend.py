@@ -465,11 +465,24 @@ class KubernetesBackend(BaseBackend):
             )
             return done, state, ready
 
+        def lingering(pods: Dict[str, Dict[str, Any]], state: ClusterState) -> str:
+            members = sorted((name, pod_terminating(p)) for name, p in pods.items() if is_member(p))
+            if len(members) <= replicas or state.desired_workers != replicas:
+                return ""
+            running = [name for name, terminating in members if not terminating]
+            stopping = [name for name, terminating in members if terminating]
+            return (
+                f"; the scale-down is not done: {len(members)} worker pods for {replicas} wanted, still running: "
+                f"{', '.join(running) or 'none'}"
+                + (f"; terminating: {', '.join(stopping)}" if stopping else "")
+                + f"; likely cause: {self._adapter(ref).removal}"
+            )
+
         waiter = PodWaiter(
             self.api, self._ns(ref), self._selector(ref),
             what=f"{replicas} Ready workers on {self._label(ref)}", target=replicas, timeout=timeout,
             grace=self.failure_grace, watched=is_member, progress=progress, cluster=self._label(ref),
-            last=last,
+            last=last, explain=lingering,
         )
         return waiter.run(check)
 

@@ -49,8 +49,11 @@ class PodWaiter:
         progress: Optional[ProgressReporter] = None,
         cluster: Optional[str] = None,
         last: Optional[ClusterState] = None,
+        explain: Optional[Callable[[Pods, ClusterState], str]] = None,
     ) -> None:
         self.api = api
+        self.explain = explain
+        """What a timeout adds about the pods it saw (e.g. workers of a scale-down still running), or ''."""
         self.cluster = cluster
         """The cluster's label, for a timeout before its state could be read."""
         self.namespace = namespace
@@ -137,7 +140,8 @@ class PodWaiter:
             outage = self.api.outage.summary(deadline)
             raise ScalingTimeoutError(
                 f"timed out after {self.timeout:.0f}s waiting for {self.what}; {outage + '; ' if outage else ''}"
-                f"last state: {state.describe()}{self._failing_summary()}",
+                f"last state: {state.describe()}{self._failing_summary()}"
+                f"{self.explain(self.pods, state) if self.explain is not None else ''}",
                 cluster=state.cluster,
                 state=state,
             )

@@ -58,6 +58,9 @@ class ResourceAdapter(ABC):
         """Plural of the patched object's resource."""
         return self.info.plural
 
+    removal = "the operator has not removed them yet: see its log and the cluster's events"
+    """Why workers of a scale-down may still be running, for the error of a wait that outlived them."""
+
     def size_setting(self, ref: ClusterRef) -> str:
         """The field that holds the worker count, as errors name it."""
         return "spec.worker.replicas"

@@ -60,6 +60,13 @@ def scheduler_status(schedulers: Pods) -> str:
 class DaskOperatorAdapter(ResourceAdapter):
     """DaskWorkerGroup objects of a DaskCluster managed by the Dask operator."""
 
+    removal = (
+        "the Dask operator removes a worker only after retiring it through the cluster's scheduler (the "
+        "scheduler Service <cluster>-scheduler.<namespace>: its http-dashboard port's /api/v1/retire_workers, "
+        "else the Dask RPC on tcp-comm); when the operator cannot reach the scheduler it removes none and "
+        "retries every 60 s: check the operator's log and that the operator can resolve and reach that Service"
+    )
+
     @property
     def plural(self) -> str:
         return WORKER_GROUPS
