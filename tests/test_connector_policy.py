@@ -103,8 +103,9 @@ def test_namespaces_and_clusters_not_listed_are_refused_without_a_request(scaler
     assert "invalid cluster='dask/nodes-test'" in message and message.endswith("allowed: dask/team-a-*, ray/*")
     assert scaler.requests == []
     monkeypatch.setenv("DDLSCALE_CONNECTOR_CLUSTERS", "dask/nodes-*")
-    meta = ScalingConnector(WAIT_TASK_TYPE).create(template, "", inputs)
-    assert meta.error == "" and scaler.requests
+    connector = ScalingConnector(WAIT_TASK_TYPE)
+    meta = connector.create(template, "", inputs)
+    assert meta.error == "" and connector.get(meta).phase != TaskExecution.FAILED and scaler.requests
 
 
 # ----- framework heads -----

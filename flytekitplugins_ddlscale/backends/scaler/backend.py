@@ -17,7 +17,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Union
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple, Union
 
 import httpx
 
@@ -116,6 +116,7 @@ class ScalerServiceBackend(FileRecordsBackend):
         holds_size=False,
         head_tier=False,
         persistent_baseline=False,
+        observes_restarts=True,
     )
 
     def __init__(
@@ -350,6 +351,12 @@ class ScalerServiceBackend(FileRecordsBackend):
         return RestartResult(
             str(ref), pod, started_at, True, self.get_state(ref), waited=True, seconds_waited=time.monotonic() - began
         )
+
+    def _head_restarted(self, ref: ClusterRef, restart: RestartResult) -> Tuple[bool, ClusterState]:
+        """The service's restart status since the restart's ``started_at`` is ``restarted_and_ready``."""
+        answer = self._client.restart_status(ref, restart.started_at)
+        done = answer is not None and answer.get("status") == "restarted_and_ready"
+        return done, self.get_state(ref)
 
     def _wait_restarted(
         self, ref: ClusterRef, pod: str, started_at: str, timeout: float, progress: Optional[ProgressReporter],
