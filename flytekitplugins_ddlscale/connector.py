@@ -66,7 +66,7 @@ from .errors import (
     UnsupportedOperationError,
 )
 from .framework.confirm import COUNTS_REGISTERED_WORKERS, Readiness, backend_proof
-from .framework.endpoints import enabled_by_env, resolve_endpoint, where_to_set
+from .framework.endpoints import enabled_by_env, framework_of, kind_url_env, resolve_endpoint
 from .framework.probes import probe_for
 from .framework.wait import HeadUnreachable, read_registered
 from .inplace import check_reachable
@@ -420,7 +420,10 @@ class ScalingConnector(AsyncConnectorBase):
             return Readiness(state.ready_workers, base), ""
         endpoint = resolve_endpoint(kind, meta.framework_url or None, head_env(backend, ref))
         if endpoint is None:
-            note = f"framework not checked (neither the backend nor the connector says where the head is: set {where_to_set(kind)})"
+            note = (
+                "framework not checked (neither the backend nor the connector's environment says where the head "
+                f"is: give the node a framework_url, or set ${kind_url_env(framework_of(kind))} for the connector)"
+            )
             return Readiness(state.ready_workers, f"{base}; {note}"), ""
         what = f"{target} workers registered with {probe.registry} at {endpoint.url}"
         try:
