@@ -380,3 +380,22 @@ def test_an_outcome_that_create_did_not_write_is_refused_naming_the_field(ray_sc
     resource = ScalingConnector(RESTART_TASK_TYPE).get(ScalingMetadata.decode(restart.encode()))
     assert resource.phase == TaskExecution.FAILED and "invalid resource_meta.restart='list'" in resource.message
     assert ray_scaler.requests == []
+
+
+@pytest.mark.slow
+def test_a_restart_on_the_local_backend_ends_when_its_workers_are_back(local_served):
+    scale = ScalingConnector(SCALE_TASK_TYPE)
+    template, inputs = template_and_inputs(nodes.scale_up, replicas=1)
+    assert poll(scale, scale.create(template, "", inputs)).phase == TaskExecution.SUCCEEDED
+    ref = ClusterRef.parse(nodes.CLUSTER)
+    before = local_backend(local_served).connection_env(ref)
+    restart = ScalingConnector(RESTART_TASK_TYPE)
+    template, inputs = template_and_inputs(nodes.restart)
+    meta = restart.create(template, "", inputs)
+    assert meta.error == "", meta.error
+    resource = poll(restart, ScalingMetadata.decode(meta.encode()))
+    assert resource.phase == TaskExecution.SUCCEEDED, resource.message
+    assert resource.outputs["o0"].ready and resource.outputs["o0"].backend == "local"
+    state = local_backend(local_served).get_state(ref)
+    assert state.head_ready and state.ready_workers == 1
+    assert local_backend(local_served).connection_env(ref) == before  # the same port, a new scheduler
