@@ -309,7 +309,7 @@ class ScalingConnector(AsyncConnectorBase):
             try:
                 result = backend.restart_head(ref, head_tier, wait=False, timeout=min(config.timeout, CREATE_TIMEOUT))
             except (BackendUnavailableError, ScalingTimeoutError) as error:
-                raise UnsupportedOperationError(
+                raise ScalingError(
                     f"{error.message}; the head restart may have been sent and is not sent again: "
                     "check the cluster's head before running this node again",
                     code=error.code, cluster=str(ref),

@@ -323,6 +323,17 @@ def test_a_restart_the_backend_stalls_on_fails_instead_of_being_sent_again(ray_s
     assert restart_patches(ray_scaler) == 1
 
 
+def test_a_restart_whose_state_read_stalls_still_answers_within_the_bound(ray_scaler):
+    """The reads around a restart sent without waiting share its deadline: a service that holds every
+    cluster read ends create with a one-line FAILED answer (the restart went out once), not a hang."""
+    ray_scaler.inject_faults("delay", count=50, delay=6 * CREATE_TIMEOUT, path="/cluster/", method="GET")
+    connector = ScalingConnector(RESTART_TASK_TYPE)
+    template, inputs = template_and_inputs(ray_restart)
+    resource = connector.get(connector.create(template, "", inputs))
+    assert resource.phase == TaskExecution.FAILED and "may have been sent and is not sent again" in resource.message
+    assert restart_patches(ray_scaler) == 1
+
+
 def test_a_backend_that_cannot_see_restarts_is_refused_before_sending(ray_scaler, tmp_path, monkeypatch):
     """The local backend is served only when listed; listed, it restarts and observes its own heads,
     so a cluster that does not exist is refused with the backend's own error, nothing started."""

@@ -56,6 +56,10 @@ class _Patched:
     after: Dict[str, Any]
 
 
+MIN_STATE_READ = 1.0
+"""Seconds the state read after a restart sent without waiting gets when the deadline is (nearly) spent."""
+
+
 def _new_head(pod: Dict[str, Any], replaced_uid: str, tier_id: Optional[str]) -> bool:
     """Whether ``pod`` is a Ready head other than the one replaced, on ``tier_id`` when one was asked for."""
     metadata = pod["metadata"]
@@ -473,7 +477,9 @@ class KubernetesBackend(BaseBackend):
                     pass  # already replaced by someone else: the wait below still needs a new Ready head
         begun = time.monotonic()
         if not wait:
-            state = self.get_state(ref)
+            # Within the deadline: a caller that cannot block (the Flyte connector) sent this restart.
+            within = Deadline(max(deadline.remaining, MIN_STATE_READ))
+            state = self._state(ref, self._read(ref, within), self._pods(ref, deadline=within))
             return RestartResult(
                 self._label(ref), old_name, started_at, False, state, False, 0.0, head_hw_tier, old_uid
             )

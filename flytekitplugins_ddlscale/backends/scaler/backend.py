@@ -335,8 +335,8 @@ class ScalerServiceBackend(FileRecordsBackend):
                 "pod); use the kubernetes backend for head_hw_tier",
                 cluster=str(ref),
             )
-        # Best effort, for error context only: the restart's own answer decides what happens.
-        before = self._state_or_none(ref)
+        # Best effort, for the wait's error context only: the restart's own answer decides what happens.
+        before = self._state_or_none(ref) if wait else None
         try:
             answer = self._client.restart_head(ref, deadline)
         except ScalingError as error:
@@ -345,7 +345,9 @@ class ScalerServiceBackend(FileRecordsBackend):
         pod = str(answer.get("pod") or ref.info.head_pod_name(ref.name))
         started_at = str(answer.get("started_at") or "")
         if not wait:
-            return RestartResult(str(ref), pod, started_at, False, self.get_state(ref), waited=False)
+            # Within the deadline: a caller that cannot block (the Flyte connector) sent this restart.
+            after = self._client.get_cluster(ref, Deadline(max(deadline.remaining, MIN_STATE_READ)))
+            return RestartResult(str(ref), pod, started_at, False, state_from_object(ref, after), waited=False)
         began = time.monotonic()
         self._wait_restarted(ref, pod, started_at, deadline.left_for_wait(), progress, before)
         return RestartResult(
@@ -439,6 +441,10 @@ class _ListedSchedule:
         """An endless iterator of sleep intervals in seconds."""
         for step in self.base.intervals():
             yield min(step, LISTED_POLL_INTERVAL) if self.listed() else step
+
+
+MIN_STATE_READ = 1.0
+"""Seconds the state read after a restart sent without waiting gets when the deadline is (nearly) spent."""
 
 
 def _timed_out(
