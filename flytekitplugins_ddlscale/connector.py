@@ -46,9 +46,10 @@ caller only that the endpoint is not ready; the detail goes to the debug log.
 import json
 import logging
 import os
+import threading
 import time
 from dataclasses import asdict
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, TypeVar
 
 from flyteidl.core.execution_pb2 import TaskExecution
 from flytekit.extend.backend.base_connector import AsyncConnectorBase, ConnectorRegistry, Resource
@@ -87,12 +88,14 @@ from .opening import BackendPool, open_backend
 from .refs import ClusterRef, parse_cluster
 from .sharing import shared_reads
 from .validation import MAX_NODE_TIMEOUT, validate_replicas, validate_tier_name
+from .waiting import Deadline
 
 logger = logging.getLogger("flytekitplugins_ddlscale.connector")
 
 SERVED_TASK_TYPES = (SCALE_TASK_TYPE, WAIT_TASK_TYPE, RESTORE_TASK_TYPE, RESTART_TASK_TYPE)
 CREATE_TIMEOUT = 5.0
-"""Seconds ``create`` gives the backend to accept a change (its requests, retries and locks together).
+"""Seconds ``create`` gives the backend to accept a change (the reads before it, its requests, retries and
+locks together).
 
 FlytePropeller gives ``CreateTask`` 10 s by default; the rest is left for
 opening the backend and the gRPC round trip. A backend slower than this
@@ -110,6 +113,9 @@ NOT_READY = "framework endpoint not ready or unreachable"
 """All a caller learns of a failed framework read: refused, 404 and timeout look alike from outside
 (details go to the connector's debug log), so a template cannot map what listens where."""
 NOTHING_RECORDED = "nothing recorded"
+MIN_SEND = 1.0
+"""Seconds a change gets when a read before it used up (nearly) all of the create bound."""
+T = TypeVar("T")
 
 
 def wait_target(state: ClusterState, replicas: int) -> int:
@@ -126,6 +132,34 @@ def wait_target(state: ClusterState, replicas: int) -> int:
         desired_name="desired_workers", state=state,
     )
     return replicas
+
+
+def read_within(deadline: Deadline, what: str, read: Callable[[], T]) -> T:
+    """``read()``, or :class:`BackendUnavailableError` once ``deadline`` passes first.
+
+    For reads the protocol gives no deadline (``get_baseline``): the read goes
+    on in a daemon thread and its answer is dropped, which is safe for a read
+    and for nothing else.
+    """
+    answer: Dict[str, Any] = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            answer["value"] = read()
+        except BaseException as error:  # handed to the caller below
+            answer["error"] = error
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="ddlscale-connector-read", daemon=True).start()
+    if not done.wait(deadline.remaining):
+        raise BackendUnavailableError(
+            f"the backend did not answer {what} within {deadline.timeout:g} s (the connector's create bound)"
+        )
+    if "error" in answer:
+        raise answer["error"]
+    return answer["value"]
 
 
 def head_env(backend: Any, ref: ClusterRef, environ: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
@@ -278,12 +312,12 @@ class ScalingConnector(AsyncConnectorBase):
         target = None if replicas == FROM_BASELINE else ReplicaSpec(replicas, tier)
         with open_backend(backend_name) as backend:
             self._check_opened(backend, ref, "")
-            timeout = min(config.timeout, CREATE_TIMEOUT)
-            baseline = self._sent(f"the baseline read of {ref}", lambda: backend.get_baseline(ref))
+            bound = Deadline(min(config.timeout, CREATE_TIMEOUT))
+            baseline = read_within(bound, f"the baseline read of {ref}", lambda: backend.get_baseline(ref))
             restored = "given size" if target is not None else "baseline" if baseline is not None else NOTHING_RECORDED
-            result: ScaleResult = self._sent(
-                f"the restore of {ref}", lambda: backend.restore_baseline(ref, target, wait=False, timeout=timeout)
-            )
+            result: ScaleResult = self._sent(f"the restore of {ref}", lambda: backend.restore_baseline(
+                ref, target, wait=False, timeout=max(bound.remaining, MIN_SEND)
+            ))
             outcome = RestoreOutcome.from_result(result, backend.name, restored)
         waits = config.wait and restored != NOTHING_RECORDED and not result.final.workers_up(result.effective)
         return self._metadata(

@@ -93,6 +93,7 @@ ray_scale = ScaleCluster("ray_scale", cluster=RAY, replicas=3, timeout=60)
 ray_restore = RestoreCluster("ray_restore", cluster=RAY, timeout=60)
 ray_restart = RestartHead("ray_restart", cluster=RAY, timeout=60)
 k8s_restart = RestartHead("k8s_restart", cluster="ray/c1", timeout=60, backend="kubernetes")
+k8s_restore = RestoreCluster("k8s_restore", cluster="ray/c1", timeout=60, backend="kubernetes")
 k8s_wait = WaitForCluster("k8s_wait", cluster="kuberay/kr", replicas=2, timeout=60, backend="kubernetes")
 
 
@@ -310,6 +311,17 @@ def test_create_gives_a_slow_backend_a_short_bound(ray_scaler):
     with pytest.raises(BackendUnavailableError, match="within 5 s \\(the connector's create bound\\)"):
         scale.create(template, "", inputs)
     assert ray_scaler.cluster_object("ray", "conn-ray")["spec"]["worker"]["replicas"] == 1
+
+
+def test_create_gives_a_stalled_read_before_a_restore_the_same_bound(k8s):
+    """An API server that answers nothing while the restore reads the baseline: create raises after its
+    bound (nothing was sent, so a retry is safe) instead of waiting on the client's own timeouts."""
+    restore = ScalingConnector(RESTORE_TASK_TYPE)
+    template, inputs = template_and_inputs(k8s_restore)
+    with k8s.lock:  # every request waits for it: the server hangs
+        with pytest.raises(BackendUnavailableError, match="the baseline read of ray/c1 within 5 s"):
+            restore.create(template, "", inputs)
+    assert k8s.count("PATCH") == 0
 
 
 def test_a_restart_the_backend_stalls_on_fails_instead_of_being_sent_again(ray_scaler):
