@@ -169,14 +169,14 @@ def test_get_fails_at_the_deadline_with_the_last_state(scaler_server, tmp_path, 
     assert "timed out" in resource.message and "desired=2" in resource.message
 
 
-def test_a_wait_that_can_never_finish_is_refused_at_create(scaler_server, tmp_path, monkeypatch):
-    from tests.framework_support import use_scaler
-
+def test_a_wait_that_can_never_finish_is_refused_at_its_first_get(scaler_server, tmp_path, monkeypatch):
     use_scaler(monkeypatch, scaler_server, tmp_path / "state")
     scaler_server.add_cluster("dask", "nodes-test", replicas=1, max_replicas=4)
     wait = ScalingConnector(WAIT_TASK_TYPE)
     template, inputs = template_and_inputs(nodes.ready, replicas=3)  # nothing will scale it to 3
+    scaler_server.clear_requests()
     meta = wait.create(template, "", inputs)
+    assert scaler_server.requests == []  # a wait sends nothing and reads nothing in create
     resource = wait.get(ScalingMetadata.decode(meta.encode()))
     assert resource.phase == TaskExecution.FAILED and "[unreachable_wait]" in resource.message
     assert "replicas=3" in resource.message
