@@ -117,6 +117,9 @@ class RestartResult:
     seconds_waited: float = 0.0
     head_hw_tier: Optional[str] = None
     """The tier name requested for the head, if any."""
+    replaced_uid: str = ""
+    """The uid of the head pod replaced, where the backend tells heads apart by it (Kubernetes);
+    '' otherwise."""
 
 
 @dataclass

@@ -39,7 +39,8 @@ class _Kept:
 class BackendPool:
     """Open backends kept for reuse across calls, for a long-lived service such as the connector.
 
-    A connector answers every execution's poll every few seconds. Opening a
+    A connector answers a poll of every execution on FlytePropeller's resync interval (30 s by
+    default), so many executions make many polls a second. Opening a
     backend per poll reads the kubeconfig, builds a new API client and a new
     connection to the API server (a TLS handshake in the field) each time;
     the pool keeps one backend per (backend name, process environment), so

@@ -1,7 +1,9 @@
 """Reads that may be shared with other callers in this process, asked for by a long-lived service.
 
-A connector service answers many executions' status polls on the same
-namespaces and clusters every few seconds. Inside :func:`shared_reads`, a
+A connector service answers the status polls of many executions on the same
+namespaces and clusters (FlytePropeller polls each one on its resync
+interval, 30 s by default, so a thousand executions are dozens of reads a
+second). Inside :func:`shared_reads`, a
 backend may answer a read from what it shares with every other wait in the
 process (the Kubernetes backend's pod informer, kept ``linger`` seconds
 after the read; the scaler backend's shared, paced cluster polls, reusing a

@@ -24,6 +24,9 @@ def server(tmp_path, monkeypatch):
     monkeypatch.delenv("DDLSCALE_BACKEND", raising=False)
     with K8sTestServer() as server:
         server.add_cluster("ray", "r1", replicas=1, autoscaling={"minReplicas": 1, "maxReplicas": 4})
+        # r2 desires 3 workers whose pods never become Ready: a wait for them stays RUNNING.
+        server.set_ready_delay(3600.0)
+        server.add_cluster("ray", "r2", replicas=3, autoscaling={"minReplicas": 1, "maxReplicas": 4}, wait_ready=False)
         monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "kubeconfig", server.url)))
         yield server
         for informer in running_informers():
@@ -32,7 +35,7 @@ def server(tmp_path, monkeypatch):
 
 def test_forty_polls_of_an_execution_use_one_api_client_and_one_connection(server, monkeypatch):
     connector = ScalingConnector(WAIT_TASK_TYPE)
-    encoded = wait_meta("ray/r1", "kubernetes", 3).encode()  # never reached: every poll answers RUNNING
+    encoded = wait_meta("ray/r2", "kubernetes", 3).encode()  # never reached: every poll answers RUNNING
     opened = server.connections_accepted
     for _ in range(POLLS):
         assert connector.get(ScalingMetadata.decode(encoded)).phase == TaskExecution.RUNNING

@@ -15,13 +15,20 @@ from flyteidl.core.execution_pb2 import TaskExecution
 from flytekitplugins_ddlscale.connector import NOT_READY, ScalingConnector, ScalingMetadata
 from flytekitplugins_ddlscale.connector_policy import ConnectorPolicy
 from flytekitplugins_ddlscale.errors import InvalidInputError
-from flytekitplugins_ddlscale.tasks import SCALE_TASK_TYPE, WAIT_TASK_TYPE, ScaleCluster, WaitForCluster
+from flytekitplugins_ddlscale.tasks import (
+    RESTART_TASK_TYPE,
+    RESTORE_TASK_TYPE,
+    SCALE_TASK_TYPE,
+    WAIT_TASK_TYPE,
+    ScaleCluster,
+    WaitForCluster,
+)
 from flytekitplugins_ddlscale.validation import MAX_NODE_TIMEOUT
 from tests.flyte_support import local_backend, local_env  # noqa: F401 - fixture
 from tests.framework_support import use_scaler
 from tests.servers.scaler_server import ScalerTestServer
 from tests.servers.status_http import StatusServer, free_port
-from tests.test_connector import template_and_inputs
+from tests.test_connector import ray_restart, ray_restore, template_and_inputs
 
 IMAGE = "registry/flows:v1"
 UNLISTED_HOST = "http://10.1.2.3:8265"
@@ -103,8 +110,24 @@ def test_namespaces_and_clusters_not_listed_are_refused_without_a_request(scaler
     assert "invalid cluster='dask/nodes-test'" in message and message.endswith("allowed: dask/team-a-*, ray/*")
     assert scaler.requests == []
     monkeypatch.setenv("DDLSCALE_CONNECTOR_CLUSTERS", "dask/nodes-*")
-    meta = ScalingConnector(WAIT_TASK_TYPE).create(template, "", inputs)
-    assert meta.error == "" and scaler.requests
+    connector = ScalingConnector(WAIT_TASK_TYPE)
+    meta = connector.create(template, "", inputs)
+    assert meta.error == "" and connector.get(meta).phase != TaskExecution.FAILED and scaler.requests
+
+
+@pytest.mark.parametrize("task_type, node", [(RESTORE_TASK_TYPE, ray_restore), (RESTART_TASK_TYPE, ray_restart)])
+def test_restore_and_restart_nodes_get_the_same_checks_without_a_request(task_type, node, scaler, monkeypatch):
+    template, inputs = template_and_inputs(node)
+    monkeypatch.setenv("DDLSCALE_CONNECTOR_BACKENDS", "kubernetes")
+    assert "invalid backend='scaler'" in refused(ScalingConnector(task_type), template, inputs)
+    monkeypatch.delenv("DDLSCALE_CONNECTOR_BACKENDS")
+    monkeypatch.setenv("DDLSCALE_CONNECTOR_NAMESPACES", "team-a")
+    assert "invalid namespace='domino-compute'" in refused(ScalingConnector(task_type), template, inputs)
+    monkeypatch.delenv("DDLSCALE_CONNECTOR_NAMESPACES")
+    monkeypatch.setenv("DDLSCALE_CONNECTOR_CLUSTERS", "dask/*")
+    message = refused(ScalingConnector(task_type), template, inputs)
+    assert message.startswith("[not_served] invalid cluster='ray/conn-ray'") and message.endswith("allowed: dask/*")
+    assert scaler.requests == []
 
 
 # ----- framework heads -----

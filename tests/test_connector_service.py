@@ -1,13 +1,16 @@
-"""The deployment mode: `pyflyte serve connector --modules flytekitplugins_ddlscale.connector`, called over gRPC.
+"""The deployment mode: `pyflyte serve connector --modules flytekitplugins_ddlscale.connector`, called over gRPC
+for every node type (the local backend, or the scaler test server as the service's backend).
 
 FlytePropeller speaks this protocol to the connector service: CreateTask
 with the serialized template and input literals, then GetTask with the
 returned resource meta until a terminal phase.
 """
+import contextlib
 import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections import OrderedDict
 from pathlib import Path
@@ -24,9 +27,11 @@ from flytekit.models.literals import LiteralMap
 from flytekit.tools.translator import get_serializable
 
 from flytekitplugins_ddlscale.refs import ClusterRef
-from flytekitplugins_ddlscale.tasks import ScaleOutcome
+from flytekitplugins_ddlscale.tasks import RestartOutcome, RestoreOutcome, ScaleOutcome
 from tests.flyte_apps import nodes
 from tests.flyte_support import SCALER_ENV, local_backend, local_env  # noqa: F401 - fixture
+from tests.servers.scaler_server import DEFAULT_API_KEY, ScalerTestServer
+from tests.test_connector import ray_restart, ray_restore, ray_scale
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,17 +44,18 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture
-def connector_service(local_env):
-    """The connector service in its own process, with the plugin's connector module loaded."""
+@contextlib.contextmanager
+def serving(env):
+    """``pyflyte serve connector`` in its own process with ``env``, the plugin's connector module loaded;
+    yields a gRPC channel to it."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if k not in SCALER_ENV}
-    env["PYTHONPATH"] = str(ROOT)
-    env["DDLSCALE_CONNECTOR_BACKENDS"] = "local"  # served only when listed
+    env = dict(env, PYTHONPATH=str(ROOT))
+    # The service logs every request: into a file, since an unread pipe would fill and stall it.
+    log = tempfile.TemporaryFile()
     proc = subprocess.Popen(
         [str(Path(sys.executable).with_name("pyflyte")), "serve", "connector", "--port", str(port),
          "--prometheus_port", str(free_port()), "--modules", "flytekitplugins_ddlscale.connector"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     try:
@@ -63,7 +69,55 @@ def connector_service(local_env):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
-        proc.stdout.close()
+        log.close()
+
+
+@pytest.fixture
+def connector_service(local_env):
+    """The connector service serving the local backend (served only when listed)."""
+    env = {k: v for k, v in os.environ.items() if k not in SCALER_ENV}
+    env["DDLSCALE_CONNECTOR_BACKENDS"] = "local"
+    with serving(env) as channel:
+        yield channel
+
+
+@pytest.fixture
+def scaler_service(tmp_path):
+    """The scaler test server with ray/conn-ray, and the connector service using it as its backend."""
+    with ScalerTestServer(pod_ready_delay=0.5) as server:
+        server.add_cluster("ray", "conn-ray", replicas=1, max_replicas=4, min_replicas=None)
+        env = {k: v for k, v in os.environ.items() if k not in SCALER_ENV and not k.startswith("DDLSCALE_")}
+        env.update(CLUSTER_SCALER_BASE_URL=server.url, DOMINO_API_KEY=DEFAULT_API_KEY,
+                   DDLSCALE_STATE_DIR=str(tmp_path / "connector-state"))
+        with serving(env) as channel:
+            yield server, channel
+
+
+def create(stub, task, **values):
+    """CreateTask for ``task``'s template with ``values`` as its input literals; the resource meta."""
+    template = get_serializable(OrderedDict(), SETTINGS, task).template
+    ctx = FlyteContextManager.current_context()
+    inputs = TypeEngine.dict_to_literal_map(ctx, values, {k: task.python_interface.inputs[k] for k in values})
+    request = agent_pb2.CreateTaskRequest(template=template.to_flyte_idl(), inputs=inputs.to_flyte_idl(),
+                                          output_prefix="/tmp/out")
+    return stub.CreateTask(request, timeout=30).resource_meta
+
+
+def get_until_done(stub, task_type, meta, limit=60.0):
+    """GetTask every 0.2 s until the phase is not RUNNING (or ``limit`` passes); the replies seen."""
+    category = agent_pb2.TaskCategory(name=task_type, version=0)
+    deadline = time.monotonic() + limit
+    replies = []
+    while True:
+        replies.append(stub.GetTask(agent_pb2.GetTaskRequest(task_category=category, resource_meta=meta), timeout=30))
+        if replies[-1].resource.phase != TaskExecution.RUNNING or time.monotonic() > deadline:
+            return replies
+        time.sleep(0.2)
+
+
+def output(reply, kind):
+    ctx = FlyteContextManager.current_context()
+    return TypeEngine.literal_map_to_kwargs(ctx, LiteralMap.from_flyte_idl(reply.resource.outputs), {"o0": kind})["o0"]
 
 
 @pytest.mark.slow
@@ -74,7 +128,8 @@ def test_service_lists_the_connector_and_scales_over_grpc(connector_service, loc
     assert health.status == health_pb2.HealthCheckResponse.SERVING
     agents = AgentMetadataServiceStub(connector_service).ListAgents(agent_pb2.ListAgentsRequest(), timeout=30)
     served = {c.name for a in agents.agents for c in a.supported_task_categories}
-    assert {"ddlscale_scale", "ddlscale_wait"} <= served
+    assert {name for name in served if name.startswith("ddlscale_")} == {
+        "ddlscale_scale", "ddlscale_wait", "ddlscale_restore", "ddlscale_restart_head"}
 
     template = get_serializable(OrderedDict(), SETTINGS, nodes.scale_up).template
     ctx = FlyteContextManager.current_context()
@@ -116,3 +171,53 @@ def test_service_answers_bad_templates_and_metadata_with_a_short_failure(connect
         agent_pb2.GetTaskRequest(task_category=category, resource_meta=created.resource_meta), timeout=30
     ).resource.message
     assert local_backend(local_env).list_clusters() == []
+
+
+@pytest.mark.slow
+def test_service_scales_restores_and_restarts_once_over_grpc(scaler_service):
+    """ScaleCluster, RestoreCluster and RestartHead nodes through the real service: each CreateTask sends
+    its change once, GetTask polls observe it, and the typed outcome comes back."""
+    server, channel = scaler_service
+    stub = AsyncAgentServiceStub(channel)
+    scaled = get_until_done(stub, "ddlscale_scale", create(stub, ray_scale))[-1]
+    assert scaled.resource.phase == TaskExecution.SUCCEEDED, scaled.resource.message
+    assert output(scaled, ScaleOutcome).workers == 3
+
+    server.clear_requests()
+    replies = get_until_done(stub, "ddlscale_restore", create(stub, ray_restore))
+    assert replies[-1].resource.phase == TaskExecution.SUCCEEDED, replies[-1].resource.message
+    restored = output(replies[-1], RestoreOutcome)
+    assert (restored.restored, restored.previous_workers, restored.workers) == ("baseline", 3, 1)
+    assert server.count("PATCH", "/scale/") == 1
+
+    server.head_recreate_delay = server.head_ready_delay = 1.0
+    meta = create(stub, ray_restart)
+    replies = get_until_done(stub, "ddlscale_restart_head", meta)
+    assert replies[0].resource.phase == TaskExecution.RUNNING and len(replies) > 2
+    assert replies[-1].resource.phase == TaskExecution.SUCCEEDED, replies[-1].resource.message
+    assert output(replies[-1], RestartOutcome).ready
+    for _ in range(3):  # more polls, as a slow FlytePropeller would send
+        get_until_done(stub, "ddlscale_restart_head", meta)
+    assert server.count("PATCH", "/restart_head/") == 1
+
+
+@pytest.mark.slow
+def test_service_answers_malformed_inputs_with_a_short_failure(scaler_service):
+    """An input literal of the wrong type or an input the node does not have: CreateTask answers, and
+    GetTask is FAILED with one line naming the input (not gRPC INTERNAL with a traceback)."""
+    server, channel = scaler_service
+    stub = AsyncAgentServiceStub(channel)
+    template = get_serializable(OrderedDict(), SETTINGS, ray_scale).template
+    ctx = FlyteContextManager.current_context()
+    for values, types, expected in (
+        ({"replicas": "two"}, {"replicas": str}, "[invalid_input] invalid inputs.replicas='two': not convertible"),
+        ({"nodes": 2}, {"nodes": int}, "[invalid_input] invalid inputs.nodes="),
+    ):
+        inputs = TypeEngine.dict_to_literal_map(ctx, values, types)
+        created = stub.CreateTask(agent_pb2.CreateTaskRequest(template=template.to_flyte_idl(),
+                                                              inputs=inputs.to_flyte_idl(), output_prefix="/tmp/out"),
+                                  timeout=30)
+        (reply,) = get_until_done(stub, "ddlscale_scale", created.resource_meta)
+        assert reply.resource.phase == TaskExecution.FAILED and reply.resource.message.startswith(expected)
+        assert "\n" not in reply.resource.message and "Trace" not in reply.resource.message
+    assert server.count("PATCH") == 0

@@ -261,7 +261,8 @@ def test_connector_without_a_head_address_says_so(scaler):
     while (resource := connector.get(meta)).phase == TaskExecution.RUNNING and time.monotonic() < deadline:
         time.sleep(0.1)
     assert resource.phase == TaskExecution.SUCCEEDED
-    assert "framework not checked (the connector does not know the head" in resource.outputs["o0"].readiness
+    assert ("framework not checked (neither the backend nor the connector's environment says where the head is: "
+            "give the node a framework_url, or set $DDLSCALE_RAY_URL for the connector)") in resource.outputs["o0"].readiness
 
 
 def test_node_rides_out_a_head_restart(scaler, tmp_path, monkeypatch):

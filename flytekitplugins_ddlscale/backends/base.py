@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, FrozenSet, Iterator, Optional, Protocol, Tuple, TypeVar, Union, runtime_checkable
 
-from ..errors import InvalidInputError, ScalingTimeoutError, UnsupportedOperationError, WorkerFailedError
+from ..errors import InvalidInputError, ScalingError, ScalingTimeoutError, UnsupportedOperationError, WorkerFailedError
 from ..inplace import Reach, check_reachable, left_in_place
 from ..models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
 from ..progress import ProgressReporter
@@ -44,6 +44,9 @@ class BackendCapabilities:
     """Whether ``restart_head(head_hw_tier=...)`` can change the head's tier."""
     persistent_baseline: bool
     """Whether the baseline survives this process (stored with the cluster)."""
+    observes_restarts: bool = False
+    """Whether :meth:`BaseBackend.head_restarted` can tell the head a ``restart_head(wait=False)``
+    brought up from the head it replaced (the Flyte connector serves ``RestartHead`` only then)."""
 
 
 @runtime_checkable
@@ -320,6 +323,33 @@ class BaseBackend:
         self._served(ref)
         return self._restart_head(ref, tier, wait, Deadline(timeout), progress)
 
+    def head_restarted(self, ref: ClusterRef, restart: RestartResult) -> Tuple[bool, ClusterState]:
+        """One look (no wait, nothing sent) at the restart ``restart_head(wait=False)`` returned:
+        whether the new head is Ready, and the cluster now.
+
+        Lets a caller that cannot block (the Flyte connector) send a restart once
+        and check on it later. :class:`UnsupportedOperationError` unless
+        ``capabilities.observes_restarts``.
+        """
+        self._served(ref)
+        if not self.capabilities.observes_restarts:
+            raise UnsupportedOperationError(
+                f"the {self.name} backend cannot tell a restarted head from the old one after the restart",
+                cluster=str(ref),
+            )
+        return self._head_restarted(ref, restart)
+
+    def in_place_error(
+        self, ref: ClusterRef, error: ScalingError, desired: int, *, restoring: bool, found: Optional[int] = None
+    ) -> ScalingError:
+        """``error`` of a failed wait for ``desired`` workers after a change of ``ref``, extended with
+        what the change left in place (``found``: the size a read after the change saw, when it differs)
+        and the command that undoes it (or, after a restore, keeps waiting): the text every failed
+        ``scale``/``restore_baseline`` wait carries."""
+        return left_in_place(
+            error, self._reach(ref), self._size_setting(ref), desired, restoring=restoring, found=found
+        )
+
     def record_baseline(self, ref: ClusterRef) -> Baseline:
         """Record the cluster's current size and tiers unless already recorded; return the baseline."""
         return self._record_baseline(self._served(ref))
@@ -471,8 +501,8 @@ class BaseBackend:
                     raise
                 # Only a state the wait read reports what the change left; one from before it does not.
                 seen = error.state if error.state is not None and error.state.observed_at >= began_at else None
-                raise left_in_place(
-                    error, self._reach(ref), self._size_setting(ref), result.effective, restoring=change.restoring,
+                raise self.in_place_error(
+                    ref, error, result.effective, restoring=change.restoring,
                     found=seen.desired_workers if seen is not None else None,
                 ) from None
         else:
@@ -579,6 +609,10 @@ class BaseBackend:
         progress: Optional[ProgressReporter],
     ) -> RestartResult:
         """Replace the head (on ``tier`` if given); with ``wait``, until the new head is Ready."""
+        raise NotImplementedError
+
+    def _head_restarted(self, ref: ClusterRef, restart: RestartResult) -> Tuple[bool, ClusterState]:
+        """Whether the head ``restart`` asked for is up and Ready (only with ``observes_restarts``)."""
         raise NotImplementedError
 
     def _record_baseline(self, ref: ClusterRef) -> Baseline:

@@ -5,6 +5,7 @@ server and, marked ``envtest``, against the real control plane with the DCO
 stand-in and the fake kubelet. Only what both sides offer is used, so a
 difference between the test server and Kubernetes fails here.
 """
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -100,6 +101,23 @@ def test_head_restart_replaces_the_pod_under_its_name(side, kind, component):
     assert [p["metadata"]["name"] for p in new] == [old["metadata"]["name"]]
     assert new[0]["metadata"]["uid"] != old["metadata"]["uid"]
     assert new[0]["metadata"]["creationTimestamp"] >= old["metadata"]["creationTimestamp"]
+
+
+def test_a_restart_sent_without_waiting_is_seen_done_only_on_a_new_ready_head(side):
+    """What the Flyte connector relies on: ``restart_head(wait=False)`` names the pod it replaced, and
+    ``head_restarted`` tells the new head (same name, new uid) from it without sending anything."""
+    side.add_cluster("ray", "c1", replicas=1)
+    old = side.pods("c1", "head")[0]
+    ref = ClusterRef("ray", "c1", side.namespace)
+    with side.backend() as backend:
+        sent = backend.restart_head(ref, wait=False, timeout=30)
+        assert sent.replaced_uid == old["metadata"]["uid"] and not sent.waited
+        side.wait_for(lambda: backend.head_restarted(ref, sent)[0], "the new head to be seen Ready")
+        new = side.pods("c1", "head")[0]
+        assert new["metadata"]["name"] == old["metadata"]["name"] and new["metadata"]["uid"] != old["metadata"]["uid"]
+        # Had the running head been the one replaced, nothing would be done yet.
+        assert backend.head_restarted(ref, replace(sent, replaced_uid=new["metadata"]["uid"]))[0] is False
+    assert side.pods("c1", "head")[0]["metadata"]["uid"] == new["metadata"]["uid"]  # no second restart
 
 
 def test_head_restart_on_a_new_tier_rolls_the_head(side):

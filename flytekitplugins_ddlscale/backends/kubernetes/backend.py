@@ -73,6 +73,19 @@ class _Patched:
     after: Dict[str, Any]
 
 
+MIN_STATE_READ = 1.0
+"""Seconds the state read after a restart sent without waiting gets when the deadline is (nearly) spent."""
+
+
+def _new_head(pod: Dict[str, Any], replaced_uid: str, tier_id: Optional[str]) -> bool:
+    """Whether ``pod`` is a Ready head other than the one replaced, on ``tier_id`` when one was asked for."""
+    metadata = pod["metadata"]
+    return (
+        metadata.get("uid") != replaced_uid and pod_ready(pod)
+        and (tier_id is None or (metadata.get("labels") or {}).get(LABEL_HW_TIER) == tier_id)
+    )
+
+
 def _annotations(obj: Dict[str, Any]) -> Dict[str, str]:
     return (obj.get("metadata") or {}).get("annotations") or {}
 
@@ -103,6 +116,7 @@ class KubernetesBackend(BaseBackend):
         holds_size=True,
         head_tier=True,
         persistent_baseline=True,
+        observes_restarts=True,
     )
 
     def __init__(
@@ -526,12 +540,26 @@ class KubernetesBackend(BaseBackend):
                     pass  # already replaced by someone else: the wait below still needs a new Ready head
         begun = time.monotonic()
         if not wait:
-            state = self.get_state(ref)
-            return RestartResult(self._label(ref), old_name, started_at, False, state, False, 0.0, head_hw_tier)
+            # Within the deadline: a caller that cannot block (the Flyte connector) sent this restart.
+            within = Deadline(max(deadline.remaining, MIN_STATE_READ))
+            state = self._state(ref, self._read(ref, within), self._pods(ref, deadline=within))
+            return RestartResult(
+                self._label(ref), old_name, started_at, False, state, False, 0.0, head_hw_tier, old_uid
+            )
         state = self._wait_head(ref, old_uid, tier.id if tier else None, deadline.left_for_wait(), progress)
         return RestartResult(
-            self._label(ref), old_name, started_at, True, state, True, time.monotonic() - begun, head_hw_tier
+            self._label(ref), old_name, started_at, True, state, True, time.monotonic() - begun, head_hw_tier, old_uid
         )
+
+    def _head_restarted(self, ref: ClusterRef, restart: RestartResult) -> Tuple[bool, ClusterState]:
+        """A Ready head pod other than the one replaced (by uid), on the requested tier if one was."""
+        if not restart.replaced_uid:
+            raise InvalidInputError("restart.replaced_uid", restart.replaced_uid, "the uid restart_head returned")
+        tier = self._resolve(restart.head_hw_tier, ref.kind, "head_hw_tier")
+        obj = self._read(ref)
+        state = self._state(ref, obj, self._pods(ref))
+        heads = self._pods(ref, "head")
+        return any(_new_head(p, restart.replaced_uid, tier.id if tier else None) for p in heads), state
 
     def _wait_head(
         self, ref: ClusterRef, old_uid: str, tier_id: Optional[str], timeout: float,
@@ -550,11 +578,7 @@ class KubernetesBackend(BaseBackend):
             if fresh or "obj" not in holder:
                 holder["obj"] = self._read(ref, deadline)
             state = self._state(ref, holder["obj"], list(pods.values()))
-            ready = any(
-                fresh_head(p) and pod_ready(p)
-                and (tier_id is None or p["metadata"].get("labels", {}).get(LABEL_HW_TIER) == tier_id)
-                for p in pods.values()
-            )
+            ready = any(_new_head(p, old_uid, tier_id) for p in pods.values())
             return ready, state, int(ready)
 
         # All the cluster's pods, so the state the wait ends with counts the workers too.

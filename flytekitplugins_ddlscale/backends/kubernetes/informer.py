@@ -16,7 +16,7 @@ other error (403, 404) ends every current wait with that error.
 
 The informer stops, closing its watch, :data:`WAIT_LINGER` seconds after its
 last wait ends, or later when a caller asked for ``linger`` seconds (a
-service that reads the same namespace every few seconds keeps it warm). It talks through its own
+service whose polls read the same namespace again within that time keeps it warm). It talks through its own
 API client, a copy of the first caller's configuration, so it outlives the
 backend that started it; informers are keyed by API server, credentials
 (hashed, never kept in clear) and namespace.

@@ -19,7 +19,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 from ...errors import CapacityExceededError, ClusterNotFoundError, InvalidInputError
 from ...filerecords import FileBookkeeping
@@ -105,6 +105,7 @@ class LocalBackend(FileRecordsBackend):
         holds_size=True,
         head_tier=False,
         persistent_baseline=True,
+        observes_restarts=True,
     )
 
     def __init__(
@@ -281,6 +282,12 @@ class LocalBackend(FileRecordsBackend):
             seconds_waited=time.monotonic() - began if wait else 0.0,
             head_hw_tier=head_hw_tier,
         )
+
+    def _head_restarted(self, ref: ClusterRef, restart: RestartResult) -> Tuple[bool, ClusterState]:
+        """The head ``restart_head`` started is the one running (it replaced the old one before
+        returning), so the restart is done once that head and every desired worker are Ready."""
+        state = self.get_state(ref)
+        return bool(state.head_ready) and state.workers_up(state.desired_workers), state
 
     def down(self, ref: ClusterRef, *, timeout: float = 60.0) -> bool:
         """Stop every process of ``ref`` and forget it (baseline and claims too).

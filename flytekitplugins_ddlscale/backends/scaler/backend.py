@@ -17,7 +17,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Union
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple, Union
 
 import httpx
 
@@ -116,6 +116,7 @@ class ScalerServiceBackend(FileRecordsBackend):
         holds_size=False,
         head_tier=False,
         persistent_baseline=False,
+        observes_restarts=True,
     )
 
     def __init__(
@@ -345,8 +346,8 @@ class ScalerServiceBackend(FileRecordsBackend):
                 "pod); use the kubernetes backend for head_hw_tier",
                 cluster=str(ref),
             )
-        # Best effort, for error context only: the restart's own answer decides what happens.
-        before = self._state_or_none(ref)
+        # Best effort, for the wait's error context only: the restart's own answer decides what happens.
+        before = self._state_or_none(ref) if wait else None
         try:
             answer = self._client.restart_head(ref, deadline)
         except ScalingError as error:
@@ -355,12 +356,20 @@ class ScalerServiceBackend(FileRecordsBackend):
         pod = str(answer.get("pod") or ref.info.head_pod_name(ref.name))
         started_at = str(answer.get("started_at") or "")
         if not wait:
-            return RestartResult(str(ref), pod, started_at, False, self.get_state(ref), waited=False)
+            # Within the deadline: a caller that cannot block (the Flyte connector) sent this restart.
+            after = self._client.get_cluster(ref, Deadline(max(deadline.remaining, MIN_STATE_READ)))
+            return RestartResult(str(ref), pod, started_at, False, state_from_object(ref, after), waited=False)
         began = time.monotonic()
         self._wait_restarted(ref, pod, started_at, deadline.left_for_wait(), progress, before)
         return RestartResult(
             str(ref), pod, started_at, True, self.get_state(ref), waited=True, seconds_waited=time.monotonic() - began
         )
+
+    def _head_restarted(self, ref: ClusterRef, restart: RestartResult) -> Tuple[bool, ClusterState]:
+        """The service's restart status since the restart's ``started_at`` is ``restarted_and_ready``."""
+        answer = self._client.restart_status(ref, restart.started_at)
+        done = answer is not None and answer.get("status") == "restarted_and_ready"
+        return done, self.get_state(ref)
 
     def _wait_restarted(
         self, ref: ClusterRef, pod: str, started_at: str, timeout: float, progress: Optional[ProgressReporter],
@@ -443,6 +452,10 @@ class _ListedSchedule:
         """An endless iterator of sleep intervals in seconds."""
         for step in self.base.intervals():
             yield min(step, LISTED_POLL_INTERVAL) if self.listed() else step
+
+
+MIN_STATE_READ = 1.0
+"""Seconds the state read after a restart sent without waiting gets when the deadline is (nearly) spent."""
 
 
 def _timed_out(
