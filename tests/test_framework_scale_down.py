@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from flyteidl.core.execution_pb2 import TaskExecution
 
+from flytekitplugins_ddlscale import ReplicaSpec
 from flytekitplugins_ddlscale.connector import ScalingConnector
 from flytekitplugins_ddlscale.errors import ScalingTimeoutError
 from flytekitplugins_ddlscale.phase import cluster_phase
@@ -98,7 +99,8 @@ def test_cli_restore_returns_once_the_head_dropped_the_removed_workers(cluster):
 
 def test_a_phase_restore_returns_once_the_head_dropped_the_removed_workers(cluster):
     name, head = cluster
-    with cluster_phase(name, 3, timeout=60, reassert_interval=None, deck=False):
+    # The cluster already runs 3, so the phase would give back 3 as found: an explicit restore shrinks it.
+    with cluster_phase(name, 3, restore=ReplicaSpec(1), timeout=60, reassert_interval=None, deck=False):
         gone_at = head.leave_after(2, LINGER)
     _dropped(head, gone_at)
 

@@ -578,7 +578,8 @@ class KubernetesBackend(BaseBackend):
             if fresh or "obj" not in holder:
                 holder["obj"] = self._read(ref, deadline)
             state = self._state(ref, holder["obj"], list(pods.values()))
-            ready = any(_new_head(p, old_uid, tier_id) for p in pods.values())
+            # Every pod of the cluster is watched: only a head pod counts.
+            ready = any(fresh_head(p) and _new_head(p, old_uid, tier_id) for p in pods.values())
             return ready, state, int(ready)
 
         # All the cluster's pods, so the state the wait ends with counts the workers too.
