@@ -20,7 +20,7 @@ from typing import Dict, List
 import pytest
 from click.testing import CliRunner
 
-from flytekitplugins_ddlscale import ClusterRef, ScaleCluster, UnsupportedOperationError
+from flytekitplugins_ddlscale import ClusterRef, ReplicaSpec, ScaleCluster, UnsupportedOperationError
 from flytekitplugins_ddlscale.backends.local import LocalBackend, procs
 from flytekitplugins_ddlscale.backends.local.ray_ops import RAY_EXECUTABLE_ENV
 from flytekitplugins_ddlscale.cli.local_commands import local
@@ -197,7 +197,10 @@ def test_surfaces_wait_until_the_real_ray_worker_joined(surface, b, scaler, monk
         result = json.loads(done.stdout)
         proof, ready = result["readiness"], result["final"]["ready_workers"]
     else:
-        with cluster_phase("ray/ray-fw", 1, timeout=timeout, reassert_interval=None, deck=False) as phase:
+        # The real worker is not the scaler test server's to remove: the phase gives back the size the real
+        # head keeps listing, so the framework check after its restore (at most N registered) holds.
+        with cluster_phase("ray/ray-fw", 1, restore=ReplicaSpec(1), timeout=timeout, reassert_interval=None,
+                           deck=False) as phase:
             proof, ready = phase.framework_check, len(dashboard_nodes(b))
     assert len(dashboard_nodes(b)) == 1 and ready == 1
     assert b.wait_for_workers(REF, 1, timeout=10).ready_workers == 1
