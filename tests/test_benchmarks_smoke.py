@@ -27,7 +27,8 @@ NO_JAVA = pytest.mark.skipif(
     reason="Java is absent: local Spark clusters need Java 17+ (apt-get install openjdk-17-jre-headless)",
 )
 LANE = {"local_spark", "local_frameworks"}
-NEEDS = {"local_spark": [NO_JAVA, pytest.mark.ray_or_spark], "local_frameworks": [pytest.mark.ray_or_spark]}
+"""Benchmarks that start Ray nodes or Spark JVMs (marked ``ray_or_spark``: they run one after another)."""
+NEEDS = {"local_spark": [NO_JAVA]}
 
 
 def _non_daemon_threads():
@@ -48,7 +49,11 @@ def _check_document(doc, out_dir, name):
 
 
 @pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=[pytest.mark.slow] * (n in SLOW) + NEEDS.get(n, [])) for n in BENCHMARKS]
+    "name",
+    [
+        pytest.param(n, marks=[pytest.mark.slow] * (n in SLOW) + [pytest.mark.ray_or_spark] * (n in LANE) + NEEDS.get(n, []))
+        for n in BENCHMARKS
+    ],
 )
 def test_benchmark_runs_quick_and_writes_a_well_formed_result(name, tmp_path, monkeypatch):
     # The benchmark's temporary folders go under this test's own folder, so the leftover check below sees
