@@ -2,12 +2,20 @@
 
 API servers and services restart routinely (upgrades, rescheduling, a rolling
 update of a one-replica Deployment). For seconds they refuse or reset
-connections, fail TLS handshakes or answer 429/5xx. Reads inside a wait keep
+connections, fail TLS handshakes or answer 429/5xx; once back, a restarted
+Kubernetes API server (or scaler service) answers 401/403 for a few more
+seconds while its authorization caches fill. Reads inside a wait keep
 trying through that until the wait's own deadline (capped, jittered
 backoff); a mutation is retried only when it was refused before anything
-was sent. An :class:`OutageTracker` per backend connection logs ONCE when an
-outage starts and ONCE when it ends (with its length), and remembers the
-outages so a timeout can say how long the backend was unreachable.
+was sent, or refused with 401/403 (a refused request did nothing). An
+:class:`OutageTracker` per backend connection logs ONCE when an outage
+starts and ONCE when it ends (with its length), and remembers the outages so
+a timeout can say how long the backend was unreachable.
+
+Two things are NOT an outage and fail at once: a backend that has never
+answered (connection refused, name not resolved, TLS failure: more likely a
+wrong address than a restart; :class:`NeverReachedError`), and a 401/403
+that does not follow an outage (the caller lacks the permission).
 """
 import logging
 import ssl
@@ -28,6 +36,16 @@ OUTAGE_BACKOFF = Backoff(initial=0.2, factor=2.0, cap=2.0, jitter=0.5)
 of that, so clients waiting on the same restart do not all reconnect at the same instant."""
 MAX_REMEMBERED = 256
 """Outages kept per tracker (older ones only matter to waits that ended long ago)."""
+NO_WAIT_LIMIT = 30.0
+"""Seconds an operation that does not wait for its workers (``wait=False``, ``--no-wait``, the
+connector's requests) rides out an outage: its timeout is for the wait it does not do, and a
+caller that chose not to wait should not hang for the 900 s default."""
+
+
+class NeverReachedError(BackendUnavailableError):
+    """The backend has not answered once since this process's clients of it were made: the address,
+    name, port, TLS settings or network are more likely wrong than the backend restarting, so this
+    is not ridden out as an outage."""
 
 
 def _seconds(value: float) -> str:
@@ -48,12 +66,34 @@ class OutageTracker:
         self._clock = clock
         self._lock = threading.Lock()
         self._down_since: Optional[float] = None
+        self._reached = False
+        self._refusing = False
         self._past: Deque[Tuple[float, float]] = deque(maxlen=MAX_REMEMBERED)
 
     @property
     def down(self) -> bool:
         """True while the last attempt failed with an outage symptom."""
         return self._down_since is not None
+
+    @property
+    def reached(self) -> bool:
+        """True once the backend has answered a request (anything but 401/403, 5xx included)."""
+        return self._reached
+
+    def answered(self) -> None:
+        """The backend answered (it is at this address); 401/403 do not count."""
+        self._reached = True
+
+    def refusing(self, reason: str) -> None:
+        """The backend, back after an outage, refused a request (401/403); logs once per outage."""
+        with self._lock:
+            if self._refusing or self._down_since is None:
+                return
+            self._refusing = True
+        self._logger.warning(
+            "%s answers %s after its outage (a restarted server's authorization caches are still filling); "
+            "waits keep retrying until their deadline", self.what, reason,
+        )
 
     def current_outage(self) -> Optional[float]:
         """Seconds the ongoing outage has lasted so far; None while the backend answers."""
@@ -73,6 +113,7 @@ class OutageTracker:
         """The backend answered; logs the outage's length if one was going on."""
         with self._lock:
             since, self._down_since = self._down_since, None
+            self._refusing = False
             if since is None:
                 return
             now = self._clock()
@@ -143,6 +184,7 @@ def retry_through_outage(
     deadline: Optional[Deadline],
     retry_if: Callable[[Exception], bool] = lambda exc: True,
     answered: Tuple[Type[BaseException], ...] = (),
+    refused: Callable[[Exception], Optional[str]] = lambda exc: None,
     backoff: Backoff = OUTAGE_BACKOFF,
     sleep: Callable[[float], None] = time.sleep,
 ) -> T:
@@ -152,29 +194,59 @@ def retry_through_outage(
     refused or reset, TLS handshake, 429, 5xx), else None; such a failure is
     reported to ``tracker`` and, if ``retry_if(exc)`` (default: always; a
     mutation passes "nothing was sent"), tried again after a jittered pause.
-    Any other error is raised at once (exceptions of the ``answered`` types
-    count as the backend being reachable). Without a ``deadline`` there is one
-    attempt; at the deadline the last error is raised.
+    Exceptions of the ``answered`` types are answers of the backend (it is
+    reachable, even when it answered 5xx). A symptom without an answer from a
+    backend that never answered raises :class:`NeverReachedError` at once.
+    ``refused(exc)`` names a 401/403 answer, else None: right after an outage
+    (the tracker is still down, the backend answered before) it is tried
+    again like a symptom (the request did nothing, so even a mutation is safe
+    to repeat) and logged once; otherwise it is raised at once. Any other
+    error is raised at once. Without a ``deadline`` there is one attempt; at
+    the deadline the last error is raised.
     """
     pauses = backoff.intervals()
     while True:
         try:
             result = call()
         except Exception as exc:  # noqa: BLE001 - classified, then re-raised or retried
-            reason = symptom(exc)
-            if reason is None:
-                if isinstance(exc, answered):
+            refusal = refused(exc)
+            if refusal is not None:
+                if not (tracker.down and tracker.reached):
                     tracker.recovered()
-                raise
-            tracker.failed(reason)
-            if deadline is None or deadline.expired or not retry_if(exc):
-                raise
+                    raise
+                tracker.refusing(refusal)
+                if deadline is None or deadline.expired:
+                    raise
+            else:
+                reason = symptom(exc)
+                if reason is None:
+                    if isinstance(exc, answered):
+                        tracker.answered()
+                        tracker.recovered()
+                    raise
+                if isinstance(exc, answered):
+                    tracker.answered()
+                elif not tracker.reached:
+                    raise never_reached(tracker, reason) from exc
+                tracker.failed(reason)
+                if deadline is None or deadline.expired or not retry_if(exc):
+                    raise
             sleep(min(next(pauses), deadline.remaining))
             if deadline.expired:
                 raise
         else:
+            tracker.answered()
             tracker.recovered()
             return result
+
+
+def never_reached(tracker: OutageTracker, reason: str) -> NeverReachedError:
+    """The error of a first request that got no answer from ``tracker``'s backend (``reason``)."""
+    return NeverReachedError(
+        f"{tracker.what} could not be reached ({reason}) and has not answered once: not retried as an "
+        "outage, since a backend that was never reached more likely has a wrong address, port, name or TLS "
+        "setting, or a network in between refuses; check them and try again"
+    )
 
 
 def outage_timeout(

@@ -11,8 +11,10 @@ attempt at most the time left; reads then ride out an outage until the
 deadline (:mod:`flytekitplugins_ddlscale.outage`), while writes are tried
 again only when the connection was refused before anything was sent (the
 caller decides about the rest, since only it knows whether a write is safe
-to repeat). ``KubeApi.outage`` logs each outage once when it starts and once
-when it ends.
+to repeat). A 401/403 right after an outage is the restarted server's
+authorization warming up and is ridden out the same way; a server that never
+answered is not an outage (:class:`~flytekitplugins_ddlscale.outage.NeverReachedError`).
+``KubeApi.outage`` logs each outage once when it starts and once when it ends.
 """
 import json
 import logging
@@ -59,9 +61,11 @@ def _status_message(exc: Any) -> str:
 
 
 def translate(exc: Exception, verb: str, resource: str, name: Optional[str], namespace: str) -> ScalingError:
-    """The typed error for an API exception from ``verb`` on ``resource``."""
+    """The typed error for an API exception from ``verb`` on ``resource`` (a typed error as it is)."""
     from kubernetes.client.exceptions import ApiException
 
+    if isinstance(exc, ScalingError):
+        return exc
     target = f"{resource} {name!r}" if name else resource
     where = f"{target} in namespace {namespace!r}"
     if not isinstance(exc, ApiException):
@@ -100,6 +104,15 @@ def _symptom(exc: Exception) -> Optional[str]:
     if isinstance(exc, (HTTPError, OSError, http.client.HTTPException)) and not cert_verification_failed(exc):
         reason = getattr(exc, "reason", None)
         return type(reason if isinstance(reason, Exception) else exc).__name__
+    return None
+
+
+def _refused(exc: Exception) -> Optional[str]:
+    """"HTTP 401"/"HTTP 403" for an API server's refusal, else None."""
+    from kubernetes.client.exceptions import ApiException
+
+    if isinstance(exc, ApiException) and exc.status in (401, 403):
+        return f"HTTP {exc.status}"
     return None
 
 
@@ -166,6 +179,7 @@ class KubeApi:
     ) -> Any:
         return retry_through_outage(
             call, tracker=self.outage, symptom=_symptom, deadline=deadline, retry_if=retry_if, answered=_answer_types(),
+            refused=_refused,
         )
 
     def get_cluster(

@@ -27,7 +27,7 @@ from ...errors import (
 )
 from ...inplace import Reach
 from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
-from ...outage import OUTAGE_BACKOFF, outage_timeout
+from ...outage import OUTAGE_BACKOFF, NeverReachedError, outage_timeout
 from ...progress import ProgressReporter
 from ...records import BASELINE_ANNOTATION, CLAIMS_ANNOTATION, Claim, decode_claims, encode_claims, largest_claim
 from ...refs import DEFAULT_NAMESPACE, GROUP_SEPARATOR, KINDS, LABEL_HW_TIER, LABEL_OWNER, ClusterRef, validate_name
@@ -50,10 +50,12 @@ logger = logging.getLogger("flytekitplugins_ddlscale.kubernetes")
 
 @dataclass(frozen=True)
 class _Patched:
-    """What the wait after a patch needs: the tier id its workers carry, the object it left."""
+    """What the wait after a patch needs: the tier id its workers carry, the object it left, and the
+    operation's deadline (which also bounds the state read reported without a wait)."""
 
     tier_id: Optional[str]
     after: Dict[str, Any]
+    deadline: Deadline
 
 
 def _annotations(obj: Dict[str, Any]) -> Dict[str, str]:
@@ -234,6 +236,8 @@ class KubernetesBackend(BaseBackend):
                 if conflicts >= self.conflict_retries:
                     break
                 pause = random.uniform(0.01, 0.05) * conflicts
+            except NeverReachedError:
+                raise
             except BackendUnavailableError:
                 # Safe to repeat, never a blind resend: the patch is rebuilt from
                 # a fresh read and carries its resourceVersion, so it never applies twice.
@@ -343,28 +347,40 @@ class KubernetesBackend(BaseBackend):
             self._hold_elsewhere(ref, others, outcome["effective"], deadline)
         return self._change(
             ref, replicas, outcome["effective"], outcome["capped"], previous, after, tier.id if tier else None,
-            worker_hw_tier,
+            worker_hw_tier, deadline,
         )
 
     def _change(
         self, ref: ClusterRef, requested: int, effective: int, capped: bool, previous: ClusterState,
-        after: Dict[str, Any], tier_id: Optional[str], tier_name: Optional[str], *, restoring: bool = False,
+        after: Dict[str, Any], tier_id: Optional[str], tier_name: Optional[str], deadline: Deadline, *,
+        restoring: bool = False,
     ) -> Change:
         """A sent patch, with what its wait needs: the tier id new workers carry, the object it left."""
         result = ScaleResult(
             cluster=self._label(ref), requested=requested, effective=effective, capped=capped,
             previous=previous, final=previous, waited=False, worker_hw_tier=tier_name,
         )
-        return Change(result, restoring=restoring, detail=_Patched(tier_id, after))
+        return Change(result, restoring=restoring, detail=_Patched(tier_id, after, deadline))
 
     def _unwaited(self, ref: ClusterRef, change: Change) -> ClusterState:
-        return self._state(ref, change.detail.after, self._pods(ref))
+        deadline = Deadline(change.detail.deadline.left_for_wait())
+        with self._until(ref, deadline, f"the pods of {self._label(ref)} after the change", {}):
+            return self._state(ref, change.detail.after, self._pods(ref, deadline=deadline))
+
+    def _final_state(self, ref: ClusterRef, deadline: Deadline, what: str) -> ClusterState:
+        """The cluster at the end of an operation, riding out an outage for what is left of ``deadline``
+        (at least :data:`~flytekitplugins_ddlscale.waiting.MIN_WAIT`); then a timeout waiting for ``what``."""
+        left = Deadline(deadline.left_for_wait())
+        with self._until(ref, left, what, {}):
+            return self._state(ref, self._read(ref, left), self._pods(ref, deadline=left))
 
     def _observe_for_wait(self, ref: ClusterRef, replicas: int, deadline: Deadline) -> Optional[ClusterState]:
         """The object at the start of a wait; None while the API server cannot be read (the wait
         rides out the outage), unless that read already used up the deadline."""
         try:
             obj = self._read(ref, deadline)
+        except NeverReachedError:
+            raise
         except BackendUnavailableError as error:
             if not deadline.expired:
                 return None
@@ -463,7 +479,7 @@ class KubernetesBackend(BaseBackend):
                     pass  # already replaced by someone else: the wait below still needs a new Ready head
         begun = time.monotonic()
         if not wait:
-            state = self.get_state(ref)
+            state = self._final_state(ref, deadline, f"the state of {self._label(ref)} after its head restart")
             return RestartResult(self._label(ref), old_name, started_at, False, state, False, 0.0, head_hw_tier)
         state = self._wait_head(ref, old_uid, tier.id if tier else None, deadline.left_for_wait(), progress)
         return RestartResult(
@@ -557,7 +573,7 @@ class KubernetesBackend(BaseBackend):
         requested = target.replicas if target is not None else outcome["effective"]
         return self._change(
             ref, requested, outcome["effective"], outcome["capped"], previous, after, outcome["tier"],
-            target.worker_hw_tier if target is not None else None, restoring=True,
+            target.worker_hw_tier if target is not None else None, deadline, restoring=True,
         )
 
     def _target_tiers(
@@ -627,7 +643,7 @@ class KubernetesBackend(BaseBackend):
             return None
         return self._change(
             ref, outcome["requested"], outcome["effective"], outcome["capped"], previous, after, outcome["tier"],
-            outcome["name"], restoring=outcome["restoring"],
+            outcome["name"], deadline, restoring=outcome["restoring"],
         )
 
     def _restore_spec(

@@ -35,7 +35,7 @@ from ...filerecords import FileBookkeeping
 from ...filestore import STATE_DIR_ENV, FileRecordStore
 from ...inplace import Reach, state_dir_env
 from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult
-from ...outage import outage_timeout
+from ...outage import NeverReachedError, outage_timeout
 from ...progress import ProgressReporter, WaitProgress
 from ...refs import ClusterRef
 from ...sharing import current_shared_reads
@@ -204,9 +204,20 @@ class ScalerServiceBackend(FileRecordsBackend):
         except ScalingError as error:
             raise _timed_out(error, deadline, f"{what} to be accepted", ref, self._client) from None
 
+    def _final_state(self, ref: ClusterRef, deadline: Deadline, what: str) -> ClusterState:
+        """The cluster at the end of an operation, riding out an outage for what is left of ``deadline``
+        (at least :data:`~flytekitplugins_ddlscale.waiting.MIN_WAIT`); then a timeout waiting for ``what``."""
+        left = Deadline(deadline.left_for_wait())
+        try:
+            return state_from_object(ref, self._client.get_cluster(ref, left))
+        except ScalingError as error:
+            raise _timed_out(error, left, what, ref, self._client) from None
+
     def _observe_for_wait(self, ref: ClusterRef, replicas: int, deadline: Deadline) -> Optional[ClusterState]:
         try:
             return state_from_object(ref, self._client.poll_cluster(ref, deadline, SHARED_POLL_AGE))
+        except NeverReachedError:
+            raise
         except BackendUnavailableError as error:
             if deadline.expired:
                 raise _timed_out(error, deadline, f"{replicas} worker pods of {ref}", ref, self._client) from None
@@ -343,12 +354,14 @@ class ScalerServiceBackend(FileRecordsBackend):
             raise _timed_out(error, deadline, f"the head restart of {ref} to be accepted", ref, self._client) from None
         pod = str(answer.get("pod") or ref.info.head_pod_name(ref.name))
         started_at = str(answer.get("started_at") or "")
+        final = f"the state of {ref} after its head restart"
         if not wait:
-            return RestartResult(str(ref), pod, started_at, False, self.get_state(ref), waited=False)
+            return RestartResult(str(ref), pod, started_at, False, self._final_state(ref, deadline, final), waited=False)
         began = time.monotonic()
         self._wait_restarted(ref, pod, started_at, deadline.left_for_wait(), progress, before)
         return RestartResult(
-            str(ref), pod, started_at, True, self.get_state(ref), waited=True, seconds_waited=time.monotonic() - began
+            str(ref), pod, started_at, True, self._final_state(ref, deadline, final), waited=True,
+            seconds_waited=time.monotonic() - began,
         )
 
     def _wait_restarted(
