@@ -30,7 +30,7 @@ from ...errors import (
     ScalingError,
     UnauthorizedError,
 )
-from ...outage import cert_verification_failed, retry_through_outage, shared_tracker
+from ...outage import cert_verification_failed, connection_reset, retry_through_outage, shared_tracker
 from ...redaction import redact
 from ...refs import CRD_GROUP, CRD_VERSION
 from ...waiting import Deadline
@@ -124,6 +124,15 @@ def _nothing_sent(exc: Exception) -> bool:
     return isinstance(reason, (NewConnectionError, ConnectTimeoutError))
 
 
+def _unconnected(exc: Exception) -> bool:
+    """No connection could be made: refused, name not resolved, connect timeout, TLS handshake failed
+    (a reset is not: something accepted the connection)."""
+    from urllib3.exceptions import MaxRetryError, SSLError
+
+    reason = exc.reason if isinstance(exc, MaxRetryError) else exc
+    return (_nothing_sent(exc) or isinstance(reason, SSLError)) and not connection_reset(exc)
+
+
 def _answer_types() -> Tuple[type, ...]:
     from kubernetes.client.exceptions import ApiException
 
@@ -179,7 +188,7 @@ class KubeApi:
     ) -> Any:
         return retry_through_outage(
             call, tracker=self.outage, symptom=_symptom, deadline=deadline, retry_if=retry_if, answered=_answer_types(),
-            refused=_refused,
+            unconnected=_unconnected, refused=_refused,
         )
 
     def get_cluster(
@@ -293,6 +302,9 @@ class KubeApi:
         except ReadTimeoutError:
             return
         except Exception as exc:  # noqa: BLE001 - a dropped stream is expected; the caller resumes
+            # A stream cut mid-way is how a restarting server goes away: the 401/403 of the server
+            # that comes back is then ridden out, even if no connection was refused in between.
+            self.outage.interrupted()
             raise BackendUnavailableError(
                 f"watch of pods in namespace {namespace!r} broke: {type(exc).__name__}"
             ) from None

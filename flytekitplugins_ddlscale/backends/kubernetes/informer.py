@@ -334,7 +334,7 @@ class PodInformer:
                     self._fail(exc)
                     break
                 except (BackendUnavailableError, UnauthorizedError) as exc:
-                    if isinstance(exc, UnauthorizedError) and not (self.api.outage.down and self.api.outage.reached):
+                    if isinstance(exc, UnauthorizedError) and not (self.api.outage.down and self.api.outage.served):
                         self._fail(exc)
                         break
                     # A dropped stream resumes from the last version seen; an outage is ridden out,

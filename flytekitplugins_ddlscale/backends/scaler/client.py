@@ -24,7 +24,7 @@ from ...domino_auth import DominoAuth, ProxyUnavailableError
 from ...errors import BackendUnavailableError, ClusterNotFoundError, UnauthorizedError, UnsupportedOperationError
 from ...redaction import register_secret
 from ...refs import ClusterRef
-from ...outage import cert_verification_failed, retry_through_outage, shared_tracker
+from ...outage import cert_verification_failed, connection_reset, retry_through_outage, shared_tracker
 from ...waiting import Backoff, Deadline
 from .errors import error_from_response, response_body
 from .polls import LIST_FROM, max_rps_from, pacer_for, polls_for
@@ -196,7 +196,7 @@ class ScalerClient:
             return retry_through_outage(
                 attempt, tracker=self.outage, symptom=_symptom, deadline=deadline,
                 retry_if=(lambda exc: True) if riding else _nothing_sent, answered=(_RetryStatus,),
-                refused=_refusal, sleep=self._sleep,
+                unconnected=_unconnected, refused=_refusal, sleep=self._sleep,
             )
 
         rounds = 1 + (self.retries if retry and not riding else 0)
@@ -421,6 +421,12 @@ def _nothing_sent(exc: Exception) -> bool:
     """The connection could not be opened (refused, timed out, TLS handshake) or no token could be had,
     so no request left."""
     return isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, ProxyUnavailableError))
+
+
+def _unconnected(exc: Exception) -> bool:
+    """No connection could be made to the service: refused, name not resolved, connect timeout, TLS handshake
+    failed (a reset is not: something accepted the connection)."""
+    return isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)) and not connection_reset(exc)
 
 
 def _describe(exc: Exception) -> str:
