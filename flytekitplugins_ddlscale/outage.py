@@ -268,7 +268,7 @@ def retry_through_outage(
                 if isinstance(exc, answered):
                     tracker.answered(served=False)
                 elif unconnected(exc) and not tracker.reached:
-                    raise never_reached(tracker, reason) from exc
+                    raise _never_reached(tracker, reason) from exc
                 tracker.failed(reason)
                 if deadline is None or deadline.expired or not retry_if(exc):
                     raise
@@ -281,7 +281,7 @@ def retry_through_outage(
             return result
 
 
-def never_reached(tracker: OutageTracker, reason: str) -> NeverReachedError:
+def _never_reached(tracker: OutageTracker, reason: str) -> NeverReachedError:
     """The error of a first request that got no answer from ``tracker``'s backend (``reason``)."""
     return NeverReachedError(
         f"{tracker.what} could not be reached ({reason}) and has not answered once: not retried as an "

@@ -54,8 +54,8 @@ def restartable() -> Iterator[Envtest]:
 
 
 def refusals(caplog: pytest.LogCaptureFixture) -> int:
-    return sum(1 for r in caplog.records
-               if r.name.startswith("flytekitplugins_ddlscale") and "answers HTTP 403 after its outage" in r.getMessage())
+    return sum(1 for r in caplog.records if r.name.startswith("flytekitplugins_ddlscale")
+               and "answers HTTP 403 after its outage" in r.getMessage())
 
 
 def test_a_wait_by_the_role_bound_user_rides_out_an_api_server_restart_and_its_cold_authorization(

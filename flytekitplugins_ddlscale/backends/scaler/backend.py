@@ -356,7 +356,8 @@ class ScalerServiceBackend(FileRecordsBackend):
         started_at = str(answer.get("started_at") or "")
         final = f"the state of {ref} after its head restart"
         if not wait:
-            return RestartResult(str(ref), pod, started_at, False, self._final_state(ref, deadline, final), waited=False)
+            state = self._final_state(ref, deadline, final)
+            return RestartResult(str(ref), pod, started_at, False, state, waited=False)
         began = time.monotonic()
         self._wait_restarted(ref, pod, started_at, deadline.left_for_wait(), progress, before)
         return RestartResult(
