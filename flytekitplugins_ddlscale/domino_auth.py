@@ -10,6 +10,11 @@ Order (first that is available wins):
 3. ``$DOMINO_TOKEN`` (bearer);
 4. ``$DOMINO_API_KEY`` (``X-Domino-Api-Key`` header).
 
+A token fetch that fails because the proxy is unreachable or answers 429/5xx
+raises :class:`ProxyUnavailableError`, which the scaler client rides out as
+part of an outage (the proxy and the service restart with the platform);
+any other answer is :class:`UnauthorizedError`.
+
 Every value read is registered with :mod:`.redaction` so it can never reach
 logs or error messages.
 """
@@ -25,6 +30,13 @@ from .redaction import register_secret
 API_KEY_HEADER = "X-Domino-Api-Key"
 REFRESH_STATUSES = (401, 403)
 """Answers after which a proxy token is fetched anew and the request sent once more."""
+UNAVAILABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
+"""Answers of ``/access-token`` from a proxy that is overloaded or restarting."""
+
+
+class ProxyUnavailableError(BackendUnavailableError):
+    """``$DOMINO_API_PROXY`` could not hand out a token now (unreachable, or 429/5xx): no request
+    was sent with it, so the request is safe to try again."""
 
 
 class DominoAuth(httpx.Auth):
@@ -76,9 +88,14 @@ class DominoAuth(httpx.Auth):
         try:
             response = httpx.get(url, timeout=self._proxy_timeout, verify=self._verify)
         except httpx.HTTPError as exc:
-            raise BackendUnavailableError(
+            raise ProxyUnavailableError(
                 f"could not get an access token from DOMINO_API_PROXY ({type(exc).__name__})"
             ) from None
+        if response.status_code in UNAVAILABLE_STATUSES:
+            raise ProxyUnavailableError(
+                f"DOMINO_API_PROXY /access-token answered HTTP {response.status_code}",
+                status_code=response.status_code,
+            )
         if response.status_code != 200:
             raise UnauthorizedError(
                 f"DOMINO_API_PROXY /access-token answered HTTP {response.status_code}",

@@ -2,12 +2,22 @@
 
 API servers and services restart routinely (upgrades, rescheduling, a rolling
 update of a one-replica Deployment). For seconds they refuse or reset
-connections, fail TLS handshakes or answer 429/5xx. Reads inside a wait keep
+connections, fail TLS handshakes or answer 429/5xx; once back, a restarted
+Kubernetes API server (or scaler service) answers 401/403 for a few more
+seconds while its authorization caches fill. Reads inside a wait keep
 trying through that until the wait's own deadline (capped, jittered
 backoff); a mutation is retried only when it was refused before anything
-was sent. An :class:`OutageTracker` per backend connection logs ONCE when an
-outage starts and ONCE when it ends (with its length), and remembers the
-outages so a timeout can say how long the backend was unreachable.
+was sent, or refused with 401/403 (a refused request did nothing). An
+:class:`OutageTracker` per backend connection logs ONCE when an outage
+starts and ONCE when it ends (with its length), and remembers the outages so
+a timeout can say how long the backend was unreachable.
+
+Two things are NOT an outage and fail at once: a backend that has never
+answered and to which no connection can be made (refused, name not resolved,
+TLS handshake failing: more likely a wrong address than a restart;
+:class:`NeverReachedError`), and a 401/403 that does not follow an outage
+(the caller lacks the permission). A backend that accepts connections but
+has not answered yet (hung, slow) is ridden out.
 """
 import logging
 import ssl
@@ -15,7 +25,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from typing import Callable, Deque, Optional, Tuple, Type, TypeVar
+from typing import Callable, Deque, Iterator, Optional, Tuple, Type, TypeVar
 
 from .errors import BackendUnavailableError, ScalingTimeoutError
 from .models import ClusterState
@@ -28,6 +38,19 @@ OUTAGE_BACKOFF = Backoff(initial=0.2, factor=2.0, cap=2.0, jitter=0.5)
 of that, so clients waiting on the same restart do not all reconnect at the same instant."""
 MAX_REMEMBERED = 256
 """Outages kept per tracker (older ones only matter to waits that ended long ago)."""
+BROKEN_WINDOW = 30.0
+"""Seconds after a connection to the backend broke mid-stream during which a 401/403 counts as the
+backend restarting (it may come back before a new connection was ever refused)."""
+NO_WAIT_LIMIT = 30.0
+"""Seconds an operation that does not wait for its workers (``wait=False``, ``--no-wait``, the
+connector's requests) rides out an outage: its timeout is for the wait it does not do, and a
+caller that chose not to wait should not hang for the 900 s default."""
+
+
+class NeverReachedError(BackendUnavailableError):
+    """The backend has not answered once since this process's clients of it were made: the address,
+    name, port, TLS settings or network are more likely wrong than the backend restarting, so this
+    is not ridden out as an outage."""
 
 
 def _seconds(value: float) -> str:
@@ -48,12 +71,52 @@ class OutageTracker:
         self._clock = clock
         self._lock = threading.Lock()
         self._down_since: Optional[float] = None
+        self._reached = False
+        self._served = False
+        self._broken_at: Optional[float] = None
+        self._refusing = False
         self._past: Deque[Tuple[float, float]] = deque(maxlen=MAX_REMEMBERED)
 
     @property
     def down(self) -> bool:
         """True while the last attempt failed with an outage symptom."""
         return self._down_since is not None
+
+    @property
+    def reached(self) -> bool:
+        """True once the backend has answered anything (401/403 and 5xx included): it is at this address."""
+        return self._reached
+
+    @property
+    def served(self) -> bool:
+        """True once the backend has served a request (an answer other than 401/403, 429 and 5xx)."""
+        return self._served
+
+    def answered(self, served: bool) -> None:
+        """The backend answered; ``served``: with an answer other than a refusal or an outage symptom."""
+        self._reached = True
+        self._served = self._served or served
+
+    def interrupted(self) -> None:
+        """A connection to the backend broke mid-stream (a watch cut): not logged, but a 401/403 within
+        :data:`BROKEN_WINDOW` seconds is taken for a restarted backend."""
+        self._broken_at = self._clock()
+
+    def unsettled(self) -> bool:
+        """True during an outage, or within :data:`BROKEN_WINDOW` seconds of a broken connection."""
+        broken = self._broken_at
+        return self.down or (broken is not None and self._clock() - broken < BROKEN_WINDOW)
+
+    def refusing(self, reason: str) -> None:
+        """The backend, back after an outage, refused a request (401/403); logs once per outage."""
+        with self._lock:
+            if self._refusing or self._down_since is None:
+                return
+            self._refusing = True
+        self._logger.warning(
+            "%s answers %s after its outage (a restarted server's authorization caches are still filling); "
+            "waits keep retrying until their deadline", self.what, reason,
+        )
 
     def current_outage(self) -> Optional[float]:
         """Seconds the ongoing outage has lasted so far; None while the backend answers."""
@@ -73,6 +136,7 @@ class OutageTracker:
         """The backend answered; logs the outage's length if one was going on."""
         with self._lock:
             since, self._down_since = self._down_since, None
+            self._refusing = False
             if since is None:
                 return
             now = self._clock()
@@ -118,21 +182,33 @@ def shared_tracker(what: str, logger: logging.Logger) -> OutageTracker:
         return tracker
 
 
-def cert_verification_failed(exc: BaseException) -> bool:
-    """True when ``exc`` (or anything it wraps) is a TLS certificate verification failure:
-    a wrong certificate does not heal by retrying."""
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and everything it wraps (causes, contexts, urllib3 reasons, exception arguments)."""
     seen = set()
     todo = [exc]
     while todo:
         current = todo.pop()
-        if current is None or id(current) in seen:
-            continue
+        if not isinstance(current, BaseException) or id(current) in seen:
+            continue  # None, or a ``reason`` that is text (ssl.SSLError's)
         seen.add(id(current))
-        if isinstance(current, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(current):
-            return True
+        yield current
         todo.extend([current.__cause__, current.__context__, getattr(current, "reason", None)])
         todo.extend(arg for arg in getattr(current, "args", ()) if isinstance(arg, BaseException))
-    return False
+
+
+def cert_verification_failed(exc: BaseException) -> bool:
+    """True when ``exc`` (or anything it wraps) is a TLS certificate verification failure:
+    a wrong certificate does not heal by retrying."""
+    return any(
+        isinstance(current, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(current)
+        for current in _chain(exc)
+    )
+
+
+def connection_reset(exc: BaseException) -> bool:
+    """True when ``exc`` (or anything it wraps) is a connection reset: something accepted the
+    connection (a proxy or a server going down), so the address is not what is wrong."""
+    return any(isinstance(current, ConnectionResetError) for current in _chain(exc))
 
 
 def retry_through_outage(
@@ -143,6 +219,8 @@ def retry_through_outage(
     deadline: Optional[Deadline],
     retry_if: Callable[[Exception], bool] = lambda exc: True,
     answered: Tuple[Type[BaseException], ...] = (),
+    unconnected: Callable[[Exception], bool] = lambda exc: False,
+    refused: Callable[[Exception], Optional[str]] = lambda exc: None,
     backoff: Backoff = OUTAGE_BACKOFF,
     sleep: Callable[[float], None] = time.sleep,
 ) -> T:
@@ -152,29 +230,64 @@ def retry_through_outage(
     refused or reset, TLS handshake, 429, 5xx), else None; such a failure is
     reported to ``tracker`` and, if ``retry_if(exc)`` (default: always; a
     mutation passes "nothing was sent"), tried again after a jittered pause.
-    Any other error is raised at once (exceptions of the ``answered`` types
-    count as the backend being reachable). Without a ``deadline`` there is one
-    attempt; at the deadline the last error is raised.
+    Exceptions of the ``answered`` types are answers of the backend (it is
+    reachable, even when it answered 5xx). A symptom for which
+    ``unconnected(exc)`` (no connection could be made: refused, name not
+    resolved, TLS handshake failed) from a backend that never answered raises
+    :class:`NeverReachedError` at once.
+    ``refused(exc)`` names a 401/403 answer, else None: right after an outage
+    (the tracker is still down or a connection broke lately, and the backend
+    served requests before) it is part of the outage and tried
+    again like a symptom (the request did nothing, so even a mutation is safe
+    to repeat) and logged once; otherwise it is raised at once. Any other
+    error is raised at once. Without a ``deadline`` there is one attempt; at
+    the deadline the last error is raised.
     """
     pauses = backoff.intervals()
     while True:
         try:
             result = call()
         except Exception as exc:  # noqa: BLE001 - classified, then re-raised or retried
-            reason = symptom(exc)
-            if reason is None:
-                if isinstance(exc, answered):
+            refusal = refused(exc)
+            if refusal is not None:
+                tracker.answered(served=False)
+                if not (tracker.served and tracker.unsettled()):
                     tracker.recovered()
-                raise
-            tracker.failed(reason)
-            if deadline is None or deadline.expired or not retry_if(exc):
-                raise
+                    raise
+                tracker.failed(refusal)
+                tracker.refusing(refusal)
+                if deadline is None or deadline.expired:
+                    raise
+            else:
+                reason = symptom(exc)
+                if reason is None:
+                    if isinstance(exc, answered):
+                        tracker.answered(served=True)
+                        tracker.recovered()
+                    raise
+                if isinstance(exc, answered):
+                    tracker.answered(served=False)
+                elif unconnected(exc) and not tracker.reached:
+                    raise _never_reached(tracker, reason) from exc
+                tracker.failed(reason)
+                if deadline is None or deadline.expired or not retry_if(exc):
+                    raise
             sleep(min(next(pauses), deadline.remaining))
             if deadline.expired:
                 raise
         else:
+            tracker.answered(served=True)
             tracker.recovered()
             return result
+
+
+def _never_reached(tracker: OutageTracker, reason: str) -> NeverReachedError:
+    """The error of a first request that got no answer from ``tracker``'s backend (``reason``)."""
+    return NeverReachedError(
+        f"{tracker.what} could not be reached ({reason}) and has not answered once: not retried as an "
+        "outage, since a backend that was never reached more likely has a wrong address, port, name or TLS "
+        "setting, or a network in between refuses; check them and try again"
+    )
 
 
 def outage_timeout(

@@ -19,6 +19,10 @@ MIN_WAIT = 0.1
 """Seconds a wait still gets when the earlier steps of its operation took (nearly) all of its timeout,
 so it reads the cluster at least once."""
 
+MIN_STATE_READ = 1.0
+"""Seconds the read of a cluster's state at the end of an operation still gets when the operation's
+deadline is (nearly) spent: a request needs longer than :data:`MIN_WAIT` to be answered."""
+
 
 class Deadline:
     """A point in monotonic time that a wait must not pass."""
@@ -47,6 +51,11 @@ class Deadline:
         """The timeout of a wait that ends an operation under this deadline: the time left,
         at least :data:`MIN_WAIT`."""
         return max(self.remaining, MIN_WAIT)
+
+    def left_for_state_read(self) -> float:
+        """The timeout of the state read that ends an operation under this deadline: the time left,
+        at least :data:`MIN_STATE_READ`."""
+        return max(self.remaining, MIN_STATE_READ)
 
 
 @dataclass(frozen=True)

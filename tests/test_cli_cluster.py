@@ -142,6 +142,16 @@ def test_unavailable_exits_6(run):
     assert result.exit_code == 6 and json.loads(result.stdout)["error"] == "backend_unavailable"
 
 
+@pytest.mark.parametrize("wait", ["--wait", "--no-wait"])
+def test_scale_on_a_service_never_reached_exits_6_at_once(run, wait):
+    # Riding this out as an outage would end in exit 3 after --timeout.
+    result = run("scale", "--kind", "ray", "--name", "ray-run1", "--replicas", "3", wait, "--timeout", "20", "--json",
+                 base_url="http://127.0.0.1:9")
+    assert result.exit_code == 6, result.stdout
+    error = json.loads(result.stdout)
+    assert error["error"] == "backend_unavailable" and "has not answered once" in error["message"]
+
+
 def test_timeout_exits_3_with_last_state(scaler_server, run):
     scaler_server.add_cluster("ray", "ray-run1", replicas=1, pod_ready_delay=30)
     result = run("scale", "--kind", "ray", "--name", "ray-run1", "--replicas", "3", "--timeout", "0.5", "--json")

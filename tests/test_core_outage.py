@@ -13,7 +13,12 @@ from typing import List
 
 import pytest
 
-from flytekitplugins_ddlscale.outage import OutageTracker, cert_verification_failed, retry_through_outage
+from flytekitplugins_ddlscale.outage import (
+    NeverReachedError,
+    OutageTracker,
+    cert_verification_failed,
+    retry_through_outage,
+)
 from flytekitplugins_ddlscale.waiting import Backoff, Deadline
 
 
@@ -152,6 +157,95 @@ def test_retries_stop_at_the_deadline(tracker):
             symptom=lambda exc: "refused", deadline=deadline, sleep=sleep,
         )
     assert len(slept) == 1 and slept[0] <= 0.05
+
+
+class Refused(Exception):
+    """A 403 answer."""
+
+
+def scripted(*answers: object):
+    """A call that raises or returns ``answers`` in turn, counting its calls."""
+    queue = iter(answers)
+
+    def call() -> object:
+        call.calls += 1  # type: ignore[attr-defined]
+        answer = next(queue)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    call.calls = 0  # type: ignore[attr-defined]
+    return call
+
+
+def classified(call, tracker, deadline=None):
+    return retry_through_outage(
+        call, tracker=tracker, symptom=lambda exc: type(exc).__name__ if isinstance(exc, OSError) else None,
+        deadline=deadline if deadline is not None else Deadline(30),
+        unconnected=lambda exc: isinstance(exc, ConnectionRefusedError),
+        refused=lambda exc: "HTTP 403" if isinstance(exc, Refused) else None, sleep=lambda s: None,
+    )
+
+
+def test_a_backend_never_reached_is_not_an_outage(tracker, caplog):
+    caplog.set_level(logging.INFO)
+    call = scripted(ConnectionRefusedError(), "ok")
+    with pytest.raises(NeverReachedError) as caught:
+        classified(call, tracker)
+    assert call.calls == 1 and "has not answered once" in str(caught.value)
+    assert messages(caplog) == [] and not tracker.down
+
+
+def test_a_backend_that_answered_once_is_ridden_out_when_it_refuses_connections(tracker):
+    classified(scripted("ok"), tracker)
+    call = scripted(ConnectionRefusedError(), ConnectionRefusedError(), "ok")
+    assert classified(call, tracker) == "ok" and call.calls == 3
+
+
+def test_a_backend_that_accepts_but_has_not_answered_yet_is_ridden_out(tracker):
+    call = scripted(ConnectionResetError(), TimeoutError(), "ok")  # connected, no answer yet: not "never reached"
+    assert classified(call, tracker) == "ok" and call.calls == 3
+
+
+def test_refusals_right_after_an_outage_are_ridden_out_and_logged_once(tracker, caplog):
+    caplog.set_level(logging.INFO)
+    classified(scripted("ok"), tracker)
+    call = scripted(ConnectionRefusedError(), Refused(), Refused(), Refused(), "ok")
+    assert classified(call, tracker) == "ok" and call.calls == 5
+    refusing = [m for m in messages(caplog) if "answers HTTP 403 after its outage" in m]
+    assert len(refusing) == 1 and not tracker.down
+
+
+def test_a_refusal_that_does_not_follow_an_outage_is_raised_at_once(tracker):
+    classified(scripted("ok"), tracker)
+    call = scripted(Refused(), "ok")
+    with pytest.raises(Refused):
+        classified(call, tracker)
+    assert call.calls == 1
+
+
+def test_a_refusal_on_first_contact_after_refused_connections_is_raised_at_once(tracker):
+    tracker.answered(served=False)  # it answered 503 before, but never served a request
+    call = scripted(ConnectionRefusedError(), Refused(), "ok")
+    with pytest.raises(Refused):
+        classified(call, tracker)
+    assert call.calls == 2
+
+
+def test_refusals_after_an_outage_end_at_the_deadline(tracker):
+    classified(scripted("ok"), tracker)
+    deadline = Deadline(30)
+    refusals = [Refused() for _ in range(3)]
+
+    def call() -> None:
+        if len(refusals) == 1:
+            deadline.expires = 0.0
+        raise refusals.pop() if refusals else ConnectionRefusedError()
+
+    tracker.failed("ConnectionRefusedError")
+    with pytest.raises(Refused):
+        classified(call, tracker, deadline)
+    assert tracker.down
 
 
 def test_jittered_backoff_stays_within_its_band():

@@ -15,6 +15,7 @@ from typing import Any, Dict, FrozenSet, Iterator, Optional, Protocol, Tuple, Ty
 from ..errors import InvalidInputError, ScalingError, ScalingTimeoutError, UnsupportedOperationError, WorkerFailedError
 from ..inplace import Reach, check_reachable, left_in_place
 from ..models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
+from ..outage import NO_WAIT_LIMIT
 from ..progress import ProgressReporter
 from ..leases import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
 from ..records import Claim
@@ -191,6 +192,12 @@ class ClusterBackend(Protocol):
         ...
 
 
+def _operation_deadline(timeout: float, wait: bool) -> Deadline:
+    """The deadline of an operation: its ``timeout``, or without ``wait`` at most
+    :data:`~flytekitplugins_ddlscale.outage.NO_WAIT_LIMIT` (the time it rides out an outage)."""
+    return Deadline(timeout if wait else min(timeout, NO_WAIT_LIMIT))
+
+
 @dataclass
 class Change:
     """A change a backend has sent or made, before the wait for its workers.
@@ -303,7 +310,7 @@ class BaseBackend:
         out or a worker cannot start, the change stays in place and the error
         names it and the command that restores the baseline.
         """
-        replicas, tier, deadline = self._check_size_request(ref, replicas, worker_hw_tier, timeout)
+        replicas, tier, deadline = self._check_size_request(ref, replicas, worker_hw_tier, timeout, wait)
         with self._changing(ref, deadline):
             change = self._scale_change(ref, replicas, tier, strict, deadline)
         return self._finish(ref, change, wait, deadline, progress)
@@ -321,7 +328,7 @@ class BaseBackend:
         tier = validate_tier_name(head_hw_tier, field="head_hw_tier")
         timeout = validate_timeout(timeout)
         self._served(ref)
-        return self._restart_head(ref, tier, wait, Deadline(timeout), progress)
+        return self._restart_head(ref, tier, wait, _operation_deadline(timeout, wait), progress)
 
     def head_restarted(self, ref: ClusterRef, restart: RestartResult) -> Tuple[bool, ClusterState]:
         """One look (no wait, nothing sent) at the restart ``restart_head(wait=False)`` returned:
@@ -375,7 +382,7 @@ class BaseBackend:
         timeout = validate_timeout(timeout)
         self._served(ref)
         self._check_target(ref, target)
-        deadline = Deadline(timeout)
+        deadline = _operation_deadline(timeout, wait)
         with self._changing(ref, deadline):
             change = self._restore_change(ref, target, deadline)
         return self._finish(ref, change, wait, deadline, progress)
@@ -424,7 +431,7 @@ class BaseBackend:
         timeout = validate_timeout(timeout)
         self._served(ref)
         self._check_target(ref, target)
-        deadline = Deadline(timeout)
+        deadline = _operation_deadline(timeout, wait)
         with self._changing(ref, deadline):
             change = self._reconcile_change(ref, target, deadline)
         return None if change is None else self._finish(ref, change, wait, deadline, progress)
@@ -449,7 +456,7 @@ class BaseBackend:
         return ref
 
     def _check_size_request(
-        self, ref: ClusterRef, replicas: object, worker_hw_tier: Optional[str], timeout: object
+        self, ref: ClusterRef, replicas: object, worker_hw_tier: Optional[str], timeout: object, wait: bool = True
     ) -> Tuple[int, Optional[str], Deadline]:
         """The checked worker count, tier name and the operation's deadline of a request to resize ``ref``."""
         count = validate_replicas(replicas)
@@ -457,7 +464,7 @@ class BaseBackend:
         seconds = validate_timeout(timeout)
         self._served(ref)
         self._check_tier(ref, tier, "worker_hw_tier")
-        return count, tier, Deadline(seconds)
+        return count, tier, _operation_deadline(seconds, wait)
 
     def _check_target(self, ref: ClusterRef, target: Optional[ReplicaSpec]) -> None:
         """Refuse a bad restore ``target`` before anything changes."""

@@ -15,7 +15,9 @@ a fresh data directory, RBAC on and two static-token users:
   that Role and RoleBinding.
 
 It writes a kubeconfig for each (TLS verified against a CA made here) and
-stops every process it started when closed.
+stops every process it started when closed. :meth:`ControlPlane.stop_apiserver`
+and :meth:`ControlPlane.start_apiserver` restart the API server on the same
+port, as an upgrade does (for a control plane of its own: the session's is shared).
 """
 import datetime
 import hashlib
@@ -216,7 +218,7 @@ class ControlPlane:
         self._wait_http("etcd", f"http://127.0.0.1:{client_port}/health", None)
         self.etcd_url = f"http://127.0.0.1:{client_port}"
         self.port = free_port()
-        self._spawn("kube-apiserver", [
+        self._apiserver_argv = [
             str(binaries["kube-apiserver"]), f"--etcd-servers=http://127.0.0.1:{client_port}",
             "--bind-address=127.0.0.1", f"--secure-port={self.port}", "--advertise-address=10.255.255.1",
             "--endpoint-reconciler-type=none", f"--cert-dir={certs}",
@@ -229,7 +231,8 @@ class ControlPlane:
             # Pod watches read etcd itself instead of the API server's cache, so compact() makes older
             # versions answer 410 Gone at once, as a long-running cluster's do (the cache would replay them).
             "--watch-cache-sizes=pods#0",
-        ])
+        ]
+        self._spawn("kube-apiserver", self._apiserver_argv)
         self._wait_http("kube-apiserver", f"{self.url}/readyz", self.admin_token)
         self.admin_kubeconfig = self._kubeconfig("admin", self.admin_token)
         self.user_kubeconfig = self._kubeconfig("user", self.user_token)
@@ -285,6 +288,34 @@ class ControlPlane:
         call("/v3/kv/compaction", {"revision": str(revision), "physical": True})
         return revision
 
+    def stop_apiserver(self) -> None:
+        """Stop the API server (SIGTERM, as a rolling upgrade does; SIGKILL after 10 s): clients get
+        "connection refused" until :meth:`start_apiserver`."""
+        process = self.processes.pop("kube-apiserver")
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+    def start_apiserver(self, ready: bool = False) -> None:
+        """Start the API server again on the same port with the same flags and data; returns once it
+        listens (``ready``: once ``/readyz`` answers 200)."""
+        self._spawn("kube-apiserver", self._apiserver_argv)
+        if ready:
+            self._wait_http("kube-apiserver", f"{self.url}/readyz", self.admin_token)
+            return
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            self.check_running()
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.02)
+        raise ControlPlaneError(f"kube-apiserver did not listen again within {START_TIMEOUT:.0f} s")
+
     def check_running(self) -> None:
         """Raise :class:`ControlPlaneError` naming a process that has exited, with its log's tail."""
         for name, process in self.processes.items():
@@ -293,7 +324,7 @@ class ControlPlane:
 
     # -- internals ---------------------------------------------------------
     def _spawn(self, name: str, argv: List[str]) -> None:
-        log = open(self.work / f"{name}.log", "wb")
+        log = open(self.work / f"{name}.log", "ab")  # appended: a restarted process keeps the earlier log
         try:
             self.processes[name] = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.work,

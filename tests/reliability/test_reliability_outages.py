@@ -10,9 +10,17 @@ state (the scale was applied, the wait is polling or watching). Contract:
 * each outage is logged exactly once when it starts and once when it ends;
 * an outage longer than the timeout ends in ``ScalingTimeoutError`` that says
   how long the backend was unreachable, with the last state seen;
-* errors retrying cannot fix (403, 404) end the wait at once, outage or not.
+* 401/403 right after an outage (a restarted server's authorization caches
+  are cold) are ridden out until the deadline, logged once; a 403 that does
+  not follow an outage, and a 404, end the wait at once;
+* a backend never reached (refused, name not resolved, TLS failing on first
+  contact) is not an outage: ``NeverReachedError`` at once;
+* an operation that does not wait rides out an outage for ``NO_WAIT_LIMIT``
+  seconds, not its (wait) timeout.
 """
 import logging
+import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, List, Tuple
@@ -22,6 +30,7 @@ from rel_helpers import When, polling, scale_bodies
 from rel_proxy import FaultProxy
 
 from flytekitplugins_ddlscale import (
+    BackendUnavailableError,
     ClusterNotFoundError,
     ClusterRef,
     ScalingTimeoutError,
@@ -36,6 +45,8 @@ OUTAGE = 3.0
 TIMEOUT = 30.0
 """Timeout of operations that must ride out an outage of OUTAGE seconds."""
 RAY = ClusterRef("ray", "ray-outage")
+REFUSING = 2.0
+"""Seconds a restarted server answers 403 after it listens again, in the cold-authorization tests."""
 
 
 def _proxy_for(url: str) -> FaultProxy:
@@ -54,6 +65,19 @@ def outage_lines(caplog: pytest.LogCaptureFixture) -> Tuple[List[str], List[str]
 def assert_one_outage_logged(caplog: pytest.LogCaptureFixture) -> None:
     down, up = outage_lines(caplog)
     assert len(down) == 1 and len(up) == 1, (down, up)
+
+
+def refusal_lines(caplog: pytest.LogCaptureFixture) -> List[str]:
+    """The plugin's "answers HTTP 40x after its outage" log lines."""
+    return [r.getMessage() for r in caplog.records
+            if r.name.startswith("flytekitplugins_ddlscale") and " after its outage " in r.getMessage()]
+
+
+def closed_port() -> int:
+    """A local port nothing listens on (bound, then closed)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 @pytest.fixture
@@ -127,6 +151,7 @@ def test_scaler_patch_refused_at_connect_is_sent_once_the_service_is_back(scaler
 
     client = ScalerClient(sproxy.url, auth=DominoAuth(api_key=DEFAULT_API_KEY), retries=0)
     try:
+        client.get_cluster(RAY)  # reached once: a refusal after this is an outage
         with When(lambda: True, lambda: sproxy.outage(1.5)) as fault:
             time.sleep(0.2)
             answer = client.scale(RAY, 3, None, Deadline(TIMEOUT))  # no retries left for anything sent
@@ -156,6 +181,7 @@ def test_scaler_restart_refused_before_sending_is_sent_exactly_once(
     make_scaler, scaler_server, sproxy, scaler_cluster, logs
 ):
     backend = make_scaler(base_url=sproxy.url)
+    backend.get_state(RAY)  # reached once: a refusal after this is an outage
     with When(lambda: True, lambda: sproxy.outage(OUTAGE)) as fault:
         time.sleep(0.2)
         result = backend.restart_head(RAY, wait=True, timeout=TIMEOUT)
@@ -220,20 +246,151 @@ def test_scaler_two_outages_in_one_wait_are_both_counted(make_scaler, scaler_ser
     assert len(down) == 2 and len(up) == 1, (down, up)
 
 
-def test_scaler_403_after_an_outage_ends_the_wait_at_once(make_scaler, scaler_server, sproxy, scaler_cluster):
+def test_scaler_403_for_seconds_after_an_outage_is_ridden_out(make_scaler, scaler_server, sproxy, scaler_cluster, logs):
+    backend = make_scaler(base_url=sproxy.url)
+    scaler_server.set_pod_ready_delay(1.0)
+
+    def restart_with_cold_authorization() -> None:
+        sproxy.go_down()
+        scaler_server.inject_faults("status", 10_000, status=403, path="/cluster/")
+        time.sleep(1.0)
+        sproxy.come_up()
+        time.sleep(REFUSING)
+        scaler_server.clear_faults()
+
+    with When(polling(scaler_server, RAY.name), restart_with_cold_authorization) as fault:
+        result = backend.scale(RAY, 3, wait=True, timeout=TIMEOUT)
+    assert fault.fired
+    assert result.final.existing_workers == 3
+    assert sum(1 for r in scaler_server.requests if r.status == 403) >= 2  # the wait met the refusals, more than once
+    assert scale_bodies(scaler_server, RAY.name) == [3]
+    assert_one_outage_logged(logs)
+    assert len(refusal_lines(logs)) == 1, refusal_lines(logs)
+
+
+def test_scaler_403_after_an_outage_that_persists_ends_at_the_deadline(
+    make_scaler, scaler_server, sproxy, scaler_cluster, logs
+):
     backend = make_scaler(base_url=sproxy.url)
     scaler_server.set_pod_ready_delay(60.0)
 
     def outage_then_refused() -> None:
         sproxy.go_down()
-        scaler_server.inject_faults("status", 100, status=403, path="/cluster/")
-        time.sleep(1.0)
+        scaler_server.inject_faults("status", 10_000, status=403, path="/cluster/")
+        time.sleep(0.5)
         sproxy.come_up()
 
     with When(polling(scaler_server, RAY.name), outage_then_refused) as fault:
         with pytest.raises(UnauthorizedError):
-            backend.scale(RAY, 3, wait=True, timeout=TIMEOUT)  # a timeout would be ScalingTimeoutError
+            backend.scale(RAY, 3, wait=True, timeout=4.0)
     assert fault.fired
+    assert sum(1 for r in scaler_server.requests if r.status == 403) >= 2
+    down, up = outage_lines(logs)
+    assert len(down) == 1 and up == [] and len(refusal_lines(logs)) == 1
+
+
+def test_scaler_403_without_an_outage_ends_the_wait_at_once(make_scaler, scaler_server, scaler_cluster, logs):
+    backend = make_scaler()
+    scaler_server.set_pod_ready_delay(60.0)
+    refuse = lambda: scaler_server.inject_faults("status", 10_000, status=403, path="/cluster/")  # noqa: E731
+    with When(polling(scaler_server, RAY.name), refuse) as fault:
+        with pytest.raises(UnauthorizedError):
+            backend.scale(RAY, 3, wait=True, timeout=TIMEOUT)  # a ride would be ScalingTimeoutError at 30 s
+    assert fault.fired
+    assert sum(1 for r in scaler_server.requests if r.status == 403) == 1
+    assert outage_lines(logs) == ([], []) and refusal_lines(logs) == []
+
+
+def test_scaler_proxy_token_fetch_after_a_restart_is_ridden_out(
+    scaler_server, sproxy, scaler_env, scaler_cluster, monkeypatch, logs
+):
+    from flytekitplugins_ddlscale.backends.scaler import ScalerServiceBackend
+
+    for name in ("DOMINO_API_KEY", "DOMINO_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DOMINO_API_PROXY", sproxy.url)
+    backend = ScalerServiceBackend(base_url=sproxy.url, tier_catalog=None)
+    scaler_server.set_pod_ready_delay(1.0)
+
+    def restart_with_a_cold_proxy() -> None:
+        sproxy.go_down()
+        scaler_server.expire_tokens()  # the cached token is refused once the service is back ...
+        scaler_server.inject_faults("status", 3, status=503, path="/access-token")  # ... and a new one is late
+        time.sleep(1.0)
+        sproxy.come_up()
+
+    try:
+        with When(polling(scaler_server, RAY.name), restart_with_a_cold_proxy) as fault:
+            result = backend.scale(RAY, 3, wait=True, timeout=TIMEOUT)
+    finally:
+        backend.close()
+    assert fault.fired
+    assert result.final.existing_workers == 3
+    assert sum(1 for r in scaler_server.requests if r.path == "/access-token" and r.status == 503) == 3
+    assert_one_outage_logged(logs)
+
+
+@pytest.mark.parametrize("wait", [True, False])
+def test_scaler_final_state_read_after_a_head_restart_rides_out_an_outage(
+    make_scaler, scaler_server, scaler_cluster, logs, wait
+):
+    backend = make_scaler(retries=3)
+    # The read before the restart takes 4 (1 + 3 retries, best effort); the final read meets the other 6.
+    scaler_server.inject_faults("status", 10, status=503, path="/cluster/", method="GET")
+    result = backend.restart_head(RAY, wait=wait, timeout=TIMEOUT)
+    assert result.final.cluster == str(RAY)
+    assert scaler_server.count("PATCH", "/restart_head/") == 1
+    assert sum(1 for r in scaler_server.requests if r.status == 503) == 10
+
+
+def test_scaler_never_reached_fails_at_once(make_scaler, scaler_cluster, logs):
+    backend = make_scaler(base_url=f"http://127.0.0.1:{closed_port()}")
+    with pytest.raises(BackendUnavailableError) as caught:
+        backend.scale(RAY, 3, wait=True, timeout=TIMEOUT)  # riding it out would be ScalingTimeoutError
+    assert not isinstance(caught.value, ScalingTimeoutError)
+    assert "has not answered once" in str(caught.value) and "Connection refused" in str(caught.value)
+    assert outage_lines(logs) == ([], [])
+
+
+def test_scaler_name_not_resolved_fails_at_once(make_scaler, scaler_cluster):
+    backend = make_scaler(base_url="http://ddlscale-no-such-host.invalid")
+    with pytest.raises(BackendUnavailableError) as caught:
+        backend.wait_for_workers(RAY, 1, timeout=TIMEOUT)
+    assert "has not answered once" in str(caught.value)
+
+
+def test_scaler_tls_failing_on_first_contact_fails_at_once(make_scaler, scaler_server, scaler_cluster):
+    # https:// to a plain-HTTP port: the TLS handshake fails (wrong version number) on every attempt.
+    backend = make_scaler(base_url=scaler_server.url.replace("http://", "https://"), verify=False)
+    with pytest.raises(BackendUnavailableError) as caught:
+        backend.scale(RAY, 3, wait=True, timeout=TIMEOUT)
+    assert "has not answered once" in str(caught.value) and "SSL" in str(caught.value)
+    assert scale_bodies(scaler_server, RAY.name) == []
+
+
+def test_scaler_reset_on_first_contact_is_ridden_out(make_scaler, scaler_server, sproxy, scaler_cluster):
+    sproxy.reset_next(2)  # something accepted the connection: a proxy whose service restarts, not a wrong address
+    result = make_scaler(base_url=sproxy.url).scale(RAY, 3, wait=True, timeout=TIMEOUT)
+    assert result.final.existing_workers == 3 and sproxy.accepted >= 3
+
+
+def test_scaler_no_wait_rides_out_an_outage_for_its_own_bound_not_the_timeout(
+    make_scaler, scaler_server, sproxy, scaler_cluster
+):
+    from flytekitplugins_ddlscale.outage import NO_WAIT_LIMIT
+
+    backend = make_scaler(base_url=sproxy.url)
+    backend.get_state(RAY)
+    sproxy.go_down()
+    back = threading.Timer(NO_WAIT_LIMIT + 15, sproxy.come_up)  # old behaviour: ridden out until then
+    back.start()
+    try:
+        with pytest.raises(ScalingTimeoutError) as caught:
+            backend.scale(RAY, 3, wait=False)  # the default (wait) timeout is 900 s
+    finally:
+        back.cancel()
+    assert f"timed out after {NO_WAIT_LIMIT:g}s" in str(caught.value) and "was unreachable for" in str(caught.value)
+    assert scale_bodies(scaler_server, RAY.name) == []
 
 
 def test_scaler_cluster_deleted_during_an_outage_is_not_found_at_once(
@@ -378,6 +535,7 @@ def test_k8s_restart_wait_rides_out_an_outage_and_deletes_once(k8s_server, kprox
 
 
 def test_k8s_restart_refused_before_sending_deletes_exactly_once(k8s_server, kproxy, k8s_backend, k8s_cluster, logs):
+    k8s_backend.get_state(RAY)  # reached once: a refusal after this is an outage
     with When(lambda: True, lambda: kproxy.outage(OUTAGE)) as fault:
         time.sleep(0.2)
         result = k8s_backend.restart_head(RAY, wait=True, timeout=TIMEOUT)
@@ -414,20 +572,55 @@ def test_k8s_scale_whose_server_never_comes_back_is_a_timeout_and_changes_nothin
     assert k8s_server.get_object("ray", RAY.name)["spec"]["worker"]["replicas"] == 1
 
 
-def test_k8s_403_after_an_outage_ends_the_wait_at_once(k8s_server, kproxy, k8s_backend, k8s_cluster):
-    k8s_server.set_ready_delay(60.0)
+def test_k8s_403_for_seconds_after_an_outage_is_ridden_out(k8s_server, kproxy, k8s_backend, k8s_cluster, logs):
+    k8s_server.set_ready_delay(1.0)
 
-    def outage_then_forbidden() -> None:
+    def restart_with_cold_authorization() -> None:
         kproxy.go_down()
         k8s_server.forbid("get", "rayclusters")
+        k8s_server.forbid("list", "pods")
         k8s_server.forbid("watch", "pods")
         time.sleep(1.0)
         kproxy.come_up()
+        time.sleep(REFUSING)
+        k8s_server.allow_all()
 
-    with When(watching(k8s_server), outage_then_forbidden) as fault:
-        with pytest.raises(UnauthorizedError):
-            k8s_backend.scale(RAY, 3, wait=True, timeout=TIMEOUT)  # a timeout would be ScalingTimeoutError
+    with When(watching(k8s_server), restart_with_cold_authorization) as fault:
+        result = k8s_backend.scale(RAY, 3, wait=True, timeout=TIMEOUT)
     assert fault.fired
+    assert result.final.ready_workers == 3
+    assert any(r.status == 403 for r in k8s_server.requests)
+    assert cluster_patches(k8s_server) == 1
+    assert_one_outage_logged(logs)
+    assert len(refusal_lines(logs)) == 1, refusal_lines(logs)
+
+
+def test_k8s_403_on_the_first_request_of_an_operation_fails_at_once(k8s_server, k8s_backend, k8s_cluster, logs):
+    k8s_backend.get_state(RAY)  # the server has served this process
+    k8s_server.forbid("get", "rayclusters")
+    with pytest.raises(UnauthorizedError):
+        k8s_backend.wait_for_workers(RAY, 1, timeout=TIMEOUT)  # a ride would be UnauthorizedError at 30 s
+    assert sum(1 for r in k8s_server.requests if r.status == 403) == 1
+    assert refusal_lines(logs) == [] and outage_lines(logs) == ([], [])
+
+
+def test_k8s_never_reached_fails_at_once(tiers_file, clean_env, logs):
+    from kubernetes import client as k8s_client
+
+    from flytekitplugins_ddlscale.backends.kubernetes import KubernetesBackend
+    from flytekitplugins_ddlscale.tiers import FileTierCatalog
+
+    api = k8s_client.ApiClient(k8s_client.Configuration(host=f"http://127.0.0.1:{closed_port()}"))
+    backend = KubernetesBackend(api_client=api, tier_catalog=FileTierCatalog(tiers_file))
+    try:
+        with pytest.raises(BackendUnavailableError) as caught:
+            backend.scale(RAY, 3, wait=True, timeout=TIMEOUT)  # riding it out would be ScalingTimeoutError
+    finally:
+        backend.close()
+        api.close()
+    assert not isinstance(caught.value, ScalingTimeoutError)
+    assert "Kubernetes API server" in str(caught.value) and "has not answered once" in str(caught.value)
+    assert outage_lines(logs) == ([], [])
 
 
 def test_k8s_release_during_an_outage_rides_it_out(k8s_server, kproxy, k8s_backend, k8s_cluster, logs):

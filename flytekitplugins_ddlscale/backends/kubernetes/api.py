@@ -11,8 +11,10 @@ attempt at most the time left; reads then ride out an outage until the
 deadline (:mod:`flytekitplugins_ddlscale.outage`), while writes are tried
 again only when the connection was refused before anything was sent (the
 caller decides about the rest, since only it knows whether a write is safe
-to repeat). ``KubeApi.outage`` logs each outage once when it starts and once
-when it ends.
+to repeat). A 401/403 right after an outage is the restarted server's
+authorization warming up and is ridden out the same way; a server that never
+answered is not an outage (:class:`~flytekitplugins_ddlscale.outage.NeverReachedError`).
+``KubeApi.outage`` logs each outage once when it starts and once when it ends.
 """
 import json
 import logging
@@ -28,7 +30,7 @@ from ...errors import (
     ScalingError,
     UnauthorizedError,
 )
-from ...outage import cert_verification_failed, retry_through_outage, shared_tracker
+from ...outage import cert_verification_failed, connection_reset, retry_through_outage, shared_tracker
 from ...redaction import redact
 from ...refs import CRD_GROUP, CRD_VERSION
 from ...waiting import Deadline
@@ -59,9 +61,11 @@ def _status_message(exc: Any) -> str:
 
 
 def translate(exc: Exception, verb: str, resource: str, name: Optional[str], namespace: str) -> ScalingError:
-    """The typed error for an API exception from ``verb`` on ``resource``."""
+    """The typed error for an API exception from ``verb`` on ``resource`` (a typed error as it is)."""
     from kubernetes.client.exceptions import ApiException
 
+    if isinstance(exc, ScalingError):
+        return exc
     target = f"{resource} {name!r}" if name else resource
     where = f"{target} in namespace {namespace!r}"
     if not isinstance(exc, ApiException):
@@ -103,12 +107,30 @@ def _symptom(exc: Exception) -> Optional[str]:
     return None
 
 
+def _refused(exc: Exception) -> Optional[str]:
+    """"HTTP 401"/"HTTP 403" for an API server's refusal, else None."""
+    from kubernetes.client.exceptions import ApiException
+
+    if isinstance(exc, ApiException) and exc.status in (401, 403):
+        return f"HTTP {exc.status}"
+    return None
+
+
 def _nothing_sent(exc: Exception) -> bool:
     """The connection could not be opened (refused or timed out), so the request never left."""
     from urllib3.exceptions import ConnectTimeoutError, MaxRetryError, NewConnectionError
 
     reason = exc.reason if isinstance(exc, MaxRetryError) else exc
     return isinstance(reason, (NewConnectionError, ConnectTimeoutError))
+
+
+def _unconnected(exc: Exception) -> bool:
+    """No connection could be made: refused, name not resolved, connect timeout, TLS handshake failed
+    (a reset is not: something accepted the connection)."""
+    from urllib3.exceptions import MaxRetryError, SSLError
+
+    reason = exc.reason if isinstance(exc, MaxRetryError) else exc
+    return (_nothing_sent(exc) or isinstance(reason, SSLError)) and not connection_reset(exc)
 
 
 def _answer_types() -> Tuple[type, ...]:
@@ -166,6 +188,7 @@ class KubeApi:
     ) -> Any:
         return retry_through_outage(
             call, tracker=self.outage, symptom=_symptom, deadline=deadline, retry_if=retry_if, answered=_answer_types(),
+            unconnected=_unconnected, refused=_refused,
         )
 
     def get_cluster(
@@ -279,6 +302,9 @@ class KubeApi:
         except ReadTimeoutError:
             return
         except Exception as exc:  # noqa: BLE001 - a dropped stream is expected; the caller resumes
+            # A stream cut mid-way is how a restarting server goes away: the 401/403 of the server
+            # that comes back is then ridden out, even if no connection was refused in between.
+            self.outage.interrupted()
             raise BackendUnavailableError(
                 f"watch of pods in namespace {namespace!r} broke: {type(exc).__name__}"
             ) from None

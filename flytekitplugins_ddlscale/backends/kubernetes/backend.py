@@ -30,7 +30,7 @@ from ...framework.ray_idle import idle_worker_ips
 from ...inplace import Reach
 from ...leases import log_dropped, split_live
 from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
-from ...outage import OUTAGE_BACKOFF, outage_timeout
+from ...outage import OUTAGE_BACKOFF, NeverReachedError, outage_timeout
 from ...progress import ProgressReporter
 from ...records import (
     BASELINE_ANNOTATION,
@@ -67,14 +67,12 @@ logger = logging.getLogger("flytekitplugins_ddlscale.kubernetes")
 
 @dataclass(frozen=True)
 class _Patched:
-    """What the wait after a patch needs: the tier id its workers carry, the object it left."""
+    """What the wait after a patch needs: the tier id its workers carry, the object it left, and the
+    operation's deadline (which also bounds the state read reported without a wait)."""
 
     tier_id: Optional[str]
     after: Dict[str, Any]
-
-
-MIN_STATE_READ = 1.0
-"""Seconds the state read after a restart sent without waiting gets when the deadline is (nearly) spent."""
+    deadline: Deadline
 
 
 def _new_head(pod: Dict[str, Any], replaced_uid: str, tier_id: Optional[str]) -> bool:
@@ -286,6 +284,8 @@ class KubernetesBackend(BaseBackend):
                 if conflicts >= self.conflict_retries:
                     break
                 pause = random.uniform(0.01, 0.05) * conflicts
+            except NeverReachedError:
+                raise
             except BackendUnavailableError:
                 # Safe to repeat, never a blind resend: the patch is rebuilt from
                 # a fresh read and carries its resourceVersion, so it never applies twice.
@@ -400,22 +400,32 @@ class KubernetesBackend(BaseBackend):
             self._hold_elsewhere(ref, others, outcome["effective"], deadline)
         return self._change(
             ref, replicas, outcome["effective"], outcome["capped"], previous, after, tier.id if tier else None,
-            worker_hw_tier,
+            worker_hw_tier, deadline,
         )
 
     def _change(
         self, ref: ClusterRef, requested: int, effective: int, capped: bool, previous: ClusterState,
-        after: Dict[str, Any], tier_id: Optional[str], tier_name: Optional[str], *, restoring: bool = False,
+        after: Dict[str, Any], tier_id: Optional[str], tier_name: Optional[str], deadline: Deadline, *,
+        restoring: bool = False,
     ) -> Change:
         """A sent patch, with what its wait needs: the tier id new workers carry, the object it left."""
         result = ScaleResult(
             cluster=self._label(ref), requested=requested, effective=effective, capped=capped,
             previous=previous, final=previous, waited=False, worker_hw_tier=tier_name,
         )
-        return Change(result, restoring=restoring, detail=_Patched(tier_id, after))
+        return Change(result, restoring=restoring, detail=_Patched(tier_id, after, deadline))
 
     def _unwaited(self, ref: ClusterRef, change: Change) -> ClusterState:
-        return self._state(ref, change.detail.after, self._pods(ref))
+        deadline = Deadline(change.detail.deadline.left_for_wait())
+        with self._until(ref, deadline, f"the pods of {self._label(ref)} after the change", {}):
+            return self._state(ref, change.detail.after, self._pods(ref, deadline=deadline))
+
+    def _final_state(self, ref: ClusterRef, deadline: Deadline, what: str) -> ClusterState:
+        """The cluster at the end of an operation, riding out an outage for what is left of ``deadline``
+        (at least :data:`~flytekitplugins_ddlscale.waiting.MIN_STATE_READ`); then a timeout waiting for ``what``."""
+        left = Deadline(deadline.left_for_state_read())
+        with self._until(ref, left, what, {}):
+            return self._state(ref, self._read(ref, left), self._pods(ref, deadline=left))
 
     def _observe_for_wait(self, ref: ClusterRef, replicas: int, deadline: Deadline) -> Optional[ClusterState]:
         """The object and its pods at the start of a wait (so an error about it reports the head and
@@ -424,6 +434,8 @@ class KubernetesBackend(BaseBackend):
         try:
             obj = self._read(ref, deadline)
             pods = self._pods(ref, deadline=deadline)
+        except NeverReachedError:
+            raise
         except BackendUnavailableError as error:
             if not deadline.expired:
                 return None
@@ -540,9 +552,7 @@ class KubernetesBackend(BaseBackend):
                     pass  # already replaced by someone else: the wait below still needs a new Ready head
         begun = time.monotonic()
         if not wait:
-            # Within the deadline: a caller that cannot block (the Flyte connector) sent this restart.
-            within = Deadline(max(deadline.remaining, MIN_STATE_READ))
-            state = self._state(ref, self._read(ref, within), self._pods(ref, deadline=within))
+            state = self._final_state(ref, deadline, f"the state of {self._label(ref)} after its head restart")
             return RestartResult(
                 self._label(ref), old_name, started_at, False, state, False, 0.0, head_hw_tier, old_uid
             )
@@ -654,7 +664,7 @@ class KubernetesBackend(BaseBackend):
         requested = target.replicas if target is not None else outcome["effective"]
         return self._change(
             ref, requested, outcome["effective"], outcome["capped"], previous, after, outcome["tier"],
-            target.worker_hw_tier if target is not None else None, restoring=True,
+            target.worker_hw_tier if target is not None else None, deadline, restoring=True,
         )
 
     def _target_tiers(
@@ -753,7 +763,7 @@ class KubernetesBackend(BaseBackend):
             return None
         return self._change(
             ref, outcome["requested"], outcome["effective"], outcome["capped"], previous, after, outcome["tier"],
-            outcome["name"], restoring=outcome["restoring"],
+            outcome["name"], deadline, restoring=outcome["restoring"],
         )
 
     def _same_tier(self, ref: ClusterRef, name: str, observed: Optional[str]) -> bool:

@@ -11,8 +11,10 @@ subscriptions an event touches (waiters are indexed by a label they
 require). A dropped stream resumes from the last version seen; a 410 Gone
 re-lists ONCE for all waiters; an API server outage is ridden out with the
 jittered :data:`~flytekitplugins_ddlscale.outage.OUTAGE_BACKOFF` and logged
-once per outage (the tracker is shared by every client of the server); any
-other error (403, 404) ends every current wait with that error.
+once per outage (the tracker is shared by every client of the server), and so
+is a 401/403 while that outage lasts (a restarted server's authorization
+warming up); any other error (403, 404, a server never reached) ends every
+current wait with that error.
 
 The informer stops, closing its watch, :data:`WAIT_LINGER` seconds after its
 last wait ends, or later when a caller asked for ``linger`` seconds (a
@@ -30,8 +32,8 @@ import threading
 import time
 from typing import AbstractSet, Any, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple, Union
 
-from ...errors import BackendUnavailableError, InvalidInputError, ScalingError
-from ...outage import OUTAGE_BACKOFF
+from ...errors import BackendUnavailableError, InvalidInputError, ScalingError, UnauthorizedError
+from ...outage import OUTAGE_BACKOFF, NeverReachedError
 from .api import KubeApi, WatchExpired
 
 logger = logging.getLogger("flytekitplugins_ddlscale.kubernetes")
@@ -191,8 +193,9 @@ class PodInformer:
         self.namespace = namespace
         self.lock = threading.Lock()
         self.synced = threading.Event()
-        self.last_error: Optional[BackendUnavailableError] = None
-        """The last outage symptom while listing or watching (for a wait that times out in it)."""
+        self.last_error: Optional[ScalingError] = None
+        """The last outage symptom (or refusal during an outage) while listing or watching, for a wait
+        that times out in it."""
         self.error: Optional[ScalingError] = None
         """Why the informer stopped serving (a refusal), handed to every subscription."""
         self.lists = 0
@@ -328,7 +331,13 @@ class PodInformer:
                     pauses = OUTAGE_BACKOFF.intervals()
                 except WatchExpired:
                     relist = True
-                except BackendUnavailableError as exc:
+                except NeverReachedError as exc:
+                    self._fail(exc)
+                    break
+                except (BackendUnavailableError, UnauthorizedError) as exc:
+                    if isinstance(exc, UnauthorizedError) and not (self.api.outage.down and self.api.outage.served):
+                        self._fail(exc)
+                        break
                     # A dropped stream resumes from the last version seen; an outage is ridden out,
                     # but not for nobody: an idle informer ends here.
                     self.last_error = exc

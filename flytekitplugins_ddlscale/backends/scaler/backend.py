@@ -35,7 +35,7 @@ from ...filerecords import FileBookkeeping
 from ...filestore import STATE_DIR_ENV, FileRecordStore
 from ...inplace import Reach, state_dir_env
 from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult
-from ...outage import outage_timeout
+from ...outage import NeverReachedError, outage_timeout
 from ...progress import ProgressReporter, WaitProgress
 from ...refs import ClusterRef
 from ...sharing import current_shared_reads
@@ -205,9 +205,20 @@ class ScalerServiceBackend(FileRecordsBackend):
         except ScalingError as error:
             raise _timed_out(error, deadline, f"{what} to be accepted", ref, self._client) from None
 
+    def _final_state(self, ref: ClusterRef, deadline: Deadline, what: str) -> ClusterState:
+        """The cluster at the end of an operation, riding out an outage for what is left of ``deadline``
+        (at least :data:`~flytekitplugins_ddlscale.waiting.MIN_STATE_READ`); then a timeout waiting for ``what``."""
+        left = Deadline(deadline.left_for_state_read())
+        try:
+            return state_from_object(ref, self._client.get_cluster(ref, left))
+        except ScalingError as error:
+            raise _timed_out(error, left, what, ref, self._client) from None
+
     def _observe_for_wait(self, ref: ClusterRef, replicas: int, deadline: Deadline) -> Optional[ClusterState]:
         try:
             return state_from_object(ref, self._client.poll_cluster(ref, deadline, SHARED_POLL_AGE))
+        except NeverReachedError:
+            raise
         except BackendUnavailableError as error:
             if deadline.expired:
                 raise _timed_out(error, deadline, f"{replicas} worker pods of {ref}", ref, self._client) from None
@@ -355,14 +366,15 @@ class ScalerServiceBackend(FileRecordsBackend):
             raise _timed_out(error, deadline, f"the head restart of {ref} to be accepted", ref, self._client) from None
         pod = str(answer.get("pod") or ref.info.head_pod_name(ref.name))
         started_at = str(answer.get("started_at") or "")
+        final = f"the state of {ref} after its head restart"
         if not wait:
-            # Within the deadline: a caller that cannot block (the Flyte connector) sent this restart.
-            after = self._client.get_cluster(ref, Deadline(max(deadline.remaining, MIN_STATE_READ)))
-            return RestartResult(str(ref), pod, started_at, False, state_from_object(ref, after), waited=False)
+            state = self._final_state(ref, deadline, final)
+            return RestartResult(str(ref), pod, started_at, False, state, waited=False)
         began = time.monotonic()
         self._wait_restarted(ref, pod, started_at, deadline.left_for_wait(), progress, before)
         return RestartResult(
-            str(ref), pod, started_at, True, self.get_state(ref), waited=True, seconds_waited=time.monotonic() - began
+            str(ref), pod, started_at, True, self._final_state(ref, deadline, final), waited=True,
+            seconds_waited=time.monotonic() - began,
         )
 
     def _head_restarted(self, ref: ClusterRef, restart: RestartResult) -> Tuple[bool, ClusterState]:
@@ -452,10 +464,6 @@ class _ListedSchedule:
         """An endless iterator of sleep intervals in seconds."""
         for step in self.base.intervals():
             yield min(step, LISTED_POLL_INTERVAL) if self.listed() else step
-
-
-MIN_STATE_READ = 1.0
-"""Seconds the state read after a restart sent without waiting gets when the deadline is (nearly) spent."""
 
 
 def _timed_out(

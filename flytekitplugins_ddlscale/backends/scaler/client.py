@@ -5,7 +5,10 @@ absolute count), so they are retried on connection errors and 502/503/504
 with bounded exponential backoff. Head restart deletes a pod and is never
 retried: a lost answer is reported, not re-sent. The polls of waits go
 through the process's shared, paced polls of the service (:mod:`.polls`);
-every 429/503 the service sends slows them all.
+every 429/503 the service sends slows them all. Under an operation's deadline
+an outage of the service (or of the Domino API proxy that hands out its
+token) is ridden out, and so are 401/403 right after one (the restarted
+service's authorization warming up); a service never reached is not.
 """
 import hashlib
 import ipaddress
@@ -17,11 +20,11 @@ from typing import Any, Callable, Dict, Mapping, Optional, Set
 
 import httpx
 
-from ...domino_auth import DominoAuth
-from ...errors import BackendUnavailableError, ClusterNotFoundError, UnsupportedOperationError
+from ...domino_auth import DominoAuth, ProxyUnavailableError
+from ...errors import BackendUnavailableError, ClusterNotFoundError, UnauthorizedError, UnsupportedOperationError
 from ...redaction import register_secret
 from ...refs import ClusterRef
-from ...outage import cert_verification_failed, retry_through_outage, shared_tracker
+from ...outage import cert_verification_failed, connection_reset, retry_through_outage, shared_tracker
 from ...waiting import Backoff, Deadline
 from .errors import error_from_response, response_body
 from .polls import LIST_FROM, max_rps_from, pacer_for, polls_for
@@ -32,6 +35,8 @@ BASE_URL_ENV = "CLUSTER_SCALER_BASE_URL"
 DEFAULT_BASE_URL = "http://ddl-cluster-scaler-svc.domino-field.svc.cluster.local"
 API_PREFIX = "/ddl_cluster_scaler"
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
+REFUSED_STATUSES = frozenset({401, 403})
+"""Refusals: final, except right after an outage (see :func:`~flytekitplugins_ddlscale.outage.retry_through_outage`)."""
 """Answers of a service that is overloaded or restarting (a 500 is the service's own error, e.g. a
 missing cluster, and is final)."""
 DEFAULT_HTTP_TIMEOUT = 30.0
@@ -181,6 +186,8 @@ class ScalerClient:
                 self.pacer.answered()
             if retry and response.status_code in RETRY_STATUSES:
                 raise _RetryStatus(response)
+            if response.status_code in REFUSED_STATUSES:
+                raise _Refused(response)
             return response
 
         riding = ride_out and deadline is not None
@@ -188,7 +195,8 @@ class ScalerClient:
         def tracked() -> httpx.Response:
             return retry_through_outage(
                 attempt, tracker=self.outage, symptom=_symptom, deadline=deadline,
-                retry_if=(lambda exc: True) if riding else _nothing_sent, sleep=self._sleep,
+                retry_if=(lambda exc: True) if riding else _nothing_sent, answered=(_RetryStatus,),
+                unconnected=_unconnected, refused=_refusal, sleep=self._sleep,
             )
 
         rounds = 1 + (self.retries if retry and not riding else 0)
@@ -197,6 +205,8 @@ class ScalerClient:
         for round_ in range(1, rounds + 1):
             try:
                 return tracked()
+            except _Refused as refused:
+                return refused.response
             except _RetryStatus as status:
                 last, answer = f"HTTP {status.response.status_code}", status.response
             except httpx.TransportError as exc:
@@ -357,6 +367,23 @@ class ScalerClient:
         )
 
 
+class _Refused(Exception):
+    """An answer with one of :data:`REFUSED_STATUSES` (after the credentials' own refresh)."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        super().__init__(f"HTTP {response.status_code}")
+        self.response = response
+
+
+def _refusal(exc: Exception) -> Optional[str]:
+    """What refused the request: the service (401/403) or the Domino API proxy's token endpoint; else None."""
+    if isinstance(exc, _Refused):
+        return str(exc)
+    if isinstance(exc, UnauthorizedError):
+        return exc.message
+    return None
+
+
 class _RetryStatus(Exception):
     """An answer with one of :data:`RETRY_STATUSES`: the service is overloaded or restarting."""
 
@@ -383,16 +410,23 @@ def _retry_after(response: httpx.Response) -> Optional[float]:
 
 def _symptom(exc: Exception) -> Optional[str]:
     """What an outage would explain: a transport failure (except a certificate refused) or a retry status."""
-    if isinstance(exc, _RetryStatus):
-        return str(exc)
+    if isinstance(exc, (_RetryStatus, ProxyUnavailableError)):
+        return str(exc) if isinstance(exc, _RetryStatus) else exc.message
     if isinstance(exc, httpx.TransportError) and not cert_verification_failed(exc):
         return _describe(exc)
     return None
 
 
 def _nothing_sent(exc: Exception) -> bool:
-    """The connection could not be opened (refused, timed out, TLS handshake), so no request left."""
-    return isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
+    """The connection could not be opened (refused, timed out, TLS handshake) or no token could be had,
+    so no request left."""
+    return isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, ProxyUnavailableError))
+
+
+def _unconnected(exc: Exception) -> bool:
+    """No connection could be made to the service: refused, name not resolved, connect timeout, TLS handshake
+    failed (a reset is not: something accepted the connection)."""
+    return isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)) and not connection_reset(exc)
 
 
 def _describe(exc: Exception) -> str:
