@@ -8,18 +8,15 @@ The directory is private (:func:`~.privatefs.private_dir`) and no file in it
 is opened through a symbolic link.
 """
 import contextlib
-import errno
-import fcntl
 import json
-import logging
 import os
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Optional, TypeVar, Union
 
 from .errors import ConflictError
-from .privatefs import open_nofollow, private_dir, read_text_nofollow
+from .lockfile import exclusive, remove_unused
+from .privatefs import private_dir, read_text_nofollow
 from .recordcheck import json_object, reading
 from .refs import ClusterRef
 
@@ -28,8 +25,6 @@ STATE_DIR_ENV = "DDLSCALE_STATE_DIR"
 DEFAULT_LOCK_TIMEOUT = 300.0
 """Seconds to wait for another process's record lock when the caller gives no bound of its own: holders
 read the records, decide and send one change (never a wait, never an outage ride-out)."""
-_LOCK_POLL = 0.05
-logger = logging.getLogger("flytekitplugins_ddlscale.records")
 
 
 def default_state_dir() -> Path:
@@ -62,33 +57,22 @@ class FileRecordStore:
     def _locked(self, ref: ClusterRef, timeout: Optional[float] = None) -> Iterator[Path]:
         path = self.path(ref)
         lock_path = path.with_suffix(".lock")
-        with os.fdopen(open_nofollow(lock_path, os.O_RDWR | os.O_CREAT), "a+") as lock:
-            self._acquire(lock, lock_path, ref, self.lock_timeout if timeout is None else timeout)
-            try:
-                yield path
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        timeout = self.lock_timeout if timeout is None else timeout
 
-    def _acquire(self, lock: Any, lock_path: Path, ref: ClusterRef, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        told = False
-        while True:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                    raise
-            if time.monotonic() >= deadline:
-                raise ConflictError(
-                    f"another process held the record lock of {ref} ({lock_path}) for more than "
-                    f"{timeout:g}s; if no ddlscale process is running for it, a stopped one holds it",
-                    cluster=str(ref),
-                )
-            if not told:
-                logger.info("waiting up to %gs for the record lock of %s (%s)", timeout, ref, lock_path)
-                told = True
-            time.sleep(_LOCK_POLL)
+        def busy() -> ConflictError:
+            return ConflictError(
+                f"another process held the record lock of {ref} ({lock_path}) for more than "
+                f"{timeout:g}s; if no ddlscale process is running for it, a stopped one holds it",
+                cluster=str(ref),
+            )
+
+        # A cluster without a record keeps no lock file either (nothing is left for a name never used).
+        with exclusive(
+            lock_path, timeout, busy,
+            waiting=f"waiting up to {timeout:g}s for the record lock of {ref} ({lock_path})",
+            on_release=lambda: remove_unused(lock_path, path.exists),
+        ):
+            yield path
 
     @staticmethod
     def _load(path: Path) -> Dict[str, Any]:

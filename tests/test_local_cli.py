@@ -157,3 +157,35 @@ def test_status_and_restore_of_a_missing_local_cluster_both_exit_4(command, tmp_
     assert result.exit_code == 4, result.output
     assert "[not_found] dask/never-made: no local cluster dask/never-made" in result.stderr
     assert LocalBackend(state_dir=tmp_path / "state" / "local").list_clusters() == []
+
+
+def _files_under(folder) -> list:
+    return sorted(str(path.relative_to(folder)) for path in folder.rglob("*") if not path.is_dir())
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["status", "--backend", "local", "--kind", "dask", "--name", "typo-status"],
+        ["restore", "--backend", "local", "--kind", "dask", "--name", "typo-restore"],
+        ["run", "--backend", "local", "--kind", "dask", "--name", "typo-run", "--replicas", "0", "--", "true"],
+        ["local", "down", "--name", "typo-down"],
+        ["local", "status", "--name", "typo-local-status"],
+    ],
+    ids=lambda args: " ".join(args[:1] + args[1:2]),
+)
+def test_a_cluster_that_never_existed_leaves_no_file(args, tmp_path):
+    from flytekitplugins_ddlscale.cli import main
+
+    state = tmp_path / "state"
+    CliRunner().invoke(main, args, env={"DDLSCALE_STATE_DIR": str(state)}, catch_exceptions=False)
+    assert _files_under(state) == []
+    assert not list((state / "local" / "clusters").iterdir())
+
+
+def test_a_cluster_taken_down_leaves_no_folder(local_state):
+    up = _invoke(local_state, "up", "--name", "gone-soon", "--replicas", "1")
+    assert up.exit_code == 0, up.output
+    assert _invoke(local_state, "down", "--name", "gone-soon").exit_code == 0
+    assert list((local_state / "clusters").iterdir()) == []
+    assert _files_under(local_state / "records") == []

@@ -18,27 +18,24 @@ rules of user input when read (:mod:`.record_check`).
 """
 import contextlib
 import datetime
-import errno
-import fcntl
 import json
 import logging
 import os
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Union
 
 from ...errors import ConflictError, InvalidInputError, ScalingError
 from ...filestore import default_state_dir
-from ...privatefs import check_private_dir, open_nofollow, private_dir, read_text_nofollow, remove_nofollow
+from ...lockfile import exclusive, remove_unused
+from ...privatefs import check_private_dir, private_dir, read_text_nofollow, remove_nofollow
 from ...recordcheck import json_object, reading
 from ...refs import ClusterRef
 from ...wording import seconds
 from .procs import ProcessId
 from .record_check import check_cluster_json
 
-_LOCK_POLL = 0.05
 CLUSTER_FILE = "cluster.json"
 LOCK_FILE = "cluster.lock"
 logger = logging.getLogger("flytekitplugins_ddlscale.local")
@@ -221,8 +218,8 @@ class LocalStateStore:
         following links (a link is removed, never what it points to); a
         cluster folder that is itself a link or not this user's is refused
         (:class:`UnsafePathError`) and nothing is removed. The lock file
-        stays: removing it would let a process already waiting on it lock an
-        unlinked file while a newcomer locks a new one.
+        stays until :meth:`lock` releases it (which then removes it and the
+        emptied folder).
         """
         folder = self.cluster_dir(ref)
         if not os.path.lexists(folder):
@@ -252,28 +249,29 @@ class LocalStateStore:
         """Hold the exclusive change lock of ``ref``; wait at most ``timeout`` seconds for it.
 
         Raises :class:`ConflictError` when another process keeps it longer.
+        When the block leaves the cluster's folder holding nothing but the lock
+        (a cluster that never existed, or one taken down), the folder goes too.
         """
-        folder = self.private_cluster_dir(ref)
-        deadline = time.monotonic() + timeout
-        with os.fdopen(open_nofollow(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT), "a+") as handle:
-            while True:
-                try:
-                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except OSError as exc:
-                    if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                        raise
-                if time.monotonic() >= deadline:
-                    raise ConflictError(
-                        f"another process kept the lock on local cluster {ref} for {seconds(timeout)} "
-                        f"({folder / LOCK_FILE})",
-                        cluster=str(ref),
-                    )
-                time.sleep(_LOCK_POLL)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        folder = self.cluster_dir(ref)
+        lock_path = folder / LOCK_FILE
+
+        def busy() -> ConflictError:
+            return ConflictError(
+                f"another process kept the lock on local cluster {ref} for {seconds(timeout)} ({lock_path})",
+                cluster=str(ref),
+            )
+
+        def in_use() -> bool:
+            with os.scandir(folder) as entries:
+                return any(entry.name != LOCK_FILE for entry in entries)
+
+        def tidy() -> None:
+            remove_unused(lock_path, in_use)
+            if not os.path.lexists(lock_path):
+                os.rmdir(folder)
+
+        with exclusive(lock_path, timeout, busy, prepare=lambda: self.private_cluster_dir(ref), on_release=tidy):
+            yield
 
 
 def _ref_of_folder(name: str) -> Optional[ClusterRef]:
