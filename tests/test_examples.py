@@ -41,6 +41,18 @@ def take_down(state: Path) -> None:
                    env=quick_start_env(state), capture_output=True, timeout=120)
 
 
+def _shape(line: str) -> str:
+    """A line with its numbers left out: what every run of the same flow prints alike."""
+    return re.sub(r"\d+", "#", line)
+
+
+def _readme_quick_start_summaries() -> list:
+    """The summary lines of the README's quick-start output."""
+    readme = (ROOT / "README.md").read_text()
+    sample = readme.split("```text\nRunning Execution on local.\n", 1)[1].split("```\n", 1)[0]
+    return [line for line in sample.splitlines() if ": dask/hybrid-demo " in line]
+
+
 @pytest.mark.slow
 def test_quick_start_runs_end_to_end_prints_one_summary_per_step_and_leaves_nothing_running(tmp_path):
     state = tmp_path / "state"
@@ -62,6 +74,7 @@ def test_quick_start_runs_end_to_end_prints_one_summary_per_step_and_leaves_noth
         assert summaries[3].endswith("restored to 0 workers (as found)")
         assert "Decks of this run (open in a browser):" in done.stderr
         assert re.search(r"Distributed phase: check_in_phase: file://\S+/deck\.html", done.stderr)
+        assert [_shape(line) for line in summaries] == [_shape(line) for line in _readme_quick_start_summaries()]
         assert processes_mentioning(str(state)) == []
         assert not list((state / "local" / "clusters").glob("*/cluster.json"))
     finally:
