@@ -14,7 +14,7 @@ from tests.test_local_support import local_state, processes_mentioning, schedule
 
 
 def _invoke(state, *args):
-    return CliRunner().invoke(local, ["--state-dir", str(state), *args])
+    return CliRunner().invoke(local, ["--state-dir", str(state.parent), *args])
 
 
 @pytest.mark.slow
@@ -189,3 +189,19 @@ def test_a_cluster_taken_down_leaves_no_folder(local_state):
     assert _invoke(local_state, "down", "--name", "gone-soon").exit_code == 0
     assert list((local_state / "clusters").iterdir()) == []
     assert _files_under(local_state / "records") == []
+
+
+def test_state_dir_means_what_the_environment_means_on_the_group_and_on_each_command(local_state):
+    from flytekitplugins_ddlscale.cli import main
+
+    state = str(local_state.parent)
+    up = CliRunner().invoke(main, ["local", "up", "--state-dir", state, "--name", "here", "--replicas", "1"])
+    assert up.exit_code == 0, up.output
+    try:
+        seen = CliRunner().invoke(main, ["status", "--backend", "local", "--kind", "dask", "--name", "here"],
+                                  env={"DDLSCALE_STATE_DIR": state})
+        assert seen.exit_code == 0 and "desired=1" in seen.output, seen.output
+        listed = CliRunner().invoke(main, ["local", "--state-dir", "/nowhere", "list", "--state-dir", state])
+        assert listed.exit_code == 0 and "here" in listed.output, listed.output
+    finally:
+        assert CliRunner().invoke(main, ["local", "down", "--state-dir", state, "--name", "here"]).exit_code == 0

@@ -280,7 +280,7 @@ def test_two_clusters_run_side_by_side_and_down_stops_only_its_own(b):
 
 
 def test_cli_local_up_status_down_with_kind_ray(b, state):
-    invoke = lambda *args: CliRunner().invoke(local, ["--state-dir", str(state / "local"), *args])  # noqa: E731
+    invoke = lambda *args: CliRunner().invoke(local, ["--state-dir", str(state), *args])  # noqa: E731
     up = invoke("up", "--kind", "ray", "--name", NAME, "--workers", "2", "--json")
     assert up.exit_code == 0, up.output
     info = json.loads(up.stdout)

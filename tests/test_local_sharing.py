@@ -50,7 +50,7 @@ def test_a_second_process_scales_the_same_cluster_and_its_workers_outlive_it(bac
 
     # The CLI, a third process, reports the same cluster.
     cli = subprocess.run(
-        [DDLSCALE, "local", "--state-dir", str(backend.store.root), "status", "--name", "shared", "--json"],
+        [DDLSCALE, "local", "--state-dir", str(backend.store.root.parent), "status", "--name", "shared", "--json"],
         capture_output=True, text=True, timeout=120, check=True,
     )
     report = json.loads(cli.stdout)

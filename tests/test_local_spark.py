@@ -300,7 +300,7 @@ def test_a_killed_worker_and_a_killed_master_are_repaired(shared):
 
 def test_cli_local_up_status_down_for_spark(shared):
     env = shared.env()
-    local = [DDLSCALE, "local", "--state-dir", str(shared.state), "--tiers-file", str(shared.tiers)]
+    local = [DDLSCALE, "local", "--state-dir", str(shared.state.parent), "--tiers-file", str(shared.tiers)]
     up = subprocess.run(local + ["up", "--kind", "spark", "--name", "cli", "--replicas", "1", "--json"],
                         capture_output=True, text=True, timeout=TIMEOUT + 60, env=env)
     assert up.returncode == 0, up.stderr

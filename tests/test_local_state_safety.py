@@ -113,7 +113,7 @@ def test_a_folder_made_by_another_uid_is_refused():
 
 def test_down_through_a_linked_cluster_folder_removes_nothing_outside(tmp_path):
     state = tmp_path / "state"
-    backend = LocalBackend(state_dir=state)
+    backend = LocalBackend(state_dir=state / "local")
     victim = _victim(tmp_path)
     before = _files(victim)
     backend.store.cluster_dir(REF).symlink_to(victim)
@@ -175,7 +175,7 @@ def test_a_corrupt_cluster_record_starts_and_stops_nothing(local_state, field, v
             attempt()
         assert caught.value.source == str(path) and caught.value.field == shown and allowed in str(caught.value)
     for args in (["status", "--name", REF.name, "--timeout", "10"], ["status", "--name", REF.name, "--repair"]):
-        result = CliRunner().invoke(local, ["--state-dir", str(local_state), *args])
+        result = CliRunner().invoke(local, ["--state-dir", str(local_state.parent), *args])
         assert result.exit_code == 2, result.output
         assert str(path) in result.output and "corrupt record" in result.output
     assert processes_mentioning(str(local_state)) == []
@@ -185,13 +185,13 @@ def test_a_corrupt_cluster_record_starts_and_stops_nothing(local_state, field, v
 def test_status_reports_a_dead_cluster_without_starting_anything_unless_asked_to_repair(local_state):
     backend = LocalBackend(state_dir=local_state)
     _write_record(backend)
-    result = CliRunner().invoke(local, ["--state-dir", str(local_state), "status", "--name", REF.name, "--json"])
+    result = CliRunner().invoke(local, ["--state-dir", str(local_state.parent), "status", "--name", REF.name, "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert (report["status"], report["repaired"], report["existing_workers"]) == ("Failed", False, 0)
     assert processes_mentioning(str(local_state)) == []
     asked = CliRunner().invoke(
-        local, ["--state-dir", str(local_state), "status", "--name", REF.name, "--repair", "--json"]
+        local, ["--state-dir", str(local_state.parent), "status", "--name", REF.name, "--repair", "--json"]
     )
     assert asked.exit_code == 0, asked.output
     assert json.loads(asked.stdout)["repaired"] is True and processes_mentioning(str(local_state)) != []

@@ -48,8 +48,9 @@ def scheduler_workers(address: str) -> Dict[str, dict]:
 
 @pytest.fixture
 def local_state(tmp_path):
-    """A private state directory; afterwards, no process may still run from it."""
-    path = tmp_path / "local-state"
+    """The local folder of a private state directory (``--state-dir`` is its parent); afterwards, no
+    process may still run from it."""
+    path = tmp_path / "state" / "local"
     threads_before = set(threading.enumerate())
     yield path
     from flytekitplugins_ddlscale.backends.local import LocalBackend

@@ -30,9 +30,39 @@ def _run(action: Callable[[], T]) -> T:
 
 def _backend(ctx: click.Context) -> "LocalBackend":
     from ..backends.local import LocalBackend
+    from ..privatefs import private_dir
 
-    options: Dict[str, Any] = ctx.obj
-    return _run(lambda: LocalBackend(state_dir=options["state_dir"], tiers_file=options["tiers_file"]))
+    options: Dict[str, Any] = ctx.find_root().meta.get(_OPTIONS, {})
+    state_dir = options.get("state_dir")
+
+    def make() -> "LocalBackend":
+        # The same folder as $DDLSCALE_STATE_DIR: its own checks first, so an unsafe one is named as given.
+        local_dir = None if state_dir is None else private_dir(state_dir) / "local"
+        return LocalBackend(state_dir=local_dir, tiers_file=options.get("tiers_file"))
+
+    return _run(make)
+
+
+_OPTIONS = "ddlscale.local"
+"""Where the group's and the subcommands' --state-dir/--tiers-file are kept (a subcommand's wins)."""
+
+
+def _remember(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> None:
+    if value is not None:
+        ctx.find_root().meta.setdefault(_OPTIONS, {})[param.name] = value
+
+
+def _shared_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--state-dir`` and ``--tiers-file``, accepted on ``ddlscale local`` and on each of its commands."""
+    command = click.option(
+        "--tiers-file", type=click.Path(dir_okay=False), default=None, expose_value=False, callback=_remember,
+        help="Tiers YAML (default: $DDLSCALE_LOCAL_TIERS or the packaged Small/Medium/Large).",
+    )(command)
+    return click.option(
+        "--state-dir", type=click.Path(file_okay=False), default=None, expose_value=False, callback=_remember,
+        help="The state directory, as $DDLSCALE_STATE_DIR (default: that, else ~/.ddlscale); "
+        "local clusters are recorded in its 'local' folder.",
+    )(command)
 
 
 def _ref(kind: str, name: str) -> ClusterRef:
@@ -69,25 +99,13 @@ def _summary(info: Dict[str, Any]) -> str:
 
 
 @click.group("local", epilog=EXIT_CODES_HELP)
-@click.option(
-    "--state-dir",
-    type=click.Path(file_okay=False),
-    default=None,
-    help="Where local clusters are recorded (default: $DDLSCALE_STATE_DIR/local or ~/.ddlscale/local).",
-)
-@click.option(
-    "--tiers-file",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Tiers YAML (default: $DDLSCALE_LOCAL_TIERS or the packaged Small/Medium/Large).",
-)
-@click.pass_context
-def local(ctx: click.Context, state_dir: Optional[str], tiers_file: Optional[str]) -> None:
+@_shared_options
+def local() -> None:
     """Local clusters: a head and worker processes on this machine (Dask; Ray and Spark with their extras)."""
-    ctx.obj = {"state_dir": state_dir, "tiers_file": tiers_file}
 
 
 @local.command("up")
+@_shared_options
 @_kind_option
 @click.option("--name", required=True, help="Cluster name (DNS-1123 label).")
 @click.option("--replicas", "--workers", "replicas", type=int, default=1, show_default=True,
@@ -108,6 +126,7 @@ def up(ctx: click.Context, kind: str, name: str, replicas: int, worker_hw_tier: 
 
 
 @local.command("down")
+@_shared_options
 @_kind_option
 @click.option("--name", default=None, help="Cluster to stop.")
 @click.option("--all", "everything", is_flag=True, help="Stop every local cluster.")
@@ -128,6 +147,7 @@ def down(ctx: click.Context, kind: str, name: Optional[str], everything: bool) -
 
 
 @local.command("status")
+@_shared_options
 @_kind_option
 @click.option("--name", required=True, help="Cluster to report.")
 @click.option("--json", "as_json", is_flag=True, help="Print the cluster as JSON.")
@@ -159,6 +179,7 @@ def status(ctx: click.Context, kind: str, name: str, as_json: bool, repair: bool
 
 
 @local.command("list")
+@_shared_options
 @click.option("--json", "as_json", is_flag=True, help="Print the clusters as JSON.")
 @click.pass_context
 def list_clusters(ctx: click.Context, as_json: bool) -> None:
