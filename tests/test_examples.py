@@ -72,7 +72,7 @@ def test_quick_start_runs_end_to_end_prints_one_summary_per_step_and_leaves_noth
         assert re.fullmatch(r"scale_down: dask/hybrid-demo 2 -> 0 workers in \d+\.\d s(?: \(\d+\.\d s waiting\))?", summaries[2])
         assert re.match(r"check_in_phase: dask/hybrid-demo 0 -> 2 workers ready in \d+\.\d s", summaries[3])
         assert summaries[3].endswith("restored to 0 workers (as found)")
-        assert "Decks of this run (open in a browser):" in done.stderr
+        assert "Decks of this run (open in a browser):" in done.stderr and "No module named pip" not in done.stderr
         assert re.search(r"Distributed phase: check_in_phase: file://\S+/deck\.html", done.stderr)
         assert [_shape(line) for line in summaries] == [_shape(line) for line in _readme_quick_start_summaries()]
         assert processes_mentioning(str(state)) == []
@@ -251,3 +251,12 @@ def test_ctrl_c_in_a_node_based_flow_says_what_was_left_running_and_how_to_stop_
             proc.wait()
         take_down(state)
     assert processes_mentioning(str(state)) == []
+
+
+def test_every_deck_the_docs_and_examples_turn_on_leaves_out_flytekit_s_pip_list_deck():
+    """flytekit's default Decks include one that runs `pip list` ("No module named pip" in a uv venv)."""
+    texts = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "examples").glob("*.py")),
+             *sorted((ROOT / "tests" / "flyte_apps").glob("*.py"))]
+    bare = [f"{path.relative_to(ROOT)}: {line.strip()}" for path in texts for line in path.read_text().splitlines()
+            if re.search(r"@task\(.*enable_deck=True", line) and "deck_fields" not in line]
+    assert bare == []

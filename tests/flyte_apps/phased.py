@@ -3,13 +3,14 @@ import os
 from typing import List
 
 from flytekit import task, workflow
+from flytekit.deck import DeckField
 
 from flytekitplugins_ddlscale import distributed_phase
 
 CLUSTER = "dask/phase-test"
 
 
-@task(enable_deck=True)
+@task(enable_deck=True, deck_fields=(DeckField.INPUT, DeckField.OUTPUT))
 @distributed_phase(cluster=CLUSTER, replicas=2, timeout=120, sample_interval=0.2)
 def total_on_cluster(values: List[int], scale: int = 1) -> int:
     """Sums on the cluster's workers, connecting the way Domino code does."""
