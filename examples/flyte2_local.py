@@ -17,7 +17,7 @@ Shown here:
   (the pre-warmed one), and its timeline and worker-seconds are a tab of the
   task's Report;
 * ``restore`` (a ``RestoreCluster`` node) puts the cluster back to its
-  recorded baseline, also when a step failed (``finally``): the cluster did
+  recorded baseline, also when a step failed: the cluster did
   not exist before ``prewarm``, so it is taken down.
 
 On Domino, set ``DDLSCALE_EXAMPLE_CLUSTER=dask`` (a bare kind: the run's own
@@ -68,9 +68,12 @@ async def flow(n: int = 1000) -> int:
     try:
         await prewarm()
         data = await prepare.aio(n)
-        return await check_workers(data)
-    finally:
+        total = await check_workers(data)
+    except Exception:
         await restore()
+        raise
+    await restore()
+    return total
 
 
 if __name__ == "__main__":

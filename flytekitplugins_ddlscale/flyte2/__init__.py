@@ -18,6 +18,7 @@ phase is defined, not when this package is. It stands beside the flytekit
 surfaces (``tasks/``, ``phase/``) and shares only what lies below them: the
 node contract and runs (``nodes/``), the phase (``hold/``), the timeline.
 """
+from ..environ import connected
 from ..nodes.config import ANY_DESIRED, FROM_BASELINE
 from ..nodes.outputs import UNKNOWN, ClusterReady, RestartOutcome, RestoreOutcome, ScaleOutcome
 from .nodes import RestartHead, RestoreCluster, ScaleCluster, WaitForCluster
@@ -35,5 +36,6 @@ __all__ = [
     "ScaleOutcome",
     "UNKNOWN",
     "WaitForCluster",
+    "connected",
     "distributed_phase",
 ]
