@@ -38,6 +38,8 @@ setup(
         # ray[default]: the dashboard (State API, which readiness reads) and the client server (ray://).
         "ray": ["ray[default]>=2.9"],
         "spark": ["pyspark>=4.0,<5"],
+        # The Flyte 2 surface (flytekitplugins_ddlscale/flyte2/): the `flyte` SDK beside flytekit.
+        "flyte2": ["flyte>=2.12,<3"],
     },
     entry_points={
         "flytekit.plugins": [f"{PLUGIN_NAME}=flytekitplugins_ddlscale"],

@@ -6,9 +6,10 @@ through ``connection_env(ref)``, so code written for Domino runs unchanged.
 """
 import contextlib
 import os
-from typing import Any, Dict, Iterator, Mapping
+from typing import Any, Dict, Iterator, Mapping, Optional, Union
 
-from .refs import ClusterRef
+from .opening import open_backend
+from .refs import ClusterRef, cluster_text, parse_cluster
 
 
 def connection_variables(backend: Any, ref: ClusterRef) -> Dict[str, str]:
@@ -33,3 +34,19 @@ def environ_set(values: Mapping[str, str]) -> Iterator[Dict[str, str]]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = old
+
+
+@contextlib.contextmanager
+def connected(cluster: Union[str, ClusterRef], backend: Optional[str] = None) -> Iterator[Dict[str, str]]:
+    """Make the cluster's connection variables (``DASK_SCHEDULER_SERVICE_HOST``...) present in the block.
+
+    In a Domino run they are injected already and are left alone. Elsewhere,
+    a backend that offers ``connection_env(ref)`` (the local backend) sets
+    them for the block; previous values come back on exit. Yields the
+    variables set (empty when nothing was set).
+    """
+    ref = parse_cluster(cluster_text(cluster))
+    with open_backend(backend) as chosen:
+        values = connection_variables(chosen, ref)
+    with environ_set(values) as present:
+        yield present

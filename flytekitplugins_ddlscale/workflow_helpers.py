@@ -15,16 +15,15 @@ optional ``err``), so the handler built here declares exactly those inputs:
 The handler must be assigned to a module-level variable (like any task
 defined without a function), so a container can find it.
 """
-import contextlib
 import logging
-from typing import Any, Dict, Iterator, Optional, Union
+from typing import Any, Dict, Optional, Union
 
 from flytekit.core.interface import Interface
 from flytekit.core.python_function_task import PythonInstanceTask
 from flytekit.types.error import FlyteError
 
 from .backends.base import DEFAULT_SCALE_TIMEOUT
-from .environ import connection_variables, environ_set
+from .environ import connected  # noqa: F401 - public here, as before it moved to the core
 from .errors import InvalidInputError
 from .nodes.names import qualified_name
 from .nodes.outputs import RestoreOutcome
@@ -37,22 +36,6 @@ from .validation import validate_replicas, validate_timeout
 logger = logging.getLogger("flytekitplugins_ddlscale")
 
 ERROR_INPUT = "err"
-
-
-@contextlib.contextmanager
-def connected(cluster: Union[str, ClusterRef], backend: Optional[str] = None) -> Iterator[Dict[str, str]]:
-    """Make the cluster's connection variables (``DASK_SCHEDULER_SERVICE_HOST``...) present in the block.
-
-    In a Domino run they are injected already and are left alone. Elsewhere,
-    a backend that offers ``connection_env(ref)`` (the local backend) sets
-    them for the block; previous values come back on exit. Yields the
-    variables set (empty when nothing was set).
-    """
-    ref = parse_cluster(cluster_text(cluster))
-    with open_backend(backend) as chosen:
-        values = connection_variables(chosen, ref)
-    with environ_set(values) as present:
-        yield present
 
 
 class ScaleDownOnFailure(PythonInstanceTask[None]):

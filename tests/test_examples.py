@@ -260,3 +260,52 @@ def test_every_deck_the_docs_and_examples_turn_on_leaves_out_flytekit_s_pip_list
     bare = [f"{path.relative_to(ROOT)}: {line.strip()}" for path in texts for line in path.read_text().splitlines()
             if re.search(r"@task\(.*enable_deck=True", line) and "deck_fields" not in line]
     assert bare == []
+
+
+def _needs_flyte2():
+    return pytest.importorskip("flyte", reason="the Flyte 2 examples need the flyte2 extra")
+
+
+@pytest.mark.slow
+def test_flyte2_example_prewarms_checks_its_dask_workers_in_the_phase_restores_and_leaves_nothing(tmp_path):
+    _needs_flyte2()
+    state = tmp_path / "state"
+    done = subprocess.run([sys.executable, "examples/flyte2_local.py"], cwd=ROOT, env=quick_start_env(state),
+                          capture_output=True, text=True, timeout=300)
+    try:
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert done.stdout.strip().splitlines()[-1] == str(sum(x * x for x in range(1000)))
+        summaries = [line for line in done.stderr.splitlines() if re.match(r"\w+: dask/flyte2-demo \d", line)]
+        assert [line.split(":")[0] for line in summaries] == ["prewarm", "check_workers", "restore"], done.stderr
+        assert summaries[0] == "prewarm: dask/flyte2-demo 0 -> 2 workers requested, not waited for"
+        assert "2 workers registered with the Dask scheduler" in summaries[1]
+        assert summaries[1].endswith("restored to 2 workers (as found)")
+        assert summaries[2].startswith("restore: dask/flyte2-demo 2 -> 0 workers (baseline) in")
+        assert processes_mentioning(str(state)) == []
+        assert not list((state / "local" / "clusters").glob("*/cluster.json"))
+    finally:
+        take_down(state)
+
+
+@pytest.mark.slow
+def test_flyte2_counterpart_of_the_quick_start_runs_the_same_steps_with_the_same_summaries(tmp_path):
+    _needs_flyte2()
+    state = tmp_path / "state"
+    done = subprocess.run([sys.executable, "examples/flyte2_hybrid_flow.py", "5000"], cwd=ROOT,
+                          env=quick_start_env(state), capture_output=True, text=True, timeout=300)
+    try:
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert done.stdout.strip().splitlines()[-1] == "True"
+        summaries = [line for line in done.stderr.splitlines() if ": dask/hybrid-demo " in line]
+        # The steps and lines of the flytekit quick start (test_quick_start_runs_end_to_end_...).
+        assert [line.split(":")[0] for line in summaries] == [
+            "request_workers", "workers_ready", "scale_down", "check_in_phase"
+        ], done.stderr
+        assert summaries[0] == "request_workers: dask/hybrid-demo 0 -> 2 workers requested, not waited for"
+        assert re.fullmatch(r"workers_ready: dask/hybrid-demo 2 workers ready after \d+\.\d s"
+                            r" \(framework: 2 workers registered with the Dask scheduler.*\)", summaries[1])
+        assert summaries[3].endswith("restored to 0 workers (as found)")
+        assert processes_mentioning(str(state)) == []
+        assert not list((state / "local" / "clusters").glob("*/cluster.json"))
+    finally:
+        take_down(state)

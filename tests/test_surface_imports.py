@@ -1,8 +1,8 @@
 """The user-facing surfaces stand side by side: none imports another, and the core imports none.
 
 Surfaces: the Flyte task types (``tasks/``), ``@distributed_phase``
-(``phase/``), the command line (``cli/``), the Flyte connector and the
-workflow helpers. What they share lives below them (``refs``, ``timeline``,
+(``phase/``), the command line (``cli/``), the Flyte connector, the
+workflow helpers and the Flyte 2 surface (``flyte2/``). What they share lives below them (``refs``, ``timeline``,
 ``environ``, ``opening``, ``nodes/``, ``hold/``, ...). Every import
 statement counts, also those inside functions or under ``TYPE_CHECKING``.
 """
@@ -16,7 +16,7 @@ import flytekitplugins_ddlscale
 
 PACKAGE = "flytekitplugins_ddlscale"
 ROOT = Path(flytekitplugins_ddlscale.__file__).parent
-SURFACES = ("tasks", "phase", "cli", "connector", "workflow_helpers")
+SURFACES = ("tasks", "phase", "cli", "connector", "workflow_helpers", "flyte2")
 
 
 def module_name(path: Path) -> str:
@@ -94,6 +94,17 @@ def test_the_command_line_and_the_phase_machinery_load_without_flytekit():
         "for args in (['--help'], ['run', '--help']):\n"
         "    assert CliRunner().invoke(main, args).exit_code == 0\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'flytekit'))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_the_flyte2_surface_loads_neither_flyte_nor_flytekit_until_a_node_or_phase_is_defined():
+    script = (
+        "import sys\n"
+        "import flytekitplugins_ddlscale.flyte2\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'flyte', 'flytekit'}))\n"
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

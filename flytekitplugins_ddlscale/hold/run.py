@@ -15,13 +15,19 @@ given ReplicaSpec). Deciding and changing is one atomic backend step, so a
 phase that claims while another ends is never shrunk. The cleanup runs
 once; its own failure is logged and attached to the body's error instead
 of replacing it.
+
+In the main thread the phase turns SIGTERM/SIGINT into an exception in the
+block; elsewhere (Flyte 2 runs task bodies in other threads) it attaches to
+the process's :data:`.signals.RELAY` when that is installed, which calls
+:meth:`ClusterPhase.interrupt` from the main thread.
 """
 import contextlib
 import logging
+import threading
 import time
 import uuid
 from types import TracebackType
-from typing import Optional, Type
+from typing import Callable, Mapping, Optional, Type
 
 from ..backends import get_backend
 from ..backends.base import ClusterBackend
@@ -40,7 +46,19 @@ from .lease import LeaseKeeper
 from .monitor import PhaseMonitor
 from .pausepoints import check_pause_setting, pause_point
 from .settings import PhaseSettings
-from .signals import PhaseInterrupted, SignalsAsExceptions
+from .signals import RELAY, PhaseInterrupted, SignalsAsExceptions, raise_in_thread
+
+Publisher = Callable[[str, WorkerTimeline, Mapping[str, object]], None]
+"""Attaches a phase's page when it ends: (title, timeline, facts); a Flyte Deck unless a surface gives another."""
+
+INTERRUPT_MARGIN = 30.0
+"""Seconds beyond the phase's timeout that a signal waits for a start or restore under way in another thread."""
+
+
+def publish_flytekit_deck(title: str, timeline: WorkerTimeline, facts: Mapping[str, object]) -> None:
+    """The phase's page as the flytekit Deck ``Distributed phase`` of the running task."""
+    publish_deck("Distributed phase", render_html(title, timeline, facts))
+
 
 logger = logging.getLogger("flytekitplugins_ddlscale")
 
@@ -48,8 +66,9 @@ logger = logging.getLogger("flytekitplugins_ddlscale")
 class ClusterPhase:
     """Context manager holding a cluster at the phase's size for the length of a block."""
 
-    def __init__(self, settings: PhaseSettings, label: str = "phase") -> None:
+    def __init__(self, settings: PhaseSettings, label: str = "phase", publish: Publisher = publish_flytekit_deck) -> None:
         self.settings = settings
+        self.publish = publish
         self.label = label
         self.claim_id = f"{label}-{uuid.uuid4().hex[:12]}"
         self.ref = settings.ref()
@@ -67,6 +86,11 @@ class ClusterPhase:
         self._env = contextlib.ExitStack()
         self._claimed = False
         self._finished = False
+        self._finish_lock = threading.Lock()
+        self._ended = threading.Event()
+        self._starter: Optional[int] = None
+        """The thread running ``_start`` while it runs (None before and after)."""
+        self._relayed = False
         self._began = time.monotonic()
         self._scaled: Optional[tuple] = None
         """(workers before, workers held, seconds until ready) once the cluster reached the phase's size."""
@@ -75,14 +99,19 @@ class ClusterPhase:
 
     def __enter__(self) -> "ClusterPhase":
         guard = self._signals.install()
+        if not guard.active:
+            self._relayed = RELAY.attach(self)
+            if not self._relayed:
+                logger.debug("phase %s runs without signal handlers", self.claim_id)
+        self._starter = threading.get_ident()
         try:
             self._start()
         except BaseException as exc:
+            self._starter = None
             self._finish(exc)
-            self._signals.uninstall()
+            self._uninstall()
             raise
-        if not guard.active:
-            logger.debug("phase %s runs without signal handlers", self.claim_id)
+        self._starter = None
         return self
 
     def __exit__(
@@ -94,12 +123,40 @@ class ClusterPhase:
         try:
             self._finish(exc)
         finally:
-            self._signals.uninstall()
+            self._uninstall()
         if exc is None and self.restore_error is not None:
             raise self.restore_error
         pending = self._signals.guard.pending
         if exc is None and pending is not None:
             raise PhaseInterrupted(pending)
+
+    def _uninstall(self) -> None:
+        self._signals.uninstall()
+        if self._relayed:
+            RELAY.detach(self)
+            self._relayed = False
+
+    def interrupt(self, signum: int) -> None:
+        """Give the cluster back now because of ``signum``: the relay calls this in the main thread.
+
+        During the start, the starting thread is interrupted and its cleanup
+        awaited; during the block, the cleanup runs here (the block's thread
+        may be blocked in C code and unable to see an exception for long);
+        during a cleanup under way, the signal is recorded and the cleanup
+        awaited. Waits are bounded by the phase's timeout and a margin.
+        """
+        # The block, when it ends, raises PhaseInterrupted for this signal (as in the main thread).
+        self._signals.guard.pending = signum
+        starter = self._starter
+        with self._finish_lock:
+            running = not self._finished and starter is None
+        if running:
+            self._finish(PhaseInterrupted(signum))
+            return
+        if starter is not None:
+            raise_in_thread(starter, signum)
+        if not self._ended.wait(self.settings.timeout + INTERRUPT_MARGIN):
+            logger.error("phase %s: the restore after %s did not end in time", self.claim_id, signum)
 
     @property
     def backend(self) -> ClusterBackend:
@@ -209,9 +266,16 @@ class ClusterPhase:
         self._env.enter_context(environ_set(variables))
 
     def _finish(self, error: Optional[BaseException]) -> None:
-        if self._finished:
-            return
-        self._finished = True
+        with self._finish_lock:
+            if self._finished:
+                return
+            self._finished = True
+        try:
+            self._cleanup(error)
+        finally:
+            self._ended.set()
+
+    def _cleanup(self, error: Optional[BaseException]) -> None:
         with self._signals.guard.deferred():
             if self._monitor is not None:
                 self._monitor.stop()
@@ -301,6 +365,6 @@ class ClusterPhase:
             "seconds": f"{self.timeline.duration:.1f}",
         }
         try:
-            publish_deck("Distributed phase", render_html(f"Distributed phase: {self.label}", self.timeline, facts))
-        except Exception as exc:  # a Deck is a report; it must never fail the phase
-            logger.warning("could not attach the phase deck: %s", exc)
+            self.publish(f"Distributed phase: {self.label}", self.timeline, facts)
+        except Exception as exc:  # a Deck or Report is a report; it must never fail the phase
+            logger.warning("could not attach the phase's page: %s", exc)

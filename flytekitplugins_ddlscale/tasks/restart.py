@@ -10,7 +10,7 @@ from ..progress import emit_summary
 from ..refs import ClusterRef
 from ..summary import restart_line
 from .base import ScalingTaskBase
-from .runner import run_restart
+from ..nodes.run import run_restart
 
 
 class RestartHead(ScalingTaskBase[RestartConfig]):

@@ -10,7 +10,7 @@ from ..progress import emit_summary
 from ..refs import ClusterRef
 from ..summary import restore_line
 from .base import ScalingTaskBase
-from .runner import run_restore
+from ..nodes.run import run_restore
 
 
 class RestoreCluster(ScalingTaskBase[RestoreConfig]):

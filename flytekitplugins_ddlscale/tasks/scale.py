@@ -11,7 +11,7 @@ from ..refs import ClusterRef, parse_cluster
 from ..summary import scale_line
 from .base import ScalingTaskBase
 from .leftovers import remember
-from .runner import run_scale
+from ..nodes.run import run_scale
 
 
 class ScaleCluster(ScalingTaskBase[ScaleConfig]):

@@ -10,7 +10,7 @@ from ..progress import emit_summary
 from ..refs import ClusterRef
 from ..summary import wait_line
 from .base import ScalingTaskBase
-from .runner import run_wait
+from ..nodes.run import run_wait
 
 
 class WaitForCluster(ScalingTaskBase[WaitConfig]):

@@ -1,4 +1,4 @@
-"""What the scaling task types do when they run: in their container, locally, or in the connector.
+"""What the scaling nodes do when they run in a task: a flytekit task (:mod:`..tasks`) or a Flyte 2 task (:mod:`..flyte2`).
 
 Each function validates its inputs, picks the backend, performs the
 operation with progress going to ``progress`` (and into a

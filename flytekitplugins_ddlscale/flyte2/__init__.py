@@ -1,0 +1,41 @@
+"""The Flyte 2 surface: scaling nodes as ``flyte`` 2 tasks, ``distributed_phase`` for ``@env.task`` functions.
+
+.. code-block:: python
+
+    import flyte
+    from flytekitplugins_ddlscale.flyte2 import RestoreCluster, ScaleCluster, distributed_phase
+
+    env = flyte.TaskEnvironment("train")
+    prewarm = ScaleCluster("prewarm", env=env, cluster="dask/train", replicas=2, wait=False)
+    restore = RestoreCluster("restore", env=env, cluster="dask/train")
+
+    @env.task(report=True)
+    @distributed_phase(cluster="dask/train", replicas=2)
+    async def train() -> int: ...
+
+Needs the ``flyte2`` extra (the ``flyte`` SDK), imported when a node or
+phase is defined, not when this package is. It stands beside the flytekit
+surfaces (``tasks/``, ``phase/``) and shares only what lies below them: the
+node contract and runs (``nodes/``), the phase (``hold/``), the timeline.
+"""
+from ..environ import connected
+from ..nodes.config import ANY_DESIRED, FROM_BASELINE
+from ..nodes.outputs import UNKNOWN, ClusterReady, RestartOutcome, RestoreOutcome, ScaleOutcome
+from .nodes import RestartHead, RestoreCluster, ScaleCluster, WaitForCluster
+from .phase import distributed_phase
+
+__all__ = [
+    "ANY_DESIRED",
+    "ClusterReady",
+    "FROM_BASELINE",
+    "RestartHead",
+    "RestartOutcome",
+    "RestoreCluster",
+    "RestoreOutcome",
+    "ScaleCluster",
+    "ScaleOutcome",
+    "UNKNOWN",
+    "WaitForCluster",
+    "connected",
+    "distributed_phase",
+]

@@ -1,0 +1,144 @@
+"""``distributed_phase`` for Flyte 2 task functions, sync and async, under ``@env.task``.
+
+.. code-block:: python
+
+    @env.task(report=True)
+    @distributed_phase(cluster="dask/train", replicas=4)
+    async def train(path: str) -> float:      # or a plain `def`
+        ...
+
+The phase is :class:`..hold.ClusterPhase`, as for flytekit: claim, scale,
+wait, connection variables, monitor; on return, exception, cancellation or
+SIGTERM/SIGINT: release and give back. What differs is only where it runs:
+
+* Flyte 2 runs a task body outside the main thread, where Python cannot
+  catch signals, so applying the decorator (in the main thread, when the
+  module is imported) installs the process's signal relay
+  (:data:`..hold.signals.RELAY`): on SIGTERM/SIGINT every live phase gives
+  its cluster back, then the signal does what it did before (by default
+  SIGTERM ends the process);
+* an async body's start and restore run in a worker thread, so the event
+  loop stays free; cancelling the body (Flyte 2 aborts an action that way)
+  restores too, and a start or restore under way always runs to its end;
+* the phase's page is a tab of the task's Report (``@env.task(report=True)``).
+"""
+import asyncio
+import functools
+import inspect
+from typing import Any, Callable, Optional, TypeVar, cast
+
+from ..backends.base import DEFAULT_SCALE_TIMEOUT
+from ..hold import ClusterPhase
+from ..hold.settings import DEFAULT_REASSERT_INTERVAL, DEFAULT_SAMPLE_INTERVAL, RESTORE_BASELINE, PhaseSettings, Restore
+from ..hold.signals import RELAY
+from ..leases import DEFAULT_LEASE_SECONDS
+from ..refs import ClusterSpec
+from .report import publish_report
+
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+
+def distributed_phase(
+    cluster: ClusterSpec,
+    replicas: int,
+    worker_hw_tier: Optional[str] = None,
+    head_hw_tier: Optional[str] = None,
+    restore: Restore = RESTORE_BASELINE,
+    timeout: float = DEFAULT_SCALE_TIMEOUT,
+    backend: Optional[str] = None,
+    *,
+    framework_ready: bool = True,
+    framework_url: Optional[str] = None,
+    reassert_interval: Optional[float] = DEFAULT_REASSERT_INTERVAL,
+    sample_interval: float = DEFAULT_SAMPLE_INTERVAL,
+    report: bool = True,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
+) -> Callable[[F], F]:
+    """Decorate a Flyte 2 task function (below ``@env.task``) so it runs with the cluster scaled for it.
+
+    Arguments as for the flytekit ``distributed_phase``; ``report`` adds the
+    phase's tab (Timeline rows, worker plot, worker-seconds by tier) to the
+    task's Report. Arguments are checked when the decorator is applied.
+    """
+    settings = PhaseSettings(
+        cluster=cluster,  # type: ignore[arg-type]
+        replicas=replicas,
+        worker_hw_tier=worker_hw_tier,
+        head_hw_tier=head_hw_tier,
+        restore=restore,
+        timeout=timeout,
+        backend=backend,
+        framework_ready=framework_ready,
+        framework_url=framework_url,
+        reassert_interval=reassert_interval,
+        sample_interval=sample_interval,
+        deck=report,
+        lease_seconds=lease_seconds,
+    )
+    RELAY.install()
+
+    def decorate(fn: F) -> F:
+        _refuse_task_object(fn)
+        label = fn.__name__
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def run_async(*args: Any, **kwargs: Any) -> Any:
+                phase = ClusterPhase(settings, label, publish=publish_report)
+                try:
+                    await _to_the_end(phase.__enter__)
+                    result = await fn(*args, **kwargs)
+                except BaseException as exc:
+                    # After a failed start the phase has already given back: this exit does nothing then.
+                    await _to_the_end(phase.__exit__, type(exc), exc, exc.__traceback__)
+                    raise
+                await _to_the_end(phase.__exit__, None, None, None)
+                return result
+
+            return cast(F, run_async)
+
+        @functools.wraps(fn)
+        def run_sync(*args: Any, **kwargs: Any) -> Any:
+            with ClusterPhase(settings, label, publish=publish_report):
+                return fn(*args, **kwargs)
+
+        return cast(F, run_sync)
+
+    return decorate
+
+
+async def _to_the_end(call: Callable[..., T], *args: Any) -> T:
+    """``call(*args)`` in a worker thread, awaited to its end even if the awaiting task is cancelled meanwhile.
+
+    A phase's start or restore must not be left half-way: a cancellation
+    that arrives during it is raised once it has ended.
+    """
+    job = asyncio.ensure_future(asyncio.to_thread(call, *args))
+    cancelled: Optional[asyncio.CancelledError] = None
+    while True:
+        try:
+            result = await asyncio.shield(job)
+            break
+        except asyncio.CancelledError as exc:
+            if job.done():
+                raise
+            cancelled = exc
+    if cancelled is not None:
+        raise cancelled
+    return result
+
+
+def _refuse_task_object(fn: object) -> None:
+    import flyte
+
+    if not isinstance(fn, flyte.TaskTemplate):
+        return
+    short = fn.name.rsplit(".", 1)[-1]
+    raise TypeError(
+        f"distributed_phase was applied to the Flyte 2 task {fn.name!r}; it must wrap the function, "
+        "so put it below @env.task:\n\n"
+        "    @env.task(report=True)\n"
+        "    @distributed_phase(cluster=..., replicas=...)\n"
+        f"    def {short}(...): ..."
+    )

@@ -1,0 +1,191 @@
+"""The Flyte 2 surface for real: flyte 2 local mode against the local backend's Dask processes."""
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+flyte = pytest.importorskip("flyte", reason="the Flyte 2 surface needs the flyte2 extra (pip install -e '.[flyte2]')")
+
+from flytekitplugins_ddlscale.errors import InvalidInputError  # noqa: E402
+from flytekitplugins_ddlscale.flyte2 import ScaleCluster, distributed_phase  # noqa: E402
+from flytekitplugins_ddlscale.flyte2.report import timeline_rows  # noqa: E402
+from flytekitplugins_ddlscale.models import ReplicaSpec  # noqa: E402
+from flytekitplugins_ddlscale.refs import ClusterRef  # noqa: E402
+from flytekitplugins_ddlscale.timeline import WorkerTimeline  # noqa: E402
+from tests.flyte_apps import flyte2_flows as flows  # noqa: E402
+from tests.flyte_support import local_backend, local_env, processes_mentioning  # noqa: E402,F401 - fixture
+
+ROOT = Path(__file__).resolve().parent.parent
+REF = ClusterRef.parse(flows.CLUSTER)
+LOCAL_METADATA = Path("/tmp/flyte/metadata")
+"""Where flyte 2 local mode writes a run's outputs and Reports (flyte's own choice), per run name."""
+
+
+def run_locally(task, **inputs):
+    """``task`` run in flyte 2 local mode under a fresh run name; (outputs, the run's Report files)."""
+    name = f"ddlscale-{uuid.uuid4().hex[:12]}"
+    try:
+        outputs = flyte.with_runcontext(mode="local", name=name).run(task, **inputs).outputs()
+        return outputs[0], {path: path.read_text() for path in (LOCAL_METADATA / name).rglob("report.html")}
+    finally:
+        import shutil
+
+        shutil.rmtree(LOCAL_METADATA / name, ignore_errors=True)
+
+
+def plugin_lines(caplog) -> str:
+    """The plugin's lines of the test (under pytest, with handlers on the root logger, they are log records)."""
+    return "\n".join(r.getMessage() for r in caplog.records if r.name.startswith("flytekitplugins_ddlscale"))
+
+
+def existing_cluster(backend, replicas):
+    """A cluster that was there before any phase: running, with no baseline recorded yet."""
+    backend.up(REF, replicas, timeout=60)
+    backend.restore_baseline(REF, ReplicaSpec(replicas), timeout=60)
+
+
+def test_node_and_phase_arguments_are_checked_when_defined():
+    env = flyte.TaskEnvironment("checks")
+    with pytest.raises(InvalidInputError) as info:
+        ScaleCluster("bad", env=env, cluster=flows.CLUSTER, replicas=-1)
+    assert info.value.field == "replicas"
+    with pytest.raises(InvalidInputError) as info:
+        ScaleCluster("scale-up", env=env, cluster=flows.CLUSTER, replicas=1)
+    assert info.value.field == "name"
+    with pytest.raises(InvalidInputError) as info:
+        ScaleCluster("scale_up", env=None, cluster=flows.CLUSTER, replicas=1)
+    assert info.value.field == "env"
+    with pytest.raises(InvalidInputError) as info:
+        distributed_phase(cluster=flows.CLUSTER, replicas=1, lease_seconds=0)
+    assert info.value.field == "lease_seconds"
+
+
+def test_a_node_is_a_typed_task_of_its_environment_named_like_its_variable():
+    assert flows.request.name == "flyte2_flows.request"
+    assert flows.env.tasks["flyte2_flows.request"] is flows.request
+    inputs = flows.request.native_interface.inputs
+    assert list(inputs) == ["cluster", "replicas", "worker_hw_tier", "head_hw_tier"]
+    assert inputs["cluster"][1] == flows.CLUSTER and inputs["replicas"][1] == 2
+    assert flows.request.native_interface.outputs == {"o0": flows.ScaleOutcome}
+    assert flows.request.func.__module__ == flows.__name__ and flows.request.cache.behavior == "disable"
+
+
+def test_the_phase_goes_below_env_task():
+    env = flyte.TaskEnvironment("order")
+
+    @env.task
+    def body() -> int:
+        return 1
+
+    with pytest.raises(TypeError, match="put it below @env.task"):
+        distributed_phase(cluster=flows.CLUSTER, replicas=1)(body)
+
+
+def test_timeline_rows_show_each_change_and_mark_in_time_order():
+    timeline = WorkerTimeline(clock=iter([0.0, 2.0]).__next__)
+    timeline.add(0, seconds=0.0)
+    timeline.add(2, "Small", seconds=1.0)
+    timeline.add(2, "Small", seconds=2.0)
+    timeline.mark("restore")
+    timeline.add(0, seconds=3.5)
+    assert [tuple(row) for row in timeline_rows(timeline)] == [
+        ("•", "0 workers", "+0.0 s"), ("▲", "2 workers on Small", "+1.0 s"),
+        ("⏵", "restore", "+2.0 s"), ("▼", "0 workers", "+3.5 s"),
+    ]
+
+
+@pytest.mark.slow
+def test_every_node_runs_in_local_mode_with_typed_outcomes_and_summary_lines(local_env, caplog):
+    caplog.set_level(logging.INFO, logger="flytekitplugins_ddlscale")
+    outcome, reports = run_locally(flows.all_nodes, replicas=2)
+    assert outcome == [
+        "0->2 waited=False",
+        "ready=2 2 workers registered with the Dask scheduler (local backend)",
+        "head ready=True",
+        "2->0 baseline",
+    ]
+    err = plugin_lines(caplog)
+    summaries = [line for line in err.splitlines() if re.match(r"\w+: dask/flyte2-test ", line)]
+    assert [line.split(":")[0] for line in summaries] == ["request", "ready", "restart", "restore"], err
+    assert summaries[0] == "request: dask/flyte2-test 0 -> 2 workers requested, not waited for"
+    assert summaries[3].startswith("restore: dask/flyte2-test 2 -> 0 workers (baseline) in")
+    titles = sorted(t for page in reports.values() for t in re.findall(r"<h3[^>]*>([^<]+: flyte2_flows\.\w+)</h3>", page))
+    assert titles == ["Cluster restore: flyte2_flows.restore", "Cluster scaling: flyte2_flows.request",
+                      "Cluster wait: flyte2_flows.ready", "Head restart: flyte2_flows.restart"]
+    assert local_backend(local_env).list_clusters() == []
+
+
+@pytest.mark.slow
+def test_a_failing_node_fails_its_parent_and_changes_nothing(local_env):
+    with pytest.raises(Exception, match="mpi"):
+        run_locally(flows.unsupported_kind)
+    assert local_backend(local_env).list_clusters() == []
+
+
+@pytest.mark.slow
+def test_sync_and_async_phases_hold_the_workers_for_the_body_and_give_back(local_env, caplog):
+    caplog.set_level(logging.INFO, logger="flytekitplugins_ddlscale")
+    outcome, reports = run_locally(flows.both_phases, fail=False)
+    assert outcome == [2, 2]
+    # The phases created the local cluster (no baseline), so giving back takes it down.
+    assert local_backend(local_env).list_clusters() == []
+    assert "DASK_SCHEDULER_SERVICE_HOST" not in os.environ
+    err = plugin_lines(caplog)
+    for label in ("sync_phase", "async_phase"):
+        assert re.search(rf"^{label}: dask/flyte2-test 0 -> 2 workers ready in .*restored to 0 workers \(as found\)$",
+                         err, re.M), err
+    pages = [page for page in reports.values() if "Distributed phase: " in page]
+    assert len(pages) == 2
+    for page in pages:
+        assert re.search(r"▲ <b>2 workers[^<]*</b> <span[^>]*>\+\d+\.\d s", page), page
+        assert "<polyline" in page and "Worker-seconds by tier" in page and ">restore<" in page
+
+
+@pytest.mark.slow
+def test_a_failing_body_keeps_its_error_and_the_cluster_goes_back_to_its_size(local_env, caplog):
+    caplog.set_level(logging.INFO, logger="flytekitplugins_ddlscale")
+    backend = local_backend(local_env)
+    existing_cluster(backend, 1)
+    with pytest.raises(Exception, match="failed on purpose with 2 workers"):
+        run_locally(flows.both_phases, fail=True)
+    state = backend.get_state(REF)
+    assert state.desired_workers == 1 and state.ready_workers == 1
+    err = plugin_lines(caplog)
+    assert re.search(r"^sync_phase: dask/flyte2-test 1 -> 2 workers ready in .*failed after \d+\.\d s "
+                     r"\(ValueError\), restored to 1 worker \(as found\)$", err, re.M), err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", ["sync_interrupted", "async_interrupted"])
+def test_sigterm_during_the_body_gives_the_cluster_back_before_the_process_ends(local_env, tmp_path, task):
+    """The sync body is blocked in a long sleep in its own thread: the relay restores from the main thread."""
+    backend = local_backend(local_env)
+    existing_cluster(backend, 1)
+    marker = tmp_path / "body-started"
+    proc = subprocess.Popen([sys.executable, "-m", "tests.flyte_apps.flyte2_flows", task, str(marker)], cwd=ROOT,
+                            env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert marker.exists(), proc.communicate(timeout=30)
+        assert marker.read_text() == "2"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGTERM, err[-3000:]
+    assert re.search(rf"^{task}: dask/flyte2-test 1 -> 2 workers ready in .*\(PhaseInterrupted\), "
+                     r"restored to 1 worker \(as found\)$", err, re.M), err[-3000:]
+    state = backend.get_state(REF)
+    assert state.desired_workers == 1 and state.ready_workers == 1
+    assert backend.claims(REF) == {}
