@@ -258,7 +258,7 @@ def test_every_deck_the_docs_and_examples_turn_on_leaves_out_flytekit_s_pip_list
     texts = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "examples").glob("*.py")),
              *sorted((ROOT / "tests" / "flyte_apps").glob("*.py"))]
     bare = [f"{path.relative_to(ROOT)}: {line.strip()}" for path in texts for line in path.read_text().splitlines()
-            if re.search(r"@task\(.*enable_deck=True", line) and "deck_fields" not in line]
+            if re.match(r"\s*@task\(.*enable_deck=True", line) and "deck_fields" not in line]
     assert bare == []
 
 
