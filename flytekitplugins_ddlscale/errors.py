@@ -205,6 +205,13 @@ class BackendUnavailableError(ScalingError):
     code = "backend_unavailable"
 
 
+class ClusterFaultError(ScalingError):
+    """The cluster lost its head or workers while a phase's body ran, and the phase was asked to fail
+    on that (``fail_on_fault``) instead of repairing or reporting it."""
+
+    code = "cluster_fault"
+
+
 class WorkerFailedError(ScalingError):
     """A pod cannot become Ready (Unschedulable, CrashLoopBackOff, image pull)."""
 

@@ -48,6 +48,10 @@ class BackendCapabilities:
     observes_restarts: bool = False
     """Whether :meth:`BaseBackend.head_restarted` can tell the head a ``restart_head(wait=False)``
     brought up from the head it replaced (the Flyte connector serves ``RestartHead`` only then)."""
+    repairs_processes: bool = False
+    """Whether a ``reconcile`` also restarts a head that died (on its address) and replaces workers
+    that died, so a phase's monitor can repair a fault during the body; where False the cluster's
+    operator does, and the phase only reports it."""
 
 
 @runtime_checkable

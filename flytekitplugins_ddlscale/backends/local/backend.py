@@ -106,6 +106,7 @@ class LocalBackend(FileRecordsBackend):
         head_tier=False,
         persistent_baseline=True,
         observes_restarts=True,
+        repairs_processes=True,
     )
 
     def __init__(
