@@ -72,6 +72,8 @@ class PhaseMonitor:
         self._clock = clock
         self._began = clock()
         self._stop = threading.Event()
+        self._wake = threading.Event()
+        """Set by :meth:`watch` and :meth:`stop`, so the loop does not sleep out a long renewal interval."""
         self._in_flight = threading.Lock()
         self._needed: Optional[int] = None
         self._reassert_interval: Optional[float] = None
@@ -96,6 +98,7 @@ class PhaseMonitor:
         and treat fewer than ``needed`` workers or a lost head as a fault."""
         self._reassert_interval = reassert_interval
         self._needed = needed
+        self._wake.set()
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop the thread and wait (at most ``timeout`` seconds) for a call in flight to finish.
@@ -105,6 +108,7 @@ class PhaseMonitor:
         A fault still open is closed as "not whole again by the end".
         """
         self._stop.set()
+        self._wake.set()
         if self._in_flight.acquire(timeout=timeout):
             self._in_flight.release()
         else:
@@ -121,7 +125,11 @@ class PhaseMonitor:
         next_renewal = now + self._renew_every
         next_sample = now
         next_reassert: Optional[float] = None
-        while not self._stop.wait(self._tick()):
+        while True:
+            self._wake.wait(self._tick())
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             now = self._clock()
             if now >= next_renewal and self.lost is None:
                 next_renewal = now + self._renew_every
