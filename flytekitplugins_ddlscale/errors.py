@@ -22,6 +22,8 @@ class ScalingError(Exception):
     """After a change whose wait failed: the ``ddlscale`` command that undoes it (or awaits a restore)."""
     remedy_call: Optional[str] = None
     """The Python call doing the same as :attr:`remedy_command`."""
+    wait_message: Optional[str] = None
+    """After a change whose wait failed: the message before what was left in place was added to it."""
 
     def __init__(
         self,

@@ -38,15 +38,23 @@ from ..backends import get_backend
 from ..backends.base import ClusterBackend
 from ..deck import publish_deck, render_html
 from ..environ import connection_variables, environ_set
-from ..errors import ClusterFaultError, ClusterNotFoundError, ConflictError, ScalingError, UnsupportedOperationError
+from ..errors import (
+    ClusterFaultError,
+    ClusterNotFoundError,
+    ConflictError,
+    ScalingError,
+    ScalingTimeoutError,
+    UnsupportedOperationError,
+)
 from ..framework.confirm import FrameworkOptions, confirm_change
+from ..inplace import given_back
 from ..models import ReplicaSpec
 from ..progress import Activity, begin_wait, default_reporter, emit_summary
 from ..records import Claim
 from ..summary import phase_line
 from ..timeline import WorkerTimeline, observed_workers, recording
 from ..waiting import Deadline
-from ..wording import plural
+from ..wording import plural, seconds
 from .faults import Fault
 from .monitor import PhaseMonitor
 from .pausepoints import check_pause_setting, pause_point
@@ -76,6 +84,8 @@ class ClusterPhase:
         self.fault_error: Optional[ClusterFaultError] = None
         """With ``fail_on_fault``: the error the phase raises because of a fault during the body."""
         self._in_body = False
+        self._gave_back = False
+        """Whether the cleanup's reconcile set the cluster (an earlier change's error text is then out of date)."""
         self._signals = SignalsAsExceptions()
         self._env = contextlib.ExitStack()
         self._claimed = False
@@ -157,6 +167,18 @@ class ClusterPhase:
             "phase %s on %s: needs at least %s; the largest live claim is %d",
             self.claim_id, self.ref, plural(s.replicas, "worker"), self.claim.replicas,
         )
+        try:
+            self._scale_up(backend, deadline, framework)
+        except ScalingTimeoutError as error:
+            _name_phase_timeout(error, s.timeout, deadline.elapsed)
+            raise
+        pause_point("scaled")
+
+    def _scale_up(self, backend: ClusterBackend, deadline: Deadline, framework: FrameworkOptions) -> None:
+        """Reconcile to the largest claim and wait, change the head tier, export the variables, confirm
+        readiness, and let the monitor watch the body; all within ``deadline``."""
+        s = self.settings
+        assert self.claim is not None and self._monitor is not None
         with default_reporter(Activity(self.label, str(self.ref))) as reporter:
             begin_wait(reporter, self.claim.replicas, s.timeout)
             result = backend.reconcile(
@@ -185,7 +207,6 @@ class ClusterPhase:
         reassert = None if backend.capabilities.holds_size else s.reassert_interval
         self._in_body = True
         self._monitor.watch(min(s.replicas, result.effective), reassert)
-        pause_point("scaled")
 
     @property
     def held_workers(self) -> Optional[int]:
@@ -259,6 +280,8 @@ class ClusterPhase:
             self._env.close()
             try:
                 self._release()
+                if isinstance(error, ScalingError) and self.restored_to is not None and self._gave_back:
+                    given_back(error, self.restored_to)
             except Exception as exc:
                 self.restore_error = exc
                 self._report_restore_failure(exc, error)
@@ -292,6 +315,7 @@ class ClusterPhase:
         result = backend.reconcile(
             self.ref, target, wait=True, timeout=s.timeout, progress=recording(self.timeline, self.claim.worker_hw_tier if self.claim else None, None)
         )
+        self._gave_back = result is not None
         if result is None:
             self.restored_to = "unchanged (no claim and no size outside phases recorded)"
             logger.info("phase %s on %s ended; nothing left to restore", self.claim_id, self.ref)
@@ -358,3 +382,12 @@ class ClusterPhase:
             publish_deck("Distributed phase", render_html(f"Distributed phase: {self.label}", self.timeline, facts))
         except Exception as exc:  # a Deck is a report; it must never fail the phase
             logger.warning("could not attach the phase deck: %s", exc)
+
+
+def _name_phase_timeout(error: ScalingTimeoutError, timeout: float, elapsed: float) -> None:
+    """Say the phase's own timeout in ``error``: the backend saw only what the claim left of it."""
+    prefix = f"the phase's timeout of {seconds(timeout)} ran out after {seconds(elapsed)}: "
+    error.message = prefix + error.message
+    error.args = (error.message,)
+    if error.wait_message is not None:
+        error.wait_message = prefix + error.wait_message
