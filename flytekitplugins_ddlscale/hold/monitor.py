@@ -186,6 +186,9 @@ class PhaseMonitor:
             return
         self._timeline.add(observed_workers(state), state.worker_hw_tier or self._tier)
         problem = find_fault(state, needed, head_name(self._ref.kind))
+        if problem is not None and not self._fault_open():
+            # A second look before a new fault counts: one slow answer of a busy head is not a fault.
+            problem = find_fault(self._backend.get_state(self._ref), needed, head_name(self._ref.kind))
         if problem is not None:
             self._fault_seen(problem, repairable=True)
             return
@@ -193,8 +196,11 @@ class PhaseMonitor:
         if reassert and self.lost is None:
             self._reassert(state.desired_workers)
 
+    def _fault_open(self) -> bool:
+        return bool(self.faults) and self.faults[-1].ended is None
+
     def _fault_seen(self, problem: str, repairable: bool) -> None:
-        fault = self.faults[-1] if self.faults and self.faults[-1].ended is None else None
+        fault = self.faults[-1] if self._fault_open() else None
         if fault is None:
             fault = Fault(problem, self._elapsed())
             self.faults.append(fault)
@@ -220,7 +226,7 @@ class PhaseMonitor:
         self._backend.reconcile(self._ref, wait=False, timeout=REASSERT_TIMEOUT)
 
     def _fault_cleared(self) -> None:
-        if self.faults and self.faults[-1].ended is None:
+        if self._fault_open():
             fault = self.faults[-1]
             fault.ended = self._elapsed()
             logger.warning(
