@@ -40,6 +40,7 @@ BENCHMARKS: Dict[str, str] = {
     "local_frameworks": "benchmarks.bench_local_frameworks",
     "local_spark": "benchmarks.bench_local_spark",
     "outage": "benchmarks.bench_outage",
+    "concurrency": "benchmarks.bench_concurrency",
 }
 """Benchmark name -> module exposing ``TITLE`` and ``run(quick, out_dir) -> BenchResult``."""
 

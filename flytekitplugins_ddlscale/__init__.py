@@ -18,6 +18,7 @@ from typing import Any
 from .errors import (
     BackendUnavailableError,
     CapacityExceededError,
+    ClusterFaultError,
     ClusterNotFoundError,
     ConflictError,
     CorruptRecordError,
@@ -81,6 +82,7 @@ __all__ = [
     "BackendUnavailableError",
     "Baseline",
     "CapacityExceededError",
+    "ClusterFaultError",
     "ClusterNotFoundError",
     "ClusterRef",
     "ClusterState",

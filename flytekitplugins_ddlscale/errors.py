@@ -22,6 +22,8 @@ class ScalingError(Exception):
     """After a change whose wait failed: the ``ddlscale`` command that undoes it (or awaits a restore)."""
     remedy_call: Optional[str] = None
     """The Python call doing the same as :attr:`remedy_command`."""
+    wait_message: Optional[str] = None
+    """After a change whose wait failed: the message before what was left in place was added to it."""
 
     def __init__(
         self,
@@ -203,6 +205,13 @@ class BackendUnavailableError(ScalingError):
     """The backend could not be reached, or kept failing, after bounded retries."""
 
     code = "backend_unavailable"
+
+
+class ClusterFaultError(ScalingError):
+    """The cluster lost its head or workers while a phase's body ran, and the phase was asked to fail
+    on that (``fail_on_fault``) instead of repairing or reporting it."""
+
+    code = "cluster_fault"
 
 
 class WorkerFailedError(ScalingError):

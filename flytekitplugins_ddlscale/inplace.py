@@ -110,6 +110,7 @@ def left_in_place(
     and :attr:`ScalingError.remedy_call`.
     """
     now = desired if found is None else found
+    error.wait_message = error.message
     error.left_in_place = f"{setting}={now}"
     seen = workers_seen(error.state, desired, found)
     changed = ""
@@ -130,6 +131,22 @@ def left_in_place(
     how = f"`{error.remedy_command}` (Python: `{error.remedy_call}`)" if error.remedy_command else f"`{error.remedy_call}`"
     error.message = redact(f"{error.message}. {what}: {how}")
     error.args = (error.message,)
+    return error
+
+
+def given_back(error: ScalingError, restored: str) -> ScalingError:
+    """``error`` of a failed wait (extended by :func:`left_in_place`) once its caller has undone the
+    change (a phase restores the cluster when it fails): the text says ``restored`` (what the cluster
+    was set to) instead of what was left in place, and no remedy is needed any more. An error that
+    left nothing in place is returned unchanged."""
+    if error.left_in_place is None or error.wait_message is None:
+        return error
+    error.message = redact(
+        f"{error.wait_message}. The change ({error.left_in_place}) was then undone: the cluster was set to "
+        f"{restored}; nothing is left in place"
+    )
+    error.args = (error.message,)
+    error.left_in_place = error.remedy_command = error.remedy_call = None
     return error
 
 

@@ -5,7 +5,7 @@ with those fields works); :func:`~flytekitplugins_ddlscale.progress.emit_summary
 prints the line. Where an outcome carries a non-empty ``readiness`` string
 (what the framework reported), it is appended as ``(framework: ...)``.
 """
-from typing import Any, Optional, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 from .wording import plural
 
@@ -125,6 +125,7 @@ def phase_line(
     body_failure: Optional[str] = None,
     *,
     found: Optional[Tuple[int, int]] = None,
+    faults: Sequence[str] = (),
 ) -> str:
     """The summary of a ``@distributed_phase`` / ``cluster_phase`` run, printed when it ends.
 
@@ -133,7 +134,8 @@ def phase_line(
     ``body_failure`` names how a block failed without raising (``exit 7``);
     ``found`` is (workers up, workers the cluster wants) when the wait ended,
     reported where the cluster wants more than ``held`` (an autoscaler above
-    the held floor).
+    the held floor); ``faults`` are what went wrong with the cluster during
+    the body, each as the phase's monitor describes it.
     """
     framework = f" (framework: {readiness})" if readiness else ""
     if held is None:
@@ -153,4 +155,5 @@ def phase_line(
     else:
         outcome = f"done after {_seconds(seconds_total)}"
     restore = f", restored to {restored_to}" if restored_to else ""
-    return f"{start}; {outcome}{restore}"
+    during = f"; {plural(len(faults), 'fault')} during the body: {' | '.join(faults)}" if faults else ""
+    return f"{start}; {outcome}{restore}{during}"

@@ -21,7 +21,7 @@ from tests.flyte_support import processes_mentioning
 
 SLOW = {"import_time", "scaler_lag", "readiness_lag", "k8s_lag", "k8s_200", "task_overhead", "local_dask", "outage",
         "local_spark", "local_frameworks",
-        "fleet_k8s", "fleet_scaler"}
+        "fleet_k8s", "fleet_scaler", "concurrency"}
 NO_JAVA = pytest.mark.skipif(
     shutil.which("java") is None and not os.environ.get("JAVA_HOME"),
     reason="Java is absent: local Spark clusters need Java 17+ (apt-get install openjdk-17-jre-headless)",

@@ -157,8 +157,30 @@ def test_local_run_asking_for_fewer_workers_than_up_made_keeps_them(local_target
     result = run(local_target, "--replicas", "1", "--timeout", "120", "--", sys.executable, "-c", CHECK_DASK)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "WORKERS 2 TOTAL 45"  # the command ran on the 2 workers found
+    # What the cluster has, not what the command asked for (this said "ready with 1 worker").
+    assert "dask/runner ready: 2 workers up, held at 2 (this command needs at least 1)" in result.stderr
     assert "dask/runner restored to 2 workers (as found)" in result.stderr
     assert local_target.size() == 2
+
+
+@pytest.mark.slow
+def test_local_run_with_fail_on_fault_stops_the_command_when_a_worker_is_lost(local_target, tmp_path):
+    from flytekitplugins_ddlscale.backends.local import LocalBackend
+    from flytekitplugins_ddlscale.refs import ClusterRef
+
+    backend = LocalBackend(state_dir=Path(local_target.env["DDLSCALE_STATE_DIR"]) / "local")
+    started = tmp_path / "started"
+    proc = start(local_target, "--replicas", "2", "--timeout", "120", "--fail-on-fault", "--",
+                 "sh", "-c", WAIT_FOR_SIGNAL, str(started))
+    wait_for(started, proc)
+    os.kill(backend.store.load(ClusterRef("dask", "runner")).workers[0].proc.pid, signal.SIGKILL)
+    result = finish(proc)
+    assert result.returncode == 6, result.stderr
+    assert started.with_suffix(".got").read_text().strip() == "TERM"  # the command was stopped
+    assert "[cluster_fault]" in result.stderr and "has 1 of its 2 workers up (1 lost)" in result.stderr
+    assert "a cluster fault failed the run: the command was stopped (exit 143)" in result.stderr
+    assert "(ClusterFaultError)" in result.stderr and "the phase was failed (fail_on_fault)" in result.stderr
+    assert local_target.size() == local_target.baseline
 
 
 def test_scaler_command_sees_the_cluster_at_its_size(scaler_server, scaler_target, tmp_path):

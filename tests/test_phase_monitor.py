@@ -22,11 +22,9 @@ def test_a_read_in_flight_when_the_phase_ends_does_not_re_add_the_claim(scaler_s
     scaler_server.clear_requests()
     scaler_server.inject_faults("delay", count=1, delay=1.0, method="GET", path="/cluster/")
 
-    monitor = PhaseMonitor(
-        scaler_backend, ref, "phase-a", None, WorkerTimeline(),
-        sample_interval=0.05, reassert_interval=0.05,
-    )
+    monitor = PhaseMonitor(scaler_backend, ref, "phase-a", 90.0, WorkerTimeline(), sample_interval=0.05)
     monitor.start()
+    monitor.watch(3, reassert_interval=0.05)
     try:
         deadline = time.monotonic() + 5
         while scaler_server.count("GET", "/cluster/rayclusters/mon") == 0:

@@ -22,11 +22,15 @@ from ..records import Claim
 from ..refs import ClusterRef
 from ..validation import validate_claim_id, validate_replicas, validate_tier_name, validate_timeout
 from ..waiting import Deadline
+from ..wording import seconds
 
 B = TypeVar("B", bound="BaseBackend")
 
 DEFAULT_SCALE_TIMEOUT = 900.0
 """Seconds a scale waits for workers by default: GPU nodes can take minutes to join."""
+SPENT_BEFORE_WAIT = 0.5
+"""Seconds of an operation's timeout spent before its wait (creating a cluster, an outage ridden out)
+from which a timed-out wait's error says so: the wait's own timeout was only what was left."""
 DEFAULT_RESTART_TIMEOUT = 600.0
 """Seconds a head restart waits for the new head by default."""
 
@@ -48,6 +52,10 @@ class BackendCapabilities:
     observes_restarts: bool = False
     """Whether :meth:`BaseBackend.head_restarted` can tell the head a ``restart_head(wait=False)``
     brought up from the head it replaced (the Flyte connector serves ``RestartHead`` only then)."""
+    repairs_processes: bool = False
+    """Whether a ``reconcile`` also restarts a head that died (on its address) and replaces workers
+    that died, so a phase's monitor can repair a fault during the body; where False the cluster's
+    operator does, and the phase only reports it."""
 
 
 @runtime_checkable
@@ -499,10 +507,23 @@ class BaseBackend:
         result = change.result
         began = time.monotonic()
         began_at = utcnow()
+        before_wait = deadline.elapsed
         if wait:
+            # A change that must bring workers up is not awaited past its timeout; one that only
+            # stopped workers (a restore) has nothing left to wait for and reads the result once.
+            spent = deadline.expired and result.effective > (result.previous.ready_workers or 0)
             try:
+                if spent:
+                    raise self._spent_before_wait(ref, change, deadline)
                 final = self._wait_workers(ref, result.effective, deadline.left_for_wait(), progress, change, result.final)
             except (ScalingTimeoutError, WorkerFailedError) as error:
+                if isinstance(error, ScalingTimeoutError) and not spent and before_wait >= SPENT_BEFORE_WAIT:
+                    # The wait's own timeout was only what the change left of the operation's.
+                    error.message = (
+                        f"{error.message} (the operation's timeout is {seconds(deadline.timeout)}; "
+                        f"the change itself took {seconds(before_wait)} of it)"
+                    )
+                    error.args = (error.message,)
                 self._wait_failed(ref, change)
                 if not explain:
                     raise
@@ -518,6 +539,18 @@ class BaseBackend:
         result.waited = wait
         result.seconds_waited = time.monotonic() - began if wait else 0.0
         return result
+
+    def _spent_before_wait(self, ref: ClusterRef, change: Change, deadline: Deadline) -> ScalingTimeoutError:
+        """The timeout error of an operation whose change alone (creating a cluster, an outage ridden
+        out) took its whole timeout before the workers it needs were up: they are not awaited past it."""
+        state = self._unwaited(ref, change)
+        return ScalingTimeoutError(
+            f"the operation's timeout of {seconds(deadline.timeout)} ran out while the change was made "
+            f"(it took {seconds(deadline.elapsed)}), before the wait for "
+            f"{change.result.effective} workers; last state: {state.describe()}",
+            cluster=str(ref),
+            state=state,
+        )
 
     # ------------------------------------------------------- backend hooks
 

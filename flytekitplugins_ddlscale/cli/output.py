@@ -13,6 +13,7 @@ import click
 from ..errors import (
     BackendUnavailableError,
     CapacityExceededError,
+    ClusterFaultError,
     ClusterNotFoundError,
     InvalidInputError,
     ScalingError,
@@ -39,7 +40,7 @@ EXIT_INTERRUPTED = 130
 
 FAILURE_EXIT_CODES = (
     "2 bad input (including an unknown tier, a --strict refusal, a corrupt record and an unsafe state directory); "
-    "3 timeout; 4 not found; 5 unauthorized; 6 backend unavailable; 130 interrupted (Ctrl-C); 1 other errors."
+    "3 timeout; 4 not found; 5 unauthorized; 6 backend unavailable (or, with --fail-on-fault, a cluster fault during the command); 130 interrupted (Ctrl-C); 1 other errors."
 )
 """The exit codes of failures, for ``--help`` texts."""
 EXIT_CODES_HELP = f"Exit codes: 0 ok; {FAILURE_EXIT_CODES}"
@@ -49,7 +50,7 @@ _EXIT_CODES = (
     ((ScalingTimeoutError,), EXIT_TIMEOUT),
     ((ClusterNotFoundError,), EXIT_NOT_FOUND),
     ((UnauthorizedError,), EXIT_UNAUTHORIZED),
-    ((BackendUnavailableError,), EXIT_UNAVAILABLE),
+    ((BackendUnavailableError, ClusterFaultError), EXIT_UNAVAILABLE),
 )
 
 

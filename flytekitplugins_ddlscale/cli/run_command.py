@@ -13,7 +13,7 @@ from typing import List, Optional, Tuple
 import click
 
 from ..backends.base import DEFAULT_SCALE_TIMEOUT
-from ..errors import ScalingError
+from ..errors import ClusterFaultError, ScalingError
 from ..hold import ClusterPhase, PhaseInterrupted, cluster_phase
 from ..redaction import redact
 from ..refs import ALLOWED_KINDS
@@ -26,7 +26,8 @@ from .output import FAILURE_EXIT_CODES, emit_error
 RUN_EPILOG = (
     "Exit codes: the command's (128 + N when signal N ended it; 127 when it was not found, "
     "126 when it could not be executed); when scaling fails before the command starts: "
-    f"{FAILURE_EXIT_CODES} If the command succeeded but the restore failed: the restore error's code."
+    f"{FAILURE_EXIT_CODES} If the command succeeded but the restore failed: the restore error's code; "
+    "with --fail-on-fault, 6 when a cluster fault stopped the command."
 )
 
 
@@ -56,6 +57,11 @@ def _say(text: str) -> None:
     help="Also wait until the workers are registered with Dask/Ray/Spark (where checkable).",
 )
 @click.option(
+    "--fail-on-fault/--no-fail-on-fault", default=False, show_default=True,
+    help="If the cluster loses its head or workers while COMMAND runs, stop COMMAND (SIGTERM) and exit 6, "
+    "instead of repairing it (local backend) or reporting it.",
+)
+@click.option(
     "--kill-after", type=float, default=DEFAULT_KILL_AFTER, show_default=True,
     help="Seconds the command gets to exit after a forwarded SIGTERM/SIGINT before it is killed.",
 )
@@ -71,6 +77,7 @@ def run(
     worker_hw_tier: Optional[str],
     timeout: float,
     framework_ready: bool,
+    fail_on_fault: bool,
     kill_after: float,
     command: Tuple[str, ...],
 ) -> None:
@@ -94,7 +101,7 @@ def run(
         grace = validate_timeout(kill_after, "kill_after")
         phase = cluster_phase(
             ref, replicas, worker_hw_tier, timeout=timeout, backend=backend,
-            framework_ready=framework_ready, deck=False, label="run",
+            framework_ready=framework_ready, deck=False, label="run", fail_on_fault=fail_on_fault,
         )
     except ScalingError as error:
         sys.exit(emit_error(error, as_json=False))
@@ -106,8 +113,7 @@ def _run_in_phase(phase: ClusterPhase, argv: List[str], kill_after: float) -> in
     status: Optional[int] = None
     try:
         with phase:
-            ready = f"; {phase.framework_check}" if phase.framework_check else ""
-            _say(f"{phase.ref} ready with {plural(phase.settings.replicas, 'worker')}{ready}; running {shlex.join(argv)}")
+            _say(f"{_ready(phase)}; running {shlex.join(argv)}")
             status = run_forwarding(argv, kill_after)
             if status != 0:
                 phase.body_failure = f"exit {status}"
@@ -121,6 +127,11 @@ def _run_in_phase(phase: ClusterPhase, argv: List[str], kill_after: float) -> in
             _say(f"{name} before the command started; {_outcome(phase)}")
             return 128 + interrupt.signum
         _say(f"{name} arrived during the restore, which finished first")
+    except ClusterFaultError as error:
+        code = emit_error(error, as_json=False)
+        ran = "before the command started" if status is None else f"the command was stopped (exit {status})"
+        _say(f"a cluster fault failed the run: {ran}; {_outcome(phase)}")
+        return code
     except ScalingError as error:
         code = emit_error(error, as_json=False)
         if status is None:
@@ -130,6 +141,18 @@ def _run_in_phase(phase: ClusterPhase, argv: List[str], kill_after: float) -> in
         return status or code
     _say(_outcome(phase))
     return status if status is not None else 0
+
+
+def _ready(phase: ClusterPhase) -> str:
+    """``dask/x ready: 4 workers up, held at 4 (this command needs at least 1)``: what the cluster
+    has, not only what the command asked for."""
+    up, held, needed = phase.workers_up, phase.held_workers, phase.settings.replicas
+    check = f"; {phase.framework_check}" if phase.framework_check else ""
+    if up is None or held is None:
+        return f"{phase.ref} ready{check}"
+    if held == needed and up == held:
+        return f"{phase.ref} ready with {plural(up, 'worker')}{check}"
+    return f"{phase.ref} ready: {plural(up, 'worker')} up, held at {held} (this command needs at least {needed}){check}"
 
 
 def _outcome(phase: ClusterPhase) -> str:

@@ -37,6 +37,7 @@ def cluster_phase(
     deck: bool = True,
     label: str = "phase",
     lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    fail_on_fault: bool = False,
 ) -> ClusterPhase:
     """The phase as a context manager: ``with cluster_phase("dask/x", 4) as phase: ...``.
 
@@ -57,6 +58,7 @@ def cluster_phase(
         sample_interval=sample_interval,
         deck=deck,
         lease_seconds=lease_seconds,
+        fail_on_fault=fail_on_fault,
     )
     return ClusterPhase(settings, label)
 

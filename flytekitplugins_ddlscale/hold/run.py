@@ -7,9 +7,10 @@ renewing the claim's lease, refuse a held tier that differs from the
 phase's, reconcile the cluster to the largest live claim (never below the
 size it had outside phases, on the same tier) and wait, change the head
 tier if asked, export the connection variables, wait for framework
-readiness, start the monitor. Any failure or signal on the way runs the
-same cleanup as the end of the body: stop the monitor and the renewals,
-release the claim, and reconcile again, which holds the largest remaining
+readiness, let the monitor watch the body (samples, re-asserts, faults:
+see :mod:`.monitor`). Any failure or signal on the way runs the
+same cleanup as the end of the body: stop the monitor (and with it the
+renewals), release the claim, and reconcile again, which holds the largest remaining
 claim or, when none remains, gives back the size outside phases (or the
 given ReplicaSpec). Deciding and changing is one atomic backend step, so a
 phase that claims while another ends is never shrunk. The cleanup runs
@@ -20,29 +21,46 @@ In the main thread the phase turns SIGTERM/SIGINT into an exception in the
 block; elsewhere (Flyte 2 runs task bodies in other threads) it attaches to
 the process's :data:`.signals.RELAY` when that is installed, which calls
 :meth:`ClusterPhase.interrupt` from the main thread.
+
+A fault during the body (a lost head, workers lost) is repaired where the
+backend can and reported in the summary line and the Deck; with
+``fail_on_fault`` the monitor stops the body instead (SIGTERM to the main
+thread, the phase's own handler: a command run by ``ddlscale run`` gets it
+forwarded) and the phase raises :class:`ClusterFaultError` after its
+cleanup. Without signal handlers (not the main thread) the body runs to its
+end and the phase then raises it.
 """
 import contextlib
 import logging
+import signal
 import threading
 import time
 import uuid
 from types import TracebackType
-from typing import Callable, Mapping, Optional, Type
+from typing import Callable, List, Mapping, Optional, Type
 
 from ..backends import get_backend
 from ..backends.base import ClusterBackend
 from ..deck import publish_deck, render_html
 from ..environ import connection_variables, environ_set
-from ..errors import ClusterNotFoundError, ConflictError, ScalingError, UnsupportedOperationError
+from ..errors import (
+    ClusterFaultError,
+    ClusterNotFoundError,
+    ConflictError,
+    ScalingError,
+    ScalingTimeoutError,
+    UnsupportedOperationError,
+)
 from ..framework.confirm import FrameworkOptions, confirm_change
+from ..inplace import given_back
 from ..models import ReplicaSpec
 from ..progress import Activity, begin_wait, default_reporter, emit_summary
 from ..records import Claim
 from ..summary import phase_line
 from ..timeline import WorkerTimeline, observed_workers, recording
 from ..waiting import Deadline
-from ..wording import plural
-from .lease import LeaseKeeper
+from ..wording import plural, seconds
+from .faults import Fault
 from .monitor import PhaseMonitor
 from .pausepoints import check_pause_setting, pause_point
 from .settings import PhaseSettings
@@ -81,7 +99,11 @@ class ClusterPhase:
         """Set by a caller whose block failed without raising (``exit 7`` for a command), for the summary."""
         self._backend: Optional[ClusterBackend] = None
         self._monitor: Optional[PhaseMonitor] = None
-        self._lease: Optional[LeaseKeeper] = None
+        self.fault_error: Optional[ClusterFaultError] = None
+        """With ``fail_on_fault``: the error the phase raises because of a fault during the body."""
+        self._in_body = False
+        self._gave_back = False
+        """Whether the cleanup's reconcile set the cluster (an earlier change's error text is then out of date)."""
         self._signals = SignalsAsExceptions()
         self._env = contextlib.ExitStack()
         self._claimed = False
@@ -124,6 +146,8 @@ class ClusterPhase:
             self._finish(exc)
         finally:
             self._uninstall()
+        if self.fault_error is not None:
+            raise self.fault_error from exc
         if exc is None and self.restore_error is not None:
             raise self.restore_error
         pending = self._signals.guard.pending
@@ -187,14 +211,30 @@ class ClusterPhase:
             lease_seconds=s.lease_seconds,
         )
         self._claimed = True
-        self._lease = LeaseKeeper(backend, self.ref, self.claim_id, s.lease_seconds)
-        self._lease.start()
+        self._monitor = PhaseMonitor(
+            backend, self.ref, self.claim_id, s.lease_seconds, self.timeline,
+            worker_hw_tier=s.worker_hw_tier, sample_interval=s.sample_interval,
+            fail_on_fault=s.fail_on_fault, on_fault=self._stop_body,
+        )
+        self._monitor.start()
         pause_point("claimed")
         self._check_held_tier(backend, self.claim)
         logger.info(
             "phase %s on %s: needs at least %s; the largest live claim is %d",
             self.claim_id, self.ref, plural(s.replicas, "worker"), self.claim.replicas,
         )
+        try:
+            self._scale_up(backend, deadline, framework)
+        except ScalingTimeoutError as error:
+            _name_phase_timeout(error, s.timeout, deadline.elapsed)
+            raise
+        pause_point("scaled")
+
+    def _scale_up(self, backend: ClusterBackend, deadline: Deadline, framework: FrameworkOptions) -> None:
+        """Reconcile to the largest claim and wait, change the head tier, export the variables, confirm
+        readiness, and let the monitor watch the body; all within ``deadline``."""
+        s = self.settings
+        assert self.claim is not None and self._monitor is not None
         with default_reporter(Activity(self.label, str(self.ref))) as reporter:
             begin_wait(reporter, self.claim.replicas, s.timeout)
             result = backend.reconcile(
@@ -221,12 +261,31 @@ class ClusterPhase:
         # Ready means registered with the framework too: the summary's time to ready includes that wait.
         self._scaled = (*self._scaled[:2], time.monotonic() - self._began)
         reassert = None if backend.capabilities.holds_size else s.reassert_interval
-        self._monitor = PhaseMonitor(
-            backend, self.ref, self.claim_id, s.worker_hw_tier, self.timeline,
-            s.sample_interval, reassert,
-        )
-        self._monitor.start()
-        pause_point("scaled")
+        self._in_body = True
+        self._monitor.watch(min(s.replicas, result.effective), reassert)
+
+    @property
+    def held_workers(self) -> Optional[int]:
+        """Workers the cluster was held at for the body (the largest live claim), None before."""
+        return self._scaled[1] if self._scaled is not None else None
+
+    @property
+    def workers_up(self) -> Optional[int]:
+        """Workers up when the scale-up wait ended (at least :attr:`held_workers`), None before."""
+        if self._found is None or self._scaled is None:
+            return None
+        return max(self._found[0], self._scaled[1])
+
+    @property
+    def faults(self) -> List[Fault]:
+        """The faults seen during the body, in order (empty when none)."""
+        return list(self._monitor.faults) if self._monitor is not None else []
+
+    def _stop_body(self, fault: Fault) -> None:
+        """Called by the monitor with ``fail_on_fault``: stop the body as a SIGTERM would, where the
+        phase's handler is installed (else the phase fails once the body ends)."""
+        if self._in_body and self._signals.guard.active:
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)
 
     def _check_held_tier(self, backend: ClusterBackend, held: Claim) -> None:
         # The largest claim decides the workers' tier: a body must neither run
@@ -270,6 +329,7 @@ class ClusterPhase:
             if self._finished:
                 return
             self._finished = True
+        self._in_body = False
         try:
             self._cleanup(error)
         finally:
@@ -279,17 +339,31 @@ class ClusterPhase:
         with self._signals.guard.deferred():
             if self._monitor is not None:
                 self._monitor.stop()
-            if self._lease is not None:
-                self._lease.stop()
+                self._fault_failure(error)
             self._env.close()
             try:
                 self._release()
+                if isinstance(error, ScalingError) and self.restored_to is not None and self._gave_back:
+                    given_back(error, self.restored_to)
             except Exception as exc:
                 self.restore_error = exc
                 self._report_restore_failure(exc, error)
             finally:
                 self._close()
-            emit_summary(self._summary(error))
+            emit_summary(self._summary(self.fault_error or error))
+
+    def _fault_failure(self, error: Optional[BaseException]) -> None:
+        """With ``fail_on_fault`` and a fault seen: the :class:`ClusterFaultError` the phase raises
+        (the body ended, or was stopped by the monitor's SIGTERM); a body error of its own is kept,
+        with the fault noted on it."""
+        failed = self._monitor.failed if self._monitor is not None else None
+        if failed is None:
+            return
+        text = f"phase {self.claim_id} failed on a fault during its body (fail_on_fault): {failed.text()}"
+        if error is None or isinstance(error, PhaseInterrupted):
+            self.fault_error = ClusterFaultError(text, cluster=str(self.ref))
+        elif hasattr(error, "add_note"):
+            error.add_note(f"ddlscale: {text}")
 
     def _release(self) -> None:
         if not self._claimed or self._backend is None:
@@ -304,6 +378,7 @@ class ClusterPhase:
         result = backend.reconcile(
             self.ref, target, wait=True, timeout=s.timeout, progress=recording(self.timeline, self.claim.worker_hw_tier if self.claim else None, None)
         )
+        self._gave_back = result is not None
         if result is None:
             self.restored_to = "unchanged (no claim and no size outside phases recorded)"
             logger.info("phase %s on %s ended; nothing left to restore", self.claim_id, self.ref)
@@ -332,6 +407,7 @@ class ClusterPhase:
             self.framework_check or "",
             self.body_failure,
             found=self._found,
+            faults=[fault.text() for fault in self.faults],
         )
 
     def _report_restore_failure(self, exc: Exception, error: Optional[BaseException]) -> None:
@@ -360,6 +436,7 @@ class ClusterPhase:
             "worker tier": self.settings.worker_hw_tier or "-",
             "framework readiness": self.framework_check or "not checked",
             "autoscaler pull-backs re-asserted": self._monitor.pullbacks if self._monitor else 0,
+            "faults during the body": "; ".join(f.text() for f in self.faults) or "none",
             "restored to": self.restored_to or "-",
             "restore error": repr(self.restore_error) if self.restore_error else "-",
             "seconds": f"{self.timeline.duration:.1f}",
@@ -368,3 +445,12 @@ class ClusterPhase:
             self.publish(f"Distributed phase: {self.label}", self.timeline, facts)
         except Exception as exc:  # a Deck or Report is a report; it must never fail the phase
             logger.warning("could not attach the phase's page: %s", exc)
+
+
+def _name_phase_timeout(error: ScalingTimeoutError, timeout: float, elapsed: float) -> None:
+    """Say the phase's own timeout in ``error``: the backend saw only what the claim left of it."""
+    prefix = f"the phase's timeout of {seconds(timeout)} ran out after {seconds(elapsed)}: "
+    error.message = prefix + error.message
+    error.args = (error.message,)
+    if error.wait_message is not None:
+        error.wait_message = prefix + error.wait_message

@@ -52,6 +52,9 @@ class PhaseSettings:
     deck: bool = True
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     """How long the phase's claim outlives its last renewal (renewed every third of it)."""
+    fail_on_fault: bool = False
+    """Fail the phase when its cluster loses its head or workers during the body, instead of
+    repairing (where the backend can) and reporting it."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cluster", cluster_text(self.cluster))
@@ -63,7 +66,7 @@ class PhaseSettings:
         object.__setattr__(self, "reassert_interval", _interval("reassert_interval", self.reassert_interval))
         object.__setattr__(self, "sample_interval", validate_timeout(self.sample_interval, "sample_interval"))
         object.__setattr__(self, "lease_seconds", validate_timeout(self.lease_seconds, "lease_seconds", MAX_LEASE_SECONDS))
-        for name in ("framework_ready", "deck"):
+        for name in ("framework_ready", "deck", "fail_on_fault"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidInputError(name, getattr(self, name), "True or False")
         object.__setattr__(self, "framework_url", validate_url(self.framework_url))

@@ -52,6 +52,7 @@ def distributed_phase(
     sample_interval: float = DEFAULT_SAMPLE_INTERVAL,
     deck: bool = True,
     lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    fail_on_fault: bool = False,
 ) -> Callable[[F], F]:
     """Decorate a function (under ``@task``) so it runs with the cluster scaled for it.
 
@@ -70,6 +71,10 @@ def distributed_phase(
     Deck with worker count over time and worker-seconds by tier.
     ``lease_seconds``: how long the phase's claim outlives its last renewal
     (renewed every third of it while the phase runs; see docs/flyte.md).
+    ``fail_on_fault``: when the cluster loses its head or workers during the
+    body, stop the body and raise :class:`ClusterFaultError` instead of
+    repairing it (where the backend can) and reporting it in the summary and
+    Deck.
 
     Arguments are checked when the decorator is applied; the cluster name
     itself is resolved when the function is called.
@@ -86,6 +91,7 @@ def distributed_phase(
         sample_interval=sample_interval,
         deck=deck,
         lease_seconds=lease_seconds,
+        fail_on_fault=fail_on_fault,
     )
     PhaseSettings(cluster=cluster, replicas=replicas, **options)  # type: ignore[arg-type]
 

@@ -106,6 +106,7 @@ class LocalBackend(FileRecordsBackend):
         head_tier=False,
         persistent_baseline=True,
         observes_restarts=True,
+        repairs_processes=True,
     )
 
     def __init__(
@@ -218,7 +219,7 @@ class LocalBackend(FileRecordsBackend):
         """
         replicas, tier, deadline = self._check_size_request(ref, replicas, worker_hw_tier, timeout)
         with self._changing(ref, deadline):
-            change = self._apply(ref, replicas, tier, by_operator=True)
+            change = self._apply(ref, replicas, tier, by_operator=True, deadline=deadline)
         # ``up`` records no baseline, so a failed wait has nothing to restore.
         return self._finish(ref, change, True, deadline, progress, explain=False)
 
@@ -362,7 +363,7 @@ class LocalBackend(FileRecordsBackend):
     def _apply_size(
         self, ref: ClusterRef, replicas: int, tier: Optional[str], previous: ClusterState, deadline: Deadline
     ) -> Union[Change, ScaleResult]:
-        return self._apply(ref, replicas, tier, by_operator=False)
+        return self._apply(ref, replicas, tier, by_operator=False, deadline=deadline)
 
     def _apply_baseline(
         self, ref: ClusterRef, baseline: Optional[Baseline], target: Optional[ReplicaSpec], deadline: Deadline
@@ -376,7 +377,7 @@ class LocalBackend(FileRecordsBackend):
             if record is None or (record.ephemeral and baseline.replicas == 0):
                 return self._down_locked(ref, record)
             wanted = ReplicaSpec(baseline.replicas, baseline.worker_hw_tier, baseline.head_hw_tier)
-        change = self._apply(ref, wanted.replicas, wanted.worker_hw_tier, by_operator=False)
+        change = self._apply(ref, wanted.replicas, wanted.worker_hw_tier, by_operator=False, deadline=deadline)
         if isinstance(change, ScaleResult):
             return change
         if wanted.head_hw_tier is not None:
@@ -391,9 +392,11 @@ class LocalBackend(FileRecordsBackend):
         return _unchanged(self._observe(ref))
 
     def _apply(
-        self, ref: ClusterRef, replicas: int, worker_hw_tier: Optional[str], *, by_operator: bool
+        self, ref: ClusterRef, replicas: int, worker_hw_tier: Optional[str], *, by_operator: bool,
+        deadline: Optional[Deadline] = None,
     ) -> Union[Change, ScaleResult]:
-        """Start or stop processes for ``replicas`` workers (capped at ``max_workers``); no waiting."""
+        """Start or stop processes for ``replicas`` workers (capped at ``max_workers``); no waiting beyond
+        ``deadline`` (a new head still starting then is left to the operation's wait, which times out)."""
         unchanged = self._creates_nothing(ref, replicas, by_operator)
         if unchanged is not None:
             return unchanged
@@ -403,7 +406,7 @@ class LocalBackend(FileRecordsBackend):
         record = existing or ClusterRecord(ref=ref, host=self.host, ephemeral=not by_operator)
         record.ephemeral = record.ephemeral and not by_operator
         shape = self._shape(ref, worker_hw_tier or record.worker_hw_tier or None, field="worker_hw_tier")
-        started, old = self.supervisor.converge(record, effective, shape)
+        started, old = self.supervisor.converge(record, effective, shape, deadline)
         result = ScaleResult(
             cluster=str(ref), requested=replicas, effective=effective, capped=effective < replicas,
             previous=previous, final=previous, waited=False, worker_hw_tier=worker_hw_tier,

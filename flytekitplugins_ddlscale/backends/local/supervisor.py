@@ -17,6 +17,7 @@ from ...errors import BackendUnavailableError, WorkerFailedError
 from ...models import ClusterState
 from ...privatefs import remove_nofollow
 from ...refs import ClusterRef
+from ...waiting import Deadline
 from . import procs
 from .driver import FrameworkDriver
 from .state import ClusterRecord, LocalStateStore, WorkerRecord
@@ -61,13 +62,14 @@ class ProcessSupervisor:
     # ------------------------------------------------------------ changing
 
     def converge(
-        self, record: ClusterRecord, replicas: int, shape: WorkerShape
+        self, record: ClusterRecord, replicas: int, shape: WorkerShape, deadline: Optional[Deadline] = None
     ) -> Tuple[List[WorkerRecord], List[WorkerRecord]]:
         """Bring processes to ``replicas`` workers of ``shape``; return (started, old-tier workers).
 
         Old-tier workers are left running for the caller to retire once the
         new ones are up. Dead processes are repaired on the way: a dead head
         is restarted on its port (with new workers), dead workers replaced.
+        A head started here is awaited until ``deadline`` at most (see :meth:`start_cluster`).
         """
         started: List[WorkerRecord] = []
         old: List[WorkerRecord] = []
@@ -80,7 +82,7 @@ class ProcessSupervisor:
                 # Stale state (e.g. after a reboot): every worker is new anyway, so move.
                 logger.warning("%s: port(s) %s taken now; the %s moves", record.ref, taken, self._driver(record).head_label)
                 record.port, record.ports = 0, {}
-            started = self.start_cluster(record, shape, replicas)
+            started = self.start_cluster(record, shape, replicas, deadline=deadline)
         else:
             lost = [w.name for w in record.workers if not procs.is_alive(w.proc)]
             if lost:
@@ -103,9 +105,14 @@ class ProcessSupervisor:
         return self.start_cluster(record, shape, record.desired, names=names)
 
     def start_cluster(
-        self, record: ClusterRecord, shape: WorkerShape, count: int, names: Optional[List[str]] = None
+        self, record: ClusterRecord, shape: WorkerShape, count: int, names: Optional[List[str]] = None,
+        deadline: Optional[Deadline] = None,
     ) -> List[WorkerRecord]:
         """Start the head and ``count`` workers together; stop them all if the head fails to answer.
+
+        With ``deadline`` (the operation's), the head is awaited until then at most: past it the head
+        and workers are left starting, recorded, for the operation's own wait to time out on and say
+        what it left in place, instead of the creation outlasting the operation's timeout.
 
         A head that exits while starting is started once more, with the same workers: on a loaded
         machine a Ray head's client server gives up when the head node registers late (after 30 s) and
@@ -118,7 +125,7 @@ class ProcessSupervisor:
             self._start_head(record)
             started = self.start_workers(record, shape, count, names=names)
             try:
-                self._await_head(record)
+                self._await_head(record, operation=deadline)
                 return started
             except HeadExitedError as exc:
                 self.stop_all(record)
@@ -270,20 +277,24 @@ class ProcessSupervisor:
         )
         self.store.save(record)
 
-    def _await_head(self, record: ClusterRecord) -> None:
+    def _await_head(self, record: ClusterRecord, operation: Optional[Deadline] = None) -> None:
         """Wait up to ``start_timeout`` until the head is ready (:meth:`FrameworkDriver.head_ready`);
         :class:`HeadExitedError` if it exits first, :class:`BackendUnavailableError` if it does not
-        answer in time, each quoting its log."""
+        answer in time, each quoting its log. Returns at ``operation`` deadline with the head still starting."""
         log = self.store.log_path(record.ref, HEAD_LOG)
-        deadline = time.monotonic() + self.start_timeout
+        limit = time.monotonic() + self.start_timeout
         while not self._driver(record).head_ready(record):
+            if operation is not None and operation.expired:
+                logger.info("%s: the operation's timeout ran out while its %s was starting", record.ref,
+                            self._driver(record).head_label)
+                return
             if not self.head_alive(record):
                 raise HeadExitedError(
                     f"the {self._driver(record).head_label} of {record.ref} exited while starting on port "
                     f"{record.port}; {log}:\n{procs.log_tail(log)}",
                     cluster=str(record.ref),
                 )
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= limit:
                 raise BackendUnavailableError(
                     f"the {self._driver(record).head_label} of {record.ref} did not answer within "
                     f"{self.start_timeout:.0f}s; {log}:\n{procs.log_tail(log)}",
