@@ -120,6 +120,24 @@ class UnsafePathError(InvalidInputError):
         ScalingError.__init__(self, f"refusing {self.path}: {problem}; {remedy}")
 
 
+class StateWriteError(ScalingError):
+    """A file of the state directory could not be written (read-only folder, full disk, no
+    permission): ``path`` names it; the message says the remedy. Whatever the failed write was to
+    record was undone first (a process it would have recorded was stopped)."""
+
+    code = "state_unwritable"
+
+    def __init__(self, path: Any, problem: str) -> None:
+        self.path = str(path)
+        self.problem = problem
+        ScalingError.__init__(
+            self,
+            f"could not write {self.path}: {problem}; make its folder writable and free some disk space, "
+            f"then run the command again (`ddlscale local down` stops a local cluster's processes whatever "
+            f"its records say)",
+        )
+
+
 class UnreachableWaitError(InvalidInputError):
     """A wait for more workers than the cluster will ever have: above its desired count or its maximum.
 
@@ -197,6 +215,18 @@ class ConflictError(ScalingError):
     """A concurrent writer changed the cluster and re-applying did not settle it."""
 
     code = "conflict"
+
+
+class InterruptedChangeError(ConflictError):
+    """A change was interrupted half-way (its process killed) and left its record half-written:
+    nothing is started or stopped on that record (a repair would act on a size nobody asked for).
+    ``path`` names the record; the message says what was being done and the remedy."""
+
+    code = "interrupted_change"
+
+    def __init__(self, message: str, *, path: Any, cluster: Optional[str] = None) -> None:
+        self.path = str(path)
+        super().__init__(message, cluster=cluster)
 
 
 class BackendUnavailableError(ScalingError):

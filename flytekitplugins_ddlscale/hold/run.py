@@ -38,7 +38,7 @@ from ..waiting import Deadline
 from ..wording import plural
 from .lease import LeaseKeeper
 from .monitor import PhaseMonitor
-from .pausepoints import check_pause_setting, pause_point
+from ..pausepoints import check_pause_setting, pause_point
 from .settings import PhaseSettings
 from .signals import PhaseInterrupted, SignalsAsExceptions
 
