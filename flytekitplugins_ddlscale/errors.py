@@ -4,6 +4,7 @@ Every error carries a stable ``code`` (the scaler service's code where it
 gave one), a human ``message`` with credentials masked, the HTTP status
 where there was one, and the last observed cluster state where known.
 """
+import errno
 from typing import TYPE_CHECKING, Any, Optional
 
 from .redaction import redact
@@ -136,6 +137,17 @@ class StateWriteError(ScalingError):
             f"then run the command again (`ddlscale local down` stops a local cluster's processes whatever "
             f"its records say)",
         )
+
+    @classmethod
+    def from_os_error(cls, path: Any, exc: OSError) -> "StateWriteError":
+        """The error for ``exc``, raised writing ``path``, in words (full disk, read-only, permission)."""
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return cls(path, "no space left on the device (disk or quota full)")
+        if exc.errno == errno.EROFS:
+            return cls(path, "the file system is read-only")
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            return cls(path, "permission denied (the folder is not writable)")
+        return cls(path, exc.strerror or type(exc).__name__)
 
 
 class UnreachableWaitError(InvalidInputError):

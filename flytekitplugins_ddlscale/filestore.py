@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Optional, TypeVar, Union
 
 from .errors import ConflictError
-from .privatefs import open_nofollow, private_dir, read_text_nofollow
+from .privatefs import private_dir, read_text_nofollow
 from .recordcheck import json_object, reading
 from .refs import ClusterRef
-from .statefiles import write_json, writing
+from .statefiles import open_lock, write_json, writing
 
 T = TypeVar("T")
 STATE_DIR_ENV = "DDLSCALE_STATE_DIR"
@@ -63,9 +63,7 @@ class FileRecordStore:
     def _locked(self, ref: ClusterRef, timeout: Optional[float] = None) -> Iterator[Path]:
         path = self.path(ref)
         lock_path = path.with_suffix(".lock")
-        with writing(lock_path):
-            lock_fd = open_nofollow(lock_path, os.O_RDWR | os.O_CREAT)
-        with os.fdopen(lock_fd, "a+") as lock:
+        with os.fdopen(open_lock(lock_path), "r") as lock:
             self._acquire(lock, lock_path, ref, self.lock_timeout if timeout is None else timeout)
             try:
                 yield path

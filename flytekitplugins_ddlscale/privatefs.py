@@ -14,8 +14,7 @@ import stat
 from pathlib import Path
 from typing import Union
 
-from .errors import UnsafePathError
-from .statefiles import writing
+from .errors import StateWriteError, UnsafePathError
 
 PathLike = Union[str, Path]
 _OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
@@ -36,8 +35,11 @@ def private_dir(path: PathLike) -> Path:
         missing.append(probe)
         probe = probe.parent
     for created in reversed(missing):
-        with writing(created), contextlib.suppress(FileExistsError):
-            os.mkdir(created, 0o700)
+        try:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(created, 0o700)
+        except OSError as exc:
+            raise StateWriteError.from_os_error(created, exc) from None
         check_private_dir(created)
     check_private_dir(folder)
     return folder

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from .errors import StateWriteError
+from .privatefs import open_nofollow
 
 TEMP_PREFIX = ".tmp-"
 
@@ -26,7 +27,7 @@ def writing(path: Any) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        raise StateWriteError(path, _problem(exc)) from None
+        raise StateWriteError.from_os_error(path, exc) from None
 
 
 def write_json(path: Path, data: Any, indent: Optional[int] = None) -> None:
@@ -44,11 +45,17 @@ def write_json(path: Path, data: Any, indent: Optional[int] = None) -> None:
             raise
 
 
-def _problem(exc: OSError) -> str:
-    if exc.errno == errno.ENOSPC or exc.errno == errno.EDQUOT:
-        return "no space left on the device (disk or quota full)"
-    if exc.errno == errno.EROFS:
-        return "the file system is read-only"
-    if exc.errno in (errno.EACCES, errno.EPERM):
-        return "permission denied (the folder is not writable)"
-    return exc.strerror or type(exc).__name__
+def open_lock(path: Path) -> int:
+    """A descriptor of the lock file ``path`` to ``flock`` (created 0600 if absent, never through a link).
+
+    On a read-only folder or file system an existing lock file is opened read-only (``flock`` needs no
+    write access), so what only reads or stops processes (``down``) still works there;
+    :class:`StateWriteError` when it cannot be opened at all.
+    """
+    with writing(path):
+        try:
+            return open_nofollow(path, os.O_RDWR | os.O_CREAT)
+        except OSError as exc:
+            if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC) or not os.path.exists(path):
+                raise
+        return open_nofollow(path, os.O_RDONLY)

@@ -257,12 +257,43 @@ def test_an_unwritable_state_dir_is_a_typed_answer_and_leaves_no_unrecorded_proc
         assert _temp_files(root) == []
         running = set(processes_mentioning(str(backend.store.cluster_dir(REF)), environment=True))
         assert running == {before.scheduler.pid, *(w.proc.pid for w in before.workers)}
-        _make_writable(fault, root, tmpfs)
         record = backend.store.load(REF)
         assert running == {record.scheduler.pid, *(w.proc.pid for w in record.workers)}
-        assert local(root, "down", "--name", REF.name).returncode == 0
+        # `down` stops every process even while the folder cannot be written; what it cannot remove it
+        # names (read-only: exit 8; a full disk lets files be removed).
+        down = local(root, "down", "--name", REF.name)
+        assert down.returncode == (8 if fault == "read-only" else 0), down.stdout + down.stderr
+        assert "Traceback" not in down.stderr
         assert processes_mentioning(str(root), environment=True) == []
+        _make_writable(fault, root, tmpfs)
+        if fault == "read-only":
+            assert local(root, "down", "--name", REF.name).returncode == 0
+        assert listed(root) == {}
     finally:
         _make_writable(fault, root, tmpfs)
         if (root / "local").exists():
             LocalBackend(state_dir=root / "local").shutdown_all()
+
+
+def _gone_within(root: Path, seconds: float) -> list:
+    ends = time.monotonic() + seconds
+    while processes_mentioning(str(root), environment=True) and time.monotonic() < ends:
+        time.sleep(0.5)
+    return processes_mentioning(str(root), environment=True)
+
+
+def test_a_scheduler_no_record_holds_closes_itself(state):
+    """``up`` killed right after its scheduler started (never recorded), and nobody runs ``down``: the
+    scheduler closes itself within its grace (30 s), instead of running on with no death timeout."""
+    killed_at(state, "head-started", "local", "up", "--name", REF.name, "--replicas", "1", "--timeout", "120")
+    assert len(processes_mentioning(str(state), environment=True)) == 1
+    assert _gone_within(state, 90) == []
+
+
+def test_a_cluster_whose_folder_was_removed_stops_on_its_own(state):
+    """The state directory removed under a running cluster: its scheduler closes itself, and its workers
+    follow it (their death timeout)."""
+    assert local(state, "up", "--name", REF.name, "--replicas", "1", "--timeout", "120").returncode == 0
+    assert len(processes_mentioning(str(state), environment=True)) == 2
+    subprocess.run(["rm", "-rf", str(state / "local" / "clusters")], check=True)
+    assert _gone_within(state, 150) == []

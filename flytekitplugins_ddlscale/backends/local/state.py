@@ -35,10 +35,10 @@ from typing import Any, Dict, Iterator, List, Optional, Union
 from ...errors import ConflictError, InvalidInputError, ScalingError
 from ...filestore import default_state_dir
 from ...leases import holder_gone, this_holder
-from ...privatefs import check_private_dir, open_nofollow, private_dir, read_text_nofollow, remove_nofollow
+from ...privatefs import check_private_dir, private_dir, read_text_nofollow, remove_nofollow
 from ...recordcheck import json_object, reading
 from ...refs import ClusterRef
-from ...statefiles import write_json, writing
+from ...statefiles import open_lock, write_json, writing
 from ...wording import seconds
 from .procs import ProcessId
 from .record_check import check_cluster_json
@@ -302,9 +302,7 @@ class LocalStateStore:
         """
         folder = self.private_cluster_dir(ref)
         deadline = time.monotonic() + timeout
-        with writing(folder / LOCK_FILE):
-            lock_fd = open_nofollow(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT)
-        with os.fdopen(lock_fd, "a+") as handle:
+        with os.fdopen(open_lock(folder / LOCK_FILE), "r") as handle:
             while True:
                 try:
                     fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
