@@ -154,14 +154,15 @@ class ProcessSupervisor:
     def _pending(self, record: ClusterRecord, replicas: int) -> Iterator[None]:
         """Stop what the record does not hold, record the change as pending (intent first: before any
         process starts or stops), and clear it once the block has brought the record up to date. A block
-        that raises leaves a record that holds every process (spawns are recorded or stopped), so the
-        pending mark is cleared then too, as far as the state directory lets it be written."""
+        that raises an error leaves a record that holds every process (spawns are recorded or stopped), so
+        the pending mark is cleared then too, as far as the state directory lets it be written; an
+        interruption (Ctrl-C, SIGTERM) may land between a spawn and its record, so it leaves the mark."""
         self.stop_unrecorded(record, record.ref)
         record.pending = PendingChange(replicas)
         self.store.save(record)
         try:
             yield
-        except BaseException:
+        except Exception:
             record.pending = None
             with contextlib.suppress(StateWriteError):
                 self.store.save(record)
