@@ -42,7 +42,7 @@ EXIT_INTERRUPTED = 130
 
 FAILURE_EXIT_CODES = (
     "2 bad input (including an unknown tier, a --strict refusal, a corrupt record and an unsafe state directory); "
-    "3 timeout; 4 not found; 5 unauthorized; 6 backend unavailable; 8 state directory not writable (read-only, "
+    "3 timeout; 4 not found; 5 unauthorized; 6 backend unavailable; 8 state directory not writable (read only or "
     "full disk); 130 interrupted (Ctrl-C); 1 other errors (including a change interrupted half-way)."
 )
 """The exit codes of failures, for ``--help`` texts."""
