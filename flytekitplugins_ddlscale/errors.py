@@ -85,12 +85,14 @@ class CorruptRecordError(InvalidInputError):
     user input could not: nothing is started, stopped or sent on it.
 
     ``source`` names the file (or annotation); ``field``, ``value`` and
-    ``allowed`` say what is wrong, as for :class:`InvalidInputError`.
+    ``allowed`` say what is wrong, as for :class:`InvalidInputError`;
+    ``remedy`` says what to do when the record's owner knows better than
+    "fix or remove the record".
     """
 
     code = "corrupt_record"
 
-    def __init__(self, source: str, field: str, value: Any, allowed: str) -> None:
+    def __init__(self, source: str, field: str, value: Any, allowed: str, remedy: Optional[str] = None) -> None:
         self.source = source
         self.field = field
         self.value = value
@@ -102,7 +104,7 @@ class CorruptRecordError(InvalidInputError):
         ScalingError.__init__(
             self,
             f"corrupt record {source}: {field}={shown}; allowed: {allowed}. Nothing was changed; "
-            f"fix or remove the record (a removed record forgets that cluster's baseline or processes)",
+            + (remedy or "fix or remove the record (a removed record forgets that cluster's baseline or processes)"),
         )
 
 

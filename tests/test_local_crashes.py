@@ -147,6 +147,7 @@ def test_a_corrupt_cluster_record_is_listed_as_corrupt_and_down_still_works(stat
     for args in (["status", "--name", REF.name], ["status", "--name", REF.name, "--repair"]):
         ran = local(state, *args)
         assert ran.returncode == 2 and str(path) in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
+        assert "`ddlscale local down --kind dask --name crash` stops every process" in ran.stderr
     scale = ddlscale(state, "scale", "--backend", "local", "--kind", "dask", "--name", REF.name, "--replicas", "2")
     assert scale.returncode == 2 and str(path) in scale.stderr and "Traceback" not in scale.stderr, scale.stderr
     listing = listed(state)
@@ -297,3 +298,42 @@ def test_a_cluster_whose_folder_was_removed_stops_on_its_own(state):
     assert len(processes_mentioning(str(state), environment=True)) == 2
     subprocess.run(["rm", "-rf", str(state / "local" / "clusters")], check=True)
     assert _gone_within(state, 150) == []
+
+
+def test_a_state_dir_made_read_only_mid_phase_is_a_typed_answer(tmpfs):
+    """``ddlscale run --replicas 2`` paused with the cluster held at 2 (pause point ``scaled``), the state
+    folder made read-only, then resumed: its release cannot be recorded. The answer is exit 8 naming the
+    file and the remedy, no traceback, no ``.tmp-*`` file, and the processes running are the ones the
+    record holds; once writable, ``ddlscale restore`` brings the baseline back."""
+    root = tmpfs / "state"
+    try:
+        assert local(root, "up", "--name", REF.name, "--replicas", "1", "--timeout", "120").returncode == 0
+        backend = LocalBackend(state_dir=root / "local")
+        marker = tmpfs.parent / "paused"
+        command = [DDLSCALE, "run", "--backend", "local", "--kind", "dask", "--name", REF.name, "--replicas", "2",
+                   "--timeout", "120", "--", "true"]
+        proc = subprocess.Popen(command, env=_env(root, f"scaled={marker}"), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        ends = time.monotonic() + 120
+        while not (marker.exists() and marker.read_text().strip()) and proc.poll() is None:
+            assert time.monotonic() < ends, "never paused"
+            time.sleep(0.05)
+        assert marker.exists(), proc.communicate(timeout=30)
+        _make_unwritable("read-only", root, tmpfs)
+        marker.unlink()
+        out, err = proc.communicate(timeout=180)
+        assert proc.returncode == 8, out + err
+        assert "could not write" in err and "read-only" in err and "Traceback" not in err, err
+        assert _temp_files(root) == []
+        record = backend.store.load(REF)
+        running = set(processes_mentioning(str(backend.store.cluster_dir(REF)), environment=True))
+        assert running == {record.scheduler.pid, *(w.proc.pid for w in record.workers)}
+        _make_writable("read-only", root, tmpfs)
+        restore = ddlscale(root, "restore", "--backend", "local", "--kind", "dask", "--name", REF.name)
+        assert restore.returncode == 0, restore.stdout + restore.stderr
+        assert backend.get_state(REF).desired_workers == 1
+        assert local(root, "down", "--name", REF.name).returncode == 0
+    finally:
+        _make_writable("read-only", root, tmpfs)
+        if (root / "local").exists():
+            LocalBackend(state_dir=root / "local").shutdown_all()

@@ -227,7 +227,11 @@ class LocalStateStore:
             text = read_text_nofollow(path)
         except FileNotFoundError:
             return None
-        with reading(str(path)):
+        remedy = (
+            f"`ddlscale local down --kind {ref.kind} --name {ref.name}` stops every process of the cluster "
+            f"(recorded or not) and removes the record"
+        )
+        with reading(str(path), remedy):
             data = json_object(text, "cluster.json")
             check_cluster_json(data, folder)
             record = ClusterRecord.from_json(data)
