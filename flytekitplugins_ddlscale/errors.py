@@ -4,6 +4,7 @@ Every error carries a stable ``code`` (the scaler service's code where it
 gave one), a human ``message`` with credentials masked, the HTTP status
 where there was one, and the last observed cluster state where known.
 """
+import errno
 from typing import TYPE_CHECKING, Any, Optional
 
 from .redaction import redact
@@ -86,12 +87,14 @@ class CorruptRecordError(InvalidInputError):
     user input could not: nothing is started, stopped or sent on it.
 
     ``source`` names the file (or annotation); ``field``, ``value`` and
-    ``allowed`` say what is wrong, as for :class:`InvalidInputError`.
+    ``allowed`` say what is wrong, as for :class:`InvalidInputError`;
+    ``remedy`` says what to do when the record's owner knows better than
+    "fix or remove the record".
     """
 
     code = "corrupt_record"
 
-    def __init__(self, source: str, field: str, value: Any, allowed: str) -> None:
+    def __init__(self, source: str, field: str, value: Any, allowed: str, remedy: Optional[str] = None) -> None:
         self.source = source
         self.field = field
         self.value = value
@@ -103,7 +106,7 @@ class CorruptRecordError(InvalidInputError):
         ScalingError.__init__(
             self,
             f"corrupt record {source}: {field}={shown}; allowed: {allowed}. Nothing was changed; "
-            f"fix or remove the record (a removed record forgets that cluster's baseline or processes)",
+            + (remedy or "fix or remove the record (a removed record forgets that cluster's baseline or processes)"),
         )
 
 
@@ -120,6 +123,35 @@ class UnsafePathError(InvalidInputError):
         self.allowed = "a folder owned by you, not writable by group or others, reached without symbolic links"
         self.reason = problem
         ScalingError.__init__(self, f"refusing {self.path}: {problem}; {remedy}")
+
+
+class StateWriteError(ScalingError):
+    """A file of the state directory could not be written (read-only folder, full disk, no
+    permission): ``path`` names it; the message says the remedy. Whatever the failed write was to
+    record was undone first (a process it would have recorded was stopped)."""
+
+    code = "state_unwritable"
+
+    def __init__(self, path: Any, problem: str) -> None:
+        self.path = str(path)
+        self.problem = problem
+        ScalingError.__init__(
+            self,
+            f"could not write {self.path}: {problem}; make its folder writable and free some disk space, "
+            f"then run the command again (`ddlscale local down` stops a local cluster's processes whatever "
+            f"its records say)",
+        )
+
+    @classmethod
+    def from_os_error(cls, path: Any, exc: OSError) -> "StateWriteError":
+        """The error for ``exc``, raised writing ``path``, in words (full disk, read-only, permission)."""
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return cls(path, "no space left on the device (disk or quota full)")
+        if exc.errno == errno.EROFS:
+            return cls(path, "the file system is read-only")
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            return cls(path, "permission denied (the folder is not writable)")
+        return cls(path, exc.strerror or type(exc).__name__)
 
 
 class UnreachableWaitError(InvalidInputError):
@@ -199,6 +231,18 @@ class ConflictError(ScalingError):
     """A concurrent writer changed the cluster and re-applying did not settle it."""
 
     code = "conflict"
+
+
+class InterruptedChangeError(ConflictError):
+    """A change was interrupted half-way (its process killed) and left its record half-written:
+    nothing is started or stopped on that record (a repair would act on a size nobody asked for).
+    ``path`` names the record; the message says what was being done and the remedy."""
+
+    code = "interrupted_change"
+
+    def __init__(self, message: str, *, path: Any, cluster: Optional[str] = None) -> None:
+        self.path = str(path)
+        super().__init__(message, cluster=cluster)
 
 
 class BackendUnavailableError(ScalingError):

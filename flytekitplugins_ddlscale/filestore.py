@@ -3,14 +3,14 @@
 Used where the cluster object cannot carry annotations for us (the scaler
 service only patches replicas) and by the local backend. Each cluster has a
 JSON file; updates happen under an exclusive ``fcntl`` lock and are written
-atomically (temp file + rename), so concurrent processes never lose an update.
+atomically (temp file + rename), so concurrent processes never lose an update;
+a write the folder or the disk refuses raises :class:`StateWriteError` and
+leaves no temp file.
 The directory is private (:func:`~.privatefs.private_dir`) and no file in it
 is opened through a symbolic link.
 """
 import contextlib
-import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Optional, TypeVar, Union
 
@@ -19,6 +19,7 @@ from .lockfile import exclusive, remove_unused
 from .privatefs import private_dir, read_text_nofollow
 from .recordcheck import json_object, reading
 from .refs import ClusterRef
+from .statefiles import write_json, writing
 
 T = TypeVar("T")
 STATE_DIR_ENV = "DDLSCALE_STATE_DIR"
@@ -93,20 +94,23 @@ class FileRecordStore:
 
         Waits at most ``timeout`` seconds for the lock (None: ``lock_timeout``).
         Returns what ``change`` returns; when it raises, nothing is saved. An
-        empty record deletes the file.
+        empty record deletes the file. A record that cannot be written raises
+        :class:`StateWriteError` naming it (no temp file is left).
         """
         with self._locked(ref, timeout) as path:
             record = self._load(path)
             result = change(record)
             if record:
-                fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-")
-                with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                    json.dump(record, handle, sort_keys=True)
-                os.replace(tmp, path)
+                write_json(path, record)
             else:
-                with contextlib.suppress(FileNotFoundError):
+                with writing(path), contextlib.suppress(FileNotFoundError):
                     path.unlink()
             return result
+
+    def remove(self, ref: ClusterRef) -> None:
+        """Delete ``ref``'s record under the lock without reading it (a corrupt record too)."""
+        with self._locked(ref) as path, writing(path), contextlib.suppress(FileNotFoundError):
+            path.unlink()
 
     def get(self, ref: ClusterRef, key: str) -> Optional[Any]:
         """One field of the record, or None."""

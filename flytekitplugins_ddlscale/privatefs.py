@@ -14,7 +14,7 @@ import stat
 from pathlib import Path
 from typing import Union
 
-from .errors import UnsafePathError
+from .errors import StateWriteError, UnsafePathError
 
 PathLike = Union[str, Path]
 _OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
@@ -25,7 +25,8 @@ def private_dir(path: PathLike) -> Path:
 
     Raises :class:`UnsafePathError` naming the folder and the remedy when it
     (or a parent created here) is a symbolic link, not a folder, owned by
-    another user, or writable by group or others.
+    another user, or writable by group or others; :class:`StateWriteError`
+    when it cannot be created (read-only parent, full disk).
     """
     folder = Path(path)
     missing = []
@@ -34,8 +35,11 @@ def private_dir(path: PathLike) -> Path:
         missing.append(probe)
         probe = probe.parent
     for created in reversed(missing):
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(created, 0o700)
+        try:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(created, 0o700)
+        except OSError as exc:
+            raise StateWriteError.from_os_error(created, exc) from None
         check_private_dir(created)
     check_private_dir(folder)
     return folder

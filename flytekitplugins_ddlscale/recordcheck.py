@@ -9,20 +9,21 @@ the record.
 """
 import contextlib
 import json
-from typing import Any, Collection, Dict, Iterator
+from typing import Any, Collection, Dict, Iterator, Optional
 
 from .errors import CorruptRecordError, InvalidInputError
 
 
 @contextlib.contextmanager
-def reading(source: str) -> Iterator[None]:
-    """Checks inside the block that fail raise :class:`CorruptRecordError` naming ``source``."""
+def reading(source: str, remedy: Optional[str] = None) -> Iterator[None]:
+    """Checks inside the block that fail raise :class:`CorruptRecordError` naming ``source`` (and
+    ``remedy``, what to do about it, when given)."""
     try:
         yield
     except CorruptRecordError:
         raise
     except InvalidInputError as exc:
-        raise CorruptRecordError(source, exc.field, exc.value, exc.allowed) from None
+        raise CorruptRecordError(source, exc.field, exc.value, exc.allowed, remedy) from None
 
 
 def json_object(text: str, field: str) -> Dict[str, Any]:

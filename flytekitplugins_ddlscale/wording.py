@@ -1,9 +1,11 @@
 """Small helpers for the words people read in logs, progress and CLI output."""
+from typing import Optional
 
 
-def plural(count: int, noun: str) -> str:
-    """``count`` and ``noun``, pluralised by adding "s": ``1 worker``, ``2 workers``, ``0 workers``."""
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+def plural(count: int, noun: str, many: Optional[str] = None) -> str:
+    """``count`` and ``noun``, pluralised by adding "s" (or as ``many``): ``1 worker``, ``2 workers``,
+    ``0 workers``; ``plural(2, "process", "processes")``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {many or noun + 's'}"
 
 
 def seconds(value: float) -> str:

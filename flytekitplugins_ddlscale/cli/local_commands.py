@@ -141,9 +141,14 @@ def down(ctx: click.Context, kind: str, name: Optional[str], everything: bool) -
         click.echo(f"stopped {plural(len(stopped), 'cluster')}" + "".join(f"\n  {r}" for r in stopped))
         return
     ref = _ref(kind, name or "")
-    if not _run(lambda: backend.down(ref)):
+    taken = _run(lambda: backend.take_down(ref))
+    if taken is None:
         sys.exit(emit_error(ClusterNotFoundError(f"no local cluster {ref}", cluster=str(ref)), as_json=False))
-    click.echo(f"stopped {ref}")
+    found = f"{plural(len(taken.recorded), 'recorded process', 'recorded processes')} running"
+    if taken.unrecorded:
+        found += f", and {plural(len(taken.unrecorded), 'process', 'processes')} its record did not hold " \
+                 f"(pids {', '.join(map(str, taken.unrecorded))})"
+    click.echo(f"stopped {ref}: found {found}")
 
 
 @local.command("status")
@@ -183,9 +188,10 @@ def status(ctx: click.Context, kind: str, name: str, as_json: bool, repair: bool
 @click.option("--json", "as_json", is_flag=True, help="Print the clusters as JSON.")
 @click.pass_context
 def list_clusters(ctx: click.Context, as_json: bool) -> None:
-    """List local clusters with their status (no repair)."""
+    """List local clusters with their status (no repair); a cluster whose record is corrupt is listed as
+    Corrupt, one whose processes run without a record as Unrecorded (`down` stops both)."""
     backend = _backend(ctx)
-    infos = [_run(lambda r=ref: backend.describe(r)) for ref in _run(backend.list_clusters)]
+    infos = _run(backend.survey)
     if as_json:
         click.echo(json.dumps(infos, indent=2))
     elif not infos:
@@ -195,19 +201,37 @@ def list_clusters(ctx: click.Context, as_json: bool) -> None:
 
 
 def _table(infos: List[Dict[str, Any]]) -> str:
-    """One aligned row per cluster under a header; every column as wide as its widest cell."""
-    rows = [("KIND", "NAME", "STATUS", "READY/DESIRED", "TIER", "SCHEDULER")] + [
+    """One aligned row per cluster under a header; every column as wide as its widest cell. A NOTE
+    column says what is wrong (corrupt record, unrecorded processes, interrupted change) when anything is."""
+    notes = [_problems(info) for info in infos]
+    noted = any(notes)
+    rows = [("KIND", "NAME", "STATUS", "READY/DESIRED", "TIER", "SCHEDULER") + (("NOTE",) if noted else ())] + [
         (
             info["kind"],
             info["name"],
             info["status"],
-            f"{info['ready_workers']}/{info['desired_workers']}",
+            "-" if info["desired_workers"] is None else f"{info['ready_workers']}/{info['desired_workers']}",
             info["worker_hw_tier"] or "-",
-            info["address"],
-        )
-        for info in infos
+            info["address"] or "-",
+        ) + ((note,) if noted else ())
+        for info, note in zip(infos, notes)
     ]
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     return "\n".join(
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows
     )
+
+
+def _problems(info: Dict[str, Any]) -> str:
+    """What is wrong with a listed cluster: its record's error, processes it does not hold, an
+    interrupted change."""
+    notes = []
+    if info.get("error"):
+        notes.append(info["error"])
+    if info.get("unrecorded_pids"):
+        notes.append(f"{plural(len(info['unrecorded_pids']), 'process', 'processes')} not recorded "
+                     f"(pids {', '.join(map(str, info['unrecorded_pids']))}); `ddlscale local down` stops them")
+    if info.get("pending") and info["status"] == "Interrupted":
+        notes.append(f"a change to {info['pending']['desired']} workers was interrupted; set the size with "
+                     f"`ddlscale local up` or take it down")
+    return "; ".join(notes)

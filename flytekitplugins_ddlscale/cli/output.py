@@ -18,6 +18,7 @@ from ..errors import (
     InvalidInputError,
     ScalingError,
     ScalingTimeoutError,
+    StateWriteError,
     UnauthorizedError,
     UnknownTierError,
 )
@@ -35,12 +36,16 @@ EXIT_TIMEOUT = 3
 EXIT_NOT_FOUND = 4
 EXIT_UNAUTHORIZED = 5
 EXIT_UNAVAILABLE = 6
+EXIT_STATE_UNWRITABLE = 8
+"""The state directory could not be written (read-only, full disk): 7 is left to commands ``run`` passes on."""
 EXIT_INTERRUPTED = 130
 """Ctrl-C: 128 + SIGINT, as shells report a command that SIGINT ended."""
 
 FAILURE_EXIT_CODES = (
     "2 bad input (including an unknown tier, a --strict refusal, a corrupt record and an unsafe state directory); "
-    "3 timeout; 4 not found; 5 unauthorized; 6 backend unavailable (or, with --fail-on-fault, a cluster fault during the command); 130 interrupted (Ctrl-C); 1 other errors."
+    "3 timeout; 4 not found; 5 unauthorized; 6 backend unavailable (or, with --fail-on-fault, a cluster fault during "
+    "the command); 8 state directory not writable (read only or full disk); 130 interrupted (Ctrl-C); "
+    "1 other errors (including a change interrupted half-way)."
 )
 """The exit codes of failures, for ``--help`` texts."""
 EXIT_CODES_HELP = f"Exit codes: 0 ok; {FAILURE_EXIT_CODES}"
@@ -51,6 +56,7 @@ _EXIT_CODES = (
     ((ClusterNotFoundError,), EXIT_NOT_FOUND),
     ((UnauthorizedError,), EXIT_UNAUTHORIZED),
     ((BackendUnavailableError, ClusterFaultError), EXIT_UNAVAILABLE),
+    ((StateWriteError,), EXIT_STATE_UNWRITABLE),
 )
 
 

@@ -62,7 +62,7 @@ from ..waiting import Deadline
 from ..wording import plural, seconds
 from .faults import Fault
 from .monitor import PhaseMonitor
-from .pausepoints import check_pause_setting, pause_point
+from ..pausepoints import check_pause_setting, pause_point
 from .settings import PhaseSettings
 from .signals import RELAY, PhaseInterrupted, SignalsAsExceptions, raise_in_thread
 

@@ -21,7 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
-from ...errors import CapacityExceededError, ClusterNotFoundError, InvalidInputError
+from ...errors import (
+    CapacityExceededError,
+    ClusterNotFoundError,
+    CorruptRecordError,
+    InterruptedChangeError,
+    InvalidInputError,
+)
 from ...filerecords import FileBookkeeping
 from ...filestore import FileRecordStore
 from ...inplace import Reach, state_dir_env
@@ -39,7 +45,7 @@ from .driver import FrameworkDriver
 from .drivers import SERVED_KINDS, load_driver, served_frameworks
 from .env import environ_set
 from .state import ClusterRecord, LocalStateStore, WorkerRecord
-from .supervisor import ProcessSupervisor
+from .supervisor import ProcessSupervisor, TakenDown
 from .tiers import WorkerShape, default_tier_name, load_catalog
 
 logger = logging.getLogger("flytekitplugins_ddlscale.local")
@@ -49,6 +55,10 @@ DEFAULT_MAX_WORKERS = 16
 STOPPED = "Stopped"
 """``ClusterState.status`` of a local cluster that does not exist (before first use, after ``down``)."""
 _POLL = Backoff(initial=0.1, factor=1.5, cap=0.5)
+CORRUPT = "Corrupt"
+"""``status`` in :meth:`LocalBackend.survey` of a cluster whose ``cluster.json`` cannot be used."""
+UNRECORDED = "Unrecorded"
+"""``status`` in :meth:`LocalBackend.survey` of a cluster with processes running and no record."""
 DESIRED = "desired_workers"
 """What holds a local cluster's size, as named in errors (``ClusterState.desired_workers``)."""
 LOOPBACK_HOSTS = ("127.0.0.1",)
@@ -156,8 +166,28 @@ class LocalBackend(FileRecordsBackend):
         return self.max_workers
 
     def list_clusters(self) -> List[ClusterRef]:
-        """Every local cluster recorded in the state directory."""
+        """Every local cluster recorded in the state directory (with a readable record)."""
         return self.store.refs()
+
+    def survey(self) -> List[Dict[str, Any]]:
+        """Every cluster folder of the state directory, each :meth:`describe`d; one whose record is
+        corrupt, or missing while processes of it run, is listed with ``status`` ``Corrupt`` or
+        ``Unrecorded``, the error, and the pids of its running processes (``down`` stops them)."""
+        found = []
+        for ref in self.store.folders():
+            try:
+                found.append(self.describe(ref))
+            except (CorruptRecordError, ClusterNotFoundError) as exc:
+                running = [p.pid for p in self.supervisor.unrecorded(None, ref)]
+                corrupt = isinstance(exc, CorruptRecordError)
+                if corrupt or running:
+                    found.append({
+                        "cluster": str(ref), "kind": ref.kind, "name": ref.name,
+                        "status": CORRUPT if corrupt else UNRECORDED, "error": str(exc) if corrupt else None,
+                        "desired_workers": None, "ready_workers": None, "worker_hw_tier": None, "address": None,
+                        "unrecorded_pids": running,
+                    })
+        return found
 
     def describe(self, ref: ClusterRef) -> Dict[str, Any]:
         """A JSON-ready report of ``ref``: state, head address, connection variables, processes."""
@@ -185,6 +215,8 @@ class LocalBackend(FileRecordsBackend):
             ],
             "ephemeral": record.ephemeral,
             "created_at": record.created_at,
+            "pending": record.pending.to_json() if record.pending else None,
+            "unrecorded_pids": [p.pid for p in self.supervisor.unrecorded(record, ref)],
             "logs": str(self.store.cluster_dir(ref) / "logs"),
             "observed_at": state.observed_at.isoformat(),
         }
@@ -233,13 +265,14 @@ class LocalBackend(FileRecordsBackend):
         """Restart a dead scheduler (same port) and missing workers; return the state once whole.
 
         The recorded size is capped at ``max_workers``, as a scale request is;
-        a record no user input could make raises :class:`CorruptRecordError`
-        before anything starts.
+        a record no user input could make raises :class:`CorruptRecordError`,
+        and one a change interrupted half-way left :class:`InterruptedChangeError`,
+        before anything starts or stops.
         """
         self._served(ref)
         timeout = validate_timeout(timeout)
         with self.supervisor.lock(ref, timeout):
-            record = self._load(ref)
+            record = self._whole(self._load(ref), "repair")
             shape = self._shape(ref, record.worker_hw_tier or None, field="worker_hw_tier")
             replicas = min(record.desired, self.max_workers)
             started, _ = self.supervisor.converge(record, replicas, shape)
@@ -262,7 +295,7 @@ class LocalBackend(FileRecordsBackend):
         head_tier = self.catalog.resolve(head_hw_tier, ref.kind, field="head_hw_tier")
         began = time.monotonic()
         with self.supervisor.lock(ref, timeout):
-            record = self._load(ref)
+            record = self._whole(self._load(ref), "restart-head")
             shape = self._shape(ref, record.worker_hw_tier or None, field="worker_hw_tier")
             started_at = utcnow().isoformat()
             if head_tier is not None:
@@ -293,20 +326,36 @@ class LocalBackend(FileRecordsBackend):
     def down(self, ref: ClusterRef, *, timeout: float = 60.0) -> bool:
         """Stop every process of ``ref`` and forget it (baseline and claims too).
 
-        Returns False when there was no such cluster.
+        Returns False when there was no such cluster (:meth:`take_down`).
+        """
+        return self.take_down(ref, timeout=timeout) is not None
+
+    def take_down(self, ref: ClusterRef, *, timeout: float = 60.0) -> Optional[TakenDown]:
+        """Stop every process of ``ref``, whatever its records say, and forget it (baseline and claims too).
+
+        Every process carrying the cluster's mark is stopped, recorded or not,
+        and a corrupt or half-written ``cluster.json`` or records file is removed
+        with the rest. Returns what was found running (recorded and not), or
+        None when there was no such cluster: no record and nothing running.
         """
         self._served(ref)
         with self.supervisor.lock(ref, validate_timeout(timeout)):
-            record = self.store.load(ref)
-            if record is None:
-                return False
-            self.supervisor.take_down(record)
-        self.records.store.update(ref, lambda stored: stored.clear())
-        return True
+            try:
+                record = self.store.load(ref)
+            except CorruptRecordError as exc:
+                logger.warning("%s: taking it down without its record: %s", ref, exc.message)
+                record = None
+            else:
+                if record is None and not self.supervisor.unrecorded(None, ref):
+                    return None
+            taken = self.supervisor.take_down(record, ref)
+        self.records.store.remove(ref)
+        return taken
 
     def shutdown_all(self) -> List[ClusterRef]:
-        """Take down every local cluster in the state directory; return the ones stopped."""
-        return [ref for ref in self.list_clusters() if self.down(ref)]
+        """Take down every local cluster in the state directory (corrupt or unrecorded ones too);
+        return the ones stopped."""
+        return [ref for ref in self.store.folders() if self.down(ref)]
 
     # ------------------------------------------------- baselines and claims
 
@@ -512,9 +561,27 @@ class LocalBackend(FileRecordsBackend):
     def _down_locked(self, ref: ClusterRef, record: Optional[ClusterRecord]) -> ScaleResult:
         """Stop and forget a cluster (its baseline is already gone) for a caller holding its lock."""
         previous = self.supervisor.observe(record) if record is not None else _absent(ref)
-        if record is not None:
-            self.supervisor.take_down(record)
+        self.supervisor.take_down(record, ref)
         return _downed(ref, previous)
+
+    def _whole(self, record: ClusterRecord, operation: str) -> ClusterRecord:
+        """``record`` if no change was interrupted half-way through it (read under the cluster's lock, a
+        pending change is one), else :class:`InterruptedChangeError`: acting on its size would act on
+        a size nobody asked for (an interrupted ``up --replicas 8`` records the size before it)."""
+        pending = record.pending
+        if pending is None:
+            return record
+        ref = record.ref
+        cluster = f"--kind {ref.kind} --name {ref.name}"
+        raise InterruptedChangeError(
+            f"a change to {plural(pending.desired, 'worker')} by {pending.holder} (since {pending.since}) was "
+            f"interrupted half-way and left {self.store.record_path(ref)} half-written ({plural(len(record.workers), 'worker')} "
+            f"recorded, {record.desired} before the change); {operation} starts and stops nothing on it. Set the size "
+            f"with `ddlscale local up {cluster} --replicas N` (it stops processes the record does not hold), or "
+            f"`ddlscale local down {cluster}`",
+            path=self.store.record_path(ref),
+            cluster=str(ref),
+        )
 
     def _load(self, ref: ClusterRef) -> ClusterRecord:
         record = self.store.load(ref)

@@ -7,10 +7,14 @@ closes it, so nothing (no thread, no loop) outlives the call.
 """
 import asyncio
 import sys
+from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from ...errors import BackendUnavailableError
 from ...wording import seconds
+
+WATCH_PRELOAD = Path(__file__).with_name("dask_watch.py")
+"""The scheduler preload that closes a scheduler no record holds (:mod:`.dask_watch`)."""
 
 
 def scheduler_argv(host: str, port: int, scheduler_file: str) -> List[str]:
@@ -19,7 +23,8 @@ def scheduler_argv(host: str, port: int, scheduler_file: str) -> List[str]:
     (for ``Client(scheduler_file=...)``; it also puts the cluster's folder in the command line).
     Without a dashboard a scheduler still serves HTTP (health, metrics, call stacks) on
     ``--dashboard-address``, every interface at 8787 by default: it is held to ``host`` on a
-    port the OS picks.
+    port the OS picks. It preloads :mod:`.dask_watch`, so it closes itself once no record of its
+    cluster holds it.
     """
     return [
         sys.executable, "-m", "distributed.cli.dask_scheduler",
@@ -28,6 +33,7 @@ def scheduler_argv(host: str, port: int, scheduler_file: str) -> List[str]:
         "--no-dashboard",
         "--dashboard-address", f"{host}:0",
         "--scheduler-file", scheduler_file,
+        "--preload", str(WATCH_PRELOAD),
     ]
 
 

@@ -8,7 +8,10 @@ about a child it did not wait for. A pid is recorded together with the
 process start time, because pids are reused and a bare pid could name an
 unrelated process after a reboot or a long idle. Every cluster process
 starts with :func:`~.process_env.cluster_environment`, never this process's
-whole environment (its credentials).
+whole environment (its credentials), plus :data:`CLUSTER_MARK_ENV`: the
+cluster's folder, which every process it starts inherits, so the processes of
+a cluster can be found by a scan of ``/proc`` whatever its record says
+(:func:`marked_processes`).
 """
 import contextlib
 import os
@@ -28,6 +31,8 @@ from .process_env import cluster_environment
 # shell's stderr, and the command's stdout and stderr.
 _SPAWN_SCRIPT = '"$@" >&2 </dev/null & echo $!'
 _POLL = 0.05
+CLUSTER_MARK_ENV = "DDLSCALE_LOCAL_CLUSTER"
+"""Set in every cluster process's environment to its cluster's folder (inherited by what it starts)."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,45 @@ def group_members(proc: ProcessId) -> List[ProcessId]:
     return members
 
 
+def marked_processes(mark: str) -> List[ProcessId]:
+    """The running processes whose environment has ``CLUSTER_MARK_ENV=<mark>`` (a cluster's processes
+    and what they started), this process excepted. Only this user's processes can be read."""
+    needle = f"{CLUSTER_MARK_ENV}={mark}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            started = start_time(int(entry))
+            if started is not None:
+                found.append(ProcessId(int(entry), started))
+    return found
+
+
+def belongs_to(proc: ProcessId, owners: Iterable[ProcessId]) -> bool:
+    """Whether ``proc`` is one of ``owners``, in the session of one (each started by
+    :func:`spawn_detached` in a session of its own), or started by one."""
+    owners = [owner for owner in owners if is_alive(owner)]
+    if proc in owners:
+        return True
+    sessions = {fields[3] for fields in (_stat(owner.pid) for owner in owners) if fields is not None}
+    pids = {owner.pid for owner in owners}
+    fields = _stat(proc.pid)
+    if fields is not None and fields[3] in sessions:
+        return True
+    seen = set()
+    while fields is not None and fields[1] not in ("0", "1") and fields[1] not in seen:
+        seen.add(fields[1])
+        if int(fields[1]) in pids:
+            return True
+        fields = _stat(int(fields[1]))
+    return False
+
+
 def is_alive(proc: ProcessId) -> bool:
     """Whether the recorded process is still the running process with that pid."""
     return start_time(proc.pid) == proc.start
@@ -102,11 +146,12 @@ def with_environment(variables: Dict[str, str], argv: List[str]) -> List[str]:
     return [shutil.which("env") or "/usr/bin/env", *(f"{name}={value}" for name, value in variables.items()), *argv]
 
 
-def spawn_detached(argv: List[str], log_path: Path) -> ProcessId:
+def spawn_detached(argv: List[str], log_path: Path, mark: str) -> ProcessId:
     """Start ``argv`` detached from this process, appending its output to ``log_path``.
 
     It starts with :func:`~.process_env.cluster_environment` (the allow-listed variables of this
-    process, no credentials), plus what ``argv`` sets itself through :func:`with_environment`.
+    process, no credentials) and ``CLUSTER_MARK_ENV=<mark>`` (its cluster's folder), plus what
+    ``argv`` sets itself through :func:`with_environment`.
     The log's folder is private and the log is never opened through a link (:class:`UnsafePathError`).
     """
     private_dir(log_path.parent)
@@ -118,7 +163,7 @@ def spawn_detached(argv: List[str], log_path: Path) -> ProcessId:
             stdout=subprocess.PIPE,
             stderr=log,
             start_new_session=True,
-            env=cluster_environment(),
+            env={**cluster_environment(), CLUSTER_MARK_ENV: mark},
             check=True,
             timeout=30,
         )

@@ -14,6 +14,7 @@ from typing import Any, Dict
 
 from ...errors import InvalidInputError
 from ...recordcheck import mapping, only_fields
+from ...records import HOLDER_PATTERN
 from ...validation import MAX_REPLICAS, validate_int, validate_replicas, validate_text, validate_tier_name, validate_timestamp
 from .ray_ops import RAY_TEMP_PREFIX, TOKEN_FILE
 
@@ -25,8 +26,9 @@ _MAX_PID = 2**22
 _PORT_MAX = 65535
 _FIELDS = (
     "kind", "name", "namespace", "host", "port", "ports", "scheduler", "head_hw_tier", "worker_hw_tier",
-    "desired", "workers", "next_index", "ephemeral", "framework", "created_at",
+    "desired", "workers", "next_index", "ephemeral", "framework", "created_at", "pending",
 )
+_PENDING_FIELDS = ("desired", "holder", "since")
 _WORKER_FIELDS = ("name", "pid", "start", "tier", "nthreads", "memory_limit")
 
 
@@ -56,6 +58,12 @@ def check_cluster_json(data: Dict[str, Any], folder: Path) -> None:
     _check_framework(mapping(data.get("framework") or {}, "framework"), folder)
     if data.get("created_at"):
         validate_timestamp(data["created_at"], "created_at")
+    if data.get("pending") is not None:
+        pending = mapping(data["pending"], "pending")
+        only_fields(pending, _PENDING_FIELDS, _PENDING_FIELDS, "pending")
+        validate_replicas(pending["desired"], field="pending.desired")
+        validate_text(pending["holder"], "pending.holder", "host:pid of the process making the change", HOLDER_PATTERN)
+        validate_timestamp(pending["since"], "pending.since")
 
 
 def _check_process(data: Any, where: str) -> None:

@@ -9,7 +9,12 @@ Layout under the state directory (``$DDLSCALE_STATE_DIR/local`` by default)::
     clusters/<namespace>.<kind>.<name>/conf/          Spark: spark-defaults.conf for user code
     records/                                          baselines and claims (FileRecordStore)
 
-``cluster.json`` is replaced atomically, so readers never need the lock.
+``cluster.json`` is replaced atomically, so readers never need the lock. A change
+records what it is about to do (``pending``) before it starts or stops a
+process and clears it when the record is whole again, so a change
+interrupted half-way (``kill -9``) is seen as such (:attr:`ClusterRecord.pending`).
+A write the folder or disk refuses raises :class:`StateWriteError`, leaving
+no temp file.
 
 Every folder is private (created 0700; one owned by another user, writable
 by group or others, or a symbolic link is refused with :class:`UnsafePathError`),
@@ -18,10 +23,8 @@ rules of user input when read (:mod:`.record_check`).
 """
 import contextlib
 import datetime
-import json
 import logging
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Union
@@ -29,9 +32,11 @@ from typing import Any, Dict, Iterator, List, Optional, Union
 from ...errors import ConflictError, InvalidInputError, ScalingError
 from ...filestore import default_state_dir
 from ...lockfile import exclusive, remove_unused
+from ...leases import holder_gone, this_holder
 from ...privatefs import check_private_dir, private_dir, read_text_nofollow, remove_nofollow
 from ...recordcheck import json_object, reading
 from ...refs import ClusterRef
+from ...statefiles import write_json, writing
 from ...wording import seconds
 from .procs import ProcessId
 from .record_check import check_cluster_json
@@ -81,6 +86,26 @@ class WorkerRecord:
 
 
 @dataclass
+class PendingChange:
+    """A change under way: recorded before its first process is started or stopped, cleared once the
+    record holds every process again. Found under the cluster's lock, it was interrupted."""
+
+    desired: int
+    """The size the change was bringing the cluster to."""
+    holder: str = field(default_factory=this_holder)
+    """``host:pid`` of the process making the change."""
+    since: str = field(default_factory=lambda: datetime.datetime.now(datetime.timezone.utc).isoformat())
+
+    def to_json(self) -> Dict[str, Any]:
+        """The fields stored in the state file."""
+        return {"desired": self.desired, "holder": self.holder, "since": self.since}
+
+    def interrupted(self) -> bool:
+        """Whether the process making the change is gone (so it will never finish it)."""
+        return holder_gone(self.holder)
+
+
+@dataclass
 class ClusterRecord:
     """Everything the state directory knows about one local cluster."""
 
@@ -105,6 +130,8 @@ class ClusterRecord:
     created_at: str = field(
         default_factory=lambda: datetime.datetime.now(datetime.timezone.utc).isoformat()
     )
+    pending: Optional[PendingChange] = None
+    """A change under way (or interrupted: see :class:`PendingChange`); None when the record is whole."""
 
     @property
     def address(self) -> str:
@@ -129,6 +156,7 @@ class ClusterRecord:
             "ephemeral": self.ephemeral,
             "framework": self.framework,
             "created_at": self.created_at,
+            "pending": self.pending.to_json() if self.pending else None,
         }
 
     @classmethod
@@ -149,6 +177,7 @@ class ClusterRecord:
             ephemeral=bool(data.get("ephemeral", True)),
             framework=dict(data.get("framework") or {}),
             created_at=data.get("created_at") or "",
+            pending=PendingChange(**data["pending"]) if data.get("pending") else None,
         )
 
 
@@ -195,7 +224,11 @@ class LocalStateStore:
             text = read_text_nofollow(path)
         except FileNotFoundError:
             return None
-        with reading(str(path)):
+        remedy = (
+            f"`ddlscale local down --kind {ref.kind} --name {ref.name}` stops every process of the cluster "
+            f"(recorded or not) and removes the record"
+        )
+        with reading(str(path), remedy):
             data = json_object(text, "cluster.json")
             check_cluster_json(data, folder)
             record = ClusterRecord.from_json(data)
@@ -203,13 +236,15 @@ class LocalStateStore:
                 raise InvalidInputError("kind/name/namespace", str(record.ref), f"{ref}, the cluster of its folder")
         return record
 
+    def record_path(self, ref: ClusterRef) -> Path:
+        """``ref``'s ``cluster.json``."""
+        return self.cluster_dir(ref) / CLUSTER_FILE
+
     def save(self, record: ClusterRecord) -> None:
-        """Write ``record`` atomically (callers hold :meth:`lock`)."""
+        """Write ``record`` atomically (callers hold :meth:`lock`); :class:`StateWriteError` when the
+        folder or the disk refuses it (no temp file is left)."""
         folder = self.private_cluster_dir(record.ref)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(record.to_json(), handle, indent=1, sort_keys=True)
-        os.replace(tmp, folder / CLUSTER_FILE)
+        write_json(folder / CLUSTER_FILE, record.to_json(), indent=1)
 
     def delete(self, ref: ClusterRef) -> None:
         """Remove every file of ``ref`` except its lock (callers hold :meth:`lock`).
@@ -228,7 +263,23 @@ class LocalStateStore:
         with os.scandir(folder) as entries:
             names = [entry.name for entry in entries if entry.name != LOCK_FILE]
         for name in names:
-            remove_nofollow(folder / name)
+            with writing(folder / name):
+                remove_nofollow(folder / name)
+
+    def folders(self) -> List[ClusterRef]:
+        """Every cluster that has a folder holding more than its lock (a record, readable or not, or
+        files its processes wrote), sorted by name; folders that name no cluster are skipped."""
+        found = []
+        with os.scandir(self.clusters_dir) as entries:
+            names = sorted(entry.name for entry in entries)
+        for name in names:
+            ref = _ref_of_folder(name)
+            if ref is None:
+                continue
+            with contextlib.suppress(OSError), os.scandir(self.clusters_dir / name) as inside:
+                if any(entry.name != LOCK_FILE for entry in inside):
+                    found.append(ref)
+        return sorted(found, key=lambda r: (r.namespace or "", r.kind, r.name))
 
     def refs(self) -> List[ClusterRef]:
         """Every cluster that has a readable record, sorted by name; others are skipped with a warning."""

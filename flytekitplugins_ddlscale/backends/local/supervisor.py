@@ -7,20 +7,32 @@ records every pid with its start time in the state directory, stops them
 liveness, picks and keeps the head's port, quotes log tails in errors, and
 repairs a cluster whose processes died. It knows nothing of baselines,
 claims or waits; callers hold the cluster lock (:meth:`lock`) around changes.
+
+No process the records do not know: every process of a cluster carries the
+cluster's folder in its environment (:data:`~.procs.CLUSTER_MARK_ENV`, from
+the moment it exists, inherited by what it starts), so the processes a change
+interrupted by ``kill -9`` started but never recorded are found by a scan of
+``/proc``. Every change first stops them (:meth:`stop_unrecorded`), records
+what it is about to do (:class:`~.state.PendingChange`) before it starts or
+stops anything, and ``down`` stops every marked process whatever the record
+says. A process whose record cannot be written is stopped again at once.
 """
+import contextlib
 import logging
 import socket
 import time
+from dataclasses import dataclass
 from typing import AbstractSet, Callable, Iterator, List, Optional, Tuple
 
-from ...errors import BackendUnavailableError, WorkerFailedError
+from ...errors import BackendUnavailableError, StateWriteError, WorkerFailedError
 from ...models import ClusterState
+from ...pausepoints import pause_point
 from ...privatefs import remove_nofollow
 from ...refs import ClusterRef
 from ...waiting import Deadline
 from . import procs
 from .driver import FrameworkDriver
-from .state import ClusterRecord, LocalStateStore, WorkerRecord
+from .state import ClusterRecord, LocalStateStore, PendingChange, WorkerRecord
 from .tiers import WorkerShape
 
 logger = logging.getLogger("flytekitplugins_ddlscale.local")
@@ -30,6 +42,8 @@ HEAD_START_ATTEMPTS = 2
 
 HEAD_LOG = "scheduler"
 """Log name of the head process (``logs/scheduler.log`` in the cluster's folder)."""
+INTERRUPTED = "Interrupted"
+"""``ClusterState.status`` of a cluster whose last change was interrupted half-way (its process killed)."""
 
 
 class ProcessSupervisor:
@@ -55,6 +69,31 @@ class ProcessSupervisor:
         """The cluster's exclusive change lock (held by every change of its processes), at most ``timeout`` s."""
         return self.store.lock(ref, timeout)
 
+    def mark(self, ref: ClusterRef) -> str:
+        """What every process of ``ref`` carries in its environment: the cluster's folder."""
+        return str(self.store.cluster_dir(ref).absolute())
+
+    def recorded(self, record: ClusterRecord) -> List[procs.ProcessId]:
+        """Every process ``record`` holds (head and workers), running or not."""
+        return ([record.scheduler] if record.scheduler else []) + [w.proc for w in record.workers]
+
+    def unrecorded(self, record: Optional[ClusterRecord], ref: ClusterRef) -> List[procs.ProcessId]:
+        """Running processes of ``ref`` that ``record`` does not hold, nor any process it holds started
+        (all of them when there is no record)."""
+        owners = self.recorded(record) if record is not None else []
+        return [p for p in procs.marked_processes(self.mark(ref)) if not procs.belongs_to(p, owners)]
+
+    def stop_unrecorded(self, record: Optional[ClusterRecord], ref: ClusterRef) -> List[procs.ProcessId]:
+        """Stop :meth:`unrecorded` processes (left by a change killed half-way); return them."""
+        stray = self.unrecorded(record, ref)
+        if stray:
+            logger.warning(
+                "%s: stopping %d process(es) its record does not hold (pids %s), left by an interrupted change",
+                ref, len(stray), [p.pid for p in stray],
+            )
+            procs.stop_processes(stray, self.stop_grace)
+        return stray
+
     def head_alive(self, record: ClusterRecord) -> bool:
         """Whether the recorded head process is running."""
         return record.scheduler is not None and procs.is_alive(record.scheduler)
@@ -70,7 +109,17 @@ class ProcessSupervisor:
         new ones are up. Dead processes are repaired on the way: a dead head
         is restarted on its port (with new workers), dead workers replaced.
         A head started here is awaited until ``deadline`` at most (see :meth:`start_cluster`).
+        Processes the record does not hold are stopped first, and the change
+        is recorded as pending until the record is whole again.
         """
+        with self._pending(record, replicas):
+            started, old = self._converge(record, replicas, shape, deadline)
+            record.worker_hw_tier, record.desired = shape.tier, replicas
+        return started, old
+
+    def _converge(
+        self, record: ClusterRecord, replicas: int, shape: WorkerShape, deadline: Optional[Deadline]
+    ) -> Tuple[List[WorkerRecord], List[WorkerRecord]]:
         started: List[WorkerRecord] = []
         old: List[WorkerRecord] = []
         if not self.head_alive(record):
@@ -94,15 +143,34 @@ class ProcessSupervisor:
                 started = self.start_workers(record, shape, replicas - len(same))
             elif len(same) > replicas:
                 self.stop_workers(record, same[replicas:], retire=True)
-        record.worker_hw_tier, record.desired = shape.tier, replicas
-        self.store.save(record)
         return started, old
 
     def restart_head(self, record: ClusterRecord, shape: WorkerShape) -> List[WorkerRecord]:
         """Stop every process, then start the head on the same port and the same-named workers again."""
         names = [w.name for w in record.workers if w.tier == shape.tier][: record.desired]
-        self.stop_all(record)
-        return self.start_cluster(record, shape, record.desired, names=names)
+        with self._pending(record, record.desired):
+            self.stop_all(record)
+            return self.start_cluster(record, shape, record.desired, names=names)
+
+    @contextlib.contextmanager
+    def _pending(self, record: ClusterRecord, replicas: int) -> Iterator[None]:
+        """Stop what the record does not hold, record the change as pending (intent first: before any
+        process starts or stops), and clear it once the block has brought the record up to date. A block
+        that raises an error leaves a record that holds every process (spawns are recorded or stopped), so
+        the pending mark is cleared then too, as far as the state directory lets it be written; an
+        interruption (Ctrl-C, SIGTERM) may land between a spawn and its record, so it leaves the mark."""
+        self.stop_unrecorded(record, record.ref)
+        record.pending = PendingChange(replicas)
+        self.store.save(record)
+        try:
+            yield
+        except Exception:
+            record.pending = None
+            with contextlib.suppress(StateWriteError):
+                self.store.save(record)
+            raise
+        record.pending = None
+        self.store.save(record)
 
     def start_cluster(
         self, record: ClusterRecord, shape: WorkerShape, count: int, names: Optional[List[str]] = None,
@@ -149,14 +217,13 @@ class ProcessSupervisor:
             else:
                 name = f"{record.ref.info.worker_pod_prefix(record.ref.name)}{record.next_index}"
                 record.next_index += 1
-            proc = procs.spawn_detached(
-                self._driver(record).worker_argv(record, name, shape, workdir), self.store.log_path(record.ref, name)
-            )
+            proc = self._spawn(record, self._driver(record).worker_argv(record, name, shape, workdir), name)
             worker = WorkerRecord(name, proc, shape.tier, shape.nthreads, shape.memory_limit)
             record.workers.append(worker)
             started.append(worker)
-            # Saved after each spawn so a crash here still leaves every pid recorded.
-            self.store.save(record)
+            pause_point("worker-started")
+            # Saved after each spawn, so a crash leaves at most one worker unrecorded (and marked).
+            self._save_or_stop(record, proc, lambda: record.workers.remove(worker))
         return started
 
     def stop_workers(self, record: ClusterRecord, workers: List[WorkerRecord], retire: bool) -> None:
@@ -181,6 +248,12 @@ class ProcessSupervisor:
     def stop_all(self, record: ClusterRecord) -> None:
         """Stop every process: the head first where it closes its workers cleanly (then any worker
         still running), else the workers first, while their head can still take their drain."""
+        self._stop_recorded(record)
+        record.scheduler = None
+        record.workers = []
+        self.store.save(record)
+
+    def _stop_recorded(self, record: ClusterRecord) -> None:
         workers = [w.proc for w in record.workers]
         if self._driver(record).workers_exit_with_head:
             closing = self.head_alive(record)
@@ -191,19 +264,24 @@ class ProcessSupervisor:
             procs.stop_processes(workers, self.stop_grace)
             if record.scheduler is not None:
                 procs.stop_processes([record.scheduler], self.stop_grace)
-        record.scheduler = None
-        record.workers = []
-        self.store.save(record)
 
-    def take_down(self, record: ClusterRecord) -> None:
-        """Stop every process of ``record`` and remove its files: the cluster's folder (all but its
-        lock) and the folders its framework wrote elsewhere (Ray's temp folder: sessions, logs),
-        never following a link out of them."""
-        outside = self._driver(record).outside_paths(record, self.store)
-        self.stop_all(record)
-        self.store.delete(record.ref)
+    def take_down(self, record: Optional[ClusterRecord], ref: ClusterRef) -> "TakenDown":
+        """Stop every process of ``ref``, those ``record`` holds and every other one carrying its mark
+        (None: a record that is missing or unreadable), and remove its files: the cluster's folder (all
+        but its lock) and the folders its framework wrote elsewhere (Ray's temp folder: sessions, logs),
+        never following a link out of them. Returns what was found running."""
+        recorded = [p for p in self.recorded(record) if procs.is_alive(p)] if record is not None else []
+        stray = self.unrecorded(record, ref)
+        outside = self._driver(record).outside_paths(record, self.store) if record is not None else []
+        if record is not None:
+            self._stop_recorded(record)  # not saved: the record goes, and a read-only folder must not stop this
+        # Whatever still carries the mark: the unrecorded processes, and anything the recorded ones
+        # started that outlived them.
+        procs.stop_processes(procs.marked_processes(self.mark(ref)), self.stop_grace)
+        self.store.delete(ref)
         for path in outside:
             remove_nofollow(path)
+        return TakenDown(ref, [p.pid for p in recorded], [p.pid for p in stray])
 
     # ----------------------------------------------------------- observing
 
@@ -214,7 +292,9 @@ class ProcessSupervisor:
         ready = 0
         if seen is not None:
             ready = sum(1 for w in alive if w.name in seen and w.tier == record.worker_hw_tier)
-        if seen is None:
+        if record.pending is not None and record.pending.interrupted():
+            status = INTERRUPTED
+        elif seen is None:
             status = "Failed"
         elif ready == record.desired and len(alive) == record.desired:
             status = "Running"
@@ -272,10 +352,23 @@ class ProcessSupervisor:
             if not record.ports.get(name):
                 record.ports[name] = free_port(record.host, taken)
                 taken.add(record.ports[name])
-        record.scheduler = procs.spawn_detached(
-            self._driver(record).head_argv(record, self.store), self.store.log_path(record.ref, HEAD_LOG)
-        )
-        self.store.save(record)
+        record.scheduler = self._spawn(record, self._driver(record).head_argv(record, self.store), HEAD_LOG)
+        pause_point("head-started")
+        self._save_or_stop(record, record.scheduler, lambda: setattr(record, "scheduler", None))
+
+    def _spawn(self, record: ClusterRecord, argv: List[str], log_name: str) -> procs.ProcessId:
+        return procs.spawn_detached(argv, self.store.log_path(record.ref, log_name), self.mark(record.ref))
+
+    def _save_or_stop(self, record: ClusterRecord, proc: procs.ProcessId, forget: Callable[[], None]) -> None:
+        """Record ``proc``; when the record cannot be written, stop ``proc`` (and what it started) and
+        ``forget`` it, so no process runs that the records do not hold."""
+        try:
+            self.store.save(record)
+        except StateWriteError:
+            logger.warning("%s: stopping process %d: its record could not be written", record.ref, proc.pid)
+            procs.stop_processes([proc], self.stop_grace)
+            forget()
+            raise
 
     def _await_head(self, record: ClusterRecord, operation: Optional[Deadline] = None) -> None:
         """Wait up to ``start_timeout`` until the head is ready (:meth:`FrameworkDriver.head_ready`);
@@ -301,6 +394,15 @@ class ProcessSupervisor:
                     cluster=str(record.ref),
                 )
             time.sleep(0.05)
+
+
+@dataclass(frozen=True)
+class TakenDown:
+    """What ``down`` found running: pids the record held, and pids it did not (stopped all the same)."""
+
+    ref: ClusterRef
+    recorded: List[int]
+    unrecorded: List[int]
 
 
 class HeadExitedError(BackendUnavailableError):
