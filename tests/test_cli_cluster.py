@@ -75,8 +75,9 @@ def test_help_lists_the_exit_codes(command):
     result = CliRunner().invoke(main, [*command, "--help"])
     assert result.exit_code == 0
     text = " ".join(result.output.split())
-    assert ("3 timeout; 4 not found; 5 unauthorized; 6 backend unavailable; 8 state directory not writable "
-            "(read only or full disk); 130 interrupted (Ctrl-C); 1 other errors") in text
+    assert ("3 timeout; 4 not found; 5 unauthorized; 6 backend unavailable (or, with --fail-on-fault, a cluster "
+            "fault during the command); 8 state directory not writable (read only or full disk); "
+            "130 interrupted (Ctrl-C); 1 other errors") in text
     if command == ["run"]:
         assert "the command's (128 + N when signal N ended it" in text
 
