@@ -337,3 +337,43 @@ def test_a_state_dir_made_read_only_mid_phase_is_a_typed_answer(tmpfs):
         _make_writable("read-only", root, tmpfs)
         if (root / "local").exists():
             LocalBackend(state_dir=root / "local").shutdown_all()
+
+
+def test_a_phase_waiting_on_a_frozen_worker_keeps_no_lock_from_another_run(state):
+    """Run A scales 1 -> 2 and its new worker is frozen (SIGSTOP right after it started, at the pause
+    point, so it never registers): A waits for it outside every lock, and run B, asking 1 worker with a
+    short timeout, claims, runs its command and ends meanwhile. Thawed, the worker joins and A ends too."""
+    assert local(state, "up", "--name", REF.name, "--replicas", "1", "--timeout", "120").returncode == 0
+    before = set(processes_mentioning(str(state), environment=True))
+    marker = state.parent / "paused-worker"
+    run_a = subprocess.Popen(
+        [DDLSCALE, "run", "--backend", "local", "--kind", "dask", "--name", REF.name, "--replicas", "2",
+         "--timeout", "150", "--", "true"],
+        env=_env(state, f"worker-started={marker}"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    frozen = None
+    try:
+        ends = time.monotonic() + 120
+        while not (marker.exists() and marker.read_text().strip()):
+            assert run_a.poll() is None and time.monotonic() < ends, "run A never started its new worker"
+            time.sleep(0.05)
+        new = sorted(set(processes_mentioning(str(state), environment=True)) - before - {run_a.pid})
+        assert len(new) == 1, new
+        frozen = new[0]
+        os.kill(frozen, signal.SIGSTOP)
+        marker.unlink()
+        run_b = ddlscale(state, "run", "--backend", "local", "--kind", "dask", "--name", REF.name, "--replicas", "1",
+                         "--timeout", "20", "--", "true", timeout=120)
+        assert run_b.returncode == 0, run_b.stderr
+        assert run_a.poll() is None, "run A should still wait for its frozen worker"
+        os.kill(frozen, signal.SIGCONT)
+        frozen = None
+        out, err = run_a.communicate(timeout=150)
+        assert run_a.returncode == 0, err
+    finally:
+        if frozen is not None:
+            os.kill(frozen, signal.SIGCONT)
+        if run_a.poll() is None:
+            run_a.kill()
+            run_a.communicate(timeout=30)
+    assert local(state, "down", "--name", REF.name).returncode == 0

@@ -171,6 +171,7 @@ class ClusterBackend(Protocol):
         wait: bool = True,
         timeout: float = DEFAULT_SCALE_TIMEOUT,
         progress: Optional[ProgressReporter] = None,
+        needed: Optional[int] = None,
     ) -> Optional[ScaleResult]:
         """Hold the largest live claim (its tier; its replicas, or the size outside phases when that is
         larger on the same tier), or, when no claim is live, restore the size outside phases (or
@@ -182,8 +183,9 @@ class ClusterBackend(Protocol):
         the scale request sent under the cluster's record lock), so a phase
         ending never shrinks a phase that has just claimed; the wait that
         follows holds no lock. With ``wait``, returns once the workers are
-        up. Returns None when there was nothing to do (no claim and nothing
-        recorded to restore).
+        up: all of them, or at least ``needed`` (a phase waits for its own
+        claim, not for a larger one of another phase). Returns None when there
+        was nothing to do (no claim and nothing recorded to restore).
         """
         ...
 
@@ -429,20 +431,24 @@ class BaseBackend:
         wait: bool = True,
         timeout: float = DEFAULT_SCALE_TIMEOUT,
         progress: Optional[ProgressReporter] = None,
+        needed: Optional[int] = None,
     ) -> Optional[ScaleResult]:
         """Scale to the largest live claim, or, when no claim remains, restore the baseline (or
         ``target``) and forget the baseline; None when there is neither claim nor baseline.
 
         The decision and the change are atomic with respect to concurrent
-        claims and releases; with ``wait``, returns once the workers are up.
+        claims and releases; with ``wait``, returns once the workers are up
+        (at least ``needed`` of them, when given).
         """
         timeout = validate_timeout(timeout)
+        if needed is not None:
+            needed = validate_replicas(needed, "needed")
         self._served(ref)
         self._check_target(ref, target)
         deadline = _operation_deadline(timeout, wait)
         with self._changing(ref, deadline):
             change = self._reconcile_change(ref, target, deadline)
-        return None if change is None else self._finish(ref, change, wait, deadline, progress)
+        return None if change is None else self._finish(ref, change, wait, deadline, progress, needed=needed)
 
     def release(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
         """Drop ``claim_id``; return the largest remaining claim, or None when none remain."""
@@ -495,8 +501,9 @@ class BaseBackend:
         progress: Optional[ProgressReporter],
         *,
         explain: bool = True,
+        needed: Optional[int] = None,
     ) -> ScaleResult:
-        """The result of ``change``; with ``wait``, once its workers are up.
+        """The result of ``change``; with ``wait``, once its workers are up (at least ``needed`` of them).
 
         A wait that times out or sees a worker fail leaves the change in place
         (``explain``: the error names it and the remedy). A plain
@@ -508,14 +515,15 @@ class BaseBackend:
         began = time.monotonic()
         began_at = utcnow()
         before_wait = deadline.elapsed
+        awaited = result.effective if needed is None else min(needed, result.effective)
         if wait:
             # A change that must bring workers up is not awaited past its timeout; one that only
             # stopped workers (a restore) has nothing left to wait for and reads the result once.
-            spent = deadline.expired and result.effective > (result.previous.ready_workers or 0)
+            spent = deadline.expired and awaited > (result.previous.ready_workers or 0)
             try:
                 if spent:
                     raise self._spent_before_wait(ref, change, deadline)
-                final = self._wait_workers(ref, result.effective, deadline.left_for_wait(), progress, change, result.final)
+                final = self._wait_workers(ref, awaited, deadline.left_for_wait(), progress, change, result.final)
             except (ScalingTimeoutError, WorkerFailedError) as error:
                 if isinstance(error, ScalingTimeoutError) and not spent and before_wait >= SPENT_BEFORE_WAIT:
                     # The wait's own timeout was only what the change left of the operation's.

@@ -126,9 +126,10 @@ def confirm_change(
     timeout: float,
     options: FrameworkOptions = FrameworkOptions(),
     progress: Optional[ProgressReporter] = None,
+    needed: Optional[int] = None,
 ) -> Readiness:
     """:func:`confirm_ready` for the waited-for ``result`` of a scale, restore or reconcile: its
-    workers registered, or, when it removed workers, the framework rid of them."""
-    return confirm_ready(
-        backend, ref, result.final, result.effective, timeout, options, progress, removed=removed_workers(result)
-    )
+    workers registered (at least ``needed`` of them, when given), or, when it removed workers, the
+    framework rid of them."""
+    count = result.effective if needed is None else min(needed, result.effective)
+    return confirm_ready(backend, ref, result.final, count, timeout, options, progress, removed=removed_workers(result))

@@ -242,6 +242,8 @@ class ClusterPhase:
                 wait=True,
                 timeout=max(deadline.remaining, 0.1),
                 progress=recording(self.timeline, self.claim.worker_hw_tier, reporter),
+                # This phase's own workers: a larger claim of another phase may still be waiting for its own.
+                needed=s.replicas,
             )
         if result is None:
             raise ScalingError(
@@ -256,7 +258,9 @@ class ClusterPhase:
         if s.head_hw_tier is not None and result.final.head_hw_tier != s.head_hw_tier:
             backend.restart_head(self.ref, s.head_hw_tier, wait=True, timeout=max(deadline.remaining, 0.1))
         self._export_env(backend)
-        readiness = confirm_change(backend, self.ref, result, deadline.remaining, framework, default_reporter())
+        readiness = confirm_change(
+            backend, self.ref, result, deadline.remaining, framework, default_reporter(), needed=s.replicas
+        )
         self.framework_check = readiness.proof
         # Ready means registered with the framework too: the summary's time to ready includes that wait.
         self._scaled = (*self._scaled[:2], time.monotonic() - self._began)
@@ -375,8 +379,11 @@ class ClusterPhase:
         target = s.restore if isinstance(s.restore, ReplicaSpec) else None
         self.timeline.mark("restore")
         deadline = Deadline(s.timeout)
+        # While another phase holds the cluster, the workers it waits for are its own to wait for.
+        needed = 0 if remaining is not None else None
         result = backend.reconcile(
-            self.ref, target, wait=True, timeout=s.timeout, progress=recording(self.timeline, self.claim.worker_hw_tier if self.claim else None, None)
+            self.ref, target, wait=True, timeout=s.timeout,
+            progress=recording(self.timeline, self.claim.worker_hw_tier if self.claim else None, None), needed=needed,
         )
         self._gave_back = result is not None
         if result is None:
@@ -389,7 +396,10 @@ class ClusterPhase:
         else:
             self.restored_to = f"{plural(result.effective, 'worker')} ({'given spec' if target else 'as found'})"
         # The removed workers gone from the framework too, so the next phase or flow starts from the restored size.
-        confirm_change(backend, self.ref, result, deadline.remaining, FrameworkOptions(s.framework_ready, s.framework_url))
+        confirm_change(
+            backend, self.ref, result, deadline.remaining, FrameworkOptions(s.framework_ready, s.framework_url),
+            needed=needed,
+        )
         self.timeline.add(observed_workers(result.final), result.final.worker_hw_tier)
         logger.info("phase %s on %s ended; cluster set to %s", self.claim_id, self.ref, self.restored_to)
 
