@@ -44,6 +44,8 @@ setup(
     entry_points={
         "flytekit.plugins": [f"{PLUGIN_NAME}=flytekitplugins_ddlscale"],
         "console_scripts": ["ddlscale=flytekitplugins_ddlscale.cli:main"],
+        # flyte's connector server (`c0`) loads these: the Flyte 2 connector for the four scaling node types.
+        "flyte.connectors": ["ddlscale=flytekitplugins_ddlscale.flyte2.connector"],
     },
     classifiers=[
         "Programming Language :: Python :: 3",

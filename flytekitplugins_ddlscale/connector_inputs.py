@@ -1,33 +1,19 @@
-"""What a ``CreateTask`` brings the Flyte connector: the node's configuration and its input values.
+"""What a flytekit ``CreateTask`` brings the connector besides the node's configuration: its input literals.
 
-Both come from whoever registered the workflow, so both are checked as
-input: a template's ``custom`` through the node's configuration class (each
-field's own check names it), each input literal against the type the
-template's interface declares for it. Anything unreadable raises
-:class:`InvalidInputError` naming the field (``custom.<name>``,
-``inputs.<name>``), never a flytekit traceback.
+They come from whoever registered the workflow, so each is checked against
+the type the template's interface declares for it; anything unreadable
+raises :class:`InvalidInputError` naming the field (``inputs.<name>``), never
+a flytekit traceback. The configuration (the template's ``custom``) is
+checked by :func:`..connector_core.node_config`, for both connectors.
 """
-from typing import Any, Dict, Optional, Type, TypeVar
+from typing import Any, Dict, Optional
 
 from flytekit import FlyteContextManager
 from flytekit.core.type_engine import TypeEngine
 from flytekit.models.literals import LiteralMap
 from flytekit.models.task import TaskTemplate
 
-from .errors import InvalidInputError, ScalingError
-
-C = TypeVar("C")
-
-
-def node_config(config_type: Type[C], template: TaskTemplate) -> C:
-    """The node's configuration from the template's ``custom``."""
-    try:
-        return config_type.from_custom(template.custom)  # type: ignore[attr-defined]
-    except ScalingError:
-        raise
-    except (TypeError, ValueError, AttributeError) as error:
-        # A field the configuration class does not check itself (e.g. an unhashable value).
-        raise InvalidInputError("custom", type(error).__name__, "the configuration the node was serialized with") from None
+from .errors import InvalidInputError
 
 
 def node_inputs(template: TaskTemplate, inputs: Optional[LiteralMap]) -> Dict[str, Any]:

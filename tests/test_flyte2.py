@@ -189,3 +189,62 @@ def test_sigterm_during_the_body_gives_the_cluster_back_before_the_process_ends(
     state = backend.get_state(REF)
     assert state.desired_workers == 1 and state.ready_workers == 1
     assert backend.claims(REF) == {}
+
+
+@pytest.fixture
+def slow_scaler(tmp_path, monkeypatch):
+    """The scaler test server with the slow cluster at 1 worker, selected through the environment (as in a run)."""
+    from tests.flyte_support import SCALER_ENV
+    from tests.servers.scaler_server import DEFAULT_API_KEY, ScalerTestServer
+
+    kind, name = flows.SLOW_CLUSTER.split("/")
+    with ScalerTestServer() as server:
+        server.add_cluster(kind, name, replicas=1, max_replicas=6, min_replicas=1)
+        for variable in SCALER_ENV:
+            monkeypatch.delenv(variable, raising=False)
+        monkeypatch.setenv("CLUSTER_SCALER_BASE_URL", server.url)
+        monkeypatch.setenv("DOMINO_API_KEY", DEFAULT_API_KEY)
+        monkeypatch.setenv("DDLSCALE_STATE_DIR", str(tmp_path / "state"))
+        yield server
+
+
+def scale_requests(server, replicas):
+    """The scale requests for the slow cluster asking for ``replicas`` workers, so far."""
+    name = flows.SLOW_CLUSTER.split("/")[1]
+    return [r for r in server.requests if r.method == "PATCH" and r.path.endswith(f"/{name}")
+            and isinstance(r.body, dict) and r.body.get("replicas") == replicas]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", ["sync_interrupted_starting", "async_interrupted_starting"])
+def test_sigterm_during_the_scale_up_gives_back_and_the_body_never_runs(slow_scaler, tmp_path, task):
+    """The start runs in the body's thread (sync) or a worker thread (async): the relay interrupts it there."""
+    from flytekitplugins_ddlscale.backends import get_backend
+
+    kind, name = flows.SLOW_CLUSTER.split("/")
+    # New workers appear only after 10 minutes: the phase's start is still waiting for them when the signal comes.
+    slow_scaler.set_pod_ready_delay(600, kind, name)
+    marker = tmp_path / "body-started"
+    proc = subprocess.Popen([sys.executable, "-m", "tests.flyte_apps.flyte2_flows", task, str(marker)], cwd=ROOT,
+                            env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not scale_requests(slow_scaler, 3) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert scale_requests(slow_scaler, 3), proc.communicate(timeout=30)
+        # The give-back's scale-down then completes at once (the delay applies to changes made after this).
+        slow_scaler.set_pod_ready_delay(0, kind, name)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGTERM, err[-3000:]
+    assert not marker.exists()
+    # No "workers ready" part: the phase never reached its size.
+    assert re.search(rf"^{task}: {flows.SLOW_CLUSTER} not scaled; failed after \d+\.\d s \(PhaseInterrupted\), "
+                     r"restored to 1 worker \(as found\)$", err, re.M), err[-3000:]
+    assert scale_requests(slow_scaler, 1), "the cluster was not given back"
+    assert slow_scaler.cluster_object(kind, name)["spec"]["worker"]["replicas"] == 1
+    assert get_backend().claims(ClusterRef.parse(flows.SLOW_CLUSTER)) == {}

@@ -21,6 +21,8 @@ from flytekitplugins_ddlscale.flyte2 import (
 )
 
 CLUSTER = "dask/flyte2-test"
+SLOW_CLUSTER = "dask/flyte2-slow"
+"""A cluster whose new workers take long to come up (the scaler test server's delay): a start stays under way."""
 env = flyte.TaskEnvironment("flyte2_flows")
 
 request = ScaleCluster("request", env=env, cluster=CLUSTER, replicas=2, wait=False, timeout=120)
@@ -106,7 +108,28 @@ async def async_interrupted(marker: str) -> int:
     return 0
 
 
+@env.task
+@distributed_phase(cluster=SLOW_CLUSTER, replicas=3, timeout=120, sample_interval=0.2)
+def sync_interrupted_starting(marker: str) -> int:
+    """A body that must not run: the test stops the phase while its workers are still coming up."""
+    Path(marker).write_text("body started")
+    return 0
+
+
+@env.task
+@distributed_phase(cluster=SLOW_CLUSTER, replicas=3, timeout=120, sample_interval=0.2)
+async def async_interrupted_starting(marker: str) -> int:
+    """The same as an async body."""
+    Path(marker).write_text("body started")
+    return 0
+
+
 if __name__ == "__main__":
-    # python -m tests.flyte_apps.flyte2_flows sync_interrupted|async_interrupted MARKER: interrupted by the test.
-    task = {"sync_interrupted": sync_interrupted, "async_interrupted": async_interrupted}[sys.argv[1]]
+    # python -m tests.flyte_apps.flyte2_flows TASK MARKER: one of the tasks the test interrupts.
+    task = {
+        "sync_interrupted": sync_interrupted,
+        "async_interrupted": async_interrupted,
+        "sync_interrupted_starting": sync_interrupted_starting,
+        "async_interrupted_starting": async_interrupted_starting,
+    }[sys.argv[1]]
     flyte.with_runcontext(mode="local").run(task, marker=sys.argv[2])

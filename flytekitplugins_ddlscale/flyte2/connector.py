@@ -1,0 +1,96 @@
+"""A Flyte 2 connector for every scaling node: scale, wait, restore and head restart without a pod per node.
+
+Flyte 2's connector protocol (``flyte.connectors.AsyncConnector``, served
+over flyteidl2's ``AsyncConnectorService`` by flyte's connector server,
+the ``c0`` command of the ``flyte`` package) is
+the one flytekit's connector speaks, on Flyte 2's types: ``create`` gets the
+serialized task template (its ``custom`` is the node's configuration) and
+the input values already converted to Python, ``get`` gets back the bytes
+``create`` returned, ``delete`` is called on abort. This connector hands
+all three to :class:`~flytekitplugins_ddlscale.connector_core.ScalingService`,
+the same service flytekit's connector uses, so both behave alike:
+``create`` sends the node's change within
+:data:`~flytekitplugins_ddlscale.connector_core.CREATE_TIMEOUT` seconds
+and returns, each ``get`` reads the cluster once (RUNNING, SUCCEEDED with
+the node's typed outcome as output ``o0``, FAILED with a one-line message),
+the metadata carries what a poll waits for, and the deployment's policy
+(``$DDLSCALE_CONNECTOR_*``) decides what templates may ask for (never the
+local backend unless listed). The blocking backend calls run in a worker
+thread, so the connector's event loop keeps serving other executions.
+
+Registered on import, one connector per task type, in flyte's
+``ConnectorRegistry``; flyte's connector server imports this module through
+the package's ``flyte.connectors`` entry point (``c0 --port 8000``, no
+``--modules`` needed).
+"""
+import asyncio
+from typing import Any, Dict, Optional
+
+from flyte.connectors import AsyncConnector, ConnectorRegistry, Resource
+from flyteidl2.core.execution_pb2 import TaskExecution
+from google.protobuf import json_format
+
+from ..connector_core import FAILED, RUNNING, SERVED_TASK_TYPES, SUCCEEDED, ScalingService
+from ..connector_meta import ScalingMetadata
+from ..connector_policy import ConnectorPolicy
+from ..nodes.names import OUTPUT_NAME
+
+PHASES = {RUNNING: TaskExecution.RUNNING, SUCCEEDED: TaskExecution.SUCCEEDED, FAILED: TaskExecution.FAILED}
+"""A poll's answer as Flyte 2's task execution phase."""
+
+
+class ScalingConnector(AsyncConnector[ScalingMetadata]):
+    """Serves one ddlscale task type for Flyte 2; register one instance per served type.
+
+    What templates may ask for is fixed when the connector is built, from its
+    environment (:class:`~flytekitplugins_ddlscale.connector_policy.ConnectorPolicy`).
+    """
+
+    name = "ddlscale connector"
+    metadata_type = ScalingMetadata
+
+    def __init__(self, task_type: str, policy: Optional[ConnectorPolicy] = None) -> None:
+        if task_type not in SERVED_TASK_TYPES:
+            raise ValueError(f"task_type must be one of {SERVED_TASK_TYPES}, not {task_type!r}")
+        self.task_type_name = task_type
+        self.service = ScalingService(policy)
+
+    async def create(
+        self,
+        task_template: Any,
+        output_prefix: str = "",
+        inputs: Optional[Dict[str, Any]] = None,
+        task_execution_metadata: Any = None,
+        **kwargs: Any,
+    ) -> ScalingMetadata:
+        """Check the node, send its change (without waiting) and return what ``get`` needs.
+
+        A refused node (bad input, a backend, namespace, cluster or head not
+        served...) comes back as a metadata whose ``get`` is FAILED naming the
+        field; a backend that does not accept the change in time raises
+        :class:`~flytekitplugins_ddlscale.errors.BackendUnavailableError`
+        (safe to repeat).
+        """
+        custom = json_format.MessageToDict(task_template.custom) if task_template.HasField("custom") else None
+        return await asyncio.to_thread(self.service.create, task_template.type, custom, inputs or {})
+
+    async def get(self, resource_meta: ScalingMetadata, **kwargs: Any) -> Resource:
+        """One look at the cluster: RUNNING, SUCCEEDED with the typed outcome (output ``o0``), or FAILED
+        with a one-line message. Sends nothing."""
+        answer = await asyncio.to_thread(self.service.poll, resource_meta)
+        if answer.state == SUCCEEDED:
+            return Resource(phase=TaskExecution.SUCCEEDED, outputs={OUTPUT_NAME: answer.outcome})
+        return Resource(phase=PHASES[answer.state], message=answer.message)
+
+    async def delete(self, resource_meta: ScalingMetadata, **kwargs: Any) -> None:
+        """Aborting a node stops the wait only: the cluster keeps the size it was asked for, and a head
+        restart already sent goes on (as for flytekit's connector); a parent restores with ``RestoreCluster``."""
+
+
+def register_connectors() -> None:
+    """Register a connector for every served task type in flyte's registry (idempotent)."""
+    for task_type in SERVED_TASK_TYPES:
+        ConnectorRegistry.register(ScalingConnector(task_type), override=True)
+
+
+register_connectors()
