@@ -119,7 +119,11 @@ class FakeKubelet(Reacting):
     """Makes every pod of the API server Ready after ``ready_delay`` s and finishes deletions.
 
     ``delays`` maps a value of the label ``app.kubernetes.io/instance`` (a
-    cluster's name) to its own ready delay.
+    cluster's name) to its own ready delay. Each of ``ready_listeners`` is
+    called as ``listener(pod, sent, None)`` just before the pod's Ready status
+    is sent (``sent``: ``time.time()`` then, before any watcher can see it: the
+    benchmarks' Ready moments), and as ``listener(pod, sent, accepted)`` once
+    the API server accepted it.
     """
 
     def __init__(self, api_client: Any, ready_delay: float = 0.1, terminate_delay: float = 0.0) -> None:
@@ -129,6 +133,7 @@ class FakeKubelet(Reacting):
         self.ready_delay = ready_delay
         self.terminate_delay = terminate_delay
         self.delays: Dict[str, float] = {}
+        self.ready_listeners: List[Callable[[Dict[str, Any], float, Optional[float]], None]] = []
         self._seen: Dict[str, float] = {}
         self._reactor = Reactor("envtest-kubelet", [self.core.list_pod_for_all_namespaces], self._act, period=1.0)
 
@@ -190,6 +195,9 @@ class FakeKubelet(Reacting):
                 "name": c["name"], "image": c.get("image") or "test", "imageID": "", "ready": True, "started": True,
                 "restartCount": 0, "state": {"running": {"startedAt": stamp}},
             } for c in pod["spec"]["containers"]]
+            sent = time.time()
+            for listener in list(self.ready_listeners):
+                listener(pod, sent, None)
             self.core.patch_namespaced_pod_status(name, namespace, {
                 "metadata": {"uid": meta["uid"]},
                 "status": {"phase": "Running", "conditions": conditions, "podIP": "127.0.0.1",
@@ -199,6 +207,10 @@ class FakeKubelet(Reacting):
         except ApiException as exc:
             if exc.status not in (404, 409, 422):  # gone or replaced meanwhile: nothing to do
                 raise
+            return
+        accepted = time.time()
+        for listener in list(self.ready_listeners):
+            listener(pod, sent, accepted)
 
     def _finish(self, meta: Dict[str, Any]) -> None:
         from kubernetes import client
