@@ -247,6 +247,7 @@ def _lane_summary(server: Any, report: Optional[Dict[str, Any]], failure: str, l
         writes = server.ready_write_ms(since=launched)
         # The real server's part of every lag: the kubelet's Ready write, sent until the API server accepted it.
         summary["ready_write_ms"] = summarize(writes, 1) if writes else None
+        summary["server_ms"] = server.server_ms()
     return summary
 
 

@@ -26,7 +26,7 @@ API server's audit log. No KubeRay or Dask operator runs there.
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from benchmarks.lanes import deal, delays, pairs, run_lanes
 from benchmarks.report import BenchResult, Target
@@ -74,6 +74,8 @@ class Trial:
     requests: int
     count_only: bool = False
     """True for the wait-length request-count runs (kept out of the lag statistics)."""
+    ready_write_ms: Optional[float] = None
+    """Real API server: the longest round trip of the trial's Ready status writes (part of its lag)."""
 
 
 class _Lane:
@@ -156,6 +158,8 @@ class _Lane:
         if len(moments) < workers - 1:
             raise RuntimeError(f"{client}: expected {workers - 1} new Ready workers, the server saw {len(moments)}")
         trial = Trial(client, delay, returned - max(moments), requests)
+        if hasattr(self.server, "ready_write_ms"):
+            trial.ready_write_ms = max(self.server.ready_write_ms(since=began), default=None)
         self.server.set_ready_delay(0.0, name)
         self._scale(client, 1)
         return trial
@@ -258,6 +262,9 @@ def run(quick: bool = False, out_dir: Path = Path("benchmarks/results"), server:
             "lag_s": summarize([t.lag for t in mine], 4),
             "requests_per_wait": summarize([float(t.requests) for t in mine], 1),
         }
+        writes = [t.ready_write_ms for t in mine if t.ready_write_ms is not None]
+        if writes:
+            per[client]["ready_write_ms"] = summarize(writes, 1)
     backend_lag = per["backend"]["lag_s"]
     spread = max(counts["backend"].values()) - min(counts["backend"].values())
     operator_lines = [
@@ -281,7 +288,7 @@ def run(quick: bool = False, out_dir: Path = Path("benchmarks/results"), server:
         "requests_by_wait_length": counts,
         "trials": [
             {"client": t.client, "delay_s": t.delay, "lag_s": round(t.lag, 4), "requests": t.requests,
-             "count_only": t.count_only}
+             "count_only": t.count_only, "ready_write_ms": t.ready_write_ms}
             for t in trials
         ],
         "headline": [

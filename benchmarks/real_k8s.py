@@ -24,6 +24,7 @@ Without ``$DDLSCALE_ENVTEST_DIR`` (or etcd) :func:`missing` says what to set
 and the benchmark reports itself skipped.
 """
 import contextlib
+import datetime
 import json
 import os
 import threading
@@ -82,6 +83,11 @@ class AuditedRequest:
     method: str
     path: str
     query: Dict[str, str] = field(default_factory=dict)
+
+
+def _stamp(text: str) -> float:
+    """Seconds since the epoch of an audit timestamp (RFC 3339, microseconds)."""
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 class RealK8sServer:
@@ -205,6 +211,20 @@ class RealK8sServer:
                 fields["watch"] = "true"
             out.append(AuditedRequest(_METHODS.get(event.get("verb", ""), event.get("verb", "")), path, fields))
         return out
+
+    def server_ms(self) -> Dict[str, Dict[str, float]]:
+        """Time the API server spent on each kind of the client's requests since :meth:`clear_log` (received to
+        answered, from the audit log; watches left out), per ``"<verb> <resource>"``, in ms."""
+        from benchmarks.stats import summarize
+
+        spent: Dict[str, List[float]] = {}
+        for event in self._events()[self._log_from:]:
+            if event.get("stage") != "ResponseComplete" or event.get("verb") == "watch":
+                continue
+            took = _stamp(event["stageTimestamp"]) - _stamp(event["requestReceivedTimestamp"])
+            key = f"{event.get('verb')} {(event.get('objectRef') or {}).get('resource', '')}"
+            spent.setdefault(key, []).append(took * 1000.0)
+        return {key: summarize(values, 2) for key, values in sorted(spent.items())}
 
     @property
     def peak_watches(self) -> int:
