@@ -32,7 +32,7 @@ from flytekitplugins_ddlscale.refs import (
     MANAGED_BY_OPERATOR,
 )
 
-from .kubelet import Reacting, Reactor, iso_now
+from .kubelet import Reacting, Reactor, each, iso_now
 
 DCO_KINDS = [info for info in KINDS.values() if info.flavour == "dco"]
 TEMPLATE_ANNOTATION = "envtest.ddlscale.io/template-hash"
@@ -73,9 +73,8 @@ class DcoStandIn(Reacting):
         for info in DCO_KINDS:
             listed = _loads(self.custom.list_cluster_custom_object(
                 CRD_GROUP, CRD_VERSION, info.plural, _preload_content=False))["items"]
-            for obj in listed:
-                if not obj["metadata"].get("deletionTimestamp"):
-                    self._reconcile(info, obj, sets, pods)
+            each(functools.partial(self._reconcile, info, sets=sets, pods=pods),
+                 [obj for obj in listed if not obj["metadata"].get("deletionTimestamp")])
         return None
 
     def _reconcile(self, info: Any, obj: Dict[str, Any], sets: Dict[Any, Dict[str, Any]],
