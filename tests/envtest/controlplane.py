@@ -49,6 +49,8 @@ USER = "system:serviceaccount:domino-compute:flyte-runner"
 CONTROLLERS = "deployment,replicaset,statefulset,garbagecollector,namespace"
 """Controllers the tier needs: StatefulSets make the DCO stand-in's pods; the rest as an operator's objects need."""
 START_TIMEOUT = 60.0
+POOL = 32
+"""Connections an API client of :meth:`ControlPlane.api_client` keeps open."""
 SUITE = Path(__file__).resolve().parents[2]
 SUITE_ENV = "DDLSCALE_ENVTEST_SUITE"
 """Set to :data:`SUITE` (the repository holding these tests) in every process started here, so a CI
@@ -294,12 +296,16 @@ class ControlPlane:
         return f"https://127.0.0.1:{self.port}"
 
     def api_client(self, admin: bool = True) -> Any:
-        """A ``kubernetes.client.ApiClient`` for the admin (or the non-admin user); the caller closes it."""
+        """A ``kubernetes.client.ApiClient`` for the admin (or the non-admin user); the caller closes it.
+
+        Its pool keeps :data:`POOL` connections: the stand-ins sharing the admin's send several requests at
+        once beside their watches, and a smaller pool would drop and re-open (TLS) connections."""
         from kubernetes import client, config
 
         configuration = client.Configuration()
         path = self.admin_kubeconfig if admin else self.user_kubeconfig
         config.load_kube_config(config_file=str(path), client_configuration=configuration)
+        configuration.connection_pool_maxsize = POOL
         return client.ApiClient(configuration)
 
     def compact(self) -> int:
