@@ -15,9 +15,10 @@ list the cluster's worker pods every 2 s and count the Ready ones.
 ``give_up_after`` is a guard of the benchmark harness, not part of the
 strategy being modelled: a broken test server must not hang the suite.
 """
+import ssl
 import time
 from dataclasses import dataclass
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import httpx
 
@@ -102,8 +103,12 @@ class ScalerPollingBaseline:
 class K8sPollingBaseline:
     """Fixed 2 s polling of a cluster's worker pods through the Kubernetes REST API."""
 
-    def __init__(self, base_url: str, give_up_after: float = 300.0) -> None:
-        self._http = httpx.Client(base_url=base_url, timeout=30.0)
+    def __init__(self, base_url: str, give_up_after: float = 300.0, token: Optional[str] = None,
+                 ca: Optional[str] = None) -> None:
+        """``token``: sent as a bearer token; ``ca``: the CA file that verifies the server (a real API server)."""
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=base_url, timeout=30.0, headers=headers,
+                                 verify=ssl.create_default_context(cafile=ca) if ca else True)
         self._give_up_after = give_up_after
 
     def close(self) -> None:

@@ -17,7 +17,15 @@ Ready moment and the start of that poll, i.e. the lag of the answer itself,
 not the wait for Flyte's next poll (a ``get`` that started after the Ready
 moment but still answered RUNNING counts from the Ready moment). Peak RSS is
 the child's alone; open watches and requests are counted by the server.
+
+``server="envtest"`` (benchmark ``fleet_k8s_envtest``) runs the shared-design
+lanes (backend and connector) against a real kube-apiserver with etcd
+(:mod:`benchmarks.real_k8s`): the client is the non-admin user bound to the
+shipped Role, Ready moments are the fake kubelet's status writes, and
+requests and open watches come from the API server's audit log. The previous
+design is compared on the test server only.
 """
+import contextlib
 import json
 import subprocess
 import sys
@@ -25,7 +33,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from benchmarks.k8s_scale_client import NAMESPACE, OWNER, cluster_name
 from benchmarks.previous_design import PREVIOUS, command, export
@@ -34,6 +42,10 @@ from benchmarks.stats import summarize
 
 NAME = "fleet_k8s"
 TITLE = "1,000 concurrent waits on 1,000 clusters (Kubernetes backend and connector): shared informer vs one watch per wait"
+SERVERS = {"test-server": NAME, "envtest": f"{NAME}_envtest"}
+"""The servers to measure on, and the result name of each."""
+TITLES = {"test-server": TITLE,
+          "envtest": "1,000 concurrent waits on 1,000 clusters on a real kube-apiserver and etcd (backend and connector)"}
 LAG_LIMIT_MS = 100.0
 RSS_LIMIT_MB = 300.0
 NAMESPACES = 1
@@ -61,27 +73,35 @@ QUICK = Plan(clusters=12, ready_delay=2.0, poll=0.5, child_timeout=300.0)
 FULL = Plan(clusters=1000, ready_delay=40.0, poll=5.0)
 
 
-def _server(plan: Plan) -> Any:
-    from benchmarks.servers import timed_k8s_server
+@contextlib.contextmanager
+def _server(plan: Plan, envtest: Any) -> Iterator[Any]:
+    """A server with ``plan.clusters`` Ray clusters of one Ready worker, new pods then Ready after
+    ``plan.ready_delay``: a fresh test server, or (``envtest``: a running control plane) its namespace
+    :data:`NAMESPACE`, deleted afterwards."""
+    if envtest is None:
+        from benchmarks.servers import timed_k8s_server
 
-    server = timed_k8s_server(ready_delay=0.0).start()
+        server = timed_k8s_server(ready_delay=0.0).start()
+    else:
+        from benchmarks.real_k8s import RealK8sServer
+
+        server = RealK8sServer(envtest, NAMESPACE)
     try:
         for i in range(plan.clusters):
             server.add_cluster(
                 "ray", cluster_name(i), NAMESPACE, replicas=1,
                 autoscaling={"minReplicas": 1, "maxReplicas": 8}, owner=OWNER, wait_ready=False,
             )
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + 600
         while len(server.ready_moments_all("worker")) < plan.clusters:
             if time.monotonic() > deadline:
-                raise RuntimeError(f"timed out after 300 s waiting for {plan.clusters} clusters to come up")
+                raise RuntimeError(f"timed out after 600 s waiting for {plan.clusters} clusters to come up")
             time.sleep(0.1)
         server.set_ready_delay(plan.ready_delay)
         server.clear_log()
-        return server
-    except BaseException:
+        yield server
+    finally:
         server.close()
-        raise
 
 
 def _requests(server: Any) -> Dict[str, int]:
@@ -107,11 +127,16 @@ def _run_child(cmd: List[str], timeout: float) -> Tuple[Optional[Dict[str, Any]]
     return json.loads(child.stdout.strip().splitlines()[-1]), ""
 
 
-def _backend_lane(plan: Plan, tree: Optional[Path]) -> Dict[str, Any]:
-    server = _server(plan)
-    try:
+def _client_target(server: Any) -> str:
+    """How a child process reaches ``server``: its kubeconfig (the real API server's user), else its URL."""
+    kubeconfig = getattr(server, "kubeconfig", None)
+    return str(kubeconfig) if kubeconfig else server.url
+
+
+def _backend_lane(plan: Plan, tree: Optional[Path], envtest: Any = None) -> Dict[str, Any]:
+    with _server(plan, envtest) as server:
         launched = time.time()
-        args = (server.url, str(plan.clusters), str(plan.replicas), str(plan.senders))
+        args = (_client_target(server), str(plan.clusters), str(plan.replicas), str(plan.senders))
         cmd = command(tree, "benchmarks.fleet_wait_client", *args) if tree else [
             sys.executable, "-m", "benchmarks.fleet_wait_client", *args]
         report, failure = _run_child(cmd, plan.child_timeout)
@@ -124,25 +149,20 @@ def _backend_lane(plan: Plan, tree: Optional[Path]) -> Dict[str, Any]:
                 errors.append(f"{call['cluster']}: returned with {len(moments)} new Ready workers")
             else:
                 lags.append((call["returned"] - max(moments)) * 1000.0)
-        summary = _lane_summary(server, report, failure, lags, errors, time.time() - launched)
+        summary = _lane_summary(server, report, failure, lags, errors, time.time() - launched, launched)
         summary["peak_concurrent_waits"] = (report or {}).get("peak_waits")
         return summary
-    finally:
-        server.close()
 
 
-def _send_scales(url: str, plan: Plan) -> List[str]:
+def _send_scales(server: Any, plan: Plan) -> List[str]:
     """Send every cluster's scale request (no wait), ``plan.senders`` at a time; the errors."""
     from concurrent.futures import ThreadPoolExecutor
-
-    from kubernetes import client
 
     from flytekitplugins_ddlscale import ClusterRef
     from flytekitplugins_ddlscale.backends.kubernetes import KubernetesBackend
 
-    config = client.Configuration(host=url)
-    config.connection_pool_maxsize = plan.senders + 4
-    with KubernetesBackend(NAMESPACE, api_client=client.ApiClient(config), owner=OWNER, request_timeout=120) as backend:
+    api = server.api_client(plan.senders + 4)
+    with KubernetesBackend(NAMESPACE, api_client=api, owner=OWNER, request_timeout=120) as backend:
 
         def one(index: int) -> str:
             try:
@@ -155,16 +175,16 @@ def _send_scales(url: str, plan: Plan) -> List[str]:
             return [e for e in pool.map(one, range(plan.clusters)) if e]
 
 
-def _connector_lane(plan: Plan, tree: Optional[Path], workdir: Path) -> Dict[str, Any]:
-    server = _server(plan)
-    try:
-        kubeconfig = workdir / "kubeconfig"
-        kubeconfig.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "bench",
-            "clusters": [{"name": "k", "cluster": {"server": server.url}}],
-            "users": [{"name": "u", "user": {"token": "bench-token"}}],
-            "contexts": [{"name": "bench", "context": {"cluster": "k", "user": "u", "namespace": NAMESPACE}}],
-        }))
+def _connector_lane(plan: Plan, tree: Optional[Path], workdir: Path, envtest: Any = None) -> Dict[str, Any]:
+    with _server(plan, envtest) as server:
+        kubeconfig = getattr(server, "kubeconfig", None) or workdir / "kubeconfig"
+        if envtest is None:
+            kubeconfig.write_text(json.dumps({
+                "apiVersion": "v1", "kind": "Config", "current-context": "bench",
+                "clusters": [{"name": "k", "cluster": {"server": server.url}}],
+                "users": [{"name": "u", "user": {"token": "bench-token"}}],
+                "contexts": [{"name": "bench", "context": {"cluster": "k", "user": "u", "namespace": NAMESPACE}}],
+            }))
         args = (str(kubeconfig), str(plan.clusters), str(plan.replicas), str(plan.poll))
         cmd = command(tree, "benchmarks.fleet_connector_client", *args) if tree else [
             sys.executable, "-m", "benchmarks.fleet_connector_client", *args]
@@ -175,7 +195,7 @@ def _connector_lane(plan: Plan, tree: Optional[Path], workdir: Path) -> Dict[str
             launched = time.time()
             # The scale requests (no wait) are sent here; the connector process only answers the polls,
             # and only the polls' requests are counted.
-            send_errors = _send_scales(server.url, plan)
+            send_errors = _send_scales(server, plan)
             server.clear_log()
             if child.stdin:
                 child.stdin.write("go\n")
@@ -202,19 +222,17 @@ def _connector_lane(plan: Plan, tree: Optional[Path], workdir: Path) -> Dict[str
             done = next(p for p in execution["polls"] if p[2])
             start = ready if first_after is None or not first_after[2] else first_after[0]
             lags.append((done[1] - start) * 1000.0)
-        summary = _lane_summary(server, report, failure, lags, errors, time.time() - launched)
+        summary = _lane_summary(server, report, failure, lags, errors, time.time() - launched, launched)
         polls = sum(len(e["polls"]) for e in (report or {}).get("executions", []))
         summary["connector_polls"] = polls
         if polls:
             summary["requests_per_poll"] = round(summary["requests"]["total"] / polls, 2)
         return summary
-    finally:
-        server.close()
 
 
 def _lane_summary(server: Any, report: Optional[Dict[str, Any]], failure: str, lags: List[float], errors: List[str],
-                  seconds: float) -> Dict[str, Any]:
-    return {
+                  seconds: float, launched: float) -> Dict[str, Any]:
+    summary = {
         "completed": len(lags),
         "failure": failure or None,
         "errors": errors[:10],
@@ -225,31 +243,53 @@ def _lane_summary(server: Any, report: Optional[Dict[str, Any]], failure: str, l
         "requests": _requests(server),
         "wall_s": round(seconds, 1),
     }
+    if hasattr(server, "ready_write_ms"):
+        writes = server.ready_write_ms(since=launched)
+        # The real server's part of every lag: the kubelet's Ready write, sent until the API server accepted it.
+        summary["ready_write_ms"] = summarize(writes, 1) if writes else None
+        summary["server_ms"] = server.server_ms()
+    return summary
 
 
-def run(quick: bool = False, out_dir: Path = Path("benchmarks/results")) -> BenchResult:
-    """Both designs, through the backend and through the connector, on fresh servers of the same size."""
+def run(quick: bool = False, out_dir: Path = Path("benchmarks/results"), server: str = "test-server") -> BenchResult:
+    """Both designs, through the backend and through the connector, on fresh servers of the same size
+    (``server="envtest"``: the shared design only, on a real kube-apiserver; skipped, saying what to set,
+    where it cannot start)."""
+    if server not in SERVERS:
+        raise ValueError(f"server must be one of {', '.join(SERVERS)}, not {server!r}")
+    name, title = SERVERS[server], TITLES[server]
     try:
         import flytekitplugins_ddlscale.backends.kubernetes  # noqa: F401
         import tests.servers.k8s_server  # noqa: F401
     except ImportError as exc:
-        return BenchResult.skipped(NAME, TITLE, f"kubernetes backend or its test server not importable: {exc}")
+        return BenchResult.skipped(name, title, f"kubernetes backend or its test server not importable: {exc}")
     plan = QUICK if quick else FULL
     lanes: Dict[str, Dict[str, Any]] = {}
-    with tempfile.TemporaryDirectory(prefix="ddlscale-fleet-") as tmp:
-        previous, missing = export(Path(tmp) / "previous")
-        lanes["backend_shared"] = _backend_lane(plan, None)
-        if previous is not None:
-            lanes["backend_per_wait"] = _backend_lane(plan, previous)
-        lanes["connector_shared"] = _connector_lane(plan, None, Path(tmp))
-        if previous is not None:
-            lanes["connector_per_poll"] = _connector_lane(plan, previous, Path(tmp))
-    result = BenchResult(NAME, TITLE)
+    if server == "envtest":
+        from benchmarks import real_k8s
+
+        why = real_k8s.missing()
+        if why:
+            return BenchResult.skipped(name, title, why)
+        missing = "previous design: measured on the test server only (fleet_k8s)"
+        with tempfile.TemporaryDirectory(prefix="ddlscale-fleet-") as tmp, real_k8s.control_plane() as envtest:
+            lanes["backend_shared"] = _backend_lane(plan, None, envtest)
+            lanes["connector_shared"] = _connector_lane(plan, None, Path(tmp), envtest)
+    else:
+        with tempfile.TemporaryDirectory(prefix="ddlscale-fleet-") as tmp:
+            previous, missing = export(Path(tmp) / "previous")
+            lanes["backend_shared"] = _backend_lane(plan, None)
+            if previous is not None:
+                lanes["backend_per_wait"] = _backend_lane(plan, previous)
+            lanes["connector_shared"] = _connector_lane(plan, None, Path(tmp))
+            if previous is not None:
+                lanes["connector_per_poll"] = _connector_lane(plan, previous, Path(tmp))
+    result = BenchResult(name, title)
     if missing:
         result.notes.append(missing)
     result.metrics = {
         "plan": {"clusters": plan.clusters, "replicas": f"1 -> {plan.replicas}", "ready_delay_s": plan.ready_delay,
-                 "connector_poll_s": plan.poll, "previous_design": missing or f"git {PREVIOUS}"},
+                 "connector_poll_s": plan.poll, "previous_design": missing or f"git {PREVIOUS}", "server": server},
         **lanes,
         "headline": [_headline(name, lane, plan.clusters) for name, lane in lanes.items()],
     }
@@ -274,8 +314,8 @@ def _headline(name: str, lane: Dict[str, Any], clusters: int) -> str:
 
 
 def main() -> None:
-    """``python -m benchmarks.bench_fleet --clusters N``: the full plan at another size, written to
-    ``results/fleet_k8s_<N>.json`` (the suite's ``fleet_k8s`` is the 1,000-cluster run)."""
+    """``python -m benchmarks.bench_fleet --clusters N [--server envtest]``: the full plan at another size,
+    written to ``results/fleet_k8s[_envtest]_<N>.json`` (the suite's ``fleet_k8s`` is the 1,000-cluster run)."""
     import argparse
     import dataclasses
 
@@ -283,13 +323,14 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_fleet")
     parser.add_argument("--clusters", type=int, required=True)
+    parser.add_argument("--server", choices=sorted(SERVERS), default="test-server")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks" / "results")
     args = parser.parse_args()
     global FULL
     FULL = dataclasses.replace(FULL, clusters=args.clusters)
     started = time.monotonic()
-    result = run(quick=False, out_dir=args.out)
-    result.name = f"{NAME}_{args.clusters}"
+    result = run(quick=False, out_dir=args.out, server=args.server)
+    result.name = f"{SERVERS[args.server]}_{args.clusters}"
     document = result.to_json(quick=False, duration_s=time.monotonic() - started)
     write_json(args.out / f"{result.name}.json", document)
     print("\n".join(document["metrics"]["headline"]))

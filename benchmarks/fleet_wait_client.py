@@ -1,6 +1,7 @@
 """Child process of the fleet benchmark: one process running a wait on each of many clusters at once.
 
-Run as ``python -m benchmarks.fleet_wait_client URL COUNT REPLICAS SENDERS``. Each of ``COUNT``
+Run as ``python -m benchmarks.fleet_wait_client TARGET COUNT REPLICAS SENDERS``, ``TARGET`` the API
+server's URL (the test server) or a kubeconfig file (a real API server's user). Each of ``COUNT``
 threads sends its cluster's scale request (``wait=False``; at most ``SENDERS`` requests in flight,
 so the API server's write path is not what is measured) and then waits for the workers with
 ``wait_for_workers``. The pods take longer to become Ready than all the requests take to send, so
@@ -9,6 +10,7 @@ error, the most waits running at once, and this process's peak RSS. The previous
 this same harness on the previous plugin code.
 """
 import json
+import os
 import sys
 import threading
 import time
@@ -18,14 +20,19 @@ from typing import Any, Dict
 from benchmarks.k8s_scale_client import NAMESPACE, OWNER, cluster_name, peak_rss_kb
 
 
-def main(url: str, count: int, replicas: int, senders: int, timeout: float = 600.0) -> Dict[str, Any]:
+def main(target: str, count: int, replicas: int, senders: int, timeout: float = 600.0) -> Dict[str, Any]:
     """Scale then wait on ``count`` clusters concurrently; return timings, errors, peak waits and peak RSS."""
     from kubernetes import client
+    from kubernetes import config as kubeconfig
 
     from flytekitplugins_ddlscale import ClusterRef
     from flytekitplugins_ddlscale.backends.kubernetes import KubernetesBackend
 
-    config = client.Configuration(host=url)
+    if os.path.isfile(target):
+        config = client.Configuration()
+        kubeconfig.load_kube_config(config_file=target, client_configuration=config)
+    else:
+        config = client.Configuration(host=target)
     config.connection_pool_maxsize = count + 8
     backend = KubernetesBackend(NAMESPACE, api_client=client.ApiClient(config), owner=OWNER, request_timeout=120)
     rss_before_kb = peak_rss_kb()

@@ -41,8 +41,13 @@ BENCHMARKS: Dict[str, str] = {
     "local_spark": "benchmarks.bench_local_spark",
     "outage": "benchmarks.bench_outage",
     "concurrency": "benchmarks.bench_concurrency",
+    "k8s_lag_envtest": "benchmarks.bench_k8s",
+    "fleet_k8s_envtest": "benchmarks.bench_fleet",
 }
 """Benchmark name -> module exposing ``TITLE`` and ``run(quick, out_dir) -> BenchResult``."""
+SERVER = {"k8s_lag_envtest": "envtest", "fleet_k8s_envtest": "envtest"}
+"""Benchmarks run on another server than their module's default (``run(..., server=)``): the real
+kube-apiserver and etcd of the envtest tier (skipped, saying what to set, without ``$DDLSCALE_ENVTEST_DIR``)."""
 
 
 def run_one(name: str, quick: bool, out_dir: Path) -> Dict:
@@ -51,7 +56,8 @@ def run_one(name: str, quick: bool, out_dir: Path) -> Dict:
     started = time.monotonic()
     try:
         module = importlib.import_module(module_name)
-        result: BenchResult = module.run(quick=quick, out_dir=out_dir)
+        options = {"server": SERVER[name]} if name in SERVER else {}
+        result: BenchResult = module.run(quick=quick, out_dir=out_dir, **options)
     except Exception as exc:  # a failing benchmark must not stop the others
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         logging.getLogger("benchmarks").error("%s failed:\n%s", name, traceback.format_exc())

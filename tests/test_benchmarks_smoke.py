@@ -2,8 +2,11 @@
 
 Timings are not asserted (the machine is shared); what is checked is that
 each benchmark ran (status ``ok``), produced figures for every target, wrote
-valid JSON and its plots, and left no threads or processes behind.
+valid JSON and its plots, and left no threads or processes behind. The
+real-server variants (``*_envtest``) are in the envtest tier: they run on the
+tier's session control plane, lent to them, so the tier starts no second one.
 """
+import contextlib
 import json
 import os
 import shutil
@@ -16,19 +19,20 @@ import jsonschema
 import pytest
 
 from benchmarks.report import RESULT_SCHEMA
-from benchmarks.run import BENCHMARKS, main, run_one
+from benchmarks import real_k8s
+from benchmarks.run import BENCHMARKS, SERVER, main, run_one
 from tests.flyte_support import processes_mentioning
 
 SLOW = {"import_time", "scaler_lag", "readiness_lag", "k8s_lag", "k8s_200", "task_overhead", "local_dask", "outage",
         "local_spark", "local_frameworks",
-        "fleet_k8s", "fleet_scaler", "concurrency"}
+        "fleet_k8s", "fleet_scaler", "concurrency", *SERVER}
 NO_JAVA = pytest.mark.skipif(
     shutil.which("java") is None and not os.environ.get("JAVA_HOME"),
     reason="Java is absent: local Spark clusters need Java 17+ (apt-get install openjdk-17-jre-headless)",
 )
 LANE = {"local_spark", "local_frameworks"}
 """Benchmarks that start Ray nodes or Spark JVMs (marked ``ray_or_spark``: they run one after another)."""
-NEEDS = {"local_spark": [NO_JAVA]}
+NEEDS = {"local_spark": [NO_JAVA], **{name: [pytest.mark.envtest] for name in SERVER}}
 
 
 def _non_daemon_threads():
@@ -48,6 +52,22 @@ def _check_document(doc, out_dir, name):
     assert json.loads((out_dir / f"{name}.json").read_text()) == doc
 
 
+def _check_counted_from_the_audit_log(doc):
+    """On the real server the client's requests and watches are read from the API server's audit log."""
+    from benchmarks import bench_fleet
+
+    assert doc["metrics"]["plan"]["server"] == "envtest"
+    assert "backend_shared" in doc["metrics"] and "backend_per_wait" not in doc["metrics"]
+    clusters = bench_fleet.QUICK.clusters
+    backend = doc["metrics"]["backend_shared"]
+    assert backend["completed"] == clusters and backend["error_count"] == 0
+    # Every wait shares one pod watch; the requests counted are the client's own (one PATCH per cluster;
+    # the kubelet's and the DCO stand-in's writes are not the audited user's).
+    assert backend["peak_open_watches"] == 1 and backend["requests"]["pod_watches"] >= 1
+    assert backend["requests"]["patches"] == clusters
+    assert backend["ready_write_ms"]["n"] >= clusters
+
+
 @pytest.mark.parametrize(
     "name",
     [
@@ -55,7 +75,8 @@ def _check_document(doc, out_dir, name):
         for n in BENCHMARKS
     ],
 )
-def test_benchmark_runs_quick_and_writes_a_well_formed_result(name, tmp_path, monkeypatch):
+def test_benchmark_runs_quick_and_writes_a_well_formed_result(name, tmp_path, monkeypatch, request):
+    lent = real_k8s.lend(request.getfixturevalue("envtest")) if name in SERVER else contextlib.nullcontext()
     # The benchmark's temporary folders go under this test's own folder, so the leftover check below sees
     # only this benchmark's processes (another worker may be running another benchmark meanwhile). Ray's
     # socket paths do not fit there: the Ray and Spark benchmarks keep the temp folder and run alone (their lane).
@@ -65,8 +86,11 @@ def test_benchmark_runs_quick_and_writes_a_well_formed_result(name, tmp_path, mo
     if not in_lane:
         monkeypatch.setattr(tempfile, "tempdir", str(private_tmp))
     threads_before = _non_daemon_threads()
-    doc = run_one(name, quick=True, out_dir=tmp_path)
+    with lent:
+        doc = run_one(name, quick=True, out_dir=tmp_path)
     _check_document(doc, tmp_path, name)
+    if name == "fleet_k8s_envtest":
+        _check_counted_from_the_audit_log(doc)
     deadline = time.monotonic() + 10
     while _non_daemon_threads() - threads_before and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -83,6 +107,22 @@ def test_cost_model_reports_each_strategy_and_plots(tmp_path):
         assert row["gpu_worker_hours"] >= 0 and len(row["minutes_to_full_size"]) == 2
     pytest.importorskip("matplotlib")
     assert (tmp_path / "cost_model.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("name", sorted(SERVER))
+def test_a_real_server_variant_without_the_binaries_is_skipped_saying_what_to_set(name, tmp_path, monkeypatch):
+    monkeypatch.delenv("DDLSCALE_ENVTEST_DIR", raising=False)
+    doc = run_one(name, quick=True, out_dir=tmp_path)
+    assert doc["status"] == "skipped" and doc["benchmark"] == name
+    assert "DDLSCALE_ENVTEST_DIR is not set" in doc["reason"] and "set DDLSCALE_ENVTEST_DIR=" in doc["reason"]
+
+
+def test_an_unknown_server_choice_is_refused_naming_the_choices(tmp_path):
+    from benchmarks import bench_fleet, bench_k8s
+
+    for module in (bench_k8s, bench_fleet):
+        with pytest.raises(ValueError, match="server must be one of test-server, envtest"):
+            module.run(quick=True, out_dir=tmp_path, server="kind")
 
 
 def test_runner_writes_summary_covering_existing_results(tmp_path, capsys):

@@ -15,7 +15,10 @@ a fresh data directory, RBAC on and two static-token users:
   that Role and RoleBinding.
 
 It writes a kubeconfig for each (TLS verified against a CA made here) and
-stops every process it started when closed. :meth:`ControlPlane.stop_apiserver`
+stops every process it started when closed. The API server writes every
+request of :data:`USER` (and only that user's) to :attr:`ControlPlane.audit_log`
+(JSON lines, metadata only): what the benchmarks count a client's requests
+and open watches by. :meth:`ControlPlane.stop_apiserver`
 and :meth:`ControlPlane.start_apiserver` restart the API server on the same
 port, as an upgrade does (for a control plane of its own: the session's is shared).
 """
@@ -46,6 +49,8 @@ USER = "system:serviceaccount:domino-compute:flyte-runner"
 CONTROLLERS = "deployment,replicaset,statefulset,garbagecollector,namespace"
 """Controllers the tier needs: StatefulSets make the DCO stand-in's pods; the rest as an operator's objects need."""
 START_TIMEOUT = 60.0
+POOL = 32
+"""Connections an API client of :meth:`ControlPlane.api_client` keeps open."""
 SUITE = Path(__file__).resolve().parents[2]
 SUITE_ENV = "DDLSCALE_ENVTEST_SUITE"
 """Set to :data:`SUITE` (the repository holding these tests) in every process started here, so a CI
@@ -164,16 +169,30 @@ def _die_with_parent() -> None:
         pass
 
 
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1", "kind": "Policy",
+    # A watch then gives two events: ResponseStarted when it opens, ResponseComplete when it ends.
+    "omitStages": ["RequestReceived"],
+    "rules": [{"level": "Metadata", "users": [USER]}, {"level": "None"}],
+}
+"""Audit the non-admin user's requests only: the fake kubelet and the stand-ins (admin) cost nothing."""
+
+
 class ControlPlane:
     """etcd + kube-apiserver + kube-controller-manager on 127.0.0.1; use as a context manager.
 
     ``folder`` holds the packed binaries; ``work`` (default: a new temporary
-    folder, removed on close) takes the data, certificates, logs and the two
-    kubeconfigs (:attr:`admin_kubeconfig`, :attr:`user_kubeconfig`).
+    folder, removed on close) takes the data, certificates, logs, the audit
+    log and the two kubeconfigs (:attr:`admin_kubeconfig`, :attr:`user_kubeconfig`).
+    ``pod_watch_cache`` False (the test tier's choice) makes pod watches read
+    etcd, so :meth:`compact` makes older versions answer 410 at once; True
+    keeps the API server's default, as on a real cluster (the benchmarks').
     """
 
-    def __init__(self, folder: Path, work: Optional[Path] = None, cache_root: Optional[Path] = None) -> None:
+    def __init__(self, folder: Path, work: Optional[Path] = None, cache_root: Optional[Path] = None,
+                 pod_watch_cache: bool = False) -> None:
         self.folder = Path(folder)
+        self.pod_watch_cache = pod_watch_cache
         self._own_work = work is None
         self.work = Path(work) if work is not None else Path(tempfile.mkdtemp(prefix="ddlscale-envtest-"))
         self.cache_root = cache_root
@@ -202,6 +221,7 @@ class ControlPlane:
         certs = self.work / "certs"
         certs.mkdir(parents=True, exist_ok=True)
         _write_certificates(certs)
+        (self.work / "audit-policy.json").write_text(json.dumps(AUDIT_POLICY))
         (self.work / "tokens.csv").write_text(
             f'{self.admin_token},admin,admin-uid,"system:masters"\n'
             f'{self.user_token},{USER},user-uid,"system:serviceaccounts,system:serviceaccounts:domino-compute"\n'
@@ -228,10 +248,13 @@ class ControlPlane:
             f"--service-account-key-file={certs / 'sa.pub'}",
             f"--service-account-signing-key-file={certs / 'sa.key'}",
             "--service-cluster-ip-range=10.96.0.0/16", "--disable-admission-plugins=ServiceAccount",
+            f"--audit-policy-file={self.work / 'audit-policy.json'}", f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+        ]
+        if not self.pod_watch_cache:
             # Pod watches read etcd itself instead of the API server's cache, so compact() makes older
             # versions answer 410 Gone at once, as a long-running cluster's do (the cache would replay them).
-            "--watch-cache-sizes=pods#0",
-        ]
+            self._apiserver_argv.append("--watch-cache-sizes=pods#0")
         self._spawn("kube-apiserver", self._apiserver_argv)
         self._wait_http("kube-apiserver", f"{self.url}/readyz", self.admin_token)
         self.admin_kubeconfig = self._kubeconfig("admin", self.admin_token)
@@ -263,17 +286,26 @@ class ControlPlane:
 
     # -- what tests use ----------------------------------------------------
     @property
+    def audit_log(self) -> Path:
+        """The API server's audit log: one JSON event per request of :data:`USER` (see :data:`AUDIT_POLICY`)."""
+        return self.work / "audit.log"
+
+    @property
     def url(self) -> str:
         """``https://127.0.0.1:<port>`` of the API server."""
         return f"https://127.0.0.1:{self.port}"
 
     def api_client(self, admin: bool = True) -> Any:
-        """A ``kubernetes.client.ApiClient`` for the admin (or the non-admin user); the caller closes it."""
+        """A ``kubernetes.client.ApiClient`` for the admin (or the non-admin user); the caller closes it.
+
+        Its pool keeps :data:`POOL` connections: the stand-ins sharing the admin's send several requests at
+        once beside their watches, and a smaller pool would drop and re-open (TLS) connections."""
         from kubernetes import client, config
 
         configuration = client.Configuration()
         path = self.admin_kubeconfig if admin else self.user_kubeconfig
         config.load_kube_config(config_file=str(path), client_configuration=configuration)
+        configuration.connection_pool_maxsize = POOL
         return client.ApiClient(configuration)
 
     def compact(self) -> int:

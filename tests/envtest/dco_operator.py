@@ -32,7 +32,7 @@ from flytekitplugins_ddlscale.refs import (
     MANAGED_BY_OPERATOR,
 )
 
-from .kubelet import Reacting, Reactor, iso_now
+from .kubelet import Reacting, Reactor, each, iso_now
 
 DCO_KINDS = [info for info in KINDS.values() if info.flavour == "dco"]
 TEMPLATE_ANNOTATION = "envtest.ddlscale.io/template-hash"
@@ -63,18 +63,22 @@ class DcoStandIn(Reacting):
             (s["metadata"]["namespace"], s["metadata"]["name"]): s
             for s in _loads(self.apps.list_stateful_set_for_all_namespaces(_preload_content=False))["items"]
         }
-        pods = _loads(self.core.list_pod_for_all_namespaces(
-            label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY_OPERATOR}", _preload_content=False))["items"]
+        pods: Dict[Any, List[Dict[str, Any]]] = {}
+        for pod in _loads(self.core.list_pod_for_all_namespaces(
+                label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY_OPERATOR}", _preload_content=False))["items"]:
+            meta = pod["metadata"]
+            # Indexed once per pass: a scan of every pod per cluster is quadratic for a fleet of clusters.
+            key = (meta["namespace"], meta["labels"].get(LABEL_INSTANCE), meta["labels"].get(LABEL_APP))
+            pods.setdefault(key, []).append(pod)
         for info in DCO_KINDS:
             listed = _loads(self.custom.list_cluster_custom_object(
                 CRD_GROUP, CRD_VERSION, info.plural, _preload_content=False))["items"]
-            for obj in listed:
-                if not obj["metadata"].get("deletionTimestamp"):
-                    self._reconcile(info, obj, sets, pods)
+            each(functools.partial(self._reconcile, info, sets=sets, pods=pods),
+                 [obj for obj in listed if not obj["metadata"].get("deletionTimestamp")])
         return None
 
     def _reconcile(self, info: Any, obj: Dict[str, Any], sets: Dict[Any, Dict[str, Any]],
-                   pods: List[Dict[str, Any]]) -> None:
+                   pods: Dict[Any, List[Dict[str, Any]]]) -> None:
         namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
         spec = obj.get("spec") or {}
         worker = spec.get("worker") or {}
@@ -82,10 +86,7 @@ class DcoStandIn(Reacting):
         self._ensure_set(info, obj, "worker", worker, replicas, sets)
         if info.head_section:
             self._ensure_set(info, obj, info.head_component, spec.get(info.head_section) or {}, 1, sets)
-        mine = [p for p in pods if p["metadata"]["namespace"] == namespace
-                and p["metadata"]["labels"].get(LABEL_INSTANCE) == name
-                and p["metadata"]["labels"].get(LABEL_APP) == info.app]
-        self._update_status(info, obj, replicas, mine)
+        self._update_status(info, obj, replicas, pods.get((namespace, name, info.app), []))
 
     def _ensure_set(self, info: Any, obj: Dict[str, Any], component: str, section: Dict[str, Any], replicas: int,
                     sets: Dict[Any, Dict[str, Any]]) -> None:

@@ -1,93 +1,22 @@
 """The session-wide real control plane of the envtest tier, as a pytest fixture.
 
 ``envtest`` (session scope, registered in ``tests/conftest.py`` so every
-module shares ONE control plane) starts etcd, kube-apiserver and
-kube-controller-manager (:mod:`controlplane`), installs the repository's CRDs
-(:mod:`crds`) and the DCO's admission webhook (:mod:`dco_webhook`), and runs
-the kubelet's part (:mod:`kubelet`) and the DCO stand-in (:mod:`dco_operator`)
-until the session ends. Without
-``$DDLSCALE_ENVTEST_DIR`` (or without etcd) every test using it is skipped,
-saying why.
+module shares ONE control plane) is :func:`running.start_envtest`: etcd,
+kube-apiserver and kube-controller-manager, the repository's CRDs, the DCO's
+admission webhook, the kubelet's part and the DCO stand-in, until the session
+ends. Without ``$DDLSCALE_ENVTEST_DIR`` (or without etcd) every test using it
+is skipped, saying why.
 """
-import itertools
 import os
-import secrets
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Iterator
 
 import pytest
-import yaml
 
-from .controlplane import ENV_DIR, USER, ControlPlane, missing_requirements
-from .crds import install
-from .dco_operator import DcoStandIn
-from .dco_webhook import DcoWebhook
-from .kubelet import FakeKubelet
+from .controlplane import ENV_DIR, missing_requirements
+from .running import READY_DELAY, Envtest, start_envtest
 
-READY_DELAY = 0.05
-"""Seconds the fake kubelet takes to make a new pod Ready: short, so the tier stays within its time budget."""
-_numbers = itertools.count(1)
-
-
-class Envtest:
-    """The running control plane and the helpers tests use on it."""
-
-    def __init__(self, plane: ControlPlane, admin: Any, kubelet: FakeKubelet, operator: DcoStandIn) -> None:
-        self.plane = plane
-        self.admin = admin
-        """An admin ``kubernetes.client.ApiClient``; tests must not close it."""
-        self.kubelet = kubelet
-        self.operator = operator
-
-    def new_namespace(self) -> str:
-        """A fresh namespace: each test gets its own, so tests sharing the control plane never meet."""
-        from kubernetes import client
-
-        name = f"t{next(_numbers)}-{secrets.token_hex(3)}"
-        client.CoreV1Api(self.admin).create_namespace({"metadata": {"name": name}})
-        return name
-
-    def grant(self, role_file: Path, namespace: str, without: Optional[Tuple[str, str]] = None) -> List[str]:
-        """Create the Role and RoleBinding of ``role_file`` (a shipped ``examples/k8s/*rbac.yaml``) in
-        ``namespace``, exactly as written but for the namespace and the binding's subject, which becomes
-        the non-admin user's service account (the files bind "the service account of your task pods");
-        ``without`` = ``(verb, resource)`` takes that one permission out of the Role. Returns the Role names."""
-        from kubernetes import client
-
-        rbac = client.RbacAuthorizationV1Api(self.admin)
-        account_namespace, account = USER.split(":")[2:]
-        roles = []
-        for document in yaml.safe_load_all(role_file.read_text()):
-            document["metadata"]["namespace"] = namespace
-            if document["kind"] == "Role":
-                if without is not None:
-                    document["rules"] = _without(document["rules"], *without)
-                rbac.create_namespaced_role(namespace, document)
-                roles.append(document["metadata"]["name"])
-            elif document["kind"] == "RoleBinding":
-                document["subjects"] = [{"kind": "ServiceAccount", "name": account, "namespace": account_namespace}]
-                rbac.create_namespaced_role_binding(namespace, document)
-        return roles
-
-    def health(self) -> Dict[str, List[str]]:
-        """Errors the kubelet and the DCO stand-in met lately (for a failing test's message)."""
-        return {"kubelet": list(self.kubelet.errors), "dco": list(self.operator.errors)}
-
-
-def _without(rules: List[Dict[str, Any]], verb: str, resource: str) -> List[Dict[str, Any]]:
-    """``rules`` with ``verb`` on ``resource`` taken out (the rule split in two where it names more)."""
-    kept = []
-    for rule in rules:
-        if resource in rule["resources"] and verb in rule["verbs"]:
-            others = [r for r in rule["resources"] if r != resource]
-            if others:
-                kept.append(dict(rule, resources=others))
-            verbs = [v for v in rule["verbs"] if v != verb]
-            if verbs:
-                kept.append(dict(rule, resources=[resource], verbs=verbs))
-        else:
-            kept.append(rule)
-    return kept
+__all__ = ["READY_DELAY", "Envtest", "envtest"]
 
 
 @pytest.fixture(scope="session")
@@ -96,19 +25,5 @@ def envtest() -> Iterator[Envtest]:
     reasons = missing_requirements()
     if reasons:
         pytest.skip(f"envtest tier (real kube-apiserver) not run: {'; '.join(reasons)}")
-    with ControlPlane(Path(os.environ[ENV_DIR])) as plane:
-        admin = plane.api_client()
-        install(admin)
-        webhook = DcoWebhook(plane.work / "certs").start()
-        try:
-            webhook.register(admin)
-            kubelet = FakeKubelet(admin, ready_delay=READY_DELAY).start()
-            operator = DcoStandIn(admin).start()
-            try:
-                yield Envtest(plane, admin, kubelet, operator)
-            finally:
-                operator.stop()
-                kubelet.stop()
-        finally:
-            webhook.stop()
-            admin.close()
+    with start_envtest(Path(os.environ[ENV_DIR])) as running:
+        yield running

@@ -210,7 +210,7 @@ class RealServerSide(Side):
         return {"kubeconfig": str(plane.user_kubeconfig if user else plane.admin_kubeconfig)}
 
     def close(self) -> None:
-        from .fixtures import READY_DELAY
+        from .running import READY_DELAY
 
         kubelet = self.envtest.kubelet
         kubelet.delays.clear()

@@ -17,11 +17,8 @@ import pytest
 
 from flytekitplugins_ddlscale import ClusterRef
 
-from tests.envtest.controlplane import ENV_DIR, ControlPlane, missing_requirements
-from tests.envtest.crds import install
-from tests.envtest.dco_operator import DcoStandIn
-from tests.envtest.fixtures import READY_DELAY, Envtest
-from tests.envtest.kubelet import FakeKubelet
+from tests.envtest.controlplane import ENV_DIR, missing_requirements
+from tests.envtest.running import READY_DELAY, Envtest, start_envtest
 from tests.envtest.sides import RealServerSide
 
 pytestmark = pytest.mark.envtest
@@ -40,17 +37,8 @@ def restartable() -> Iterator[Envtest]:
     reasons = missing_requirements()
     if reasons:
         pytest.skip(f"envtest tier (real kube-apiserver) not run: {'; '.join(reasons)}")
-    with ControlPlane(Path(os.environ[ENV_DIR])) as plane:
-        admin = plane.api_client()
-        install(admin)
-        kubelet = FakeKubelet(admin, ready_delay=READY_DELAY).start()
-        operator = DcoStandIn(admin).start()
-        try:
-            yield Envtest(plane, admin, kubelet, operator)
-        finally:
-            operator.stop()
-            kubelet.stop()
-            admin.close()
+    with start_envtest(Path(os.environ[ENV_DIR]), webhook=False) as running:
+        yield running
 
 
 def refusals(caplog: pytest.LogCaptureFixture) -> int:
