@@ -132,9 +132,19 @@ class OutageTracker:
             self._down_since = self._clock()
         self._logger.warning("%s is unreachable (%s); waits keep retrying until their deadline", self.what, reason)
 
-    def recovered(self) -> None:
-        """The backend answered; logs the outage's length if one was going on."""
+    def now(self) -> float:
+        """The tracker's clock: when a request is sent, for :meth:`recovered`."""
+        return self._clock()
+
+    def recovered(self, sent_at: Optional[float] = None) -> None:
+        """The backend answered; logs the outage's length if one was going on.
+
+        An answer to a request sent (``sent_at``, :meth:`now`) before the outage
+        began ends nothing: it was on its way while the backend went down.
+        """
         with self._lock:
+            if sent_at is not None and self._down_since is not None and sent_at < self._down_since:
+                return
             since, self._down_since = self._down_since, None
             self._refusing = False
             if since is None:
@@ -245,6 +255,7 @@ def retry_through_outage(
     """
     pauses = backoff.intervals()
     while True:
+        sent_at = tracker.now()
         try:
             result = call()
         except Exception as exc:  # noqa: BLE001 - classified, then re-raised or retried
@@ -252,7 +263,7 @@ def retry_through_outage(
             if refusal is not None:
                 tracker.answered(served=False)
                 if not (tracker.served and tracker.unsettled()):
-                    tracker.recovered()
+                    tracker.recovered(sent_at)
                     raise
                 tracker.failed(refusal)
                 tracker.refusing(refusal)
@@ -263,7 +274,7 @@ def retry_through_outage(
                 if reason is None:
                     if isinstance(exc, answered):
                         tracker.answered(served=True)
-                        tracker.recovered()
+                        tracker.recovered(sent_at)
                     raise
                 if isinstance(exc, answered):
                     tracker.answered(served=False)
@@ -277,7 +288,7 @@ def retry_through_outage(
                 raise
         else:
             tracker.answered(served=True)
-            tracker.recovered()
+            tracker.recovered(sent_at)
             return result
 
 

@@ -57,6 +57,24 @@ def test_an_outage_is_logged_once_when_it_starts_and_once_when_it_ends(tracker, 
     ]
 
 
+
+def test_an_answer_to_a_request_sent_before_the_outage_does_not_end_it(tracker, clock, caplog):
+    """A request on its way when the backend went down may still be answered (its connection was up);
+    that says nothing about the backend now: one outage, not two."""
+    caplog.set_level(logging.INFO)
+    in_flight = tracker.now()
+    clock.now += 0.1
+    tracker.failed("ProtocolError")
+    tracker.recovered(sent_at=in_flight)
+    assert tracker.down
+    clock.now += 2.0
+    tracker.failed("ConnectError")
+    tracker.recovered(sent_at=tracker.now())
+    assert messages(caplog) == [
+        "the test server is unreachable (ProtocolError); waits keep retrying until their deadline",
+        "the test server is reachable again after 2.0 s",
+    ]
+
 def test_summary_counts_only_outages_within_the_wait(tracker, clock):
     tracker.failed("x")
     clock.now += 4.0
