@@ -17,20 +17,33 @@ head starting beside another test's Ray or Spark cluster on two cores timed out 
 startup"). Dask clusters and test servers run beside them."""
 
 
+SHARED_SCOPES = ("module", "package", "class")
+"""Fixture scopes that outlive one test: the tests using such a fixture must share the worker it lives in."""
+
+
+def _shares_a_fixture(item: pytest.Item) -> bool:
+    """Whether ``item`` uses a fixture that lives longer than one test (a module's cluster or server)."""
+    definitions = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    return any(definition.scope in SHARED_SCOPES for defs in definitions.values() for definition in defs)
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the node ids
 def pytest_collection_modifyitems(config, items):
-    """Under ``-n N --dist loadgroup`` (the README's test command) a module's tests share one worker, so
-    module-scoped clusters and servers start once; tests of the real control plane share one worker too,
-    so it starts once per suite, not once per worker; tests that start Ray nodes or Spark JVMs (marked
-    ``ray_or_spark``) share one worker so that no two of them start at once."""
+    """Under ``-n N --dist loadgroup`` (the README's test command): the tests of a module that uses a
+    module-scoped fixture share one worker, so its clusters and servers start once; every other test
+    runs wherever a worker is free (a long module no longer sets the suite's length); tests of the real
+    control plane share one worker, so it starts once per suite, not once per worker; tests that start
+    Ray nodes or Spark JVMs (marked ``ray_or_spark``) share one worker so that no two of them start at once."""
     for item in items:
         module = item.nodeid.split("::", 1)[0]
         if item.get_closest_marker("envtest"):
             group = "envtest"
         elif item.get_closest_marker("ray_or_spark"):
             group = RAY_OR_SPARK_LANE
-        else:
+        elif _shares_a_fixture(item):
             group = module
+        else:
+            group = item.nodeid
         item.add_marker(pytest.mark.xdist_group(group))
 
 
