@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Optional
 
 from benchmarks.report import BenchResult, Target
 from benchmarks.stats import summarize
+from tests.flyte_support import processes_mentioning
 
 NAME = "concurrency"
 TITLE = "Concurrent `ddlscale run` on one local Dask cluster, with SIGKILL at pause points"
@@ -124,7 +125,7 @@ def _round(number: int, root: Path, env: Dict[str, str], runs: int, killed: int,
             break
         time.sleep(0.05)
     seconds = time.monotonic() - started
-    orphans = _processes_mentioning(str(folder))
+    orphans = processes_mentioning(str(folder))
     below = [
         {"replicas": run.replicas, "seen": run.seen()} for run in batch
         if run.seen() is not None and min(run.seen() or [0]) < run.replicas
@@ -164,21 +165,6 @@ def _wedged(root: Path, env: Dict[str, str]) -> Optional[str]:
     return None
 
 
-def _processes_mentioning(text: str) -> List[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            status = (entry / "status").read_text()
-        except OSError:
-            continue
-        if text in cmdline and "State:\tZ" not in status:
-            found.append(int(entry.name))
-    return found
-
-
 def run(quick: bool = False, out_dir: Path = Path("benchmarks/results")) -> BenchResult:
     """``ROUNDS`` rounds of ``RUNS`` runs (quick: 1 round of 3, one killed); every process is stopped afterwards."""
     try:
@@ -204,7 +190,7 @@ def run(quick: bool = False, out_dir: Path = Path("benchmarks/results")) -> Benc
         finally:
             backend.shutdown_all()
             backend.close()
-            leftover = _processes_mentioning(tmp)
+            leftover = processes_mentioning(tmp)
     total = time.monotonic() - began
     completed = [r for rnd in results for r in rnd["runs"] if r["seen"] is not None]
     below = sum(len(rnd["below"]) for rnd in results)
