@@ -88,7 +88,7 @@ class _Lane:
 
     def trial(self, client: str, join_delay: float) -> Trial:
         from flytekitplugins_ddlscale import ClusterRef
-        from flytekitplugins_ddlscale.framework import FrameworkOptions, confirm_ready
+        from flytekitplugins_ddlscale._services.readiness import FrameworkOptions, confirm_ready
 
         ref = ClusterRef("ray", CLUSTER)
         self.server.set_pod_ready_delay(POD_DELAY, "ray", CLUSTER)

@@ -26,7 +26,7 @@ def main(kubeconfig: str, count: int, replicas: int, poll: float, limit: float =
     from flyteidl.core.execution_pb2 import TaskExecution
 
     from flytekitplugins_ddlscale.connector import ScalingConnector, ScalingMetadata
-    from flytekitplugins_ddlscale.nodes.names import WAIT_TASK_TYPE
+    from flytekitplugins_ddlscale._services.nodes.names import WAIT_TASK_TYPE
 
     connector = ScalingConnector(WAIT_TASK_TYPE)
 

@@ -60,10 +60,10 @@ _LAZY = {
     "PhaseInterrupted": "flytekitplugins_ddlscale.phase",
     "scale_down_on_failure": "flytekitplugins_ddlscale.workflow_helpers",
     "connected": "flytekitplugins_ddlscale.workflow_helpers",
-    "HardwareTier": "flytekitplugins_ddlscale.tiers",
-    "TierCatalog": "flytekitplugins_ddlscale.tiers",
-    "FileTierCatalog": "flytekitplugins_ddlscale.tiers",
-    "DominoTierCatalog": "flytekitplugins_ddlscale.tiers",
+    "HardwareTier": "flytekitplugins_ddlscale.backends.tiers",
+    "TierCatalog": "flytekitplugins_ddlscale.backends.tiers",
+    "FileTierCatalog": "flytekitplugins_ddlscale.backends.tiers",
+    "DominoTierCatalog": "flytekitplugins_ddlscale.backends.tiers",
 }
 
 

@@ -18,11 +18,11 @@ Python tasks in their container (the default, also for local runs).
 
 This module is flytekit's side only (literals in, flytekit's ``Resource``
 out); what the connector decides lives in
-:class:`~flytekitplugins_ddlscale.connector_core.ScalingService`, which the
+:class:`~flytekitplugins_ddlscale._services.connector_core.ScalingService`, which the
 Flyte 2 connector (:mod:`.flyte2.connector`) shares.
 
 Many executions at once: every ``get`` reads inside
-:func:`~flytekitplugins_ddlscale.sharing.shared_reads`, so the connector
+:func:`~flytekitplugins_ddlscale._core.sharing.shared_reads`, so the connector
 process answers all its executions' polls from one pod watch per namespace
 on Kubernetes (kept :data:`SHARED_LINGER` seconds after the last read),
 through backends kept open across polls (:data:`POLL_BACKENDS`), and
@@ -56,7 +56,7 @@ from flytekit.extend.backend.base_connector import AsyncConnectorBase, Connector
 from flytekit.models.literals import LiteralMap
 from flytekit.models.task import TaskTemplate
 
-from .connector_core import (
+from ._services.connector_core import (
     CREATE_TIMEOUT,
     FAILED,
     NOT_READY,
@@ -69,11 +69,11 @@ from .connector_core import (
     ScalingService,
     head_env,
 )
-from .connector_inputs import node_inputs
-from .connector_meta import ScalingMetadata
-from .connector_policy import ConnectorPolicy
+from ._services.connector_inputs import node_inputs
+from ._services.connector_meta import ScalingMetadata
+from ._services.connector_policy import ConnectorPolicy
 from .errors import ScalingError
-from .nodes.names import OUTPUT_NAME
+from ._services.nodes.names import OUTPUT_NAME
 
 __all__ = [
     "CREATE_TIMEOUT", "NOT_READY", "POLL_BACKENDS", "SERVED_TASK_TYPES", "SHARED_LINGER", "SHARED_MAX_AGE",
@@ -90,7 +90,7 @@ class ScalingConnector(AsyncConnectorBase):
     """Serves one ddlscale task type; register one instance per served type.
 
     What templates may ask for is fixed when the connector is built, from its
-    environment (:class:`~flytekitplugins_ddlscale.connector_policy.ConnectorPolicy`).
+    environment (:class:`~flytekitplugins_ddlscale._services.connector_policy.ConnectorPolicy`).
     A refused or malformed template or resource metadata ends the node FAILED
     with a one-line message naming the field; nothing is sent for it.
     """

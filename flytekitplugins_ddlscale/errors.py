@@ -7,7 +7,7 @@ where there was one, and the last observed cluster state where known.
 import errno
 from typing import TYPE_CHECKING, Any, Optional
 
-from .redaction import redact
+from ._core.redaction import redact
 
 if TYPE_CHECKING:
     from .models import ClusterState

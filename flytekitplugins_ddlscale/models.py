@@ -7,8 +7,6 @@ import datetime
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .refs import ClusterRef
-
 
 def utcnow() -> datetime.datetime:
     """The current time, timezone-aware in UTC."""
@@ -162,7 +160,6 @@ class Baseline:
 
 __all__ = [
     "Baseline",
-    "ClusterRef",
     "ClusterState",
     "ReplicaSpec",
     "RestartResult",

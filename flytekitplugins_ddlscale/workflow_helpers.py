@@ -23,15 +23,15 @@ from flytekit.core.python_function_task import PythonInstanceTask
 from flytekit.types.error import FlyteError
 
 from .backends.base import DEFAULT_SCALE_TIMEOUT
-from .environ import connected  # noqa: F401 - public here, as before it moved to the core
+from ._services.connecting import connected  # noqa: F401 - public here, as before it moved to the core
 from .errors import InvalidInputError
-from .nodes.names import qualified_name
-from .nodes.outputs import RestoreOutcome
-from .opening import open_backend
-from .progress import emit_summary
+from ._services.nodes.names import qualified_name
+from ._services.nodes.outputs import RestoreOutcome
+from ._services.opening import open_backend
+from ._core.progress import emit_summary
 from .refs import ClusterRef, cluster_text, parse_cluster
-from .summary import restore_line
-from .validation import validate_replicas, validate_timeout
+from ._core.summary import restore_line
+from ._core.validation import validate_replicas, validate_timeout
 
 logger = logging.getLogger("flytekitplugins_ddlscale")
 

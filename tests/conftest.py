@@ -51,7 +51,7 @@ def pytest_collection_modifyitems(config, items):
 def no_deck_listing_at_exit():
     """A test process is no user's flow run: its Decks are not listed after pytest's closing line."""
     yield
-    deck = sys.modules.get("flytekitplugins_ddlscale.deck")
+    deck = sys.modules.get("flytekitplugins_ddlscale._core.deck")
     if deck is not None:
         import atexit
 
@@ -98,7 +98,7 @@ def scaler_backend(scaler_server, tmp_path):
     ``env={}`` keeps it independent of the outer environment (no Nucleus tier catalog).
     """
     from flytekitplugins_ddlscale.backends.scaler import ScalerServiceBackend
-    from flytekitplugins_ddlscale.waiting import Backoff
+    from flytekitplugins_ddlscale._core.waiting import Backoff
     from tests.servers.scaler_server import DEFAULT_API_KEY
 
     backend = ScalerServiceBackend(

@@ -1,4 +1,4 @@
-"""The connector's kept backends (:class:`~flytekitplugins_ddlscale.opening.BackendPool`), against the
+"""The connector's kept backends (:class:`~flytekitplugins_ddlscale._services.opening.BackendPool`), against the
 Kubernetes test server: polls share one API client and its connections, a changed environment gets a
 backend of its own, and backends are closed only when idle and out of room.
 """
@@ -13,8 +13,8 @@ from tests.test_connector_fleet import wait_meta
 from flytekitplugins_ddlscale import BackendUnavailableError, ClusterRef
 from flytekitplugins_ddlscale.backends.kubernetes.informer import running_informers
 from flytekitplugins_ddlscale.connector import POLL_BACKENDS, ScalingConnector, ScalingMetadata
-from flytekitplugins_ddlscale.nodes.names import WAIT_TASK_TYPE
-from flytekitplugins_ddlscale.opening import BackendPool
+from flytekitplugins_ddlscale._services.nodes.names import WAIT_TASK_TYPE
+from flytekitplugins_ddlscale._services.opening import BackendPool
 
 POLLS = 40
 

@@ -205,7 +205,7 @@ def test_a_run_never_imports_flytekit(scaler_server, scaler_target):
             "--timeout", "30", "--", "true"]
     result = finish(popen(argv, scaler_target.env))
     assert result.returncode == 0, result.stderr
-    assert "import time:" in result.stderr and "flytekitplugins_ddlscale.hold" in result.stderr
+    assert "import time:" in result.stderr and "flytekitplugins_ddlscale._services.hold" in result.stderr
     assert FLYTEKIT_IMPORT.findall(result.stderr) == []
     assert [r.body["replicas"] for r in scaler_server.requests if r.method == "PATCH"] == [2, 1]
 

@@ -26,7 +26,7 @@ from flytekitplugins_ddlscale.connector import (
     register_connectors,
 )
 from flytekitplugins_ddlscale.errors import BackendUnavailableError
-from flytekitplugins_ddlscale.framework.endpoints import resolve_endpoint
+from flytekitplugins_ddlscale._framework.endpoints import resolve_endpoint
 from flytekitplugins_ddlscale.refs import ClusterRef
 from flytekitplugins_ddlscale.tasks import (
     RESTART_TASK_TYPE,

@@ -13,7 +13,7 @@ import pytest
 from flyteidl.core.execution_pb2 import TaskExecution
 
 from flytekitplugins_ddlscale.connector import NOT_READY, ScalingConnector, ScalingMetadata
-from flytekitplugins_ddlscale.connector_policy import ConnectorPolicy
+from flytekitplugins_ddlscale._services.connector_policy import ConnectorPolicy
 from flytekitplugins_ddlscale.errors import InvalidInputError
 from flytekitplugins_ddlscale.tasks import (
     RESTART_TASK_TYPE,
@@ -23,7 +23,7 @@ from flytekitplugins_ddlscale.tasks import (
     ScaleCluster,
     WaitForCluster,
 )
-from flytekitplugins_ddlscale.validation import MAX_NODE_TIMEOUT
+from flytekitplugins_ddlscale._core.validation import MAX_NODE_TIMEOUT
 from tests.flyte_support import local_backend, local_env  # noqa: F401 - fixture
 from tests.framework_support import use_scaler
 from tests.servers.scaler_server import ScalerTestServer

@@ -20,7 +20,7 @@ from flytekitplugins_ddlscale import ClusterRef, InvalidInputError, ScalingTimeo
 from flytekitplugins_ddlscale.errors import UnreachableWaitError, UnsupportedOperationError
 from flytekitplugins_ddlscale.models import ReplicaSpec
 from flytekitplugins_ddlscale.refs import KINDS
-from flytekitplugins_ddlscale.waiting import Backoff
+from flytekitplugins_ddlscale._core.waiting import Backoff
 from tests.contract_support import run_shell, write_kubeconfig
 from tests.servers.k8s_server import K8sTestServer
 from tests.servers.scaler_server import DEFAULT_API_KEY, ScalerTestServer
@@ -330,7 +330,7 @@ def test_a_wait_for_workers_that_can_never_come_fails_at_once(world):
 
 
 def test_check_reachable_names_the_maximum_when_it_is_the_tighter_bound():
-    from flytekitplugins_ddlscale.inplace import check_reachable
+    from flytekitplugins_ddlscale.backends._support.inplace import check_reachable
 
     check_reachable(3, desired=4, maximum=3, cluster="ray/x")
     with pytest.raises(UnreachableWaitError, match=r"spec.worker.replicas=4 desired, maxReplicas=3.*allowed: 0..3"):
@@ -356,7 +356,7 @@ def test_restore_drops_live_claims_and_says_which(world, caplog):
 def test_remedy_text_quotes_settings_and_survives_pickling():
     import pickle
 
-    from flytekitplugins_ddlscale.inplace import Reach, left_in_place
+    from flytekitplugins_ddlscale.backends._support.inplace import Reach, left_in_place
     from flytekitplugins_ddlscale.models import ClusterState
 
     reach = Reach("local", ClusterRef("dask", "d1", "team-a"), env={"DDLSCALE_STATE_DIR": "/tmp/my state"},
@@ -483,9 +483,9 @@ def test_phases_that_changed_nothing_else_forget_the_baseline_they_put_back(worl
 
 
 def test_a_lapsed_claim_stops_counting_and_the_next_reconcile_drops_it_naming_its_holder(world, caplog):
-    from flytekitplugins_ddlscale.leases import this_holder
+    from flytekitplugins_ddlscale._core.leases import this_holder
 
-    from flytekitplugins_ddlscale.leases import expires_at
+    from flytekitplugins_ddlscale._core.leases import expires_at
     from flytekitplugins_ddlscale.models import utcnow
 
     # Its holder never renews: a dead pod. The lease outlasts the reconcile (3 s: a real API server).
@@ -542,7 +542,7 @@ def test_a_claim_waits_for_no_other_phase_s_scale_up_wait(world):
 
 
 def test_status_lists_live_claims_with_holder_and_age(world):
-    from flytekitplugins_ddlscale.leases import this_holder
+    from flytekitplugins_ddlscale._core.leases import this_holder
 
     world.backend.claim(world.ref, "phase-a", 2)
     ran = run_shell(world.command("status", "--json"), **world.shell_env)
@@ -607,6 +607,6 @@ def test_a_killed_run_s_claim_dies_with_it_and_its_command_too(world, tmp_path, 
 
 
 def _running(pid: int) -> bool:
-    from flytekitplugins_ddlscale.leases import pid_running
+    from flytekitplugins_ddlscale._core.leases import pid_running
 
     return pid_running(pid)

@@ -3,8 +3,8 @@ import httpx
 import pytest
 
 from flytekitplugins_ddlscale import BackendUnavailableError, UnauthorizedError
-from flytekitplugins_ddlscale.domino_auth import DominoAuth
-from flytekitplugins_ddlscale.redaction import redact
+from flytekitplugins_ddlscale.backends._support.domino_auth import DominoAuth
+from flytekitplugins_ddlscale._core.redaction import redact
 from tests.servers.scaler_server import DEFAULT_API_KEY, DEFAULT_TOKEN
 
 

@@ -4,8 +4,8 @@ import multiprocessing
 import pytest
 
 from flytekitplugins_ddlscale import ClusterRef, ClusterState, InvalidInputError
-from flytekitplugins_ddlscale.filerecords import FileBookkeeping
-from flytekitplugins_ddlscale.filestore import FileRecordStore
+from flytekitplugins_ddlscale.backends._support.filerecords import FileBookkeeping
+from flytekitplugins_ddlscale.backends._support.filestore import FileRecordStore
 
 REF = ClusterRef("dask", "dask-a")
 

@@ -5,7 +5,7 @@ import threading
 import pytest
 
 from flytekitplugins_ddlscale.errors import ConflictError
-from flytekitplugins_ddlscale.lockfile import exclusive, remove_unused
+from flytekitplugins_ddlscale.backends._support.lockfile import exclusive, remove_unused
 
 THREADS = 6
 ROUNDS = 40

@@ -13,13 +13,13 @@ from typing import List
 
 import pytest
 
-from flytekitplugins_ddlscale.outage import (
+from flytekitplugins_ddlscale._core.outage import (
     NeverReachedError,
     OutageTracker,
     cert_verification_failed,
     retry_through_outage,
 )
-from flytekitplugins_ddlscale.waiting import Backoff, Deadline
+from flytekitplugins_ddlscale._core.waiting import Backoff, Deadline
 
 
 class Clock:

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from flytekitplugins_ddlscale import Baseline, ClusterState, CorruptRecordError, InvalidInputError
-from flytekitplugins_ddlscale.records import (
+from flytekitplugins_ddlscale._core.records import (
     Claim,
     decode_baseline,
     decode_claims,
@@ -95,7 +95,7 @@ def test_claim_ids_holders_and_leases_are_checked_as_records(text, field):
 
 
 def test_a_claim_written_before_leases_counts_from_when_it_was_made():
-    from flytekitplugins_ddlscale.leases import DEFAULT_LEASE_SECONDS, split_live
+    from flytekitplugins_ddlscale._core.leases import DEFAULT_LEASE_SECONDS, split_live
 
     old = decode_claims(json.dumps({"p": _GOOD_CLAIM}))["p"]
     assert old.renewed_at == old.created_at and old.lease_seconds == DEFAULT_LEASE_SECONDS
@@ -109,7 +109,7 @@ def test_a_claim_of_a_process_gone_from_this_host_is_dead_at_once():
     import subprocess
     import sys
 
-    from flytekitplugins_ddlscale.leases import split_live
+    from flytekitplugins_ddlscale._core.leases import split_live
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()

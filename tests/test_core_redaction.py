@@ -4,7 +4,7 @@ import logging
 import pytest
 
 from flytekitplugins_ddlscale import ScalingError
-from flytekitplugins_ddlscale.redaction import MASK, RedactingFilter, redact, register_secret
+from flytekitplugins_ddlscale._core.redaction import MASK, RedactingFilter, redact, register_secret
 
 
 def test_registered_secrets_and_header_shapes_are_masked():

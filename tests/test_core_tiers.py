@@ -4,8 +4,8 @@ import json
 import pytest
 
 from flytekitplugins_ddlscale import BackendUnavailableError, InvalidInputError, UnknownTierError
-from flytekitplugins_ddlscale.domino_auth import DominoAuth
-from flytekitplugins_ddlscale.tiers import DominoTierCatalog, FileTierCatalog, parse_tiers
+from flytekitplugins_ddlscale.backends._support.domino_auth import DominoAuth
+from flytekitplugins_ddlscale.backends.tiers import DominoTierCatalog, FileTierCatalog, parse_tiers
 from tests.servers.scaler_server import DEFAULT_API_KEY, default_tiers
 
 

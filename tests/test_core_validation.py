@@ -4,7 +4,7 @@ import math
 import pytest
 
 from flytekitplugins_ddlscale import InvalidInputError
-from flytekitplugins_ddlscale.validation import MAX_REPLICAS, validate_replicas, validate_tier_name, validate_timeout
+from flytekitplugins_ddlscale._core.validation import MAX_REPLICAS, validate_replicas, validate_tier_name, validate_timeout
 
 
 @pytest.mark.parametrize("value", [0, 1, MAX_REPLICAS])

@@ -1,7 +1,7 @@
 """Poll schedules: fast while most changes land, slower than fixed polling afterwards."""
 import itertools
 
-from flytekitplugins_ddlscale.waiting import Backoff, TwoStageBackoff
+from flytekitplugins_ddlscale._core.waiting import Backoff, TwoStageBackoff
 
 
 def test_two_stage_backoff_doubles_to_fast_then_holds_slow_after_fast_until():
@@ -30,7 +30,7 @@ def test_backoff_is_geometric_and_capped():
 def test_a_sub_second_timeout_is_named_as_it_was_given():
     from flytekitplugins_ddlscale.errors import ScalingTimeoutError
     from flytekitplugins_ddlscale.models import ClusterState
-    from flytekitplugins_ddlscale.waiting import poll_until
+    from flytekitplugins_ddlscale._core.waiting import poll_until
 
     state = ClusterState(cluster="dask/c", status="Starting", desired_workers=2, existing_workers=0,
                          ready_workers=0, head_ready=True)
@@ -44,6 +44,6 @@ def test_a_sub_second_timeout_is_named_as_it_was_given():
 
 
 def test_seconds_reads_as_given_to_a_tenth():
-    from flytekitplugins_ddlscale.wording import seconds
+    from flytekitplugins_ddlscale._core.wording import seconds
 
     assert [seconds(900), seconds(4.94), seconds(0.5), seconds(30.0)] == ["900s", "4.9s", "0.5s", "30s"]

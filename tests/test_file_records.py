@@ -5,8 +5,8 @@ import pytest
 
 from flytekitplugins_ddlscale import ClusterRef
 from flytekitplugins_ddlscale.errors import ConflictError
-from flytekitplugins_ddlscale.filerecords import FileBookkeeping
-from flytekitplugins_ddlscale.filestore import FileRecordStore
+from flytekitplugins_ddlscale.backends._support.filerecords import FileBookkeeping
+from flytekitplugins_ddlscale.backends._support.filestore import FileRecordStore
 from flytekitplugins_ddlscale.models import ClusterState
 
 REF = ClusterRef("ray", "ray-files")

@@ -18,7 +18,7 @@ from flytekitplugins_ddlscale.flyte2 import ScaleCluster, distributed_phase  # n
 from flytekitplugins_ddlscale.flyte2.report import timeline_rows  # noqa: E402
 from flytekitplugins_ddlscale.models import ReplicaSpec  # noqa: E402
 from flytekitplugins_ddlscale.refs import ClusterRef  # noqa: E402
-from flytekitplugins_ddlscale.timeline import WorkerTimeline  # noqa: E402
+from flytekitplugins_ddlscale._core.timeline import WorkerTimeline  # noqa: E402
 from tests.flyte_apps import flyte2_flows as flows  # noqa: E402
 from tests.flyte_support import local_backend, local_env, processes_mentioning  # noqa: E402,F401 - fixture
 

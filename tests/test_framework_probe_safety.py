@@ -11,9 +11,9 @@ from typing import Dict, List
 import pytest
 
 from flytekitplugins_ddlscale.errors import InvalidInputError
-from flytekitplugins_ddlscale.framework import PROBES, resolve_endpoint
-from flytekitplugins_ddlscale.framework.endpoints import Endpoint, validate_url
-from flytekitplugins_ddlscale.framework.wait import HeadUnreachable, read_registered
+from flytekitplugins_ddlscale._framework import PROBES, resolve_endpoint
+from flytekitplugins_ddlscale._framework.endpoints import Endpoint, validate_url
+from flytekitplugins_ddlscale._framework.wait import HeadUnreachable, read_registered
 from flytekitplugins_ddlscale.tasks import ScaleCluster
 from tests.servers.status_http import Reply, StatusServer, free_port
 

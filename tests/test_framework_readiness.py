@@ -7,9 +7,9 @@ import time
 import pytest
 
 from flytekitplugins_ddlscale.errors import InvalidInputError, ScalingTimeoutError, UnauthorizedError
-from flytekitplugins_ddlscale.framework import PROBES, enabled_by_env, resolve_endpoint, wait_registered
-from flytekitplugins_ddlscale.framework.endpoints import Endpoint
-from flytekitplugins_ddlscale.framework.spark_conf import configured_master, master_host, read_properties
+from flytekitplugins_ddlscale._framework import PROBES, enabled_by_env, resolve_endpoint, wait_registered
+from flytekitplugins_ddlscale._framework.endpoints import Endpoint
+from flytekitplugins_ddlscale._framework.spark_conf import configured_master, master_host, read_properties
 from tests.framework_support import RealDask
 from tests.servers.ray_dashboard import RayDashboardServer
 from tests.servers.spark_master import SparkMasterServer
@@ -235,7 +235,7 @@ def test_real_dask_scheduler_http_server(tmp_path):
 def test_pod_readiness_and_framework_count_combine():
     """With a backend that sees pod readiness, the smaller of the two counts is ready."""
     from flytekitplugins_ddlscale.backends.base import BackendCapabilities
-    from flytekitplugins_ddlscale.framework import FrameworkOptions, confirm_ready
+    from flytekitplugins_ddlscale._services.readiness import FrameworkOptions, confirm_ready
     from flytekitplugins_ddlscale.models import ClusterState
     from flytekitplugins_ddlscale.refs import ClusterRef
 
@@ -257,7 +257,7 @@ def test_pod_readiness_and_framework_count_combine():
 
 
 def test_idle_ray_workers_are_the_alive_ones_without_running_work():
-    from flytekitplugins_ddlscale.framework.ray_idle import idle_worker_ips
+    from flytekitplugins_ddlscale._framework.ray_idle import idle_worker_ips
 
     with RayDashboardServer() as server:
         server.node("10.1.0.1", busy=True)
@@ -270,7 +270,7 @@ def test_idle_ray_workers_are_the_alive_ones_without_running_work():
 
 
 def test_a_truncated_or_foreign_ray_list_tells_nothing():
-    from flytekitplugins_ddlscale.framework.ray_idle import idle_worker_ips
+    from flytekitplugins_ddlscale._framework.ray_idle import idle_worker_ips
 
     class Truncated(StatusServer):
         def route(self, path, query):

@@ -20,7 +20,7 @@ from flytekitplugins_ddlscale.errors import (
     UnsupportedOperationError,
     WorkerFailedError,
 )
-from flytekitplugins_ddlscale.records import BASELINE_ANNOTATION, CLAIMS_ANNOTATION
+from flytekitplugins_ddlscale._core.records import BASELINE_ANNOTATION, CLAIMS_ANNOTATION
 from flytekitplugins_ddlscale.refs import parse_cluster
 
 GROUPS = "daskworkergroups.kubernetes.dask.org"

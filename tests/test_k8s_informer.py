@@ -14,7 +14,7 @@ from tests.servers.k8s_fixtures import backend, k8s, make_backend, tiers_file  #
 from flytekitplugins_ddlscale import ClusterRef
 from flytekitplugins_ddlscale.backends.kubernetes.informer import matches, parse_selector, running_informers
 from flytekitplugins_ddlscale.errors import InvalidInputError, ScalingTimeoutError
-from flytekitplugins_ddlscale.sharing import shared_reads
+from flytekitplugins_ddlscale._core.sharing import shared_reads
 
 
 def informer_threads():

@@ -21,7 +21,7 @@ from flytekitplugins_ddlscale.errors import (
     WorkerFailedError,
 )
 from flytekitplugins_ddlscale.models import ReplicaSpec
-from flytekitplugins_ddlscale.records import BASELINE_ANNOTATION, CLAIMS_ANNOTATION
+from flytekitplugins_ddlscale._core.records import BASELINE_ANNOTATION, CLAIMS_ANNOTATION
 from flytekitplugins_ddlscale.refs import parse_cluster
 
 RAY = "rayclusters.ray.io"

@@ -9,7 +9,7 @@ from tests.servers.k8s_fixtures import backend, k8s, make_backend, tiers_file  #
 from flytekitplugins_ddlscale import ClusterRef
 from flytekitplugins_ddlscale.errors import ClusterNotFoundError, ConflictError, InvalidInputError, UnauthorizedError
 from flytekitplugins_ddlscale.models import ReplicaSpec
-from flytekitplugins_ddlscale.records import BASELINE_ANNOTATION, CLAIMS_ANNOTATION
+from flytekitplugins_ddlscale._core.records import BASELINE_ANNOTATION, CLAIMS_ANNOTATION
 
 RBAC = Path(__file__).resolve().parents[1] / "examples" / "k8s" / "rbac.yaml"
 TIER_LABEL = "dominodatalab.com/hardware-tier-id"
@@ -230,7 +230,7 @@ def test_autoscaling_removed_for_zero_workers_is_parked_until_the_next_scale_up(
 def test_corrupt_record_annotations_are_refused_before_anything_changes(k8s, backend, annotation, text, field):  # noqa: F811
     from flytekitplugins_ddlscale.backends.kubernetes.spec import PARKED_AUTOSCALING_ANNOTATION
     from flytekitplugins_ddlscale.errors import CorruptRecordError
-    from flytekitplugins_ddlscale.records import OUTSIDE_ANNOTATION
+    from flytekitplugins_ddlscale._core.records import OUTSIDE_ANNOTATION
 
     names = {"parked": PARKED_AUTOSCALING_ANNOTATION, "claims": CLAIMS_ANNOTATION, "outside": OUTSIDE_ANNOTATION}
     k8s.add_cluster("ray", "bad", replicas=0)

@@ -17,8 +17,8 @@ from flytekitplugins_ddlscale.errors import (
     UnknownTierError,
     UnsupportedOperationError,
 )
-from flytekitplugins_ddlscale.records import BASELINE_ANNOTATION
-from flytekitplugins_ddlscale.redaction import redact
+from flytekitplugins_ddlscale._core.records import BASELINE_ANNOTATION
+from flytekitplugins_ddlscale._core.redaction import redact
 
 AUTO = {"minReplicas": 1, "maxReplicas": 5}
 TIER_LABEL = "dominodatalab.com/hardware-tier-id"

@@ -13,7 +13,7 @@ from tests.servers.k8s_server import K8sTestServer
 from flytekitplugins_ddlscale import ClusterRef
 from flytekitplugins_ddlscale.backends.kubernetes import KubernetesBackend
 from flytekitplugins_ddlscale.errors import ScalingTimeoutError, WorkerFailedError
-from flytekitplugins_ddlscale.tiers import FileTierCatalog
+from flytekitplugins_ddlscale.backends.tiers import FileTierCatalog
 
 
 def _pod_lists(server, watch):

@@ -24,10 +24,10 @@ from flytekitplugins_ddlscale import ClusterRef, ReplicaSpec, ScaleCluster, Unsu
 from flytekitplugins_ddlscale.backends.local import LocalBackend, procs
 from flytekitplugins_ddlscale.backends.local.ray_ops import RAY_EXECUTABLE_ENV
 from flytekitplugins_ddlscale.cli.local_commands import local
-from flytekitplugins_ddlscale.framework import FrameworkOptions, confirm_ready
-from flytekitplugins_ddlscale.framework.endpoints import resolve_endpoint
-from flytekitplugins_ddlscale.framework.probes import probe_for
-from flytekitplugins_ddlscale.framework.wait import wait_registered
+from flytekitplugins_ddlscale._services.readiness import FrameworkOptions, confirm_ready
+from flytekitplugins_ddlscale._framework.endpoints import resolve_endpoint
+from flytekitplugins_ddlscale._framework.probes import probe_for
+from flytekitplugins_ddlscale._framework.wait import wait_registered
 from flytekitplugins_ddlscale.phase import cluster_phase
 from tests.test_framework_surfaces import POD_DELAY, cli, scaler, set_env  # noqa: F401
 from tests.servers.ray_dashboard import RayDashboardServer

@@ -17,7 +17,7 @@ from flytekitplugins_ddlscale import ClusterRef, CorruptRecordError, UnsafePathE
 from flytekitplugins_ddlscale.backends.local import LocalBackend, procs, ray_ops
 from flytekitplugins_ddlscale.backends.local.state import ClusterRecord
 from flytekitplugins_ddlscale.cli.local_commands import local
-from flytekitplugins_ddlscale.filestore import FileRecordStore
+from flytekitplugins_ddlscale.backends._support.filestore import FileRecordStore
 from tests.test_local_support import local_state, processes_mentioning  # noqa: F401
 
 REF = ClusterRef("dask", "steered")

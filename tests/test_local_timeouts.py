@@ -9,7 +9,7 @@ Outcomes and texts only: no wall-clock limits.
 import pytest
 
 from flytekitplugins_ddlscale.errors import ScalingTimeoutError
-from flytekitplugins_ddlscale.hold import cluster_phase
+from flytekitplugins_ddlscale._services.hold import cluster_phase
 from flytekitplugins_ddlscale.models import ReplicaSpec
 from flytekitplugins_ddlscale.refs import ClusterRef
 from tests.flyte_support import local_backend, local_env  # noqa: F401 - fixture

@@ -16,8 +16,8 @@ from flytekit.core.context_manager import FlyteContextManager
 
 from flytekitplugins_ddlscale.backends.local import procs
 from flytekitplugins_ddlscale.errors import ClusterFaultError, InvalidInputError
-from flytekitplugins_ddlscale.hold import cluster_phase
-from flytekitplugins_ddlscale.hold.faults import REPAIRED, REPORTED, Fault, find_fault
+from flytekitplugins_ddlscale._services.hold import cluster_phase
+from flytekitplugins_ddlscale._services.hold.faults import REPAIRED, REPORTED, Fault, find_fault
 from flytekitplugins_ddlscale.models import ClusterState
 from flytekitplugins_ddlscale.phase import distributed_phase
 from flytekitplugins_ddlscale.refs import ClusterRef

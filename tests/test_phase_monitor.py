@@ -2,9 +2,9 @@
 import threading
 import time
 
-from flytekitplugins_ddlscale.hold.monitor import PhaseMonitor
+from flytekitplugins_ddlscale._services.hold.monitor import PhaseMonitor
 from flytekitplugins_ddlscale.refs import ClusterRef
-from flytekitplugins_ddlscale.timeline import WorkerTimeline
+from flytekitplugins_ddlscale._core.timeline import WorkerTimeline
 
 
 def _wait_for_thread_end(name: str, timeout: float) -> None:

@@ -11,8 +11,8 @@ from tests.servers.scaler_server import DEFAULT_API_KEY
 
 from flytekitplugins_ddlscale import ClusterRef, ReplicaSpec, ScalingTimeoutError
 from flytekitplugins_ddlscale.backends.scaler import ScalerServiceBackend
-from flytekitplugins_ddlscale.records import BASELINE_ANNOTATION, CLAIMS_ANNOTATION
-from flytekitplugins_ddlscale.waiting import Backoff
+from flytekitplugins_ddlscale._core.records import BASELINE_ANNOTATION, CLAIMS_ANNOTATION
+from flytekitplugins_ddlscale._core.waiting import Backoff
 
 RAY = ClusterRef("ray", "ray-rec")
 ROUNDS = 12

@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from flytekitplugins_ddlscale.hold.signals import PhaseInterrupted, SignalsAsExceptions
+from flytekitplugins_ddlscale._services.hold.signals import PhaseInterrupted, SignalsAsExceptions
 
 
 def test_signal_raises_in_the_main_thread_and_previous_handler_returns():

@@ -6,7 +6,7 @@ from tests.servers.scaler_server import DEFAULT_API_KEY
 from flytekitplugins_ddlscale import ClusterRef
 from flytekitplugins_ddlscale.backends.scaler import ScalerServiceBackend
 from flytekitplugins_ddlscale.backends.scaler.client import ScalerClient, credentials_in_clear, displayable_url
-from flytekitplugins_ddlscale.redaction import redact
+from flytekitplugins_ddlscale._core.redaction import redact
 
 
 def test_displayable_url_drops_userinfo_only():

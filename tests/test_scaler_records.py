@@ -5,7 +5,7 @@ import pytest
 
 from flytekitplugins_ddlscale import ClusterRef, CorruptRecordError, InvalidInputError, ReplicaSpec, UnsupportedOperationError
 from flytekitplugins_ddlscale.backends.scaler import ScalerServiceBackend
-from flytekitplugins_ddlscale.tiers import StaticTierCatalog, parse_tiers
+from flytekitplugins_ddlscale.backends.tiers import StaticTierCatalog, parse_tiers
 from tests.servers.scaler_server import DEFAULT_API_KEY
 
 RAY = ClusterRef("ray", "ray-run1")

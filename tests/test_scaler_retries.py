@@ -5,7 +5,7 @@ import pytest
 
 from flytekitplugins_ddlscale import BackendUnavailableError, ClusterRef, InvalidInputError, ScalingError
 from flytekitplugins_ddlscale.backends.scaler import ScalerServiceBackend
-from flytekitplugins_ddlscale.waiting import Backoff
+from flytekitplugins_ddlscale._core.waiting import Backoff
 from tests.servers.scaler_server import DEFAULT_API_KEY
 
 RAY = ClusterRef("ray", "ray-run1")

@@ -12,8 +12,8 @@ from flytekitplugins_ddlscale import ClusterRef, InvalidInputError
 from flytekitplugins_ddlscale.backends.scaler import ScalerServiceBackend
 from flytekitplugins_ddlscale.backends.scaler.polls import MAX_RPS_ENV, PollPacer, SharedPolls, max_rps_from
 from flytekitplugins_ddlscale.errors import BackendUnavailableError, ClusterNotFoundError, ScalingError
-from flytekitplugins_ddlscale.sharing import shared_reads
-from flytekitplugins_ddlscale.waiting import Backoff, Deadline
+from flytekitplugins_ddlscale._core.sharing import shared_reads
+from flytekitplugins_ddlscale._core.waiting import Backoff, Deadline
 from tests.servers.scaler_server import DEFAULT_API_KEY
 
 

@@ -1,6 +1,6 @@
 """Deck rendering: the worker plot and worker-seconds by tier, from a controlled clock."""
-from flytekitplugins_ddlscale.deck import render_html, render_svg
-from flytekitplugins_ddlscale.timeline import UNLABELLED_TIER, Sample, WorkerTimeline
+from flytekitplugins_ddlscale._core.deck import render_html, render_svg
+from flytekitplugins_ddlscale._core.timeline import UNLABELLED_TIER, Sample, WorkerTimeline
 
 
 class Clock:

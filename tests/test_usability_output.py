@@ -7,12 +7,12 @@ from dataclasses import replace
 
 import pytest
 
-from flytekitplugins_ddlscale import progress
-from flytekitplugins_ddlscale.deck import fact_text, render_html, render_svg
-from flytekitplugins_ddlscale.progress import Activity, RichReporter, WaitProgress, begin_wait, emit_summary
-from flytekitplugins_ddlscale.summary import phase_line, restore_line, scale_line, wait_line
+from flytekitplugins_ddlscale._core import progress
+from flytekitplugins_ddlscale._core.deck import fact_text, render_html, render_svg
+from flytekitplugins_ddlscale._core.progress import Activity, RichReporter, WaitProgress, begin_wait, emit_summary
+from flytekitplugins_ddlscale._core.summary import phase_line, restore_line, scale_line, wait_line
 from flytekitplugins_ddlscale.tasks import ClusterReady, RestoreOutcome, ScaleOutcome
-from flytekitplugins_ddlscale.timeline import WorkerTimeline
+from flytekitplugins_ddlscale._core.timeline import WorkerTimeline
 
 UP = ScaleOutcome(
     cluster="dask/x", backend="local", requested=2, effective=2, capped=False, previous_workers=0,

@@ -13,16 +13,16 @@ from dataclasses import dataclass
 from typing import Any, Dict, FrozenSet, Iterator, Optional, Protocol, Tuple, TypeVar, Union, runtime_checkable
 
 from ..errors import InvalidInputError, ScalingError, ScalingTimeoutError, UnsupportedOperationError, WorkerFailedError
-from ..inplace import Reach, check_reachable, left_in_place
+from ._support.inplace import Reach, check_reachable, left_in_place
 from ..models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
-from ..outage import NO_WAIT_LIMIT
-from ..progress import ProgressReporter
-from ..leases import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
-from ..records import Claim
+from .._core.outage import NO_WAIT_LIMIT
+from .._core.progress import ProgressReporter
+from .._core.leases import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
+from .._core.records import Claim
 from ..refs import ClusterRef
-from ..validation import validate_claim_id, validate_replicas, validate_tier_name, validate_timeout
-from ..waiting import Deadline
-from ..wording import seconds
+from .._core.validation import validate_claim_id, validate_replicas, validate_tier_name, validate_timeout
+from .._core.waiting import Deadline
+from .._core.wording import seconds
 
 B = TypeVar("B", bound="BaseBackend")
 
@@ -56,6 +56,10 @@ class BackendCapabilities:
     """Whether a ``reconcile`` also restarts a head that died (on its address) and replaces workers
     that died, so a phase's monitor can repair a fault during the body; where False the cluster's
     operator does, and the phase only reports it."""
+    counts_registered_workers: bool = False
+    """Whether the backend's own wait already counts workers registered with the framework (the
+    local backend asks its Dask scheduler, Ray head or Spark master), so a framework check after it
+    would prove nothing more."""
 
 
 @runtime_checkable
@@ -87,7 +91,7 @@ class ClusterBackend(Protocol):
         raises :class:`InvalidInputError` before any request is sent. If the
         wait times out or a worker cannot start, the change stays in place and
         the error names it and the command that restores the baseline
-        (:mod:`flytekitplugins_ddlscale.inplace`); the same holds for
+        (:mod:`flytekitplugins_ddlscale.backends._support.inplace`); the same holds for
         :meth:`restore_baseline` and :meth:`reconcile`.
         """
         ...
@@ -149,7 +153,7 @@ class ClusterBackend(Protocol):
         """Register that ``claim_id`` needs at least ``replicas`` workers; return the largest live claim.
 
         The claim is a lease of ``lease_seconds`` its holder keeps with
-        :meth:`renew` (:mod:`flytekitplugins_ddlscale.leases`). Records the
+        :meth:`renew` (:mod:`flytekitplugins_ddlscale._core.leases`). Records the
         baseline if none is recorded, and the size outside phases when no
         other claim is live, in the same atomic step as the claim, so a
         concurrent :meth:`reconcile` never forgets a record that a new claim
@@ -175,7 +179,7 @@ class ClusterBackend(Protocol):
     ) -> Optional[ScaleResult]:
         """Hold the largest live claim (its tier; its replicas, or the size outside phases when that is
         larger on the same tier), or, when no claim is live, restore the size outside phases (or
-        ``target`` instead) and forget it (:func:`flytekitplugins_ddlscale.records.settle`).
+        ``target`` instead) and forget it (:func:`flytekitplugins_ddlscale._core.records.settle`).
 
         Dead claims are dropped (and logged with their holder). The decision
         and the change are atomic with respect to concurrent
@@ -204,7 +208,7 @@ class ClusterBackend(Protocol):
 
 def _operation_deadline(timeout: float, wait: bool) -> Deadline:
     """The deadline of an operation: its ``timeout``, or without ``wait`` at most
-    :data:`~flytekitplugins_ddlscale.outage.NO_WAIT_LIMIT` (the time it rides out an outage)."""
+    :data:`~flytekitplugins_ddlscale._core.outage.NO_WAIT_LIMIT` (the time it rides out an outage)."""
     return Deadline(timeout if wait else min(timeout, NO_WAIT_LIMIT))
 
 

@@ -19,15 +19,15 @@ import time
 from typing import Dict, Optional, Union
 
 from ..errors import BackendUnavailableError, ScalingTimeoutError
-from ..filerecords import FileBookkeeping
+from ._support.filerecords import FileBookkeeping
 from ..models import Baseline, ClusterState, ReplicaSpec, ScaleResult
-from ..outage import OUTAGE_BACKOFF
-from ..records import Claim, Settlement
+from .._core.outage import OUTAGE_BACKOFF
+from .._core.records import Claim, Settlement
 from ..refs import ClusterRef
-from ..waiting import Deadline
+from .._core.waiting import Deadline
 from .base import BaseBackend, Change
 
-logger = logging.getLogger("flytekitplugins_ddlscale.records")
+logger = logging.getLogger("flytekitplugins_ddlscale._core.records")
 
 LOCKED_STEP_SECONDS = 10.0
 """Longest a reconcile step may hold the record lock (reading the records, deciding, sending the one

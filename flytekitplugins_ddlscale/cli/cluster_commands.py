@@ -14,11 +14,11 @@ import click
 from ..backends import get_backend
 from ..backends.base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT
 from ..errors import InvalidInputError, ScalingError
-from ..framework.confirm import FrameworkOptions, confirm_change, confirm_ready
+from .._services.readiness import FrameworkOptions, confirm_change, confirm_ready
 from ..models import ReplicaSpec
-from ..progress import default_reporter
+from .._core.progress import default_reporter
 from ..refs import ALLOWED_KINDS, ClusterRef
-from ..waiting import Deadline
+from .._core.waiting import Deadline
 from .output import EXIT_CODES_HELP, Confirmed, WithClaims, emit, emit_error
 
 

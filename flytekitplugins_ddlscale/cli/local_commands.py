@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, TypeVar
 import click
 
 from ..errors import ClusterNotFoundError, ScalingError
-from ..progress import default_reporter
+from .._core.progress import default_reporter
 from ..refs import ClusterRef
-from ..wording import plural
+from .._core.wording import plural
 from .output import EXIT_CODES_HELP, emit_error
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ def _run(action: Callable[[], T]) -> T:
 
 def _backend(ctx: click.Context) -> "LocalBackend":
     from ..backends.local import LocalBackend
-    from ..privatefs import private_dir
+    from ..backends._support.privatefs import private_dir
 
     options: Dict[str, Any] = ctx.find_root().meta.get(_OPTIONS, {})
     state_dir = options.get("state_dir")

@@ -22,12 +22,12 @@ from ..errors import (
     UnauthorizedError,
     UnknownTierError,
 )
-from ..framework.confirm import Readiness
-from ..leases import age_seconds
+from .._services.readiness import Readiness
+from .._core.leases import age_seconds
 from ..models import Baseline, ClusterState, RestartResult, ScaleResult, utcnow
-from ..records import Claim
-from ..redaction import redact
-from ..wording import plural
+from .._core.records import Claim
+from .._core.redaction import redact
+from .._core.wording import plural
 
 EXIT_OK = 0
 EXIT_OTHER = 1

@@ -14,11 +14,11 @@ import click
 
 from ..backends.base import DEFAULT_SCALE_TIMEOUT
 from ..errors import ClusterFaultError, ScalingError
-from ..hold import ClusterPhase, PhaseInterrupted, cluster_phase
-from ..redaction import redact
+from .._services.hold import ClusterPhase, PhaseInterrupted, cluster_phase
+from .._core.redaction import redact
 from ..refs import ALLOWED_KINDS
-from ..validation import validate_timeout
-from ..wording import plural
+from .._core.validation import validate_timeout
+from .._core.wording import plural
 from .child import DEFAULT_KILL_AFTER, CommandNotStarted, run_forwarding
 from .cluster_commands import cluster_ref
 from .output import FAILURE_EXIT_CODES, emit_error

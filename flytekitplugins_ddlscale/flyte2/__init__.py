@@ -18,9 +18,9 @@ phase is defined, not when this package is. It stands beside the flytekit
 surfaces (``tasks/``, ``phase/``) and shares only what lies below them: the
 node contract and runs (``nodes/``), the phase (``hold/``), the timeline.
 """
-from ..environ import connected
-from ..nodes.config import ANY_DESIRED, FROM_BASELINE
-from ..nodes.outputs import UNKNOWN, ClusterReady, RestartOutcome, RestoreOutcome, ScaleOutcome
+from .._services.connecting import connected
+from .._services.nodes.config import ANY_DESIRED, FROM_BASELINE
+from .._services.nodes.outputs import UNKNOWN, ClusterReady, RestartOutcome, RestoreOutcome, ScaleOutcome
 from .nodes import RestartHead, RestoreCluster, ScaleCluster, WaitForCluster
 from .phase import distributed_phase
 

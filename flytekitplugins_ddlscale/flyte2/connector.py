@@ -7,10 +7,10 @@ the one flytekit's connector speaks, on Flyte 2's types: ``create`` gets the
 serialized task template (its ``custom`` is the node's configuration) and
 the input values already converted to Python, ``get`` gets back the bytes
 ``create`` returned, ``delete`` is called on abort. This connector hands
-all three to :class:`~flytekitplugins_ddlscale.connector_core.ScalingService`,
+all three to :class:`~flytekitplugins_ddlscale._services.connector_core.ScalingService`,
 the same service flytekit's connector uses, so both behave alike:
 ``create`` sends the node's change within
-:data:`~flytekitplugins_ddlscale.connector_core.CREATE_TIMEOUT` seconds
+:data:`~flytekitplugins_ddlscale._services.connector_core.CREATE_TIMEOUT` seconds
 and returns, each ``get`` reads the cluster once (RUNNING, SUCCEEDED with
 the node's typed outcome as output ``o0``, FAILED with a one-line message),
 the metadata carries what a poll waits for, and the deployment's policy
@@ -30,10 +30,10 @@ from flyte.connectors import AsyncConnector, ConnectorRegistry, Resource
 from flyteidl2.core.execution_pb2 import TaskExecution
 from google.protobuf import json_format
 
-from ..connector_core import FAILED, RUNNING, SERVED_TASK_TYPES, SUCCEEDED, ScalingService
-from ..connector_meta import ScalingMetadata
-from ..connector_policy import ConnectorPolicy
-from ..nodes.names import OUTPUT_NAME
+from .._services.connector_core import FAILED, RUNNING, SERVED_TASK_TYPES, SUCCEEDED, ScalingService
+from .._services.connector_meta import ScalingMetadata
+from .._services.connector_policy import ConnectorPolicy
+from .._services.nodes.names import OUTPUT_NAME
 
 PHASES = {RUNNING: TaskExecution.RUNNING, SUCCEEDED: TaskExecution.SUCCEEDED, FAILED: TaskExecution.FAILED}
 """A poll's answer as Flyte 2's task execution phase."""
@@ -43,7 +43,7 @@ class ScalingConnector(AsyncConnector[ScalingMetadata]):
     """Serves one ddlscale task type for Flyte 2; register one instance per served type.
 
     What templates may ask for is fixed when the connector is built, from its
-    environment (:class:`~flytekitplugins_ddlscale.connector_policy.ConnectorPolicy`).
+    environment (:class:`~flytekitplugins_ddlscale._services.connector_policy.ConnectorPolicy`).
     """
 
     name = "ddlscale connector"

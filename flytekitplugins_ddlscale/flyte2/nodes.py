@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple, Type, Ty
 
 from ..backends.base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT
 from ..errors import InvalidInputError
-from ..nodes.config import ANY_DESIRED, FROM_BASELINE, RestartConfig, RestoreConfig, ScaleConfig, WaitConfig
-from ..nodes.outputs import ClusterReady, RestartOutcome, RestoreOutcome, ScaleOutcome
-from ..nodes.run import run_restart, run_restore, run_scale, run_wait
-from ..progress import Activity, WaitReporter, default_reporter, emit_summary
+from .._services.nodes.config import ANY_DESIRED, FROM_BASELINE, RestartConfig, RestoreConfig, ScaleConfig, WaitConfig
+from .._services.nodes.outputs import ClusterReady, RestartOutcome, RestoreOutcome, ScaleOutcome
+from .._services.nodes.run import run_restart, run_restore, run_scale, run_wait
+from .._core.progress import Activity, WaitReporter, default_reporter, emit_summary
 from ..refs import ClusterRef, parse_cluster
-from ..summary import restart_line, restore_line, scale_line, wait_line
+from .._core.summary import restart_line, restore_line, scale_line, wait_line
 from .report import publish_report
 
 if TYPE_CHECKING:

@@ -28,10 +28,10 @@ import inspect
 from typing import Any, Callable, Optional, TypeVar, cast
 
 from ..backends.base import DEFAULT_SCALE_TIMEOUT
-from ..hold import ClusterPhase
-from ..hold.settings import DEFAULT_REASSERT_INTERVAL, DEFAULT_SAMPLE_INTERVAL, RESTORE_BASELINE, PhaseSettings, Restore
-from ..hold.signals import RELAY
-from ..leases import DEFAULT_LEASE_SECONDS
+from .._services.hold import ClusterPhase
+from .._services.hold.settings import DEFAULT_REASSERT_INTERVAL, DEFAULT_SAMPLE_INTERVAL, RESTORE_BASELINE, PhaseSettings, Restore
+from .._services.hold.signals import RELAY
+from .._core.leases import DEFAULT_LEASE_SECONDS
 from ..refs import ClusterSpec
 from .report import publish_report
 

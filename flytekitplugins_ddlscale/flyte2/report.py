@@ -9,9 +9,9 @@ Flyte 2 keeps the page in a report nobody reads, which is harmless.
 """
 from typing import List, Mapping, NamedTuple
 
-from ..deck import render_html
-from ..timeline import WorkerTimeline
-from ..wording import plural
+from .._core.deck import render_html
+from .._core.timeline import WorkerTimeline
+from .._core.wording import plural
 
 
 class Row(NamedTuple):

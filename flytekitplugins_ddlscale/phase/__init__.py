@@ -23,15 +23,15 @@ import functools
 from typing import Any, Callable, Optional, TypeVar, cast
 
 from ..backends.base import DEFAULT_SCALE_TIMEOUT
-from ..hold import ClusterPhase, PhaseInterrupted, cluster_phase
-from ..hold.settings import (
+from .._services.hold import ClusterPhase, PhaseInterrupted, cluster_phase
+from .._services.hold.settings import (
     DEFAULT_REASSERT_INTERVAL,
     DEFAULT_SAMPLE_INTERVAL,
     RESTORE_BASELINE,
     PhaseSettings,
     Restore,
 )
-from ..leases import DEFAULT_LEASE_SECONDS
+from .._core.leases import DEFAULT_LEASE_SECONDS
 from ..refs import ClusterSpec
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -7,9 +7,9 @@ outcomes and task type names live in :mod:`..nodes` (shared with the
 connector) and are re-exported here; ``resolve_cluster`` is
 :func:`..refs.parse_cluster`.
 """
-from ..nodes.config import ANY_DESIRED, FROM_BASELINE, RestartConfig, RestoreConfig, ScaleConfig, WaitConfig
-from ..nodes.names import RESTART_TASK_TYPE, RESTORE_TASK_TYPE, SCALE_TASK_TYPE, TASK_TYPES, WAIT_TASK_TYPE
-from ..nodes.outputs import UNKNOWN, ClusterReady, RestartOutcome, RestoreOutcome, ScaleOutcome
+from .._services.nodes.config import ANY_DESIRED, FROM_BASELINE, RestartConfig, RestoreConfig, ScaleConfig, WaitConfig
+from .._services.nodes.names import RESTART_TASK_TYPE, RESTORE_TASK_TYPE, SCALE_TASK_TYPE, TASK_TYPES, WAIT_TASK_TYPE
+from .._services.nodes.outputs import UNKNOWN, ClusterReady, RestartOutcome, RestoreOutcome, ScaleOutcome
 from ..refs import parse_cluster as resolve_cluster
 from .restart import RestartHead
 from .restore import RestoreCluster

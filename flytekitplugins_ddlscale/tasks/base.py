@@ -18,11 +18,11 @@ from flytekit.deck import DeckField
 from flytekit.core.interface import Interface
 from flytekit.core.python_function_task import PythonInstanceTask
 
-from ..deck import publish_deck, render_html
-from ..nodes.names import OUTPUT_NAME, qualified_name
-from ..progress import Activity, WaitReporter, default_reporter
+from .._core.deck import publish_deck, render_html
+from .._services.nodes.names import OUTPUT_NAME, qualified_name
+from .._core.progress import Activity, WaitReporter, default_reporter
 from ..refs import parse_cluster
-from ..timeline import WorkerTimeline
+from .._core.timeline import WorkerTimeline
 
 C = TypeVar("C")
 

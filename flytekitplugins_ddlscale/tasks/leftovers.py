@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Tuple
 
 from ..errors import ClusterNotFoundError
 from ..refs import ClusterRef
-from ..wording import plural
+from .._core.wording import plural
 
 _touched: Dict[str, Tuple[str, ClusterRef]] = {}
 _lock = threading.Lock()

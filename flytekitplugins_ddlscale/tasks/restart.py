@@ -3,14 +3,14 @@ import time
 from typing import Any, Optional, Union
 
 from ..backends.base import DEFAULT_RESTART_TIMEOUT
-from ..nodes.config import RestartConfig
-from ..nodes.names import RESTART_TASK_TYPE
-from ..nodes.outputs import RestartOutcome
-from ..progress import emit_summary
+from .._services.nodes.config import RestartConfig
+from .._services.nodes.names import RESTART_TASK_TYPE
+from .._services.nodes.outputs import RestartOutcome
+from .._core.progress import emit_summary
 from ..refs import ClusterRef
-from ..summary import restart_line
+from .._core.summary import restart_line
 from .base import ScalingTaskBase
-from ..nodes.run import run_restart
+from .._services.nodes.run import run_restart
 
 
 class RestartHead(ScalingTaskBase[RestartConfig]):

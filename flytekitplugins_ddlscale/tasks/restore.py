@@ -3,14 +3,14 @@ import time
 from typing import Any, Optional, Union
 
 from ..backends.base import DEFAULT_SCALE_TIMEOUT
-from ..nodes.config import FROM_BASELINE, RestoreConfig
-from ..nodes.names import RESTORE_TASK_TYPE
-from ..nodes.outputs import RestoreOutcome
-from ..progress import emit_summary
+from .._services.nodes.config import FROM_BASELINE, RestoreConfig
+from .._services.nodes.names import RESTORE_TASK_TYPE
+from .._services.nodes.outputs import RestoreOutcome
+from .._core.progress import emit_summary
 from ..refs import ClusterRef
-from ..summary import restore_line
+from .._core.summary import restore_line
 from .base import ScalingTaskBase
-from ..nodes.run import run_restore
+from .._services.nodes.run import run_restore
 
 
 class RestoreCluster(ScalingTaskBase[RestoreConfig]):

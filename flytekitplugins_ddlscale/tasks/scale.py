@@ -3,15 +3,15 @@ import time
 from typing import Any, Optional, Union
 
 from ..backends.base import DEFAULT_SCALE_TIMEOUT
-from ..nodes.config import ScaleConfig
-from ..nodes.names import SCALE_TASK_TYPE
-from ..nodes.outputs import ScaleOutcome
-from ..progress import emit_summary
+from .._services.nodes.config import ScaleConfig
+from .._services.nodes.names import SCALE_TASK_TYPE
+from .._services.nodes.outputs import ScaleOutcome
+from .._core.progress import emit_summary
 from ..refs import ClusterRef, parse_cluster
-from ..summary import scale_line
+from .._core.summary import scale_line
 from .base import ScalingTaskBase
 from .leftovers import remember
-from ..nodes.run import run_scale
+from .._services.nodes.run import run_scale
 
 
 class ScaleCluster(ScalingTaskBase[ScaleConfig]):

@@ -3,14 +3,14 @@ import time
 from typing import Any, Optional, Union
 
 from ..backends.base import DEFAULT_SCALE_TIMEOUT
-from ..nodes.config import ANY_DESIRED, WaitConfig
-from ..nodes.names import WAIT_TASK_TYPE
-from ..nodes.outputs import ClusterReady
-from ..progress import emit_summary
+from .._services.nodes.config import ANY_DESIRED, WaitConfig
+from .._services.nodes.names import WAIT_TASK_TYPE
+from .._services.nodes.outputs import ClusterReady
+from .._core.progress import emit_summary
 from ..refs import ClusterRef
-from ..summary import wait_line
+from .._core.summary import wait_line
 from .base import ScalingTaskBase
-from ..nodes.run import run_wait
+from .._services.nodes.run import run_wait
 
 
 class WaitForCluster(ScalingTaskBase[WaitConfig]):

@@ -17,7 +17,7 @@ from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 from flytekitplugins_ddlscale.backends.kubernetes import KubernetesBackend
 from flytekitplugins_ddlscale.refs import CRD_GROUP, CRD_VERSION, KINDS, LABEL_APP, LABEL_COMPONENT, LABEL_INSTANCE
-from flytekitplugins_ddlscale.tiers import FileTierCatalog
+from flytekitplugins_ddlscale.backends.tiers import FileTierCatalog
 
 from tests.servers.k8s_fixtures import role_rules
 from tests.servers.k8s_server import K8sTestServer, cluster_object, pod_ready

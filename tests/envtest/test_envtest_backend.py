@@ -12,7 +12,7 @@ import pytest
 
 from flytekitplugins_ddlscale import ClusterRef
 from flytekitplugins_ddlscale.errors import ScalingTimeoutError, UnauthorizedError
-from flytekitplugins_ddlscale.records import BASELINE_ANNOTATION, CLAIMS_ANNOTATION
+from flytekitplugins_ddlscale._core.records import BASELINE_ANNOTATION, CLAIMS_ANNOTATION
 
 AUTO = {"minReplicas": 1, "maxReplicas": 5}
 TIER_LABEL = "dominodatalab.com/hardware-tier-id"

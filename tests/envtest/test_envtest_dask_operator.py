@@ -31,7 +31,7 @@ from flytekitplugins_ddlscale.errors import (
     ScalingTimeoutError,
     UnreachableWaitError,
 )
-from flytekitplugins_ddlscale.framework import FrameworkOptions, confirm_change
+from flytekitplugins_ddlscale._services.readiness import FrameworkOptions, confirm_change
 from tests.envtest.dask_operator import RealDaskOperator
 from tests.envtest.dask_runtime import DaskRuntime
 

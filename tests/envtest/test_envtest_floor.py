@@ -13,9 +13,9 @@ from kubernetes import client
 
 from flytekitplugins_ddlscale import ClusterRef
 from flytekitplugins_ddlscale.errors import ScalingTimeoutError
-from flytekitplugins_ddlscale.nodes.outputs import ScaleOutcome
+from flytekitplugins_ddlscale._services.nodes.outputs import ScaleOutcome
 from flytekitplugins_ddlscale.refs import CRD_GROUP, CRD_VERSION, KINDS
-from flytekitplugins_ddlscale.summary import scale_line
+from flytekitplugins_ddlscale._core.summary import scale_line
 
 AUTO = {"minReplicas": 1, "maxReplicas": 6}
 
@@ -90,7 +90,7 @@ def test_a_timed_out_wait_reports_the_size_it_found_not_the_one_it_sent(side):
 
 
 def test_a_failed_restore_names_the_size_found_and_a_wait_that_can_end():
-    from flytekitplugins_ddlscale.inplace import Reach, left_in_place
+    from flytekitplugins_ddlscale.backends._support.inplace import Reach, left_in_place
     from flytekitplugins_ddlscale.models import ClusterState
 
     reach = Reach("kubernetes", ClusterRef("ray", "c1", "ns"))

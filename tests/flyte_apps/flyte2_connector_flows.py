@@ -9,9 +9,9 @@ from flyte.connectors import AsyncConnectorExecutorMixin
 from flyte.models import NativeInterface
 
 import flytekitplugins_ddlscale.flyte2.connector  # noqa: F401 - registers the connectors
-from flytekitplugins_ddlscale.nodes.config import RestoreConfig, ScaleConfig
-from flytekitplugins_ddlscale.nodes.names import RESTORE_TASK_TYPE, SCALE_TASK_TYPE
-from flytekitplugins_ddlscale.nodes.outputs import RestoreOutcome, ScaleOutcome
+from flytekitplugins_ddlscale._services.nodes.config import RestoreConfig, ScaleConfig
+from flytekitplugins_ddlscale._services.nodes.names import RESTORE_TASK_TYPE, SCALE_TASK_TYPE
+from flytekitplugins_ddlscale._services.nodes.outputs import RestoreOutcome, ScaleOutcome
 
 CLUSTER = "dask/flyte2-runner"
 

@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, Iterator, List
 import pytest
 from rel_helpers import child_pids
 
-from flytekitplugins_ddlscale.waiting import Backoff
+from flytekitplugins_ddlscale._core.waiting import Backoff
 from tests.servers.scaler_server import DEFAULT_API_KEY, ScalerTestServer
 
 FAST_POLL = Backoff(initial=0.02, factor=1.5, cap=0.1)
@@ -134,7 +134,7 @@ def tiers_file(tmp_path: Path) -> Path:
 def make_k8s(k8s_server: Any, tiers_file: Path, clean_env: Path) -> Iterator[Callable[..., Any]]:
     """Build ``KubernetesBackend``s for the test server (closed after the test); options override defaults."""
     from flytekitplugins_ddlscale.backends.kubernetes import KubernetesBackend
-    from flytekitplugins_ddlscale.tiers import FileTierCatalog
+    from flytekitplugins_ddlscale.backends.tiers import FileTierCatalog
 
     made: List[Any] = []
 

@@ -227,7 +227,7 @@ def test_connection_failures_never_show_credentials(
 
 @pytest.mark.parametrize("name", ["scaler", "kubernetes", "local"])
 def test_every_plugin_logger_masks_registered_secrets(secret_key, debug_logs, capfd, name):
-    from flytekitplugins_ddlscale.redaction import register_secret
+    from flytekitplugins_ddlscale._core.redaction import register_secret
 
     register_secret(secret_key)
     logging.getLogger(f"flytekitplugins_ddlscale.{name}").warning("request failed: %s", f"X-Domino-Api-Key {secret_key}")

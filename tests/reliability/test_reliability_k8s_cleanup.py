@@ -19,7 +19,7 @@ from flytekit import task, workflow
 
 from flytekitplugins_ddlscale import ClusterRef, distributed_phase
 from flytekitplugins_ddlscale.phase import cluster_phase
-from flytekitplugins_ddlscale.records import BASELINE_ANNOTATION, CLAIMS_ANNOTATION
+from flytekitplugins_ddlscale._core.records import BASELINE_ANNOTATION, CLAIMS_ANNOTATION
 
 NAME = "ray-k8s-phase"
 REF = ClusterRef("ray", NAME)

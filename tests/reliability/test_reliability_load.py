@@ -181,7 +181,7 @@ def k8s_server() -> Iterator[Any]:
 
 @pytest.mark.slow
 def test_k8s_twenty_threads_500_calls_with_5_percent_409s(k8s_server, make_k8s):
-    from flytekitplugins_ddlscale.records import CLAIMS_ANNOTATION, decode_claims
+    from flytekitplugins_ddlscale._core.records import CLAIMS_ANNOTATION, decode_claims
 
     for ref in CLUSTERS:
         k8s_server.add_cluster("ray", ref.name, replicas=INITIAL[ref.name], autoscaling={"minReplicas": 1, "maxReplicas": 8})

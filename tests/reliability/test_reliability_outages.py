@@ -145,8 +145,8 @@ def test_scaler_scale_refused_before_sending_is_sent_once_the_service_is_back(
 
 def test_scaler_patch_refused_at_connect_is_sent_once_the_service_is_back(scaler_server, sproxy, scaler_cluster):
     from flytekitplugins_ddlscale.backends.scaler.client import ScalerClient
-    from flytekitplugins_ddlscale.domino_auth import DominoAuth
-    from flytekitplugins_ddlscale.waiting import Deadline
+    from flytekitplugins_ddlscale.backends._support.domino_auth import DominoAuth
+    from flytekitplugins_ddlscale._core.waiting import Deadline
     from tests.servers.scaler_server import DEFAULT_API_KEY
 
     client = ScalerClient(sproxy.url, auth=DominoAuth(api_key=DEFAULT_API_KEY), retries=0)
@@ -377,7 +377,7 @@ def test_scaler_reset_on_first_contact_is_ridden_out(make_scaler, scaler_server,
 def test_scaler_no_wait_rides_out_an_outage_for_its_own_bound_not_the_timeout(
     make_scaler, scaler_server, sproxy, scaler_cluster
 ):
-    from flytekitplugins_ddlscale.outage import NO_WAIT_LIMIT
+    from flytekitplugins_ddlscale._core.outage import NO_WAIT_LIMIT
 
     backend = make_scaler(base_url=sproxy.url)
     backend.get_state(RAY)
@@ -453,7 +453,7 @@ def k8s_backend(kproxy: FaultProxy, tiers_file: Path, clean_env: Path) -> Iterat
     from kubernetes import client as k8s_client
 
     from flytekitplugins_ddlscale.backends.kubernetes import KubernetesBackend
-    from flytekitplugins_ddlscale.tiers import FileTierCatalog
+    from flytekitplugins_ddlscale.backends.tiers import FileTierCatalog
 
     api = k8s_client.ApiClient(k8s_client.Configuration(host=kproxy.url))
     backend = KubernetesBackend(api_client=api, failure_grace=0.3, tier_catalog=FileTierCatalog(tiers_file))
@@ -508,7 +508,7 @@ def test_k8s_patch_refused_at_connect_is_sent_once_the_server_is_back(k8s_server
     from kubernetes import client as k8s_client
 
     from flytekitplugins_ddlscale.backends.kubernetes.api import KubeApi
-    from flytekitplugins_ddlscale.waiting import Deadline
+    from flytekitplugins_ddlscale._core.waiting import Deadline
 
     api = KubeApi(k8s_client.ApiClient(k8s_client.Configuration(host=kproxy.url)))
     try:
@@ -608,7 +608,7 @@ def test_k8s_never_reached_fails_at_once(tiers_file, clean_env, logs):
     from kubernetes import client as k8s_client
 
     from flytekitplugins_ddlscale.backends.kubernetes import KubernetesBackend
-    from flytekitplugins_ddlscale.tiers import FileTierCatalog
+    from flytekitplugins_ddlscale.backends.tiers import FileTierCatalog
 
     api = k8s_client.ApiClient(k8s_client.Configuration(host=f"http://127.0.0.1:{closed_port()}"))
     backend = KubernetesBackend(api_client=api, tier_catalog=FileTierCatalog(tiers_file))

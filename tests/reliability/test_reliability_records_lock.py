@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import List
 
 from flytekitplugins_ddlscale import ClusterRef, ScalingError
-from flytekitplugins_ddlscale.filerecords import FileBookkeeping
-from flytekitplugins_ddlscale.filestore import FileRecordStore
+from flytekitplugins_ddlscale.backends._support.filerecords import FileBookkeeping
+from flytekitplugins_ddlscale.backends._support.filestore import FileRecordStore
 
 REF = ClusterRef("ray", "ray-lock")
 HOLDER = """
 import sys, time
-from flytekitplugins_ddlscale.filestore import FileRecordStore
+from flytekitplugins_ddlscale.backends._support.filestore import FileRecordStore
 from flytekitplugins_ddlscale.refs import ClusterRef
 
 def hold(record):

@@ -9,7 +9,7 @@ from typing import Any, Iterator
 import pytest
 
 from flytekitplugins_ddlscale.backends.kubernetes import KubernetesBackend
-from flytekitplugins_ddlscale.tiers import FileTierCatalog
+from flytekitplugins_ddlscale.backends.tiers import FileTierCatalog
 
 from .k8s_server import K8sTestServer
 

@@ -6,14 +6,14 @@ custom resources refuse strategic merge with 415), pods are listed, watched
 and deleted. API errors become :mod:`flytekitplugins_ddlscale.errors` types
 naming the verb and resource. Without a deadline, reads are retried a
 bounded number of times on connection errors, 429 and 5xx. Calls made under
-an operation's :class:`~flytekitplugins_ddlscale.waiting.Deadline` give each
+an operation's :class:`~flytekitplugins_ddlscale._core.waiting.Deadline` give each
 attempt at most the time left; reads then ride out an outage until the
-deadline (:mod:`flytekitplugins_ddlscale.outage`), while writes are tried
+deadline (:mod:`flytekitplugins_ddlscale._core.outage`), while writes are tried
 again only when the connection was refused before anything was sent (the
 caller decides about the rest, since only it knows whether a write is safe
 to repeat). A 401/403 right after an outage is the restarted server's
 authorization warming up and is ridden out the same way; a server that never
-answered is not an outage (:class:`~flytekitplugins_ddlscale.outage.NeverReachedError`).
+answered is not an outage (:class:`~flytekitplugins_ddlscale._core.outage.NeverReachedError`).
 ``KubeApi.outage`` logs each outage once when it starts and once when it ends.
 """
 import json
@@ -30,10 +30,10 @@ from ...errors import (
     ScalingError,
     UnauthorizedError,
 )
-from ...outage import cert_verification_failed, connection_reset, retry_through_outage, shared_tracker
-from ...redaction import redact
+from ..._core.outage import cert_verification_failed, connection_reset, retry_through_outage, shared_tracker
+from ..._core.redaction import redact
 from ...refs import CRD_GROUP, CRD_VERSION
-from ...waiting import Deadline
+from ..._core.waiting import Deadline
 from .client import limit_retries
 
 MERGE_PATCH = "application/merge-patch+json"

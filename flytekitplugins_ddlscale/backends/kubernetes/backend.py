@@ -26,13 +26,13 @@ from ...errors import (
     UnauthorizedError,
     UnsupportedOperationError,
 )
-from ...framework.ray_idle import idle_worker_ips
-from ...inplace import Reach
-from ...leases import log_dropped, split_live
+from ..._framework.ray_idle import idle_worker_ips
+from .._support.inplace import Reach
+from ..._core.leases import log_dropped, split_live
 from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
-from ...outage import OUTAGE_BACKOFF, NeverReachedError, outage_timeout
-from ...progress import ProgressReporter
-from ...records import (
+from ..._core.outage import OUTAGE_BACKOFF, NeverReachedError, outage_timeout
+from ..._core.progress import ProgressReporter
+from ..._core.records import (
     BASELINE_ANNOTATION,
     CLAIMS_ANNOTATION,
     OUTSIDE_ANNOTATION,
@@ -43,10 +43,10 @@ from ...records import (
     settle,
 )
 from ...refs import DEFAULT_NAMESPACE, GROUP_SEPARATOR, KINDS, LABEL_HW_TIER, LABEL_OWNER, ClusterRef, validate_name
-from ...sharing import current_shared_reads
-from ...tiers import HardwareTier, TierCatalog
-from ...validation import validate_tier_name, validate_timeout
-from ...waiting import Deadline
+from ..._core.sharing import current_shared_reads
+from ..tiers import HardwareTier, TierCatalog
+from ..._core.validation import validate_tier_name, validate_timeout
+from ..._core.waiting import Deadline
 from ..base import BackendCapabilities, BaseBackend, Change
 from .api import Conflict, KubeApi
 from .client import make_api_client, tier_catalog_from_env
@@ -190,7 +190,7 @@ class KubernetesBackend(BaseBackend):
         self, ref: ClusterRef, role: Optional[str] = None, deadline: Optional[Deadline] = None
     ) -> List[Dict[str, Any]]:
         """The cluster's pods: from the shared informer's cache when one is synced for the namespace (or
-        the caller asked for shared reads, see :mod:`~flytekitplugins_ddlscale.sharing`), else one list."""
+        the caller asked for shared reads, see :mod:`~flytekitplugins_ddlscale._core.sharing`), else one list."""
         sharing = current_shared_reads()
         linger = sharing.linger if sharing is not None else 0.0
         wait = deadline.remaining if deadline is not None else self.request_timeout
@@ -422,7 +422,7 @@ class KubernetesBackend(BaseBackend):
 
     def _final_state(self, ref: ClusterRef, deadline: Deadline, what: str) -> ClusterState:
         """The cluster at the end of an operation, riding out an outage for what is left of ``deadline``
-        (at least :data:`~flytekitplugins_ddlscale.waiting.MIN_STATE_READ`); then a timeout waiting for ``what``."""
+        (at least :data:`~flytekitplugins_ddlscale._core.waiting.MIN_STATE_READ`); then a timeout waiting for ``what``."""
         left = Deadline(deadline.left_for_state_read())
         with self._until(ref, left, what, {}):
             return self._state(ref, self._read(ref, left), self._pods(ref, deadline=left))

@@ -8,8 +8,8 @@ import os
 from typing import Any, Optional
 
 from ...errors import BackendUnavailableError, InvalidInputError
-from ...redaction import register_secret
-from ...tiers import DominoTierCatalog, FileTierCatalog, TierCatalog
+from ..._core.redaction import register_secret
+from ..tiers import DominoTierCatalog, FileTierCatalog, TierCatalog
 
 TIERS_FILE_ENV = "DDLSCALE_TIERS_FILE"
 API_PROXY_ENV = "DOMINO_API_PROXY"
@@ -75,7 +75,7 @@ def tier_catalog_from_env(tiers_file: Optional[str], field: str, wanted: str) ->
         return FileTierCatalog(tiers_file)
     proxy = os.environ.get(API_PROXY_ENV)
     if proxy:
-        from ...domino_auth import DominoAuth
+        from .._support.domino_auth import DominoAuth
 
         return DominoTierCatalog(proxy, auth=DominoAuth())
     if os.environ.get(TIERS_FILE_ENV):

@@ -10,7 +10,7 @@ each subscription's matching pods up to date and wakes only the
 subscriptions an event touches (waiters are indexed by a label they
 require). A dropped stream resumes from the last version seen; a 410 Gone
 re-lists ONCE for all waiters; an API server outage is ridden out with the
-jittered :data:`~flytekitplugins_ddlscale.outage.OUTAGE_BACKOFF` and logged
+jittered :data:`~flytekitplugins_ddlscale._core.outage.OUTAGE_BACKOFF` and logged
 once per outage (the tracker is shared by every client of the server), and so
 is a 401/403 while that outage lasts (a restarted server's authorization
 warming up); any other error (403, 404, a server never reached) ends every
@@ -33,7 +33,7 @@ import time
 from typing import AbstractSet, Any, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple, Union
 
 from ...errors import BackendUnavailableError, InvalidInputError, ScalingError, UnauthorizedError
-from ...outage import OUTAGE_BACKOFF, NeverReachedError
+from ..._core.outage import OUTAGE_BACKOFF, NeverReachedError
 from .api import KubeApi, WatchExpired
 
 logger = logging.getLogger("flytekitplugins_ddlscale.kubernetes")

@@ -15,9 +15,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ...errors import BackendUnavailableError, ScalingTimeoutError, WorkerFailedError
 from ...models import ClusterState
-from ...outage import outage_timeout
-from ...progress import ProgressReporter, WaitProgress
-from ...waiting import Deadline
+from ..._core.outage import outage_timeout
+from ..._core.progress import ProgressReporter, WaitProgress
+from ..._core.waiting import Deadline
 from .api import KubeApi
 from .informer import WAIT_LINGER, Subscription, subscribe
 from .spec import pod_failure

@@ -7,11 +7,11 @@ import json
 from typing import Any, Dict, Iterable, Optional, Tuple
 
 from ...models import Baseline, ClusterState
-from ...recordcheck import json_object, mapping, only_fields, reading
-from ...records import ANNOTATION_PREFIX, BASELINE_ANNOTATION, decode_baseline, encode_baseline
+from ..._core.recordcheck import json_object, mapping, only_fields, reading
+from ..._core.records import ANNOTATION_PREFIX, BASELINE_ANNOTATION, decode_baseline, encode_baseline
 from ...refs import LABEL_COMPONENT, LABEL_HW_TIER, NODE_POOL_SELECTOR, KindInfo
-from ...tiers import HardwareTier
-from ...validation import validate_int
+from ..tiers import HardwareTier
+from ..._core.validation import validate_int
 
 FAILURE_REASONS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "Unschedulable")
 TIER_RESOURCES = ("cpu", "memory", "nvidia.com/gpu")

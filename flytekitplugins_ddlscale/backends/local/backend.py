@@ -28,16 +28,16 @@ from ...errors import (
     InterruptedChangeError,
     InvalidInputError,
 )
-from ...filerecords import FileBookkeeping
-from ...filestore import FileRecordStore
-from ...inplace import Reach, state_dir_env
+from .._support.filerecords import FileBookkeeping
+from .._support.filestore import FileRecordStore
+from .._support.inplace import Reach, state_dir_env
 from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
-from ...progress import ProgressReporter
-from ...records import Claim
+from ..._core.progress import ProgressReporter
+from ..._core.records import Claim
 from ...refs import ClusterRef
-from ...validation import validate_replicas, validate_timeout
-from ...waiting import Backoff, Deadline, poll_until
-from ...wording import plural
+from ..._core.validation import validate_replicas, validate_timeout
+from ..._core.waiting import Backoff, Deadline, poll_until
+from ..._core.wording import plural
 from ..base import DEFAULT_SCALE_TIMEOUT, BackendCapabilities, Change
 from ..filebacked import FileRecordsBackend
 from . import procs
@@ -117,6 +117,7 @@ class LocalBackend(FileRecordsBackend):
         persistent_baseline=True,
         observes_restarts=True,
         repairs_processes=True,
+        counts_registered_workers=True,
     )
 
     def __init__(

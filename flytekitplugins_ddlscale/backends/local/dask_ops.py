@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from ...errors import BackendUnavailableError
-from ...wording import seconds
+from ..._core.wording import seconds
 
 WATCH_PRELOAD = Path(__file__).with_name("dask_watch.py")
 """The scheduler preload that closes a scheduler no record holds (:mod:`.dask_watch`)."""

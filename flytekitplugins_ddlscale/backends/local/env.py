@@ -8,7 +8,7 @@ variables for a local cluster lets that code run unchanged.
 """
 from typing import Dict
 
-from ...environ import environ_set
+from ..._core.environ import environ_set
 
 DASK_HOST_ENV = "DASK_SCHEDULER_SERVICE_HOST"
 DASK_PORT_ENV = "DASK_SCHEDULER_SERVICE_PORT"

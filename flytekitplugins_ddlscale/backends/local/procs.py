@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from ...errors import BackendUnavailableError, UnsafePathError
-from ...privatefs import open_nofollow, private_dir, read_text_nofollow
+from .._support.privatefs import open_nofollow, private_dir, read_text_nofollow
 from .process_env import cluster_environment
 
 # The log is opened here, not by the shell, so a symbolic link in its place is refused: it is the

@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-from ...privatefs import check_private_dir
+from .._support.privatefs import check_private_dir
 from . import ray_ops
 from .env import ray_env
 from .state import ClusterRecord, LocalStateStore

@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Set
 
 from ...errors import UnsafePathError, UnsupportedOperationError
-from ...framework.probes import PROBES, ray_alive_nodes
-from ...framework.ray_auth import AUTH_MODE_ENV, TOKEN_PATH_ENV, ray_auth_headers
-from ...privatefs import private_dir
+from ..._framework.probes import PROBES, ray_alive_nodes
+from ..._framework.ray_auth import AUTH_MODE_ENV, TOKEN_PATH_ENV, ray_auth_headers
+from .._support.privatefs import private_dir
 from .procs import with_environment
 
 RAY_EXECUTABLE_ENV = "DDLSCALE_RAY_EXECUTABLE"

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any, Dict
 
 from ...errors import InvalidInputError
-from ...recordcheck import mapping, only_fields
-from ...records import HOLDER_PATTERN
-from ...validation import MAX_REPLICAS, validate_int, validate_replicas, validate_text, validate_tier_name, validate_timestamp
+from ..._core.recordcheck import mapping, only_fields
+from ..._core.records import HOLDER_PATTERN
+from ..._core.validation import MAX_REPLICAS, validate_int, validate_replicas, validate_text, validate_tier_name, validate_timestamp
 from .ray_ops import RAY_TEMP_PREFIX, TOKEN_FILE
 
 _RAY_TEMP_NAME = re.compile(re.escape(RAY_TEMP_PREFIX) + r"[A-Za-z0-9_]{8}")

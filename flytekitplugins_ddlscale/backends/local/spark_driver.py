@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Set
 
 from ...errors import BackendUnavailableError
-from ...waiting import Backoff, Deadline
-from ...wording import seconds
+from ..._core.waiting import Backoff, Deadline
+from ..._core.wording import seconds
 from . import procs, spark_ops
 from .state import ClusterRecord, LocalStateStore
 from .supervisor import free_port

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Set
 
 from ...errors import UnsupportedOperationError
-from ...privatefs import private_dir
+from .._support.privatefs import private_dir
 from .procs import with_environment
 
 MIN_JAVA = 17

@@ -30,14 +30,14 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Union
 
 from ...errors import ConflictError, InvalidInputError, ScalingError
-from ...filestore import default_state_dir
-from ...lockfile import exclusive, remove_unused
-from ...leases import holder_gone, this_holder
-from ...privatefs import check_private_dir, private_dir, read_text_nofollow, remove_nofollow
-from ...recordcheck import json_object, reading
+from .._support.filestore import default_state_dir
+from .._support.lockfile import exclusive, remove_unused
+from ..._core.leases import holder_gone, this_holder
+from .._support.privatefs import check_private_dir, private_dir, read_text_nofollow, remove_nofollow
+from ..._core.recordcheck import json_object, reading
 from ...refs import ClusterRef
-from ...statefiles import write_json, writing
-from ...wording import seconds
+from .._support.statefiles import write_json, writing
+from ..._core.wording import seconds
 from .procs import ProcessId
 from .record_check import check_cluster_json
 

@@ -26,10 +26,10 @@ from typing import AbstractSet, Callable, Iterator, List, Optional, Tuple
 
 from ...errors import BackendUnavailableError, StateWriteError, WorkerFailedError
 from ...models import ClusterState
-from ...pausepoints import pause_point
-from ...privatefs import remove_nofollow
+from ..._core.pausepoints import pause_point
+from .._support.privatefs import remove_nofollow
 from ...refs import ClusterRef
-from ...waiting import Deadline
+from ..._core.waiting import Deadline
 from . import procs
 from .driver import FrameworkDriver
 from .state import ClusterRecord, LocalStateStore, PendingChange, WorkerRecord

@@ -1,7 +1,7 @@
 """What a hardware tier means for a local Dask worker process.
 
 Tiers come from a small YAML file read through the core
-:class:`~flytekitplugins_ddlscale.tiers.FileTierCatalog`: the packaged
+:class:`~flytekitplugins_ddlscale.backends.tiers.FileTierCatalog`: the packaged
 ``data/local_tiers.yaml`` unless ``$DDLSCALE_LOCAL_TIERS`` or an explicit
 path names another. ``cores`` becomes ``--nthreads`` and ``memory`` becomes
 ``--memory-limit`` of a Dask worker, ``--cores`` and ``--memory`` of a Spark
@@ -16,7 +16,7 @@ from typing import Union
 import yaml
 
 from ...errors import InvalidInputError
-from ...tiers import FileTierCatalog, HardwareTier
+from ..tiers import FileTierCatalog, HardwareTier
 
 LOCAL_TIERS_ENV = "DDLSCALE_LOCAL_TIERS"
 

@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple, Unio
 
 import httpx
 
-from ...domino_auth import DominoAuth
+from .._support.domino_auth import DominoAuth
 from ...errors import (
     BackendUnavailableError,
     CapacityExceededError,
@@ -31,17 +31,17 @@ from ...errors import (
     ScalingTimeoutError,
     UnsupportedOperationError,
 )
-from ...filerecords import FileBookkeeping
-from ...filestore import STATE_DIR_ENV, FileRecordStore
-from ...inplace import Reach, state_dir_env
+from .._support.filerecords import FileBookkeeping
+from .._support.filestore import STATE_DIR_ENV, FileRecordStore
+from .._support.inplace import Reach, state_dir_env
 from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult
-from ...outage import NeverReachedError, outage_timeout
-from ...progress import ProgressReporter, WaitProgress
+from ..._core.outage import NeverReachedError, outage_timeout
+from ..._core.progress import ProgressReporter, WaitProgress
 from ...refs import ClusterRef
-from ...sharing import current_shared_reads
-from ...tiers import DominoTierCatalog, TierCatalog
-from ...validation import validate_tier_name, validate_timeout
-from ...waiting import Backoff, Deadline, PollSchedule, TwoStageBackoff, poll_until
+from ..._core.sharing import current_shared_reads
+from ..tiers import DominoTierCatalog, TierCatalog
+from ..._core.validation import validate_tier_name, validate_timeout
+from ..._core.waiting import Backoff, Deadline, PollSchedule, TwoStageBackoff, poll_until
 from ..base import BackendCapabilities, Change
 from ..filebacked import FileRecordsBackend
 from .client import (
@@ -207,7 +207,7 @@ class ScalerServiceBackend(FileRecordsBackend):
 
     def _final_state(self, ref: ClusterRef, deadline: Deadline, what: str) -> ClusterState:
         """The cluster at the end of an operation, riding out an outage for what is left of ``deadline``
-        (at least :data:`~flytekitplugins_ddlscale.waiting.MIN_STATE_READ`); then a timeout waiting for ``what``."""
+        (at least :data:`~flytekitplugins_ddlscale._core.waiting.MIN_STATE_READ`); then a timeout waiting for ``what``."""
         left = Deadline(deadline.left_for_state_read())
         try:
             return state_from_object(ref, self._client.get_cluster(ref, left))

@@ -20,12 +20,12 @@ from typing import Any, Callable, Dict, Mapping, Optional, Set
 
 import httpx
 
-from ...domino_auth import DominoAuth, ProxyUnavailableError
+from .._support.domino_auth import DominoAuth, ProxyUnavailableError
 from ...errors import BackendUnavailableError, ClusterNotFoundError, UnauthorizedError, UnsupportedOperationError
-from ...redaction import register_secret
+from ..._core.redaction import register_secret
 from ...refs import ClusterRef
-from ...outage import cert_verification_failed, connection_reset, retry_through_outage, shared_tracker
-from ...waiting import Backoff, Deadline
+from ..._core.outage import cert_verification_failed, connection_reset, retry_through_outage, shared_tracker
+from ..._core.waiting import Backoff, Deadline
 from .errors import error_from_response, response_body
 from .polls import LIST_FROM, max_rps_from, pacer_for, polls_for
 
@@ -36,7 +36,7 @@ DEFAULT_BASE_URL = "http://ddl-cluster-scaler-svc.domino-field.svc.cluster.local
 API_PREFIX = "/ddl_cluster_scaler"
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 REFUSED_STATUSES = frozenset({401, 403})
-"""Refusals: final, except right after an outage (see :func:`~flytekitplugins_ddlscale.outage.retry_through_outage`)."""
+"""Refusals: final, except right after an outage (see :func:`~flytekitplugins_ddlscale._core.outage.retry_through_outage`)."""
 """Answers of a service that is overloaded or restarting (a 500 is the service's own error, e.g. a
 missing cluster, and is final)."""
 DEFAULT_HTTP_TIMEOUT = 30.0

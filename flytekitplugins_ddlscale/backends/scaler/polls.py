@@ -30,7 +30,7 @@ import weakref
 from typing import Any, Callable, Dict, Optional, Tuple, TypeVar
 
 from ...errors import BackendUnavailableError, InvalidInputError
-from ...waiting import Deadline
+from ..._core.waiting import Deadline
 
 T = TypeVar("T")
 
@@ -39,7 +39,7 @@ DEFAULT_MAX_RPS = 100.0
 """Polls per second this process sends to one scaler service when nothing else is configured."""
 MIN_PAUSE, MAX_PAUSE = 0.5, 2.0
 """Bounds (seconds) of the pause every waiter takes after a 429/503 without ``Retry-After`` (the
-same cap as :data:`~flytekitplugins_ddlscale.outage.OUTAGE_BACKOFF`)."""
+same cap as :data:`~flytekitplugins_ddlscale._core.outage.OUTAGE_BACKOFF`)."""
 MAX_RETRY_AFTER = 10.0
 """Longest ``Retry-After`` honoured (seconds), so a wrong header cannot stall every wait."""
 MIN_RATE = 1.0

@@ -5,11 +5,11 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, List, Optional
 from ....errors import InvalidInputError
 from ....models import Baseline, ClusterState, ReplicaSpec
 from ....refs import KindInfo, ClusterRef
-from ....tiers import HardwareTier
+from ...tiers import HardwareTier
 from ..spec import pod_ready, pod_terminating
 
 if TYPE_CHECKING:
-    from ....waiting import Deadline
+    from ...._core.waiting import Deadline
     from ..api import KubeApi
 
 Patch = Dict[str, Any]

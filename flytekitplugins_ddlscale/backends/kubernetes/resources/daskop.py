@@ -17,15 +17,15 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from ....errors import CapacityExceededError, ClusterNotFoundError, InvalidInputError, UnsupportedOperationError
 from ....models import Baseline, ClusterState, ReplicaSpec
-from ....records import ANNOTATION_PREFIX
+from ...._core.records import ANNOTATION_PREFIX
 from ....refs import ClusterRef
-from ....tiers import HardwareTier
+from ...tiers import HardwareTier
 from ..spec import pod_ready
 from .base import Mutate, Outcome, Patch, Pods, Record, ResourceAdapter, live
 from .base import pod_labels as _labels
 
 if TYPE_CHECKING:
-    from ....waiting import Deadline
+    from ...._core.waiting import Deadline
     from ..api import KubeApi
 
 LABEL_CLUSTER = "dask.org/cluster-name"

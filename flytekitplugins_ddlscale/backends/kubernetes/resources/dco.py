@@ -9,7 +9,7 @@ from typing import Any, Dict, Optional, Tuple
 from ....errors import CapacityExceededError
 from ....models import ClusterState, ReplicaSpec
 from ....refs import LABEL_APP, LABEL_COMPONENT, LABEL_INSTANCE, ClusterRef
-from ....tiers import HardwareTier
+from ...tiers import HardwareTier
 from ..spec import (
     PARKED_AUTOSCALING_ANNOTATION,
     autoscaling_section,

@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from ....errors import CapacityExceededError, ConflictError, InvalidInputError, NotScalableError
 from ....models import Baseline, ClusterState, ReplicaSpec
 from ....refs import GROUP_SEPARATOR, ClusterRef
-from ....tiers import HardwareTier
+from ...tiers import HardwareTier
 from ..spec import decode_record, pod_ready
 from .base import Outcome, Patch, Pods, Record, ResourceAdapter, live, removal_order
 from .base import pod_labels as _labels

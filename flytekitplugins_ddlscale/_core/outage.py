@@ -1,0 +1,322 @@
+"""Riding out a backend outage: retry until the operation's deadline, log once per outage.
+
+API servers and services restart routinely (upgrades, rescheduling, a rolling
+update of a one-replica Deployment). For seconds they refuse or reset
+connections, fail TLS handshakes or answer 429/5xx; once back, a restarted
+Kubernetes API server (or scaler service) answers 401/403 for a few more
+seconds while its authorization caches fill. Reads inside a wait keep
+trying through that until the wait's own deadline (capped, jittered
+backoff); a mutation is retried only when it was refused before anything
+was sent, or refused with 401/403 (a refused request did nothing). An
+:class:`OutageTracker` per backend connection logs ONCE when an outage
+starts and ONCE when it ends (with its length), and remembers the outages so
+a timeout can say how long the backend was unreachable.
+
+Two things are NOT an outage and fail at once: a backend that has never
+answered and to which no connection can be made (refused, name not resolved,
+TLS handshake failing: more likely a wrong address than a restart;
+:class:`NeverReachedError`), and a 401/403 that does not follow an outage
+(the caller lacks the permission). A backend that accepts connections but
+has not answered yet (hung, slow) is ridden out.
+"""
+import logging
+import ssl
+import threading
+import time
+import weakref
+from collections import deque
+from typing import Callable, Deque, Iterator, Optional, Tuple, Type, TypeVar
+
+from ..errors import BackendUnavailableError, ScalingTimeoutError
+from ..models import ClusterState
+from .waiting import Backoff, Deadline
+
+T = TypeVar("T")
+
+OUTAGE_BACKOFF = Backoff(initial=0.2, factor=2.0, cap=2.0, jitter=0.5)
+"""Pauses between attempts during an outage: 0.2 s doubling to 2 s, each drawn from [50 %, 100 %]
+of that, so clients waiting on the same restart do not all reconnect at the same instant."""
+MAX_REMEMBERED = 256
+"""Outages kept per tracker (older ones only matter to waits that ended long ago)."""
+BROKEN_WINDOW = 30.0
+"""Seconds after a connection to the backend broke mid-stream during which a 401/403 counts as the
+backend restarting (it may come back before a new connection was ever refused)."""
+NO_WAIT_LIMIT = 30.0
+"""Seconds an operation that does not wait for its workers (``wait=False``, ``--no-wait``, the
+connector's requests) rides out an outage: its timeout is for the wait it does not do, and a
+caller that chose not to wait should not hang for the 900 s default."""
+
+
+class NeverReachedError(BackendUnavailableError):
+    """The backend has not answered once since this process's clients of it were made: the address,
+    name, port, TLS settings or network are more likely wrong than the backend restarting, so this
+    is not ridden out as an outage."""
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.1f}"
+
+
+class OutageTracker:
+    """The reachability of one backend (``what``, e.g. "the Kubernetes API server at https://...").
+
+    Callers report each attempt: :meth:`failed` for a symptom of an outage,
+    :meth:`recovered` for an answer. Thread-safe: one tracker serves every
+    wait of a backend object.
+    """
+
+    def __init__(self, what: str, logger: logging.Logger, clock: Callable[[], float] = time.monotonic) -> None:
+        self.what = what
+        self._logger = logger
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._down_since: Optional[float] = None
+        self._reached = False
+        self._served = False
+        self._broken_at: Optional[float] = None
+        self._refusing = False
+        self._past: Deque[Tuple[float, float]] = deque(maxlen=MAX_REMEMBERED)
+
+    @property
+    def down(self) -> bool:
+        """True while the last attempt failed with an outage symptom."""
+        return self._down_since is not None
+
+    @property
+    def reached(self) -> bool:
+        """True once the backend has answered anything (401/403 and 5xx included): it is at this address."""
+        return self._reached
+
+    @property
+    def served(self) -> bool:
+        """True once the backend has served a request (an answer other than 401/403, 429 and 5xx)."""
+        return self._served
+
+    def answered(self, served: bool) -> None:
+        """The backend answered; ``served``: with an answer other than a refusal or an outage symptom."""
+        self._reached = True
+        self._served = self._served or served
+
+    def interrupted(self) -> None:
+        """A connection to the backend broke mid-stream (a watch cut): not logged, but a 401/403 within
+        :data:`BROKEN_WINDOW` seconds is taken for a restarted backend."""
+        self._broken_at = self._clock()
+
+    def unsettled(self) -> bool:
+        """True during an outage, or within :data:`BROKEN_WINDOW` seconds of a broken connection."""
+        broken = self._broken_at
+        return self.down or (broken is not None and self._clock() - broken < BROKEN_WINDOW)
+
+    def refusing(self, reason: str) -> None:
+        """The backend, back after an outage, refused a request (401/403); logs once per outage."""
+        with self._lock:
+            if self._refusing or self._down_since is None:
+                return
+            self._refusing = True
+        self._logger.warning(
+            "%s answers %s after its outage (a restarted server's authorization caches are still filling); "
+            "waits keep retrying until their deadline", self.what, reason,
+        )
+
+    def current_outage(self) -> Optional[float]:
+        """Seconds the ongoing outage has lasted so far; None while the backend answers."""
+        with self._lock:
+            since = self._down_since
+            return None if since is None else self._clock() - since
+
+    def failed(self, reason: str) -> None:
+        """An attempt failed with ``reason``; logs only if this starts an outage."""
+        with self._lock:
+            if self._down_since is not None:
+                return
+            self._down_since = self._clock()
+        self._logger.warning("%s is unreachable (%s); waits keep retrying until their deadline", self.what, reason)
+
+    def now(self) -> float:
+        """The tracker's clock: when a request is sent, for :meth:`recovered`."""
+        return self._clock()
+
+    def recovered(self, sent_at: Optional[float] = None) -> None:
+        """The backend answered; logs the outage's length if one was going on.
+
+        An answer to a request sent (``sent_at``, :meth:`now`) before the outage
+        began ends nothing: it was on its way while the backend went down.
+        """
+        with self._lock:
+            if sent_at is not None and self._down_since is not None and sent_at < self._down_since:
+                return
+            since, self._down_since = self._down_since, None
+            self._refusing = False
+            if since is None:
+                return
+            now = self._clock()
+            self._past.append((since, now))
+        self._logger.warning("%s is reachable again after %s s", self.what, _seconds(now - since))
+
+    def unreachable_since(self, start: float) -> Tuple[float, int, bool]:
+        """(seconds unreachable, number of outages, still down) counted from monotonic time ``start``."""
+        with self._lock:
+            now = self._clock()
+            spans = list(self._past)
+            if self._down_since is not None:
+                spans.append((self._down_since, now))
+            down = self._down_since is not None
+        overlapping = [(max(begin, start), end) for begin, end in spans if end > start]
+        return sum(end - begin for begin, end in overlapping), len(overlapping), down
+
+    def summary(self, deadline: Deadline) -> str:
+        """E.g. "the API server was unreachable for 12.3 s of the 30 s wait (2 outages)"; "" if it never was."""
+        seconds, count, down = self.unreachable_since(deadline.started)
+        if count == 0:
+            return ""
+        outages = f"{count} outage{'s' if count != 1 else ''}"
+        still = ", still unreachable at the end" if down else ""
+        return (
+            f"{self.what} was unreachable for {_seconds(seconds)} s of the "
+            f"{round(deadline.timeout, 1):g} s wait ({outages}{still})"
+        )
+
+
+_TRACKERS: "weakref.WeakValueDictionary[str, OutageTracker]" = weakref.WeakValueDictionary()
+_TRACKERS_LOCK = threading.Lock()
+
+
+def shared_tracker(what: str, logger: logging.Logger) -> OutageTracker:
+    """The one :class:`OutageTracker` of ``what`` in this process: every client of the same backend
+    (several backend objects, a shared informer or poll) reports to it, so an outage is logged once.
+    It lives as long as a client holds it, so a later server at the same address starts afresh."""
+    with _TRACKERS_LOCK:
+        tracker = _TRACKERS.get(what)
+        if tracker is None:
+            tracker = _TRACKERS[what] = OutageTracker(what, logger)
+        return tracker
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and everything it wraps (causes, contexts, urllib3 reasons, exception arguments)."""
+    seen = set()
+    todo = [exc]
+    while todo:
+        current = todo.pop()
+        if not isinstance(current, BaseException) or id(current) in seen:
+            continue  # None, or a ``reason`` that is text (ssl.SSLError's)
+        seen.add(id(current))
+        yield current
+        todo.extend([current.__cause__, current.__context__, getattr(current, "reason", None)])
+        todo.extend(arg for arg in getattr(current, "args", ()) if isinstance(arg, BaseException))
+
+
+def cert_verification_failed(exc: BaseException) -> bool:
+    """True when ``exc`` (or anything it wraps) is a TLS certificate verification failure:
+    a wrong certificate does not heal by retrying."""
+    return any(
+        isinstance(current, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(current)
+        for current in _chain(exc)
+    )
+
+
+def connection_reset(exc: BaseException) -> bool:
+    """True when ``exc`` (or anything it wraps) is a connection reset: something accepted the
+    connection (a proxy or a server going down), so the address is not what is wrong."""
+    return any(isinstance(current, ConnectionResetError) for current in _chain(exc))
+
+
+def retry_through_outage(
+    call: Callable[[], T],
+    *,
+    tracker: OutageTracker,
+    symptom: Callable[[Exception], Optional[str]],
+    deadline: Optional[Deadline],
+    retry_if: Callable[[Exception], bool] = lambda exc: True,
+    answered: Tuple[Type[BaseException], ...] = (),
+    unconnected: Callable[[Exception], bool] = lambda exc: False,
+    refused: Callable[[Exception], Optional[str]] = lambda exc: None,
+    backoff: Backoff = OUTAGE_BACKOFF,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """``call()``'s result, trying again through an outage until ``deadline``.
+
+    ``symptom(exc)`` names a failure that an outage explains (connection
+    refused or reset, TLS handshake, 429, 5xx), else None; such a failure is
+    reported to ``tracker`` and, if ``retry_if(exc)`` (default: always; a
+    mutation passes "nothing was sent"), tried again after a jittered pause.
+    Exceptions of the ``answered`` types are answers of the backend (it is
+    reachable, even when it answered 5xx). A symptom for which
+    ``unconnected(exc)`` (no connection could be made: refused, name not
+    resolved, TLS handshake failed) from a backend that never answered raises
+    :class:`NeverReachedError` at once.
+    ``refused(exc)`` names a 401/403 answer, else None: right after an outage
+    (the tracker is still down or a connection broke lately, and the backend
+    served requests before) it is part of the outage and tried
+    again like a symptom (the request did nothing, so even a mutation is safe
+    to repeat) and logged once; otherwise it is raised at once. Any other
+    error is raised at once. Without a ``deadline`` there is one attempt; at
+    the deadline the last error is raised.
+    """
+    pauses = backoff.intervals()
+    while True:
+        sent_at = tracker.now()
+        try:
+            result = call()
+        except Exception as exc:  # noqa: BLE001 - classified, then re-raised or retried
+            refusal = refused(exc)
+            if refusal is not None:
+                tracker.answered(served=False)
+                if not (tracker.served and tracker.unsettled()):
+                    tracker.recovered(sent_at)
+                    raise
+                tracker.failed(refusal)
+                tracker.refusing(refusal)
+                if deadline is None or deadline.expired:
+                    raise
+            else:
+                reason = symptom(exc)
+                if reason is None:
+                    if isinstance(exc, answered):
+                        tracker.answered(served=True)
+                        tracker.recovered(sent_at)
+                    raise
+                if isinstance(exc, answered):
+                    tracker.answered(served=False)
+                elif unconnected(exc) and not tracker.reached:
+                    raise _never_reached(tracker, reason) from exc
+                tracker.failed(reason)
+                if deadline is None or deadline.expired or not retry_if(exc):
+                    raise
+            sleep(min(next(pauses), deadline.remaining))
+            if deadline.expired:
+                raise
+        else:
+            tracker.answered(served=True)
+            tracker.recovered(sent_at)
+            return result
+
+
+def _never_reached(tracker: OutageTracker, reason: str) -> NeverReachedError:
+    """The error of a first request that got no answer from ``tracker``'s backend (``reason``)."""
+    return NeverReachedError(
+        f"{tracker.what} could not be reached ({reason}) and has not answered once: not retried as an "
+        "outage, since a backend that was never reached more likely has a wrong address, port, name or TLS "
+        "setting, or a network in between refuses; check them and try again"
+    )
+
+
+def outage_timeout(
+    error: BackendUnavailableError,
+    *,
+    deadline: Deadline,
+    what: str,
+    tracker: OutageTracker,
+    state: Optional[ClusterState],
+    cluster: Optional[str],
+) -> ScalingTimeoutError:
+    """The :class:`ScalingTimeoutError` of an operation whose backend did not answer before ``deadline``:
+    what it waited for, how long the backend was unreachable, the last error and the last state seen."""
+    outage = tracker.summary(deadline)
+    return ScalingTimeoutError(
+        f"timed out after {round(deadline.timeout, 1):g}s waiting for {what}; "
+        f"{outage + '; ' if outage else ''}last error: {error.message}; "
+        f"last state: {state.describe() if state is not None else 'never read'}",
+        cluster=state.cluster if state is not None else cluster,
+        state=state,
+    )

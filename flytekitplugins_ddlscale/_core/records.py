@@ -1,0 +1,226 @@
+"""Baselines and claims: the bookkeeping that lets phases share a cluster safely.
+
+A *baseline* is the cluster's size and tiers before this plugin first changed
+it; ``RestoreCluster`` and ``ddlscale restore`` put it back. A *claim* says
+"phase X needs at least N workers while it runs"; it is a lease its holder
+renews (:mod:`.leases`). The size *outside phases* is the cluster as the
+first of the live phases found it. While claims are live the cluster is held
+at the largest one, and never below the size outside phases on the same tier
+(:func:`settle`); when the last one ends, the size outside phases comes back
+and is forgotten (the baseline too, when the two are the same: nothing else
+changed the cluster). All three are stored where every participant can see
+them: annotations on the custom object (Kubernetes), or a
+:class:`FileRecordStore` (scaler service, local backend). This module holds
+the format and the pure decisions; backends hold the storage.
+"""
+import datetime
+import json
+import math
+import re
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Callable, Dict, Optional, Tuple
+
+from ..errors import InvalidInputError
+from .leases import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS, split_live, this_holder
+from ..models import Baseline, utcnow
+from .recordcheck import json_object, mapping, only_fields, reading
+from .validation import (
+    validate_claim_id,
+    validate_int,
+    validate_replicas,
+    validate_text,
+    validate_tier_name,
+    validate_timestamp,
+)
+
+ANNOTATION_PREFIX = "ddlscale.flyte.org"
+BASELINE_ANNOTATION = f"{ANNOTATION_PREFIX}/baseline"
+CLAIMS_ANNOTATION = f"{ANNOTATION_PREFIX}/claims"
+OUTSIDE_ANNOTATION = f"{ANNOTATION_PREFIX}/outside-phases"
+HOLDER_PATTERN = re.compile(r"[^\s:]{1,253}:[0-9]{1,10}")
+
+
+def _now() -> str:
+    return utcnow().isoformat()
+
+
+@dataclass
+class Claim:
+    """One phase's need for at least ``replicas`` workers: a lease its holder renews (:mod:`.leases`)."""
+
+    claim_id: str
+    replicas: int
+    worker_hw_tier: Optional[str] = None
+    holder: str = field(default_factory=this_holder)
+    """``host:pid`` of the process that made the claim: on this host, a claim whose holder is gone is dead."""
+    created_at: str = field(default_factory=_now)
+    renewed_at: str = field(default_factory=_now)
+    """When the holder last renewed the claim (made it, at first)."""
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+    """How long after ``renewed_at`` the claim stays live without another renewal."""
+
+    def renewed(self) -> "Claim":
+        """This claim renewed now."""
+        return Claim(self.claim_id, self.replicas, self.worker_hw_tier, self.holder, self.created_at, _now(),
+                     self.lease_seconds)
+
+
+def largest_claim(claims: Dict[str, Claim]) -> Optional[Claim]:
+    """The claim with the most replicas (ties: the oldest), or None when there are none."""
+    if not claims:
+        return None
+    return max(claims.values(), key=lambda c: (c.replicas, _neg_time(c.created_at)))
+
+
+def _neg_time(iso: str) -> float:
+    return -datetime.datetime.fromisoformat(iso).timestamp()
+
+
+def encode_claims(claims: Dict[str, Claim]) -> str:
+    """Claims as compact JSON for an annotation or a file."""
+    return json.dumps({k: asdict(v) for k, v in sorted(claims.items())}, separators=(",", ":"))
+
+
+def decode_claims(text: Optional[str], source: str = CLAIMS_ANNOTATION) -> Dict[str, Claim]:
+    """Claims from :func:`encode_claims` output; empty for None or ''.
+
+    Every field is checked as user input is: :class:`CorruptRecordError`
+    names ``source`` (the file or annotation), the field and its value.
+    """
+    if not text:
+        return {}
+    with reading(source):
+        data = json_object(validate_text(text, "claims", "claims as JSON text"), "claims")
+        for key in data:
+            validate_claim_id(key, "claims")
+        return {key: _claim(key, value) for key, value in data.items()}
+
+
+_CLAIM_FIELDS = tuple(f.name for f in fields(Claim))
+
+
+def _claim(key: str, data: Any) -> Claim:
+    where = f"claims[{key!r}]"
+    only_fields(mapping(data, where), _CLAIM_FIELDS, ("claim_id", "replicas"), where)
+    claim_id = validate_claim_id(data["claim_id"], f"{where}.claim_id")
+    if claim_id != key:
+        raise InvalidInputError(f"{where}.claim_id", claim_id, f"{key!r}, the id it is filed under")
+    claim = Claim(
+        claim_id=claim_id,
+        replicas=validate_replicas(data["replicas"], field=f"{where}.replicas"),
+        worker_hw_tier=validate_tier_name(data.get("worker_hw_tier"), field=f"{where}.worker_hw_tier"),
+    )
+    if "holder" in data:
+        claim.holder = validate_text(data["holder"], f"{where}.holder", "host:pid of the claiming process", HOLDER_PATTERN)
+    if "created_at" in data:
+        claim.created_at = _utc_text(data["created_at"], f"{where}.created_at")
+    # A claim written before leases existed counts from when it was made.
+    claim.renewed_at = _utc_text(data["renewed_at"], f"{where}.renewed_at") if "renewed_at" in data else claim.created_at
+    if "lease_seconds" in data:
+        claim.lease_seconds = _lease(data["lease_seconds"], f"{where}.lease_seconds")
+    return claim
+
+
+def _utc_text(value: Any, field: str) -> str:
+    """An ISO-8601 time as text with a time zone (UTC when the record gave none)."""
+    moment = validate_timestamp(value, field)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.timezone.utc)
+    return moment.isoformat()
+
+
+def _lease(value: Any, field: str) -> float:
+    allowed = f"a number of seconds above 0, at most {MAX_LEASE_SECONDS:.0f}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInputError(field, value, allowed)
+    if not math.isfinite(value) or not 0 < value <= MAX_LEASE_SECONDS:
+        raise InvalidInputError(field, value, allowed)
+    return float(value)
+
+
+def encode_baseline(baseline: Baseline) -> str:
+    """A baseline as compact JSON."""
+    data = asdict(baseline)
+    data["recorded_at"] = baseline.recorded_at.isoformat()
+    return json.dumps(data, separators=(",", ":"), sort_keys=True)
+
+
+_BASELINE_FIELDS = tuple(f.name for f in fields(Baseline))
+
+
+def decode_baseline(text: Optional[str], source: str = BASELINE_ANNOTATION) -> Optional[Baseline]:
+    """A baseline from :func:`encode_baseline` output; None for None or ''.
+
+    Every field is checked as user input is: :class:`CorruptRecordError`
+    names ``source`` (the file or annotation), the field and its value.
+    """
+    if not text:
+        return None
+    with reading(source):
+        data = json_object(validate_text(text, "baseline", "a baseline as JSON text"), "baseline")
+        only_fields(data, _BASELINE_FIELDS, ("cluster", "replicas", "recorded_at"), "baseline")
+        return Baseline(
+            cluster=validate_text(data["cluster"], "baseline.cluster", "the cluster as kind/name"),
+            replicas=validate_replicas(data["replicas"], field="baseline.replicas"),
+            autoscaling_min=_optional_count(data.get("autoscaling_min"), "baseline.autoscaling_min"),
+            autoscaling_max=_optional_count(data.get("autoscaling_max"), "baseline.autoscaling_max"),
+            worker_hw_tier=validate_tier_name(data.get("worker_hw_tier"), field="baseline.worker_hw_tier"),
+            head_hw_tier=validate_tier_name(data.get("head_hw_tier"), field="baseline.head_hw_tier"),
+            recorded_at=validate_timestamp(data["recorded_at"], "baseline.recorded_at"),
+        )
+
+
+def _optional_count(value: Any, field: str) -> Optional[int]:
+    return None if value is None else validate_int(value, field, 0)
+
+
+def same_size(first: Optional[Baseline], second: Optional[Baseline]) -> bool:
+    """Whether two recorded sizes are the same cluster shape (workers and tiers; when recorded does not
+    matter, nor the worker tier of no workers)."""
+    if first is None or second is None:
+        return first is second
+    keys = ("replicas", "head_hw_tier") + (("worker_hw_tier",) if first.replicas else ())
+    return all(getattr(first, key) == getattr(second, key) for key in keys)
+
+
+SameTier = Callable[[str, Optional[str]], bool]
+"""Whether a claim's worker tier NAME is the tier a recorded size shows (a name or a backend's tier id)."""
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """What a reconcile does, decided from one read of a cluster's records.
+
+    While a claim is live, ``hold`` is the largest one and ``replicas`` the
+    workers to hold: its count, or the size outside phases when that is
+    larger and on the claim's tier (a phase asks for at least N workers, and
+    never shrinks a cluster it found larger). With none live, ``restore_to``
+    (the size outside phases, else the baseline) comes back, the record of
+    the size outside phases is dropped, and the baseline too when
+    ``forget_baseline`` (it is that same size). ``dead`` are the claims to
+    drop, with why.
+    """
+
+    live: Dict[str, Claim]
+    dead: Dict[str, Tuple[Claim, str]]
+    hold: Optional[Claim]
+    replicas: int
+    restore_to: Optional[Baseline]
+    forget_baseline: bool
+
+
+def settle(
+    claims: Dict[str, Claim], outside: Optional[Baseline], baseline: Optional[Baseline], same_tier: SameTier
+) -> Settlement:
+    """The :class:`Settlement` of ``claims`` over the size outside phases and the baseline."""
+    live, dead = split_live(claims)
+    hold = largest_claim(live)
+    restore_to = outside if outside is not None else baseline
+    replicas = 0
+    if hold is not None:
+        replicas = hold.replicas
+        floor_applies = hold.worker_hw_tier is None or same_tier(hold.worker_hw_tier, restore_to and restore_to.worker_hw_tier)
+        if restore_to is not None and floor_applies:
+            replicas = max(replicas, restore_to.replicas)
+    forget_baseline = outside is None or baseline is None or same_size(outside, baseline)
+    return Settlement(live, dead, hold, replicas, restore_to, forget_baseline)

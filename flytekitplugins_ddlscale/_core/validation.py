@@ -1,0 +1,86 @@
+"""Checks every operation runs on its arguments before anything is sent.
+
+Each failure is an :class:`InvalidInputError` that names the field and the
+values it accepts.
+"""
+import contextlib
+import datetime
+import math
+import re
+from typing import Optional, Pattern
+
+from ..errors import InvalidInputError
+
+MAX_REPLICAS = 1000
+"""Upper bound on a requested worker count; above it is almost surely a typo."""
+
+
+def validate_replicas(value: object, field: str = "replicas", maximum: int = MAX_REPLICAS) -> int:
+    """Return ``value`` as a worker count in ``0..maximum``; booleans and floats are refused."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputError(field, value, f"an integer from 0 to {maximum}")
+    if value < 0 or value > maximum:
+        raise InvalidInputError(field, value, f"an integer from 0 to {maximum}")
+    return value
+
+
+MAX_NODE_TIMEOUT = 24 * 3600.0
+"""Longest timeout of a scaling node (24 h): the connector polls a node until then, so an endless
+one would be polled forever."""
+
+
+def validate_timeout(value: object, field: str = "timeout", maximum: Optional[float] = None) -> float:
+    """Return ``value`` as a positive, finite number of seconds (at most ``maximum`` when given)."""
+    allowed = "a positive number of seconds" + (f" up to {maximum:.0f} ({maximum / 3600:g} h)" if maximum else "")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInputError(field, value, allowed)
+    if not math.isfinite(value) or value <= 0 or (maximum is not None and value > maximum):
+        raise InvalidInputError(field, value, allowed)
+    return float(value)
+
+
+def validate_tier_name(value: Optional[object], field: str = "worker_hw_tier") -> Optional[str]:
+    """Return a stripped tier name, or None when no tier was asked for; empty is refused."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInputError(field, value, "a non-empty hardware tier name, or None")
+    return value.strip()
+
+
+CLAIM_ID_PATTERN = re.compile(r"\w[\w.:@-]{0,199}")
+"""A claim id: a word character, then up to 199 word characters, ``.``, ``:``, ``@`` or ``-`` (a phase's
+label, such as a task function's name, and a random suffix); no spaces or control characters."""
+
+
+def validate_claim_id(claim_id: object, field: str = "claim_id") -> str:
+    """Return ``claim_id`` if it matches :data:`CLAIM_ID_PATTERN`, else raise :class:`InvalidInputError`."""
+    return validate_text(
+        claim_id, field, "a phase name: letters, digits, _ . : @ - (at most 200, no spaces)", CLAIM_ID_PATTERN
+    )
+
+
+def validate_int(value: object, field: str, minimum: int, maximum: Optional[int] = None) -> int:
+    """Return ``value`` as an integer in ``minimum..maximum`` (no upper bound for None); booleans,
+    floats and strings are refused."""
+    allowed = f"an integer from {minimum} to {maximum}" if maximum is not None else f"an integer of at least {minimum}"
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputError(field, value, allowed)
+    if value < minimum or (maximum is not None and value > maximum):
+        raise InvalidInputError(field, value, allowed)
+    return value
+
+
+def validate_text(value: object, field: str, allowed: str, pattern: Optional[Pattern[str]] = None) -> str:
+    """Return ``value`` if it is a non-empty string that ``pattern`` (if given) matches as a whole."""
+    if not isinstance(value, str) or not value or (pattern is not None and not pattern.fullmatch(value)):
+        raise InvalidInputError(field, value, allowed)
+    return value
+
+
+def validate_timestamp(value: object, field: str) -> datetime.datetime:
+    """Return the ISO-8601 time ``value`` as a datetime."""
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            return datetime.datetime.fromisoformat(value)
+    raise InvalidInputError(field, value, "an ISO-8601 time, e.g. 2026-01-31T12:00:00+00:00")

@@ -1,0 +1,155 @@
+"""Deadlines and adaptive polling shared by every wait.
+
+A wait polls fast at first (most operations on a warm cluster finish within
+a second), then backs off geometrically to a cap, and never sleeps past its
+deadline. Timeouts raise :class:`ScalingTimeoutError` carrying the last state.
+"""
+import random
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator, Optional, Protocol, TypeVar
+
+from ..errors import ScalingTimeoutError
+from ..models import ClusterState
+from .progress import ProgressReporter, WaitProgress
+from .wording import seconds
+
+T = TypeVar("T")
+MIN_WAIT = 0.1
+"""Seconds a wait still gets when the earlier steps of its operation took (nearly) all of its timeout,
+so it reads the cluster at least once."""
+
+MIN_STATE_READ = 1.0
+"""Seconds the read of a cluster's state at the end of an operation still gets when the operation's
+deadline is (nearly) spent: a request needs longer than :data:`MIN_WAIT` to be answered."""
+
+
+class Deadline:
+    """A point in monotonic time that a wait must not pass."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.started = time.monotonic()
+        self.expires = self.started + timeout
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds since the deadline was set."""
+        return time.monotonic() - self.started
+
+    @property
+    def remaining(self) -> float:
+        """Seconds left, never negative."""
+        return max(0.0, self.expires - time.monotonic())
+
+    @property
+    def expired(self) -> bool:
+        """True once the deadline has passed."""
+        return time.monotonic() >= self.expires
+
+    def left_for_wait(self) -> float:
+        """The timeout of a wait that ends an operation under this deadline: the time left,
+        at least :data:`MIN_WAIT`."""
+        return max(self.remaining, MIN_WAIT)
+
+    def left_for_state_read(self) -> float:
+        """The timeout of the state read that ends an operation under this deadline: the time left,
+        at least :data:`MIN_STATE_READ`."""
+        return max(self.remaining, MIN_STATE_READ)
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Geometric poll intervals: ``initial``, ``initial*factor``, ... capped at ``cap``.
+
+    With ``jitter`` (0 to 1) each interval is drawn uniformly from
+    ``[step * (1 - jitter), step]``, so many clients retrying after the same
+    outage do not all come back at the same instant.
+    """
+
+    initial: float = 0.25
+    factor: float = 1.5
+    cap: float = 2.0
+    jitter: float = 0.0
+
+    def intervals(self) -> Iterator[float]:
+        """An endless iterator of sleep intervals in seconds."""
+        delay = self.initial
+        while True:
+            yield delay * (1.0 - self.jitter * random.random()) if self.jitter else delay
+            delay = min(self.cap, delay * self.factor)
+
+
+class PollSchedule(Protocol):
+    """Anything that yields sleep intervals between polls."""
+
+    def intervals(self) -> Iterator[float]:
+        """An endless iterator of sleep intervals in seconds."""
+        ...
+
+
+@dataclass(frozen=True)
+class TwoStageBackoff:
+    """``initial`` doubling up to ``fast``, held until ``fast_until`` seconds of sleeping, then ``slow``.
+
+    For services without a watch: most changes on a warm cluster land within
+    seconds, so those are seen quickly; a long wait (nodes being provisioned)
+    then polls less often than a fixed-interval client would.
+    """
+
+    initial: float = 0.25
+    fast: float = 1.0
+    fast_until: float = 10.0
+    slow: float = 3.0
+
+    def intervals(self) -> Iterator[float]:
+        """An endless iterator of sleep intervals in seconds."""
+        slept = 0.0
+        delay = self.initial
+        while True:
+            step = delay if slept < self.fast_until else self.slow
+            yield step
+            slept += step
+            delay = min(self.fast, delay * 2.0)
+
+
+def poll_until(
+    read: Callable[[], ClusterState],
+    done: Callable[[ClusterState], bool],
+    *,
+    what: str,
+    target: int,
+    count: Callable[[ClusterState], int],
+    timeout: float,
+    backoff: PollSchedule = Backoff(),
+    progress: Optional[ProgressReporter] = None,
+    sleep: Callable[[float], None] = time.sleep,
+    note: Callable[[Deadline], str] = lambda deadline: "",
+) -> ClusterState:
+    """Call ``read`` until ``done(state)``; return that state.
+
+    ``what`` says what is awaited (it appears in progress and in the timeout
+    error); ``count(state)`` measures progress towards ``target``. Raises
+    :class:`ScalingTimeoutError` with the last state once ``timeout`` passes;
+    ``note(deadline)``, when not empty, is added to its message (e.g. how
+    long the backend was unreachable during the wait).
+    """
+    deadline = Deadline(timeout)
+    intervals = backoff.intervals()
+    while True:
+        state = read()
+        if progress is not None:
+            progress(
+                WaitProgress(what, count(state), target, deadline.elapsed, timeout, state.describe())
+            )
+        if done(state):
+            return state
+        if deadline.expired:
+            extra = note(deadline)
+            raise ScalingTimeoutError(
+                f"timed out after {seconds(timeout)} waiting for {what}; {extra + '; ' if extra else ''}"
+                f"last state: {state.describe()}",
+                cluster=state.cluster,
+                state=state,
+            )
+        sleep(min(next(intervals), deadline.remaining))

@@ -1,0 +1,33 @@
+"""Framework readiness: workers registered with Dask, Ray or Spark, not just pods that exist.
+
+A pod can exist, or even be Ready, before its worker process has joined the
+scheduler, Ray head or Spark master. This layer asks the head itself over
+the frameworks' own HTTP/JSON endpoints (standard library only, so no
+framework client is needed in the task image):
+
+* :mod:`.probes`     what each head serves and how to count its workers;
+* :mod:`.endpoints`  where the head is (overrides, Domino's variables,
+  ``spark.master``) and the on/off switch;
+* :mod:`.spark_conf` reading ``spark.master`` from the run's Spark configuration;
+* :mod:`.wait`       the bounded waits (workers registered; removed workers dropped) that
+  ride out an unreachable head.
+
+The readiness every surface reports (a backend's pods plus these probes) is one
+band up, in :mod:`flytekitplugins_ddlscale._services.readiness`.
+"""
+from .endpoints import Endpoint, enabled_by_env, resolve_endpoint
+from .probes import PROBES, Probe, probe_for
+from .wait import Registered, read_registered, wait_dropped, wait_registered
+
+__all__ = [
+    "PROBES",
+    "Endpoint",
+    "Probe",
+    "Registered",
+    "enabled_by_env",
+    "probe_for",
+    "read_registered",
+    "resolve_endpoint",
+    "wait_dropped",
+    "wait_registered",
+]

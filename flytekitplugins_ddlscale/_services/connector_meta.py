@@ -1,0 +1,158 @@
+"""What the Flyte connector's ``create`` hands to ``get``: the resource metadata, checked like input.
+
+FlytePropeller stores the bytes ``create`` returned and sends them back with
+every ``get``; the connector keeps no other state, so a restarted connector
+goes on where it was. The bytes come from outside the connector, so decoding
+checks every field's type and an unreadable metadata becomes a refused one
+(``get`` is FAILED with a one-line message naming the field) instead of a
+traceback.
+"""
+import json
+import math
+import time
+from dataclasses import MISSING, dataclass, fields
+from typing import Any, Dict, Type
+
+from flytekit.extend.backend.base_connector import ResourceMeta
+
+from ..errors import InvalidInputError, ScalingError
+from ..models import RestartResult
+from .nodes.names import RESTART_TASK_TYPE, RESTORE_TASK_TYPE, SCALE_TASK_TYPE, WAIT_TASK_TYPE
+from .nodes.outputs import ClusterReady, RestartOutcome, RestoreOutcome, ScaleOutcome
+
+AWAIT_WORKERS = "workers"
+"""``get`` waits for ``target`` workers (none when ``target`` is -1)."""
+AWAIT_DESIRED = "desired"
+"""``get`` waits for as many workers as the cluster desires when it reads it (``WaitForCluster`` replicas -1)."""
+AWAIT_HEAD = "head"
+"""``get`` waits for the head the restart in ``restart`` brought up."""
+AWAITS = (AWAIT_WORKERS, AWAIT_DESIRED, AWAIT_HEAD)
+
+OUTCOME_TYPES: Dict[str, type] = {
+    SCALE_TASK_TYPE: ScaleOutcome,
+    WAIT_TASK_TYPE: ClusterReady,
+    RESTORE_TASK_TYPE: RestoreOutcome,
+    RESTART_TASK_TYPE: RestartOutcome,
+}
+"""The typed output of each task type the connector serves."""
+
+_TYPE_WORDS = {int: "an integer", float: "a finite number", str: "a string", bool: "true or false"}
+_RESTART_FIELDS = ("pod", "started_at", "head_hw_tier", "replaced_uid")
+
+
+@dataclass
+class ScalingMetadata(ResourceMeta):
+    """What ``create`` sent and what ``get`` waits for: enough to decide without any other state."""
+
+    task_type: str
+    cluster: str
+    backend: str
+    """The template's backend ('' for the connector's own choice)."""
+    target: int
+    """Workers to wait for; -1 means nothing to wait for."""
+    started: float
+    """Epoch seconds when the change was sent."""
+    deadline: float
+    """Epoch seconds after which ``get`` reports failure."""
+    outcome: str
+    """JSON of the node's outcome as known at creation (completed by ``get``)."""
+    framework_ready: bool = True
+    framework_url: str = ""
+    """The node's ``framework_url`` ('' for none)."""
+    error: str = ""
+    """Why the node was refused ('' when it was not): ``get`` reports it as FAILED."""
+    awaits: str = AWAIT_WORKERS
+    """What ``get`` waits for: one of :data:`AWAITS`."""
+    restart: str = ""
+    """JSON of the head restart ``create`` sent (pod, started_at, head_hw_tier, replaced_uid); '' for none."""
+
+    @classmethod
+    def refused(cls, task_type: str, error: ScalingError) -> "ScalingMetadata":
+        """A metadata whose ``get`` fails at once with ``error``'s one-line message."""
+        now = time.time()
+        return cls(task_type, "", "", -1, now, now, "{}", error=str(error))
+
+    @classmethod
+    def decode(cls, data: bytes) -> "ScalingMetadata":
+        """The metadata in ``data``; a refused one (saying which field is wrong) when it is malformed,
+        so the caller gets a short FAILED answer instead of a traceback."""
+        raw: Any = None
+        try:
+            raw = json.loads(data.decode("utf-8"))
+            if not isinstance(raw, dict):
+                raise InvalidInputError("resource_meta", type(raw).__name__, "a JSON object")
+            values = {f.name: checked_value(f"resource_meta.{f.name}", f.type, raw[f.name])
+                      for f in fields(cls) if f.name in raw}
+            for f in fields(cls):
+                if f.name not in values and f.default is MISSING:
+                    raise InvalidInputError(f"resource_meta.{f.name}", None, "the value create returned (required)")
+            if values.get("awaits", AWAIT_WORKERS) not in AWAITS:
+                raise InvalidInputError("resource_meta.awaits", values["awaits"], ", ".join(AWAITS))
+            return cls(**values)
+        except ScalingError as error:
+            return cls.refused(str(raw.get("task_type", "")) if isinstance(raw, dict) else "", error)
+        except ValueError:
+            return cls.refused("", InvalidInputError("resource_meta", "<not JSON>", "the JSON that create returned"))
+
+    def known_outcome(self) -> Dict[str, Any]:
+        """The outcome fields ``create`` knew, each checked against the task type's outcome class."""
+        kind = OUTCOME_TYPES.get(self.task_type)
+        if kind is None:
+            raise InvalidInputError("resource_meta.task_type", self.task_type, ", ".join(OUTCOME_TYPES))
+        known = _json_object("resource_meta.outcome", self.outcome)
+        types = {f.name: f.type for f in fields(kind)}
+        unknown = sorted(set(known) - set(types))
+        if unknown:
+            raise InvalidInputError(f"resource_meta.outcome.{unknown[0]}", known[unknown[0]], ", ".join(types))
+        return {name: checked_value(f"resource_meta.outcome.{name}", types[name], value) for name, value in known.items()}
+
+    def outcome_of(self, **updates: Any) -> Any:
+        """The task type's outcome from what ``create`` knew, with ``updates`` (what ``get`` saw)."""
+        kind = OUTCOME_TYPES[self.task_type]
+        values = {**self.known_outcome(), **updates}
+        for f in fields(kind):
+            if f.name not in values and f.default is MISSING:
+                raise InvalidInputError(f"resource_meta.outcome.{f.name}", None, "the value create returned (required)")
+        return kind(**values)
+
+    def sent_restart(self) -> RestartResult:
+        """The head restart ``create`` sent, as the backend returned it (``final`` is not kept)."""
+        known = _json_object("resource_meta.restart", self.restart)
+        values = {}
+        for name in _RESTART_FIELDS:
+            value = known.get(name, "")
+            values[name] = checked_value(f"resource_meta.restart.{name}", str, "" if value is None else value)
+        if not values["started_at"]:
+            raise InvalidInputError("resource_meta.restart.started_at", None, "the value create returned (required)")
+        return RestartResult(
+            cluster=self.cluster, pod=values["pod"], started_at=values["started_at"], ready=False, final=None,  # type: ignore[arg-type]
+            waited=False, head_hw_tier=values["head_hw_tier"] or None, replaced_uid=values["replaced_uid"],
+        )
+
+
+def restart_json(result: RestartResult) -> str:
+    """What :meth:`ScalingMetadata.sent_restart` reads back of ``result``."""
+    return json.dumps({name: getattr(result, name) or "" for name in _RESTART_FIELDS})
+
+
+def _json_object(field: str, text: str) -> Dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise InvalidInputError(field, "<not JSON>", "the JSON that create returned") from None
+    if not isinstance(value, dict):
+        raise InvalidInputError(field, type(value).__name__, "a JSON object")
+    return value
+
+
+def checked_value(field: str, kind: Type, value: Any) -> Any:
+    """``value`` if it has type ``kind`` (whole floats pass as int, ints as float), else
+    :class:`InvalidInputError` naming ``field``; floats must be finite."""
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if kind is int and isinstance(value, float) and value.is_integer():
+        value = int(value)
+    ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
+    if not ok or (kind is float and not math.isfinite(value)):
+        raise InvalidInputError(field, type(value).__name__, _TYPE_WORDS.get(kind, str(kind)))
+    return value

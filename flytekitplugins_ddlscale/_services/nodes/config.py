@@ -1,0 +1,209 @@
+"""Configuration of the scaling nodes: fixed when a task is defined, carried in ``custom``.
+
+The same dictionaries travel in the task template's ``custom`` field, so a
+container run and the Flyte connector rebuild exactly the configuration
+that was serialized.
+"""
+from dataclasses import MISSING, asdict, dataclass, fields
+from typing import Any, Dict, Optional, Tuple, Type, TypeVar
+
+from ...backends.base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT
+from ...errors import InvalidInputError
+from ..readiness import FrameworkOptions
+from ..._framework.endpoints import validate_url
+from ...refs import cluster_text
+from ..._core.validation import MAX_NODE_TIMEOUT, MAX_REPLICAS, validate_replicas, validate_tier_name, validate_timeout
+
+C = TypeVar("C")
+
+
+def _backend_name(value: Optional[str]) -> Optional[str]:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInputError("backend", value, "a backend name (scaler, kubernetes, local, ...) or None")
+    return value.strip().lower()
+
+
+class _Custom:
+    """Round trip through the task template's ``custom`` dictionary."""
+
+    def to_custom(self) -> Dict[str, Any]:
+        """The configuration as a JSON-compatible dictionary."""
+        return asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_custom(cls: Type[C], custom: Dict[str, Any]) -> C:
+        """The configuration from :meth:`to_custom` output; unknown keys are ignored.
+
+        A template's ``custom`` is a protobuf Struct, which stores every
+        number as a double, so whole numbers come back to int fields as ints.
+        Raises :class:`InvalidInputError` for a ``custom`` that is not a
+        dictionary or lacks a required field (each field's own check names it).
+        """
+        if not isinstance(custom, dict):
+            raise InvalidInputError("custom", type(custom).__name__, "a dictionary of the node's configuration")
+        types = {f.name: f.type for f in fields(cls)}  # type: ignore[arg-type]
+        for f in fields(cls):  # type: ignore[arg-type]
+            if f.default is MISSING and f.name not in custom:
+                raise InvalidInputError(f"custom.{f.name}", None, f"the {f.name} the node was defined with (required)")
+        values = {}
+        for key, value in custom.items():
+            if key not in types:
+                continue
+            if types[key] is int and isinstance(value, float) and value.is_integer():
+                value = int(value)
+            values[key] = value
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class ScaleConfig(_Custom):
+    """Defaults and behaviour of a ``ScaleCluster`` task."""
+
+    cluster: str
+    replicas: int
+    worker_hw_tier: Optional[str] = None
+    head_hw_tier: Optional[str] = None
+    wait: bool = True
+    timeout: float = DEFAULT_SCALE_TIMEOUT
+    strict: bool = False
+    backend: Optional[str] = None
+    framework_ready: bool = True
+    """Also wait until the workers registered with Dask/Ray/Spark where the head can be reached."""
+    framework_url: Optional[str] = None
+    """The head's dashboard / web UI URL; None: from the environment (docs/readiness.md)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cluster", cluster_text(self.cluster))
+        validate_replicas(self.replicas)
+        object.__setattr__(self, "worker_hw_tier", validate_tier_name(self.worker_hw_tier))
+        object.__setattr__(self, "head_hw_tier", validate_tier_name(self.head_hw_tier, "head_hw_tier"))
+        object.__setattr__(self, "timeout", validate_timeout(self.timeout, maximum=MAX_NODE_TIMEOUT))
+        _check_bool("wait", self.wait)
+        _check_bool("strict", self.strict)
+        object.__setattr__(self, "backend", _backend_name(self.backend))
+        _check_framework(self)
+
+    def framework(self) -> FrameworkOptions:
+        """The framework readiness options of this node."""
+        return FrameworkOptions(self.framework_ready, self.framework_url)
+
+
+@dataclass(frozen=True)
+class RestartConfig(_Custom):
+    """Defaults and behaviour of a ``RestartHead`` task."""
+
+    cluster: str
+    head_hw_tier: Optional[str] = None
+    wait: bool = True
+    timeout: float = DEFAULT_RESTART_TIMEOUT
+    backend: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cluster", cluster_text(self.cluster))
+        object.__setattr__(self, "head_hw_tier", validate_tier_name(self.head_hw_tier, "head_hw_tier"))
+        object.__setattr__(self, "timeout", validate_timeout(self.timeout, maximum=MAX_NODE_TIMEOUT))
+        _check_bool("wait", self.wait)
+        object.__setattr__(self, "backend", _backend_name(self.backend))
+
+
+ANY_DESIRED = -1
+"""``WaitForCluster`` replicas value meaning "whatever ``spec.worker.replicas`` asks for"."""
+
+
+@dataclass(frozen=True)
+class WaitConfig(_Custom):
+    """Defaults and behaviour of a ``WaitForCluster`` task."""
+
+    cluster: str
+    replicas: int = ANY_DESIRED
+    timeout: float = DEFAULT_SCALE_TIMEOUT
+    backend: Optional[str] = None
+    framework_ready: bool = True
+    """As for :class:`ScaleConfig`."""
+    framework_url: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cluster", cluster_text(self.cluster))
+        validate_wait_replicas(self.replicas)
+        object.__setattr__(self, "timeout", validate_timeout(self.timeout, maximum=MAX_NODE_TIMEOUT))
+        object.__setattr__(self, "backend", _backend_name(self.backend))
+        _check_framework(self)
+
+    def framework(self) -> FrameworkOptions:
+        """The framework readiness options of this node."""
+        return FrameworkOptions(self.framework_ready, self.framework_url)
+
+
+FROM_BASELINE = -1
+"""``RestoreCluster`` replicas value meaning "the recorded baseline"."""
+
+
+@dataclass(frozen=True)
+class RestoreConfig(_Custom):
+    """Defaults and behaviour of a ``RestoreCluster`` task."""
+
+    cluster: str
+    replicas: int = FROM_BASELINE
+    worker_hw_tier: Optional[str] = None
+    wait: bool = True
+    timeout: float = DEFAULT_SCALE_TIMEOUT
+    backend: Optional[str] = None
+    framework_ready: bool = True
+    """With ``wait``, also wait until the framework dropped the removed workers where the head can be reached."""
+    framework_url: Optional[str] = None
+    """As for :class:`ScaleConfig`."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cluster", cluster_text(self.cluster))
+        replicas, tier = validate_restore_target(self.replicas, self.worker_hw_tier)
+        object.__setattr__(self, "worker_hw_tier", tier)
+        object.__setattr__(self, "timeout", validate_timeout(self.timeout, maximum=MAX_NODE_TIMEOUT))
+        _check_bool("wait", self.wait)
+        object.__setattr__(self, "backend", _backend_name(self.backend))
+        _check_framework(self)
+
+    def framework(self) -> FrameworkOptions:
+        """The framework check options of this node."""
+        return FrameworkOptions(self.framework_ready, self.framework_url)
+
+
+def validate_restore_target(replicas: object, worker_hw_tier: object) -> Tuple[int, Optional[str]]:
+    """A restore target: ``FROM_BASELINE`` (-1) or a worker count, and a tier only with a count."""
+    if replicas == FROM_BASELINE and not isinstance(replicas, bool):
+        count = FROM_BASELINE
+    else:
+        try:
+            count = validate_replicas(replicas)
+        except InvalidInputError:
+            raise InvalidInputError(
+                "replicas", replicas, f"-1 (the recorded baseline) or an integer from 0 to {MAX_REPLICAS}"
+            ) from None
+    tier = validate_tier_name(worker_hw_tier)
+    if tier is not None and count == FROM_BASELINE:
+        raise InvalidInputError(
+            "worker_hw_tier", tier, "None when restoring the baseline (the baseline brings its own tier); "
+            "give replicas to restore an explicit size on a tier"
+        )
+    return count, tier
+
+
+def validate_wait_replicas(value: object) -> int:
+    """A worker count to wait for, or ``ANY_DESIRED`` (-1)."""
+    if value == ANY_DESIRED and not isinstance(value, bool):
+        return ANY_DESIRED
+    try:
+        return validate_replicas(value)
+    except InvalidInputError:
+        raise InvalidInputError("replicas", value, f"-1 (the desired count) or an integer from 0 to {MAX_REPLICAS}") from None
+
+
+def _check_framework(config: Any) -> None:
+    _check_bool("framework_ready", config.framework_ready)
+    object.__setattr__(config, "framework_url", validate_url(config.framework_url))
+
+
+def _check_bool(field: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise InvalidInputError(field, value, "True or False")

@@ -1,0 +1,95 @@
+"""Backends for the length of a block: opened and closed per use, or kept open for a service's polls."""
+import contextlib
+import hashlib
+import os
+import threading
+from collections import OrderedDict
+from typing import Iterator, Optional, Tuple
+
+from ..backends import backend_name_from_env, get_backend
+from ..backends.base import ClusterBackend
+
+KEPT_BACKENDS = 8
+"""Open backends a :class:`BackendPool` keeps at most (one per backend name and environment)."""
+
+
+@contextlib.contextmanager
+def open_backend(name: Optional[str]) -> Iterator[ClusterBackend]:
+    """The backend ``name`` (or the environment's choice), closed on exit."""
+    backend = get_backend(name)
+    try:
+        yield backend
+    finally:
+        backend.close()
+
+
+def _environment_digest() -> str:
+    """A digest of this process's environment: it may hold credentials, which a key must not show."""
+    return hashlib.sha256(repr(sorted(os.environ.items())).encode()).hexdigest()
+
+
+class _Kept:
+    """One open backend of a pool and how many blocks are using it now."""
+
+    def __init__(self, backend: ClusterBackend) -> None:
+        self.backend = backend
+        self.users = 0
+
+
+class BackendPool:
+    """Open backends kept for reuse across calls, for a long-lived service such as the connector.
+
+    A connector answers a poll of every execution on FlytePropeller's resync interval (30 s by
+    default), so many executions make many polls a second. Opening a
+    backend per poll reads the kubeconfig, builds a new API client and a new
+    connection to the API server (a TLS handshake in the field) each time;
+    the pool keeps one backend per (backend name, process environment), so
+    polls share one client and its connections. The environment is part of
+    the key because it configures the backend (``KUBECONFIG``,
+    ``DDLSCALE_*``, the scaler's URL): a backend is reused only while the
+    environment that built it is unchanged. At most ``size`` backends are
+    kept; the least recently used one that no block is using is closed to
+    make room. Backends are shared by threads: every built-in backend is
+    safe to call from several threads at once.
+    """
+
+    def __init__(self, size: int = KEPT_BACKENDS) -> None:
+        self.size = size
+        self._kept: "OrderedDict[Tuple[str, str], _Kept]" = OrderedDict()
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def backend(self, name: Optional[str]) -> Iterator[ClusterBackend]:
+        """The kept backend ``name`` (or the environment's choice), opened on first use; not closed on exit."""
+        key = ((name or backend_name_from_env()).strip().lower(), _environment_digest())
+        with self._lock:
+            kept = self._kept.get(key)
+            if kept is None:
+                kept = self._kept[key] = _Kept(get_backend(key[0]))
+            self._kept.move_to_end(key)
+            kept.users += 1
+            self._evict_idle()
+        try:
+            yield kept.backend
+        finally:
+            with self._lock:
+                kept.users -= 1
+                self._evict_idle()
+
+    def close(self) -> None:
+        """Close every kept backend that no block is using, and forget it."""
+        with self._lock:
+            idle = [key for key, kept in self._kept.items() if kept.users == 0]
+            closing = [self._kept.pop(key).backend for key in idle]
+        for backend in closing:
+            backend.close()
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def _evict_idle(self) -> None:
+        """Close least recently used idle backends while more than ``size`` are kept (lock held)."""
+        for key in [key for key, kept in self._kept.items() if kept.users == 0]:
+            if len(self._kept) <= self.size:
+                return
+            self._kept.pop(key).backend.close()

@@ -1,0 +1,129 @@
+"""The readiness every surface reports: what the backend proved, plus the framework check.
+
+Nodes, the CLI and phases call :func:`confirm_ready` after the backend's own
+wait (:func:`confirm_change` after a scale, restore or reconcile), with what
+is left of the same deadline. After a change that removed workers the check
+waits until the framework has dropped them, as the backend's wait only saw
+their pods go. The result says how many
+workers are ready and which checks proved it, e.g. ``4 worker pods exist
+(scaler; pod readiness not visible); 4 workers registered with the Dask
+scheduler at http://h:8787``.
+"""
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+from ..backends.base import ClusterBackend
+from ..errors import InvalidInputError
+from ..models import ClusterState, ScaleResult
+from .._core.progress import ProgressReporter
+from ..refs import ClusterRef
+from .._core.wording import plural
+from .._framework.endpoints import enabled_by_env, resolve_endpoint, validate_url, where_to_set
+from .._framework.probes import probe_for
+from .._framework.wait import Registered, wait_dropped, wait_registered
+
+@dataclass(frozen=True)
+class FrameworkOptions:
+    """Whether to check framework readiness, and where the head is if not found automatically."""
+
+    enabled: bool = True
+    url: Optional[str] = None
+    """The head's dashboard / web UI base URL; None: resolved from the environment."""
+    env: Optional[Mapping[str, str]] = None
+    """The environment to resolve from; None: ``os.environ``."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise InvalidInputError("framework_ready", self.enabled, "True or False")
+        object.__setattr__(self, "url", validate_url(self.url))
+
+    def check(self, kind: str) -> None:
+        """Raise :class:`InvalidInputError` now for a bad switch, URL or port variable, so that
+        a caller can refuse before changing anything rather than after the scale."""
+        if self.enabled and enabled_by_env(self.env):
+            resolve_endpoint(kind, self.url, self.env)
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """How ready the workers are, and what proved it."""
+
+    ready_workers: Optional[int]
+    """Ready workers: the framework's count where it was checked and the backend cannot see
+    pod readiness, else the backend's Ready count; None when nothing could show it."""
+    proof: str
+    framework: Optional[Registered] = None
+    seconds: float = 0.0
+    """Seconds spent in the framework check."""
+
+
+def backend_proof(backend: ClusterBackend, state: ClusterState, kind: str) -> str:
+    """What the backend's own wait proved about ``state`` of a ``kind`` cluster, in words."""
+    if backend.capabilities.counts_registered_workers:
+        probe = probe_for(kind)
+        registry = probe.registry if probe is not None else f"the {kind} cluster"
+        return f"{plural(state.ready_workers or 0, 'worker')} registered with {registry} ({backend.name} backend)"
+    if backend.capabilities.observes_readiness and state.ready_workers is not None:
+        return f"{state.ready_workers} worker pods Ready ({backend.name})"
+    return f"{state.existing_workers} worker pods exist ({backend.name}; pod readiness not visible)"
+
+
+def removed_workers(result: ScaleResult) -> bool:
+    """Whether the change behind ``result`` took workers away (fewer than were wanted or running before)."""
+    before = result.previous
+    return result.effective < max(before.desired_workers, before.existing_workers)
+
+
+def confirm_ready(
+    backend: ClusterBackend,
+    ref: ClusterRef,
+    state: ClusterState,
+    workers: int,
+    timeout: float,
+    options: FrameworkOptions = FrameworkOptions(),
+    progress: Optional[ProgressReporter] = None,
+    *,
+    removed: bool = False,
+) -> Readiness:
+    """After the backend's wait ended in ``state``: wait (up to ``timeout``) until ``workers``
+    workers are registered with the framework where that applies, and say what proved readiness.
+
+    ``removed``: the wait followed a scale-down, so the check waits until at most ``workers``
+    are registered (the framework dropped the removed ones), even for 0 workers. The
+    framework check is skipped (and the proof says why) when it is switched off, when no
+    worker is awaited, for kinds without a head, for backends that already count registered
+    workers, and when nothing says where the head is. Raises ``ScalingTimeoutError`` from
+    :func:`~.wait.wait_registered` / :func:`~.wait.wait_dropped`.
+    """
+    base = backend_proof(backend, state, ref.kind)
+    known = state.ready_workers
+    probe = probe_for(ref.kind)
+    if not options.enabled or not enabled_by_env(options.env):
+        return Readiness(known, f"{base}; framework check off")
+    if (workers <= 0 and not removed) or backend.capabilities.counts_registered_workers:
+        return Readiness(known, base)
+    if probe is None:
+        return Readiness(known, f"{base}; {ref.kind} has no head to ask")
+    endpoint = resolve_endpoint(ref.kind, options.url, options.env)
+    if endpoint is None:
+        return Readiness(known, f"{base}; framework not checked (head address unknown: set {where_to_set(ref.kind)})")
+    wait = wait_dropped if removed else wait_registered
+    registered = wait(probe, endpoint, workers, timeout, cluster=str(ref), state=state, progress=progress)
+    ready = registered.workers if known is None else min(known, registered.workers)
+    return Readiness(ready, f"{base}; {registered.proof}", registered, registered.seconds)
+
+
+def confirm_change(
+    backend: ClusterBackend,
+    ref: ClusterRef,
+    result: ScaleResult,
+    timeout: float,
+    options: FrameworkOptions = FrameworkOptions(),
+    progress: Optional[ProgressReporter] = None,
+    needed: Optional[int] = None,
+) -> Readiness:
+    """:func:`confirm_ready` for the waited-for ``result`` of a scale, restore or reconcile: its
+    workers registered (at least ``needed`` of them, when given), or, when it removed workers, the
+    framework rid of them."""
+    count = result.effective if needed is None else min(needed, result.effective)
+    return confirm_ready(backend, ref, result.final, count, timeout, options, progress, removed=removed_workers(result))

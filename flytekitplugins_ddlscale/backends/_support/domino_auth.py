@@ -1,0 +1,130 @@
+"""Credentials for Domino services, as an ``httpx.Auth``.
+
+Order (first that is available wins):
+
+1. an explicit ``token`` or ``api_key`` argument;
+2. ``$DOMINO_API_PROXY`` -> ``GET <proxy>/access-token`` (plain-text, short-lived
+   bearer token: cached, and fetched anew once when a call answers 401 or 403;
+   403 too because the scaler service answers an unknown or expired token
+   with 403, treating the caller as anonymous);
+3. ``$DOMINO_TOKEN`` (bearer);
+4. ``$DOMINO_API_KEY`` (``X-Domino-Api-Key`` header).
+
+A token fetch that fails because the proxy is unreachable or answers 429/5xx
+raises :class:`ProxyUnavailableError`, which the scaler client rides out as
+part of an outage (the proxy and the service restart with the platform);
+any other answer is :class:`UnauthorizedError`.
+
+Every value read is registered with :mod:`.redaction` so it can never reach
+logs or error messages.
+"""
+import os
+import threading
+from typing import Generator, Mapping, Optional
+
+import httpx
+
+from ...errors import BackendUnavailableError, UnauthorizedError
+from ..._core.redaction import register_secret
+
+API_KEY_HEADER = "X-Domino-Api-Key"
+REFRESH_STATUSES = (401, 403)
+"""Answers after which a proxy token is fetched anew and the request sent once more."""
+UNAVAILABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
+"""Answers of ``/access-token`` from a proxy that is overloaded or restarting."""
+
+
+class ProxyUnavailableError(BackendUnavailableError):
+    """``$DOMINO_API_PROXY`` could not hand out a token now (unreachable, or 429/5xx): no request
+    was sent with it, so the request is safe to try again."""
+
+
+class DominoAuth(httpx.Auth):
+    """Adds Domino credentials to each request; refreshes a proxy token once on 401 or 403."""
+
+    def __init__(
+        self,
+        *,
+        token: Optional[str] = None,
+        api_key: Optional[str] = None,
+        api_proxy: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        proxy_timeout: float = 10.0,
+        verify: bool = True,
+    ) -> None:
+        environ = os.environ if env is None else env
+        self._lock = threading.Lock()
+        self._proxy_token: Optional[str] = None
+        self._proxy_timeout = proxy_timeout
+        self._verify = verify
+        self.api_proxy: Optional[str] = None
+        self.token: Optional[str] = None
+        self.api_key: Optional[str] = None
+        if token or api_key:
+            self.token, self.api_key = token, api_key
+        elif api_proxy or environ.get("DOMINO_API_PROXY"):
+            self.api_proxy = (api_proxy or environ["DOMINO_API_PROXY"]).rstrip("/")
+        elif environ.get("DOMINO_TOKEN"):
+            self.token = environ["DOMINO_TOKEN"]
+        elif environ.get("DOMINO_API_KEY"):
+            self.api_key = environ["DOMINO_API_KEY"]
+        for value in (self.token, self.api_key):
+            if value:
+                register_secret(value)
+
+    @property
+    def source(self) -> str:
+        """Where credentials come from: ``proxy``, ``token``, ``api_key`` or ``none``."""
+        if self.api_proxy:
+            return "proxy"
+        if self.token:
+            return "token"
+        if self.api_key:
+            return "api_key"
+        return "none"
+
+    def _fetch_proxy_token(self) -> str:
+        url = f"{self.api_proxy}/access-token"
+        try:
+            response = httpx.get(url, timeout=self._proxy_timeout, verify=self._verify)
+        except httpx.HTTPError as exc:
+            raise ProxyUnavailableError(
+                f"could not get an access token from DOMINO_API_PROXY ({type(exc).__name__})"
+            ) from None
+        if response.status_code in UNAVAILABLE_STATUSES:
+            raise ProxyUnavailableError(
+                f"DOMINO_API_PROXY /access-token answered HTTP {response.status_code}",
+                status_code=response.status_code,
+            )
+        if response.status_code != 200:
+            raise UnauthorizedError(
+                f"DOMINO_API_PROXY /access-token answered HTTP {response.status_code}",
+                status_code=response.status_code,
+            )
+        token = response.text.strip()
+        register_secret(token)
+        return token
+
+    def _current_proxy_token(self, stale: Optional[str] = None) -> str:
+        with self._lock:
+            if self._proxy_token is None or self._proxy_token == stale:
+                self._proxy_token = self._fetch_proxy_token()
+            return self._proxy_token
+
+    def _apply(self, request: httpx.Request, token: Optional[str]) -> None:
+        if token:
+            request.headers["Authorization"] = f"Bearer {token}"
+        elif self.api_key:
+            request.headers[API_KEY_HEADER] = self.api_key
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        if not self.api_proxy:
+            self._apply(request, self.token)
+            yield request
+            return
+        token = self._current_proxy_token()
+        self._apply(request, token)
+        response = yield request
+        if response.status_code in REFRESH_STATUSES:
+            self._apply(request, self._current_proxy_token(stale=token))
+            yield request

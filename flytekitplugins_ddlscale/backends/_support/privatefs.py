@@ -1,0 +1,101 @@
+"""Private folders and files of the state directory: only this user can change them, no link is followed.
+
+Records and cluster folders decide which processes start and which files
+``down`` removes, so a folder another user can write to, or a symbolic link
+planted in one, would let that user steer us. Every folder is created 0700
+and checked (owner, mode, not a link) before use; every file is opened with
+``O_NOFOLLOW``; removal walks folders without following links.
+"""
+import contextlib
+import errno
+import os
+import shutil
+import stat
+from pathlib import Path
+from typing import Union
+
+from ...errors import StateWriteError, UnsafePathError
+
+PathLike = Union[str, Path]
+_OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
+
+
+def private_dir(path: PathLike) -> Path:
+    """``path`` as a folder only this user can change: created 0700 (with its missing parents) if absent.
+
+    Raises :class:`UnsafePathError` naming the folder and the remedy when it
+    (or a parent created here) is a symbolic link, not a folder, owned by
+    another user, or writable by group or others; :class:`StateWriteError`
+    when it cannot be created (read-only parent, full disk).
+    """
+    folder = Path(path)
+    missing = []
+    probe = folder
+    while not os.path.lexists(probe) and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    for created in reversed(missing):
+        try:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(created, 0o700)
+        except OSError as exc:
+            raise StateWriteError.from_os_error(created, exc) from None
+        check_private_dir(created)
+    check_private_dir(folder)
+    return folder
+
+
+def check_private_dir(path: PathLike) -> None:
+    """Raise :class:`UnsafePathError` unless ``path`` is a real folder of this user, not writable by others."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        raise UnsafePathError(path, "it vanished while it was being checked", "run the command again") from None
+    if stat.S_ISLNK(info.st_mode):
+        raise UnsafePathError(path, "it is a symbolic link", "remove the link; ddlscale creates the folder itself")
+    if not stat.S_ISDIR(info.st_mode):
+        raise UnsafePathError(path, "it is not a folder", "remove it or choose another state directory")
+    if info.st_uid != os.geteuid():
+        raise UnsafePathError(
+            path,
+            f"it is owned by uid {info.st_uid}, not by you (uid {os.geteuid()})",
+            "choose a state directory of your own ($DDLSCALE_STATE_DIR or --state-dir)",
+        )
+    if info.st_mode & _OTHERS_WRITE:
+        raise UnsafePathError(
+            path,
+            f"group or others may write to it (mode {stat.S_IMODE(info.st_mode):04o})",
+            f"chmod go-w {path}",
+        )
+
+
+def open_nofollow(path: PathLike, flags: int, mode: int = 0o600) -> int:
+    """``os.open`` that refuses a symbolic link at ``path`` (:class:`UnsafePathError`); new files get ``mode``."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafePathError(path, "it is a symbolic link", "remove the link; ddlscale writes the file itself") from None
+        raise
+
+
+def read_text_nofollow(path: PathLike) -> str:
+    """The UTF-8 text of the file at ``path`` (not through a link); ``FileNotFoundError`` when absent."""
+    with os.fdopen(open_nofollow(path, os.O_RDONLY), encoding="utf-8", errors="replace") as handle:
+        return handle.read()
+
+
+def remove_nofollow(path: PathLike) -> None:
+    """Remove ``path``: a link or file is unlinked (never its target); a folder is removed with what it
+    holds, walking without following links. Nothing happens when ``path`` does not exist."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(info.st_mode):
+        # shutil.rmtree works on file descriptors here (rmtree.avoids_symlink_attacks) and unlinks
+        # the links it meets instead of following them.
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
