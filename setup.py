@@ -26,6 +26,8 @@ setup(
         "kubernetes>=29",
         "dask[distributed]>=2024.1",
         "pyyaml>=6",
+        # Unpack: one declaration of a phase's options types every phase surface's keywords.
+        "typing-extensions>=4.7",
     ],
     extras_require={
         # pytest 9 ignores the worker groups pytest-xdist 3.8 sets (xdist_group): under pytest 9 a

@@ -84,3 +84,12 @@ def validate_timestamp(value: object, field: str) -> datetime.datetime:
         with contextlib.suppress(ValueError):
             return datetime.datetime.fromisoformat(value)
     raise InvalidInputError(field, value, "an ISO-8601 time, e.g. 2026-01-31T12:00:00+00:00")
+
+
+def validate_backend_name(value: Optional[str], field: str = "backend") -> Optional[str]:
+    """A backend name, stripped and lower-cased (``Local`` is ``local``), or None for the environment's choice."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInputError(field, value, "a backend name (scaler, kubernetes, local, ...) or None")
+    return value.strip().lower()

@@ -100,7 +100,7 @@ def run(
         ref = cluster_ref(kind, name, run_id, namespace, group)
         grace = validate_timeout(kill_after, "kill_after")
         phase = cluster_phase(
-            ref, replicas, worker_hw_tier, timeout=timeout, backend=backend,
+            ref, replicas, worker_hw_tier=worker_hw_tier, timeout=timeout, backend=backend,
             framework_ready=framework_ready, deck=False, label="run", fail_on_fault=fail_on_fault,
         )
     except ScalingError as error:

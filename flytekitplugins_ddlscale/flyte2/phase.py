@@ -27,11 +27,11 @@ import functools
 import inspect
 from typing import Any, Callable, Optional, TypeVar, cast
 
-from ..backends.base import DEFAULT_SCALE_TIMEOUT
+from typing_extensions import Unpack
+
 from .._services.hold import ClusterPhase
-from .._services.hold.settings import DEFAULT_REASSERT_INTERVAL, DEFAULT_SAMPLE_INTERVAL, RESTORE_BASELINE, PhaseSettings, Restore
+from .._services.hold.settings import PhaseOptions, PhaseSettings
 from .._services.hold.signals import RELAY
-from .._core.leases import DEFAULT_LEASE_SECONDS
 from ..refs import ClusterSpec
 from .report import publish_report
 
@@ -40,42 +40,16 @@ T = TypeVar("T")
 
 
 def distributed_phase(
-    cluster: ClusterSpec,
-    replicas: int,
-    worker_hw_tier: Optional[str] = None,
-    head_hw_tier: Optional[str] = None,
-    restore: Restore = RESTORE_BASELINE,
-    timeout: float = DEFAULT_SCALE_TIMEOUT,
-    backend: Optional[str] = None,
-    *,
-    framework_ready: bool = True,
-    framework_url: Optional[str] = None,
-    reassert_interval: Optional[float] = DEFAULT_REASSERT_INTERVAL,
-    sample_interval: float = DEFAULT_SAMPLE_INTERVAL,
-    report: bool = True,
-    lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    cluster: ClusterSpec, replicas: int, *, report: bool = True, **options: Unpack[PhaseOptions]
 ) -> Callable[[F], F]:
     """Decorate a Flyte 2 task function (below ``@env.task``) so it runs with the cluster scaled for it.
 
-    Arguments as for the flytekit ``distributed_phase``; ``report`` adds the
-    phase's tab (Timeline rows, worker plot, worker-seconds by tier) to the
-    task's Report. Arguments are checked when the decorator is applied.
+    ``cluster``, ``replicas`` and ``options`` (:class:`PhaseOptions`, keywords)
+    as for the flytekit ``distributed_phase``; ``report`` adds the phase's tab
+    (Timeline rows, worker plot, worker-seconds by tier) to the task's Report.
+    Arguments are checked when the decorator is applied.
     """
-    settings = PhaseSettings(
-        cluster=cluster,  # type: ignore[arg-type]
-        replicas=replicas,
-        worker_hw_tier=worker_hw_tier,
-        head_hw_tier=head_hw_tier,
-        restore=restore,
-        timeout=timeout,
-        backend=backend,
-        framework_ready=framework_ready,
-        framework_url=framework_url,
-        reassert_interval=reassert_interval,
-        sample_interval=sample_interval,
-        deck=report,
-        lease_seconds=lease_seconds,
-    )
+    settings = PhaseSettings(cluster, replicas, deck=report, **options)  # type: ignore[arg-type]
     RELAY.install()
 
     def decorate(fn: F) -> F:

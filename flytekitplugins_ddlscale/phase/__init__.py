@@ -20,87 +20,41 @@ sees the body's typed interface; placed above ``@task`` it raises
 signals, the monitor) is :mod:`..hold`, shared with ``ddlscale run``.
 """
 import functools
-from typing import Any, Callable, Optional, TypeVar, cast
+from typing import Any, Callable, TypeVar, cast
 
-from ..backends.base import DEFAULT_SCALE_TIMEOUT
+from typing_extensions import Unpack
+
 from .._services.hold import ClusterPhase, PhaseInterrupted, cluster_phase
-from .._services.hold.settings import (
-    DEFAULT_REASSERT_INTERVAL,
-    DEFAULT_SAMPLE_INTERVAL,
-    RESTORE_BASELINE,
-    PhaseSettings,
-    Restore,
-)
-from .._core.leases import DEFAULT_LEASE_SECONDS
+from .._services.hold.settings import PhaseOptions, PhaseSettings
 from ..refs import ClusterSpec
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def distributed_phase(
-    cluster: ClusterSpec,
-    replicas: int,
-    worker_hw_tier: Optional[str] = None,
-    head_hw_tier: Optional[str] = None,
-    restore: Restore = RESTORE_BASELINE,
-    timeout: float = DEFAULT_SCALE_TIMEOUT,
-    backend: Optional[str] = None,
-    *,
-    framework_ready: bool = True,
-    framework_url: Optional[str] = None,
-    reassert_interval: Optional[float] = DEFAULT_REASSERT_INTERVAL,
-    sample_interval: float = DEFAULT_SAMPLE_INTERVAL,
-    deck: bool = True,
-    lease_seconds: float = DEFAULT_LEASE_SECONDS,
-    fail_on_fault: bool = False,
+    cluster: ClusterSpec, replicas: int, *, deck: bool = True, **options: Unpack[PhaseOptions]
 ) -> Callable[[F], F]:
     """Decorate a function (under ``@task``) so it runs with the cluster scaled for it.
 
     ``cluster``: ``kind/name``, ``namespace/kind/name``, a bare kind (the
     run's own cluster) or a ClusterRef. ``replicas``: at least this many
     workers (a cluster found larger on the same tier is not shrunk).
-    ``restore``: ``"baseline"`` (the default: when the last live phase ends,
-    the size the cluster had outside phases comes back) or a
-    :class:`ReplicaSpec`. ``timeout`` bounds the scale-up, the readiness
-    checks and the restore. ``framework_ready`` also waits until workers are
-    registered with Dask/Ray/Spark where the run can reach the cluster's head
-    (over its HTTP status endpoint; ``framework_url`` overrides where the head
-    is, see docs/readiness.md).
-    ``reassert_interval`` (seconds, None to disable) applies where the
-    backend cannot hold the size against the autoscaler. ``deck`` attaches a
-    Deck with worker count over time and worker-seconds by tier.
-    ``lease_seconds``: how long the phase's claim outlives its last renewal
-    (renewed every third of it while the phase runs; see docs/flyte.md).
-    ``fail_on_fault``: when the cluster loses its head or workers during the
-    body, stop the body and raise :class:`ClusterFaultError` instead of
-    repairing it (where the backend can) and reporting it in the summary and
-    Deck.
+    ``options``: :class:`PhaseOptions` as keywords (tiers, ``restore``,
+    ``timeout``, ``backend``, framework readiness, intervals,
+    ``lease_seconds``, ``fail_on_fault``). ``deck`` attaches a Deck with
+    worker count over time and worker-seconds by tier.
 
     Arguments are checked when the decorator is applied; the cluster name
     itself is resolved when the function is called.
     """
-    options = dict(
-        worker_hw_tier=worker_hw_tier,
-        head_hw_tier=head_hw_tier,
-        restore=restore,
-        timeout=timeout,
-        backend=backend,
-        framework_ready=framework_ready,
-        framework_url=framework_url,
-        reassert_interval=reassert_interval,
-        sample_interval=sample_interval,
-        deck=deck,
-        lease_seconds=lease_seconds,
-        fail_on_fault=fail_on_fault,
-    )
-    PhaseSettings(cluster=cluster, replicas=replicas, **options)  # type: ignore[arg-type]
+    settings = PhaseSettings(cluster, replicas, deck=deck, **options)  # type: ignore[arg-type]
 
     def decorate(fn: F) -> F:
         _refuse_task_object(fn)
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with cluster_phase(cluster, replicas, label=fn.__name__, **options):  # type: ignore[arg-type]
+            with ClusterPhase(settings, fn.__name__):
                 return fn(*args, **kwargs)
 
         return cast(F, wrapper)
@@ -123,4 +77,4 @@ def _refuse_task_object(fn: object) -> None:
     )
 
 
-__all__ = ["ClusterPhase", "PhaseInterrupted", "cluster_phase", "distributed_phase"]
+__all__ = ["ClusterPhase", "PhaseInterrupted", "PhaseOptions", "cluster_phase", "distributed_phase"]

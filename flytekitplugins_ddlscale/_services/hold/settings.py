@@ -1,6 +1,12 @@
-"""What a phase asks for, checked when the phase is defined (decorator applied, command parsed)."""
+"""What a phase asks for, checked when the phase is defined (decorator applied, command parsed).
+
+:class:`PhaseOptions` is the one list of a phase's options: every phase
+surface (``@distributed_phase`` for flytekit and for Flyte 2,
+``cluster_phase``, ``ddlscale run``) takes exactly these as keywords and hands
+them to :class:`PhaseSettings`, which holds their defaults and checks them.
+"""
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Optional, TypedDict, Union
 
 from ...backends.base import DEFAULT_SCALE_TIMEOUT
 from ...errors import InvalidInputError
@@ -8,7 +14,7 @@ from ..._framework.endpoints import validate_url
 from ..._core.leases import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
 from ...models import ReplicaSpec
 from ...refs import ClusterRef, cluster_text, parse_cluster
-from ..._core.validation import validate_replicas, validate_tier_name, validate_timeout
+from ..._core.validation import validate_backend_name, validate_replicas, validate_tier_name, validate_timeout
 
 RESTORE_BASELINE = "baseline"
 DEFAULT_REASSERT_INTERVAL = 30.0
@@ -34,9 +40,43 @@ def _restore(value: object) -> Restore:
     raise InvalidInputError("restore", value, f"{RESTORE_BASELINE!r} or a ReplicaSpec")
 
 
+class PhaseOptions(TypedDict, total=False):
+    """A phase's options beyond its cluster and size (all optional; defaults in :class:`PhaseSettings`).
+
+    ``worker_hw_tier`` / ``head_hw_tier``: hardware tiers for the phase.
+    ``restore``: ``"baseline"`` (the default: when the last live phase ends,
+    the size the cluster had outside phases comes back) or a
+    :class:`ReplicaSpec`. ``timeout`` bounds the scale-up, the readiness
+    checks and the restore. ``backend``: a backend name; None is the
+    environment's choice. ``framework_ready`` also waits until workers are
+    registered with Dask/Ray/Spark where the run can reach the cluster's head
+    (over its HTTP status endpoint; ``framework_url`` overrides where the head
+    is, see docs/readiness.md). ``reassert_interval`` (seconds, None to
+    disable) applies where the backend cannot hold the size against the
+    autoscaler; ``sample_interval``: seconds between worker-count samples.
+    ``lease_seconds``: how long the phase's claim outlives its last renewal
+    (renewed every third of it while the phase runs; see docs/flyte.md).
+    ``fail_on_fault``: when the cluster loses its head or workers during the
+    body, stop the body and raise :class:`ClusterFaultError` instead of
+    repairing it (where the backend can) and reporting it.
+    """
+
+    worker_hw_tier: Optional[str]
+    head_hw_tier: Optional[str]
+    restore: Restore
+    timeout: float
+    backend: Optional[str]
+    framework_ready: bool
+    framework_url: Optional[str]
+    reassert_interval: Optional[float]
+    sample_interval: float
+    lease_seconds: float
+    fail_on_fault: bool
+
+
 @dataclass(frozen=True)
 class PhaseSettings:
-    """The validated arguments of one ``@distributed_phase``."""
+    """The validated arguments of one phase: its cluster, its size, :class:`PhaseOptions` and whether to publish a page."""
 
     cluster: str
     replicas: int
@@ -70,9 +110,9 @@ class PhaseSettings:
             if not isinstance(getattr(self, name), bool):
                 raise InvalidInputError(name, getattr(self, name), "True or False")
         object.__setattr__(self, "framework_url", validate_url(self.framework_url))
-        if self.backend is not None and (not isinstance(self.backend, str) or not self.backend.strip()):
-            raise InvalidInputError("backend", self.backend, "a backend name (scaler, kubernetes, local, ...) or None")
+        object.__setattr__(self, "backend", validate_backend_name(self.backend))
 
     def ref(self) -> ClusterRef:
         """The cluster, resolved now (a bare kind needs ``$DOMINO_RUN_ID``)."""
         return parse_cluster(self.cluster)
+

@@ -12,17 +12,16 @@ from ...errors import InvalidInputError
 from ..readiness import FrameworkOptions
 from ..._framework.endpoints import validate_url
 from ...refs import cluster_text
-from ..._core.validation import MAX_NODE_TIMEOUT, MAX_REPLICAS, validate_replicas, validate_tier_name, validate_timeout
+from ..._core.validation import (
+    MAX_NODE_TIMEOUT,
+    MAX_REPLICAS,
+    validate_backend_name,
+    validate_replicas,
+    validate_tier_name,
+    validate_timeout,
+)
 
 C = TypeVar("C")
-
-
-def _backend_name(value: Optional[str]) -> Optional[str]:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidInputError("backend", value, "a backend name (scaler, kubernetes, local, ...) or None")
-    return value.strip().lower()
 
 
 class _Custom:
@@ -82,7 +81,7 @@ class ScaleConfig(_Custom):
         object.__setattr__(self, "timeout", validate_timeout(self.timeout, maximum=MAX_NODE_TIMEOUT))
         _check_bool("wait", self.wait)
         _check_bool("strict", self.strict)
-        object.__setattr__(self, "backend", _backend_name(self.backend))
+        object.__setattr__(self, "backend", validate_backend_name(self.backend))
         _check_framework(self)
 
     def framework(self) -> FrameworkOptions:
@@ -105,7 +104,7 @@ class RestartConfig(_Custom):
         object.__setattr__(self, "head_hw_tier", validate_tier_name(self.head_hw_tier, "head_hw_tier"))
         object.__setattr__(self, "timeout", validate_timeout(self.timeout, maximum=MAX_NODE_TIMEOUT))
         _check_bool("wait", self.wait)
-        object.__setattr__(self, "backend", _backend_name(self.backend))
+        object.__setattr__(self, "backend", validate_backend_name(self.backend))
 
 
 ANY_DESIRED = -1
@@ -128,7 +127,7 @@ class WaitConfig(_Custom):
         object.__setattr__(self, "cluster", cluster_text(self.cluster))
         validate_wait_replicas(self.replicas)
         object.__setattr__(self, "timeout", validate_timeout(self.timeout, maximum=MAX_NODE_TIMEOUT))
-        object.__setattr__(self, "backend", _backend_name(self.backend))
+        object.__setattr__(self, "backend", validate_backend_name(self.backend))
         _check_framework(self)
 
     def framework(self) -> FrameworkOptions:
@@ -161,7 +160,7 @@ class RestoreConfig(_Custom):
         object.__setattr__(self, "worker_hw_tier", tier)
         object.__setattr__(self, "timeout", validate_timeout(self.timeout, maximum=MAX_NODE_TIMEOUT))
         _check_bool("wait", self.wait)
-        object.__setattr__(self, "backend", _backend_name(self.backend))
+        object.__setattr__(self, "backend", validate_backend_name(self.backend))
         _check_framework(self)
 
     def framework(self) -> FrameworkOptions:
