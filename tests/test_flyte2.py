@@ -31,6 +31,7 @@ LOCAL_METADATA = Path("/tmp/flyte/metadata")
 def run_locally(task, **inputs):
     """``task`` run in flyte 2 local mode under a fresh run name; (outputs, the run's Report files)."""
     name = f"ddlscale-{uuid.uuid4().hex[:12]}"
+    flyte.init()  # the nodes run through flyte's local connector runner, which needs it
     try:
         outputs = flyte.with_runcontext(mode="local", name=name).run(task, **inputs).outputs()
         return outputs[0], {path: path.read_text() for path in (LOCAL_METADATA / name).rglob("report.html")}
@@ -67,14 +68,29 @@ def test_node_and_phase_arguments_are_checked_when_defined():
     assert info.value.field == "lease_seconds"
 
 
-def test_a_node_is_a_typed_task_of_its_environment_named_like_its_variable():
-    assert flows.request.name == "flyte2_flows.request"
+def test_a_node_is_a_connector_task_of_its_environment_named_like_its_variable():
+    """Serialized by flyte's own serializer (as a deployment does): the ddlscale task type, the node's
+    configuration in ``custom``, and nothing a pod could run, so Flyte 2 routes it to the connector."""
+    from flyte._internal.runtime.task_serde import get_proto_task
+    from flyte.models import SerializationContext
+    from google.protobuf import json_format
+
+    from flytekitplugins_ddlscale.nodes.config import ScaleConfig
+
+    assert flows.request.name == "flyte2_flows.request" and flows.request.short_name == "request"
     assert flows.env.tasks["flyte2_flows.request"] is flows.request
     inputs = flows.request.native_interface.inputs
     assert list(inputs) == ["cluster", "replicas", "worker_hw_tier", "head_hw_tier"]
     assert inputs["cluster"][1] == flows.CLUSTER and inputs["replicas"][1] == 2
     assert flows.request.native_interface.outputs == {"o0": flows.ScaleOutcome}
-    assert flows.request.func.__module__ == flows.__name__ and flows.request.cache.behavior == "disable"
+    template = get_proto_task(flows.request, SerializationContext(version="v1", project="p", domain="d", root_dir=ROOT))
+    assert template.type == "ddlscale_scale" and flows.request.cache.behavior == "disable"
+    config = ScaleConfig.from_custom(json_format.MessageToDict(template.custom))
+    assert config == ScaleConfig(cluster=flows.CLUSTER, replicas=2, wait=False, timeout=120)
+    assert template.container.image == "" and list(template.container.args) == []
+    assert sorted(v.key for v in template.interface.inputs.variables) == sorted(inputs)
+    kinds = {flows.ready.task_type, flows.restart.task_type, flows.restore.task_type}
+    assert kinds == {"ddlscale_wait", "ddlscale_restart_head", "ddlscale_restore"}
 
 
 def test_the_phase_goes_below_env_task():
@@ -126,6 +142,14 @@ def test_every_node_runs_in_local_mode_with_typed_outcomes_and_summary_lines(loc
 def test_a_failing_node_fails_its_parent_and_changes_nothing(local_env):
     with pytest.raises(Exception, match="mpi"):
         run_locally(flows.unsupported_kind)
+    assert local_backend(local_env).list_clusters() == []
+
+
+def test_in_local_mode_a_node_runs_through_the_connector_which_refuses_a_head_tier_in_a_scale(local_env):
+    """Only the connector refuses a scale node's head tier (a node run by nodes/run.py changes it): the node
+    ran through flyte's local connector runner, and the refusal names the field before anything started."""
+    with pytest.raises(Exception, match="invalid head_hw_tier='Large'.*put it in a RestartHead node"):
+        run_locally(flows.scale_with_head_tier)
     assert local_backend(local_env).list_clusters() == []
 
 
