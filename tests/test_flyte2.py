@@ -215,6 +215,30 @@ def test_sigterm_during_the_body_gives_the_cluster_back_before_the_process_ends(
     assert backend.claims(REF) == {}
 
 
+@pytest.mark.slow
+def test_ctrl_c_after_a_node_scaled_up_says_what_was_left_running_and_how_to_stop_it(local_env, tmp_path):
+    """The Flyte 2 counterpart of the flytekit nodes' Ctrl-C report: nodes run in local mode, then SIGINT."""
+    marker = tmp_path / "scaled"
+    proc = subprocess.Popen([sys.executable, "-m", "tests.flyte_apps.flyte2_flows", "interrupted_nodes", str(marker)],
+                            cwd=ROOT, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert marker.exists(), proc.communicate(timeout=30)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode != 0
+    assert "ddlscale: interrupted; left running by this flow:" in err, err[-3000:]
+    assert "  dask/flyte2-test: Running, 1 worker; to stop it: ddlscale local down --name flyte2-test" in err
+    state = local_backend(local_env).get_state(REF)
+    assert state.desired_workers == 1  # left running, as reported (the fixture takes it down)
+
+
 @pytest.fixture
 def slow_scaler(tmp_path, monkeypatch):
     """The scaler test server with the slow cluster at 1 worker, selected through the environment (as in a run)."""
