@@ -154,6 +154,19 @@ def test_in_local_mode_a_node_runs_through_the_connector_which_refuses_a_head_ti
 
 
 @pytest.mark.slow
+def test_a_node_in_a_local_run_without_flyte_init_fails_saying_so_before_anything_starts(local_env):
+    """flyte's local connector runner needs flyte.init(); a fresh process, since init is process-wide."""
+    code = ("import flyte; from tests.flyte_apps import flyte2_flows as f; "
+            "flyte.with_runcontext(mode='local').run(f.all_nodes, replicas=1)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ), capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode != 0
+    assert "request: a ddlscale node runs through flyte's local connector runner, which needs flyte.init() first" \
+        in done.stderr, done.stderr[-3000:]
+    assert local_backend(local_env).list_clusters() == []
+
+
+@pytest.mark.slow
 def test_sync_and_async_phases_hold_the_workers_for_the_body_and_give_back(local_env, caplog):
     caplog.set_level(logging.INFO, logger="flytekitplugins_ddlscale")
     outcome, reports = run_locally(flows.both_phases, fail=False)

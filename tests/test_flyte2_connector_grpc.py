@@ -10,7 +10,6 @@ final, outputs read back as the node's typed outcome.
 """
 import asyncio
 import os
-import shutil
 import signal
 import socket
 import subprocess
