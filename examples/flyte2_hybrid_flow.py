@@ -99,5 +99,6 @@ async def hybrid_flow(n: int = 100000, workers: int = WORKERS) -> bool:
 
 if __name__ == "__main__":
     sizes = [int(arg) for arg in sys.argv[1:3]]
+    flyte.init()  # the nodes run through flyte's local connector runner, which needs it
     run = flyte.with_runcontext(mode="local").run(hybrid_flow, *sizes)
     print(run.outputs()[0])

@@ -77,5 +77,6 @@ async def flow(n: int = 1000) -> int:
 
 
 if __name__ == "__main__":
+    flyte.init()  # the nodes run through flyte's local connector runner, which needs it
     run = flyte.with_runcontext(mode="local").run(flow)
     print(run.outputs()[0])

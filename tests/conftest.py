@@ -62,7 +62,7 @@ def no_deck_listing_at_exit():
 def fresh_leftovers():
     """Each test is a flow run of its own: the Ctrl-C report forgets clusters earlier tests touched."""
     yield
-    leftovers = sys.modules.get("flytekitplugins_ddlscale.tasks.leftovers")
+    leftovers = sys.modules.get("flytekitplugins_ddlscale._services.nodes.leftovers")
     if leftovers is not None:
         leftovers.forget_all()
 

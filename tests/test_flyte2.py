@@ -31,6 +31,7 @@ LOCAL_METADATA = Path("/tmp/flyte/metadata")
 def run_locally(task, **inputs):
     """``task`` run in flyte 2 local mode under a fresh run name; (outputs, the run's Report files)."""
     name = f"ddlscale-{uuid.uuid4().hex[:12]}"
+    flyte.init()  # the nodes run through flyte's local connector runner, which needs it
     try:
         outputs = flyte.with_runcontext(mode="local", name=name).run(task, **inputs).outputs()
         return outputs[0], {path: path.read_text() for path in (LOCAL_METADATA / name).rglob("report.html")}
@@ -67,14 +68,29 @@ def test_node_and_phase_arguments_are_checked_when_defined():
     assert info.value.field == "lease_seconds"
 
 
-def test_a_node_is_a_typed_task_of_its_environment_named_like_its_variable():
-    assert flows.request.name == "flyte2_flows.request"
+def test_a_node_is_a_connector_task_of_its_environment_named_like_its_variable():
+    """Serialized by flyte's own serializer (as a deployment does): the ddlscale task type, the node's
+    configuration in ``custom``, and nothing a pod could run, so Flyte 2 routes it to the connector."""
+    from flyte._internal.runtime.task_serde import get_proto_task
+    from flyte.models import SerializationContext
+    from google.protobuf import json_format
+
+    from flytekitplugins_ddlscale._services.nodes.config import ScaleConfig
+
+    assert flows.request.name == "flyte2_flows.request" and flows.request.short_name == "request"
     assert flows.env.tasks["flyte2_flows.request"] is flows.request
     inputs = flows.request.native_interface.inputs
     assert list(inputs) == ["cluster", "replicas", "worker_hw_tier", "head_hw_tier"]
     assert inputs["cluster"][1] == flows.CLUSTER and inputs["replicas"][1] == 2
     assert flows.request.native_interface.outputs == {"o0": flows.ScaleOutcome}
-    assert flows.request.func.__module__ == flows.__name__ and flows.request.cache.behavior == "disable"
+    template = get_proto_task(flows.request, SerializationContext(version="v1", project="p", domain="d", root_dir=ROOT))
+    assert template.type == "ddlscale_scale" and flows.request.cache.behavior == "disable"
+    config = ScaleConfig.from_custom(json_format.MessageToDict(template.custom))
+    assert config == ScaleConfig(cluster=flows.CLUSTER, replicas=2, wait=False, timeout=120)
+    assert template.container.image == "" and list(template.container.args) == []
+    assert sorted(v.key for v in template.interface.inputs.variables) == sorted(inputs)
+    kinds = {flows.ready.task_type, flows.restart.task_type, flows.restore.task_type}
+    assert kinds == {"ddlscale_wait", "ddlscale_restart_head", "ddlscale_restore"}
 
 
 def test_the_phase_goes_below_env_task():
@@ -126,6 +142,27 @@ def test_every_node_runs_in_local_mode_with_typed_outcomes_and_summary_lines(loc
 def test_a_failing_node_fails_its_parent_and_changes_nothing(local_env):
     with pytest.raises(Exception, match="mpi"):
         run_locally(flows.unsupported_kind)
+    assert local_backend(local_env).list_clusters() == []
+
+
+def test_in_local_mode_a_node_runs_through_the_connector_which_refuses_a_head_tier_in_a_scale(local_env):
+    """Only the connector refuses a scale node's head tier (a node run by nodes/run.py changes it): the node
+    ran through flyte's local connector runner, and the refusal names the field before anything started."""
+    with pytest.raises(Exception, match="invalid head_hw_tier='Large'.*put it in a RestartHead node"):
+        run_locally(flows.scale_with_head_tier)
+    assert local_backend(local_env).list_clusters() == []
+
+
+@pytest.mark.slow
+def test_a_node_in_a_local_run_without_flyte_init_fails_saying_so_before_anything_starts(local_env):
+    """flyte's local connector runner needs flyte.init(); a fresh process, since init is process-wide."""
+    code = ("import flyte; from tests.flyte_apps import flyte2_flows as f; "
+            "flyte.with_runcontext(mode='local').run(f.all_nodes, replicas=1)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ), capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode != 0
+    assert "request: a ddlscale node runs through flyte's local connector runner, which needs flyte.init() first" \
+        in done.stderr, done.stderr[-3000:]
     assert local_backend(local_env).list_clusters() == []
 
 
@@ -189,6 +226,30 @@ def test_sigterm_during_the_body_gives_the_cluster_back_before_the_process_ends(
     state = backend.get_state(REF)
     assert state.desired_workers == 1 and state.ready_workers == 1
     assert backend.claims(REF) == {}
+
+
+@pytest.mark.slow
+def test_ctrl_c_after_a_node_scaled_up_says_what_was_left_running_and_how_to_stop_it(local_env, tmp_path):
+    """The Flyte 2 counterpart of the flytekit nodes' Ctrl-C report: nodes run in local mode, then SIGINT."""
+    marker = tmp_path / "scaled"
+    proc = subprocess.Popen([sys.executable, "-m", "tests.flyte_apps.flyte2_flows", "interrupted_nodes", str(marker)],
+                            cwd=ROOT, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert marker.exists(), proc.communicate(timeout=30)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode != 0
+    assert "ddlscale: interrupted; left running by this flow:" in err, err[-3000:]
+    assert "  dask/flyte2-test: Running, 1 worker; to stop it: ddlscale local down --name flyte2-test" in err
+    state = local_backend(local_env).get_state(REF)
+    assert state.desired_workers == 1  # left running, as reported (the fixture takes it down)
 
 
 @pytest.fixture

@@ -4,7 +4,9 @@ Driven two ways: its ``create``/``get``/``delete`` directly, with templates
 and input values as Flyte 2's connector service hands them over, and
 through that service itself (flyte's ``AsyncConnectorService``, in-process:
 input literals in, output literals out). The service below it is the one
-flytekit's connector uses (tests/test_connector*.py).
+flytekit's connector uses (tests/test_connector*.py). Over real gRPC (flyte's
+``c0`` server): tests/test_flyte2_connector_grpc.py; the Flyte 2 nodes through
+flyte's local connector runner: tests/test_flyte2.py.
 """
 import asyncio
 import time
@@ -172,23 +174,3 @@ def test_flytes_connector_service_takes_input_literals_and_gives_back_the_typed_
     outcome = asyncio.run(run())
     # The input literal (1), not the definition's 2, and the wait the definition asked for.
     assert isinstance(outcome, ScaleOutcome) and outcome.effective == 1 and outcome.waited and outcome.ready_workers == 1
-
-
-@pytest.mark.slow
-def test_flytes_local_connector_runner_runs_the_nodes_in_process(local_served):
-    """A parent task awaits connector-typed nodes in local mode: flyte's runner calls create, then get until done."""
-    import shutil
-    import uuid
-    from pathlib import Path
-
-    from tests.flyte_apps import flyte2_connector_flows as flows
-
-    flyte.init()
-    name = f"ddlscale-{uuid.uuid4().hex[:12]}"
-    try:
-        outcome = flyte.with_runcontext(mode="local", name=name).run(flows.scale_and_restore, replicas=2).outputs()[0]
-    finally:
-        shutil.rmtree(Path("/tmp/flyte/metadata") / name, ignore_errors=True)  # flyte's local run records
-    assert outcome == [2, 0]
-    state = local_backend(local_served).get_state(ClusterRef.parse(flows.CLUSTER))
-    assert state.desired_workers == 0

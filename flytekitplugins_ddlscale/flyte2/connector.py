@@ -18,6 +18,15 @@ the metadata carries what a poll waits for, and the deployment's policy
 local backend unless listed). The blocking backend calls run in a worker
 thread, so the connector's event loop keeps serving other executions.
 
+Who calls decides the policy. flyte's connector server (a deployment)
+gets the deployment's policy. flyte's local connector runner (a Flyte 2
+node awaited in a ``mode="local"`` run) calls the same connector in the
+user's own process, inside the node's task context: there the template is
+the user's own code and the credentials the user's own, as when a flytekit
+node runs in-process, so every installed backend (``local`` included) and
+any head host are served; what the node's own checks refuse is refused
+all the same.
+
 Registered on import, one connector per task type, in flyte's
 ``ConnectorRegistry``; flyte's connector server imports this module through
 the package's ``flyte.connectors`` entry point (``c0 --port 8000``, no
@@ -32,6 +41,7 @@ from google.protobuf import json_format
 
 from .._services.connector_core import FAILED, RUNNING, SERVED_TASK_TYPES, SUCCEEDED, ScalingService
 from .._services.connector_meta import ScalingMetadata
+from ..backends import available_backends
 from .._services.connector_policy import ConnectorPolicy
 from .._services.nodes.names import OUTPUT_NAME
 
@@ -43,7 +53,9 @@ class ScalingConnector(AsyncConnector[ScalingMetadata]):
     """Serves one ddlscale task type for Flyte 2; register one instance per served type.
 
     What templates may ask for is fixed when the connector is built, from its
-    environment (:class:`~flytekitplugins_ddlscale._services.connector_policy.ConnectorPolicy`).
+    environment (:class:`~flytekitplugins_ddlscale._services.connector_policy.ConnectorPolicy`),
+    except for calls from flyte's local runner in this process (:func:`in_local_run`),
+    which are served under :func:`in_process_policy`.
     """
 
     name = "ddlscale connector"
@@ -54,6 +66,15 @@ class ScalingConnector(AsyncConnector[ScalingMetadata]):
             raise ValueError(f"task_type must be one of {SERVED_TASK_TYPES}, not {task_type!r}")
         self.task_type_name = task_type
         self.service = ScalingService(policy)
+        self._in_process: Optional[ScalingService] = None
+
+    def serving(self) -> ScalingService:
+        """The service for the current call: the in-process one inside a local run's task, else the deployment's."""
+        if not in_local_run():
+            return self.service
+        if self._in_process is None:
+            self._in_process = ScalingService(in_process_policy())
+        return self._in_process
 
     async def create(
         self,
@@ -72,12 +93,12 @@ class ScalingConnector(AsyncConnector[ScalingMetadata]):
         (safe to repeat).
         """
         custom = json_format.MessageToDict(task_template.custom) if task_template.HasField("custom") else None
-        return await asyncio.to_thread(self.service.create, task_template.type, custom, inputs or {})
+        return await asyncio.to_thread(self.serving().create, task_template.type, custom, inputs or {})
 
     async def get(self, resource_meta: ScalingMetadata, **kwargs: Any) -> Resource:
         """One look at the cluster: RUNNING, SUCCEEDED with the typed outcome (output ``o0``), or FAILED
         with a one-line message. Sends nothing."""
-        answer = await asyncio.to_thread(self.service.poll, resource_meta)
+        answer = await asyncio.to_thread(self.serving().poll, resource_meta)
         if answer.state == SUCCEEDED:
             return Resource(phase=TaskExecution.SUCCEEDED, outputs={OUTPUT_NAME: answer.outcome})
         return Resource(phase=PHASES[answer.state], message=answer.message)
@@ -85,6 +106,24 @@ class ScalingConnector(AsyncConnector[ScalingMetadata]):
     async def delete(self, resource_meta: ScalingMetadata, **kwargs: Any) -> None:
         """Aborting a node stops the wait only: the cluster keeps the size it was asked for, and a head
         restart already sent goes on (as for flytekit's connector); a parent restores with ``RestoreCluster``."""
+
+
+def in_local_run() -> bool:
+    """Whether this call comes from a task of a ``mode="local"`` flyte run in this process.
+
+    flyte's local connector runner calls the connector inside the node's
+    task context; flyte's connector server runs no task, so its calls never
+    have one.
+    """
+    import flyte
+
+    context = flyte.ctx()
+    return bool(context) and context.mode == "local"
+
+
+def in_process_policy() -> ConnectorPolicy:
+    """What a local run's nodes may ask for: every installed backend, any namespace, cluster and head host."""
+    return ConnectorPolicy(backends=tuple(sorted(available_backends())), framework_hosts=("*",))
 
 
 def register_connectors() -> None:

@@ -1,9 +1,9 @@
 """The four scaling nodes as Flyte 2 tasks: ``ScaleCluster``, ``WaitForCluster``, ``RestartHead``, ``RestoreCluster``.
 
-Each call defines an async task in a ``flyte.TaskEnvironment`` with the
-same inputs (defaults from the definition), typed output, summary line and
-page (a Report tab instead of a Deck) as the flytekit node of that name; a
-parent task awaits it:
+Each call defines a task in a ``flyte.TaskEnvironment`` with the same
+inputs (defaults from the definition), typed output and summary line as
+the flytekit node of that name (and, in local mode, a Report tab instead of
+a Deck); a parent task awaits it:
 
 .. code-block:: python
 
@@ -18,27 +18,26 @@ parent task awaits it:
         await restore()
         return loss
 
-The node runs in its own task (a pod on a cluster, in-process in local
-mode): the operation runs in a worker thread, so the event loop stays free.
-Assign each node to a module variable of the node's name: a task pod finds
-the task by module and name, as for ``@env.task`` functions.
+Each node is a connector task (:class:`.node_task.ScalingNodeTask`): its
+task type is the flytekit node's (``ddlscale_scale``, ``ddlscale_wait``,
+``ddlscale_restart_head``, ``ddlscale_restore``) and its configuration
+travels in the template's ``custom``, so on a cluster Flyte 2 sends it to
+the ddlscale connector (:mod:`.connector`) and no pod starts for it; in
+local mode flyte's local connector runner calls the same connector
+in-process. Name each node like the module variable it is assigned to.
 """
-import asyncio
-import inspect
 import keyword
-import sys
-import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple, Type, TypeVar, Union
 
 from ..backends.base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT
 from ..errors import InvalidInputError
 from .._services.nodes.config import ANY_DESIRED, FROM_BASELINE, RestartConfig, RestoreConfig, ScaleConfig, WaitConfig
+from .._services.nodes.leftovers import report_left_running
+from .._services.nodes.names import OUTPUT_NAME, RESTART_TASK_TYPE, RESTORE_TASK_TYPE, SCALE_TASK_TYPE, WAIT_TASK_TYPE
 from .._services.nodes.outputs import ClusterReady, RestartOutcome, RestoreOutcome, ScaleOutcome
-from .._services.nodes.run import run_restart, run_restore, run_scale, run_wait
-from .._core.progress import Activity, WaitReporter, default_reporter, emit_summary
-from ..refs import ClusterRef, parse_cluster
+from ..refs import ClusterRef
+from .._services.hold.signals import RELAY
 from .._core.summary import restart_line, restore_line, scale_line, wait_line
-from .report import publish_report
 
 if TYPE_CHECKING:
     import flyte
@@ -81,16 +80,13 @@ def ScaleCluster(  # noqa: N802 - named like the flytekit node it mirrors
         framework_url=framework_url,
     )
 
-    def run(values: Dict[str, Any], progress: WaitReporter) -> Tuple[ScaleOutcome, Any]:
-        return run_scale(config, progress=progress, **values)
-
     inputs: Inputs = {
         "cluster": (str, config.cluster),
         "replicas": (int, config.replicas),
         "worker_hw_tier": (Optional[str], config.worker_hw_tier),
         "head_hw_tier": (Optional[str], config.head_hw_tier),
     }
-    return _node_task(env, name, inputs, ScaleOutcome, run, "Cluster scaling", scale_line, _caller_module())
+    return _node_task(env, name, SCALE_TASK_TYPE, config, inputs, ScaleOutcome, "Cluster scaling", scale_line)
 
 
 def WaitForCluster(  # noqa: N802
@@ -117,11 +113,8 @@ def WaitForCluster(  # noqa: N802
         framework_url=framework_url,
     )
 
-    def run(values: Dict[str, Any], progress: WaitReporter) -> Tuple[ClusterReady, Any]:
-        return run_wait(config, progress=progress, **values)
-
     inputs: Inputs = {"cluster": (str, config.cluster), "replicas": (int, config.replicas)}
-    return _node_task(env, name, inputs, ClusterReady, run, "Cluster wait", wait_line, _caller_module())
+    return _node_task(env, name, WAIT_TASK_TYPE, config, inputs, ClusterReady, "Cluster wait", wait_line)
 
 
 def RestartHead(  # noqa: N802
@@ -143,14 +136,8 @@ def RestartHead(  # noqa: N802
         backend=backend,
     )
 
-    def run(values: Dict[str, Any], progress: WaitReporter) -> Tuple[RestartOutcome, Any]:
-        return run_restart(config, progress=progress, **values)
-
     inputs: Inputs = {"cluster": (str, config.cluster), "head_hw_tier": (Optional[str], config.head_hw_tier)}
-    return _node_task(
-        env, name, inputs, RestartOutcome, run, "Head restart", restart_line, _caller_module(),
-        goal="waiting for the new head",
-    )
+    return _node_task(env, name, RESTART_TASK_TYPE, config, inputs, RestartOutcome, "Head restart", restart_line)
 
 
 def RestoreCluster(  # noqa: N802
@@ -178,62 +165,62 @@ def RestoreCluster(  # noqa: N802
         framework_url=framework_url,
     )
 
-    def run(values: Dict[str, Any], progress: WaitReporter) -> Tuple[RestoreOutcome, Any]:
-        return run_restore(config, progress=progress, **values)
-
     inputs: Inputs = {
         "cluster": (str, config.cluster),
         "replicas": (int, config.replicas),
         "worker_hw_tier": (Optional[str], config.worker_hw_tier),
     }
-    return _node_task(env, name, inputs, RestoreOutcome, run, "Cluster restore", restore_line, _caller_module())
-
-
-def _caller_module() -> str:
-    """The module that called the node's constructor (two frames up): the task lives there."""
-    return str(sys._getframe(2).f_globals.get("__name__", "__main__"))
+    return _node_task(env, name, RESTORE_TASK_TYPE, config, inputs, RestoreOutcome, "Cluster restore", restore_line)
 
 
 def _node_task(
     env: "flyte.TaskEnvironment",
     name: str,
+    task_type: str,
+    config: Any,
     inputs: Inputs,
     output: Type[O],
-    run: Callable[[Dict[str, Any], WaitReporter], Tuple[O, Any]],
     title: str,
     summary: Callable[[str, O, float], str],
-    module: str,
-    goal: str = "waiting for {workers}",
 ) -> "flyte.TaskTemplate":
-    """An async function with ``inputs`` and ``output`` as its typed signature, made a task of ``env``."""
+    """The node as a connector task of ``env`` named ``<env>.<name>``, with ``inputs`` and one ``output``.
+
+    Also installs, from the main thread that defines the node, the signal
+    relay's report of the clusters an interrupted local run leaves running.
+    """
+    import weakref
+
     import flyte
+    from flyte.models import NativeInterface
+
+    from .node_task import ScalingNodeTask
 
     if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
         raise InvalidInputError("name", name, "a Python identifier: the module variable the node is assigned to")
     if not isinstance(env, flyte.TaskEnvironment):
         raise InvalidInputError("env", type(env).__name__, "the flyte.TaskEnvironment the node's task belongs to")
-
-    def execute(values: Dict[str, Any]) -> O:
-        started = time.monotonic()
-        activity = Activity(name, str(parse_cluster(values["cluster"])), goal)
-        with default_reporter(activity) as progress:
-            outcome, timeline = run(values, progress)
-        publish_report(f"{title}: {env.name}.{name}", timeline, vars(outcome))
-        emit_summary(summary(name, outcome, time.monotonic() - started))
-        return outcome
-
-    async def node(**values: Any) -> O:
-        given = {key: default for key, (_, default) in inputs.items()}
-        given.update(values)
-        return await asyncio.to_thread(execute, given)
-
-    node.__name__ = node.__qualname__ = name
-    node.__module__ = module
-    node.__doc__ = f"{title} ({output.__name__}), a ddlscale node."
-    node.__annotations__ = {**{key: kind for key, (kind, _) in inputs.items()}, "return": output}
-    node.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=kind)
-         for key, (kind, default) in inputs.items()],
-        return_annotation=output,
+    node = ScalingNodeTask(
+        name=f"{env.name}.{name}",
+        short_name=name,
+        task_type=task_type,
+        interface=NativeInterface(inputs=dict(inputs), outputs={OUTPUT_NAME: output}),
+        image=None,
+        report=True,
+        docs=None,
+        settings=config,
+        title=title,
+        summary=summary,
     )
-    return env.task(cache="disable", report=True)(node)
+    # What TaskEnvironment.from_task does for each task (flyte 2.12 has no public call to add one to an
+    # existing environment): the node is deployed with, and named after, its environment.
+    env._tasks[node.name] = node
+    node.parent_env = weakref.ref(env)
+    node.parent_env_name = env.name
+    RELAY.install()
+    RELAY.after_phases(_report_left_running)
+    return node
+
+
+def _report_left_running(signum: int) -> None:
+    """The relay's callback: what the interrupted local run left running (nothing when all is stopped)."""
+    report_left_running()

@@ -16,7 +16,9 @@ SIGTERM/SIGINT: release and give back. What differs is only where it runs:
   module is imported) installs the process's signal relay
   (:data:`..hold.signals.RELAY`): on SIGTERM/SIGINT every live phase gives
   its cluster back, then the signal does what it did before (by default
-  SIGTERM ends the process);
+  SIGTERM ends the process). A handler other code installs later replaces
+  the relay's: the phase then gives back on that signal only if the new
+  handler calls the one it replaced, and says so when it starts;
 * an async body's start and restore run in a worker thread, so the event
   loop stays free; cancelling the body (Flyte 2 aborts an action that way)
   restores too, and a start or restore under way always runs to its end;

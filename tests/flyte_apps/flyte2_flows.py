@@ -30,6 +30,8 @@ ready = WaitForCluster("ready", env=env, cluster=CLUSTER, timeout=120)
 restart = RestartHead("restart", env=env, cluster=CLUSTER, timeout=120)
 restore = RestoreCluster("restore", env=env, cluster=CLUSTER, timeout=120)
 scale_mpi = ScaleCluster("scale_mpi", env=env, cluster="mpi/flyte2-test", replicas=1, timeout=30)
+left_up = ScaleCluster("left_up", env=env, cluster=CLUSTER, replicas=1, timeout=120)
+scale_head = ScaleCluster("scale_head", env=env, cluster=CLUSTER, replicas=1, head_hw_tier="Large", timeout=30)
 
 
 def dask_workers() -> int:
@@ -62,6 +64,12 @@ async def all_nodes(replicas: int) -> List[str]:
 async def unsupported_kind() -> int:
     """A node the local backend refuses (it serves no MPI clusters)."""
     return (await scale_mpi()).effective
+
+
+@env.task
+async def scale_with_head_tier() -> int:
+    """A scale node that also asks for a head tier, which the connector leaves to RestartHead."""
+    return (await scale_head()).effective
 
 
 @env.task(report=True)
@@ -124,6 +132,15 @@ async def async_interrupted_starting(marker: str) -> int:
     return 0
 
 
+@env.task
+async def interrupted_nodes(marker: str) -> int:
+    """Scales up with a node, tells the test, then waits for the interrupt before any node scales down."""
+    up = await left_up()
+    Path(marker).write_text(str(up.ready_workers))
+    await asyncio.sleep(120)
+    return up.ready_workers
+
+
 if __name__ == "__main__":
     # python -m tests.flyte_apps.flyte2_flows TASK MARKER: one of the tasks the test interrupts.
     task = {
@@ -131,5 +148,7 @@ if __name__ == "__main__":
         "async_interrupted": async_interrupted,
         "sync_interrupted_starting": sync_interrupted_starting,
         "async_interrupted_starting": async_interrupted_starting,
+        "interrupted_nodes": interrupted_nodes,
     }[sys.argv[1]]
+    flyte.init()  # the nodes run through flyte's local connector runner, which needs it
     flyte.with_runcontext(mode="local").run(task, marker=sys.argv[2])

@@ -13,7 +13,7 @@ import os
 import signal
 import threading
 from types import FrameType
-from typing import Any, Dict, Iterator, List, Optional, Protocol, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Set, Tuple
 
 logger = logging.getLogger("flytekitplugins_ddlscale")
 
@@ -135,20 +135,35 @@ class SignalRelay:
     thread may install them; Flyte 2 runs task bodies in other threads (a
     sync body in a thread of its own, an async one on an event loop that
     may be anywhere). The relay's handler asks every attached phase to
-    restore (:meth:`RelayedPhase.interrupt`), then does what the handler it
-    replaced would have done (the default for SIGTERM ends the process), so
-    the cluster is given back before the process goes. With no phase
-    attached it only does the latter.
+    restore (:meth:`RelayedPhase.interrupt`), then runs the callbacks given
+    to :meth:`after_phases` (the Flyte 2 nodes' report of what is left
+    running), then does what the handler it replaced would have done (the
+    default for SIGTERM ends the process), so the cluster is given back
+    before the process goes. With no phase attached it does only the last two.
+
+    Code that installs its own handler later replaces the relay's: a signal
+    then reaches the phases only if that handler calls the one it replaced.
+    A phase attached while the relay is replaced is warned about
+    (:meth:`replaced`); installing the relay again (from the main thread:
+    defining another node or phase at import does) puts it back on top and
+    chains to the newer handler, and a handler that chains back to the
+    relay does not loop.
     """
 
     def __init__(self, signums: Tuple[int, ...] = DEFAULT_SIGNALS) -> None:
         self._signums = signums
         self._previous: Dict[int, Any] = {}
+        """Per signal: the handler the relay replaced last (what it chains to)."""
+        self._original: Dict[int, Any] = {}
+        """Per signal: the handler before the relay was first installed (what a re-entered relay chains to)."""
         self._phases: List[RelayedPhase] = []
+        self._after: List[Callable[[int], None]] = []
+        self._handling: Set[int] = set()
         self._lock = threading.Lock()
 
     def install(self) -> bool:
-        """Install the handlers (once; main thread only). Returns whether they are in place now."""
+        """Install the handlers (main thread only; again on top of any installed since). Returns whether
+        they are in place now."""
         if threading.current_thread() is not threading.main_thread():
             return self.in_place()
         with self._lock:
@@ -156,6 +171,7 @@ class SignalRelay:
                 current = signal.getsignal(signum)
                 if current is None or current == self._handle:
                     continue
+                self._original.setdefault(signum, current)
                 self._previous[signum] = current
                 signal.signal(signum, self._handle)
         return self.in_place()
@@ -164,12 +180,32 @@ class SignalRelay:
         """Whether the relay's handler is the one installed for every signal (nothing replaced it since)."""
         return all(signal.getsignal(signum) == self._handle for signum in self._signums)
 
+    def replaced(self) -> Dict[str, Any]:
+        """The signals whose handler code installed after the relay replaced: signal name -> that handler."""
+        return {
+            signal.Signals(signum).name: signal.getsignal(signum)
+            for signum in self._previous
+            if signal.getsignal(signum) != self._handle
+        }
+
     def attach(self, phase: RelayedPhase) -> bool:
-        """Have ``phase`` restored on a signal; False (nothing attached) when the handlers are not in place."""
-        if not self.in_place():
+        """Have ``phase`` restored on a signal; False (nothing attached) when the relay was never installed.
+
+        When a handler installed later replaced the relay's, the phase is
+        attached all the same (that handler may call the one it replaced)
+        and a warning says what happens on that signal.
+        """
+        if not self._previous:
             return False
         with self._lock:
             self._phases.append(phase)
+        for name, handler in self.replaced().items():
+            logger.warning(
+                "%s handler replaced after ddlscale installed its signal relay (now %r): on %s the cluster is "
+                "given back only if that handler calls the one it replaced; otherwise the cluster keeps the "
+                "phase's size when the process ends, until restored (a RestoreCluster node or `ddlscale restore`)",
+                name, handler, name,
+            )
         return True
 
     def detach(self, phase: RelayedPhase) -> None:
@@ -178,18 +214,39 @@ class SignalRelay:
             if phase in self._phases:
                 self._phases.remove(phase)
 
-    def _handle(self, signum: int, frame: Optional[FrameType]) -> None:
+    def after_phases(self, callback: Callable[[int], None]) -> None:
+        """Run ``callback(signum)`` on every relayed signal, after the phases gave back (once per callback)."""
         with self._lock:
-            phases = list(self._phases)
-        for phase in phases:
-            try:
-                phase.interrupt(signum)
-            except Exception as exc:  # the next phase and the signal itself must still be served
-                logger.error("restoring after %s failed: %s", signal.Signals(signum).name, exc)
-        self._chain(signum, frame)
+            if callback not in self._after:
+                self._after.append(callback)
 
-    def _chain(self, signum: int, frame: Optional[FrameType]) -> None:
-        previous = self._previous.get(signum, signal.SIG_DFL)
+    def _handle(self, signum: int, frame: Optional[FrameType]) -> None:
+        if signum in self._handling:
+            # Reached again through a newer handler that calls the one it replaced: the outer call served
+            # the phases; chaining to that handler again would loop.
+            self._chain(self._original.get(signum, signal.SIG_DFL), signum, frame)
+            return
+        self._handling.add(signum)
+        try:
+            with self._lock:
+                phases = list(self._phases)
+                after = list(self._after)
+            for phase in phases:
+                try:
+                    phase.interrupt(signum)
+                except Exception as exc:  # the next phase and the signal itself must still be served
+                    logger.error("restoring after %s failed: %s", signal.Signals(signum).name, exc)
+            for callback in after:
+                try:
+                    callback(signum)
+                except Exception as exc:  # a report must not hide the signal
+                    logger.error("after %s: %s failed: %s", signal.Signals(signum).name, callback, exc)
+            self._chain(self._previous.get(signum, signal.SIG_DFL), signum, frame)
+        finally:
+            self._handling.discard(signum)
+
+    @staticmethod
+    def _chain(previous: Any, signum: int, frame: Optional[FrameType]) -> None:
         if callable(previous):
             previous(signum, frame)
         elif previous == signal.SIG_DFL:

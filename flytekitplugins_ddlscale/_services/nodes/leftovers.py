@@ -1,0 +1,90 @@
+"""What a node-based local flow leaves running when it is interrupted, and how to stop it.
+
+Nodes scale a cluster in one task and expect a later node to scale it
+down; Ctrl-C in between leaves it running. Each node that changes a
+cluster in this process remembers it here (:func:`remember`); each surface
+calls :func:`report_left_running` on an interrupt from its own hook
+(flytekit's signal-handler hook in :mod:`..tasks.leftovers`, the signal
+relay for the Flyte 2 nodes), which lists the clusters still running with
+the command that stops them.
+"""
+import sys
+import threading
+from typing import Dict, List, Optional, Tuple
+
+from ...errors import ClusterNotFoundError
+from ...refs import ClusterRef
+from ..._core.wording import plural
+
+_touched: Dict[str, Tuple[str, ClusterRef]] = {}
+_lock = threading.Lock()
+
+
+def remember(backend: Optional[str], ref: ClusterRef) -> None:
+    """Note that this process is changing ``ref`` through ``backend`` (None: the environment's choice).
+
+    The backend name is resolved now, while the node's environment is in
+    force. Called before the change, so an interrupt during the node's own
+    wait is covered too.
+    """
+    from ...backends import backend_name_from_env
+
+    with _lock:
+        _touched[str(ref)] = (backend or backend_name_from_env(), ref)
+
+
+def forget_all() -> None:
+    """Forget every remembered cluster (a new flow run in the same process starts from none)."""
+    with _lock:
+        _touched.clear()
+
+
+def stop_command(backend: str, ref: ClusterRef) -> str:
+    """The ``ddlscale`` command that stops (or restores) ``ref`` on ``backend``."""
+    if backend == "local":
+        return f"ddlscale local down --name {ref.name}"
+    namespace = f" --namespace {ref.namespace}" if ref.namespace else ""
+    group = f" --group {ref.group}" if ref.group is not None else ""
+    return f"ddlscale restore --backend {backend} --kind {ref.kind} --name {ref.name}{namespace}{group}"
+
+
+def left_running() -> List[str]:
+    """One line per remembered cluster that may still hold workers, with the command that stops it.
+
+    Local clusters are looked at (state files and local processes: quick);
+    remote ones are not, since a Ctrl-C report must not wait on a service or
+    API server: they are listed as possibly still scaled.
+    """
+    from ...backends import get_backend
+
+    with _lock:
+        touched = list(_touched.values())
+    lines = []
+    for name, ref in touched:
+        if name != "local":
+            lines.append(f"  {ref} ({name} backend): may still be scaled; to restore it: {stop_command(name, ref)}")
+            continue
+        backend = get_backend("local")
+        try:
+            state = backend.get_state(ref)
+        except ClusterNotFoundError:
+            continue
+        except Exception as exc:  # the report must not hide the interrupt itself
+            lines.append(f"  {ref}: state unknown ({type(exc).__name__}); to stop it: {stop_command(name, ref)}")
+            continue
+        finally:
+            backend.close()
+        if state.desired_workers > 0 or state.status in ("Running", "Starting", "Pending"):
+            lines.append(
+                f"  {ref}: {state.status}, {plural(state.desired_workers, 'worker')}; to stop it: "
+                f"{stop_command(name, ref)}"
+            )
+    return lines
+
+
+def report_left_running() -> None:
+    """Print what the interrupted flow left running (nothing when all is stopped)."""
+    lines = left_running()
+    if lines:
+        sys.stderr.write("ddlscale: interrupted; left running by this flow:\n" + "\n".join(lines) + "\n")
+        sys.stderr.flush()

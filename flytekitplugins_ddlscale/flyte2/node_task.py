@@ -1,0 +1,93 @@
+"""The Flyte 2 task class of the scaling nodes: a ``ddlscale_*`` task type served by the connector, no pod.
+
+Declared the way Flyte 2's own connector plugins declare theirs (a
+``flyte.extend.TaskTemplate`` with ``AsyncConnectorExecutorMixin``, no
+image, the node's configuration as the template's ``custom``):
+
+* on a cluster, Flyte 2 hands the template to the connector that serves its
+  task type (:mod:`.connector`, loaded by flyte's connector server ``c0``):
+  no pod, nothing of this module runs;
+* in local mode, flyte's local connector runner (the mixin's ``execute``)
+  calls the same registered connector in-process: ``create``, then ``get``
+  every 3 s until it ends. Around that run this class adds what a node
+  shows in a local run: its summary line and its Report tab, and the
+  cluster it changes is noted for the interrupt report (:mod:`..nodes.leftovers`).
+
+Imports ``flyte``: imported when a node is defined, never with the package.
+"""
+import dataclasses
+import time
+from typing import Any, Callable, Dict, Optional
+
+from flyte.connectors import AsyncConnectorExecutorMixin
+from flyte.extend import TaskTemplate, is_initialized
+from flyte.models import SerializationContext
+
+from .._services.nodes import leftovers
+from .._services.nodes.config import RestartConfig, RestoreConfig, ScaleConfig
+from .._core.progress import emit_summary
+from ..refs import parse_cluster
+from .._core.timeline import WorkerTimeline
+from . import connector  # noqa: F401 - registers the connectors flyte's local runner looks up
+from .report import publish_report
+
+CHANGES_CLUSTER = (ScaleConfig, RestoreConfig, RestartConfig)
+"""Nodes that change a cluster (a wait only reads it): an interrupt after one may leave it running."""
+
+
+@dataclasses.dataclass(kw_only=True)
+class ScalingNodeTask(AsyncConnectorExecutorMixin, TaskTemplate):
+    """A scaling node as a Flyte 2 task; awaiting it in a parent task gives the node's typed outcome.
+
+    ``settings`` is the node's configuration (``ScaleConfig``, ...), sent as
+    the template's ``custom``; ``title`` names its Report tab; ``summary``
+    writes its summary line from (node name, outcome, seconds).
+    """
+
+    settings: Any = None
+    title: str = ""
+    summary: Optional[Callable[[str, Any, float], str]] = None
+
+    def custom_config(self, sctx: SerializationContext) -> Dict[str, Any]:
+        """The template's ``custom``: the node's configuration, which the connector reads back."""
+        return self.settings.to_custom()
+
+    async def execute(self, **kwargs: Any) -> Any:
+        """Local mode: the node through flyte's local connector runner, then its Report tab and summary line.
+
+        flyte's runner needs ``flyte.init()`` (no arguments for a local run),
+        as for every connector task; without it the node fails saying so
+        before anything is sent.
+        """
+        if not is_initialized():
+            raise RuntimeError(
+                f"{self.short_name}: a ddlscale node runs through flyte's local connector runner, which needs "
+                "flyte.init() first (no arguments for a local run): call flyte.init() before "
+                "flyte.with_runcontext(mode=\"local\").run(...)"
+            )
+        if isinstance(self.settings, CHANGES_CLUSTER):
+            leftovers.remember(self.settings.backend, parse_cluster(kwargs.get("cluster", self.settings.cluster)))
+        started = time.monotonic()
+        (outcome,) = await super().execute(**kwargs)
+        seconds = time.monotonic() - started
+        publish_report(f"{self.title}: {self.name}", outcome_timeline(outcome, seconds), vars(outcome))
+        if self.summary is not None:
+            emit_summary(self.summary(self.short_name, outcome, seconds))
+        return outcome
+
+
+def outcome_timeline(outcome: Any, seconds: float) -> WorkerTimeline:
+    """The node's worker counts as its outcome states them: before (when it says) and at the end.
+
+    The connector reads the cluster on its own polls, so the node's page
+    shows the two counts the outcome carries rather than a sampled series.
+    """
+    timeline = WorkerTimeline(clock=lambda: seconds)
+    tier = getattr(outcome, "worker_hw_tier", "") or None
+    if hasattr(outcome, "previous_workers"):
+        timeline.add(outcome.previous_workers, seconds=0.0)
+    workers = outcome.ready_workers if isinstance(getattr(outcome, "ready_workers", None), int) else None
+    if workers is not None and workers >= 0:
+        timeline.add(workers, tier, seconds=seconds)
+    timeline.finish()
+    return timeline
