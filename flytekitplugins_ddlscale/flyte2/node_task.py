@@ -17,36 +17,31 @@ Imports ``flyte``: imported when a node is defined, never with the package.
 """
 import dataclasses
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Dict
 
 from flyte.connectors import AsyncConnectorExecutorMixin
 from flyte.extend import TaskTemplate, is_initialized
 from flyte.models import SerializationContext
 
 from .._services.nodes import leftovers
-from .._services.nodes.config import RestartConfig, RestoreConfig, ScaleConfig
+from .._services.nodes.kinds import NodeKind
 from .._core.progress import emit_summary
 from ..refs import parse_cluster
 from .._core.timeline import WorkerTimeline
 from . import connector  # noqa: F401 - registers the connectors flyte's local runner looks up
 from .report import publish_report
 
-CHANGES_CLUSTER = (ScaleConfig, RestoreConfig, RestartConfig)
-"""Nodes that change a cluster (a wait only reads it): an interrupt after one may leave it running."""
-
-
 @dataclasses.dataclass(kw_only=True)
 class ScalingNodeTask(AsyncConnectorExecutorMixin, TaskTemplate):
     """A scaling node as a Flyte 2 task; awaiting it in a parent task gives the node's typed outcome.
 
     ``settings`` is the node's configuration (``ScaleConfig``, ...), sent as
-    the template's ``custom``; ``title`` names its Report tab; ``summary``
-    writes its summary line from (node name, outcome, seconds).
+    the template's ``custom``; ``kind`` is its node type (Report tab title,
+    summary line, whether it changes the cluster).
     """
 
-    settings: Any = None
-    title: str = ""
-    summary: Optional[Callable[[str, Any, float], str]] = None
+    settings: Any
+    kind: NodeKind
 
     def custom_config(self, sctx: SerializationContext) -> Dict[str, Any]:
         """The template's ``custom``: the node's configuration, which the connector reads back."""
@@ -65,14 +60,13 @@ class ScalingNodeTask(AsyncConnectorExecutorMixin, TaskTemplate):
                 "flyte.init() first (no arguments for a local run): call flyte.init() before "
                 "flyte.with_runcontext(mode=\"local\").run(...)"
             )
-        if isinstance(self.settings, CHANGES_CLUSTER):
+        if self.kind.changes_cluster:
             leftovers.remember(self.settings.backend, parse_cluster(kwargs.get("cluster", self.settings.cluster)))
         started = time.monotonic()
         (outcome,) = await super().execute(**kwargs)
         seconds = time.monotonic() - started
-        publish_report(f"{self.title}: {self.name}", outcome_timeline(outcome, seconds), vars(outcome))
-        if self.summary is not None:
-            emit_summary(self.summary(self.short_name, outcome, seconds))
+        publish_report(f"{self.kind.title}: {self.name}", outcome_timeline(outcome, seconds), vars(outcome))
+        emit_summary(self.kind.summary(self.short_name, outcome, seconds))
         return outcome
 
 

@@ -27,24 +27,19 @@ local mode flyte's local connector runner calls the same connector
 in-process. Name each node like the module variable it is assigned to.
 """
 import keyword
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple, Type, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from ..backends.base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT
 from ..errors import InvalidInputError
 from .._services.nodes.config import ANY_DESIRED, FROM_BASELINE, RestartConfig, RestoreConfig, ScaleConfig, WaitConfig
 from .._services.nodes.leftovers import report_left_running
-from .._services.nodes.names import OUTPUT_NAME, RESTART_TASK_TYPE, RESTORE_TASK_TYPE, SCALE_TASK_TYPE, WAIT_TASK_TYPE
-from .._services.nodes.outputs import ClusterReady, RestartOutcome, RestoreOutcome, ScaleOutcome
+from .._services.nodes.kinds import RESTART, RESTORE, SCALE, WAIT, NodeKind
+from .._services.nodes.names import OUTPUT_NAME
 from ..refs import ClusterRef
 from .._services.hold.signals import RELAY
-from .._core.summary import restart_line, restore_line, scale_line, wait_line
 
 if TYPE_CHECKING:
     import flyte
-
-O = TypeVar("O")
-Inputs = Dict[str, Tuple[Any, Any]]
-
 
 def ScaleCluster(  # noqa: N802 - named like the flytekit node it mirrors
     name: str,
@@ -80,13 +75,7 @@ def ScaleCluster(  # noqa: N802 - named like the flytekit node it mirrors
         framework_url=framework_url,
     )
 
-    inputs: Inputs = {
-        "cluster": (str, config.cluster),
-        "replicas": (int, config.replicas),
-        "worker_hw_tier": (Optional[str], config.worker_hw_tier),
-        "head_hw_tier": (Optional[str], config.head_hw_tier),
-    }
-    return _node_task(env, name, SCALE_TASK_TYPE, config, inputs, ScaleOutcome, "Cluster scaling", scale_line)
+    return _node_task(env, name, SCALE, config)
 
 
 def WaitForCluster(  # noqa: N802
@@ -113,8 +102,7 @@ def WaitForCluster(  # noqa: N802
         framework_url=framework_url,
     )
 
-    inputs: Inputs = {"cluster": (str, config.cluster), "replicas": (int, config.replicas)}
-    return _node_task(env, name, WAIT_TASK_TYPE, config, inputs, ClusterReady, "Cluster wait", wait_line)
+    return _node_task(env, name, WAIT, config)
 
 
 def RestartHead(  # noqa: N802
@@ -136,8 +124,7 @@ def RestartHead(  # noqa: N802
         backend=backend,
     )
 
-    inputs: Inputs = {"cluster": (str, config.cluster), "head_hw_tier": (Optional[str], config.head_hw_tier)}
-    return _node_task(env, name, RESTART_TASK_TYPE, config, inputs, RestartOutcome, "Head restart", restart_line)
+    return _node_task(env, name, RESTART, config)
 
 
 def RestoreCluster(  # noqa: N802
@@ -165,25 +152,11 @@ def RestoreCluster(  # noqa: N802
         framework_url=framework_url,
     )
 
-    inputs: Inputs = {
-        "cluster": (str, config.cluster),
-        "replicas": (int, config.replicas),
-        "worker_hw_tier": (Optional[str], config.worker_hw_tier),
-    }
-    return _node_task(env, name, RESTORE_TASK_TYPE, config, inputs, RestoreOutcome, "Cluster restore", restore_line)
+    return _node_task(env, name, RESTORE, config)
 
 
-def _node_task(
-    env: "flyte.TaskEnvironment",
-    name: str,
-    task_type: str,
-    config: Any,
-    inputs: Inputs,
-    output: Type[O],
-    title: str,
-    summary: Callable[[str, O, float], str],
-) -> "flyte.TaskTemplate":
-    """The node as a connector task of ``env`` named ``<env>.<name>``, with ``inputs`` and one ``output``.
+def _node_task(env: "flyte.TaskEnvironment", name: str, kind: NodeKind, config: Any) -> "flyte.TaskTemplate":
+    """The node of ``kind`` as a connector task of ``env`` named ``<env>.<name>``, its interface from ``kind``.
 
     Also installs, from the main thread that defines the node, the signal
     relay's report of the clusters an interrupted local run leaves running.
@@ -202,14 +175,13 @@ def _node_task(
     node = ScalingNodeTask(
         name=f"{env.name}.{name}",
         short_name=name,
-        task_type=task_type,
-        interface=NativeInterface(inputs=dict(inputs), outputs={OUTPUT_NAME: output}),
+        task_type=kind.task_type,
+        interface=NativeInterface(inputs=kind.interface(config), outputs={OUTPUT_NAME: kind.output}),
         image=None,
         report=True,
         docs=None,
         settings=config,
-        title=title,
-        summary=summary,
+        kind=kind,
     )
     # What TaskEnvironment.from_task does for each task (flyte 2.12 has no public call to add one to an
     # existing environment): the node is deployed with, and named after, its environment.

@@ -11,7 +11,8 @@ qualified by the defining module, as flytekit does for function tasks:
 ``ScaleCluster("scale_down", ...)`` in ``flows.train`` is the task
 ``flows.train.scale_down``.
 """
-from typing import Any, Dict, Generic, Tuple, Type, TypeVar
+import time
+from typing import Any, ClassVar, Dict, Generic, TypeVar
 
 from flytekit.configuration import SerializationSettings
 from flytekit.deck import DeckField
@@ -19,10 +20,11 @@ from flytekit.core.interface import Interface
 from flytekit.core.python_function_task import PythonInstanceTask
 
 from .._core.deck import publish_deck, render_html
+from .._services.nodes.kinds import NodeKind
 from .._services.nodes.names import OUTPUT_NAME, qualified_name
-from .._core.progress import Activity, WaitReporter, default_reporter
+from .._core.progress import Activity, emit_summary, default_reporter
 from ..refs import parse_cluster
-from .._core.timeline import WorkerTimeline
+from .leftovers import remember
 
 C = TypeVar("C")
 
@@ -30,24 +32,17 @@ DECK_FIELDS = (DeckField.INPUT, DeckField.OUTPUT)
 """Flyte's own Decks shown beside ours (its dependency Deck runs ``pip freeze``, which says nothing here)."""
 
 class ScalingTaskBase(PythonInstanceTask[C], Generic[C]):
-    """A configured cluster operation with typed inputs (defaults from the config) and one typed output."""
+    """A configured cluster operation: inputs, output, run and wording from the subclass's :class:`NodeKind`."""
 
-    def __init__(
-        self,
-        name: str,
-        task_config: C,
-        task_type: str,
-        inputs: Dict[str, Tuple[Any, Any]],
-        output_type: Type,
-        enable_deck: bool = True,
-        **kwargs: Any,
-    ) -> None:
+    kind: ClassVar[NodeKind]
+
+    def __init__(self, name: str, task_config: C, enable_deck: bool = True, **kwargs: Any) -> None:
         kwargs.setdefault("deck_fields", DECK_FIELDS)
         super().__init__(
             name=name,
             task_config=task_config,
-            task_type=task_type,
-            interface=Interface(inputs=inputs, outputs={OUTPUT_NAME: output_type}),
+            task_type=self.kind.task_type,
+            interface=Interface(inputs=self.kind.interface(task_config), outputs={OUTPUT_NAME: self.kind.output}),
             enable_deck=enable_deck,
             **kwargs,
         )
@@ -62,14 +57,19 @@ class ScalingTaskBase(PythonInstanceTask[C], Generic[C]):
         """The name as given, e.g. ``scale_up`` (used in progress and summary lines)."""
         return self._name
 
-    def reporter(self, cluster: str, goal: str = "waiting for {workers}") -> WaitReporter:
-        """Progress for one run of this node: a bar naming the node and the full cluster name."""
-        return default_reporter(Activity(self.short_name, str(parse_cluster(cluster)), goal))
+    def execute(self, **kwargs: Any) -> Any:
+        """Run the node with its inputs; publish the Deck; print the summary line; return the outcome."""
+        started = time.monotonic()
+        cluster = kwargs.get("cluster", self.task_config.cluster)  # type: ignore[attr-defined]
+        if self.kind.changes_cluster:
+            remember(self.task_config.backend, parse_cluster(cluster))  # type: ignore[attr-defined]
+        activity = Activity(self.short_name, str(parse_cluster(cluster)), self.kind.goal)
+        with default_reporter(activity) as progress:
+            outcome, timeline = self.kind.perform(self.task_config, kwargs, progress)
+        publish_deck(self.kind.title, render_html(f"{self.kind.title}: {self.name}", timeline, vars(outcome)))
+        emit_summary(self.kind.summary(self.short_name, outcome, time.monotonic() - started))
+        return outcome
 
     def get_custom(self, settings: SerializationSettings) -> Dict[str, Any]:
         """The configuration, for the container run and the connector."""
         return self.task_config.to_custom()  # type: ignore[attr-defined]
-
-    def publish(self, title: str, timeline: WorkerTimeline, outcome: Any) -> None:
-        """Attach the Deck of this run: the outcome's fields and the worker plot."""
-        publish_deck(title, render_html(f"{title}: {self.name}", timeline, vars(outcome)))

@@ -1,16 +1,11 @@
 """``RestoreCluster``: a flow node that puts a cluster back to its recorded baseline (or a given size)."""
-import time
 from typing import Any, Optional, Union
 
 from ..backends.base import DEFAULT_SCALE_TIMEOUT
 from .._services.nodes.config import FROM_BASELINE, RestoreConfig
-from .._services.nodes.names import RESTORE_TASK_TYPE
-from .._services.nodes.outputs import RestoreOutcome
-from .._core.progress import emit_summary
 from ..refs import ClusterRef
-from .._core.summary import restore_line
+from .._services.nodes.kinds import RESTORE
 from .base import ScalingTaskBase
-from .._services.nodes.run import run_restore
 
 
 class RestoreCluster(ScalingTaskBase[RestoreConfig]):
@@ -40,6 +35,8 @@ class RestoreCluster(ScalingTaskBase[RestoreConfig]):
     as for ``ScaleCluster``, or at ``framework_url``) has dropped them.
     """
 
+    kind = RESTORE
+
     def __init__(
         self,
         name: str,
@@ -63,31 +60,4 @@ class RestoreCluster(ScalingTaskBase[RestoreConfig]):
             framework_ready=framework_ready,
             framework_url=framework_url,
         )
-        super().__init__(
-            name=name,
-            task_config=config,
-            task_type=RESTORE_TASK_TYPE,
-            inputs={
-                "cluster": (str, config.cluster),
-                "replicas": (int, config.replicas),
-                "worker_hw_tier": (Optional[str], config.worker_hw_tier),
-            },
-            output_type=RestoreOutcome,
-            **kwargs,
-        )
-
-    def execute(self, **kwargs: Any) -> RestoreOutcome:
-        """Restore with the node's inputs; publish the Deck; print the summary line; return the outcome."""
-        started = time.monotonic()
-        cluster = kwargs.get("cluster", self.task_config.cluster)
-        with self.reporter(cluster) as progress:
-            outcome, timeline = run_restore(
-                self.task_config,
-                cluster=cluster,
-                replicas=kwargs.get("replicas", self.task_config.replicas),
-                worker_hw_tier=kwargs.get("worker_hw_tier", self.task_config.worker_hw_tier),
-                progress=progress,
-            )
-        self.publish("Cluster restore", timeline, outcome)
-        emit_summary(restore_line(self.short_name, outcome, time.monotonic() - started))
-        return outcome
+        super().__init__(name, config, **kwargs)

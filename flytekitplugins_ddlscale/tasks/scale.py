@@ -1,17 +1,11 @@
 """``ScaleCluster``: a flow node that sets a cluster's worker count and tier."""
-import time
 from typing import Any, Optional, Union
 
 from ..backends.base import DEFAULT_SCALE_TIMEOUT
 from .._services.nodes.config import ScaleConfig
-from .._services.nodes.names import SCALE_TASK_TYPE
-from .._services.nodes.outputs import ScaleOutcome
-from .._core.progress import emit_summary
-from ..refs import ClusterRef, parse_cluster
-from .._core.summary import scale_line
+from ..refs import ClusterRef
+from .._services.nodes.kinds import SCALE
 from .base import ScalingTaskBase
-from .leftovers import remember
-from .._services.nodes.run import run_scale
 
 
 class ScaleCluster(ScalingTaskBase[ScaleConfig]):
@@ -40,6 +34,8 @@ class ScaleCluster(ScalingTaskBase[ScaleConfig]):
     outcome's ``readiness`` says which checks proved it.
     """
 
+    kind = SCALE
+
     def __init__(
         self,
         name: str,
@@ -67,34 +63,4 @@ class ScaleCluster(ScalingTaskBase[ScaleConfig]):
             framework_ready=framework_ready,
             framework_url=framework_url,
         )
-        super().__init__(
-            name=name,
-            task_config=config,
-            task_type=SCALE_TASK_TYPE,
-            inputs={
-                "cluster": (str, config.cluster),
-                "replicas": (int, config.replicas),
-                "worker_hw_tier": (Optional[str], config.worker_hw_tier),
-                "head_hw_tier": (Optional[str], config.head_hw_tier),
-            },
-            output_type=ScaleOutcome,
-            **kwargs,
-        )
-
-    def execute(self, **kwargs: Any) -> ScaleOutcome:
-        """Scale with the node's inputs; publish the Deck; print the summary line; return the outcome."""
-        started = time.monotonic()
-        cluster = kwargs.get("cluster", self.task_config.cluster)
-        remember(self.task_config.backend, parse_cluster(cluster))
-        with self.reporter(cluster) as progress:
-            outcome, timeline = run_scale(
-                self.task_config,
-                cluster=cluster,
-                replicas=kwargs.get("replicas", self.task_config.replicas),
-                worker_hw_tier=kwargs.get("worker_hw_tier", self.task_config.worker_hw_tier),
-                head_hw_tier=kwargs.get("head_hw_tier", self.task_config.head_hw_tier),
-                progress=progress,
-            )
-        self.publish("Cluster scaling", timeline, outcome)
-        emit_summary(scale_line(self.short_name, outcome, time.monotonic() - started))
-        return outcome
+        super().__init__(name, config, **kwargs)

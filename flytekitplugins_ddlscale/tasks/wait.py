@@ -1,16 +1,11 @@
 """``WaitForCluster``: a flow node that waits for workers a ``ScaleCluster(wait=False)`` requested."""
-import time
 from typing import Any, Optional, Union
 
 from ..backends.base import DEFAULT_SCALE_TIMEOUT
 from .._services.nodes.config import ANY_DESIRED, WaitConfig
-from .._services.nodes.names import WAIT_TASK_TYPE
-from .._services.nodes.outputs import ClusterReady
-from .._core.progress import emit_summary
 from ..refs import ClusterRef
-from .._core.summary import wait_line
+from .._services.nodes.kinds import WAIT
 from .base import ScalingTaskBase
-from .._services.nodes.run import run_wait
 
 
 class WaitForCluster(ScalingTaskBase[WaitConfig]):
@@ -37,6 +32,8 @@ class WaitForCluster(ScalingTaskBase[WaitConfig]):
     readiness (``framework_ready``, ``framework_url``) as for ``ScaleCluster``.
     """
 
+    kind = WAIT
+
     def __init__(
         self,
         name: str,
@@ -56,26 +53,4 @@ class WaitForCluster(ScalingTaskBase[WaitConfig]):
             framework_ready=framework_ready,
             framework_url=framework_url,
         )
-        super().__init__(
-            name=name,
-            task_config=config,
-            task_type=WAIT_TASK_TYPE,
-            inputs={"cluster": (str, config.cluster), "replicas": (int, config.replicas)},
-            output_type=ClusterReady,
-            **kwargs,
-        )
-
-    def execute(self, **kwargs: Any) -> ClusterReady:
-        """Wait with the node's inputs; publish the Deck; print the summary line; return what was seen."""
-        started = time.monotonic()
-        cluster = kwargs.get("cluster", self.task_config.cluster)
-        with self.reporter(cluster) as progress:
-            outcome, timeline = run_wait(
-                self.task_config,
-                cluster=cluster,
-                replicas=kwargs.get("replicas", self.task_config.replicas),
-                progress=progress,
-            )
-        self.publish("Cluster wait", timeline, outcome)
-        emit_summary(wait_line(self.short_name, outcome, time.monotonic() - started))
-        return outcome
+        super().__init__(name, config, **kwargs)
