@@ -4,7 +4,7 @@ from typing import Optional, Union
 
 from ...backends.base import DEFAULT_SCALE_TIMEOUT
 from ...errors import InvalidInputError
-from ..._framework.endpoints import validate_url
+from ..._core.validation import validate_url
 from ..._core.leases import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
 from ...models import ReplicaSpec
 from ...refs import ClusterRef, cluster_text, parse_cluster

@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional, Tuple, Type, TypeVar
 from ...backends.base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT
 from ...errors import InvalidInputError
 from ..readiness import FrameworkOptions
-from ..._framework.endpoints import validate_url
+from ..._core.validation import validate_url
 from ...refs import cluster_text
 from ..._core.validation import MAX_NODE_TIMEOUT, MAX_REPLICAS, validate_replicas, validate_tier_name, validate_timeout
 
