@@ -4,11 +4,11 @@ Everything kind-specific that several backends need (plural resource name,
 head section, pod labels) lives in :data:`KINDS`, so no backend builds pod
 names or spec paths by string concatenation of its own.
 """
-import os
 import re
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple, Union
 
+from ._core import settings
 from .errors import InvalidInputError
 
 CRD_GROUP = "distributed-compute.dominodatalab.com"
@@ -202,7 +202,7 @@ class ClusterRef:
                 "kind", kind, ", ".join(k for k, info in KINDS.items() if info.flavour == "dco"),
                 reason="a Domino run's own cluster is one of Domino's kinds; name other clusters",
             )
-        run = run_id if run_id is not None else os.environ.get("DOMINO_RUN_ID")
+        run = run_id if run_id is not None else settings.DOMINO_RUN_ID.value()
         if not run:
             raise InvalidInputError(
                 "run_id", run_id, "a Domino run id (argument or $DOMINO_RUN_ID)"
@@ -326,7 +326,7 @@ def parse_cluster(text: str, field: str = "cluster") -> ClusterRef:
     if name is not None:
         base, group = _split_group(name)
         return ClusterRef(kind, base, namespace, group)
-    if not os.environ.get("DOMINO_RUN_ID"):
+    if not settings.DOMINO_RUN_ID.is_set():
         raise InvalidInputError(
             field,
             text,

@@ -12,7 +12,8 @@ import pytest
 
 from flytekitplugins_ddlscale.errors import InvalidInputError
 from flytekitplugins_ddlscale._framework import PROBES, resolve_endpoint
-from flytekitplugins_ddlscale._framework.endpoints import Endpoint, validate_url
+from flytekitplugins_ddlscale._core.validation import validate_url
+from flytekitplugins_ddlscale._framework.endpoints import Endpoint
 from flytekitplugins_ddlscale._framework.wait import HeadUnreachable, read_registered
 from flytekitplugins_ddlscale.tasks import ScaleCluster
 from tests.servers.status_http import Reply, StatusServer, free_port

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from flytekitplugins_ddlscale import ClusterRef, ReplicaSpec, ScaleCluster, UnsupportedOperationError
 from flytekitplugins_ddlscale.backends.local import LocalBackend, procs
-from flytekitplugins_ddlscale.backends.local.ray_ops import RAY_EXECUTABLE_ENV
+from flytekitplugins_ddlscale._core.settings import RAY_EXECUTABLE
 from flytekitplugins_ddlscale.cli.local_commands import local
 from flytekitplugins_ddlscale._services.readiness import FrameworkOptions, confirm_ready
 from flytekitplugins_ddlscale._framework.endpoints import resolve_endpoint
@@ -97,13 +97,13 @@ def b(backend):
 
 
 def test_without_ray_the_error_says_what_to_install(state, monkeypatch):
-    monkeypatch.setenv(RAY_EXECUTABLE_ENV, str(state / "no-such-ray"))
+    monkeypatch.setenv(RAY_EXECUTABLE.name, str(state / "no-such-ray"))
     fresh = LocalBackend(state_dir=state / "no-ray")
     for call in (lambda: fresh.scale(ClusterRef("ray", "none"), 1), lambda: fresh.up(ClusterRef("ray", "none"))):
         with pytest.raises(UnsupportedOperationError) as caught:
             call()
         assert 'pip install "flytekitplugins-ddlscale[ray]"' in str(caught.value)
-        assert RAY_EXECUTABLE_ENV in str(caught.value)
+        assert RAY_EXECUTABLE.name in str(caught.value)
     # Refused before anything was recorded: no cluster, no baseline file.
     assert fresh.list_clusters() == [] and list((state / "no-ray").rglob("*.json")) == []
 

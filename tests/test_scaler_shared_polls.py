@@ -10,7 +10,8 @@ import pytest
 
 from flytekitplugins_ddlscale import ClusterRef, InvalidInputError
 from flytekitplugins_ddlscale.backends.scaler import ScalerServiceBackend
-from flytekitplugins_ddlscale.backends.scaler.polls import MAX_RPS_ENV, PollPacer, SharedPolls, max_rps_from
+from flytekitplugins_ddlscale._core.settings import SCALER_MAX_RPS
+from flytekitplugins_ddlscale.backends.scaler.polls import PollPacer, SharedPolls, max_rps_from
 from flytekitplugins_ddlscale.errors import BackendUnavailableError, ClusterNotFoundError, ScalingError
 from flytekitplugins_ddlscale._core.sharing import shared_reads
 from flytekitplugins_ddlscale._core.waiting import Backoff, Deadline
@@ -125,13 +126,13 @@ def test_a_scale_is_never_answered_by_a_read_from_before_it(scaler_server, tmp_p
 
 def test_rate_setting_is_checked_and_named():
     assert max_rps_from(None, {}) == 100.0
-    assert max_rps_from(None, {MAX_RPS_ENV: "7.5"}) == 7.5
-    assert max_rps_from(3, {MAX_RPS_ENV: "7.5"}) == 3.0
+    assert max_rps_from(None, {SCALER_MAX_RPS.name: "7.5"}) == 7.5
+    assert max_rps_from(3, {SCALER_MAX_RPS.name: "7.5"}) == 3.0
     for bad in (0, -1, "fast", True, float("inf")):
         with pytest.raises(InvalidInputError, match="max_requests_per_second"):
             max_rps_from(bad, {})
-    with pytest.raises(InvalidInputError, match=MAX_RPS_ENV):
-        max_rps_from(None, {MAX_RPS_ENV: "0"})
+    with pytest.raises(InvalidInputError, match=SCALER_MAX_RPS.name):
+        max_rps_from(None, {SCALER_MAX_RPS.name: "0"})
     with pytest.raises(InvalidInputError, match="max_requests_per_second"):
         ScalerServiceBackend("http://127.0.0.1:9", api_key="k-1", env={}, max_requests_per_second=0)
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from flytekitplugins_ddlscale._core import progress
+from flytekitplugins_ddlscale._core import progress, settings
 from flytekitplugins_ddlscale._core.deck import fact_text, render_html, render_svg
 from flytekitplugins_ddlscale._core.progress import Activity, RichReporter, WaitProgress, begin_wait, emit_summary
 from flytekitplugins_ddlscale._core.summary import phase_line, restore_line, scale_line, wait_line
@@ -83,7 +83,7 @@ def no_logging_handlers(monkeypatch):
     test calls the returned function in its body. An earlier in-process
     ``ddlscale`` command leaves its stderr handler on the plugin's logger.
     """
-    monkeypatch.delenv(progress.QUIET_ENV, raising=False)
+    monkeypatch.delenv(settings.QUIET.name, raising=False)
     plugin = logging.getLogger("flytekitplugins_ddlscale")
 
     def clear() -> None:
@@ -102,7 +102,7 @@ def test_summary_goes_to_stderr_when_logging_is_not_configured(no_logging_handle
 
 def test_quiet_setting_silences_summaries(no_logging_handlers, capsys, monkeypatch):
     no_logging_handlers()
-    monkeypatch.setenv(progress.QUIET_ENV, "1")
+    monkeypatch.setenv(settings.QUIET.name, "1")
     emit_summary("anything")
     assert capsys.readouterr().err == ""
 
@@ -157,7 +157,7 @@ def test_a_forgotten_wait_stops_its_heartbeat_and_quiet_silences_it(no_logging_h
     reporter(WaitProgress("2 Ready workers on dask/x", 0, 2, 0.1, 60))
     del reporter  # a caller that never closed it: the heartbeat holds it weakly and ends
     assert _heartbeats_end()
-    monkeypatch.setenv(progress.QUIET_ENV, "1")
+    monkeypatch.setenv(settings.QUIET.name, "1")
     capsys.readouterr()
     quiet = progress.LogReporter(interval=0.05)
     quiet(WaitProgress("2 Ready workers on dask/x", 0, 2, 0.1, 60))

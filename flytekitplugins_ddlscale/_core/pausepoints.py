@@ -13,41 +13,32 @@ import os
 import time
 from pathlib import Path
 
-from ..errors import InvalidInputError
+from . import settings
 
 logger = logging.getLogger("flytekitplugins_ddlscale")
 
-PAUSE_ENV = "DDLSCALE_PAUSE_AT"
-PHASE_POINTS = ("claimed", "scaled", "released")
-"""``claimed``: the claim is recorded, nothing scaled yet; ``scaled``: the cluster holds the claim and
-the body is about to run; ``released``: the claim is dropped, the cluster not yet given back."""
-LOCAL_POINTS = ("head-started", "worker-started")
-"""The local backend, under the cluster's lock: ``head-started``: a head process runs and is not yet
-in ``cluster.json``; ``worker-started``: the same for a worker (each worker of a change pauses)."""
-POINTS = PHASE_POINTS + LOCAL_POINTS
 MAX_PAUSE = 600.0
 _RESUME_POLL = 0.05
 
 
 def check_pause_setting() -> None:
     """Refuse a malformed ``$DDLSCALE_PAUSE_AT`` before the phase changes anything."""
-    setting = os.environ.get(PAUSE_ENV)
-    if not setting:
-        return
-    point, _, path = setting.partition("=")
-    if point not in POINTS or not path:
-        raise InvalidInputError(PAUSE_ENV, setting, f"<point>=<file> with point one of {', '.join(POINTS)}")
+    settings.PAUSE_AT.value()
 
 
 def pause_point(name: str) -> None:
     """Pause here when ``$DDLSCALE_PAUSE_AT`` names this point."""
-    setting = os.environ.get(PAUSE_ENV)
+    # Read raw, not checked: a malformed value was refused before the phase began, and a local change
+    # under its cluster's lock is no place to fail on it.
+    setting = settings.PAUSE_AT.raw()
     if not setting:
         return
     point, _, path = setting.partition("=")
     if point != name:
         return
-    logger.warning("paused at %r (%s); it goes on when %s is removed, or after %.0fs", name, PAUSE_ENV, path, MAX_PAUSE)
+    logger.warning(
+        "paused at %r (%s); it goes on when %s is removed, or after %.0fs", name, settings.PAUSE_AT.name, path, MAX_PAUSE
+    )
     marker = Path(path)
     marker.write_text(f"{name} {os.getpid()}\n", encoding="utf-8")
     ends = time.monotonic() + MAX_PAUSE

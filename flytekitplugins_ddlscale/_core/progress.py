@@ -8,7 +8,6 @@ and phase ends with (quiet with ``DDLSCALE_QUIET=1``).
 """
 import atexit
 import logging
-import os
 import sys
 import threading
 import time
@@ -17,12 +16,10 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Callable, Optional, Set, Tuple, Type, Union
 
+from . import settings
 from .wording import plural
 
 logger = logging.getLogger("flytekitplugins_ddlscale")
-
-QUIET_ENV = "DDLSCALE_QUIET"
-"""Set to 1 (or true/yes) to silence summary and progress lines."""
 
 
 @dataclass(frozen=True)
@@ -327,7 +324,7 @@ def begin_wait(reporter: Optional[ProgressReporter], target: int, timeout: float
 
 def quiet() -> bool:
     """True when ``$DDLSCALE_QUIET`` asks for no summary lines."""
-    return os.environ.get(QUIET_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    return bool(settings.QUIET.value())
 
 
 def emit_summary(line: str) -> None:

@@ -8,8 +8,10 @@ import datetime
 import math
 import re
 from typing import Optional, Pattern
+from urllib.parse import urlsplit
 
 from ..errors import InvalidInputError
+from .redaction import mask_userinfo, register_secret
 
 MAX_REPLICAS = 1000
 """Upper bound on a requested worker count; above it is almost surely a typo."""
@@ -93,3 +95,35 @@ def validate_backend_name(value: Optional[str], field: str = "backend") -> Optio
     if not isinstance(value, str) or not value.strip():
         raise InvalidInputError(field, value, "a backend name (scaler, kubernetes, local, ...) or None")
     return value.strip().lower()
+
+
+def validate_url(value: object, field: str = "framework_url") -> Optional[str]:
+    """``value`` as a base URL without a trailing slash; None stays None.
+
+    Raises :class:`InvalidInputError` naming ``field`` for anything but an
+    ``http(s)://host[:port]`` URL, and for a URL carrying ``user:password@``
+    (the error shows it masked).
+    """
+    if value is None:
+        return None
+    allowed = "an http:// or https:// URL of the cluster head's dashboard or web UI (e.g. http://host:8787), or None"
+    if not isinstance(value, str):
+        raise InvalidInputError(field, value, allowed)
+    parts = urlsplit(value.strip())
+    if "@" in parts.netloc:
+        # Refused rather than sent: the URL travels in task templates, resource metadata and
+        # messages, and urllib would hand "user:password@host" to the resolver as a host name.
+        if parts.password:
+            register_secret(parts.password)
+        raise InvalidInputError(
+            field, mask_userinfo(value.strip()), allowed,
+            reason="credentials in the URL (user:password@) are not accepted: the framework check sends "
+            "no credentials; give the head's URL without them, or switch the framework check off",
+        )
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidInputError(field, value, allowed)
+    try:
+        parts.port
+    except ValueError:
+        raise InvalidInputError(field, value, allowed) from None
+    return value.strip().rstrip("/")

@@ -6,25 +6,22 @@ else of ``~/.ray/auth_token``. A local Ray cluster hands user code the mode
 and the path of its token file (never the token itself), so the framework
 check reads the dashboard with the same credentials ``ray.init`` uses.
 """
-import os
 from pathlib import Path
 from typing import Dict, Mapping, Optional
 
-AUTH_MODE_ENV = "RAY_AUTH_MODE"
-TOKEN_ENV = "RAY_AUTH_TOKEN"
-TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"
+from .._core import settings
 
 
 def ray_token(environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
     """The token Ray would send under ``environ`` (default: this process's), or None when token
     authentication is off or no token is found."""
-    env = os.environ if environ is None else environ
-    if env.get(AUTH_MODE_ENV, "").strip().lower() != "token":
+    mode = settings.RAY_AUTH_MODE.value(env=environ)
+    if (mode or "").lower() != "token":
         return None
-    token = env.get(TOKEN_ENV, "").strip()
+    token = settings.RAY_AUTH_TOKEN.value(env=environ)
     if token:
         return token
-    path = env.get(TOKEN_PATH_ENV, "").strip()
+    path = settings.RAY_AUTH_TOKEN_PATH.value(env=environ)
     try:
         token = Path(path or Path.home() / ".ray" / "auth_token").read_text(encoding="utf-8").strip()
     except OSError:

@@ -10,6 +10,8 @@ import re
 from pathlib import Path
 from typing import Mapping, Optional, Tuple
 
+from .._core import settings
+
 DEFAULTS_FILE = "spark-defaults.conf"
 _SEPARATOR = re.compile(r"\s*[=:\s]\s*")
 
@@ -41,13 +43,15 @@ def master_host(master: str) -> Optional[str]:
 
 def configured_master(env: Mapping[str, str]) -> Optional[Tuple[str, str]]:
     """``(master URL, where it was found)`` from the environment or ``spark-defaults.conf``; None if unset."""
-    if env.get("SPARK_MASTER"):
-        return env["SPARK_MASTER"], "$SPARK_MASTER"
+    master = settings.SPARK_MASTER.raw(env)
+    if master:
+        return master, f"${settings.SPARK_MASTER.name}"
     # As Spark itself: $SPARK_CONF_DIR replaces $SPARK_HOME/conf, it does not add to it.
-    if env.get("SPARK_CONF_DIR"):
-        path = Path(env["SPARK_CONF_DIR"]) / DEFAULTS_FILE
-    elif env.get("SPARK_HOME"):
-        path = Path(env["SPARK_HOME"]) / "conf" / DEFAULTS_FILE
+    conf_dir, home = settings.SPARK_CONF_DIR.raw(env), settings.SPARK_HOME.raw(env)
+    if conf_dir:
+        path = Path(conf_dir) / DEFAULTS_FILE
+    elif home:
+        path = Path(home) / "conf" / DEFAULTS_FILE
     else:
         return None
     try:

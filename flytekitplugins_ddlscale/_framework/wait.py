@@ -29,7 +29,8 @@ from .._core.waiting import Deadline, PollSchedule, TwoStageBackoff
 from .._core.wording import seconds
 from .endpoints import Endpoint
 from .probes import Probe
-from .ray_auth import AUTH_MODE_ENV, TOKEN_ENV, TOKEN_PATH_ENV, ray_auth_headers
+from .._core.settings import RAY_AUTH_MODE, RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH
+from .ray_auth import ray_auth_headers
 
 logger = logging.getLogger("flytekitplugins_ddlscale")
 
@@ -120,10 +121,10 @@ def _credentials_sent(probe: Probe, token_sent: bool) -> str:
         return ("the framework check sends no credentials: give the URL of a head port that needs none, "
                 "or switch the check off")
     if token_sent:
-        return (f"the token of Ray's token authentication was sent ({AUTH_MODE_ENV}=token, from ${TOKEN_ENV}, "
-                f"else the file ${TOKEN_PATH_ENV} names, else ~/.ray/auth_token): check it is this cluster's token")
-    return (f"no token was sent: a Ray head with token authentication needs {AUTH_MODE_ENV}=token and the token "
-            f"in ${TOKEN_ENV} or a file named by ${TOKEN_PATH_ENV}, as ray.init does; or give the URL of a head "
+        return (f"the token of Ray's token authentication was sent ({RAY_AUTH_MODE.name}=token, from ${RAY_AUTH_TOKEN.name}, "
+                f"else the file ${RAY_AUTH_TOKEN_PATH.name} names, else ~/.ray/auth_token): check it is this cluster's token")
+    return (f"no token was sent: a Ray head with token authentication needs {RAY_AUTH_MODE.name}=token and the token "
+            f"in ${RAY_AUTH_TOKEN.name} or a file named by ${RAY_AUTH_TOKEN_PATH.name}, as ray.init does; or give the URL of a head "
             "port that needs none, or switch the check off")
 
 

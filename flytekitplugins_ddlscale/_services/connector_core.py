@@ -30,7 +30,6 @@ endpoint is not ready; the detail goes to the debug log.
 """
 import json
 import logging
-import os
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -65,6 +64,7 @@ from .nodes.names import RESTART_TASK_TYPE, RESTORE_TASK_TYPE, SCALE_TASK_TYPE, 
 from .nodes.outputs import UNKNOWN, ClusterReady, RestartOutcome, RestoreOutcome, ScaleOutcome
 from .opening import BackendPool, open_backend
 from ..refs import ClusterRef, parse_cluster
+from .._core import settings
 from .._core.sharing import shared_reads
 from .._core.validation import MAX_NODE_TIMEOUT, validate_replicas, validate_tier_name
 from .._core.waiting import Deadline
@@ -169,8 +169,7 @@ def head_env(backend: Any, ref: ClusterRef, environ: Optional[Mapping[str, str]]
     """Where a node would find ``ref``'s head: the connector's own ``DDLSCALE_*`` settings (URL
     overrides, dashboard ports), then the variables the backend reports for the cluster (what Domino
     injects into a run). The connector's other variables are not the cluster's and are left out."""
-    source = os.environ if environ is None else environ
-    env = {name: value for name, value in source.items() if name.startswith("DDLSCALE_")}
+    env = settings.ddlscale_variables(environ)
     try:
         env.update(backend.connection_env(ref))
     except ScalingError as error:

@@ -22,21 +22,17 @@ A template asking for anything else is refused with a :class:`NotServedError`
 naming the field, the value and what is served, before anything is sent.
 """
 import fnmatch
-import os
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional, Tuple
 from urllib.parse import urlsplit
 
 from ..backends import ALIASES, available_backends, backend_name_from_env
 from ..backends.base import ClusterBackend
+from .._core import settings
 from ..errors import InvalidInputError, ScalingError
 from ..refs import DEFAULT_NAMESPACE, ClusterRef
 
-BACKENDS_ENV = "DDLSCALE_CONNECTOR_BACKENDS"
-NAMESPACES_ENV = "DDLSCALE_CONNECTOR_NAMESPACES"
-CLUSTERS_ENV = "DDLSCALE_CONNECTOR_CLUSTERS"
-FRAMEWORK_HOSTS_ENV = "DDLSCALE_CONNECTOR_FRAMEWORK_HOSTS"
-DEFAULT_BACKENDS = ("scaler", "kubernetes")
+DEFAULT_BACKENDS = settings.CONNECTOR_BACKENDS.default
 """Served when ``$DDLSCALE_CONNECTOR_BACKENDS`` is unset: the backends that change clusters elsewhere."""
 
 
@@ -44,12 +40,6 @@ class NotServedError(InvalidInputError):
     """A template asked for a backend, namespace, cluster or head this connector does not serve."""
 
     code = "not_served"
-
-
-def _items(environ: Mapping[str, str], name: str) -> Optional[Tuple[str, ...]]:
-    """The comma-separated entries of ``$name`` (lowercase); None when unset or empty."""
-    entries = tuple(part.strip().lower() for part in environ.get(name, "").split(",") if part.strip())
-    return entries or None
 
 
 def _backend_key(name: str) -> str:
@@ -92,20 +82,17 @@ class ConnectorPolicy:
     def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "ConnectorPolicy":
         """The policy the environment sets; :class:`InvalidInputError` naming the variable for an
         unknown backend name."""
-        environ = os.environ if env is None else env
-        listed = _items(environ, BACKENDS_ENV)
         known = available_backends()
-        backends = DEFAULT_BACKENDS
-        if listed is not None:
-            backends = tuple(dict.fromkeys(_backend_key(name) for name in listed))
-            unknown = [name for name in backends if name not in known]
-            if unknown:
-                raise InvalidInputError(BACKENDS_ENV, environ[BACKENDS_ENV], ", ".join(sorted(known)))
+        backends = tuple(dict.fromkeys(_backend_key(name) for name in settings.CONNECTOR_BACKENDS.value(env=env)))
+        unknown = [name for name in backends if name not in known]
+        if unknown:
+            setting = settings.CONNECTOR_BACKENDS
+            raise InvalidInputError(setting.name, setting.raw(env), ", ".join(sorted(known)))
         return cls(
             backends=backends,
-            namespaces=_items(environ, NAMESPACES_ENV),
-            clusters=_items(environ, CLUSTERS_ENV),
-            framework_hosts=_items(environ, FRAMEWORK_HOSTS_ENV) or (),
+            namespaces=settings.CONNECTOR_NAMESPACES.value(env=env),
+            clusters=settings.CONNECTOR_CLUSTERS.value(env=env),
+            framework_hosts=settings.CONNECTOR_FRAMEWORK_HOSTS.value(env=env),
         )
 
     def backend(self, name: Optional[str]) -> str:
@@ -114,7 +101,7 @@ class ConnectorPolicy:
         if chosen not in self.backends:
             raise NotServedError(
                 "backend", name if name else chosen, ", ".join(self.backends),
-                reason=f"not served by this connector (${BACKENDS_ENV})",
+                reason=f"not served by this connector (${settings.CONNECTOR_BACKENDS.name})",
             )
         return chosen
 
@@ -124,13 +111,13 @@ class ConnectorPolicy:
         if self.namespaces is not None and namespace not in self.namespaces:
             raise NotServedError(
                 "namespace", namespace, ", ".join(self.namespaces),
-                reason=f"not served by this connector (${NAMESPACES_ENV})",
+                reason=f"not served by this connector (${settings.CONNECTOR_NAMESPACES.name})",
             )
         name = f"{ref.kind}/{ref.name}"
         if self.clusters is not None and not _matches(name, self.clusters):
             raise NotServedError(
                 "cluster", str(ref), ", ".join(self.clusters),
-                reason=f"not served by this connector (${CLUSTERS_ENV}, matched against {name!r})",
+                reason=f"not served by this connector (${settings.CONNECTOR_CLUSTERS.name}, matched against {name!r})",
             )
 
     def check_framework_url(self, url: str, reported: Iterable[str]) -> None:
@@ -143,7 +130,7 @@ class ConnectorPolicy:
         allowed = ", ".join(heads + self.framework_hosts) or "none (the backend reports no head host)"
         raise NotServedError(
             "framework_url", url, f"a URL on {allowed}",
-            reason=f"host {host!r} is not a head this connector may read (${FRAMEWORK_HOSTS_ENV})",
+            reason=f"host {host!r} is not a head this connector may read (${settings.CONNECTOR_FRAMEWORK_HOSTS.name})",
         )
 
 

@@ -18,7 +18,8 @@ from ..models import ClusterState, ScaleResult
 from .._core.progress import ProgressReporter
 from ..refs import ClusterRef
 from .._core.wording import plural
-from .._framework.endpoints import enabled_by_env, resolve_endpoint, validate_url, where_to_set
+from .._core.validation import validate_url
+from .._framework.endpoints import enabled_by_env, resolve_endpoint, where_to_set
 from .._framework.probes import probe_for
 from .._framework.wait import Registered, wait_dropped, wait_registered
 

@@ -15,9 +15,9 @@ Third-party backends register under the ``flytekitplugins_ddlscale.backends``
 entry-point group as ``name = "module:Class"``.
 """
 import importlib
-import os
 from typing import Any, Dict, Mapping, Optional
 
+from .._core import settings
 from ..errors import InvalidInputError
 from .base import (
     DEFAULT_RESTART_TIMEOUT,
@@ -27,7 +27,8 @@ from .base import (
     ClusterBackend,
 )
 
-BACKEND_ENV = "DDLSCALE_BACKEND"
+BACKEND_ENV = settings.BACKEND.name
+"""The variable that names the backend when none is given (public; defined in :mod:`.._core.settings`)."""
 ENTRY_POINT_GROUP = "flytekitplugins_ddlscale.backends"
 
 BUILTIN_BACKENDS: Dict[str, str] = {
@@ -52,10 +53,10 @@ def available_backends() -> Dict[str, str]:
 
 def backend_name_from_env(env: Optional[Mapping[str, str]] = None) -> str:
     """The backend name the environment selects (steps 2-4 of the precedence)."""
-    environ = os.environ if env is None else env
-    if environ.get(BACKEND_ENV):
-        return environ[BACKEND_ENV].strip().lower()
-    if environ.get("CLUSTER_SCALER_BASE_URL") or environ.get("DOMINO_RUN_ID"):
+    named = settings.BACKEND.value(env=env)
+    if named is not None:
+        return named
+    if settings.CLUSTER_SCALER_BASE_URL.is_set(env) or settings.DOMINO_RUN_ID.is_set(env):
         return "scaler"
     return "local"
 

@@ -6,7 +6,6 @@ given), ``--backend`` (default: as ``get_backend`` chooses), ``--wait/--no-wait`
 ``--timeout`` and ``--json``. Exit codes are in :mod:`.output`.
 """
 import functools
-import os
 from typing import Any, Callable, Optional
 
 import click
@@ -16,6 +15,7 @@ from ..backends.base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT
 from ..errors import InvalidInputError, ScalingError
 from .._services.readiness import FrameworkOptions, confirm_change, confirm_ready
 from ..models import ReplicaSpec
+from .._core import settings
 from .._core.progress import default_reporter
 from ..refs import ALLOWED_KINDS, ClusterRef
 from .._core.waiting import Deadline
@@ -63,7 +63,7 @@ def cluster_ref(
     """
     if name is not None:
         return ClusterRef(kind, name, namespace, group)
-    if run_id is None and not os.environ.get("DOMINO_RUN_ID"):
+    if run_id is None and not settings.DOMINO_RUN_ID.is_set():
         raise InvalidInputError(
             "name",
             None,

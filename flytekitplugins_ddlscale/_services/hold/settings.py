@@ -10,11 +10,16 @@ from typing import Optional, TypedDict, Union
 
 from ...backends.base import DEFAULT_SCALE_TIMEOUT
 from ...errors import InvalidInputError
-from ..._framework.endpoints import validate_url
 from ..._core.leases import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
 from ...models import ReplicaSpec
 from ...refs import ClusterRef, cluster_text, parse_cluster
-from ..._core.validation import validate_backend_name, validate_replicas, validate_tier_name, validate_timeout
+from ..._core.validation import (
+    validate_backend_name,
+    validate_replicas,
+    validate_tier_name,
+    validate_timeout,
+    validate_url,
+)
 
 RESTORE_BASELINE = "baseline"
 DEFAULT_REASSERT_INTERVAL = 30.0

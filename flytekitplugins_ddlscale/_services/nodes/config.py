@@ -10,7 +10,6 @@ from typing import Any, Dict, Optional, Tuple, Type, TypeVar
 from ...backends.base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT
 from ...errors import InvalidInputError
 from ..readiness import FrameworkOptions
-from ..._framework.endpoints import validate_url
 from ...refs import cluster_text
 from ..._core.validation import (
     MAX_NODE_TIMEOUT,
@@ -19,6 +18,7 @@ from ..._core.validation import (
     validate_replicas,
     validate_tier_name,
     validate_timeout,
+    validate_url,
 )
 
 C = TypeVar("C")

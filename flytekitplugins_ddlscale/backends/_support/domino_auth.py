@@ -18,12 +18,12 @@ any other answer is :class:`UnauthorizedError`.
 Every value read is registered with :mod:`.redaction` so it can never reach
 logs or error messages.
 """
-import os
 import threading
 from typing import Generator, Mapping, Optional
 
 import httpx
 
+from ..._core import settings
 from ...errors import BackendUnavailableError, UnauthorizedError
 from ..._core.redaction import register_secret
 
@@ -52,7 +52,6 @@ class DominoAuth(httpx.Auth):
         proxy_timeout: float = 10.0,
         verify: bool = True,
     ) -> None:
-        environ = os.environ if env is None else env
         self._lock = threading.Lock()
         self._proxy_token: Optional[str] = None
         self._proxy_timeout = proxy_timeout
@@ -60,14 +59,15 @@ class DominoAuth(httpx.Auth):
         self.api_proxy: Optional[str] = None
         self.token: Optional[str] = None
         self.api_key: Optional[str] = None
+        proxy = settings.DOMINO_API_PROXY.value(api_proxy or None, env, field="api_proxy")
         if token or api_key:
             self.token, self.api_key = token, api_key
-        elif api_proxy or environ.get("DOMINO_API_PROXY"):
-            self.api_proxy = (api_proxy or environ["DOMINO_API_PROXY"]).rstrip("/")
-        elif environ.get("DOMINO_TOKEN"):
-            self.token = environ["DOMINO_TOKEN"]
-        elif environ.get("DOMINO_API_KEY"):
-            self.api_key = environ["DOMINO_API_KEY"]
+        elif proxy:
+            self.api_proxy = proxy.rstrip("/")
+        elif settings.DOMINO_TOKEN.is_set(env):
+            self.token = settings.DOMINO_TOKEN.value(env=env)
+        elif settings.DOMINO_API_KEY.is_set(env):
+            self.api_key = settings.DOMINO_API_KEY.value(env=env)
         for value in (self.token, self.api_key):
             if value:
                 register_secret(value)

@@ -10,10 +10,10 @@ The directory is private (:func:`~.privatefs.private_dir`) and no file in it
 is opened through a symbolic link.
 """
 import contextlib
-import os
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Optional, TypeVar, Union
 
+from ..._core import settings
 from ...errors import ConflictError
 from .lockfile import exclusive, remove_unused
 from .privatefs import private_dir, read_text_nofollow
@@ -22,7 +22,6 @@ from ...refs import ClusterRef
 from .statefiles import write_json, writing
 
 T = TypeVar("T")
-STATE_DIR_ENV = "DDLSCALE_STATE_DIR"
 DEFAULT_LOCK_TIMEOUT = 300.0
 """Seconds to wait for another process's record lock when the caller gives no bound of its own: holders
 read the records, decide and send one change (never a wait, never an outage ride-out)."""
@@ -30,7 +29,7 @@ read the records, decide and send one change (never a wait, never an outage ride
 
 def default_state_dir() -> Path:
     """``$DDLSCALE_STATE_DIR``, else ``~/.ddlscale``."""
-    return Path(os.environ.get(STATE_DIR_ENV) or Path.home() / ".ddlscale")
+    return Path(settings.STATE_DIR.value())
 
 
 class FileRecordStore:

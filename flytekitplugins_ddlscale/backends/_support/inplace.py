@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Dict, Optional, Union
 
 from ...errors import ScalingError, UnreachableWaitError
-from .filestore import STATE_DIR_ENV, default_state_dir
+from ..._core import settings
+from .filestore import default_state_dir
 from ...models import ClusterState
 from ..._core.redaction import redact
 from ...refs import ClusterRef
@@ -78,7 +79,7 @@ def state_dir_env(directory: Path, subdir: str) -> Optional[Dict[str, str]]:
         return {}
     if directory.name != subdir:
         return None
-    return {STATE_DIR_ENV: str(directory.parent)}
+    return {settings.STATE_DIR.name: str(directory.parent)}
 
 
 def workers_seen(state: Optional[ClusterState], desired: int, found: Optional[int] = None) -> str:

@@ -10,13 +10,13 @@ their timeout, which bounds the whole operation (request and wait).
 """
 import contextlib
 import logging
-import os
 import random
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
+from ..._core import settings
 from ...errors import (
     BackendUnavailableError,
     ClusterNotFoundError,
@@ -56,7 +56,6 @@ from .resources import Outcome, ResourceAdapter, adapter_for
 from .resources.base import mark_idle
 from .spec import decode_record, encode_record, pod_ready, pod_terminating
 
-OWNER_ENV = "DOMINO_STARTING_USER_ID"
 RAY_DASHBOARD = "http://{name}-head-svc.{namespace}.svc:8265"
 """Where a KubeRay cluster's Ray dashboard answers: KubeRay's head service, the dashboard port."""
 IDLE_READ_TIMEOUT = 2.0
@@ -143,7 +142,7 @@ class KubernetesBackend(BaseBackend):
         if ray_dashboard is not None and not isinstance(ray_dashboard, str):
             raise InvalidInputError("ray_dashboard", ray_dashboard, f"a URL such as {RAY_DASHBOARD}, or None")
         self.ray_dashboard = ray_dashboard
-        self.owner = owner if owner is not None else os.environ.get(OWNER_ENV) or None
+        self.owner = settings.DOMINO_STARTING_USER_ID.value(owner)
         self.allow_foreign = allow_foreign
         self._kubeconfig, self._context, self._in_cluster = kubeconfig, context, in_cluster
         self._given_client = api_client
@@ -450,7 +449,7 @@ class KubernetesBackend(BaseBackend):
         env: Dict[str, str] = {}
         options: Dict[str, str] = {}
         if self._kubeconfig:
-            env["KUBECONFIG"] = options["kubeconfig"] = self._kubeconfig
+            env[settings.KUBECONFIG.name] = options["kubeconfig"] = self._kubeconfig
         if self._context:
             # The CLI has no context flag: only the Python call can choose one.
             options["context"] = self._context

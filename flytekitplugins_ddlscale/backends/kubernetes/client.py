@@ -4,15 +4,12 @@ In a pod (``$KUBERNETES_SERVICE_HOST`` set) the service account's in-cluster
 config is used unless a kubeconfig is given; elsewhere the kubeconfig
 (``kubeconfig`` path or ``$KUBECONFIG`` / ``~/.kube/config``) and ``context``.
 """
-import os
 from typing import Any, Optional
 
+from ..._core import settings
 from ...errors import BackendUnavailableError, InvalidInputError
 from ..._core.redaction import register_secret
 from ..tiers import DominoTierCatalog, FileTierCatalog, TierCatalog
-
-TIERS_FILE_ENV = "DDLSCALE_TIERS_FILE"
-API_PROXY_ENV = "DOMINO_API_PROXY"
 
 
 def make_api_client(kubeconfig: Optional[str], context: Optional[str], in_cluster: Optional[bool]) -> Any:
@@ -21,14 +18,14 @@ def make_api_client(kubeconfig: Optional[str], context: Optional[str], in_cluste
 
     configuration = client.Configuration()
     use_in_cluster = in_cluster if in_cluster is not None else (
-        kubeconfig is None and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+        kubeconfig is None and settings.KUBERNETES_SERVICE_HOST.is_set()
     )
     try:
         if use_in_cluster:
             config.load_incluster_config(client_configuration=configuration)
         else:
             # Read $KUBECONFIG now: the client computes its default path once, at import.
-            path = kubeconfig or os.environ.get("KUBECONFIG") or None
+            path = settings.KUBECONFIG.value(kubeconfig or None)
             config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
     except (config.ConfigException, OSError) as exc:
         source = "in-cluster service account" if use_in_cluster else f"kubeconfig {kubeconfig or '(default)'}"
@@ -73,16 +70,17 @@ def tier_catalog_from_env(tiers_file: Optional[str], field: str, wanted: str) ->
     """
     if tiers_file:
         return FileTierCatalog(tiers_file)
-    proxy = os.environ.get(API_PROXY_ENV)
+    proxy = settings.DOMINO_API_PROXY.value()
     if proxy:
         from .._support.domino_auth import DominoAuth
 
         return DominoTierCatalog(proxy, auth=DominoAuth())
-    if os.environ.get(TIERS_FILE_ENV):
-        return FileTierCatalog(os.environ[TIERS_FILE_ENV])
+    from_env = settings.TIERS_FILE.value()
+    if from_env:
+        return FileTierCatalog(from_env)
     raise InvalidInputError(
         field,
         wanted,
         f"a hardware tier from a catalog; configure one with tier_catalog=, tiers_file=, "
-        f"${API_PROXY_ENV} or ${TIERS_FILE_ENV}",
+        f"${settings.DOMINO_API_PROXY.name} or ${settings.TIERS_FILE.name}",
     )

@@ -8,14 +8,15 @@ variables for a local cluster lets that code run unchanged.
 """
 from typing import Dict
 
+from ..._core import settings
 from ..._core.environ import environ_set
 
-DASK_HOST_ENV = "DASK_SCHEDULER_SERVICE_HOST"
-DASK_PORT_ENV = "DASK_SCHEDULER_SERVICE_PORT"
+DASK_HOST_ENV = settings.DASK_SCHEDULER_SERVICE_HOST.name
+DASK_PORT_ENV = settings.DASK_SCHEDULER_SERVICE_PORT.name
 
-RAY_HOST_ENV = "RAY_HEAD_SERVICE_HOST"
-RAY_PORT_ENV = "RAY_HEAD_SERVICE_PORT"
-RAY_DASHBOARD_PORT_ENV = "DDLSCALE_RAY_DASHBOARD_PORT"
+RAY_HOST_ENV = settings.RAY_HEAD_SERVICE_HOST.name
+RAY_PORT_ENV = settings.RAY_HEAD_SERVICE_PORT.name
+RAY_DASHBOARD_PORT_ENV = settings.RAY_DASHBOARD_PORT.name
 
 __all__ = ["DASK_HOST_ENV", "DASK_PORT_ENV", "RAY_HOST_ENV", "RAY_PORT_ENV", "dask_env", "environ_set", "ray_env"]
 

@@ -10,16 +10,17 @@ they get only what running a framework needs (:func:`cluster_environment`).
 driver adds its framework's own settings on top
 (:func:`~.procs.with_environment`).
 """
-import os
 import re
 from typing import Dict, Mapping, Optional
+
+from ..._core import settings
 
 ALLOWED_NAMES = frozenset({
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ",
     "TMPDIR", "TEMP", "TMP",
     "PYTHONPATH", "PYTHONHOME", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE",
     "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV",
-    "LD_LIBRARY_PATH", "JAVA_HOME",
+    "LD_LIBRARY_PATH", settings.JAVA_HOME.name,
     "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
 })
 """Variables passed on by name: finding programs, files, the locale and the Python and Java in use."""
@@ -51,5 +52,4 @@ def is_allowed(name: str) -> bool:
 
 def cluster_environment(source: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     """The variables of ``source`` (default: this process's environment) a cluster process starts with."""
-    environ = os.environ if source is None else source
-    return {name: value for name, value in environ.items() if is_allowed(name)}
+    return {name: value for name, value in settings.environment(source).items() if is_allowed(name)}

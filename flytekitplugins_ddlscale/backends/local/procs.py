@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Tuple
 
+from ..._core import settings
 from ...errors import BackendUnavailableError, UnsafePathError
 from .._support.privatefs import open_nofollow, private_dir, read_text_nofollow
 from .process_env import cluster_environment
@@ -31,7 +32,7 @@ from .process_env import cluster_environment
 # shell's stderr, and the command's stdout and stderr.
 _SPAWN_SCRIPT = '"$@" >&2 </dev/null & echo $!'
 _POLL = 0.05
-CLUSTER_MARK_ENV = "DDLSCALE_LOCAL_CLUSTER"
+CLUSTER_MARK_ENV = settings.LOCAL_CLUSTER.name
 """Set in every cluster process's environment to its cluster's folder (inherited by what it starts)."""
 
 

@@ -29,11 +29,11 @@ from typing import Any, Dict, List, Optional, Set
 
 from ...errors import UnsafePathError, UnsupportedOperationError
 from ..._framework.probes import PROBES, ray_alive_nodes
-from ..._framework.ray_auth import AUTH_MODE_ENV, TOKEN_PATH_ENV, ray_auth_headers
+from ..._core import settings
+from ..._framework.ray_auth import ray_auth_headers
 from .._support.privatefs import private_dir
 from .procs import with_environment
 
-RAY_EXECUTABLE_ENV = "DDLSCALE_RAY_EXECUTABLE"
 INSTALL_HINT = 'pip install "flytekitplugins-ddlscale[ray]"'
 OBJECT_STORE_SHARE = 0.3
 """Share of a tier's memory given to the node's object store, as Ray itself does (the rest is ``--memory``)."""
@@ -43,7 +43,7 @@ HEAD_OBJECT_STORE = 256 * 1024 * 1024
 """The head runs no tasks (``--num-cpus 0``); its store holds what ``ray://`` clients put."""
 TOKEN_FILE = "ray-auth-token"
 """The cluster's Ray authentication token, in the cluster's folder (mode 0600)."""
-LOOPBACK_CLUSTER_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+LOOPBACK_CLUSTER_ENV = settings.RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER.name
 """Set to 0 for every process of a node: Ray's address look-ups then answer loopback (see
 :mod:`.ray_start`, which keeps ``ray start`` itself able to join a head)."""
 
@@ -54,7 +54,7 @@ def ray_executable() -> str:
 
     Raises :class:`UnsupportedOperationError` saying how to install Ray when there is none.
     """
-    configured = os.environ.get(RAY_EXECUTABLE_ENV, "").strip()
+    configured = settings.RAY_EXECUTABLE.value() or ""
     if configured:
         candidates = [configured]
     else:
@@ -62,12 +62,12 @@ def ray_executable() -> str:
     for candidate in candidates:
         if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate
-    where = f"${RAY_EXECUTABLE_ENV}={configured} is not an executable file" if configured else (
+    where = f"${settings.RAY_EXECUTABLE.name}={configured} is not an executable file" if configured else (
         f"no `ray` command beside {sys.executable} or on PATH"
     )
     raise UnsupportedOperationError(
         f"local Ray clusters need Ray installed in this environment: {INSTALL_HINT} "
-        f"({where}; ${RAY_EXECUTABLE_ENV} may name the `ray` command of another installation)"
+        f"({where}; ${settings.RAY_EXECUTABLE.name} may name the `ray` command of another installation)"
     )
 
 
@@ -103,7 +103,7 @@ def ray_python(ray: str) -> str:
         return interpreter
     raise UnsupportedOperationError(
         f"local Ray clusters start their nodes through the Python of the `ray` command, and {ray} does "
-        f"not name one on its #! line ({first.strip()[:80]!r}); set ${RAY_EXECUTABLE_ENV} to the `ray` "
+        f"not name one on its #! line ({first.strip()[:80]!r}); set ${settings.RAY_EXECUTABLE.name} to the `ray` "
         f"console script of a Python installation ({INSTALL_HINT})"
     )
 
@@ -129,13 +129,13 @@ def ensure_token(path: Path) -> Path:
 
 def node_env(token_path: str) -> Dict[str, str]:
     """What every process of a node runs with: loopback address look-ups and token authentication."""
-    return {LOOPBACK_CLUSTER_ENV: "0", AUTH_MODE_ENV: "token", TOKEN_PATH_ENV: token_path}
+    return {LOOPBACK_CLUSTER_ENV: "0", settings.RAY_AUTH_MODE.name: "token", settings.RAY_AUTH_TOKEN_PATH.name: token_path}
 
 
 def client_env(token_path: str) -> Dict[str, str]:
     """What user code needs to connect (``ray.init("ray://...")``) and the framework check to read
     the dashboard: token authentication and the token file's path (never the token)."""
-    return {AUTH_MODE_ENV: "token", TOKEN_PATH_ENV: token_path}
+    return {settings.RAY_AUTH_MODE.name: "token", settings.RAY_AUTH_TOKEN_PATH.name: token_path}
 
 
 def temp_dir(cluster_dir: Path) -> str:

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set
 
+from ..._core import settings
 from ...errors import BackendUnavailableError
 from ..._core.waiting import Backoff, Deadline
 from ..._core.wording import seconds
@@ -32,7 +33,6 @@ from .state import ClusterRecord, LocalStateStore
 from .supervisor import free_port
 from .tiers import WorkerShape
 
-WEBUI_PORT_ENV = "DDLSCALE_SPARK_WEBUI_PORT"
 """Where the framework readiness check finds the master's web UI port (see docs/readiness.md)."""
 _RETIRE_POLL = Backoff(initial=0.1, factor=1.5, cap=0.5)
 
@@ -141,10 +141,10 @@ class SparkDriver:
         every interface; no property moves it) and the master's web UI port for the framework
         readiness check."""
         return {
-            "SPARK_CONF_DIR": str(record.framework.get("conf_dir", "")),
-            "PYSPARK_PYTHON": str(record.framework.get("python", "")),
-            "SPARK_LOCAL_IP": record.host,
-            WEBUI_PORT_ENV: str(record.ports.get("webui", "")),
+            settings.SPARK_CONF_DIR.name: str(record.framework.get("conf_dir", "")),
+            settings.PYSPARK_PYTHON.name: str(record.framework.get("python", "")),
+            settings.SPARK_LOCAL_IP.name: record.host,
+            settings.SPARK_WEBUI_PORT.name: str(record.ports.get("webui", "")),
         }
 
     def outside_paths(self, record: ClusterRecord, store: LocalStateStore) -> List[Path]:

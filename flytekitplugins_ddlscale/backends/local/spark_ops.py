@@ -19,6 +19,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Set
 
+from ..._core import settings
 from ...errors import UnsupportedOperationError
 from .._support.privatefs import private_dir
 from .procs import with_environment
@@ -60,9 +61,10 @@ def java_command(env: Optional[Mapping[str, str]] = None) -> str:
 
     Raises :class:`UnsupportedOperationError` saying what to install when Java is missing or too old.
     """
-    environ = os.environ if env is None else env
-    java_home = environ.get("JAVA_HOME", "").strip()
-    java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java", path=environ.get("PATH"))
+    java_home = settings.JAVA_HOME.value(env=env)
+    # Given no path, shutil.which searches this process's PATH.
+    search = env.get("PATH") if env is not None else None
+    java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java", path=search)
     where = f"$JAVA_HOME/bin/java ({java})" if java_home else "java on PATH"
     if not java or not os.access(java, os.X_OK):
         raise UnsupportedOperationError(f"local Spark clusters need Java, and there is no {where}: install {INSTALL_JAVA}")
@@ -105,11 +107,11 @@ def _launch(home: Path, conf_dir: Path, host: str, main_class: str) -> List[str]
     """
     return with_environment(
         {
-            "SPARK_HOME": str(home),
-            "SPARK_CONF_DIR": str(conf_dir),
-            "SPARK_LOCAL_IP": host,
-            **{name: f"{DAEMON_JVM_OPTIONS} {os.environ.get(name, '')}".rstrip()
-               for name in ("SPARK_LAUNCHER_OPTS", "SPARK_DAEMON_JAVA_OPTS")},
+            settings.SPARK_HOME.name: str(home),
+            settings.SPARK_CONF_DIR.name: str(conf_dir),
+            settings.SPARK_LOCAL_IP.name: host,
+            **{s.name: f"{DAEMON_JVM_OPTIONS} {s.value()}".rstrip()
+               for s in (settings.SPARK_LAUNCHER_OPTS, settings.SPARK_DAEMON_JAVA_OPTS)},
         },
         [str(home / "bin" / "spark-class"), main_class],
     )

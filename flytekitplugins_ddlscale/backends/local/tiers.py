@@ -7,7 +7,6 @@ path names another. ``cores`` becomes ``--nthreads`` and ``memory`` becomes
 ``--memory-limit`` of a Dask worker, ``--cores`` and ``--memory`` of a Spark
 worker.
 """
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,10 +14,11 @@ from typing import Union
 
 import yaml
 
+from ..._core import settings
 from ...errors import InvalidInputError
 from ..tiers import FileTierCatalog, HardwareTier
 
-LOCAL_TIERS_ENV = "DDLSCALE_LOCAL_TIERS"
+LOCAL_TIERS_ENV = settings.LOCAL_TIERS.name
 
 _QUANTITY = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([KMGTPE]i?|k)?B?\s*")
 _FACTORS = {
@@ -48,7 +48,7 @@ def tiers_file_path(tiers_file: Union[str, Path, None] = None) -> Path:
     """The tiers file to use: ``tiers_file``, else ``$DDLSCALE_LOCAL_TIERS``, else the default."""
     if tiers_file is not None:
         return Path(tiers_file)
-    from_env = os.environ.get(LOCAL_TIERS_ENV)
+    from_env = settings.LOCAL_TIERS.value()
     return Path(from_env) if from_env else default_tiers_file()
 
 

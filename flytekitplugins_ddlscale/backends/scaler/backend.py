@@ -13,7 +13,6 @@ What the service can and cannot do shapes this backend:
 * it does not serve MPI clusters.
 """
 import logging
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple, Unio
 import httpx
 
 from .._support.domino_auth import DominoAuth
+from ..._core import settings
 from ...errors import (
     BackendUnavailableError,
     CapacityExceededError,
@@ -32,7 +32,7 @@ from ...errors import (
     UnsupportedOperationError,
 )
 from .._support.filerecords import FileBookkeeping
-from .._support.filestore import STATE_DIR_ENV, FileRecordStore
+from .._support.filestore import FileRecordStore
 from .._support.inplace import Reach, state_dir_env
 from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult
 from ..._core.outage import NeverReachedError, outage_timeout
@@ -45,7 +45,6 @@ from ..._core.waiting import Backoff, Deadline, PollSchedule, TwoStageBackoff, p
 from ..base import BackendCapabilities, Change
 from ..filebacked import FileRecordsBackend
 from .client import (
-    BASE_URL_ENV,
     DEFAULT_HTTP_TIMEOUT,
     DEFAULT_RETRIES,
     DEFAULT_RETRY_BACKOFF,
@@ -58,7 +57,7 @@ from .state import state_from_object
 logger = logging.getLogger("flytekitplugins_ddlscale.scaler")
 
 READINESS_CAVEAT = "the scaler service shows pod existence, not readiness"
-NUCLEUS_ENV = ("DOMINO_API_HOST", "DOMINO_API_PROXY")
+NUCLEUS_SETTINGS = (settings.DOMINO_API_HOST, settings.DOMINO_API_PROXY)
 """Where Nucleus (``/v4/hardwareTier``) is found when ``nucleus_url`` is not given, first set wins."""
 DEFAULT_POLL_BACKOFF = TwoStageBackoff(slow=3.0)
 """Poll intervals of scale waits: 0.25 s doubling to 1 s for the first 10 s, then 3 s
@@ -166,8 +165,7 @@ class ScalerServiceBackend(FileRecordsBackend):
     def _nucleus_catalog(
         nucleus_url: Optional[str], env: Optional[Mapping[str, str]], auth: Any, verify: bool, timeout: float
     ) -> Optional[TierCatalog]:
-        environ = os.environ if env is None else env
-        url = nucleus_url or next((environ[name] for name in NUCLEUS_ENV if environ.get(name)), None)
+        url = nucleus_url or next((s.raw(env) for s in NUCLEUS_SETTINGS if s.is_set(env)), None)
         return DominoTierCatalog(url, auth=auth, timeout=timeout, verify=verify) if url else None
 
     @property
@@ -424,12 +422,12 @@ class ScalerServiceBackend(FileRecordsBackend):
         env: Dict[str, str] = {}
         options: Dict[str, str] = {}
         if self.base_url != displayable_url(resolve_base_url(None)):
-            env[BASE_URL_ENV] = options["base_url"] = self.base_url
+            env[settings.CLUSTER_SCALER_BASE_URL.name] = options["base_url"] = self.base_url
         # A custom ``records=`` store elsewhere has no setting that names it: the hint then uses the default.
         state = state_dir_env(self.records.store.directory, "records")
         if state:
             env.update(state)
-            options["state_dir"] = state[STATE_DIR_ENV]
+            options["state_dir"] = state[settings.STATE_DIR.name]
         return Reach(self.name, ref, env=env, options=options)
 
     def _tier_to_restore(self, ref: ClusterRef, baseline: Baseline, current: ClusterState) -> Optional[str]:

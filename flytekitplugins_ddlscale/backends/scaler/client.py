@@ -13,7 +13,6 @@ service's authorization warming up); a service never reached is not.
 import hashlib
 import ipaddress
 import logging
-import os
 import threading
 import time
 from typing import Any, Callable, Dict, Mapping, Optional, Set
@@ -21,6 +20,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Set
 import httpx
 
 from .._support.domino_auth import DominoAuth, ProxyUnavailableError
+from ..._core import settings
 from ...errors import BackendUnavailableError, ClusterNotFoundError, UnauthorizedError, UnsupportedOperationError
 from ..._core.redaction import register_secret
 from ...refs import ClusterRef
@@ -31,8 +31,8 @@ from .polls import LIST_FROM, max_rps_from, pacer_for, polls_for
 
 logger = logging.getLogger("flytekitplugins_ddlscale.scaler")
 
-BASE_URL_ENV = "CLUSTER_SCALER_BASE_URL"
-DEFAULT_BASE_URL = "http://ddl-cluster-scaler-svc.domino-field.svc.cluster.local"
+BASE_URL_ENV = settings.CLUSTER_SCALER_BASE_URL.name
+DEFAULT_BASE_URL = settings.CLUSTER_SCALER_BASE_URL.default
 API_PREFIX = "/ddl_cluster_scaler"
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 REFUSED_STATUSES = frozenset({401, 403})
@@ -50,8 +50,7 @@ MIN_ATTEMPT_TIMEOUT = 0.1
 
 def resolve_base_url(base_url: Optional[str], env: Optional[Mapping[str, str]] = None) -> str:
     """``base_url``, else ``$CLUSTER_SCALER_BASE_URL``, else the in-cluster default; no trailing slash."""
-    environ = os.environ if env is None else env
-    return (base_url or environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL).rstrip("/")
+    return settings.CLUSTER_SCALER_BASE_URL.value(base_url or None, env, field="base_url")
 
 
 def displayable_url(url: str) -> str:

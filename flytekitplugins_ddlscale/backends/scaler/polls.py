@@ -23,19 +23,18 @@ own would be a request storm, so per service URL this process keeps:
 Writes (scale, restart) are never paced or shared: they are what the user
 asked for, and happen once per operation.
 """
-import os
 import threading
 import time
 import weakref
 from typing import Any, Callable, Dict, Optional, Tuple, TypeVar
 
-from ...errors import BackendUnavailableError, InvalidInputError
+from ..._core import settings
+from ...errors import BackendUnavailableError
 from ..._core.waiting import Deadline
 
 T = TypeVar("T")
 
-MAX_RPS_ENV = "DDLSCALE_SCALER_MAX_RPS"
-DEFAULT_MAX_RPS = 100.0
+DEFAULT_MAX_RPS = settings.SCALER_MAX_RPS.default
 """Polls per second this process sends to one scaler service when nothing else is configured."""
 MIN_PAUSE, MAX_PAUSE = 0.5, 2.0
 """Bounds (seconds) of the pause every waiter takes after a 429/503 without ``Retry-After`` (the
@@ -54,17 +53,7 @@ KEEP_RESULTS = 4096
 def max_rps_from(value: Optional[float], env: Optional[Dict[str, str]] = None) -> float:
     """``value``, else ``$DDLSCALE_SCALER_MAX_RPS``, else :data:`DEFAULT_MAX_RPS`; a positive number or
     :class:`InvalidInputError` naming the setting."""
-    environ = os.environ if env is None else env
-    field, raw = ("max_requests_per_second", value) if value is not None else (MAX_RPS_ENV, environ.get(MAX_RPS_ENV))
-    if raw is None or raw == "":
-        return DEFAULT_MAX_RPS
-    try:
-        rate = float(raw)
-    except (TypeError, ValueError):
-        rate = -1.0
-    if isinstance(raw, bool) or not rate > 0 or rate == float("inf"):
-        raise InvalidInputError(field, raw, "a number of requests per second > 0")
-    return rate
+    return settings.SCALER_MAX_RPS.value(value, env, field="max_requests_per_second")
 
 
 class PollPacer:

@@ -15,6 +15,7 @@ group's pod spec carries its hardware.
 import dataclasses
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
+from ...._core import settings
 from ....errors import CapacityExceededError, ClusterNotFoundError, InvalidInputError, UnsupportedOperationError
 from ....models import Baseline, ClusterState, ReplicaSpec
 from ...._core.records import ANNOTATION_PREFIX
@@ -227,6 +228,6 @@ class DaskOperatorAdapter(ResourceAdapter):
     def connection_env(self, ref: ClusterRef, namespace: str) -> Dict[str, str]:
         """``DASK_SCHEDULER_SERVICE_HOST``/``_PORT``: the ``<name>-scheduler`` service the operator creates."""
         return {
-            "DASK_SCHEDULER_SERVICE_HOST": f"{ref.name}-scheduler.{namespace}.svc",
-            "DASK_SCHEDULER_SERVICE_PORT": str(SCHEDULER_PORT),
+            settings.DASK_SCHEDULER_SERVICE_HOST.name: f"{ref.name}-scheduler.{namespace}.svc",
+            settings.DASK_SCHEDULER_SERVICE_PORT.name: str(SCHEDULER_PORT),
         }

@@ -17,6 +17,7 @@ No tiers: a group's pod template carries its hardware.
 """
 from typing import Any, Dict, List, Optional, Tuple
 
+from ...._core import settings
 from ....errors import CapacityExceededError, ConflictError, InvalidInputError, NotScalableError
 from ....models import Baseline, ClusterState, ReplicaSpec
 from ....refs import GROUP_SEPARATOR, ClusterRef
@@ -268,9 +269,9 @@ class KubeRayAdapter(ResourceAdapter):
         framework check finds the head's dashboard through them)."""
         host = f"{ref.name}-head-svc.{namespace}.svc"
         return {
-            "RAY_ADDRESS": f"ray://{host}:{CLIENT_PORT}",
-            "RAY_HEAD_SERVICE_HOST": host,
-            "RAY_HEAD_SERVICE_PORT": str(CLIENT_PORT),
+            settings.RAY_ADDRESS.name: f"ray://{host}:{CLIENT_PORT}",
+            settings.RAY_HEAD_SERVICE_HOST.name: host,
+            settings.RAY_HEAD_SERVICE_PORT.name: str(CLIENT_PORT),
         }
 
 

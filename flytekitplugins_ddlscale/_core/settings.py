@@ -1,0 +1,422 @@
+"""Every environment variable the package reads or sets for others, in one place.
+
+Each :class:`Setting` names its variable and says what it holds, what values
+it takes, its default and what it means; ``docs/settings.md`` is this list
+(:func:`markdown_table`, checked by ``tests/test_settings.py``). No other
+module reads ``os.environ`` for a variable or spells a variable's name.
+
+Precedence of :meth:`Setting.value`: an argument (checked under the
+argument's own name), else the variable (checked under the variable's name),
+else the default. The environment is read at each call, never at import:
+users and tests change variables while a process runs. A bad value raises
+:class:`~flytekitplugins_ddlscale.errors.InvalidInputError` naming the
+variable and the values it takes; callers read their settings before they
+change anything.
+
+Three groups: the plugin's own (``DDLSCALE_*``), Domino's (what a Domino run
+carries: the scaler service, the run id, credentials), and the frameworks'
+(where a run finds its Dask/Ray/Spark head, and what the plugin sets for
+cluster processes and blocks).
+"""
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+from ..errors import InvalidInputError
+from .validation import validate_url
+
+Environ = Optional[Mapping[str, str]]
+Parser = Callable[[Any, str, str], Any]
+"""``(value, field, allowed)`` -> the typed value, or None for "unset"; raises InvalidInputError naming ``field``."""
+
+PREFIX = "DDLSCALE_"
+"""The prefix of the plugin's own variables."""
+
+OURS, DOMINO, FRAMEWORK = "ddlscale", "domino", "framework"
+GROUPS = (OURS, DOMINO, FRAMEWORK)
+
+
+def environment(env: Environ = None) -> Mapping[str, str]:
+    """``env``, else this process's environment as it is now."""
+    return os.environ if env is None else env
+
+
+def ddlscale_variables(env: Environ = None) -> Dict[str, str]:
+    """Every ``DDLSCALE_*`` variable of ``env`` (default: this process's), as set."""
+    return {name: value for name, value in environment(env).items() if name.startswith(PREFIX)}
+
+
+# Parsers: each takes the raw value (text from the environment, or an argument) and the field to
+# name in an error; None means "unset" (the default applies).
+
+def _text(value: Any, field: str, allowed: str) -> Optional[str]:
+    if not isinstance(value, str):
+        raise InvalidInputError(field, value, allowed)
+    return value
+
+
+def _stripped(value: Any, field: str, allowed: str) -> Optional[str]:
+    return _text(value, field, allowed).strip() or None
+
+
+def _lowered(value: Any, field: str, allowed: str) -> str:
+    # A name set to blanks stays a (refused) empty name rather than falling back to a default.
+    return _text(value, field, allowed).strip().lower()
+
+
+def _no_slash(value: Any, field: str, allowed: str) -> Optional[str]:
+    return _text(value, field, allowed).rstrip("/") or None
+
+
+_OFF = ("off", "0", "false", "no")
+_ON = ("", "on", "1", "true", "yes")
+
+
+def _on_off(value: Any, field: str, allowed: str) -> bool:
+    text = value.strip().lower() if isinstance(value, str) else value
+    if text in _OFF:
+        return False
+    if text in _ON:
+        return True
+    raise InvalidInputError(field, value, allowed)
+
+
+def _truthy(value: Any, field: str, allowed: str) -> bool:
+    # Anything else reads as "not set": a summary line is never worth failing a run over.
+    return isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def _port(value: Any, field: str, allowed: str) -> Optional[int]:
+    text = _text(value, field, allowed).strip()
+    if not text:
+        return None
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise InvalidInputError(field, text, allowed)
+    return int(text)
+
+
+def _positive_number(value: Any, field: str, allowed: str) -> Optional[float]:
+    if value == "":
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = -1.0
+    if isinstance(value, bool) or not number > 0 or number == float("inf"):
+        raise InvalidInputError(field, value, allowed)
+    return number
+
+
+def _url(value: Any, field: str, allowed: str) -> Optional[str]:
+    if isinstance(value, str) and not value.strip():
+        return None
+    return validate_url(value, field)
+
+
+def _items(value: Any, field: str, allowed: str) -> Optional[Tuple[str, ...]]:
+    entries = tuple(part.strip().lower() for part in _text(value, field, allowed).split(",") if part.strip())
+    return entries or None
+
+
+PHASE_POINTS = ("claimed", "scaled", "released")
+"""``claimed``: the claim is recorded, nothing scaled yet; ``scaled``: the cluster holds the claim and
+the body is about to run; ``released``: the claim is dropped, the cluster not yet given back."""
+LOCAL_POINTS = ("head-started", "worker-started")
+"""The local backend, under the cluster's lock: ``head-started``: a head process runs and is not yet
+in ``cluster.json``; ``worker-started``: the same for a worker (each worker of a change pauses)."""
+PAUSE_POINTS = PHASE_POINTS + LOCAL_POINTS
+
+
+def _pause(value: Any, field: str, allowed: str) -> Tuple[str, str]:
+    point, _, path = _text(value, field, allowed).partition("=")
+    if point not in PAUSE_POINTS or not path:
+        raise InvalidInputError(field, value, allowed)
+    return point, path
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One environment variable: its name, type, default, the values it takes and what it means."""
+
+    name: str
+    kind: str
+    """What it holds, for the table: text, path, URL, port, number, on/off, list, secret."""
+    parse: Parser
+    allowed: str
+    meaning: str
+    group: str = OURS
+    default: Any = None
+    """The value when unset; a callable is called at each read (a default under ``$HOME``)."""
+    shown_default: str = ""
+    """The default as the table shows it; empty: ``default`` itself, or "unset"."""
+
+    def raw(self, env: Environ = None) -> Optional[str]:
+        """The variable's text in ``env`` (default: this process's environment, read now); None when
+        unset or empty."""
+        return environment(env).get(self.name) or None
+
+    def is_set(self, env: Environ = None) -> bool:
+        """Whether the variable is set to something other than an empty string."""
+        return self.raw(env) is not None
+
+    def value(self, argument: Any = None, env: Environ = None, field: Optional[str] = None) -> Any:
+        """``argument`` if not None (checked, an error names ``field``), else the variable (checked,
+        an error names the variable), else the default."""
+        if argument is not None:
+            parsed = self.parse(argument, field or self.name, self.allowed)
+        else:
+            raw = self.raw(env)
+            parsed = None if raw is None else self.parse(raw, self.name, self.allowed)
+        if parsed is not None:
+            return parsed
+        return self.default() if callable(self.default) else self.default
+
+    @property
+    def default_text(self) -> str:
+        """The default as ``docs/settings.md`` shows it."""
+        if self.shown_default:
+            return self.shown_default
+        return "unset" if self.default is None or callable(self.default) else str(self.default)
+
+
+_ALL: List[Setting] = []
+
+
+def _define(name: str, kind: str, parse: Parser, allowed: str, meaning: str, **options: Any) -> Setting:
+    setting = Setting(name, kind, parse, allowed, meaning, **options)
+    _ALL.append(setting)
+    return setting
+
+
+_ANY_TEXT = "any text"
+_PORT = "a TCP port number from 1 to 65535"
+_HEAD_URL = "an http:// or https:// URL of the cluster head's dashboard or web UI (e.g. http://host:8787), or None"
+_LIST = "comma-separated names"
+_PATTERNS = "comma-separated shell-style patterns"
+_FILE = "a file path"
+_SET_BY_US = "set by the plugin"
+
+# The plugin's own.
+BACKEND = _define(
+    "DDLSCALE_BACKEND", "text", _lowered, "scaler, kubernetes, local (aliases k8s, service) or an entry-point backend",
+    "the backend when none is named", shown_default="scaler inside a Domino run, else local",
+)
+STATE_DIR = _define(
+    "DDLSCALE_STATE_DIR", "path", _text, "a folder path",
+    "where the scaler and local backends keep baselines, claims and local clusters",
+    default=lambda: str(Path.home() / ".ddlscale"), shown_default="~/.ddlscale",
+)
+SCALER_MAX_RPS = _define(
+    "DDLSCALE_SCALER_MAX_RPS", "number", _positive_number, "a number of requests per second > 0",
+    "polls per second this process sends to one scaler service", default=100.0,
+)
+TIERS_FILE = _define(
+    "DDLSCALE_TIERS_FILE", "path", _text, _FILE,
+    "hardware tiers (YAML) for the Kubernetes backend when Domino's API is not configured",
+)
+LOCAL_TIERS = _define(
+    "DDLSCALE_LOCAL_TIERS", "path", _text, _FILE,
+    "hardware tiers (YAML) of local clusters", shown_default="the plugin's data/local_tiers.yaml",
+)
+RAY_EXECUTABLE = _define(
+    "DDLSCALE_RAY_EXECUTABLE", "path", _stripped, "an executable file",
+    "the `ray` command that starts local Ray nodes", shown_default="`ray` beside this Python, else on PATH",
+)
+FRAMEWORK_READINESS = _define(
+    "DDLSCALE_FRAMEWORK_READINESS", "on/off", _on_off, "on/off (also 1/0, true/false, yes/no)",
+    "whether waits also check workers registered with the framework", default=True, shown_default="on",
+)
+FRAMEWORK_URL = _define(
+    "DDLSCALE_FRAMEWORK_URL", "URL", _url, _HEAD_URL, "the cluster head's dashboard or web UI, any kind",
+)
+DASK_URL = _define("DDLSCALE_DASK_URL", "URL", _url, _HEAD_URL, "the Dask scheduler's dashboard (before the general URL)")
+RAY_URL = _define("DDLSCALE_RAY_URL", "URL", _url, _HEAD_URL, "the Ray head's dashboard (before the general URL)")
+SPARK_URL = _define("DDLSCALE_SPARK_URL", "URL", _url, _HEAD_URL, "the Spark master's web UI (before the general URL)")
+DASK_DASHBOARD_PORT = _define(
+    "DDLSCALE_DASK_DASHBOARD_PORT", "port", _port, _PORT,
+    "the Dask dashboard's port on $DASK_SCHEDULER_SERVICE_HOST", default=8787,
+)
+RAY_DASHBOARD_PORT = _define(
+    "DDLSCALE_RAY_DASHBOARD_PORT", "port", _port, _PORT,
+    "the Ray dashboard's port on $RAY_HEAD_SERVICE_HOST (the local backend sets it for a block)", default=8265,
+)
+SPARK_WEBUI_PORT = _define(
+    "DDLSCALE_SPARK_WEBUI_PORT", "port", _port, _PORT,
+    "the Spark master web UI's port on spark.master's host (the local backend sets it for a block)",
+    shown_default="$SPARK_MASTER_WEBUI_PORT, else 8080",
+)
+CONNECTOR_BACKENDS = _define(
+    "DDLSCALE_CONNECTOR_BACKENDS", "list", _items, f"{_LIST}: scaler, kubernetes, local or an entry-point backend",
+    "backends a connector serves (local only when listed)", default=("scaler", "kubernetes"),
+    shown_default="scaler,kubernetes",
+)
+CONNECTOR_NAMESPACES = _define(
+    "DDLSCALE_CONNECTOR_NAMESPACES", "list", _items, _LIST, "namespaces a connector serves", shown_default="any",
+)
+CONNECTOR_CLUSTERS = _define(
+    "DDLSCALE_CONNECTOR_CLUSTERS", "list", _items, f"{_PATTERNS} of <kind>/<name>",
+    "clusters a connector serves", shown_default="any",
+)
+CONNECTOR_FRAMEWORK_HOSTS = _define(
+    "DDLSCALE_CONNECTOR_FRAMEWORK_HOSTS", "list", _items, f"{_PATTERNS} of host names",
+    "hosts a template's framework_url may name, besides the head the backend reports", default=(),
+    shown_default="none",
+)
+QUIET = _define(
+    "DDLSCALE_QUIET", "on/off", _truthy, "1, true, yes or on silence; anything else does not",
+    "no summary or progress lines", default=False, shown_default="off",
+)
+PAUSE_AT = _define(
+    "DDLSCALE_PAUSE_AT", "text", _pause, f"<point>=<file> with point one of {', '.join(PAUSE_POINTS)}",
+    "crash tests: pause at a named point until the file is removed",
+)
+LOCAL_CLUSTER = _define(
+    "DDLSCALE_LOCAL_CLUSTER", "path", _text, "a cluster folder",
+    f"{_SET_BY_US} in every local cluster process: its cluster's folder (finds unrecorded processes)",
+)
+WATCH_GRACE = _define(
+    "DDLSCALE_WATCH_GRACE", "number", _positive_number, "a number of seconds > 0",
+    "seconds a local Dask scheduler no record holds runs on before it closes (read by the scheduler)",
+    default=30.0, shown_default="30",
+)
+
+# Domino's.
+CLUSTER_SCALER_BASE_URL = _define(
+    "CLUSTER_SCALER_BASE_URL", "URL", _no_slash, "an http:// or https:// URL",
+    "Domino's cluster scaler service; when set, the default backend is scaler", group=DOMINO,
+    default="http://ddl-cluster-scaler-svc.domino-field.svc.cluster.local",
+)
+DOMINO_RUN_ID = _define(
+    "DOMINO_RUN_ID", "text", _text, _ANY_TEXT,
+    "the Domino run: a bare kind names its cluster <kind>-<run id>; when set, the default backend is scaler",
+    group=DOMINO,
+)
+DOMINO_API_HOST = _define(
+    "DOMINO_API_HOST", "URL", _text, "an http:// or https:// URL",
+    "Domino's API (hardware tiers) for the scaler backend, before $DOMINO_API_PROXY", group=DOMINO,
+)
+DOMINO_API_PROXY = _define(
+    "DOMINO_API_PROXY", "URL", _text, "an http:// or https:// URL",
+    "Domino's API proxy: short-lived tokens (first choice of credentials) and hardware tiers", group=DOMINO,
+)
+DOMINO_TOKEN = _define(
+    "DOMINO_TOKEN", "secret", _text, _ANY_TEXT, "a Domino token, when there is no API proxy", group=DOMINO,
+)
+DOMINO_API_KEY = _define(
+    "DOMINO_API_KEY", "secret", _text, _ANY_TEXT, "a Domino API key, when there is no proxy or token", group=DOMINO,
+)
+DOMINO_STARTING_USER_ID = _define(
+    "DOMINO_STARTING_USER_ID", "text", _text, _ANY_TEXT,
+    "the Kubernetes backend's owner: clusters of other owners are refused unless allow_foreign", group=DOMINO,
+)
+
+# The frameworks' (where a run finds its head; what the plugin sets for a block or a cluster process).
+DASK_SCHEDULER_SERVICE_HOST = _define(
+    "DASK_SCHEDULER_SERVICE_HOST", "text", _stripped, "a host name or address",
+    f"the Dask scheduler (Domino sets it; {_SET_BY_US} for a block)", group=FRAMEWORK,
+)
+DASK_SCHEDULER_SERVICE_PORT = _define(
+    "DASK_SCHEDULER_SERVICE_PORT", "port", _port, _PORT,
+    f"the Dask scheduler's port (Domino sets it; {_SET_BY_US} for a block)", group=FRAMEWORK,
+)
+RAY_HEAD_SERVICE_HOST = _define(
+    "RAY_HEAD_SERVICE_HOST", "text", _stripped, "a host name or address",
+    f"the Ray head (Domino sets it; {_SET_BY_US} for a block)", group=FRAMEWORK,
+)
+RAY_HEAD_SERVICE_PORT = _define(
+    "RAY_HEAD_SERVICE_PORT", "port", _port, _PORT,
+    f"the Ray client port (Domino sets it; {_SET_BY_US} for a block)", group=FRAMEWORK,
+)
+RAY_ADDRESS = _define(
+    "RAY_ADDRESS", "text", _text, "ray://host:port",
+    f"Ray Client's address ({_SET_BY_US} for a block on a KubeRay cluster)", group=FRAMEWORK,
+)
+RAY_AUTH_MODE = _define(
+    "RAY_AUTH_MODE", "text", _stripped, "token, or anything else for none",
+    "Ray's token authentication: the framework check sends the token when it is token", group=FRAMEWORK,
+)
+RAY_AUTH_TOKEN = _define(
+    "RAY_AUTH_TOKEN", "secret", _stripped, _ANY_TEXT, "Ray's token, before $RAY_AUTH_TOKEN_PATH", group=FRAMEWORK,
+)
+RAY_AUTH_TOKEN_PATH = _define(
+    "RAY_AUTH_TOKEN_PATH", "path", _stripped, _FILE,
+    f"the file holding Ray's token ({_SET_BY_US} for local Ray clusters)", group=FRAMEWORK,
+    shown_default="~/.ray/auth_token",
+)
+RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER = _define(
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "text", _text, "0",
+    f"{_SET_BY_US} to 0 in local Ray node processes: Ray's address look-ups answer loopback", group=FRAMEWORK,
+)
+SPARK_MASTER = _define(
+    "SPARK_MASTER", "text", _text, "a Spark master URL (spark://host:7077)",
+    "the Spark master, before spark.master in spark-defaults.conf", group=FRAMEWORK,
+)
+SPARK_CONF_DIR = _define(
+    "SPARK_CONF_DIR", "path", _text, "a folder path",
+    f"where spark-defaults.conf is, instead of $SPARK_HOME/conf ({_SET_BY_US} for a block)", group=FRAMEWORK,
+)
+SPARK_HOME = _define(
+    "SPARK_HOME", "path", _text, "a folder path",
+    f"Spark's installation ({_SET_BY_US} in local Spark processes)", group=FRAMEWORK,
+)
+SPARK_MASTER_WEBUI_PORT = _define(
+    "SPARK_MASTER_WEBUI_PORT", "port", _port, _PORT,
+    "the Spark master web UI's port, after $DDLSCALE_SPARK_WEBUI_PORT", group=FRAMEWORK, default=8080,
+)
+SPARK_LOCAL_IP = _define(
+    "SPARK_LOCAL_IP", "text", _text, "a host address",
+    f"{_SET_BY_US} to the loopback host for local Spark processes and blocks", group=FRAMEWORK,
+)
+SPARK_LAUNCHER_OPTS = _define(
+    "SPARK_LAUNCHER_OPTS", "text", _text, "JVM options",
+    "JVM options of Spark's launcher; local Spark processes get the plugin's options ahead of them",
+    group=FRAMEWORK, default="", shown_default="empty",
+)
+SPARK_DAEMON_JAVA_OPTS = _define(
+    "SPARK_DAEMON_JAVA_OPTS", "text", _text, "JVM options",
+    "JVM options of Spark's daemons; local Spark processes get the plugin's options ahead of them",
+    group=FRAMEWORK, default="", shown_default="empty",
+)
+PYSPARK_PYTHON = _define(
+    "PYSPARK_PYTHON", "path", _text, "a Python executable",
+    f"the Python of Spark executors ({_SET_BY_US} for a block on a local Spark cluster)", group=FRAMEWORK,
+)
+JAVA_HOME = _define(
+    "JAVA_HOME", "path", _stripped, "a folder path", "the Java local Spark clusters run on, else java on PATH",
+    group=FRAMEWORK,
+)
+KUBECONFIG = _define(
+    "KUBECONFIG", "path", _text, _FILE, "the Kubernetes backend's kubeconfig when none is given",
+    group=FRAMEWORK, shown_default="~/.kube/config",
+)
+KUBERNETES_SERVICE_HOST = _define(
+    "KUBERNETES_SERVICE_HOST", "text", _text, _ANY_TEXT,
+    "set in a pod: the Kubernetes backend uses the in-cluster service account unless given a kubeconfig",
+    group=FRAMEWORK,
+)
+
+SETTINGS: Tuple[Setting, ...] = tuple(_ALL)
+"""Every setting, in the order of the table."""
+
+KIND_URLS: Dict[str, Setting] = {"dask": DASK_URL, "ray": RAY_URL, "spark": SPARK_URL}
+"""The per-framework head URL setting."""
+
+
+def kind_url(kind: str) -> Optional[Setting]:
+    """The head URL setting of framework ``kind`` (``DDLSCALE_DASK_URL`` for ``dask``), None for others."""
+    return KIND_URLS.get(kind)
+
+
+def _cell(text: str) -> str:
+    # "<point>" would read as an HTML tag.
+    return text.replace("<", "\\<")
+
+
+def markdown_table() -> str:
+    """The table of ``docs/settings.md``: one row per setting."""
+    rows = ["| variable | group | type | default | allowed | meaning |", "|---|---|---|---|---|---|"]
+    for s in SETTINGS:
+        cells = (s.group, s.kind, s.default_text, s.allowed, s.meaning)
+        rows.append(f"| `{s.name}` | " + " | ".join(_cell(cell) for cell in cells) + " |")
+    return "\n".join(rows) + "\n"
