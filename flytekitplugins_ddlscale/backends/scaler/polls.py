@@ -29,7 +29,7 @@ import time
 import weakref
 from typing import Any, Callable, Dict, Optional, Tuple, TypeVar
 
-from ...errors import BackendUnavailableError, InvalidInputError
+from ...errors import BackendUnavailableError, InvalidInputError, TransientError
 from ..._core.waiting import Deadline
 
 T = TypeVar("T")
@@ -166,7 +166,7 @@ class SharedPolls:
                 with self._lock:
                     self.shared += 1
                 return flight.result
-            if not isinstance(flight.error, BackendUnavailableError) or (deadline is not None and deadline.expired):
+            if not isinstance(flight.error, TransientError) or (deadline is not None and deadline.expired):
                 raise flight.error
 
     def forget(self, *keys: str) -> None:
