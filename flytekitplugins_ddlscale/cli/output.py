@@ -11,6 +11,7 @@ from typing import Any, Dict
 import click
 
 from ..errors import (
+    AccessError,
     CapacityExceededError,
     ClusterFaultError,
     ClusterNotFoundError,
@@ -20,7 +21,6 @@ from ..errors import (
     ScalingTimeoutError,
     StateWriteError,
     TransientError,
-    UnauthorizedError,
 )
 from .._services.readiness import Readiness
 from .._core.leases import age_seconds
@@ -53,15 +53,15 @@ EXIT_CODES_HELP = f"Exit codes: 0 ok; {FAILURE_EXIT_CODES}"
 _EXIT_CODES = (
     # Classes whose exit code is not their family's, first: a --strict refusal is the caller's request
     # (bad input) though the cluster's maximum refuses it; a missing cluster, a fault during the
-    # command, unwritable records and a never reached backend kept the codes they had before families.
+    # command, unwritable records and a never reached backend keep the codes they had before families.
     ((CapacityExceededError,), EXIT_BAD_INPUT),
     ((ClusterNotFoundError,), EXIT_NOT_FOUND),
     ((ClusterFaultError, NeverReachedError), EXIT_UNAVAILABLE),
     ((StateWriteError,), EXIT_STATE_UNWRITABLE),
-    ((UnauthorizedError,), EXIT_UNAUTHORIZED),
-    # Then the families; the rest of the cluster's state family is EXIT_OTHER.
+    # Then the families (docs/errors.md); the rest of the cluster's state family is EXIT_OTHER.
     ((InvalidInputError,), EXIT_BAD_INPUT),
     ((ScalingTimeoutError,), EXIT_TIMEOUT),
+    ((AccessError,), EXIT_UNAUTHORIZED),
     ((TransientError,), EXIT_UNAVAILABLE),
 )
 
