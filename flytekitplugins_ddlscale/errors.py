@@ -3,6 +3,21 @@
 Every error carries a stable ``code`` (the scaler service's code where it
 gave one), a human ``message`` with credentials masked, the HTTP status
 where there was one, and the last observed cluster state where known.
+
+Every error belongs to one of five families a caller can catch, as httpx
+callers catch ``TransportError`` (docs/errors.md lists every class):
+
+- :class:`InvalidInputError`: bad input, refused before anything changed
+  (arguments, tier names, records read back, state folders, impossible waits);
+- :class:`ClusterStateError`: the cluster as it is refuses or failed the
+  operation (not found, not scalable, over capacity, a conflicting or
+  interrupted change, a failed worker, a fault, unwritable records);
+- :class:`TransientError`: the backend could not be used for now (an
+  outage); the only family worth trying again, and only for operations safe
+  to repeat, within their deadline;
+- :class:`ScalingTimeoutError`: a wait reached its timeout;
+- :class:`AccessError`: the caller may not do this, or the backend was never
+  reached at its address: fix the credentials or the address, do not retry.
 """
 import errno
 from typing import TYPE_CHECKING, Any, Optional
@@ -61,8 +76,31 @@ def _rebuild_error(cls: type, state: dict) -> "ScalingError":
     return error
 
 
+class ClusterStateError(ScalingError):
+    """Family of refusals and failures of the cluster as it is (or of the records kept of it): it
+    does not exist, cannot be scaled so, changed under us, or lost a worker or its head. Trying
+    again changes nothing until the cluster does."""
+
+    code = "cluster_state"
+
+
+class TransientError(ScalingError):
+    """Family of failures an outage explains: the backend could not be used for now. The only family
+    worth trying again (operations safe to repeat, until their deadline)."""
+
+    code = "transient"
+
+
+class AccessError(ScalingError):
+    """Family of refusals of the caller: no permission, or a backend never reached at its address.
+    Not transient: the credentials, address or network need fixing."""
+
+    code = "access"
+
+
 class InvalidInputError(ScalingError, ValueError):
-    """An argument was rejected before anything was sent or changed.
+    """Family of bad input: an argument (or a value read back, checked as input) was rejected before
+    anything was sent or changed.
 
     ``reason`` (optional) says what is wrong when "not allowed" alone would not.
     """
@@ -125,7 +163,7 @@ class UnsafePathError(InvalidInputError):
         ScalingError.__init__(self, f"refusing {self.path}: {problem}; {remedy}")
 
 
-class StateWriteError(ScalingError):
+class StateWriteError(ClusterStateError):
     """A file of the state directory could not be written (read-only folder, full disk, no
     permission): ``path`` names it; the message says the remedy. Whatever the failed write was to
     record was undone first (a process it would have recorded was stopped)."""
@@ -191,43 +229,64 @@ class UnreachableWaitError(InvalidInputError):
         )
 
 
-class UnknownTierError(ScalingError):
-    """A hardware tier name is unknown, empty, or restricted to other cluster kinds."""
+class UnknownTierError(InvalidInputError):
+    """A hardware tier name is unknown, empty, or restricted to other cluster kinds.
+
+    ``field`` names the tier argument, ``value`` the name and ``allowed`` the
+    tiers allowed, where the catalog said (a service's answer may not).
+    """
 
     code = "invalid_hw_tier"
 
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: Optional[str] = None,
+        status_code: Optional[int] = None,
+        cluster: Optional[str] = None,
+        field: str = "hw_tier",
+        value: Any = None,
+        allowed: str = "a tier of the catalog",
+    ) -> None:
+        self.field = field
+        self.value = value
+        self.allowed = allowed
+        self.reason = None
+        ScalingError.__init__(self, message, code=code, status_code=status_code, cluster=cluster)
 
-class NotScalableError(ScalingError):
+
+class NotScalableError(ClusterStateError):
     """The cluster cannot be scaled as asked (no autoscaling section, bad autoscaling)."""
 
     code = "not_scalable"
 
 
-class CapacityExceededError(ScalingError):
+class CapacityExceededError(ClusterStateError):
     """Strict mode: the request is above the cluster's ``maxReplicas``."""
 
     code = "capacity_exceeded"
 
 
-class UnauthorizedError(ScalingError):
+class UnauthorizedError(AccessError):
     """The caller may not see or change this cluster (HTTP 401/403, RBAC, owner label)."""
 
     code = "unauthorized"
 
 
-class ClusterNotFoundError(ScalingError):
+class ClusterNotFoundError(ClusterStateError):
     """The cluster (or its head pod) does not exist."""
 
     code = "not_found"
 
 
-class UnsupportedOperationError(ScalingError):
+class UnsupportedOperationError(ClusterStateError):
     """The backend cannot do this for this kind (MPI head restart, service defects)."""
 
     code = "unsupported"
 
 
-class ConflictError(ScalingError):
+class ConflictError(ClusterStateError):
     """A concurrent writer changed the cluster and re-applying did not settle it."""
 
     code = "conflict"
@@ -245,20 +304,36 @@ class InterruptedChangeError(ConflictError):
         super().__init__(message, cluster=cluster)
 
 
-class BackendUnavailableError(ScalingError):
+class UnconfirmedChangeError(ConflictError):
+    """A change that is not safe to repeat (a head restart) may have been sent, but the backend
+    stalled or went away before confirming it: it is not sent again; check the cluster before
+    asking for it once more."""
+
+    code = "unconfirmed_change"
+
+
+class BackendUnavailableError(TransientError):
     """The backend could not be reached, or kept failing, after bounded retries."""
 
     code = "backend_unavailable"
 
 
-class ClusterFaultError(ScalingError):
+class NeverReachedError(AccessError):
+    """The backend has not answered once since this process's clients of it were made: the address,
+    name, port, TLS settings or network are more likely wrong than the backend restarting, so this
+    is not ridden out as an outage. Its code is the one it had as a kind of unavailability."""
+
+    code = "backend_unavailable"
+
+
+class ClusterFaultError(ClusterStateError):
     """The cluster lost its head or workers while a phase's body ran, and the phase was asked to fail
     on that (``fail_on_fault``) instead of repairing or reporting it."""
 
     code = "cluster_fault"
 
 
-class WorkerFailedError(ScalingError):
+class WorkerFailedError(ClusterStateError):
     """A pod cannot become Ready (Unschedulable, CrashLoopBackOff, image pull)."""
 
     code = "pod_failed"
@@ -270,6 +345,6 @@ class WorkerFailedError(ScalingError):
 
 
 class ScalingTimeoutError(ScalingError):
-    """A wait reached its timeout; ``state`` holds the last observed state."""
+    """Family of timeouts: a wait reached its timeout; ``state`` holds the last observed state."""
 
     code = "timeout"

@@ -332,6 +332,7 @@ def test_a_restart_the_backend_stalls_on_fails_instead_of_being_sent_again(ray_s
     resource = connector.get(ScalingMetadata.decode(meta.encode()))
     assert resource.phase == TaskExecution.FAILED and "\n" not in resource.message
     assert "the head restart may have been sent and is not sent again" in resource.message
+    assert resource.message.startswith("[unconfirmed_change] ")  # UnconfirmedChangeError, not a bare ScalingError
     assert restart_patches(ray_scaler) == 1
 
 

@@ -11,9 +11,9 @@ from flytekitplugins_ddlscale import ClusterRef
 from flytekitplugins_ddlscale.backends import ClusterBackend, get_backend
 from flytekitplugins_ddlscale.backends.kubernetes import KubernetesBackend
 from flytekitplugins_ddlscale.errors import (
-    BackendUnavailableError,
     CapacityExceededError,
     InvalidInputError,
+    NeverReachedError,
     UnknownTierError,
     UnsupportedOperationError,
 )
@@ -57,7 +57,7 @@ def test_kubeconfig_token_is_registered_as_secret(tmp_path):
     path = tmp_path / "kubeconfig"
     path.write_text(json.dumps(config))
     instance = KubernetesBackend(kubeconfig=str(path), request_timeout=2)
-    with pytest.raises(BackendUnavailableError) as err:
+    with pytest.raises(NeverReachedError) as err:
         instance.get_state(ClusterRef("ray", "c1"))
     instance.close()
     assert token not in str(err.value)

@@ -3,7 +3,9 @@ import time
 
 import pytest
 
-from flytekitplugins_ddlscale import BackendUnavailableError, ClusterRef, InvalidInputError, ScalingError
+from flytekitplugins_ddlscale import (
+    BackendUnavailableError, ClusterRef, InvalidInputError, NeverReachedError, ScalingError, TransientError,
+)
 from flytekitplugins_ddlscale.backends.scaler import ScalerServiceBackend
 from flytekitplugins_ddlscale._core.waiting import Backoff
 from tests.servers.scaler_server import DEFAULT_API_KEY
@@ -71,14 +73,15 @@ def test_each_call_has_a_timeout_and_slow_answers_are_retried(scaler_server, tmp
     assert scaler_server.count("GET", "/cluster/") == 2
 
 
-def test_unreachable_service_is_backend_unavailable(tmp_path):
+def test_unreachable_service_is_never_reached_not_transient(tmp_path):
     backend = ScalerServiceBackend(
         "http://127.0.0.1:9", api_key=DEFAULT_API_KEY, state_dir=tmp_path, retries=1,
         retry_backoff=Backoff(0.01, 2.0, 0.02),
     )
-    with backend, pytest.raises(BackendUnavailableError) as info:
+    with backend, pytest.raises(NeverReachedError) as info:
         backend.get_state(RAY)
-    # Never reached: not an outage, so not retried.
+    # Never reached: not an outage, so not retried (an access error, not a transient one).
+    assert not isinstance(info.value, TransientError)
     assert "has not answered once" in str(info.value) and "ConnectError" in str(info.value)
 
 

@@ -15,7 +15,8 @@ a timeout can say how long the backend was unreachable.
 Two things are NOT an outage and fail at once: a backend that has never
 answered and to which no connection can be made (refused, name not resolved,
 TLS handshake failing: more likely a wrong address than a restart;
-:class:`NeverReachedError`), and a 401/403 that does not follow an outage
+:class:`~flytekitplugins_ddlscale.errors.NeverReachedError`, an access error, not a transient one),
+and a 401/403 that does not follow an outage
 (the caller lacks the permission). A backend that accepts connections but
 has not answered yet (hung, slow) is ridden out.
 """
@@ -27,7 +28,8 @@ import weakref
 from collections import deque
 from typing import Callable, Deque, Iterator, Optional, Tuple, Type, TypeVar
 
-from ..errors import BackendUnavailableError, ScalingTimeoutError
+# NeverReachedError is defined with the other public errors and still importable from here.
+from ..errors import NeverReachedError, ScalingTimeoutError, TransientError
 from ..models import ClusterState
 from .waiting import Backoff, Deadline
 
@@ -45,12 +47,6 @@ NO_WAIT_LIMIT = 30.0
 """Seconds an operation that does not wait for its workers (``wait=False``, ``--no-wait``, the
 connector's requests) rides out an outage: its timeout is for the wait it does not do, and a
 caller that chose not to wait should not hang for the 900 s default."""
-
-
-class NeverReachedError(BackendUnavailableError):
-    """The backend has not answered once since this process's clients of it were made: the address,
-    name, port, TLS settings or network are more likely wrong than the backend restarting, so this
-    is not ridden out as an outage."""
 
 
 def _seconds(value: float) -> str:
@@ -302,7 +298,7 @@ def _never_reached(tracker: OutageTracker, reason: str) -> NeverReachedError:
 
 
 def outage_timeout(
-    error: BackendUnavailableError,
+    error: TransientError,
     *,
     deadline: Deadline,
     what: str,

@@ -40,8 +40,11 @@ from .connector_policy import ConnectorPolicy, reported_head_hosts
 from ..errors import (
     BackendUnavailableError,
     InvalidInputError,
+    NeverReachedError,
     ScalingError,
     ScalingTimeoutError,
+    TransientError,
+    UnconfirmedChangeError,
     UnsupportedOperationError,
 )
 from .readiness import Readiness, backend_proof
@@ -96,6 +99,13 @@ MIN_SEND = 1.0
 """Seconds a change gets when a read before it used up (nearly) all of the create bound."""
 RUNNING, SUCCEEDED, FAILED = "RUNNING", "SUCCEEDED", "FAILED"
 """A poll's answers (named like Flyte's task execution phases, which each connector maps them to)."""
+UNAVAILABLE_HERE = (TransientError, NeverReachedError)
+"""What the connector treats as the backend being unavailable for now: a create raises it (Flyte
+sends the create again; what a create sends is safe to repeat, a restart that may have gone out is
+:class:`UnconfirmedChangeError` instead) and a poll reads again until the node's deadline. A backend
+the connector has not reached since it started counts: the connector is a service whose nodes'
+backends answered before (their creates reached them), so more likely restarting than misaddressed."""
+
 T = TypeVar("T")
 C = TypeVar("C")
 
@@ -211,7 +221,7 @@ class ScalingService:
             if creator is None:
                 raise InvalidInputError("task_type", task_type, ", ".join(SERVED_TASK_TYPES))
             return creator(custom, dict(values))
-        except BackendUnavailableError:
+        except UNAVAILABLE_HERE:
             raise
         except ScalingError as error:
             logger.info("refused a %s template: %s", task_type, error)
@@ -329,11 +339,11 @@ class ScalingService:
                 )
             try:
                 result = backend.restart_head(ref, head_tier, wait=False, timeout=min(config.timeout, CREATE_TIMEOUT))
-            except (BackendUnavailableError, ScalingTimeoutError) as error:
-                raise ScalingError(
+            except (TransientError, ScalingTimeoutError) as error:
+                raise UnconfirmedChangeError(
                     f"{error.message}; the head restart may have been sent and is not sent again: "
                     "check the cluster's head before running this node again",
-                    code=error.code, cluster=str(ref),
+                    cluster=str(ref),
                 ) from None
             outcome = RestartOutcome.from_result(result, backend.name)
         return self._metadata(
@@ -355,7 +365,7 @@ class ScalingService:
             return Poll(FAILED, meta.error)
         try:
             return self._poll(meta)
-        except BackendUnavailableError as error:
+        except UNAVAILABLE_HERE as error:
             if time.time() >= meta.deadline:
                 return Poll(FAILED, f"timed out; the backend is unavailable: {error}")
             return Poll(RUNNING, f"backend unavailable, reading again: {error}")
@@ -389,7 +399,7 @@ class ScalingService:
                     if state.workers_up(target):
                         removed = int(meta.known_outcome().get("previous_workers", 0)) > target
                         readiness, pending = self._framework(meta, ref, target, state, backend, removed)
-            except BackendUnavailableError as error:
+            except UNAVAILABLE_HERE as error:
                 if time.time() < meta.deadline:
                     raise
                 return self._failed(meta, backend, ref, error, target=meta.target)

@@ -18,7 +18,7 @@ import logging
 import time
 from typing import Dict, Optional, Union
 
-from ..errors import BackendUnavailableError, ScalingTimeoutError
+from ..errors import ScalingTimeoutError, TransientError
 from ._support.filerecords import FileBookkeeping
 from ..models import Baseline, ClusterState, ReplicaSpec, ScaleResult
 from .._core.outage import OUTAGE_BACKOFF
@@ -113,7 +113,7 @@ class FileRecordsBackend(BaseBackend):
                     same_tier=lambda name, observed: self._same_tier(ref, name, observed),
                     timeout=max(deadline.remaining, 0.1),
                 )
-            except (BackendUnavailableError, ScalingTimeoutError) as error:
+            except (TransientError, ScalingTimeoutError) as error:
                 # Only an outage that outlasted the locked step goes on outside the lock; what would
                 # have failed anyway (bounded retries spent before the step ended) still fails.
                 if step is deadline or not step.expired or deadline.expired:

@@ -141,10 +141,12 @@ class TierCatalog:
                     return tier
                 raise UnknownTierError(
                     f"{field}={wanted!r} is restricted to {', '.join(sorted(tier.restricted_to))} "
-                    f"clusters; allowed for {short}: {', '.join(allowed) or 'none'}"
+                    f"clusters; allowed for {short}: {', '.join(allowed) or 'none'}",
+                    field=field, value=wanted, allowed=", ".join(allowed) or "none",
                 )
         raise UnknownTierError(
-            f"unknown {field}={wanted!r}; allowed for {short}: {', '.join(allowed) or 'none'}"
+            f"unknown {field}={wanted!r}; allowed for {short}: {', '.join(allowed) or 'none'}",
+            field=field, value=wanted, allowed=", ".join(allowed) or "none",
         )
 
 

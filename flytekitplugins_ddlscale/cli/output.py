@@ -11,16 +11,16 @@ from typing import Any, Dict
 import click
 
 from ..errors import (
-    BackendUnavailableError,
+    AccessError,
     CapacityExceededError,
     ClusterFaultError,
     ClusterNotFoundError,
     InvalidInputError,
+    NeverReachedError,
     ScalingError,
     ScalingTimeoutError,
     StateWriteError,
-    UnauthorizedError,
-    UnknownTierError,
+    TransientError,
 )
 from .._services.readiness import Readiness
 from .._core.leases import age_seconds
@@ -51,12 +51,18 @@ FAILURE_EXIT_CODES = (
 EXIT_CODES_HELP = f"Exit codes: 0 ok; {FAILURE_EXIT_CODES}"
 
 _EXIT_CODES = (
-    ((InvalidInputError, UnknownTierError, CapacityExceededError), EXIT_BAD_INPUT),
-    ((ScalingTimeoutError,), EXIT_TIMEOUT),
+    # Classes whose exit code is not their family's, first: a --strict refusal is the caller's request
+    # (bad input) though the cluster's maximum refuses it; a missing cluster, a fault during the
+    # command, unwritable records and a never reached backend keep the codes they had before families.
+    ((CapacityExceededError,), EXIT_BAD_INPUT),
     ((ClusterNotFoundError,), EXIT_NOT_FOUND),
-    ((UnauthorizedError,), EXIT_UNAUTHORIZED),
-    ((BackendUnavailableError, ClusterFaultError), EXIT_UNAVAILABLE),
+    ((ClusterFaultError, NeverReachedError), EXIT_UNAVAILABLE),
     ((StateWriteError,), EXIT_STATE_UNWRITABLE),
+    # Then the families (docs/errors.md); the rest of the cluster's state family is EXIT_OTHER.
+    ((InvalidInputError,), EXIT_BAD_INPUT),
+    ((ScalingTimeoutError,), EXIT_TIMEOUT),
+    ((AccessError,), EXIT_UNAUTHORIZED),
+    ((TransientError,), EXIT_UNAVAILABLE),
 )
 
 

@@ -30,9 +30,9 @@ from rel_helpers import When, polling, scale_bodies
 from rel_proxy import FaultProxy
 
 from flytekitplugins_ddlscale import (
-    BackendUnavailableError,
     ClusterNotFoundError,
     ClusterRef,
+    NeverReachedError,
     ScalingTimeoutError,
     UnauthorizedError,
 )
@@ -345,7 +345,7 @@ def test_scaler_final_state_read_after_a_head_restart_rides_out_an_outage(
 
 def test_scaler_never_reached_fails_at_once(make_scaler, scaler_cluster, logs):
     backend = make_scaler(base_url=f"http://127.0.0.1:{closed_port()}")
-    with pytest.raises(BackendUnavailableError) as caught:
+    with pytest.raises(NeverReachedError) as caught:
         backend.scale(RAY, 3, wait=True, timeout=TIMEOUT)  # riding it out would be ScalingTimeoutError
     assert not isinstance(caught.value, ScalingTimeoutError)
     assert "has not answered once" in str(caught.value) and "Connection refused" in str(caught.value)
@@ -354,7 +354,7 @@ def test_scaler_never_reached_fails_at_once(make_scaler, scaler_cluster, logs):
 
 def test_scaler_name_not_resolved_fails_at_once(make_scaler, scaler_cluster):
     backend = make_scaler(base_url="http://ddlscale-no-such-host.invalid")
-    with pytest.raises(BackendUnavailableError) as caught:
+    with pytest.raises(NeverReachedError) as caught:
         backend.wait_for_workers(RAY, 1, timeout=TIMEOUT)
     assert "has not answered once" in str(caught.value)
 
@@ -362,7 +362,7 @@ def test_scaler_name_not_resolved_fails_at_once(make_scaler, scaler_cluster):
 def test_scaler_tls_failing_on_first_contact_fails_at_once(make_scaler, scaler_server, scaler_cluster):
     # https:// to a plain-HTTP port: the TLS handshake fails (wrong version number) on every attempt.
     backend = make_scaler(base_url=scaler_server.url.replace("http://", "https://"), verify=False)
-    with pytest.raises(BackendUnavailableError) as caught:
+    with pytest.raises(NeverReachedError) as caught:
         backend.scale(RAY, 3, wait=True, timeout=TIMEOUT)
     assert "has not answered once" in str(caught.value) and "SSL" in str(caught.value)
     assert scale_bodies(scaler_server, RAY.name) == []
@@ -613,7 +613,7 @@ def test_k8s_never_reached_fails_at_once(tiers_file, clean_env, logs):
     api = k8s_client.ApiClient(k8s_client.Configuration(host=f"http://127.0.0.1:{closed_port()}"))
     backend = KubernetesBackend(api_client=api, tier_catalog=FileTierCatalog(tiers_file))
     try:
-        with pytest.raises(BackendUnavailableError) as caught:
+        with pytest.raises(NeverReachedError) as caught:
             backend.scale(RAY, 3, wait=True, timeout=TIMEOUT)  # riding it out would be ScalingTimeoutError
     finally:
         backend.close()

@@ -28,6 +28,7 @@ from ...errors import (
     ConflictError,
     NotScalableError,
     ScalingError,
+    TransientError,
     UnauthorizedError,
 )
 from ..._core.outage import cert_verification_failed, connection_reset, retry_through_outage, shared_tracker
@@ -47,8 +48,8 @@ class Conflict(ConflictError):
     """HTTP 409 from a resourceVersion or uid precondition; callers re-read and re-apply."""
 
 
-class WatchExpired(ScalingError):
-    """HTTP 410 Gone: the watch's resourceVersion is too old; re-list."""
+class WatchExpired(TransientError):
+    """HTTP 410 Gone: the watch's resourceVersion is too old; re-list (the informer does, at once)."""
 
     code = "watch_expired"
 

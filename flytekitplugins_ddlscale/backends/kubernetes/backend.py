@@ -18,11 +18,11 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 from ..._core import settings
 from ...errors import (
-    BackendUnavailableError,
     ClusterNotFoundError,
     ConflictError,
     InvalidInputError,
     ScalingError,
+    TransientError,
     UnauthorizedError,
     UnsupportedOperationError,
 )
@@ -30,7 +30,7 @@ from ..._framework.ray_idle import idle_worker_ips
 from .._support.inplace import Reach
 from ..._core.leases import log_dropped, split_live
 from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
-from ..._core.outage import OUTAGE_BACKOFF, NeverReachedError, outage_timeout
+from ..._core.outage import OUTAGE_BACKOFF, outage_timeout
 from ..._core.progress import ProgressReporter
 from ..._core.records import (
     BASELINE_ANNOTATION,
@@ -217,7 +217,7 @@ class KubernetesBackend(BaseBackend):
         ``what``, with the state in ``seen["state"]`` if one was read."""
         try:
             yield
-        except BackendUnavailableError as error:
+        except TransientError as error:
             if not deadline.expired:
                 raise
             raise outage_timeout(
@@ -283,9 +283,7 @@ class KubernetesBackend(BaseBackend):
                 if conflicts >= self.conflict_retries:
                     break
                 pause = random.uniform(0.01, 0.05) * conflicts
-            except NeverReachedError:
-                raise
-            except BackendUnavailableError:
+            except TransientError:
                 # Safe to repeat, never a blind resend: the patch is rebuilt from
                 # a fresh read and carries its resourceVersion, so it never applies twice.
                 unanswered = unanswered or obj
@@ -433,9 +431,7 @@ class KubernetesBackend(BaseBackend):
         try:
             obj = self._read(ref, deadline)
             pods = self._pods(ref, deadline=deadline)
-        except NeverReachedError:
-            raise
-        except BackendUnavailableError as error:
+        except TransientError as error:
             if not deadline.expired:
                 return None
             raise outage_timeout(

@@ -32,8 +32,8 @@ import threading
 import time
 from typing import AbstractSet, Any, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple, Union
 
-from ...errors import BackendUnavailableError, InvalidInputError, ScalingError, UnauthorizedError
-from ..._core.outage import OUTAGE_BACKOFF, NeverReachedError
+from ...errors import BackendUnavailableError, InvalidInputError, ScalingError, TransientError, UnauthorizedError
+from ..._core.outage import OUTAGE_BACKOFF
 from .api import KubeApi, WatchExpired
 
 logger = logging.getLogger("flytekitplugins_ddlscale.kubernetes")
@@ -331,10 +331,7 @@ class PodInformer:
                     pauses = OUTAGE_BACKOFF.intervals()
                 except WatchExpired:
                     relist = True
-                except NeverReachedError as exc:
-                    self._fail(exc)
-                    break
-                except (BackendUnavailableError, UnauthorizedError) as exc:
+                except (TransientError, UnauthorizedError) as exc:
                     if isinstance(exc, UnauthorizedError) and not (self.api.outage.down and self.api.outage.served):
                         self._fail(exc)
                         break

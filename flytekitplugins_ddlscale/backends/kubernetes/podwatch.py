@@ -13,7 +13,7 @@ an error the informer met (403, 404) ends it at once.
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ...errors import BackendUnavailableError, ScalingTimeoutError, WorkerFailedError
+from ...errors import BackendUnavailableError, ScalingTimeoutError, TransientError, WorkerFailedError
 from ...models import ClusterState
 from ..._core.outage import outage_timeout
 from ..._core.progress import ProgressReporter, WaitProgress
@@ -83,7 +83,7 @@ class PodWaiter:
         sub = subscribe(self.api, self.namespace, self.selector)
         try:
             return self._run(sub, check, deadline)
-        except BackendUnavailableError as exc:
+        except TransientError as exc:
             if not deadline.expired:
                 raise
             raise outage_timeout(

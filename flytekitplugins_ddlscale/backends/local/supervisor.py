@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import AbstractSet, Callable, Iterator, List, Optional, Tuple
 
-from ...errors import BackendUnavailableError, StateWriteError, WorkerFailedError
+from ...errors import BackendUnavailableError, StateWriteError, TransientError, WorkerFailedError
 from ...models import ClusterState
 from ..._core.pausepoints import pause_point
 from .._support.privatefs import remove_nofollow
@@ -201,7 +201,7 @@ class ProcessSupervisor:
                     raise
                 logger.warning("%s; starting it once more", str(exc).split(";", 1)[0])
                 names = [worker.name for worker in started]
-            except BackendUnavailableError:
+            except TransientError:
                 self.stop_all(record)
                 raise
 
@@ -234,7 +234,7 @@ class ProcessSupervisor:
         if retire and self.head_alive(record):
             try:
                 retired = self._driver(record).retire_workers(record, [w.name for w in workers], self.stop_grace)
-            except BackendUnavailableError as exc:
+            except TransientError as exc:
                 logger.warning("%s; terminating the workers instead", exc.message)
         procs.stop_processes([w.proc for w in workers], self.stop_grace, asked=retired)
         gone = {w.name for w in workers}

@@ -23,19 +23,19 @@ import httpx
 from .._support.domino_auth import DominoAuth
 from ..._core import settings
 from ...errors import (
-    BackendUnavailableError,
     CapacityExceededError,
     InvalidInputError,
     NotScalableError,
     ScalingError,
     ScalingTimeoutError,
+    TransientError,
     UnsupportedOperationError,
 )
 from .._support.filerecords import FileBookkeeping
 from .._support.filestore import FileRecordStore
 from .._support.inplace import Reach, state_dir_env
 from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult
-from ..._core.outage import NeverReachedError, outage_timeout
+from ..._core.outage import outage_timeout
 from ..._core.progress import ProgressReporter, WaitProgress
 from ...refs import ClusterRef
 from ..._core.sharing import current_shared_reads
@@ -215,9 +215,7 @@ class ScalerServiceBackend(FileRecordsBackend):
     def _observe_for_wait(self, ref: ClusterRef, replicas: int, deadline: Deadline) -> Optional[ClusterState]:
         try:
             return state_from_object(ref, self._client.poll_cluster(ref, deadline, SHARED_POLL_AGE))
-        except NeverReachedError:
-            raise
-        except BackendUnavailableError as error:
+        except TransientError as error:
             if deadline.expired:
                 raise _timed_out(error, deadline, f"{replicas} worker pods of {ref}", ref, self._client) from None
             return None
@@ -262,7 +260,7 @@ class ScalerServiceBackend(FileRecordsBackend):
             return
         try:
             self._tiers.resolve(tier, ref.kind, field=field)
-        except BackendUnavailableError as error:
+        except TransientError as error:
             logger.warning("%s: could not check tier %r in the tier catalog (%s); the service will judge it", ref, tier, error)
 
     def _same_tier(self, ref: ClusterRef, name: str, observed: Optional[str]) -> bool:
@@ -273,7 +271,7 @@ class ScalerServiceBackend(FileRecordsBackend):
             return False
         try:
             return any(t.id == observed and t.name == name for t in self._tiers.tiers())
-        except BackendUnavailableError:
+        except TransientError:
             return False
 
     def _check_size(self, previous: ClusterState, replicas: int, strict: bool) -> None:
@@ -439,7 +437,7 @@ class ScalerServiceBackend(FileRecordsBackend):
                 for tier in self._tiers.tiers():
                     if tier.id == wanted or tier.name == wanted:
                         return tier.name
-            except BackendUnavailableError as error:
+            except TransientError as error:
                 logger.warning("%s: tier catalog unavailable (%s)", ref, error)
         logger.warning(
             "%s: restoring %d workers but not the worker tier %r (no tier catalog maps that id to a name)",
@@ -473,7 +471,7 @@ def _timed_out(
     hung) until the deadline is a timeout of the operation, with how long the
     service was unreachable and the same last state.
     """
-    if not isinstance(error, BackendUnavailableError) or not deadline.expired:
+    if not isinstance(error, TransientError) or not deadline.expired:
         return error
     return outage_timeout(
         error, deadline=deadline, what=what, tracker=client.outage, state=error.state, cluster=str(ref)

@@ -331,7 +331,6 @@ class ScalerClient:
                     f"the scaler service cannot restart {ref.kind} heads: it deletes pod {pod!r}, but the "
                     f"{ref.kind} head pod is {real!r} (a known defect of the service; it only works for Ray). "
                     f"Use the kubernetes backend (DDLSCALE_BACKEND=kubernetes) to restart this head",
-                    code="unsupported",
                     status_code=404,
                     cluster=str(ref),
                 )

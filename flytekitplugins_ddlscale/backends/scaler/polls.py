@@ -29,7 +29,7 @@ import weakref
 from typing import Any, Callable, Dict, Optional, Tuple, TypeVar
 
 from ..._core import settings
-from ...errors import BackendUnavailableError
+from ...errors import BackendUnavailableError, TransientError
 from ..._core.waiting import Deadline
 
 T = TypeVar("T")
@@ -155,7 +155,7 @@ class SharedPolls:
                 with self._lock:
                     self.shared += 1
                 return flight.result
-            if not isinstance(flight.error, BackendUnavailableError) or (deadline is not None and deadline.expired):
+            if not isinstance(flight.error, TransientError) or (deadline is not None and deadline.expired):
                 raise flight.error
 
     def forget(self, *keys: str) -> None:
