@@ -18,6 +18,9 @@ from typing import Any, Dict, List
 
 from benchmarks.k8s_scale_client import NAMESPACE, cluster_name, peak_rss_kb
 
+WAIT_TASK_TYPE = "ddlscale_wait"
+"""The wait node's task type: a protocol name both designs serve (the module naming it moved between them)."""
+
 
 def main(kubeconfig: str, count: int, replicas: int, poll: float, limit: float = 300.0) -> Dict[str, Any]:
     """Poll every execution until it leaves RUNNING; return per-execution polls, errors and peak RSS."""
@@ -26,7 +29,6 @@ def main(kubeconfig: str, count: int, replicas: int, poll: float, limit: float =
     from flyteidl.core.execution_pb2 import TaskExecution
 
     from flytekitplugins_ddlscale.connector import ScalingConnector, ScalingMetadata
-    from flytekitplugins_ddlscale._services.nodes.names import WAIT_TASK_TYPE
 
     connector = ScalingConnector(WAIT_TASK_TYPE)
 
