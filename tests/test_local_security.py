@@ -51,10 +51,10 @@ def _ray_present() -> bool:
 
 KINDS = [
     "dask",
-    pytest.param("ray", marks=[pytest.mark.slow, pytest.mark.ray_or_spark, pytest.mark.skipif(not _ray_present(), reason="Ray is not installed")]),
+    pytest.param("ray", marks=[pytest.mark.slow, pytest.mark.starts_ray, pytest.mark.skipif(not _ray_present(), reason="Ray is not installed")]),
     pytest.param("spark", marks=[
         pytest.mark.slow,
-        pytest.mark.ray_or_spark,
+        pytest.mark.starts_spark,
         pytest.mark.skipif(not _java_present() or importlib.util.find_spec("pyspark") is None,
                            reason="local Spark clusters need pyspark and Java 17+"),
     ]),
