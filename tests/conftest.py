@@ -11,10 +11,18 @@ from tests.envtest.fixtures import envtest  # noqa: E402,F401 - the session's re
 from tests.servers.scaler_server import ScalerTestServer  # noqa: E402
 
 
-RAY_OR_SPARK_LANE = "ray-or-spark"
-"""The xdist group of tests marked ``ray_or_spark``: one worker runs them one after another, because a Ray
-head starting beside another test's Ray or Spark cluster on two cores timed out ("node timed out during
-startup"). Dask clusters and test servers run beside them."""
+RAY_LANE = "ray"
+"""The xdist group of tests marked ``starts_ray``: one worker runs them one after another, because a Ray head
+starting beside another test's Ray head on two cores timed out ("node timed out during startup"). Tests that
+look for the Ray temp folder a run made rely on it too (no other Ray node starts meanwhile)."""
+
+SPARK_LANE = "spark"
+"""The xdist group of tests marked ``starts_spark``: one worker runs them one after another (no two Spark
+clusters' JVMs start at once). It runs beside the Ray lane: a Ray head starts reliably beside one Spark
+cluster. Dask clusters and test servers run beside both."""
+
+LANES = {"starts_ray": RAY_LANE, "starts_spark": SPARK_LANE}
+"""Marker -> the xdist group of the tests carrying it."""
 
 
 SHARED_SCOPES = ("module", "package", "class")
@@ -33,13 +41,18 @@ def pytest_collection_modifyitems(config, items):
     module-scoped fixture share one worker, so its clusters and servers start once; every other test
     runs wherever a worker is free (a long module no longer sets the suite's length); tests of the real
     control plane share one worker, so it starts once per suite, not once per worker; tests that start
-    Ray nodes or Spark JVMs (marked ``ray_or_spark``) share one worker so that no two of them start at once."""
+    Ray nodes (marked ``starts_ray``) share one worker so that no two Ray heads start at once, and tests that
+    start Spark JVMs (marked ``starts_spark``) share another (see :data:`RAY_LANE`, :data:`SPARK_LANE`).
+    A test carrying both lane markers is refused: it belongs to neither lane alone."""
     for item in items:
         module = item.nodeid.split("::", 1)[0]
+        lanes = [lane for marker, lane in LANES.items() if item.get_closest_marker(marker)]
+        if len(lanes) > 1:
+            raise pytest.UsageError(f"{item.nodeid} is marked both starts_ray and starts_spark: it can run in one lane only")
         if item.get_closest_marker("envtest"):
             group = "envtest"
-        elif item.get_closest_marker("ray_or_spark"):
-            group = RAY_OR_SPARK_LANE
+        elif lanes:
+            group = lanes[0]
         elif _shares_a_fixture(item):
             group = module
         else:

@@ -30,8 +30,10 @@ NO_JAVA = pytest.mark.skipif(
     shutil.which("java") is None and not os.environ.get("JAVA_HOME"),
     reason="Java is absent: local Spark clusters need Java 17+ (apt-get install openjdk-17-jre-headless)",
 )
-LANE = {"local_spark", "local_frameworks"}
-"""Benchmarks that start Ray nodes or Spark JVMs (marked ``ray_or_spark``: they run one after another)."""
+RAY = {"local_frameworks"}
+"""Benchmarks that start Ray nodes (marked ``starts_ray``: they run in the Ray lane, one after another)."""
+SPARK = {"local_spark"}
+"""Benchmarks that start Spark JVMs (marked ``starts_spark``: they run in the Spark lane, one after another)."""
 NEEDS = {"local_spark": [NO_JAVA], **{name: [pytest.mark.envtest] for name in SERVER}}
 
 
@@ -71,7 +73,8 @@ def _check_counted_from_the_audit_log(doc):
 @pytest.mark.parametrize(
     "name",
     [
-        pytest.param(n, marks=[pytest.mark.slow] * (n in SLOW) + [pytest.mark.ray_or_spark] * (n in LANE) + NEEDS.get(n, []))
+        pytest.param(n, marks=[pytest.mark.slow] * (n in SLOW) + [pytest.mark.starts_ray] * (n in RAY)
+                        + [pytest.mark.starts_spark] * (n in SPARK) + NEEDS.get(n, []))
         for n in BENCHMARKS
     ],
 )
@@ -79,11 +82,12 @@ def test_benchmark_runs_quick_and_writes_a_well_formed_result(name, tmp_path, mo
     lent = real_k8s.lend(request.getfixturevalue("envtest")) if name in SERVER else contextlib.nullcontext()
     # The benchmark's temporary folders go under this test's own folder, so the leftover check below sees
     # only this benchmark's processes (another worker may be running another benchmark meanwhile). Ray's
-    # socket paths do not fit there: the Ray and Spark benchmarks keep the temp folder and run alone (their lane).
+    # socket paths do not fit there: the Ray benchmark keeps the temp folder and runs alone (the Ray lane,
+    # where no other test starts anything under the temp folder's ddlscale-bench- folders).
     private_tmp = tmp_path / "benchtmp"
     private_tmp.mkdir()
-    in_lane = name in LANE
-    if not in_lane:
+    shared_tmp = name in RAY
+    if not shared_tmp:
         monkeypatch.setattr(tempfile, "tempdir", str(private_tmp))
     threads_before = _non_daemon_threads()
     with lent:
@@ -95,7 +99,7 @@ def test_benchmark_runs_quick_and_writes_a_well_formed_result(name, tmp_path, mo
     while _non_daemon_threads() - threads_before and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _non_daemon_threads() - threads_before, "benchmark left threads running"
-    own = str(Path(tempfile.gettempdir()) / "ddlscale-bench-") if in_lane else str(private_tmp)
+    own = str(Path(tempfile.gettempdir()) / "ddlscale-bench-") if shared_tmp else str(private_tmp)
     assert not processes_mentioning(own), "benchmark left processes running"
 
 

@@ -91,7 +91,7 @@ def _gone(state: Path, timeout: float = 30.0) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.ray_or_spark
+@pytest.mark.starts_spark
 @pytest.mark.skipif(shutil.which("java") is None and not os.environ.get("JAVA_HOME"),
                     reason="Java is absent: local Spark clusters need Java 17+ (apt-get install openjdk-17-jre-headless)")
 def test_spark_example_runs_locally_end_to_end_on_a_real_spark_cluster(tmp_path):
@@ -119,7 +119,7 @@ def test_spark_example_runs_locally_end_to_end_on_a_real_spark_cluster(tmp_path)
 
 
 @pytest.mark.slow
-@pytest.mark.ray_or_spark
+@pytest.mark.starts_ray
 def test_readme_ray_snippet_is_the_ray_example_and_runs_end_to_end_on_local_ray(tmp_path):
     from flytekitplugins_ddlscale.backends.local.ray_ops import RAY_TEMP_PREFIX
 
@@ -129,7 +129,7 @@ def test_readme_ray_snippet_is_the_ray_example_and_runs_end_to_end_on_local_ray(
     assert "cluster=\"ray/" in snippet and example.endswith(snippet)
     state = tmp_path / "state"
     # Ray's socket paths do not fit under tmp_path, so the cluster's Ray files go to a new folder in the temp
-    # folder (ray_ops.temp_dir); Ray tests run one at a time (the ray_or_spark lane), so a new one is this run's.
+    # folder (ray_ops.temp_dir); Ray tests run one at a time (the Ray lane), so a new one is this run's.
     ray_folders_before = set(Path(tempfile.gettempdir()).glob(RAY_TEMP_PREFIX + "*"))
     done = subprocess.run([str(PYFLYTE), "run", "examples/ray_local.py", "train_flow"], cwd=ROOT,
                           env=quick_start_env(state), capture_output=True, text=True, timeout=900)

@@ -24,6 +24,10 @@ from tests.test_local_support import processes_mentioning
 pytestmark = pytest.mark.slow
 DDLSCALE = str(Path(sys.executable).parent / "ddlscale")
 REF = ClusterRef("dask", "crash")
+SHORT_GRACE = "5"
+"""``$DDLSCALE_WATCH_GRACE`` (seconds) of the tests that wait for an unrecorded scheduler to close itself: what
+they prove is that it closes, not after how long, so they do not wait out the default 30 s. The other tests
+keep the default, long enough that a scheduler they find unrecorded is still there when they look."""
 
 
 @pytest.fixture
@@ -37,26 +41,29 @@ def state(tmp_path):
     assert leftover == [], f"processes left running: {leftover}"
 
 
-def _env(root: Path, pause: str = "") -> dict:
+def _env(root: Path, pause: str = "", grace: str = "") -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DDLSCALE_")}
     env["DDLSCALE_STATE_DIR"] = str(root)
     if pause:
         env["DDLSCALE_PAUSE_AT"] = pause
+    if grace:  # inherited by the schedulers the command starts
+        env["DDLSCALE_WATCH_GRACE"] = grace
     return env
 
 
-def ddlscale(root: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([DDLSCALE, *args], env=_env(root), capture_output=True, text=True, timeout=timeout)
+def ddlscale(root: Path, *args: str, timeout: float = 180, grace: str = "") -> subprocess.CompletedProcess:
+    return subprocess.run([DDLSCALE, *args], env=_env(root, grace=grace), capture_output=True, text=True,
+                          timeout=timeout)
 
 
-def local(root: Path, *args: str) -> subprocess.CompletedProcess:
-    return ddlscale(root, "local", *args)
+def local(root: Path, *args: str, grace: str = "") -> subprocess.CompletedProcess:
+    return ddlscale(root, "local", *args, grace=grace)
 
 
-def killed_at(root: Path, point: str, *args: str) -> None:
+def killed_at(root: Path, point: str, *args: str, grace: str = "") -> None:
     """Run ``ddlscale *args`` until it pauses at ``point``, then SIGKILL it."""
     marker = root.parent / f"paused-{point}"
-    proc = subprocess.Popen([DDLSCALE, *args], env=_env(root, f"{point}={marker}"), stdout=subprocess.PIPE,
+    proc = subprocess.Popen([DDLSCALE, *args], env=_env(root, f"{point}={marker}", grace), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
         ends = time.monotonic() + 120
@@ -285,16 +292,22 @@ def _gone_within(root: Path, seconds: float) -> list:
 
 def test_a_scheduler_no_record_holds_closes_itself(state):
     """``up`` killed right after its scheduler started (never recorded), and nobody runs ``down``: the
-    scheduler closes itself within its grace (30 s), instead of running on with no death timeout."""
-    killed_at(state, "head-started", "local", "up", "--name", REF.name, "--replicas", "1", "--timeout", "120")
+    scheduler closes itself within its grace (30 s by default; SHORT_GRACE here), instead of running on with no
+    death timeout."""
+    killed_at(state, "head-started", "local", "up", "--name", REF.name, "--replicas", "1", "--timeout", "120",
+              grace=SHORT_GRACE)
     assert len(processes_mentioning(str(state), environment=True)) == 1
     assert _gone_within(state, 90) == []
+    log = (state / "local" / "clusters" / f"_.dask.{REF.name}" / "logs" / "scheduler.log").read_text()
+    assert f"no record of cluster {state / 'local' / 'clusters' / f'_.dask.{REF.name}'} holds this scheduler " \
+           f"(for {SHORT_GRACE}s)" in log, log[-2000:]
 
 
 def test_a_cluster_whose_folder_was_removed_stops_on_its_own(state):
     """The state directory removed under a running cluster: its scheduler closes itself, and its workers
     follow it (their death timeout)."""
-    assert local(state, "up", "--name", REF.name, "--replicas", "1", "--timeout", "120").returncode == 0
+    assert local(state, "up", "--name", REF.name, "--replicas", "1", "--timeout", "120",
+                 grace=SHORT_GRACE).returncode == 0
     assert len(processes_mentioning(str(state), environment=True)) == 2
     subprocess.run(["rm", "-rf", str(state / "local" / "clusters")], check=True)
     assert _gone_within(state, 150) == []

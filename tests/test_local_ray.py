@@ -33,7 +33,7 @@ from tests.test_framework_surfaces import POD_DELAY, cli, scaler, set_env  # noq
 from tests.servers.ray_dashboard import RayDashboardServer
 from tests.test_local_support import processes_mentioning, wait_dead
 
-pytestmark = [pytest.mark.slow, pytest.mark.ray_or_spark]
+pytestmark = [pytest.mark.slow, pytest.mark.starts_ray]
 
 NAME = "shared"
 REF = ClusterRef("ray", NAME)

@@ -51,10 +51,10 @@ def _ray_present() -> bool:
 
 KINDS = [
     "dask",
-    pytest.param("ray", marks=[pytest.mark.slow, pytest.mark.ray_or_spark, pytest.mark.skipif(not _ray_present(), reason="Ray is not installed")]),
+    pytest.param("ray", marks=[pytest.mark.slow, pytest.mark.starts_ray, pytest.mark.skipif(not _ray_present(), reason="Ray is not installed")]),
     pytest.param("spark", marks=[
         pytest.mark.slow,
-        pytest.mark.ray_or_spark,
+        pytest.mark.starts_spark,
         pytest.mark.skipif(not _java_present() or importlib.util.find_spec("pyspark") is None,
                            reason="local Spark clusters need pyspark and Java 17+"),
     ]),
@@ -314,10 +314,11 @@ def test_cluster_processes_start_with_an_allow_list_that_drops_credentials():
         "SPARK_HOME": "/opt/spark", "DOMINO_API_KEY": "k", "DOMINO_USER_API_KEY": "k", "AWS_ACCESS_KEY_ID": "a",
         "AWS_SECRET_ACCESS_KEY": "s", "GITHUB_TOKEN": "t", "RAY_AUTH_TOKEN": "t", "DB_PASSWORD": "p",
         "KUBECONFIG": "/k", "MY_SERVICE_SECRET": "s", "HTTPS_PROXY": "http://user:pw@proxy:3128",
-        "GOOGLE_APPLICATION_CREDENTIALS": "/c.json", "SOME_UNRELATED_SETTING": "x",
+        "GOOGLE_APPLICATION_CREDENTIALS": "/c.json", "SOME_UNRELATED_SETTING": "x", "DDLSCALE_WATCH_GRACE": "5",
+        "DDLSCALE_STATE_DIR": "/s",
     }
     assert cluster_environment(starter) == {
         "PATH": "/usr/bin", "HOME": "/home/u", "LANG": "C.UTF-8", "LC_ALL": "C", "JAVA_HOME": "/opt/java",
         "VIRTUAL_ENV": "/venv", "DASK_DISTRIBUTED__WORKER__DAEMON": "False", "RAY_DEDUP_LOGS": "0",
-        "SPARK_HOME": "/opt/spark",
+        "SPARK_HOME": "/opt/spark", "DDLSCALE_WATCH_GRACE": "5",
     }

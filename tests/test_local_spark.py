@@ -35,7 +35,7 @@ def _java_present() -> bool:
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.ray_or_spark,
+    pytest.mark.starts_spark,
     pytest.mark.skipif(
         not _java_present(),
         reason="Java is absent: local Spark clusters need Java 17+ (apt-get install openjdk-17-jre-headless)",

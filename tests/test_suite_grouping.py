@@ -1,41 +1,158 @@
 """The README's test command keeps a module that shares a module-scoped fixture in one pytest-xdist worker
-(its clusters start once) and spreads every other test over the workers."""
+(its clusters start once), runs the tests that start Ray nodes one after another in one worker and those that
+start Spark JVMs in another, and spreads every other test over the workers (tests/conftest.py).
+
+The rules are checked on the real test modules by collecting them in this process (which group
+tests/conftest.py gives each test), and pytest-xdist's keeping of those groups by one real
+``-n 3 --dist loadgroup`` run of a few tiny sample modules under the same conftest.
+"""
+import os
 import re
 import subprocess
 import sys
+import textwrap
 from collections import defaultdict
 from pathlib import Path
+from typing import Dict, List
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+SAMPLE_CONFTEST = 'pytest_plugins = ["tests.conftest"]  # the suite\'s own grouping rules\n'
 
 
-def test_a_module_sharing_a_fixture_runs_in_one_worker_and_the_rest_are_spread():
-    shared = "tests/test_local_flow.py"  # its flytekit loop fixture is module-scoped
-    files = [shared, "tests/test_core_refs.py", "tests/test_core_waiting.py", "tests/test_core_redaction.py"]
+class _Groups:
+    """Records, for each test collected, the xdist group tests/conftest.py gave it."""
+
+    def __init__(self) -> None:
+        self.of: Dict[str, str] = {}
+
+    @pytest.hookimpl(trylast=True)  # after the conftest's hook, which adds the groups
+    def pytest_collection_modifyitems(self, items) -> None:
+        self.of = {item.nodeid: item.get_closest_marker("xdist_group").args[0] for item in items}
+
+
+def _collect(args: List[str]) -> tuple:
+    """Collect ``args`` in this process (no test runs); return (exit code, {node id: xdist group})."""
+    groups = _Groups()
+    code = pytest.main(["--collect-only", "-qq", "-p", "no:cacheprovider", *args], plugins=[groups])
+    return code, groups.of
+
+
+def _groups_of(*modules: str) -> Dict[str, str]:
+    code, groups = _collect(["--rootdir", str(ROOT), "-c", str(ROOT / "pytest.ini"), *(str(ROOT / m) for m in modules)])
+    assert code == 0 and groups, f"collecting {modules} failed (exit {code})"
+    return groups
+
+
+def _in(groups: Dict[str, str], module: str) -> Dict[str, str]:
+    return {node: group for node, group in groups.items() if node.startswith(module + "::")}
+
+
+def test_each_test_that_starts_ray_or_spark_runs_in_its_lane_and_dask_tests_stay_out():
+    """A Ray head started beside another Ray head times out on two cores: each test that starts one carries
+    ``starts_ray`` (one lane); each that starts Spark JVMs carries ``starts_spark`` (another lane)."""
+    groups = _groups_of("tests/test_local_ray.py", "tests/test_local_spark.py", "tests/test_local_security.py",
+                        "tests/test_benchmarks_smoke.py", "tests/test_examples.py")
+    assert set(_in(groups, "tests/test_local_ray.py").values()) == {"ray"}
+    assert set(_in(groups, "tests/test_local_spark.py").values()) == {"spark"}
+    security = _in(groups, "tests/test_local_security.py")
+    by_kind = defaultdict(set)
+    for node, group in security.items():
+        if node.endswith("]"):  # on the module's cluster of one kind
+            by_kind[node.rsplit("[", 1)[1].rstrip("]")].add(group)
+    # The Dask cluster of the module is shared by its Dask tests (one worker), out of both lanes.
+    assert dict(by_kind) == {"ray": {"ray"}, "spark": {"spark"}, "dask": {"tests/test_local_security.py"}}
+    assert all(group == node for node, group in security.items() if not node.endswith("]"))
+    lanes = {node.rsplit("[", 1)[1].rstrip("]"): group
+             for node, group in _in(groups, "tests/test_benchmarks_smoke.py").items() if group in ("ray", "spark")}
+    assert lanes == {"local_frameworks": "ray", "local_spark": "spark"}
+    examples = {node.split("::")[1]: group for node, group in _in(groups, "tests/test_examples.py").items()
+                if group in ("ray", "spark")}
+    assert examples == {"test_readme_ray_snippet_is_the_ray_example_and_runs_end_to_end_on_local_ray": "ray",
+                        "test_spark_example_runs_locally_end_to_end_on_a_real_spark_cluster": "spark"}
+
+
+def test_a_module_sharing_a_fixture_is_one_group_and_other_tests_are_groups_of_their_own():
+    groups = _groups_of("tests/test_local_flow.py", "tests/test_core_refs.py")
+    assert set(_in(groups, "tests/test_local_flow.py").values()) == {"tests/test_local_flow.py"}  # module-scoped loop
+    plain = _in(groups, "tests/test_core_refs.py")
+    assert len(plain) > 1 and all(group == node for node, group in plain.items())
+
+
+def _write_sample(folder: Path, files: Dict[str, str]) -> None:
+    (folder / "conftest.py").write_text(SAMPLE_CONFTEST)
+    for name, text in files.items():
+        (folder / name).write_text(textwrap.dedent(text))
+
+
+def test_a_test_marked_for_both_lanes_is_refused_naming_it(tmp_path, capsys):
+    _write_sample(tmp_path, {"test_both.py": """
+        import pytest
+
+        @pytest.mark.starts_ray
+        @pytest.mark.starts_spark
+        def test_both():
+            pass
+    """})
+    code, groups = _collect(["--rootdir", str(tmp_path), "-c", str(ROOT / "pytest.ini"), str(tmp_path)])
+    assert code == pytest.ExitCode.USAGE_ERROR and groups == {}
+    assert "test_both.py::test_both is marked both starts_ray and starts_spark" in capsys.readouterr().err
+
+
+SAMPLE = {
+    "test_shared.py": """
+        import pytest
+
+        @pytest.fixture(scope="module")
+        def cluster():
+            return object()
+
+        @pytest.mark.parametrize("n", range(4))
+        def test_shares(cluster, n):
+            pass
+    """,
+    "test_plain.py": """
+        import pytest
+
+        @pytest.mark.parametrize("n", range(9))
+        def test_plain(n):
+            pass
+    """,
+    "test_ray.py": """
+        import pytest
+
+        pytestmark = pytest.mark.starts_ray
+
+        @pytest.mark.parametrize("n", range(3))
+        def test_ray(n):
+            pass
+    """,
+    "test_spark.py": """
+        import pytest
+
+        pytestmark = pytest.mark.starts_spark
+
+        @pytest.mark.parametrize("n", range(3))
+        def test_spark(n):
+            pass
+    """,
+}
+
+
+def test_under_the_readme_command_each_group_runs_in_one_worker_and_the_rest_are_spread(tmp_path):
+    _write_sample(tmp_path, SAMPLE)
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-n", "3", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider", *files],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        [sys.executable, "-m", "pytest", "-n", "3", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider",
+         "--rootdir", str(tmp_path), "-c", str(ROOT / "pytest.ini"), str(tmp_path)],
+        cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=300,
     )
-    assert result.returncode == 0, result.stdout[-3000:]
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     workers = defaultdict(set)
-    for worker, path in re.findall(r"\[(gw\d+)\] \[\s*\d+%\] PASSED (tests/[\w/]+\.py)::", result.stdout):
-        workers[path].add(worker)
-    assert set(workers) == set(files), result.stdout[-3000:]
-    assert len(workers[shared]) == 1, dict(workers)
-    assert len(set().union(*(workers[path] for path in files[1:]))) > 1, dict(workers)
-
-
-def _collected(*args):
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )
-    return {line for line in result.stdout.splitlines() if "::" in line}
-
-
-def test_every_test_that_starts_ray_or_spark_runs_in_the_one_lane():
-    """A Ray head started beside another Ray or Spark cluster times out on two cores: each test that starts
-    one carries ``ray_or_spark`` (conftest.py puts those in one xdist group); Dask tests stay out of it."""
-    assert _collected("-m", "not ray_or_spark", "tests/test_local_ray.py", "tests/test_local_spark.py") == set()
-    lane = _collected("-m", "ray_or_spark", "tests/test_local_security.py", "tests/test_benchmarks_smoke.py")
-    assert {test.rsplit("[", 1)[1].rstrip("]") for test in lane} == {"ray", "spark", "local_frameworks", "local_spark"}
+    for worker, test in re.findall(r"\[(gw\d+)\] \[\s*\d+%\] PASSED (test_\w+\.py::\w+)\[", result.stdout):
+        workers[test].add(worker)
+    assert set(workers) == {"test_shared.py::test_shares", "test_plain.py::test_plain", "test_ray.py::test_ray",
+                            "test_spark.py::test_spark"}, result.stdout[-3000:]
+    assert len(workers["test_shared.py::test_shares"]) == 1, dict(workers)
+    assert len(workers["test_ray.py::test_ray"]) == 1 and len(workers["test_spark.py::test_spark"]) == 1, dict(workers)
+    assert len(workers["test_plain.py::test_plain"]) > 1, dict(workers)
