@@ -22,7 +22,7 @@ ALLOWED_NAMES = frozenset({
     "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV",
     "LD_LIBRARY_PATH", settings.JAVA_HOME.name,
     "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-    "DDLSCALE_WATCH_GRACE",
+    settings.WATCH_GRACE.name,
 })
 """Variables passed on by name: finding programs, files, the locale and the Python and Java in use, and the
 scheduler watch's grace (read in the scheduler, :mod:`.dask_watch`)."""
