@@ -11,18 +11,16 @@ from tests.envtest.fixtures import envtest  # noqa: E402,F401 - the session's re
 from tests.servers.scaler_server import ScalerTestServer  # noqa: E402
 
 
-RAY_LANE = "ray"
-"""The xdist group of tests marked ``starts_ray``: one worker runs them one after another, because a Ray head
-starting beside another test's Ray head on two cores timed out ("node timed out during startup"). Tests that
-look for the Ray temp folder a run made rely on it too (no other Ray node starts meanwhile)."""
+RAY_OR_SPARK_LANE = "ray-or-spark"
+"""The xdist group of tests marked ``starts_ray`` or ``starts_spark``: one worker runs them one after another,
+because a Ray head starting beside another test's Ray head or Spark JVMs on two cores timed out ("node timed
+out during startup", "the Ray head ... did not answer within 60s"; also with the Ray and Spark tests in two
+lanes side by side). Tests that look for the Ray temp folder a run made rely on it too (no other Ray node
+starts meanwhile). Dask clusters and test servers run beside them."""
 
-SPARK_LANE = "spark"
-"""The xdist group of tests marked ``starts_spark``: one worker runs them one after another (no two Spark
-clusters' JVMs start at once). It runs beside the Ray lane: a Ray head starts reliably beside one Spark
-cluster. Dask clusters and test servers run beside both."""
-
-LANES = {"starts_ray": RAY_LANE, "starts_spark": SPARK_LANE}
-"""Marker -> the xdist group of the tests carrying it."""
+LANES = {"starts_ray": RAY_OR_SPARK_LANE, "starts_spark": RAY_OR_SPARK_LANE}
+"""Marker -> the xdist group of the tests carrying it (separate markers, so that the lanes can be split where
+Ray heads start reliably beside Spark JVMs)."""
 
 
 SHARED_SCOPES = ("module", "package", "class")
@@ -41,14 +39,11 @@ def pytest_collection_modifyitems(config, items):
     module-scoped fixture share one worker, so its clusters and servers start once; every other test
     runs wherever a worker is free (a long module no longer sets the suite's length); tests of the real
     control plane share one worker, so it starts once per suite, not once per worker; tests that start
-    Ray nodes (marked ``starts_ray``) share one worker so that no two Ray heads start at once, and tests that
-    start Spark JVMs (marked ``starts_spark``) share another (see :data:`RAY_LANE`, :data:`SPARK_LANE`).
-    A test carrying both lane markers is refused: it belongs to neither lane alone."""
+    Ray nodes or Spark JVMs (marked ``starts_ray``, ``starts_spark``) share one worker so that no two of them
+    start at once (:data:`RAY_OR_SPARK_LANE`)."""
     for item in items:
         module = item.nodeid.split("::", 1)[0]
         lanes = [lane for marker, lane in LANES.items() if item.get_closest_marker(marker)]
-        if len(lanes) > 1:
-            raise pytest.UsageError(f"{item.nodeid} is marked both starts_ray and starts_spark: it can run in one lane only")
         if item.get_closest_marker("envtest"):
             group = "envtest"
         elif lanes:

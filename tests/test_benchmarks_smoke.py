@@ -31,9 +31,9 @@ NO_JAVA = pytest.mark.skipif(
     reason="Java is absent: local Spark clusters need Java 17+ (apt-get install openjdk-17-jre-headless)",
 )
 RAY = {"local_frameworks"}
-"""Benchmarks that start Ray nodes (marked ``starts_ray``: they run in the Ray lane, one after another)."""
+"""Benchmarks that start Ray nodes (marked ``starts_ray``: conftest.py runs them in the Ray-or-Spark lane)."""
 SPARK = {"local_spark"}
-"""Benchmarks that start Spark JVMs (marked ``starts_spark``: they run in the Spark lane, one after another)."""
+"""Benchmarks that start Spark JVMs (marked ``starts_spark``: conftest.py runs them in the Ray-or-Spark lane)."""
 NEEDS = {"local_spark": [NO_JAVA], **{name: [pytest.mark.envtest] for name in SERVER}}
 
 
@@ -82,8 +82,8 @@ def test_benchmark_runs_quick_and_writes_a_well_formed_result(name, tmp_path, mo
     lent = real_k8s.lend(request.getfixturevalue("envtest")) if name in SERVER else contextlib.nullcontext()
     # The benchmark's temporary folders go under this test's own folder, so the leftover check below sees
     # only this benchmark's processes (another worker may be running another benchmark meanwhile). Ray's
-    # socket paths do not fit there: the Ray benchmark keeps the temp folder and runs alone (the Ray lane,
-    # where no other test starts anything under the temp folder's ddlscale-bench- folders).
+    # socket paths do not fit there: the Ray benchmark keeps the temp folder and runs alone (its lane, where
+    # no other test starts anything under the temp folder's ddlscale-bench- folders).
     private_tmp = tmp_path / "benchtmp"
     private_tmp.mkdir()
     shared_tmp = name in RAY

@@ -129,7 +129,7 @@ def test_readme_ray_snippet_is_the_ray_example_and_runs_end_to_end_on_local_ray(
     assert "cluster=\"ray/" in snippet and example.endswith(snippet)
     state = tmp_path / "state"
     # Ray's socket paths do not fit under tmp_path, so the cluster's Ray files go to a new folder in the temp
-    # folder (ray_ops.temp_dir); Ray tests run one at a time (the Ray lane), so a new one is this run's.
+    # folder (ray_ops.temp_dir); Ray tests run one at a time (their lane), so a new one is this run's.
     ray_folders_before = set(Path(tempfile.gettempdir()).glob(RAY_TEMP_PREFIX + "*"))
     done = subprocess.run([str(PYFLYTE), "run", "examples/ray_local.py", "train_flow"], cwd=ROOT,
                           env=quick_start_env(state), capture_output=True, text=True, timeout=900)
