@@ -257,6 +257,7 @@ class KubeApi:
     def watch_pods(
         self, namespace: str, selector: str, resource_version: str, seconds: float,
         on_open: Optional[Callable[[Any], None]] = None,
+        stopped: Optional[Callable[[], bool]] = None,
     ) -> Iterator[Dict[str, Any]]:
         """Pod events (``{"type", "object"}``) after ``resource_version`` for about ``seconds``.
 
@@ -265,7 +266,8 @@ class KubeApi:
         most ``seconds`` too, so a caller bounds the watch by its time left. Raises
         :class:`WatchExpired` on 410 and :class:`BackendUnavailableError`
         when the connection breaks. ``on_open(response)`` is handed the open stream, so another
-        thread can end it early (``response.shutdown()``).
+        thread can end it early (``response.shutdown()``); ``stopped()`` then says so, and the
+        watch ends quietly: a stream this process ended is no sign of a restarting server.
         """
         from kubernetes.watch.watch import iter_resp_lines
         from urllib3.exceptions import ReadTimeoutError
@@ -303,6 +305,8 @@ class KubeApi:
         except ReadTimeoutError:
             return
         except Exception as exc:  # noqa: BLE001 - a dropped stream is expected; the caller resumes
+            if stopped is not None and stopped():
+                return
             # A stream cut mid-way is how a restarting server goes away: the 401/403 of the server
             # that comes back is then ridden out, even if no connection was refused in between.
             self.outage.interrupted()

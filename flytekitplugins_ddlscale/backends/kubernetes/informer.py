@@ -394,7 +394,9 @@ class PodInformer:
 
     def _watch(self) -> None:
         try:
-            for event in self.api.watch_pods(self.namespace, "", self._version, WATCH_WINDOW, on_open=self._opened):
+            for event in self.api.watch_pods(
+                self.namespace, "", self._version, WATCH_WINDOW, on_open=self._opened, stopped=self._stopping.is_set
+            ):
                 self._apply(event)
                 if self._stopping.is_set():
                     return
