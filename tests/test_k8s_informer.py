@@ -211,14 +211,13 @@ def test_forbidden_watch_ends_every_wait_and_the_next_wait_starts_afresh(k8s, ba
 def test_stopping_the_informer_is_not_taken_for_a_broken_connection(k8s, backend):  # noqa: F811
     """A watch this process shut down is no cut stream: a 403 after it is not ridden out as a restarted server's."""
     k8s.add_cluster("ray", "s", replicas=1)
-    k8s.set_ready_delay(3.0)
-    waiting = threading.Thread(target=lambda: backend.scale(ClusterRef("ray", "s"), 2, timeout=5))
-    waiting.start()
-    k8s.wait_for(lambda: k8s.open_watches == 1, 10, "the shared watch")
+    k8s.set_ready_delay(0.3)
+    assert backend.scale(ClusterRef("ray", "s"), 2, timeout=30).final.ready_workers == 2
+    # The informer lingers after its last wait, its watch still open: stop it the way interpreter exit does.
+    k8s.wait_for(lambda: k8s.open_watches == 1, 10, "the lingering watch")
     informer = running_informers()[0]
     informer.stop()
     informer.join(10)
-    waiting.join(30)
     assert not informer.api.outage.unsettled()
     assert_nothing_left(k8s)
 
