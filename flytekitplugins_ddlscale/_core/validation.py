@@ -88,6 +88,13 @@ def validate_timestamp(value: object, field: str) -> datetime.datetime:
     raise InvalidInputError(field, value, "an ISO-8601 time, e.g. 2026-01-31T12:00:00+00:00")
 
 
+def validate_bool(value: object, field: str) -> bool:
+    """``value`` when it is True or False (not 1, "yes" or None)."""
+    if not isinstance(value, bool):
+        raise InvalidInputError(field, value, "True or False")
+    return value
+
+
 def validate_backend_name(value: Optional[str], field: str = "backend") -> Optional[str]:
     """A backend name, stripped and lower-cased (``Local`` is ``local``), or None for the environment's choice."""
     if value is None:

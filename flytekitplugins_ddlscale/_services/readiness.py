@@ -13,12 +13,11 @@ from dataclasses import dataclass
 from typing import Mapping, Optional
 
 from ..backends.base import ClusterBackend
-from ..errors import InvalidInputError
 from ..models import ClusterState, ScaleResult
 from .._core.progress import ProgressReporter
 from ..refs import ClusterRef
 from .._core.wording import plural
-from .._core.validation import validate_url
+from .._core.validation import validate_bool, validate_url
 from .._framework.endpoints import enabled_by_env, resolve_endpoint, where_to_set
 from .._framework.probes import probe_for
 from .._framework.wait import Registered, wait_dropped, wait_registered
@@ -34,8 +33,7 @@ class FrameworkOptions:
     """The environment to resolve from; None: ``os.environ``."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.enabled, bool):
-            raise InvalidInputError("framework_ready", self.enabled, "True or False")
+        validate_bool(self.enabled, "framework_ready")
         object.__setattr__(self, "url", validate_url(self.url))
 
     def check(self, kind: str) -> None:

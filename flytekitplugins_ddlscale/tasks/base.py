@@ -60,10 +60,10 @@ class ScalingTaskBase(PythonInstanceTask[C], Generic[C]):
     def execute(self, **kwargs: Any) -> Any:
         """Run the node with its inputs; publish the Deck; print the summary line; return the outcome."""
         started = time.monotonic()
-        cluster = kwargs.get("cluster", self.task_config.cluster)  # type: ignore[attr-defined]
+        ref = parse_cluster(kwargs.get("cluster", self.task_config.cluster))  # type: ignore[attr-defined]
         if self.kind.changes_cluster:
-            remember(self.task_config.backend, parse_cluster(cluster))  # type: ignore[attr-defined]
-        activity = Activity(self.short_name, str(parse_cluster(cluster)), self.kind.goal)
+            remember(self.task_config.backend, ref)  # type: ignore[attr-defined]
+        activity = Activity(self.short_name, str(ref), self.kind.goal)
         with default_reporter(activity) as progress:
             outcome, timeline = self.kind.perform(self.task_config, kwargs, progress)
         publish_deck(self.kind.title, render_html(f"{self.kind.title}: {self.name}", timeline, vars(outcome)))

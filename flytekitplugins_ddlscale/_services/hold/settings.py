@@ -15,6 +15,7 @@ from ...models import ReplicaSpec
 from ...refs import ClusterRef, cluster_text, parse_cluster
 from ..._core.validation import (
     validate_backend_name,
+    validate_bool,
     validate_replicas,
     validate_tier_name,
     validate_timeout,
@@ -112,8 +113,7 @@ class PhaseSettings:
         object.__setattr__(self, "sample_interval", validate_timeout(self.sample_interval, "sample_interval"))
         object.__setattr__(self, "lease_seconds", validate_timeout(self.lease_seconds, "lease_seconds", MAX_LEASE_SECONDS))
         for name in ("framework_ready", "deck", "fail_on_fault"):
-            if not isinstance(getattr(self, name), bool):
-                raise InvalidInputError(name, getattr(self, name), "True or False")
+            validate_bool(getattr(self, name), name)
         object.__setattr__(self, "framework_url", validate_url(self.framework_url))
         object.__setattr__(self, "backend", validate_backend_name(self.backend))
 

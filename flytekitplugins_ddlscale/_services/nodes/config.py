@@ -15,6 +15,7 @@ from ..._core.validation import (
     MAX_NODE_TIMEOUT,
     MAX_REPLICAS,
     validate_backend_name,
+    validate_bool,
     validate_replicas,
     validate_tier_name,
     validate_timeout,
@@ -56,8 +57,19 @@ class _Custom:
         return cls(**values)
 
 
+class _ChecksFramework:
+    """A node that checks framework readiness (``framework_ready``, ``framework_url`` fields)."""
+
+    framework_ready: bool
+    framework_url: Optional[str]
+
+    def framework(self) -> FrameworkOptions:
+        """The framework readiness options of this node."""
+        return FrameworkOptions(self.framework_ready, self.framework_url)
+
+
 @dataclass(frozen=True)
-class ScaleConfig(_Custom):
+class ScaleConfig(_Custom, _ChecksFramework):
     """Defaults and behaviour of a ``ScaleCluster`` task."""
 
     cluster: str
@@ -79,14 +91,10 @@ class ScaleConfig(_Custom):
         object.__setattr__(self, "worker_hw_tier", validate_tier_name(self.worker_hw_tier))
         object.__setattr__(self, "head_hw_tier", validate_tier_name(self.head_hw_tier, "head_hw_tier"))
         object.__setattr__(self, "timeout", validate_timeout(self.timeout, maximum=MAX_NODE_TIMEOUT))
-        _check_bool("wait", self.wait)
-        _check_bool("strict", self.strict)
+        validate_bool(self.wait, "wait")
+        validate_bool(self.strict, "strict")
         object.__setattr__(self, "backend", validate_backend_name(self.backend))
         _check_framework(self)
-
-    def framework(self) -> FrameworkOptions:
-        """The framework readiness options of this node."""
-        return FrameworkOptions(self.framework_ready, self.framework_url)
 
 
 @dataclass(frozen=True)
@@ -103,7 +111,7 @@ class RestartConfig(_Custom):
         object.__setattr__(self, "cluster", cluster_text(self.cluster))
         object.__setattr__(self, "head_hw_tier", validate_tier_name(self.head_hw_tier, "head_hw_tier"))
         object.__setattr__(self, "timeout", validate_timeout(self.timeout, maximum=MAX_NODE_TIMEOUT))
-        _check_bool("wait", self.wait)
+        validate_bool(self.wait, "wait")
         object.__setattr__(self, "backend", validate_backend_name(self.backend))
 
 
@@ -112,7 +120,7 @@ ANY_DESIRED = -1
 
 
 @dataclass(frozen=True)
-class WaitConfig(_Custom):
+class WaitConfig(_Custom, _ChecksFramework):
     """Defaults and behaviour of a ``WaitForCluster`` task."""
 
     cluster: str
@@ -130,17 +138,13 @@ class WaitConfig(_Custom):
         object.__setattr__(self, "backend", validate_backend_name(self.backend))
         _check_framework(self)
 
-    def framework(self) -> FrameworkOptions:
-        """The framework readiness options of this node."""
-        return FrameworkOptions(self.framework_ready, self.framework_url)
-
 
 FROM_BASELINE = -1
 """``RestoreCluster`` replicas value meaning "the recorded baseline"."""
 
 
 @dataclass(frozen=True)
-class RestoreConfig(_Custom):
+class RestoreConfig(_Custom, _ChecksFramework):
     """Defaults and behaviour of a ``RestoreCluster`` task."""
 
     cluster: str
@@ -159,13 +163,9 @@ class RestoreConfig(_Custom):
         replicas, tier = validate_restore_target(self.replicas, self.worker_hw_tier)
         object.__setattr__(self, "worker_hw_tier", tier)
         object.__setattr__(self, "timeout", validate_timeout(self.timeout, maximum=MAX_NODE_TIMEOUT))
-        _check_bool("wait", self.wait)
+        validate_bool(self.wait, "wait")
         object.__setattr__(self, "backend", validate_backend_name(self.backend))
         _check_framework(self)
-
-    def framework(self) -> FrameworkOptions:
-        """The framework check options of this node."""
-        return FrameworkOptions(self.framework_ready, self.framework_url)
 
 
 def validate_restore_target(replicas: object, worker_hw_tier: object) -> Tuple[int, Optional[str]]:
@@ -199,10 +199,6 @@ def validate_wait_replicas(value: object) -> int:
 
 
 def _check_framework(config: Any) -> None:
-    _check_bool("framework_ready", config.framework_ready)
+    validate_bool(config.framework_ready, "framework_ready")
     object.__setattr__(config, "framework_url", validate_url(config.framework_url))
 
-
-def _check_bool(field: str, value: object) -> None:
-    if not isinstance(value, bool):
-        raise InvalidInputError(field, value, "True or False")
