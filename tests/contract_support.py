@@ -1,10 +1,13 @@
-"""Helpers for the timeout-contract tests: run a printed remedy command as a user would (no tests here)."""
+"""Helpers for the contract and crash tests: run a printed command as a user would, kill one where it paused
+(no tests here)."""
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
-from typing import Dict
+from typing import Callable, Dict, Optional
 
 OUTER_ENV = ("DOMINO_API_PROXY", "DOMINO_TOKEN", "DOMINO_API_KEY", "DOMINO_RUN_ID", "DDLSCALE_BACKEND",
              "CLUSTER_SCALER_BASE_URL", "DOMINO_STARTING_USER_ID", "KUBECONFIG", "DDLSCALE_TIERS_FILE",
@@ -18,12 +21,40 @@ def run_shell(command: str, timeout: float = 120.0, **env: str) -> subprocess.Co
     Only ``env`` is added to a clean environment (credentials a user would
     have exported, never part of a printed command).
     """
+    return subprocess.run(
+        ["bash", "-c", command], env=shell_environment(**env), capture_output=True, text=True, timeout=timeout,
+        check=False,
+    )
+
+
+def shell_environment(**env: str) -> Dict[str, str]:
+    """A clean environment (none of :data:`OUTER_ENV`) with this venv's ``ddlscale`` first on PATH, plus ``env``."""
     environment = {k: v for k, v in os.environ.items() if k not in OUTER_ENV}
     environment["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{environment.get('PATH', '')}"
     environment.update(env)
-    return subprocess.run(
-        ["bash", "-c", command], env=environment, capture_output=True, text=True, timeout=timeout, check=False
-    )
+    return environment
+
+
+def kill_once_marked(
+    proc: subprocess.Popen, marker: Path, what: str, before_kill: Optional[Callable[[], None]] = None,
+    timeout: float = 120.0,
+) -> None:
+    """SIGKILL ``proc`` once it wrote ``marker`` (it paused at ``what``); ``before_kill`` looks at the world
+    first. Fails if it never gets there within ``timeout``; ``proc`` never outlives this call."""
+    try:
+        ends = time.monotonic() + timeout
+        while not (marker.exists() and marker.read_text().strip()) and proc.poll() is None:
+            assert time.monotonic() < ends, f"never paused at {what}"
+            time.sleep(0.05)
+        assert marker.exists(), proc.communicate(timeout=30)
+        if before_kill is not None:
+            before_kill()
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
 
 
 def write_kubeconfig(path: Path, server_url: str) -> Path:

@@ -7,7 +7,6 @@ is run exactly as printed, in bash, and must really restore the cluster.
 import contextlib
 import json
 import logging
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from flytekitplugins_ddlscale.errors import UnreachableWaitError, UnsupportedOpe
 from flytekitplugins_ddlscale.models import ReplicaSpec
 from flytekitplugins_ddlscale.refs import KINDS
 from flytekitplugins_ddlscale._core.waiting import Backoff
-from tests.contract_support import run_shell, write_kubeconfig
+from tests.contract_support import kill_once_marked, run_shell, shell_environment, write_kubeconfig
 from tests.servers.k8s_server import K8sTestServer
 from tests.servers.scaler_server import DEFAULT_API_KEY, ScalerTestServer
 from tests.test_local_support import local_state  # noqa: F401 - fixture
@@ -559,8 +558,6 @@ def test_status_lists_live_claims_with_holder_and_age(world):
 def test_a_killed_run_s_claim_dies_with_it_and_its_command_too(world, tmp_path, point):
     """``ddlscale run`` is killed with SIGKILL at a chosen point (the pause hook, or in its command's
     body): its claim no longer counts, its command is gone, and the next run ends at the size found."""
-    import os
-    import signal
     import subprocess
 
     paused, child_pid = tmp_path / "paused", tmp_path / "command.pid"
@@ -570,27 +567,14 @@ def test_a_killed_run_s_claim_dies_with_it_and_its_command_too(world, tmp_path, 
     body = f"echo $$ > {child_pid}; exec sleep 120"
     command = world.command("run", "--replicas", "3", "--no-framework-ready", "--timeout", "120", "--", "sh", "-c",
                             f"'{body}'")
-    from tests.contract_support import OUTER_ENV
-
-    environment = {k: v for k, v in os.environ.items() if k not in OUTER_ENV}
-    environment["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{environment.get('PATH', '')}"
-    environment.update(env)
     # exec: the shell becomes ddlscale, so the pid killed is ddlscale's own.
-    proc = subprocess.Popen(["bash", "-c", command.replace("ddlscale run", "exec ddlscale run", 1)], env=environment, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        marker = paused if point == "claimed" else child_pid
-        ends = time.monotonic() + 120
-        while not (marker.exists() and marker.read_text().strip()) and proc.poll() is None and time.monotonic() < ends:
-            time.sleep(0.05)
-        assert marker.exists(), proc.communicate(timeout=30)
+    proc = subprocess.Popen(["bash", "-c", command.replace("ddlscale run", "exec ddlscale run", 1)],
+                            env=shell_environment(**env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def claimed() -> None:
         assert set(world.backend.claims(world.ref)) != set()
-        proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate(timeout=30)
+
+    kill_once_marked(proc, paused if point == "claimed" else child_pid, point, before_kill=claimed)
     assert world.backend.claims(world.ref) == {}  # its holder process is gone: the claim no longer counts
     if point == "body":
         pid = int(child_pid.read_text())

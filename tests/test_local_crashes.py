@@ -19,6 +19,7 @@ import pytest
 
 from flytekitplugins_ddlscale import ClusterRef
 from flytekitplugins_ddlscale.backends.local import LocalBackend
+from tests.contract_support import kill_once_marked
 from tests.test_local_support import processes_mentioning
 
 pytestmark = pytest.mark.slow
@@ -65,18 +66,7 @@ def killed_at(root: Path, point: str, *args: str, grace: str = "") -> None:
     marker = root.parent / f"paused-{point}"
     proc = subprocess.Popen([DDLSCALE, *args], env=_env(root, f"{point}={marker}", grace), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    try:
-        ends = time.monotonic() + 120
-        while not (marker.exists() and marker.read_text().strip()) and proc.poll() is None:
-            assert time.monotonic() < ends, f"never paused at {point}"
-            time.sleep(0.05)
-        assert marker.exists(), proc.communicate(timeout=30)
-        proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate(timeout=30)
+    kill_once_marked(proc, marker, point)
 
 
 def listed(root: Path) -> dict:
