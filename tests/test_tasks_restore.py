@@ -109,3 +109,24 @@ def test_a_phase_between_nodes_gives_back_what_it_found_and_restore_cluster_the_
     assert (done.restored, done.previous_workers, done.workers) == ("baseline", 1, 0)
     assert "restored to 1 worker (as found)" in caplog.text
     assert local_backend(local_env).list_clusters() == []  # the baseline was "no cluster"
+
+
+def test_each_backend_names_its_own_stop_command_and_a_remote_cluster_is_not_read(monkeypatch, capfd):
+    from flytekitplugins_ddlscale.refs import ClusterRef
+
+    ref = ClusterRef("dask", "train", namespace="team-a")
+    assert leftovers.stop_command("local", ref) == "ddlscale local down --name train"
+    assert leftovers.stop_command("kubernetes", ref) == (
+        "ddlscale restore --backend kubernetes --kind dask --name train --namespace team-a"
+    )
+    # A scaler URL nothing listens on: reading it would fail or wait, so the report must only name it.
+    monkeypatch.setenv("CLUSTER_SCALER_BASE_URL", "http://127.0.0.1:9")
+    leftovers.forget_all()
+    leftovers.remember("scaler", ref)
+    try:
+        leftovers.report_left_running()
+    finally:
+        leftovers.forget_all()
+    err = capfd.readouterr().err
+    assert "team-a/dask/train (scaler backend): may still be scaled; to restore it: " \
+        "ddlscale restore --backend scaler --kind dask --name train --namespace team-a" in err

@@ -63,6 +63,7 @@ from .nodes.config import (
     validate_restore_target,
     validate_wait_replicas,
 )
+from .nodes.kinds import NODE_KINDS, RESTART, RESTORE, SCALE, WAIT
 from .nodes.names import RESTART_TASK_TYPE, RESTORE_TASK_TYPE, SCALE_TASK_TYPE, WAIT_TASK_TYPE
 from .nodes.outputs import UNKNOWN, ClusterReady, RestartOutcome, RestoreOutcome, ScaleOutcome
 from .opening import BackendPool, open_backend
@@ -74,7 +75,7 @@ from .._core.waiting import Deadline
 
 logger = logging.getLogger("flytekitplugins_ddlscale.connector")
 
-SERVED_TASK_TYPES = (SCALE_TASK_TYPE, WAIT_TASK_TYPE, RESTORE_TASK_TYPE, RESTART_TASK_TYPE)
+SERVED_TASK_TYPES = tuple(NODE_KINDS)
 CREATE_TIMEOUT = 5.0
 """Seconds ``create`` gives the backend to accept a change (the reads before it, its requests, retries and
 locks together).
@@ -197,10 +198,10 @@ class ScalingService:
     def __init__(self, policy: Optional[ConnectorPolicy] = None) -> None:
         self.policy = policy if policy is not None else ConnectorPolicy.from_env()
         self._creators: Dict[str, Callable[[Any, Dict[str, Any]], ScalingMetadata]] = {
-            SCALE_TASK_TYPE: self._create_scale,
-            WAIT_TASK_TYPE: self._create_wait,
-            RESTORE_TASK_TYPE: self._create_restore,
-            RESTART_TASK_TYPE: self._create_restart,
+            SCALE.task_type: self._create_scale,
+            WAIT.task_type: self._create_wait,
+            RESTORE.task_type: self._create_restore,
+            RESTART.task_type: self._create_restart,
         }
 
     def create(self, task_type: str, custom: Any, values: Mapping[str, Any]) -> ScalingMetadata:
@@ -217,10 +218,11 @@ class ScalingService:
         runs it again).
         """
         try:
-            creator = self._creators.get(task_type)
-            if creator is None:
+            kind = NODE_KINDS.get(task_type)
+            if kind is None:
                 raise InvalidInputError("task_type", task_type, ", ".join(SERVED_TASK_TYPES))
-            return creator(custom, dict(values))
+            config = node_config(kind.config, custom)
+            return self._creators[task_type](config, kind.given(config, values))
         except UNAVAILABLE_HERE:
             raise
         except ScalingError as error:
@@ -260,13 +262,12 @@ class ScalingService:
             **extra,
         )
 
-    def _create_scale(self, custom: Any, values: Dict[str, Any]) -> ScalingMetadata:
-        config = node_config(ScaleConfig, custom)
-        backend_name, ref = self._served(config.backend, values.get("cluster", config.cluster))
+    def _create_scale(self, config: ScaleConfig, inputs: Dict[str, Any]) -> ScalingMetadata:
+        backend_name, ref = self._served(config.backend, inputs["cluster"])
         config.framework().check(ref.kind)
-        replicas = validate_replicas(values.get("replicas", config.replicas))
-        tier = validate_tier_name(values.get("worker_hw_tier", config.worker_hw_tier))
-        head_tier = validate_tier_name(values.get("head_hw_tier", config.head_hw_tier), "head_hw_tier")
+        replicas = validate_replicas(inputs["replicas"])
+        tier = validate_tier_name(inputs["worker_hw_tier"])
+        head_tier = validate_tier_name(inputs["head_hw_tier"], "head_hw_tier")
         if head_tier is not None:
             raise InvalidInputError(
                 "head_hw_tier", head_tier, "None",
@@ -283,13 +284,12 @@ class ScalingService:
             framework_ready=config.framework_ready, framework_url=config.framework_url or "",
         )
 
-    def _create_wait(self, custom: Any, values: Dict[str, Any]) -> ScalingMetadata:
+    def _create_wait(self, config: WaitConfig, inputs: Dict[str, Any]) -> ScalingMetadata:
         """Nothing to send: the checks only (the first ``get`` reads the cluster and refuses a count
         that can never come)."""
-        config = node_config(WaitConfig, custom)
-        backend_name, ref = self._served(config.backend, values.get("cluster", config.cluster))
+        backend_name, ref = self._served(config.backend, inputs["cluster"])
         config.framework().check(ref.kind)
-        replicas = validate_wait_replicas(values.get("replicas", config.replicas))
+        replicas = validate_wait_replicas(inputs["replicas"])
         with open_backend(backend_name) as backend:
             self._check_opened(backend, ref, config.framework_url or "")
             name = backend.name
@@ -300,12 +300,9 @@ class ScalingService:
             awaits=AWAIT_DESIRED if desired else AWAIT_WORKERS,
         )
 
-    def _create_restore(self, custom: Any, values: Dict[str, Any]) -> ScalingMetadata:
-        config = node_config(RestoreConfig, custom)
-        backend_name, ref = self._served(config.backend, values.get("cluster", config.cluster))
-        replicas, tier = validate_restore_target(
-            values.get("replicas", config.replicas), values.get("worker_hw_tier", config.worker_hw_tier)
-        )
+    def _create_restore(self, config: RestoreConfig, inputs: Dict[str, Any]) -> ScalingMetadata:
+        backend_name, ref = self._served(config.backend, inputs["cluster"])
+        replicas, tier = validate_restore_target(inputs["replicas"], inputs["worker_hw_tier"])
         target = None if replicas == FROM_BASELINE else ReplicaSpec(replicas, tier)
         with open_backend(backend_name) as backend:
             self._check_opened(backend, ref, "")
@@ -322,12 +319,11 @@ class ScalingService:
             framework_ready=False,
         )
 
-    def _create_restart(self, custom: Any, values: Dict[str, Any]) -> ScalingMetadata:
+    def _create_restart(self, config: RestartConfig, inputs: Dict[str, Any]) -> ScalingMetadata:
         """Send the restart once. A backend that fails or stalls while it is sent may have restarted
         the head anyway, so that ends the node FAILED (saying so) rather than letting it be sent again."""
-        config = node_config(RestartConfig, custom)
-        backend_name, ref = self._served(config.backend, values.get("cluster", config.cluster))
-        head_tier = validate_tier_name(values.get("head_hw_tier", config.head_hw_tier), "head_hw_tier")
+        backend_name, ref = self._served(config.backend, inputs["cluster"])
+        head_tier = validate_tier_name(inputs["head_hw_tier"], "head_hw_tier")
         with open_backend(backend_name) as backend:
             self._check_opened(backend, ref, "")
             capabilities = getattr(backend, "capabilities", None)

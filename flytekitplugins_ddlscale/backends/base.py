@@ -60,6 +60,9 @@ class BackendCapabilities:
     """Whether the backend's own wait already counts workers registered with the framework (the
     local backend asks its Dask scheduler, Ray head or Spark master), so a framework check after it
     would prove nothing more."""
+    reads_locally: bool = False
+    """Whether reading a cluster's state touches only this machine (files, local processes), so a
+    Ctrl-C report may read it; elsewhere the report must not wait on a service and only names it."""
 
 
 @runtime_checkable
@@ -227,6 +230,13 @@ class Change:
     detail: Any = None
 
 
+def restore_command(backend: str, ref: ClusterRef) -> str:
+    """``ddlscale restore`` of ``ref`` on ``backend``: puts its recorded baseline back."""
+    namespace = f" --namespace {ref.namespace}" if ref.namespace else ""
+    group = f" --group {ref.group}" if ref.group is not None else ""
+    return f"ddlscale restore --backend {backend} --kind {ref.kind} --name {ref.name}{namespace}{group}"
+
+
 class BaseBackend:
     """The protocol's methods, done once; a backend subclasses it and implements the hooks.
 
@@ -251,6 +261,11 @@ class BaseBackend:
     """What holds a cluster's size, as errors name it (left in place, unreachable waits)."""
     maximum_setting = "maxReplicas"
     """What bounds a cluster's size, as errors name it."""
+
+    @classmethod
+    def stop_command(cls, ref: ClusterRef) -> str:
+        """The ``ddlscale`` command a user runs to put ``ref`` back (an interrupted flow's report names it)."""
+        return restore_command(cls.name, ref)
 
     # ------------------------------------------------------------ lifecycle
 

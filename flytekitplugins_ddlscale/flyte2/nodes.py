@@ -26,133 +26,53 @@ the ddlscale connector (:mod:`.connector`) and no pod starts for it; in
 local mode flyte's local connector runner calls the same connector
 in-process. Name each node like the module variable it is assigned to.
 """
+import inspect
 import keyword
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable
 
-from ..backends.base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT
 from ..errors import InvalidInputError
-from .._services.nodes.config import ANY_DESIRED, FROM_BASELINE, RestartConfig, RestoreConfig, ScaleConfig, WaitConfig
 from .._services.nodes.leftovers import report_left_running
 from .._services.nodes.kinds import RESTART, RESTORE, SCALE, WAIT, NodeKind
 from .._services.nodes.names import OUTPUT_NAME
-from ..refs import ClusterRef
 from .._services.hold.signals import RELAY
 
 if TYPE_CHECKING:
     import flyte
 
-def ScaleCluster(  # noqa: N802 - named like the flytekit node it mirrors
-    name: str,
-    cluster: Union[str, ClusterRef],
-    replicas: int,
-    worker_hw_tier: Optional[str] = None,
-    head_hw_tier: Optional[str] = None,
-    wait: bool = True,
-    timeout: float = DEFAULT_SCALE_TIMEOUT,
-    strict: bool = False,
-    backend: Optional[str] = None,
-    framework_ready: bool = True,
-    framework_url: Optional[str] = None,
-    *,
-    env: "flyte.TaskEnvironment",
-) -> "flyte.TaskTemplate":
-    """A task that scales ``cluster``; awaiting it gives a :class:`ScaleOutcome`.
-
-    Arguments and inputs (``cluster``, ``replicas``, ``worker_hw_tier``,
-    ``head_hw_tier``) as for the flytekit ``ScaleCluster``; ``wait=False``
-    returns once the request is accepted (pair it with ``WaitForCluster``).
-    """
-    config = ScaleConfig(
-        cluster=cluster,  # type: ignore[arg-type]
-        replicas=replicas,
-        worker_hw_tier=worker_hw_tier,
-        head_hw_tier=head_hw_tier,
-        wait=wait,
-        timeout=timeout,
-        strict=strict,
-        backend=backend,
-        framework_ready=framework_ready,
-        framework_url=framework_url,
-    )
-
-    return _node_task(env, name, SCALE, config)
+_LEADING = (inspect.Parameter("name", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str),)
+_TRAILING = (inspect.Parameter("env", inspect.Parameter.KEYWORD_ONLY, annotation="flyte.TaskEnvironment"),)
 
 
-def WaitForCluster(  # noqa: N802
-    name: str,
-    cluster: Union[str, ClusterRef],
-    replicas: int = ANY_DESIRED,
-    timeout: float = DEFAULT_SCALE_TIMEOUT,
-    backend: Optional[str] = None,
-    framework_ready: bool = True,
-    framework_url: Optional[str] = None,
-    *,
-    env: "flyte.TaskEnvironment",
-) -> "flyte.TaskTemplate":
-    """A task that waits until ``cluster``'s workers are up; awaiting it gives a :class:`ClusterReady`.
+def _constructor(kind: NodeKind, doc: str) -> Callable[..., "flyte.TaskTemplate"]:
+    """The Flyte 2 constructor of ``kind``: ``(name, <its configuration's fields>, *, env)``."""
 
-    Inputs: ``cluster`` and ``replicas`` (``-1``: whatever the cluster asks for).
-    """
-    config = WaitConfig(
-        cluster=cluster,  # type: ignore[arg-type]
-        replicas=replicas,
-        timeout=timeout,
-        backend=backend,
-        framework_ready=framework_ready,
-        framework_url=framework_url,
-    )
+    def define(name: str, *fields: Any, env: "flyte.TaskEnvironment", **options: Any) -> "flyte.TaskTemplate":
+        config, unknown = kind.configure(fields, options)
+        if unknown:
+            raise TypeError(
+                f"{kind.node}: unexpected keyword argument {sorted(unknown)[0]!r}; allowed: "
+                f"{', '.join(kind.signature(_LEADING, _TRAILING).parameters)}"
+            )
+        return _node_task(env, name, kind, config)
 
-    return _node_task(env, name, WAIT, config)
+    define.__name__ = define.__qualname__ = kind.node
+    define.__doc__ = doc
+    define.__signature__ = kind.signature(_LEADING, _TRAILING)  # type: ignore[attr-defined]
+    return define
 
 
-def RestartHead(  # noqa: N802
-    name: str,
-    cluster: Union[str, ClusterRef],
-    head_hw_tier: Optional[str] = None,
-    wait: bool = True,
-    timeout: float = DEFAULT_RESTART_TIMEOUT,
-    backend: Optional[str] = None,
-    *,
-    env: "flyte.TaskEnvironment",
-) -> "flyte.TaskTemplate":
-    """A task that replaces ``cluster``'s head (on ``head_hw_tier`` if given); awaiting it gives a :class:`RestartOutcome`."""
-    config = RestartConfig(
-        cluster=cluster,  # type: ignore[arg-type]
-        head_hw_tier=head_hw_tier,
-        wait=wait,
-        timeout=timeout,
-        backend=backend,
-    )
+ScaleCluster = _constructor(SCALE, """A task that scales ``cluster``; awaiting it gives a :class:`ScaleOutcome`.
 
-    return _node_task(env, name, RESTART, config)
+Arguments and inputs (``cluster``, ``replicas``, ``worker_hw_tier``,
+``head_hw_tier``) as for the flytekit ``ScaleCluster``; ``wait=False``
+returns once the request is accepted (pair it with ``WaitForCluster``).
+""")
+WaitForCluster = _constructor(WAIT, """A task that waits until ``cluster``'s workers are up; awaiting it gives a :class:`ClusterReady`.
 
-
-def RestoreCluster(  # noqa: N802
-    name: str,
-    cluster: Union[str, ClusterRef],
-    replicas: int = FROM_BASELINE,
-    worker_hw_tier: Optional[str] = None,
-    wait: bool = True,
-    timeout: float = DEFAULT_SCALE_TIMEOUT,
-    backend: Optional[str] = None,
-    framework_ready: bool = True,
-    framework_url: Optional[str] = None,
-    *,
-    env: "flyte.TaskEnvironment",
-) -> "flyte.TaskTemplate":
-    """A task that puts ``cluster`` back to its recorded baseline (or ``replicas``); awaiting it gives a :class:`RestoreOutcome`."""
-    config = RestoreConfig(
-        cluster=cluster,  # type: ignore[arg-type]
-        replicas=replicas,
-        worker_hw_tier=worker_hw_tier,
-        wait=wait,
-        timeout=timeout,
-        backend=backend,
-        framework_ready=framework_ready,
-        framework_url=framework_url,
-    )
-
-    return _node_task(env, name, RESTORE, config)
+Inputs: ``cluster`` and ``replicas`` (``-1``: whatever the cluster asks for).
+""")
+RestartHead = _constructor(RESTART, """A task that replaces ``cluster``'s head (on ``head_hw_tier`` if given); awaiting it gives a :class:`RestartOutcome`.""")
+RestoreCluster = _constructor(RESTORE, """A task that puts ``cluster`` back to its recorded baseline (or ``replicas``); awaiting it gives a :class:`RestoreOutcome`.""")
 
 
 def _node_task(env: "flyte.TaskEnvironment", name: str, kind: NodeKind, config: Any) -> "flyte.TaskTemplate":

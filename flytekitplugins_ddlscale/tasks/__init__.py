@@ -11,10 +11,7 @@ from .._services.nodes.config import ANY_DESIRED, FROM_BASELINE, RestartConfig, 
 from .._services.nodes.names import RESTART_TASK_TYPE, RESTORE_TASK_TYPE, SCALE_TASK_TYPE, TASK_TYPES, WAIT_TASK_TYPE
 from .._services.nodes.outputs import UNKNOWN, ClusterReady, RestartOutcome, RestoreOutcome, ScaleOutcome
 from ..refs import parse_cluster as resolve_cluster
-from .restart import RestartHead
-from .restore import RestoreCluster
-from .scale import ScaleCluster
-from .wait import WaitForCluster
+from .nodes import RestartHead, RestoreCluster, ScaleCluster, WaitForCluster
 
 __all__ = [
     "ANY_DESIRED",

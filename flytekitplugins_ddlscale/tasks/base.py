@@ -11,13 +11,15 @@ qualified by the defining module, as flytekit does for function tasks:
 ``ScaleCluster("scale_down", ...)`` in ``flows.train`` is the task
 ``flows.train.scale_down``.
 """
+import inspect
 import time
-from typing import Any, ClassVar, Dict, Generic, TypeVar
+from typing import Any, ClassVar, Dict, Generic, Optional, Tuple, TypeVar
 
 from flytekit.configuration import SerializationSettings
 from flytekit.deck import DeckField
 from flytekit.core.interface import Interface
 from flytekit.core.python_function_task import PythonInstanceTask
+from flytekit.core.tracked_abc import FlyteTrackedABC
 
 from .._core.deck import publish_deck, render_html
 from .._services.nodes.kinds import NodeKind
@@ -31,20 +33,71 @@ C = TypeVar("C")
 DECK_FIELDS = (DeckField.INPUT, DeckField.OUTPUT)
 """Flyte's own Decks shown beside ours (its dependency Deck runs ``pip freeze``, which says nothing here)."""
 
-class ScalingTaskBase(PythonInstanceTask[C], Generic[C]):
-    """A configured cluster operation: inputs, output, run and wording from the subclass's :class:`NodeKind`."""
+_LEADING = (inspect.Parameter("name", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str),)
+_TRAILING = (inspect.Parameter("task_options", inspect.Parameter.VAR_KEYWORD, annotation=Any),)
+
+
+class _NodeTypeMeta(FlyteTrackedABC):
+    """flytekit's task metaclass, and a node type's constructor signature for ``help()`` and notebooks.
+
+    flytekit's metaclass wraps every constructor in ``(*args, **kwargs)``; a
+    property here answers for the class only, so a node's own ``__call__``
+    keeps its signature.
+    """
+
+    @property
+    def __signature__(cls) -> Optional[inspect.Signature]:  # noqa: N805 - a metaclass property
+        kind = cls.__dict__.get("kind")
+        return kind.signature(_LEADING, _TRAILING) if kind is not None else None
+
+
+def _task_option_names() -> Tuple[str, ...]:
+    """The keywords flytekit's task classes name (its base ``Task`` quietly drops any other keyword)."""
+    names = set()
+    for base in PythonInstanceTask.__mro__:
+        if "__init__" in vars(base):
+            names.update(
+                parameter.name for parameter in inspect.signature(base.__init__).parameters.values()
+                if parameter.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+            )
+    return tuple(sorted(names - set(_SET_BY_NODE)))
+
+
+_SET_BY_NODE = ("self", "name", "task_config", "task_type", "interface")
+"""The task arguments a node type sets itself, not the user."""
+
+
+def _check_task_options(kind: NodeKind, task_options: Dict[str, Any]) -> None:
+    """A keyword that is neither the configuration's nor a flytekit task option would vanish unseen: refuse it."""
+    allowed = _task_option_names()
+    unknown = sorted(set(task_options) - set(allowed))
+    if unknown:
+        raise TypeError(
+            f"{kind.node}: unexpected keyword argument {unknown[0]!r}; allowed: the configuration's fields "
+            f"({', '.join(kind.signature((), ()).parameters)}) and flytekit's task options ({', '.join(allowed)})"
+        )
+
+
+class ScalingTaskBase(PythonInstanceTask[C], Generic[C], metaclass=_NodeTypeMeta):
+    """A configured cluster operation: inputs, output, run and wording from the subclass's :class:`NodeKind`.
+
+    The constructor takes the node's name, its configuration's fields
+    (positionally in their order or by keyword) and flytekit's task options.
+    """
 
     kind: ClassVar[NodeKind]
 
-    def __init__(self, name: str, task_config: C, enable_deck: bool = True, **kwargs: Any) -> None:
-        kwargs.setdefault("deck_fields", DECK_FIELDS)
+    def __init__(self, name: str, *fields: Any, **options: Any) -> None:
+        task_config, task_options = self.kind.configure(fields, options)
+        _check_task_options(self.kind, task_options)
+        task_options.setdefault("deck_fields", DECK_FIELDS)
+        task_options.setdefault("enable_deck", True)
         super().__init__(
             name=name,
             task_config=task_config,
             task_type=self.kind.task_type,
             interface=Interface(inputs=self.kind.interface(task_config), outputs={OUTPUT_NAME: self.kind.output}),
-            enable_deck=enable_deck,
-            **kwargs,
+            **task_options,
         )
 
     @property

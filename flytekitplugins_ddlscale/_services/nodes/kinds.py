@@ -1,20 +1,24 @@
 """One declaration per scaling node type: all that differs between the four of them.
 
 Both task surfaces (flytekit's :mod:`...tasks`, Flyte 2's :mod:`...flyte2`)
-build a node's Flyte interface, its run and its summary from its
-:class:`NodeKind`, and the connector service finds the configuration a
-template carries by its task type here. A new node type is a configuration
-(:mod:`.config`), an outcome (:mod:`.outputs`), a run (:mod:`.run`) and one
-``NodeKind`` line, plus a constructor on each surface.
+build a node's constructor (its signature from the configuration's
+fields), Flyte interface, run and summary from its :class:`NodeKind`, and
+the connector service finds the configuration and inputs a template carries
+by its task type here. A new node type is a configuration (:mod:`.config`),
+an outcome (:mod:`.outputs`), a run (:mod:`.run`), one ``NodeKind`` line
+and the connector's create for it, plus one line on each surface (a class
+and its docstring in ``tasks/nodes.py``, a constructor in ``flyte2/nodes.py``).
 """
+import inspect
 import typing
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Generic, Mapping, Optional, Tuple, Type, TypeVar
+from typing import Any, Callable, Dict, Generic, Mapping, Optional, Sequence, Tuple, Type, TypeVar, Union
 
 from ..._core.progress import ProgressReporter
 from ..._core.summary import restart_line, restore_line, scale_line, wait_line
 from ..._core.timeline import WorkerTimeline
 from .config import RestartConfig, RestoreConfig, ScaleConfig, WaitConfig
+from ...refs import ClusterRef
 from .names import RESTART_TASK_TYPE, RESTORE_TASK_TYPE, SCALE_TASK_TYPE, WAIT_TASK_TYPE
 from .outputs import ClusterReady, RestartOutcome, RestoreOutcome, ScaleOutcome
 from .run import run_restart, run_restore, run_scale, run_wait
@@ -27,6 +31,8 @@ O = TypeVar("O")
 class NodeKind(Generic[C, O]):
     """A scaling node type: its task type, configuration, run-time inputs, outcome, run and wording."""
 
+    node: str
+    """The node type's name on both surfaces, e.g. ``ScaleCluster``."""
     task_type: str
     config: Type[C]
     inputs: Tuple[str, ...]
@@ -52,25 +58,52 @@ class NodeKind(Generic[C, O]):
         """The inputs of one run: those ``values`` gives, the configured ones for the rest."""
         return {name: values.get(name, getattr(config, name)) for name in self.inputs}
 
+    def configure(self, args: Sequence[Any], options: Mapping[str, Any]) -> Tuple[C, Dict[str, Any]]:
+        """The configuration a constructor's arguments after the node's name give, and the keywords left over.
+
+        ``args`` fill the configuration's fields in their order, as do the
+        keywords named like a field; the other keywords come back untouched
+        for the surface (flytekit's task options). A missing or doubled field
+        raises TypeError naming it, as a Python call would; a bad value, the
+        field's own :class:`InvalidInputError`.
+        """
+        fields = inspect.signature(self.config)
+        given = {name: options[name] for name in fields.parameters if name in options}
+        rest = {key: value for key, value in options.items() if key not in given}
+        try:
+            bound = fields.bind(*args, **given)
+        except TypeError as error:
+            raise TypeError(f"{self.node}: {error}") from None
+        return self.config(*bound.args, **bound.kwargs), rest
+
+    def signature(self, leading: Sequence[inspect.Parameter], trailing: Sequence[inspect.Parameter]) -> inspect.Signature:
+        """A constructor's signature: ``leading``, the configuration's fields (``cluster`` also as a
+        :class:`ClusterRef`), then ``trailing``; what ``help()`` and notebooks show for the node."""
+        fields = [
+            parameter.replace(annotation=Union[str, ClusterRef]) if parameter.name == "cluster" else parameter
+            for parameter in inspect.signature(self.config).parameters.values()
+        ]
+        return inspect.Signature([*leading, *fields, *trailing])
+
     def perform(self, config: C, values: Mapping[str, Any], progress: ProgressReporter) -> Tuple[O, WorkerTimeline]:
         """Run the node once with ``values`` as its inputs."""
         return self.run(config, progress=progress, **self.given(config, values))
 
 
 SCALE = NodeKind(
-    SCALE_TASK_TYPE, ScaleConfig, ("cluster", "replicas", "worker_hw_tier", "head_hw_tier"), ScaleOutcome,
+    "ScaleCluster", SCALE_TASK_TYPE, ScaleConfig, ("cluster", "replicas", "worker_hw_tier", "head_hw_tier"), ScaleOutcome,
     "Cluster scaling", scale_line, run_scale,
 )
 WAIT = NodeKind(
-    WAIT_TASK_TYPE, WaitConfig, ("cluster", "replicas"), ClusterReady, "Cluster wait", wait_line, run_wait,
+    "WaitForCluster", WAIT_TASK_TYPE, WaitConfig, ("cluster", "replicas"), ClusterReady, "Cluster wait", wait_line, run_wait,
     changes_cluster=False,
 )
 RESTART = NodeKind(
-    RESTART_TASK_TYPE, RestartConfig, ("cluster", "head_hw_tier"), RestartOutcome, "Head restart", restart_line,
+    "RestartHead", RESTART_TASK_TYPE, RestartConfig, ("cluster", "head_hw_tier"), RestartOutcome, "Head restart", restart_line,
     run_restart, goal="waiting for the new head",
 )
 RESTORE = NodeKind(
-    RESTORE_TASK_TYPE, RestoreConfig, ("cluster", "replicas", "worker_hw_tier"), RestoreOutcome, "Cluster restore",
+    "RestoreCluster", RESTORE_TASK_TYPE, RestoreConfig, ("cluster", "replicas", "worker_hw_tier"), RestoreOutcome, "Cluster restore",
     restore_line, run_restore,
 )
 NODE_KINDS: Dict[str, NodeKind] = {kind.task_type: kind for kind in (SCALE, WAIT, RESTART, RESTORE)}

@@ -10,11 +10,14 @@ the command that stops them.
 """
 import sys
 import threading
-from typing import Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple, Type
 
 from ...errors import ClusterNotFoundError
 from ...refs import ClusterRef
 from ..._core.wording import plural
+
+if TYPE_CHECKING:
+    from ...backends.base import BaseBackend
 
 _touched: Dict[str, Tuple[str, ClusterRef]] = {}
 _lock = threading.Lock()
@@ -40,46 +43,51 @@ def forget_all() -> None:
 
 
 def stop_command(backend: str, ref: ClusterRef) -> str:
-    """The ``ddlscale`` command that stops (or restores) ``ref`` on ``backend``."""
-    if backend == "local":
-        return f"ddlscale local down --name {ref.name}"
-    namespace = f" --namespace {ref.namespace}" if ref.namespace else ""
-    group = f" --group {ref.group}" if ref.group is not None else ""
-    return f"ddlscale restore --backend {backend} --kind {ref.kind} --name {ref.name}{namespace}{group}"
+    """The ``ddlscale`` command that stops (or restores) ``ref`` on ``backend``, as the backend says it
+    (a backend class that does not derive from ``BaseBackend``: ``ddlscale restore``)."""
+    from ...backends.base import restore_command
+
+    own = getattr(_backend_class(backend), "stop_command", None)
+    return own(ref) if own is not None else restore_command(backend, ref)
 
 
 def left_running() -> List[str]:
     """One line per remembered cluster that may still hold workers, with the command that stops it.
 
-    Local clusters are looked at (state files and local processes: quick);
-    remote ones are not, since a Ctrl-C report must not wait on a service or
-    API server: they are listed as possibly still scaled.
+    Clusters of a backend that reads its state on this machine
+    (``capabilities.reads_locally``: state files and local processes, quick)
+    are looked at; the others are not, since a Ctrl-C report must not wait on a
+    service or API server: they are listed as possibly still scaled.
     """
-    from ...backends import get_backend
-
     with _lock:
         touched = list(_touched.values())
     lines = []
     for name, ref in touched:
-        if name != "local":
-            lines.append(f"  {ref} ({name} backend): may still be scaled; to restore it: {stop_command(name, ref)}")
+        backend_class = _backend_class(name)
+        command = stop_command(name, ref)
+        if not getattr(getattr(backend_class, "capabilities", None), "reads_locally", False):
+            lines.append(f"  {ref} ({name} backend): may still be scaled; to restore it: {command}")
             continue
-        backend = get_backend("local")
+        backend = backend_class()
         try:
             state = backend.get_state(ref)
         except ClusterNotFoundError:
             continue
         except Exception as exc:  # the report must not hide the interrupt itself
-            lines.append(f"  {ref}: state unknown ({type(exc).__name__}); to stop it: {stop_command(name, ref)}")
+            lines.append(f"  {ref}: state unknown ({type(exc).__name__}); to stop it: {command}")
             continue
         finally:
             backend.close()
         if state.desired_workers > 0 or state.status in ("Running", "Starting", "Pending"):
-            lines.append(
-                f"  {ref}: {state.status}, {plural(state.desired_workers, 'worker')}; to stop it: "
-                f"{stop_command(name, ref)}"
-            )
+            lines.append(f"  {ref}: {state.status}, {plural(state.desired_workers, 'worker')}; to stop it: {command}")
     return lines
+
+
+def _backend_class(name: str) -> Type["BaseBackend"]:
+    """The class of backend ``name`` (importing its module only, which opens nothing)."""
+    from ...backends import load_backend_class
+
+    return load_backend_class(name)
 
 
 def report_left_running() -> None:

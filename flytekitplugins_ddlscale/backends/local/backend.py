@@ -118,7 +118,13 @@ class LocalBackend(FileRecordsBackend):
         observes_restarts=True,
         repairs_processes=True,
         counts_registered_workers=True,
+        reads_locally=True,
     )
+
+    @classmethod
+    def stop_command(cls, ref: ClusterRef) -> str:
+        """``ddlscale local down``: a local cluster a flow started is taken down, not restored."""
+        return f"ddlscale local down --name {ref.name}"
 
     def __init__(
         self,
