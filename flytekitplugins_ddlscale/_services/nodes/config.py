@@ -5,7 +5,8 @@ container run and the Flyte connector rebuild exactly the configuration
 that was serialized.
 """
 from dataclasses import MISSING, asdict, dataclass, fields
-from typing import Any, Dict, Optional, Tuple, Type, TypeVar
+from functools import partial
+from typing import Any, Callable, Dict, Optional, Tuple, Type, TypeVar
 
 from ...backends.base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT
 from ...errors import InvalidInputError
@@ -57,6 +58,35 @@ class _Custom:
         return cls(**values)
 
 
+FIELD_CHECKS: Dict[str, Callable[[Any], Any]] = {
+    "cluster": cluster_text,
+    "worker_hw_tier": validate_tier_name,
+    "head_hw_tier": lambda value: validate_tier_name(value, "head_hw_tier"),
+    "timeout": lambda value: validate_timeout(value, maximum=MAX_NODE_TIMEOUT),
+    "wait": partial(validate_bool, field="wait"),
+    "strict": partial(validate_bool, field="strict"),
+    "backend": validate_backend_name,
+    "framework_ready": partial(validate_bool, field="framework_ready"),
+    "framework_url": validate_url,
+}
+"""Each configuration field's one check (it names the field and the allowed values) and the value it
+keeps; ``replicas`` means something else in each node type, so each checks its own."""
+
+
+class _Checked:
+    """A configuration whose fields are checked, and normalised, by :data:`FIELD_CHECKS` when made."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):  # type: ignore[arg-type]
+            check = FIELD_CHECKS.get(f.name)
+            if check is not None:
+                object.__setattr__(self, f.name, check(getattr(self, f.name)))
+        self._check_replicas()
+
+    def _check_replicas(self) -> None:
+        """The node type's own check of its ``replicas`` (none by default)."""
+
+
 class _ChecksFramework:
     """A node that checks framework readiness (``framework_ready``, ``framework_url`` fields)."""
 
@@ -69,7 +99,7 @@ class _ChecksFramework:
 
 
 @dataclass(frozen=True)
-class ScaleConfig(_Custom, _ChecksFramework):
+class ScaleConfig(_Custom, _Checked, _ChecksFramework):
     """Defaults and behaviour of a ``ScaleCluster`` task."""
 
     cluster: str
@@ -85,20 +115,12 @@ class ScaleConfig(_Custom, _ChecksFramework):
     framework_url: Optional[str] = None
     """The head's dashboard / web UI URL; None: from the environment (docs/readiness.md)."""
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "cluster", cluster_text(self.cluster))
+    def _check_replicas(self) -> None:
         validate_replicas(self.replicas)
-        object.__setattr__(self, "worker_hw_tier", validate_tier_name(self.worker_hw_tier))
-        object.__setattr__(self, "head_hw_tier", validate_tier_name(self.head_hw_tier, "head_hw_tier"))
-        object.__setattr__(self, "timeout", validate_timeout(self.timeout, maximum=MAX_NODE_TIMEOUT))
-        validate_bool(self.wait, "wait")
-        validate_bool(self.strict, "strict")
-        object.__setattr__(self, "backend", validate_backend_name(self.backend))
-        _check_framework(self)
 
 
 @dataclass(frozen=True)
-class RestartConfig(_Custom):
+class RestartConfig(_Custom, _Checked):
     """Defaults and behaviour of a ``RestartHead`` task."""
 
     cluster: str
@@ -107,12 +129,6 @@ class RestartConfig(_Custom):
     timeout: float = DEFAULT_RESTART_TIMEOUT
     backend: Optional[str] = None
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "cluster", cluster_text(self.cluster))
-        object.__setattr__(self, "head_hw_tier", validate_tier_name(self.head_hw_tier, "head_hw_tier"))
-        object.__setattr__(self, "timeout", validate_timeout(self.timeout, maximum=MAX_NODE_TIMEOUT))
-        validate_bool(self.wait, "wait")
-        object.__setattr__(self, "backend", validate_backend_name(self.backend))
 
 
 ANY_DESIRED = -1
@@ -120,7 +136,7 @@ ANY_DESIRED = -1
 
 
 @dataclass(frozen=True)
-class WaitConfig(_Custom, _ChecksFramework):
+class WaitConfig(_Custom, _Checked, _ChecksFramework):
     """Defaults and behaviour of a ``WaitForCluster`` task."""
 
     cluster: str
@@ -131,12 +147,8 @@ class WaitConfig(_Custom, _ChecksFramework):
     """As for :class:`ScaleConfig`."""
     framework_url: Optional[str] = None
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "cluster", cluster_text(self.cluster))
+    def _check_replicas(self) -> None:
         validate_wait_replicas(self.replicas)
-        object.__setattr__(self, "timeout", validate_timeout(self.timeout, maximum=MAX_NODE_TIMEOUT))
-        object.__setattr__(self, "backend", validate_backend_name(self.backend))
-        _check_framework(self)
 
 
 FROM_BASELINE = -1
@@ -144,7 +156,7 @@ FROM_BASELINE = -1
 
 
 @dataclass(frozen=True)
-class RestoreConfig(_Custom, _ChecksFramework):
+class RestoreConfig(_Custom, _Checked, _ChecksFramework):
     """Defaults and behaviour of a ``RestoreCluster`` task."""
 
     cluster: str
@@ -158,14 +170,8 @@ class RestoreConfig(_Custom, _ChecksFramework):
     framework_url: Optional[str] = None
     """As for :class:`ScaleConfig`."""
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "cluster", cluster_text(self.cluster))
-        replicas, tier = validate_restore_target(self.replicas, self.worker_hw_tier)
-        object.__setattr__(self, "worker_hw_tier", tier)
-        object.__setattr__(self, "timeout", validate_timeout(self.timeout, maximum=MAX_NODE_TIMEOUT))
-        validate_bool(self.wait, "wait")
-        object.__setattr__(self, "backend", validate_backend_name(self.backend))
-        _check_framework(self)
+    def _check_replicas(self) -> None:
+        validate_restore_target(self.replicas, self.worker_hw_tier)
 
 
 def validate_restore_target(replicas: object, worker_hw_tier: object) -> Tuple[int, Optional[str]]:
@@ -196,9 +202,3 @@ def validate_wait_replicas(value: object) -> int:
         return validate_replicas(value)
     except InvalidInputError:
         raise InvalidInputError("replicas", value, f"-1 (the desired count) or an integer from 0 to {MAX_REPLICAS}") from None
-
-
-def _check_framework(config: Any) -> None:
-    validate_bool(config.framework_ready, "framework_ready")
-    object.__setattr__(config, "framework_url", validate_url(config.framework_url))
-
