@@ -131,7 +131,7 @@ class _Lane:
 
     def _scale(self, client: str, replicas: int) -> float:
         from flytekitplugins_ddlscale import ClusterRef
-        from flytekitplugins_ddlscale.refs import CRD_GROUP, CRD_VERSION
+        from flytekitplugins_ddlscale.backends._support.crds import CRD_GROUP, CRD_VERSION
 
         name = self.name(client)
         if client == "backend" or client in OPERATORS:

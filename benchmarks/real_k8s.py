@@ -121,12 +121,12 @@ class RealK8sServer:
     def add_cluster(self, kind: str, name: str, namespace: Optional[str] = None, **options: Any) -> None:
         """Create a DCO cluster object (``tests.servers.k8s_server.cluster_object`` options) as the admin;
         ``wait_ready`` is accepted and ignored (see :meth:`wait_up`)."""
-        from flytekitplugins_ddlscale.refs import CRD_GROUP, CRD_VERSION, KINDS
+        from flytekitplugins_ddlscale.backends._support.crds import CRD_GROUP, CRD_VERSION, LAYOUTS
         from tests.servers.k8s_server import cluster_object
 
         options.pop("wait_ready", None)
         body = cluster_object(kind, name, self.namespace, **options)
-        self._custom.create_namespaced_custom_object(CRD_GROUP, CRD_VERSION, self.namespace, KINDS[kind].plural, body)
+        self._custom.create_namespaced_custom_object(CRD_GROUP, CRD_VERSION, self.namespace, LAYOUTS[kind].plural, body)
         self._clusters.append(name)
 
     def wait_up(self, workers: int, timeout: float = UP_TIMEOUT) -> None:

@@ -1,8 +1,10 @@
-"""Which cluster: its kind, name and namespace, and what each kind looks like.
+"""Which cluster: its kind, name and namespace, and what each kind is.
 
-Everything kind-specific that several backends need (plural resource name,
-head section, pod labels) lives in :data:`KINDS`, so no backend builds pod
-names or spec paths by string concatenation of its own.
+What a user may write (kinds, names, worker groups, cluster strings) and
+what each kind is, whichever backend serves it (:data:`KINDS`). How a kind
+is laid out on Kubernetes lives with the backends that speak it
+(``backends/_support/crds.py``), so no backend builds pod names or spec
+paths by string concatenation of its own.
 """
 import re
 from dataclasses import dataclass
@@ -11,87 +13,50 @@ from typing import Dict, Optional, Tuple, Union
 from ._core import settings
 from .errors import InvalidInputError
 
-CRD_GROUP = "distributed-compute.dominodatalab.com"
-CRD_VERSION = "v1alpha1"
 DEFAULT_NAMESPACE = "domino-compute"
-
-LABEL_APP = "app.kubernetes.io/name"
-LABEL_INSTANCE = "app.kubernetes.io/instance"
-LABEL_COMPONENT = "app.kubernetes.io/component"
-LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-MANAGED_BY_OPERATOR = "distributed-compute-operator"
-LABEL_OWNER = "dominodatalab.com/starting-user-id"
-LABEL_HW_TIER = "dominodatalab.com/hardware-tier-id"
-NODE_POOL_SELECTOR = "dominodatalab.com/node-pool"
 
 
 @dataclass(frozen=True)
 class KindInfo:
-    """How one kind of distributed-compute cluster is laid out on Kubernetes."""
+    """What a kind of distributed-compute cluster is, whichever backend serves it.
+
+    How each kind is laid out on Kubernetes (its custom resource, pod labels,
+    pod names) is the backends' business: ``backends/_support/crds.py``.
+    """
 
     kind: str
-    """Short name: ``ray``, ``spark``, ``dask`` or ``mpi``."""
+    """Short name: ``ray``, ``spark``, ``dask``, ``mpi``, ``kuberay`` or ``dask-operator``."""
     plural: str
-    """CRD plural, as in REST paths and the scaler service: ``rayclusters``."""
-    crd_kind: str
-    """CRD ``kind``: ``RayCluster``."""
-    app: str
-    """Value of the ``app.kubernetes.io/name`` label on the cluster's pods."""
-    head_section: Optional[str]
-    """Spec key of the head section (``head``, ``master``, ``scheduler``); None for MPI."""
-    head_component: Optional[str]
-    """``app.kubernetes.io/component`` of the head pod; None for MPI."""
+    """Plural resource name, as in REST paths and the scaler service: ``rayclusters``."""
+    framework: str
+    """The framework its head runs (``ray``, ``spark``, ``dask``, ``mpi``): how workers registered
+    with it are counted, whichever operator manages the cluster."""
+    domino: bool
+    """Whether it is one of Domino's kinds (managed by Domino's distributed-compute operator)."""
     autoscaling: bool
-    """Whether the CRD accepts ``spec.autoscaling``."""
+    """Whether its clusters take an autoscaling section."""
     served_by_scaler: bool
     """Whether Domino's scaler service accepts this kind."""
-    group: str = CRD_GROUP
-    """API group of the custom resource: Domino's DCO, ``ray.io`` (KubeRay) or ``kubernetes.dask.org``."""
-    version: str = CRD_VERSION
-    """API version of the custom resource."""
-    flavour: str = "dco"
-    """Which operator manages it: ``dco``, ``kuberay`` or ``daskop``; the Kubernetes backend picks its
-    resource adapter by this."""
-
-    @property
-    def framework(self) -> str:
-        """The framework its head runs (``ray``, ``spark``, ``dask``, ``mpi``): how workers registered
-        with it are counted, whichever operator manages the cluster."""
-        return {"kuberay": "ray", "daskop": "dask"}.get(self.flavour, self.kind)
 
     @property
     def worker_groups(self) -> bool:
         """Whether clusters of this kind have named worker groups (chosen with ``ClusterRef.group``)."""
-        return self.flavour != "dco"
-
-    def head_pod_name(self, cluster: str) -> Optional[str]:
-        """The operator's head pod name for ``cluster`` (StatefulSet ordinal 0)."""
-        if self.head_component is None:
-            return None
-        return f"{cluster}-{self.app}-{self.head_component}-0"
-
-    def worker_pod_prefix(self, cluster: str) -> str:
-        """Prefix shared by the worker pods of ``cluster``: ``<name>-<app>-worker-``."""
-        return f"{cluster}-{self.app}-worker-"
+        return not self.domino
 
 
 KINDS: Dict[str, KindInfo] = {
-    "ray": KindInfo("ray", "rayclusters", "RayCluster", "ray", "head", "head", True, True),
-    "spark": KindInfo("spark", "sparkclusters", "SparkCluster", "spark", "master", "master", True, True),
-    "dask": KindInfo("dask", "daskclusters", "DaskCluster", "dask", "scheduler", "scheduler", True, True),
-    "mpi": KindInfo("mpi", "mpiclusters", "MPICluster", "mpi", None, None, False, False),
+    "ray": KindInfo("ray", "rayclusters", "ray", domino=True, autoscaling=True, served_by_scaler=True),
+    "spark": KindInfo("spark", "sparkclusters", "spark", domino=True, autoscaling=True, served_by_scaler=True),
+    "dask": KindInfo("dask", "daskclusters", "dask", domino=True, autoscaling=True, served_by_scaler=True),
+    "mpi": KindInfo("mpi", "mpiclusters", "mpi", domino=True, autoscaling=False, served_by_scaler=False),
     # Clusters of the open-source operators, served by the Kubernetes backend only.
-    "kuberay": KindInfo(
-        "kuberay", "rayclusters", "RayCluster", "kuberay", "headGroupSpec", "head", True, False,
-        group="ray.io", version="v1", flavour="kuberay",
-    ),
+    "kuberay": KindInfo("kuberay", "rayclusters", "ray", domino=False, autoscaling=True, served_by_scaler=False),
     "dask-operator": KindInfo(
-        "dask-operator", "daskclusters", "DaskCluster", "dask", "scheduler", "scheduler", True, False,
-        group="kubernetes.dask.org", version="v1", flavour="daskop",
+        "dask-operator", "daskclusters", "dask", domino=False, autoscaling=True, served_by_scaler=False
     ),
 }
 # Plurals name Domino's kinds only: "rayclusters" stays Domino's RayCluster, as it always was.
-_BY_PLURAL = {info.plural: info for info in KINDS.values() if info.flavour == "dco"}
+_BY_PLURAL = {info.plural: info for info in KINDS.values() if info.domino}
 ALLOWED_KINDS = tuple(KINDS) + tuple(_BY_PLURAL)
 
 # Cluster names become label values and prefixes of pod names, so they must be
@@ -179,12 +144,12 @@ class ClusterRef:
 
     @property
     def info(self) -> KindInfo:
-        """The layout facts of this cluster's kind."""
+        """What this cluster's kind is (:class:`KindInfo`)."""
         return KINDS[self.kind]
 
     @property
     def plural(self) -> str:
-        """The CRD plural of this cluster's kind, e.g. ``rayclusters``."""
+        """The plural resource name of this cluster's kind, e.g. ``rayclusters``."""
         return self.info.plural
 
     @classmethod
@@ -197,9 +162,9 @@ class ClusterRef:
         :class:`InvalidInputError` naming ``run_id``.
         """
         short = normalize_kind(kind)
-        if KINDS[short].flavour != "dco":
+        if not KINDS[short].domino:
             raise InvalidInputError(
-                "kind", kind, ", ".join(k for k, info in KINDS.items() if info.flavour == "dco"),
+                "kind", kind, ", ".join(k for k, info in KINDS.items() if info.domino),
                 reason="a Domino run's own cluster is one of Domino's kinds; name other clusters",
             )
         run = run_id if run_id is not None else settings.DOMINO_RUN_ID.value()

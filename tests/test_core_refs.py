@@ -31,11 +31,14 @@ def test_bad_namespace_names_its_field():
 
 
 def test_pod_names_follow_the_operator():
-    assert KINDS["ray"].head_pod_name("c") == "c-ray-head-0"
-    assert KINDS["spark"].head_pod_name("c") == "c-spark-master-0"
-    assert KINDS["dask"].head_pod_name("c") == "c-dask-scheduler-0"
-    assert KINDS["mpi"].head_pod_name("c") is None
-    assert [KINDS[k].worker_pod_prefix("c") for k in ("ray", "spark", "dask", "mpi")] == [
+    from flytekitplugins_ddlscale.backends._support.crds import LAYOUTS
+
+    assert set(LAYOUTS) == set(KINDS)
+    assert LAYOUTS["ray"].head_pod_name("c") == "c-ray-head-0"
+    assert LAYOUTS["spark"].head_pod_name("c") == "c-spark-master-0"
+    assert LAYOUTS["dask"].head_pod_name("c") == "c-dask-scheduler-0"
+    assert LAYOUTS["mpi"].head_pod_name("c") is None
+    assert [LAYOUTS[k].worker_pod_prefix("c") for k in ("ray", "spark", "dask", "mpi")] == [
         "c-ray-worker-", "c-spark-worker-", "c-dask-worker-", "c-mpi-worker-",
     ]
     assert [k for k, info in KINDS.items() if info.served_by_scaler] == ["ray", "spark", "dask"]

@@ -17,9 +17,9 @@ from tests.servers.k8s_fixtures import k8s  # noqa: F401 - fixture
 from tests.servers.k8s_server import K8sTestServer
 from tests.servers.schema_notation import NotationError, parse, to_schema
 
-from flytekitplugins_ddlscale.refs import KINDS as ALL_KINDS
+from flytekitplugins_ddlscale.backends._support.crds import LAYOUTS
 
-KINDS = {kind: info for kind, info in ALL_KINDS.items() if info.flavour == "dco"}
+KINDS = {kind: layout for kind, layout in LAYOUTS.items() if layout.flavour == "dco"}
 """Domino's kinds: the CRDs of dco_crds (the open-source operators' are in oss_crds)."""
 
 GROUP, VERSION, NS = "distributed-compute.dominodatalab.com", "v1alpha1", "domino-compute"
@@ -170,7 +170,7 @@ def test_operator_status_fills_the_scale_subresource_paths(k8s, kind):  # noqa: 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_package_kind_table_matches_the_crd_facts(kind):
-    """refs.KINDS (used by every backend) names the sections the CRDs really have."""
+    """The Kubernetes layouts (crds.LAYOUTS, used by every backend) name the sections the CRDs really have."""
     info = KINDS[kind]
     resource = CUSTOM_RESOURCES[info.plural]
     spec = SCHEMAS[info.plural]["properties"]["spec"]["properties"]

@@ -20,7 +20,7 @@ from typing import Any, Dict, List
 from tests.servers.dco_crds import CUSTOM_RESOURCES, SCHEMAS
 from tests.servers.oss_crds import OSS_RESOURCES, OSS_SCHEMAS
 
-from flytekitplugins_ddlscale.refs import CRD_GROUP, CRD_VERSION
+from flytekitplugins_ddlscale.backends._support.crds import CRD_GROUP, CRD_VERSION
 
 
 def _real_schema(schema: Dict[str, Any]) -> Dict[str, Any]:

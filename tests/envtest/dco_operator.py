@@ -21,20 +21,11 @@ import hashlib
 import json
 from typing import Any, Dict, List, Optional
 
-from flytekitplugins_ddlscale.refs import (
-    CRD_GROUP,
-    CRD_VERSION,
-    KINDS,
-    LABEL_APP,
-    LABEL_COMPONENT,
-    LABEL_INSTANCE,
-    LABEL_MANAGED_BY,
-    MANAGED_BY_OPERATOR,
-)
+from flytekitplugins_ddlscale.backends._support.crds import CRD_GROUP, CRD_VERSION, LABEL_APP, LABEL_COMPONENT, LABEL_INSTANCE, LABEL_MANAGED_BY, LAYOUTS, MANAGED_BY_OPERATOR
 
 from .kubelet import Reacting, Reactor, each, iso_now
 
-DCO_KINDS = [info for info in KINDS.values() if info.flavour == "dco"]
+DCO_KINDS = [info for info in LAYOUTS.values() if info.flavour == "dco"]
 TEMPLATE_ANNOTATION = "envtest.ddlscale.io/template-hash"
 MERGE = "application/merge-patch+json"
 

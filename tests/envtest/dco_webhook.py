@@ -20,7 +20,7 @@ from typing import Any, Dict, Optional
 
 from tests.servers.k8s_rules import webhook_denial, webhook_name, webhook_problems
 
-from flytekitplugins_ddlscale.refs import CRD_GROUP, CRD_VERSION, KINDS
+from flytekitplugins_ddlscale.backends._support.crds import CRD_GROUP, CRD_VERSION, LAYOUTS
 
 
 def review_answer(review: Dict[str, Any]) -> Dict[str, Any]:
@@ -91,7 +91,7 @@ class DcoWebhook:
             "rules": [{"apiGroups": [CRD_GROUP], "apiVersions": [CRD_VERSION], "operations": ["CREATE", "UPDATE"],
                        "resources": [info.plural], "scope": "Namespaced"}],
             "sideEffects": "None", "admissionReviewVersions": ["v1"], "failurePolicy": "Fail", "timeoutSeconds": 10,
-        } for info in KINDS.values() if info.flavour == "dco"]
+        } for info in LAYOUTS.values() if info.flavour == "dco"]
         client.AdmissionregistrationV1Api(api_client).create_validating_webhook_configuration({
             "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
             "metadata": {"name": "distributed-compute-operator"}, "webhooks": hooks,

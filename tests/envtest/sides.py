@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 from flytekitplugins_ddlscale.backends.kubernetes import KubernetesBackend
-from flytekitplugins_ddlscale.refs import CRD_GROUP, CRD_VERSION, KINDS, LABEL_APP, LABEL_COMPONENT, LABEL_INSTANCE
+from flytekitplugins_ddlscale.backends._support.crds import CRD_GROUP, CRD_VERSION, LABEL_APP, LABEL_COMPONENT, LABEL_INSTANCE, LAYOUTS
 from flytekitplugins_ddlscale.backends.tiers import FileTierCatalog
 
 from tests.servers.k8s_fixtures import role_rules
@@ -78,7 +78,7 @@ class Side:
         if wait_ready:
             replicas = obj["spec"]["worker"]["replicas"]
             self.wait_for(lambda: self.ready_workers(name, kind) == replicas
-                          and (KINDS[kind].head_section is None or self.head_ready(name, kind)),
+                          and (LAYOUTS[kind].head_section is None or self.head_ready(name, kind)),
                           f"cluster {kind}/{name} to come up with {replicas} Ready workers")
 
     def ready_workers(self, name: str, kind: Optional[str] = None) -> int:
@@ -127,7 +127,7 @@ class TestServerSide(Side):
 
     def _create(self, kind: str, obj: Dict[str, Any]) -> None:
         with self.server.lock:
-            self.server._create(KINDS[kind].plural, self.namespace, obj)
+            self.server._create(LAYOUTS[kind].plural, self.namespace, obj)
 
     def get_object(self, kind: str, name: str) -> Dict[str, Any]:
         return self.server.get_object(kind, name, self.namespace)
@@ -177,18 +177,18 @@ class RealServerSide(Side):
         self.core = client.CoreV1Api(envtest.admin)
 
     def _create(self, kind: str, obj: Dict[str, Any]) -> None:
-        self.custom.create_namespaced_custom_object(CRD_GROUP, CRD_VERSION, self.namespace, KINDS[kind].plural, obj)
+        self.custom.create_namespaced_custom_object(CRD_GROUP, CRD_VERSION, self.namespace, LAYOUTS[kind].plural, obj)
 
     def get_object(self, kind: str, name: str) -> Dict[str, Any]:
         return self.custom.get_namespaced_custom_object(
-            CRD_GROUP, CRD_VERSION, self.namespace, KINDS[kind].plural, name)
+            CRD_GROUP, CRD_VERSION, self.namespace, LAYOUTS[kind].plural, name)
 
     def pods(self, name: str, component: Optional[str] = None, kind: Optional[str] = None) -> List[Dict[str, Any]]:
         selector = [f"{LABEL_INSTANCE}={name}"]
         if component:
             selector.append(f"{LABEL_COMPONENT}={component}")
         if kind:
-            selector.append(f"{LABEL_APP}={KINDS[kind].app}")
+            selector.append(f"{LABEL_APP}={LAYOUTS[kind].app}")
         answer = self.core.list_namespaced_pod(
             self.namespace, label_selector=",".join(selector), _preload_content=False)
         return sorted(json.loads(answer.data)["items"], key=lambda p: p["metadata"]["name"])

@@ -14,7 +14,7 @@ from kubernetes import client
 from flytekitplugins_ddlscale import ClusterRef
 from flytekitplugins_ddlscale.errors import ScalingTimeoutError
 from flytekitplugins_ddlscale._services.nodes.outputs import ScaleOutcome
-from flytekitplugins_ddlscale.refs import CRD_GROUP, CRD_VERSION, KINDS
+from flytekitplugins_ddlscale.backends._support.crds import CRD_GROUP, CRD_VERSION, LAYOUTS
 from flytekitplugins_ddlscale._core.summary import scale_line
 
 AUTO = {"minReplicas": 1, "maxReplicas": 6}
@@ -23,7 +23,7 @@ AUTO = {"minReplicas": 1, "maxReplicas": 6}
 def _autoscale(side, kind: str, name: str, replicas: int) -> None:
     """What the HPA does: set ``spec.worker.replicas`` (within the autoscaling bounds)."""
     client.CustomObjectsApi(side.admin_client()).patch_namespaced_custom_object(
-        CRD_GROUP, CRD_VERSION, side.namespace, KINDS[kind].plural, name, {"spec": {"worker": {"replicas": replicas}}})
+        CRD_GROUP, CRD_VERSION, side.namespace, LAYOUTS[kind].plural, name, {"spec": {"worker": {"replicas": replicas}}})
 
 
 def _scale_in_background(backend, ref: ClusterRef, replicas: int, timeout: float) -> Dict[str, Any]:

@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from flytekitplugins_ddlscale.refs import CRD_GROUP, CRD_VERSION
+from flytekitplugins_ddlscale.backends._support.crds import CRD_GROUP, CRD_VERSION
 
 MERGE, JSON_PATCH, STRATEGIC = (
     "application/merge-patch+json", "application/json-patch+json", "application/strategic-merge-patch+json",

@@ -53,7 +53,7 @@ def test_overlapping_phases_with_different_tiers_never_run_on_the_wrong_tier_sil
 ):
     from flytekitplugins_ddlscale import ScalingError
     from flytekitplugins_ddlscale.phase import cluster_phase
-    from flytekitplugins_ddlscale.refs import LABEL_HW_TIER
+    from flytekitplugins_ddlscale.backends._support.crds import LABEL_HW_TIER
 
     scaler_server.add_cluster("ray", NAME, replicas=1, max_replicas=6)
 

@@ -22,7 +22,7 @@ from flytekitplugins_ddlscale import (
     UnknownTierError,
     WorkerFailedError,
 )
-from flytekitplugins_ddlscale.refs import LABEL_OWNER
+from flytekitplugins_ddlscale.backends._support.crds import LABEL_OWNER
 
 NAME = "ray-k8s"
 REF = ClusterRef("ray", NAME)

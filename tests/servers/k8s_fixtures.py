@@ -63,7 +63,7 @@ def role_rules(path: Path) -> "set":
     are named ``<plural>.<group>`` there)."""
     import yaml
 
-    from flytekitplugins_ddlscale.refs import CRD_GROUP
+    from flytekitplugins_ddlscale.backends._support.crds import CRD_GROUP
 
     role = next(d for d in yaml.safe_load_all(path.read_text()) if d["kind"] == "Role")
     rules = set()

@@ -20,19 +20,12 @@ import time
 import uuid
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-from flytekitplugins_ddlscale.refs import (
-    KINDS,
-    LABEL_APP,
-    LABEL_COMPONENT,
-    LABEL_INSTANCE,
-    LABEL_MANAGED_BY,
-    MANAGED_BY_OPERATOR,
-)
+from flytekitplugins_ddlscale.backends._support.crds import LABEL_APP, LABEL_COMPONENT, LABEL_INSTANCE, LABEL_MANAGED_BY, LAYOUTS, MANAGED_BY_OPERATOR
 
 PODS = "pods"
 REVISION_LABEL = "controller-revision-hash"
 FAULTS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "Unschedulable")
-DCO_KINDS = {kind: info for kind, info in KINDS.items() if info.flavour == "dco"}
+DCO_KINDS = {kind: info for kind, info in LAYOUTS.items() if info.flavour == "dco"}
 _BY_PLURAL = {info.plural: info for info in DCO_KINDS.values()}
 _BY_APP = {info.app: info for info in DCO_KINDS.values()}
 ClusterKey = Tuple[str, str, str]

@@ -34,15 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 from urllib.parse import parse_qs, urlsplit
 
-from flytekitplugins_ddlscale.refs import (
-    CRD_GROUP,
-    CRD_VERSION,
-    KINDS,
-    LABEL_APP,
-    LABEL_COMPONENT,
-    LABEL_INSTANCE,
-    LABEL_OWNER,
-)
+from flytekitplugins_ddlscale.backends._support.crds import CRD_GROUP, CRD_VERSION, LABEL_APP, LABEL_COMPONENT, LABEL_INSTANCE, LABEL_OWNER, LAYOUTS
 
 from .dco_crds import CUSTOM_RESOURCES, SCHEMAS
 from .oss_crds import OSS_RESOURCES, OSS_SCHEMAS
@@ -85,7 +77,7 @@ def cluster_object(
     owner: Optional[str] = None,
 ) -> Dict[str, Any]:
     """A DCO cluster object as :meth:`K8sTestServer.add_cluster` creates it (also sent to a real API server)."""
-    info = KINDS[kind]
+    info = LAYOUTS[kind]
     resources = worker_resources or {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}
     worker: Dict[str, Any] = {"replicas": replicas, "resources": copy.deepcopy(resources)}
     if worker_tier:
@@ -295,7 +287,7 @@ class K8sTestServer:
         Returns the stored object. Raises :class:`ApiError` when the object
         would be refused by the API server or the webhook.
         """
-        info = KINDS[kind]
+        info = LAYOUTS[kind]
         obj = cluster_object(
             kind, name, namespace, replicas=replicas, autoscaling=autoscaling, worker_resources=worker_resources,
             head_resources=head_resources, worker_tier=worker_tier, head_tier=head_tier, owner=owner,
@@ -409,14 +401,14 @@ class K8sTestServer:
     def get_object(self, kind: str, name: str, namespace: str = "domino-compute") -> Dict[str, Any]:
         """A copy of the stored cluster object (KeyError when absent)."""
         with self.lock:
-            return copy.deepcopy(self._objects[(KINDS[kind].plural, namespace, name)])
+            return copy.deepcopy(self._objects[(LAYOUTS[kind].plural, namespace, name)])
 
     def pods(
         self, name: str, namespace: str = "domino-compute", component: Optional[str] = None, kind: Optional[str] = None
     ) -> List[Dict[str, Any]]:
         """Copies of the cluster's pods (of ``kind``, if several kinds share the name), optionally
         of one component, sorted by name."""
-        app = KINDS[kind].app if kind else None
+        app = LAYOUTS[kind].app if kind else None
         with self.lock:
             found = [
                 copy.deepcopy(o)
@@ -470,7 +462,7 @@ class K8sTestServer:
         """Play a concurrent writer: before each of the next ``times`` PATCHes of this cluster,
         really modify it (an annotation), so a patch carrying the read resourceVersion gets 409."""
         with self.lock:
-            self._interference[(KINDS[kind].plural, namespace, name)] = times
+            self._interference[(LAYOUTS[kind].plural, namespace, name)] = times
 
     def lose_answers(self, method: str, times: int = 1) -> None:
         """Apply each of the next ``times`` requests of ``method`` (``PATCH``...), then hang up without

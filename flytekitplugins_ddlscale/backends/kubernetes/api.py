@@ -33,7 +33,7 @@ from ...errors import (
 )
 from ..._core.outage import cert_verification_failed, connection_reset, retry_through_outage, shared_tracker
 from ..._core.redaction import redact
-from ...refs import CRD_GROUP, CRD_VERSION
+from .._support.crds import CRD_GROUP, CRD_VERSION
 from ..._core.waiting import Deadline
 from .client import limit_retries
 

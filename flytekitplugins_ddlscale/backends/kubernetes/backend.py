@@ -42,7 +42,8 @@ from ..._core.records import (
     largest_claim,
     settle,
 )
-from ...refs import DEFAULT_NAMESPACE, GROUP_SEPARATOR, KINDS, LABEL_HW_TIER, LABEL_OWNER, ClusterRef, validate_name
+from ...refs import DEFAULT_NAMESPACE, GROUP_SEPARATOR, KINDS, ClusterRef, validate_name
+from .._support.crds import LABEL_HW_TIER, LABEL_OWNER, layout_of
 from ..._core.sharing import current_shared_reads
 from ..tiers import HardwareTier, TierCatalog
 from ..._core.validation import validate_tier_name, validate_timeout
@@ -170,7 +171,7 @@ class KubernetesBackend(BaseBackend):
 
     @staticmethod
     def _adapter(ref: ClusterRef) -> ResourceAdapter:
-        return adapter_for(ref.info)
+        return adapter_for(layout_of(ref))
 
     def _selector(self, ref: ClusterRef, role: Optional[str] = None) -> str:
         return self._adapter(ref).pod_selector(ref, role)
@@ -364,7 +365,7 @@ class KubernetesBackend(BaseBackend):
 
     def _check_head_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> None:
         self._adapter(ref).check_tier(ref, tier, field)
-        if ref.info.head_section is None and tier is not None:
+        if layout_of(ref).head_section is None and tier is not None:
             raise InvalidInputError(field, tier, "None for MPI clusters (no head)")
         self._resolve(tier, ref.kind, field)
 
@@ -513,7 +514,7 @@ class KubernetesBackend(BaseBackend):
     ) -> RestartResult:
         """Roll the head onto ``head_hw_tier`` by patching the head section, or delete it so its
         StatefulSet recreates it; MPI clusters have no head (:class:`UnsupportedOperationError`)."""
-        info = ref.info
+        info = layout_of(ref)
         if info.head_section is None:
             raise UnsupportedOperationError(
                 f"{info.crd_kind} clusters have no head to restart", cluster=self._label(ref)
@@ -590,7 +591,7 @@ class KubernetesBackend(BaseBackend):
         # All the cluster's pods, so the state the wait ends with counts the workers too.
         waiter = PodWaiter(
             self.api, self._ns(ref), self._selector(ref),
-            what=f"a new Ready {ref.info.head_component} pod on {self._label(ref)}", target=1, timeout=timeout,
+            what=f"a new Ready {layout_of(ref).head_component} pod on {self._label(ref)}", target=1, timeout=timeout,
             grace=self.failure_grace, watched=fresh_head, progress=progress, cluster=self._label(ref),
         )
         return waiter.run(check)

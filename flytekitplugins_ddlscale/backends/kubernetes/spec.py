@@ -9,7 +9,7 @@ from typing import Any, Dict, Iterable, Optional, Tuple
 from ...models import Baseline, ClusterState
 from ..._core.recordcheck import json_object, mapping, only_fields, reading
 from ..._core.records import ANNOTATION_PREFIX, BASELINE_ANNOTATION, decode_baseline, encode_baseline
-from ...refs import LABEL_COMPONENT, LABEL_HW_TIER, NODE_POOL_SELECTOR, KindInfo
+from .._support.crds import LABEL_COMPONENT, LABEL_HW_TIER, NODE_POOL_SELECTOR, CrdLayout
 from ..tiers import HardwareTier
 from ..._core.validation import validate_int
 
@@ -88,7 +88,7 @@ def is_worker(pod: Dict[str, Any]) -> bool:
     return ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_COMPONENT) == "worker"
 
 
-def build_state(cluster: str, info: KindInfo, obj: Dict[str, Any], pods: Iterable[Dict[str, Any]]) -> ClusterState:
+def build_state(cluster: str, layout: CrdLayout, obj: Dict[str, Any], pods: Iterable[Dict[str, Any]]) -> ClusterState:
     """The :class:`ClusterState` of a cluster object and its pods."""
     workers = [p for p in pods if is_worker(p) and not pod_terminating(p)]
     heads = [p for p in pods if not is_worker(p)]
@@ -99,9 +99,9 @@ def build_state(cluster: str, info: KindInfo, obj: Dict[str, Any], pods: Iterabl
         desired_workers=desired_workers(obj),
         existing_workers=len(workers),
         ready_workers=sum(1 for p in workers if pod_ready(p)),
-        head_ready=None if info.head_section is None else any(pod_ready(p) for p in heads),
+        head_ready=None if layout.head_section is None else any(pod_ready(p) for p in heads),
         worker_hw_tier=tier_label(spec_section(obj, "worker")),
-        head_hw_tier=tier_label(spec_section(obj, info.head_section)),
+        head_hw_tier=tier_label(spec_section(obj, layout.head_section)),
         autoscaling_min=int(auto.get("minReplicas", 1)) if auto else None,
         autoscaling_max=int(auto["maxReplicas"]) if auto and auto.get("maxReplicas") is not None else None,
     )
@@ -174,7 +174,7 @@ def restore_fragment(section: Dict[str, Any], record: Dict[str, Any]) -> Dict[st
     return fragment
 
 
-def baseline_of(cluster: str, info: KindInfo, obj: Dict[str, Any]) -> Tuple[Baseline, Dict[str, Any]]:
+def baseline_of(cluster: str, layout: CrdLayout, obj: Dict[str, Any]) -> Tuple[Baseline, Dict[str, Any]]:
     """The baseline of a cluster object as it is now, and its Kubernetes detail."""
     auto = autoscaling_section(obj)
     baseline = Baseline(
@@ -183,12 +183,12 @@ def baseline_of(cluster: str, info: KindInfo, obj: Dict[str, Any]) -> Tuple[Base
         autoscaling_min=int(auto.get("minReplicas", 1)) if auto else None,
         autoscaling_max=int(auto["maxReplicas"]) if auto and auto.get("maxReplicas") is not None else None,
         worker_hw_tier=tier_label(spec_section(obj, "worker")),
-        head_hw_tier=tier_label(spec_section(obj, info.head_section)),
+        head_hw_tier=tier_label(spec_section(obj, layout.head_section)),
     )
     detail = {
         "autoscaling": auto,
         "worker": section_record(spec_section(obj, "worker")),
-        "head": section_record(spec_section(obj, info.head_section)) if info.head_section else None,
+        "head": section_record(spec_section(obj, layout.head_section)) if layout.head_section else None,
     }
     return baseline, detail
 

@@ -28,6 +28,7 @@ from ...errors import (
     InterruptedChangeError,
     InvalidInputError,
 )
+from .._support.crds import layout_of
 from .._support.filerecords import FileBookkeeping
 from .._support.filestore import FileRecordStore
 from .._support.inplace import Reach, state_dir_env
@@ -315,7 +316,7 @@ class LocalBackend(FileRecordsBackend):
                 final = self.supervisor.observe(record)
         return RestartResult(
             cluster=str(ref),
-            pod=ref.info.head_pod_name(ref.name) or "scheduler",
+            pod=layout_of(ref).head_pod_name(ref.name) or "scheduler",
             started_at=started_at,
             ready=bool(final.head_ready),
             final=final,

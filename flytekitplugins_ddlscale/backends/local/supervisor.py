@@ -27,6 +27,7 @@ from typing import AbstractSet, Callable, Iterator, List, Optional, Tuple
 from ...errors import BackendUnavailableError, StateWriteError, TransientError, WorkerFailedError
 from ...models import ClusterState
 from ..._core.pausepoints import pause_point
+from .._support.crds import layout_of
 from .._support.privatefs import remove_nofollow
 from ...refs import ClusterRef
 from ..._core.waiting import Deadline
@@ -215,7 +216,7 @@ class ProcessSupervisor:
             if names is not None and index < len(names):
                 name = names[index]
             else:
-                name = f"{record.ref.info.worker_pod_prefix(record.ref.name)}{record.next_index}"
+                name = f"{layout_of(record.ref).worker_pod_prefix(record.ref.name)}{record.next_index}"
                 record.next_index += 1
             proc = self._spawn(record, self._driver(record).worker_argv(record, name, shape, workdir), name)
             worker = WorkerRecord(name, proc, shape.tier, shape.nthreads, shape.memory_limit)

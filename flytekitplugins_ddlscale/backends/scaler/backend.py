@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple, Unio
 
 import httpx
 
+from .._support.crds import layout_of
 from .._support.domino_auth import DominoAuth
 from ..._core import settings
 from ...errors import (
@@ -360,7 +361,7 @@ class ScalerServiceBackend(FileRecordsBackend):
         except ScalingError as error:
             error.state = error.state or before
             raise _timed_out(error, deadline, f"the head restart of {ref} to be accepted", ref, self._client) from None
-        pod = str(answer.get("pod") or ref.info.head_pod_name(ref.name))
+        pod = str(answer.get("pod") or layout_of(ref).head_pod_name(ref.name))
         started_at = str(answer.get("started_at") or "")
         final = f"the state of {ref} after its head restart"
         if not wait:

@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Set
 
 import httpx
 
+from .._support.crds import layout_of
 from .._support.domino_auth import DominoAuth, ProxyUnavailableError
 from ..._core import settings
 from ...errors import BackendUnavailableError, ClusterNotFoundError, UnauthorizedError, UnsupportedOperationError
@@ -325,7 +326,7 @@ class ScalerClient:
             return response_body(response)
         if response.status_code == 404:
             pod = str(response_body(response).get("pod") or "")
-            real = ref.info.head_pod_name(ref.name)
+            real = layout_of(ref).head_pod_name(ref.name)
             if pod and pod != real:
                 raise UnsupportedOperationError(
                     f"the scaler service cannot restart {ref.kind} heads: it deletes pod {pod!r}, but the "

@@ -9,7 +9,8 @@ operator sets when the head pod is Ready) and unknown otherwise.
 from typing import Any, Dict, Optional
 
 from ...models import ClusterState
-from ...refs import LABEL_HW_TIER, ClusterRef
+from ...refs import ClusterRef
+from .._support.crds import LABEL_HW_TIER, layout_of
 
 
 def _int_or_none(value: Any) -> Optional[int]:
@@ -24,9 +25,9 @@ def state_from_object(ref: ClusterRef, obj: Dict[str, Any]) -> ClusterState:
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
     worker = spec.get("worker") or {}
-    head = spec.get(ref.info.head_section or "", {}) or {}
+    head = spec.get(layout_of(ref).head_section or "", {}) or {}
     autoscaling = spec.get("autoscaling")
-    prefix = ref.info.worker_pod_prefix(ref.name)
+    prefix = layout_of(ref).worker_pod_prefix(ref.name)
     nodes = status.get("nodes") or []
     cluster_status = status.get("clusterStatus") or "Unknown"
     return ClusterState(
@@ -35,7 +36,7 @@ def state_from_object(ref: ClusterRef, obj: Dict[str, Any]) -> ClusterState:
         desired_workers=_int_or_none(worker.get("replicas")) or 0,
         existing_workers=sum(1 for node in nodes if isinstance(node, str) and node.startswith(prefix)),
         ready_workers=None,
-        head_ready=True if cluster_status == "Running" and ref.info.head_section else None,
+        head_ready=True if cluster_status == "Running" and layout_of(ref).head_section else None,
         worker_hw_tier=(worker.get("labels") or {}).get(LABEL_HW_TIER),
         head_hw_tier=(head.get("labels") or {}).get(LABEL_HW_TIER),
         autoscaling_min=_int_or_none(autoscaling.get("minReplicas")) if isinstance(autoscaling, dict) else None,

@@ -9,7 +9,7 @@ Domino's distributed-compute operator, ``kuberay`` KubeRay's RayCluster,
 """
 from typing import Dict
 
-from ....refs import KindInfo
+from ..._support.crds import CrdLayout
 from .base import Outcome, Patch, ResourceAdapter
 from .daskop import DaskOperatorAdapter
 from .dco import DcoAdapter
@@ -19,11 +19,11 @@ _FLAVOURS = {"dco": DcoAdapter, "kuberay": KubeRayAdapter, "daskop": DaskOperato
 _ADAPTERS: Dict[str, ResourceAdapter] = {}
 
 
-def adapter_for(info: KindInfo) -> ResourceAdapter:
-    """The adapter of ``info``'s kind (one shared instance per kind; adapters keep no state)."""
-    if info.kind not in _ADAPTERS:
-        _ADAPTERS[info.kind] = _FLAVOURS[info.flavour](info)
-    return _ADAPTERS[info.kind]
+def adapter_for(layout: CrdLayout) -> ResourceAdapter:
+    """The adapter of ``layout``'s kind (one shared instance per kind; adapters keep no state)."""
+    if layout.kind not in _ADAPTERS:
+        _ADAPTERS[layout.kind] = _FLAVOURS[layout.flavour](layout)
+    return _ADAPTERS[layout.kind]
 
 
 __all__ = ["Outcome", "Patch", "ResourceAdapter", "adapter_for"]

@@ -4,7 +4,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, List, Optional
 
 from ....errors import InvalidInputError
 from ....models import Baseline, ClusterState, ReplicaSpec
-from ....refs import KindInfo, ClusterRef
+from ....refs import ClusterRef
+from ..._support.crds import CrdLayout
 from ...tiers import HardwareTier
 from ..spec import pod_ready, pod_terminating
 
@@ -39,24 +40,24 @@ class ResourceAdapter(ABC):
     idle_from_ray_head = False
     """Whether a scale-down asks the cluster's Ray head which workers are idle (KubeRay)."""
 
-    def __init__(self, info: KindInfo) -> None:
-        self.info = info
+    def __init__(self, layout: CrdLayout) -> None:
+        self.layout = layout
 
     # -- where ---------------------------------------------------------------
     @property
     def group(self) -> str:
         """API group of the patched object."""
-        return self.info.group
+        return self.layout.group
 
     @property
     def version(self) -> str:
         """API version of the patched object."""
-        return self.info.version
+        return self.layout.version
 
     @property
     def plural(self) -> str:
         """Plural of the patched object's resource."""
-        return self.info.plural
+        return self.layout.plural
 
     removal = "the operator has not removed them yet: see its log and the cluster's events"
     """Why workers of a scale-down may still be running, for the error of a wait that outlived them."""
@@ -153,9 +154,9 @@ class ResourceAdapter(ABC):
         if tier is not None and not self.tiers:
             raise InvalidInputError(
                 field, tier,
-                f"None: {self.info.kind} clusters have no Domino hardware tiers; each worker group "
+                f"None: {self.layout.kind} clusters have no Domino hardware tiers; each worker group "
                 f"carries its own node selector and resources, so choose the group instead "
-                f"('{self.info.kind}/<name>@<group>')",
+                f"('{self.layout.kind}/<name>@<group>')",
             )
 
     def connection_env(self, ref: ClusterRef, namespace: str) -> Dict[str, str]:

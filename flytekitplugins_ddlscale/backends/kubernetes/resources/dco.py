@@ -8,7 +8,8 @@ from typing import Any, Dict, Optional, Tuple
 
 from ....errors import CapacityExceededError
 from ....models import ClusterState, ReplicaSpec
-from ....refs import LABEL_APP, LABEL_COMPONENT, LABEL_INSTANCE, ClusterRef
+from ....refs import ClusterRef
+from ..._support.crds import LABEL_APP, LABEL_COMPONENT, LABEL_INSTANCE
 from ...tiers import HardwareTier
 from ..spec import (
     PARKED_AUTOSCALING_ANNOTATION,
@@ -32,8 +33,8 @@ class DcoAdapter(ResourceAdapter):
     tiers = True
 
     def pod_selector(self, ref: ClusterRef, role: Optional[str] = None) -> str:
-        parts = [f"{LABEL_APP}={self.info.app}", f"{LABEL_INSTANCE}={ref.name}"]
-        component = self.info.head_component if role == "head" else role
+        parts = [f"{LABEL_APP}={self.layout.app}", f"{LABEL_INSTANCE}={ref.name}"]
+        component = self.layout.head_component if role == "head" else role
         if component:
             parts.append(f"{LABEL_COMPONENT}={component}")
         return ",".join(parts)
@@ -42,10 +43,10 @@ class DcoAdapter(ResourceAdapter):
         return is_worker(pod)
 
     def state(self, label: str, ref: ClusterRef, obj: Dict[str, Any], pods: Pods) -> ClusterState:
-        return build_state(label, self.info, obj, pods)
+        return build_state(label, self.layout, obj, pods)
 
     def baseline(self, label: str, ref: ClusterRef, obj: Dict[str, Any]) -> Record:
-        return baseline_of(label, self.info, obj)
+        return baseline_of(label, self.layout, obj)
 
     def size_spec(
         self, label: str, ref: ClusterRef, obj: Dict[str, Any], replicas: int, strict: bool,
@@ -63,7 +64,7 @@ class DcoAdapter(ResourceAdapter):
                 )
             effective, capped = limit, True
         spec: Patch = {"worker": {"replicas": effective}}
-        if self.info.autoscaling:
+        if self.layout.autoscaling:
             if auto and effective == 0:
                 # The webhook forbids minReplicas 0, so zero workers means no autoscaling for now.
                 spec["autoscaling"] = None
@@ -80,7 +81,7 @@ class DcoAdapter(ResourceAdapter):
         target: Optional[ReplicaSpec], worker_tier: Optional[HardwareTier], head_tier: Optional[HardwareTier],
         outcome: Outcome, pods: Pods,
     ) -> Patch:
-        info = self.info
+        layout = self.layout
         if target is not None:
             spec, outcome["effective"], outcome["capped"] = self.size_spec(
                 label, ref, obj, target.replicas, False, None, pods, record
@@ -90,14 +91,14 @@ class DcoAdapter(ResourceAdapter):
             baseline, detail = record
             spec = {"worker": {"replicas": baseline.replicas}}
             outcome["effective"] = baseline.replicas
-            if info.autoscaling:
+            if layout.autoscaling:
                 recorded, current = detail.get("autoscaling"), autoscaling_section(obj)
                 if recorded is None and current is not None:
                     spec["autoscaling"] = None
                 elif recorded is not None:
                     spec["autoscaling"] = diff_map(current, recorded) if current else recorded
         worker = spec_section(obj, "worker")
-        head = spec_section(obj, info.head_section)
+        head = spec_section(obj, layout.head_section)
         if worker_tier is not None:
             spec["worker"].update(tier_fragment(worker, worker_tier))
             outcome["tier"] = worker_tier.id
@@ -109,8 +110,8 @@ class DcoAdapter(ResourceAdapter):
             head_fragment = tier_fragment(head, head_tier)
         elif record is not None and record[1].get("head"):
             head_fragment = restore_fragment(head, record[1]["head"])
-        if head_fragment and info.head_section:
-            spec[info.head_section] = head_fragment
+        if head_fragment and layout.head_section:
+            spec[layout.head_section] = head_fragment
         return spec
 
     def notes(self, obj: Dict[str, Any], record: Optional[Record], spec: Patch, restoring: bool) -> Dict[str, Any]:
@@ -123,6 +124,6 @@ class DcoAdapter(ResourceAdapter):
         return {}
 
     def head_tier_spec(self, obj: Dict[str, Any], tier: HardwareTier) -> Optional[Patch]:
-        assert self.info.head_section is not None
-        fragment = tier_fragment(spec_section(obj, self.info.head_section), tier)
-        return {self.info.head_section: fragment} if fragment else None
+        assert self.layout.head_section is not None
+        fragment = tier_fragment(spec_section(obj, self.layout.head_section), tier)
+        return {self.layout.head_section: fragment} if fragment else None

@@ -125,7 +125,7 @@ class KubeRayAdapter(ResourceAdapter):
             raise InvalidInputError(
                 "group", None, ", ".join(names),
                 reason=f"the RayCluster has {len(groups)} worker groups; choose one as "
-                f"'{self.info.kind}/{ref.name}{GROUP_SEPARATOR}<group>'",
+                f"'{self.layout.kind}/{ref.name}{GROUP_SEPARATOR}<group>'",
             )
         if name not in names:
             raise InvalidInputError("group", name, ", ".join(names) or "none (the RayCluster has no worker groups)")
@@ -140,7 +140,7 @@ class KubeRayAdapter(ResourceAdapter):
         if ref.group is not None and recorded is not None and ref.group != recorded:
             raise ConflictError(
                 f"the recorded baseline belongs to worker group {recorded!r}, not {ref.group!r}; restore "
-                f"{self.info.kind}/{ref.name}{GROUP_SEPARATOR}{recorded} first (one group at a time holds records)",
+                f"{self.layout.kind}/{ref.name}{GROUP_SEPARATOR}{recorded} first (one group at a time holds records)",
                 cluster=label,
             )
         return recorded
