@@ -25,7 +25,7 @@ once:
 import datetime
 import enum
 from dataclasses import dataclass, field, replace
-from typing import Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from ..models import Baseline
 from .leases import split_live
@@ -61,7 +61,7 @@ class RecordChange:
     """The claims to store in place of those read (empty: remove the record); None leaves them."""
     baseline: Size = Size.KEEP
     outside: Size = Size.KEEP
-    dead: Mapping[str, Tuple[Claim, str]] = field(default_factory=dict)
+    dead: Dict[str, Tuple[Claim, str]] = field(default_factory=dict)
     """Dead claims this change drops, each with why (for the store to log with its holder)."""
 
     @property

@@ -114,7 +114,7 @@ class FileBookkeeping:
         def change(record: Dict[str, str]) -> Claim:
             new = Claim(claim_id=claim_id, replicas=replicas, worker_hw_tier=tier, lease_seconds=lease_seconds)
             decided, largest = claimrules.claim(self._records(ref, record), new)
-            log_dropped(str(ref), dict(decided.dead))
+            log_dropped(str(ref), decided.dead)
             self._write(record, decided, observe)
             return largest
 

@@ -813,7 +813,7 @@ class KubernetesBackend(BaseBackend):
 
         deadline = Deadline(timeout) if timeout is not None else self._bookkeeping_deadline()
         self._mutate(ref, build, deadline=deadline)
-        log_dropped(self._label(ref), dict(decided["change"].dead))
+        log_dropped(self._label(ref), decided["change"].dead)
         return decided["largest"]
 
     def _renew(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
