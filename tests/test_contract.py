@@ -5,6 +5,7 @@ local clusters are real Dask processes. The remedy command an error prints
 is run exactly as printed, in bash, and must really restore the cluster.
 """
 import contextlib
+import datetime
 import json
 import logging
 import threading
@@ -508,6 +509,19 @@ def test_a_renewed_claim_outlives_its_lease(world):
     assert set(world.backend.claims(world.ref)) == {"kept"}
     world.backend.release(world.ref, "kept")
     assert world.backend.renew(world.ref, "kept") is None
+
+
+def test_a_renewed_or_reclaimed_claim_keeps_when_it_was_made_so_ties_go_to_the_phase_that_claimed_first(world):
+    made = world.backend.claim(world.ref, "first", 2).created_at
+    time.sleep(0.01)
+    assert world.backend.claim(world.ref, "second", 2).claim_id == "first"  # a tie: the older claim wins
+    time.sleep(0.01)
+    renewed = world.backend.renew(world.ref, "first")
+    moment = datetime.datetime.fromisoformat
+    assert renewed.created_at == made and moment(renewed.renewed_at) > moment(made)
+    assert world.backend.claim(world.ref, "first", 2).claim_id == "first"  # a re-claim is no younger
+    assert world.backend.claims(world.ref)["first"].created_at == made
+    assert world.backend.release(world.ref, "first").claim_id == "second"
 
 
 def test_a_claim_waits_for_no_other_phase_s_scale_up_wait(world):

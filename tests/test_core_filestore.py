@@ -62,8 +62,8 @@ def test_bookkeeping_baseline_is_recorded_once(tmp_path):
     assert books.record_baseline(REF, observe).replicas == 2
     assert books.record_baseline(REF, observe).replicas == 2
     assert len(observed) == 1
-    assert books.forget_baseline(REF).replicas == 2
-    assert books.get_baseline(REF) is None and books.forget_baseline(REF) is None
+    assert books.restore(REF)[0].replicas == 2
+    assert books.get_baseline(REF) is None and books.restore(REF) == (None, [])
 
 
 def test_bookkeeping_claims(tmp_path):

@@ -1,4 +1,4 @@
-"""Baseline and claim encodings and the largest-claim rule."""
+"""Baseline and claim encodings (the decisions on them: tests/test_core_claimrules.py)."""
 import datetime
 import json
 
@@ -11,7 +11,6 @@ from flytekitplugins_ddlscale._core.records import (
     decode_claims,
     encode_baseline,
     encode_claims,
-    largest_claim,
 )
 
 
@@ -23,14 +22,13 @@ def test_baseline_round_trip_from_state():
     assert decode_baseline(None) is None and decode_baseline("") is None
 
 
-def test_claims_round_trip_and_largest_with_oldest_tie():
+def test_claims_round_trip():
     early = Claim("a", 3, created_at=datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc).isoformat())
     late = Claim("b", 3, created_at=datetime.datetime(2026, 1, 2, tzinfo=datetime.timezone.utc).isoformat())
     small = Claim("c", 1)
     claims = {"b": late, "a": early, "c": small}
     assert decode_claims(encode_claims(claims)) == claims
-    assert largest_claim(claims).claim_id == "a"
-    assert largest_claim({}) is None and decode_claims(None) == {}
+    assert decode_claims(None) == {}
     assert ":" in small.holder
 
 

@@ -67,6 +67,23 @@ def test_the_size_outside_phases_is_a_floor_only_on_the_claims_tier(tmp_path):
     assert books.settle(REF, lambda decided: decided.replicas) == 1
 
 
+def test_settle_records_a_missing_baseline_while_it_holds_a_claim_as_the_kubernetes_patch_does(tmp_path):
+    books = FileBookkeeping(FileRecordStore(tmp_path))
+    books.claim(REF, "a", 3)  # no observation: nothing recorded with the claim
+    assert books.get_baseline(REF) is None
+    assert books.settle(REF, lambda decided: decided.replicas, observe=lambda: state(1)) == 3
+    assert books.get_baseline(REF).replicas == 1 and books.get_outside(REF) is None
+
+
+def test_a_restore_forgets_every_claim_and_both_sizes_in_one_update(tmp_path):
+    books = FileBookkeeping(FileRecordStore(tmp_path))
+    books.claim(REF, "b", 2, observe=lambda: state(1))
+    books.claim(REF, "a", 3, observe=lambda: state(5))
+    baseline, dropped = books.restore(REF)
+    assert (baseline.replicas, dropped) == (1, ["a", "b"])
+    assert books.store.read(REF) == {}
+
+
 def test_waiting_for_a_held_record_lock_is_bounded(tmp_path):
     holding, done = threading.Event(), threading.Event()
 

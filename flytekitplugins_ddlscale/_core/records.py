@@ -5,23 +5,23 @@ it; ``RestoreCluster`` and ``ddlscale restore`` put it back. A *claim* says
 "phase X needs at least N workers while it runs"; it is a lease its holder
 renews (:mod:`.leases`). The size *outside phases* is the cluster as the
 first of the live phases found it. While claims are live the cluster is held
-at the largest one, and never below the size outside phases on the same tier
-(:func:`settle`); when the last one ends, the size outside phases comes back
-and is forgotten (the baseline too, when the two are the same: nothing else
-changed the cluster). All three are stored where every participant can see
-them: annotations on the custom object (Kubernetes), or a
-:class:`FileRecordStore` (scaler service, local backend). This module holds
-the format and the pure decisions; backends hold the storage.
+at the largest one, and never below the size outside phases on the same tier;
+when the last one ends, the size outside phases comes back and is forgotten
+(the baseline too, when the two are the same: nothing else changed the
+cluster). All three are stored where every participant can see them:
+annotations on the custom object (Kubernetes), or a :class:`FileRecordStore`
+(scaler service, local backend). This module holds the values and their
+format; :mod:`.claimrules` the decisions on them; backends the storage.
 """
 import datetime
 import json
 import math
 import re
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Dict, Optional
 
 from ..errors import InvalidInputError
-from .leases import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS, split_live, this_holder
+from .leases import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS, this_holder
 from ..models import Baseline, utcnow
 from .recordcheck import json_object, mapping, only_fields, reading
 from .validation import (
@@ -63,17 +63,6 @@ class Claim:
         """This claim renewed now."""
         return Claim(self.claim_id, self.replicas, self.worker_hw_tier, self.holder, self.created_at, _now(),
                      self.lease_seconds)
-
-
-def largest_claim(claims: Dict[str, Claim]) -> Optional[Claim]:
-    """The claim with the most replicas (ties: the oldest), or None when there are none."""
-    if not claims:
-        return None
-    return max(claims.values(), key=lambda c: (c.replicas, _neg_time(c.created_at)))
-
-
-def _neg_time(iso: str) -> float:
-    return -datetime.datetime.fromisoformat(iso).timestamp()
 
 
 def encode_claims(claims: Dict[str, Claim]) -> str:
@@ -172,55 +161,3 @@ def decode_baseline(text: Optional[str], source: str = BASELINE_ANNOTATION) -> O
 
 def _optional_count(value: Any, field: str) -> Optional[int]:
     return None if value is None else validate_int(value, field, 0)
-
-
-def same_size(first: Optional[Baseline], second: Optional[Baseline]) -> bool:
-    """Whether two recorded sizes are the same cluster shape (workers and tiers; when recorded does not
-    matter, nor the worker tier of no workers)."""
-    if first is None or second is None:
-        return first is second
-    keys = ("replicas", "head_hw_tier") + (("worker_hw_tier",) if first.replicas else ())
-    return all(getattr(first, key) == getattr(second, key) for key in keys)
-
-
-SameTier = Callable[[str, Optional[str]], bool]
-"""Whether a claim's worker tier NAME is the tier a recorded size shows (a name or a backend's tier id)."""
-
-
-@dataclass(frozen=True)
-class Settlement:
-    """What a reconcile does, decided from one read of a cluster's records.
-
-    While a claim is live, ``hold`` is the largest one and ``replicas`` the
-    workers to hold: its count, or the size outside phases when that is
-    larger and on the claim's tier (a phase asks for at least N workers, and
-    never shrinks a cluster it found larger). With none live, ``restore_to``
-    (the size outside phases, else the baseline) comes back, the record of
-    the size outside phases is dropped, and the baseline too when
-    ``forget_baseline`` (it is that same size). ``dead`` are the claims to
-    drop, with why.
-    """
-
-    live: Dict[str, Claim]
-    dead: Dict[str, Tuple[Claim, str]]
-    hold: Optional[Claim]
-    replicas: int
-    restore_to: Optional[Baseline]
-    forget_baseline: bool
-
-
-def settle(
-    claims: Dict[str, Claim], outside: Optional[Baseline], baseline: Optional[Baseline], same_tier: SameTier
-) -> Settlement:
-    """The :class:`Settlement` of ``claims`` over the size outside phases and the baseline."""
-    live, dead = split_live(claims)
-    hold = largest_claim(live)
-    restore_to = outside if outside is not None else baseline
-    replicas = 0
-    if hold is not None:
-        replicas = hold.replicas
-        floor_applies = hold.worker_hw_tier is None or same_tier(hold.worker_hw_tier, restore_to and restore_to.worker_hw_tier)
-        if restore_to is not None and floor_applies:
-            replicas = max(replicas, restore_to.replicas)
-    forget_baseline = outside is None or baseline is None or same_size(outside, baseline)
-    return Settlement(live, dead, hold, replicas, restore_to, forget_baseline)

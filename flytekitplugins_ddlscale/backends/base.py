@@ -182,7 +182,7 @@ class ClusterBackend(Protocol):
     ) -> Optional[ScaleResult]:
         """Hold the largest live claim (its tier; its replicas, or the size outside phases when that is
         larger on the same tier), or, when no claim is live, restore the size outside phases (or
-        ``target`` instead) and forget it (:func:`flytekitplugins_ddlscale._core.records.settle`).
+        ``target`` instead) and forget it (:func:`flytekitplugins_ddlscale._core.claimrules.settle`).
 
         Dead claims are dropped (and logged with their holder). The decision
         and the change are atomic with respect to concurrent

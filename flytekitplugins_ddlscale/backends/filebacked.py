@@ -22,7 +22,8 @@ from ..errors import ScalingTimeoutError, TransientError
 from ._support.filerecords import FileBookkeeping
 from ..models import Baseline, ClusterState, ReplicaSpec, ScaleResult
 from .._core.outage import OUTAGE_BACKOFF
-from .._core.records import Claim, Settlement
+from .._core.claimrules import Settlement
+from .._core.records import Claim
 from ..refs import ClusterRef
 from .._core.waiting import Deadline
 from .base import BaseBackend, Change
@@ -89,8 +90,7 @@ class FileRecordsBackend(BaseBackend):
             self._no_baseline(ref) if target is None and baseline is None
             else self._apply_baseline(ref, baseline, target, deadline)
         )
-        self.records.forget_baseline(ref)
-        stale = self.records.forget_claims(ref)
+        _, stale = self.records.restore(ref)
         if stale:
             logger.warning("%s: restore dropped claims %s", ref, ", ".join(sorted(stale)))
         return change
@@ -111,7 +111,7 @@ class FileRecordsBackend(BaseBackend):
                 return self.records.settle(
                     ref, lambda decided: self._settle_step(ref, decided, target, previous, step),
                     same_tier=lambda name, observed: self._same_tier(ref, name, observed),
-                    timeout=max(deadline.remaining, 0.1),
+                    timeout=max(deadline.remaining, 0.1), observe=lambda: previous,
                 )
             except (TransientError, ScalingTimeoutError) as error:
                 # Only an outage that outlasted the locked step goes on outside the lock; what would

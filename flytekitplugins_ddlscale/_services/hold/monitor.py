@@ -30,7 +30,7 @@ from typing import Callable, List, Optional
 from ...backends.base import ClusterBackend
 from ...errors import ClusterNotFoundError
 from ..._core.leases import renew_interval
-from ..._core.records import largest_claim
+from ..._core.claimrules import largest_claim
 from ...refs import ClusterRef
 from ..._core.timeline import WorkerTimeline, observed_workers
 from .faults import FAILED, REPAIRED, REPORTED, Fault, find_fault, head_name

@@ -3,27 +3,21 @@
 For backends that cannot store records with the cluster (the scaler service
 only patches replicas; local clusters have no object). Each operation is one
 locked read-modify-write of the cluster's record, so concurrent processes on
-one machine agree. Records keep the same JSON encoding as the Kubernetes
-annotations (:mod:`.records`); what is read back is checked as user input is,
-so a corrupt record raises :class:`CorruptRecordError` naming its file before
-anything acts on it.
+one machine agree: it reads the record, asks :mod:`.claimrules` what to do,
+and writes the :class:`RecordChange` it answers (the Kubernetes backend does
+the same on annotations). Records keep the same JSON encoding as the
+Kubernetes annotations (:mod:`.records`); what is read back is checked as
+user input is, so a corrupt record raises :class:`CorruptRecordError` naming
+its file before anything acts on it.
 """
-from typing import Any, Callable, Dict, Optional, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 from .filestore import FileRecordStore
-from ..._core.leases import DEFAULT_LEASE_SECONDS, log_dropped, split_live
+from ..._core import claimrules
+from ..._core.claimrules import ClusterRecords, RecordChange, SameTier, Settlement, Size
+from ..._core.leases import DEFAULT_LEASE_SECONDS, log_dropped
 from ...models import Baseline, ClusterState
-from ..._core.records import (
-    Claim,
-    SameTier,
-    Settlement,
-    decode_baseline,
-    decode_claims,
-    encode_baseline,
-    encode_claims,
-    largest_claim,
-    settle,
-)
+from ..._core.records import Claim, decode_baseline, decode_claims, encode_baseline, encode_claims
 from ...refs import ClusterRef
 from ..._core.validation import validate_claim_id, validate_replicas, validate_tier_name
 
@@ -34,6 +28,7 @@ OUTSIDE_KEY = "outside_phases"
 RENEW_LOCK_TIMEOUT = 10.0
 """Seconds a renewal waits for the record lock: a renewal that cannot get it is tried again at the next
 tick, well within the lease, instead of holding up the phase's cleanup."""
+Observe = Callable[[], ClusterState]
 
 
 def _exactly(name: str, observed: Optional[str]) -> bool:
@@ -52,14 +47,14 @@ class FileBookkeeping:
 
     def get_baseline(self, ref: ClusterRef) -> Optional[Baseline]:
         """The recorded baseline of ``ref``, or None."""
-        return self._baseline(ref, self.store.read(ref))
+        return self._size(ref, self.store.read(ref), BASELINE_KEY)
 
     def get_outside(self, ref: ClusterRef) -> Optional[Baseline]:
         """The size ``ref`` had outside phases, recorded when the first live phase claimed; None when
         no phase is live or unrestored."""
-        return self._outside(ref, self.store.read(ref))
+        return self._size(ref, self.store.read(ref), OUTSIDE_KEY)
 
-    def record_baseline(self, ref: ClusterRef, observe: Callable[[], ClusterState]) -> Baseline:
+    def record_baseline(self, ref: ClusterRef, observe: Observe) -> Baseline:
         """The recorded baseline; if there is none, record ``Baseline.from_state(observe())``.
 
         ``observe`` runs under the record's lock, so two processes racing to
@@ -67,31 +62,27 @@ class FileBookkeeping:
         """
 
         def change(record: Dict[str, str]) -> Baseline:
-            existing = self._baseline(ref, record)
-            if existing is not None:
-                return existing
-            baseline = Baseline.from_state(observe())
-            record[BASELINE_KEY] = encode_baseline(baseline)
-            return baseline
+            read = ClusterRecords(baseline=self._size(ref, record, BASELINE_KEY))
+            self._write(record, RecordChange(baseline=claimrules.baseline_before_change(read)), observe)
+            return self._size(ref, record, BASELINE_KEY)  # type: ignore[return-value]
 
         return self.store.update(ref, change)
 
-    def forget_baseline(self, ref: ClusterRef) -> Optional[Baseline]:
-        """Drop the recorded baseline (and the size outside phases); return what the baseline was."""
+    def restore(self, ref: ClusterRef) -> Tuple[Optional[Baseline], List[str]]:
+        """Forget what a restore ends (:func:`.claimrules.restore`: every claim, the baseline and the size
+        outside phases) in one update; return what the baseline was and the ids of the claims dropped."""
 
-        def change(record: Dict[str, str]) -> Optional[Baseline]:
-            record.pop(OUTSIDE_KEY, None)
-            return self._baseline(ref, {BASELINE_KEY: record.pop(BASELINE_KEY, None)})
+        def change(record: Dict[str, str]) -> Tuple[Optional[Baseline], List[str]]:
+            read = self._records(ref, record)
+            decided, dropped = claimrules.restore(read)
+            self._write(record, decided)
+            return read.baseline, dropped
 
         return self.store.update(ref, change)
-
-    def forget_claims(self, ref: ClusterRef) -> Dict[str, Claim]:
-        """Drop every claim of ``ref``, live or not; return what they were."""
-        return self.store.update(ref, lambda record: self._claims(ref, {CLAIMS_KEY: record.pop(CLAIMS_KEY, None)}))
 
     def claims(self, ref: ClusterRef) -> Dict[str, Claim]:
         """Live claims of ``ref`` by claim id (dead ones are left for the next claim or settle to drop)."""
-        return split_live(self._claims(ref, self.store.read(ref)))[0]
+        return claimrules.live_claims(self._records(ref, self.store.read(ref)).claims)
 
     def claim(
         self,
@@ -99,53 +90,45 @@ class FileBookkeeping:
         claim_id: str,
         replicas: int,
         worker_hw_tier: Optional[str] = None,
-        observe: Optional[Callable[[], ClusterState]] = None,
+        observe: Optional[Observe] = None,
         *,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         timeout: Optional[float] = None,
     ) -> Claim:
-        """Add or replace ``claim_id``'s claim (a lease of ``lease_seconds``); return the largest live claim.
+        """Add or replace ``claim_id``'s claim (a lease of ``lease_seconds``; a live one it replaces keeps
+        when it was made); return the largest live claim.
 
         In the same locked update (waiting at most ``timeout`` seconds for the
         lock, else the store's own bound), dead claims are dropped and, with
         ``observe``, a missing baseline is recorded from ``observe()``, and so
         is the size outside phases when no other claim is live and none is
-        recorded; so a concurrent :meth:`settle` cannot forget a record the
-        new claim relies on. Raises :class:`InvalidInputError` for a bad id,
-        replica count or tier before anything is written.
+        recorded (:func:`.claimrules.claim`); so a concurrent :meth:`settle`
+        cannot forget a record the new claim relies on. Raises
+        :class:`InvalidInputError` for a bad id, replica count or tier before
+        anything is written.
         """
         validate_claim_id(claim_id)
         validate_replicas(replicas)
         tier = validate_tier_name(worker_hw_tier)
 
         def change(record: Dict[str, str]) -> Claim:
-            live, dead = split_live(self._claims(ref, record))
-            log_dropped(str(ref), dead)
-            others = {key: claim for key, claim in live.items() if key != claim_id}
-            if observe is not None:
-                self._record_sizes(ref, record, observe, first_phase=not others)
-            kept = live.get(claim_id)
-            live[claim_id] = Claim(
-                claim_id=claim_id, replicas=replicas, worker_hw_tier=tier, lease_seconds=lease_seconds,
-                **({"created_at": kept.created_at} if kept is not None else {}),
-            )
-            record[CLAIMS_KEY] = encode_claims(live)
-            return largest_claim(live)  # type: ignore[return-value]
+            new = Claim(claim_id=claim_id, replicas=replicas, worker_hw_tier=tier, lease_seconds=lease_seconds)
+            decided, largest = claimrules.claim(self._records(ref, record), new)
+            log_dropped(str(ref), decided.dead)
+            self._write(record, decided, observe)
+            return largest
 
         return self.store.update(ref, change, timeout=timeout)
 
     def renew(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
-        """Renew ``claim_id``'s lease from now; return the renewed claim, or None when it is gone (released,
-        dropped by ``ddlscale restore``, or dropped as dead)."""
+        """Renew ``claim_id``'s lease from now (keeping when it was made); return the renewed claim, or
+        None when it is gone (released, dropped by ``ddlscale restore``, or dropped as dead)."""
         validate_claim_id(claim_id)
 
         def change(record: Dict[str, str]) -> Optional[Claim]:
-            claims = self._claims(ref, record)
-            if claim_id not in claims:
-                return None
-            claims[claim_id] = claims[claim_id].renewed()
-            record[CLAIMS_KEY] = encode_claims(claims)
-            return claims[claim_id]
+            decided, renewed = claimrules.renew(self._records(ref, record).claims, claim_id)
+            self._write(record, decided)
+            return renewed
 
         return self.store.update(ref, change, timeout=RENEW_LOCK_TIMEOUT)
 
@@ -154,64 +137,60 @@ class FileBookkeeping:
         validate_claim_id(claim_id)
 
         def change(record: Dict[str, str]) -> Optional[Claim]:
-            claims = self._claims(ref, record)
-            claims.pop(claim_id, None)
-            if claims:
-                record[CLAIMS_KEY] = encode_claims(claims)
-            else:
-                record.pop(CLAIMS_KEY, None)
-            return largest_claim(split_live(claims)[0])
+            decided, largest = claimrules.release(self._records(ref, record).claims, claim_id)
+            self._write(record, decided)
+            return largest
 
         return self.store.update(ref, change)
 
     def settle(
         self, ref: ClusterRef, act: Callable[[Settlement], T], same_tier: SameTier = _exactly,
-        timeout: Optional[float] = None,
+        timeout: Optional[float] = None, observe: Optional[Observe] = None,
     ) -> T:
         """Call ``act`` with the :class:`Settlement` of the record under its lock; return its result.
 
         Claims and releases of ``ref`` wait until ``act`` returns, so what it
         changes matches the claims it was given: ``act`` must only decide and
-        send the change, never wait. Dead claims are dropped (and logged).
-        When no claim is live and ``act`` returns normally, the size outside
-        phases is forgotten (it was restored), and the baseline with it when
-        the settlement says so; when ``act`` raises, the record is left as it
-        was.
+        send the change, never wait. When ``act`` returns normally, the
+        settlement's change is written: dead claims dropped (and logged), a
+        missing baseline recorded from ``observe()`` while a claim is held, and
+        with none live the size outside phases forgotten (it was restored),
+        the baseline with it when the settlement says so; when ``act`` raises,
+        the record is left as it was.
         """
 
         def change(record: Dict[str, str]) -> T:
-            decided = settle(self._claims(ref, record), self._outside(ref, record), self._baseline(ref, record), same_tier)
+            decided = claimrules.settle(self._records(ref, record), same_tier)
             result = act(decided)
             log_dropped(str(ref), decided.dead)
-            if decided.live:
-                record[CLAIMS_KEY] = encode_claims(decided.live)
-            else:
-                record.pop(CLAIMS_KEY, None)
-                record.pop(OUTSIDE_KEY, None)
-                if decided.forget_baseline:
-                    record.pop(BASELINE_KEY, None)
+            self._write(record, decided.change, observe)
             return result
 
         return self.store.update(ref, change, timeout=timeout)
 
-    def _record_sizes(
-        self, ref: ClusterRef, record: Dict[str, str], observe: Callable[[], ClusterState], first_phase: bool
-    ) -> None:
-        baseline = self._baseline(ref, record)
-        missing_outside = first_phase and self._outside(ref, record) is None
-        if baseline is not None and not missing_outside:
-            return
-        now = Baseline.from_state(observe())
-        if baseline is None:
-            record[BASELINE_KEY] = encode_baseline(now)
-        if missing_outside:
-            record[OUTSIDE_KEY] = encode_baseline(now)
+    @staticmethod
+    def _write(record: Dict[str, str], change: RecordChange, observe: Optional[Observe] = None) -> None:
+        """Write ``change`` into ``record``; a size to record is observed once (skipped without ``observe``)."""
+        if change.claims is not None:
+            if change.claims:
+                record[CLAIMS_KEY] = encode_claims(change.claims)
+            else:
+                record.pop(CLAIMS_KEY, None)
+        sizes = ((BASELINE_KEY, change.baseline), (OUTSIDE_KEY, change.outside))
+        observed: Optional[str] = None
+        for key, size in sizes:
+            if size is Size.FORGET:
+                record.pop(key, None)
+            elif size is Size.RECORD and observe is not None:
+                observed = observed or encode_baseline(Baseline.from_state(observe()))
+                record[key] = observed
 
-    def _baseline(self, ref: ClusterRef, record: Dict[str, Any]) -> Optional[Baseline]:
-        return decode_baseline(record.get(BASELINE_KEY), source=f"{self.store.path(ref)} ({BASELINE_KEY})")
+    def _records(self, ref: ClusterRef, record: Dict[str, Any]) -> ClusterRecords:
+        return ClusterRecords(
+            claims=decode_claims(record.get(CLAIMS_KEY), source=f"{self.store.path(ref)} ({CLAIMS_KEY})"),
+            baseline=self._size(ref, record, BASELINE_KEY),
+            outside=self._size(ref, record, OUTSIDE_KEY),
+        )
 
-    def _outside(self, ref: ClusterRef, record: Dict[str, Any]) -> Optional[Baseline]:
-        return decode_baseline(record.get(OUTSIDE_KEY), source=f"{self.store.path(ref)} ({OUTSIDE_KEY})")
-
-    def _claims(self, ref: ClusterRef, record: Dict[str, Any]) -> Dict[str, Claim]:
-        return decode_claims(record.get(CLAIMS_KEY), source=f"{self.store.path(ref)} ({CLAIMS_KEY})")
+    def _size(self, ref: ClusterRef, record: Dict[str, Any], key: str) -> Optional[Baseline]:
+        return decode_baseline(record.get(key), source=f"{self.store.path(ref)} ({key})")

@@ -28,7 +28,9 @@ from ...errors import (
 )
 from ..._framework.ray_idle import idle_worker_ips
 from .._support.inplace import Reach
-from ..._core.leases import log_dropped, split_live
+from ..._core import claimrules
+from ..._core.claimrules import ClusterRecords, RecordChange, Size
+from ..._core.leases import log_dropped
 from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
 from ..._core.outage import OUTAGE_BACKOFF, outage_timeout
 from ..._core.progress import ProgressReporter
@@ -39,8 +41,6 @@ from ..._core.records import (
     Claim,
     decode_claims,
     encode_claims,
-    largest_claim,
-    settle,
 )
 from ...refs import DEFAULT_NAMESPACE, GROUP_SEPARATOR, KINDS, ClusterRef, validate_name
 from .._support.crds import LABEL_HW_TIER, LABEL_OWNER, layout_of
@@ -86,6 +86,17 @@ def _new_head(pod: Dict[str, Any], replaced_uid: str, tier_id: Optional[str]) ->
 
 def _annotations(obj: Dict[str, Any]) -> Dict[str, str]:
     return (obj.get("metadata") or {}).get("annotations") or {}
+
+
+def _claims_on(obj: Dict[str, Any]) -> Dict[str, Claim]:
+    """Every claim in ``obj``'s claims annotation, live or dead."""
+    return decode_claims(_annotations(obj).get(CLAIMS_ANNOTATION))
+
+
+def _records_on(obj: Dict[str, Any]) -> ClusterRecords:
+    """The claims, baseline and size outside phases recorded in ``obj``'s annotations."""
+    record, outside = decode_record(obj), decode_record(obj, OUTSIDE_ANNOTATION)
+    return ClusterRecords(_claims_on(obj), record[0] if record else None, outside[0] if outside else None)
 
 
 class KubernetesBackend(BaseBackend):
@@ -321,13 +332,35 @@ class KubernetesBackend(BaseBackend):
         ``request_timeout``, so a phase ending during an API server restart still releases its claim."""
         return Deadline(self.request_timeout)
 
-    def _with_baseline(self, ref: ClusterRef, obj: Dict[str, Any], patch: Patch) -> Patch:
+    def _with_baseline(
+        self, ref: ClusterRef, obj: Dict[str, Any], patch: Patch, change: Optional[RecordChange] = None
+    ) -> Patch:
+        """``patch`` (a change to the cluster) with the records ``change`` writes, by default a missing
+        baseline recorded (:func:`~flytekitplugins_ddlscale._core.claimrules.baseline_before_change`)."""
+        if change is None:
+            record = decode_record(obj)
+            change = RecordChange(baseline=claimrules.baseline_before_change(ClusterRecords(
+                baseline=record[0] if record else None
+            )))
         notes = self._adapter(ref).notes(obj, None, patch.get("spec") or {}, False)
-        if decode_record(obj) is None:
-            notes[BASELINE_ANNOTATION] = encode_record(*self._adapter(ref).baseline(self._label(ref), ref, obj))
+        notes.update(self._record_notes(ref, obj, change))
         if notes:
             patch.setdefault("metadata", {}).setdefault("annotations", {}).update(notes)
         return patch
+
+    def _record_notes(self, ref: ClusterRef, obj: Dict[str, Any], change: RecordChange) -> Patch:
+        """The annotation changes writing ``change`` on ``obj`` (a size to record is ``obj``'s, read once)."""
+        notes: Patch = {}
+        if change.claims is not None:
+            notes[CLAIMS_ANNOTATION] = encode_claims(change.claims) if change.claims else None
+        recorded: Optional[str] = None
+        for annotation, size in ((BASELINE_ANNOTATION, change.baseline), (OUTSIDE_ANNOTATION, change.outside)):
+            if size is Size.FORGET:
+                notes[annotation] = None
+            elif size is Size.RECORD:
+                recorded = recorded or encode_record(*self._adapter(ref).baseline(self._label(ref), ref, obj))
+                notes[annotation] = recorded
+        return notes
 
     def _size(
         self, ref: ClusterRef, obj: Dict[str, Any], replicas: int, strict: bool, tier: Optional[HardwareTier],
@@ -630,19 +663,14 @@ class KubernetesBackend(BaseBackend):
 
         def build(current: Dict[str, Any]) -> Optional[Patch]:
             record = decode_record(current)
-            # A restore ends every phase: claims left by killed processes would inflate the next one.
-            dropped = sorted(decode_claims(_annotations(current).get(CLAIMS_ANNOTATION)))
-            notes: Patch = {CLAIMS_ANNOTATION: None} if dropped else {}
+            decided, dropped = claimrules.restore(_records_on(current))
+            notes = self._record_notes(ref, current, decided)
             if record is None and target is None and not notes:
                 return None  # what an earlier build whose answer was lost dropped stays reported
             outcome["dropped"] = dropped
             if record is None and target is None:
                 return {"metadata": {"annotations": notes}}
             spec = self._restore_spec(ref, current, record, target, worker_tier, head_tier, outcome, pods)
-            if record is not None:
-                notes[BASELINE_ANNOTATION] = None
-            if OUTSIDE_ANNOTATION in _annotations(current):
-                notes[OUTSIDE_ANNOTATION] = None
             notes.update(self._adapter(ref).notes(current, record, spec, True))
             return {"spec": spec, "metadata": {"annotations": notes}} if notes else {"spec": spec}
 
@@ -696,16 +724,11 @@ class KubernetesBackend(BaseBackend):
         def build(current: Dict[str, Any]) -> Optional[Patch]:
             sent = dict(outcome)
             outcome.clear()
-            annotations = _annotations(current)
             record, outside = decode_record(current), decode_record(current, OUTSIDE_ANNOTATION)
-            decided = settle(
-                decode_claims(annotations.get(CLAIMS_ANNOTATION)), outside[0] if outside else None,
-                record[0] if record else None, lambda name, observed: self._same_tier(ref, name, observed),
+            decided = claimrules.settle(
+                _records_on(current), lambda name, observed: self._same_tier(ref, name, observed)
             )
             outcome.update(capped=False, tier=None, name=None, restoring=decided.hold is None, dead=decided.dead)
-            notes: Patch = {}
-            if decided.dead:
-                notes[CLAIMS_ANNOTATION] = encode_claims(decided.live) if decided.live else None
             if decided.hold is not None:
                 tier = self._resolve(decided.hold.worker_hw_tier, ref.kind, "worker_hw_tier")
                 wanted, capped, outcome["others"] = self._adapter(ref).before_change(
@@ -716,10 +739,8 @@ class KubernetesBackend(BaseBackend):
                 if tier is not None:
                     outcome.update(tier=tier.id, name=decided.hold.worker_hw_tier)
                 outcome["requested"] = decided.replicas
-                patch = self._with_baseline(ref, current, {"spec": spec})
-                if notes:
-                    patch.setdefault("metadata", {}).setdefault("annotations", {}).update(notes)
-                return patch
+                return self._with_baseline(ref, current, {"spec": spec}, decided.change)
+            notes = self._record_notes(ref, current, decided.change)
             restoring = outside or record
             if restoring is None:
                 if sent and not sent.get("nothing"):
@@ -732,14 +753,9 @@ class KubernetesBackend(BaseBackend):
             outcome["requested"] = target.replicas if target is not None else outcome["effective"]
             outcome["name"] = target.worker_hw_tier if target is not None else None
             notes.update(self._adapter(ref).notes(current, restoring, spec, True))
-            if outside is not None:
-                notes[OUTSIDE_ANNOTATION] = None
-            if record is not None and decided.forget_baseline:
-                notes[BASELINE_ANNOTATION] = None
             return {"spec": spec, "metadata": {"annotations": notes}}
 
-        live = split_live(decode_claims(_annotations(obj).get(CLAIMS_ANNOTATION)))[0]
-        claimed = largest_claim(live) is not None
+        claimed = bool(claimrules.live_claims(_claims_on(obj)))
         with self._until(ref, deadline, what, seen):
             # Same order as scale and restore: the autoscaler is released before the worker
             # group's record goes, and held only after the worker group is sized.
@@ -785,63 +801,47 @@ class KubernetesBackend(BaseBackend):
         self, ref: ClusterRef, claim_id: str, replicas: int, worker_hw_tier: Optional[str], lease_seconds: float,
         timeout: Optional[float],
     ) -> Claim:
-        """Add ``claim_id`` to the claims annotation, dropping dead claims; record the baseline and, for
-        the first live phase, the size outside phases in the same patch; return the largest live claim."""
-        dead: Dict[str, Any] = {}
+        """Add ``claim_id`` to the claims annotation (:func:`~flytekitplugins_ddlscale._core.claimrules.claim`:
+        dead claims dropped, the baseline and, for the first live phase, the size outside phases recorded in
+        the same patch); return the largest live claim."""
+        decided: Dict[str, Any] = {}
 
         def build(current: Dict[str, Any]) -> Optional[Patch]:
             self._adapter(ref).check_size(self._label(ref), ref, current, replicas)
-            live, gone = split_live(decode_claims(_annotations(current).get(CLAIMS_ANNOTATION)))
-            dead.clear()
-            dead.update(gone)
-            others = [key for key in live if key != claim_id]
-            existing = live.get(claim_id)
-            claim = Claim(claim_id, replicas, worker_hw_tier, lease_seconds=lease_seconds)
-            if existing is not None:
-                claim.created_at = existing.created_at
-            live[claim_id] = claim
-            notes: Patch = {CLAIMS_ANNOTATION: encode_claims(live)}
-            if not others and decode_record(current, OUTSIDE_ANNOTATION) is None:
-                notes[OUTSIDE_ANNOTATION] = encode_record(*self._adapter(ref).baseline(self._label(ref), ref, current))
-            return self._with_baseline(ref, current, {"metadata": {"annotations": notes}})
+            new = Claim(claim_id, replicas, worker_hw_tier, lease_seconds=lease_seconds)
+            decided["change"], decided["largest"] = claimrules.claim(_records_on(current), new)
+            return self._with_baseline(ref, current, {}, decided["change"])
 
         deadline = Deadline(timeout) if timeout is not None else self._bookkeeping_deadline()
-        _, after, _ = self._mutate(ref, build, deadline=deadline)
-        log_dropped(self._label(ref), dead)
-        largest = largest_claim(split_live(decode_claims(_annotations(after).get(CLAIMS_ANNOTATION)))[0])
-        assert largest is not None
-        return largest
+        self._mutate(ref, build, deadline=deadline)
+        log_dropped(self._label(ref), decided["change"].dead)
+        return decided["largest"]
 
     def _renew(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
         """Renew ``claim_id`` in the claims annotation; None (and no patch) when it is gone."""
-
-        def build(current: Dict[str, Any]) -> Optional[Patch]:
-            claims = decode_claims(_annotations(current).get(CLAIMS_ANNOTATION))
-            if claim_id not in claims:
-                return None
-            claims[claim_id] = claims[claim_id].renewed()
-            return {"metadata": {"annotations": {CLAIMS_ANNOTATION: encode_claims(claims)}}}
-
-        _, after, _ = self._mutate(ref, build, deadline=self._bookkeeping_deadline())
-        return decode_claims(_annotations(after).get(CLAIMS_ANNOTATION)).get(claim_id)
+        return self._claims_patch(ref, lambda claims: claimrules.renew(claims, claim_id))
 
     def _release(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
         """Remove ``claim_id`` from the claims annotation; return the largest remaining claim or None."""
+        return self._claims_patch(ref, lambda claims: claimrules.release(claims, claim_id))
+
+    def _claims_patch(
+        self, ref: ClusterRef, rule: Callable[[Dict[str, Claim]], Tuple[RecordChange, Optional[Claim]]]
+    ) -> Optional[Claim]:
+        """Apply ``rule`` to the claims annotation in one resourceVersion-checked patch (none when it changes
+        nothing); return the claim it answers from the last read."""
+        answer: Dict[str, Optional[Claim]] = {}
 
         def build(current: Dict[str, Any]) -> Optional[Patch]:
-            claims = decode_claims(_annotations(current).get(CLAIMS_ANNOTATION))
-            if claim_id not in claims:
-                return None
-            del claims[claim_id]
-            value = encode_claims(claims) if claims else None
-            return {"metadata": {"annotations": {CLAIMS_ANNOTATION: value}}}
+            change, answer["claim"] = rule(_claims_on(current))
+            return {"metadata": {"annotations": self._record_notes(ref, current, change)}} if change.writes else None
 
-        _, after, _ = self._mutate(ref, build, deadline=self._bookkeeping_deadline())
-        return largest_claim(split_live(decode_claims(_annotations(after).get(CLAIMS_ANNOTATION)))[0])
+        self._mutate(ref, build, deadline=self._bookkeeping_deadline())
+        return answer["claim"]
 
     def _claims(self, ref: ClusterRef) -> Dict[str, Claim]:
         """The live claims in the cluster's claims annotation, by claim id (dead ones not counted)."""
-        return split_live(decode_claims(_annotations(self._read(ref)).get(CLAIMS_ANNOTATION)))[0]
+        return claimrules.live_claims(_claims_on(self._read(ref)))
 
     def close(self) -> None:
         """Close the connection pool if this backend created the client."""
