@@ -144,7 +144,7 @@ class _Lane:
     def trial(self, client: str, workers: int, delay: float, cold: bool = False) -> Trial:
         """One scale-and-wait to ``workers`` and back; ``cold``: first let the backend's pod informer stop
         (it lingers after a wait), so the requests counted are those of a wait that starts its own watch."""
-        from flytekitplugins_ddlscale.backends.kubernetes.informer import WAIT_LINGER
+        from flytekitplugins_ddlscale.backends.kubernetes._informer import WAIT_LINGER
 
         if cold:
             time.sleep(WAIT_LINGER + 0.5)

@@ -22,7 +22,7 @@ from flytekit.core.interface import Interface
 from flytekit.core.python_function_task import PythonInstanceTask
 from flytekit.types.error import FlyteError
 
-from .backends.base import DEFAULT_SCALE_TIMEOUT
+from .backends._base import DEFAULT_SCALE_TIMEOUT
 from ._services.connecting import connected  # noqa: F401 - public here, as before it moved to the core
 from .errors import InvalidInputError
 from ._services.nodes.names import qualified_name

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from flytekitplugins_ddlscale.backends.local.dask_ops import scheduler_workers
+from flytekitplugins_ddlscale.backends.local._dask_ops import scheduler_workers
 from tests.servers.scaler_server import DEFAULT_API_KEY
 from tests.servers.status_http import free_port
 

@@ -17,7 +17,7 @@ from tests.servers.k8s_server import K8sTestServer
 from tests.servers.scaler_server import DEFAULT_API_KEY
 
 from flytekitplugins_ddlscale import ClusterRef
-from flytekitplugins_ddlscale.backends.kubernetes.informer import running_informers
+from flytekitplugins_ddlscale.backends.kubernetes._informer import running_informers
 from flytekitplugins_ddlscale.connector import ScalingConnector, ScalingMetadata
 from flytekitplugins_ddlscale._services.nodes.names import WAIT_TASK_TYPE
 

@@ -431,7 +431,7 @@ def test_a_kind_the_backend_does_not_serve_is_refused_before_any_request(world):
 
 def test_every_backend_is_a_context_manager_offering_connection_env(world):
     from flytekitplugins_ddlscale.backends import ClusterBackend
-    from flytekitplugins_ddlscale.backends.base import BaseBackend
+    from flytekitplugins_ddlscale.backends._base import BaseBackend
 
     assert isinstance(world.backend, BaseBackend) and isinstance(world.backend, ClusterBackend)
     with world.backend as backend:

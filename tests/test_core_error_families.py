@@ -35,8 +35,8 @@ from flytekitplugins_ddlscale._core import outage
 from flytekitplugins_ddlscale._core.outage import OutageTracker, retry_through_outage
 from flytekitplugins_ddlscale._core.waiting import Backoff, Deadline
 from flytekitplugins_ddlscale.backends._support.domino_auth import ProxyUnavailableError
-from flytekitplugins_ddlscale.backends.kubernetes.api import Conflict, WatchExpired
-from flytekitplugins_ddlscale.backends.local.supervisor import HeadExitedError
+from flytekitplugins_ddlscale.backends.kubernetes._api import Conflict, WatchExpired
+from flytekitplugins_ddlscale.backends.local._supervisor import HeadExitedError
 from flytekitplugins_ddlscale._services.connector_policy import NotServedError
 
 # One instance of every class, built as the code builds it, with the family it must be caught by.

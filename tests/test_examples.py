@@ -121,7 +121,7 @@ def test_spark_example_runs_locally_end_to_end_on_a_real_spark_cluster(tmp_path)
 @pytest.mark.slow
 @pytest.mark.starts_ray
 def test_readme_ray_snippet_is_the_ray_example_and_runs_end_to_end_on_local_ray(tmp_path):
-    from flytekitplugins_ddlscale.backends.local.ray_ops import RAY_TEMP_PREFIX
+    from flytekitplugins_ddlscale.backends.local._ray_ops import RAY_TEMP_PREFIX
 
     readme = (ROOT / "README.md").read_text()
     snippet = readme.split("```python\n", 1)[1].split("```\n", 1)[0]

@@ -234,7 +234,7 @@ def test_real_dask_scheduler_http_server(tmp_path):
 
 def test_pod_readiness_and_framework_count_combine():
     """With a backend that sees pod readiness, the smaller of the two counts is ready."""
-    from flytekitplugins_ddlscale.backends.base import BackendCapabilities
+    from flytekitplugins_ddlscale.backends._base import BackendCapabilities
     from flytekitplugins_ddlscale._services.readiness import FrameworkOptions, confirm_ready
     from flytekitplugins_ddlscale.models import ClusterState
     from flytekitplugins_ddlscale.refs import ClusterRef

@@ -10,7 +10,7 @@ from tests.servers.k8s_fixtures import backend, k8s, make_backend, role_rules, t
 from tests.servers.ray_dashboard import RayDashboardServer
 
 from flytekitplugins_ddlscale import ClusterRef
-from flytekitplugins_ddlscale.backends.kubernetes.resources.base import removal_order
+from flytekitplugins_ddlscale.backends.kubernetes._resources.base import removal_order
 from flytekitplugins_ddlscale.errors import (
     CapacityExceededError,
     ConflictError,

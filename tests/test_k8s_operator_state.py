@@ -8,8 +8,8 @@ from tests.servers.k8s_fixtures import backend, k8s, tiers_file  # noqa: F401 - 
 
 from flytekitplugins_ddlscale import ClusterRef
 from flytekitplugins_ddlscale.errors import UnreachableWaitError
-from flytekitplugins_ddlscale.backends.kubernetes.resources.kuberay import cluster_status
-from flytekitplugins_ddlscale.backends.kubernetes.resources.daskop import scheduler_status
+from flytekitplugins_ddlscale.backends.kubernetes._resources.kuberay import cluster_status
+from flytekitplugins_ddlscale.backends.kubernetes._resources.daskop import scheduler_status
 
 RAY = ClusterRef("kuberay", "r1")
 DASK = ClusterRef("dask-operator", "d1")

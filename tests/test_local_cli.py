@@ -112,8 +112,8 @@ def test_list_columns_line_up_under_the_header():
 
 @pytest.mark.slow
 def test_a_cluster_whose_new_workers_have_not_joined_is_starting_not_stopping(local_state):
-    from flytekitplugins_ddlscale.backends.local import procs
-    from flytekitplugins_ddlscale.backends.local.state import WorkerRecord
+    from flytekitplugins_ddlscale.backends.local import _procs as procs
+    from flytekitplugins_ddlscale.backends.local._state import WorkerRecord
 
     assert _invoke(local_state, "up", "--name", "grow", "--replicas", "1").exit_code == 0
     backend = LocalBackend(state_dir=local_state)

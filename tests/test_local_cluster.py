@@ -18,7 +18,7 @@ from flytekitplugins_ddlscale import (
     ScalingTimeoutError,
     WorkerFailedError,
 )
-from flytekitplugins_ddlscale.backends.local import LocalBackend, procs
+from flytekitplugins_ddlscale.backends.local import LocalBackend, _procs as procs
 from tests.test_local_support import (  # noqa: F401
     backend,
     local_state,

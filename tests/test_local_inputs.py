@@ -20,7 +20,7 @@ from flytekitplugins_ddlscale import (
 )
 from flytekitplugins_ddlscale.backends import ClusterBackend, get_backend
 from flytekitplugins_ddlscale.backends.local import LOCAL_TIERS_ENV, LocalBackend, dask_env, environ_set
-from flytekitplugins_ddlscale.backends.local.tiers import WorkerShape, load_catalog, memory_bytes
+from flytekitplugins_ddlscale.backends.local._tiers import WorkerShape, load_catalog, memory_bytes
 from tests.test_local_support import backend, local_state, tiers_file  # noqa: F401
 
 REF = ClusterRef("dask", "inputs")
@@ -227,13 +227,13 @@ def test_spark_without_pyspark_is_refused_saying_what_to_install(backend, monkey
     ("no version here", None),
 ])
 def test_java_major_versions(text, major):
-    from flytekitplugins_ddlscale.backends.local.spark_ops import java_major
+    from flytekitplugins_ddlscale.backends.local._spark_ops import java_major
 
     assert java_major(text) == major
 
 
 def test_java_is_asked_for_its_version_once_per_binary(tmp_path, monkeypatch):
-    from flytekitplugins_ddlscale.backends.local.spark_ops import java_command
+    from flytekitplugins_ddlscale.backends.local._spark_ops import java_command
 
     java = tmp_path / "jdk" / "bin" / "java"
     java.parent.mkdir(parents=True)

@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from flytekitplugins_ddlscale import ClusterRef, ReplicaSpec, ScaleCluster, UnsupportedOperationError
-from flytekitplugins_ddlscale.backends.local import LocalBackend, procs
+from flytekitplugins_ddlscale.backends.local import LocalBackend, _procs as procs
 from flytekitplugins_ddlscale._core.settings import RAY_EXECUTABLE
 from flytekitplugins_ddlscale.cli.local_commands import local
 from flytekitplugins_ddlscale._services.readiness import FrameworkOptions, confirm_ready
@@ -304,7 +304,7 @@ def test_cli_local_up_status_down_with_kind_ray(b, state):
 
 # ----- the worker node wrapper, with plain commands standing in for `ray start` -----
 
-RAY_NODE = Path(procs.__file__).with_name("ray_node.py")
+RAY_NODE = Path(procs.__file__).with_name("_ray_node.py")
 TRAPPING = 'echo started >> "$0"; trap \'echo stopped >> "$0"; exit 0\' TERM; while :; do sleep 0.05; done'
 
 
@@ -348,7 +348,7 @@ def test_node_wrapper_passes_sigterm_on_and_its_death_stops_the_node(head_url, t
 
 
 def test_worker_nodes_started_together_get_ray_temp_folders_of_their_own_short_enough_for_sockets(tmp_path):
-    from flytekitplugins_ddlscale.backends.local import ray_ops
+    from flytekitplugins_ddlscale.backends.local import _ray_ops as ray_ops
 
     temp = "/tmp/ddlscale-ray-abcd1234"
     names = [f"{'n' * 63}-ray-worker-{i}" for i in (0, 1, 10)]

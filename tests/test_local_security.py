@@ -30,7 +30,7 @@ import pytest
 
 from flytekitplugins_ddlscale import ClusterRef, InvalidInputError
 from flytekitplugins_ddlscale.backends.local import LocalBackend
-from flytekitplugins_ddlscale.backends.local.process_env import cluster_environment
+from flytekitplugins_ddlscale.backends.local._process_env import cluster_environment
 from tests.test_local_support import SMALL_TIERS, processes_mentioning
 
 SECRET_NAME = "DDLSCALE_TEST_SERVICE_API_KEY"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from flytekitplugins_ddlscale import ClusterRef, ConflictError
-from flytekitplugins_ddlscale.backends.local import LocalBackend, procs
+from flytekitplugins_ddlscale.backends.local import LocalBackend, _procs as procs
 from tests.test_local_support import backend, local_state, processes_mentioning, scheduler_workers  # noqa: F401
 
 CHILD = textwrap.dedent(

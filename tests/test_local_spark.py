@@ -20,7 +20,7 @@ from typing import Any, Dict, List
 import pytest
 
 from flytekitplugins_ddlscale import ClusterRef, ReplicaSpec, ScaleCluster
-from flytekitplugins_ddlscale.backends.local import LocalBackend, procs
+from flytekitplugins_ddlscale.backends.local import LocalBackend, _procs as procs
 from flytekitplugins_ddlscale._framework import probe_for, resolve_endpoint, wait_registered
 from flytekitplugins_ddlscale.phase import cluster_phase
 from tests.framework_support import SCALER_VARIABLES, use_scaler

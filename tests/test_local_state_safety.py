@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from flytekitplugins_ddlscale import ClusterRef, CorruptRecordError, UnsafePathError
-from flytekitplugins_ddlscale.backends.local import LocalBackend, procs, ray_ops
-from flytekitplugins_ddlscale.backends.local.state import ClusterRecord
+from flytekitplugins_ddlscale.backends.local import LocalBackend, _procs as procs, _ray_ops as ray_ops
+from flytekitplugins_ddlscale.backends.local._state import ClusterRecord
 from flytekitplugins_ddlscale.cli.local_commands import local
 from flytekitplugins_ddlscale.backends._support.filestore import FileRecordStore
 from tests.test_local_support import local_state, processes_mentioning  # noqa: F401

@@ -29,7 +29,7 @@ tiers:
 
 def wait_dead(proc, timeout: float = 10.0) -> None:
     """Wait until a killed process is gone (a SIGKILLed process needs a moment to exit)."""
-    from flytekitplugins_ddlscale.backends.local import procs
+    from flytekitplugins_ddlscale.backends.local import _procs as procs
 
     deadline = time.monotonic() + timeout
     while procs.is_alive(proc):

@@ -14,7 +14,7 @@ import time
 import pytest
 from flytekit.core.context_manager import FlyteContextManager
 
-from flytekitplugins_ddlscale.backends.local import procs
+from flytekitplugins_ddlscale.backends.local import _procs as procs
 from flytekitplugins_ddlscale.errors import ClusterFaultError, InvalidInputError
 from flytekitplugins_ddlscale._services.hold import cluster_phase
 from flytekitplugins_ddlscale._services.hold.faults import REPAIRED, REPORTED, Fault, find_fault

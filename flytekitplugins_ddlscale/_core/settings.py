@@ -2,7 +2,7 @@
 
 Each :class:`Setting` names its variable and says what it holds, what values
 it takes, its default and what it means; ``docs/settings.md`` is this list
-(:func:`markdown_table`, checked by ``tests/test_settings.py``). No other
+(:func:`markdown_table`, checked by ``tests/internals/test_settings.py``). No other
 module reads ``os.environ`` for a variable or spells a variable's name.
 
 Precedence of :meth:`Setting.value`: an argument (checked under the

@@ -27,7 +27,7 @@ from typing import Iterable, Mapping, Optional, Tuple
 from urllib.parse import urlsplit
 
 from ..backends import ALIASES, available_backends, backend_name_from_env
-from ..backends.base import ClusterBackend
+from ..backends._base import ClusterBackend
 from .._core import settings
 from ..errors import InvalidInputError, ScalingError
 from ..refs import DEFAULT_NAMESPACE, ClusterRef

@@ -7,7 +7,7 @@ from collections import OrderedDict
 from typing import Iterator, Optional, Tuple
 
 from ..backends import backend_name_from_env, get_backend
-from ..backends.base import ClusterBackend
+from ..backends._base import ClusterBackend
 
 KEPT_BACKENDS = 8
 """Open backends a :class:`BackendPool` keeps at most (one per backend name and environment)."""

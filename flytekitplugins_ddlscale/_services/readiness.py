@@ -12,7 +12,7 @@ scheduler at http://h:8787``.
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from ..backends.base import ClusterBackend
+from ..backends._base import ClusterBackend
 from ..models import ClusterState, ScaleResult
 from .._core.progress import ProgressReporter
 from ..refs import ClusterRef

@@ -19,7 +19,7 @@ from typing import Any, Dict, Mapping, Optional
 
 from .._core import settings
 from ..errors import InvalidInputError
-from .base import (
+from ._base import (
     DEFAULT_RESTART_TIMEOUT,
     DEFAULT_SCALE_TIMEOUT,
     BackendCapabilities,

@@ -11,7 +11,7 @@ from typing import Any, Callable, Optional
 import click
 
 from ..backends import get_backend
-from ..backends.base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT
+from ..backends._base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT
 from ..errors import InvalidInputError, ScalingError
 from .._services.readiness import FrameworkOptions, confirm_change, confirm_ready
 from ..models import ReplicaSpec

@@ -71,7 +71,7 @@ def _ref(kind: str, name: str) -> ClusterRef:
 
 def _local_kind(ctx: click.Context, param: click.Parameter, kind: str) -> str:
     """``kind`` when the local backend runs it; otherwise a usage error (exit 2) naming the kinds it runs."""
-    from ..backends.local.drivers import SERVED_KINDS, served_frameworks
+    from ..backends.local._drivers import SERVED_KINDS, served_frameworks
 
     if kind not in SERVED_KINDS:
         raise click.BadParameter(

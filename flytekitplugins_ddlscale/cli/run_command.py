@@ -12,7 +12,7 @@ from typing import List, Optional, Tuple
 
 import click
 
-from ..backends.base import DEFAULT_SCALE_TIMEOUT
+from ..backends._base import DEFAULT_SCALE_TIMEOUT
 from ..errors import ClusterFaultError, ScalingError
 from .._services.hold import ClusterPhase, PhaseInterrupted, cluster_phase
 from .._core.redaction import redact

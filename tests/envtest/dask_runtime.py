@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from flytekitplugins_ddlscale.backends.local.dask_ops import scheduler_workers
+from flytekitplugins_ddlscale.backends.local._dask_ops import scheduler_workers
 from tests.envtest.controlplane import _die_with_parent
 from tests.envtest.kubelet import Reacting, Reactor
 from tests.servers.status_http import free_port

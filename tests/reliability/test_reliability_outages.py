@@ -146,7 +146,7 @@ def test_scaler_scale_refused_before_sending_is_sent_once_the_service_is_back(
 
 
 def test_scaler_patch_refused_at_connect_is_sent_once_the_service_is_back(scaler_server, sproxy, scaler_cluster):
-    from flytekitplugins_ddlscale.backends.scaler.client import ScalerClient
+    from flytekitplugins_ddlscale.backends.scaler._client import ScalerClient
     from flytekitplugins_ddlscale.backends._support.domino_auth import DominoAuth
     from flytekitplugins_ddlscale._core.waiting import Deadline
     from tests.servers.scaler_server import DEFAULT_API_KEY
@@ -509,7 +509,7 @@ def test_k8s_scale_refused_before_sending_is_applied_once_the_server_is_back(
 def test_k8s_patch_refused_at_connect_is_sent_once_the_server_is_back(k8s_server, kproxy, k8s_cluster):
     from kubernetes import client as k8s_client
 
-    from flytekitplugins_ddlscale.backends.kubernetes.api import KubeApi
+    from flytekitplugins_ddlscale.backends.kubernetes._api import KubeApi
     from flytekitplugins_ddlscale._core.waiting import Deadline
 
     api = KubeApi(k8s_client.ApiClient(k8s_client.Configuration(host=kproxy.url)))

@@ -218,7 +218,7 @@ def test_token_expiring_mid_wait_is_refreshed(make_scaler, scaler_server, cluste
 
 
 def test_service_restart_shorter_than_retry_budget_does_not_end_the_wait(make_scaler, scaler_server, proxy, cluster):
-    from flytekitplugins_ddlscale.backends.scaler.client import DEFAULT_RETRY_BACKOFF
+    from flytekitplugins_ddlscale.backends.scaler._client import DEFAULT_RETRY_BACKOFF
 
     backend = make_scaler(base_url=proxy.url, retries=RETRIES, retry_backoff=DEFAULT_RETRY_BACKOFF)
     scaler_server.set_pod_ready_delay(0.8)

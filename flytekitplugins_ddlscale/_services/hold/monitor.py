@@ -27,7 +27,7 @@ import threading
 import time
 from typing import Callable, List, Optional
 
-from ...backends.base import ClusterBackend
+from ...backends._base import ClusterBackend
 from ...errors import ClusterNotFoundError
 from ..._core.leases import renew_interval
 from ..._core.claimrules import largest_claim

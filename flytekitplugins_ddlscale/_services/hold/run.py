@@ -40,7 +40,7 @@ from types import TracebackType
 from typing import Callable, List, Mapping, Optional, Type
 
 from ...backends import get_backend
-from ...backends.base import ClusterBackend
+from ...backends._base import ClusterBackend
 from ..._core.deck import publish_deck, render_html
 from ..._core.environ import environ_set
 from ..connecting import connection_variables
@@ -247,7 +247,7 @@ class ClusterPhase:
                 needed=s.replicas,
             )
         if result is None:
-            raise ScalingError(
+            raise ConflictError(
                 f"the claim of phase {self.claim_id} vanished before the cluster was scaled "
                 "(was `ddlscale restore` run meanwhile?)",
                 cluster=str(self.ref),

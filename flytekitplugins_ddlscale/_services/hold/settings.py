@@ -8,7 +8,7 @@ them to :class:`PhaseSettings`, which holds their defaults and checks them.
 from dataclasses import dataclass
 from typing import Optional, TypedDict, Union
 
-from ...backends.base import DEFAULT_SCALE_TIMEOUT
+from ...backends._base import DEFAULT_SCALE_TIMEOUT
 from ...errors import InvalidInputError
 from ..._core.leases import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
 from ...models import ReplicaSpec

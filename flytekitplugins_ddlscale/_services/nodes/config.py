@@ -8,7 +8,7 @@ from dataclasses import MISSING, asdict, dataclass, fields
 from functools import partial
 from typing import Any, Callable, Dict, Optional, Tuple, Type, TypeVar
 
-from ...backends.base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT
+from ...backends._base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT
 from ...errors import InvalidInputError
 from ..readiness import FrameworkOptions
 from ...refs import cluster_text

@@ -17,7 +17,7 @@ from ...refs import ClusterRef
 from ..._core.wording import plural
 
 if TYPE_CHECKING:
-    from ...backends.base import BaseBackend
+    from ...backends._base import BaseBackend
 
 _touched: Dict[str, Tuple[str, ClusterRef]] = {}
 _lock = threading.Lock()
@@ -45,7 +45,7 @@ def forget_all() -> None:
 def stop_command(backend: str, ref: ClusterRef) -> str:
     """The ``ddlscale`` command that stops (or restores) ``ref`` on ``backend``, as the backend says it
     (a backend class that does not derive from ``BaseBackend``: ``ddlscale restore``)."""
-    from ...backends.base import restore_command
+    from ...backends._base import restore_command
 
     own = getattr(_backend_class(backend), "stop_command", None)
     return own(ref) if own is not None else restore_command(backend, ref)

@@ -2,6 +2,6 @@
 
 Imports the ``kubernetes`` client only when a backend method first needs it.
 """
-from .backend import KubernetesBackend
+from ._backend import KubernetesBackend
 
 __all__ = ["KubernetesBackend"]

@@ -2,9 +2,9 @@
 
 See :class:`LocalBackend` and ``docs/local.md``.
 """
-from .backend import DEFAULT_MAX_WORKERS, LocalBackend
-from .env import DASK_HOST_ENV, DASK_PORT_ENV, dask_env, environ_set
-from .tiers import LOCAL_TIERS_ENV, default_tiers_file
+from ._backend import DEFAULT_MAX_WORKERS, LocalBackend
+from ._env import DASK_HOST_ENV, DASK_PORT_ENV, dask_env, environ_set
+from ._tiers import LOCAL_TIERS_ENV, default_tiers_file
 
 __all__ = [
     "DASK_HOST_ENV",

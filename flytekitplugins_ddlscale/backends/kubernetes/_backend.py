@@ -1,0 +1,851 @@
+"""The Kubernetes backend: cluster custom resources patched directly (Domino's DCO kinds, KubeRay's
+RayCluster, the Dask operator's worker groups; what differs per operator is in ``resources/``).
+
+Each change is ONE JSON merge patch of the cluster object that carries the
+object's resourceVersion; a 409 re-reads and re-applies (bounded). The
+baseline is recorded in the same patch as the first change, in an annotation
+on the cluster object, so any process can restore it. Waits watch pods.
+Scale, restart, restore and reconcile ride out an API server outage until
+their timeout, which bounds the whole operation (request and wait).
+"""
+import contextlib
+import logging
+import random
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+
+from ..._core import settings
+from ...errors import (
+    ClusterNotFoundError,
+    ConflictError,
+    InvalidInputError,
+    ScalingError,
+    TransientError,
+    UnauthorizedError,
+    UnsupportedOperationError,
+)
+from ..._framework.ray_idle import idle_worker_ips
+from .._support.inplace import Reach
+from ..._core import claimrules
+from ..._core.claimrules import ClusterRecords, RecordChange, Size
+from ..._core.leases import log_dropped
+from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
+from ..._core.outage import OUTAGE_BACKOFF, outage_timeout
+from ..._core.progress import ProgressReporter
+from ..._core.records import (
+    BASELINE_ANNOTATION,
+    CLAIMS_ANNOTATION,
+    OUTSIDE_ANNOTATION,
+    Claim,
+    decode_claims,
+    encode_claims,
+)
+from ...refs import DEFAULT_NAMESPACE, GROUP_SEPARATOR, KINDS, ClusterRef, validate_name
+from .._support.crds import LABEL_HW_TIER, LABEL_OWNER, layout_of
+from ..._core.sharing import current_shared_reads
+from ..tiers import HardwareTier, TierCatalog
+from ..._core.validation import validate_tier_name, validate_timeout
+from ..._core.waiting import Deadline
+from .._base import BackendCapabilities, BaseBackend, Change
+from ._api import Conflict, KubeApi
+from ._client import make_api_client, tier_catalog_from_env
+from ._informer import cached_pods, matches, parse_selector
+from ._podwatch import PodWaiter
+from ._resources import Outcome, ResourceAdapter, adapter_for
+from ._resources.base import mark_idle
+from ._spec import decode_record, encode_record, pod_ready, pod_terminating
+
+RAY_DASHBOARD = "http://{name}-head-svc.{namespace}.svc:8265"
+"""Where a KubeRay cluster's Ray dashboard answers: KubeRay's head service, the dashboard port."""
+IDLE_READ_TIMEOUT = 2.0
+"""Seconds each read of the Ray head's idle workers may take before the scale-down goes on without them."""
+Patch = Dict[str, Any]
+logger = logging.getLogger("flytekitplugins_ddlscale.kubernetes")
+
+
+@dataclass(frozen=True)
+class _Patched:
+    """What the wait after a patch needs: the tier id its workers carry, the object it left, and the
+    operation's deadline (which also bounds the state read reported without a wait)."""
+
+    tier_id: Optional[str]
+    after: Dict[str, Any]
+    deadline: Deadline
+
+
+def _new_head(pod: Dict[str, Any], replaced_uid: str, tier_id: Optional[str]) -> bool:
+    """Whether ``pod`` is a Ready head other than the one replaced, on ``tier_id`` when one was asked for."""
+    metadata = pod["metadata"]
+    return (
+        metadata.get("uid") != replaced_uid and pod_ready(pod)
+        and (tier_id is None or (metadata.get("labels") or {}).get(LABEL_HW_TIER) == tier_id)
+    )
+
+
+def _annotations(obj: Dict[str, Any]) -> Dict[str, str]:
+    return (obj.get("metadata") or {}).get("annotations") or {}
+
+
+def _claims_on(obj: Dict[str, Any]) -> Dict[str, Claim]:
+    """Every claim in ``obj``'s claims annotation, live or dead."""
+    return decode_claims(_annotations(obj).get(CLAIMS_ANNOTATION))
+
+
+def _records_on(obj: Dict[str, Any]) -> ClusterRecords:
+    """The claims, baseline and size outside phases recorded in ``obj``'s annotations."""
+    record, outside = decode_record(obj), decode_record(obj, OUTSIDE_ANNOTATION)
+    return ClusterRecords(_claims_on(obj), record[0] if record else None, outside[0] if outside else None)
+
+
+class KubernetesBackend(BaseBackend):
+    """Scales clusters by patching their custom resources with the official client: Domino's
+    DCO kinds, KubeRay's RayCluster (``kuberay``) and the Dask operator's worker groups
+    (``dask-operator``), each through its :class:`~.resources.ResourceAdapter`.
+
+    ``namespace`` is used for refs without one. The API client comes from
+    ``api_client`` if given, else in-cluster config (``in_cluster=True``, or
+    None inside a pod without ``kubeconfig``), else ``kubeconfig``/``context``.
+    Tiers resolve through ``tier_catalog``, else ``tiers_file``, else
+    Domino's API through ``$DOMINO_API_PROXY``, else ``$DDLSCALE_TIERS_FILE``.
+    Changes to clusters whose ``dominodatalab.com/starting-user-id`` label
+    differs from ``owner`` (default ``$DOMINO_STARTING_USER_ID``) are refused
+    unless ``allow_foreign``. A pod Unschedulable, crash-looping or failing
+    to pull for longer than ``failure_grace`` seconds ends a wait early.
+    A KubeRay scale-down removes the workers the Ray head reports idle first,
+    reading its dashboard at ``ray_dashboard`` (``{name}``/``{namespace}``
+    filled in; None: never asked).
+    """
+
+    name = "kubernetes"
+    capabilities = BackendCapabilities(
+        kinds=frozenset(KINDS),
+        observes_readiness=True,
+        holds_size=True,
+        head_tier=True,
+        persistent_baseline=True,
+        observes_restarts=True,
+    )
+
+    def __init__(
+        self,
+        namespace: str = DEFAULT_NAMESPACE,
+        kubeconfig: Optional[str] = None,
+        context: Optional[str] = None,
+        in_cluster: Optional[bool] = None,
+        tier_catalog: Optional[TierCatalog] = None,
+        api_client: Any = None,
+        *,
+        tiers_file: Optional[str] = None,
+        owner: Optional[str] = None,
+        allow_foreign: bool = False,
+        failure_grace: float = 30.0,
+        request_timeout: float = 30.0,
+        conflict_retries: int = 8,
+        ray_dashboard: Optional[str] = RAY_DASHBOARD,
+    ) -> None:
+        self.namespace = validate_name(namespace, field="namespace")
+        self.failure_grace = validate_timeout(failure_grace, field="failure_grace")
+        self.request_timeout = validate_timeout(request_timeout, field="request_timeout")
+        if isinstance(conflict_retries, bool) or not isinstance(conflict_retries, int) or conflict_retries < 1:
+            raise InvalidInputError("conflict_retries", conflict_retries, "an integer >= 1")
+        self.conflict_retries = conflict_retries
+        if ray_dashboard is not None and not isinstance(ray_dashboard, str):
+            raise InvalidInputError("ray_dashboard", ray_dashboard, f"a URL such as {RAY_DASHBOARD}, or None")
+        self.ray_dashboard = ray_dashboard
+        self.owner = settings.DOMINO_STARTING_USER_ID.value(owner)
+        self.allow_foreign = allow_foreign
+        self._kubeconfig, self._context, self._in_cluster = kubeconfig, context, in_cluster
+        self._given_client = api_client
+        self._tier_catalog = tier_catalog
+        self._tiers_file = tiers_file
+        self._api: Optional[KubeApi] = None
+        self._lock = threading.Lock()
+
+    # -- plumbing ----------------------------------------------------------
+    @property
+    def api(self) -> KubeApi:
+        """The API wrapper, created on first use."""
+        with self._lock:
+            if self._api is None:
+                client = self._given_client or make_api_client(self._kubeconfig, self._context, self._in_cluster)
+                self._api = KubeApi(client, self.request_timeout)
+            return self._api
+
+    def _ns(self, ref: ClusterRef) -> str:
+        return ref.namespace or self.namespace
+
+    def _label(self, ref: ClusterRef) -> str:
+        group = f"{GROUP_SEPARATOR}{ref.group}" if ref.group is not None else ""
+        return f"{self._ns(ref)}/{ref.kind}/{ref.name}{group}"
+
+    @staticmethod
+    def _adapter(ref: ClusterRef) -> ResourceAdapter:
+        return adapter_for(layout_of(ref))
+
+    def _selector(self, ref: ClusterRef, role: Optional[str] = None) -> str:
+        return self._adapter(ref).pod_selector(ref, role)
+
+    def _read(self, ref: ClusterRef, deadline: Optional[Deadline] = None) -> Dict[str, Any]:
+        adapter = self._adapter(ref)
+        try:
+            return self.api.get_cluster(
+                adapter.plural, self._ns(ref), adapter.object_name(ref), deadline, adapter.group, adapter.version
+            )
+        except ClusterNotFoundError:
+            adapter.explain_missing(ref, self._ns(ref), self.api, deadline)
+            raise
+
+    def _pods(
+        self, ref: ClusterRef, role: Optional[str] = None, deadline: Optional[Deadline] = None
+    ) -> List[Dict[str, Any]]:
+        """The cluster's pods: from the shared informer's cache when one is synced for the namespace (or
+        the caller asked for shared reads, see :mod:`~flytekitplugins_ddlscale._core.sharing`), else one list."""
+        sharing = current_shared_reads()
+        linger = sharing.linger if sharing is not None else 0.0
+        wait = deadline.remaining if deadline is not None else self.request_timeout
+        cached = cached_pods(self.api, self._ns(ref), self._selector(ref, role), linger, wait)
+        if cached is not None:
+            return cached
+        return self.api.list_pods(self._ns(ref), self._selector(ref, role), deadline)[0]
+
+    def _marked_idle(self, ref: ClusterRef, pods: List[Dict[str, Any]], deadline: Deadline) -> List[Dict[str, Any]]:
+        """``pods`` with the workers the cluster's Ray head reports idle marked (:func:`~.resources.base.mark_idle`),
+        for kinds whose head is asked; unmarked when it is not asked, has no worker to report on, or does not tell."""
+        if not self._adapter(ref).idle_from_ray_head or self.ray_dashboard is None or not self._workers(ref, pods):
+            return pods
+        url = self.ray_dashboard.format(name=ref.name, namespace=self._ns(ref))
+        idle = idle_worker_ips(url, max(0.2, min(IDLE_READ_TIMEOUT, deadline.remaining)))
+        return pods if idle is None else mark_idle(pods, idle)
+
+    def _workers(self, ref: ClusterRef, pods: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+        adapter = self._adapter(ref)
+        return [p for p in pods if adapter.is_worker(p)]
+
+    @contextlib.contextmanager
+    def _until(self, ref: ClusterRef, deadline: Deadline, what: str, seen: Dict[str, ClusterState]) -> Iterator[None]:
+        """Turn an API server that stayed unreachable until ``deadline`` into a timeout waiting for
+        ``what``, with the state in ``seen["state"]`` if one was read."""
+        try:
+            yield
+        except TransientError as error:
+            if not deadline.expired:
+                raise
+            raise outage_timeout(
+                error, deadline=deadline, what=what, tracker=self.api.outage, state=seen.get("state"),
+                cluster=self._label(ref),
+            ) from None
+
+    def _resolve(self, name: Optional[str], kind: str, field: str) -> Optional[HardwareTier]:
+        wanted = validate_tier_name(name, field=field)
+        if wanted is None:
+            return None
+        if self._tier_catalog is None:
+            self._tier_catalog = tier_catalog_from_env(self._tiers_file, field, wanted)
+        return self._tier_catalog.resolve(wanted, kind, field=field)
+
+    def _check_owner(self, ref: ClusterRef, obj: Dict[str, Any]) -> None:
+        found = ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_OWNER)
+        if self.owner and found and found != self.owner and not self.allow_foreign:
+            raise UnauthorizedError(
+                f"cluster is labelled {LABEL_OWNER}={found!r}, not {self.owner!r}; "
+                "pass allow_foreign=True to change another user's cluster",
+                cluster=self._label(ref),
+            )
+
+    def _mutate(
+        self, ref: ClusterRef, build: Callable[[Dict[str, Any]], Optional[Patch]], first: Optional[Dict[str, Any]] = None,
+        deadline: Optional[Deadline] = None, where: Optional[Tuple[str, str]] = None,
+    ) -> Tuple[Dict[str, Any], Dict[str, Any], bool]:
+        """Read, build a patch, send it with the read resourceVersion; on 409 start again.
+
+        Returns (object before, object after, whether a patch was applied).
+        ``build`` returning None means nothing needs changing; after a patch
+        whose answer was lost it means the re-read object already is as the
+        patch would leave it, so the patch counts as applied. Conflicts are
+        bounded by ``conflict_retries``; a failed patch (API server down, answer
+        lost) is started again from a fresh read until ``deadline`` when given,
+        else it counts against the same bound. ``where`` (plural, name) names
+        another object of the adapter's API group than the one holding the size.
+        """
+        adapter = self._adapter(ref)
+        plural, name = where if where is not None else (adapter.plural, adapter.object_name(ref))
+        obj = first
+        conflicts = 0
+        pauses = OUTAGE_BACKOFF.intervals()
+        unanswered: Optional[Dict[str, Any]] = None
+        """The object a patch whose answer was lost was built from."""
+        while True:
+            if obj is None:
+                obj = self._read(ref, deadline) if where is None else self.api.get_cluster(
+                    plural, self._ns(ref), name, deadline, adapter.group, adapter.version
+                )
+            self._check_owner(ref, obj)
+            patch = build(obj)
+            if patch is None:
+                # Nothing left to change after a lost answer: the patch was applied (or its equal).
+                return (unanswered, obj, True) if unanswered is not None else (obj, obj, False)
+            patch.setdefault("metadata", {})["resourceVersion"] = obj["metadata"]["resourceVersion"]
+            try:
+                after = self.api.patch_cluster(plural, self._ns(ref), name, patch, deadline, adapter.group, adapter.version)
+                return obj, after, True
+            except Conflict:
+                conflicts += 1
+                if conflicts >= self.conflict_retries:
+                    break
+                pause = random.uniform(0.01, 0.05) * conflicts
+            except TransientError:
+                # Safe to repeat, never a blind resend: the patch is rebuilt from
+                # a fresh read and carries its resourceVersion, so it never applies twice.
+                unanswered = unanswered or obj
+                conflicts += deadline is None
+                if (deadline is not None and deadline.expired) or conflicts >= self.conflict_retries:
+                    raise
+                pause = random.uniform(0.01, 0.05) * conflicts if deadline is None else next(pauses)
+            obj = None
+            time.sleep(pause if deadline is None else min(pause, deadline.remaining))
+        raise ConflictError(
+            f"the cluster kept changing under {self.conflict_retries} attempts to patch it",
+            cluster=self._label(ref),
+        )
+
+    def _elsewhere(self, ref: ClusterRef, deadline: Deadline) -> Callable[..., Dict[str, Any]]:
+        """The :data:`~.resources.base.Mutate` an adapter uses to change the other objects sizing ``ref``."""
+
+        def mutate(plural: str, name: str, build: Callable[[Dict[str, Any]], Optional[Patch]]) -> Dict[str, Any]:
+            return self._mutate(ref, build, deadline=deadline, where=(plural, name))[1]
+
+        return mutate
+
+    def _hold_elsewhere(self, ref: ClusterRef, names: Tuple[str, ...], replicas: int, deadline: Deadline) -> None:
+        if names:
+            self._adapter(ref).hold_elsewhere(self._label(ref), ref, names, replicas, self._elsewhere(ref, deadline))
+
+    def _restore_elsewhere(self, ref: ClusterRef, deadline: Deadline) -> None:
+        self._adapter(ref).restore_elsewhere(
+            self._label(ref), ref, self._ns(ref), self.api, deadline, self._elsewhere(ref, deadline)
+        )
+
+    def _bookkeeping_deadline(self) -> Deadline:
+        """How long a claim, release or baseline record (no timeout of their own) rides out an outage:
+        ``request_timeout``, so a phase ending during an API server restart still releases its claim."""
+        return Deadline(self.request_timeout)
+
+    def _with_baseline(
+        self, ref: ClusterRef, obj: Dict[str, Any], patch: Patch, change: Optional[RecordChange] = None
+    ) -> Patch:
+        """``patch`` (a change to the cluster) with the records ``change`` writes, by default a missing
+        baseline recorded (:func:`~flytekitplugins_ddlscale._core.claimrules.baseline_before_change`)."""
+        if change is None:
+            record = decode_record(obj)
+            change = RecordChange(baseline=claimrules.baseline_before_change(ClusterRecords(
+                baseline=record[0] if record else None
+            )))
+        notes = self._adapter(ref).notes(obj, None, patch.get("spec") or {}, False)
+        notes.update(self._record_notes(ref, obj, change))
+        if notes:
+            patch.setdefault("metadata", {}).setdefault("annotations", {}).update(notes)
+        return patch
+
+    def _record_notes(self, ref: ClusterRef, obj: Dict[str, Any], change: RecordChange) -> Patch:
+        """The annotation changes writing ``change`` on ``obj`` (a size to record is ``obj``'s, read once)."""
+        notes: Patch = {}
+        if change.claims is not None:
+            notes[CLAIMS_ANNOTATION] = encode_claims(change.claims) if change.claims else None
+        recorded: Optional[str] = None
+        for annotation, size in ((BASELINE_ANNOTATION, change.baseline), (OUTSIDE_ANNOTATION, change.outside)):
+            if size is Size.FORGET:
+                notes[annotation] = None
+            elif size is Size.RECORD:
+                recorded = recorded or encode_record(*self._adapter(ref).baseline(self._label(ref), ref, obj))
+                notes[annotation] = recorded
+        return notes
+
+    def _size(
+        self, ref: ClusterRef, obj: Dict[str, Any], replicas: int, strict: bool, tier: Optional[HardwareTier],
+        pods: List[Dict[str, Any]],
+    ) -> Tuple[Patch, int, bool]:
+        """The spec fragment setting ``replicas`` workers (on ``tier``, held against the operator's
+        autoscaler), effective count, capped."""
+        return self._adapter(ref).size_spec(
+            self._label(ref), ref, obj, replicas, strict, tier, self._workers(ref, pods), decode_record(obj)
+        )
+
+    def _size_setting(self, ref: ClusterRef) -> str:
+        return self._adapter(ref).size_setting(ref)
+
+    def _state(self, ref: ClusterRef, obj: Dict[str, Any], pods: List[Dict[str, Any]]) -> ClusterState:
+        return self._adapter(ref).state(self._label(ref), ref, obj, pods)
+
+    def connection_env(self, ref: ClusterRef) -> Dict[str, str]:
+        """The variables code uses to reach ``ref``'s head: empty for Domino's kinds (Domino injects
+        them), the scheduler service for ``dask-operator``, ``RAY_ADDRESS`` for ``kuberay``."""
+        self._served(ref)
+        return self._adapter(ref).connection_env(ref, self._ns(ref))
+
+    # -- protocol hooks ----------------------------------------------------
+    def _observe(self, ref: ClusterRef) -> ClusterState:
+        """Spec and status from the object, workers and head from the pods, bounds from the
+        operator's autoscaler where it is another object (the Dask operator's DaskAutoscaler)."""
+        obj = self._read(ref)
+        state = self._state(ref, obj, self._pods(ref))
+        return self._adapter(ref).observe_elsewhere(ref, self._ns(ref), self.api, None, state)
+
+    def _check_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> None:
+        self._adapter(ref).check_tier(ref, tier, field)
+        self._resolve(tier, ref.kind, field)
+
+    def _check_head_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> None:
+        self._adapter(ref).check_tier(ref, tier, field)
+        if layout_of(ref).head_section is None and tier is not None:
+            raise InvalidInputError(field, tier, "None for MPI clusters (no head)")
+        self._resolve(tier, ref.kind, field)
+
+    def _scale_change(
+        self, ref: ClusterRef, replicas: int, worker_hw_tier: Optional[str], strict: bool, deadline: Deadline
+    ) -> Change:
+        """One merge patch sets the count (held against the HPA) and tier and records the baseline."""
+        tier = self._resolve(worker_hw_tier, ref.kind, "worker_hw_tier")
+        seen: Dict[str, ClusterState] = {}
+        with self._until(ref, deadline, f"the scale of {self._label(ref)} to {replicas} workers to be applied", seen):
+            obj = self._read(ref, deadline)
+            self._check_owner(ref, obj)
+            wanted, capped, others = self._adapter(ref).before_change(
+                self._label(ref), ref, self._ns(ref), self.api, deadline, replicas, strict
+            )
+            pods = self._pods(ref, deadline=deadline)
+            previous = seen["state"] = self._state(ref, obj, pods)
+            if previous.existing_workers > wanted:
+                pods = self._marked_idle(ref, pods, deadline)
+            outcome: Dict[str, Any] = {}
+
+            def build(current: Dict[str, Any]) -> Optional[Patch]:
+                spec, outcome["effective"], outcome["capped"] = self._size(ref, current, wanted, strict, tier, pods)
+                outcome["capped"] = outcome["capped"] or capped
+                return self._with_baseline(ref, current, {"spec": spec})
+
+            # Size (and baseline) first, autoscaler second: a failure between leaves the
+            # autoscaler free to shrink the group back within its own bounds, never to grow it.
+            _, after, _ = self._mutate(ref, build, obj, deadline)
+            self._hold_elsewhere(ref, others, outcome["effective"], deadline)
+        return self._change(
+            ref, replicas, outcome["effective"], outcome["capped"], previous, after, tier.id if tier else None,
+            worker_hw_tier, deadline,
+        )
+
+    def _change(
+        self, ref: ClusterRef, requested: int, effective: int, capped: bool, previous: ClusterState,
+        after: Dict[str, Any], tier_id: Optional[str], tier_name: Optional[str], deadline: Deadline, *,
+        restoring: bool = False,
+    ) -> Change:
+        """A sent patch, with what its wait needs: the tier id new workers carry, the object it left."""
+        result = ScaleResult(
+            cluster=self._label(ref), requested=requested, effective=effective, capped=capped,
+            previous=previous, final=previous, waited=False, worker_hw_tier=tier_name,
+        )
+        return Change(result, restoring=restoring, detail=_Patched(tier_id, after, deadline))
+
+    def _unwaited(self, ref: ClusterRef, change: Change) -> ClusterState:
+        deadline = Deadline(change.detail.deadline.left_for_wait())
+        with self._until(ref, deadline, f"the pods of {self._label(ref)} after the change", {}):
+            return self._state(ref, change.detail.after, self._pods(ref, deadline=deadline))
+
+    def _final_state(self, ref: ClusterRef, deadline: Deadline, what: str) -> ClusterState:
+        """The cluster at the end of an operation, riding out an outage for what is left of ``deadline``
+        (at least :data:`~flytekitplugins_ddlscale._core.waiting.MIN_STATE_READ`); then a timeout waiting for ``what``."""
+        left = Deadline(deadline.left_for_state_read())
+        with self._until(ref, left, what, {}):
+            return self._state(ref, self._read(ref, left), self._pods(ref, deadline=left))
+
+    def _observe_for_wait(self, ref: ClusterRef, replicas: int, deadline: Deadline) -> Optional[ClusterState]:
+        """The object and its pods at the start of a wait (so an error about it reports the head and
+        the workers as they are); None while the API server cannot be read (the wait rides out the
+        outage), unless that read already used up the deadline."""
+        try:
+            obj = self._read(ref, deadline)
+            pods = self._pods(ref, deadline=deadline)
+        except TransientError as error:
+            if not deadline.expired:
+                return None
+            raise outage_timeout(
+                error, deadline=deadline, what=f"{replicas} Ready workers on {self._label(ref)}",
+                tracker=self.api.outage, state=None, cluster=self._label(ref),
+            ) from None
+        return self._state(ref, obj, pods)
+
+    def _reach(self, ref: ClusterRef) -> Reach:
+        """How ``ddlscale`` and a new process reach this cluster (its records are on the object)."""
+        env: Dict[str, str] = {}
+        options: Dict[str, str] = {}
+        if self._kubeconfig:
+            env[settings.KUBECONFIG.name] = options["kubeconfig"] = self._kubeconfig
+        if self._context:
+            # The CLI has no context flag: only the Python call can choose one.
+            options["context"] = self._context
+        full = ClusterRef(ref.kind, ref.name, self._ns(ref), ref.group)
+        return Reach(self.name, full, env=env, options=options, cli=not self._context)
+
+    def _wait_workers(
+        self, ref: ClusterRef, replicas: int, timeout: float, progress: Optional[ProgressReporter],
+        change: Optional[Change], last: Optional[ClusterState],
+    ) -> ClusterState:
+        """Watch the cluster's pods until ``replicas`` workers are Ready (on the tier ``change`` set) and the
+        spec agrees: exactly that many, or at least that many while an autoscaler runs the cluster above
+        them (:func:`~flytekitplugins_ddlscale.models.workers_reached`). The head's pods are watched too,
+        so the state a wait ends with tells whether the head is Ready; only the worker selector's pods
+        are counted and can end the wait by failing."""
+        tier_id = change.detail.tier_id if change is not None else None
+        holder: Dict[str, Dict[str, Any]] = {}
+        worker_requirements = parse_selector(self._selector(ref, "worker"))
+
+        def is_member(pod: Dict[str, Any]) -> bool:
+            return matches(worker_requirements, (pod.get("metadata") or {}).get("labels") or {})
+
+        def check(
+            pods: Dict[str, Dict[str, Any]], fresh: bool, deadline: Deadline
+        ) -> Tuple[bool, ClusterState, int]:
+            # The waiter's first check is fresh, so the object is read within the wait's deadline.
+            if fresh or "obj" not in holder:
+                holder["obj"] = self._read(ref, deadline)
+            state = self._state(ref, holder["obj"], list(pods.values()))
+            ready = sum(
+                1 for p in pods.values()
+                if is_member(p) and pod_ready(p)
+                and (tier_id is None or p["metadata"].get("labels", {}).get(LABEL_HW_TIER) == tier_id)
+            )
+            # A shrink is also done only once the extra pods are gone (not just not Ready).
+            done = state.workers_up(replicas, ready) and (
+                state.desired_workers != replicas or state.existing_workers == replicas
+            )
+            return done, state, ready
+
+        def lingering(pods: Dict[str, Dict[str, Any]], state: ClusterState) -> str:
+            members = sorted((name, pod_terminating(p)) for name, p in pods.items() if is_member(p))
+            if len(members) <= replicas or state.desired_workers != replicas:
+                return ""
+            running = [name for name, terminating in members if not terminating]
+            stopping = [name for name, terminating in members if terminating]
+            return (
+                f"; the scale-down is not done: {len(members)} worker pods for {replicas} wanted, still running: "
+                f"{', '.join(running) or 'none'}"
+                + (f"; terminating: {', '.join(stopping)}" if stopping else "")
+                + f"; likely cause: {self._adapter(ref).removal}"
+            )
+
+        waiter = PodWaiter(
+            self.api, self._ns(ref), self._selector(ref),
+            what=f"{replicas} Ready workers on {self._label(ref)}", target=replicas, timeout=timeout,
+            grace=self.failure_grace, watched=is_member, progress=progress, cluster=self._label(ref),
+            last=last, explain=lingering,
+        )
+        return waiter.run(check)
+
+    def _restart_head(
+        self, ref: ClusterRef, head_hw_tier: Optional[str], wait: bool, deadline: Deadline,
+        progress: Optional[ProgressReporter],
+    ) -> RestartResult:
+        """Roll the head onto ``head_hw_tier`` by patching the head section, or delete it so its
+        StatefulSet recreates it; MPI clusters have no head (:class:`UnsupportedOperationError`)."""
+        info = layout_of(ref)
+        if info.head_section is None:
+            raise UnsupportedOperationError(
+                f"{info.crd_kind} clusters have no head to restart", cluster=self._label(ref)
+            )
+        self._adapter(ref).check_tier(ref, head_hw_tier, "head_hw_tier")
+        tier = self._resolve(head_hw_tier, ref.kind, "head_hw_tier")
+        seen: Dict[str, ClusterState] = {}
+        with self._until(ref, deadline, f"the head restart of {self._label(ref)} to be sent", seen):
+            obj = self._read(ref, deadline)
+            self._check_owner(ref, obj)
+            pods = self._pods(ref, "head", deadline)
+            seen["state"] = self._state(ref, obj, pods)
+            heads = [p for p in pods if not pod_terminating(p)]
+            if not heads:
+                raise ClusterNotFoundError(f"no {info.head_component} pod found", cluster=self._label(ref))
+            old = max(heads, key=lambda p: p["metadata"].get("creationTimestamp", ""))
+            old_name, old_uid = old["metadata"]["name"], old["metadata"]["uid"]
+            started_at = utcnow().isoformat()
+            patched = False
+            if tier is not None:
+
+                def build(current: Dict[str, Any]) -> Optional[Patch]:
+                    spec = self._adapter(ref).head_tier_spec(current, tier)
+                    return None if spec is None else self._with_baseline(ref, current, {"spec": spec})
+
+                _, _, patched = self._mutate(ref, build, obj, deadline)
+            if not patched:
+                try:
+                    self.api.delete_pod(self._ns(ref), old_name, old_uid, deadline)
+                except (Conflict, ClusterNotFoundError):
+                    pass  # already replaced by someone else: the wait below still needs a new Ready head
+        begun = time.monotonic()
+        if not wait:
+            state = self._final_state(ref, deadline, f"the state of {self._label(ref)} after its head restart")
+            return RestartResult(
+                self._label(ref), old_name, started_at, False, state, False, 0.0, head_hw_tier, old_uid
+            )
+        state = self._wait_head(ref, old_uid, tier.id if tier else None, deadline.left_for_wait(), progress)
+        return RestartResult(
+            self._label(ref), old_name, started_at, True, state, True, time.monotonic() - begun, head_hw_tier, old_uid
+        )
+
+    def _head_restarted(self, ref: ClusterRef, restart: RestartResult) -> Tuple[bool, ClusterState]:
+        """A Ready head pod other than the one replaced (by uid), on the requested tier if one was."""
+        if not restart.replaced_uid:
+            raise InvalidInputError("restart.replaced_uid", restart.replaced_uid, "the uid restart_head returned")
+        tier = self._resolve(restart.head_hw_tier, ref.kind, "head_hw_tier")
+        obj = self._read(ref)
+        state = self._state(ref, obj, self._pods(ref))
+        heads = self._pods(ref, "head")
+        return any(_new_head(p, restart.replaced_uid, tier.id if tier else None) for p in heads), state
+
+    def _wait_head(
+        self, ref: ClusterRef, old_uid: str, tier_id: Optional[str], timeout: float,
+        progress: Optional[ProgressReporter],
+    ) -> ClusterState:
+        holder: Dict[str, Dict[str, Any]] = {}
+        head_requirements = parse_selector(self._selector(ref, "head"))
+
+        def fresh_head(pod: Dict[str, Any]) -> bool:
+            labels = (pod.get("metadata") or {}).get("labels") or {}
+            return matches(head_requirements, labels) and pod["metadata"].get("uid") != old_uid
+
+        def check(
+            pods: Dict[str, Dict[str, Any]], fresh: bool, deadline: Deadline
+        ) -> Tuple[bool, ClusterState, int]:
+            if fresh or "obj" not in holder:
+                holder["obj"] = self._read(ref, deadline)
+            state = self._state(ref, holder["obj"], list(pods.values()))
+            # Every pod of the cluster is watched: only a head pod counts.
+            ready = any(fresh_head(p) and _new_head(p, old_uid, tier_id) for p in pods.values())
+            return ready, state, int(ready)
+
+        # All the cluster's pods, so the state the wait ends with counts the workers too.
+        waiter = PodWaiter(
+            self.api, self._ns(ref), self._selector(ref),
+            what=f"a new Ready {layout_of(ref).head_component} pod on {self._label(ref)}", target=1, timeout=timeout,
+            grace=self.failure_grace, watched=fresh_head, progress=progress, cluster=self._label(ref),
+        )
+        return waiter.run(check)
+
+    def _record_baseline(self, ref: ClusterRef) -> Baseline:
+        """Record the size, autoscaling section and tiers in the cluster's annotation, unless recorded."""
+
+        def build(current: Dict[str, Any]) -> Optional[Patch]:
+            return None if decode_record(current) else self._with_baseline(ref, current, {})
+
+        _, after, _ = self._mutate(ref, build, deadline=self._bookkeeping_deadline())
+        record = decode_record(after)
+        assert record is not None
+        return record[0]
+
+    def _get_baseline(self, ref: ClusterRef) -> Optional[Baseline]:
+        """The baseline recorded on the cluster object, or None."""
+        record = decode_record(self._read(ref))
+        return record[0] if record else None
+
+    def _restore_change(
+        self, ref: ClusterRef, target: Optional[ReplicaSpec], deadline: Deadline
+    ) -> Union[Change, ScaleResult]:
+        """Put back the recorded replicas, autoscaling section and tiers (or ``target``), in one
+        patch that also removes the baseline annotation. Without a baseline or target nothing changes.
+        """
+        worker_tier, head_tier = self._target_tiers(ref, target)
+        seen: Dict[str, ClusterState] = {}
+        with self._until(ref, deadline, f"the restore of {self._label(ref)} to be applied", seen):
+            obj = self._read(ref, deadline)
+            self._check_owner(ref, obj)
+            pods = self._pods(ref, deadline=deadline)
+            previous = seen["state"] = self._state(ref, obj, pods)
+            pods = self._marked_idle(ref, pods, deadline)
+        outcome: Dict[str, Any] = {"effective": previous.desired_workers, "capped": False, "tier": None}
+
+        def build(current: Dict[str, Any]) -> Optional[Patch]:
+            record = decode_record(current)
+            decided, dropped = claimrules.restore(_records_on(current))
+            notes = self._record_notes(ref, current, decided)
+            if record is None and target is None and not notes:
+                return None  # what an earlier build whose answer was lost dropped stays reported
+            outcome["dropped"] = dropped
+            if record is None and target is None:
+                return {"metadata": {"annotations": notes}}
+            spec = self._restore_spec(ref, current, record, target, worker_tier, head_tier, outcome, pods)
+            notes.update(self._adapter(ref).notes(current, record, spec, True))
+            return {"spec": spec, "metadata": {"annotations": notes}} if notes else {"spec": spec}
+
+        with self._until(ref, deadline, f"the restore of {self._label(ref)} to be applied", seen):
+            # The autoscaler first, the worker group (which drops the record) last: a failure
+            # between leaves the record, so repeating the restore finishes it, and the autoscaler
+            # already back at its own minimum can only shrink the group, never hold it larger.
+            self._restore_elsewhere(ref, deadline)
+            _, after, patched = self._mutate(ref, build, obj, deadline)
+        if outcome.get("dropped"):
+            logger.warning("%s: restore dropped claims %s", self._label(ref), ", ".join(outcome["dropped"]))
+        if not patched:
+            return ScaleResult(self._label(ref), previous.desired_workers, previous.desired_workers, False,
+                               previous, previous, False, 0.0)
+        requested = target.replicas if target is not None else outcome["effective"]
+        return self._change(
+            ref, requested, outcome["effective"], outcome["capped"], previous, after, outcome["tier"],
+            target.worker_hw_tier if target is not None else None, deadline, restoring=True,
+        )
+
+    def _target_tiers(
+        self, ref: ClusterRef, target: Optional[ReplicaSpec]
+    ) -> Tuple[Optional[HardwareTier], Optional[HardwareTier]]:
+        """The resolved worker and head tiers of a restore ``target`` (checked by the base before this)."""
+        if target is None:
+            return None, None
+        return (
+            self._resolve(target.worker_hw_tier, ref.kind, "target.worker_hw_tier"),
+            self._resolve(target.head_hw_tier, ref.kind, "target.head_hw_tier"),
+        )
+
+    def _reconcile_change(
+        self, ref: ClusterRef, target: Optional[ReplicaSpec], deadline: Deadline
+    ) -> Optional[Change]:
+        """The claims are read from the object and the change is ONE merge patch carrying that
+        read's resourceVersion, so a concurrent claim or release makes it 409 and the target is
+        computed again from a fresh read (bounded by ``conflict_retries``). The same patch drops
+        dead claims, and, when no claim is live, the record of the size outside phases it puts back
+        (and the baseline when that is the same size)."""
+        worker_tier, head_tier = self._target_tiers(ref, target)
+        seen: Dict[str, ClusterState] = {}
+        what = f"the reconcile of {self._label(ref)} to be applied"
+        with self._until(ref, deadline, what, seen):
+            obj = self._read(ref, deadline)
+            self._check_owner(ref, obj)
+            pods = self._pods(ref, deadline=deadline)
+            previous = seen["state"] = self._state(ref, obj, pods)
+            pods = self._marked_idle(ref, pods, deadline)
+        outcome: Dict[str, Any] = {}
+
+        def build(current: Dict[str, Any]) -> Optional[Patch]:
+            sent = dict(outcome)
+            outcome.clear()
+            record, outside = decode_record(current), decode_record(current, OUTSIDE_ANNOTATION)
+            decided = claimrules.settle(
+                _records_on(current), lambda name, observed: self._same_tier(ref, name, observed)
+            )
+            outcome.update(capped=False, tier=None, name=None, restoring=decided.hold is None, dead=decided.dead)
+            if decided.hold is not None:
+                tier = self._resolve(decided.hold.worker_hw_tier, ref.kind, "worker_hw_tier")
+                wanted, capped, outcome["others"] = self._adapter(ref).before_change(
+                    self._label(ref), ref, self._ns(ref), self.api, deadline, decided.replicas, False
+                )
+                spec, outcome["effective"], outcome["capped"] = self._size(ref, current, wanted, False, tier, pods)
+                outcome["capped"] = outcome["capped"] or capped
+                if tier is not None:
+                    outcome.update(tier=tier.id, name=decided.hold.worker_hw_tier)
+                outcome["requested"] = decided.replicas
+                return self._with_baseline(ref, current, {"spec": spec}, decided.change)
+            notes = self._record_notes(ref, current, decided.change)
+            restoring = outside or record
+            if restoring is None:
+                if sent and not sent.get("nothing"):
+                    # After a lost answer this re-read finds the restore sent before applied: keep what it decided.
+                    outcome.update(sent)
+                else:
+                    outcome["nothing"] = True
+                return {"metadata": {"annotations": notes}} if notes else None
+            spec = self._restore_spec(ref, current, restoring, target, worker_tier, head_tier, outcome, pods)
+            outcome["requested"] = target.replicas if target is not None else outcome["effective"]
+            outcome["name"] = target.worker_hw_tier if target is not None else None
+            notes.update(self._adapter(ref).notes(current, restoring, spec, True))
+            return {"spec": spec, "metadata": {"annotations": notes}}
+
+        claimed = bool(claimrules.live_claims(_claims_on(obj)))
+        with self._until(ref, deadline, what, seen):
+            # Same order as scale and restore: the autoscaler is released before the worker
+            # group's record goes, and held only after the worker group is sized.
+            if not claimed:
+                self._restore_elsewhere(ref, deadline)
+            _, after, patched = self._mutate(ref, build, obj, deadline)
+            if outcome.get("nothing"):
+                pass
+            elif outcome.get("restoring"):
+                if claimed:
+                    self._restore_elsewhere(ref, deadline)
+            elif outcome:
+                self._hold_elsewhere(ref, outcome["others"], outcome["effective"], deadline)
+        if patched:
+            log_dropped(self._label(ref), outcome.get("dead") or {})
+        if not patched or outcome.get("nothing"):
+            return None
+        return self._change(
+            ref, outcome["requested"], outcome["effective"], outcome["capped"], previous, after, outcome["tier"],
+            outcome["name"], deadline, restoring=outcome["restoring"],
+        )
+
+    def _same_tier(self, ref: ClusterRef, name: str, observed: Optional[str]) -> bool:
+        """A claim's tier NAME against the tier id label a recorded size shows."""
+        if name == observed:
+            return True
+        try:
+            tier = self._resolve(name, ref.kind, "worker_hw_tier")
+        except ScalingError:
+            return False
+        return tier is not None and tier.id == observed
+
+    def _restore_spec(
+        self, ref: ClusterRef, obj: Dict[str, Any], record: Optional[Tuple[Baseline, Dict[str, Any]]],
+        target: Optional[ReplicaSpec], worker_tier: Optional[HardwareTier], head_tier: Optional[HardwareTier],
+        outcome: Outcome, pods: List[Dict[str, Any]],
+    ) -> Patch:
+        return self._adapter(ref).restore_spec(
+            self._label(ref), ref, obj, record, target, worker_tier, head_tier, outcome, self._workers(ref, pods)
+        )
+
+    def _claim(
+        self, ref: ClusterRef, claim_id: str, replicas: int, worker_hw_tier: Optional[str], lease_seconds: float,
+        timeout: Optional[float],
+    ) -> Claim:
+        """Add ``claim_id`` to the claims annotation (:func:`~flytekitplugins_ddlscale._core.claimrules.claim`:
+        dead claims dropped, the baseline and, for the first live phase, the size outside phases recorded in
+        the same patch); return the largest live claim."""
+        decided: Dict[str, Any] = {}
+
+        def build(current: Dict[str, Any]) -> Optional[Patch]:
+            self._adapter(ref).check_size(self._label(ref), ref, current, replicas)
+            new = Claim(claim_id, replicas, worker_hw_tier, lease_seconds=lease_seconds)
+            decided["change"], decided["largest"] = claimrules.claim(_records_on(current), new)
+            return self._with_baseline(ref, current, {}, decided["change"])
+
+        deadline = Deadline(timeout) if timeout is not None else self._bookkeeping_deadline()
+        self._mutate(ref, build, deadline=deadline)
+        log_dropped(self._label(ref), decided["change"].dead)
+        return decided["largest"]
+
+    def _renew(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
+        """Renew ``claim_id`` in the claims annotation; None (and no patch) when it is gone."""
+        return self._claims_patch(ref, lambda claims: claimrules.renew(claims, claim_id))
+
+    def _release(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
+        """Remove ``claim_id`` from the claims annotation; return the largest remaining claim or None."""
+        return self._claims_patch(ref, lambda claims: claimrules.release(claims, claim_id))
+
+    def _claims_patch(
+        self, ref: ClusterRef, rule: Callable[[Dict[str, Claim]], Tuple[RecordChange, Optional[Claim]]]
+    ) -> Optional[Claim]:
+        """Apply ``rule`` to the claims annotation in one resourceVersion-checked patch (none when it changes
+        nothing); return the claim it answers from the last read."""
+        answer: Dict[str, Optional[Claim]] = {}
+
+        def build(current: Dict[str, Any]) -> Optional[Patch]:
+            change, answer["claim"] = rule(_claims_on(current))
+            return {"metadata": {"annotations": self._record_notes(ref, current, change)}} if change.writes else None
+
+        self._mutate(ref, build, deadline=self._bookkeeping_deadline())
+        return answer["claim"]
+
+    def _claims(self, ref: ClusterRef) -> Dict[str, Claim]:
+        """The live claims in the cluster's claims annotation, by claim id (dead ones not counted)."""
+        return claimrules.live_claims(_claims_on(self._read(ref)))
+
+    def close(self) -> None:
+        """Close the connection pool if this backend created the client."""
+        with self._lock:
+            if self._api is not None and self._given_client is None:
+                self._api.close()
+            self._api = None

@@ -1,0 +1,194 @@
+"""The interface every cluster-resource adapter implements, and what they share."""
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, List, Optional, Tuple
+
+from ....errors import InvalidInputError
+from ....models import Baseline, ClusterState, ReplicaSpec
+from ....refs import ClusterRef
+from ..._support.crds import CrdLayout
+from ...tiers import HardwareTier
+from .._spec import pod_ready, pod_terminating
+
+if TYPE_CHECKING:
+    from ...._core.waiting import Deadline
+    from .._api import KubeApi
+
+Patch = Dict[str, Any]
+Outcome = Dict[str, Any]
+"""What a restore decided, filled in by :meth:`ResourceAdapter.restore_spec`: ``effective``
+(workers it sets), ``capped``, ``tier`` (tier id new workers carry, or None)."""
+Record = Tuple[Baseline, Dict[str, Any]]
+"""A recorded baseline and the adapter's own detail (what it needs to put the object back)."""
+Pods = List[Dict[str, Any]]
+Mutate = Callable[[str, str, Callable[[Dict[str, Any]], Optional[Patch]]], Dict[str, Any]]
+"""``mutate(plural, name, build)``: the backend's read-build-patch cycle on another object of the
+adapter's API group (resourceVersion-checked, 409 and outages retried, bounded); returns the object
+after it. ``build`` returning None changes nothing."""
+
+
+class ResourceAdapter(ABC):
+    """How one flavour of cluster resource is read, sized, held and restored.
+
+    Everything here is a pure function of the object and pods it is given;
+    the backend reads, sends the patches (one merge patch carrying the read
+    resourceVersion) and keeps the baseline and claims in the object's
+    annotations.
+    """
+
+    tiers = False
+    """Whether worker and head hardware tiers can be set (Domino's tier catalog)."""
+    idle_from_ray_head = False
+    """Whether a scale-down asks the cluster's Ray head which workers are idle (KubeRay)."""
+
+    def __init__(self, layout: CrdLayout) -> None:
+        self.layout = layout
+
+    # -- where ---------------------------------------------------------------
+    @property
+    def group(self) -> str:
+        """API group of the patched object."""
+        return self.layout.group
+
+    @property
+    def version(self) -> str:
+        """API version of the patched object."""
+        return self.layout.version
+
+    @property
+    def plural(self) -> str:
+        """Plural of the patched object's resource."""
+        return self.layout.plural
+
+    removal = "the operator has not removed them yet: see its log and the cluster's events"
+    """Why workers of a scale-down may still be running, for the error of a wait that outlived them."""
+
+    def size_setting(self, ref: ClusterRef) -> str:
+        """The field that holds the worker count, as errors name it."""
+        return "spec.worker.replicas"
+
+    def object_name(self, ref: ClusterRef) -> str:
+        """Name of the object that holds the worker count (and the records): the cluster by default."""
+        return ref.name
+
+    def explain_missing(self, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"]) -> None:
+        """Called when the object is not found: raise a clearer error if there is one to give."""
+
+    def check_size(self, label: str, ref: ClusterRef, obj: Dict[str, Any], replicas: int) -> None:
+        """Refuse ``replicas`` workers where the object cannot take them (before a claim records
+        them); nothing to refuse by default."""
+
+    def before_change(
+        self, label: str, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"],
+        replicas: int, strict: bool,
+    ) -> Tuple[int, bool, Tuple[str, ...]]:
+        """Check a change to ``replicas`` workers before anything is sent; return the workers to set,
+        whether a bound kept on another object capped them, and the names of the other objects
+        that size the group (for :meth:`hold_elsewhere`). No check, no cap, none by default."""
+        return replicas, False, ()
+
+    def hold_elsewhere(
+        self, label: str, ref: ClusterRef, names: Tuple[str, ...], replicas: int, mutate: Mutate,
+    ) -> None:
+        """After the size patch: hold ``replicas`` on the other objects ``names`` (from
+        :meth:`before_change`) that size the group, recording what they had; nothing by default."""
+
+    def restore_elsewhere(
+        self, label: str, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"],
+        mutate: Mutate,
+    ) -> None:
+        """Before a restore's patch: put those other objects back as recorded (idempotent); nothing by default."""
+
+    def observe_elsewhere(
+        self, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"], state: ClusterState,
+    ) -> ClusterState:
+        """``state`` with what the other objects sizing the group tell (an autoscaler's bounds);
+        ``state`` itself by default."""
+        return state
+
+    @abstractmethod
+    def pod_selector(self, ref: ClusterRef, role: Optional[str] = None) -> str:
+        """Label selector of the cluster's pods: all (``role`` None), ``worker`` (of the chosen
+        group) or ``head``."""
+
+    @abstractmethod
+    def is_worker(self, pod: Dict[str, Any]) -> bool:
+        """Whether ``pod`` (one the selector matched) is a worker."""
+
+    # -- reading -------------------------------------------------------------
+    @abstractmethod
+    def state(self, label: str, ref: ClusterRef, obj: Dict[str, Any], pods: Pods) -> ClusterState:
+        """The :class:`ClusterState` of the object and the pods its selector matched."""
+
+    @abstractmethod
+    def baseline(self, label: str, ref: ClusterRef, obj: Dict[str, Any]) -> Record:
+        """The baseline of the object as it is now, and the detail a restore needs."""
+
+    # -- changing ------------------------------------------------------------
+    @abstractmethod
+    def size_spec(
+        self, label: str, ref: ClusterRef, obj: Dict[str, Any], replicas: int, strict: bool,
+        tier: Optional[HardwareTier], pods: Pods, record: Optional[Record],
+    ) -> Tuple[Patch, int, bool]:
+        """The ``spec`` fragment setting ``replicas`` workers (on ``tier``) and holding them against
+        the operator's autoscaler; the workers it sets (capped at the maximum unless ``strict``,
+        which raises :class:`CapacityExceededError`) and whether it capped."""
+
+    @abstractmethod
+    def restore_spec(
+        self, label: str, ref: ClusterRef, obj: Dict[str, Any], record: Optional[Record],
+        target: Optional[ReplicaSpec], worker_tier: Optional[HardwareTier], head_tier: Optional[HardwareTier],
+        outcome: Outcome, pods: Pods,
+    ) -> Patch:
+        """The ``spec`` fragment putting back ``record`` (or setting ``target``), filling ``outcome``."""
+
+    def notes(self, obj: Dict[str, Any], record: Optional[Record], spec: Patch, restoring: bool) -> Dict[str, Any]:
+        """Annotation changes of this flavour that go with ``spec`` (none by default)."""
+        return {}
+
+    def head_tier_spec(self, obj: Dict[str, Any], tier: HardwareTier) -> Optional[Patch]:
+        """The ``spec`` fragment rolling the head onto ``tier``; None when it is on it already."""
+        raise NotImplementedError
+
+    def check_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> None:
+        """Refuse a tier where this flavour has none, naming ``field``."""
+        if tier is not None and not self.tiers:
+            raise InvalidInputError(
+                field, tier,
+                f"None: {self.layout.kind} clusters have no Domino hardware tiers; each worker group "
+                f"carries its own node selector and resources, so choose the group instead "
+                f"('{self.layout.kind}/<name>@<group>')",
+            )
+
+    def connection_env(self, ref: ClusterRef, namespace: str) -> Dict[str, str]:
+        """The variables user code reads to reach the cluster's head (none by default)."""
+        return {}
+
+
+def pod_labels(pod: Dict[str, Any]) -> Dict[str, str]:
+    """The labels of ``pod`` (empty when it has none)."""
+    return (pod.get("metadata") or {}).get("labels") or {}
+
+
+def live(pods: Pods) -> Pods:
+    """Pods not being deleted."""
+    return [p for p in pods if not pod_terminating(p)]
+
+
+IDLE = "ddlscale-idle"
+"""Key set on the backend's own copy of a worker pod whose framework head reports it idle (never sent)."""
+
+
+def mark_idle(pods: Pods, ips: FrozenSet[str]) -> Pods:
+    """``pods``, those whose ``status.podIP`` is in ``ips`` copied with :data:`IDLE` set."""
+    return [dict(p, **{IDLE: True}) if (p.get("status") or {}).get("podIP") in ips else p for p in pods]
+
+
+def removal_order(pods: Pods) -> Pods:
+    """Which workers to remove first: not Ready before Ready (they do no work yet), then those the
+    framework's head reports idle (:func:`mark_idle`), then the newest (least state built up), then by
+    name so the choice is stable."""
+    ordered = sorted(live(pods), key=lambda p: p["metadata"]["name"])
+    ordered.sort(key=lambda p: p["metadata"].get("creationTimestamp") or "", reverse=True)
+    ordered.sort(key=lambda p: not p.get(IDLE))
+    ordered.sort(key=pod_ready)
+    return ordered

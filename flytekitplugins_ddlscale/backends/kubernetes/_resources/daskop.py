@@ -1,0 +1,233 @@
+"""The Dask operator (``kubernetes.dask.org/v1``): a DaskCluster's worker groups.
+
+As ``KubeCluster.scale`` does, the object patched is the DaskWorkerGroup
+``<cluster>-<group>`` (``default`` unless a group is named), at
+``spec.worker.replicas``; the baseline and claims live on it. The operator
+retires the workers it removes through the scheduler, so a scale-down does
+not kill busy workers. A DaskAutoscaler (``spec.cluster`` naming the cluster)
+sets the default group's replicas on every adapt cycle to the scheduler's
+adaptive target kept within ``[minimum, maximum]``: a phase holds N workers
+by setting ``replicas`` to N and the autoscaler's ``minimum`` to N (N above
+``maximum`` is capped, refused in strict mode); the autoscaler's own minimum
+is recorded in an annotation on it and put back by a restore. No tiers: a
+group's pod spec carries its hardware.
+"""
+import dataclasses
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+
+from ...._core import settings
+from ....errors import CapacityExceededError, ClusterNotFoundError, InvalidInputError, UnsupportedOperationError
+from ....models import Baseline, ClusterState, ReplicaSpec
+from ...._core.records import ANNOTATION_PREFIX
+from ....refs import ClusterRef
+from ...tiers import HardwareTier
+from .._spec import pod_ready
+from .base import Mutate, Outcome, Patch, Pods, Record, ResourceAdapter, live
+from .base import pod_labels as _labels
+
+if TYPE_CHECKING:
+    from ...._core.waiting import Deadline
+    from .._api import KubeApi
+
+LABEL_CLUSTER = "dask.org/cluster-name"
+LABEL_COMPONENT = "dask.org/component"
+LABEL_WORKER_GROUP = "dask.org/workergroup-name"
+WORKER_GROUPS = "daskworkergroups"
+AUTOSCALERS = "daskautoscalers"
+DEFAULT_GROUP = "default"
+SCHEDULER_PORT = 8786
+HELD_MINIMUM_ANNOTATION = f"{ANNOTATION_PREFIX}/autoscaler-minimum"
+"""On a DaskAutoscaler whose ``minimum`` a phase raised: the minimum it had before, put back by a restore."""
+
+
+def desired_workers(obj: Dict[str, Any]) -> int:
+    """``spec.worker.replicas`` of a DaskWorkerGroup (the CRD's default of 1 when unset)."""
+    return int(((obj.get("spec") or {}).get("worker") or {}).get("replicas", 1))
+
+
+def scheduler_status(schedulers: Pods) -> str:
+    """The state's status of a Dask-operator cluster from its scheduler pods: ``Running`` once one is
+    Ready, ``Starting`` while one exists, else ``Pending``.
+
+    Not the DaskCluster's ``status.phase``: the DaskWorkerGroup read has none, and the operator's
+    phase can stay ``Pending`` while the scheduler serves (seen with dask-kubernetes 2026.3.0 in
+    the envtest tier; dask-kubernetes #968: its component creation can write ``Pending`` after the
+    scheduler Service's handler wrote ``Running``), so the scheduler pod is the authority."""
+    if any(pod_ready(p) for p in schedulers):
+        return "Running"
+    return "Starting" if schedulers else "Pending"
+
+
+class DaskOperatorAdapter(ResourceAdapter):
+    """DaskWorkerGroup objects of a DaskCluster managed by the Dask operator."""
+
+    removal = (
+        "the Dask operator removes a worker only after retiring it through the cluster's scheduler (the "
+        "scheduler Service <cluster>-scheduler.<namespace>: its http-dashboard port's /api/v1/retire_workers, "
+        "else the Dask RPC on tcp-comm); when the operator cannot reach the scheduler it removes none and "
+        "retries every 60 s: check the operator's log and that the operator can resolve and reach that Service"
+    )
+
+    @property
+    def plural(self) -> str:
+        return WORKER_GROUPS
+
+    def object_name(self, ref: ClusterRef) -> str:
+        return f"{ref.name}-{ref.group if ref.group is not None else DEFAULT_GROUP}"
+
+    def pod_selector(self, ref: ClusterRef, role: Optional[str] = None) -> str:
+        base = f"{LABEL_CLUSTER}={ref.name}"
+        if role == "head":
+            return f"{base},{LABEL_COMPONENT}=scheduler"
+        if role == "worker":
+            return f"{base},{LABEL_COMPONENT}=worker,{LABEL_WORKER_GROUP}={self.object_name(ref)}"
+        return base
+
+    def is_worker(self, pod: Dict[str, Any]) -> bool:
+        return _labels(pod).get(LABEL_COMPONENT) == "worker"
+
+    def explain_missing(self, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"]) -> None:
+        """A missing worker group of an existing cluster is a bad group name: list the groups."""
+        try:
+            groups = api.list_clusters(WORKER_GROUPS, namespace, "", self.group, self.version, deadline)
+        except ClusterNotFoundError:
+            return
+        prefix = f"{ref.name}-"
+        names = sorted(
+            str(g["metadata"]["name"])[len(prefix):] for g in groups
+            if (g.get("spec") or {}).get("cluster") == ref.name and str(g["metadata"]["name"]).startswith(prefix)
+        )
+        if names:
+            raise InvalidInputError("group", ref.group if ref.group is not None else DEFAULT_GROUP, ", ".join(names))
+
+    def _autoscalers(
+        self, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"]
+    ) -> List[Dict[str, Any]]:
+        """The DaskAutoscalers sizing ``ref``'s group: those whose ``spec.cluster`` names the cluster,
+        when ``ref`` is its default group (the only group an autoscaler sizes); else none."""
+        if ref.group not in (None, DEFAULT_GROUP):
+            return []
+        found = api.list_clusters(AUTOSCALERS, namespace, "", self.group, self.version, deadline)
+        return sorted(
+            (a for a in found if (a.get("spec") or {}).get("cluster") == ref.name),
+            key=lambda a: str(a["metadata"]["name"]),
+        )
+
+    def before_change(
+        self, label: str, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"],
+        replicas: int, strict: bool,
+    ) -> Tuple[int, bool, Tuple[str, ...]]:
+        """Cap ``replicas`` at the DaskAutoscaler's ``maximum`` (strict: refuse, naming both); refuse
+        a cluster with more than one autoscaler (they fight each other; which to hold is unclear)."""
+        scalers = self._autoscalers(ref, namespace, api, deadline)
+        if not scalers:
+            return replicas, False, ()
+        if len(scalers) > 1:
+            names = ", ".join(str(a["metadata"]["name"]) for a in scalers)
+            raise UnsupportedOperationError(
+                f"DaskAutoscalers {names} all size this cluster's default worker group; delete all but one "
+                "before scaling it", cluster=label,
+            )
+        names = (str(scalers[0]["metadata"]["name"]),)
+        limit = (scalers[0].get("spec") or {}).get("maximum")
+        if limit is None or replicas <= int(limit):
+            return replicas, False, names
+        if strict:
+            raise CapacityExceededError(
+                f"{replicas} workers requested but DaskAutoscaler {scalers[0]['metadata']['name']!r} has "
+                f"maximum {int(limit)} (strict mode)",
+                cluster=label,
+            )
+        return int(limit), True, names
+
+    def hold_elsewhere(
+        self, label: str, ref: ClusterRef, names: Tuple[str, ...], replicas: int, mutate: Mutate,
+    ) -> None:
+        """Set the DaskAutoscaler's ``minimum`` to ``replicas``, so its adapt cycles never go below
+        the held size, recording its own minimum on it the first time (same patch)."""
+        for name in names:
+
+            def build(current: Dict[str, Any]) -> Optional[Patch]:
+                notes = (current.get("metadata") or {}).get("annotations") or {}
+                low = (current.get("spec") or {}).get("minimum")
+                patch: Patch = {}
+                if HELD_MINIMUM_ANNOTATION not in notes:
+                    patch["metadata"] = {"annotations": {HELD_MINIMUM_ANNOTATION: str(low if low is not None else 0)}}
+                if low != replicas:
+                    patch["spec"] = {"minimum": replicas}
+                return patch or None
+
+            mutate(AUTOSCALERS, name, build)
+
+    def restore_elsewhere(
+        self, label: str, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"],
+        mutate: Mutate,
+    ) -> None:
+        """Put the recorded ``minimum`` back on each DaskAutoscaler that carries one, removing the
+        record in the same patch; one without a record is left alone (nothing to undo)."""
+        for scaler in self._autoscalers(ref, namespace, api, deadline):
+
+            def build(current: Dict[str, Any]) -> Optional[Patch]:
+                recorded = ((current.get("metadata") or {}).get("annotations") or {}).get(HELD_MINIMUM_ANNOTATION)
+                if recorded is None:
+                    return None
+                return {"spec": {"minimum": int(recorded)}, "metadata": {"annotations": {HELD_MINIMUM_ANNOTATION: None}}}
+
+            mutate(AUTOSCALERS, str(scaler["metadata"]["name"]), build)
+
+    def observe_elsewhere(
+        self, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"], state: ClusterState,
+    ) -> ClusterState:
+        """``state`` with the DaskAutoscaler's ``minimum`` and ``maximum`` as its autoscaling bounds
+        (the minimum a phase holds while it holds one); unchanged without exactly one autoscaler."""
+        scalers = self._autoscalers(ref, namespace, api, deadline)
+        if len(scalers) != 1:
+            return state
+        spec = scalers[0].get("spec") or {}
+        limit = spec.get("maximum")
+        return dataclasses.replace(
+            state, autoscaling_min=int(spec.get("minimum") or 0), autoscaling_max=None if limit is None else int(limit),
+        )
+
+    def state(self, label: str, ref: ClusterRef, obj: Dict[str, Any], pods: Pods) -> ClusterState:
+        group = self.object_name(ref)
+        workers = [p for p in live(pods) if self.is_worker(p) and _labels(p).get(LABEL_WORKER_GROUP) == group]
+        schedulers = [p for p in live(pods) if _labels(p).get(LABEL_COMPONENT) == "scheduler"]
+        head_ready = any(pod_ready(p) for p in schedulers)
+        return ClusterState(
+            cluster=label,
+            status=scheduler_status(schedulers),
+            desired_workers=desired_workers(obj),
+            existing_workers=len(workers),
+            ready_workers=sum(1 for p in workers if pod_ready(p)),
+            head_ready=head_ready,
+        )
+
+    def baseline(self, label: str, ref: ClusterRef, obj: Dict[str, Any]) -> Record:
+        return Baseline(cluster=label, replicas=desired_workers(obj)), {"group": self.object_name(ref)}
+
+    def size_spec(
+        self, label: str, ref: ClusterRef, obj: Dict[str, Any], replicas: int, strict: bool,
+        tier: Optional[HardwareTier], pods: Pods, record: Optional[Record],
+    ) -> Tuple[Patch, int, bool]:
+        return {"worker": {"replicas": replicas}}, replicas, False
+
+    def restore_spec(
+        self, label: str, ref: ClusterRef, obj: Dict[str, Any], record: Optional[Record],
+        target: Optional[ReplicaSpec], worker_tier: Optional[HardwareTier], head_tier: Optional[HardwareTier],
+        outcome: Outcome, pods: Pods,
+    ) -> Patch:
+        if target is not None:
+            replicas = target.replicas
+        else:
+            assert record is not None
+            replicas = record[0].replicas
+        outcome["effective"] = replicas
+        return {"worker": {"replicas": replicas}}
+
+    def connection_env(self, ref: ClusterRef, namespace: str) -> Dict[str, str]:
+        """``DASK_SCHEDULER_SERVICE_HOST``/``_PORT``: the ``<name>-scheduler`` service the operator creates."""
+        return {
+            settings.DASK_SCHEDULER_SERVICE_HOST.name: f"{ref.name}-scheduler.{namespace}.svc",
+            settings.DASK_SCHEDULER_SERVICE_PORT.name: str(SCHEDULER_PORT),
+        }

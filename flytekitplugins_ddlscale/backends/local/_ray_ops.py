@@ -1,0 +1,277 @@
+"""Command lines that start local Ray nodes, and what the Ray head's dashboard says about them.
+
+Nothing here imports ``ray``: the nodes are ``ray start --block`` processes
+of the Ray installed beside this Python (or ``$DDLSCALE_RAY_EXECUTABLE``),
+run through :mod:`.ray_start` with that installation's Python, and the head
+is read over the dashboard's State API with the standard library, so the
+plugin process pays no Ray import cost.
+
+Every node is held to loopback (:mod:`.ray_start`; measured with ``ss``:
+without it, gcs_server, the raylets, the dashboard agents and the client
+server listened on every interface or the LAN address) and runs with Ray's
+token authentication (``RAY_AUTH_MODE=token``), its token in a file of the
+cluster's folder (mode 0600) named by ``RAY_AUTH_TOKEN_PATH``: loopback
+keeps other machines out, the token other users of this machine.
+"""
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import socket
+import stat
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Set
+
+from ...errors import UnsafePathError, UnsupportedOperationError
+from ..._framework.probes import PROBES, ray_alive_nodes
+from ..._core import settings
+from ..._framework.ray_auth import ray_auth_headers
+from .._support.privatefs import private_dir
+from ._procs import with_environment
+
+INSTALL_HINT = 'pip install "flytekitplugins-ddlscale[ray]"'
+OBJECT_STORE_SHARE = 0.3
+"""Share of a tier's memory given to the node's object store, as Ray itself does (the rest is ``--memory``)."""
+OBJECT_STORE_MINIMUM = 75 * 1024 * 1024
+"""Ray refuses an object store below 75 MiB."""
+HEAD_OBJECT_STORE = 256 * 1024 * 1024
+"""The head runs no tasks (``--num-cpus 0``); its store holds what ``ray://`` clients put."""
+TOKEN_FILE = "ray-auth-token"
+"""The cluster's Ray authentication token, in the cluster's folder (mode 0600)."""
+LOOPBACK_CLUSTER_ENV = settings.RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER.name
+"""Set to 0 for every process of a node: Ray's address look-ups then answer loopback (see
+:mod:`.ray_start`, which keeps ``ray start`` itself able to join a head)."""
+
+
+def ray_executable() -> str:
+    """The ``ray`` command to start nodes with: ``$DDLSCALE_RAY_EXECUTABLE``, else the one installed
+    beside this Python, else the first on ``PATH``.
+
+    Raises :class:`UnsupportedOperationError` saying how to install Ray when there is none.
+    """
+    configured = settings.RAY_EXECUTABLE.value() or ""
+    if configured:
+        candidates = [configured]
+    else:
+        candidates = [str(Path(sys.executable).parent / "ray"), shutil.which("ray") or ""]
+    for candidate in candidates:
+        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    where = f"${settings.RAY_EXECUTABLE.name}={configured} is not an executable file" if configured else (
+        f"no `ray` command beside {sys.executable} or on PATH"
+    )
+    raise UnsupportedOperationError(
+        f"local Ray clusters need Ray installed in this environment: {INSTALL_HINT} "
+        f"({where}; ${settings.RAY_EXECUTABLE.name} may name the `ray` command of another installation)"
+    )
+
+
+RAY_TEMP_PREFIX = "ddlscale-ray-"
+"""Name prefix of a Ray temp folder made with ``mkdtemp`` when the cluster's folder is too deep for Ray's sockets."""
+SOCKET_PATH_MAX = 107
+"""Bytes a Unix socket path may have."""
+BELOW_TEMP_DIR = len("/r/w12345678/session_2026-01-31_12-00-00_123456_4194304/sockets/plasma_store")
+"""Bytes Ray adds below a cluster's private temp folder for its longest socket: Ray's own folder
+(:func:`ray_temp_dir`), a worker node's (:func:`worker_temp_dir`), the session folder (date,
+microseconds, a pid of up to 7 digits), the socket."""
+
+
+def ray_python(ray: str) -> str:
+    """The Python of the ``ray`` command: this one when ``ray`` is installed beside it, else the
+    interpreter its console script names on its ``#!`` line.
+
+    Raises :class:`UnsupportedOperationError` when ``ray`` is not a Python console script: the
+    nodes are started through :mod:`.ray_start` in Ray's Python, to hold them to loopback.
+    """
+    if Path(ray).parent == Path(sys.executable).parent:
+        return sys.executable
+    try:
+        with open(ray, "rb") as script:
+            first = script.readline(512).decode("utf-8", "replace")
+    except OSError as exc:
+        first = f"({exc})"
+    words = first[2:].split() if first.startswith("#!") else []
+    if len(words) > 1 and Path(words[0]).name == "env":
+        words = [shutil.which(words[1]) or words[1]]
+    interpreter = words[0] if words else ""
+    if "python" in Path(interpreter).name and os.access(interpreter, os.X_OK):
+        return interpreter
+    raise UnsupportedOperationError(
+        f"local Ray clusters start their nodes through the Python of the `ray` command, and {ray} does "
+        f"not name one on its #! line ({first.strip()[:80]!r}); set ${settings.RAY_EXECUTABLE.name} to the `ray` "
+        f"console script of a Python installation ({INSTALL_HINT})"
+    )
+
+
+def ensure_token(path: Path) -> Path:
+    """The cluster's token file at ``path``, created (random 256 bits, mode 0600) when missing.
+
+    A head restart keeps the token, so clients holding the path keep working.
+    """
+    private_dir(path.parent)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        found = os.lstat(path)
+        if stat.S_ISLNK(found.st_mode) or found.st_uid != os.getuid():
+            raise UnsafePathError(path, "the Ray token file is a link or another user's", "remove it") from None
+        os.chmod(path, 0o600)
+        return path
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(secrets.token_hex(32))
+    return path
+
+
+def node_env(token_path: str) -> Dict[str, str]:
+    """What every process of a node runs with: loopback address look-ups and token authentication."""
+    return {LOOPBACK_CLUSTER_ENV: "0", settings.RAY_AUTH_MODE.name: "token", settings.RAY_AUTH_TOKEN_PATH.name: token_path}
+
+
+def client_env(token_path: str) -> Dict[str, str]:
+    """What user code needs to connect (``ray.init("ray://...")``) and the framework check to read
+    the dashboard: token authentication and the token file's path (never the token)."""
+    return {settings.RAY_AUTH_MODE.name: "token", settings.RAY_AUTH_TOKEN_PATH.name: token_path}
+
+
+def temp_dir(cluster_dir: Path) -> str:
+    """The private folder (0700) holding a new cluster's Ray files (Ray's own is :func:`ray_temp_dir` in it).
+
+    ``<cluster folder>/ray`` when Ray's sockets fit the 107-byte limit there,
+    else a new folder ``ddlscale-ray-XXXXXXXX`` made by ``mkdtemp`` in the temp
+    folder (never a predictable shared path); the caller records it.
+    """
+    inside = cluster_dir / "ray"
+    if len(os.fsencode(str(inside))) + BELOW_TEMP_DIR <= SOCKET_PATH_MAX:
+        return str(private_dir(inside))
+    return tempfile.mkdtemp(prefix=RAY_TEMP_PREFIX)
+
+
+def ray_temp_dir(folder: str) -> str:
+    """Ray's ``--temp-dir`` inside the private ``folder``: Ray makes its temp folder and session folders
+    0777, so they stay private only below a folder of ours."""
+    return str(Path(folder) / "r")
+
+
+def _start(python: str) -> List[str]:
+    """The ``ray`` command as nodes run it: :mod:`.ray_start` in Ray's Python (:func:`ray_python`)."""
+    return [python, str(Path(__file__).with_name("_ray_start.py"))]
+
+
+def head_argv(
+    python: str, host: str, port: int, dashboard_port: int, client_port: int, temp: str, token_path: str
+) -> List[str]:
+    """``ray start --head --block``: GCS on ``port``, the dashboard and the client server on theirs,
+    all on ``host`` (loopback), with token authentication (:func:`node_env`).
+
+    Every port Ray would otherwise take at a fixed default (GCS 6379,
+    dashboard 8265, client 10001, dashboard agent 52365) is given, so local
+    clusters run side by side; the rest (node and object manager, workers,
+    agents) are left to the OS (port 0). The head runs no tasks.
+
+    The head runs with ``GRPC_ENABLE_FORK_SUPPORT=0``: with gRPC's fork
+    handlers on, the client server's first fork of a per-client server
+    often died of SIGSEGV before exec (measured here: 4 of 5 first
+    ``ray://`` connections refused with "Starting Ray client server
+    failed", 0 of 7 with the handlers off). Nothing in the head forks a
+    process that goes on using gRPC without exec.
+    """
+    return with_environment({"GRPC_ENABLE_FORK_SUPPORT": "0", **node_env(token_path)}, [
+        *_start(python), "start", "--head", "--block",
+        "--node-ip-address", host,
+        "--port", str(port),
+        "--dashboard-host", host,
+        "--dashboard-port", str(dashboard_port),
+        "--ray-client-server-port", str(client_port),
+        "--dashboard-agent-listen-port", "0",
+        "--num-cpus", "0",
+        "--num-gpus", "0",
+        "--object-store-memory", str(HEAD_OBJECT_STORE),
+        "--temp-dir", temp,
+        "--disable-usage-stats",
+    ])
+
+
+def worker_argv(
+    python: str, gcs_address: str, dashboard: str, host: str, name: str, cpus: int, memory: int, temp: str,
+    token_path: str,
+) -> List[str]:
+    """One worker node named ``name`` (its Ray ``node_name``) with ``cpus`` CPUs and ``memory`` bytes.
+
+    It runs under :mod:`.ray_node`, which waits until the head's
+    ``dashboard`` lists the head node (``ray start`` alone gives up on a
+    head that is still starting), passes SIGTERM on, and starts a node that
+    failed to register again.
+
+    Each worker node has a Ray ``--temp-dir`` of its own inside the
+    cluster's ``temp`` (:func:`worker_temp_dir`). Sharing the head's, every
+    node on this host takes the next free ``sockets/raylet.N`` of one
+    session folder, and two workers starting at once chose the same name:
+    the second raylet died with "bind: Address already in use" and its
+    ``ray start`` timed out after 30 s (seen on a quiet machine).
+    """
+    store = max(OBJECT_STORE_MINIMUM, int(memory * OBJECT_STORE_SHARE))
+    return with_environment(node_env(token_path), [
+        sys.executable, str(Path(__file__).with_name("_ray_node.py")), dashboard, "--",
+        *_start(python), "start", "--block",
+        "--address", gcs_address,
+        "--node-ip-address", host,
+        "--node-name", name,
+        "--num-cpus", str(cpus),
+        "--num-gpus", "0",
+        "--memory", str(max(memory - store, OBJECT_STORE_MINIMUM)),
+        "--object-store-memory", str(store),
+        "--dashboard-agent-listen-port", "0",
+        "--temp-dir", worker_temp_dir(temp, name),
+        "--disable-usage-stats",
+    ])
+
+
+def worker_temp_dir(temp: str, name: str) -> str:
+    """The ``--temp-dir`` of worker node ``name`` in the cluster whose Ray temp folder is ``temp``.
+
+    Short (``w`` and 8 hex digits) because the node's sockets go three levels
+    below it and a Unix socket path has 107 bytes at most.
+    """
+    return str(Path(temp) / f"w{hashlib.sha1(name.encode()).hexdigest()[:8]}")
+
+
+def dashboard_url(host: str, port: int) -> str:
+    """The dashboard's base URL."""
+    return f"http://{host}:{port}"
+
+
+def alive_nodes(base_url: str, token_path: str, timeout: float = 3.0) -> Optional[List[Dict[str, Any]]]:
+    """Every ALIVE node (head included) the dashboard at ``base_url`` lists, read with the cluster's
+    token (file ``token_path``); None while it does not answer with a node list."""
+    headers = {"Accept": "application/json", **ray_auth_headers(client_env(token_path))}
+    request = urllib.request.Request(PROBES["ray"].url(base_url), headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as reply:
+            return ray_alive_nodes(json.loads(reply.read().decode("utf-8")))
+    except (OSError, ValueError):
+        # URLError, refused or reset connections and timeouts are OSErrors; a
+        # dashboard still starting answers 5xx (HTTPError, an OSError) or another shape.
+        return None
+
+
+def accepts_connections(host: str, port: int, timeout: float = 1.0) -> bool:
+    """Whether something listens on ``host:port`` (a TCP connection is accepted, then closed)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def alive_worker_nodes(base_url: str, token_path: str, timeout: float = 3.0) -> Optional[Set[str]]:
+    """``node_name`` of every ALIVE worker node (not the head) the dashboard at ``base_url`` lists;
+    None while it does not answer with a node list."""
+    nodes = alive_nodes(base_url, token_path, timeout)
+    if nodes is None:
+        return None
+    return {str(n.get("node_name")) for n in nodes if not n.get("is_head_node")}

@@ -1,0 +1,176 @@
+"""The Spark driver of the local backend: a standalone master and worker processes from pyspark.
+
+The master and each worker run ``bin/spark-class`` of the installed pyspark
+in the foreground. The master listens on the supervisor's port, its web UI on
+the head port ``webui`` the supervisor chooses and keeps (``record.ports``). Each worker gets its own recorded port, web UI port and work
+directory; the master's ``/json/`` lists workers by ``host:port``, which is
+how a worker name is matched to an ALIVE worker.
+
+Connection: as Domino presets ``spark.master`` in the run's Spark
+configuration, the cluster's ``conf/spark-defaults.conf`` names this master,
+and :meth:`SparkDriver.connection_env` points ``SPARK_CONF_DIR`` at it, so
+``SparkSession.builder.getOrCreate()`` in user code connects unchanged.
+
+Retiring a worker decommissions it (SIGPWR with ``spark.decommission.enabled``):
+the master stops giving it executors and its executors leave, moving their
+blocks; once the master shows it decommissioned with no cores in use, it is
+terminated (a decommissioned standalone worker does not exit on its own).
+"""
+import contextlib
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Set
+
+from ..._core import settings
+from ...errors import BackendUnavailableError
+from ..._core.waiting import Backoff, Deadline
+from ..._core.wording import seconds
+from . import _procs as procs, _spark_ops as spark_ops
+from ._state import ClusterRecord, LocalStateStore
+from ._supervisor import free_port
+from ._tiers import WorkerShape
+
+"""Where the framework readiness check finds the master's web UI port (see docs/readiness.md)."""
+_RETIRE_POLL = Backoff(initial=0.1, factor=1.5, cap=0.5)
+
+
+class SparkDriver:
+    """Local Spark standalone clusters: see :class:`~.driver.FrameworkDriver` for what each method promises.
+
+    Constructing it checks that pyspark and Java 17+ are installed, raising
+    :class:`UnsupportedOperationError` that says what to install otherwise.
+    """
+
+    kind = "spark"
+    framework = "Spark"
+    head_label = "Spark master"
+    head_ports = ("webui",)
+    workers_exit_with_head = False
+
+    def __init__(self) -> None:
+        self.home = spark_ops.spark_home()
+        spark_ops.java_command()
+
+    def address(self, record: ClusterRecord) -> str:
+        return f"spark://{record.host}:{record.port}"
+
+    def head_argv(self, record: ClusterRecord, store: LocalStateStore) -> List[str]:
+        facts = record.framework
+        webui = record.ports["webui"]
+        folder = store.cluster_dir(record.ref)
+        facts.update(
+            python=sys.executable,
+            conf_dir=str(folder / "conf"),
+            daemon_conf=str(folder / "spark-daemon.conf"),
+        )
+        spark_ops.write_properties(Path(facts["daemon_conf"]), spark_ops.daemon_properties())
+        # Spark's default executor memory until a worker's tier says otherwise.
+        self._write_app_defaults(record, int(facts.get("executor_memory_mib") or 1024))
+        return spark_ops.master_argv(
+            self.home, Path(facts["conf_dir"]), Path(facts["daemon_conf"]), record.host, record.port, webui
+        )
+
+    def worker_argv(self, record: ClusterRecord, name: str, shape: WorkerShape, workdir: Path) -> List[str]:
+        facts = record.framework
+        live = {w.name for w in record.workers}
+        workers = {n: p for n, p in facts.get("workers", {}).items() if n in live}
+        taken = {record.port, *record.ports.values(), *(p for w in workers.values() for p in w.values())}
+        port = free_port(record.host, taken)
+        workers[name] = {"port": port, "webui_port": free_port(record.host, taken | {port})}
+        facts["workers"] = workers
+        memory = max(1, shape.memory_limit // 2**20)
+        facts["executor_memory_mib"] = memory
+        # Executors must fit one worker of the tier the cluster is moving to.
+        self._write_app_defaults(record, memory)
+        return spark_ops.worker_argv(
+            self.home, Path(facts["conf_dir"]), Path(facts["daemon_conf"]), self.address(record), self._webui(record),
+            record.host, workers[name]["port"], workers[name]["webui_port"], shape.nthreads, memory, workdir / name,
+        )
+
+    def registered_workers(self, record: ClusterRecord) -> Optional[Set[str]]:
+        payload = spark_ops.master_json(self._webui(record))
+        if payload is None:
+            return None
+        alive = spark_ops.workers_in(payload, {"ALIVE"})
+        return {name for name, port in self._ports(record).items() if f"{record.host}:{port}" in alive}
+
+    def head_ready(self, record: ClusterRecord) -> bool:
+        return spark_ops.master_json(self._webui(record)) is not None
+
+    def retire_workers(self, record: ClusterRecord, names: List[str], timeout: float) -> bool:
+        """Decommission ``names`` (SIGPWR), wait until the master shows each decommissioned with
+        no executor cores in use, then terminate them: True, they are on their way out."""
+        ports = self._ports(record)
+        leaving = [w for w in record.workers if w.name in names and procs.is_alive(w.proc)]
+        endpoints = {f"{record.host}:{ports[w.name]}" for w in leaving if w.name in ports}
+        for worker in leaving:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(worker.proc.pid, signal.SIGPWR)
+        deadline = Deadline(timeout)
+        intervals = _RETIRE_POLL.intervals()
+        busy = endpoints
+        while True:
+            payload = spark_ops.master_json(self._webui(record), timeout=max(0.2, min(3.0, deadline.remaining)))
+            if payload is not None:
+                alive_or_busy = {
+                    key for key, w in spark_ops.workers_in(payload, {"ALIVE", "DECOMMISSIONED"}).items()
+                    if w.get("state") == "ALIVE" or w.get("coresused", 0)
+                }
+                busy = endpoints & alive_or_busy
+                if not busy:
+                    break
+            if deadline.expired:
+                raise BackendUnavailableError(
+                    f"the Spark master at {self._webui(record)} did not show workers {sorted(busy)} "
+                    f"decommissioned with their executors gone within {seconds(timeout)}"
+                )
+            time.sleep(min(next(intervals), deadline.remaining))
+        for worker in leaving:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(worker.proc.pid, signal.SIGTERM)
+        return True
+
+    def connection_env(self, record: ClusterRecord) -> Dict[str, str]:
+        """``SPARK_CONF_DIR`` (its ``spark-defaults.conf`` sets ``spark.master``, as on Domino),
+        ``PYSPARK_PYTHON`` (the Python that started the cluster, with pyspark: an application
+        started from Python reads this variable, not ``spark.pyspark.python``, for its executors),
+        ``SPARK_LOCAL_IP`` (the cluster's loopback host: a driver's web UI binds to it instead of
+        every interface; no property moves it) and the master's web UI port for the framework
+        readiness check."""
+        return {
+            settings.SPARK_CONF_DIR.name: str(record.framework.get("conf_dir", "")),
+            settings.PYSPARK_PYTHON.name: str(record.framework.get("python", "")),
+            settings.SPARK_LOCAL_IP.name: record.host,
+            settings.SPARK_WEBUI_PORT.name: str(record.ports.get("webui", "")),
+        }
+
+    def outside_paths(self, record: ClusterRecord, store: LocalStateStore) -> List[Path]:
+        return []
+
+    def details(self, record: ClusterRecord, store: LocalStateStore) -> Dict[str, Any]:
+        conf_dir = record.framework.get("conf_dir")
+        return {
+            "master_url": self.address(record),
+            "webui_url": self._webui(record),
+            "spark_defaults": str(Path(conf_dir) / "spark-defaults.conf") if conf_dir else None,
+            "spark_home": str(self.home),
+        }
+
+    # ------------------------------------------------------------ internals
+
+    def _webui(self, record: ClusterRecord) -> str:
+        return f"http://{record.host}:{record.ports.get('webui', 0)}"
+
+    @staticmethod
+    def _ports(record: ClusterRecord) -> Dict[str, int]:
+        return {str(n): int(w["port"]) for n, w in record.framework.get("workers", {}).items()}
+
+    def _write_app_defaults(self, record: ClusterRecord, executor_memory_mib: int) -> None:
+        spark_ops.write_properties(
+            Path(record.framework["conf_dir"]) / "spark-defaults.conf",
+            spark_ops.app_properties(self.address(record), record.host, executor_memory_mib, record.framework["python"]),
+        )
+

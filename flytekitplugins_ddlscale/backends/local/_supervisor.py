@@ -1,0 +1,431 @@
+"""The process supervisor of the local backend: head and worker processes of one cluster.
+
+It spawns processes detached (so clusters outlive the Python process that
+started them) from the command lines of a :class:`~.driver.FrameworkDriver`,
+records every pid with its start time in the state directory, stops them
+(retiring workers through the head first, so data moves off them), checks
+liveness, picks and keeps the head's port, quotes log tails in errors, and
+repairs a cluster whose processes died. It knows nothing of baselines,
+claims or waits; callers hold the cluster lock (:meth:`lock`) around changes.
+
+No process the records do not know: every process of a cluster carries the
+cluster's folder in its environment (:data:`~.procs.CLUSTER_MARK_ENV`, from
+the moment it exists, inherited by what it starts), so the processes a change
+interrupted by ``kill -9`` started but never recorded are found by a scan of
+``/proc``. Every change first stops them (:meth:`stop_unrecorded`), records
+what it is about to do (:class:`~.state.PendingChange`) before it starts or
+stops anything, and ``down`` stops every marked process whatever the record
+says. A process whose record cannot be written is stopped again at once.
+"""
+import contextlib
+import logging
+import socket
+import time
+from dataclasses import dataclass
+from typing import AbstractSet, Callable, Iterator, List, Optional, Tuple
+
+from ...errors import BackendUnavailableError, StateWriteError, TransientError, WorkerFailedError
+from ...models import ClusterState
+from ..._core.pausepoints import pause_point
+from .._support.crds import layout_of
+from .._support.privatefs import remove_nofollow
+from ...refs import ClusterRef
+from ..._core.waiting import Deadline
+from . import _procs as procs
+from ._driver import FrameworkDriver
+from ._state import ClusterRecord, LocalStateStore, PendingChange, WorkerRecord
+from ._tiers import WorkerShape
+
+logger = logging.getLogger("flytekitplugins_ddlscale.local")
+
+HEAD_START_ATTEMPTS = 2
+"""Starts of a head that exits while starting, before the start fails (see :meth:`ProcessSupervisor.start_cluster`)."""
+
+HEAD_LOG = "scheduler"
+"""Log name of the head process (``logs/scheduler.log`` in the cluster's folder)."""
+INTERRUPTED = "Interrupted"
+"""``ClusterState.status`` of a cluster whose last change was interrupted half-way (its process killed)."""
+
+
+class ProcessSupervisor:
+    """Starts, stops, observes and repairs the processes of local clusters, each through its kind's driver."""
+
+    def __init__(
+        self,
+        store: LocalStateStore,
+        driver_for: Callable[[ClusterRef], FrameworkDriver],
+        *,
+        start_timeout: float,
+        stop_grace: float,
+    ) -> None:
+        self.store = store
+        self.driver_for = driver_for
+        self.start_timeout = start_timeout
+        self.stop_grace = stop_grace
+
+    def _driver(self, record: ClusterRecord) -> FrameworkDriver:
+        return self.driver_for(record.ref)
+
+    def lock(self, ref: ClusterRef, timeout: float) -> "Iterator[None]":
+        """The cluster's exclusive change lock (held by every change of its processes), at most ``timeout`` s."""
+        return self.store.lock(ref, timeout)
+
+    def mark(self, ref: ClusterRef) -> str:
+        """What every process of ``ref`` carries in its environment: the cluster's folder."""
+        return str(self.store.cluster_dir(ref).absolute())
+
+    def recorded(self, record: ClusterRecord) -> List[procs.ProcessId]:
+        """Every process ``record`` holds (head and workers), running or not."""
+        return ([record.scheduler] if record.scheduler else []) + [w.proc for w in record.workers]
+
+    def unrecorded(self, record: Optional[ClusterRecord], ref: ClusterRef) -> List[procs.ProcessId]:
+        """Running processes of ``ref`` that ``record`` does not hold, nor any process it holds started
+        (all of them when there is no record)."""
+        owners = self.recorded(record) if record is not None else []
+        return [p for p in procs.marked_processes(self.mark(ref)) if not procs.belongs_to(p, owners)]
+
+    def stop_unrecorded(self, record: Optional[ClusterRecord], ref: ClusterRef) -> List[procs.ProcessId]:
+        """Stop :meth:`unrecorded` processes (left by a change killed half-way); return them."""
+        stray = self.unrecorded(record, ref)
+        if stray:
+            logger.warning(
+                "%s: stopping %d process(es) its record does not hold (pids %s), left by an interrupted change",
+                ref, len(stray), [p.pid for p in stray],
+            )
+            procs.stop_processes(stray, self.stop_grace)
+        return stray
+
+    def head_alive(self, record: ClusterRecord) -> bool:
+        """Whether the recorded head process is running."""
+        return record.scheduler is not None and procs.is_alive(record.scheduler)
+
+    # ------------------------------------------------------------ changing
+
+    def converge(
+        self, record: ClusterRecord, replicas: int, shape: WorkerShape, deadline: Optional[Deadline] = None
+    ) -> Tuple[List[WorkerRecord], List[WorkerRecord]]:
+        """Bring processes to ``replicas`` workers of ``shape``; return (started, old-tier workers).
+
+        Old-tier workers are left running for the caller to retire once the
+        new ones are up. Dead processes are repaired on the way: a dead head
+        is restarted on its port (with new workers), dead workers replaced.
+        A head started here is awaited until ``deadline`` at most (see :meth:`start_cluster`).
+        Processes the record does not hold are stopped first, and the change
+        is recorded as pending until the record is whole again.
+        """
+        with self._pending(record, replicas):
+            started, old = self._converge(record, replicas, shape, deadline)
+            record.worker_hw_tier, record.desired = shape.tier, replicas
+        return started, old
+
+    def _converge(
+        self, record: ClusterRecord, replicas: int, shape: WorkerShape, deadline: Optional[Deadline]
+    ) -> Tuple[List[WorkerRecord], List[WorkerRecord]]:
+        started: List[WorkerRecord] = []
+        old: List[WorkerRecord] = []
+        if not self.head_alive(record):
+            if record.workers:
+                logger.warning("%s: the %s had exited; restarting it and its workers", record.ref, self._driver(record).head_label)
+            self.stop_all(record)
+            taken = [p for p in [record.port, *record.ports.values()] if p and not port_is_free(record.host, p)]
+            if taken:
+                # Stale state (e.g. after a reboot): every worker is new anyway, so move.
+                logger.warning("%s: port(s) %s taken now; the %s moves", record.ref, taken, self._driver(record).head_label)
+                record.port, record.ports = 0, {}
+            started = self.start_cluster(record, shape, replicas, deadline=deadline)
+        else:
+            lost = [w.name for w in record.workers if not procs.is_alive(w.proc)]
+            if lost:
+                logger.warning("%s: worker process(es) %s had exited; replacing them", record.ref, lost)
+            record.workers = [w for w in record.workers if procs.is_alive(w.proc)]
+            same = [w for w in record.workers if w.tier == shape.tier]
+            old = [w for w in record.workers if w.tier != shape.tier]
+            if len(same) < replicas:
+                started = self.start_workers(record, shape, replicas - len(same))
+            elif len(same) > replicas:
+                self.stop_workers(record, same[replicas:], retire=True)
+        return started, old
+
+    def restart_head(self, record: ClusterRecord, shape: WorkerShape) -> List[WorkerRecord]:
+        """Stop every process, then start the head on the same port and the same-named workers again."""
+        names = [w.name for w in record.workers if w.tier == shape.tier][: record.desired]
+        with self._pending(record, record.desired):
+            self.stop_all(record)
+            return self.start_cluster(record, shape, record.desired, names=names)
+
+    @contextlib.contextmanager
+    def _pending(self, record: ClusterRecord, replicas: int) -> Iterator[None]:
+        """Stop what the record does not hold, record the change as pending (intent first: before any
+        process starts or stops), and clear it once the block has brought the record up to date. A block
+        that raises an error leaves a record that holds every process (spawns are recorded or stopped), so
+        the pending mark is cleared then too, as far as the state directory lets it be written; an
+        interruption (Ctrl-C, SIGTERM) may land between a spawn and its record, so it leaves the mark."""
+        self.stop_unrecorded(record, record.ref)
+        record.pending = PendingChange(replicas)
+        self.store.save(record)
+        try:
+            yield
+        except Exception:
+            record.pending = None
+            with contextlib.suppress(StateWriteError):
+                self.store.save(record)
+            raise
+        record.pending = None
+        self.store.save(record)
+
+    def start_cluster(
+        self, record: ClusterRecord, shape: WorkerShape, count: int, names: Optional[List[str]] = None,
+        deadline: Optional[Deadline] = None,
+    ) -> List[WorkerRecord]:
+        """Start the head and ``count`` workers together; stop them all if the head fails to answer.
+
+        With ``deadline`` (the operation's), the head is awaited until then at most: past it the head
+        and workers are left starting, recorded, for the operation's own wait to time out on and say
+        what it left in place, instead of the creation outlasting the operation's timeout.
+
+        A head that exits while starting is started once more, with the same workers: on a loaded
+        machine a Ray head's client server gives up when the head node registers late (after 30 s) and
+        takes the head down with it; a second start on the same ports finds the machine warmed up.
+        Nothing uses a head before it answered, so the second start repeats nothing a user saw.
+        """
+        attempts_left = HEAD_START_ATTEMPTS
+        while True:
+            attempts_left -= 1
+            self._start_head(record)
+            started = self.start_workers(record, shape, count, names=names)
+            try:
+                self._await_head(record, operation=deadline)
+                return started
+            except HeadExitedError as exc:
+                self.stop_all(record)
+                if not attempts_left:
+                    raise
+                logger.warning("%s; starting it once more", str(exc).split(";", 1)[0])
+                names = [worker.name for worker in started]
+            except TransientError:
+                self.stop_all(record)
+                raise
+
+    def start_workers(
+        self, record: ClusterRecord, shape: WorkerShape, count: int, names: Optional[List[str]] = None
+    ) -> List[WorkerRecord]:
+        """Spawn ``count`` workers of ``shape`` (named ``names`` first, then new names); do not wait."""
+        started = []
+        workdir = self.store.private_cluster_dir(record.ref, "work")
+        for index in range(count):
+            if names is not None and index < len(names):
+                name = names[index]
+            else:
+                name = f"{layout_of(record.ref).worker_pod_prefix(record.ref.name)}{record.next_index}"
+                record.next_index += 1
+            proc = self._spawn(record, self._driver(record).worker_argv(record, name, shape, workdir), name)
+            worker = WorkerRecord(name, proc, shape.tier, shape.nthreads, shape.memory_limit)
+            record.workers.append(worker)
+            started.append(worker)
+            pause_point("worker-started")
+            # Saved after each spawn, so a crash leaves at most one worker unrecorded (and marked).
+            self._save_or_stop(record, proc, lambda: record.workers.remove(worker))
+        return started
+
+    def stop_workers(self, record: ClusterRecord, workers: List[WorkerRecord], retire: bool) -> None:
+        """Retire ``workers`` through the head (data moves off them), then make sure they exit."""
+        if not workers:
+            return
+        retired = False
+        if retire and self.head_alive(record):
+            try:
+                retired = self._driver(record).retire_workers(record, [w.name for w in workers], self.stop_grace)
+            except TransientError as exc:
+                logger.warning("%s; terminating the workers instead", exc.message)
+        procs.stop_processes([w.proc for w in workers], self.stop_grace, asked=retired)
+        gone = {w.name for w in workers}
+        record.workers = [w for w in record.workers if w.name not in gone]
+        self.store.save(record)
+
+    def drop_dead(self, record: ClusterRecord, workers: List[WorkerRecord]) -> None:
+        """Forget those of ``workers`` whose process has exited (the others keep running)."""
+        self.stop_workers(record, [w for w in workers if not procs.is_alive(w.proc)], retire=False)
+
+    def stop_all(self, record: ClusterRecord) -> None:
+        """Stop every process: the head first where it closes its workers cleanly (then any worker
+        still running), else the workers first, while their head can still take their drain."""
+        self._stop_recorded(record)
+        record.scheduler = None
+        record.workers = []
+        self.store.save(record)
+
+    def _stop_recorded(self, record: ClusterRecord) -> None:
+        workers = [w.proc for w in record.workers]
+        if self._driver(record).workers_exit_with_head:
+            closing = self.head_alive(record)
+            if record.scheduler is not None:
+                procs.stop_processes([record.scheduler], self.stop_grace)
+            procs.stop_processes(workers, self.stop_grace, asked=closing)
+        else:
+            procs.stop_processes(workers, self.stop_grace)
+            if record.scheduler is not None:
+                procs.stop_processes([record.scheduler], self.stop_grace)
+
+    def take_down(self, record: Optional[ClusterRecord], ref: ClusterRef) -> "TakenDown":
+        """Stop every process of ``ref``, those ``record`` holds and every other one carrying its mark
+        (None: a record that is missing or unreadable), and remove its files: the cluster's folder (all
+        but its lock) and the folders its framework wrote elsewhere (Ray's temp folder: sessions, logs),
+        never following a link out of them. Returns what was found running."""
+        recorded = [p for p in self.recorded(record) if procs.is_alive(p)] if record is not None else []
+        stray = self.unrecorded(record, ref)
+        outside = self._driver(record).outside_paths(record, self.store) if record is not None else []
+        if record is not None:
+            self._stop_recorded(record)  # not saved: the record goes, and a read-only folder must not stop this
+        # Whatever still carries the mark: the unrecorded processes, and anything the recorded ones
+        # started that outlived them.
+        procs.stop_processes(procs.marked_processes(self.mark(ref)), self.stop_grace)
+        self.store.delete(ref)
+        for path in outside:
+            remove_nofollow(path)
+        return TakenDown(ref, [p.pid for p in recorded], [p.pid for p in stray])
+
+    # ----------------------------------------------------------- observing
+
+    def observe(self, record: ClusterRecord) -> ClusterState:
+        """Live processes, and the workers of the cluster's tier the head reports as registered."""
+        seen = self._driver(record).registered_workers(record) if self.head_alive(record) else None
+        alive = [w for w in record.workers if procs.is_alive(w.proc)]
+        ready = 0
+        if seen is not None:
+            ready = sum(1 for w in alive if w.name in seen and w.tier == record.worker_hw_tier)
+        if record.pending is not None and record.pending.interrupted():
+            status = INTERRUPTED
+        elif seen is None:
+            status = "Failed"
+        elif ready == record.desired and len(alive) == record.desired:
+            status = "Running"
+        elif len(alive) > record.desired and all(w.name in seen for w in alive):
+            # Workers start before the record's desired count is raised; only
+            # surplus workers that already joined are on their way out.
+            status = "Stopping"
+        else:
+            status = "Starting"
+        return ClusterState(
+            cluster=str(record.ref),
+            status=status,
+            desired_workers=record.desired,
+            existing_workers=len(alive),
+            ready_workers=ready,
+            head_ready=seen is not None,
+            worker_hw_tier=record.worker_hw_tier or None,
+            head_hw_tier=record.head_hw_tier,
+        )
+
+    def check_started(self, record: ClusterRecord, started: List[WorkerRecord], state: ClusterState) -> None:
+        """Raise when a worker of ``started`` exited before joining, or the head exited, quoting its log."""
+        for worker in started:
+            if not procs.is_alive(worker.proc) and worker in record.workers:
+                log = self.store.log_path(record.ref, worker.name)
+                raise WorkerFailedError(
+                    f"local {self._driver(record).framework} worker {worker.name} exited before joining; {log}:\n"
+                    f"{procs.log_tail(log)}",
+                    pod=worker.name,
+                    reason="ProcessExited",
+                    cluster=str(record.ref),
+                    state=state,
+                )
+        if not self.head_alive(record):
+            log = self.store.log_path(record.ref, HEAD_LOG)
+            raise BackendUnavailableError(
+                f"the {self._driver(record).head_label} of {record.ref} exited; {log}:\n{procs.log_tail(log)}",
+                cluster=str(record.ref),
+                state=state,
+            )
+
+    # ------------------------------------------------------------ internals
+
+    def _start_head(self, record: ClusterRecord) -> None:
+        """Start the head on the recorded port (a free one for a new cluster); do not wait.
+
+        Workers may be started at once, since they keep trying to connect;
+        :meth:`_await_head` then waits for the head.
+        """
+        taken = {record.port, *record.ports.values()}
+        if record.port == 0:
+            record.port = free_port(record.host, taken)
+            taken.add(record.port)
+        for name in self._driver(record).head_ports:
+            if not record.ports.get(name):
+                record.ports[name] = free_port(record.host, taken)
+                taken.add(record.ports[name])
+        record.scheduler = self._spawn(record, self._driver(record).head_argv(record, self.store), HEAD_LOG)
+        pause_point("head-started")
+        self._save_or_stop(record, record.scheduler, lambda: setattr(record, "scheduler", None))
+
+    def _spawn(self, record: ClusterRecord, argv: List[str], log_name: str) -> procs.ProcessId:
+        return procs.spawn_detached(argv, self.store.log_path(record.ref, log_name), self.mark(record.ref))
+
+    def _save_or_stop(self, record: ClusterRecord, proc: procs.ProcessId, forget: Callable[[], None]) -> None:
+        """Record ``proc``; when the record cannot be written, stop ``proc`` (and what it started) and
+        ``forget`` it, so no process runs that the records do not hold."""
+        try:
+            self.store.save(record)
+        except StateWriteError:
+            logger.warning("%s: stopping process %d: its record could not be written", record.ref, proc.pid)
+            procs.stop_processes([proc], self.stop_grace)
+            forget()
+            raise
+
+    def _await_head(self, record: ClusterRecord, operation: Optional[Deadline] = None) -> None:
+        """Wait up to ``start_timeout`` until the head is ready (:meth:`FrameworkDriver.head_ready`);
+        :class:`HeadExitedError` if it exits first, :class:`BackendUnavailableError` if it does not
+        answer in time, each quoting its log. Returns at ``operation`` deadline with the head still starting."""
+        log = self.store.log_path(record.ref, HEAD_LOG)
+        limit = time.monotonic() + self.start_timeout
+        while not self._driver(record).head_ready(record):
+            if operation is not None and operation.expired:
+                logger.info("%s: the operation's timeout ran out while its %s was starting", record.ref,
+                            self._driver(record).head_label)
+                return
+            if not self.head_alive(record):
+                raise HeadExitedError(
+                    f"the {self._driver(record).head_label} of {record.ref} exited while starting on port "
+                    f"{record.port}; {log}:\n{procs.log_tail(log)}",
+                    cluster=str(record.ref),
+                )
+            if time.monotonic() >= limit:
+                raise BackendUnavailableError(
+                    f"the {self._driver(record).head_label} of {record.ref} did not answer within "
+                    f"{self.start_timeout:.0f}s; {log}:\n{procs.log_tail(log)}",
+                    cluster=str(record.ref),
+                )
+            time.sleep(0.05)
+
+
+@dataclass(frozen=True)
+class TakenDown:
+    """What ``down`` found running: pids the record held, and pids it did not (stopped all the same)."""
+
+    ref: ClusterRef
+    recorded: List[int]
+    unrecorded: List[int]
+
+
+class HeadExitedError(BackendUnavailableError):
+    """The head process exited before it was ready."""
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """Whether ``host:port`` can be bound right now (nothing else listens there)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str, avoid: AbstractSet[int] = frozenset()) -> int:
+    """A port nothing listens on right now and not in ``avoid``; its user binds it moments later."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind((host, 0))
+            port = int(probe.getsockname()[1])
+        if port not in avoid:
+            return port

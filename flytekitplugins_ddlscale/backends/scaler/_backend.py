@@ -1,0 +1,479 @@
+"""The scaler-service backend: scale Ray/Spark/Dask clusters through Domino's ``ddl-cluster-scaler``.
+
+What the service can and cannot do shapes this backend:
+
+* it cannot show pod readiness, so a scale counts as done when the requested
+  number of worker pods EXIST (named in ``status.nodes``), the cluster is
+  Running and ``spec.worker.replicas`` matches (``ready_workers`` is None);
+* it writes only ``spec.worker.replicas``, so the cluster's autoscaler may
+  undo a scale-up later (``holds_size=False``);
+* it cannot store anything with the cluster, so baselines and claims live in
+  local files (:class:`FileBookkeeping`, ``persistent_baseline=False``);
+* it has no head-tier route and its head restart only works for Ray;
+* it does not serve MPI clusters.
+"""
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple, Union
+
+import httpx
+
+from .._support.crds import layout_of
+from .._support.domino_auth import DominoAuth
+from ..._core import settings
+from ...errors import (
+    CapacityExceededError,
+    InvalidInputError,
+    NotScalableError,
+    ScalingError,
+    ScalingTimeoutError,
+    TransientError,
+    UnsupportedOperationError,
+)
+from .._support.filerecords import FileBookkeeping
+from .._support.filestore import FileRecordStore
+from .._support.inplace import Reach, state_dir_env
+from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult
+from ..._core.outage import outage_timeout
+from ..._core.progress import ProgressReporter, WaitProgress
+from ...refs import ClusterRef
+from ..._core.sharing import current_shared_reads
+from ..tiers import DominoTierCatalog, TierCatalog
+from ..._core.validation import validate_tier_name, validate_timeout
+from ..._core.waiting import Backoff, Deadline, PollSchedule, TwoStageBackoff, poll_until
+from .._base import BackendCapabilities, Change
+from .._filebacked import FileRecordsBackend
+from ._client import (
+    DEFAULT_HTTP_TIMEOUT,
+    DEFAULT_RETRIES,
+    DEFAULT_RETRY_BACKOFF,
+    ScalerClient,
+    displayable_url,
+    resolve_base_url,
+)
+from ._state import state_from_object
+
+logger = logging.getLogger("flytekitplugins_ddlscale.scaler")
+
+READINESS_CAVEAT = "the scaler service shows pod existence, not readiness"
+NUCLEUS_SETTINGS = (settings.DOMINO_API_HOST, settings.DOMINO_API_PROXY)
+"""Where Nucleus (``/v4/hardwareTier``) is found when ``nucleus_url`` is not given, first set wins."""
+DEFAULT_POLL_BACKOFF = TwoStageBackoff(slow=3.0)
+"""Poll intervals of scale waits: 0.25 s doubling to 1 s for the first 10 s, then 3 s
+(the reference client polls every 2 s: fewer requests over a long wait, less lag on a short one)."""
+SHARED_POLL_AGE = 0.3
+"""Seconds a cluster read (or list) of one wait may answer another wait (at most about three polls
+per second per cluster, or per kind while a list answers them, however many wait)."""
+LISTED_POLL_INTERVAL = 0.3
+"""Poll interval of a wait whose polls a shared list answers: its reads cost no request of their own."""
+DEFAULT_RESTART_POLL_BACKOFF = TwoStageBackoff(slow=10.0)
+"""Poll intervals of head-restart waits: as for scale, then 10 s (the reference polls every 3 s)."""
+
+
+class ScalerServiceBackend(FileRecordsBackend):
+    """A :class:`ClusterBackend` that talks to Domino's cluster scaler service over HTTP.
+
+    What the protocol's methods do here: ``get_state`` shows what the
+    service shows (``ready_workers`` is always None); a wait ends once the
+    requested worker pods EXIST, the cluster is Running and
+    ``spec.worker.replicas`` agrees (pods may not be Ready yet). ``scale``
+    sets the tier by NAME and reports the service's own numbers
+    (``effective = min(requested, maxReplicas)``). ``restart_head`` deletes
+    the head pod through the service (sent once, never retried) and, with
+    ``wait``, polls ``restart_head_status`` with the service's
+    ``started_at`` until the new head is restarted and Ready; it raises
+    :class:`UnsupportedOperationError` before sending for ``head_hw_tier``
+    (no head-tier route) and after the service's 404 for Spark/Dask (it
+    deletes a wrong pod name). Baselines and claims are recorded on this
+    machine; a restore maps a recorded worker tier id back to its name
+    through ``tier_catalog`` (else only the replica count is restored, with
+    a warning); ``target.head_hw_tier`` is refused. A reconcile reads the
+    claims and sends its request under this machine's record lock of the
+    cluster, and waits for workers after releasing it.
+
+    ``base_url`` defaults to ``$CLUSTER_SCALER_BASE_URL``, then the in-cluster
+    service URL. Credentials come from ``auth`` or :class:`DominoAuth`
+    (``token``/``api_key`` arguments, ``$DOMINO_API_PROXY``, ``$DOMINO_TOKEN``,
+    ``$DOMINO_API_KEY``). ``verify=False`` turns TLS verification off (on by
+    default). ``timeout`` bounds every HTTP call; ``retries`` bounds repeats
+    of safe calls, spaced by ``retry_backoff``; ``poll_backoff`` spaces the polls
+    of scale waits and ``restart_poll_backoff`` those of head-restart waits
+    (None: the default restart schedule, or ``poll_backoff`` when one is given).
+    ``state_dir`` (or ``records``) says where baselines and claims are kept. The tier catalog (``tier_catalog``, else
+    Nucleus' ``/v4/hardwareTier`` at ``nucleus_url``, ``$DOMINO_API_HOST`` or
+    ``$DOMINO_API_PROXY``) refuses unknown or restricted tier names, naming the
+    allowed ones, before anything is sent, and lets a restore map a recorded
+    tier id back to the name the service needs. Without one (or when Nucleus
+    cannot be reached) the service judges tier names itself.
+    """
+
+    name = "scaler"
+    capabilities = BackendCapabilities(
+        kinds=frozenset({"ray", "spark", "dask"}),
+        observes_readiness=False,
+        holds_size=False,
+        head_tier=False,
+        persistent_baseline=False,
+        observes_restarts=True,
+    )
+
+    def __init__(
+        self,
+        base_url: Optional[str] = None,
+        *,
+        token: Optional[str] = None,
+        api_key: Optional[str] = None,
+        auth: Optional[httpx.Auth] = None,
+        verify: bool = True,
+        timeout: float = DEFAULT_HTTP_TIMEOUT,
+        retries: int = DEFAULT_RETRIES,
+        retry_backoff: Backoff = DEFAULT_RETRY_BACKOFF,
+        state_dir: Union[str, Path, None] = None,
+        records: Optional[FileBookkeeping] = None,
+        tier_catalog: Optional[TierCatalog] = None,
+        nucleus_url: Optional[str] = None,
+        poll_backoff: PollSchedule = DEFAULT_POLL_BACKOFF,
+        restart_poll_backoff: Optional[PollSchedule] = None,
+        env: Optional[Mapping[str, str]] = None,
+        sleep: Callable[[float], None] = time.sleep,
+        max_requests_per_second: Optional[float] = None,
+    ) -> None:
+        validate_timeout(timeout)
+        if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 10:
+            raise InvalidInputError("retries", retries, "an integer from 0 to 10")
+        if auth is None and (token or api_key):
+            auth = DominoAuth(token=token, api_key=api_key, verify=verify)
+        self._client = ScalerClient(
+            base_url, auth=auth, verify=verify, timeout=timeout, retries=retries,
+            retry_backoff=retry_backoff, env=env, sleep=sleep, max_requests_per_second=max_requests_per_second,
+        )
+        if records is None:
+            store = FileRecordStore(Path(state_dir) / "records") if state_dir is not None else FileRecordStore()
+            records = FileBookkeeping(store)
+        self.records = records
+        self._tiers = tier_catalog if tier_catalog is not None else self._nucleus_catalog(
+            nucleus_url, env, self._client.auth, verify, timeout
+        )
+        self._poll = poll_backoff
+        if restart_poll_backoff is None:
+            restart_poll_backoff = DEFAULT_RESTART_POLL_BACKOFF if poll_backoff is DEFAULT_POLL_BACKOFF else poll_backoff
+        self._restart_poll = restart_poll_backoff
+        self._sleep = sleep
+
+    @staticmethod
+    def _nucleus_catalog(
+        nucleus_url: Optional[str], env: Optional[Mapping[str, str]], auth: Any, verify: bool, timeout: float
+    ) -> Optional[TierCatalog]:
+        url = nucleus_url or next((s.raw(env) for s in NUCLEUS_SETTINGS if s.is_set(env)), None)
+        return DominoTierCatalog(url, auth=auth, timeout=timeout, verify=verify) if url else None
+
+    @property
+    def base_url(self) -> str:
+        """The service URL in use."""
+        return self._client.base_url
+
+    def close(self) -> None:
+        """Close the pooled HTTP connections."""
+        self._client.close()
+
+    def _unserved(self, ref: ClusterRef) -> str:
+        return (
+            f"the scaler service does not serve {ref.kind} clusters "
+            f"(it serves {', '.join(sorted(self.capabilities.kinds))}); use the kubernetes backend"
+        )
+
+    def _check_head_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> None:
+        if tier is not None:
+            raise UnsupportedOperationError(
+                "the scaler service cannot change the head's hardware tier; use the kubernetes backend",
+                cluster=str(ref),
+            )
+
+    def _observe(self, ref: ClusterRef) -> ClusterState:
+        sharing = current_shared_reads()
+        if sharing is not None:
+            return state_from_object(ref, self._client.poll_cluster(ref, None, sharing.max_age))
+        return state_from_object(ref, self._client.get_cluster(ref))
+
+    def _observe_before_change(self, ref: ClusterRef, deadline: Deadline, what: str) -> ClusterState:
+        """The cluster now, riding out an outage until ``deadline`` (then a timeout waiting for ``what``)."""
+        try:
+            return state_from_object(ref, self._client.get_cluster(ref, deadline))
+        except ScalingError as error:
+            raise _timed_out(error, deadline, f"{what} to be accepted", ref, self._client) from None
+
+    def _final_state(self, ref: ClusterRef, deadline: Deadline, what: str) -> ClusterState:
+        """The cluster at the end of an operation, riding out an outage for what is left of ``deadline``
+        (at least :data:`~flytekitplugins_ddlscale._core.waiting.MIN_STATE_READ`); then a timeout waiting for ``what``."""
+        left = Deadline(deadline.left_for_state_read())
+        try:
+            return state_from_object(ref, self._client.get_cluster(ref, left))
+        except ScalingError as error:
+            raise _timed_out(error, left, what, ref, self._client) from None
+
+    def _observe_for_wait(self, ref: ClusterRef, replicas: int, deadline: Deadline) -> Optional[ClusterState]:
+        try:
+            return state_from_object(ref, self._client.poll_cluster(ref, deadline, SHARED_POLL_AGE))
+        except TransientError as error:
+            if deadline.expired:
+                raise _timed_out(error, deadline, f"{replicas} worker pods of {ref}", ref, self._client) from None
+            return None
+
+    def _wait_workers(
+        self,
+        ref: ClusterRef,
+        replicas: int,
+        timeout: float,
+        progress: Optional[ProgressReporter],
+        change: Optional[Change],
+        last: Optional[ClusterState],
+    ) -> ClusterState:
+        seen = [last]
+        what = f"{replicas} worker pods of {ref} with the cluster Running ({READINESS_CAVEAT})"
+        deadline = Deadline(timeout)
+
+        def read() -> ClusterState:
+            # A failed poll (cluster deleted, access revoked) reports the last state this wait saw.
+            try:
+                seen[0] = state_from_object(ref, self._client.poll_cluster(ref, deadline, SHARED_POLL_AGE))
+            except ScalingError as error:
+                error.state = error.state or seen[0]
+                raise _timed_out(error, deadline, what, ref, self._client) from None
+            return seen[0]
+
+        return poll_until(
+            read,
+            lambda s: s.status == "Running" and s.workers_up(replicas),
+            what=what,
+            target=replicas,
+            count=lambda s: s.existing_workers,
+            timeout=timeout,
+            backoff=_ListedSchedule(self._poll, lambda: self._client.shared_by_list(ref)),
+            progress=progress,
+            sleep=self._sleep,
+            note=self._client.outage.summary,
+        )
+
+    def _check_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> None:
+        if tier is None or self._tiers is None:
+            return
+        try:
+            self._tiers.resolve(tier, ref.kind, field=field)
+        except TransientError as error:
+            logger.warning("%s: could not check tier %r in the tier catalog (%s); the service will judge it", ref, tier, error)
+
+    def _same_tier(self, ref: ClusterRef, name: str, observed: Optional[str]) -> bool:
+        """A claim's tier NAME against the tier id label the cluster showed (through the catalog)."""
+        if name == observed:
+            return True
+        if self._tiers is None or observed is None:
+            return False
+        try:
+            return any(t.id == observed and t.name == name for t in self._tiers.tiers())
+        except TransientError:
+            return False
+
+    def _check_size(self, previous: ClusterState, replicas: int, strict: bool) -> None:
+        if previous.autoscaling_max is None:
+            raise NotScalableError(
+                "the cluster has no usable spec.autoscaling.maxReplicas, and the scaler service "
+                "only scales autoscaling clusters",
+                cluster=previous.cluster,
+                state=previous,
+            )
+        if strict and replicas > previous.autoscaling_max:
+            raise CapacityExceededError(
+                f"strict: {replicas} workers requested but maxReplicas is {previous.autoscaling_max}; "
+                f"nothing was changed",
+                cluster=previous.cluster,
+                state=previous,
+            )
+
+    def _apply_size(
+        self, ref: ClusterRef, replicas: int, tier: Optional[str], previous: ClusterState, deadline: Deadline
+    ) -> Change:
+        return Change(self._patch(ref, replicas, tier, previous, deadline))
+
+    def _apply_baseline(
+        self, ref: ClusterRef, baseline: Optional[Baseline], target: Optional[ReplicaSpec], deadline: Deadline
+    ) -> Change:
+        previous = self._observe_before_change(ref, deadline, f"the restore of {ref}")
+        if target is not None:
+            replicas, tier = target.replicas, validate_tier_name(target.worker_hw_tier)
+        else:
+            assert baseline is not None
+            replicas, tier = baseline.replicas, self._tier_to_restore(ref, baseline, previous)
+        return Change(self._patch(ref, replicas, tier, previous, deadline), restoring=True)
+
+    def _no_baseline(self, ref: ClusterRef) -> ScaleResult:
+        raise InvalidInputError("target", None, f"a ReplicaSpec, since no baseline is recorded for {ref}")
+
+    def _patch(
+        self, ref: ClusterRef, replicas: int, tier: Optional[str], previous: ClusterState, deadline: Deadline
+    ) -> ScaleResult:
+        # A refused connection is tried again until the operation's deadline; other failures get
+        # the client's bounded retries (an absolute count is safe to repeat).
+        try:
+            answer = self._client.scale(ref, replicas, tier, deadline)
+        except ScalingError as error:
+            error.state = error.state or previous
+            raise _timed_out(
+                error, deadline, f"the scale request to {replicas} workers of {ref} to be accepted", ref, self._client
+            ) from None
+        requested = int(answer.get("requested_replicas", replicas))
+        effective = int(answer.get("effective_replicas", replicas))
+        capped = bool(answer.get("capped", effective < requested))
+        if capped:
+            logger.warning(
+                "%s: %d workers requested, capped to maxReplicas=%s", ref, requested, answer.get("maxReplicas")
+            )
+        obj = answer.get("object")
+        final = state_from_object(ref, obj) if isinstance(obj, dict) else self._observe_before_change(
+            ref, deadline, f"{ref} after the scale request"
+        )
+        return ScaleResult(
+            cluster=str(ref),
+            requested=requested,
+            effective=effective,
+            capped=capped,
+            previous=previous,
+            final=final,
+            waited=False,
+            worker_hw_tier=tier,
+        )
+
+    def _restart_head(
+        self, ref: ClusterRef, tier: Optional[str], wait: bool, deadline: Deadline,
+        progress: Optional[ProgressReporter],
+    ) -> RestartResult:
+        if tier is not None:
+            raise UnsupportedOperationError(
+                "the scaler service cannot change the head's hardware tier (restart only deletes the "
+                "pod); use the kubernetes backend for head_hw_tier",
+                cluster=str(ref),
+            )
+        # Best effort, for the wait's error context only: the restart's own answer decides what happens.
+        before = self._state_or_none(ref) if wait else None
+        try:
+            answer = self._client.restart_head(ref, deadline)
+        except ScalingError as error:
+            error.state = error.state or before
+            raise _timed_out(error, deadline, f"the head restart of {ref} to be accepted", ref, self._client) from None
+        pod = str(answer.get("pod") or layout_of(ref).head_pod_name(ref.name))
+        started_at = str(answer.get("started_at") or "")
+        final = f"the state of {ref} after its head restart"
+        if not wait:
+            state = self._final_state(ref, deadline, final)
+            return RestartResult(str(ref), pod, started_at, False, state, waited=False)
+        began = time.monotonic()
+        self._wait_restarted(ref, pod, started_at, deadline.left_for_wait(), progress, before)
+        return RestartResult(
+            str(ref), pod, started_at, True, self._final_state(ref, deadline, final), waited=True,
+            seconds_waited=time.monotonic() - began,
+        )
+
+    def _head_restarted(self, ref: ClusterRef, restart: RestartResult) -> Tuple[bool, ClusterState]:
+        """The service's restart status since the restart's ``started_at`` is ``restarted_and_ready``."""
+        answer = self._client.restart_status(ref, restart.started_at)
+        done = answer is not None and answer.get("status") == "restarted_and_ready"
+        return done, self.get_state(ref)
+
+    def _wait_restarted(
+        self, ref: ClusterRef, pod: str, started_at: str, timeout: float, progress: Optional[ProgressReporter],
+        before: Optional[ClusterState],
+    ) -> None:
+        what = f"new head pod {pod} of {ref} restarted and Ready"
+        deadline = Deadline(timeout)
+        intervals = self._restart_poll.intervals()
+        while True:
+            try:
+                answer = self._client.restart_status(ref, started_at, deadline)
+            except ScalingError as error:
+                # A failed status poll (service gone) still says what the cluster last looked like.
+                error.state = error.state or before
+                raise _timed_out(error, deadline, what, ref, self._client) from None
+            last = str(answer.get("status")) if answer is not None else "head_pod_not_found (being recreated)"
+            done = answer is not None and answer.get("status") == "restarted_and_ready"
+            if progress is not None:
+                progress(WaitProgress(what, int(done), 1, deadline.elapsed, timeout, last))
+            if done:
+                return
+            if deadline.expired:
+                outage = self._client.outage.summary(deadline)
+                raise ScalingTimeoutError(
+                    f"timed out after {timeout:.0f}s waiting for {what}; {outage + '; ' if outage else ''}"
+                    f"last restart status: {last}",
+                    cluster=str(ref),
+                    state=self._state_or_none(ref),
+                )
+            self._sleep(min(next(intervals), deadline.remaining))
+
+    def _state_or_none(self, ref: ClusterRef) -> Optional[ClusterState]:
+        try:
+            return self.get_state(ref)
+        except ScalingError:
+            return None
+
+    def _reach(self, ref: ClusterRef) -> Reach:
+        """How ``ddlscale`` and a new process reach this service and these records."""
+        env: Dict[str, str] = {}
+        options: Dict[str, str] = {}
+        if self.base_url != displayable_url(resolve_base_url(None)):
+            env[settings.CLUSTER_SCALER_BASE_URL.name] = options["base_url"] = self.base_url
+        # A custom ``records=`` store elsewhere has no setting that names it: the hint then uses the default.
+        state = state_dir_env(self.records.store.directory, "records")
+        if state:
+            env.update(state)
+            options["state_dir"] = state[settings.STATE_DIR.name]
+        return Reach(self.name, ref, env=env, options=options)
+
+    def _tier_to_restore(self, ref: ClusterRef, baseline: Baseline, current: ClusterState) -> Optional[str]:
+        wanted = baseline.worker_hw_tier
+        if not wanted or wanted == current.worker_hw_tier:
+            return None
+        if self._tiers is not None:
+            try:
+                for tier in self._tiers.tiers():
+                    if tier.id == wanted or tier.name == wanted:
+                        return tier.name
+            except TransientError as error:
+                logger.warning("%s: tier catalog unavailable (%s)", ref, error)
+        logger.warning(
+            "%s: restoring %d workers but not the worker tier %r (no tier catalog maps that id to a name)",
+            ref,
+            baseline.replicas,
+            wanted,
+        )
+        return None
+
+
+@dataclass(frozen=True)
+class _ListedSchedule:
+    """``base``'s intervals, shortened to :data:`LISTED_POLL_INTERVAL` while ``listed()`` (a shared list
+    answers the polls, so polling more often sends no more requests)."""
+
+    base: PollSchedule
+    listed: Callable[[], bool]
+
+    def intervals(self) -> Iterator[float]:
+        """An endless iterator of sleep intervals in seconds."""
+        for step in self.base.intervals():
+            yield min(step, LISTED_POLL_INTERVAL) if self.listed() else step
+
+
+def _timed_out(
+    error: ScalingError, deadline: Deadline, what: str, ref: ClusterRef, client: ScalerClient
+) -> ScalingError:
+    """``error`` of a request; once the operation's deadline has passed, a :class:`ScalingTimeoutError`.
+
+    A request that fails only because the service stayed unreachable (or
+    hung) until the deadline is a timeout of the operation, with how long the
+    service was unreachable and the same last state.
+    """
+    if not isinstance(error, TransientError) or not deadline.expired:
+        return error
+    return outage_timeout(
+        error, deadline=deadline, what=what, tracker=client.outage, state=error.state, cluster=str(ref)
+    )

@@ -1,0 +1,433 @@
+"""HTTP client of Domino's cluster scaler service: one pooled ``httpx.Client``.
+
+Reads (cluster, restart status) and scale are safe to repeat (scale sets an
+absolute count), so they are retried on connection errors and 502/503/504
+with bounded exponential backoff. Head restart deletes a pod and is never
+retried: a lost answer is reported, not re-sent. The polls of waits go
+through the process's shared, paced polls of the service (:mod:`.polls`);
+every 429/503 the service sends slows them all. Under an operation's deadline
+an outage of the service (or of the Domino API proxy that hands out its
+token) is ridden out, and so are 401/403 right after one (the restarted
+service's authorization warming up); a service never reached is not.
+"""
+import hashlib
+import ipaddress
+import logging
+import threading
+import time
+from typing import Any, Callable, Dict, Mapping, Optional, Set
+
+import httpx
+
+from .._support.crds import layout_of
+from .._support.domino_auth import DominoAuth, ProxyUnavailableError
+from ..._core import settings
+from ...errors import BackendUnavailableError, ClusterNotFoundError, UnauthorizedError, UnsupportedOperationError
+from ..._core.redaction import register_secret
+from ...refs import ClusterRef
+from ..._core.outage import cert_verification_failed, connection_reset, retry_through_outage, shared_tracker
+from ..._core.waiting import Backoff, Deadline
+from ._errors import error_from_response, response_body
+from ._polls import LIST_FROM, max_rps_from, pacer_for, polls_for
+
+logger = logging.getLogger("flytekitplugins_ddlscale.scaler")
+
+BASE_URL_ENV = settings.CLUSTER_SCALER_BASE_URL.name
+DEFAULT_BASE_URL = settings.CLUSTER_SCALER_BASE_URL.default
+API_PREFIX = "/ddl_cluster_scaler"
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+REFUSED_STATUSES = frozenset({401, 403})
+"""Refusals: final, except right after an outage (see :func:`~flytekitplugins_ddlscale._core.outage.retry_through_outage`)."""
+"""Answers of a service that is overloaded or restarting (a 500 is the service's own error, e.g. a
+missing cluster, and is final)."""
+DEFAULT_HTTP_TIMEOUT = 30.0
+DEFAULT_RETRIES = 3
+DEFAULT_RETRY_BACKOFF = Backoff(initial=0.2, factor=2.0, cap=2.0)
+SLOWING_STATUSES = frozenset({429, 503})
+"""Answers that slow every poll of this process to the service down (see :mod:`.polls`)."""
+MIN_ATTEMPT_TIMEOUT = 0.1
+"""Seconds any request under a deadline still gets, so a wait reads the cluster at least once."""
+
+
+def resolve_base_url(base_url: Optional[str], env: Optional[Mapping[str, str]] = None) -> str:
+    """``base_url``, else ``$CLUSTER_SCALER_BASE_URL``, else the in-cluster default; no trailing slash."""
+    return settings.CLUSTER_SCALER_BASE_URL.value(base_url or None, env, field="base_url")
+
+
+def displayable_url(url: str) -> str:
+    """``url`` without its userinfo (``user:password@``), for messages and logs."""
+    parsed = httpx.URL(url)
+    if not parsed.userinfo:
+        return url
+    return str(parsed.copy_with(username=None, password=None)).rstrip("/")
+
+
+def credentials_in_clear(url: str) -> bool:
+    """Whether credentials sent to ``url`` would cross the network unencrypted: plain ``http://`` to a
+    host that is not loopback (``localhost``, 127.0.0.0/8, ::1)."""
+    parsed = httpx.URL(url)
+    if parsed.scheme != "http":
+        return False
+    host = parsed.host.lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return False
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return True
+
+
+_warned_clear: Set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def _warn_clear_once(url: str, auth: Optional[httpx.Auth]) -> None:
+    """Log once per process and URL that this client's credentials travel over plain HTTP."""
+    sends = auth is not None and not (isinstance(auth, DominoAuth) and auth.source == "none")
+    if not sends or not credentials_in_clear(url):
+        return
+    with _warned_lock:
+        if url in _warned_clear:
+            return
+        _warned_clear.add(url)
+    logger.warning(
+        "the scaler service at %s is plain HTTP: the Domino token or API key sent with every request is not "
+        "encrypted on the way; that is acceptable only inside the cluster network (the in-cluster default "
+        "service URL), else set $%s to an https:// URL", url, BASE_URL_ENV,
+    )
+
+
+class ScalerClient:
+    """The service's routes as methods returning parsed JSON, raising typed errors."""
+
+    def __init__(
+        self,
+        base_url: Optional[str] = None,
+        *,
+        auth: Optional[httpx.Auth] = None,
+        verify: bool = True,
+        timeout: float = DEFAULT_HTTP_TIMEOUT,
+        retries: int = DEFAULT_RETRIES,
+        retry_backoff: Backoff = DEFAULT_RETRY_BACKOFF,
+        env: Optional[Mapping[str, str]] = None,
+        sleep: Callable[[float], None] = time.sleep,
+        max_requests_per_second: Optional[float] = None,
+    ) -> None:
+        rate = max_rps_from(max_requests_per_second, None if env is None else dict(env))
+        url = resolve_base_url(base_url, env)
+        parsed = httpx.URL(url)
+        if parsed.password:
+            # Both spellings: decoded (what httpx sends) and as written (percent-encoded).
+            register_secret(parsed.password)
+            register_secret(parsed.userinfo.decode("ascii").partition(":")[2])
+        self.base_url = displayable_url(url)
+        """The service URL without any userinfo, safe to show."""
+        self.timeout = timeout
+        self.retries = retries
+        self.outage = shared_tracker(f"the scaler service at {self.base_url}", logger)
+        """Reachability of the service, shared by every client of it in this process."""
+        self._backoff = retry_backoff
+        self._sleep = sleep
+        auth = auth if auth is not None else DominoAuth(env=env, verify=verify)
+        _warn_clear_once(self.base_url, auth)
+        self._http = httpx.Client(
+            base_url=url,
+            auth=auth,
+            timeout=httpx.Timeout(timeout),
+            verify=verify,
+            headers={"Accept": "application/json"},
+        )
+        self.pacer = pacer_for(self.base_url, rate)
+        """This process's pacing of polls to the service."""
+        self.polls = polls_for(self.base_url, _identity(self._http.auth))
+        """This process's polls of the service shared between waits with the same credentials."""
+
+    @property
+    def auth(self) -> Optional[httpx.Auth]:
+        """The credentials this client sends (reused for Nucleus calls)."""
+        return self._http.auth
+
+    def close(self) -> None:
+        """Close pooled connections."""
+        self._http.close()
+
+    def _send(
+        self,
+        ref: ClusterRef,
+        method: str,
+        path: str,
+        *,
+        retry: bool,
+        deadline: Optional[Deadline] = None,
+        ride_out: bool = False,
+        paced: bool = False,
+        **kwargs: Any,
+    ) -> httpx.Response:
+        # ``retry``: safe to repeat, so transport errors and RETRY_STATUSES are
+        # retried ``retries`` times. Under a ``deadline`` each attempt gets only
+        # the time left; a refused connection (nothing sent) is tried again
+        # until the deadline, and with ``ride_out`` (reads inside a wait) so is
+        # every outage symptom. ``paced``: a poll, which waits for its slot (every attempt).
+        sent = [0]
+
+        def attempt() -> httpx.Response:
+            if paced:
+                pause = self.pacer.slot(deadline)
+                while pause > 0:
+                    self._sleep(pause)
+                    pause = self.pacer.held(deadline)
+            if deadline is not None:
+                kwargs["timeout"] = min(self.timeout, max(deadline.remaining, MIN_ATTEMPT_TIMEOUT))
+            sent[0] += 1
+            response = self._http.request(method, path, **kwargs)
+            if response.status_code in SLOWING_STATUSES:
+                self.pacer.slowed(_retry_after(response))
+            else:
+                self.pacer.answered()
+            if retry and response.status_code in RETRY_STATUSES:
+                raise _RetryStatus(response)
+            if response.status_code in REFUSED_STATUSES:
+                raise _Refused(response)
+            return response
+
+        riding = ride_out and deadline is not None
+
+        def tracked() -> httpx.Response:
+            return retry_through_outage(
+                attempt, tracker=self.outage, symptom=_symptom, deadline=deadline,
+                retry_if=(lambda exc: True) if riding else _nothing_sent, answered=(_RetryStatus,),
+                unconnected=_unconnected, refused=_refusal, sleep=self._sleep,
+            )
+
+        rounds = 1 + (self.retries if retry and not riding else 0)
+        delays = self._backoff.intervals()
+        last, answer = "", None
+        for round_ in range(1, rounds + 1):
+            try:
+                return tracked()
+            except _Refused as refused:
+                return refused.response
+            except _RetryStatus as status:
+                last, answer = f"HTTP {status.response.status_code}", status.response
+            except httpx.TransportError as exc:
+                last, answer = type(exc).__name__, None
+                if _nothing_sent(exc) and (not retry or cert_verification_failed(exc)):
+                    raise BackendUnavailableError(
+                        f"{method} {self.base_url}{path}: could not connect ({_describe(exc)}); nothing was sent",
+                        cluster=str(ref),
+                    ) from None
+                if not retry:
+                    raise BackendUnavailableError(
+                        f"{method} {path}: {last}; not retried because the operation is not "
+                        f"safe to repeat, so it may or may not have happened",
+                        cluster=str(ref),
+                    ) from None
+            if (deadline is not None and deadline.expired) or round_ == rounds:
+                break
+            delay = next(delays) if deadline is None else min(next(delays), deadline.remaining)
+            logger.info("%s %s failed (%s); retry %d/%d in %.1fs", method, path, last, round_, rounds - 1, delay)
+            self._sleep(delay)
+        if answer is not None:
+            return answer
+        raise BackendUnavailableError(
+            f"{method} {self.base_url}{path} failed {sent[0]} times; last: {last}", cluster=str(ref)
+        )
+
+    def health(self) -> bool:
+        """True when ``GET /healthz`` answers 200."""
+        try:
+            return self._http.get("/healthz").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def get_cluster(
+        self, ref: ClusterRef, deadline: Optional[Deadline] = None, *, paced: bool = False
+    ) -> Dict[str, Any]:
+        """The cluster's whole custom object (spec and status).
+
+        With ``deadline``, outages (refused/reset connections, TLS handshake
+        failures, 429/502/503/504) are ridden out until it passes; without,
+        the client's bounded retries apply. ``paced``: a poll, sent in its slot."""
+        response = self._send(
+            ref, "GET", f"{API_PREFIX}/cluster/{ref.plural}/{ref.name}", retry=True, deadline=deadline,
+            ride_out=True, paced=paced,
+        )
+        if response.status_code != 200:
+            raise error_from_response(response, ref, operation="get cluster")
+        return response_body(response)
+
+    def poll_cluster(self, ref: ClusterRef, deadline: Optional[Deadline], max_age: float) -> Dict[str, Any]:
+        """:meth:`get_cluster` as a shared, paced poll: another wait's read of the same cluster (or of
+        every cluster of its kind, while :data:`~.polls.LIST_FROM` or more are waited on) in flight or
+        at most ``max_age`` seconds old answers it instead of a request of its own. A cluster the list
+        does not show is read on its own (for its own error)."""
+        if self.shared_by_list(ref):
+            listed = self.polls.read(f"list:{ref.plural}", lambda: self._list(ref, deadline), max_age, deadline)
+            if ref.name in listed:
+                return listed[ref.name]
+        return self.polls.read(
+            f"{ref.plural}/{ref.name}", lambda: self.get_cluster(ref, deadline, paced=True), max_age, deadline
+        )
+
+    def shared_by_list(self, ref: ClusterRef) -> bool:
+        """Whether polls of ``ref`` are answered by one list of its kind (enough clusters waited on)."""
+        return self.polls.crowd(ref.plural, ref.name) >= LIST_FROM
+
+    def _list(self, ref: ClusterRef, deadline: Optional[Deadline]) -> Dict[str, Dict[str, Any]]:
+        response = self._send(
+            ref, "GET", f"{API_PREFIX}/list/{ref.plural}", retry=True, deadline=deadline, ride_out=True, paced=True,
+        )
+        if response.status_code != 200:
+            raise error_from_response(response, ref, operation="list clusters")
+        clusters = response_body(response).get("clusters") or []
+        return {str((c.get("metadata") or {}).get("name")): c for c in clusters if isinstance(c, dict)}
+
+    def _forget(self, ref: ClusterRef) -> None:
+        self.polls.forget(f"{ref.plural}/{ref.name}", f"list:{ref.plural}")
+
+    def scale(
+        self, ref: ClusterRef, replicas: int, worker_hw_tier: Optional[str], deadline: Optional[Deadline] = None
+    ) -> Dict[str, Any]:
+        """PATCH the worker count (and tier, sent as ``worker_hw_tier_name``); the service's answer.
+
+        Retried ``retries`` times (an absolute count is safe to repeat); with
+        ``deadline``, a refused connection is also tried again until it passes."""
+        body: Dict[str, Any] = {"replicas": replicas}
+        if worker_hw_tier is not None:
+            body["worker_hw_tier_name"] = worker_hw_tier
+        try:
+            response = self._send(
+                ref, "PATCH", f"{API_PREFIX}/scale/{ref.plural}/{ref.name}", retry=True, deadline=deadline, json=body
+            )
+        finally:
+            # Whatever the answer, a read from before this request must not answer a wait after it.
+            self._forget(ref)
+        if response.status_code != 200:
+            raise error_from_response(response, ref, operation="scale", bad_request_value=replicas)
+        return response_body(response)
+
+    def restart_head(self, ref: ClusterRef, deadline: Optional[Deadline] = None) -> Dict[str, Any]:
+        """Ask the service to delete the head pod (sent once); its 202 answer with ``pod`` and ``started_at``.
+
+        Never re-sent; only a connection refused before anything was sent is
+        tried again, until ``deadline`` when given.
+
+        The service deletes ``<name>-<kind>-head-0``, right only for Ray; for
+        Spark and Dask the 404 naming that pod raises
+        :class:`UnsupportedOperationError`.
+        """
+        try:
+            response = self._send(
+                ref, "PATCH", f"{API_PREFIX}/restart_head/{ref.plural}/{ref.name}", retry=False, deadline=deadline
+            )
+        finally:
+            self._forget(ref)
+        if response.status_code in (200, 202):
+            return response_body(response)
+        if response.status_code == 404:
+            pod = str(response_body(response).get("pod") or "")
+            real = layout_of(ref).head_pod_name(ref.name)
+            if pod and pod != real:
+                raise UnsupportedOperationError(
+                    f"the scaler service cannot restart {ref.kind} heads: it deletes pod {pod!r}, but the "
+                    f"{ref.kind} head pod is {real!r} (a known defect of the service; it only works for Ray). "
+                    f"Use the kubernetes backend (DDLSCALE_BACKEND=kubernetes) to restart this head",
+                    status_code=404,
+                    cluster=str(ref),
+                )
+            raise ClusterNotFoundError(
+                f"restart head failed: head pod {pod or real!r} does not exist",
+                status_code=404,
+                cluster=str(ref),
+            )
+        raise error_from_response(response, ref, operation="restart head")
+
+    def restart_status(
+        self, ref: ClusterRef, started_at: str, deadline: Optional[Deadline] = None
+    ) -> Optional[Dict[str, Any]]:
+        """The head's restart status since ``started_at`` (the service's value); None while the pod
+        is being recreated. With ``deadline``, outages are ridden out until it passes."""
+        response = self._send(
+            ref,
+            "GET",
+            f"{API_PREFIX}/restart_head_status/{ref.plural}/{ref.name}",
+            retry=True,
+            deadline=deadline,
+            ride_out=True,
+            paced=True,
+            params={"started_at": started_at},
+        )
+        if response.status_code == 200:
+            return response_body(response)
+        if response.status_code == 404:
+            return None
+        raise error_from_response(
+            response, ref, operation="restart head status", bad_request_field="started_at", bad_request_value=started_at
+        )
+
+
+class _Refused(Exception):
+    """An answer with one of :data:`REFUSED_STATUSES` (after the credentials' own refresh)."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        super().__init__(f"HTTP {response.status_code}")
+        self.response = response
+
+
+def _refusal(exc: Exception) -> Optional[str]:
+    """What refused the request: the service (401/403) or the Domino API proxy's token endpoint; else None."""
+    if isinstance(exc, _Refused):
+        return str(exc)
+    if isinstance(exc, UnauthorizedError):
+        return exc.message
+    return None
+
+
+class _RetryStatus(Exception):
+    """An answer with one of :data:`RETRY_STATUSES`: the service is overloaded or restarting."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        super().__init__(f"HTTP {response.status_code}")
+        self.response = response
+
+
+def _identity(auth: Any) -> str:
+    """A digest of the credentials ``auth`` sends (polls are shared only between the same identity)."""
+    if isinstance(auth, DominoAuth):
+        secret = "\0".join(str(v) for v in (auth.api_proxy, auth.token, auth.api_key))
+        return hashlib.sha256(secret.encode()).hexdigest()
+    return f"object-{id(auth)}"
+
+
+def _retry_after(response: httpx.Response) -> Optional[float]:
+    """The seconds of a ``Retry-After`` header given in seconds, else None."""
+    try:
+        return float(response.headers.get("Retry-After", ""))
+    except ValueError:
+        return None
+
+
+def _symptom(exc: Exception) -> Optional[str]:
+    """What an outage would explain: a transport failure (except a certificate refused) or a retry status."""
+    if isinstance(exc, (_RetryStatus, ProxyUnavailableError)):
+        return str(exc) if isinstance(exc, _RetryStatus) else exc.message
+    if isinstance(exc, httpx.TransportError) and not cert_verification_failed(exc):
+        return _describe(exc)
+    return None
+
+
+def _nothing_sent(exc: Exception) -> bool:
+    """The connection could not be opened (refused, timed out, TLS handshake) or no token could be had,
+    so no request left."""
+    return isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, ProxyUnavailableError))
+
+
+def _unconnected(exc: Exception) -> bool:
+    """No connection could be made to the service: refused, name not resolved, connect timeout, TLS handshake
+    failed (a reset is not: something accepted the connection)."""
+    return isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)) and not connection_reset(exc)
+
+
+def _describe(exc: Exception) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
