@@ -462,19 +462,13 @@ class KubernetesBackend(BaseBackend):
         so the state a wait ends with tells whether the head is Ready; only the worker selector's pods
         are counted and can end the wait by failing."""
         tier_id = change.detail.tier_id if change is not None else None
-        holder: Dict[str, Dict[str, Any]] = {}
-        worker_requirements = parse_selector(self._selector(ref, "worker"))
-
-        def is_member(pod: Dict[str, Any]) -> bool:
-            return matches(worker_requirements, (pod.get("metadata") or {}).get("labels") or {})
+        state_with = self._state_with(ref)
+        is_member = self._selects(ref, "worker")
 
         def check(
             pods: Dict[str, Dict[str, Any]], fresh: bool, deadline: Deadline
         ) -> Tuple[bool, ClusterState, int]:
-            # The waiter's first check is fresh, so the object is read within the wait's deadline.
-            if fresh or "obj" not in holder:
-                holder["obj"] = self._read(ref, deadline)
-            state = self._state(ref, holder["obj"], list(pods.values()))
+            state = state_with(pods, fresh, deadline)
             ready = sum(
                 1 for p in pods.values()
                 if is_member(p) and pod_ready(p)
@@ -506,6 +500,23 @@ class KubernetesBackend(BaseBackend):
             last=last, explain=lingering,
         )
         return waiter.run(check)
+
+    def _state_with(self, ref: ClusterRef) -> Callable[[Dict[str, Dict[str, Any]], bool, Deadline], ClusterState]:
+        """A pod wait's view of ``ref``: the state with the pods it sees, the object read again when the
+        check is ``fresh`` (the waiter's first is, so the object is read within the wait's deadline)."""
+        read: Dict[str, Dict[str, Any]] = {}
+
+        def state_with(pods: Dict[str, Dict[str, Any]], fresh: bool, deadline: Deadline) -> ClusterState:
+            if fresh or "obj" not in read:
+                read["obj"] = self._read(ref, deadline)
+            return self._state(ref, read["obj"], list(pods.values()))
+
+        return state_with
+
+    def _selects(self, ref: ClusterRef, role: str) -> Callable[[Dict[str, Any]], bool]:
+        """Whether a pod is one of ``ref``'s ``role`` pods (by its labels)."""
+        requirements = parse_selector(self._selector(ref, role))
+        return lambda pod: matches(requirements, (pod.get("metadata") or {}).get("labels") or {})
 
     def _restart_head(
         self, ref: ClusterRef, head_hw_tier: Optional[str], wait: bool, deadline: Deadline,
@@ -570,19 +581,16 @@ class KubernetesBackend(BaseBackend):
         self, ref: ClusterRef, old_uid: str, tier_id: Optional[str], timeout: float,
         progress: Optional[ProgressReporter],
     ) -> ClusterState:
-        holder: Dict[str, Dict[str, Any]] = {}
-        head_requirements = parse_selector(self._selector(ref, "head"))
+        state_with = self._state_with(ref)
+        is_head = self._selects(ref, "head")
 
         def fresh_head(pod: Dict[str, Any]) -> bool:
-            labels = (pod.get("metadata") or {}).get("labels") or {}
-            return matches(head_requirements, labels) and pod["metadata"].get("uid") != old_uid
+            return is_head(pod) and pod["metadata"].get("uid") != old_uid
 
         def check(
             pods: Dict[str, Dict[str, Any]], fresh: bool, deadline: Deadline
         ) -> Tuple[bool, ClusterState, int]:
-            if fresh or "obj" not in holder:
-                holder["obj"] = self._read(ref, deadline)
-            state = self._state(ref, holder["obj"], list(pods.values()))
+            state = state_with(pods, fresh, deadline)
             # Every pod of the cluster is watched: only a head pod counts.
             ready = any(fresh_head(p) and _new_head(p, old_uid, tier_id) for p in pods.values())
             return ready, state, int(ready)
