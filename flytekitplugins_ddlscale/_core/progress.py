@@ -13,8 +13,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Callable, Optional, Set, Tuple, Type, Union
+from typing import Callable, Optional, Set, Tuple, Union
 
 from . import settings
 from .wording import plural
@@ -290,12 +289,7 @@ class RichReporter:
     def __enter__(self) -> "RichReporter":
         return self
 
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 
