@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List
 
 import pytest
-from rel_helpers import child_pids
+from rel_helpers import child_pids, select_kubernetes
 
 from flytekitplugins_ddlscale._core.waiting import Backoff
 from tests.servers.k8s_fixtures import k8s, make_backend, tiers_file  # noqa: F401 - fixtures
@@ -129,17 +129,4 @@ def make_k8s(k8s_server: Any, tiers_file: Path, clean_env: Path) -> Iterator[Cal
 @pytest.fixture
 def k8s_env(monkeypatch: pytest.MonkeyPatch, k8s_server: Any, tiers_file: Path, clean_env: Path, tmp_path: Path) -> Path:
     """Environment selecting the Kubernetes backend on the test server through a kubeconfig (returned)."""
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\n"
-        f"clusters: [{{name: test, cluster: {{server: '{k8s_server.url}'}}}}]\n"
-        "users: [{name: runner, user: {token: kube-token-for-tests}}]\n"
-        "contexts: [{name: test, context: {cluster: test, user: runner, namespace: domino-compute}}]\n"
-        "current-context: test\n",
-        encoding="utf-8",
-    )
-    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    monkeypatch.setenv("DDLSCALE_BACKEND", "kubernetes")
-    monkeypatch.setenv("DDLSCALE_TIERS_FILE", str(tiers_file))
-    return kubeconfig
+    return select_kubernetes(monkeypatch, tmp_path / "kubeconfig", k8s_server.url, tiers_file)

@@ -2,6 +2,7 @@
 import os
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable, List
 
 MUTATING = ("PATCH", "POST", "PUT", "DELETE")
@@ -77,6 +78,24 @@ def polling(server: Any, name: str) -> Callable[[], bool]:
         )
 
     return check
+
+
+def select_kubernetes(monkeypatch: Any, kubeconfig: Path, server_url: str, tiers_file: Path) -> Path:
+    """Write ``kubeconfig`` for the API server at ``server_url`` (namespace domino-compute) and set the
+    environment that selects the Kubernetes backend through it, with the tiers of ``tiers_file``."""
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters: [{{name: test, cluster: {{server: '{server_url}'}}}}]\n"
+        "users: [{name: runner, user: {token: kube-token-for-tests}}]\n"
+        "contexts: [{name: test, context: {cluster: test, user: runner, namespace: domino-compute}}]\n"
+        "current-context: test\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("DDLSCALE_BACKEND", "kubernetes")
+    monkeypatch.setenv("DDLSCALE_TIERS_FILE", str(tiers_file))
+    return kubeconfig
 
 
 def child_pids() -> List[int]:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, List, Tuple
 
 import pytest
-from rel_helpers import When, polling, scale_bodies
+from rel_helpers import When, polling, scale_bodies, select_kubernetes
 from rel_proxy import FaultProxy
 
 from flytekitplugins_ddlscale import (
@@ -654,19 +654,7 @@ def test_k8s_phase_reconciles_ride_out_outages(k8s_server, kproxy, k8s_cluster, 
                                                monkeypatch, logs):
     from flytekitplugins_ddlscale.phase import cluster_phase
 
-    kubeconfig = tmp_path / "kubeconfig-proxy"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\n"
-        f"clusters: [{{name: test, cluster: {{server: '{kproxy.url}'}}}}]\n"
-        "users: [{name: runner, user: {token: kube-token-for-tests}}]\n"
-        "contexts: [{name: test, context: {cluster: test, user: runner, namespace: domino-compute}}]\n"
-        "current-context: test\n",
-        encoding="utf-8",
-    )
-    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    monkeypatch.setenv("DDLSCALE_BACKEND", "kubernetes")
-    monkeypatch.setenv("DDLSCALE_TIERS_FILE", str(tiers_file))
+    select_kubernetes(monkeypatch, tmp_path / "kubeconfig-proxy", kproxy.url, tiers_file)
     k8s_server.set_ready_delay(1.0)
     with When(watching(k8s_server), lambda: kproxy.outage(OUTAGE)) as up_fault:
         with cluster_phase(f"ray/{RAY.name}", 3, timeout=TIMEOUT, framework_ready=False, deck=False):
