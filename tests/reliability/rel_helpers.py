@@ -27,6 +27,25 @@ def desired(server: Any, kind: str, name: str) -> int:
     return int(server.cluster_object(kind, name)["spec"]["worker"]["replicas"])
 
 
+class Background:
+    """A loop (``_run``, until ``_stop`` is set) in a thread named ``name`` from ``with`` entry to exit."""
+
+    def __init__(self, name: str) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name)
+
+    def __enter__(self) -> "Background":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
 class When:
     """Run ``action`` in a thread as soon as ``condition()`` holds (checked every 5 ms, for at most
     ``timeout`` seconds), so faults land at a moment defined by state, not by wall-clock guesses.

@@ -4,12 +4,11 @@ crash-looping workers, the cluster deleted mid-wait, RBAC 403; and bad input ref
 All against the Kubernetes test API server (real HTTP, real rules) and its
 simulated operator, through the real ``kubernetes`` client.
 """
-import threading
 import time
 from typing import Any
 
 import pytest
-from rel_helpers import When
+from rel_helpers import Background, When
 from rel_proxy import FaultProxy
 
 from flytekitplugins_ddlscale import (
@@ -50,22 +49,13 @@ def watch_requests(server: Any) -> int:
     return sum(1 for r in server.requests if r.query.get("watch") == "true")
 
 
-class WatchBreaker:
+class WatchBreaker(Background):
     """Breaks each new pod watch soon after it opens, ``times`` times."""
 
     def __init__(self, server: Any, times: int) -> None:
+        super().__init__("watch-breaker")
         self.server, self.times = server, times
         self.broken = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="watch-breaker")
-
-    def __enter__(self) -> "WatchBreaker":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
 
     def _run(self) -> None:
         while self.broken < self.times and not self._stop.wait(0.02):
