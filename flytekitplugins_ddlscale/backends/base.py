@@ -10,11 +10,12 @@ or implement the protocol directly.
 import contextlib
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, FrozenSet, Iterator, Optional, Protocol, Tuple, TypeVar, Union, runtime_checkable
+from typing import Any, Dict, FrozenSet, Iterator, Optional, Protocol, Tuple, Union, runtime_checkable
 
 from ..errors import InvalidInputError, ScalingError, ScalingTimeoutError, UnsupportedOperationError, WorkerFailedError
 from ._support.inplace import Reach, check_reachable, left_in_place
 from ..models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
+from .._core.closing import Closing
 from .._core.outage import NO_WAIT_LIMIT
 from .._core.progress import ProgressReporter
 from .._core.leases import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
@@ -23,8 +24,6 @@ from ..refs import ClusterRef
 from .._core.validation import validate_claim_id, validate_replicas, validate_tier_name, validate_timeout
 from .._core.waiting import Deadline
 from .._core.wording import seconds
-
-B = TypeVar("B", bound="BaseBackend")
 
 DEFAULT_SCALE_TIMEOUT = 900.0
 """Seconds a scale waits for workers by default: GPU nodes can take minutes to join."""
@@ -232,7 +231,7 @@ class Change:
     detail: Any = None
 
 
-class BaseBackend(ClusterBackend):
+class BaseBackend(Closing, ClusterBackend):
     """The protocol's methods, done once; a backend subclasses it and implements the hooks.
 
     The public methods are documented once, on :class:`ClusterBackend` (``help()`` and
@@ -261,12 +260,6 @@ class BaseBackend(ClusterBackend):
     """What bounds a cluster's size, as errors name it."""
 
     # ------------------------------------------------------------ lifecycle
-
-    def __enter__(self: B) -> B:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     def close(self) -> None:
         """Nothing to release by default; a backend holding connections or threads overrides it."""

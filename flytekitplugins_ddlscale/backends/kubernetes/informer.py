@@ -33,6 +33,7 @@ import time
 from typing import AbstractSet, Any, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple, Union
 
 from ...errors import BackendUnavailableError, InvalidInputError, ScalingError, TransientError, UnauthorizedError
+from ..._core.closing import Closing
 from ..._core.outage import OUTAGE_BACKOFF
 from .api import KubeApi, WatchExpired
 
@@ -120,7 +121,7 @@ def _labels(pod: Pod) -> Dict[str, str]:
     return (pod.get("metadata") or {}).get("labels") or {}
 
 
-class Subscription:
+class Subscription(Closing):
     """One wait's view of the informer: the pods matching its selector, and a wake-up on change.
 
     Use as a context manager, or call :meth:`close`; :meth:`wait` returns when the pods changed,
@@ -176,12 +177,6 @@ class Subscription:
         if not self._closed:
             self._closed = True
             self.informer.unsubscribe(self, linger)
-
-    def __enter__(self) -> "Subscription":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
 
 class PodInformer:
