@@ -54,7 +54,7 @@ from .informer import cached_pods, matches, parse_selector
 from .podwatch import PodWaiter
 from .resources import Outcome, ResourceAdapter, adapter_for
 from .resources.base import mark_idle
-from .spec import decode_record, encode_record, pod_ready, pod_terminating
+from .spec import decode_record, encode_record, pod_labels, pod_ready, pod_terminating
 
 RAY_DASHBOARD = "http://{name}-head-svc.{namespace}.svc:8265"
 """Where a KubeRay cluster's Ray dashboard answers: KubeRay's head service, the dashboard port."""
@@ -516,7 +516,7 @@ class KubernetesBackend(BaseBackend):
     def _selects(self, ref: ClusterRef, role: str) -> Callable[[Dict[str, Any]], bool]:
         """Whether a pod is one of ``ref``'s ``role`` pods (by its labels)."""
         requirements = parse_selector(self._selector(ref, role))
-        return lambda pod: matches(requirements, (pod.get("metadata") or {}).get("labels") or {})
+        return lambda pod: matches(requirements, pod_labels(pod))
 
     def _restart_head(
         self, ref: ClusterRef, head_hw_tier: Optional[str], wait: bool, deadline: Deadline,
