@@ -268,7 +268,7 @@ def test_api_server_unreachable_for_a_moment_mid_wait_does_not_end_it(k8s_server
     from flytekitplugins_ddlscale.backends.kubernetes import KubernetesBackend
 
     k8s_server.set_ready_delay(1.5)
-    with FaultProxy(("127.0.0.1", int(k8s_server.url.rsplit(":", 1)[1]))) as proxy:
+    with FaultProxy.before(k8s_server.url) as proxy:
         api = k8s_client.ApiClient(k8s_client.Configuration(host=proxy.url))
         backend = KubernetesBackend(api_client=api, failure_grace=0.3)
 
@@ -310,7 +310,7 @@ def test_a_hanging_api_server_does_not_stretch_a_wait_past_its_timeout(k8s_serve
     from flytekitplugins_ddlscale.backends.kubernetes import KubernetesBackend
 
     k8s_server.set_ready_delay(30.0)
-    with FaultProxy(("127.0.0.1", int(k8s_server.url.rsplit(":", 1)[1]))) as proxy:
+    with FaultProxy.before(k8s_server.url) as proxy:
         api = k8s_client.ApiClient(k8s_client.Configuration(host=proxy.url))
         backend = KubernetesBackend(api_client=api, failure_grace=0.3, request_timeout=0.2)
         try:

@@ -51,11 +51,6 @@ COLD_REFUSALS = 3
 """How many requests a restarted scaler service refuses (403) before its authorization is warm."""
 
 
-def _proxy_for(url: str) -> FaultProxy:
-    host, port = url.rsplit("//", 1)[1].split(":")
-    return FaultProxy((host, int(port)))
-
-
 def outage_lines(caplog: pytest.LogCaptureFixture) -> Tuple[List[str], List[str]]:
     """The plugin's "is unreachable" and "is reachable again" log lines; fails on per-attempt
     retry warnings of the HTTP library (the outage is to be logged once, not per attempt)."""
@@ -99,7 +94,7 @@ def scaler_cluster(scaler_server: ScalerTestServer) -> ClusterRef:
 
 @pytest.fixture
 def sproxy(scaler_server: ScalerTestServer) -> Iterator[FaultProxy]:
-    with _proxy_for(scaler_server.url) as running:
+    with FaultProxy.before(scaler_server.url) as running:
         yield running
 
 
@@ -445,7 +440,7 @@ def k8s_cluster(k8s_server: Any) -> ClusterRef:
 
 @pytest.fixture
 def kproxy(k8s_server: Any) -> Iterator[FaultProxy]:
-    with _proxy_for(k8s_server.url) as running:
+    with FaultProxy.before(k8s_server.url) as running:
         yield running
 
 
@@ -681,8 +676,7 @@ def tls_sproxy(scaler_server: ScalerTestServer, tmp_path: Path) -> Iterator[Faul
     from rel_tls import self_signed_cert, server_context
 
     cert, key = self_signed_cert(tmp_path)
-    host, port = scaler_server.url.rsplit("//", 1)[1].split(":")
-    with FaultProxy((host, int(port)), tls=server_context(cert, key)) as proxy:
+    with FaultProxy.before(scaler_server.url, tls=server_context(cert, key)) as proxy:
         yield proxy
 
 
