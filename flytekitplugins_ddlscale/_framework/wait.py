@@ -19,7 +19,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Dict, Optional
 
 from ..errors import ScalingTimeoutError, UnauthorizedError
 from ..models import ClusterState
@@ -70,6 +70,14 @@ _OPENER = urllib.request.build_opener(_NoRedirects())
 """The probes' opener: the head's own URL only (a redirect could point anywhere, even at ``ftp://``)."""
 
 
+def get_json_body(url: str, headers: Dict[str, str], timeout: float) -> bytes:
+    """The body of a GET of ``url`` asking for JSON (with ``headers``), redirects not followed; at most
+    :data:`MAX_ANSWER_BYTES` + 1 bytes, so a longer answer shows. Raises what ``urllib`` raises."""
+    request = urllib.request.Request(url, headers={"Accept": "application/json", **headers})
+    with _OPENER.open(request, timeout=timeout) as reply:
+        return reply.read(MAX_ANSWER_BYTES + 1)
+
+
 def read_registered(probe: Probe, endpoint: Endpoint, timeout: float) -> int:
     """Registered workers now; :class:`HeadUnreachable` when the head did not answer usefully.
 
@@ -82,10 +90,8 @@ def read_registered(probe: Probe, endpoint: Endpoint, timeout: float) -> int:
     url = probe.url(endpoint.url)
     # A Ray head with token authentication (local clusters) wants the token ray.init would send.
     auth = ray_auth_headers() if probe.kind == "ray" else {}
-    request = urllib.request.Request(url, headers={"Accept": "application/json", **auth})
     try:
-        with _OPENER.open(request, timeout=timeout) as reply:
-            body = reply.read(MAX_ANSWER_BYTES + 1)
+        body = get_json_body(url, auth, timeout)
     except urllib.error.HTTPError as error:
         error.close()
         if error.code in (401, 403):
