@@ -231,6 +231,21 @@ class Change:
     detail: Any = None
 
 
+@dataclass(frozen=True)
+class WorkersWait:
+    """A wait for workers, as a backend's ``_wait_workers`` hook gets it."""
+
+    replicas: int
+    """How many workers to wait for."""
+    timeout: float
+    """Seconds the wait may take."""
+    progress: Optional[ProgressReporter] = None
+    change: Optional[Change] = None
+    """The change the wait follows (None: a plain ``wait_for_workers``)."""
+    last: Optional[ClusterState] = None
+    """The latest state seen before the wait (None: none could be read)."""
+
+
 class BaseBackend(Closing, ClusterBackend):
     """The protocol's methods, done once; a backend subclasses it and implements the hooks.
 
@@ -296,7 +311,7 @@ class BaseBackend(Closing, ClusterBackend):
                 replicas, desired=state.desired_workers, maximum=self._maximum(state), cluster=state.cluster,
                 desired_name=self._size_setting(ref), maximum_name=self.maximum_setting, state=state,
             )
-        return self._wait_workers(ref, replicas, deadline.remaining, progress, None, state)
+        return self._wait_workers(ref, WorkersWait(replicas, deadline.remaining, progress, last=state))
 
     def scale(
         self,
@@ -486,7 +501,9 @@ class BaseBackend(Closing, ClusterBackend):
             try:
                 if spent:
                     raise self._spent_before_wait(ref, change, deadline)
-                final = self._wait_workers(ref, awaited, deadline.left_for_wait(), progress, change, result.final)
+                final = self._wait_workers(
+                    ref, WorkersWait(awaited, deadline.left_for_wait(), progress, change, result.final)
+                )
             except (ScalingTimeoutError, WorkerFailedError) as error:
                 if isinstance(error, ScalingTimeoutError) and not spent and before_wait >= SPENT_BEFORE_WAIT:
                     # The wait's own timeout was only what the change left of the operation's.
@@ -581,16 +598,8 @@ class BaseBackend(Closing, ClusterBackend):
         now but may be before ``deadline`` (the wait then rides out the outage)."""
         raise NotImplementedError
 
-    def _wait_workers(
-        self,
-        ref: ClusterRef,
-        replicas: int,
-        timeout: float,
-        progress: Optional[ProgressReporter],
-        change: Optional[Change],
-        last: Optional[ClusterState],
-    ) -> ClusterState:
-        """Wait until ``replicas`` workers are up (after ``change``, if given); ``last`` is the latest state seen."""
+    def _wait_workers(self, ref: ClusterRef, wait: WorkersWait) -> ClusterState:
+        """Wait until ``wait.replicas`` workers are up (after ``wait.change``, if given)."""
         raise NotImplementedError
 
     def _reach(self, ref: ClusterRef) -> Reach:

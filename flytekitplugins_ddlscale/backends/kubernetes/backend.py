@@ -47,7 +47,7 @@ from ..._core.sharing import current_shared_reads
 from ..tiers import HardwareTier, TierCatalog
 from ..._core.validation import validate_tier_name, validate_timeout
 from ..._core.waiting import Deadline
-from ..base import BackendCapabilities, BaseBackend, Change
+from ..base import BackendCapabilities, BaseBackend, Change, WorkersWait
 from .api import Conflict, KubeApi
 from .client import make_api_client, tier_catalog_from_env
 from .informer import cached_pods, matches, parse_selector
@@ -452,16 +452,14 @@ class KubernetesBackend(BaseBackend):
         full = ClusterRef(ref.kind, ref.name, self._ns(ref), ref.group)
         return Reach(self.name, full, env=env, options=options, cli=not self._context)
 
-    def _wait_workers(
-        self, ref: ClusterRef, replicas: int, timeout: float, progress: Optional[ProgressReporter],
-        change: Optional[Change], last: Optional[ClusterState],
-    ) -> ClusterState:
-        """Watch the cluster's pods until ``replicas`` workers are Ready (on the tier ``change`` set) and the
+    def _wait_workers(self, ref: ClusterRef, wait: WorkersWait) -> ClusterState:
+        """Watch the cluster's pods until ``wait.replicas`` workers are Ready (on the tier its change set) and the
         spec agrees: exactly that many, or at least that many while an autoscaler runs the cluster above
         them (:func:`~flytekitplugins_ddlscale.models.workers_reached`). The head's pods are watched too,
         so the state a wait ends with tells whether the head is Ready; only the worker selector's pods
         are counted and can end the wait by failing."""
-        tier_id = change.detail.tier_id if change is not None else None
+        replicas = wait.replicas
+        tier_id = wait.change.detail.tier_id if wait.change is not None else None
         state_with = self._state_with(ref)
         is_member = self._selects(ref, "worker")
 
@@ -495,9 +493,9 @@ class KubernetesBackend(BaseBackend):
 
         waiter = PodWaiter(
             self.api, self._ns(ref), self._selector(ref),
-            what=f"{replicas} Ready workers on {self._label(ref)}", target=replicas, timeout=timeout,
-            grace=self.failure_grace, watched=is_member, progress=progress, cluster=self._label(ref),
-            last=last, explain=lingering,
+            what=f"{replicas} Ready workers on {self._label(ref)}", target=replicas, timeout=wait.timeout,
+            grace=self.failure_grace, watched=is_member, progress=wait.progress, cluster=self._label(ref),
+            last=wait.last, explain=lingering,
         )
         return waiter.run(check)
 
