@@ -39,8 +39,12 @@ ERROR_INPUT = "err"
 
 
 class ScaleDownOnFailure(PythonInstanceTask[None]):
-    """A failure-handler task: restore the cluster's baseline, or scale it to ``replicas``.
+    """A failure-handler task for ``@workflow(on_failure=...)``: restore ``cluster``'s baseline, or scale
+    it to ``replicas`` (made with :data:`scale_down_on_failure`).
 
+    ``inputs`` must be the workflow's inputs (``kwtypes(...)``), as flytekit
+    requires of failure handlers. ``replicas`` None restores the recorded
+    baseline (nothing happens when none is recorded); a number scales to it.
     Its Flyte name is qualified by the defining module, like the node types.
     """
 
@@ -99,19 +103,6 @@ class ScaleDownOnFailure(PythonInstanceTask[None]):
             emit_summary(restore_line(self._name, RestoreOutcome.from_result(result, backend.name, restored)))
 
 
-def scale_down_on_failure(
-    name: str,
-    cluster: Union[str, ClusterRef],
-    inputs: Optional[Dict[str, type]] = None,
-    replicas: Optional[int] = None,
-    timeout: float = DEFAULT_SCALE_TIMEOUT,
-    backend: Optional[str] = None,
-    **kwargs: Any,
-) -> ScaleDownOnFailure:
-    """A task for ``@workflow(on_failure=...)`` that scales ``cluster`` down.
 
-    ``inputs`` must be the workflow's inputs (``kwtypes(...)``), as flytekit
-    requires of failure handlers. ``replicas`` None restores the recorded
-    baseline (nothing happens when none is recorded); a number scales to it.
-    """
-    return ScaleDownOnFailure(name, cluster, inputs, replicas, timeout, backend, **kwargs)
+scale_down_on_failure = ScaleDownOnFailure
+"""A task for ``@workflow(on_failure=...)`` that scales ``cluster`` down: :class:`ScaleDownOnFailure`."""

@@ -48,3 +48,24 @@ def test_importing_the_plugin_loads_no_backend_library():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == ""
+
+
+def test_the_protocol_is_the_one_declaration_of_the_public_methods():
+    """BaseBackend implements ClusterBackend; help() on a backend's method shows the protocol's text."""
+    import inspect
+
+    from flytekitplugins_ddlscale.backends import BaseBackend, ClusterBackend
+    from flytekitplugins_ddlscale.backends.kubernetes import KubernetesBackend
+    from flytekitplugins_ddlscale.backends.local import LocalBackend
+    from flytekitplugins_ddlscale.backends.scaler import ScalerServiceBackend
+
+    methods = [name for name, member in vars(ClusterBackend).items()
+               if callable(member) and not name.startswith("_")]
+    assert "scale" in methods and "reconcile" in methods
+    # close() says what a backend releases, or that the default releases nothing.
+    for name in set(methods) - {"close"}:
+        assert inspect.getdoc(getattr(BaseBackend, name)) == inspect.getdoc(getattr(ClusterBackend, name)), name
+    for backend in (BaseBackend, KubernetesBackend, LocalBackend, ScalerServiceBackend):
+        assert ClusterBackend in backend.__mro__
+        for name in methods:
+            assert inspect.signature(getattr(backend, name)) == inspect.signature(getattr(ClusterBackend, name)), name

@@ -27,6 +27,19 @@ def existing_cluster(backend, replicas):
     assert backend.get_baseline(REF) is None
 
 
+def test_the_phase_goes_below_task():
+    from flytekit import task
+
+    @task
+    def body() -> int:
+        return 1
+
+    with pytest.raises(TypeError) as info:
+        distributed_phase(cluster=CLUSTER, replicas=1)(body)
+    assert "applied to the Flyte task" in str(info.value) and "so put it below @task:" in str(info.value)
+    assert "    @task\n    @distributed_phase(cluster=..., replicas=...)\n    def body(...): ..." in str(info.value)
+
+
 def test_decorator_arguments_are_checked_when_applied():
     for kwargs, field in [
         (dict(replicas=-1), "replicas"),

@@ -1,18 +1,13 @@
 """Deck rendering: the worker plot and worker-seconds by tier, from a controlled clock."""
 from flytekitplugins_ddlscale._core.deck import render_html, render_svg
 from flytekitplugins_ddlscale._core.timeline import UNLABELLED_TIER, Sample, WorkerTimeline
+from tests.clock_support import Clock
 
 
-class Clock:
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self):
-        return self.now
 
 
 def test_worker_seconds_hold_each_count_until_the_next_sample():
-    clock = Clock()
+    clock = Clock(100.0)
     timeline = WorkerTimeline(clock=clock)
     timeline.add(0, None, seconds=0.0)
     timeline.add(4, "GPU", seconds=2.0)
@@ -24,7 +19,7 @@ def test_worker_seconds_hold_each_count_until_the_next_sample():
 
 
 def test_samples_are_ordered_by_time_whatever_the_insertion_order():
-    timeline = WorkerTimeline(clock=Clock())
+    timeline = WorkerTimeline(clock=Clock(100.0))
     timeline.add(3, seconds=5.0)
     timeline.add(1, seconds=0.0)
     assert [s.seconds for s in timeline.samples] == [0.0, 5.0]
@@ -43,7 +38,7 @@ def test_svg_is_a_step_plot_scaled_to_the_peak():
 
 
 def test_html_escapes_facts_and_lists_tiers():
-    clock = Clock()
+    clock = Clock(100.0)
     timeline = WorkerTimeline(clock=clock)
     timeline.add(2, "<b>tier</b>", seconds=0.0)
     clock.now += 5.0

@@ -13,6 +13,7 @@ from flytekitplugins_ddlscale._core.progress import Activity, RichReporter, Wait
 from flytekitplugins_ddlscale._core.summary import phase_line, restore_line, scale_line, wait_line
 from flytekitplugins_ddlscale.tasks import ClusterReady, RestoreOutcome, ScaleOutcome
 from flytekitplugins_ddlscale._core.timeline import WorkerTimeline
+from tests.clock_support import Clock
 
 UP = ScaleOutcome(
     cluster="dask/x", backend="local", requested=2, effective=2, capped=False, previous_workers=0,
@@ -231,12 +232,6 @@ def test_an_error_after_a_failed_wait_starts_on_its_own_line():
 def test_deck_numbers_are_rounded_and_unused_tiers_left_out():
     assert fact_text(0.6123) == "0.61" and fact_text(5.0) == "5.0" and fact_text(3) == "3"
 
-    class Clock:
-        now = 0.0
-
-        def __call__(self):
-            return self.now
-
     clock = Clock()
     timeline = WorkerTimeline(clock=clock)
     timeline.add(0, None, seconds=0.0)
@@ -248,12 +243,6 @@ def test_deck_numbers_are_rounded_and_unused_tiers_left_out():
 
 
 def test_restore_is_marked_and_its_drop_stays_visible_at_the_end_of_the_plot():
-    class Clock:
-        now = 0.0
-
-        def __call__(self):
-            return self.now
-
     clock = Clock()
     timeline = WorkerTimeline(clock=clock)
     timeline.add(0, seconds=0.0)

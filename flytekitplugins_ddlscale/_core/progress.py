@@ -13,10 +13,10 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Callable, Optional, Set, Tuple, Type, Union
+from typing import Callable, Optional, Set, Tuple, Union
 
 from . import settings
+from .closing import Closing
 from .wording import plural
 
 logger = logging.getLogger("flytekitplugins_ddlscale")
@@ -60,7 +60,7 @@ HEARTBEAT_SECONDS = 15.0
 """Longest silence of a wait that is not on a terminal: a line at least this often while nothing changes."""
 
 
-class LogReporter:
+class LogReporter(Closing):
     """Lines for a wait that is not on a terminal (a pipe, a pod's log): one when it starts,
     one on every change, and a heartbeat at least every ``interval`` seconds while nothing changes.
 
@@ -167,12 +167,6 @@ class LogReporter:
             self._closed = True
             self._stopped.set()
 
-    def __enter__(self) -> "LogReporter":
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
 
 _RUNNING_HEARTBEATS: Set[Tuple[threading.Event, threading.Thread]] = set()
 """Heartbeats still running, ended before the interpreter exits (see :func:`_end_heartbeats`)."""
@@ -203,7 +197,7 @@ def _end_heartbeats() -> None:
         thread.join(timeout=2.0)
 
 
-class RichReporter:
+class RichReporter(Closing):
     """One live progress bar per wait on the rich console (stderr).
 
     With an :class:`Activity` the bar appears as soon as :meth:`begin` is
@@ -286,17 +280,6 @@ class RichReporter:
             self._progress.stop()
             self._started = False
             self._tasks.clear()
-
-    def __enter__(self) -> "RichReporter":
-        return self
-
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        self.close()
 
 
 WaitReporter = Union[LogReporter, RichReporter]

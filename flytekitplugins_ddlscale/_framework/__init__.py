@@ -17,7 +17,7 @@ band up, in :mod:`flytekitplugins_ddlscale._services.readiness`.
 """
 from .endpoints import Endpoint, enabled_by_env, resolve_endpoint
 from .probes import PROBES, Probe, probe_for
-from .wait import Registered, read_registered, wait_dropped, wait_registered
+from .wait import Registered, read_registered, wait_registered
 
 __all__ = [
     "PROBES",
@@ -28,6 +28,5 @@ __all__ = [
     "probe_for",
     "read_registered",
     "resolve_endpoint",
-    "wait_dropped",
     "wait_registered",
 ]

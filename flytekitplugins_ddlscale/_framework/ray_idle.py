@@ -13,11 +13,10 @@ answer reaches a message.
 import json
 import logging
 import urllib.error
-import urllib.request
 from typing import Any, Dict, FrozenSet, List, Optional
 
 from .ray_auth import ray_auth_headers
-from .wait import MAX_ANSWER_BYTES, _OPENER
+from .wait import get_json_body
 
 logger = logging.getLogger("flytekitplugins_ddlscale")
 
@@ -38,10 +37,8 @@ def _listing(base: str, what: str, timeout: float) -> List[Dict[str, Any]]:
     path, state = _PATHS[what]
     url = (f"{base.rstrip('/')}{path}?limit={LIST_LIMIT}"
            f"&filter_keys=state&filter_predicates=%3D&filter_values={state}")
-    request = urllib.request.Request(url, headers={"Accept": "application/json", **ray_auth_headers()})
     try:
-        with _OPENER.open(request, timeout=timeout) as reply:
-            body = reply.read(MAX_ANSWER_BYTES + 1)
+        body = get_json_body(url, ray_auth_headers(), timeout)
     except urllib.error.HTTPError as error:
         error.close()
         raise _Unclear(f"HTTP {error.code} from {path}") from None

@@ -2,8 +2,8 @@
 has dropped the workers a scale-down removed.
 
 Reads the head's JSON status (:mod:`.probes`) on a fast schedule until the
-count reaches the target (:func:`wait_registered`: at least N;
-:func:`wait_dropped`: at most N) or the deadline passes. A head that does not answer
+count reaches the target (:func:`wait_registered`: at least N; after a
+scale-down, at most N) or the deadline passes. A head that does not answer
 (connection refused, reset, timeout, a 5xx, a payload of another shape) is
 retried until the deadline: heads restart and dashboards start after the
 pod is Ready. Redirects are not followed and no part of an answer's body
@@ -19,7 +19,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Dict, Optional
 
 from ..errors import ScalingTimeoutError, UnauthorizedError
 from ..models import ClusterState
@@ -70,6 +70,14 @@ _OPENER = urllib.request.build_opener(_NoRedirects())
 """The probes' opener: the head's own URL only (a redirect could point anywhere, even at ``ftp://``)."""
 
 
+def get_json_body(url: str, headers: Dict[str, str], timeout: float) -> bytes:
+    """The body of a GET of ``url`` asking for JSON (with ``headers``), redirects not followed; at most
+    :data:`MAX_ANSWER_BYTES` + 1 bytes, so a longer answer shows. Raises what ``urllib`` raises."""
+    request = urllib.request.Request(url, headers={"Accept": "application/json", **headers})
+    with _OPENER.open(request, timeout=timeout) as reply:
+        return reply.read(MAX_ANSWER_BYTES + 1)
+
+
 def read_registered(probe: Probe, endpoint: Endpoint, timeout: float) -> int:
     """Registered workers now; :class:`HeadUnreachable` when the head did not answer usefully.
 
@@ -82,10 +90,8 @@ def read_registered(probe: Probe, endpoint: Endpoint, timeout: float) -> int:
     url = probe.url(endpoint.url)
     # A Ray head with token authentication (local clusters) wants the token ray.init would send.
     auth = ray_auth_headers() if probe.kind == "ray" else {}
-    request = urllib.request.Request(url, headers={"Accept": "application/json", **auth})
     try:
-        with _OPENER.open(request, timeout=timeout) as reply:
-            body = reply.read(MAX_ANSWER_BYTES + 1)
+        body = get_json_body(url, auth, timeout)
     except urllib.error.HTTPError as error:
         error.close()
         if error.code in (401, 403):
@@ -134,68 +140,29 @@ def wait_registered(
     workers: int,
     timeout: float,
     *,
+    removed: bool = False,
     cluster: Optional[str] = None,
     state: Optional[ClusterState] = None,
     progress: Optional[ProgressReporter] = None,
     schedule: PollSchedule = DEFAULT_SCHEDULE,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Registered:
-    """Return once at least ``workers`` workers are registered with the head at ``endpoint``.
+    """Return once at least ``workers`` workers are registered with the head at ``endpoint``; with
+    ``removed`` (after a scale-down), once at most ``workers`` are: the framework has dropped the
+    workers the change removed.
 
     Reads at least once even when ``timeout`` is (nearly) spent. Raises
     :class:`ScalingTimeoutError` at ``timeout`` naming what it waited for,
-    the last count, and how long the head had been unreachable; ``state``
-    (the backend's last state) travels with the error.
+    the last count (after a scale-down: the workers still registered), and
+    how long the head had been unreachable; ``state`` (the backend's last
+    state) travels with the error.
     """
-    return _wait_count(
-        probe, endpoint, workers, timeout, lambda seen: seen >= workers,
-        f"{workers} workers registered with {probe.registry} at {endpoint.url}", "",
-        cluster=cluster, state=state, progress=progress, schedule=schedule, sleep=sleep,
-    )
-
-
-def wait_dropped(
-    probe: Probe,
-    endpoint: Endpoint,
-    workers: int,
-    timeout: float,
-    *,
-    cluster: Optional[str] = None,
-    state: Optional[ClusterState] = None,
-    progress: Optional[ProgressReporter] = None,
-    schedule: PollSchedule = DEFAULT_SCHEDULE,
-    sleep: Callable[[float], None] = time.sleep,
-) -> Registered:
-    """Return once at most ``workers`` workers are registered with the head at ``endpoint``: after a
-    scale-down, the framework has dropped the workers it removed.
-
-    As :func:`wait_registered` otherwise; the timeout names the workers still registered.
-    """
-    return _wait_count(
-        probe, endpoint, workers, timeout, lambda seen: seen <= workers,
-        f"{probe.registry} at {endpoint.url} to drop the removed workers (at most {workers} registered)",
-        "; the removed workers are still registered: their processes have not stopped or the head has not "
-        "noticed yet",
-        cluster=cluster, state=state, progress=progress, schedule=schedule, sleep=sleep,
-    )
-
-
-def _wait_count(
-    probe: Probe,
-    endpoint: Endpoint,
-    workers: int,
-    timeout: float,
-    reached: Callable[[int], bool],
-    what: str,
-    behind: str,
-    *,
-    cluster: Optional[str],
-    state: Optional[ClusterState],
-    progress: Optional[ProgressReporter],
-    schedule: PollSchedule,
-    sleep: Callable[[float], None],
-) -> Registered:
-    """Read the head until ``reached(count)``; ``behind`` is what a timeout adds when the head answered."""
+    if removed:
+        what = f"{probe.registry} at {endpoint.url} to drop the removed workers (at most {workers} registered)"
+        behind = ("; the removed workers are still registered: their processes have not stopped or the head "
+                  "has not noticed yet")
+    else:
+        what, behind = f"{workers} workers registered with {probe.registry} at {endpoint.url}", ""
     deadline = Deadline(max(timeout, 0.0))
     intervals = schedule.intervals()
     seen: Optional[int] = None
@@ -213,7 +180,7 @@ def _wait_count(
         detail = f"head unreachable for {outage:.1f}s: {last_error}" if outage is not None else f"{seen} registered"
         if progress is not None:
             progress(WaitProgress(what, seen or 0, workers, deadline.elapsed, timeout, detail))
-        if outage is None and seen is not None and reached(seen):
+        if outage is None and seen is not None and (seen <= workers if removed else seen >= workers):
             proof = f"{seen} workers registered with {probe.registry} at {endpoint.url}"
             return Registered(probe.kind, endpoint.url, seen, proof, deadline.elapsed)
         if deadline.expired:

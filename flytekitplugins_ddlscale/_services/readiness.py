@@ -20,7 +20,7 @@ from .._core.wording import plural
 from .._core.validation import validate_bool, validate_url
 from .._framework.endpoints import enabled_by_env, resolve_endpoint, where_to_set
 from .._framework.probes import probe_for
-from .._framework.wait import Registered, wait_dropped, wait_registered
+from .._framework.wait import Registered, wait_registered
 
 @dataclass(frozen=True)
 class FrameworkOptions:
@@ -92,7 +92,7 @@ def confirm_ready(
     framework check is skipped (and the proof says why) when it is switched off, when no
     worker is awaited, for kinds without a head, for backends that already count registered
     workers, and when nothing says where the head is. Raises ``ScalingTimeoutError`` from
-    :func:`~.wait.wait_registered` / :func:`~.wait.wait_dropped`.
+    :func:`~.wait.wait_registered`.
     """
     base = backend_proof(backend, state, ref.kind)
     known = state.ready_workers
@@ -106,8 +106,9 @@ def confirm_ready(
     endpoint = resolve_endpoint(ref.kind, options.url, options.env)
     if endpoint is None:
         return Readiness(known, f"{base}; framework not checked (head address unknown: set {where_to_set(ref.kind)})")
-    wait = wait_dropped if removed else wait_registered
-    registered = wait(probe, endpoint, workers, timeout, cluster=str(ref), state=state, progress=progress)
+    registered = wait_registered(
+        probe, endpoint, workers, timeout, removed=removed, cluster=str(ref), state=state, progress=progress
+    )
     ready = registered.workers if known is None else min(known, registered.workers)
     return Readiness(ready, f"{base}; {registered.proof}", registered, registered.seconds)
 

@@ -10,11 +10,12 @@ or implement the protocol directly.
 import contextlib
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, FrozenSet, Iterator, Optional, Protocol, Tuple, TypeVar, Union, runtime_checkable
+from typing import Any, Dict, FrozenSet, Iterator, Optional, Protocol, Tuple, Union, runtime_checkable
 
 from ..errors import InvalidInputError, ScalingError, ScalingTimeoutError, UnsupportedOperationError, WorkerFailedError
 from ._support.inplace import Reach, check_reachable, left_in_place
 from ..models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
+from .._core.closing import Closing
 from .._core.outage import NO_WAIT_LIMIT
 from .._core.progress import ProgressReporter
 from .._core.leases import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
@@ -23,8 +24,6 @@ from ..refs import ClusterRef
 from .._core.validation import validate_claim_id, validate_replicas, validate_tier_name, validate_timeout
 from .._core.waiting import Deadline
 from .._core.wording import seconds
-
-B = TypeVar("B", bound="BaseBackend")
 
 DEFAULT_SCALE_TIMEOUT = 900.0
 """Seconds a scale waits for workers by default: GPU nodes can take minutes to join."""
@@ -146,7 +145,11 @@ class ClusterBackend(Protocol):
         timeout: float = DEFAULT_SCALE_TIMEOUT,
         progress: Optional[ProgressReporter] = None,
     ) -> ScaleResult:
-        """Put the cluster back to the recorded baseline (or ``target``) and forget the baseline."""
+        """Put the cluster back to the recorded baseline (or ``target``), then forget the baseline
+        and every claim (claims left by killed processes would otherwise inflate the next phase).
+
+        If the wait times out, the restored size stays in place and the error says how to keep waiting.
+        """
         ...
 
     def claim(
@@ -162,7 +165,8 @@ class ClusterBackend(Protocol):
         concurrent :meth:`reconcile` never forgets a record that a new claim
         relies on; dead claims are dropped in that step. Waits at most
         ``timeout`` seconds for a lock another process holds (None: the
-        backend's bound). Phases then :meth:`reconcile`.
+        backend's bound). An unknown tier is refused before anything is
+        written. Phases then :meth:`reconcile`.
         """
         ...
 
@@ -237,8 +241,26 @@ def restore_command(backend: str, ref: ClusterRef) -> str:
     return f"ddlscale restore --backend {backend} --kind {ref.kind} --name {ref.name}{namespace}{group}"
 
 
-class BaseBackend:
+@dataclass(frozen=True)
+class WorkersWait:
+    """A wait for workers, as a backend's ``_wait_workers`` hook gets it."""
+
+    replicas: int
+    """How many workers to wait for."""
+    timeout: float
+    """Seconds the wait may take."""
+    progress: Optional[ProgressReporter] = None
+    change: Optional[Change] = None
+    """The change the wait follows (None: a plain ``wait_for_workers``)."""
+    last: Optional[ClusterState] = None
+    """The latest state seen before the wait (None: none could be read)."""
+
+
+class BaseBackend(Closing, ClusterBackend):
     """The protocol's methods, done once; a backend subclasses it and implements the hooks.
+
+    The public methods are documented once, on :class:`ClusterBackend` (``help()`` and
+    ``inspect.getdoc`` show those docstrings here).
 
     Every public method checks its input first (replicas, timeout, tier
     names, claim ids, restore targets, the kind served), so a bad argument
@@ -269,14 +291,8 @@ class BaseBackend:
 
     # ------------------------------------------------------------ lifecycle
 
-    def __enter__(self: B) -> B:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
     def close(self) -> None:
-        """Release connections and background resources (none by default)."""
+        """Nothing to release by default; a backend holding connections or threads overrides it."""
 
     def connection_env(self, ref: ClusterRef) -> Dict[str, str]:
         """The variables code in a run uses to reach ``ref``'s head, as Domino injects them.
@@ -290,7 +306,6 @@ class BaseBackend:
     # ------------------------------------------------------------- protocol
 
     def get_state(self, ref: ClusterRef) -> ClusterState:
-        """Observe the cluster now."""
         return self._observe(self._served(ref))
 
     def wait_for_workers(
@@ -301,14 +316,6 @@ class BaseBackend:
         timeout: float = DEFAULT_SCALE_TIMEOUT,
         progress: Optional[ProgressReporter] = None,
     ) -> ClusterState:
-        """Return once ``replicas`` workers are up; raise ``ScalingTimeoutError`` at ``timeout``.
-
-        Up means exactly ``replicas`` while the cluster wants that many, or at
-        least ``replicas`` while it wants more (an autoscaler above a held
-        minimum: the held size is a floor). A count above the desired one or
-        the maximum raises ``UnreachableWaitError`` at once: such a wait could
-        never end.
-        """
         replicas = validate_replicas(replicas)
         timeout = validate_timeout(timeout)
         self._served(ref)
@@ -319,7 +326,7 @@ class BaseBackend:
                 replicas, desired=state.desired_workers, maximum=self._maximum(state), cluster=state.cluster,
                 desired_name=self._size_setting(ref), maximum_name=self.maximum_setting, state=state,
             )
-        return self._wait_workers(ref, replicas, deadline.remaining, progress, None, state)
+        return self._wait_workers(ref, WorkersWait(replicas, deadline.remaining, progress, last=state))
 
     def scale(
         self,
@@ -332,13 +339,6 @@ class BaseBackend:
         strict: bool = False,
         progress: Optional[ProgressReporter] = None,
     ) -> ScaleResult:
-        """Set the worker count (and tier); with ``wait``, return once they are up.
-
-        Records the baseline first if none is recorded. ``strict`` refuses a
-        request above the maximum instead of capping it. If the wait times
-        out or a worker cannot start, the change stays in place and the error
-        names it and the command that restores the baseline.
-        """
         replicas, tier, deadline = self._check_size_request(ref, replicas, worker_hw_tier, timeout, wait)
         with self._changing(ref, deadline):
             change = self._scale_change(ref, replicas, tier, strict, deadline)
@@ -353,7 +353,6 @@ class BaseBackend:
         timeout: float = DEFAULT_RESTART_TIMEOUT,
         progress: Optional[ProgressReporter] = None,
     ) -> RestartResult:
-        """Replace the head (on a new tier if given); with ``wait``, until it is Ready."""
         tier = validate_tier_name(head_hw_tier, field="head_hw_tier")
         timeout = validate_timeout(timeout)
         self._served(ref)
@@ -387,11 +386,9 @@ class BaseBackend:
         )
 
     def record_baseline(self, ref: ClusterRef) -> Baseline:
-        """Record the cluster's current size and tiers unless already recorded; return the baseline."""
         return self._record_baseline(self._served(ref))
 
     def get_baseline(self, ref: ClusterRef) -> Optional[Baseline]:
-        """The recorded baseline, or None."""
         return self._get_baseline(self._served(ref))
 
     def restore_baseline(
@@ -403,11 +400,6 @@ class BaseBackend:
         timeout: float = DEFAULT_SCALE_TIMEOUT,
         progress: Optional[ProgressReporter] = None,
     ) -> ScaleResult:
-        """Put the cluster back to the recorded baseline (or ``target``), then forget the baseline
-        and every claim (claims left by killed processes would otherwise inflate the next phase).
-
-        If the wait times out, the restored size stays in place and the error says how to keep waiting.
-        """
         timeout = validate_timeout(timeout)
         self._served(ref)
         self._check_target(ref, target)
@@ -420,14 +412,6 @@ class BaseBackend:
         self, ref: ClusterRef, claim_id: str, replicas: int, worker_hw_tier: Optional[str] = None, *,
         timeout: Optional[float] = None, lease_seconds: float = DEFAULT_LEASE_SECONDS,
     ) -> Claim:
-        """Register that ``claim_id`` needs at least ``replicas`` workers, as a lease of ``lease_seconds``;
-        return the largest live claim.
-
-        Records the baseline (and, for the first live phase, the size outside
-        phases) in the same atomic step as the claim, dropping dead claims.
-        Waits at most ``timeout`` seconds for another process's lock. An
-        unknown tier is refused before anything is written.
-        """
         validate_claim_id(claim_id)
         replicas = validate_replicas(replicas)
         tier = validate_tier_name(worker_hw_tier)
@@ -438,7 +422,6 @@ class BaseBackend:
         return self._claim(ref, claim_id, replicas, tier, lease, wait_for_lock)
 
     def renew(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
-        """Renew ``claim_id``'s lease from now; the renewed claim, or None when it is gone."""
         validate_claim_id(claim_id)
         return self._renew(self._served(ref), claim_id)
 
@@ -452,13 +435,6 @@ class BaseBackend:
         progress: Optional[ProgressReporter] = None,
         needed: Optional[int] = None,
     ) -> Optional[ScaleResult]:
-        """Scale to the largest live claim, or, when no claim remains, restore the baseline (or
-        ``target``) and forget the baseline; None when there is neither claim nor baseline.
-
-        The decision and the change are atomic with respect to concurrent
-        claims and releases; with ``wait``, returns once the workers are up
-        (at least ``needed`` of them, when given).
-        """
         timeout = validate_timeout(timeout)
         if needed is not None:
             needed = validate_replicas(needed, "needed")
@@ -470,12 +446,10 @@ class BaseBackend:
         return None if change is None else self._finish(ref, change, wait, deadline, progress, needed=needed)
 
     def release(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
-        """Drop ``claim_id``; return the largest remaining claim, or None when none remain."""
         validate_claim_id(claim_id)
         return self._release(self._served(ref), claim_id)
 
     def claims(self, ref: ClusterRef) -> Dict[str, Claim]:
-        """The live claims of ``ref`` by claim id (empty when none)."""
         return self._claims(self._served(ref))
 
     # ------------------------------------------------------- done once here
@@ -542,7 +516,9 @@ class BaseBackend:
             try:
                 if spent:
                     raise self._spent_before_wait(ref, change, deadline)
-                final = self._wait_workers(ref, awaited, deadline.left_for_wait(), progress, change, result.final)
+                final = self._wait_workers(
+                    ref, WorkersWait(awaited, deadline.left_for_wait(), progress, change, result.final)
+                )
             except (ScalingTimeoutError, WorkerFailedError) as error:
                 if isinstance(error, ScalingTimeoutError) and not spent and before_wait >= SPENT_BEFORE_WAIT:
                     # The wait's own timeout was only what the change left of the operation's.
@@ -637,16 +613,8 @@ class BaseBackend:
         now but may be before ``deadline`` (the wait then rides out the outage)."""
         raise NotImplementedError
 
-    def _wait_workers(
-        self,
-        ref: ClusterRef,
-        replicas: int,
-        timeout: float,
-        progress: Optional[ProgressReporter],
-        change: Optional[Change],
-        last: Optional[ClusterState],
-    ) -> ClusterState:
-        """Wait until ``replicas`` workers are up (after ``change``, if given); ``last`` is the latest state seen."""
+    def _wait_workers(self, ref: ClusterRef, wait: WorkersWait) -> ClusterState:
+        """Wait until ``wait.replicas`` workers are up (after ``wait.change``, if given)."""
         raise NotImplementedError
 
     def _reach(self, ref: ClusterRef) -> Reach:

@@ -31,7 +31,7 @@ from typing import Any, Callable, Optional, TypeVar, cast
 
 from typing_extensions import Unpack
 
-from .._services.hold import ClusterPhase
+from .._services.hold import ClusterPhase, misplaced_phase
 from .._services.hold.settings import PhaseOptions, PhaseSettings
 from .._services.hold.signals import RELAY
 from ..refs import ClusterSpec
@@ -108,13 +108,5 @@ async def _to_the_end(call: Callable[..., T], *args: Any) -> T:
 def _refuse_task_object(fn: object) -> None:
     import flyte
 
-    if not isinstance(fn, flyte.TaskTemplate):
-        return
-    short = fn.name.rsplit(".", 1)[-1]
-    raise TypeError(
-        f"distributed_phase was applied to the Flyte 2 task {fn.name!r}; it must wrap the function, "
-        "so put it below @env.task:\n\n"
-        "    @env.task(report=True)\n"
-        "    @distributed_phase(cluster=..., replicas=...)\n"
-        f"    def {short}(...): ..."
-    )
+    if isinstance(fn, flyte.TaskTemplate):
+        raise misplaced_phase(fn.name, "Flyte 2", "@env.task(report=True)")

@@ -24,7 +24,7 @@ from typing import Any, Callable, TypeVar, cast
 
 from typing_extensions import Unpack
 
-from .._services.hold import ClusterPhase, PhaseInterrupted, cluster_phase
+from .._services.hold import ClusterPhase, PhaseInterrupted, cluster_phase, misplaced_phase
 from .._services.hold.settings import PhaseOptions, PhaseSettings
 from ..refs import ClusterSpec
 
@@ -65,16 +65,8 @@ def distributed_phase(
 def _refuse_task_object(fn: object) -> None:
     from flytekit.core.base_task import PythonTask
 
-    if not isinstance(fn, PythonTask):
-        return
-    short = fn.name.rsplit(".", 1)[-1]
-    raise TypeError(
-        f"@distributed_phase was applied to the Flyte task {fn.name!r}; it must wrap the function, "
-        "so put it below @task:\n\n"
-        "    @task\n"
-        "    @distributed_phase(cluster=..., replicas=...)\n"
-        f"    def {short}(...): ..."
-    )
+    if isinstance(fn, PythonTask):
+        raise misplaced_phase(fn.name, "Flyte", "@task")
 
 
 __all__ = ["ClusterPhase", "PhaseInterrupted", "PhaseOptions", "cluster_phase", "distributed_phase"]

@@ -159,6 +159,17 @@ def _write_certificates(directory: Path) -> None:
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
 
 
+def stop_process(process: "subprocess.Popen[Any]", grace: float = 10.0) -> None:
+    """Stop ``process`` if it runs: SIGTERM, then SIGKILL after ``grace`` seconds; wait for it to end."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+
 def _die_with_parent() -> None:
     """In the child before exec: get SIGTERM when the test process dies, so a killed run leaves nothing behind."""
     import ctypes
@@ -267,14 +278,7 @@ class ControlPlane:
     def close(self) -> None:
         """Stop every process (SIGTERM, then SIGKILL after 10 s) and remove the work folder if it is ours."""
         for name in reversed(list(self.processes)):
-            process = self.processes.pop(name)
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(10)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(10)
+            stop_process(self.processes.pop(name))
         if self._own_work:
             shutil.rmtree(self.work, ignore_errors=True)
 
@@ -323,13 +327,7 @@ class ControlPlane:
     def stop_apiserver(self) -> None:
         """Stop the API server (SIGTERM, as a rolling upgrade does; SIGKILL after 10 s): clients get
         "connection refused" until :meth:`start_apiserver`."""
-        process = self.processes.pop("kube-apiserver")
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+        stop_process(self.processes.pop("kube-apiserver"))
 
     def start_apiserver(self, ready: bool = False) -> None:
         """Start the API server again on the same port with the same flags and data; returns once it

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from .controlplane import SUITE, SUITE_ENV, _die_with_parent
+from .controlplane import SUITE, SUITE_ENV, _die_with_parent, stop_process
 from .dask_runtime import ClusterDns
 
 START_TIMEOUT = 60.0
@@ -63,13 +63,8 @@ class RealDaskOperator:
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after 10 s."""
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait(10)
+        if self._process is not None:
+            stop_process(self._process)
 
     def tail(self, size: int = 3000) -> str:
         """The end of the operator's log."""

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from flytekitplugins_ddlscale.backends.local._dask_ops import scheduler_workers
-from tests.envtest.controlplane import _die_with_parent
+from tests.envtest.controlplane import _die_with_parent, stop_process
 from tests.envtest.kubelet import Reacting, Reactor
 from tests.servers.status_http import free_port
 
@@ -142,7 +142,7 @@ class DaskRuntime(Reacting):
         """Stop the watch, every worker, then the scheduler."""
         self._reactor.stop()
         for proc in list(self._workers.values()) + ([self._scheduler] if self._scheduler else []):
-            _end(proc)
+            stop_process(proc, grace=15)
         self._workers.clear()
 
     def tail(self, size: int = 3000) -> str:
@@ -159,7 +159,7 @@ class DaskRuntime(Reacting):
             if not pod["metadata"].get("deletionTimestamp"):
                 live[pod["metadata"]["uid"]] = pod
         for uid in [u for u in self._workers if u not in live]:
-            _end(self._workers.pop(uid))
+            stop_process(self._workers.pop(uid), grace=15)
         for uid, pod in live.items():
             if uid not in self._workers:
                 self._workers[uid] = self._run_worker(_worker_name(pod))
@@ -190,11 +190,3 @@ def _worker_name(pod: Dict[str, Any]) -> str:
     return str(pod["metadata"]["name"])
 
 
-def _end(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)

@@ -20,19 +20,12 @@ from flytekitplugins_ddlscale._core.outage import (
     retry_through_outage,
 )
 from flytekitplugins_ddlscale._core.waiting import Backoff, Deadline
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.clock_support import Clock
 
 
 @pytest.fixture
 def clock() -> Clock:
-    return Clock()
+    return Clock(1000.0)
 
 
 @pytest.fixture

@@ -5,15 +5,17 @@ Everything here is real: the scaler service and Kubernetes test servers on
 them. Each test gets its own state directory and servers, and must leave no
 thread or child process behind (checked after every test).
 """
+import contextlib
 import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List
 
 import pytest
-from rel_helpers import child_pids
+from rel_helpers import child_pids, select_kubernetes
 
 from flytekitplugins_ddlscale._core.waiting import Backoff
+from tests.servers.k8s_fixtures import k8s, make_backend, tiers_file  # noqa: F401 - fixtures
 from tests.servers.scaler_server import DEFAULT_API_KEY, ScalerTestServer
 
 FAST_POLL = Backoff(initial=0.02, factor=1.5, cap=0.1)
@@ -112,60 +114,19 @@ def scaler_env(monkeypatch: pytest.MonkeyPatch, scaler_server: ScalerTestServer,
 
 
 @pytest.fixture
-def k8s_server() -> Iterator[Any]:
-    """A started Kubernetes test API server with its simulated operator (pods Ready after 20 ms)."""
-    from tests.servers.k8s_server import K8sTestServer
-
-    with K8sTestServer(ready_delay=0.02) as server:
-        yield server
-
-
-@pytest.fixture
-def tiers_file(tmp_path: Path) -> Path:
-    """The Kubernetes tests' tier catalog (small, medium, gpu, spark-only) as a YAML file."""
-    from tests.servers.k8s_fixtures import TIERS_YAML
-
-    path = tmp_path / "tiers.yaml"
-    path.write_text(TIERS_YAML, encoding="utf-8")
-    return path
+def k8s_server(k8s: Any) -> Any:
+    """The Kubernetes test API server (:func:`tests.servers.k8s_fixtures.k8s`: pods Ready after 20 ms)."""
+    return k8s
 
 
 @pytest.fixture
 def make_k8s(k8s_server: Any, tiers_file: Path, clean_env: Path) -> Iterator[Callable[..., Any]]:
     """Build ``KubernetesBackend``s for the test server (closed after the test); options override defaults."""
-    from flytekitplugins_ddlscale.backends.kubernetes import KubernetesBackend
-    from flytekitplugins_ddlscale.backends.tiers import FileTierCatalog
-
-    made: List[Any] = []
-
-    def make(**options: Any) -> Any:
-        client = k8s_server.api_client()
-        options.setdefault("failure_grace", 0.3)
-        options.setdefault("tier_catalog", FileTierCatalog(tiers_file))
-        backend = KubernetesBackend(api_client=client, **options)
-        made.append((backend, client))
-        return backend
-
-    yield make
-    for backend, client in made:
-        backend.close()
-        client.close()
+    with contextlib.ExitStack() as made:
+        yield lambda **options: made.enter_context(make_backend(k8s_server, tiers_file, **options))
 
 
 @pytest.fixture
 def k8s_env(monkeypatch: pytest.MonkeyPatch, k8s_server: Any, tiers_file: Path, clean_env: Path, tmp_path: Path) -> Path:
     """Environment selecting the Kubernetes backend on the test server through a kubeconfig (returned)."""
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\n"
-        f"clusters: [{{name: test, cluster: {{server: '{k8s_server.url}'}}}}]\n"
-        "users: [{name: runner, user: {token: kube-token-for-tests}}]\n"
-        "contexts: [{name: test, context: {cluster: test, user: runner, namespace: domino-compute}}]\n"
-        "current-context: test\n",
-        encoding="utf-8",
-    )
-    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    monkeypatch.setenv("DDLSCALE_BACKEND", "kubernetes")
-    monkeypatch.setenv("DDLSCALE_TIERS_FILE", str(tiers_file))
-    return kubeconfig
+    return select_kubernetes(monkeypatch, tmp_path / "kubeconfig", k8s_server.url, tiers_file)

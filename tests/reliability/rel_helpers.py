@@ -2,6 +2,7 @@
 import os
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable, List
 
 MUTATING = ("PATCH", "POST", "PUT", "DELETE")
@@ -24,6 +25,25 @@ def scale_bodies(server: Any, name: str) -> List[Any]:
 def desired(server: Any, kind: str, name: str) -> int:
     """``spec.worker.replicas`` of a cluster on the scaler test server."""
     return int(server.cluster_object(kind, name)["spec"]["worker"]["replicas"])
+
+
+class Background:
+    """A loop (``_run``, until ``_stop`` is set) in a thread named ``name`` from ``with`` entry to exit."""
+
+    def __init__(self, name: str) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name)
+
+    def __enter__(self) -> "Background":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        raise NotImplementedError
 
 
 class When:
@@ -77,6 +97,24 @@ def polling(server: Any, name: str) -> Callable[[], bool]:
         )
 
     return check
+
+
+def select_kubernetes(monkeypatch: Any, kubeconfig: Path, server_url: str, tiers_file: Path) -> Path:
+    """Write ``kubeconfig`` for the API server at ``server_url`` (namespace domino-compute) and set the
+    environment that selects the Kubernetes backend through it, with the tiers of ``tiers_file``."""
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters: [{{name: test, cluster: {{server: '{server_url}'}}}}]\n"
+        "users: [{name: runner, user: {token: kube-token-for-tests}}]\n"
+        "contexts: [{name: test, context: {cluster: test, user: runner, namespace: domino-compute}}]\n"
+        "current-context: test\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("DDLSCALE_BACKEND", "kubernetes")
+    monkeypatch.setenv("DDLSCALE_TIERS_FILE", str(tiers_file))
+    return kubeconfig
 
 
 def child_pids() -> List[int]:

@@ -9,7 +9,7 @@ exercised against a real handshake.
 
 Usage::
 
-    with FaultProxy(("127.0.0.1", server_port)) as proxy:
+    with FaultProxy.before(server.url) as proxy:
         client_url = proxy.url
         proxy.go_down()      # connection refused from now on, open connections cut
         proxy.come_up()      # listening again on the same port
@@ -24,6 +24,7 @@ import struct
 import threading
 import time
 from typing import List, Optional, Tuple
+from urllib.parse import urlsplit
 
 _CHUNK = 65536
 
@@ -51,6 +52,12 @@ class FaultProxy:
         self.up_at: Optional[float] = None
         """``time.monotonic()`` when the last :meth:`outage` ended (listening again)."""
         self.refused_while_down = 0
+
+    @classmethod
+    def before(cls, url: str, *, tls: Optional[ssl.SSLContext] = None) -> "FaultProxy":
+        """A proxy in front of the test server at ``url`` (``http://host:port``)."""
+        parts = urlsplit(url)
+        return cls((parts.hostname or "127.0.0.1", int(parts.port or 80)), tls=tls)
 
     @property
     def url(self) -> str:

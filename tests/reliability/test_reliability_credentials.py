@@ -209,8 +209,7 @@ def test_proxy_tokens_never_in_logs_or_errors(scaler_server, cluster, scaler_env
 def test_connection_failures_never_show_credentials(
     scaler_server, cluster, secret_key, debug_logs, capfd
 ):
-    host, port = scaler_server.url.rsplit("//", 1)[1].split(":")
-    with FaultProxy((host, int(port))) as proxy:
+    with FaultProxy.before(scaler_server.url) as proxy:
         backend = get_backend("scaler", base_url=proxy.url, timeout=0.5, retries=1)
         try:
             backend.get_state(REF)
@@ -320,8 +319,7 @@ def test_cli_output_never_shows_credentials(scaler_server, cluster, secret_key, 
 def tls_proxy(scaler_server: ScalerTestServer, tmp_path: Path) -> Iterator[FaultProxy]:
     """The scaler test server behind TLS with a self-signed certificate for 127.0.0.1."""
     cert, key = self_signed_cert(tmp_path)
-    host, port = scaler_server.url.rsplit("//", 1)[1].split(":")
-    with FaultProxy((host, int(port)), tls=server_context(cert, key)) as proxy:
+    with FaultProxy.before(scaler_server.url, tls=server_context(cert, key)) as proxy:
         yield proxy
 
 

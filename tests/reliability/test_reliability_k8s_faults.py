@@ -4,12 +4,11 @@ crash-looping workers, the cluster deleted mid-wait, RBAC 403; and bad input ref
 All against the Kubernetes test API server (real HTTP, real rules) and its
 simulated operator, through the real ``kubernetes`` client.
 """
-import threading
 import time
 from typing import Any
 
 import pytest
-from rel_helpers import When
+from rel_helpers import Background, When
 from rel_proxy import FaultProxy
 
 from flytekitplugins_ddlscale import (
@@ -50,22 +49,13 @@ def watch_requests(server: Any) -> int:
     return sum(1 for r in server.requests if r.query.get("watch") == "true")
 
 
-class WatchBreaker:
+class WatchBreaker(Background):
     """Breaks each new pod watch soon after it opens, ``times`` times."""
 
     def __init__(self, server: Any, times: int) -> None:
+        super().__init__("watch-breaker")
         self.server, self.times = server, times
         self.broken = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="watch-breaker")
-
-    def __enter__(self) -> "WatchBreaker":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
 
     def _run(self) -> None:
         while self.broken < self.times and not self._stop.wait(0.02):
@@ -278,7 +268,7 @@ def test_api_server_unreachable_for_a_moment_mid_wait_does_not_end_it(k8s_server
     from flytekitplugins_ddlscale.backends.kubernetes import KubernetesBackend
 
     k8s_server.set_ready_delay(1.5)
-    with FaultProxy(("127.0.0.1", int(k8s_server.url.rsplit(":", 1)[1]))) as proxy:
+    with FaultProxy.before(k8s_server.url) as proxy:
         api = k8s_client.ApiClient(k8s_client.Configuration(host=proxy.url))
         backend = KubernetesBackend(api_client=api, failure_grace=0.3)
 
@@ -320,7 +310,7 @@ def test_a_hanging_api_server_does_not_stretch_a_wait_past_its_timeout(k8s_serve
     from flytekitplugins_ddlscale.backends.kubernetes import KubernetesBackend
 
     k8s_server.set_ready_delay(30.0)
-    with FaultProxy(("127.0.0.1", int(k8s_server.url.rsplit(":", 1)[1]))) as proxy:
+    with FaultProxy.before(k8s_server.url) as proxy:
         api = k8s_client.ApiClient(k8s_client.Configuration(host=proxy.url))
         backend = KubernetesBackend(api_client=api, failure_grace=0.3, request_timeout=0.2)
         try:

@@ -46,7 +46,7 @@ def cluster(k8s_server: Any, clean_env: Path) -> ClusterRef:
 def tls(k8s_server: Any, tmp_path: Path) -> Iterator[Any]:
     """The Kubernetes test server behind TLS (self-signed certificate for 127.0.0.1); yields (proxy, cert)."""
     cert, key = self_signed_cert(tmp_path)
-    with FaultProxy(("127.0.0.1", int(k8s_server.url.rsplit(":", 1)[1])), tls=server_context(cert, key)) as proxy:
+    with FaultProxy.before(k8s_server.url, tls=server_context(cert, key)) as proxy:
         yield proxy, cert
 
 

@@ -12,7 +12,7 @@ import tracemalloc
 from typing import Any, Callable, Dict, Iterator, List, Set, Tuple
 
 import pytest
-from rel_helpers import desired
+from rel_helpers import Background, desired
 
 from flytekitplugins_ddlscale import ClusterRef, ScalingError
 
@@ -35,23 +35,14 @@ def rss_bytes() -> int:
     raise AssertionError("no VmRSS in /proc/self/status")
 
 
-class FaultFeeder:
+class FaultFeeder(Background):
     """Keeps one injected failure pending for every ``FAILURE_EVERY`` requests a server has received."""
 
     def __init__(self, requests_seen: Callable[[], int], inject: Callable[[int], None]) -> None:
+        super().__init__("fault-feeder")
         self._requests_seen = requests_seen
         self._inject = inject
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="fault-feeder")
         self.injected = 0
-
-    def __enter__(self) -> "FaultFeeder":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
 
     def _run(self) -> None:
         while not self._stop.wait(0.002):

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, List, Tuple
 
 import pytest
-from rel_helpers import When, polling, scale_bodies
+from rel_helpers import When, polling, scale_bodies, select_kubernetes
 from rel_proxy import FaultProxy
 
 from flytekitplugins_ddlscale import (
@@ -49,11 +49,6 @@ REFUSING = 2.0
 """Seconds a restarted server answers 403 after it listens again, in the cold-authorization tests."""
 COLD_REFUSALS = 3
 """How many requests a restarted scaler service refuses (403) before its authorization is warm."""
-
-
-def _proxy_for(url: str) -> FaultProxy:
-    host, port = url.rsplit("//", 1)[1].split(":")
-    return FaultProxy((host, int(port)))
 
 
 def outage_lines(caplog: pytest.LogCaptureFixture) -> Tuple[List[str], List[str]]:
@@ -99,7 +94,7 @@ def scaler_cluster(scaler_server: ScalerTestServer) -> ClusterRef:
 
 @pytest.fixture
 def sproxy(scaler_server: ScalerTestServer) -> Iterator[FaultProxy]:
-    with _proxy_for(scaler_server.url) as running:
+    with FaultProxy.before(scaler_server.url) as running:
         yield running
 
 
@@ -445,7 +440,7 @@ def k8s_cluster(k8s_server: Any) -> ClusterRef:
 
 @pytest.fixture
 def kproxy(k8s_server: Any) -> Iterator[FaultProxy]:
-    with _proxy_for(k8s_server.url) as running:
+    with FaultProxy.before(k8s_server.url) as running:
         yield running
 
 
@@ -654,19 +649,7 @@ def test_k8s_phase_reconciles_ride_out_outages(k8s_server, kproxy, k8s_cluster, 
                                                monkeypatch, logs):
     from flytekitplugins_ddlscale.phase import cluster_phase
 
-    kubeconfig = tmp_path / "kubeconfig-proxy"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\n"
-        f"clusters: [{{name: test, cluster: {{server: '{kproxy.url}'}}}}]\n"
-        "users: [{name: runner, user: {token: kube-token-for-tests}}]\n"
-        "contexts: [{name: test, context: {cluster: test, user: runner, namespace: domino-compute}}]\n"
-        "current-context: test\n",
-        encoding="utf-8",
-    )
-    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    monkeypatch.setenv("DDLSCALE_BACKEND", "kubernetes")
-    monkeypatch.setenv("DDLSCALE_TIERS_FILE", str(tiers_file))
+    select_kubernetes(monkeypatch, tmp_path / "kubeconfig-proxy", kproxy.url, tiers_file)
     k8s_server.set_ready_delay(1.0)
     with When(watching(k8s_server), lambda: kproxy.outage(OUTAGE)) as up_fault:
         with cluster_phase(f"ray/{RAY.name}", 3, timeout=TIMEOUT, framework_ready=False, deck=False):
@@ -693,8 +676,7 @@ def tls_sproxy(scaler_server: ScalerTestServer, tmp_path: Path) -> Iterator[Faul
     from rel_tls import self_signed_cert, server_context
 
     cert, key = self_signed_cert(tmp_path)
-    host, port = scaler_server.url.rsplit("//", 1)[1].split(":")
-    with FaultProxy((host, int(port)), tls=server_context(cert, key)) as proxy:
+    with FaultProxy.before(scaler_server.url, tls=server_context(cert, key)) as proxy:
         yield proxy
 
 

@@ -34,8 +34,7 @@ def cluster(scaler_server: ScalerTestServer) -> ClusterRef:
 
 @pytest.fixture
 def proxy(scaler_server: ScalerTestServer) -> Iterator[FaultProxy]:
-    host, port = scaler_server.url.rsplit("//", 1)[1].split(":")
-    with FaultProxy((host, int(port))) as running:
+    with FaultProxy.before(scaler_server.url) as running:
         yield running
 
 

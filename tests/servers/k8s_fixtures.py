@@ -1,17 +1,19 @@
 """Pytest fixtures for tests of the Kubernetes backend against :class:`K8sTestServer`.
 
 Import them into a test module: ``from tests.servers.k8s_fixtures import k8s, backend, tiers_file``.
+The test server and the ``kubernetes`` client are imported when a fixture is used (together most of
+a second), so a conftest can import these fixtures for the few tests that use them.
 """
 import contextlib
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import pytest
 
-from flytekitplugins_ddlscale.backends.kubernetes import KubernetesBackend
-from flytekitplugins_ddlscale.backends.tiers import FileTierCatalog
+if TYPE_CHECKING:
+    from flytekitplugins_ddlscale.backends.kubernetes import KubernetesBackend
 
-from .k8s_server import K8sTestServer
+    from .k8s_server import K8sTestServer
 
 TIERS_YAML = """\
 tiers:
@@ -23,8 +25,10 @@ tiers:
 
 
 @pytest.fixture
-def k8s() -> Iterator[K8sTestServer]:
+def k8s() -> "Iterator[K8sTestServer]":
     """A running test API server with fast pods (Ready after 20 ms)."""
+    from .k8s_server import K8sTestServer
+
     with K8sTestServer(ready_delay=0.02) as server:
         yield server
 
@@ -38,8 +42,11 @@ def tiers_file(tmp_path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def make_backend(server: K8sTestServer, tiers: Path, **options: Any) -> Iterator[KubernetesBackend]:
+def make_backend(server: "K8sTestServer", tiers: Path, **options: Any) -> "Iterator[KubernetesBackend]":
     """A backend talking to ``server`` with the tiers of ``tiers``; its client is closed on exit."""
+    from flytekitplugins_ddlscale.backends.kubernetes import KubernetesBackend
+    from flytekitplugins_ddlscale.backends.tiers import FileTierCatalog
+
     options.setdefault("failure_grace", 0.3)
     client = server.api_client()
     instance = KubernetesBackend(api_client=client, tier_catalog=FileTierCatalog(tiers), **options)
@@ -51,7 +58,7 @@ def make_backend(server: K8sTestServer, tiers: Path, **options: Any) -> Iterator
 
 
 @pytest.fixture
-def backend(k8s: K8sTestServer, tiers_file: Path) -> Iterator[KubernetesBackend]:
+def backend(k8s: "K8sTestServer", tiers_file: Path) -> "Iterator[KubernetesBackend]":
     """A backend for :func:`k8s`, closed after the test."""
     with make_backend(k8s, tiers_file) as instance:
         yield instance

@@ -25,4 +25,21 @@ def cluster_phase(
     return ClusterPhase(PhaseSettings(cluster, replicas, deck=deck, **options), label)  # type: ignore[arg-type]
 
 
-__all__ = ["ClusterPhase", "PhaseInterrupted", "PhaseOptions", "PhaseSettings", "Restore", "RESTORE_BASELINE", "cluster_phase"]
+def misplaced_phase(task_name: str, sdk: str, task_decorator: str) -> TypeError:
+    """The error for ``@distributed_phase`` applied to ``sdk``'s task ``task_name`` instead of its function:
+    the message shows it moved below ``task_decorator``, the line that makes the task."""
+    below = task_decorator.split("(", 1)[0]
+    short = task_name.rsplit(".", 1)[-1]
+    return TypeError(
+        f"@distributed_phase was applied to the {sdk} task {task_name!r}; it must wrap the function, "
+        f"so put it below {below}:\n\n"
+        f"    {task_decorator}\n"
+        "    @distributed_phase(cluster=..., replicas=...)\n"
+        f"    def {short}(...): ..."
+    )
+
+
+__all__ = [
+    "ClusterPhase", "PhaseInterrupted", "PhaseOptions", "PhaseSettings", "Restore", "RESTORE_BASELINE", "cluster_phase",
+    "misplaced_phase",
+]

@@ -48,14 +48,14 @@ from ..._core.sharing import current_shared_reads
 from ..tiers import HardwareTier, TierCatalog
 from ..._core.validation import validate_tier_name, validate_timeout
 from ..._core.waiting import Deadline
-from .._base import BackendCapabilities, BaseBackend, Change
+from .._base import BackendCapabilities, BaseBackend, Change, WorkersWait
 from ._api import Conflict, KubeApi
 from ._client import make_api_client, tier_catalog_from_env
 from ._informer import cached_pods, matches, parse_selector
 from ._podwatch import PodWaiter
 from ._resources import Outcome, ResourceAdapter, adapter_for
 from ._resources.base import mark_idle
-from ._spec import decode_record, encode_record, pod_ready, pod_terminating
+from ._spec import decode_record, encode_record, pod_labels, pod_ready, pod_terminating
 
 RAY_DASHBOARD = "http://{name}-head-svc.{namespace}.svc:8265"
 """Where a KubeRay cluster's Ray dashboard answers: KubeRay's head service, the dashboard port."""
@@ -486,29 +486,21 @@ class KubernetesBackend(BaseBackend):
         full = ClusterRef(ref.kind, ref.name, self._ns(ref), ref.group)
         return Reach(self.name, full, env=env, options=options, cli=not self._context)
 
-    def _wait_workers(
-        self, ref: ClusterRef, replicas: int, timeout: float, progress: Optional[ProgressReporter],
-        change: Optional[Change], last: Optional[ClusterState],
-    ) -> ClusterState:
-        """Watch the cluster's pods until ``replicas`` workers are Ready (on the tier ``change`` set) and the
+    def _wait_workers(self, ref: ClusterRef, wait: WorkersWait) -> ClusterState:
+        """Watch the cluster's pods until ``wait.replicas`` workers are Ready (on the tier its change set) and the
         spec agrees: exactly that many, or at least that many while an autoscaler runs the cluster above
         them (:func:`~flytekitplugins_ddlscale.models.workers_reached`). The head's pods are watched too,
         so the state a wait ends with tells whether the head is Ready; only the worker selector's pods
         are counted and can end the wait by failing."""
-        tier_id = change.detail.tier_id if change is not None else None
-        holder: Dict[str, Dict[str, Any]] = {}
-        worker_requirements = parse_selector(self._selector(ref, "worker"))
-
-        def is_member(pod: Dict[str, Any]) -> bool:
-            return matches(worker_requirements, (pod.get("metadata") or {}).get("labels") or {})
+        replicas = wait.replicas
+        tier_id = wait.change.detail.tier_id if wait.change is not None else None
+        state_with = self._state_with(ref)
+        is_member = self._selects(ref, "worker")
 
         def check(
             pods: Dict[str, Dict[str, Any]], fresh: bool, deadline: Deadline
         ) -> Tuple[bool, ClusterState, int]:
-            # The waiter's first check is fresh, so the object is read within the wait's deadline.
-            if fresh or "obj" not in holder:
-                holder["obj"] = self._read(ref, deadline)
-            state = self._state(ref, holder["obj"], list(pods.values()))
+            state = state_with(pods, fresh, deadline)
             ready = sum(
                 1 for p in pods.values()
                 if is_member(p) and pod_ready(p)
@@ -535,11 +527,28 @@ class KubernetesBackend(BaseBackend):
 
         waiter = PodWaiter(
             self.api, self._ns(ref), self._selector(ref),
-            what=f"{replicas} Ready workers on {self._label(ref)}", target=replicas, timeout=timeout,
-            grace=self.failure_grace, watched=is_member, progress=progress, cluster=self._label(ref),
-            last=last, explain=lingering,
+            what=f"{replicas} Ready workers on {self._label(ref)}", target=replicas, timeout=wait.timeout,
+            grace=self.failure_grace, watched=is_member, progress=wait.progress, cluster=self._label(ref),
+            last=wait.last, explain=lingering,
         )
         return waiter.run(check)
+
+    def _state_with(self, ref: ClusterRef) -> Callable[[Dict[str, Dict[str, Any]], bool, Deadline], ClusterState]:
+        """A pod wait's view of ``ref``: the state with the pods it sees, the object read again when the
+        check is ``fresh`` (the waiter's first is, so the object is read within the wait's deadline)."""
+        read: Dict[str, Dict[str, Any]] = {}
+
+        def state_with(pods: Dict[str, Dict[str, Any]], fresh: bool, deadline: Deadline) -> ClusterState:
+            if fresh or "obj" not in read:
+                read["obj"] = self._read(ref, deadline)
+            return self._state(ref, read["obj"], list(pods.values()))
+
+        return state_with
+
+    def _selects(self, ref: ClusterRef, role: str) -> Callable[[Dict[str, Any]], bool]:
+        """Whether a pod is one of ``ref``'s ``role`` pods (by its labels)."""
+        requirements = parse_selector(self._selector(ref, role))
+        return lambda pod: matches(requirements, pod_labels(pod))
 
     def _restart_head(
         self, ref: ClusterRef, head_hw_tier: Optional[str], wait: bool, deadline: Deadline,
@@ -604,19 +613,16 @@ class KubernetesBackend(BaseBackend):
         self, ref: ClusterRef, old_uid: str, tier_id: Optional[str], timeout: float,
         progress: Optional[ProgressReporter],
     ) -> ClusterState:
-        holder: Dict[str, Dict[str, Any]] = {}
-        head_requirements = parse_selector(self._selector(ref, "head"))
+        state_with = self._state_with(ref)
+        is_head = self._selects(ref, "head")
 
         def fresh_head(pod: Dict[str, Any]) -> bool:
-            labels = (pod.get("metadata") or {}).get("labels") or {}
-            return matches(head_requirements, labels) and pod["metadata"].get("uid") != old_uid
+            return is_head(pod) and pod["metadata"].get("uid") != old_uid
 
         def check(
             pods: Dict[str, Dict[str, Any]], fresh: bool, deadline: Deadline
         ) -> Tuple[bool, ClusterState, int]:
-            if fresh or "obj" not in holder:
-                holder["obj"] = self._read(ref, deadline)
-            state = self._state(ref, holder["obj"], list(pods.values()))
+            state = state_with(pods, fresh, deadline)
             # Every pod of the cluster is watched: only a head pod counts.
             ready = any(fresh_head(p) and _new_head(p, old_uid, tier_id) for p in pods.values())
             return ready, state, int(ready)

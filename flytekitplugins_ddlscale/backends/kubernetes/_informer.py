@@ -33,8 +33,10 @@ import time
 from typing import AbstractSet, Any, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple, Union
 
 from ...errors import BackendUnavailableError, InvalidInputError, ScalingError, TransientError, UnauthorizedError
+from ..._core.closing import Closing
 from ..._core.outage import OUTAGE_BACKOFF
 from ._api import KubeApi, WatchExpired
+from ._spec import pod_labels
 
 logger = logging.getLogger("flytekitplugins_ddlscale.kubernetes")
 
@@ -116,11 +118,7 @@ def _values(value: Union[str, FrozenSet[str], None]) -> AbstractSet[Optional[str
     return value if isinstance(value, frozenset) else frozenset()
 
 
-def _labels(pod: Pod) -> Dict[str, str]:
-    return (pod.get("metadata") or {}).get("labels") or {}
-
-
-class Subscription:
+class Subscription(Closing):
     """One wait's view of the informer: the pods matching its selector, and a wake-up on change.
 
     Use as a context manager, or call :meth:`close`; :meth:`wait` returns when the pods changed,
@@ -176,12 +174,6 @@ class Subscription:
         if not self._closed:
             self._closed = True
             self.informer.unsubscribe(self, linger)
-
-    def __enter__(self) -> "Subscription":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
 
 class PodInformer:
@@ -282,7 +274,7 @@ class PodInformer:
 
     def _matching(self, sub: Subscription) -> Dict[str, Pod]:
         names: Iterable[str] = self._pods if sub.index is None else self._by_label.get(sub.index, ())
-        return {n: self._pods[n] for n in names if matches(sub.requirements, _labels(self._pods[n]))}
+        return {n: self._pods[n] for n in names if matches(sub.requirements, pod_labels(self._pods[n]))}
 
     @property
     def subscribers(self) -> int:
@@ -369,7 +361,7 @@ class PodInformer:
         pods = {p["metadata"]["name"]: p for p in items}
         by_label: Dict[Tuple[str, str], Set[str]] = {}
         for name, pod in pods.items():
-            for pair in _labels(pod).items():
+            for pair in pod_labels(pod).items():
                 by_label.setdefault(pair, set()).add(name)
         with self.lock:
             self._pods, self._by_label, self._version = pods, by_label, version
@@ -415,8 +407,8 @@ class PodInformer:
                 return
             name = meta["name"]
             old = self._pods.get(name)
-            old_labels = _labels(old) if old is not None else {}
-            new_labels = _labels(obj)
+            old_labels = pod_labels(old) if old is not None else {}
+            new_labels = pod_labels(obj)
             for pair in old_labels.items():
                 names = self._by_label.get(pair)
                 if names is not None:

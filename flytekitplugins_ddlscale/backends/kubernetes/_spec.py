@@ -83,9 +83,14 @@ def pod_failure(pod: Dict[str, Any]) -> Optional[Tuple[str, str]]:
     return None
 
 
+def pod_labels(pod: Dict[str, Any]) -> Dict[str, str]:
+    """The labels of ``pod`` (empty when it has none)."""
+    return (pod.get("metadata") or {}).get("labels") or {}
+
+
 def is_worker(pod: Dict[str, Any]) -> bool:
     """Whether the pod is a worker (component label ``worker``)."""
-    return ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_COMPONENT) == "worker"
+    return pod_labels(pod).get(LABEL_COMPONENT) == "worker"
 
 
 def build_state(cluster: str, layout: CrdLayout, obj: Dict[str, Any], pods: Iterable[Dict[str, Any]]) -> ClusterState:

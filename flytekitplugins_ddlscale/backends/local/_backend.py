@@ -39,7 +39,7 @@ from ...refs import ClusterRef
 from ..._core.validation import validate_replicas, validate_timeout
 from ..._core.waiting import Backoff, Deadline, poll_until
 from ..._core.wording import plural
-from .._base import DEFAULT_SCALE_TIMEOUT, BackendCapabilities, Change
+from .._base import DEFAULT_SCALE_TIMEOUT, BackendCapabilities, Change, WorkersWait
 from .._filebacked import FileRecordsBackend
 from . import _procs as procs
 from ._driver import FrameworkDriver
@@ -470,18 +470,11 @@ class LocalBackend(FileRecordsBackend):
         )
         return Change(result, detail=_Started(record, started, old))
 
-    def _wait_workers(
-        self,
-        ref: ClusterRef,
-        replicas: int,
-        timeout: float,
-        progress: Optional[ProgressReporter],
-        change: Optional[Change],
-        last: Optional[ClusterState],
-    ) -> ClusterState:
-        if change is None:
-            return self._poll(lambda: self._observe(ref), ref, replicas, timeout, progress)
-        return self._wait_started(change.detail.record, change.detail.started, replicas, timeout, progress)
+    def _wait_workers(self, ref: ClusterRef, wait: WorkersWait) -> ClusterState:
+        if wait.change is None:
+            return self._poll(lambda: self._observe(ref), ref, wait.replicas, wait.timeout, wait.progress)
+        detail = wait.change.detail
+        return self._wait_started(detail.record, detail.started, wait.replicas, wait.timeout, wait.progress)
 
     def _unwaited(self, ref: ClusterRef, change: Change) -> ClusterState:
         return self.supervisor.observe(change.detail.record)

@@ -43,7 +43,7 @@ from ..._core.sharing import current_shared_reads
 from ..tiers import DominoTierCatalog, TierCatalog
 from ..._core.validation import validate_tier_name, validate_timeout
 from ..._core.waiting import Backoff, Deadline, PollSchedule, TwoStageBackoff, poll_until
-from .._base import BackendCapabilities, Change
+from .._base import BackendCapabilities, Change, WorkersWait
 from .._filebacked import FileRecordsBackend
 from ._client import (
     DEFAULT_HTTP_TIMEOUT,
@@ -221,18 +221,11 @@ class ScalerServiceBackend(FileRecordsBackend):
                 raise _timed_out(error, deadline, f"{replicas} worker pods of {ref}", ref, self._client) from None
             return None
 
-    def _wait_workers(
-        self,
-        ref: ClusterRef,
-        replicas: int,
-        timeout: float,
-        progress: Optional[ProgressReporter],
-        change: Optional[Change],
-        last: Optional[ClusterState],
-    ) -> ClusterState:
-        seen = [last]
+    def _wait_workers(self, ref: ClusterRef, wait: WorkersWait) -> ClusterState:
+        replicas = wait.replicas
+        seen = [wait.last]
         what = f"{replicas} worker pods of {ref} with the cluster Running ({READINESS_CAVEAT})"
-        deadline = Deadline(timeout)
+        deadline = Deadline(wait.timeout)
 
         def read() -> ClusterState:
             # A failed poll (cluster deleted, access revoked) reports the last state this wait saw.
@@ -249,9 +242,9 @@ class ScalerServiceBackend(FileRecordsBackend):
             what=what,
             target=replicas,
             count=lambda s: s.existing_workers,
-            timeout=timeout,
+            timeout=wait.timeout,
             backoff=_ListedSchedule(self._poll, lambda: self._client.shared_by_list(ref)),
-            progress=progress,
+            progress=wait.progress,
             sleep=self._sleep,
             note=self._client.outage.summary,
         )

@@ -164,11 +164,6 @@ class ResourceAdapter(ABC):
         return {}
 
 
-def pod_labels(pod: Dict[str, Any]) -> Dict[str, str]:
-    """The labels of ``pod`` (empty when it has none)."""
-    return (pod.get("metadata") or {}).get("labels") or {}
-
-
 def live(pods: Pods) -> Pods:
     """Pods not being deleted."""
     return [p for p in pods if not pod_terminating(p)]

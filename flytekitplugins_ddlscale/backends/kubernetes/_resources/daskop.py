@@ -21,9 +21,8 @@ from ....models import Baseline, ClusterState, ReplicaSpec
 from ...._core.records import ANNOTATION_PREFIX
 from ....refs import ClusterRef
 from ...tiers import HardwareTier
-from .._spec import pod_ready
+from .._spec import pod_labels, pod_ready
 from .base import Mutate, Outcome, Patch, Pods, Record, ResourceAdapter, live
-from .base import pod_labels as _labels
 
 if TYPE_CHECKING:
     from ...._core.waiting import Deadline
@@ -84,7 +83,7 @@ class DaskOperatorAdapter(ResourceAdapter):
         return base
 
     def is_worker(self, pod: Dict[str, Any]) -> bool:
-        return _labels(pod).get(LABEL_COMPONENT) == "worker"
+        return pod_labels(pod).get(LABEL_COMPONENT) == "worker"
 
     def explain_missing(self, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"]) -> None:
         """A missing worker group of an existing cluster is a bad group name: list the groups."""
@@ -191,8 +190,8 @@ class DaskOperatorAdapter(ResourceAdapter):
 
     def state(self, label: str, ref: ClusterRef, obj: Dict[str, Any], pods: Pods) -> ClusterState:
         group = self.object_name(ref)
-        workers = [p for p in live(pods) if self.is_worker(p) and _labels(p).get(LABEL_WORKER_GROUP) == group]
-        schedulers = [p for p in live(pods) if _labels(p).get(LABEL_COMPONENT) == "scheduler"]
+        workers = [p for p in live(pods) if self.is_worker(p) and pod_labels(p).get(LABEL_WORKER_GROUP) == group]
+        schedulers = [p for p in live(pods) if pod_labels(p).get(LABEL_COMPONENT) == "scheduler"]
         head_ready = any(pod_ready(p) for p in schedulers)
         return ClusterState(
             cluster=label,

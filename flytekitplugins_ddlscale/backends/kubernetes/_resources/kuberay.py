@@ -22,9 +22,8 @@ from ....errors import CapacityExceededError, ConflictError, InvalidInputError, 
 from ....models import Baseline, ClusterState, ReplicaSpec
 from ....refs import GROUP_SEPARATOR, ClusterRef
 from ...tiers import HardwareTier
-from .._spec import decode_record, pod_ready
+from .._spec import decode_record, pod_labels, pod_ready
 from .base import Outcome, Patch, Pods, Record, ResourceAdapter, live, removal_order
-from .base import pod_labels as _labels
 
 LABEL_CLUSTER = "ray.io/cluster"
 LABEL_NODE_TYPE = "ray.io/node-type"
@@ -110,7 +109,7 @@ class KubeRayAdapter(ResourceAdapter):
         return base
 
     def is_worker(self, pod: Dict[str, Any]) -> bool:
-        return _labels(pod).get(LABEL_NODE_TYPE) == "worker"
+        return pod_labels(pod).get(LABEL_NODE_TYPE) == "worker"
 
     def _chosen(self, label: str, ref: ClusterRef, obj: Dict[str, Any], wanted: Optional[str] = None) -> Tuple[int, Dict[str, Any]]:
         """The index and spec of the worker group ``wanted`` (else the ref's, else the only one)."""
@@ -148,9 +147,9 @@ class KubeRayAdapter(ResourceAdapter):
     def state(self, label: str, ref: ClusterRef, obj: Dict[str, Any], pods: Pods) -> ClusterState:
         _, group = self._chosen(label, ref, obj)
         name = group.get("groupName")
-        workers = [p for p in live(pods) if self.is_worker(p) and _labels(p).get(LABEL_GROUP) == name]
+        workers = [p for p in live(pods) if self.is_worker(p) and pod_labels(p).get(LABEL_GROUP) == name]
         low, high = bounds(obj, group)
-        head_ready = any(pod_ready(p) for p in live(pods) if _labels(p).get(LABEL_NODE_TYPE) == "head")
+        head_ready = any(pod_ready(p) for p in live(pods) if pod_labels(p).get(LABEL_NODE_TYPE) == "head")
         return ClusterState(
             cluster=label,
             status=cluster_status(obj, head_ready),
@@ -189,7 +188,7 @@ class KubeRayAdapter(ResourceAdapter):
             changed["minReplicas"] = low
         strategy = dict(group.get("scaleStrategy") or {})
         before = list(strategy.get("workersToDelete") or [])
-        listed = to_delete(before, [p for p in pods if _labels(p).get(LABEL_GROUP) == group.get("groupName")],
+        listed = to_delete(before, [p for p in pods if pod_labels(p).get(LABEL_GROUP) == group.get("groupName")],
                            pods_of(obj, group, replicas))
         if listed != before:
             strategy["workersToDelete"] = listed
@@ -283,7 +282,7 @@ def to_delete(listed: List[str], pods: Pods, keep: int) -> List[str]:
     ``ray.io/worker-group-replica-name``), so one pod is named per replica."""
     existing = {p["metadata"]["name"] for p in pods}
     kept = [name for name in listed if name in existing]
-    replica = {p["metadata"]["name"]: _labels(p).get(LABEL_REPLICA) or p["metadata"]["name"] for p in pods}
+    replica = {p["metadata"]["name"]: pod_labels(p).get(LABEL_REPLICA) or p["metadata"]["name"] for p in pods}
     going = {replica[name] for name in kept}
     remaining = [p for p in live(pods) if replica[p["metadata"]["name"]] not in going]
     excess = len(remaining) - keep
