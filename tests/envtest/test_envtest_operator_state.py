@@ -9,6 +9,7 @@ The backend reads the head's readiness from the head pod and the status from
 ``status.state``.
 """
 import copy
+import time
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,11 @@ def test_the_head_pod_and_status_state_make_the_state(envtest):
     ref = ClusterRef("kuberay", "shared-ray", namespace)
     with KubernetesBackend(kubeconfig=str(envtest.plane.admin_kubeconfig)) as backend:
         state = backend.wait_for_workers(ref, 1, timeout=30)
+        # The kubelet may mark the worker Ready before the head (it did at load 18): wait for both.
+        ends = time.monotonic() + 30
+        while not state.head_ready and time.monotonic() < ends:
+            time.sleep(0.2)
+            state = backend.get_state(ref)
         # KubeRay has not written status.state yet: the Ready head pod says the cluster is starting.
         assert (state.status, state.head_ready, state.ready_workers) == ("Starting", True, 1)
         custom.patch_namespaced_custom_object_status(
