@@ -1,6 +1,7 @@
 """The framework readiness layer on its own: where the head is, what its JSON says, and waits
 against Ray dashboard / Spark master test servers and a real Dask scheduler over real HTTP."""
 import logging
+import socket
 import threading
 import time
 
@@ -149,6 +150,24 @@ def test_wait_rides_out_a_head_outage(caplog):
     url = server.url
     assert caplog.text.count(f"the Spark master at {url} is unreachable") == 1
     assert caplog.text.count(f"the Spark master at {url} is reachable again after") == 1
+
+
+def test_a_head_in_an_outage_refuses_connections_and_keeps_its_port_for_its_return():
+    """The port is held during a staged outage: a busy machine gave it to another socket once, and the
+    head could not come back (OSError: Address already in use)."""
+    with SparkMasterServer() as server:
+        port = int(server.url.rsplit(":", 1)[1])
+        back = server.outage(1.0)
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        other = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            with pytest.raises(OSError, match="in use"):
+                other.bind(("127.0.0.1", port))
+        finally:
+            other.close()
+        back.join(10)
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
 
 
 def test_unreachable_head_times_out_naming_what_it_waited_for():

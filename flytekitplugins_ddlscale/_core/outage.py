@@ -31,6 +31,7 @@ from typing import Callable, Deque, Iterator, Optional, Tuple, Type, TypeVar
 # NeverReachedError is defined with the other public errors and still importable from here.
 from ..errors import NeverReachedError, ScalingTimeoutError, TransientError
 from ..models import ClusterState
+from . import settings
 from .waiting import Backoff, Deadline
 
 T = TypeVar("T")
@@ -43,10 +44,17 @@ MAX_REMEMBERED = 256
 BROKEN_WINDOW = 30.0
 """Seconds after a connection to the backend broke mid-stream during which a 401/403 counts as the
 backend restarting (it may come back before a new connection was ever refused)."""
-NO_WAIT_LIMIT = 30.0
+NO_WAIT_LIMIT: float = settings.NO_WAIT_LIMIT.default
 """Seconds an operation that does not wait for its workers (``wait=False``, ``--no-wait``, the
-connector's requests) rides out an outage: its timeout is for the wait it does not do, and a
-caller that chose not to wait should not hang for the 900 s default."""
+connector's requests) rides out an outage, unless ``$DDLSCALE_NO_WAIT_LIMIT`` says otherwise
+(:func:`no_wait_limit`): its timeout is for the wait it does not do, and a caller that chose not to
+wait should not hang for the 900 s default."""
+
+
+def no_wait_limit() -> float:
+    """The seconds an operation that does not wait rides out an outage: ``$DDLSCALE_NO_WAIT_LIMIT``, else
+    :data:`NO_WAIT_LIMIT` (raises InvalidInputError naming the variable for a bad value)."""
+    return settings.NO_WAIT_LIMIT.value()
 
 
 def _seconds(value: float) -> str:

@@ -280,6 +280,12 @@ WATCH_GRACE = _define(
     "seconds a local Dask scheduler no record holds runs on before it closes (read by the scheduler)",
     default=30.0, shown_default="30",
 )
+NO_WAIT_LIMIT = _define(
+    "DDLSCALE_NO_WAIT_LIMIT", "number", _positive_number, "a number of seconds > 0",
+    "seconds an operation that does not wait for its workers (`wait=False`, `--no-wait`, the connector's "
+    "requests) rides out a backend outage before it times out",
+    default=30.0, shown_default="30",
+)
 
 # Domino's.
 CLUSTER_SCALER_BASE_URL = _define(

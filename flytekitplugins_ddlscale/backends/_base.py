@@ -16,7 +16,7 @@ from ..errors import InvalidInputError, ScalingError, ScalingTimeoutError, Unsup
 from ._support.inplace import Reach, check_reachable, left_in_place
 from ..models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
 from .._core.closing import Closing
-from .._core.outage import NO_WAIT_LIMIT
+from .._core.outage import no_wait_limit
 from .._core.progress import ProgressReporter
 from .._core.leases import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
 from .._core.records import Claim
@@ -215,8 +215,8 @@ class ClusterBackend(Protocol):
 
 def _operation_deadline(timeout: float, wait: bool) -> Deadline:
     """The deadline of an operation: its ``timeout``, or without ``wait`` at most
-    :data:`~flytekitplugins_ddlscale._core.outage.NO_WAIT_LIMIT` (the time it rides out an outage)."""
-    return Deadline(timeout if wait else min(timeout, NO_WAIT_LIMIT))
+    :func:`~flytekitplugins_ddlscale._core.outage.no_wait_limit` (the time it rides out an outage)."""
+    return Deadline(timeout if wait else min(timeout, no_wait_limit()))
 
 
 @dataclass

@@ -226,6 +226,7 @@ BAD_VALUES = [
     ("DDLSCALE_PAUSE_AT", "nowhere=/tmp/x"),
     ("DDLSCALE_PAUSE_AT", "scaled"),
     ("DDLSCALE_WATCH_GRACE", "soon"),
+    ("DDLSCALE_NO_WAIT_LIMIT", "0"),
 ]
 
 

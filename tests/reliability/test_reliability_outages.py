@@ -15,8 +15,8 @@ state (the scale was applied, the wait is polling or watching). Contract:
   not follow an outage, and a 404, end the wait at once;
 * a backend never reached (refused, name not resolved, TLS failing on first
   contact) is not an outage: ``NeverReachedError`` at once;
-* an operation that does not wait rides out an outage for ``NO_WAIT_LIMIT``
-  seconds, not its (wait) timeout.
+* an operation that does not wait rides out an outage for ``$DDLSCALE_NO_WAIT_LIMIT``
+  seconds (30 by default), not its (wait) timeout.
 """
 import logging
 import socket
@@ -372,21 +372,36 @@ def test_scaler_reset_on_first_contact_is_ridden_out(make_scaler, scaler_server,
 
 
 def test_scaler_no_wait_rides_out_an_outage_for_its_own_bound_not_the_timeout(
-    make_scaler, scaler_server, sproxy, scaler_cluster
+    make_scaler, scaler_server, sproxy, scaler_cluster, monkeypatch
 ):
-    from flytekitplugins_ddlscale._core.outage import NO_WAIT_LIMIT
-
+    # The bound is $DDLSCALE_NO_WAIT_LIMIT (30 s by default): 4 s here, so the test does not sit out 30 s.
+    limit = 4
+    monkeypatch.setenv("DDLSCALE_NO_WAIT_LIMIT", str(limit))
     backend = make_scaler(base_url=sproxy.url)
     backend.get_state(RAY)
     sproxy.go_down()
-    back = threading.Timer(NO_WAIT_LIMIT + 15, sproxy.come_up)  # old behaviour: ridden out until then
+    back = threading.Timer(limit + 15, sproxy.come_up)  # old behaviour: ridden out until then
     back.start()
     try:
         with pytest.raises(ScalingTimeoutError) as caught:
             backend.scale(RAY, 3, wait=False)  # the default (wait) timeout is 900 s
     finally:
         back.cancel()
-    assert f"timed out after {NO_WAIT_LIMIT:g}s" in str(caught.value) and "was unreachable for" in str(caught.value)
+    assert f"timed out after {limit:g}s" in str(caught.value) and "was unreachable for" in str(caught.value)
+    assert scale_bodies(scaler_server, RAY.name) == []
+
+
+def test_the_no_wait_limit_defaults_to_30_s_and_a_bad_value_is_refused_before_anything_is_sent(
+    make_scaler, scaler_server, scaler_cluster, monkeypatch
+):
+    from flytekitplugins_ddlscale._core.outage import NO_WAIT_LIMIT, no_wait_limit
+    from flytekitplugins_ddlscale.errors import InvalidInputError
+
+    monkeypatch.delenv("DDLSCALE_NO_WAIT_LIMIT", raising=False)
+    assert no_wait_limit() == NO_WAIT_LIMIT == 30.0
+    monkeypatch.setenv("DDLSCALE_NO_WAIT_LIMIT", "soon")
+    with pytest.raises(InvalidInputError, match="DDLSCALE_NO_WAIT_LIMIT"):
+        make_scaler().scale(RAY, 3, wait=False)
     assert scale_bodies(scaler_server, RAY.name) == []
 
 

@@ -100,11 +100,19 @@ class StatusServer:
         self._httpd = None
 
     def outage(self, seconds: float) -> threading.Thread:
-        """Stop answering now (connection refused) and come back on the same port after ``seconds``."""
+        """Stop answering now (connection refused) and come back on the same port after ``seconds``.
+
+        Meanwhile the port stays held by a socket that is bound but not listening (a connection to it
+        is refused), so no other socket of a busy machine takes it and the head can come back there.
+        """
         self.stop()
+        held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        held.bind(("127.0.0.1", self._port))
 
         def back() -> None:
             time.sleep(seconds)
+            held.close()
             self.start()
 
         thread = threading.Thread(target=back, daemon=True)
