@@ -39,25 +39,19 @@ from .._services.hold.signals import RELAY
 if TYPE_CHECKING:
     import flyte
 
-_LEADING = (inspect.Parameter("name", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str),)
-_TRAILING = (inspect.Parameter("env", inspect.Parameter.KEYWORD_ONLY, annotation="flyte.TaskEnvironment"),)
+_ENV = inspect.Parameter("env", inspect.Parameter.KEYWORD_ONLY, annotation="flyte.TaskEnvironment")
 
 
 def _constructor(kind: NodeKind, doc: str) -> Callable[..., "flyte.TaskTemplate"]:
     """The Flyte 2 constructor of ``kind``: ``(name, <its configuration's fields>, *, env)``."""
 
     def define(name: str, *fields: Any, env: "flyte.TaskEnvironment", **options: Any) -> "flyte.TaskTemplate":
-        config, unknown = kind.configure(fields, options)
-        if unknown:
-            raise TypeError(
-                f"{kind.node}: unexpected keyword argument {sorted(unknown)[0]!r}; allowed: "
-                f"{', '.join(kind.signature(_LEADING, _TRAILING).parameters)}"
-            )
+        config, _ = kind.configure(fields, options)
         return _node_task(env, name, kind, config)
 
     define.__name__ = define.__qualname__ = kind.node
     define.__doc__ = doc
-    define.__signature__ = kind.signature(_LEADING, _TRAILING)  # type: ignore[attr-defined]
+    define.__signature__ = kind.signature(_ENV)  # type: ignore[attr-defined]
     return define
 
 

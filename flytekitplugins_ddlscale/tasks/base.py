@@ -11,6 +11,7 @@ qualified by the defining module, as flytekit does for function tasks:
 ``ScaleCluster("scale_down", ...)`` in ``flows.train`` is the task
 ``flows.train.scale_down``.
 """
+import functools
 import inspect
 import time
 from typing import Any, ClassVar, Dict, Generic, Optional, Tuple, TypeVar
@@ -33,8 +34,7 @@ C = TypeVar("C")
 DECK_FIELDS = (DeckField.INPUT, DeckField.OUTPUT)
 """Flyte's own Decks shown beside ours (its dependency Deck runs ``pip freeze``, which says nothing here)."""
 
-_LEADING = (inspect.Parameter("name", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str),)
-_TRAILING = (inspect.Parameter("task_options", inspect.Parameter.VAR_KEYWORD, annotation=Any),)
+_TASK_OPTIONS = inspect.Parameter("task_options", inspect.Parameter.VAR_KEYWORD, annotation=Any)
 
 
 class _NodeTypeMeta(FlyteTrackedABC):
@@ -48,11 +48,13 @@ class _NodeTypeMeta(FlyteTrackedABC):
     @property
     def __signature__(cls) -> Optional[inspect.Signature]:  # noqa: N805 - a metaclass property
         kind = cls.__dict__.get("kind")
-        return kind.signature(_LEADING, _TRAILING) if kind is not None else None
+        return kind.signature(_TASK_OPTIONS) if kind is not None else None
 
 
+@functools.lru_cache(maxsize=None)
 def _task_option_names() -> Tuple[str, ...]:
-    """The keywords flytekit's task classes name (its base ``Task`` quietly drops any other keyword)."""
+    """The keywords flytekit's task classes name (its base ``Task`` quietly drops any other keyword);
+    read once, when the first node is defined."""
     names = set()
     for base in PythonInstanceTask.__mro__:
         if "__init__" in vars(base):
@@ -67,17 +69,6 @@ _SET_BY_NODE = ("self", "name", "task_config", "task_type", "interface")
 """The task arguments a node type sets itself, not the user."""
 
 
-def _check_task_options(kind: NodeKind, task_options: Dict[str, Any]) -> None:
-    """A keyword that is neither the configuration's nor a flytekit task option would vanish unseen: refuse it."""
-    allowed = _task_option_names()
-    unknown = sorted(set(task_options) - set(allowed))
-    if unknown:
-        raise TypeError(
-            f"{kind.node}: unexpected keyword argument {unknown[0]!r}; allowed: the configuration's fields "
-            f"({', '.join(kind.signature((), ()).parameters)}) and flytekit's task options ({', '.join(allowed)})"
-        )
-
-
 class ScalingTaskBase(PythonInstanceTask[C], Generic[C], metaclass=_NodeTypeMeta):
     """A configured cluster operation: inputs, output, run and wording from the subclass's :class:`NodeKind`.
 
@@ -88,8 +79,8 @@ class ScalingTaskBase(PythonInstanceTask[C], Generic[C], metaclass=_NodeTypeMeta
     kind: ClassVar[NodeKind]
 
     def __init__(self, name: str, *fields: Any, **options: Any) -> None:
-        task_config, task_options = self.kind.configure(fields, options)
-        _check_task_options(self.kind, task_options)
+        # A keyword flytekit does not name would vanish in its Task's **kwargs: configure refuses it.
+        task_config, task_options = self.kind.configure(fields, options, _task_option_names())
         task_options.setdefault("deck_fields", DECK_FIELDS)
         task_options.setdefault("enable_deck", True)
         super().__init__(

@@ -130,7 +130,6 @@ class RestartConfig(_Custom, _Checked):
     backend: Optional[str] = None
 
 
-
 ANY_DESIRED = -1
 """``WaitForCluster`` replicas value meaning "whatever ``spec.worker.replicas`` asks for"."""
 

@@ -12,7 +12,7 @@ and its docstring in ``tasks/nodes.py``, a constructor in ``flyte2/nodes.py``).
 import inspect
 import typing
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Generic, Mapping, Optional, Sequence, Tuple, Type, TypeVar, Union
+from typing import Any, Callable, Collection, Dict, Generic, Mapping, Optional, Sequence, Tuple, Type, TypeVar, Union
 
 from ..._core.progress import ProgressReporter
 from ..._core.summary import restart_line, restore_line, scale_line, wait_line
@@ -58,37 +58,49 @@ class NodeKind(Generic[C, O]):
         """The inputs of one run: those ``values`` gives, the configured ones for the rest."""
         return {name: values.get(name, getattr(config, name)) for name in self.inputs}
 
-    def configure(self, args: Sequence[Any], options: Mapping[str, Any]) -> Tuple[C, Dict[str, Any]]:
-        """The configuration a constructor's arguments after the node's name give, and the keywords left over.
+    def configure(
+        self, args: Sequence[Any], options: Mapping[str, Any], surface_options: Collection[str] = ()
+    ) -> Tuple[C, Dict[str, Any]]:
+        """The configuration a constructor's arguments after the node's name give, and the surface's options.
 
         ``args`` fill the configuration's fields in their order, as do the
-        keywords named like a field; the other keywords come back untouched
-        for the surface (flytekit's task options). A missing or doubled field
-        raises TypeError naming it, as a Python call would; a bad value, the
+        keywords named like a field; keywords named in ``surface_options``
+        (flytekit's task options) come back untouched. Any other keyword, a
+        missing or a doubled field raises TypeError naming it (and, for a
+        keyword, what is allowed), as a Python call would; a bad value, the
         field's own :class:`InvalidInputError`.
         """
         fields = inspect.signature(self.config)
         given = {name: options[name] for name in fields.parameters if name in options}
         rest = {key: value for key, value in options.items() if key not in given}
+        unknown = sorted(set(rest) - set(surface_options))
+        if unknown:
+            allowed = f"the configuration's fields ({', '.join(fields.parameters)})"
+            if surface_options:
+                allowed += f" and the task options ({', '.join(sorted(surface_options))})"
+            raise TypeError(f"{self.node}: unexpected keyword argument {unknown[0]!r}; allowed: {allowed}")
         try:
             bound = fields.bind(*args, **given)
         except TypeError as error:
             raise TypeError(f"{self.node}: {error}") from None
         return self.config(*bound.args, **bound.kwargs), rest
 
-    def signature(self, leading: Sequence[inspect.Parameter], trailing: Sequence[inspect.Parameter]) -> inspect.Signature:
-        """A constructor's signature: ``leading``, the configuration's fields (``cluster`` also as a
-        :class:`ClusterRef`), then ``trailing``; what ``help()`` and notebooks show for the node."""
+    def signature(self, trailing: inspect.Parameter) -> inspect.Signature:
+        """A constructor's signature: ``name``, the configuration's fields (``cluster`` also as a
+        :class:`ClusterRef`), then the surface's ``trailing`` parameter; what ``help()`` and notebooks show."""
         fields = [
             parameter.replace(annotation=Union[str, ClusterRef]) if parameter.name == "cluster" else parameter
             for parameter in inspect.signature(self.config).parameters.values()
         ]
-        return inspect.Signature([*leading, *fields, *trailing])
+        return inspect.Signature([_NAME, *fields, trailing])
 
     def perform(self, config: C, values: Mapping[str, Any], progress: ProgressReporter) -> Tuple[O, WorkerTimeline]:
         """Run the node once with ``values`` as its inputs."""
         return self.run(config, progress=progress, **self.given(config, values))
 
+
+_NAME = inspect.Parameter("name", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str)
+"""Every node's first parameter: its name."""
 
 SCALE = NodeKind(
     "ScaleCluster", SCALE_TASK_TYPE, ScaleConfig, ("cluster", "replicas", "worker_hw_tier", "head_hw_tier"), ScaleOutcome,
