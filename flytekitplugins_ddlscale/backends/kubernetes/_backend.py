@@ -48,7 +48,7 @@ from ..._core.sharing import current_shared_reads
 from ..tiers import HardwareTier, TierCatalog
 from ..._core.validation import validate_tier_name, validate_timeout
 from ..._core.waiting import Deadline
-from .._base import BackendCapabilities, BaseBackend, Change, WorkersWait
+from .._base import BackendCapabilities, Change, ClusterBackend, WorkersWait
 from ._api import Conflict, KubeApi
 from ._client import make_api_client, tier_catalog_from_env
 from ._informer import cached_pods, matches, parse_selector
@@ -99,7 +99,7 @@ def _records_on(obj: Dict[str, Any]) -> ClusterRecords:
     return ClusterRecords(_claims_on(obj), record[0] if record else None, outside[0] if outside else None)
 
 
-class KubernetesBackend(BaseBackend):
+class KubernetesBackend(ClusterBackend):
     """Scales clusters by patching their custom resources with the official client: Domino's
     DCO kinds, KubeRay's RayCluster (``kuberay``) and the Dask operator's worker groups
     (``dask-operator``), each through its :class:`~.resources.ResourceAdapter`.
