@@ -440,9 +440,8 @@ class KubernetesBackend(ClusterBackend):
         restoring: bool = False,
     ) -> Change:
         """A sent patch, with what its wait needs: the tier id new workers carry, the object it left."""
-        result = ScaleResult(
-            cluster=self._label(ref), requested=requested, effective=effective, capped=capped,
-            previous=previous, final=previous, waited=False, worker_hw_tier=tier_name,
+        result = ScaleResult.sent(
+            self._label(ref), previous, requested, effective, capped=capped, worker_hw_tier=tier_name
         )
         return Change(result, restoring=restoring, detail=_Patched(tier_id, after, deadline))
 
@@ -689,8 +688,7 @@ class KubernetesBackend(ClusterBackend):
         if outcome.get("dropped"):
             logger.warning("%s: restore dropped claims %s", self._label(ref), ", ".join(outcome["dropped"]))
         if not patched:
-            return ScaleResult(self._label(ref), previous.desired_workers, previous.desired_workers, False,
-                               previous, previous, False, 0.0)
+            return ScaleResult.sent(self._label(ref), previous, previous.desired_workers, previous.desired_workers)
         requested = target.replicas if target is not None else outcome["effective"]
         return self._change(
             ref, requested, outcome["effective"], outcome["capped"], previous, after, outcome["tier"],
