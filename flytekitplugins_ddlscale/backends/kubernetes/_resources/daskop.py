@@ -22,7 +22,7 @@ from ...._core.records import ANNOTATION_PREFIX
 from ....refs import ClusterRef
 from ...tiers import HardwareTier
 from .._spec import pod_labels, pod_ready
-from .base import Mutate, Outcome, Patch, Pods, Record, ResourceAdapter, live
+from .base import Mutate, Outcome, Patch, PodLabels, Pods, Record, ResourceAdapter, live
 
 if TYPE_CHECKING:
     from ...._core.waiting import Deadline
@@ -35,6 +35,8 @@ WORKER_GROUPS = "daskworkergroups"
 AUTOSCALERS = "daskautoscalers"
 DEFAULT_GROUP = "default"
 SCHEDULER_PORT = 8786
+POD_LABELS = PodLabels(LABEL_CLUSTER, LABEL_COMPONENT, "scheduler", LABEL_WORKER_GROUP)
+"""The scheduler is the head; every worker carries its DaskWorkerGroup's name."""
 HELD_MINIMUM_ANNOTATION = f"{ANNOTATION_PREFIX}/autoscaler-minimum"
 """On a DaskAutoscaler whose ``minimum`` a phase raised: the minimum it had before, put back by a restore."""
 
@@ -75,15 +77,10 @@ class DaskOperatorAdapter(ResourceAdapter):
         return f"{ref.name}-{ref.group if ref.group is not None else DEFAULT_GROUP}"
 
     def pod_selector(self, ref: ClusterRef, role: Optional[str] = None) -> str:
-        base = f"{LABEL_CLUSTER}={ref.name}"
-        if role == "head":
-            return f"{base},{LABEL_COMPONENT}=scheduler"
-        if role == "worker":
-            return f"{base},{LABEL_COMPONENT}=worker,{LABEL_WORKER_GROUP}={self.object_name(ref)}"
-        return base
+        return POD_LABELS.selector(ref.name, role, self.object_name(ref))
 
     def is_worker(self, pod: Dict[str, Any]) -> bool:
-        return pod_labels(pod).get(LABEL_COMPONENT) == "worker"
+        return POD_LABELS.is_worker(pod)
 
     def explain_missing(self, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"]) -> None:
         """A missing worker group of an existing cluster is a bad group name: list the groups."""
