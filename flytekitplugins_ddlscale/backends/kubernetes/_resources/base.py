@@ -169,13 +169,37 @@ class ResourceAdapter(ABC):
         the operator's autoscaler; the workers it sets (capped at the maximum unless ``strict``,
         which raises :class:`CapacityExceededError`) and whether it capped."""
 
-    @abstractmethod
     def restore_spec(
         self, label: str, ref: ClusterRef, obj: Dict[str, Any], record: Optional[Record],
         target: Optional[ReplicaSpec], worker_tier: Optional[HardwareTier], head_tier: Optional[HardwareTier],
         outcome: Outcome, pods: Pods,
     ) -> Patch:
-        """The ``spec`` fragment putting back ``record`` (or setting ``target``), filling ``outcome``."""
+        """The ``spec`` fragment putting back ``record`` (or setting ``target``), filling ``outcome``.
+
+        A target is set as a scale to its replicas is (never strict), a record as
+        :meth:`recorded_spec` puts it back; :meth:`restored_tiers` then adds the tiers.
+        """
+        if target is not None:
+            spec, outcome["effective"], outcome["capped"] = self.size_spec(
+                label, ref, obj, target.replicas, False, None, pods, record
+            )
+        else:
+            assert record is not None
+            spec = self.recorded_spec(label, ref, obj, record, outcome, pods)
+        return self.restored_tiers(obj, spec, record, worker_tier, head_tier, outcome)
+
+    @abstractmethod
+    def recorded_spec(
+        self, label: str, ref: ClusterRef, obj: Dict[str, Any], record: Record, outcome: Outcome, pods: Pods
+    ) -> Patch:
+        """The ``spec`` fragment putting back ``record``'s size, setting ``outcome["effective"]``."""
+
+    def restored_tiers(
+        self, obj: Dict[str, Any], spec: Patch, record: Optional[Record], worker_tier: Optional[HardwareTier],
+        head_tier: Optional[HardwareTier], outcome: Outcome,
+    ) -> Patch:
+        """``spec`` with the worker and head tiers a restore sets (none by default: no tiers here)."""
+        return spec
 
     def notes(self, obj: Dict[str, Any], record: Optional[Record], spec: Patch, restoring: bool) -> Dict[str, Any]:
         """Annotation changes of this flavour that go with ``spec`` (none by default)."""

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from ...._core import settings
 from ....errors import CapacityExceededError, ClusterNotFoundError, InvalidInputError, UnsupportedOperationError
-from ....models import Baseline, ClusterState, ReplicaSpec
+from ....models import Baseline, ClusterState
 from ...._core.records import ANNOTATION_PREFIX
 from ....refs import ClusterRef
 from ...tiers import HardwareTier
@@ -208,18 +208,11 @@ class DaskOperatorAdapter(ResourceAdapter):
     ) -> Tuple[Patch, int, bool]:
         return {"worker": {"replicas": replicas}}, replicas, False
 
-    def restore_spec(
-        self, label: str, ref: ClusterRef, obj: Dict[str, Any], record: Optional[Record],
-        target: Optional[ReplicaSpec], worker_tier: Optional[HardwareTier], head_tier: Optional[HardwareTier],
-        outcome: Outcome, pods: Pods,
+    def recorded_spec(
+        self, label: str, ref: ClusterRef, obj: Dict[str, Any], record: Record, outcome: Outcome, pods: Pods
     ) -> Patch:
-        if target is not None:
-            replicas = target.replicas
-        else:
-            assert record is not None
-            replicas = record[0].replicas
-        outcome["effective"] = replicas
-        return {"worker": {"replicas": replicas}}
+        outcome["effective"] = record[0].replicas
+        return {"worker": {"replicas": record[0].replicas}}
 
     def connection_env(self, ref: ClusterRef, namespace: str) -> Dict[str, str]:
         """``DASK_SCHEDULER_SERVICE_HOST``/``_PORT``: the ``<name>-scheduler`` service the operator creates."""

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ...._core import settings
 from ....errors import CapacityExceededError, ConflictError, InvalidInputError, NotScalableError
-from ....models import Baseline, ClusterState, ReplicaSpec
+from ....models import Baseline, ClusterState
 from ....refs import GROUP_SEPARATOR, ClusterRef
 from ...tiers import HardwareTier
 from .._spec import decode_record, pod_labels, pod_ready
@@ -237,17 +237,9 @@ class KubeRayAdapter(ResourceAdapter):
             low = wanted
         return self._patched(obj, index, group, wanted, low, pods), wanted * per, capped
 
-    def restore_spec(
-        self, label: str, ref: ClusterRef, obj: Dict[str, Any], record: Optional[Record],
-        target: Optional[ReplicaSpec], worker_tier: Optional[HardwareTier], head_tier: Optional[HardwareTier],
-        outcome: Outcome, pods: Pods,
+    def recorded_spec(
+        self, label: str, ref: ClusterRef, obj: Dict[str, Any], record: Record, outcome: Outcome, pods: Pods
     ) -> Patch:
-        if target is not None:
-            spec, outcome["effective"], outcome["capped"] = self.size_spec(
-                label, ref, obj, target.replicas, False, None, pods, record
-            )
-            return spec
-        assert record is not None
         baseline, detail = record
         index, group = self._chosen(label, ref, obj, self._recorded_group(label, ref, record))
         # Records written before the group's own replicas were kept hold single-host groups' pods.
