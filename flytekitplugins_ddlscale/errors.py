@@ -216,8 +216,9 @@ class UnreachableWaitError(InvalidInputError):
         self.value = replicas
         self.desired = desired
         self.maximum = maximum
-        limit = desired if maximum is None else min(desired, maximum)
-        self.allowed = f"0..{limit}"
+        self.limit = desired if maximum is None else min(desired, maximum)
+        """The most workers a wait can count on: the desired count, or the maximum when lower."""
+        self.allowed = f"0..{self.limit}"
         bound = f"{maximum_name}={maximum}" if maximum is not None else f"no {maximum_name}"
         ScalingError.__init__(
             self,

@@ -98,6 +98,19 @@ class ScaleResult:
     worker_hw_tier: Optional[str] = None
     """The tier name requested, if any."""
 
+    @classmethod
+    def sent(
+        cls, cluster: str, previous: ClusterState, requested: int, effective: int, *,
+        capped: Optional[bool] = None, final: Optional[ClusterState] = None, worker_hw_tier: Optional[str] = None,
+    ) -> "ScaleResult":
+        """What a change did before any wait for its workers: ``effective`` of the ``requested`` workers
+        set on ``previous`` (``capped`` by the maximum; None: when fewer were set than requested), and
+        ``final`` the state right after it (None: ``previous``, until the change is read back)."""
+        return cls(
+            cluster, requested, effective, effective < requested if capped is None else capped, previous,
+            previous if final is None else final, waited=False, worker_hw_tier=worker_hw_tier,
+        )
+
 
 @dataclass
 class RestartResult:

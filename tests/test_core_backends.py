@@ -50,8 +50,9 @@ def test_importing_the_plugin_loads_no_backend_library():
     assert out == ""
 
 
-def test_the_protocol_is_the_one_declaration_of_the_public_methods():
-    """BaseBackend implements ClusterBackend; help() on a backend's method shows the protocol's text."""
+def test_the_base_class_is_the_one_declaration_of_the_public_methods():
+    """ClusterBackend declares, documents and does the public methods once; every backend inherits
+    them unchanged (BaseBackend is the same class under its earlier name)."""
     import inspect
 
     from flytekitplugins_ddlscale.backends import BaseBackend, ClusterBackend
@@ -59,12 +60,16 @@ def test_the_protocol_is_the_one_declaration_of_the_public_methods():
     from flytekitplugins_ddlscale.backends.local import LocalBackend
     from flytekitplugins_ddlscale.backends.scaler import ScalerServiceBackend
 
+    assert BaseBackend is ClusterBackend
     methods = [name for name, member in vars(ClusterBackend).items()
                if callable(member) and not name.startswith("_")]
-    assert "scale" in methods and "reconcile" in methods
-    # close() says what a backend releases, or that the default releases nothing.
-    for name in set(methods) - {"close"}:
-        assert inspect.getdoc(getattr(BaseBackend, name)) == inspect.getdoc(getattr(ClusterBackend, name)), name
+    assert {"scale", "reconcile", "claim", "close", "connection_env"} <= set(methods)
+    for name in methods:
+        assert inspect.getdoc(getattr(ClusterBackend, name)), name
+    for backend in (KubernetesBackend, LocalBackend, ScalerServiceBackend):
+        assert issubclass(backend, ClusterBackend)
+        for name in methods:
+            assert inspect.signature(getattr(backend, name)) == inspect.signature(getattr(ClusterBackend, name)), name
     for backend in (BaseBackend, KubernetesBackend, LocalBackend, ScalerServiceBackend):
         assert ClusterBackend in backend.__mro__
         for name in methods:

@@ -318,22 +318,20 @@ DOMINO_STARTING_USER_ID = _define(
 )
 
 # The frameworks' (where a run finds its head; what the plugin sets for a block or a cluster process).
-DASK_SCHEDULER_SERVICE_HOST = _define(
-    "DASK_SCHEDULER_SERVICE_HOST", "text", _stripped, "a host name or address",
-    f"the Dask scheduler (Domino sets it; {_SET_BY_US} for a block)", group=FRAMEWORK,
+def _head_service(service: str, head: str, port: str) -> Tuple[Setting, Setting]:
+    """The pair of variables Domino sets for a framework head's service, ``<service>_HOST`` and
+    ``<service>_PORT`` (as Kubernetes names a Service's), and the plugin sets for a block."""
+    where = f"(Domino sets it; {_SET_BY_US} for a block)"
+    return (
+        _define(f"{service}_HOST", "text", _stripped, "a host name or address", f"{head} {where}", group=FRAMEWORK),
+        _define(f"{service}_PORT", "port", _port, _PORT, f"{port} {where}", group=FRAMEWORK),
+    )
+
+
+DASK_SCHEDULER_SERVICE_HOST, DASK_SCHEDULER_SERVICE_PORT = _head_service(
+    "DASK_SCHEDULER_SERVICE", "the Dask scheduler", "the Dask scheduler's port"
 )
-DASK_SCHEDULER_SERVICE_PORT = _define(
-    "DASK_SCHEDULER_SERVICE_PORT", "port", _port, _PORT,
-    f"the Dask scheduler's port (Domino sets it; {_SET_BY_US} for a block)", group=FRAMEWORK,
-)
-RAY_HEAD_SERVICE_HOST = _define(
-    "RAY_HEAD_SERVICE_HOST", "text", _stripped, "a host name or address",
-    f"the Ray head (Domino sets it; {_SET_BY_US} for a block)", group=FRAMEWORK,
-)
-RAY_HEAD_SERVICE_PORT = _define(
-    "RAY_HEAD_SERVICE_PORT", "port", _port, _PORT,
-    f"the Ray client port (Domino sets it; {_SET_BY_US} for a block)", group=FRAMEWORK,
-)
+RAY_HEAD_SERVICE_HOST, RAY_HEAD_SERVICE_PORT = _head_service("RAY_HEAD_SERVICE", "the Ray head", "the Ray client port")
 RAY_ADDRESS = _define(
     "RAY_ADDRESS", "text", _text, "ray://host:port",
     f"Ray Client's address ({_SET_BY_US} for a block on a KubeRay cluster)", group=FRAMEWORK,

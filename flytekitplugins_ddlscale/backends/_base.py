@@ -1,16 +1,16 @@
-"""The backend contract, and the base class that fulfils it once for every backend.
+"""The backend contract: one base class that declares and fulfils it once for every backend.
 
 ``ScaleCluster``, ``RestartHead``, ``@distributed_phase`` and the CLI speak
-only the :class:`ClusterBackend` protocol, so the scaler service, Kubernetes
-and the local backend are interchangeable behind them. Each built-in backend
-subclasses :class:`BaseBackend`, which owns the protocol's public methods
-and leaves small hooks to the backend; a third-party backend may do the same
-or implement the protocol directly.
+only :class:`ClusterBackend`, so the scaler service, Kubernetes and the local
+backend are interchangeable behind them. Each backend subclasses it: its
+public methods are declared, documented and done here once, and each backend
+implements the small hooks below them (``BaseBackend`` is the same class
+under its earlier name).
 """
 import contextlib
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, FrozenSet, Iterator, Optional, Protocol, Tuple, Union, runtime_checkable
+from typing import Any, Dict, FrozenSet, Iterator, Optional, Tuple, Union
 
 from ..errors import InvalidInputError, ScalingError, ScalingTimeoutError, UnsupportedOperationError, WorkerFailedError
 from ._support.inplace import Reach, check_reachable, left_in_place
@@ -49,7 +49,7 @@ class BackendCapabilities:
     persistent_baseline: bool
     """Whether the baseline survives this process (stored with the cluster)."""
     observes_restarts: bool = False
-    """Whether :meth:`BaseBackend.head_restarted` can tell the head a ``restart_head(wait=False)``
+    """Whether :meth:`ClusterBackend.head_restarted` can tell the head a ``restart_head(wait=False)``
     brought up from the head it replaced (the Flyte connector serves ``RestartHead`` only then)."""
     repairs_processes: bool = False
     """Whether a ``reconcile`` also restarts a head that died (on its address) and replaces workers
@@ -62,155 +62,6 @@ class BackendCapabilities:
     reads_locally: bool = False
     """Whether reading a cluster's state touches only this machine (files, local processes), so a
     Ctrl-C report may read it; elsewhere the report must not wait on a service and only names it."""
-
-
-@runtime_checkable
-class ClusterBackend(Protocol):
-    """One way to read and resize distributed-compute clusters."""
-
-    name: str
-    capabilities: BackendCapabilities
-
-    def get_state(self, ref: ClusterRef) -> ClusterState:
-        """Observe the cluster now."""
-        ...
-
-    def scale(
-        self,
-        ref: ClusterRef,
-        replicas: int,
-        worker_hw_tier: Optional[str] = None,
-        *,
-        wait: bool = True,
-        timeout: float = DEFAULT_SCALE_TIMEOUT,
-        strict: bool = False,
-        progress: Optional[ProgressReporter] = None,
-    ) -> ScaleResult:
-        """Set the worker count (and tier); with ``wait``, return once they are up.
-
-        Records the baseline first if none is recorded. ``strict`` refuses a
-        request above ``maxReplicas`` instead of capping it. Invalid input
-        raises :class:`InvalidInputError` before any request is sent. If the
-        wait times out or a worker cannot start, the change stays in place and
-        the error names it and the command that restores the baseline
-        (:mod:`flytekitplugins_ddlscale.backends._support.inplace`); the same holds for
-        :meth:`restore_baseline` and :meth:`reconcile`.
-        """
-        ...
-
-    def wait_for_workers(
-        self,
-        ref: ClusterRef,
-        replicas: int,
-        *,
-        timeout: float = DEFAULT_SCALE_TIMEOUT,
-        progress: Optional[ProgressReporter] = None,
-    ) -> ClusterState:
-        """Return once ``replicas`` workers are up; raise ``ScalingTimeoutError`` at ``timeout``.
-
-        Up means exactly ``replicas`` while the cluster wants that many, or at
-        least ``replicas`` while it wants more (an autoscaler above a held
-        minimum: the held size is a floor). A count above the desired one or
-        the maximum raises ``UnreachableWaitError`` at once: such a wait could
-        never end.
-        """
-        ...
-
-    def restart_head(
-        self,
-        ref: ClusterRef,
-        head_hw_tier: Optional[str] = None,
-        *,
-        wait: bool = True,
-        timeout: float = DEFAULT_RESTART_TIMEOUT,
-        progress: Optional[ProgressReporter] = None,
-    ) -> RestartResult:
-        """Replace the head pod (on a new tier if given); with ``wait``, until it is Ready."""
-        ...
-
-    def record_baseline(self, ref: ClusterRef) -> Baseline:
-        """Record the cluster's current size and tiers unless already recorded; return the baseline."""
-        ...
-
-    def get_baseline(self, ref: ClusterRef) -> Optional[Baseline]:
-        """The recorded baseline, or None."""
-        ...
-
-    def restore_baseline(
-        self,
-        ref: ClusterRef,
-        target: Optional[ReplicaSpec] = None,
-        *,
-        wait: bool = True,
-        timeout: float = DEFAULT_SCALE_TIMEOUT,
-        progress: Optional[ProgressReporter] = None,
-    ) -> ScaleResult:
-        """Put the cluster back to the recorded baseline (or ``target``), then forget the baseline
-        and every claim (claims left by killed processes would otherwise inflate the next phase).
-
-        If the wait times out, the restored size stays in place and the error says how to keep waiting.
-        """
-        ...
-
-    def claim(
-        self, ref: ClusterRef, claim_id: str, replicas: int, worker_hw_tier: Optional[str] = None, *,
-        timeout: Optional[float] = None, lease_seconds: float = DEFAULT_LEASE_SECONDS,
-    ) -> Claim:
-        """Register that ``claim_id`` needs at least ``replicas`` workers; return the largest live claim.
-
-        The claim is a lease of ``lease_seconds`` its holder keeps with
-        :meth:`renew` (:mod:`flytekitplugins_ddlscale._core.leases`). Records the
-        baseline if none is recorded, and the size outside phases when no
-        other claim is live, in the same atomic step as the claim, so a
-        concurrent :meth:`reconcile` never forgets a record that a new claim
-        relies on; dead claims are dropped in that step. Waits at most
-        ``timeout`` seconds for a lock another process holds (None: the
-        backend's bound). An unknown tier is refused before anything is
-        written. Phases then :meth:`reconcile`.
-        """
-        ...
-
-    def renew(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
-        """Renew ``claim_id``'s lease from now; the renewed claim, or None when it is gone."""
-        ...
-
-    def reconcile(
-        self,
-        ref: ClusterRef,
-        target: Optional[ReplicaSpec] = None,
-        *,
-        wait: bool = True,
-        timeout: float = DEFAULT_SCALE_TIMEOUT,
-        progress: Optional[ProgressReporter] = None,
-        needed: Optional[int] = None,
-    ) -> Optional[ScaleResult]:
-        """Hold the largest live claim (its tier; its replicas, or the size outside phases when that is
-        larger on the same tier), or, when no claim is live, restore the size outside phases (or
-        ``target`` instead) and forget it (:func:`flytekitplugins_ddlscale._core.claimrules.settle`).
-
-        Dead claims are dropped (and logged with their holder). The decision
-        and the change are atomic with respect to concurrent
-        :meth:`claim`/:meth:`release` (one resourceVersion-checked patch, or
-        the scale request sent under the cluster's record lock), so a phase
-        ending never shrinks a phase that has just claimed; the wait that
-        follows holds no lock. With ``wait``, returns once the workers are
-        up: all of them, or at least ``needed`` (a phase waits for its own
-        claim, not for a larger one of another phase). Returns None when there
-        was nothing to do (no claim and nothing recorded to restore).
-        """
-        ...
-
-    def release(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
-        """Drop ``claim_id``; return the largest remaining claim, or None when none remain."""
-        ...
-
-    def claims(self, ref: ClusterRef) -> Dict[str, Claim]:
-        """The live claims of ``ref`` by claim id (empty when none)."""
-        ...
-
-    def close(self) -> None:
-        """Release connections and background resources."""
-        ...
 
 
 def _operation_deadline(timeout: float, wait: bool) -> Deadline:
@@ -256,11 +107,9 @@ class WorkersWait:
     """The latest state seen before the wait (None: none could be read)."""
 
 
-class BaseBackend(Closing, ClusterBackend):
-    """The protocol's methods, done once; a backend subclasses it and implements the hooks.
-
-    The public methods are documented once, on :class:`ClusterBackend` (``help()`` and
-    ``inspect.getdoc`` show those docstrings here).
+class ClusterBackend(Closing):
+    """One way to read and resize distributed-compute clusters: the public methods, declared and
+    done once; a backend subclasses it and implements the hooks.
 
     Every public method checks its input first (replicas, timeout, tier
     names, claim ids, restore targets, the kind served), so a bad argument
@@ -292,7 +141,8 @@ class BaseBackend(Closing, ClusterBackend):
     # ------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
-        """Nothing to release by default; a backend holding connections or threads overrides it."""
+        """Release connections and background resources (nothing by default; a backend holding
+        connections or threads overrides it)."""
 
     def connection_env(self, ref: ClusterRef) -> Dict[str, str]:
         """The variables code in a run uses to reach ``ref``'s head, as Domino injects them.
@@ -303,9 +153,10 @@ class BaseBackend(Closing, ClusterBackend):
         self._served(ref)
         return {}
 
-    # ------------------------------------------------------------- protocol
+    # ------------------------------------------------------- public methods
 
     def get_state(self, ref: ClusterRef) -> ClusterState:
+        """Observe the cluster now."""
         return self._observe(self._served(ref))
 
     def wait_for_workers(
@@ -316,6 +167,14 @@ class BaseBackend(Closing, ClusterBackend):
         timeout: float = DEFAULT_SCALE_TIMEOUT,
         progress: Optional[ProgressReporter] = None,
     ) -> ClusterState:
+        """Return once ``replicas`` workers are up; raise ``ScalingTimeoutError`` at ``timeout``.
+
+        Up means exactly ``replicas`` while the cluster wants that many, or at
+        least ``replicas`` while it wants more (an autoscaler above a held
+        minimum: the held size is a floor). A count above the desired one or
+        the maximum raises ``UnreachableWaitError`` at once: such a wait could
+        never end.
+        """
         replicas = validate_replicas(replicas)
         timeout = validate_timeout(timeout)
         self._served(ref)
@@ -339,6 +198,16 @@ class BaseBackend(Closing, ClusterBackend):
         strict: bool = False,
         progress: Optional[ProgressReporter] = None,
     ) -> ScaleResult:
+        """Set the worker count (and tier); with ``wait``, return once they are up.
+
+        Records the baseline first if none is recorded. ``strict`` refuses a
+        request above ``maxReplicas`` instead of capping it. Invalid input
+        raises :class:`InvalidInputError` before any request is sent. If the
+        wait times out or a worker cannot start, the change stays in place and
+        the error names it and the command that restores the baseline
+        (:mod:`flytekitplugins_ddlscale.backends._support.inplace`); the same holds for
+        :meth:`restore_baseline` and :meth:`reconcile`.
+        """
         replicas, tier, deadline = self._check_size_request(ref, replicas, worker_hw_tier, timeout, wait)
         with self._changing(ref, deadline):
             change = self._scale_change(ref, replicas, tier, strict, deadline)
@@ -353,6 +222,7 @@ class BaseBackend(Closing, ClusterBackend):
         timeout: float = DEFAULT_RESTART_TIMEOUT,
         progress: Optional[ProgressReporter] = None,
     ) -> RestartResult:
+        """Replace the head pod (on a new tier if given); with ``wait``, until it is Ready."""
         tier = validate_tier_name(head_hw_tier, field="head_hw_tier")
         timeout = validate_timeout(timeout)
         self._served(ref)
@@ -386,9 +256,11 @@ class BaseBackend(Closing, ClusterBackend):
         )
 
     def record_baseline(self, ref: ClusterRef) -> Baseline:
+        """Record the cluster's current size and tiers unless already recorded; return the baseline."""
         return self._record_baseline(self._served(ref))
 
     def get_baseline(self, ref: ClusterRef) -> Optional[Baseline]:
+        """The recorded baseline, or None."""
         return self._get_baseline(self._served(ref))
 
     def restore_baseline(
@@ -400,6 +272,11 @@ class BaseBackend(Closing, ClusterBackend):
         timeout: float = DEFAULT_SCALE_TIMEOUT,
         progress: Optional[ProgressReporter] = None,
     ) -> ScaleResult:
+        """Put the cluster back to the recorded baseline (or ``target``), then forget the baseline
+        and every claim (claims left by killed processes would otherwise inflate the next phase).
+
+        If the wait times out, the restored size stays in place and the error says how to keep waiting.
+        """
         timeout = validate_timeout(timeout)
         self._served(ref)
         self._check_target(ref, target)
@@ -412,6 +289,18 @@ class BaseBackend(Closing, ClusterBackend):
         self, ref: ClusterRef, claim_id: str, replicas: int, worker_hw_tier: Optional[str] = None, *,
         timeout: Optional[float] = None, lease_seconds: float = DEFAULT_LEASE_SECONDS,
     ) -> Claim:
+        """Register that ``claim_id`` needs at least ``replicas`` workers; return the largest live claim.
+
+        The claim is a lease of ``lease_seconds`` its holder keeps with
+        :meth:`renew` (:mod:`flytekitplugins_ddlscale._core.leases`). Records the
+        baseline if none is recorded, and the size outside phases when no
+        other claim is live, in the same atomic step as the claim, so a
+        concurrent :meth:`reconcile` never forgets a record that a new claim
+        relies on; dead claims are dropped in that step. Waits at most
+        ``timeout`` seconds for a lock another process holds (None: the
+        backend's bound). An unknown tier is refused before anything is
+        written. Phases then :meth:`reconcile`.
+        """
         validate_claim_id(claim_id)
         replicas = validate_replicas(replicas)
         tier = validate_tier_name(worker_hw_tier)
@@ -422,6 +311,7 @@ class BaseBackend(Closing, ClusterBackend):
         return self._claim(ref, claim_id, replicas, tier, lease, wait_for_lock)
 
     def renew(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
+        """Renew ``claim_id``'s lease from now; the renewed claim, or None when it is gone."""
         validate_claim_id(claim_id)
         return self._renew(self._served(ref), claim_id)
 
@@ -435,6 +325,20 @@ class BaseBackend(Closing, ClusterBackend):
         progress: Optional[ProgressReporter] = None,
         needed: Optional[int] = None,
     ) -> Optional[ScaleResult]:
+        """Hold the largest live claim (its tier; its replicas, or the size outside phases when that is
+        larger on the same tier), or, when no claim is live, restore the size outside phases (or
+        ``target`` instead) and forget it (:func:`flytekitplugins_ddlscale._core.claimrules.settle`).
+
+        Dead claims are dropped (and logged with their holder). The decision
+        and the change are atomic with respect to concurrent
+        :meth:`claim`/:meth:`release` (one resourceVersion-checked patch, or
+        the scale request sent under the cluster's record lock), so a phase
+        ending never shrinks a phase that has just claimed; the wait that
+        follows holds no lock. With ``wait``, returns once the workers are
+        up: all of them, or at least ``needed`` (a phase waits for its own
+        claim, not for a larger one of another phase). Returns None when there
+        was nothing to do (no claim and nothing recorded to restore).
+        """
         timeout = validate_timeout(timeout)
         if needed is not None:
             needed = validate_replicas(needed, "needed")
@@ -446,10 +350,12 @@ class BaseBackend(Closing, ClusterBackend):
         return None if change is None else self._finish(ref, change, wait, deadline, progress, needed=needed)
 
     def release(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
+        """Drop ``claim_id``; return the largest remaining claim, or None when none remain."""
         validate_claim_id(claim_id)
         return self._release(self._served(ref), claim_id)
 
     def claims(self, ref: ClusterRef) -> Dict[str, Claim]:
+        """The live claims of ``ref`` by claim id (empty when none)."""
         return self._claims(self._served(ref))
 
     # ------------------------------------------------------- done once here
@@ -670,3 +576,7 @@ class BaseBackend(Closing, ClusterBackend):
 
     def _claims(self, ref: ClusterRef) -> Dict[str, Claim]:
         raise NotImplementedError
+
+
+BaseBackend = ClusterBackend
+"""The same class under its earlier name (the base class beside a separate protocol, now one)."""

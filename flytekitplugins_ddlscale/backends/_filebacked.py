@@ -3,7 +3,7 @@
 The scaler service cannot store anything with a cluster and local clusters
 have no object, so both keep their records in a :class:`FileBookkeeping`
 (one locked JSON record per cluster). Here the records hooks of
-:class:`BaseBackend` and the decisions made on those records are done once:
+:class:`ClusterBackend` and the decisions made on those records are done once:
 a scale records the baseline (from the state it is about to change) before
 the change; a restore puts back the baseline or target and then forgets the
 baseline and every claim; a reconcile decides under the record's lock
@@ -26,7 +26,7 @@ from .._core.claimrules import Settlement
 from .._core.records import Claim
 from ..refs import ClusterRef
 from .._core.waiting import Deadline
-from ._base import BaseBackend, Change
+from ._base import Change, ClusterBackend
 
 logger = logging.getLogger("flytekitplugins_ddlscale._core.records")
 
@@ -35,8 +35,8 @@ LOCKED_STEP_SECONDS = 10.0
 change): an outage longer than this is ridden out with the lock given back."""
 
 
-class FileRecordsBackend(BaseBackend):
-    """A :class:`BaseBackend` whose baselines and claims are in ``self.records``, a :class:`FileBookkeeping`."""
+class FileRecordsBackend(ClusterBackend):
+    """A :class:`ClusterBackend` whose baselines and claims are in ``self.records``, a :class:`FileBookkeeping`."""
 
     records: FileBookkeeping
     locked_step_seconds: Optional[float] = LOCKED_STEP_SECONDS

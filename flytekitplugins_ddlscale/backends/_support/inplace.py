@@ -16,7 +16,7 @@ import json
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Optional, Union
+from typing import Any, Dict, Optional, Union
 
 from ...errors import ScalingError, UnreachableWaitError
 from ..._core import settings
@@ -151,30 +151,15 @@ def given_back(error: ScalingError, restored: str) -> ScalingError:
     return error
 
 
-def check_reachable(
-    replicas: int,
-    *,
-    desired: int,
-    maximum: Optional[int],
-    cluster: str,
-    desired_name: str = "spec.worker.replicas",
-    maximum_name: str = "maxReplicas",
-    state: Optional[ClusterState] = None,
-) -> None:
+def check_reachable(replicas: int, **cluster: Any) -> None:
     """Raise :class:`UnreachableWaitError` when a wait for ``replicas`` workers could never end.
 
-    A wait is done only while the cluster desires at least ``replicas``
-    workers (:func:`~flytekitplugins_ddlscale.models.workers_reached`), so a
-    count above the desired one (or above the maximum) can only run out the
-    wait's timeout.
+    ``cluster`` is what the error takes (``desired``, ``maximum``, ``cluster``, and optionally the
+    names of the two settings and the state): the error holds the limit, so the rule and its
+    message come from one place. A wait is done only while the cluster desires at least
+    ``replicas`` workers (:func:`~flytekitplugins_ddlscale.models.workers_reached`), so a count
+    above the desired one (or above the maximum) can only run out the wait's timeout.
     """
-    if replicas > desired or (maximum is not None and replicas > maximum):
-        raise UnreachableWaitError(
-            replicas,
-            desired=desired,
-            maximum=maximum,
-            cluster=cluster,
-            desired_name=desired_name,
-            maximum_name=maximum_name,
-            state=state,
-        )
+    error = UnreachableWaitError(replicas, **cluster)
+    if replicas > error.limit:
+        raise error

@@ -48,7 +48,7 @@ from ..._core.sharing import current_shared_reads
 from ..tiers import HardwareTier, TierCatalog
 from ..._core.validation import validate_tier_name, validate_timeout
 from ..._core.waiting import Deadline
-from .._base import BackendCapabilities, BaseBackend, Change, WorkersWait
+from .._base import BackendCapabilities, Change, ClusterBackend, WorkersWait
 from ._api import Conflict, KubeApi
 from ._client import make_api_client, tier_catalog_from_env
 from ._informer import cached_pods, matches, parse_selector
@@ -99,7 +99,7 @@ def _records_on(obj: Dict[str, Any]) -> ClusterRecords:
     return ClusterRecords(_claims_on(obj), record[0] if record else None, outside[0] if outside else None)
 
 
-class KubernetesBackend(BaseBackend):
+class KubernetesBackend(ClusterBackend):
     """Scales clusters by patching their custom resources with the official client: Domino's
     DCO kinds, KubeRay's RayCluster (``kuberay``) and the Dask operator's worker groups
     (``dask-operator``), each through its :class:`~.resources.ResourceAdapter`.
@@ -440,9 +440,8 @@ class KubernetesBackend(BaseBackend):
         restoring: bool = False,
     ) -> Change:
         """A sent patch, with what its wait needs: the tier id new workers carry, the object it left."""
-        result = ScaleResult(
-            cluster=self._label(ref), requested=requested, effective=effective, capped=capped,
-            previous=previous, final=previous, waited=False, worker_hw_tier=tier_name,
+        result = ScaleResult.sent(
+            self._label(ref), previous, requested, effective, capped=capped, worker_hw_tier=tier_name
         )
         return Change(result, restoring=restoring, detail=_Patched(tier_id, after, deadline))
 
@@ -689,8 +688,7 @@ class KubernetesBackend(BaseBackend):
         if outcome.get("dropped"):
             logger.warning("%s: restore dropped claims %s", self._label(ref), ", ".join(outcome["dropped"]))
         if not patched:
-            return ScaleResult(self._label(ref), previous.desired_workers, previous.desired_workers, False,
-                               previous, previous, False, 0.0)
+            return ScaleResult.sent(self._label(ref), previous, previous.desired_workers, previous.desired_workers)
         requested = target.replicas if target is not None else outcome["effective"]
         return self._change(
             ref, requested, outcome["effective"], outcome["capped"], previous, after, outcome["tier"],

@@ -11,6 +11,7 @@ crash-looping or failing to pull its image for longer than the grace period;
 an error the informer met (403, 404) ends it at once.
 """
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ...errors import BackendUnavailableError, ScalingTimeoutError, TransientError, WorkerFailedError
@@ -32,45 +33,32 @@ Check = Callable[[Pods, bool, Deadline], Tuple[bool, ClusterState, int]]
 cluster object, within ``deadline``."""
 
 
+@dataclass(eq=False)
 class PodWaiter:
-    """One wait on the pods matching ``selector`` in ``namespace``."""
+    """One wait on the pods matching ``selector`` in ``namespace``: for ``what`` (as errors and
+    progress name it), until a check counts ``target``, at most ``timeout`` seconds."""
 
-    def __init__(
-        self,
-        api: KubeApi,
-        namespace: str,
-        selector: str,
-        *,
-        what: str,
-        target: int,
-        timeout: float,
-        grace: float,
-        watched: Callable[[Dict[str, Any]], bool],
-        progress: Optional[ProgressReporter] = None,
-        cluster: Optional[str] = None,
-        last: Optional[ClusterState] = None,
-        explain: Optional[Callable[[Pods, ClusterState], str]] = None,
-    ) -> None:
-        self.api = api
-        self.explain = explain
-        """What a timeout adds about the pods it saw (e.g. workers of a scale-down still running), or ''."""
-        self.cluster = cluster
-        """The cluster's label, for a timeout before its state could be read."""
-        self.namespace = namespace
-        self.selector = selector
-        self.what = what
-        self.target = target
-        self.timeout = timeout
-        self.grace = grace
-        self.watched = watched
-        """Which pods' failures end the wait early."""
-        self.progress = progress
-        self.pods: Pods = {}
-        self._failing: Dict[Tuple[str, str], float] = {}
-        self._last_report: Optional[Tuple[int, str]] = None
-        self._last_state: Optional[ClusterState] = last
-        """The latest state seen; starts as the caller's read before the wait (``last``), so a wait
-        whose own reads all fail still reports what was last known."""
+    api: KubeApi
+    namespace: str
+    selector: str
+    what: str
+    target: int
+    timeout: float
+    grace: float
+    """Seconds a watched pod may fail to start before the wait ends early."""
+    watched: Callable[[Dict[str, Any]], bool]
+    """Which pods' failures end the wait early."""
+    progress: Optional[ProgressReporter] = None
+    cluster: Optional[str] = None
+    """The cluster's label, for a timeout before its state could be read."""
+    last: Optional[ClusterState] = None
+    """The latest state seen; starts as the caller's read before the wait, so a wait whose own
+    reads all fail still reports what was last known."""
+    explain: Optional[Callable[[Pods, ClusterState], str]] = None
+    """What a timeout adds about the pods it saw (e.g. workers of a scale-down still running), or ''."""
+    pods: Pods = field(default_factory=dict, init=False)
+    _failing: Dict[Tuple[str, str], float] = field(default_factory=dict, init=False)
+    _last_report: Optional[Tuple[int, str]] = field(default=None, init=False)
 
     def run(self, check: Check) -> ClusterState:
         """Wait until ``check`` says done; return the final state.
@@ -87,7 +75,7 @@ class PodWaiter:
             if not deadline.expired:
                 raise
             raise outage_timeout(
-                exc, deadline=deadline, what=self.what, tracker=self.api.outage, state=self._last_state,
+                exc, deadline=deadline, what=self.what, tracker=self.api.outage, state=self.last,
                 cluster=self.cluster,
             ) from None
         finally:
@@ -127,11 +115,11 @@ class PodWaiter:
 
     def _evaluate(self, check: Check, deadline: Deadline, fresh: bool) -> Optional[ClusterState]:
         done, state, count = check(self.pods, fresh, deadline)
-        self._last_state = state
+        self.last = state
         if not done and not fresh and count >= self.target:
             # The pods look done only if the object agrees; re-read it to be sure.
             done, state, count = check(self.pods, True, deadline)
-            self._last_state = state
+            self.last = state
         self._report(state, count, deadline)
         if done:
             return state

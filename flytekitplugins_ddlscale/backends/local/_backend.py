@@ -464,10 +464,7 @@ class LocalBackend(FileRecordsBackend):
         record.ephemeral = record.ephemeral and not by_operator
         shape = self._shape(ref, worker_hw_tier or record.worker_hw_tier or None, field="worker_hw_tier")
         started, old = self.supervisor.converge(record, effective, shape, deadline)
-        result = ScaleResult(
-            cluster=str(ref), requested=replicas, effective=effective, capped=effective < replicas,
-            previous=previous, final=previous, waited=False, worker_hw_tier=worker_hw_tier,
-        )
+        result = ScaleResult.sent(str(ref), previous, replicas, effective, worker_hw_tier=worker_hw_tier)
         return Change(result, detail=_Started(record, started, old))
 
     def _wait_workers(self, ref: ClusterRef, wait: WorkersWait) -> ClusterState:
@@ -628,18 +625,9 @@ def _absent(ref: ClusterRef) -> ClusterState:
 
 
 def _unchanged(state: ClusterState, requested: Optional[int] = None) -> ScaleResult:
-    return ScaleResult(
-        cluster=state.cluster,
-        requested=state.desired_workers if requested is None else requested,
-        effective=state.desired_workers,
-        capped=False,
-        previous=state,
-        final=state,
-        waited=False,
-    )
+    wanted = state.desired_workers if requested is None else requested
+    return ScaleResult.sent(state.cluster, state, wanted, state.desired_workers, capped=False)
 
 
 def _downed(ref: ClusterRef, previous: ClusterState) -> ScaleResult:
-    return ScaleResult(
-        cluster=str(ref), requested=0, effective=0, capped=False, previous=previous, final=_absent(ref), waited=False
-    )
+    return ScaleResult.sent(str(ref), previous, 0, 0, final=_absent(ref))

@@ -326,15 +326,8 @@ class ScalerServiceBackend(FileRecordsBackend):
         final = state_from_object(ref, obj) if isinstance(obj, dict) else self._observe_before_change(
             ref, deadline, f"{ref} after the scale request"
         )
-        return ScaleResult(
-            cluster=str(ref),
-            requested=requested,
-            effective=effective,
-            capped=capped,
-            previous=previous,
-            final=final,
-            waited=False,
-            worker_hw_tier=tier,
+        return ScaleResult.sent(
+            str(ref), previous, requested, effective, capped=capped, final=final, worker_hw_tier=tier
         )
 
     def _restart_head(

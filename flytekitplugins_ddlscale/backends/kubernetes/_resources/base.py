@@ -1,5 +1,6 @@
 """The interface every cluster-resource adapter implements, and what they share."""
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
 from ....errors import InvalidInputError
@@ -7,7 +8,7 @@ from ....models import Baseline, ClusterState, ReplicaSpec
 from ....refs import ClusterRef
 from ..._support.crds import CrdLayout
 from ...tiers import HardwareTier
-from .._spec import pod_ready, pod_terminating
+from .._spec import pod_labels, pod_ready, pod_terminating
 
 if TYPE_CHECKING:
     from ...._core.waiting import Deadline
@@ -24,6 +25,41 @@ Mutate = Callable[[str, str, Callable[[Dict[str, Any]], Optional[Patch]]], Dict[
 """``mutate(plural, name, build)``: the backend's read-build-patch cycle on another object of the
 adapter's API group (resourceVersion-checked, 409 and outages retried, bounded); returns the object
 after it. ``build`` returning None changes nothing."""
+
+
+@dataclass(frozen=True)
+class PodLabels:
+    """How an operator labels a cluster's pods by cluster, role and worker group (KubeRay, the Dask
+    operator): the label names differ, the selectors built from them follow one rule."""
+
+    cluster: str
+    """The label naming the pod's cluster."""
+    role: str
+    """The label naming the pod's role: ``worker`` on a worker, :attr:`head` on the head."""
+    head: str
+    """The role label's value on the head pod."""
+    group: str
+    """The label naming a worker's group."""
+    head_group: Optional[str] = None
+    """The group label's value on the head pod where it carries one: the pods of a chosen group are
+    then that group's and the head; None: every pod of the cluster."""
+
+    def selector(self, cluster: str, role: Optional[str], group: Optional[str]) -> str:
+        """Label selector of ``cluster``'s pods: all (``role`` None), its workers (of ``group``
+        when given) or its head."""
+        base = f"{self.cluster}={cluster}"
+        if role == "head":
+            return f"{base},{self.role}={self.head}"
+        if role == "worker":
+            chosen = f",{self.group}={group}" if group is not None else ""
+            return f"{base},{self.role}=worker{chosen}"
+        if group is not None and self.head_group is not None:
+            return f"{base},{self.group} in ({self.head_group},{group})"
+        return base
+
+    def is_worker(self, pod: Dict[str, Any]) -> bool:
+        """Whether ``pod`` is labelled a worker."""
+        return pod_labels(pod).get(self.role) == "worker"
 
 
 class ResourceAdapter(ABC):
@@ -133,13 +169,37 @@ class ResourceAdapter(ABC):
         the operator's autoscaler; the workers it sets (capped at the maximum unless ``strict``,
         which raises :class:`CapacityExceededError`) and whether it capped."""
 
-    @abstractmethod
     def restore_spec(
         self, label: str, ref: ClusterRef, obj: Dict[str, Any], record: Optional[Record],
         target: Optional[ReplicaSpec], worker_tier: Optional[HardwareTier], head_tier: Optional[HardwareTier],
         outcome: Outcome, pods: Pods,
     ) -> Patch:
-        """The ``spec`` fragment putting back ``record`` (or setting ``target``), filling ``outcome``."""
+        """The ``spec`` fragment putting back ``record`` (or setting ``target``), filling ``outcome``.
+
+        A target is set as a scale to its replicas is (never strict), a record as
+        :meth:`recorded_spec` puts it back; :meth:`restored_tiers` then adds the tiers.
+        """
+        if target is not None:
+            spec, outcome["effective"], outcome["capped"] = self.size_spec(
+                label, ref, obj, target.replicas, False, None, pods, record
+            )
+        else:
+            assert record is not None
+            spec = self.recorded_spec(label, ref, obj, record, outcome, pods)
+        return self.restored_tiers(obj, spec, record, worker_tier, head_tier, outcome)
+
+    @abstractmethod
+    def recorded_spec(
+        self, label: str, ref: ClusterRef, obj: Dict[str, Any], record: Record, outcome: Outcome, pods: Pods
+    ) -> Patch:
+        """The ``spec`` fragment putting back ``record``'s size, setting ``outcome["effective"]``."""
+
+    def restored_tiers(
+        self, obj: Dict[str, Any], spec: Patch, record: Optional[Record], worker_tier: Optional[HardwareTier],
+        head_tier: Optional[HardwareTier], outcome: Outcome,
+    ) -> Patch:
+        """``spec`` with the worker and head tiers a restore sets (none by default: no tiers here)."""
+        return spec
 
     def notes(self, obj: Dict[str, Any], record: Optional[Record], spec: Patch, restoring: bool) -> Dict[str, Any]:
         """Annotation changes of this flavour that go with ``spec`` (none by default)."""

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from ...._core import settings
 from ....errors import CapacityExceededError, ClusterNotFoundError, InvalidInputError, UnsupportedOperationError
-from ....models import Baseline, ClusterState, ReplicaSpec
+from ....models import Baseline, ClusterState
 from ...._core.records import ANNOTATION_PREFIX
 from ....refs import ClusterRef
 from ...tiers import HardwareTier
 from .._spec import pod_labels, pod_ready
-from .base import Mutate, Outcome, Patch, Pods, Record, ResourceAdapter, live
+from .base import Mutate, Outcome, Patch, PodLabels, Pods, Record, ResourceAdapter, live
 
 if TYPE_CHECKING:
     from ...._core.waiting import Deadline
@@ -35,6 +35,8 @@ WORKER_GROUPS = "daskworkergroups"
 AUTOSCALERS = "daskautoscalers"
 DEFAULT_GROUP = "default"
 SCHEDULER_PORT = 8786
+POD_LABELS = PodLabels(LABEL_CLUSTER, LABEL_COMPONENT, "scheduler", LABEL_WORKER_GROUP)
+"""The scheduler is the head; every worker carries its DaskWorkerGroup's name."""
 HELD_MINIMUM_ANNOTATION = f"{ANNOTATION_PREFIX}/autoscaler-minimum"
 """On a DaskAutoscaler whose ``minimum`` a phase raised: the minimum it had before, put back by a restore."""
 
@@ -75,15 +77,10 @@ class DaskOperatorAdapter(ResourceAdapter):
         return f"{ref.name}-{ref.group if ref.group is not None else DEFAULT_GROUP}"
 
     def pod_selector(self, ref: ClusterRef, role: Optional[str] = None) -> str:
-        base = f"{LABEL_CLUSTER}={ref.name}"
-        if role == "head":
-            return f"{base},{LABEL_COMPONENT}=scheduler"
-        if role == "worker":
-            return f"{base},{LABEL_COMPONENT}=worker,{LABEL_WORKER_GROUP}={self.object_name(ref)}"
-        return base
+        return POD_LABELS.selector(ref.name, role, self.object_name(ref))
 
     def is_worker(self, pod: Dict[str, Any]) -> bool:
-        return pod_labels(pod).get(LABEL_COMPONENT) == "worker"
+        return POD_LABELS.is_worker(pod)
 
     def explain_missing(self, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"]) -> None:
         """A missing worker group of an existing cluster is a bad group name: list the groups."""
@@ -211,18 +208,11 @@ class DaskOperatorAdapter(ResourceAdapter):
     ) -> Tuple[Patch, int, bool]:
         return {"worker": {"replicas": replicas}}, replicas, False
 
-    def restore_spec(
-        self, label: str, ref: ClusterRef, obj: Dict[str, Any], record: Optional[Record],
-        target: Optional[ReplicaSpec], worker_tier: Optional[HardwareTier], head_tier: Optional[HardwareTier],
-        outcome: Outcome, pods: Pods,
+    def recorded_spec(
+        self, label: str, ref: ClusterRef, obj: Dict[str, Any], record: Record, outcome: Outcome, pods: Pods
     ) -> Patch:
-        if target is not None:
-            replicas = target.replicas
-        else:
-            assert record is not None
-            replicas = record[0].replicas
-        outcome["effective"] = replicas
-        return {"worker": {"replicas": replicas}}
+        outcome["effective"] = record[0].replicas
+        return {"worker": {"replicas": record[0].replicas}}
 
     def connection_env(self, ref: ClusterRef, namespace: str) -> Dict[str, str]:
         """``DASK_SCHEDULER_SERVICE_HOST``/``_PORT``: the ``<name>-scheduler`` service the operator creates."""

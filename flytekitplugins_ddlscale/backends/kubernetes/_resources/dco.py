@@ -7,7 +7,7 @@ resources, node selector and the tier label of the worker or head section.
 from typing import Any, Dict, Optional, Tuple
 
 from ....errors import CapacityExceededError
-from ....models import ClusterState, ReplicaSpec
+from ....models import ClusterState
 from ....refs import ClusterRef
 from ..._support.crds import LABEL_APP, LABEL_COMPONENT, LABEL_INSTANCE
 from ...tiers import HardwareTier
@@ -76,27 +76,25 @@ class DcoAdapter(ResourceAdapter):
             spec["worker"].update(tier_fragment(spec_section(obj, "worker"), tier))
         return spec, effective, capped
 
-    def restore_spec(
-        self, label: str, ref: ClusterRef, obj: Dict[str, Any], record: Optional[Record],
-        target: Optional[ReplicaSpec], worker_tier: Optional[HardwareTier], head_tier: Optional[HardwareTier],
-        outcome: Outcome, pods: Pods,
+    def recorded_spec(
+        self, label: str, ref: ClusterRef, obj: Dict[str, Any], record: Record, outcome: Outcome, pods: Pods
+    ) -> Patch:
+        baseline, detail = record
+        spec: Patch = {"worker": {"replicas": baseline.replicas}}
+        outcome["effective"] = baseline.replicas
+        if self.layout.autoscaling:
+            recorded, current = detail.get("autoscaling"), autoscaling_section(obj)
+            if recorded is None and current is not None:
+                spec["autoscaling"] = None
+            elif recorded is not None:
+                spec["autoscaling"] = diff_map(current, recorded) if current else recorded
+        return spec
+
+    def restored_tiers(
+        self, obj: Dict[str, Any], spec: Patch, record: Optional[Record], worker_tier: Optional[HardwareTier],
+        head_tier: Optional[HardwareTier], outcome: Outcome,
     ) -> Patch:
         layout = self.layout
-        if target is not None:
-            spec, outcome["effective"], outcome["capped"] = self.size_spec(
-                label, ref, obj, target.replicas, False, None, pods, record
-            )
-        else:
-            assert record is not None
-            baseline, detail = record
-            spec = {"worker": {"replicas": baseline.replicas}}
-            outcome["effective"] = baseline.replicas
-            if layout.autoscaling:
-                recorded, current = detail.get("autoscaling"), autoscaling_section(obj)
-                if recorded is None and current is not None:
-                    spec["autoscaling"] = None
-                elif recorded is not None:
-                    spec["autoscaling"] = diff_map(current, recorded) if current else recorded
         worker = spec_section(obj, "worker")
         head = spec_section(obj, layout.head_section)
         if worker_tier is not None:

@@ -19,11 +19,11 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ...._core import settings
 from ....errors import CapacityExceededError, ConflictError, InvalidInputError, NotScalableError
-from ....models import Baseline, ClusterState, ReplicaSpec
+from ....models import Baseline, ClusterState
 from ....refs import GROUP_SEPARATOR, ClusterRef
 from ...tiers import HardwareTier
 from .._spec import decode_record, pod_labels, pod_ready
-from .base import Outcome, Patch, Pods, Record, ResourceAdapter, live, removal_order
+from .base import Outcome, Patch, PodLabels, Pods, Record, ResourceAdapter, live, removal_order
 
 LABEL_CLUSTER = "ray.io/cluster"
 LABEL_NODE_TYPE = "ray.io/node-type"
@@ -33,6 +33,8 @@ LABEL_REPLICA = "ray.io/worker-group-replica-name"
 HEAD_GROUP = "headgroup"
 """The ``ray.io/group`` KubeRay gives the head pod."""
 CLIENT_PORT = 10001
+POD_LABELS = PodLabels(LABEL_CLUSTER, LABEL_NODE_TYPE, "head", LABEL_GROUP, head_group=HEAD_GROUP)
+"""A worker carries its group's name, the head the group ``headgroup``."""
 
 
 def worker_groups(obj: Dict[str, Any]) -> List[Dict[str, Any]]:
@@ -98,18 +100,10 @@ class KubeRayAdapter(ResourceAdapter):
         return f"spec.workerGroupSpecs[{where}].replicas"
 
     def pod_selector(self, ref: ClusterRef, role: Optional[str] = None) -> str:
-        base = f"{LABEL_CLUSTER}={ref.name}"
-        if role == "head":
-            return f"{base},{LABEL_NODE_TYPE}=head"
-        if role == "worker":
-            group = f",{LABEL_GROUP}={ref.group}" if ref.group is not None else ""
-            return f"{base},{LABEL_NODE_TYPE}=worker{group}"
-        if ref.group is not None:
-            return f"{base},{LABEL_GROUP} in ({HEAD_GROUP},{ref.group})"
-        return base
+        return POD_LABELS.selector(ref.name, role, ref.group)
 
     def is_worker(self, pod: Dict[str, Any]) -> bool:
-        return pod_labels(pod).get(LABEL_NODE_TYPE) == "worker"
+        return POD_LABELS.is_worker(pod)
 
     def _chosen(self, label: str, ref: ClusterRef, obj: Dict[str, Any], wanted: Optional[str] = None) -> Tuple[int, Dict[str, Any]]:
         """The index and spec of the worker group ``wanted`` (else the ref's, else the only one)."""
@@ -243,17 +237,9 @@ class KubeRayAdapter(ResourceAdapter):
             low = wanted
         return self._patched(obj, index, group, wanted, low, pods), wanted * per, capped
 
-    def restore_spec(
-        self, label: str, ref: ClusterRef, obj: Dict[str, Any], record: Optional[Record],
-        target: Optional[ReplicaSpec], worker_tier: Optional[HardwareTier], head_tier: Optional[HardwareTier],
-        outcome: Outcome, pods: Pods,
+    def recorded_spec(
+        self, label: str, ref: ClusterRef, obj: Dict[str, Any], record: Record, outcome: Outcome, pods: Pods
     ) -> Patch:
-        if target is not None:
-            spec, outcome["effective"], outcome["capped"] = self.size_spec(
-                label, ref, obj, target.replicas, False, None, pods, record
-            )
-            return spec
-        assert record is not None
         baseline, detail = record
         index, group = self._chosen(label, ref, obj, self._recorded_group(label, ref, record))
         # Records written before the group's own replicas were kept hold single-host groups' pods.
