@@ -139,7 +139,7 @@ class ScalingService:
         try:
             kind = NODE_KINDS.get(task_type)
             if kind is None:
-                raise InvalidInputError("task_type", task_type, ", ".join(SERVED_TASK_TYPES))
+                raise InvalidInputError("task_type", task_type, ", ".join(NODE_KINDS))
             config = node_config(kind.config, custom)
             return self._metadata(kind, config, kind.create(self._creation, config, kind.given(config, values)))
         except UNAVAILABLE_HERE:
@@ -182,8 +182,8 @@ class ScalingService:
             return Poll(FAILED, str(error))
 
     def _poll(self, meta: ScalingMetadata) -> Poll:
-        if meta.task_type not in SERVED_TASK_TYPES:
-            raise InvalidInputError("resource_meta.task_type", meta.task_type, ", ".join(SERVED_TASK_TYPES))
+        if meta.task_type not in NODE_KINDS:
+            raise InvalidInputError("resource_meta.task_type", meta.task_type, ", ".join(NODE_KINDS))
         if not 0 <= meta.deadline - meta.started <= MAX_NODE_TIMEOUT:
             raise InvalidInputError(
                 "resource_meta.deadline", meta.deadline, f"at most {MAX_NODE_TIMEOUT:.0f} s after resource_meta.started"

@@ -20,8 +20,6 @@ from ..models import RestartResult
 from .nodes.creating import AWAIT_WORKERS, AWAITS, RESTART_FIELDS
 from .nodes.registry import NODE_KINDS
 
-OUTCOME_TYPES: Dict[str, type] = {task_type: kind.output for task_type, kind in NODE_KINDS.items()}
-"""The typed output of each task type the connector serves."""
 
 _TYPE_WORDS = {int: "an integer", float: "a finite number", str: "a string", bool: "true or false"}
 
@@ -82,9 +80,10 @@ class ScalingMetadata(ResourceMeta):
 
     def known_outcome(self) -> Dict[str, Any]:
         """The outcome fields ``create`` knew, each checked against the task type's outcome class."""
-        kind = OUTCOME_TYPES.get(self.task_type)
-        if kind is None:
-            raise InvalidInputError("resource_meta.task_type", self.task_type, ", ".join(OUTCOME_TYPES))
+        node_kind = NODE_KINDS.get(self.task_type)
+        if node_kind is None:
+            raise InvalidInputError("resource_meta.task_type", self.task_type, ", ".join(NODE_KINDS))
+        kind = node_kind.output
         known = _json_object("resource_meta.outcome", self.outcome)
         types = {f.name: f.type for f in fields(kind)}
         unknown = sorted(set(known) - set(types))
@@ -94,7 +93,7 @@ class ScalingMetadata(ResourceMeta):
 
     def outcome_of(self, **updates: Any) -> Any:
         """The task type's outcome from what ``create`` knew, with ``updates`` (what ``get`` saw)."""
-        kind = OUTCOME_TYPES[self.task_type]
+        kind = NODE_KINDS[self.task_type].output
         values = {**self.known_outcome(), **updates}
         for f in fields(kind):
             if f.name not in values and f.default is MISSING:
