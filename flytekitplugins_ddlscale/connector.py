@@ -57,7 +57,6 @@ from flytekit.models.literals import LiteralMap
 from flytekit.models.task import TaskTemplate
 
 from ._services.connector_core import (
-    CREATE_TIMEOUT,
     FAILED,
     NOT_READY,
     POLL_BACKENDS,
@@ -71,6 +70,7 @@ from ._services.connector_core import (
 )
 from ._services.connector_inputs import node_inputs
 from ._services.connector_meta import ScalingMetadata
+from ._services.nodes.creating import CREATE_TIMEOUT
 from ._services.connector_policy import ConnectorPolicy
 from .errors import ScalingError
 from ._services.nodes.names import OUTPUT_NAME

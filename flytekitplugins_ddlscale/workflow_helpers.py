@@ -26,11 +26,10 @@ from .backends._base import DEFAULT_SCALE_TIMEOUT
 from ._services.connecting import connected  # noqa: F401 - public here, as before it moved to the core
 from .errors import InvalidInputError
 from ._services.nodes.names import qualified_name
-from ._services.nodes.outputs import RestoreOutcome
+from ._services.nodes.restore import RestoreOutcome, restore_line
 from ._services.opening import open_backend
 from ._core.progress import emit_summary
 from .refs import ClusterRef, cluster_text, parse_cluster
-from ._core.summary import restore_line
 from ._core.validation import validate_replicas, validate_timeout
 
 logger = logging.getLogger("flytekitplugins_ddlscale")

@@ -19,7 +19,7 @@ from tests.servers.scaler_server import DEFAULT_API_KEY
 from flytekitplugins_ddlscale import ClusterRef
 from flytekitplugins_ddlscale.backends.kubernetes._informer import running_informers
 from flytekitplugins_ddlscale.connector import ScalingConnector, ScalingMetadata
-from flytekitplugins_ddlscale._services.nodes.names import WAIT_TASK_TYPE
+from flytekitplugins_ddlscale.tasks import WAIT_TASK_TYPE
 
 EXECUTIONS = 50
 

@@ -75,7 +75,7 @@ def test_a_node_is_a_connector_task_of_its_environment_named_like_its_variable()
     from flyte.models import SerializationContext
     from google.protobuf import json_format
 
-    from flytekitplugins_ddlscale._services.nodes.config import ScaleConfig
+    from flytekitplugins_ddlscale._services.nodes.scale import ScaleConfig
 
     assert flows.request.name == "flyte2_flows.request" and flows.request.short_name == "request"
     assert flows.env.tasks["flyte2_flows.request"] is flows.request

@@ -23,14 +23,10 @@ from google.protobuf.struct_pb2 import Struct  # noqa: E402
 
 from flytekitplugins_ddlscale._services.connector_meta import ScalingMetadata  # noqa: E402
 from flytekitplugins_ddlscale.flyte2.connector import ScalingConnector, register_connectors  # noqa: E402
-from flytekitplugins_ddlscale._services.nodes.config import RestoreConfig, ScaleConfig, WaitConfig  # noqa: E402
-from flytekitplugins_ddlscale._services.nodes.names import (  # noqa: E402
-    RESTART_TASK_TYPE,
-    RESTORE_TASK_TYPE,
-    SCALE_TASK_TYPE,
-    WAIT_TASK_TYPE,
-)
-from flytekitplugins_ddlscale._services.nodes.outputs import ClusterReady, RestoreOutcome, ScaleOutcome  # noqa: E402
+from flytekitplugins_ddlscale._services.nodes.restart import RESTART_TASK_TYPE  # noqa: E402
+from flytekitplugins_ddlscale._services.nodes.restore import RESTORE_TASK_TYPE, RestoreConfig, RestoreOutcome  # noqa: E402
+from flytekitplugins_ddlscale._services.nodes.scale import SCALE_TASK_TYPE, ScaleConfig, ScaleOutcome  # noqa: E402
+from flytekitplugins_ddlscale._services.nodes.wait import WAIT_TASK_TYPE, ClusterReady, WaitConfig  # noqa: E402
 from flytekitplugins_ddlscale.refs import ClusterRef  # noqa: E402
 from tests.flyte_support import local_backend, local_env  # noqa: E402,F401 - fixture
 

@@ -10,7 +10,7 @@ import inspect
 import pytest
 
 from flytekitplugins_ddlscale._services.hold.settings import PhaseOptions, PhaseSettings
-from flytekitplugins_ddlscale._services.nodes.config import ScaleConfig
+from flytekitplugins_ddlscale._services.nodes.scale import ScaleConfig
 from flytekitplugins_ddlscale.errors import InvalidInputError
 from flytekitplugins_ddlscale.models import ReplicaSpec
 from flytekitplugins_ddlscale.phase import cluster_phase, distributed_phase

@@ -10,7 +10,10 @@ import pytest
 from flytekitplugins_ddlscale._core import progress, settings
 from flytekitplugins_ddlscale._core.deck import fact_text, render_html, render_svg
 from flytekitplugins_ddlscale._core.progress import Activity, RichReporter, WaitProgress, begin_wait, emit_summary
-from flytekitplugins_ddlscale._core.summary import phase_line, restore_line, scale_line, wait_line
+from flytekitplugins_ddlscale._core.summary import phase_line
+from flytekitplugins_ddlscale._services.nodes.restore import restore_line
+from flytekitplugins_ddlscale._services.nodes.scale import scale_line
+from flytekitplugins_ddlscale._services.nodes.wait import wait_line
 from flytekitplugins_ddlscale.tasks import ClusterReady, RestoreOutcome, ScaleOutcome
 from flytekitplugins_ddlscale._core.timeline import WorkerTimeline
 from tests.clock_support import Clock

@@ -7,7 +7,7 @@ import contextlib
 import datetime
 import math
 import re
-from typing import Optional, Pattern
+from typing import Callable, Optional, Pattern
 from urllib.parse import urlsplit
 
 from ..errors import InvalidInputError
@@ -24,6 +24,20 @@ def validate_replicas(value: object, field: str = "replicas", maximum: int = MAX
     if value < 0 or value > maximum:
         raise InvalidInputError(field, value, f"an integer from 0 to {maximum}")
     return value
+
+
+def replicas_or_minus_one(meaning: str) -> Callable[[object], int]:
+    """The check of a worker count that may also be ``-1``, which means ``meaning`` (e.g. "the desired count")."""
+
+    def check(value: object) -> int:
+        if value == -1 and not isinstance(value, bool):
+            return -1
+        try:
+            return validate_replicas(value)
+        except InvalidInputError:
+            raise InvalidInputError("replicas", value, f"-1 ({meaning}) or an integer from 0 to {MAX_REPLICAS}") from None
+
+    return check
 
 
 MAX_NODE_TIMEOUT = 24 * 3600.0

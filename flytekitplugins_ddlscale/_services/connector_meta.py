@@ -17,27 +17,11 @@ from flytekit.extend.backend.base_connector import ResourceMeta
 
 from ..errors import InvalidInputError, ScalingError
 from ..models import RestartResult
-from .nodes.names import RESTART_TASK_TYPE, RESTORE_TASK_TYPE, SCALE_TASK_TYPE, WAIT_TASK_TYPE
-from .nodes.outputs import ClusterReady, RestartOutcome, RestoreOutcome, ScaleOutcome
+from .nodes.creating import AWAIT_WORKERS, AWAITS, RESTART_FIELDS
+from .nodes.registry import NODE_KINDS
 
-AWAIT_WORKERS = "workers"
-"""``get`` waits for ``target`` workers (none when ``target`` is -1)."""
-AWAIT_DESIRED = "desired"
-"""``get`` waits for as many workers as the cluster desires when it reads it (``WaitForCluster`` replicas -1)."""
-AWAIT_HEAD = "head"
-"""``get`` waits for the head the restart in ``restart`` brought up."""
-AWAITS = (AWAIT_WORKERS, AWAIT_DESIRED, AWAIT_HEAD)
-
-OUTCOME_TYPES: Dict[str, type] = {
-    SCALE_TASK_TYPE: ScaleOutcome,
-    WAIT_TASK_TYPE: ClusterReady,
-    RESTORE_TASK_TYPE: RestoreOutcome,
-    RESTART_TASK_TYPE: RestartOutcome,
-}
-"""The typed output of each task type the connector serves."""
 
 _TYPE_WORDS = {int: "an integer", float: "a finite number", str: "a string", bool: "true or false"}
-_RESTART_FIELDS = ("pod", "started_at", "head_hw_tier", "replaced_uid")
 
 
 @dataclass
@@ -96,9 +80,10 @@ class ScalingMetadata(ResourceMeta):
 
     def known_outcome(self) -> Dict[str, Any]:
         """The outcome fields ``create`` knew, each checked against the task type's outcome class."""
-        kind = OUTCOME_TYPES.get(self.task_type)
-        if kind is None:
-            raise InvalidInputError("resource_meta.task_type", self.task_type, ", ".join(OUTCOME_TYPES))
+        node_kind = NODE_KINDS.get(self.task_type)
+        if node_kind is None:
+            raise InvalidInputError("resource_meta.task_type", self.task_type, ", ".join(NODE_KINDS))
+        kind = node_kind.output
         known = _json_object("resource_meta.outcome", self.outcome)
         types = {f.name: f.type for f in fields(kind)}
         unknown = sorted(set(known) - set(types))
@@ -108,7 +93,7 @@ class ScalingMetadata(ResourceMeta):
 
     def outcome_of(self, **updates: Any) -> Any:
         """The task type's outcome from what ``create`` knew, with ``updates`` (what ``get`` saw)."""
-        kind = OUTCOME_TYPES[self.task_type]
+        kind = NODE_KINDS[self.task_type].output
         values = {**self.known_outcome(), **updates}
         for f in fields(kind):
             if f.name not in values and f.default is MISSING:
@@ -119,7 +104,7 @@ class ScalingMetadata(ResourceMeta):
         """The head restart ``create`` sent, as the backend returned it (``final`` is not kept)."""
         known = _json_object("resource_meta.restart", self.restart)
         values = {}
-        for name in _RESTART_FIELDS:
+        for name in RESTART_FIELDS:
             value = known.get(name, "")
             values[name] = checked_value(f"resource_meta.restart.{name}", str, "" if value is None else value)
         if not values["started_at"]:
@@ -128,11 +113,6 @@ class ScalingMetadata(ResourceMeta):
             cluster=self.cluster, pod=values["pod"], started_at=values["started_at"], ready=False, final=None,  # type: ignore[arg-type]
             waited=False, head_hw_tier=values["head_hw_tier"] or None, replaced_uid=values["replaced_uid"],
         )
-
-
-def restart_json(result: RestartResult) -> str:
-    """What :meth:`ScalingMetadata.sent_restart` reads back of ``result``."""
-    return json.dumps({name: getattr(result, name) or "" for name in _RESTART_FIELDS})
 
 
 def _json_object(field: str, text: str) -> Dict[str, Any]:

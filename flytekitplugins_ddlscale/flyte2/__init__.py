@@ -19,23 +19,11 @@ surfaces (``tasks/``, ``phase/``) and shares only what lies below them: the
 node contract and runs (``nodes/``), the phase (``hold/``), the timeline.
 """
 from .._services.connecting import connected
-from .._services.nodes.config import ANY_DESIRED, FROM_BASELINE
-from .._services.nodes.outputs import UNKNOWN, ClusterReady, RestartOutcome, RestoreOutcome, ScaleOutcome
-from .nodes import RestartHead, RestoreCluster, ScaleCluster, WaitForCluster
+from .._services.nodes.outputs import UNKNOWN
+from .._services.nodes.restore import FROM_BASELINE
+from .._services.nodes.wait import ANY_DESIRED
+from . import nodes
+from .nodes import *  # noqa: F401,F403 - every node type with its outcome
 from .phase import distributed_phase
 
-__all__ = [
-    "ANY_DESIRED",
-    "ClusterReady",
-    "FROM_BASELINE",
-    "RestartHead",
-    "RestartOutcome",
-    "RestoreCluster",
-    "RestoreOutcome",
-    "ScaleCluster",
-    "ScaleOutcome",
-    "UNKNOWN",
-    "WaitForCluster",
-    "connected",
-    "distributed_phase",
-]
+__all__ = ["ANY_DESIRED", "FROM_BASELINE", "UNKNOWN", "connected", "distributed_phase", *nodes.__all__]

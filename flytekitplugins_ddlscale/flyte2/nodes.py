@@ -32,12 +32,21 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import InvalidInputError
 from .._services.nodes.leftovers import report_left_running
-from .._services.nodes.kinds import RESTART, RESTORE, SCALE, WAIT, NodeKind
+from .._services.nodes.kinds import NodeKind
 from .._services.nodes.names import OUTPUT_NAME
+from .._services.nodes.restart import RESTART, RestartOutcome
+from .._services.nodes.restore import RESTORE, RestoreOutcome
+from .._services.nodes.scale import SCALE, ScaleOutcome
+from .._services.nodes.wait import WAIT, ClusterReady
 from .._services.hold.signals import RELAY
 
 if TYPE_CHECKING:
     import flyte
+
+__all__ = [
+    "ScaleCluster", "ScaleOutcome", "WaitForCluster", "ClusterReady", "RestartHead", "RestartOutcome",
+    "RestoreCluster", "RestoreOutcome",
+]
 
 _ENV = inspect.Parameter("env", inspect.Parameter.KEYWORD_ONLY, annotation="flyte.TaskEnvironment")
 

@@ -3,36 +3,17 @@
 ``ScaleCluster``, ``RestartHead``, ``WaitForCluster`` and ``RestoreCluster`` are configured when
 defined, take typed inputs (defaults from that configuration) and return a
 typed dataclass that downstream nodes can depend on. Their configurations,
-outcomes and task type names live in :mod:`..nodes` (shared with the
-connector) and are re-exported here; ``resolve_cluster`` is
+outcomes and task type names live in each node type's module under
+``_services/nodes/`` (shared with the connectors and Flyte 2) and are
+re-exported here; ``resolve_cluster`` is
 :func:`..refs.parse_cluster`.
 """
-from .._services.nodes.config import ANY_DESIRED, FROM_BASELINE, RestartConfig, RestoreConfig, ScaleConfig, WaitConfig
-from .._services.nodes.names import RESTART_TASK_TYPE, RESTORE_TASK_TYPE, SCALE_TASK_TYPE, TASK_TYPES, WAIT_TASK_TYPE
-from .._services.nodes.outputs import UNKNOWN, ClusterReady, RestartOutcome, RestoreOutcome, ScaleOutcome
+from .._services.nodes.outputs import UNKNOWN
+from .._services.nodes.registry import TASK_TYPES
+from .._services.nodes.restore import FROM_BASELINE
+from .._services.nodes.wait import ANY_DESIRED
 from ..refs import parse_cluster as resolve_cluster
-from .nodes import RestartHead, RestoreCluster, ScaleCluster, WaitForCluster
+from . import nodes
+from .nodes import *  # noqa: F401,F403 - every node type with its configuration, outcome and task type
 
-__all__ = [
-    "ANY_DESIRED",
-    "ClusterReady",
-    "FROM_BASELINE",
-    "RESTART_TASK_TYPE",
-    "RestartConfig",
-    "RestartHead",
-    "RestartOutcome",
-    "RESTORE_TASK_TYPE",
-    "RestoreCluster",
-    "RestoreConfig",
-    "RestoreOutcome",
-    "SCALE_TASK_TYPE",
-    "ScaleCluster",
-    "ScaleConfig",
-    "ScaleOutcome",
-    "TASK_TYPES",
-    "UNKNOWN",
-    "WAIT_TASK_TYPE",
-    "WaitConfig",
-    "WaitForCluster",
-    "resolve_cluster",
-]
+__all__ = ["ANY_DESIRED", "FROM_BASELINE", "TASK_TYPES", "UNKNOWN", "resolve_cluster", *nodes.__all__]

@@ -1,13 +1,23 @@
 """The four scaling node types of flytekit flows: each is its :class:`NodeKind` and a docstring.
 
 Their constructors take the node's name, then the fields of its
-configuration (:mod:`.._services.nodes.config`: positionally in their
-order or by keyword), then flytekit's task options (``metadata``,
-``requests``, ``environment`` ...).
+configuration (in the node type's module under ``_services/nodes/``:
+positionally in their order or by keyword), then flytekit's task options
+(``metadata``, ``requests``, ``environment`` ...). Each node type's
+configuration, outcome and task type are exported with it.
 """
-from .._services.nodes.config import RestartConfig, RestoreConfig, ScaleConfig, WaitConfig
-from .._services.nodes.kinds import RESTART, RESTORE, SCALE, WAIT
+from .._services.nodes.restart import RESTART, RESTART_TASK_TYPE, RestartConfig, RestartOutcome
+from .._services.nodes.restore import RESTORE, RESTORE_TASK_TYPE, RestoreConfig, RestoreOutcome
+from .._services.nodes.scale import SCALE, SCALE_TASK_TYPE, ScaleConfig, ScaleOutcome
+from .._services.nodes.wait import WAIT, WAIT_TASK_TYPE, ClusterReady, WaitConfig
 from .base import ScalingTaskBase
+
+__all__ = [
+    "ScaleCluster", "ScaleConfig", "ScaleOutcome", "SCALE_TASK_TYPE",
+    "WaitForCluster", "WaitConfig", "ClusterReady", "WAIT_TASK_TYPE",
+    "RestartHead", "RestartConfig", "RestartOutcome", "RESTART_TASK_TYPE",
+    "RestoreCluster", "RestoreConfig", "RestoreOutcome", "RESTORE_TASK_TYPE",
+]
 
 
 class ScaleCluster(ScalingTaskBase[ScaleConfig]):

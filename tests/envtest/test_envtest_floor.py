@@ -13,9 +13,8 @@ from kubernetes import client
 
 from flytekitplugins_ddlscale import ClusterRef
 from flytekitplugins_ddlscale.errors import ScalingTimeoutError
-from flytekitplugins_ddlscale._services.nodes.outputs import ScaleOutcome
+from flytekitplugins_ddlscale._services.nodes.scale import ScaleOutcome, scale_line
 from flytekitplugins_ddlscale.backends._support.crds import CRD_GROUP, CRD_VERSION, LAYOUTS
-from flytekitplugins_ddlscale._core.summary import scale_line
 
 AUTO = {"minReplicas": 1, "maxReplicas": 6}
 

@@ -13,7 +13,7 @@ from tests.test_connector_fleet import wait_meta
 from flytekitplugins_ddlscale import BackendUnavailableError, ClusterRef
 from flytekitplugins_ddlscale.backends.kubernetes._informer import running_informers
 from flytekitplugins_ddlscale.connector import POLL_BACKENDS, ScalingConnector, ScalingMetadata
-from flytekitplugins_ddlscale._services.nodes.names import WAIT_TASK_TYPE
+from flytekitplugins_ddlscale.tasks import WAIT_TASK_TYPE
 from flytekitplugins_ddlscale._services.opening import BackendPool
 
 POLLS = 40

@@ -6,21 +6,16 @@ surface (``@distributed_phase`` for flytekit and for Flyte 2,
 them to :class:`PhaseSettings`, which holds their defaults and checks them.
 """
 from dataclasses import dataclass
-from typing import Optional, TypedDict, Union
+from functools import partial
+from typing import ClassVar, Mapping, Optional, TypedDict, Union
 
 from ...backends._base import DEFAULT_SCALE_TIMEOUT
 from ...errors import InvalidInputError
+from ..._core.fieldchecks import Check, SizedCluster
 from ..._core.leases import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
 from ...models import ReplicaSpec
-from ...refs import ClusterRef, cluster_text, parse_cluster
-from ..._core.validation import (
-    validate_backend_name,
-    validate_bool,
-    validate_replicas,
-    validate_tier_name,
-    validate_timeout,
-    validate_url,
-)
+from ...refs import ClusterRef, parse_cluster
+from ..._core.validation import validate_replicas, validate_tier_name, validate_timeout
 
 RESTORE_BASELINE = "baseline"
 DEFAULT_REASSERT_INTERVAL = 30.0
@@ -31,8 +26,8 @@ DEFAULT_SAMPLE_INTERVAL = 5.0
 Restore = Union[str, ReplicaSpec]
 
 
-def _interval(field: str, value: Optional[float]) -> Optional[float]:
-    return None if value is None else validate_timeout(value, field)
+def _interval(value: Optional[float]) -> Optional[float]:
+    return None if value is None else validate_timeout(value, "reassert_interval")
 
 
 def _restore(value: object) -> Restore:
@@ -81,13 +76,21 @@ class PhaseOptions(TypedDict, total=False):
 
 
 @dataclass(frozen=True)
-class PhaseSettings:
-    """The validated arguments of one phase: its cluster, its size, :class:`PhaseOptions` and whether to publish a page."""
+class PhaseSettings(SizedCluster):
+    """The validated arguments of one phase: its cluster and size, :class:`PhaseOptions` and whether to publish a page.
 
-    cluster: str
-    replicas: int
-    worker_hw_tier: Optional[str] = None
-    head_hw_tier: Optional[str] = None
+    Each option is checked when the settings are made, by the check every
+    option of its name has (:data:`~flytekitplugins_ddlscale._core.fieldchecks.FIELD_CHECKS`),
+    or by the phase's own for what only a phase has.
+    """
+
+    checks: ClassVar[Mapping[str, Check]] = {
+        "restore": _restore,
+        "reassert_interval": _interval,
+        "sample_interval": partial(validate_timeout, field="sample_interval"),
+        "lease_seconds": partial(validate_timeout, field="lease_seconds", maximum=MAX_LEASE_SECONDS),
+    }
+
     restore: Restore = RESTORE_BASELINE
     timeout: float = DEFAULT_SCALE_TIMEOUT
     backend: Optional[str] = None
@@ -101,21 +104,6 @@ class PhaseSettings:
     fail_on_fault: bool = False
     """Fail the phase when its cluster loses its head or workers during the body, instead of
     repairing (where the backend can) and reporting it."""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "cluster", cluster_text(self.cluster))
-        validate_replicas(self.replicas)
-        object.__setattr__(self, "worker_hw_tier", validate_tier_name(self.worker_hw_tier))
-        object.__setattr__(self, "head_hw_tier", validate_tier_name(self.head_hw_tier, "head_hw_tier"))
-        object.__setattr__(self, "restore", _restore(self.restore))
-        object.__setattr__(self, "timeout", validate_timeout(self.timeout))
-        object.__setattr__(self, "reassert_interval", _interval("reassert_interval", self.reassert_interval))
-        object.__setattr__(self, "sample_interval", validate_timeout(self.sample_interval, "sample_interval"))
-        object.__setattr__(self, "lease_seconds", validate_timeout(self.lease_seconds, "lease_seconds", MAX_LEASE_SECONDS))
-        for name in ("framework_ready", "deck", "fail_on_fault"):
-            validate_bool(getattr(self, name), name)
-        object.__setattr__(self, "framework_url", validate_url(self.framework_url))
-        object.__setattr__(self, "backend", validate_backend_name(self.backend))
 
     def ref(self) -> ClusterRef:
         """The cluster, resolved now (a bare kind needs ``$DOMINO_RUN_ID``)."""

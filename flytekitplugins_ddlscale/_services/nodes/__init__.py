@@ -1,7 +1,9 @@
-"""What a scaling node is, apart from Flyte: its task type names, its configuration, its typed outcome.
+"""What a scaling node is, apart from Flyte: one module per node type, and what they share.
 
-The task types (:mod:`..tasks`) and the Flyte 2 nodes (:mod:`..flyte2`) build
-tasks from these and run them with :mod:`.run`; the Flyte connector
-(:mod:`..connector`) reads the same configuration back from a task template
-and returns the same outcomes, without any of them importing another.
+Each node type's module (:mod:`.scale`, :mod:`.wait`, :mod:`.restart`,
+:mod:`.restore`) declares its configuration, its typed outcome, its run in
+a task, its summary line and its connector create, tied together in one
+:class:`~.kinds.NodeKind`; :mod:`.registry` lists them. The task types
+(:mod:`...tasks`), the Flyte 2 nodes (:mod:`...flyte2`) and the Flyte
+connectors build on the kinds without any of them importing another.
 """

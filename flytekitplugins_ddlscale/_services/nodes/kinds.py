@@ -1,30 +1,38 @@
-"""One declaration per scaling node type: all that differs between the four of them.
+"""What a scaling node type is: one :class:`NodeKind` declares all that differs between node types.
 
 Both task surfaces (flytekit's :mod:`...tasks`, Flyte 2's :mod:`...flyte2`)
 build a node's constructor (its signature from the configuration's
-fields), Flyte interface, run and summary from its :class:`NodeKind`, and
-the connector service finds the configuration and inputs a template carries
-by its task type here. A new node type is a configuration (:mod:`.config`),
-an outcome (:mod:`.outputs`), a run (:mod:`.run`), one ``NodeKind`` line
-and the connector's create for it, plus one line on each surface (a class
-and its docstring in ``tasks/nodes.py``, a constructor in ``flyte2/nodes.py``).
+fields), Flyte interface, run and summary from its kind, and the connector
+service (:mod:`..connector_core`) its create and polls. Each node type is
+one module declaring its kind (:mod:`.scale`, :mod:`.wait`,
+:mod:`.restart`, :mod:`.restore`), listed once in :mod:`.registry`; a new
+node type is that module, its line in the registry, and a line on each
+surface (a class and its docstring in ``tasks/nodes.py``, a constructor in
+``flyte2/nodes.py``).
 """
 import inspect
 import typing
 from dataclasses import dataclass
 from typing import Any, Callable, Collection, Dict, Generic, Mapping, Optional, Sequence, Tuple, Type, TypeVar, Union
 
+from ...errors import ScalingError
+from ...models import ClusterState
 from ..._core.progress import ProgressReporter
-from ..._core.summary import restart_line, restore_line, scale_line, wait_line
 from ..._core.timeline import WorkerTimeline
-from .config import RestartConfig, RestoreConfig, ScaleConfig, WaitConfig
+from ..readiness import Readiness
 from ...refs import ClusterRef
-from .names import RESTART_TASK_TYPE, RESTORE_TASK_TYPE, SCALE_TASK_TYPE, WAIT_TASK_TYPE
-from .outputs import ClusterReady, RestartOutcome, RestoreOutcome, ScaleOutcome
-from .run import run_restart, run_restore, run_scale, run_wait
+from .creating import Creation, Sent
 
 C = TypeVar("C")
 O = TypeVar("O")
+
+
+def _as_created(target: int, state: ClusterState) -> int:
+    return target
+
+
+def _as_raised(backend: Any, ref: ClusterRef, error: ScalingError, target: int) -> ScalingError:
+    return error
 
 
 @dataclass(frozen=True)
@@ -44,10 +52,21 @@ class NodeKind(Generic[C, O]):
     """The node's one summary line from (node name, outcome, seconds)."""
     run: Callable[..., Tuple[O, WorkerTimeline]]
     """What the node does: ``run(config, progress=..., **inputs)`` gives the outcome and its timeline."""
+    create: Callable[[Creation, C, Dict[str, Any]], Sent]
+    """What a connector's ``create`` does: ``create(creation, config, inputs)`` checks the node, sends its
+    change without waiting (within the creation's bound) and says what the polls wait for."""
+    finish: Callable[[Any, ClusterState, float, Readiness], O]
+    """A connector poll's outcome once the goal is reached: ``finish(metadata, state, seconds, readiness)``
+    completes the outcome ``create`` knew (``metadata.outcome_of(...)``)."""
     goal: str = "waiting for {workers}"
     """What the node's progress bar says it waits for."""
     changes_cluster: bool = True
     """Whether the node changes the cluster (a wait only reads it): an interrupt after it may leave it running."""
+    awaited: Callable[[int, ClusterState], int] = _as_created
+    """The workers a connector poll waits for, from the ``target`` create set and the state read."""
+    failed: Callable[[Any, ClusterRef, ScalingError, int], ScalingError] = _as_raised
+    """A connector poll's error when the node fails waiting for ``target`` workers (a size change's says
+    what it left in place and how to undo it)."""
 
     def interface(self, config: C) -> Dict[str, Tuple[Any, Any]]:
         """The node's Flyte inputs: each input's type (from the configuration) and its default (the configured value)."""
@@ -101,22 +120,3 @@ class NodeKind(Generic[C, O]):
 
 _NAME = inspect.Parameter("name", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str)
 """Every node's first parameter: its name."""
-
-SCALE = NodeKind(
-    "ScaleCluster", SCALE_TASK_TYPE, ScaleConfig, ("cluster", "replicas", "worker_hw_tier", "head_hw_tier"), ScaleOutcome,
-    "Cluster scaling", scale_line, run_scale,
-)
-WAIT = NodeKind(
-    "WaitForCluster", WAIT_TASK_TYPE, WaitConfig, ("cluster", "replicas"), ClusterReady, "Cluster wait", wait_line, run_wait,
-    changes_cluster=False,
-)
-RESTART = NodeKind(
-    "RestartHead", RESTART_TASK_TYPE, RestartConfig, ("cluster", "head_hw_tier"), RestartOutcome, "Head restart", restart_line,
-    run_restart, goal="waiting for the new head",
-)
-RESTORE = NodeKind(
-    "RestoreCluster", RESTORE_TASK_TYPE, RestoreConfig, ("cluster", "replicas", "worker_hw_tier"), RestoreOutcome, "Cluster restore",
-    restore_line, run_restore,
-)
-NODE_KINDS: Dict[str, NodeKind] = {kind.task_type: kind for kind in (SCALE, WAIT, RESTART, RESTORE)}
-"""Every node type by its task type."""

@@ -1,13 +1,5 @@
-"""How scaling nodes are named in Flyte: task types, the output name, qualified task names."""
+"""How scaling nodes are named in Flyte: the output name, qualified task names."""
 from typing import Optional
-
-SCALE_TASK_TYPE = "ddlscale_scale"
-RESTART_TASK_TYPE = "ddlscale_restart_head"
-WAIT_TASK_TYPE = "ddlscale_wait"
-RESTORE_TASK_TYPE = "ddlscale_restore"
-
-TASK_TYPES = (SCALE_TASK_TYPE, RESTART_TASK_TYPE, WAIT_TASK_TYPE, RESTORE_TASK_TYPE)
-"""Every task type this plugin defines (the connector serves ``SERVED_TASK_TYPES`` of them)."""
 
 OUTPUT_NAME = "o0"
 """The single output's name, as for function tasks, so ``up = scale_up()`` is the outcome itself."""
