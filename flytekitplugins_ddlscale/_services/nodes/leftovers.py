@@ -17,7 +17,7 @@ from ...refs import ClusterRef
 from ..._core.wording import plural
 
 if TYPE_CHECKING:
-    from ...backends._base import BaseBackend
+    from ...backends._base import ClusterBackend
 
 _touched: Dict[str, Tuple[str, ClusterRef]] = {}
 _lock = threading.Lock()
@@ -44,7 +44,7 @@ def forget_all() -> None:
 
 def stop_command(backend: str, ref: ClusterRef) -> str:
     """The ``ddlscale`` command that stops (or restores) ``ref`` on ``backend``, as the backend says it
-    (a backend class that does not derive from ``BaseBackend``: ``ddlscale restore``)."""
+    (a backend class that does not derive from ``ClusterBackend``: ``ddlscale restore``)."""
     return _stop_command(_backend_class(backend), backend, ref)
 
 
@@ -80,14 +80,14 @@ def left_running() -> List[str]:
     return lines
 
 
-def _stop_command(backend_class: Type["BaseBackend"], name: str, ref: ClusterRef) -> str:
+def _stop_command(backend_class: Type["ClusterBackend"], name: str, ref: ClusterRef) -> str:
     from ...backends._base import restore_command
 
     own = getattr(backend_class, "stop_command", None)
     return own(ref) if own is not None else restore_command(name, ref)
 
 
-def _backend_class(name: str) -> Type["BaseBackend"]:
+def _backend_class(name: str) -> Type["ClusterBackend"]:
     """The class of backend ``name`` (importing its module only, which opens nothing)."""
     from ...backends import load_backend_class
 
