@@ -11,7 +11,7 @@ image, the node's configuration as the template's ``custom``):
   calls the same registered connector in-process: ``create``, then ``get``
   every 3 s until it ends. Around that run this class adds what a node
   shows in a local run: its summary line and its Report tab, and the
-  cluster it changes is noted for the interrupt report (:mod:`..nodes.leftovers`).
+  cluster it changes is noted for the interrupt report (:mod:`.._services.nodes.leftovers`).
 
 Imports ``flyte``: imported when a node is defined, never with the package.
 """

@@ -1,4 +1,4 @@
-"""The Ctrl-C report of the flytekit nodes: clusters a local flow left running (see :mod:`..nodes.leftovers`).
+"""The Ctrl-C report of the flytekit nodes: clusters a local flow left running (see :mod:`.._services.nodes.leftovers`).
 
 Each flytekit node that changes a cluster calls :func:`remember`; the first
 call hooks the report into flytekit's own signal-handler hook, which runs it
