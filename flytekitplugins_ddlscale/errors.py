@@ -327,6 +327,14 @@ class NeverReachedError(AccessError):
     code = "backend_unavailable"
 
 
+class CertificateRefusedError(AccessError):
+    """The backend's TLS certificate failed verification (an unknown authority, self-signed, expired,
+    another host's): nothing was sent, and trying again cannot help. Fix the certificate authority
+    the client trusts (the kubeconfig's, ``verify=``) or the address."""
+
+    code = "certificate_refused"
+
+
 class ClusterFaultError(ClusterStateError):
     """The cluster lost its head or workers while a phase's body ran, and the phase was asked to fail
     on that (``fail_on_fault``) instead of repairing or reporting it."""

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from flytekitplugins_ddlscale import BackendUnavailableError, InvalidInputError, UnknownTierError
+from flytekitplugins_ddlscale import BackendUnavailableError, CertificateRefusedError, InvalidInputError, UnknownTierError
 from flytekitplugins_ddlscale.backends._support.domino_auth import DominoAuth
 from flytekitplugins_ddlscale.backends.tiers import DominoTierCatalog, FileTierCatalog, parse_tiers
 from tests.servers.scaler_server import DEFAULT_API_KEY, default_tiers
@@ -55,3 +55,16 @@ def test_domino_catalog_errors(scaler_server):
     assert info.value.status_code == 401
     with pytest.raises(BackendUnavailableError):
         DominoTierCatalog("http://127.0.0.1:9", timeout=1).tiers()
+
+
+def test_domino_catalog_over_tls_refuses_an_untrusted_certificate(scaler_server, tmp_path):
+    from tests.reliability.rel_proxy import FaultProxy
+    from tests.reliability.rel_tls import self_signed_cert, server_context
+
+    cert, key = self_signed_cert(tmp_path)
+    with FaultProxy.before(scaler_server.url, tls=server_context(cert, key)) as proxy:
+        auth = DominoAuth(api_key=DEFAULT_API_KEY)
+        with pytest.raises(CertificateRefusedError, match="TLS certificate was refused"):
+            DominoTierCatalog(proxy.url, auth=auth, timeout=5).tiers()
+        assert scaler_server.count("GET", "/v4/hardwareTier") == 0
+        assert len(DominoTierCatalog(proxy.url, auth=auth, timeout=5, verify=False).tiers()) == 4

@@ -4,7 +4,7 @@ import time
 import pytest
 
 from flytekitplugins_ddlscale import (
-    BackendUnavailableError, ClusterRef, InvalidInputError, NeverReachedError, ScalingError, TransientError,
+    BackendUnavailableError, CertificateRefusedError, ClusterRef, InvalidInputError, NeverReachedError, ScalingError, TransientError,
 )
 from flytekitplugins_ddlscale.backends.scaler import ScalerServiceBackend
 from flytekitplugins_ddlscale._core.waiting import Backoff
@@ -118,7 +118,7 @@ def test_tls_verification_is_on_by_default_and_can_be_turned_off(tmp_path):
     url = f"https://127.0.0.1:{httpd.server_address[1]}"
     try:
         with ScalerServiceBackend(url, api_key="k-1234", state_dir=tmp_path, retries=0) as backend:
-            with pytest.raises(BackendUnavailableError):
+            with pytest.raises(CertificateRefusedError, match="TLS certificate was refused"):
                 backend.get_state(RAY)
         with ScalerServiceBackend(url, api_key="k-1234", state_dir=tmp_path, retries=0, verify=False) as backend:
             assert backend.get_state(RAY).status == "Running"

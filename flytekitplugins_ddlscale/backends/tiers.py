@@ -13,7 +13,8 @@ from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Unio
 
 import yaml
 
-from ..errors import BackendUnavailableError, UnknownTierError
+from ..errors import BackendUnavailableError, CertificateRefusedError, UnknownTierError
+from .._core.outage import cert_verification_failed
 from ..refs import normalize_kind
 from .._core.validation import validate_tier_name
 
@@ -197,6 +198,10 @@ class DominoTierCatalog(TierCatalog):
                 verify=self._verify,
             )
         except httpx.HTTPError as exc:
+            if cert_verification_failed(exc):
+                raise CertificateRefusedError(
+                    "could not list hardware tiers from Domino: its TLS certificate was refused"
+                ) from None
             raise BackendUnavailableError(
                 f"could not list hardware tiers from Domino ({type(exc).__name__})"
             ) from None

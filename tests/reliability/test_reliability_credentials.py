@@ -25,7 +25,7 @@ from rel_secrets import exception_texts, leaks
 from rel_tls import self_signed_cert, server_context
 
 from flytekitplugins_ddlscale import (
-    BackendUnavailableError,
+    CertificateRefusedError,
     ClusterRef,
     ScaleCluster,
     ScalingError,
@@ -326,7 +326,7 @@ def tls_proxy(scaler_server: ScalerTestServer, tmp_path: Path) -> Iterator[Fault
 def test_tls_is_verified_by_default(scaler_server, cluster, tls_proxy, secret_key, debug_logs, capfd):
     backend = get_backend("scaler", base_url=tls_proxy.url, timeout=2.0, retries=0)
     try:
-        with pytest.raises(BackendUnavailableError) as caught:
+        with pytest.raises(CertificateRefusedError, match="TLS certificate was refused") as caught:
             backend.get_state(REF)
     finally:
         backend.close()
@@ -349,11 +349,11 @@ def test_tls_of_the_api_proxy_is_verified_by_default(scaler_server, cluster, tls
     monkeypatch.setenv("DOMINO_API_PROXY", tls_proxy.url)
     backend = get_backend("scaler", timeout=2.0, retries=0)
     try:
-        with pytest.raises(BackendUnavailableError) as caught:
+        with pytest.raises(CertificateRefusedError) as caught:
             backend.get_state(REF)
     finally:
         backend.close()
-    assert "access token" in str(caught.value)
+    assert "access token" in str(caught.value) and "TLS certificate was refused" in str(caught.value)
     assert scaler_server.count("GET", "/access-token") == 0
     assert scaler_server.count("GET", "/cluster/") == 0
 

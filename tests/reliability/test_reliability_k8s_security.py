@@ -12,7 +12,7 @@ from rel_proxy import FaultProxy
 from rel_secrets import exception_texts, leaks
 from rel_tls import self_signed_cert, server_context
 
-from flytekitplugins_ddlscale import BackendUnavailableError, ClusterRef, ScalingError
+from flytekitplugins_ddlscale import CertificateRefusedError, ClusterRef, ScalingError
 from flytekitplugins_ddlscale.backends.kubernetes import KubernetesBackend
 
 NAME = "ray-k8s-tls"
@@ -76,7 +76,7 @@ def test_tls_verified_by_default(cluster, k8s_server, tls, tmp_path, token, capl
     config = write_kubeconfig(tmp_path / "kc", proxy.url, token)
     backend = KubernetesBackend(kubeconfig=str(config), request_timeout=5)
     try:
-        with pytest.raises(BackendUnavailableError) as caught:
+        with pytest.raises(CertificateRefusedError, match="TLS certificate was refused") as caught:
             backend.get_state(REF)
     finally:
         backend.close()

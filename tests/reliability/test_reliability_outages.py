@@ -714,10 +714,11 @@ def test_scaler_tls_handshakes_failing_during_a_restart_are_ridden_out(
 
 
 def test_scaler_certificate_refused_is_final_not_ridden_out(make_scaler, scaler_server, tls_sproxy, scaler_cluster):
-    from flytekitplugins_ddlscale import BackendUnavailableError
+    from flytekitplugins_ddlscale import AccessError, CertificateRefusedError, TransientError
 
     backend = make_scaler(base_url=tls_sproxy.url)  # verifies the self-signed certificate: refused
-    with pytest.raises(BackendUnavailableError) as caught:
+    with pytest.raises(CertificateRefusedError) as caught:
         backend.scale(RAY, 3, wait=True, timeout=TIMEOUT)  # riding it out would end in ScalingTimeoutError
     assert "CERTIFICATE_VERIFY_FAILED" in str(caught.value)
+    assert isinstance(caught.value, AccessError) and not isinstance(caught.value, TransientError)  # not worth a retry
     assert scaler_server.requests == []

@@ -24,7 +24,8 @@ from typing import Generator, Mapping, Optional
 import httpx
 
 from ..._core import settings
-from ...errors import BackendUnavailableError, UnauthorizedError
+from ...errors import BackendUnavailableError, CertificateRefusedError, UnauthorizedError
+from ..._core.outage import cert_verification_failed
 from ..._core.redaction import register_secret
 
 API_KEY_HEADER = "X-Domino-Api-Key"
@@ -88,6 +89,11 @@ class DominoAuth(httpx.Auth):
         try:
             response = httpx.get(url, timeout=self._proxy_timeout, verify=self._verify)
         except httpx.HTTPError as exc:
+            if cert_verification_failed(exc):
+                raise CertificateRefusedError(
+                    "could not get an access token from DOMINO_API_PROXY: its TLS certificate was refused; "
+                    "nothing was sent"
+                ) from None
             raise ProxyUnavailableError(
                 f"could not get an access token from DOMINO_API_PROXY ({type(exc).__name__})"
             ) from None

@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from ...errors import (
     BackendUnavailableError,
+    CertificateRefusedError,
     ClusterNotFoundError,
     ConflictError,
     NotScalableError,
@@ -69,6 +70,11 @@ def translate(exc: Exception, verb: str, resource: str, name: Optional[str], nam
         return exc
     target = f"{resource} {name!r}" if name else resource
     where = f"{target} in namespace {namespace!r}"
+    if cert_verification_failed(exc):
+        return CertificateRefusedError(
+            f"{verb} {where}: the API server's TLS certificate was refused ({type(exc).__name__}: {redact(exc)}); "
+            "nothing was sent (check the kubeconfig's certificate-authority and server address)"
+        )
     if not isinstance(exc, ApiException):
         return BackendUnavailableError(f"{verb} {where} failed: {type(exc).__name__}: {redact(exc)}")
     status = exc.status or 0

@@ -22,7 +22,13 @@ import httpx
 from .._support.crds import layout_of
 from .._support.domino_auth import DominoAuth, ProxyUnavailableError
 from ..._core import settings
-from ...errors import BackendUnavailableError, ClusterNotFoundError, UnauthorizedError, UnsupportedOperationError
+from ...errors import (
+    BackendUnavailableError,
+    CertificateRefusedError,
+    ClusterNotFoundError,
+    UnauthorizedError,
+    UnsupportedOperationError,
+)
 from ..._core.redaction import register_secret
 from ...refs import ClusterRef
 from ..._core.outage import cert_verification_failed, connection_reset, retry_through_outage, shared_tracker
@@ -211,7 +217,13 @@ class ScalerClient:
                 last, answer = f"HTTP {status.response.status_code}", status.response
             except httpx.TransportError as exc:
                 last, answer = type(exc).__name__, None
-                if _nothing_sent(exc) and (not retry or cert_verification_failed(exc)):
+                if cert_verification_failed(exc):
+                    raise CertificateRefusedError(
+                        f"{method} {self.base_url}{path}: the service's TLS certificate was refused "
+                        f"({_describe(exc)}); nothing was sent",
+                        cluster=str(ref),
+                    ) from None
+                if _nothing_sent(exc) and not retry:
                     raise BackendUnavailableError(
                         f"{method} {self.base_url}{path}: could not connect ({_describe(exc)}); nothing was sent",
                         cluster=str(ref),
