@@ -78,6 +78,15 @@ def test_a_renewal_moves_the_lease_and_keeps_when_the_claim_was_made():
     assert claimrules.renew(claims, "gone") == (RecordChange(), None)
 
 
+def test_a_lapsed_claim_its_holder_renews_before_it_is_dropped_counts_again():
+    lapsed = claim("a", 3, made=-10, renewed=-5)  # its one-minute lease ran out four minutes before NOW
+    assert claimrules.live_claims({"a": lapsed}, NOW) == {}
+    change, renewed = claimrules.renew({"a": lapsed}, "a")  # a hung holder woke up before any drop
+    assert renewed.created_at == at(-10) and claimrules.live_claims(change.claims) == {"a": renewed}
+    dropped, _ = claimrules.release({"a": lapsed}, "a")
+    assert claimrules.renew(dropped.claims, "a") == (RecordChange(), None)  # once dropped, it stays gone
+
+
 def test_a_release_drops_only_its_claim_and_answers_the_largest_live_one_left():
     lapsed = claim("lapsed", 9, renewed=-2)
     claims = {"a": claim("a", 3), "b": claim("b", 2), "lapsed": lapsed}
