@@ -5,20 +5,17 @@ backend that can say where a cluster's head is (the local one) offers them
 through ``connection_env(ref)``, so code written for Domino runs unchanged.
 """
 import contextlib
-from typing import Any, Dict, Iterator, Optional, Union
+from typing import Dict, Iterator, Optional, Union
 
 from .._core.environ import environ_set
+from ..backends._base import ClusterBackend
 from .opening import open_backend
 from ..refs import ClusterRef, cluster_text, parse_cluster
 
 
-def connection_variables(backend: Any, ref: ClusterRef) -> Dict[str, str]:
-    """The variables ``backend`` offers for ``ref``; empty when it offers none.
-
-    ``connection_env`` is an optional extension beyond the backend protocol.
-    """
-    connection_env = getattr(backend, "connection_env", None)
-    return dict(connection_env(ref)) if connection_env is not None else {}
+def connection_variables(backend: ClusterBackend, ref: ClusterRef) -> Dict[str, str]:
+    """The variables ``backend`` offers for ``ref`` (its ``connection_env``); empty when it offers none."""
+    return dict(backend.connection_env(ref))
 
 
 @contextlib.contextmanager

@@ -46,7 +46,7 @@ from .._framework.wait import HeadUnreachable, read_registered
 from ..models import ClusterState
 from .nodes.creating import AWAIT_DESIRED, AWAIT_HEAD, Creation, Sent
 from .nodes.kinds import NodeKind
-from .nodes.registry import NODE_KINDS
+from .nodes.registry import NODE_KINDS, TASK_TYPES
 from .opening import BackendPool
 from ..refs import ClusterRef
 from .._core import settings
@@ -55,7 +55,7 @@ from .._core.validation import MAX_NODE_TIMEOUT
 
 logger = logging.getLogger("flytekitplugins_ddlscale.connector")
 
-SERVED_TASK_TYPES = tuple(NODE_KINDS)
+SERVED_TASK_TYPES = TASK_TYPES
 POLL_BACKENDS = BackendPool()
 """The backends every ``get`` reads through: kept open across polls, so a thousand executions share one
 API client and its connections instead of opening one per poll."""
@@ -182,13 +182,13 @@ class ScalingService:
             return Poll(FAILED, str(error))
 
     def _poll(self, meta: ScalingMetadata) -> Poll:
-        if meta.task_type not in NODE_KINDS:
+        kind = NODE_KINDS.get(meta.task_type)
+        if kind is None:
             raise InvalidInputError("resource_meta.task_type", meta.task_type, ", ".join(NODE_KINDS))
         if not 0 <= meta.deadline - meta.started <= MAX_NODE_TIMEOUT:
             raise InvalidInputError(
                 "resource_meta.deadline", meta.deadline, f"at most {MAX_NODE_TIMEOUT:.0f} s after resource_meta.started"
             )
-        kind = NODE_KINDS[meta.task_type]
         meta.known_outcome()
         if meta.target < 0 and meta.awaits != AWAIT_DESIRED:
             return Poll(SUCCEEDED, outcome=meta.outcome_of())

@@ -111,9 +111,7 @@ def in_place_failure(backend: Any, ref: ClusterRef, error: ScalingError, target:
     """``error`` of a size change whose wait for ``target`` workers failed, with what the change left in
     place and the command that undoes it (or, after a restore, keeps waiting), as a node whose own
     wait failed says it."""
-    if hasattr(backend, "in_place_error"):
-        return backend.in_place_error(ref, error, target, restoring=restoring)
-    return error
+    return backend.in_place_error(ref, error, target, restoring=restoring)
 
 
 def read_within(deadline: Deadline, what: str, read: Callable[[], T]) -> T:

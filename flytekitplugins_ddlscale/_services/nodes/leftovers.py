@@ -43,9 +43,8 @@ def forget_all() -> None:
 
 
 def stop_command(backend: str, ref: ClusterRef) -> str:
-    """The ``ddlscale`` command that stops (or restores) ``ref`` on ``backend``, as the backend says it
-    (a backend class that does not derive from ``ClusterBackend``: ``ddlscale restore``)."""
-    return _stop_command(_backend_class(backend), backend, ref)
+    """The ``ddlscale`` command that stops (or restores) ``ref`` on ``backend``, as the backend says it."""
+    return _backend_class(backend).stop_command(ref)
 
 
 def left_running() -> List[str]:
@@ -61,8 +60,8 @@ def left_running() -> List[str]:
     lines = []
     for name, ref in touched:
         backend_class = _backend_class(name)
-        command = _stop_command(backend_class, name, ref)
-        if not getattr(getattr(backend_class, "capabilities", None), "reads_locally", False):
+        command = backend_class.stop_command(ref)
+        if not backend_class.capabilities.reads_locally:
             lines.append(f"  {ref} ({name} backend): may still be scaled; to restore it: {command}")
             continue
         backend = backend_class()
@@ -78,13 +77,6 @@ def left_running() -> List[str]:
         if state.desired_workers > 0 or state.status in ("Running", "Starting", "Pending"):
             lines.append(f"  {ref}: {state.status}, {plural(state.desired_workers, 'worker')}; to stop it: {command}")
     return lines
-
-
-def _stop_command(backend_class: Type["ClusterBackend"], name: str, ref: ClusterRef) -> str:
-    from ...backends._base import restore_command
-
-    own = getattr(backend_class, "stop_command", None)
-    return own(ref) if own is not None else restore_command(name, ref)
 
 
 def _backend_class(name: str) -> Type["ClusterBackend"]:

@@ -96,8 +96,7 @@ def create_restart(creation: Creation, config: RestartConfig, inputs: Dict[str, 
     backend_name, ref = creation.served(config.backend, inputs["cluster"])
     head_tier = validate_tier_name(inputs["head_hw_tier"], "head_hw_tier")
     with creation.opened(backend_name, ref) as backend:
-        capabilities = getattr(backend, "capabilities", None)
-        if not getattr(capabilities, "observes_restarts", False):
+        if not backend.capabilities.observes_restarts:
             raise UnsupportedOperationError(
                 f"the {backend.name} backend cannot tell a restarted head from the old one after the restart, "
                 "so the connector cannot wait for it; run this node in its container",

@@ -130,14 +130,13 @@ def create_wait(creation: Creation, config: WaitConfig, inputs: Dict[str, Any]) 
 
 
 def wait_target(target: int, state: ClusterState) -> int:
-    """The worker count a wait on ``state`` should await (``-1``: the desired count).
+    """``target``, the worker count a wait on ``state`` awaits (a wait for the desired count is
+    ``AWAIT_DESIRED``, which the poll reads from the state itself).
 
     A count that can never come (above the desired workers or above
     ``maxReplicas``) raises :class:`UnreachableWaitError` at once instead of
     waiting out the timeout.
     """
-    if target == ANY_DESIRED:
-        return state.desired_workers
     check_reachable(
         target, desired=state.desired_workers, maximum=state.autoscaling_max, cluster=state.cluster,
         desired_name="desired_workers", state=state,
