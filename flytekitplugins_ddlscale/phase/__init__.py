@@ -14,8 +14,11 @@ largest live claim and workers awaited (and, where the run can reach the
 cluster's head, registered with the framework). After it, on return, exception
 or SIGTERM/SIGINT: claim released and the cluster shrunk to the largest
 remaining claim, or restored to the baseline (or the ``restore`` spec) when
-none remain. ``functools.wraps`` keeps the signature, so ``@task`` above it
-sees the body's typed interface; placed above ``@task`` it raises
+none remain. In a task pod, the backend being unavailable for now (the
+transient family, :mod:`.._services.recoverable`) fails the task as
+recoverable, so Flyte applies its ``retries``; other failures stay
+non-recoverable. ``functools.wraps`` keeps the signature, so ``@task`` above
+it sees the body's typed interface; placed above ``@task`` it raises
 ``TypeError`` showing the right order. The phase itself (claims, scaling,
 signals, the monitor) is :mod:`..hold`, shared with ``ddlscale run``.
 """
@@ -54,7 +57,9 @@ def distributed_phase(
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with ClusterPhase(settings, fn.__name__):
+            from .._services.recoverable import recoverable_in_pod
+
+            with recoverable_in_pod(), ClusterPhase(settings, fn.__name__):
                 return fn(*args, **kwargs)
 
         return cast(F, wrapper)

@@ -25,6 +25,7 @@ from flytekit.core.tracked_abc import FlyteTrackedABC
 from .._core.deck import publish_deck, render_html
 from .._services.nodes.kinds import NodeKind
 from .._services.nodes.names import OUTPUT_NAME, qualified_name
+from .._services.recoverable import recoverable_in_pod
 from .._core.progress import Activity, emit_summary, default_reporter
 from ..refs import parse_cluster
 from .leftovers import remember
@@ -102,14 +103,19 @@ class ScalingTaskBase(PythonInstanceTask[C], Generic[C], metaclass=_NodeTypeMeta
         return self._name
 
     def execute(self, **kwargs: Any) -> Any:
-        """Run the node with its inputs; publish the Deck; print the summary line; return the outcome."""
+        """Run the node with its inputs; publish the Deck; print the summary line; return the outcome.
+
+        In a task pod, the backend being unavailable for now is raised as recoverable, so Flyte applies
+        the task's ``retries`` (:mod:`.._services.recoverable`).
+        """
         started = time.monotonic()
-        ref = parse_cluster(kwargs.get("cluster", self.task_config.cluster))  # type: ignore[attr-defined]
-        if self.kind.changes_cluster:
-            remember(self.task_config.backend, ref)  # type: ignore[attr-defined]
-        activity = Activity(self.short_name, str(ref), self.kind.goal)
-        with default_reporter(activity) as progress:
-            outcome, timeline = self.kind.perform(self.task_config, kwargs, progress)
+        with recoverable_in_pod():
+            ref = parse_cluster(kwargs.get("cluster", self.task_config.cluster))  # type: ignore[attr-defined]
+            if self.kind.changes_cluster:
+                remember(self.task_config.backend, ref)  # type: ignore[attr-defined]
+            activity = Activity(self.short_name, str(ref), self.kind.goal)
+            with default_reporter(activity) as progress:
+                outcome, timeline = self.kind.perform(self.task_config, kwargs, progress)
         publish_deck(self.kind.title, render_html(f"{self.kind.title}: {self.name}", timeline, vars(outcome)))
         emit_summary(self.kind.summary(self.short_name, outcome, time.monotonic() - started))
         return outcome

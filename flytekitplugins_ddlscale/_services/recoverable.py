@@ -1,0 +1,63 @@
+"""Which failures Flyte may retry, and how a flytekit task pod tells FlytePropeller so.
+
+FlytePropeller applies a task's ``retries`` only to a failure whose error
+document says RECOVERABLE; flytekit's ``pyflyte-execute`` writes that kind
+only for a user error that is a ``flytekit.exceptions.user.FlyteRecoverableException``,
+NON_RECOVERABLE for any other. So a node or ``@distributed_phase`` running in
+a pod raises the backend being unavailable for now as
+:class:`RecoverableScalingError` (its message is the original error's), and
+``TaskMetadata(retries=N)`` runs the task again; everything else (bad input,
+access, cluster state, a wait's timeout) stays non-recoverable, as a retry
+would meet the same answer.
+
+What counts as unavailable for now is what the connector treats so
+(``connector_core.UNAVAILABLE_HERE``), so both modes retry the same
+failures: the transient family, and a backend this process never reached
+(a new pod is a new process: a service restarting while it starts looks
+like that, and Flyte's retries are bounded by the task's ``retries``).
+Local runs (``pyflyte run`` without ``--remote``, a test calling the flow)
+keep the typed error: flytekit retries nothing there.
+"""
+import contextlib
+from typing import Iterator
+
+from flytekit.exceptions.user import FlyteRecoverableException
+
+from ..errors import NeverReachedError, ScalingError, TransientError
+
+RETRYABLE = (TransientError, NeverReachedError)
+"""The failures a task pod reports as recoverable (the connector's ``UNAVAILABLE_HERE``)."""
+
+
+class RecoverableScalingError(FlyteRecoverableException):
+    """A :data:`RETRYABLE` failure in a Flyte task pod, as flytekit marks a user error recoverable.
+
+    ``error`` is the original typed error (also the ``__cause__``); the text is its text.
+    """
+
+    def __init__(self, error: ScalingError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+    def __str__(self) -> str:
+        return f"{type(self.error).__name__}: {self.error} (recoverable: Flyte runs the task again if its retries allow)"
+
+
+def _in_task_pod() -> bool:
+    """Whether this is a Flyte task execution (``pyflyte-execute``), not a local run or plain Python."""
+    from flytekit import FlyteContextManager
+
+    state = FlyteContextManager.current_context().execution_state
+    return state is not None and state.mode is not None and not state.is_local_execution()
+
+
+@contextlib.contextmanager
+def recoverable_in_pod() -> Iterator[None]:
+    """Raise a :data:`RETRYABLE` error of the block as :class:`RecoverableScalingError` in a task pod;
+    elsewhere, and for every other error, the error as it was."""
+    try:
+        yield
+    except RETRYABLE as error:
+        if not _in_task_pod():
+            raise
+        raise RecoverableScalingError(error) from error
