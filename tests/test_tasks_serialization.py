@@ -1,17 +1,21 @@
 """ScaleCluster / RestartHead / WaitForCluster as `pyflyte package` would serialize them."""
+import datetime
 from collections import OrderedDict
 
 import pytest
+from flytekit import TaskMetadata
 from flytekit.configuration import Image, ImageConfig, SerializationSettings
 from flytekit.core.python_auto_container import default_task_resolver
 from flytekit.tools.translator import get_serializable
 
 from flytekitplugins_ddlscale.errors import InvalidInputError
+from flytekitplugins_ddlscale.tasks.options import FLYTE_TIMEOUT_GRACE
 from flytekitplugins_ddlscale.tasks import (
     RESTART_TASK_TYPE,
     SCALE_TASK_TYPE,
     WAIT_TASK_TYPE,
     RestartHead,
+    RestoreCluster,
     ScaleCluster,
     ScaleConfig,
     WaitForCluster,
@@ -123,3 +127,59 @@ def test_config_survives_the_protobuf_round_trip_of_custom():
     received = TaskTemplate.from_flyte_idl(template.to_flyte_idl())
     assert isinstance(received.custom["replicas"], float)  # Struct stores numbers as doubles
     assert ScaleConfig.from_custom(received.custom) == nodes.scale_up.task_config
+
+
+def node_of(node_type, name, **options):
+    """A node of ``node_type`` on the test cluster (a scale also needs its size)."""
+    needed = {"replicas": 2} if node_type is ScaleCluster else {}
+    return node_type(name, cluster="dask/nodes-test", **needed, **options)
+
+
+def test_retries_interruptible_and_timeout_reach_the_template_as_task_sets_them():
+    """The same keywords as ``@task``: ``retries``, ``interruptible``; the node's ``timeout`` is its own bound, and
+    the template's Flyte timeout (FlytePropeller's backstop) follows it with a grace for the pod or the next GetTask."""
+    template = serialize(nodes.retried).template
+    assert template.metadata.retries.retries == 3 and template.metadata.interruptible is True
+    assert template.metadata.timeout == datetime.timedelta(seconds=600 + FLYTE_TIMEOUT_GRACE)
+    assert template.custom["timeout"] == 600.0
+    plain = serialize(nodes.scale_up).template.metadata
+    assert plain.retries.retries == 0 and not plain.interruptible and not plain.discoverable
+    assert plain.timeout == datetime.timedelta(seconds=120 + FLYTE_TIMEOUT_GRACE)
+
+
+@pytest.mark.parametrize("node_type", [ScaleCluster, WaitForCluster, RestartHead, RestoreCluster])
+def test_every_node_type_takes_the_options_as_task_does(node_type):
+    metadata = node_of(node_type, "opts", timeout=60, retries=2, interruptible=False).metadata.to_taskmetadata_model()
+    assert metadata.retries.retries == 2 and metadata.interruptible is False
+    assert metadata.timeout == datetime.timedelta(seconds=60 + FLYTE_TIMEOUT_GRACE) and not metadata.discoverable
+
+
+@pytest.mark.parametrize("node_type", [ScaleCluster, WaitForCluster, RestartHead, RestoreCluster])
+@pytest.mark.parametrize("option", ["cache", "metadata.cache"])
+def test_a_node_refuses_a_cache_saying_why(node_type, option):
+    given = {"cache": True} if option == "cache" else {"metadata": TaskMetadata(cache=True, cache_version="1")}
+    with pytest.raises(InvalidInputError) as info:
+        node_of(node_type, "cached", **given)
+    assert info.value.field == option
+    message = str(info.value)
+    assert len(message.splitlines()) == 1 and "must run every time: a cached" in message and "allowed: False" in message
+    assert node_type.kind.cached in message
+
+
+def test_cache_false_is_accepted_and_the_task_options_are_checked_naming_them():
+    assert not node_of(ScaleCluster, "uncached", cache=False).metadata.cache
+    for given, field in [({"retries": -1}, "retries"), ({"retries": True}, "retries"),
+                         ({"interruptible": "yes"}, "interruptible"),
+                         ({"metadata": TaskMetadata(timeout=5)}, "metadata.timeout")]:
+        with pytest.raises(InvalidInputError) as info:
+            node_of(ScaleCluster, "bad", **given)
+        assert info.value.field == field
+    with pytest.raises(TypeError, match="retries given both as a keyword and in metadata="):
+        node_of(ScaleCluster, "both", retries=1, metadata=TaskMetadata(retries=2))
+
+
+def test_task_type_version_is_not_a_user_option():
+    """The connector registry serves each ddlscale task type at version 0, the only version a node has."""
+    with pytest.raises(TypeError, match="unexpected keyword argument 'task_type_version'"):
+        node_of(ScaleCluster, "versioned", task_type_version=1)
+    assert serialize(nodes.scale_up).template.task_type_version == 0

@@ -29,6 +29,7 @@ from .._services.recoverable import recoverable_in_pod
 from .._core.progress import Activity, emit_summary, default_reporter
 from ..refs import parse_cluster
 from .leftovers import remember
+from .options import NOT_OPTIONS, OWN_OPTIONS, task_metadata
 
 C = TypeVar("C")
 
@@ -54,8 +55,9 @@ class _NodeTypeMeta(FlyteTrackedABC):
 
 @functools.lru_cache(maxsize=None)
 def _task_option_names() -> Tuple[str, ...]:
-    """The keywords flytekit's task classes name (its base ``Task`` quietly drops any other keyword);
-    read once, when the first node is defined."""
+    """The keywords flytekit's task classes name (its base ``Task`` quietly drops any other keyword) but
+    those the node sets, and ``@task``'s ``retries``, ``interruptible`` and ``cache``
+    (:mod:`.options`); read once, when the first node is defined."""
     names = set()
     for base in PythonInstanceTask.__mro__:
         if "__init__" in vars(base):
@@ -63,7 +65,7 @@ def _task_option_names() -> Tuple[str, ...]:
                 parameter.name for parameter in inspect.signature(base.__init__).parameters.values()
                 if parameter.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
             )
-    return tuple(sorted(names - set(_SET_BY_NODE)))
+    return tuple(sorted((names - set(_SET_BY_NODE) - set(NOT_OPTIONS)) | set(OWN_OPTIONS)))
 
 
 _SET_BY_NODE = ("self", "name", "task_config", "task_type", "interface")
@@ -74,7 +76,8 @@ class ScalingTaskBase(PythonInstanceTask[C], Generic[C], metaclass=_NodeTypeMeta
     """A configured cluster operation: inputs, output, run and wording from the subclass's :class:`NodeKind`.
 
     The constructor takes the node's name, its configuration's fields
-    (positionally in their order or by keyword) and flytekit's task options.
+    (positionally in their order or by keyword) and flytekit's task options
+    (``retries``, ``interruptible`` as ``@task`` takes them; :mod:`.options`).
     """
 
     kind: ClassVar[NodeKind]
@@ -82,6 +85,7 @@ class ScalingTaskBase(PythonInstanceTask[C], Generic[C], metaclass=_NodeTypeMeta
     def __init__(self, name: str, *fields: Any, **options: Any) -> None:
         # A keyword flytekit does not name would vanish in its Task's **kwargs: configure refuses it.
         task_config, task_options = self.kind.configure(fields, options, _task_option_names())
+        task_options = task_metadata(self.kind, task_config.timeout, task_options)  # type: ignore[attr-defined]
         task_options.setdefault("deck_fields", DECK_FIELDS)
         task_options.setdefault("enable_deck", True)
         super().__init__(

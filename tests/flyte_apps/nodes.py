@@ -21,6 +21,7 @@ request = ScaleCluster("request", cluster=CLUSTER, replicas=2, wait=False, timeo
 ready = WaitForCluster("ready", cluster=CLUSTER, timeout=120)
 restart = RestartHead("restart", cluster=CLUSTER, timeout=120)
 restore = RestoreCluster("restore", cluster=CLUSTER, timeout=120)
+retried = ScaleCluster("retried", cluster=CLUSTER, replicas=2, timeout=600, retries=3, interruptible=True)
 cleanup = scale_down_on_failure("cleanup", cluster=CLUSTER, inputs=kwtypes(fail=bool))
 
 

@@ -62,6 +62,8 @@ class NodeKind(Generic[C, O]):
     """What the node's progress bar says it waits for."""
     changes_cluster: bool = True
     """Whether the node changes the cluster (a wait only reads it): an interrupt after it may leave it running."""
+    cached: str = ""
+    """What a cached run of the node would do wrong: why a Flyte cache (``cache=True``) is refused for it."""
     awaited: Callable[[int, ClusterState], int] = _as_created
     """The workers a connector poll waits for, from the ``target`` create set and the state read."""
     failed: Callable[[Any, ClusterRef, ScalingError, int], ScalingError] = _as_raised
