@@ -70,7 +70,9 @@ def test_node_and_phase_arguments_are_checked_when_defined():
 
 def test_a_node_is_a_connector_task_of_its_environment_named_like_its_variable():
     """Serialized by flyte's own serializer (as a deployment does): the ddlscale task type, the node's
-    configuration in ``custom``, and nothing a pod could run, so Flyte 2 routes it to the connector."""
+    configuration in ``custom``, and nothing a pod could run, so Flyte 2 routes it to the connector. It joins
+    the flow's environment as flyte's own connector tasks do: an environment of its own (``from_task``) that
+    the flow's depends on, and its template asks for no Report (the connector writes none)."""
     from flyte._internal.runtime.task_serde import get_proto_task
     from flyte.models import SerializationContext
     from google.protobuf import json_format
@@ -78,13 +80,17 @@ def test_a_node_is_a_connector_task_of_its_environment_named_like_its_variable()
     from flytekitplugins_ddlscale._services.nodes.scale import ScaleConfig
 
     assert flows.request.name == "flyte2_flows.request" and flows.request.short_name == "request"
-    assert flows.env.tasks["flyte2_flows.request"] is flows.request
+    node_env = flows.request.parent_env()
+    assert node_env.name == "flyte2_flows-request" and node_env.tasks == {"flyte2_flows.request": flows.request}
+    assert node_env in flows.env.depends_on and "flyte2_flows.request" not in flows.env.tasks
+    assert node_env.image is None and flows.request.parent_env_name == node_env.name
     inputs = flows.request.native_interface.inputs
     assert list(inputs) == ["cluster", "replicas", "worker_hw_tier", "head_hw_tier"]
     assert inputs["cluster"][1] == flows.CLUSTER and inputs["replicas"][1] == 2
     assert flows.request.native_interface.outputs == {"o0": flows.ScaleOutcome}
     template = get_proto_task(flows.request, SerializationContext(version="v1", project="p", domain="d", root_dir=ROOT))
     assert template.type == "ddlscale_scale" and flows.request.cache.behavior == "disable"
+    assert not template.metadata.generates_deck.value and not flows.request.report
     config = ScaleConfig.from_custom(json_format.MessageToDict(template.custom))
     assert config == ScaleConfig(cluster=flows.CLUSTER, replicas=2, wait=False, timeout=120)
     assert template.container.image == "" and list(template.container.args) == []
@@ -132,9 +138,15 @@ def test_every_node_runs_in_local_mode_with_typed_outcomes_and_summary_lines(loc
     assert [line.split(":")[0] for line in summaries] == ["request", "ready", "restart", "restore"], err
     assert summaries[0] == "request: dask/flyte2-test 0 -> 2 workers requested, not waited for"
     assert summaries[3].startswith("restore: dask/flyte2-test 2 -> 0 workers (baseline) in")
-    titles = sorted(t for page in reports.values() for t in re.findall(r"<h3[^>]*>([^<]+: flyte2_flows\.\w+)</h3>", page))
+    titles = sorted(t for page in reports.values()
+                    for t in re.findall(r"<h3[^>]*>([^<]+: flyte2_flows\.\w+)</h3>", page))
     assert titles == ["Cluster restore: flyte2_flows.restore", "Cluster scaling: flyte2_flows.request",
                       "Cluster wait: flyte2_flows.ready", "Head restart: flyte2_flows.restart"]
+    # No node asks flyte for a Report (the connector writes none on a cluster); a local run saves each node's
+    # tab itself and says where.
+    written = re.findall(r"^(\w+): Report written to (\S+)$", err, re.M)
+    assert [label for label, _ in written] == ["request", "ready", "restart", "restore"], err
+    assert all(f": flyte2_flows.{label}</h3>" in reports[Path(path)] for label, path in written)
     assert local_backend(local_env).list_clusters() == []
 
 
@@ -180,6 +192,10 @@ def test_sync_and_async_phases_hold_the_workers_for_the_body_and_give_back(local
                          err, re.M), err
     pages = [page for page in reports.values() if "Distributed phase: " in page]
     assert len(pages) == 2
+    # A local run says where each Report is: the file of the phase's task, as flyte saved it.
+    written = dict(re.findall(r"^Distributed phase: (\w+): Report written to (\S+)$", err, re.M))
+    assert sorted(written) == ["async_phase", "sync_phase"], err
+    assert all("Distributed phase: " in reports[Path(path)] for path in written.values())
     for page in pages:
         assert re.search(r"▲ <b>2 workers[^<]*</b> <span[^>]*>\+\d+\.\d s", page), page
         assert "<polyline" in page and "Worker-seconds by tier" in page and ">restore<" in page
@@ -309,3 +325,15 @@ def test_sigterm_during_the_scale_up_gives_back_and_the_body_never_runs(slow_sca
     assert scale_requests(slow_scaler, 1), "the cluster was not given back"
     assert slow_scaler.cluster_object(kind, name)["spec"]["worker"]["replicas"] == 1
     assert get_backend().claims(ClusterRef.parse(flows.SLOW_CLUSTER)) == {}
+
+
+def test_each_node_gets_an_environment_of_its_own_that_the_flows_depends_on():
+    """Through flyte's public calls (``from_task``, ``add_dependency``), under a name flyte accepts."""
+    from flytekitplugins_ddlscale.flyte2.nodes import node_environment_name
+
+    env = flyte.TaskEnvironment("own_envs")
+    names = ("scale_up", "ScaleUp", "_x__y")
+    nodes = [ScaleCluster(name, env=env, cluster=flows.CLUSTER, replicas=1) for name in names]
+    assert [node.parent_env().name for node in nodes] == ["own_envs-scale_up", "own_envs-scaleup", "own_envs-x_y"]
+    assert env.depends_on == [node.parent_env() for node in nodes] and env.tasks == {}
+    assert node_environment_name("train", "_") == "train-node"

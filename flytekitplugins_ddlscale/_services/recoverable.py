@@ -40,7 +40,8 @@ class RecoverableScalingError(FlyteRecoverableException):
         self.error = error
 
     def __str__(self) -> str:
-        return f"{type(self.error).__name__}: {self.error} (recoverable: Flyte runs the task again if its retries allow)"
+        name = type(self.error).__name__
+        return f"{name}: {self.error} (recoverable: Flyte runs the task again if its retries allow)"
 
 
 def _in_task_pod() -> bool:

@@ -10,7 +10,8 @@ image, the node's configuration as the template's ``custom``):
 * in local mode, flyte's local connector runner (the mixin's ``execute``)
   calls the same registered connector in-process: ``create``, then ``get``
   every 3 s until it ends. Around that run this class adds what a node
-  shows in a local run: its summary line and its Report tab, and the
+  shows in a local run: its summary line and its Report tab (saved, with a
+  line saying where; the template asks for no Report), and the
   cluster it changes is noted for the interrupt report (:mod:`.._services.nodes.leftovers`).
 
 Imports ``flyte``: imported when a node is defined, never with the package.
@@ -65,7 +66,9 @@ class ScalingNodeTask(AsyncConnectorExecutorMixin, TaskTemplate):
         started = time.monotonic()
         (outcome,) = await super().execute(**kwargs)
         seconds = time.monotonic() - started
-        publish_report(f"{self.kind.title}: {self.name}", outcome_timeline(outcome, seconds), vars(outcome))
+        publish_report(
+            f"{self.kind.title}: {self.name}", outcome_timeline(outcome, seconds), vars(outcome), self.short_name
+        )
         emit_summary(self.kind.summary(self.short_name, outcome, seconds))
         return outcome
 

@@ -18,13 +18,17 @@ a Deck); a parent task awaits it:
         await restore()
         return loss
 
-Each node is a connector task (:class:`.node_task.ScalingNodeTask`): its
-task type is the flytekit node's (``ddlscale_scale``, ``ddlscale_wait``,
-``ddlscale_restart_head``, ``ddlscale_restore``) and its configuration
-travels in the template's ``custom``, so on a cluster Flyte 2 sends it to
-the ddlscale connector (:mod:`.connector`) and no pod starts for it; in
-local mode flyte's local connector runner calls the same connector
-in-process. Name each node like the module variable it is assigned to.
+Each node is a connector task (:class:`.node_task.ScalingNodeTask`) in an
+environment of its own (``TaskEnvironment.from_task``) that ``env`` depends
+on, as flyte's own connector tasks join a flow, so deploying ``env`` deploys
+its nodes. Its task type is the flytekit node's (``ddlscale_scale``,
+``ddlscale_wait``, ``ddlscale_restart_head``, ``ddlscale_restore``) and its
+configuration travels in the template's ``custom``, so on a cluster Flyte 2
+sends it to the ddlscale connector (:mod:`.connector`) and no pod starts for
+it (nor a Report: the template asks for none); in local mode flyte's local
+connector runner calls the same connector in-process, and the node saves its
+Report tab and says where. Name each node like the module variable it is
+assigned to.
 """
 import inspect
 import keyword
@@ -79,13 +83,12 @@ RestoreCluster = _constructor(RESTORE, """A task that puts ``cluster`` back to i
 
 
 def _node_task(env: "flyte.TaskEnvironment", name: str, kind: NodeKind, config: Any) -> "flyte.TaskTemplate":
-    """The node of ``kind`` as a connector task of ``env`` named ``<env>.<name>``, its interface from ``kind``.
+    """The node of ``kind`` as a connector task named ``<env>.<name>``, its interface from ``kind``, in its own
+    environment (:func:`node_environment_name`) that ``env`` depends on.
 
     Also installs, from the main thread that defines the node, the signal
     relay's report of the clusters an interrupted local run leaves running.
     """
-    import weakref
-
     import flyte
     from flyte.models import NativeInterface
 
@@ -101,19 +104,25 @@ def _node_task(env: "flyte.TaskEnvironment", name: str, kind: NodeKind, config: 
         task_type=kind.task_type,
         interface=NativeInterface(inputs=kind.interface(config), outputs={OUTPUT_NAME: kind.output}),
         image=None,
-        report=True,
+        # On a cluster the connector runs the node and no Report is written; a local run saves its own.
+        report=False,
         docs=None,
         settings=config,
         kind=kind,
     )
-    # What TaskEnvironment.from_task does for each task (flyte 2.12 has no public call to add one to an
-    # existing environment): the node is deployed with, and named after, its environment.
-    env._tasks[node.name] = node
-    node.parent_env = weakref.ref(env)
-    node.parent_env_name = env.name
+    # As flyte's own connector tasks join a flow: an environment of their own that the flow's depends on,
+    # so deploying `env` deploys the node too.
+    env.add_dependency(flyte.TaskEnvironment.from_task(node_environment_name(env.name, name), node))
     RELAY.install()
     RELAY.after_phases(_report_left_running)
     return node
+
+
+def node_environment_name(env_name: str, name: str) -> str:
+    """The name of the environment holding node ``name`` of ``env_name``: both joined with ``-``, in the
+    lower-case snake or kebab case flyte requires (``train`` and ``scale_up``: ``train-scale_up``)."""
+    words = [word for word in name.lower().split("_") if word]
+    return f"{env_name}-{'_'.join(words) or 'node'}"
 
 
 def _report_left_running(signum: int) -> None:

@@ -22,7 +22,8 @@ SIGTERM/SIGINT: release and give back. What differs is only where it runs:
 * an async body's start and restore run in a worker thread, so the event
   loop stays free; cancelling the body (Flyte 2 aborts an action that way)
   restores too, and a start or restore under way always runs to its end;
-* the phase's page is a tab of the task's Report (``@env.task(report=True)``).
+* the phase's page is a tab of the task's Report (``@env.task(report=True)``);
+  a local run saves it when the phase ends and says where.
 """
 import asyncio
 import functools

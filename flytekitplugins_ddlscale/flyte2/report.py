@@ -3,15 +3,23 @@
 The rows are Flyte 2's own ``flyte.report.Timeline`` widget (one per change
 of the worker count, and one per marked moment such as the restore); the plot
 and the worker-seconds by tier are the same HTML as the flytekit Deck
-(:func:`..deck.render_html`). A task shows its Report when it is defined with
-``@env.task(report=True)``; elsewhere (no task, or no report asked for)
-Flyte 2 keeps the page in a report nobody reads, which is harmless.
+(:func:`..deck.render_html`). On a cluster, a task shows its Report when it
+is defined with ``@env.task(report=True)`` (flyte saves it when the task
+ends); a node, run by the connector, writes none. In a local run the tab is
+saved at once, whatever the task asked for, and a line says where, e.g.
+``ready: Report written to /tmp/flyte/metadata/<run>/<action>/report.html``
+(flyte saves it again when a ``report=True`` task ends, the same file).
 """
-from typing import List, Mapping, NamedTuple
+from pathlib import Path
+from typing import List, Mapping, NamedTuple, Optional
 
 from .._core.deck import render_html
+from .._core.progress import emit_line
 from .._core.timeline import WorkerTimeline
 from .._core.wording import plural
+
+REPORT_FILE = "report.html"
+"""The file of a task's Report under its output path (flyte's name for it)."""
 
 
 class Row(NamedTuple):
@@ -39,8 +47,12 @@ def timeline_rows(timeline: WorkerTimeline) -> List[Row]:
     return [row._replace(meta=f"+{seconds:.1f} s") for seconds, _, row in events]
 
 
-def publish_report(title: str, timeline: WorkerTimeline, facts: Mapping[str, object]) -> None:
-    """Add ``title``'s tab to the running task's Report: the Timeline rows, then the plot and the facts."""
+def publish_report(title: str, timeline: WorkerTimeline, facts: Mapping[str, object], label: str = "") -> None:
+    """Add ``title``'s tab to the running task's Report: the Timeline rows, then the plot and the facts.
+
+    In a local run the Report is saved now and a line starting with
+    ``label`` (default: ``title``) says where (:func:`save_local_report`).
+    """
     import flyte.report
 
     tab = title.split(":", 1)[0]
@@ -49,3 +61,24 @@ def publish_report(title: str, timeline: WorkerTimeline, facts: Mapping[str, obj
     for row in timeline_rows(timeline):
         widget.row(icon=row.icon, label=row.label, meta=row.meta)
     flyte.report.get_tab(tab).log(render_html(title, timeline, facts))
+    where = save_local_report()
+    if where is not None:
+        emit_line(f"{label or title}: Report written to {where}")
+
+
+def save_local_report() -> Optional[str]:
+    """In a local run's task: the task's Report written to its output path, and that file; elsewhere None
+    (on a cluster flyte saves the Report of a ``report=True`` task when it ends).
+
+    Written directly (a local run's output path is a folder here), not through flyte's ``flush``, which
+    cannot be called from the event loop a node runs in, nor awaited from a phase's thread.
+    """
+    import flyte
+
+    context = flyte.ctx()
+    if not context or context.mode != "local" or context.report is None or "://" in context.output_path:
+        return None
+    path = Path(context.output_path) / REPORT_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(context.report.get_final_report(), encoding="utf-8")
+    return str(path)

@@ -73,4 +73,5 @@ def task_metadata(kind: NodeKind, timeout: float, options: Dict[str, Any]) -> Di
 
 
 def _refuse_cache(kind: NodeKind, option: str, value: Any) -> None:
-    raise InvalidInputError(option, value, "False (the default)", reason=f"{kind.node} must run every time: {kind.cached}")
+    why = f"{kind.node} must run every time: {kind.cached}"
+    raise InvalidInputError(option, value, "False (the default)", reason=why)

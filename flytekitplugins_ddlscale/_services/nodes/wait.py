@@ -152,5 +152,8 @@ def finish_wait(meta: Any, state: ClusterState, elapsed: float, readiness: Readi
 WAIT: NodeKind[WaitConfig, ClusterReady] = NodeKind(
     "WaitForCluster", WAIT_TASK_TYPE, WaitConfig, ("cluster", "replicas"), ClusterReady, "Cluster wait", wait_line,
     run_wait, create_wait, finish_wait, changes_cluster=False, awaited=wait_target,
-    cached="a cached wait returns an old ClusterReady without looking at the cluster, which may have lost its workers since",
+    cached=(
+        "a cached wait returns an old ClusterReady without looking at the cluster, which may have lost its "
+        "workers since"
+    ),
 )
