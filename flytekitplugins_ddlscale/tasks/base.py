@@ -29,7 +29,7 @@ from .._services.recoverable import recoverable_in_pod
 from .._core.progress import Activity, emit_summary, default_reporter
 from ..refs import parse_cluster
 from .leftovers import remember
-from .options import NOT_OPTIONS, OWN_OPTIONS, task_metadata
+from .options import OWN_OPTIONS, task_metadata
 
 C = TypeVar("C")
 
@@ -65,11 +65,11 @@ def _task_option_names() -> Tuple[str, ...]:
                 parameter.name for parameter in inspect.signature(base.__init__).parameters.values()
                 if parameter.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
             )
-    return tuple(sorted((names - set(_SET_BY_NODE) - set(NOT_OPTIONS)) | set(OWN_OPTIONS)))
+    return tuple(sorted((names - set(_SET_BY_NODE)) | set(OWN_OPTIONS)))
 
 
-_SET_BY_NODE = ("self", "name", "task_config", "task_type", "interface")
-"""The task arguments a node type sets itself, not the user."""
+_SET_BY_NODE = ("self", "name", "task_config", "task_type", "interface", "task_type_version")
+"""The task arguments a node type sets itself, not the user (the connector serves task type version 0 only)."""
 
 
 class ScalingTaskBase(PythonInstanceTask[C], Generic[C], metaclass=_NodeTypeMeta):

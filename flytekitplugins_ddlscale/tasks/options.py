@@ -28,9 +28,6 @@ mode) or for FlytePropeller's next GetTask to read the node's own FAILED answer 
 OWN_OPTIONS = ("retries", "interruptible", "cache")
 """The options a node takes as ``@task`` does, beside flytekit's task-class keywords."""
 
-NOT_OPTIONS = ("task_type_version",)
-"""flytekit task-class keywords a node sets itself."""
-
 
 def task_metadata(kind: NodeKind, timeout: float, options: Dict[str, Any]) -> Dict[str, Any]:
     """``options`` with :data:`OWN_OPTIONS` and ``metadata`` turned into the one ``metadata=TaskMetadata``.
