@@ -163,7 +163,7 @@ def test_a_node_refuses_a_cache_saying_why(node_type, option):
     assert info.value.field == option
     message = str(info.value)
     assert len(message.splitlines()) == 1 and "must run every time: a cached" in message and "allowed: False" in message
-    assert node_type.kind.cached in message
+    assert node_type.kind.cached.startswith("a cached ") and node_type.kind.cached in message
 
 
 def test_cache_false_is_accepted_and_the_task_options_are_checked_naming_them():
