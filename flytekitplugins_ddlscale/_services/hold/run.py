@@ -445,7 +445,7 @@ class ClusterPhase:
             "phase": self.claim_id,
             "requested workers": self.settings.replicas,
             "held at (largest claim)": self.claim.replicas if self.claim else "-",
-            "worker tier": self.settings.worker_hw_tier or "-",
+            "worker tier": self.settings.worker_hw_tier or "",
             "framework readiness": self.framework_check or "not checked",
             "autoscaler pull-backs re-asserted": self._monitor.pullbacks if self._monitor else 0,
             "faults during the body": "; ".join(f.text() for f in self.faults) or "none",
