@@ -92,3 +92,47 @@ def test_workers_the_plot_shows_are_listed_even_when_they_were_up_for_no_time():
     quiet = WorkerTimeline(clock=clock)
     quiet.add(0, "Small", seconds=0.0)
     assert "no workers were up" in render_html("Cluster wait: w", quiet, {})
+
+
+def _in_a_task(mode):
+    """A task's context as flytekit's ``dispatch_execute`` builds it: its parameters made from the
+    run's (``outer``), sharing the run's list of Decks."""
+    from flytekit.core.context_manager import ExecutionParameters, FlyteContextManager
+
+    ctx = FlyteContextManager.current_context()
+    outer = ExecutionParameters.new_builder(ctx.user_space_params).build()
+    inner = outer.with_enable_deck(enable_deck=True).build()
+    state = ctx.new_execution_state().with_params(mode=mode, user_space_params=inner)
+    return FlyteContextManager.with_context(ctx.with_execution_state(state)), outer, inner
+
+
+def test_in_a_local_run_a_task_s_deck_is_its_first_tab_and_stays_out_of_later_tasks():
+    from flytekit import Deck
+    from flytekit.core.context_manager import ExecutionState
+
+    from flytekitplugins_ddlscale._core import deck as deck_module
+
+    context, outer, inner = _in_a_task(ExecutionState.Mode.LOCAL_WORKFLOW_EXECUTION)
+    listing = deck_module._listing
+    try:
+        with context:
+            earlier = Deck("Input", "<p>an earlier task's</p>")  # in the run's shared list
+            published = deck_module.publish_deck("Cluster wait", "<h2>Cluster wait: w</h2>")
+            assert inner.decks[0] is published and earlier in inner.decks
+        assert published not in outer.decks  # a later task, built from the run's list, does not show it
+    finally:
+        deck_module._listing = listing
+
+
+def test_in_a_task_pod_the_deck_goes_first_in_the_list_flytekit_writes_the_file_from():
+    from flytekit import Deck
+    from flytekit.core.context_manager import ExecutionState
+
+    from flytekitplugins_ddlscale._core.deck import publish_deck
+
+    context, outer, inner = _in_a_task(ExecutionState.Mode.TASK_EXECUTION)
+    with context:
+        Deck("Timeline", "<p>flytekit's</p>")
+        published = publish_deck("Cluster scaling", "<h2>Cluster scaling: s</h2>")
+    # The pod's entrypoint writes the Deck file from the run's parameters: the same list.
+    assert outer.decks is inner.decks and outer.decks[0] is published

@@ -19,6 +19,7 @@ from .timeline import Sample, WorkerTimeline
 
 if TYPE_CHECKING:
     from flytekit import Deck
+    from flytekit.core.context_manager import FlyteContext
 
 END_MARGIN = 0.05
 """Share of the time axis kept after the end, so a change at the very end (the restore) stays visible."""
@@ -150,14 +151,23 @@ def publish_deck(name: str, page: str) -> "Deck":
     from flytekit.core.context_manager import FlyteContextManager
 
     deck = Deck(name, page, auto_add_to_deck=False)
-    params = FlyteContextManager.current_context().user_space_params
-    # A local run shares one list of Decks among all its tasks (each task's parameters are built
-    # from the run's, list and all), so a Deck appended to it would show in every later task's file
-    # and a later task's file would open on an earlier task's tab. This task gets a list of its own,
-    # its Deck first; the run's list is left as it was.
-    params._decks = [deck] + [other for other in params.decks if other is not deck]
+    ctx = FlyteContextManager.current_context()
+    params = ctx.user_space_params
+    if _local_run(ctx):
+        # A local run shares one list of Decks among all its tasks (each task's parameters are built
+        # from the run's, list and all), so a Deck added to it would show in every later task's file,
+        # and a later task's file would open on an earlier task's tab. This task, whose file is written
+        # from its own parameters, gets a list of its own; the run's list is left as it was.
+        params._decks = [deck, *params.decks]
+    else:
+        # In a task pod the list is this task's alone, and flytekit writes the file from it.
+        params.decks.insert(0, deck)
     _list_local_decks_at_exit()
     return deck
+
+
+def _local_run(ctx: "FlyteContext") -> bool:
+    return ctx.execution_state is not None and bool(ctx.execution_state.is_local_execution())
 
 
 DECK_FILE = "deck.html"
@@ -170,7 +180,7 @@ def _list_local_decks_at_exit() -> None:
     from flytekit.core.context_manager import FlyteContextManager
 
     ctx = FlyteContextManager.current_context()
-    if _listing is not None or ctx.execution_state is None or not ctx.execution_state.is_local_execution():
+    if _listing is not None or not _local_run(ctx):
         return
     _listing = Path(ctx.file_access.local_sandbox_dir)
     atexit.register(print_local_decks, _listing)
