@@ -264,3 +264,11 @@ def test_the_cli_logs_bare_lines_as_flows_print_them(local_state):
     waits = [line for line in created.stderr.splitlines() if "waiting for 0 workers" in line]
     assert waits and all(line.startswith("waiting for 0 workers seen by the Dask scheduler") for line in waits)
     assert "INFO" not in created.stderr
+
+
+def test_up_help_lists_each_option_once_and_an_option_with_its_older_name_is_refused(local_state):
+    text = _invoke(local_state, "up", "--help").output
+    assert "--replicas INTEGER" in text and "--workers" not in text and "--tier " not in text
+    both = _invoke(local_state, "up", "--name", "c", "--replicas", "1", "--workers", "2")
+    assert both.exit_code == 2 and "give --replicas or its older name --workers, not both" in both.stderr
+    assert LocalBackend(state_dir=local_state).list_clusters() == []

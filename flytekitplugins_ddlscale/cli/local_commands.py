@@ -103,21 +103,33 @@ def local() -> None:
 @_shared_options
 @_kind_option
 @click.option("--name", required=True, help="Cluster name (DNS-1123 label).")
-@click.option("--replicas", "--workers", "replicas", type=int, default=1, show_default=True,
-              help="Number of worker processes.")
-@click.option("--worker-hw-tier", "--tier", "worker_hw_tier", default=None,
-              help="Worker tier NAME (default: the tiers file's first tier).")
+@click.option("--replicas", type=int, default=None, help="Number of worker processes.  [default: 1]")
+@click.option("--worker-hw-tier", default=None, help="Worker tier NAME (default: the tiers file's first tier).")
+# The older names still work; help lists each option once.
+@click.option("--workers", "workers_alias", type=int, default=None, hidden=True)
+@click.option("--tier", "tier_alias", default=None, hidden=True)
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds to wait for the workers.")
 @click.option("--json", "as_json", is_flag=True, help="Print the cluster as JSON.")
 @click.pass_context
-def up(ctx: click.Context, kind: str, name: str, replicas: int, worker_hw_tier: Optional[str],
-       timeout: float, as_json: bool) -> None:
+def up(ctx: click.Context, kind: str, name: str, replicas: Optional[int], worker_hw_tier: Optional[str],
+       workers_alias: Optional[int], tier_alias: Optional[str], timeout: float, as_json: bool) -> None:
     """Create a cluster (or resize it) and wait until the scheduler sees its workers."""
+    workers = _one_of("--replicas", replicas, "--workers", workers_alias, default=1)
+    tier = _one_of("--worker-hw-tier", worker_hw_tier, "--tier", tier_alias, default=None)
     backend = _backend(ctx)
     ref = _ref(backend, kind, name)
-    _run(lambda: backend.up(ref, replicas, worker_hw_tier, timeout=timeout, progress=default_reporter()))
+    _run(lambda: backend.up(ref, workers, tier, timeout=timeout, progress=default_reporter()))
     info = _run(lambda: backend.describe(ref))
     click.echo(json.dumps(info, indent=2) if as_json else _summary(info))
+
+
+def _one_of(name: str, value: Optional[T], alias: str, alias_value: Optional[T], default: T) -> T:
+    """The value of an option given by its name or its older alias (not both), else ``default``."""
+    if value is not None and alias_value is not None:
+        raise click.UsageError(f"give {name} or its older name {alias}, not both")
+    if value is not None:
+        return value
+    return alias_value if alias_value is not None else default
 
 
 @local.command("down")
