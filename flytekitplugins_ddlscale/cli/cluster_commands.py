@@ -118,6 +118,7 @@ def _run(command: Callable[..., Any]) -> Callable[..., Any]:
                 **kwargs: Any) -> None:
         ctx = click.get_current_context()
         chosen = None
+        progress = None
         try:
             ref = cluster_ref(kind, name, run_id, namespace, group)
             chosen = open_checked(backend, ref)
@@ -126,6 +127,9 @@ def _run(command: Callable[..., Any]) -> Callable[..., Any]:
         except ScalingError as error:
             ctx.exit(emit_error(error, as_json))
         finally:
+            # A wait that failed leaves its live bar or heartbeat running until closed.
+            if progress is not None:
+                progress.close()
             if chosen is not None:
                 chosen.close()
         emit(result, as_json)

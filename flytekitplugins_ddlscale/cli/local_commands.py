@@ -118,7 +118,8 @@ def up(ctx: click.Context, kind: str, name: str, replicas: Optional[int], worker
     tier = _one_of("--worker-hw-tier", worker_hw_tier, "--tier", tier_alias, default=None)
     backend = _backend(ctx)
     ref = _ref(backend, kind, name)
-    _run(lambda: backend.up(ref, workers, tier, timeout=timeout, progress=default_reporter()))
+    with default_reporter() as progress:
+        _run(lambda: backend.up(ref, workers, tier, timeout=timeout, progress=progress))
     info = _run(lambda: backend.describe(ref))
     click.echo(json.dumps(info, indent=2) if as_json else _summary(info))
 
@@ -181,7 +182,8 @@ def status(ctx: click.Context, kind: str, name: str, as_json: bool, repair: bool
     info = _run(lambda: backend.describe(ref))
     repaired = False
     if repair and info["status"] != "Running":
-        _run(lambda: backend.repair(ref, timeout=timeout, progress=default_reporter()))
+        with default_reporter() as progress:
+            _run(lambda: backend.repair(ref, timeout=timeout, progress=progress))
         info, repaired = _run(lambda: backend.describe(ref)), True
     info["repaired"] = repaired
     if as_json:
