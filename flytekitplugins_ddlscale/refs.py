@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Dict, Optional, Tuple, Union
 
 from ._core import settings
+from ._core.validation import closest_reason
 from .errors import InvalidInputError
 
 DEFAULT_NAMESPACE = "domino-compute"
@@ -58,6 +59,9 @@ KINDS: Dict[str, KindInfo] = {
 # Plurals name Domino's kinds only: "rayclusters" stays Domino's RayCluster, as it always was.
 _BY_PLURAL = {info.plural: info for info in KINDS.values() if info.domino}
 ALLOWED_KINDS = tuple(KINDS) + tuple(_BY_PLURAL)
+"""Every kind name accepted, short and plural (in any case)."""
+KIND_NAMES = tuple(KINDS)
+"""The kinds as help and errors list them: each once, by its short name (plurals are accepted too)."""
 
 # Cluster names become label values and prefixes of pod names, so they must be
 # DNS-1123 labels (63 characters at most). Patterns are used with fullmatch: "$"
@@ -72,7 +76,8 @@ GROUP_SEPARATOR = "@"
 def normalize_kind(kind: str, field: str = "kind") -> str:
     """Return the short kind (``ray``...) for a short or plural kind name.
 
-    Raises :class:`InvalidInputError` naming ``field`` and the allowed values.
+    Matched without case (``Dask``). Raises :class:`InvalidInputError` naming
+    ``field``, the allowed kinds and the closest one.
     """
     if isinstance(kind, str):
         key = kind.strip().lower()
@@ -80,7 +85,7 @@ def normalize_kind(kind: str, field: str = "kind") -> str:
             return key
         if key in _BY_PLURAL:
             return _BY_PLURAL[key].kind
-    raise InvalidInputError(field, kind, ", ".join(ALLOWED_KINDS))
+    raise InvalidInputError(field, kind, ", ".join(KIND_NAMES), reason=closest_reason(kind, ALLOWED_KINDS))
 
 
 def validate_name(name: str, field: str = "name") -> str:

@@ -70,16 +70,34 @@ def test_restore_tier_without_replicas_is_refused(scaler_server, run):
     assert run("restore", "--kind", "ray", "--name", "ray-run1", "--timeout", "10").exit_code == 0  # baseline kept
 
 
-@pytest.mark.parametrize("command", [[], ["scale"], ["restore"], ["run"], ["local"]])
-def test_help_lists_the_exit_codes(command):
-    result = CliRunner().invoke(main, [*command, "--help"])
-    assert result.exit_code == 0
-    text = " ".join(result.output.split())
-    assert ("3 timeout; 4 not found; 5 unauthorized; 6 backend unavailable (or, with --fail-on-fault, a cluster "
-            "fault during the command); 8 state directory not writable (read only or full disk); "
-            "130 interrupted (Ctrl-C); 1 other errors") in text
-    if command == ["run"]:
-        assert "the command's (128 + N when signal N ended it" in text
+EXIT_CODES = (
+    "3 timeout; 4 not found (a local cluster is created only by `ddlscale local up` or --create); "
+    "5 unauthorized; 6 backend unavailable (or, with --fail-on-fault, a cluster "
+    "fault during the command); 8 state directory not writable (read only or full disk); "
+    "130 interrupted (Ctrl-C); 1 other errors"
+)
+
+
+def _help(*command):
+    # Wide enough that no value is hyphenated across lines.
+    result = CliRunner().invoke(main, [*command, "--help"], terminal_width=200, max_content_width=200)
+    assert result.exit_code == 0, result.output
+    return " ".join(result.output.split())
+
+
+def test_the_group_help_lists_the_exit_codes_and_no_subcommand_repeats_them():
+    assert _help().count(EXIT_CODES) == 1
+    for command in (["scale"], ["status"], ["restart-head"], ["restore"], ["run"], ["local"], ["local", "up"]):
+        assert "Exit codes: 0 ok" not in _help(*command), command
+    run_help = _help("run")
+    assert "the command's (128 + N when signal N ended it" in run_help and "`ddlscale --help`" in run_help
+
+
+@pytest.mark.parametrize("command", [["scale"], ["status"], ["restart-head"], ["restore"], ["run"]])
+def test_kind_help_lists_each_kind_once_without_aliases(command):
+    text = _help(*command)
+    assert "Cluster kind: ray, spark, dask, mpi, kuberay, dask-operator (any case)." in text
+    assert "clusters," not in text.split("--kind", 1)[1].split("--name", 1)[0]  # no plural aliases
 
 
 def test_scale_json_and_restore(scaler_server, run):
@@ -175,9 +193,11 @@ def test_restart_head(scaler_server, run):
     assert tier.exit_code == 1 and "head" in tier.stderr
 
 
-def test_mpi_is_unsupported_by_the_scaler(run):
+def test_mpi_is_bad_input_for_the_scaler_as_for_every_backend_that_does_not_run_it(run):
     result = run("status", "--kind", "mpi", "--name", "mpi-run1", "--json")
-    assert result.exit_code == 1 and json.loads(result.stdout)["error"] == "unsupported"
+    body = json.loads(result.stdout)
+    assert result.exit_code == 2 and body["error"] == "invalid_input"
+    assert "the scaler service does not serve mpi clusters" in body["message"]
 
 
 def test_scale_timeout_exits_3_names_what_was_left_and_the_restore_that_undoes_it(scaler_server, run):

@@ -126,3 +126,15 @@ def test_the_row_matches_the_class(name):
 def test_a_wrong_row_is_reported(column, value):
     row = dict(ROWS["ClusterNotFoundError"], **{column: value})
     assert mismatches("ClusterNotFoundError", row) != []
+
+
+def test_the_exit_code_table_lists_every_exit_code_the_cli_uses_once():
+    from flytekitplugins_ddlscale.cli import output
+
+    section = TABLE.read_text().split("## CLI exit codes", 1)[1].split("## Every error", 1)[0]
+    listed = [line.strip("|").split("|")[0].strip() for line in section.splitlines() if line.startswith("| ")]
+    codes = sorted(value for name, value in vars(output).items() if name.startswith("EXIT_") and isinstance(value, int))
+    assert listed[0] == "exit" and sorted(map(int, listed[1:])) == codes
+    assert len(listed[1:]) == len(set(listed[1:]))
+    for code in codes[1:]:
+        assert f"{code} " in output.EXIT_CODES_HELP  # and `ddlscale --help` says the same

@@ -74,11 +74,36 @@ def test_quick_start_runs_end_to_end_prints_one_summary_per_step_and_leaves_noth
         assert summaries[3].endswith("restored to 0 workers (as found)")
         assert "Decks of this run (open in a browser):" in done.stderr and "No module named pip" not in done.stderr
         assert re.search(r"Distributed phase: check_in_phase: file://\S+/deck\.html", done.stderr)
+        _each_deck_opens_on_its_own_node(done.stderr)
         assert [_shape(line) for line in summaries] == [_shape(line) for line in _readme_quick_start_summaries()]
         assert processes_mentioning(str(state)) == []
         assert not list((state / "local" / "clusters").glob("*/cluster.json"))
     finally:
         take_down(state)
+
+
+DECK_TAB = re.compile(r'<li onclick="handleLinkClick\(this\)">([^<]*)</li>')
+DECK_TITLE = re.compile(r"<h2>([^<]*)</h2>")
+
+
+def _each_deck_opens_on_its_own_node(stderr: str) -> None:
+    """Each node's Deck file holds its own Deck only, as its first tab (the tab the file opens on),
+    with no blank fact and the workers its plot shows listed by tier."""
+    listed = re.findall(r"^  (.+): file://(\S+/deck\.html)$", stderr, re.MULTILINE)
+    ours = {"Cluster scaling", "Cluster wait", "Distributed phase"}
+    assert [title.split(":")[0] for title, _ in listed] == [
+        "Cluster scaling", "Cluster wait", "task Deck", "Cluster scaling", "Distributed phase"
+    ], stderr
+    for title, path in listed:
+        page = Path(path).read_text()
+        tabs, titles = DECK_TAB.findall(page), DECK_TITLE.findall(page)
+        if title == "task Deck":
+            assert not ours & set(tabs), tabs
+            continue
+        assert tabs[0] == title.split(":")[0] and not ours & set(tabs[1:]), (title, tabs)
+        assert titles == [title], (title, titles)
+        assert "<td></td>" not in page, title  # no blank fact
+        assert "no workers were up" not in page, title  # each node had workers up, as its plot shows
 
 
 def _gone(state: Path, timeout: float = 30.0) -> bool:

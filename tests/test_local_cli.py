@@ -3,6 +3,8 @@ import json
 import os
 import signal
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -56,8 +58,11 @@ def test_up_list_status_repair_down(local_state):
         (["up", "--name", "c", "--workers", "-1"], 2, "invalid replicas=-1"),
         (["up", "--name", "c", "--replicas", "-1"], 2, "invalid replicas=-1"),
         (["up", "--name", "c", "--worker-hw-tier", "Huge"], 2, "allowed for dask: Large, Medium, Small"),
-        (["up", "--kind", "mpi", "--name", "c"], 2, "'mpi'; the local backend runs dask, ray and spark clusters"),
-        (["up", "--kind", "foo", "--name", "c"], 2, "'foo'; the local backend runs dask, ray and spark clusters"),
+        (["up", "--kind", "mpi", "--name", "c"], 2,
+         "[invalid_input] invalid kind='mpi': the local backend runs dask, ray and spark clusters, not mpi"),
+        (["up", "--kind", "foo", "--name", "c"], 2, "[invalid_input] invalid kind='foo'; allowed: ray, spark, dask,"),
+        (["up", "--kind", "daks", "--name", "c"], 2, "invalid kind='daks': closest allowed value: 'dask'"),
+        (["up", "--name", "c", "--tier", "Mediun"], 2, "allowed for dask: Large, Medium, Small; closest: 'Medium'"),
         (["status", "--kind", "ray", "--name", "nope"], 4, "`ddlscale local up --kind ray --name nope`"),
         (["up", "--name", "c", "--timeout", "0"], 2, "invalid timeout=0.0"),
         (["status", "--name", "nope"], 4, "no local cluster dask/nope"),
@@ -205,3 +210,65 @@ def test_state_dir_means_what_the_environment_means_on_the_group_and_on_each_com
         assert listed.exit_code == 0 and "here" in listed.output, listed.output
     finally:
         assert CliRunner().invoke(main, ["local", "down", "--state-dir", state, "--name", "here"]).exit_code == 0
+
+
+def _cluster_command(local_state, *args):
+    from flytekitplugins_ddlscale.cli import main
+
+    return CliRunner().invoke(main, list(args), env={"DDLSCALE_STATE_DIR": str(local_state.parent)})
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["scale", "--kind", "dask", "--replicas", "1", "--no-wait"],
+        ["scale", "--kind", "ray", "--replicas", "1", "--no-wait"],
+        ["scale", "--kind", "dask", "--replicas", "2"],
+        ["restore", "--kind", "dask", "--replicas", "1", "--no-wait"],
+        ["restore", "--kind", "dask"],
+        ["run", "--kind", "dask", "--replicas", "1", "--", "true"],
+    ],
+)
+def test_a_mistyped_cluster_name_starts_nothing(local_state, args):
+    command, kind = args[0], args[2]
+    result = _cluster_command(local_state, command, "--backend", "local", "--name", "does-not-exist", *args[1:])
+    assert result.exit_code == 4, result.output
+    assert f"[not_found] {kind}/does-not-exist: no local cluster" in result.stderr
+    assert f"`ddlscale local up --kind {kind} --name does-not-exist`" in result.stderr
+    assert ("add --create" in result.stderr) == (command != "restore")  # restore never creates
+    assert LocalBackend(state_dir=local_state).list_clusters() == []
+    assert processes_mentioning(str(local_state)) == []
+
+
+@pytest.mark.slow
+def test_scale_creates_a_cluster_when_asked_and_its_restore_removes_it(local_state):
+    # Kind and tier matched without case, as the local tiers file spells them.
+    created = _cluster_command(local_state, "scale", "--backend", "local", "--kind", "DASK", "--name", "asked",
+                               "--replicas", "1", "--worker-hw-tier", "small", "--create", "--json")
+    assert created.exit_code == 0, created.output
+    body = json.loads(created.stdout)
+    assert (body["final"]["ready_workers"], body["final"]["worker_hw_tier"], body["worker_hw_tier"]) == (1, "Small", "Small")
+    assert LocalBackend(state_dir=local_state).list_clusters() == [ClusterRef("dask", "asked")]
+    restored = _cluster_command(local_state, "restore", "--backend", "local", "--kind", "dask", "--name", "asked")
+    assert restored.exit_code == 0, restored.output
+    assert LocalBackend(state_dir=local_state).list_clusters() == []  # the scale created it: the restore removes it
+    assert processes_mentioning(str(local_state)) == []
+
+
+def test_the_cli_logs_bare_lines_as_flows_print_them(local_state):
+    ddlscale = str(Path(sys.executable).with_name("ddlscale"))
+    env = {**os.environ, "DDLSCALE_STATE_DIR": str(local_state.parent)}
+    created = subprocess.run([ddlscale, "local", "up", "--name", "plain", "--replicas", "0"], env=env,
+                             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    assert created.returncode == 0, created.stderr
+    waits = [line for line in created.stderr.splitlines() if "waiting for 0 workers" in line]
+    assert waits and all(line.startswith("waiting for 0 workers seen by the Dask scheduler") for line in waits)
+    assert "INFO" not in created.stderr
+
+
+def test_up_help_lists_each_option_once_and_an_option_with_its_older_name_is_refused(local_state):
+    text = _invoke(local_state, "up", "--help").output
+    assert "--replicas INTEGER" in text and "--workers" not in text and "--tier " not in text
+    both = _invoke(local_state, "up", "--name", "c", "--replicas", "1", "--workers", "2")
+    assert both.exit_code == 2 and "give --replicas or its older name --workers, not both" in both.stderr
+    assert LocalBackend(state_dir=local_state).list_clusters() == []

@@ -160,7 +160,7 @@ def test_a_corrupt_cluster_record_is_listed_as_corrupt_and_down_still_works(stat
 
 def test_a_corrupt_baseline_record_is_named_and_down_removes_it(state):
     assert ddlscale(state, "scale", "--backend", "local", "--kind", "dask", "--name", REF.name, "--replicas", "1",
-                    "--no-framework-check").returncode == 0
+                    "--no-framework-check", "--create").returncode == 0
     records = state / "local" / "records" / f"_.dask.{REF.name}.json"
     assert records.exists()
     records.write_text('{"baseline": ')

@@ -211,7 +211,7 @@ def test_bar_appears_when_the_wait_starts_naming_node_cluster_and_target():
     assert "scale_and_wait" in shown_before_any_observation and "0/2" in shown_before_any_observation
     last_frame = max(i for i, line in enumerate(lines) if "2/2" in line)
     final = " ".join(line.strip() for line in lines[last_frame:])
-    assert "scale_and_wait" in final and "waiting for 2 workers" in final
+    assert "scale_and_wait" in final and "done, 2 workers up" in final and "waiting for" not in final
     # A cluster name longer than the free width is folded, never cut short.
     assert cluster in "".join(line.strip() for line in lines[last_frame:])
     assert "seen" not in out.getvalue()
@@ -230,6 +230,15 @@ def test_an_error_after_a_failed_wait_starts_on_its_own_line():
 
     assert "\nError: boom\n" in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
     assert _visible_lines(out.getvalue())[-1] == "Error: boom"
+    # The bar left on screen says where the wait stopped, not that it is still waiting.
+    assert "scale_up dask/x: stopped waiting, 1 of 3 workers up" in _visible_lines(out.getvalue())[-2]
+
+
+def test_a_bar_closed_before_any_observation_says_it_stopped_at_0():
+    out, console = _terminal()
+    with RichReporter(Activity("scale_up", "dask/x"), console=console) as reporter:
+        begin_wait(reporter, 2, 60)
+    assert "scale_up dask/x: stopped waiting, 0 of 2 workers up" in _visible_lines(out.getvalue())[-1]
 
 
 def test_deck_numbers_are_rounded_and_unused_tiers_left_out():

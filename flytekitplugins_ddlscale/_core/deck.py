@@ -3,21 +3,23 @@
 The plot is an inline SVG drawn here, so a Deck needs no plotting library in
 the task image. A :class:`~.timeline.WorkerTimeline` collects samples while a
 node or phase runs; :func:`render_html` turns them into a page; :func:`publish_deck`
-attaches it to the running task (harmless outside one). In a local run
-flytekit writes each task's Decks to a random folder of its sandbox and
-says where only at debug level, so the first Deck registers a list of
-them printed when the process exits.
+attaches it to the running task (harmless outside one), as the first tab,
+so the task's Deck file opens on it. In a local run flytekit writes each
+task's Decks to a random folder of its sandbox and says where only at
+debug level, so the first Deck registers a list of them printed when the
+process exits.
 """
 import atexit
 import html
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .timeline import Sample, WorkerTimeline
 
 if TYPE_CHECKING:
     from flytekit import Deck
+    from flytekit.core.context_manager import FlyteContext
 
 END_MARGIN = 0.05
 """Share of the time axis kept after the end, so a change at the very end (the restore) stays visible."""
@@ -91,18 +93,39 @@ def fact_text(value: object) -> str:
     return str(value)
 
 
-def render_html(title: str, timeline: WorkerTimeline, facts: Mapping[str, object]) -> str:
-    """An HTML page: ``facts`` as a table, the worker plot, and worker-seconds by tier.
+def shown_facts(facts: Mapping[str, object], timeline: WorkerTimeline) -> Dict[str, object]:
+    """``facts`` as a Deck shows them: no blank where the value is known. A worker tier nobody asked
+    for is the tier the workers ran on; readiness never checked says why; the rest that is empty
+    reads ``-`` (``ready_workers`` -1 reads "not observable")."""
+    shown: Dict[str, object] = {}
+    for key, value in facts.items():
+        if key in ("worker_hw_tier", "worker tier") and value in ("", None):
+            tier = timeline.last_tier()
+            value = f"{tier} (the cluster's; none asked for)" if tier else "-"
+        elif key == "readiness" and value in ("", None):
+            value = "not checked (not waited for)" if facts.get("waited") is False else "not checked"
+        elif key == "ready_workers" and value == -1:
+            value = "not observable by this backend"
+        elif value in ("", None):
+            value = "-"
+        shown[key] = value
+    return shown
 
-    Tiers whose workers were never up (worker-seconds that round to 0.0) are left out.
+
+def render_html(title: str, timeline: WorkerTimeline, facts: Mapping[str, object]) -> str:
+    """An HTML page: ``facts`` as a table (:func:`shown_facts`), the worker plot, and worker-seconds by tier.
+
+    Every tier that had a worker up is listed (``< 0.1`` when its worker-seconds round to 0.0, as
+    when the node ended just as the workers came); "no workers were up" only when none was.
     """
     rows = "".join(
         f"<tr><th style='text-align:left'>{html.escape(str(k))}</th><td>{html.escape(fact_text(v))}</td></tr>"
-        for k, v in facts.items()
+        for k, v in shown_facts(facts, timeline).items()
     )
-    used = {tier: seconds for tier, seconds in timeline.worker_seconds_by_tier().items() if round(seconds, 1) > 0}
+    totals = timeline.worker_seconds_by_tier()
     tiers = "".join(
-        f"<tr><td>{html.escape(tier)}</td><td>{seconds:.1f}</td></tr>" for tier, seconds in sorted(used.items())
+        f"<tr><td>{html.escape(tier)}</td><td>{_worker_seconds(totals.get(tier, 0.0))}</td></tr>"
+        for tier in timeline.tiers_used()
     ) or "<tr><td colspan='2'>no workers were up</td></tr>"
     return (
         f"<h2>{html.escape(title)}</h2>"
@@ -114,17 +137,37 @@ def render_html(title: str, timeline: WorkerTimeline, facts: Mapping[str, object
     )
 
 
+def _worker_seconds(value: float) -> str:
+    return f"{value:.1f}" if round(value, 1) > 0 else "&lt; 0.1"
+
+
 def publish_deck(name: str, page: str) -> "Deck":
-    """Attach ``page`` as Deck ``name`` to the current Flyte task and return the Deck.
+    """Attach ``page`` as Deck ``name`` to the current Flyte task, as its first tab, and return the Deck.
 
     Outside a task flytekit keeps a default context, so this is harmless there.
     The Deck is rendered when the task has ``enable_deck=True``.
     """
     from flytekit import Deck
+    from flytekit.core.context_manager import FlyteContextManager
 
-    deck = Deck(name, page)
+    deck = Deck(name, page, auto_add_to_deck=False)
+    ctx = FlyteContextManager.current_context()
+    params = ctx.user_space_params
+    if _local_run(ctx):
+        # A local run shares one list of Decks among all its tasks (each task's parameters are built
+        # from the run's, list and all), so a Deck added to it would show in every later task's file,
+        # and a later task's file would open on an earlier task's tab. This task, whose file is written
+        # from its own parameters, gets a list of its own; the run's list is left as it was.
+        params._decks = [deck, *params.decks]
+    else:
+        # In a task pod the list is this task's alone, and flytekit writes the file from it.
+        params.decks.insert(0, deck)
     _list_local_decks_at_exit()
     return deck
+
+
+def _local_run(ctx: "FlyteContext") -> bool:
+    return ctx.execution_state is not None and bool(ctx.execution_state.is_local_execution())
 
 
 DECK_FILE = "deck.html"
@@ -137,27 +180,20 @@ def _list_local_decks_at_exit() -> None:
     from flytekit.core.context_manager import FlyteContextManager
 
     ctx = FlyteContextManager.current_context()
-    if _listing is not None or ctx.execution_state is None or not ctx.execution_state.is_local_execution():
+    if _listing is not None or not _local_run(ctx):
         return
     _listing = Path(ctx.file_access.local_sandbox_dir)
     atexit.register(print_local_decks, _listing)
 
 
 def local_decks(root: Path) -> List[Tuple[str, Path]]:
-    """The ``deck.html`` files under ``root``, oldest first, each labelled with the Decks it added.
-
-    flytekit's local run carries the Decks of earlier tasks into each later
-    file, so a file is labelled by the titles of this plugin's Decks that
-    the previous file did not have (a task with only flytekit's Decks is
-    labelled ``task Deck``).
-    """
+    """The ``deck.html`` files under ``root``, oldest first, each labelled with the titles of this
+    plugin's Decks in it (each task's file holds its own only: :func:`publish_deck`); a task with
+    only flytekit's Decks is labelled ``task Deck``."""
     found = []
-    seen: List[str] = []
     for path in sorted(root.glob(f"*/{DECK_FILE}"), key=lambda p: p.stat().st_mtime):
         titles = [html.unescape(t) for t in _TITLE.findall(path.read_text(encoding="utf-8", errors="replace"))]
-        added = [t for t in titles if t not in seen]
-        seen = titles
-        found.append((", ".join(added) or "task Deck", path))
+        found.append((", ".join(titles) or "task Deck", path))
     return found
 
 

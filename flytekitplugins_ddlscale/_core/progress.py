@@ -13,7 +13,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Callable, Optional, Set, Tuple, Union
+from typing import Callable, Dict, Optional, Set, Tuple, Union
 
 from . import settings
 from .closing import Closing
@@ -54,6 +54,17 @@ class Activity:
     def describe(self, target: int) -> str:
         """``scale_up dask/x: waiting for 2 workers``."""
         return f"{self.step} {self.cluster}: {self.goal.format(target=target, workers=plural(target, 'worker'))}"
+
+    def ended(self, current: int, target: int, reached: bool) -> str:
+        """How the wait ended: ``scale_up dask/x: done, 2 workers up``, or when it ended short (an
+        error, a timeout, Ctrl-C) ``scale_up dask/x: stopped waiting, 1 of 2 workers up``."""
+        return f"{self.step} {self.cluster}: {_ending(current, target, reached)}"
+
+
+def _ending(current: int, target: int, reached: bool) -> str:
+    if reached:
+        return f"done, {plural(current, 'worker')} up"
+    return f"stopped waiting, {current} of {plural(target, 'worker')} up"
 
 
 HEARTBEAT_SECONDS = 15.0
@@ -202,9 +213,11 @@ class RichReporter(Closing):
 
     With an :class:`Activity` the bar appears as soon as :meth:`begin` is
     called, reads ``scale_up dask/x: waiting for 2 workers`` and wraps
-    rather than truncating on a narrow terminal. Used as a context manager
-    it ends the live display on exit, so an error that follows starts on a
-    line of its own.
+    rather than truncating on a narrow terminal. A finished bar says how the
+    wait ended (``done, 2 workers up``; ``stopped waiting, 1 of 2 workers
+    up`` when the reporter is closed before). Used as a context manager it
+    ends the live display on exit, so an error that follows starts on a line
+    of its own.
     """
 
     def __init__(self, activity: Optional[Activity] = None, console: Optional[object] = None) -> None:
@@ -228,7 +241,9 @@ class RichReporter(Closing):
             transient=False,
             expand=True,
         )
-        self._tasks: dict = {}
+        self._tasks: Dict[str, int] = {}
+        self._last: Dict[str, WaitProgress] = {}
+        """The latest report of each open bar, to say where it stopped if it never finishes."""
         self._started = False
 
     def _key(self, progress_what: str) -> str:
@@ -236,6 +251,11 @@ class RichReporter(Closing):
 
     def _describe(self, what: str, target: int) -> str:
         return self._activity.describe(target) if self._activity is not None else f"waiting for {what}"
+
+    def _ended(self, progress: WaitProgress, reached: bool) -> str:
+        if self._activity is not None:
+            return self._activity.ended(progress.current, progress.target, reached)
+        return f"{progress.what}: {_ending(progress.current, progress.target, reached)}"
 
     def _ensure(self, key: str, description: str, current: int, target: int) -> int:
         if not self._started:
@@ -254,15 +274,17 @@ class RichReporter(Closing):
         if self._activity is None:
             return
         self._ensure(self._activity.step, self._activity.describe(target), 0, target)
+        self._last.setdefault(self._activity.step, WaitProgress(self._activity.step, 0, target, 0.0, timeout))
 
     def __call__(self, progress: WaitProgress) -> None:
         done = progress.current >= progress.target
         total = max(progress.target, 1)
         key = self._key(progress.what)
         task_id = self._ensure(key, self._describe(progress.what, progress.target), progress.current, progress.target)
+        self._last[key] = progress
         self._progress.update(
             task_id,
-            description=self._describe(progress.what, progress.target),
+            description=self._ended(progress, True) if done else self._describe(progress.what, progress.target),
             completed=total if done else progress.current,
             total=total,
             current=progress.current,
@@ -271,15 +293,23 @@ class RichReporter(Closing):
         if done:
             self._progress.stop_task(task_id)
             del self._tasks[key]
+            del self._last[key]
             if not self._tasks:
                 self.close()
 
     def close(self) -> None:
-        """End the live display (idempotent); the cursor ends on a fresh line."""
+        """End the live display (idempotent); a bar still open says where its wait stopped, and the
+        cursor ends on a fresh line."""
         if self._started:
+            for key, task_id in self._tasks.items():
+                last = self._last.get(key)
+                if last is not None:
+                    self._progress.update(task_id, description=self._ended(last, False))
+                self._progress.stop_task(task_id)
             self._progress.stop()
             self._started = False
             self._tasks.clear()
+            self._last.clear()
 
 
 WaitReporter = Union[LogReporter, RichReporter]

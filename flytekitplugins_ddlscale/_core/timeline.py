@@ -73,15 +73,39 @@ class WorkerTimeline:
         return self._clock() - self._start
 
     def worker_seconds_by_tier(self) -> Dict[str, float]:
-        """Worker-seconds per tier, each sample's count held until the next sample."""
+        """Worker-seconds per tier, each sample's count held until the next sample.
+
+        A sample without a tier (a wait's progress, which carries none) counts
+        on the tier of the next sample that has one: the tier the change went to.
+        """
         samples = self.samples
         end = max(self.duration, samples[-1].seconds if samples else 0.0)
         totals: Dict[str, float] = {}
-        for current, following in zip(samples, samples[1:] + [None]):
+        tiers = _tiers_filled_forward(samples)
+        for current, following, tier in zip(samples, samples[1:] + [None], tiers):
             until = following.seconds if following is not None else end
-            key = current.tier or UNLABELLED_TIER
-            totals[key] = totals.get(key, 0.0) + current.workers * max(0.0, until - current.seconds)
+            totals[tier] = totals.get(tier, 0.0) + current.workers * max(0.0, until - current.seconds)
         return totals
+
+    def tiers_used(self) -> List[str]:
+        """The tiers that had at least one worker up at some sample (tier as in
+        :meth:`worker_seconds_by_tier`), sorted."""
+        samples = self.samples
+        return sorted({tier for sample, tier in zip(samples, _tiers_filled_forward(samples)) if sample.workers > 0})
+
+    def last_tier(self) -> Optional[str]:
+        """The tier of the latest sample that has one (None: no sample names a tier)."""
+        return next((sample.tier for sample in reversed(self.samples) if sample.tier), None)
+
+
+def _tiers_filled_forward(samples: List[Sample]) -> List[str]:
+    """Each sample's tier; one without takes the next named tier, else :data:`UNLABELLED_TIER`."""
+    tiers: List[str] = []
+    following = UNLABELLED_TIER
+    for sample in reversed(samples):
+        following = sample.tier or following
+        tiers.append(following)
+    return tiers[::-1]
 
 
 def observed_workers(state: ClusterState) -> int:

@@ -5,9 +5,10 @@ values it accepts.
 """
 import contextlib
 import datetime
+import difflib
 import math
 import re
-from typing import Callable, Optional, Pattern
+from typing import Callable, Optional, Pattern, Sequence
 from urllib.parse import urlsplit
 
 from ..errors import InvalidInputError
@@ -15,6 +16,22 @@ from .redaction import mask_userinfo, register_secret
 
 MAX_REPLICAS = 1000
 """Upper bound on a requested worker count; above it is almost surely a typo."""
+
+
+def closest_choice(value: object, choices: Sequence[str]) -> Optional[str]:
+    """The allowed value ``value`` most likely mistypes (``'daks'`` -> ``'dask'``, compared without
+    case), or None when none is close: what an error for a refused name suggests."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    by_key = {choice.lower(): choice for choice in choices}
+    found = difflib.get_close_matches(value.strip().lower(), list(by_key), n=1, cutoff=0.6)
+    return by_key[found[0]] if found else None
+
+
+def closest_reason(value: object, choices: Sequence[str]) -> Optional[str]:
+    """``closest allowed value: 'dask'`` for an :class:`InvalidInputError`'s ``reason``, or None."""
+    best = closest_choice(value, choices)
+    return None if best is None else f"closest allowed value: {best!r}"
 
 
 def validate_replicas(value: object, field: str = "replicas", maximum: int = MAX_REPLICAS) -> int:

@@ -62,6 +62,9 @@ class BackendCapabilities:
     reads_locally: bool = False
     """Whether reading a cluster's state touches only this machine (files, local processes), so a
     Ctrl-C report may read it; elsewhere the report must not wait on a service and only names it."""
+    creates_clusters: bool = False
+    """Whether a scale or claim of a cluster that does not exist creates it (the local backend: flows
+    create their clusters so), so the ``ddlscale`` CLI refuses a missing one unless asked to create."""
 
 
 def _operation_deadline(timeout: float, wait: bool) -> Deadline:
@@ -307,7 +310,7 @@ class ClusterBackend(Closing):
         lease = validate_timeout(lease_seconds, "lease_seconds", MAX_LEASE_SECONDS)
         wait_for_lock = None if timeout is None else validate_timeout(timeout)
         self._served(ref)
-        self._check_tier(ref, tier, "worker_hw_tier")
+        tier = self._check_tier(ref, tier, "worker_hw_tier")
         return self._claim(ref, claim_id, replicas, tier, lease, wait_for_lock)
 
     def renew(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
@@ -376,7 +379,7 @@ class ClusterBackend(Closing):
         tier = validate_tier_name(worker_hw_tier)
         seconds = validate_timeout(timeout)
         self._served(ref)
-        self._check_tier(ref, tier, "worker_hw_tier")
+        tier = self._check_tier(ref, tier, "worker_hw_tier")
         return count, tier, _operation_deadline(seconds, wait)
 
     def _check_target(self, ref: ClusterRef, target: Optional[ReplicaSpec]) -> None:
@@ -467,6 +470,15 @@ class ClusterBackend(Closing):
         """What holds ``ref``'s size, as errors name it (:attr:`size_setting` unless a kind says otherwise)."""
         return self.size_setting
 
+    def check_kind(self, ref: ClusterRef, field: str = "kind") -> None:
+        """Refuse ``ref``'s kind as bad input when this backend does not serve it: an
+        :class:`InvalidInputError` naming ``field``, why and the kinds it serves (the CLI's answer;
+        the methods raise :class:`UnsupportedOperationError` for it)."""
+        if ref.kind not in self.capabilities.kinds:
+            raise InvalidInputError(
+                field, ref.kind, ", ".join(sorted(self.capabilities.kinds)), reason=self._unserved(ref)
+            )
+
     def _unserved(self, ref: ClusterRef) -> str:
         """Why ``ref``'s kind is not served, and what serves it."""
         return (
@@ -474,8 +486,10 @@ class ClusterBackend(Closing):
             f"(it serves {', '.join(sorted(self.capabilities.kinds))})"
         )
 
-    def _check_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> None:
-        """Refuse a worker tier name this backend knows to be wrong (default: the cluster judges it)."""
+    def _check_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> Optional[str]:
+        """Refuse a worker tier name this backend knows to be wrong; return it as the backend's tier
+        catalog spells it (``medium`` -> ``Medium``; default: as given, the cluster judges it)."""
+        return tier
 
     def _check_head_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> None:
         """Refuse a head tier this backend cannot set or knows to be wrong."""

@@ -16,7 +16,7 @@ import yaml
 from ..errors import BackendUnavailableError, CertificateRefusedError, UnknownTierError
 from .._core.outage import cert_verification_failed
 from ..refs import normalize_kind
-from .._core.validation import validate_tier_name
+from .._core.validation import closest_choice, validate_tier_name
 
 _DOMINO_UNITS = {"GiB": "Gi", "MiB": "Mi", "KiB": "Ki", "TiB": "Ti", "GB": "G", "MB": "M", "KB": "k"}
 _RESTRICT_KEYS = {
@@ -127,8 +127,10 @@ class TierCatalog:
     def resolve(self, name: Optional[str], kind: str, field: str = "worker_hw_tier") -> Optional[HardwareTier]:
         """The tier called ``name`` for clusters of ``kind``; None when ``name`` is None.
 
-        Raises :class:`UnknownTierError` naming ``field`` and the allowed tier
-        names for an empty, unknown or restricted tier.
+        A name is matched exactly, else without case when only one tier
+        matches so (``medium`` is ``Medium``), as kinds are. Raises
+        :class:`UnknownTierError` naming ``field``, the allowed tier names and
+        the closest one for an empty, unknown or restricted tier.
         """
         wanted = validate_tier_name(name, field=field)
         if wanted is None:
@@ -136,19 +138,31 @@ class TierCatalog:
         short = normalize_kind(kind)
         known = self.tiers()
         allowed = sorted(t.name for t in known if t.allows(short))
-        for tier in known:
-            if tier.name == wanted:
-                if tier.allows(short):
-                    return tier
-                raise UnknownTierError(
-                    f"{field}={wanted!r} is restricted to {', '.join(sorted(tier.restricted_to))} "
-                    f"clusters; allowed for {short}: {', '.join(allowed) or 'none'}",
-                    field=field, value=wanted, allowed=", ".join(allowed) or "none",
-                )
+        tier = _matching(known, wanted)
+        if tier is not None:
+            if tier.allows(short):
+                return tier
+            raise UnknownTierError(
+                f"{field}={wanted!r} is restricted to {', '.join(sorted(tier.restricted_to))} "
+                f"clusters; allowed for {short}: {', '.join(allowed) or 'none'}",
+                field=field, value=wanted, allowed=", ".join(allowed) or "none",
+            )
+        best = closest_choice(wanted, allowed)
+        hint = f"; closest: {best!r}" if best is not None else ""
         raise UnknownTierError(
-            f"unknown {field}={wanted!r}; allowed for {short}: {', '.join(allowed) or 'none'}",
+            f"unknown {field}={wanted!r}; allowed for {short}: {', '.join(allowed) or 'none'}{hint}",
             field=field, value=wanted, allowed=", ".join(allowed) or "none",
         )
+
+
+def _matching(known: List[HardwareTier], wanted: str) -> Optional[HardwareTier]:
+    """The tier named ``wanted`` exactly, else the only one named so without case (None: no such tier,
+    or several that differ only in case)."""
+    exact = [tier for tier in known if tier.name == wanted]
+    if exact:
+        return exact[0]
+    folded = [tier for tier in known if tier.name.lower() == wanted.lower()]
+    return folded[0] if len(folded) == 1 else None
 
 
 class StaticTierCatalog(TierCatalog):

@@ -1,7 +1,7 @@
 """The ``ddlscale`` command line: cluster commands and local-cluster management.
 
-Exit codes, for scripts: :data:`.output.EXIT_CODES_HELP` (also printed by
-``--help``); ``ddlscale run`` passes its command's exit code through.
+Exit codes, for scripts: :data:`.output.EXIT_CODES_HELP` (printed once, by
+``ddlscale --help``); ``ddlscale run`` passes its command's exit code through.
 """
 import logging
 from typing import Any
@@ -37,11 +37,12 @@ def main(verbose: bool) -> None:
 
 def _log_to_stderr(level: int) -> None:
     # A Domino job's log is its stderr: progress and retries must show there
-    # when no terminal is attached and the rich progress bar is off.
+    # when no terminal is attached and the rich progress bar is off. Bare
+    # lines, as a flow prints its summaries (the log adds its own timestamps).
     plugin_logger = logging.getLogger("flytekitplugins_ddlscale")
     if not any(getattr(h, "_ddlscale_cli", False) for h in plugin_logger.handlers):
         handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        handler.setFormatter(logging.Formatter("%(message)s"))
         handler._ddlscale_cli = True  # type: ignore[attr-defined]
         plugin_logger.addHandler(handler)
     plugin_logger.setLevel(level)

@@ -4,6 +4,11 @@ Every command takes the cluster (``--kind`` and ``--name``, or ``--run-id``
 for the cluster Domino attached to a run; ``$DOMINO_RUN_ID`` when neither is
 given), ``--backend`` (default: as ``get_backend`` chooses), ``--wait/--no-wait``,
 ``--timeout`` and ``--json``. Exit codes are in :mod:`.output`.
+
+Nothing here creates a cluster by accident: on a backend whose scale would
+create a missing cluster (the local one), ``scale`` refuses a cluster that
+does not exist (exit 4, naming the command that creates it) unless given
+``--create``, and ``restore`` never creates one.
 """
 import functools
 from typing import Any, Callable, Optional
@@ -11,22 +16,29 @@ from typing import Any, Callable, Optional
 import click
 
 from ..backends import get_backend
-from ..backends._base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT
-from ..errors import InvalidInputError, ScalingError
+from ..backends._base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT, ClusterBackend
+from ..errors import ClusterNotFoundError, InvalidInputError, ScalingError
 from .._services.readiness import FrameworkOptions, confirm_change, confirm_ready
 from ..models import ReplicaSpec
 from .._core import settings
 from .._core.progress import default_reporter
-from ..refs import ALLOWED_KINDS, ClusterRef
+from ..refs import KIND_NAMES, ClusterRef
 from .._core.waiting import Deadline
-from .output import EXIT_CODES_HELP, Confirmed, WithClaims, emit, emit_error
+from .output import Confirmed, WithClaims, emit, emit_error
+
+
+KIND_HELP = f"Cluster kind: {', '.join(KIND_NAMES)} (any case)."
+CREATE_HELP = (
+    "Create the cluster if it does not exist (local backend: the scale would start one). "
+    "Without it a missing cluster is refused (exit 4)."
+)
 
 
 def _cluster_options(default_wait: bool, default_timeout: float) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
         options = [
             click.option("--backend", default=None, help="scaler, kubernetes, local (default: from the environment)."),
-            click.option("--kind", required=True, help=f"Cluster kind: {', '.join(ALLOWED_KINDS)}."),
+            click.option("--kind", required=True, help=KIND_HELP),
             click.option("--name", default=None, help="Cluster name."),
             click.option("--run-id", default=None, help="Domino run id: the cluster is <kind>-<run id>."),
             click.option("--namespace", default=None, help="Namespace (default: the backend's)."),
@@ -73,6 +85,30 @@ def cluster_ref(
     return ClusterRef.for_run(kind, run_id, namespace)
 
 
+def require_existing(backend: ClusterBackend, ref: ClusterRef, remedy: str = "") -> None:
+    """Refuse (:class:`ClusterNotFoundError`, exit 4) a cluster that does not exist on a backend whose
+    scale would create it (``capabilities.creates_clusters``); the error names the command that
+    creates it, then ``remedy``. Other backends answer "not found" themselves and are not read here."""
+    if not backend.capabilities.creates_clusters:
+        return
+    try:
+        backend.get_state(ref)
+    except ClusterNotFoundError as error:
+        raise ClusterNotFoundError(f"{error.message}{remedy}", cluster=error.cluster) from None
+
+
+def open_checked(name: Optional[str], ref: ClusterRef) -> ClusterBackend:
+    """The backend called ``name`` (None: as the environment selects), after refusing a kind it does not
+    serve as bad input (exit 2, as ``ddlscale local`` does); the caller closes it."""
+    backend = get_backend(name)
+    try:
+        backend.check_kind(ref)
+    except ScalingError:
+        backend.close()
+        raise
+    return backend
+
+
 def _run(command: Callable[..., Any]) -> Callable[..., Any]:
     """Build the ref and backend, run ``command``, print its result, map errors to exit codes."""
 
@@ -82,14 +118,18 @@ def _run(command: Callable[..., Any]) -> Callable[..., Any]:
                 **kwargs: Any) -> None:
         ctx = click.get_current_context()
         chosen = None
+        progress = None
         try:
             ref = cluster_ref(kind, name, run_id, namespace, group)
-            chosen = get_backend(backend)
+            chosen = open_checked(backend, ref)
             progress = default_reporter() if wait else None
             result = command(chosen, ref, wait=wait, timeout=timeout, progress=progress, **kwargs)
         except ScalingError as error:
             ctx.exit(emit_error(error, as_json))
         finally:
+            # A wait that failed leaves its live bar or heartbeat running until closed.
+            if progress is not None:
+                progress.close()
             if chosen is not None:
                 chosen.close()
         emit(result, as_json)
@@ -97,7 +137,7 @@ def _run(command: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-@click.command("status", epilog=EXIT_CODES_HELP)
+@click.command("status")
 @_cluster_options(default_wait=False, default_timeout=DEFAULT_SCALE_TIMEOUT)
 @_framework_options
 @_run
@@ -117,21 +157,24 @@ def status(backend: Any, ref: ClusterRef, *, wait: bool, timeout: float, progres
     return WithClaims(Confirmed(state, readiness), backend.claims(ref))
 
 
-@click.command("scale", epilog=EXIT_CODES_HELP)
+@click.command("scale")
 @_cluster_options(default_wait=True, default_timeout=DEFAULT_SCALE_TIMEOUT)
 @click.option("--replicas", type=int, required=True, help="Worker count wanted.")
 @click.option("--worker-hw-tier", default=None, help="Hardware tier NAME for the workers.")
 @click.option("--strict", is_flag=True, help="Refuse (exit 2) instead of capping at maxReplicas.")
+@click.option("--create", is_flag=True, help=CREATE_HELP)
 @_framework_options
 @_run
 def scale(backend: Any, ref: ClusterRef, *, wait: bool, timeout: float, progress: Any,
-          replicas: int, worker_hw_tier: Optional[str], strict: bool,
+          replicas: int, worker_hw_tier: Optional[str], strict: bool, create: bool,
           framework_check: bool, framework_url: Optional[str]) -> Any:
     """Set the worker count (and tier); records the baseline first. With --wait, returns once
     the workers are up and, where the head is reachable, registered with the framework."""
     framework = FrameworkOptions(framework_check, framework_url)
     if wait:
         framework.check(ref.kind)
+    if not create:
+        require_existing(backend, ref, " (or add --create to this command)")
     deadline = Deadline(timeout)
     result = backend.scale(ref, replicas, worker_hw_tier, wait=wait, timeout=timeout, strict=strict, progress=progress)
     if not wait:
@@ -140,7 +183,7 @@ def scale(backend: Any, ref: ClusterRef, *, wait: bool, timeout: float, progress
     return Confirmed(result, readiness)
 
 
-@click.command("restart-head", epilog=EXIT_CODES_HELP)
+@click.command("restart-head")
 @_cluster_options(default_wait=True, default_timeout=DEFAULT_RESTART_TIMEOUT)
 @click.option("--head-hw-tier", default=None, help="Hardware tier NAME for the new head (not every backend can).")
 @_run
@@ -150,7 +193,7 @@ def restart_head(backend: Any, ref: ClusterRef, *, wait: bool, timeout: float, p
     return backend.restart_head(ref, head_hw_tier, wait=wait, timeout=timeout, progress=progress)
 
 
-@click.command("restore", epilog=EXIT_CODES_HELP)
+@click.command("restore")
 @_cluster_options(default_wait=True, default_timeout=DEFAULT_SCALE_TIMEOUT)
 @click.option("--replicas", type=int, default=None, help="Restore to this count instead of the recorded baseline.")
 @click.option("--worker-hw-tier", default=None, help="With --replicas: the workers' tier NAME.")
@@ -161,7 +204,7 @@ def restore(backend: Any, ref: ClusterRef, *, wait: bool, timeout: float, progre
             framework_check: bool, framework_url: Optional[str]) -> Any:
     """Put the cluster back to its recorded baseline (or --replicas) and forget the baseline. With
     --wait, returns once the removed workers are gone and, where the head is reachable, the
-    framework has dropped them."""
+    framework has dropped them. Never creates a cluster."""
     if worker_hw_tier is not None and replicas is None:
         raise InvalidInputError(
             "worker_hw_tier",
@@ -172,6 +215,9 @@ def restore(backend: Any, ref: ClusterRef, *, wait: bool, timeout: float, progre
     framework = FrameworkOptions(framework_check, framework_url)
     if wait:
         framework.check(ref.kind)
+    if replicas is not None:
+        # Without --replicas a restore of a missing cluster starts nothing (it only forgets a stale baseline).
+        require_existing(backend, ref)
     target = ReplicaSpec(replicas, worker_hw_tier) if replicas is not None else None
     deadline = Deadline(timeout)
     result = backend.restore_baseline(ref, target, wait=wait, timeout=timeout, progress=progress)

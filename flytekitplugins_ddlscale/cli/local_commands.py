@@ -13,7 +13,7 @@ from ..errors import ClusterNotFoundError, ScalingError
 from .._core.progress import default_reporter
 from ..refs import ClusterRef
 from .._core.wording import plural
-from .output import EXIT_CODES_HELP, emit_error
+from .output import emit_error
 
 if TYPE_CHECKING:
     from ..backends.local import LocalBackend
@@ -65,26 +65,21 @@ def _shared_options(command: Callable[..., Any]) -> Callable[..., Any]:
     )(command)
 
 
-def _ref(kind: str, name: str) -> ClusterRef:
-    return _run(lambda: ClusterRef(kind, name))
+def _ref(backend: "LocalBackend", kind: str, name: str) -> ClusterRef:
+    """The cluster named, after refusing a kind the local backend does not run: the same
+    ``[invalid_input]`` error and exit code 2 as ``ddlscale scale --backend local`` gives."""
 
+    def checked() -> ClusterRef:
+        ref = ClusterRef(kind, name)
+        backend.check_kind(ref)
+        return ref
 
-def _local_kind(ctx: click.Context, param: click.Parameter, kind: str) -> str:
-    """``kind`` when the local backend runs it; otherwise a usage error (exit 2) naming the kinds it runs."""
-    from ..backends.local._drivers import SERVED_KINDS, served_frameworks
-
-    if kind not in SERVED_KINDS:
-        raise click.BadParameter(
-            f"{kind!r}; the local backend runs {served_frameworks()} clusters "
-            "(other kinds run on the scaler or kubernetes backend)",
-            ctx=ctx, param=param,
-        )
-    return kind
+    return _run(checked)
 
 
 _kind_option = click.option(
-    "--kind", default="dask", show_default=True, callback=_local_kind,
-    help="Cluster kind: dask, ray or spark (ray and spark need their extras).",
+    "--kind", default="dask", show_default=True,
+    help="Cluster kind: dask, ray or spark, any case (ray and spark need their extras).",
 )
 
 
@@ -98,7 +93,7 @@ def _summary(info: Dict[str, Any]) -> str:
     )
 
 
-@click.group("local", epilog=EXIT_CODES_HELP)
+@click.group("local")
 @_shared_options
 def local() -> None:
     """Local clusters: a head and worker processes on this machine (Dask; Ray and Spark with their extras)."""
@@ -108,21 +103,34 @@ def local() -> None:
 @_shared_options
 @_kind_option
 @click.option("--name", required=True, help="Cluster name (DNS-1123 label).")
-@click.option("--replicas", "--workers", "replicas", type=int, default=1, show_default=True,
-              help="Number of worker processes.")
-@click.option("--worker-hw-tier", "--tier", "worker_hw_tier", default=None,
-              help="Worker tier NAME (default: the tiers file's first tier).")
+@click.option("--replicas", type=int, default=None, help="Number of worker processes.  [default: 1]")
+@click.option("--worker-hw-tier", default=None, help="Worker tier NAME (default: the tiers file's first tier).")
+# The older names still work; help lists each option once.
+@click.option("--workers", "workers_alias", type=int, default=None, hidden=True)
+@click.option("--tier", "tier_alias", default=None, hidden=True)
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds to wait for the workers.")
 @click.option("--json", "as_json", is_flag=True, help="Print the cluster as JSON.")
 @click.pass_context
-def up(ctx: click.Context, kind: str, name: str, replicas: int, worker_hw_tier: Optional[str],
-       timeout: float, as_json: bool) -> None:
+def up(ctx: click.Context, kind: str, name: str, replicas: Optional[int], worker_hw_tier: Optional[str],
+       workers_alias: Optional[int], tier_alias: Optional[str], timeout: float, as_json: bool) -> None:
     """Create a cluster (or resize it) and wait until the scheduler sees its workers."""
+    workers = _one_of("--replicas", replicas, "--workers", workers_alias, default=1)
+    tier = _one_of("--worker-hw-tier", worker_hw_tier, "--tier", tier_alias, default=None)
     backend = _backend(ctx)
-    ref = _ref(kind, name)
-    _run(lambda: backend.up(ref, replicas, worker_hw_tier, timeout=timeout, progress=default_reporter()))
+    ref = _ref(backend, kind, name)
+    with default_reporter() as progress:
+        _run(lambda: backend.up(ref, workers, tier, timeout=timeout, progress=progress))
     info = _run(lambda: backend.describe(ref))
     click.echo(json.dumps(info, indent=2) if as_json else _summary(info))
+
+
+def _one_of(name: str, value: Optional[T], alias: str, alias_value: Optional[T], default: T) -> T:
+    """The value of an option given by its name or its older alias (not both), else ``default``."""
+    if value is not None and alias_value is not None:
+        raise click.UsageError(f"give {name} or its older name {alias}, not both")
+    if value is not None:
+        return value
+    return alias_value if alias_value is not None else default
 
 
 @local.command("down")
@@ -140,7 +148,7 @@ def down(ctx: click.Context, kind: str, name: Optional[str], everything: bool) -
         stopped = _run(backend.shutdown_all)
         click.echo(f"stopped {plural(len(stopped), 'cluster')}" + "".join(f"\n  {r}" for r in stopped))
         return
-    ref = _ref(kind, name or "")
+    ref = _ref(backend, kind, name or "")
     taken = _run(lambda: backend.take_down(ref))
     if taken is None:
         sys.exit(emit_error(ClusterNotFoundError(f"no local cluster {ref}", cluster=str(ref)), as_json=False))
@@ -170,11 +178,12 @@ def status(ctx: click.Context, kind: str, name: str, as_json: bool, repair: bool
 
     Only reports; with --repair it first restarts what died."""
     backend = _backend(ctx)
-    ref = _ref(kind, name)
+    ref = _ref(backend, kind, name)
     info = _run(lambda: backend.describe(ref))
     repaired = False
     if repair and info["status"] != "Running":
-        _run(lambda: backend.repair(ref, timeout=timeout, progress=default_reporter()))
+        with default_reporter() as progress:
+            _run(lambda: backend.repair(ref, timeout=timeout, progress=progress))
         info, repaired = _run(lambda: backend.describe(ref)), True
     info["repaired"] = repaired
     if as_json:

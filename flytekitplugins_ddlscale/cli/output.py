@@ -42,8 +42,9 @@ EXIT_INTERRUPTED = 130
 """Ctrl-C: 128 + SIGINT, as shells report a command that SIGINT ended."""
 
 FAILURE_EXIT_CODES = (
-    "2 bad input (including an unknown tier, a --strict refusal, a corrupt record and an unsafe state directory); "
-    "3 timeout; 4 not found; 5 unauthorized; 6 backend unavailable (or, with --fail-on-fault, a cluster fault during "
+    "2 bad input (including an unknown kind or tier, a kind the backend does not run, a --strict refusal, "
+    "a corrupt record and an unsafe state directory); 3 timeout; 4 not found (a local cluster is created only by "
+    "`ddlscale local up` or --create); 5 unauthorized; 6 backend unavailable (or, with --fail-on-fault, a cluster fault during "
     "the command); 8 state directory not writable (read only or full disk); 130 interrupted (Ctrl-C); "
     "1 other errors (including a change interrupted half-way)."
 )

@@ -16,18 +16,16 @@ from ..backends._base import DEFAULT_SCALE_TIMEOUT
 from ..errors import ClusterFaultError, ScalingError
 from .._services.hold import ClusterPhase, PhaseInterrupted, cluster_phase
 from .._core.redaction import redact
-from ..refs import ALLOWED_KINDS
 from .._core.validation import validate_timeout
 from .._core.wording import plural
 from .child import DEFAULT_KILL_AFTER, CommandNotStarted, run_forwarding
-from .cluster_commands import cluster_ref
-from .output import FAILURE_EXIT_CODES, emit_error
+from .cluster_commands import CREATE_HELP, KIND_HELP, cluster_ref, open_checked, require_existing
+from .output import emit_error
 
 RUN_EPILOG = (
-    "Exit codes: the command's (128 + N when signal N ended it; 127 when it was not found, "
-    "126 when it could not be executed); when scaling fails before the command starts: "
-    f"{FAILURE_EXIT_CODES} If the command succeeded but the restore failed: the restore error's code; "
-    "with --fail-on-fault, 6 when a cluster fault stopped the command."
+    "Exit codes: the command's (128 + N when signal N ended it; 127 when it was not found, 126 when "
+    "it could not be executed); when scaling fails before the command starts, or the restore fails "
+    "after it succeeded, that error's code (listed in `ddlscale --help`)."
 )
 
 
@@ -41,7 +39,7 @@ def _say(text: str) -> None:
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
 )
 @click.option("--backend", default=None, help="scaler, kubernetes, local (default: from the environment).")
-@click.option("--kind", required=True, help=f"Cluster kind: {', '.join(ALLOWED_KINDS)}.")
+@click.option("--kind", required=True, help=KIND_HELP)
 @click.option("--name", default=None, help="Cluster name.")
 @click.option("--run-id", default=None, help="Domino run id: the cluster is <kind>-<run id>.")
 @click.option("--namespace", default=None, help="Namespace (default: the backend's).")
@@ -61,6 +59,7 @@ def _say(text: str) -> None:
     help="If the cluster loses its head or workers while COMMAND runs, stop COMMAND (SIGTERM) and exit 6, "
     "instead of repairing it (local backend) or reporting it.",
 )
+@click.option("--create", is_flag=True, help=CREATE_HELP + " A cluster the run created is removed after it.")
 @click.option(
     "--kill-after", type=float, default=DEFAULT_KILL_AFTER, show_default=True,
     help="Seconds the command gets to exit after a forwarded SIGTERM/SIGINT before it is killed.",
@@ -79,6 +78,7 @@ def run(
     framework_ready: bool,
     fail_on_fault: bool,
     kill_after: float,
+    create: bool,
     command: Tuple[str, ...],
 ) -> None:
     """Scale the cluster, run COMMAND with it, then restore the cluster.
@@ -95,10 +95,14 @@ def run(
     before the phases. Concurrent runs and phases on one cluster never
     shrink each other. The claim is a lease renewed while ddlscale runs; if
     ddlscale is killed, the claim stops counting and COMMAND is killed too.
+    A local cluster that does not exist is refused (exit 4) unless --create.
     """
     try:
         ref = cluster_ref(kind, name, run_id, namespace, group)
         grace = validate_timeout(kill_after, "kill_after")
+        with open_checked(backend, ref) as chosen:
+            if not create:
+                require_existing(chosen, ref, " (or add --create to this command)")
         phase = cluster_phase(
             ref, replicas, worker_hw_tier=worker_hw_tier, timeout=timeout, backend=backend,
             framework_ready=framework_ready, deck=False, label="run", fail_on_fault=fail_on_fault,
@@ -139,7 +143,7 @@ def _run_in_phase(phase: ClusterPhase, argv: List[str], kill_after: float) -> in
             return code
         _say(f"the command exited with {status}, but {_outcome(phase)}")
         return status or code
-    _say(_outcome(phase))
+    # The phase's summary line (unless $DDLSCALE_QUIET) has said how the restore ended.
     return status if status is not None else 0
 
 

@@ -220,7 +220,7 @@ class ClusterPhase:
         self._monitor.start()
         pause_point("claimed")
         self._check_held_tier(backend, self.claim)
-        logger.info(
+        logger.debug(
             "phase %s on %s: needs at least %s; the largest live claim is %d",
             self.claim_id, self.ref, plural(s.replicas, "worker"), self.claim.replicas,
         )
@@ -389,7 +389,7 @@ class ClusterPhase:
         self._gave_back = result is not None
         if result is None:
             self.restored_to = "unchanged (no claim and no size outside phases recorded)"
-            logger.info("phase %s on %s ended; nothing left to restore", self.claim_id, self.ref)
+            logger.debug("phase %s on %s ended; nothing left to restore", self.claim_id, self.ref)
             return
         if remaining is not None:
             # Informational only: reconcile itself decided from the claims live at its own time.
@@ -402,7 +402,8 @@ class ClusterPhase:
             needed=needed,
         )
         self.timeline.add(observed_workers(result.final), result.final.worker_hw_tier)
-        logger.info("phase %s on %s ended; cluster set to %s", self.claim_id, self.ref, self.restored_to)
+        # Debug only: the phase's summary line says how it ended.
+        logger.debug("phase %s on %s ended; cluster set to %s", self.claim_id, self.ref, self.restored_to)
 
     def _summary(self, error: Optional[BaseException]) -> str:
         before, held, to_ready = self._scaled if self._scaled is not None else (None, None, None)
@@ -444,7 +445,7 @@ class ClusterPhase:
             "phase": self.claim_id,
             "requested workers": self.settings.replicas,
             "held at (largest claim)": self.claim.replicas if self.claim else "-",
-            "worker tier": self.settings.worker_hw_tier or "-",
+            "worker tier": self.settings.worker_hw_tier or "",
             "framework readiness": self.framework_check or "not checked",
             "autoscaler pull-backs re-asserted": self._monitor.pullbacks if self._monitor else 0,
             "faults during the body": "; ".join(f.text() for f in self.faults) or "none",

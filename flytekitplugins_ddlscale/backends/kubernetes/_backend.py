@@ -392,9 +392,10 @@ class KubernetesBackend(ClusterBackend):
         state = self._state(ref, obj, self._pods(ref))
         return self._adapter(ref).observe_elsewhere(ref, self._ns(ref), self.api, None, state)
 
-    def _check_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> None:
+    def _check_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> Optional[str]:
         self._adapter(ref).check_tier(ref, tier, field)
-        self._resolve(tier, ref.kind, field)
+        resolved = self._resolve(tier, ref.kind, field)
+        return resolved.name if resolved is not None else tier
 
     def _check_head_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> None:
         self._adapter(ref).check_tier(ref, tier, field)

@@ -120,6 +120,7 @@ class LocalBackend(FileRecordsBackend):
         repairs_processes=True,
         counts_registered_workers=True,
         reads_locally=True,
+        creates_clusters=True,
     )
 
     @classmethod
@@ -504,9 +505,8 @@ class LocalBackend(FileRecordsBackend):
         options = {"state_dir": str(self.store.root.resolve())}
         return Reach(self.name, ref, env=env or {}, options=options, cli=env is not None)
 
-    def _check_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> None:
-        if tier is not None:
-            self._shape(ref, tier, field=field)
+    def _check_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> Optional[str]:
+        return self._shape(ref, tier, field=field).tier if tier is not None else None
 
     def _check_head_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> None:
         self.catalog.resolve(tier, ref.kind, field=field)
@@ -586,7 +586,7 @@ class LocalBackend(FileRecordsBackend):
         if record is None:
             raise ClusterNotFoundError(
                 f"no local cluster {ref} in {self.store.root}; create it with "
-                f"`ddlscale local up --kind {ref.kind} --name {ref.name}` or by scaling it",
+                f"`ddlscale local up --kind {ref.kind} --name {ref.name}`",
                 cluster=str(ref),
             )
         return record

@@ -249,13 +249,15 @@ class ScalerServiceBackend(FileRecordsBackend):
             note=self._client.outage.summary,
         )
 
-    def _check_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> None:
+    def _check_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> Optional[str]:
         if tier is None or self._tiers is None:
-            return
+            return tier
         try:
-            self._tiers.resolve(tier, ref.kind, field=field)
+            resolved = self._tiers.resolve(tier, ref.kind, field=field)
         except TransientError as error:
             logger.warning("%s: could not check tier %r in the tier catalog (%s); the service will judge it", ref, tier, error)
+            return tier
+        return resolved.name if resolved is not None else tier
 
     def _same_tier(self, ref: ClusterRef, name: str, observed: Optional[str]) -> bool:
         """A claim's tier NAME against the tier id label the cluster showed (through the catalog)."""
