@@ -2,6 +2,7 @@
 #
 #   docker build -t localhost:30000/ddlscale-connector:latest .
 #   docker build --target flow -t localhost:30000/ddlscale-flow:latest .
+#   docker build --target flyte2-connector -t localhost:30000/ddlscale-flyte2-connector:latest .
 #
 # The package is not on a package index: the first stage builds its wheel from the build context, and
 # the images install that wheel (and nothing of the source) under constraints.txt, into a virtual
@@ -31,5 +32,11 @@ WORKDIR /home/flyte
 # The connector service: the connector extra adds the gRPC health service and Prometheus metrics.
 FROM base AS connector
 RUN --mount=type=cache,target=/root/.cache/uv uv pip install --python /opt/venv/bin/python -c /dist/constraints.txt "$(ls /dist/*.whl)[connector]"
+USER 1000:1000
+WORKDIR /home/flyte
+
+# Flyte 2's connector server (c0) with the Flyte 2 connector: the flyte2 extra (examples/k8s/flyte2-connector.yaml).
+FROM base AS flyte2-connector
+RUN --mount=type=cache,target=/root/.cache/uv uv pip install --python /opt/venv/bin/python -c /dist/constraints.txt "$(ls /dist/*.whl)[flyte2]"
 USER 1000:1000
 WORKDIR /home/flyte
