@@ -35,8 +35,9 @@ RUN --mount=type=cache,target=/root/.cache/uv uv pip install --python /opt/venv/
 USER 1000:1000
 WORKDIR /home/flyte
 
-# Flyte 2's connector server (c0) with the Flyte 2 connector: the flyte2 extra (examples/k8s/flyte2-connector.yaml).
+# Flyte 2's connector server (c0) with the Flyte 2 connector: the flyte2 extra, and the connector extra for the
+# prometheus-client c0 imports at start (examples/k8s/flyte2-connector.yaml).
 FROM base AS flyte2-connector
-RUN --mount=type=cache,target=/root/.cache/uv uv pip install --python /opt/venv/bin/python -c /dist/constraints.txt "$(ls /dist/*.whl)[flyte2]"
+RUN --mount=type=cache,target=/root/.cache/uv uv pip install --python /opt/venv/bin/python -c /dist/constraints.txt "$(ls /dist/*.whl)[connector,flyte2]"
 USER 1000:1000
 WORKDIR /home/flyte

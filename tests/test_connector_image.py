@@ -1,6 +1,8 @@
-"""The connector image as the Dockerfile builds it and examples/k8s/connector.yaml starts it, without a container runtime.
+"""The connector images as the Dockerfile builds them and their manifests start them, without a container runtime.
 
-The module builds the Dockerfile's ``connector`` target the way Docker would,
+For each connector target (``connector``: flytekit's ``pyflyte serve connector``,
+examples/k8s/connector.yaml; ``flyte2-connector``: flyte's ``c0``,
+examples/k8s/flyte2-connector.yaml) the module builds the target the way Docker would,
 on this machine: a build context made from the repository minus
 ``.dockerignore``, then every ``COPY`` and ``RUN`` of the stages the target
 needs, in order, with the image's paths translated to folders of the test
@@ -14,10 +16,11 @@ virtual environment holds what the image would: the wheel with the
 
 Then the Deployment's container runs as the manifest states it (command,
 args, env read with a YAML parser; its ports translated to free ones), from
-the working directory, with nothing of the test's environment: gRPC health
-answers SERVING and ``ListAgents`` lists the four task types, each once; a
-CreateTask the connector refuses comes back FAILED in one line at GetTask
-(the connector itself loaded from the wheel). The installed wheel's
+the working directory, with nothing of the test's environment. flytekit's:
+gRPC health answers SERVING and ``ListAgents`` lists the four task types,
+each once; a CreateTask the connector refuses comes back FAILED in one line
+at GetTask (the connector itself loaded from the wheel). ``c0``:
+``ListConnectors`` lists the four task types. The installed wheel's
 ``ddlscale`` command and data files work from outside the repository.
 """
 import fnmatch
@@ -42,8 +45,9 @@ from flytekitplugins_ddlscale import WaitForCluster
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
-MANIFEST = ROOT / "examples" / "k8s" / "connector.yaml"
-TARGET = "connector"
+EXAMPLES = ROOT / "examples" / "k8s"
+TARGETS = {"connector": "connector.yaml", "flyte2-connector": "flyte2-connector.yaml"}
+"""The Dockerfile's connector targets and the manifest that deploys each."""
 NETWORK = re.compile(r"SSL|CERT|CA_BUNDLE|PROXY|^UV_|^PIP_", re.I)
 TASK_TYPES = {"ddlscale_scale", "ddlscale_wait", "ddlscale_restore", "ddlscale_restart_head"}
 
@@ -119,6 +123,8 @@ def free_port() -> int:
 
 @dataclass
 class BuiltImage:
+    target: str
+    manifest: Path
     venv: Path
     workdir: Path
     user: str
@@ -138,15 +144,16 @@ def _python_of(base: str) -> Optional[str]:
     return found.stdout.strip() if found.returncode == 0 else None
 
 
-@pytest.fixture(scope="module")
-def image(tmp_path_factory) -> Iterator[BuiltImage]:
-    """The connector target's steps run on this machine (see the module's docstring)."""
+@pytest.fixture(scope="module", params=sorted(TARGETS))
+def image(request, tmp_path_factory) -> Iterator[BuiltImage]:
+    """A connector target's steps run on this machine (see the module's docstring)."""
+    target = request.param
     if shutil.which("uv") is None:
         pytest.skip("uv is not on PATH (the Dockerfile's build and install steps are uv commands)")
     top = tmp_path_factory.mktemp("image")
-    stages = needed_stages(dockerfile_stages(DOCKERFILE.read_text()), TARGET)
+    stages = needed_stages(dockerfile_stages(DOCKERFILE.read_text()), target)
     by_name = {stage.name: stage for stage in stages}
-    base = TARGET
+    base = target
     while base in by_name:  # the image the target's chain of stages starts from
         base = by_name[base].base
     python = _python_of(base)
@@ -171,14 +178,14 @@ def image(tmp_path_factory) -> Iterator[BuiltImage]:
     for stage in stages:
         for kind, rest in stage.steps:
             if kind == "COPY":
-                source, target = rest.split()[-2:]
+                source, destination = rest.split()[-2:]
                 origin = re.match(r"--from=(\S+)", rest)
                 if origin and origin.group(1).startswith("ghcr.io/astral-sh/uv:"):
                     version = subprocess.run(["uv", "--version"], capture_output=True, text=True).stdout.split()[1]
                     assert origin.group(1).rsplit(":", 1)[1] == version, "the Dockerfile's uv is not the uv here"
                     continue
                 source_path = Path(translate(source)) if origin else context / source
-                target_path = Path(translate(target))
+                target_path = Path(translate(destination))
                 if source_path == target_path:
                     continue  # the stage's /dist is the test's one /dist
                 if source_path.is_dir():
@@ -200,11 +207,12 @@ def image(tmp_path_factory) -> Iterator[BuiltImage]:
                 workdir = rest
     home = Path(translate(workdir))
     home.mkdir(parents=True, exist_ok=True)
-    yield BuiltImage(venv=top / "venv", workdir=home, user=user, useradd=useradd, context=context)
+    yield BuiltImage(target=target, manifest=EXAMPLES / TARGETS[target], venv=top / "venv", workdir=home, user=user,
+                     useradd=useradd, context=context)
 
 
-def _container() -> Dict:
-    deployment = next(d for d in yaml.safe_load_all(MANIFEST.read_text()) if d and d["kind"] == "Deployment")
+def _container(manifest: Path) -> Dict:
+    deployment = next(d for d in yaml.safe_load_all(manifest.read_text()) if d and d["kind"] == "Deployment")
     return deployment["spec"]["template"]["spec"]["containers"][0]
 
 
@@ -215,13 +223,55 @@ def _run_env(image: BuiltImage, container: Dict) -> Dict[str, str]:
     return env
 
 
+def _flytekit_connector_serves(channel) -> None:
+    """gRPC health SERVING, the four task types in ListAgents once each, and an unserved template FAILED in one line
+    (the connector itself loaded from the wheel at that first call)."""
+    from flyteidl.admin import agent_pb2
+    from flyteidl.core.execution_pb2 import TaskExecution
+    from flyteidl.service.agent_pb2_grpc import AgentMetadataServiceStub, AsyncAgentServiceStub
+    from flytekit.configuration import Image, ImageConfig, SerializationSettings
+    from flytekit.tools.translator import get_serializable
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=30)
+    assert health.status == health_pb2.HealthCheckResponse.SERVING
+    agents = AgentMetadataServiceStub(channel).ListAgents(agent_pb2.ListAgentsRequest(), timeout=30).agents
+    listed = [c.name for a in agents for c in a.supported_task_categories if c.name.startswith("ddlscale_")]
+    assert sorted(listed) == sorted(TASK_TYPES)
+
+    settings = SerializationSettings(image_config=ImageConfig(default_image=Image(name="d", fqn="i", tag="1")))
+    template = get_serializable(OrderedDict(), settings, UNSERVED_WAIT).template
+    stub = AsyncAgentServiceStub(channel)
+    created = stub.CreateTask(agent_pb2.CreateTaskRequest(template=template.to_flyte_idl(), output_prefix="/tmp/out"),
+                              timeout=30)
+    category = agent_pb2.TaskCategory(name=template.type, version=0)
+    reply = stub.GetTask(agent_pb2.GetTaskRequest(task_category=category, resource_meta=created.resource_meta),
+                         timeout=30)
+    assert reply.resource.phase == TaskExecution.FAILED
+    assert "local" in reply.resource.message and "\n" not in reply.resource.message
+
+
+def _flyte2_connector_serves(channel) -> None:
+    """flyte's c0 lists the four task types under the ddlscale connector (it has no gRPC health service)."""
+    from flyteidl2.connector import service_pb2_grpc
+    from flyteidl2.connector.connector_pb2 import ListConnectorsRequest
+
+    listed = service_pb2_grpc.ConnectorMetadataServiceStub(channel).ListConnectors(ListConnectorsRequest(), timeout=30)
+    (ours,) = [c for c in listed.connectors if c.name == "ddlscale connector"]
+    assert sorted(c.name for c in ours.supported_task_categories) == sorted(TASK_TYPES)
+
+
+SERVED_BY = {"connector": _flytekit_connector_serves, "flyte2-connector": _flyte2_connector_serves}
+"""What each target's server must answer once it is up."""
+
+
 def test_the_image_runs_as_the_user_it_creates_in_a_home_it_can_write(image):
     words = image.useradd
     options = {word: words[i + 1] for i, word in enumerate(words[:-1]) if word in ("--uid", "--home-dir")}
     assert "--create-home" in image.useradd
     uid = options["--uid"]
     assert image.user.split(":")[0] == uid
-    security = _container()["securityContext"]
+    security = _container(image.manifest)["securityContext"]
     assert security["runAsNonRoot"] is True and str(security["runAsUser"]) == uid
     # The working directory is the created user's home, not /root (mode 700 on Debian-based images).
     assert options["--home-dir"] == re.search(r"^WORKDIR (\S+)", DOCKERFILE.read_text(), re.M).group(1)
@@ -253,14 +303,8 @@ def test_the_wheel_installs_the_package_its_data_files_and_the_ddlscale_command(
 
 def test_the_deployment_as_the_manifest_states_it_serves_the_four_task_types(image):
     import grpc
-    from flyteidl.admin import agent_pb2
-    from flyteidl.core.execution_pb2 import TaskExecution
-    from flyteidl.service.agent_pb2_grpc import AgentMetadataServiceStub, AsyncAgentServiceStub
-    from flytekit.configuration import Image, ImageConfig, SerializationSettings
-    from flytekit.tools.translator import get_serializable
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    container = _container()
+    container = _container(image.manifest)
     # The pod's network is its own: the manifest's container ports become free ports of this machine.
     ports = {str(p["containerPort"]): str(free_port()) for p in container["ports"]}
     argv = [ports.get(word, word) for word in container["command"] + container.get("args", [])]
@@ -282,24 +326,7 @@ def test_the_deployment_as_the_manifest_states_it_serves_the_four_task_types(ima
                     if proc.poll() is not None or time.monotonic() > deadline:
                         log.seek(0)
                         pytest.fail(f"the connector did not start: {log.read().decode(errors='replace')[-3000:]}")
-            health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=30)
-            assert health.status == health_pb2.HealthCheckResponse.SERVING
-            agents = AgentMetadataServiceStub(channel).ListAgents(agent_pb2.ListAgentsRequest(), timeout=30).agents
-            listed = [c.name for a in agents for c in a.supported_task_categories if c.name.startswith("ddlscale_")]
-            assert sorted(listed) == sorted(TASK_TYPES)
-
-            # A template the deployment does not serve (the local backend): FAILED in one line, from the wheel's connector.
-            node = UNSERVED_WAIT
-            settings = SerializationSettings(image_config=ImageConfig(default_image=Image(name="d", fqn="i", tag="1")))
-            template = get_serializable(OrderedDict(), settings, node).template
-            stub = AsyncAgentServiceStub(channel)
-            created = stub.CreateTask(agent_pb2.CreateTaskRequest(template=template.to_flyte_idl(),
-                                                                  output_prefix="/tmp/out"), timeout=30)
-            category = agent_pb2.TaskCategory(name=template.type, version=0)
-            reply = stub.GetTask(agent_pb2.GetTaskRequest(task_category=category, resource_meta=created.resource_meta),
-                                 timeout=30)
-            assert reply.resource.phase == TaskExecution.FAILED
-            assert "local" in reply.resource.message and "\n" not in reply.resource.message
+            SERVED_BY[image.target](channel)
         finally:
             channel.close()
             proc.terminate()
