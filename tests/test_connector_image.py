@@ -2,8 +2,7 @@
 
 For each connector target (``connector``: flytekit's ``pyflyte serve connector``,
 examples/k8s/connector.yaml; ``flyte2-connector``: flyte's ``c0``,
-examples/k8s/flyte2-connector.yaml), and for the ``flow`` target of the task pods (its
-user, home, wheel and data files only), the module builds the target the way Docker would,
+examples/k8s/flyte2-connector.yaml) the module builds the target the way Docker would,
 on this machine: a build context made from the repository minus
 ``.dockerignore``, then every ``COPY`` and ``RUN`` of the stages the target
 needs, in order, with the image's paths translated to folders of the test
@@ -47,9 +46,8 @@ from flytekitplugins_ddlscale import WaitForCluster
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
 EXAMPLES = ROOT / "examples" / "k8s"
-TARGETS = {"connector": "connector.yaml", "flyte2-connector": "flyte2-connector.yaml", "flow": None}
-"""The Dockerfile's targets and the manifest that deploys each (the flow image runs Flyte's task pods)."""
-SERVERS = sorted(target for target, manifest in TARGETS.items() if manifest)
+TARGETS = {"connector": "connector.yaml", "flyte2-connector": "flyte2-connector.yaml"}
+"""The Dockerfile's connector targets and the manifest that deploys each."""
 NETWORK = re.compile(r"SSL|CERT|CA_BUNDLE|PROXY|^UV_|^PIP_", re.I)
 TASK_TYPES = {"ddlscale_scale", "ddlscale_wait", "ddlscale_restore", "ddlscale_restart_head"}
 
@@ -126,7 +124,7 @@ def free_port() -> int:
 @dataclass
 class BuiltImage:
     target: str
-    manifest: Optional[Path]
+    manifest: Path
     venv: Path
     workdir: Path
     user: str
@@ -209,8 +207,7 @@ def image(request, tmp_path_factory) -> Iterator[BuiltImage]:
                 workdir = rest
     home = Path(translate(workdir))
     home.mkdir(parents=True, exist_ok=True)
-    manifest = EXAMPLES / TARGETS[target] if TARGETS[target] else None
-    yield BuiltImage(target=target, manifest=manifest, venv=top / "venv", workdir=home, user=user,
+    yield BuiltImage(target=target, manifest=EXAMPLES / TARGETS[target], venv=top / "venv", workdir=home, user=user,
                      useradd=useradd, context=context)
 
 
@@ -274,9 +271,8 @@ def test_the_image_runs_as_the_user_it_creates_in_a_home_it_can_write(image):
     assert "--create-home" in image.useradd
     uid = options["--uid"]
     assert image.user.split(":")[0] == uid
-    if image.manifest is not None:
-        security = _container(image.manifest)["securityContext"]
-        assert security["runAsNonRoot"] is True and str(security["runAsUser"]) == uid
+    security = _container(image.manifest)["securityContext"]
+    assert security["runAsNonRoot"] is True and str(security["runAsUser"]) == uid
     # The working directory is the created user's home, not /root (mode 700 on Debian-based images).
     assert options["--home-dir"] == re.search(r"^WORKDIR (\S+)", DOCKERFILE.read_text(), re.M).group(1)
     assert not (image.context / ".venv").exists() and not (image.context / ".git").exists()
@@ -305,7 +301,6 @@ def test_the_wheel_installs_the_package_its_data_files_and_the_ddlscale_command(
     assert tiers.returncode == 0 and int(tiers.stdout.strip()) > 0, tiers.stderr
 
 
-@pytest.mark.parametrize("image", SERVERS, indirect=True)
 def test_the_deployment_as_the_manifest_states_it_serves_the_four_task_types(image):
     import grpc
 
