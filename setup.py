@@ -44,7 +44,7 @@ setup(
         "flyte2": ["flyte>=2.12,<3"],
     },
     entry_points={
-        "flytekit.plugins": [f"{PLUGIN_NAME}=flytekitplugins_ddlscale"],
+        "flytekit.plugins": [f"{PLUGIN_NAME}=flytekitplugins_ddlscale.connector_entry"],
         "console_scripts": ["ddlscale=flytekitplugins_ddlscale.cli:main"],
         # flyte's connector server (`c0`) loads these: the Flyte 2 connector for the four scaling node types.
         "flyte.connectors": ["ddlscale=flytekitplugins_ddlscale.flyte2.connector"],

@@ -152,9 +152,11 @@ class ScalingConnector(AsyncConnectorBase):
 
 
 def register_connectors() -> None:
-    """Register a connector for every served task type (idempotent)."""
+    """Register a built connector for every served task type, in place of what serves it now.
+
+    A deployment needs no call: flytekit's start-up registers the four task
+    types (:mod:`.connector_entry`, the ``flytekit.plugins`` entry point) and
+    the first call of each loads this module.
+    """
     for task_type in SERVED_TASK_TYPES:
         ConnectorRegistry.register(ScalingConnector(task_type), override=True)
-
-
-register_connectors()

@@ -1,5 +1,5 @@
-"""The deployment mode: `pyflyte serve connector --modules flytekitplugins_ddlscale.connector`, called over gRPC
-for every node type (the local backend, or the scaler test server as the service's backend).
+"""The deployment mode: a stock `pyflyte serve connector` (no `--modules`: flytekit's start-up registers the
+four task types through the plugin's entry point), called over gRPC for every node type (the local backend, or the scaler test server as the service's backend).
 
 FlytePropeller speaks this protocol to the connector service: CreateTask
 with the serialized template and input literals, then GetTask with the
@@ -46,15 +46,15 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def serving(env):
-    """``pyflyte serve connector`` in its own process with ``env``, the plugin's connector module loaded;
-    yields a gRPC channel to it."""
+    """A stock ``pyflyte serve connector`` in its own process with ``env`` (the plugin found through its
+    ``flytekit.plugins`` entry point, as in a deployment); yields a gRPC channel to it."""
     port = free_port()
     env = dict(env, PYTHONPATH=str(ROOT))
     # The service logs every request: into a file, since an unread pipe would fill and stall it.
     log = tempfile.TemporaryFile()
     proc = subprocess.Popen(
         [str(Path(sys.executable).with_name("pyflyte")), "serve", "connector", "--port", str(port),
-         "--prometheus_port", str(free_port()), "--modules", "flytekitplugins_ddlscale.connector"],
+         "--prometheus_port", str(free_port())],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")

@@ -21,7 +21,7 @@ import flytekitplugins_ddlscale
 
 PACKAGE = "flytekitplugins_ddlscale"
 ROOT = Path(flytekitplugins_ddlscale.__file__).parent
-SURFACES = ("tasks", "phase", "cli", "connector", "workflow_helpers", "flyte2")
+SURFACES = ("tasks", "phase", "cli", "connector", "connector_entry", "workflow_helpers", "flyte2")
 # The band of each top-level name below the package; a higher number sits higher.
 BANDS = {
     **{surface: 5 for surface in SURFACES},

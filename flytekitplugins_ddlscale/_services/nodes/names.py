@@ -1,4 +1,4 @@
-"""How scaling nodes are named in Flyte: the output name, qualified task names."""
+"""How scaling nodes are named in Flyte: the output name, qualified task names, the task types."""
 from typing import Optional
 
 OUTPUT_NAME = "o0"
@@ -10,3 +10,12 @@ def qualified_name(name: str, module: Optional[str]) -> str:
     if module and "." not in name:
         return f"{module}.{name}"
     return name
+
+
+SCALE_TASK_TYPE = "ddlscale_scale"
+WAIT_TASK_TYPE = "ddlscale_wait"
+RESTART_TASK_TYPE = "ddlscale_restart_head"
+RESTORE_TASK_TYPE = "ddlscale_restore"
+TASK_TYPE_NAMES = (SCALE_TASK_TYPE, WAIT_TASK_TYPE, RESTART_TASK_TYPE, RESTORE_TASK_TYPE)
+"""The Flyte task type of each node type, here so that flytekit's start-up can register the connectors
+(:mod:`...connector_entry`) without loading the node types' modules."""

@@ -15,9 +15,8 @@ from ..readiness import Readiness
 from .config import NodeConfig
 from .creating import AWAIT_HEAD, CREATE_TIMEOUT, Creation, Sent, restart_json
 from .kinds import NodeKind
+from .names import RESTART_TASK_TYPE
 from .outputs import NodeOutcome
-
-RESTART_TASK_TYPE = "ddlscale_restart_head"
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,9 @@ from ..readiness import Readiness, confirm_change
 from .config import ChecksFramework, NodeConfig
 from .creating import CREATE_TIMEOUT, MIN_SEND, Creation, Sent, in_place_failure, read_within
 from .kinds import NodeKind
+from .names import RESTORE_TASK_TYPE
 from .outputs import NodeOutcome, known, resized
 
-RESTORE_TASK_TYPE = "ddlscale_restore"
 
 FROM_BASELINE = -1
 """``RestoreCluster`` replicas value meaning "the recorded baseline"."""

@@ -18,9 +18,8 @@ from ..readiness import Readiness, confirm_change
 from .config import ChecksFramework, NodeConfig
 from .creating import CREATE_TIMEOUT, Creation, Sent, in_place_failure
 from .kinds import NodeKind
+from .names import SCALE_TASK_TYPE
 from .outputs import NodeOutcome, known, ready_count, resized
-
-SCALE_TASK_TYPE = "ddlscale_scale"
 
 
 @dataclass(frozen=True)

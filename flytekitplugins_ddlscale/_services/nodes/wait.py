@@ -18,9 +18,9 @@ from ..readiness import Readiness, confirm_ready
 from .config import ChecksFramework, NodeConfig
 from .creating import AWAIT_DESIRED, AWAIT_WORKERS, Creation, Sent
 from .kinds import NodeKind
+from .names import WAIT_TASK_TYPE
 from .outputs import UNKNOWN, NodeOutcome, known, ready_count
 
-WAIT_TASK_TYPE = "ddlscale_wait"
 
 ANY_DESIRED = -1
 """``WaitForCluster`` replicas value meaning "whatever ``spec.worker.replicas`` asks for"."""

@@ -1,0 +1,337 @@
+"""The connector images as the Dockerfile builds them and their manifests start them, without a container runtime.
+
+For each connector target (``connector``: flytekit's ``pyflyte serve connector``,
+examples/k8s/connector.yaml; ``flyte2-connector``: flyte's ``c0``,
+examples/k8s/flyte2-connector.yaml) the module builds the target the way Docker would,
+on this machine: a build context made from the repository minus
+``.dockerignore``, then every ``COPY`` and ``RUN`` of the stages the target
+needs, in order, with the image's paths translated to folders of the test
+(``/src``, ``/dist``, ``/opt/venv``, the home folder, the base image's
+Python, the uv cache the ``RUN --mount`` names). Only ``useradd`` is not
+run (the test cannot create users); what it declares is checked against
+``USER``, ``WORKDIR`` and the Deployment's ``securityContext``. So the
+wheel is built from the context by the Dockerfile's own command, and the
+virtual environment holds what the image would: the wheel with the
+``connector`` extra under constraints.txt, not this source tree.
+
+Then the Deployment's container runs as the manifest states it (command,
+args, env read with a YAML parser; its ports translated to free ones), from
+the working directory, with nothing of the test's environment. flytekit's:
+gRPC health answers SERVING and ``ListAgents`` lists the four task types,
+each once; a CreateTask the connector refuses comes back FAILED in one line
+at GetTask (the connector itself loaded from the wheel). ``c0``:
+``ListConnectors`` lists the four task types. The installed wheel's
+``ddlscale`` command and data files work from outside the repository.
+"""
+import fnmatch
+import os
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Tuple
+
+import pytest
+import yaml
+
+from flytekitplugins_ddlscale import WaitForCluster
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCKERFILE = ROOT / "Dockerfile"
+EXAMPLES = ROOT / "examples" / "k8s"
+TARGETS = {"connector": "connector.yaml", "flyte2-connector": "flyte2-connector.yaml"}
+"""The Dockerfile's connector targets and the manifest that deploys each."""
+NETWORK = re.compile(r"SSL|CERT|CA_BUNDLE|PROXY|^UV_|^PIP_", re.I)
+TASK_TYPES = {"ddlscale_scale", "ddlscale_wait", "ddlscale_restore", "ddlscale_restart_head"}
+
+pytestmark = pytest.mark.slow
+
+UNSERVED_WAIT = WaitForCluster("image_probe", cluster="dask/x", backend="local", timeout=60)
+"""A node the Deployment does not serve (the local backend is served only when listed)."""
+
+
+@dataclass
+class Stage:
+    base: str
+    name: str
+    steps: List[Tuple[str, str]] = field(default_factory=list)  # (instruction, rest of the line)
+
+
+def dockerfile_stages(text: str) -> List[Stage]:
+    """The Dockerfile's stages, each with its instructions (continuation lines joined, comments dropped)."""
+    stages: List[Stage] = []
+    for line in re.sub(r"\\\n", " ", text).splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        instruction, _, rest = line.partition(" ")
+        if instruction.upper() == "FROM":
+            words = rest.split()
+            stages.append(Stage(base=words[0], name=words[2] if len(words) > 2 else str(len(stages))))
+        else:
+            stages[-1].steps.append((instruction.upper(), rest.strip()))
+    return stages
+
+
+def needed_stages(stages: List[Stage], target: str) -> List[Stage]:
+    """The stages ``target`` builds on (its bases and the stages it copies from), in file order."""
+    by_name = {stage.name: stage for stage in stages}
+    wanted, todo = set(), [target]
+    while todo:
+        stage = by_name[todo.pop()]
+        if stage.name in wanted:
+            continue
+        wanted.add(stage.name)
+        if stage.base in by_name:
+            todo.append(stage.base)
+        todo += [m.group(1) for kind, rest in stage.steps if kind == "COPY"
+                 for m in [re.match(r"--from=(\S+)", rest)] if m and m.group(1) in by_name]
+    return [stage for stage in stages if stage.name in wanted]
+
+
+def ignored(relative: str, patterns: List[str]) -> bool:
+    """Whether ``.dockerignore``'s ``patterns`` leave ``relative`` (a posix path in the context) out."""
+    return any(fnmatch.fnmatch(relative, p) or (p.startswith("**/") and fnmatch.fnmatch(relative, p[3:]))
+               for p in patterns)
+
+
+def build_context(destination: Path) -> Path:
+    """The repository as Docker sends it to the build: everything ``.dockerignore`` does not leave out."""
+    patterns = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
+
+    def skip(folder: str, names: List[str]) -> List[str]:
+        relative = Path(folder).relative_to(ROOT)
+        return [n for n in names if ignored((relative / n).as_posix(), patterns)]
+
+    shutil.copytree(ROOT, destination, ignore=skip)
+    return destination
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class BuiltImage:
+    target: str
+    manifest: Path
+    venv: Path
+    workdir: Path
+    user: str
+    useradd: List[str]
+    context: Path
+
+
+def _uv_cache() -> str:
+    return subprocess.run(["uv", "cache", "dir"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _python_of(base: str) -> Optional[str]:
+    """A local interpreter of the base image's Python version (``python:3.11-slim`` -> 3.11), if uv finds one."""
+    version = re.match(r"python:(\d+\.\d+)", base)
+    found = subprocess.run(["uv", "python", "find", "--no-python-downloads", version.group(1)],
+                           capture_output=True, text=True)
+    return found.stdout.strip() if found.returncode == 0 else None
+
+
+@pytest.fixture(scope="module", params=sorted(TARGETS))
+def image(request, tmp_path_factory) -> Iterator[BuiltImage]:
+    """A connector target's steps run on this machine (see the module's docstring)."""
+    target = request.param
+    if shutil.which("uv") is None:
+        pytest.skip("uv is not on PATH (the Dockerfile's build and install steps are uv commands)")
+    top = tmp_path_factory.mktemp("image")
+    stages = needed_stages(dockerfile_stages(DOCKERFILE.read_text()), target)
+    by_name = {stage.name: stage for stage in stages}
+    base = target
+    while base in by_name:  # the image the target's chain of stages starts from
+        base = by_name[base].base
+    python = _python_of(base)
+    if python is None:
+        pytest.skip(f"no local Python of the base image {base} (uv python find)")
+    context = top / "context"
+    paths = {"/src": str(context), "/dist": str(top / "dist"), "/opt/venv": str(top / "venv"),
+             "/root/.cache/uv": _uv_cache(), "/home/flyte": str(top / "home")}
+    paths[re.search(r"--python (/usr/local/bin/python\S*)", DOCKERFILE.read_text()).group(1)] = python
+
+    def translate(text: str) -> str:
+        for image_path in sorted(paths, key=len, reverse=True):
+            text = re.sub(rf"(?<![\w/.-]){re.escape(image_path)}(?=[/\s\"']|$)", paths[image_path], text)
+        return text
+
+    build_context(context)
+    # The build reaches the package index as this machine does (its CA certificates, proxies, index settings).
+    env = {key: value for key, value in os.environ.items() if NETWORK.search(key)}
+    env.update(PATH=f"{top / 'venv' / 'bin'}:{Path(shutil.which('uv')).parent}:/usr/bin:/bin",
+               HOME=str(top / "root"), UV_CACHE_DIR=_uv_cache())
+    user, workdir, useradd = "", "", []
+    for stage in stages:
+        for kind, rest in stage.steps:
+            if kind == "COPY":
+                source, destination = rest.split()[-2:]
+                origin = re.match(r"--from=(\S+)", rest)
+                if origin and origin.group(1).startswith("ghcr.io/astral-sh/uv:"):
+                    version = subprocess.run(["uv", "--version"], capture_output=True, text=True).stdout.split()[1]
+                    assert origin.group(1).rsplit(":", 1)[1] == version, "the Dockerfile's uv is not the uv here"
+                    continue
+                source_path = Path(translate(source)) if origin else context / source
+                target_path = Path(translate(destination))
+                if source_path == target_path:
+                    continue  # the stage's /dist is the test's one /dist
+                if source_path.is_dir():
+                    shutil.copytree(source_path, target_path, dirs_exist_ok=True)
+                else:
+                    target_path.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy(source_path, target_path)
+            elif kind == "RUN":
+                command = re.sub(r"^(--\S+\s+)+", "", rest)
+                if command.startswith("useradd "):
+                    useradd = shlex.split(command)
+                    continue
+                done = subprocess.run(["bash", "-ec", translate(command)], env=env, capture_output=True, text=True,
+                                      timeout=600)
+                assert done.returncode == 0, f"RUN {command}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+            elif kind == "USER":
+                user = rest
+            elif kind == "WORKDIR":
+                workdir = rest
+    home = Path(translate(workdir))
+    home.mkdir(parents=True, exist_ok=True)
+    yield BuiltImage(target=target, manifest=EXAMPLES / TARGETS[target], venv=top / "venv", workdir=home, user=user,
+                     useradd=useradd, context=context)
+
+
+def _container(manifest: Path) -> Dict:
+    deployment = next(d for d in yaml.safe_load_all(manifest.read_text()) if d and d["kind"] == "Deployment")
+    return deployment["spec"]["template"]["spec"]["containers"][0]
+
+
+def _run_env(image: BuiltImage, container: Dict) -> Dict[str, str]:
+    """The container's environment as the manifest states it, on the image's PATH and home (nothing of the test's)."""
+    env = {"PATH": f"{image.venv / 'bin'}:/usr/bin:/bin", "HOME": str(image.workdir), "TMPDIR": tempfile.gettempdir()}
+    env.update({item["name"]: item["value"] for item in container.get("env", [])})
+    return env
+
+
+def _flytekit_connector_serves(channel) -> None:
+    """gRPC health SERVING, the four task types in ListAgents once each, and an unserved template FAILED in one line
+    (the connector itself loaded from the wheel at that first call)."""
+    from flyteidl.admin import agent_pb2
+    from flyteidl.core.execution_pb2 import TaskExecution
+    from flyteidl.service.agent_pb2_grpc import AgentMetadataServiceStub, AsyncAgentServiceStub
+    from flytekit.configuration import Image, ImageConfig, SerializationSettings
+    from flytekit.tools.translator import get_serializable
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=30)
+    assert health.status == health_pb2.HealthCheckResponse.SERVING
+    agents = AgentMetadataServiceStub(channel).ListAgents(agent_pb2.ListAgentsRequest(), timeout=30).agents
+    listed = [c.name for a in agents for c in a.supported_task_categories if c.name.startswith("ddlscale_")]
+    assert sorted(listed) == sorted(TASK_TYPES)
+
+    settings = SerializationSettings(image_config=ImageConfig(default_image=Image(name="d", fqn="i", tag="1")))
+    template = get_serializable(OrderedDict(), settings, UNSERVED_WAIT).template
+    stub = AsyncAgentServiceStub(channel)
+    created = stub.CreateTask(agent_pb2.CreateTaskRequest(template=template.to_flyte_idl(), output_prefix="/tmp/out"),
+                              timeout=30)
+    category = agent_pb2.TaskCategory(name=template.type, version=0)
+    reply = stub.GetTask(agent_pb2.GetTaskRequest(task_category=category, resource_meta=created.resource_meta),
+                         timeout=30)
+    assert reply.resource.phase == TaskExecution.FAILED
+    assert "local" in reply.resource.message and "\n" not in reply.resource.message
+
+
+def _flyte2_connector_serves(channel) -> None:
+    """flyte's c0 lists the four task types under the ddlscale connector (it has no gRPC health service)."""
+    from flyteidl2.connector import service_pb2_grpc
+    from flyteidl2.connector.connector_pb2 import ListConnectorsRequest
+
+    listed = service_pb2_grpc.ConnectorMetadataServiceStub(channel).ListConnectors(ListConnectorsRequest(), timeout=30)
+    (ours,) = [c for c in listed.connectors if c.name == "ddlscale connector"]
+    assert sorted(c.name for c in ours.supported_task_categories) == sorted(TASK_TYPES)
+
+
+SERVED_BY = {"connector": _flytekit_connector_serves, "flyte2-connector": _flyte2_connector_serves}
+"""What each target's server must answer once it is up."""
+
+
+def test_the_image_runs_as_the_user_it_creates_in_a_home_it_can_write(image):
+    words = image.useradd
+    options = {word: words[i + 1] for i, word in enumerate(words[:-1]) if word in ("--uid", "--home-dir")}
+    assert "--create-home" in image.useradd
+    uid = options["--uid"]
+    assert image.user.split(":")[0] == uid
+    security = _container(image.manifest)["securityContext"]
+    assert security["runAsNonRoot"] is True and str(security["runAsUser"]) == uid
+    # The working directory is the created user's home, not /root (mode 700 on Debian-based images).
+    assert options["--home-dir"] == re.search(r"^WORKDIR (\S+)", DOCKERFILE.read_text(), re.M).group(1)
+    assert not (image.context / ".venv").exists() and not (image.context / ".git").exists()
+    assert (image.context / "setup.py").exists() and not list(image.context.rglob("__pycache__"))
+
+
+def test_the_wheel_installs_the_package_its_data_files_and_the_ddlscale_command(image):
+    python = str(image.venv / "bin" / "python")
+    env = _run_env(image, {})
+    where = subprocess.run(
+        [python, "-c", "import importlib.resources as r, flytekitplugins_ddlscale as p; print(p.__file__); "
+                       "print(r.files('flytekitplugins_ddlscale').joinpath('data/local_tiers.yaml').read_text()[:400])"],
+        cwd=image.workdir, env=env, capture_output=True, text=True, timeout=120)
+    assert where.returncode == 0, where.stderr
+    installed = Path(where.stdout.splitlines()[0])
+    assert image.venv in installed.parents and ROOT not in installed.parents
+    assert "tiers" in where.stdout  # the data file shipped in the wheel
+    helped = subprocess.run([str(image.venv / "bin" / "ddlscale"), "--help"], cwd=image.workdir, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert helped.returncode == 0 and "local" in helped.stdout, helped.stderr
+    # The local backend's tiers come from the wheel's data file.
+    tiers = subprocess.run(
+        [python, "-c", "from flytekitplugins_ddlscale.backends.local._tiers import load_catalog; "
+                       "print(len(load_catalog().tiers()))"],
+        cwd=image.workdir, env=env, capture_output=True, text=True, timeout=120)
+    assert tiers.returncode == 0 and int(tiers.stdout.strip()) > 0, tiers.stderr
+
+
+def test_the_deployment_as_the_manifest_states_it_serves_the_four_task_types(image):
+    import grpc
+
+    container = _container(image.manifest)
+    # The pod's network is its own: the manifest's container ports become free ports of this machine.
+    ports = {str(p["containerPort"]): str(free_port()) for p in container["ports"]}
+    argv = [ports.get(word, word) for word in container["command"] + container.get("args", [])]
+    env = _run_env(image, container)
+    executable = shutil.which(argv[0], path=env["PATH"])
+    assert executable and image.venv in Path(executable).parents
+    grpc_port = ports[str(next(p["containerPort"] for p in container["ports"] if p["name"] == "grpc"))]
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen([executable, *argv[1:]], cwd=image.workdir, env=env, stdout=log,
+                                stderr=subprocess.STDOUT)
+        channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
+        try:
+            ready, deadline = grpc.channel_ready_future(channel), time.monotonic() + 90
+            while True:  # until the service answers, it exits, or 90 s pass
+                try:
+                    ready.result(timeout=1)
+                    break
+                except grpc.FutureTimeoutError:
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        log.seek(0)
+                        pytest.fail(f"the connector did not start: {log.read().decode(errors='replace')[-3000:]}")
+            SERVED_BY[image.target](channel)
+        finally:
+            channel.close()
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=20)
