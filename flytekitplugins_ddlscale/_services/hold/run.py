@@ -57,6 +57,7 @@ from ...backends._support.inplace import given_back
 from ...models import ReplicaSpec
 from ..._core.progress import Activity, begin_wait, default_reporter, emit_summary
 from ..._core.records import Claim
+from ..._core.redaction import install_redaction
 from ..._core.summary import phase_line
 from ..._core.timeline import WorkerTimeline, observed_workers, recording
 from ..._core.waiting import Deadline
@@ -86,6 +87,7 @@ class ClusterPhase:
     """Context manager holding a cluster at the phase's size for the length of a block."""
 
     def __init__(self, settings: PhaseSettings, label: str = "phase", publish: Publisher = publish_flytekit_deck) -> None:
+        install_redaction()
         self.settings = settings
         self.publish = publish
         self.label = label
