@@ -54,14 +54,16 @@ def test_new_state_folders_are_private(tmp_path, monkeypatch):
 
 def test_spawned_logs_are_private_and_never_written_through_a_link(tmp_path):
     logs = tmp_path / "cluster" / "logs"
-    proc = procs.spawn_detached(["sh", "-c", "echo hello; sleep 30"], logs / "first.log", str(tmp_path / "cluster"))
+    proc = procs.spawn_detached(["sh", "-c", "echo hello; sleep 30"], logs / "first.log", str(tmp_path / "cluster"),
+                                tmp_path / "cluster")
     procs.stop_processes([proc], grace=5)
     assert _mode(logs) == 0o700 and _mode(logs / "first.log") == 0o600
     target = tmp_path / "other-file"
     target.write_text("someone else's\n")
     (logs / "linked.log").symlink_to(target)
     with pytest.raises(UnsafePathError, match="linked.log.*symbolic link"):
-        procs.spawn_detached(["sh", "-c", "echo hello; sleep 30"], logs / "linked.log", str(tmp_path / "cluster"))
+        procs.spawn_detached(["sh", "-c", "echo hello; sleep 30"], logs / "linked.log", str(tmp_path / "cluster"),
+                            tmp_path / "cluster")
     assert target.read_text() == "someone else's\n"
     # Quoting a log in an error does not read through a link either.
     assert "someone else" not in procs.log_tail(logs / "linked.log")

@@ -12,12 +12,19 @@ whole environment (its credentials), plus :data:`CLUSTER_MARK_ENV`: the
 cluster's folder, which every process it starts inherits, so the processes of
 a cluster can be found by a scan of ``/proc`` whatever its record says
 (:func:`marked_processes`).
+
+Nothing is loaded from where the caller stands: every cluster process
+starts in its cluster's private folder (never the caller's working
+directory, which ``python -m`` would put first on ``sys.path``), and the
+plugin's own ``python -m`` commands run in safe-path mode
+(:func:`python_module`).
 """
 import contextlib
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,8 +154,14 @@ def with_environment(variables: Dict[str, str], argv: List[str]) -> List[str]:
     return [shutil.which("env") or "/usr/bin/env", *(f"{name}={value}" for name, value in variables.items()), *argv]
 
 
-def spawn_detached(argv: List[str], log_path: Path, mark: str) -> ProcessId:
-    """Start ``argv`` detached from this process, appending its output to ``log_path``.
+def python_module(module: str) -> List[str]:
+    """``python -m module`` in this interpreter, in safe-path mode where Python has it (3.11+: ``-P``), so
+    no folder is put before the installed packages on ``sys.path``: not even the private folder it starts in."""
+    return [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), "-m", module]
+
+
+def spawn_detached(argv: List[str], log_path: Path, mark: str, cwd: Path) -> ProcessId:
+    """Start ``argv`` detached from this process in the folder ``cwd``, appending its output to ``log_path``.
 
     It starts with :func:`~.process_env.cluster_environment` (the allow-listed variables of this
     process, no credentials) and ``CLUSTER_MARK_ENV=<mark>`` (its cluster's folder), plus what
@@ -164,6 +177,7 @@ def spawn_detached(argv: List[str], log_path: Path, mark: str) -> ProcessId:
             stdout=subprocess.PIPE,
             stderr=log,
             start_new_session=True,
+            cwd=cwd,
             env={**cluster_environment(), CLUSTER_MARK_ENV: mark},
             check=True,
             timeout=30,

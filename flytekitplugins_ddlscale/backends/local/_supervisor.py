@@ -358,7 +358,10 @@ class ProcessSupervisor:
         self._save_or_stop(record, record.scheduler, lambda: setattr(record, "scheduler", None))
 
     def _spawn(self, record: ClusterRecord, argv: List[str], log_name: str) -> procs.ProcessId:
-        return procs.spawn_detached(argv, self.store.log_path(record.ref, log_name), self.mark(record.ref))
+        # In the cluster's private folder: the caller's working directory may hold anything (an inspect.py).
+        return procs.spawn_detached(
+            argv, self.store.log_path(record.ref, log_name), self.mark(record.ref), self.store.private_cluster_dir(record.ref)
+        )
 
     def _save_or_stop(self, record: ClusterRecord, proc: procs.ProcessId, forget: Callable[[], None]) -> None:
         """Record ``proc``; when the record cannot be written, stop ``proc`` (and what it started) and
