@@ -23,6 +23,15 @@ DDLSCALE = str(Path(sys.executable).parent / "ddlscale")
 POISON = 'open({sentinel!r}, "a").write(__name__ + "\\n")\nraise SystemExit("poisoned module imported")\n'
 
 
+def _cli(state: Path, *args: str):
+    """``ddlscale local *args`` in this process (a command that hung would fail the test on pytest's timeout)."""
+    from click.testing import CliRunner
+
+    from flytekitplugins_ddlscale.cli.local_commands import local
+
+    return CliRunner().invoke(local, [*args, "--state-dir", str(state.parent)])
+
+
 def _ddlscale(state: Path, *args: str, cwd: Path = None, timeout: float = 180) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DDLSCALE_")}
     return subprocess.run([DDLSCALE, "local", *args, "--state-dir", str(state.parent)], env=env, cwd=cwd,
@@ -46,3 +55,171 @@ def test_a_poisoned_module_in_the_callers_folder_is_not_imported_by_the_cluster(
     down = _ddlscale(local_state, "down", "--name", "poisoned", cwd=shared)
     assert down.returncode == 0, down.stderr
     assert not sentinel.exists(), sentinel.read_text()
+
+
+# ------------------------------------------------------------------ tampered and broken records
+
+def _damage_nested(path: Path) -> None:
+    path.write_text("[" * 1000 + "]" * 1000)
+
+
+def _damage_folder(path: Path) -> None:
+    path.unlink()
+    path.mkdir()
+
+
+def _damage_fifo(path: Path) -> None:
+    path.unlink()
+    os.mkfifo(path, 0o600)
+
+
+def _damage_encoding(path: Path) -> None:
+    path.write_bytes(b'{"kind": "dask", "name": "\xff\xfe"}')
+
+
+def _damage_huge_number(path: Path) -> None:
+    path.write_text(path.read_text().replace('"port": ', '"port": 1' + "0" * 5000 + " + ", 1).replace(" + ", "", 1))
+
+
+def _set_host(host: str):
+    def damage(path: Path) -> None:
+        data = json.loads(path.read_text())
+        data["host"] = host
+        path.write_text(json.dumps(data))
+    return damage
+
+
+DAMAGES = {
+    "nested": (_damage_nested, "cluster.json="),
+    "folder": (_damage_folder, "cluster.json='a folder'"),
+    "fifo": (_damage_fifo, "cluster.json='not a regular file'"),
+    "encoding": (_damage_encoding, "not UTF-8"),
+    "huge-number": (_damage_huge_number, "allowed: a JSON object as ddlscale writes it"),
+    "all-interfaces": (_set_host("0.0.0.0"), "host='0.0.0.0'; allowed: a loopback address"),
+    "needs-dns": (_set_host("no-such-host.invalid"), "host='no-such-host.invalid'"),
+}
+
+
+def _running(state: Path) -> list:
+    from tests.test_local_support import processes_mentioning
+
+    return processes_mentioning(str(state), environment=True)
+
+
+@pytest.mark.slow
+def test_each_broken_record_is_one_line_and_down_all_still_stops_every_cluster(local_state):
+    """Seven clusters whose ``cluster.json`` is damaged in seven ways (two of them running), and one healthy
+    running: ``status --repair``
+    refuses each in one line (nothing restarted, no DNS wait, no hang on the FIFO), ``list`` shows all eight,
+    ``down --all`` stops every process of every one of them."""
+    backend = LocalBackend(state_dir=local_state)
+    refs = {name: ClusterRef("dask", name) for name in [*DAMAGES, "healthy"]}
+    running = ("nested", "fifo", "healthy")  # the others hold a record and no process (each start costs seconds)
+    for name in running:
+        backend.up(refs[name], 0, timeout=120)
+    schedulers = {name: backend.store.load(refs[name]).scheduler.pid for name in running}
+    for name, ref in refs.items():
+        if name not in running:
+            data = {**json.loads(backend.store.record_path(refs["healthy"]).read_text()), "name": name,
+                    "scheduler": None}
+            backend.store.private_cluster_dir(ref)
+            backend.store.record_path(ref).write_text(json.dumps(data))
+    for name, (damage, _) in DAMAGES.items():
+        damage(backend.store.record_path(refs[name]))
+    for name, (_, says) in DAMAGES.items():
+        status = _cli(local_state, "status", "--name", name, "--repair", "--timeout", "30")
+        assert status.exit_code == 2, status.output
+        lines = status.stderr.strip().splitlines()
+        assert len(lines) == 1 and "corrupt record" in lines[0] and says in lines[0], status.stderr
+    assert sorted(_running(local_state)) == sorted(schedulers.values())  # nothing restarted or stopped
+    listed = _cli(local_state, "list", "--json")
+    assert listed.exit_code == 0, listed.output
+    statuses = {info["name"]: info["status"] for info in json.loads(listed.stdout)}
+    assert statuses == {**{name: "Corrupt" for name in DAMAGES}, "healthy": "Running"}
+    down = _cli(local_state, "down", "--all")
+    assert down.exit_code == 0, down.output
+    assert down.stdout.startswith(f"stopped {len(refs)} clusters"), down.stdout
+    assert _running(local_state) == []
+    assert backend.store.folders() == []
+
+
+@pytest.mark.slow
+def test_a_record_naming_an_unrelated_process_gets_it_nothing(local_state):
+    """A live ``sleep`` of the same user, its pid and start time written into ``cluster.json`` as the
+    scheduler: ``up`` refuses the record (the real scheduler is not stopped as unrecorded), ``down`` stops
+    the real scheduler by its mark and never signals the ``sleep``."""
+    from flytekitplugins_ddlscale.backends.local import _procs as procs
+
+    backend = LocalBackend(state_dir=local_state)
+    ref = ClusterRef("dask", "planted")
+    backend.up(ref, 0, timeout=120)
+    real = backend.store.load(ref).scheduler
+    bystander = subprocess.Popen(["sleep", "300"])
+    try:
+        path = backend.store.record_path(ref)
+        data = json.loads(path.read_text())
+        data["scheduler"] = {"pid": bystander.pid, "start": procs.start_time(bystander.pid)}
+        path.write_text(json.dumps(data))
+        up = _ddlscale(local_state, "up", "--name", "planted", "--replicas", "0", "--timeout", "60")
+        assert up.returncode == 2, up.stdout + up.stderr
+        assert f"scheduler.pid={bystander.pid}" in up.stderr and len(up.stderr.strip().splitlines()) == 1
+        assert procs.is_alive(real), "the real scheduler was stopped on the word of a tampered record"
+        down = _ddlscale(local_state, "down", "--name", "planted")
+        assert down.returncode == 0, down.stderr
+        assert f"pids {real.pid}" in down.stdout, down.stdout
+        assert not procs.is_alive(real) and bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+@pytest.mark.slow
+def test_the_same_state_directory_through_a_linked_path_finds_every_process(tmp_path):
+    """A process of the cluster whose mark spells the folder through a link (started through a linked
+    path) is the cluster's: ``list`` through the real path sees it, ``down`` stops it."""
+    real = tmp_path / "real"
+    (real / "state").mkdir(parents=True)
+    linked = tmp_path / "linked"
+    linked.symlink_to(real)
+    state = linked / "state" / "local"
+    try:
+        backend = LocalBackend(state_dir=state)
+        ref = ClusterRef("dask", "linked")
+        backend.up(ref, 0, timeout=120)
+        spelled = str(backend.store.cluster_dir(ref))
+        assert spelled.startswith(str(linked))
+        stray = subprocess.Popen(["sleep", "300"], env={**os.environ, "DDLSCALE_LOCAL_CLUSTER": spelled})
+        through_real = real / "state" / "local"
+        listed = _ddlscale(through_real, "list", "--json", timeout=60)
+        assert listed.returncode == 0, listed.stderr
+        [info] = json.loads(listed.stdout)
+        assert info["unrecorded_pids"] == [stray.pid], info
+        down = _ddlscale(through_real, "down", "--name", "linked")
+        assert down.returncode == 0, down.stderr
+        assert stray.wait(timeout=30) is not None
+        assert _running(real) == []
+    finally:
+        LocalBackend(state_dir=real / "state" / "local").shutdown_all()
+
+
+NOBODY = 65534
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the other user's process is started as uid 65534")
+def test_roots_down_leaves_another_users_process_that_names_roots_folder(local_state):
+    backend = LocalBackend(state_dir=local_state)
+    ref = ClusterRef("dask", "rooted")
+    backend.up(ref, 0, timeout=120)
+    folder = str(backend.store.cluster_dir(ref))
+    other = subprocess.Popen(["sleep", "300"], user=NOBODY, env={"DDLSCALE_LOCAL_CLUSTER": folder, "PATH": "/usr/bin:/bin"})
+    try:
+        listed = _ddlscale(local_state, "list", "--json", timeout=60)
+        assert [info["unrecorded_pids"] for info in json.loads(listed.stdout)] == [[]], listed.stdout
+        down = _ddlscale(local_state, "down", "--name", "rooted")
+        assert down.returncode == 0, down.stderr
+        assert "did not hold" not in down.stdout, down.stdout
+        assert other.poll() is None, "root's down signalled another user's process"
+    finally:
+        other.kill()
+        other.wait()

@@ -27,6 +27,7 @@ from ...errors import (
     CorruptRecordError,
     InterruptedChangeError,
     InvalidInputError,
+    ScalingError,
 )
 from .._support.crds import layout_of
 from .._support.filerecords import FileBookkeeping
@@ -185,9 +186,10 @@ class LocalBackend(FileRecordsBackend):
         for ref in self.store.folders():
             try:
                 found.append(self.describe(ref))
-            except (CorruptRecordError, ClusterNotFoundError) as exc:
+            except ScalingError as exc:
+                # One broken cluster folder is one line of the list, never the end of it.
                 running = [p.pid for p in self.supervisor.unrecorded(None, ref)]
-                corrupt = isinstance(exc, CorruptRecordError)
+                corrupt = not isinstance(exc, ClusterNotFoundError)
                 if corrupt or running:
                     found.append({
                         "cluster": str(ref), "kind": ref.kind, "name": ref.name,
@@ -360,10 +362,21 @@ class LocalBackend(FileRecordsBackend):
         self.records.store.remove(ref)
         return taken
 
-    def shutdown_all(self) -> List[ClusterRef]:
+    def shutdown_all(self, failures: Optional[List[ScalingError]] = None) -> List[ClusterRef]:
         """Take down every local cluster in the state directory (corrupt or unrecorded ones too);
-        return the ones stopped."""
-        return [ref for ref in self.store.folders() if self.down(ref)]
+        return the ones stopped. One that cannot be taken down does not keep the others up: its error is
+        added to ``failures`` when a list is given, else the first one is raised once the others are down."""
+        stopped: List[ClusterRef] = []
+        failed: List[ScalingError] = [] if failures is None else failures
+        for ref in self.store.folders():
+            try:
+                if self.down(ref):
+                    stopped.append(ref)
+            except ScalingError as exc:
+                failed.append(exc)
+        if failed and failures is None:
+            raise failed[0]
+        return stopped
 
     # ------------------------------------------------- baselines and claims
 
