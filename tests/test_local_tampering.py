@@ -6,6 +6,8 @@
   host off loopback or one that needs DNS, a pid of an unrelated process) is refused with one line;
   ``list`` and ``down --all`` still see and stop every other cluster; no process is signalled unless
   its environment carries the cluster's mark (the folder's real path).
+- What the caller's environment passes on is checked too: a value of an allowed variable that carries a
+  credential is dropped, and a bad ``$DDLSCALE_WATCH_GRACE`` is refused before anything starts.
 """
 import json
 import os
@@ -223,3 +225,68 @@ def test_roots_down_leaves_another_users_process_that_names_roots_folder(local_s
     finally:
         other.kill()
         other.wait()
+
+
+# ------------------------------------------------------------------ the environment passed on
+
+def test_allowed_variables_whose_values_carry_a_credential_are_not_passed_on():
+    from flytekitplugins_ddlscale._core.redaction import register_secret
+    from flytekitplugins_ddlscale.backends.local._process_env import cluster_environment
+
+    register_secret("registered-s3cr3t-value")
+    starter = {
+        "PATH": "/opt/apikey:/usr/bin", "SPARK_HOME": "/opt/spark", "DASK_SCHEDULER_ADDRESS": "tcp://127.0.0.1:1",
+        "SPARK_DAEMON_JAVA_OPTS": "-Xmx1g -Dspark.authenticate.secret=hunter2hunter2",
+        "SPARK_WORKER_OPTS": "-Dspark.worker.cleanup.enabled=true",
+        "SPARK_MASTER_OPTS": "-Djavax.net.ssl.keyStorePassword=changeit",
+        "RAY_DASHBOARD_URL": "http://admin:pw@127.0.0.1:8265", "DASK_CUSTOM": "--token=abc123",
+        "PYSPARK_SUBMIT_ARGS": "--conf spark.hadoop.fs.s3a.access.key=AKIA0000 pyspark-shell",
+        "LC_CUSTOM": "registered-s3cr3t-value", "DDLSCALE_WATCH_GRACE": "5",
+    }
+    assert cluster_environment(starter) == {
+        "PATH": "/opt/apikey:/usr/bin", "SPARK_HOME": "/opt/spark", "DASK_SCHEDULER_ADDRESS": "tcp://127.0.0.1:1",
+        "SPARK_WORKER_OPTS": "-Dspark.worker.cleanup.enabled=true", "DDLSCALE_WATCH_GRACE": "5",
+    }
+
+
+def _wait_for_line(path: Path, line: str, timeout: float) -> str:
+    """The text of ``path`` once it holds ``line`` (what the process writes last), at most ``timeout`` s later."""
+    import time
+
+    ends = time.monotonic() + timeout
+    while True:
+        text = path.read_text() if path.exists() else ""
+        if f"\n{line}\n" in f"\n{text}":
+            return text
+        assert time.monotonic() < ends, f"{path} did not get {line!r} within {timeout:.0f}s: {text[-500:]}"
+        time.sleep(0.05)
+
+
+def test_a_spawned_cluster_process_gets_no_credential_in_an_allowed_variable(tmp_path, monkeypatch):
+    from flytekitplugins_ddlscale.backends.local import _procs as procs
+
+    monkeypatch.setenv("SPARK_DAEMON_JAVA_OPTS", "-Dspark.authenticate.secret=hunter2hunter2")
+    monkeypatch.setenv("SPARK_WORKER_OPTS", "-Dspark.worker.cleanup.enabled=true")
+    folder = tmp_path / "cluster"
+    mark = procs.Mark.of(folder)
+    log = folder / "logs" / "env.log"
+    proc = procs.spawn_detached(["sh", "-c", "env; echo END; exec sleep 60"], log, mark, tmp_path)
+    try:
+        text = _wait_for_line(log, "END", timeout=60)
+    finally:
+        procs.stop_processes([proc], mark, grace=5)
+    assert "SPARK_WORKER_OPTS=-Dspark.worker.cleanup.enabled=true" in text
+    assert "hunter2" not in text and "SPARK_DAEMON_JAVA_OPTS" not in text
+
+
+@pytest.mark.parametrize("grace", ["abc", "-5"])
+def test_a_bad_watch_grace_is_refused_before_anything_starts(local_state, grace):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DDLSCALE_")}
+    ran = subprocess.run([DDLSCALE, "local", "up", "--name", "graced", "--replicas", "1", "--state-dir",
+                          str(local_state.parent)], env={**env, "DDLSCALE_WATCH_GRACE": grace}, capture_output=True,
+                         text=True, timeout=120)
+    assert ran.returncode == 2, ran.stdout + ran.stderr
+    assert ran.stderr.strip().splitlines() == [
+        f"Error: [invalid_input] invalid DDLSCALE_WATCH_GRACE={grace!r}; allowed: a number of seconds > 0"
+    ], ran.stderr
+    assert not local_state.exists() or LocalBackend(state_dir=local_state).store.folders() == []

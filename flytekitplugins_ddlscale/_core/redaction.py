@@ -41,6 +41,13 @@ def mask_userinfo(url: str) -> str:
     return _URL_USERINFO.sub(lambda m: m.group(1) + MASK + "@", url)
 
 
+def holds_secret(text: str) -> bool:
+    """Whether ``text`` contains a registered secret or a URL's ``user:password@``."""
+    with _lock:
+        known = list(_secrets)
+    return any(secret in text for secret in known) or mask_userinfo(text) != text
+
+
 def redact(text: object) -> str:
     """``str(text)`` with every registered secret, URL userinfo and auth-header value masked."""
     out = str(text)

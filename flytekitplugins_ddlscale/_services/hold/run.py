@@ -64,7 +64,7 @@ from ..._core.waiting import Deadline
 from ..._core.wording import plural, seconds
 from .faults import Fault
 from .monitor import PhaseMonitor
-from ..._core.pausepoints import check_pause_setting, pause_point
+from ..._core.pausepoints import pause_point
 from .settings import PhaseSettings
 from .signals import RELAY, PhaseInterrupted, SignalsAsExceptions, raise_in_thread
 
@@ -197,7 +197,6 @@ class ClusterPhase:
         deadline = Deadline(s.timeout)
         framework = FrameworkOptions(s.framework_ready, s.framework_url)
         framework.check(self.ref.kind)
-        check_pause_setting()
         self._backend = backend = get_backend(s.backend)
         if self.ref.kind not in backend.capabilities.kinds:
             raise UnsupportedOperationError(

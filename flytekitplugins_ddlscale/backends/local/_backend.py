@@ -34,6 +34,7 @@ from .._support.filerecords import FileBookkeeping
 from .._support.filestore import FileRecordStore
 from .._support.inplace import Reach, state_dir_env
 from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
+from ..._core import settings
 from ..._core.progress import ProgressReporter
 from ..._core.records import Claim
 from ...refs import ClusterRef
@@ -143,6 +144,8 @@ class LocalBackend(FileRecordsBackend):
                 "host", host, " or ".join(LOOPBACK_HOSTS),
                 reason="local clusters are single-user and listen on loopback only",
             )
+        # Read now, before anything starts: every scheduler gets it (a bad value would break each one).
+        settings.WATCH_GRACE.value()
         self.store = LocalStateStore(state_dir)
         self.host = host
         self.max_workers = validate_replicas(max_workers, field="max_workers")

@@ -53,7 +53,8 @@ def recorded_here(folder: Path, pid: int) -> Optional[bool]:
         data = json.loads(text) if len(text) <= _MAX_RECORD_BYTES else None
     except (ValueError, RecursionError):
         return None
-    if not isinstance(data, dict):
+    if not isinstance(data, dict) or "scheduler" not in data:
+        # Not a record ddlscale wrote (it always writes the field, null without a head): no verdict.
         return None
     scheduler = data.get("scheduler")
     return isinstance(scheduler, dict) and scheduler.get("pid") == pid
