@@ -125,6 +125,13 @@ def start_time(pid: int) -> Optional[int]:
     return int(fields[19])
 
 
+def exiting(pid: int) -> bool:
+    """Whether ``pid``'s main thread has exited while other threads tear down (its environment then reads
+    empty), or it is gone."""
+    fields = _stat(pid)
+    return fields is None or fields[0] in ("Z", "X")
+
+
 def group_members(proc: ProcessId) -> List[ProcessId]:
     """The other running processes of ``proc``'s process group (its own, from :func:`spawn_detached`):
     what it started, such as Ray's raylet and gcs_server. Empty when ``proc`` is not running."""
@@ -246,11 +253,13 @@ def stop_processes(procs: Iterable[ProcessId], mark: Mark, grace: float = 5.0, a
     :class:`BackendUnavailableError` naming the pids still running 5 s after
     SIGKILL.
     """
-    pending = []
+    pending, leaving = [], []
     for proc in procs:
         if not is_alive(proc):
             continue
-        if mark.carried_by(proc.pid):
+        if exiting(proc.pid):  # on its way out, it shows no environment to check: awaited, not signalled
+            leaving.append(proc)
+        elif mark.carried_by(proc.pid):
             pending.append(proc)
         else:
             logger.warning("process %d is not one of cluster %s (no %s=%s in its environment, or another "
@@ -258,6 +267,9 @@ def stop_processes(procs: Iterable[ProcessId], mark: Mark, grace: float = 5.0, a
     started_by_them = [m for p in pending for m in group_members(p) if mark.carried_by(m.pid)]
     _signal_until_gone(pending, grace, asked)
     _signal_until_gone(started_by_them, 1.0, asked=True)
+    deadline = time.monotonic() + grace + 5.0
+    while any(is_alive(p) for p in leaving) and time.monotonic() < deadline:
+        time.sleep(_POLL)
 
 
 def _signal_until_gone(procs: List[ProcessId], grace: float, asked: bool) -> None:
