@@ -102,6 +102,25 @@ DAMAGES = {
 }
 
 
+@pytest.mark.parametrize("failure", [
+    lambda: int(float("inf")),  # OverflowError
+    lambda: json.loads("[" * 100_000 + "]" * 100_000),  # RecursionError
+    lambda: b"\xff".decode("utf-8"),  # UnicodeDecodeError
+    lambda: {"pid": 1}["start"],  # KeyError
+    lambda: int(None),  # TypeError
+])
+def test_any_failure_to_read_a_record_is_a_corrupt_record_in_one_line(failure):
+    from flytekitplugins_ddlscale import CorruptRecordError
+    from flytekitplugins_ddlscale._core.recordcheck import reading
+
+    with pytest.raises(CorruptRecordError) as caught:
+        with reading("/state/cluster.json", "run `ddlscale local down`"):
+            failure()
+    text = str(caught.value)
+    assert "\n" not in text and text.startswith("[corrupt_record] corrupt record /state/cluster.json: record=")
+    assert text.endswith("run `ddlscale local down`")
+
+
 def _running(state: Path) -> list:
     from tests.test_local_support import processes_mentioning
 
