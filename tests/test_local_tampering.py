@@ -167,7 +167,7 @@ def test_each_broken_record_is_one_line_and_down_all_still_stops_every_cluster(l
 @pytest.mark.slow
 def test_a_record_naming_an_unrelated_process_gets_it_nothing(local_state):
     """A live ``sleep`` of the same user, its pid and start time written into ``cluster.json`` as the
-    scheduler: ``up`` refuses the record (the real scheduler is not stopped as unrecorded), ``down`` stops
+    scheduler: ``up`` and ``run`` refuse the record (the real scheduler is not stopped as unrecorded), ``down`` stops
     the real scheduler by its mark and never signals the ``sleep``."""
     from flytekitplugins_ddlscale.backends.local import _procs as procs
 
@@ -185,6 +185,13 @@ def test_a_record_naming_an_unrelated_process_gets_it_nothing(local_state):
         assert up.returncode == 2, up.stdout + up.stderr
         assert f"scheduler.pid={bystander.pid}" in up.stderr and len(up.stderr.strip().splitlines()) == 1
         assert procs.is_alive(real), "the real scheduler was stopped on the word of a tampered record"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DDLSCALE_")}
+        run = subprocess.run([DDLSCALE, "run", "--backend", "local", "--kind", "dask", "--name", "planted",
+                              "--replicas", "0", "--timeout", "60", "--", "true"],
+                             env={**env, "DDLSCALE_STATE_DIR": str(local_state.parent)}, capture_output=True,
+                             text=True, timeout=120)
+        assert run.returncode == 2 and f"scheduler.pid={bystander.pid}" in run.stderr, run.stdout + run.stderr
+        assert procs.is_alive(real), "`run` stopped the real scheduler on the word of a tampered record"
         down = _ddlscale(local_state, "down", "--name", "planted")
         assert down.returncode == 0, down.stderr
         assert f"pids {real.pid}" in down.stdout, down.stdout
