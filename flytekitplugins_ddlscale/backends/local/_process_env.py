@@ -20,12 +20,13 @@ passes as its checked value: a bad one is refused before anything starts.
 """
 import logging
 import re
-from typing import Dict, Mapping, Optional
+from typing import Dict, Mapping, Optional, Set
 
 from ..._core import settings
 from ..._core.redaction import holds_secret
 
 logger = logging.getLogger("flytekitplugins_ddlscale.local")
+_warned: Set[str] = set()
 
 ALLOWED_NAMES = frozenset({
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ",
@@ -86,9 +87,11 @@ def cluster_environment(source: Optional[Mapping[str, str]] = None) -> Dict[str,
     env = settings.environment(source)
     passed = {name: value for name, value in env.items() if is_allowed(name)}
     dropped = sorted(name for name, value in passed.items() if carries_secret(value))
-    if dropped:
+    news = [name for name in dropped if name not in _warned]
+    if news:  # once per variable and process, not once per cluster process started
+        _warned.update(news)
         logger.warning("not passed to the cluster's processes, as their values carry a credential: %s",
-                       ", ".join(dropped))
+                       ", ".join(news))
     kept = {name: value for name, value in passed.items() if name not in dropped}
     if settings.WATCH_GRACE.is_set(env):
         kept[settings.WATCH_GRACE.name] = f"{settings.WATCH_GRACE.value(env=env):g}"
