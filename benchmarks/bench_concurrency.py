@@ -4,7 +4,7 @@ Each round starts ``RUNS`` real ``ddlscale run`` processes at once on one
 real local Dask cluster (1 worker outside phases), each asking for 1-4
 workers; its command connects to the scheduler and counts the workers it
 sees five times over about 1.5 s. ``KILLED`` of them (random, seeded) stop
-at a random pause point (``DDLSCALE_PAUSE_AT``: after the claim, with the
+at a random pause point (:mod:`tests.pause_support`: after the claim, with the
 cluster scaled, after the release) and are killed there with SIGKILL.
 
 Reported: commands that ever saw fewer workers than they asked for;
@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Optional
 from benchmarks.report import BenchResult, Target
 from benchmarks.stats import summarize
 from tests.flyte_support import processes_mentioning
+from tests.pause_support import Pause
 
 NAME = "concurrency"
 TITLE = "Concurrent `ddlscale run` on one local Dask cluster, with SIGKILL at pause points"
@@ -73,23 +74,23 @@ class _Run:
         self.replicas = replicas
         self.kill_at = kill_at
         self.result = folder / f"seen-{index}.json"
-        self.pause = folder / f"pause-{index}"
+        self.pause = Pause(kill_at) if kill_at is not None else None
         self.killed = False
         env = dict(env)
-        if kill_at is not None:
-            env["DDLSCALE_PAUSE_AT"] = f"{kill_at}={self.pause}"
         self.log = open(folder / f"run-{index}.log", "w")
-        self.proc = subprocess.Popen(
-            [DDLSCALE, "run", *CLUSTER_ARGS, "--replicas", str(replicas), "--timeout", str(RUN_TIMEOUT), "--",
-             sys.executable, str(folder.parent / "probe.py"), str(replicas), str(self.result)],
-            env=env, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
-        )
+        args = ["run", *CLUSTER_ARGS, "--replicas", str(replicas), "--timeout", str(RUN_TIMEOUT), "--",
+                sys.executable, str(folder.parent / "probe.py"), str(replicas), str(self.result)]
+        options: Dict[str, Any] = dict(env=env, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
+        if self.pause is not None:
+            self.proc = self.pause.popen(args, **options)
+        else:
+            self.proc = subprocess.Popen([DDLSCALE, *args], **options)
         self.started = time.monotonic()
         self.seconds: Optional[float] = None
 
     def step(self) -> bool:
         """Kill it once it paused where asked; True once it has exited."""
-        if self.kill_at is not None and not self.killed and self.pause.exists():
+        if self.pause is not None and not self.killed and self.pause.paused():
             os.kill(self.proc.pid, signal.SIGKILL)
             self.killed = True
         if self.proc.poll() is None:
@@ -97,6 +98,8 @@ class _Run:
         if self.seconds is None:
             self.seconds = time.monotonic() - self.started
             self.log.close()
+            if self.pause is not None:
+                self.pause.close()
         return True
 
     def seen(self) -> Optional[List[int]]:

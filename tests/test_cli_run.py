@@ -17,6 +17,7 @@ from typing import Callable, Dict, List
 
 import pytest
 
+from tests.pause_support import Pause
 from tests.servers.scaler_server import DEFAULT_API_KEY
 from tests.test_local_support import processes_mentioning
 
@@ -477,16 +478,20 @@ def test_a_command_that_needs_no_workers_runs_on_a_local_cluster_that_does_not_e
 def test_a_claim_removed_before_the_scale_is_a_conflict_and_the_command_does_not_run(scaler_target, tmp_path):
     """``ddlscale restore`` between a run's claim and its scale drops the claim: the run stops with a
     ConflictError saying so, runs nothing and leaves the cluster at its size."""
-    paused, started = tmp_path / "paused", tmp_path / "started"
-    env = dict(scaler_target.env, DDLSCALE_PAUSE_AT=f"claimed={paused}")
-    proc = popen([DDLSCALE, "run", *scaler_target.args, "--replicas", "3", "--timeout", "30", "--",
-                  "touch", str(started)], env)
-    wait_for(paused, proc)
-    restored = subprocess.run([DDLSCALE, "restore", *scaler_target.args], env=scaler_target.env,
-                              capture_output=True, text=True, timeout=START_TIMEOUT)
-    assert restored.returncode == 0, restored.stderr
-    paused.unlink()
-    result = finish(proc)
+    started = tmp_path / "started"
+    pause = Pause("claimed")
+    proc = pause.popen(["run", *scaler_target.args, "--replicas", "3", "--timeout", "30", "--", "touch", str(started)],
+                       env=scaler_target.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+    try:
+        assert pause.wait(START_TIMEOUT), finish(proc).stderr
+        restored = subprocess.run([DDLSCALE, "restore", *scaler_target.args], env=scaler_target.env,
+                                  capture_output=True, text=True, timeout=START_TIMEOUT)
+        assert restored.returncode == 0, restored.stderr
+        pause.resume()
+        result = finish(proc)
+    finally:
+        pause.close()
     assert result.returncode == 1, result.stderr
     assert "Error: [conflict]" in result.stderr and "vanished before the cluster was scaled" in result.stderr
     assert not started.exists()

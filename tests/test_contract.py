@@ -22,6 +22,7 @@ from flytekitplugins_ddlscale.models import ReplicaSpec
 from flytekitplugins_ddlscale.refs import KINDS
 from flytekitplugins_ddlscale._core.waiting import Backoff
 from tests.contract_support import kill_once_marked, run_shell, shell_environment, write_kubeconfig
+from tests.pause_support import Pause, kill_once_paused
 from tests.servers.k8s_server import K8sTestServer
 from tests.servers.scaler_server import DEFAULT_API_KEY, ScalerTestServer
 from tests.test_local_support import local_state  # noqa: F401 - fixture
@@ -574,21 +575,25 @@ def test_a_killed_run_s_claim_dies_with_it_and_its_command_too(world, tmp_path, 
     body): its claim no longer counts, its command is gone, and the next run ends at the size found."""
     import subprocess
 
-    paused, child_pid = tmp_path / "paused", tmp_path / "command.pid"
-    env = dict(world.shell_env)
-    if point == "claimed":
-        env["DDLSCALE_PAUSE_AT"] = f"claimed={paused}"
+    child_pid = tmp_path / "command.pid"
     body = f"echo $$ > {child_pid}; exec sleep 120"
     command = world.command("run", "--replicas", "3", "--no-framework-ready", "--timeout", "120", "--", "sh", "-c",
                             f"'{body}'")
-    # exec: the shell becomes ddlscale, so the pid killed is ddlscale's own.
-    proc = subprocess.Popen(["bash", "-c", command.replace("ddlscale run", "exec ddlscale run", 1)],
-                            env=shell_environment(**env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # exec: the shell becomes ddlscale (through the pause launcher when it pauses), so the pid killed is its own.
+    pause = Pause("claimed") if point == "claimed" else None
+    runner = " ".join(pause.argv()) if pause is not None else "ddlscale"
+    proc = subprocess.Popen(["bash", "-c", command.replace("ddlscale run", f"exec {runner} run", 1)],
+                            env=shell_environment(**world.shell_env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, pass_fds=pause.fds if pause is not None else ())
 
     def claimed() -> None:
         assert set(world.backend.claims(world.ref)) != set()
 
-    kill_once_marked(proc, paused if point == "claimed" else child_pid, point, before_kill=claimed)
+    if pause is not None:
+        pause.child_started()
+        kill_once_paused(proc, pause, before_kill=claimed)
+    else:
+        kill_once_marked(proc, child_pid, point, before_kill=claimed)
     assert world.backend.claims(world.ref) == {}  # its holder process is gone: the claim no longer counts
     if point == "body":
         pid = int(child_pid.read_text())

@@ -124,8 +124,10 @@ def test_a_cluster_whose_new_workers_have_not_joined_is_starting_not_stopping(lo
     backend = LocalBackend(state_dir=local_state)
     ref = ClusterRef("dask", "grow")
     # What another process sees while a scale-up runs: a new worker process is
-    # recorded (and running) before it has joined and before `desired` is raised.
-    joining = subprocess.Popen(["sleep", "60"])
+    # recorded (and running) before it has joined and before `desired` is raised. It carries the cluster's
+    # mark, as every process the cluster starts does (a record naming an unmarked process is refused).
+    mark = procs.Mark.of(backend.store.cluster_dir(ref))
+    joining = subprocess.Popen(["sleep", "60"], env={**os.environ, procs.CLUSTER_MARK_ENV: mark.path})
     try:
         record = backend.store.load(ref)
         record.workers.append(WorkerRecord("grow-dask-worker-9", procs.ProcessId(joining.pid, procs.start_time(joining.pid)),

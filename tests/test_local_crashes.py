@@ -1,7 +1,7 @@
 """Local clusters after ``kill -9`` of the command changing them, and with broken or unwritable state.
 
 Real ``ddlscale`` processes are killed at chosen points through the pause
-hooks (``$DDLSCALE_PAUSE_AT``: ``head-started``, ``worker-started``: a
+hooks (:mod:`tests.pause_support`: ``head-started``, ``worker-started``: a
 process runs that ``cluster.json`` does not hold yet), never by luck of
 timing; records are damaged by hand; the state directory is made read-only
 or full on a real tmpfs (root only). Afterwards ``/proc`` is scanned: no
@@ -19,7 +19,7 @@ import pytest
 
 from flytekitplugins_ddlscale import ClusterRef
 from flytekitplugins_ddlscale.backends.local import LocalBackend
-from tests.contract_support import kill_once_marked
+from tests.pause_support import Pause, kill_once_paused
 from tests.test_local_support import processes_mentioning
 
 pytestmark = pytest.mark.slow
@@ -42,11 +42,9 @@ def state(tmp_path):
     assert leftover == [], f"processes left running: {leftover}"
 
 
-def _env(root: Path, pause: str = "", grace: str = "") -> dict:
+def _env(root: Path, grace: str = "") -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DDLSCALE_")}
     env["DDLSCALE_STATE_DIR"] = str(root)
-    if pause:
-        env["DDLSCALE_PAUSE_AT"] = pause
     if grace:  # inherited by the schedulers the command starts
         env["DDLSCALE_WATCH_GRACE"] = grace
     return env
@@ -63,10 +61,9 @@ def local(root: Path, *args: str, grace: str = "") -> subprocess.CompletedProces
 
 def killed_at(root: Path, point: str, *args: str, grace: str = "") -> None:
     """Run ``ddlscale *args`` until it pauses at ``point``, then SIGKILL it."""
-    marker = root.parent / f"paused-{point}"
-    proc = subprocess.Popen([DDLSCALE, *args], env=_env(root, f"{point}={marker}", grace), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    kill_once_marked(proc, marker, point)
+    pause = Pause(point)
+    proc = pause.popen(list(args), env=_env(root, grace), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    kill_once_paused(proc, pause)
 
 
 def listed(root: Path) -> dict:
@@ -237,17 +234,16 @@ def test_an_unwritable_state_dir_is_a_typed_answer_and_leaves_no_unrecorded_proc
             ran = subprocess.run(command, env=_env(root), capture_output=True, text=True, timeout=180)
             out, err, code = ran.stdout, ran.stderr, ran.returncode
         else:
-            marker = tmpfs.parent / "paused"
-            proc = subprocess.Popen(command, env=_env(root, f"worker-started={marker}"), stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True)
-            ends = time.monotonic() + 120
-            while not (marker.exists() and marker.read_text().strip()) and proc.poll() is None:
-                assert time.monotonic() < ends, "never paused"
-                time.sleep(0.05)
-            assert len(processes_mentioning(str(backend.store.cluster_dir(REF)), environment=True)) == 3
-            _make_unwritable(fault, root, tmpfs)
-            marker.unlink()
-            out, err = proc.communicate(timeout=180)
+            pause = Pause("worker-started")
+            proc = pause.popen(command[1:], env=_env(root), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                assert pause.wait(120), proc.communicate(timeout=30)
+                assert len(processes_mentioning(str(backend.store.cluster_dir(REF)), environment=True)) == 3
+                _make_unwritable(fault, root, tmpfs)
+                pause.resume()
+                out, err = proc.communicate(timeout=180)
+            finally:
+                pause.close()
             code = proc.returncode
         assert code == 8, out + err
         assert "could not write" in err and "Traceback" not in err, err
@@ -312,19 +308,17 @@ def test_a_state_dir_made_read_only_mid_phase_is_a_typed_answer(tmpfs):
     try:
         assert local(root, "up", "--name", REF.name, "--replicas", "1", "--timeout", "120").returncode == 0
         backend = LocalBackend(state_dir=root / "local")
-        marker = tmpfs.parent / "paused"
-        command = [DDLSCALE, "run", "--backend", "local", "--kind", "dask", "--name", REF.name, "--replicas", "2",
+        pause = Pause("scaled")
+        command = ["run", "--backend", "local", "--kind", "dask", "--name", REF.name, "--replicas", "2",
                    "--timeout", "120", "--", "true"]
-        proc = subprocess.Popen(command, env=_env(root, f"scaled={marker}"), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-        ends = time.monotonic() + 120
-        while not (marker.exists() and marker.read_text().strip()) and proc.poll() is None:
-            assert time.monotonic() < ends, "never paused"
-            time.sleep(0.05)
-        assert marker.exists(), proc.communicate(timeout=30)
-        _make_unwritable("read-only", root, tmpfs)
-        marker.unlink()
-        out, err = proc.communicate(timeout=180)
+        proc = pause.popen(command, env=_env(root), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert pause.wait(120), proc.communicate(timeout=30)
+            _make_unwritable("read-only", root, tmpfs)
+            pause.resume()
+            out, err = proc.communicate(timeout=180)
+        finally:
+            pause.close()
         assert proc.returncode == 8, out + err
         assert "could not write" in err and "read-only" in err and "Traceback" not in err, err
         assert _temp_files(root) == []
@@ -348,23 +342,20 @@ def test_a_phase_waiting_on_a_frozen_worker_keeps_no_lock_from_another_run(state
     short timeout, claims, runs its command and ends meanwhile. Thawed, the worker joins and A ends too."""
     assert local(state, "up", "--name", REF.name, "--replicas", "1", "--timeout", "120").returncode == 0
     before = set(processes_mentioning(str(state), environment=True))
-    marker = state.parent / "paused-worker"
-    run_a = subprocess.Popen(
-        [DDLSCALE, "run", "--backend", "local", "--kind", "dask", "--name", REF.name, "--replicas", "2",
+    pause = Pause("worker-started")
+    run_a = pause.popen(
+        ["run", "--backend", "local", "--kind", "dask", "--name", REF.name, "--replicas", "2",
          "--timeout", "150", "--", "true"],
-        env=_env(state, f"worker-started={marker}"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=_env(state), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     frozen = None
     try:
-        ends = time.monotonic() + 120
-        while not (marker.exists() and marker.read_text().strip()):
-            assert run_a.poll() is None and time.monotonic() < ends, "run A never started its new worker"
-            time.sleep(0.05)
+        assert pause.wait(120), "run A never started its new worker"
         new = sorted(set(processes_mentioning(str(state), environment=True)) - before - {run_a.pid})
         assert len(new) == 1, new
         frozen = new[0]
         os.kill(frozen, signal.SIGSTOP)
-        marker.unlink()
+        pause.resume()
         run_b = ddlscale(state, "run", "--backend", "local", "--kind", "dask", "--name", REF.name, "--replicas", "1",
                          "--timeout", "20", "--", "true", timeout=120)
         assert run_b.returncode == 0, run_b.stderr
@@ -374,6 +365,7 @@ def test_a_phase_waiting_on_a_frozen_worker_keeps_no_lock_from_another_run(state
         out, err = run_a.communicate(timeout=150)
         assert run_a.returncode == 0, err
     finally:
+        pause.close()
         if frozen is not None:
             os.kill(frozen, signal.SIGCONT)
         if run_a.poll() is None:

@@ -1,46 +1,47 @@
-"""Named points where a phase or a local change can be stopped on purpose, to crash it at a chosen moment.
+"""Named points in a phase and in a local change where a test can stop the process on purpose.
 
-``DDLSCALE_PAUSE_AT=<point>=<file>`` makes a process that reaches ``<point>``
-write ``<point> <pid>`` to ``<file>`` and wait there until the file is
-removed (at most :data:`MAX_PAUSE` seconds) instead of going on. The reliability tests use it
-to ``kill -9`` a phase exactly after its claim, or with the cluster scaled,
-and a local cluster's change with a process started but not yet recorded,
-not by luck of timing; an operator can use it to rehearse a crash. Unset, it
-costs one environment lookup per point.
+A point is a call of :func:`pause_point`. It does nothing unless code running
+in the same process added a hook (:func:`add_pause_hook`): nothing in the
+environment, a file or a setting can switch one on, so a build a user runs
+never pauses and never writes anywhere on a point's account. The crash tests
+run ``ddlscale`` through a launcher of their own (``tests/pause_support.py``)
+that adds a hook, so they can ``kill -9`` a phase exactly after its claim, or
+with the cluster scaled, or a local change with a process started but not yet
+recorded, not by luck of timing.
+
+Points: ``claimed`` (the claim is recorded, nothing scaled yet), ``scaled``
+(the cluster holds the claim and the body is about to run), ``released`` (the
+claim is dropped, the cluster not yet given back), and, in the local backend
+under the cluster's lock, ``head-started`` and ``worker-started`` (a head or
+worker process runs that ``cluster.json`` does not hold yet).
 """
-import logging
-import os
-import time
-from pathlib import Path
+import threading
+from typing import Callable, List
 
-from . import settings
+PAUSE_POINTS = ("claimed", "scaled", "released", "head-started", "worker-started")
+"""Every point's name, in the order a phase meets them (the local ones inside a change)."""
 
-logger = logging.getLogger("flytekitplugins_ddlscale")
-
-MAX_PAUSE = 600.0
-_RESUME_POLL = 0.05
+PauseHook = Callable[[str], None]
+_hooks: List[PauseHook] = []
+_lock = threading.Lock()
 
 
-def check_pause_setting() -> None:
-    """Refuse a malformed ``$DDLSCALE_PAUSE_AT`` before the phase changes anything."""
-    settings.PAUSE_AT.value()
+def add_pause_hook(hook: PauseHook) -> Callable[[], None]:
+    """Call ``hook(point)`` at every point this process reaches from now on; returns what removes it."""
+    with _lock:
+        _hooks.append(hook)
+
+    def remove() -> None:
+        with _lock:
+            if hook in _hooks:
+                _hooks.remove(hook)
+
+    return remove
 
 
 def pause_point(name: str) -> None:
-    """Pause here when ``$DDLSCALE_PAUSE_AT`` names this point."""
-    # Read raw, not checked: a malformed value was refused before the phase began, and a local change
-    # under its cluster's lock is no place to fail on it.
-    setting = settings.PAUSE_AT.raw()
-    if not setting:
-        return
-    point, _, path = setting.partition("=")
-    if point != name:
-        return
-    logger.warning(
-        "paused at %r (%s); it goes on when %s is removed, or after %.0fs", name, settings.PAUSE_AT.name, path, MAX_PAUSE
-    )
-    marker = Path(path)
-    marker.write_text(f"{name} {os.getpid()}\n", encoding="utf-8")
-    ends = time.monotonic() + MAX_PAUSE
-    while marker.exists() and time.monotonic() < ends:
-        time.sleep(_RESUME_POLL)
+    """The point ``name`` (one of :data:`PAUSE_POINTS`): each hook added in this process is called."""
+    with _lock:
+        hooks = list(_hooks)
+    for hook in hooks:
+        hook(name)

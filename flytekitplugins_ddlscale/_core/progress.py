@@ -6,7 +6,6 @@ stderr is a terminal (local ``pyflyte run``) and rate-limited logging
 otherwise (remote pods). :func:`emit_summary` prints the one line each node
 and phase ends with (quiet with ``DDLSCALE_QUIET=1``).
 """
-import atexit
 import logging
 import sys
 import threading
@@ -16,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Set, Tuple, Union
 
 from . import settings
-from .closing import Closing
+from .closing import Closing, at_exit_once
 from .wording import plural
 
 logger = logging.getLogger("flytekitplugins_ddlscale")
@@ -165,6 +164,7 @@ class LogReporter(Closing):
         """Start the heartbeat of the current wait unless it runs (called under the lock)."""
         if self._closed or quiet() or (self._heartbeat is not None and not self._stopped.is_set()):
             return
+        at_exit_once(_end_heartbeats)
         self._stopped = threading.Event()
         self._last_line_at = time.monotonic()
         self._heartbeat = threading.Thread(
@@ -199,7 +199,6 @@ def _heartbeat(reporter_ref: "weakref.ReferenceType[LogReporter]", stopped: thre
         _RUNNING_HEARTBEATS.discard(entry)
 
 
-@atexit.register
 def _end_heartbeats() -> None:
     # A daemon thread still writing to stderr while the interpreter shuts down aborts the process
     # (SIGABRT: stderr's lock cannot be taken at shutdown): end every heartbeat first.

@@ -17,20 +17,25 @@ from ..errors import CorruptRecordError, InvalidInputError
 @contextlib.contextmanager
 def reading(source: str, remedy: Optional[str] = None) -> Iterator[None]:
     """Checks inside the block that fail raise :class:`CorruptRecordError` naming ``source`` (and
-    ``remedy``, what to do about it, when given)."""
+    ``remedy``, what to do about it, when given), as does any failure to parse or convert what was read
+    (a number too large, nesting too deep, a value of the wrong type): one line, never a traceback."""
     try:
         yield
     except CorruptRecordError:
         raise
     except InvalidInputError as exc:
         raise CorruptRecordError(source, exc.field, exc.value, exc.allowed, remedy) from None
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError) as exc:
+        what = " ".join(f"{type(exc).__name__}: {exc}".split())
+        raise CorruptRecordError(source, "record", what, "a record as ddlscale writes it", remedy) from None
 
 
 def json_object(text: str, field: str) -> Dict[str, Any]:
     """``text`` parsed as a JSON object; :class:`InvalidInputError` naming ``field`` otherwise."""
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
+        # RecursionError: nesting deeper than the interpreter's stack (a 2 KB file can hold it).
         data = None
     if not isinstance(data, dict):
         raise InvalidInputError(field, _excerpt(text), "a JSON object as ddlscale writes it")

@@ -4,6 +4,10 @@ Every credential the plugin reads is registered here the moment it is read;
 :func:`redact` replaces registered values (and anything shaped like an auth
 header) in text, and :class:`RedactingFilter` does it for log records.
 Errors run their messages through :func:`redact` when they are built.
+
+Importing this module changes nothing outside it (flytekit imports the plugin in every process it
+starts): log records are masked from the first :func:`install_redaction`, which every backend, phase,
+CLI command and connector calls when it starts.
 """
 import logging
 import re
@@ -37,6 +41,13 @@ def mask_userinfo(url: str) -> str:
     return _URL_USERINFO.sub(lambda m: m.group(1) + MASK + "@", url)
 
 
+def holds_secret(text: str) -> bool:
+    """Whether ``text`` contains a registered secret or a URL's ``user:password@``."""
+    with _lock:
+        known = list(_secrets)
+    return any(secret in text for secret in known) or mask_userinfo(text) != text
+
+
 def redact(text: object) -> str:
     """``str(text)`` with every registered secret, URL userinfo and auth-header value masked."""
     out = str(text)
@@ -57,7 +68,12 @@ SCRUBBED_LOGGERS = (LOGGER_NAME, "httpx", "httpcore")
 
 
 def _scrub(record: logging.LogRecord) -> None:
-    message = record.getMessage()
+    try:
+        message = record.getMessage()
+    except Exception:
+        # A call whose arguments do not fit its format (another library's bug) is logging's to report
+        # when the record is handled, as it would be without us; the record is left as it came.
+        return
     cleaned = redact(message)
     if cleaned != message:
         record.msg = cleaned
@@ -93,7 +109,11 @@ def _install_record_factory() -> None:
     logging.setLogRecordFactory(factory)
 
 
-logger = logging.getLogger(LOGGER_NAME)
-if not any(isinstance(f, RedactingFilter) for f in logger.filters):
-    logger.addFilter(RedactingFilter())
-_install_record_factory()
+def install_redaction() -> None:
+    """Mask secrets in the records of :data:`SCRUBBED_LOGGERS` from now on (idempotent): a filter on the
+    package logger and a record factory chained to the process's current one."""
+    with _lock:
+        logger = logging.getLogger(LOGGER_NAME)
+        if not any(isinstance(f, RedactingFilter) for f in logger.filters):
+            logger.addFilter(RedactingFilter())
+        _install_record_factory()

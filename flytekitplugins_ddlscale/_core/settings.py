@@ -91,19 +91,21 @@ def _port(value: Any, field: str, allowed: str) -> Optional[int]:
     text = _text(value, field, allowed).strip()
     if not text:
         return None
-    if not text.isdigit() or not 0 < int(text) < 65536:
+    if not (text.isascii() and text.isdigit()) or not 0 < int(text) < 65536:
         raise InvalidInputError(field, text, allowed)
     return int(text)
 
 
 def _positive_number(value: Any, field: str, allowed: str) -> Optional[float]:
-    if value == "":
+    if isinstance(value, str) and not value.strip():  # blank is unset, as for a port
         return None
     try:
         number = float(value)
     except (TypeError, ValueError):
         number = -1.0
-    if isinstance(value, bool) or not number > 0 or number == float("inf"):
+    # float() also reads other scripts' digits ("٣" is 3): a setting is written in ASCII.
+    foreign = isinstance(value, str) and not value.isascii()
+    if isinstance(value, bool) or foreign or not number > 0 or number == float("inf"):
         raise InvalidInputError(field, value, allowed)
     return number
 
@@ -117,22 +119,6 @@ def _url(value: Any, field: str, allowed: str) -> Optional[str]:
 def _items(value: Any, field: str, allowed: str) -> Optional[Tuple[str, ...]]:
     entries = tuple(part.strip().lower() for part in _text(value, field, allowed).split(",") if part.strip())
     return entries or None
-
-
-PHASE_POINTS = ("claimed", "scaled", "released")
-"""``claimed``: the claim is recorded, nothing scaled yet; ``scaled``: the cluster holds the claim and
-the body is about to run; ``released``: the claim is dropped, the cluster not yet given back."""
-LOCAL_POINTS = ("head-started", "worker-started")
-"""The local backend, under the cluster's lock: ``head-started``: a head process runs and is not yet
-in ``cluster.json``; ``worker-started``: the same for a worker (each worker of a change pauses)."""
-PAUSE_POINTS = PHASE_POINTS + LOCAL_POINTS
-
-
-def _pause(value: Any, field: str, allowed: str) -> Tuple[str, str]:
-    point, _, path = _text(value, field, allowed).partition("=")
-    if point not in PAUSE_POINTS or not path:
-        raise InvalidInputError(field, value, allowed)
-    return point, path
 
 
 @dataclass(frozen=True)
@@ -266,10 +252,6 @@ CONNECTOR_FRAMEWORK_HOSTS = _define(
 QUIET = _define(
     "DDLSCALE_QUIET", "on/off", _truthy, "1, true, yes or on silence; anything else does not",
     "no summary or progress lines", default=False, shown_default="off",
-)
-PAUSE_AT = _define(
-    "DDLSCALE_PAUSE_AT", "text", _pause, f"<point>=<file> with point one of {', '.join(PAUSE_POINTS)}",
-    "crash tests: pause at a named point until the file is removed",
 )
 LOCAL_CLUSTER = _define(
     "DDLSCALE_LOCAL_CLUSTER", "path", _text, "a cluster folder",

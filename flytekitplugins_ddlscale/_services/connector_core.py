@@ -50,6 +50,7 @@ from .nodes.registry import NODE_KINDS, TASK_TYPES
 from .opening import BackendPool
 from ..refs import ClusterRef
 from .._core import settings
+from .._core.redaction import install_redaction
 from .._core.sharing import shared_reads
 from .._core.validation import MAX_NODE_TIMEOUT
 
@@ -120,6 +121,7 @@ class ScalingService:
     """
 
     def __init__(self, policy: Optional[ConnectorPolicy] = None) -> None:
+        install_redaction()
         self.policy = policy if policy is not None else ConnectorPolicy.from_env()
         self._creation = Creation(self.policy)
 

@@ -18,6 +18,7 @@ from ..models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleRe
 from .._core.closing import Closing
 from .._core.outage import no_wait_limit
 from .._core.progress import ProgressReporter
+from .._core.redaction import install_redaction
 from .._core.leases import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
 from .._core.records import Claim
 from ..refs import ClusterRef
@@ -135,6 +136,12 @@ class ClusterBackend(Closing):
     """What holds a cluster's size, as errors name it (left in place, unreachable waits)."""
     maximum_setting = "maxReplicas"
     """What bounds a cluster's size, as errors name it."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> "ClusterBackend":
+        # Here rather than on import: flytekit imports the plugin into every process it starts, and only
+        # one that uses a backend has credentials of ours to keep out of its logs.
+        install_redaction()
+        return super().__new__(cls)
 
     @classmethod
     def stop_command(cls, ref: ClusterRef) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from .._core.redaction import install_redaction
 from .cluster_commands import register_cluster_commands
 from .local_commands import local
 from .output import EXIT_CODES_HELP, EXIT_INTERRUPTED
@@ -32,6 +33,7 @@ class _InterruptibleGroup(click.Group):
 @click.option("-v", "--verbose", is_flag=True, help="Log backend requests and retries (DEBUG).")
 def main(verbose: bool) -> None:
     """Scale Domino distributed-compute clusters (Ray, Spark, Dask, MPI) on purpose."""
+    install_redaction()
     _log_to_stderr(logging.DEBUG if verbose else logging.INFO)
 
 

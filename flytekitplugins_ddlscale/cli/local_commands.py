@@ -145,8 +145,13 @@ def down(ctx: click.Context, kind: str, name: Optional[str], everything: bool) -
         raise click.UsageError("give exactly one of --name NAME or --all")
     backend = _backend(ctx)
     if everything:
-        stopped = _run(backend.shutdown_all)
+        failures: List[ScalingError] = []
+        stopped = _run(lambda: backend.shutdown_all(failures))
         click.echo(f"stopped {plural(len(stopped), 'cluster')}" + "".join(f"\n  {r}" for r in stopped))
+        for failure in failures:
+            code = emit_error(failure, as_json=False)
+        if failures:
+            sys.exit(code)
         return
     ref = _ref(backend, kind, name or "")
     taken = _run(lambda: backend.take_down(ref))

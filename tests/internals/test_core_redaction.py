@@ -4,7 +4,14 @@ import logging
 import pytest
 
 from flytekitplugins_ddlscale import ScalingError
-from flytekitplugins_ddlscale._core.redaction import MASK, RedactingFilter, redact, register_secret
+from flytekitplugins_ddlscale._core.redaction import MASK, RedactingFilter, install_redaction, redact, register_secret
+
+
+@pytest.fixture(autouse=True)
+def redacting():
+    """Log redaction as every backend, phase, CLI command and connector starts it (never on import:
+    tests/test_import_effects.py)."""
+    install_redaction()
 
 
 def test_registered_secrets_and_header_shapes_are_masked():

@@ -57,13 +57,14 @@ from ...backends._support.inplace import given_back
 from ...models import ReplicaSpec
 from ..._core.progress import Activity, begin_wait, default_reporter, emit_summary
 from ..._core.records import Claim
+from ..._core.redaction import install_redaction
 from ..._core.summary import phase_line
 from ..._core.timeline import WorkerTimeline, observed_workers, recording
 from ..._core.waiting import Deadline
 from ..._core.wording import plural, seconds
 from .faults import Fault
 from .monitor import PhaseMonitor
-from ..._core.pausepoints import check_pause_setting, pause_point
+from ..._core.pausepoints import pause_point
 from .settings import PhaseSettings
 from .signals import RELAY, PhaseInterrupted, SignalsAsExceptions, raise_in_thread
 
@@ -86,6 +87,7 @@ class ClusterPhase:
     """Context manager holding a cluster at the phase's size for the length of a block."""
 
     def __init__(self, settings: PhaseSettings, label: str = "phase", publish: Publisher = publish_flytekit_deck) -> None:
+        install_redaction()
         self.settings = settings
         self.publish = publish
         self.label = label
@@ -195,7 +197,6 @@ class ClusterPhase:
         deadline = Deadline(s.timeout)
         framework = FrameworkOptions(s.framework_ready, s.framework_url)
         framework.check(self.ref.kind)
-        check_pause_setting()
         self._backend = backend = get_backend(s.backend)
         if self.ref.kind not in backend.capabilities.kinds:
             raise UnsupportedOperationError(

@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Iterator, Optional, TypeVar, Union
 from ..._core import settings
 from ...errors import ConflictError
 from .lockfile import exclusive, remove_unused
-from .privatefs import private_dir, read_text_nofollow
+from .privatefs import private_dir, read_record_text
 from ..._core.recordcheck import json_object, reading
 from ...refs import ClusterRef
 from .statefiles import write_json, writing
@@ -76,11 +76,11 @@ class FileRecordStore:
 
     @staticmethod
     def _load(path: Path) -> Dict[str, Any]:
-        try:
-            text = read_text_nofollow(path)
-        except FileNotFoundError:
-            return {}
         with reading(str(path)):
+            try:
+                text = read_record_text(path)
+            except FileNotFoundError:
+                return {}
             return json_object(text, "record")
 
     def read(self, ref: ClusterRef) -> Dict[str, Any]:

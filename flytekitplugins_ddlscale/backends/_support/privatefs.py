@@ -14,7 +14,7 @@ import stat
 from pathlib import Path
 from typing import Union
 
-from ...errors import StateWriteError, UnsafePathError
+from ...errors import InvalidInputError, StateWriteError, UnsafePathError
 
 PathLike = Union[str, Path]
 _OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
@@ -83,6 +83,43 @@ def read_text_nofollow(path: PathLike) -> str:
     """The UTF-8 text of the file at ``path`` (not through a link); ``FileNotFoundError`` when absent."""
     with os.fdopen(open_nofollow(path, os.O_RDONLY), encoding="utf-8", errors="replace") as handle:
         return handle.read()
+
+
+RECORD_MAX_BYTES = 1 << 20
+"""The largest record read back (ddlscale writes a few KB; a bigger file was not written by it)."""
+
+
+def read_record_text(path: PathLike, max_bytes: int = RECORD_MAX_BYTES) -> str:
+    """The UTF-8 text of the record file at ``path``, read without ever blocking.
+
+    ``FileNotFoundError`` when absent; :class:`UnsafePathError` for a link; :class:`InvalidInputError`
+    naming the file for anything but a regular file (a folder or a FIFO put in its place: the FIFO is
+    opened non-blocking and never read), a file over ``max_bytes``, or text that is not UTF-8.
+    """
+    name = os.path.basename(path)
+    allowed = f"a regular file of at most {max_bytes} bytes of UTF-8 text, as ddlscale writes it"
+    handle = open_nofollow(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        mode = os.fstat(handle).st_mode
+        if not stat.S_ISREG(mode):
+            raise InvalidInputError(name, "a folder" if stat.S_ISDIR(mode) else "not a regular file", allowed)
+        chunks = []
+        left = max_bytes + 1
+        while left > 0:
+            chunk = os.read(handle, left)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        data = b"".join(chunks)
+    finally:
+        os.close(handle)
+    if len(data) > max_bytes:
+        raise InvalidInputError(name, f"over {max_bytes} bytes", allowed)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInputError(name, f"not UTF-8 at byte {exc.start}", allowed) from None
 
 
 def remove_nofollow(path: PathLike) -> None:

@@ -27,12 +27,14 @@ from ...errors import (
     CorruptRecordError,
     InterruptedChangeError,
     InvalidInputError,
+    ScalingError,
 )
 from .._support.crds import layout_of
 from .._support.filerecords import FileBookkeeping
 from .._support.filestore import FileRecordStore
 from .._support.inplace import Reach, state_dir_env
 from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
+from ..._core import settings
 from ..._core.progress import ProgressReporter
 from ..._core.records import Claim
 from ...refs import ClusterRef
@@ -143,6 +145,8 @@ class LocalBackend(FileRecordsBackend):
                 "host", host, " or ".join(LOOPBACK_HOSTS),
                 reason="local clusters are single-user and listen on loopback only",
             )
+        # Read now, before anything starts: every scheduler gets it (a bad value would break each one).
+        settings.WATCH_GRACE.value()
         self.store = LocalStateStore(state_dir)
         self.host = host
         self.max_workers = validate_replicas(max_workers, field="max_workers")
@@ -186,9 +190,10 @@ class LocalBackend(FileRecordsBackend):
         for ref in self.store.folders():
             try:
                 found.append(self.describe(ref))
-            except (CorruptRecordError, ClusterNotFoundError) as exc:
+            except ScalingError as exc:
+                # One broken cluster folder is one line of the list, never the end of it.
                 running = [p.pid for p in self.supervisor.unrecorded(None, ref)]
-                corrupt = isinstance(exc, CorruptRecordError)
+                corrupt = not isinstance(exc, ClusterNotFoundError)
                 if corrupt or running:
                     found.append({
                         "cluster": str(ref), "kind": ref.kind, "name": ref.name,
@@ -361,10 +366,21 @@ class LocalBackend(FileRecordsBackend):
         self.records.store.remove(ref)
         return taken
 
-    def shutdown_all(self) -> List[ClusterRef]:
+    def shutdown_all(self, failures: Optional[List[ScalingError]] = None) -> List[ClusterRef]:
         """Take down every local cluster in the state directory (corrupt or unrecorded ones too);
-        return the ones stopped."""
-        return [ref for ref in self.store.folders() if self.down(ref)]
+        return the ones stopped. One that cannot be taken down does not keep the others up: its error is
+        added to ``failures`` when a list is given, else the first one is raised once the others are down."""
+        stopped: List[ClusterRef] = []
+        failed: List[ScalingError] = [] if failures is None else failures
+        for ref in self.store.folders():
+            try:
+                if self.down(ref):
+                    stopped.append(ref)
+            except ScalingError as exc:
+                failed.append(exc)
+        if failed and failures is None:
+            raise failed[0]
+        return stopped
 
     # ------------------------------------------------- baselines and claims
 

@@ -6,12 +6,12 @@ touch a cluster. Each call opens one connection in a private event loop and
 closes it, so nothing (no thread, no loop) outlives the call.
 """
 import asyncio
-import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from ...errors import BackendUnavailableError
 from ..._core.wording import seconds
+from ._procs import python_module
 
 WATCH_PRELOAD = Path(__file__).with_name("_dask_watch.py")
 """The scheduler preload that closes a scheduler no record holds (:mod:`.dask_watch`)."""
@@ -27,7 +27,7 @@ def scheduler_argv(host: str, port: int, scheduler_file: str) -> List[str]:
     cluster holds it.
     """
     return [
-        sys.executable, "-m", "distributed.cli.dask_scheduler",
+        *python_module("distributed.cli.dask_scheduler"),
         "--host", host,
         "--port", str(port),
         "--no-dashboard",
@@ -47,7 +47,7 @@ def worker_argv(
     without a dashboard, on every interface by default) is held to ``host``.
     """
     return [
-        sys.executable, "-m", "distributed.cli.dask_worker", address,
+        *python_module("distributed.cli.dask_worker"), address,
         "--name", name,
         "--nthreads", str(nthreads),
         "--memory-limit", str(memory_limit),

@@ -16,11 +16,13 @@ import asyncio
 import json
 import logging
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Any, Optional
 
 MARK_ENV = "DDLSCALE_LOCAL_CLUSTER"
+_MAX_RECORD_BYTES = 1 << 20
 CHECK_EVERY = 2.0
 """Seconds between two looks at the record."""
 GRACE = float(os.environ.get("DDLSCALE_WATCH_GRACE", "30"))
@@ -33,16 +35,26 @@ def recorded_here(folder: Path, pid: int) -> Optional[bool]:
     """True when ``folder``'s ``cluster.json`` names ``pid`` as its scheduler; False when the folder or
     the record is gone or names another; None when the record cannot be read."""
     try:
-        text = (folder / "cluster.json").read_text(encoding="utf-8")
+        # Non-blocking, no link, a regular file only, a bounded read: a FIFO or a folder put in the record's
+        # place must not stall the scheduler's event loop.
+        handle = os.open(folder / "cluster.json", os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
         return False
     except OSError:
         return None
+    with os.fdopen(handle, "rb") as stream:
+        try:
+            if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+                return None
+            text = stream.read(_MAX_RECORD_BYTES + 1)
+        except OSError:
+            return None
     try:
-        data = json.loads(text)
-    except ValueError:
+        data = json.loads(text) if len(text) <= _MAX_RECORD_BYTES else None
+    except (ValueError, RecursionError):
         return None
-    if not isinstance(data, dict):
+    if not isinstance(data, dict) or "scheduler" not in data:
+        # Not a record ddlscale wrote (it always writes the field, null without a head): no verdict.
         return None
     scheduler = data.get("scheduler")
     return isinstance(scheduler, dict) and scheduler.get("pid") == pid

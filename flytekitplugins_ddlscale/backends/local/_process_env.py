@@ -9,11 +9,24 @@ they get only what running a framework needs (:func:`cluster_environment`).
 :func:`~.procs.spawn_detached` applies it to every cluster process, and a
 driver adds its framework's own settings on top
 (:func:`~.procs.with_environment`).
+
+A variable passes when its name is allowed (:data:`ALLOWED_NAMES`,
+:data:`ALLOWED_PREFIXES`), its name does not look like a credential's, and
+its value carries none (:func:`carries_secret`): ``SPARK_DAEMON_JAVA_OPTS``
+with ``-Dspark.authenticate.secret=...`` would reach every process and, on
+the JVM's command line, every user of the machine, so the variable is
+dropped (with a warning naming it, never its value). ``$DDLSCALE_WATCH_GRACE``
+passes as its checked value: a bad one is refused before anything starts.
 """
+import logging
 import re
-from typing import Dict, Mapping, Optional
+from typing import Dict, Mapping, Optional, Set
 
 from ..._core import settings
+from ..._core.redaction import holds_secret
+
+logger = logging.getLogger("flytekitplugins_ddlscale.local")
+_warned: Set[str] = set()
 
 ALLOWED_NAMES = frozenset({
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ",
@@ -45,6 +58,20 @@ def is_credential_name(name: str) -> bool:
     return bool(_CREDENTIAL.search(name))
 
 
+_SECRET_IN_VALUE = re.compile(
+    r"(?i)(secret|passw(or)?d|passwd|token|api[-_.]?key|access[-_.]?key|private[-_.]?key|credential|"
+    r"auth[-_.]?(key|secret|token)|session[-_.]?key)[\w.-]*\s*="
+)
+"""A setting of something secret inside a value: ``-Dspark.authenticate.secret=...``, ``password=...``,
+``--token=...``."""
+
+
+def carries_secret(value: str) -> bool:
+    """Whether ``value`` holds a credential: a secret-named setting (``-D...secret=``, ``token=``), a URL with
+    ``user:password@``, or a secret the plugin registered (:mod:`..._core.redaction`)."""
+    return bool(_SECRET_IN_VALUE.search(value)) or holds_secret(value)
+
+
 def is_allowed(name: str) -> bool:
     """Whether a cluster process inherits ``name`` from the process that starts the cluster."""
     if is_credential_name(name):
@@ -53,5 +80,19 @@ def is_allowed(name: str) -> bool:
 
 
 def cluster_environment(source: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
-    """The variables of ``source`` (default: this process's environment) a cluster process starts with."""
-    return {name: value for name, value in settings.environment(source).items() if is_allowed(name)}
+    """The variables of ``source`` (default: this process's environment) a cluster process starts with.
+
+    Raises :class:`InvalidInputError` naming ``$DDLSCALE_WATCH_GRACE`` and the values it takes for a bad one.
+    """
+    env = settings.environment(source)
+    passed = {name: value for name, value in env.items() if is_allowed(name)}
+    dropped = sorted(name for name, value in passed.items() if carries_secret(value))
+    news = [name for name in dropped if name not in _warned]
+    if news:  # once per variable and process, not once per cluster process started
+        _warned.update(news)
+        logger.warning("not passed to the cluster's processes, as their values carry a credential: %s",
+                       ", ".join(news))
+    kept = {name: value for name, value in passed.items() if name not in dropped}
+    if settings.WATCH_GRACE.is_set(env):
+        kept[settings.WATCH_GRACE.name] = f"{settings.WATCH_GRACE.value(env=env):g}"
+    return kept

@@ -9,15 +9,27 @@ process start time, because pids are reused and a bare pid could name an
 unrelated process after a reboot or a long idle. Every cluster process
 starts with :func:`~.process_env.cluster_environment`, never this process's
 whole environment (its credentials), plus :data:`CLUSTER_MARK_ENV`: the
-cluster's folder, which every process it starts inherits, so the processes of
-a cluster can be found by a scan of ``/proc`` whatever its record says
-(:func:`marked_processes`).
+cluster's folder (its real path: :class:`Mark`), which every process it starts inherits, so the
+processes of a cluster can be found by a scan of ``/proc`` whatever its record says
+(:func:`marked_processes`). No process is signalled on a record's word alone:
+:func:`stop_processes` signals only processes of the cluster's owner whose
+environment carries its mark, so a record naming an unrelated pid (with its
+start time) gets nothing killed, and root's ``down`` never touches another
+user's process that names root's folder.
+
+Nothing is loaded from where the caller stands: every cluster process
+starts in its cluster's private folder (never the caller's working
+directory, which ``python -m`` would put first on ``sys.path``), and the
+plugin's own ``python -m`` commands run in safe-path mode
+(:func:`python_module`).
 """
 import contextlib
+import logging
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +44,44 @@ from ._process_env import cluster_environment
 # shell's stderr, and the command's stdout and stderr.
 _SPAWN_SCRIPT = '"$@" >&2 </dev/null & echo $!'
 _POLL = 0.05
+logger = logging.getLogger("flytekitplugins_ddlscale.local")
 CLUSTER_MARK_ENV = settings.LOCAL_CLUSTER.name
 """Set in every cluster process's environment to its cluster's folder (inherited by what it starts)."""
+
+
+@dataclass(frozen=True)
+class Mark:
+    """What tells a cluster's processes: ``CLUSTER_MARK_ENV=<path>`` in their environment, and their owner."""
+
+    path: str
+    """The real path of the cluster's folder (the same folder reached through a link has the same mark)."""
+    uid: int
+    """The folder's owner: only that user's processes are the cluster's."""
+
+    @classmethod
+    def of(cls, folder: Path) -> "Mark":
+        """The mark of the cluster whose folder is ``folder`` (owned by this user when it does not exist)."""
+        try:
+            uid = os.lstat(folder).st_uid
+        except FileNotFoundError:
+            uid = os.geteuid()
+        return cls(os.path.realpath(folder), uid)
+
+    def carried_by(self, pid: int) -> bool:
+        """Whether process ``pid`` is its owner's and its environment carries this mark (as its real path:
+        a process started through a linked path of the same folder counts)."""
+        try:
+            if os.stat(f"/proc/{pid}").st_uid != self.uid:
+                return False
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            return False
+        prefix = f"{CLUSTER_MARK_ENV}=".encode()
+        for entry in environ.split(b"\0"):
+            if entry.startswith(prefix):
+                value = os.fsdecode(entry[len(prefix):])
+                return value == self.path or (os.path.isabs(value) and os.path.realpath(value) == self.path)
+        return False
 
 
 @dataclass(frozen=True)
@@ -77,6 +125,13 @@ def start_time(pid: int) -> Optional[int]:
     return int(fields[19])
 
 
+def exiting(pid: int) -> bool:
+    """Whether ``pid``'s main thread has exited while other threads tear down (its environment then reads
+    empty), or it is gone."""
+    fields = _stat(pid)
+    return fields is None or fields[0] in ("Z", "X")
+
+
 def group_members(proc: ProcessId) -> List[ProcessId]:
     """The other running processes of ``proc``'s process group (its own, from :func:`spawn_detached`):
     what it started, such as Ray's raylet and gcs_server. Empty when ``proc`` is not running."""
@@ -94,22 +149,16 @@ def group_members(proc: ProcessId) -> List[ProcessId]:
     return members
 
 
-def marked_processes(mark: str) -> List[ProcessId]:
-    """The running processes whose environment has ``CLUSTER_MARK_ENV=<mark>`` (a cluster's processes
-    and what they started), this process excepted. Only this user's processes can be read."""
-    needle = f"{CLUSTER_MARK_ENV}={mark}".encode()
+def marked_processes(mark: Mark) -> List[ProcessId]:
+    """The running processes that carry ``mark`` (a cluster's processes and what they started), this
+    process excepted."""
     found = []
     for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
+        if not entry.isdigit() or int(entry) == os.getpid() or not mark.carried_by(int(entry)):
             continue
-        try:
-            environ = Path(f"/proc/{entry}/environ").read_bytes()
-        except OSError:
-            continue
-        if needle in environ.split(b"\0"):
-            started = start_time(int(entry))
-            if started is not None:
-                found.append(ProcessId(int(entry), started))
+        started = start_time(int(entry))
+        if started is not None:
+            found.append(ProcessId(int(entry), started))
     return found
 
 
@@ -147,11 +196,17 @@ def with_environment(variables: Dict[str, str], argv: List[str]) -> List[str]:
     return [shutil.which("env") or "/usr/bin/env", *(f"{name}={value}" for name, value in variables.items()), *argv]
 
 
-def spawn_detached(argv: List[str], log_path: Path, mark: str) -> ProcessId:
-    """Start ``argv`` detached from this process, appending its output to ``log_path``.
+def python_module(module: str) -> List[str]:
+    """``python -m module`` in this interpreter, in safe-path mode where Python has it (3.11+: ``-P``), so
+    no folder is put before the installed packages on ``sys.path``: not even the private folder it starts in."""
+    return [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), "-m", module]
+
+
+def spawn_detached(argv: List[str], log_path: Path, mark: Mark, cwd: Path) -> ProcessId:
+    """Start ``argv`` detached from this process in the folder ``cwd``, appending its output to ``log_path``.
 
     It starts with :func:`~.process_env.cluster_environment` (the allow-listed variables of this
-    process, no credentials) and ``CLUSTER_MARK_ENV=<mark>`` (its cluster's folder), plus what
+    process, no credentials) and ``CLUSTER_MARK_ENV=<mark>`` (its cluster's folder's real path), plus what
     ``argv`` sets itself through :func:`with_environment`.
     The log's folder is private and the log is never opened through a link (:class:`UnsafePathError`).
     """
@@ -164,7 +219,8 @@ def spawn_detached(argv: List[str], log_path: Path, mark: str) -> ProcessId:
             stdout=subprocess.PIPE,
             stderr=log,
             start_new_session=True,
-            env={**cluster_environment(), CLUSTER_MARK_ENV: mark},
+            cwd=cwd,
+            env={**cluster_environment(), CLUSTER_MARK_ENV: mark.path},
             check=True,
             timeout=30,
         )
@@ -181,8 +237,10 @@ def spawn_detached(argv: List[str], log_path: Path, mark: str) -> ProcessId:
     return ProcessId(pid, started)
 
 
-def stop_processes(procs: Iterable[ProcessId], grace: float = 5.0, asked: bool = False) -> None:
-    """Make every process exit: SIGTERM, then SIGKILL for those still running after ``grace`` s.
+def stop_processes(procs: Iterable[ProcessId], mark: Mark, grace: float = 5.0, asked: bool = False) -> None:
+    """Make every process that carries ``mark`` exit: SIGTERM, then SIGKILL for those still running after
+    ``grace`` s. A process that does not carry it is never signalled (a record named it, not the cluster):
+    it is left alone with a warning.
 
     ``asked`` means they were already told to exit (a Dask retire or their
     scheduler closing): they first get ``grace`` seconds to finish on their
@@ -195,10 +253,23 @@ def stop_processes(procs: Iterable[ProcessId], grace: float = 5.0, asked: bool =
     :class:`BackendUnavailableError` naming the pids still running 5 s after
     SIGKILL.
     """
-    pending = list(procs)
-    started_by_them = [m for p in pending for m in group_members(p)]
+    pending, leaving = [], []
+    for proc in procs:
+        if not is_alive(proc):
+            continue
+        if exiting(proc.pid):  # on its way out, it shows no environment to check: awaited, not signalled
+            leaving.append(proc)
+        elif mark.carried_by(proc.pid):
+            pending.append(proc)
+        else:
+            logger.warning("process %d is not one of cluster %s (no %s=%s in its environment, or another "
+                           "user's): not signalled", proc.pid, mark.path, CLUSTER_MARK_ENV, mark.path)
+    started_by_them = [m for p in pending for m in group_members(p) if mark.carried_by(m.pid)]
     _signal_until_gone(pending, grace, asked)
     _signal_until_gone(started_by_them, 1.0, asked=True)
+    deadline = time.monotonic() + grace + 5.0
+    while any(is_alive(p) for p in leaving) and time.monotonic() < deadline:
+        time.sleep(_POLL)
 
 
 def _signal_until_gone(procs: List[ProcessId], grace: float, asked: bool) -> None:
@@ -207,6 +278,7 @@ def _signal_until_gone(procs: List[ProcessId], grace: float, asked: bool) -> Non
     if asked:
         steps.insert(0, (None, grace))
     for sig, wait in steps:
+        # The same processes as checked above: a pid with its start time names one process.
         pending = [p for p in pending if is_alive(p)]
         for proc in pending if sig is not None else []:
             with contextlib.suppress(ProcessLookupError):

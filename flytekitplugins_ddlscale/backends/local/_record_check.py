@@ -6,6 +6,7 @@ value user input could not give is refused (:class:`InvalidInputError`,
 turned into :class:`CorruptRecordError` naming the file by the caller)
 before any process is started or stopped.
 """
+import ipaddress
 import os
 import re
 import tempfile
@@ -19,7 +20,7 @@ from ..._core.validation import MAX_REPLICAS, validate_int, validate_replicas, v
 from ._ray_ops import RAY_TEMP_PREFIX, TOKEN_FILE
 
 _RAY_TEMP_NAME = re.compile(re.escape(RAY_TEMP_PREFIX) + r"[A-Za-z0-9_]{8}")
-_HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.:-]{0,251}[A-Za-z0-9])?")
+_LOOPBACK = "a loopback address (127.0.0.0/8 or ::1) or localhost"
 _KEY = re.compile(r"[a-z][a-z0-9_]{0,62}")
 _WORKER_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,126}[a-z0-9])?")
 _MAX_PID = 2**22
@@ -36,7 +37,7 @@ def check_cluster_json(data: Dict[str, Any], folder: Path) -> None:
     """Raise :class:`InvalidInputError` naming the first field of ``data`` (a ``cluster.json`` in
     ``folder``) whose value user input could not give; the cluster's ref is checked by the caller."""
     only_fields(data, _FIELDS, ("kind", "name", "host", "port"), "")
-    validate_text(data["host"], "host", "a host name or IP address", _HOST)
+    check_loopback(data["host"], "host")
     validate_int(data["port"], "port", 0, _PORT_MAX)
     for key, port in mapping(data.get("ports") or {}, "ports").items():
         validate_text(key, "ports", "port names (lowercase letters, digits, '_')", _KEY)
@@ -64,6 +65,20 @@ def check_cluster_json(data: Dict[str, Any], folder: Path) -> None:
         validate_replicas(pending["desired"], field="pending.desired")
         validate_text(pending["holder"], "pending.holder", "host:pid of the process making the change", HOLDER_PATTERN)
         validate_timestamp(pending["since"], "pending.since")
+
+
+def check_loopback(value: Any, field: str) -> str:
+    """Return ``value`` if it is a loopback address or ``localhost``, told apart without a name lookup: the
+    processes listen there (never on another interface) and a repair never waits on DNS."""
+    text = validate_text(value, field, _LOOPBACK)
+    if text != "localhost":
+        try:
+            loopback = ipaddress.ip_address(text).is_loopback
+        except ValueError:
+            loopback = False
+        if not loopback:
+            raise InvalidInputError(field, value, _LOOPBACK)
+    return text
 
 
 def _check_process(data: Any, where: str) -> None:

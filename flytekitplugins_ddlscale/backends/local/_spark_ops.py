@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import urllib.error
 import urllib.request
@@ -22,7 +21,7 @@ from typing import Any, Dict, List, Mapping, Optional, Set
 from ..._core import settings
 from ...errors import UnsupportedOperationError
 from .._support.privatefs import private_dir
-from ._procs import with_environment
+from ._procs import python_module, with_environment
 
 MIN_JAVA = 17
 """Spark 4 runs on Java 17 or newer."""
@@ -138,7 +137,7 @@ def worker_argv(
     see :mod:`.spark_launch`), so it registers on its first try.
     """
     return [
-        sys.executable, "-m", "flytekitplugins_ddlscale.backends.local._spark_launch",
+        *python_module("flytekitplugins_ddlscale.backends.local._spark_launch"),
         master_webui, str(MASTER_WAIT), "--",
         *_launch(home, conf_dir, host, WORKER_CLASS),
         master_url,

@@ -33,12 +33,12 @@ from ...errors import ConflictError, InvalidInputError, ScalingError
 from .._support.filestore import default_state_dir
 from .._support.lockfile import exclusive, remove_unused
 from ..._core.leases import holder_gone, this_holder
-from .._support.privatefs import check_private_dir, private_dir, read_text_nofollow, remove_nofollow
+from .._support.privatefs import check_private_dir, private_dir, read_record_text, remove_nofollow
 from ..._core.recordcheck import json_object, reading
 from ...refs import ClusterRef
 from .._support.statefiles import write_json, writing
 from ..._core.wording import seconds
-from ._procs import ProcessId
+from ._procs import CLUSTER_MARK_ENV, Mark, ProcessId, exiting, is_alive
 from ._record_check import check_cluster_json
 
 CLUSTER_FILE = "cluster.json"
@@ -220,20 +220,21 @@ class LocalStateStore:
             return None
         check_private_dir(folder)
         path = folder / CLUSTER_FILE
-        try:
-            text = read_text_nofollow(path)
-        except FileNotFoundError:
-            return None
         remedy = (
             f"`ddlscale local down --kind {ref.kind} --name {ref.name}` stops every process of the cluster "
             f"(recorded or not) and removes the record"
         )
         with reading(str(path), remedy):
+            try:
+                text = read_record_text(path)
+            except FileNotFoundError:
+                return None
             data = json_object(text, "cluster.json")
             check_cluster_json(data, folder)
             record = ClusterRecord.from_json(data)
             if record.ref != ref:
                 raise InvalidInputError("kind/name/namespace", str(record.ref), f"{ref}, the cluster of its folder")
+            _check_marked(record, Mark.of(folder))
         return record
 
     def record_path(self, ref: ClusterRef) -> Path:
@@ -323,6 +324,22 @@ class LocalStateStore:
 
         with exclusive(lock_path, timeout, busy, prepare=lambda: self.private_cluster_dir(ref), on_release=tidy):
             yield
+
+
+def _check_marked(record: ClusterRecord, mark: Mark) -> None:
+    """Refuse a record naming a running process that is not the cluster's (its environment lacks the mark,
+    or another user runs it): only a hand-edited record names one, and acting on it would signal a stranger
+    or stop the cluster's real head as unrecorded."""
+    named = ([("scheduler", record.scheduler)] if record.scheduler else []) + [
+        (f"workers[{index}]", worker.proc) for index, worker in enumerate(record.workers)
+    ]
+    for where, proc in named:
+        # A process on its way out cannot show its environment: no verdict on it.
+        if is_alive(proc) and not mark.carried_by(proc.pid) and not exiting(proc.pid):
+            raise InvalidInputError(
+                f"{where}.pid", proc.pid,
+                f"a process of this cluster ({CLUSTER_MARK_ENV}={mark.path} in its environment) or one that has exited",
+            )
 
 
 def _ref_of_folder(name: str) -> Optional[ClusterRef]:

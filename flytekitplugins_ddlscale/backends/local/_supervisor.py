@@ -70,9 +70,10 @@ class ProcessSupervisor:
         """The cluster's exclusive change lock (held by every change of its processes), at most ``timeout`` s."""
         return self.store.lock(ref, timeout)
 
-    def mark(self, ref: ClusterRef) -> str:
-        """What every process of ``ref`` carries in its environment: the cluster's folder."""
-        return str(self.store.cluster_dir(ref).absolute())
+    def mark(self, ref: ClusterRef) -> procs.Mark:
+        """What every process of ``ref`` carries in its environment (the real path of the cluster's folder),
+        and the user they run as (the folder's owner)."""
+        return procs.Mark.of(self.store.cluster_dir(ref).absolute())
 
     def recorded(self, record: ClusterRecord) -> List[procs.ProcessId]:
         """Every process ``record`` holds (head and workers), running or not."""
@@ -92,7 +93,7 @@ class ProcessSupervisor:
                 "%s: stopping %d process(es) its record does not hold (pids %s), left by an interrupted change",
                 ref, len(stray), [p.pid for p in stray],
             )
-            procs.stop_processes(stray, self.stop_grace)
+            procs.stop_processes(stray, self.mark(ref), self.stop_grace)
         return stray
 
     def head_alive(self, record: ClusterRecord) -> bool:
@@ -237,7 +238,7 @@ class ProcessSupervisor:
                 retired = self._driver(record).retire_workers(record, [w.name for w in workers], self.stop_grace)
             except TransientError as exc:
                 logger.warning("%s; terminating the workers instead", exc.message)
-        procs.stop_processes([w.proc for w in workers], self.stop_grace, asked=retired)
+        procs.stop_processes([w.proc for w in workers], self.mark(record.ref), self.stop_grace, asked=retired)
         gone = {w.name for w in workers}
         record.workers = [w for w in record.workers if w.name not in gone]
         self.store.save(record)
@@ -256,15 +257,16 @@ class ProcessSupervisor:
 
     def _stop_recorded(self, record: ClusterRecord) -> None:
         workers = [w.proc for w in record.workers]
+        mark = self.mark(record.ref)
         if self._driver(record).workers_exit_with_head:
             closing = self.head_alive(record)
             if record.scheduler is not None:
-                procs.stop_processes([record.scheduler], self.stop_grace)
-            procs.stop_processes(workers, self.stop_grace, asked=closing)
+                procs.stop_processes([record.scheduler], mark, self.stop_grace)
+            procs.stop_processes(workers, mark, self.stop_grace, asked=closing)
         else:
-            procs.stop_processes(workers, self.stop_grace)
+            procs.stop_processes(workers, mark, self.stop_grace)
             if record.scheduler is not None:
-                procs.stop_processes([record.scheduler], self.stop_grace)
+                procs.stop_processes([record.scheduler], mark, self.stop_grace)
 
     def take_down(self, record: Optional[ClusterRecord], ref: ClusterRef) -> "TakenDown":
         """Stop every process of ``ref``, those ``record`` holds and every other one carrying its mark
@@ -274,11 +276,13 @@ class ProcessSupervisor:
         recorded = [p for p in self.recorded(record) if procs.is_alive(p)] if record is not None else []
         stray = self.unrecorded(record, ref)
         outside = self._driver(record).outside_paths(record, self.store) if record is not None else []
-        if record is not None:
-            self._stop_recorded(record)  # not saved: the record goes, and a read-only folder must not stop this
-        # Whatever still carries the mark: the unrecorded processes, and anything the recorded ones
-        # started that outlived them.
-        procs.stop_processes(procs.marked_processes(self.mark(ref)), self.stop_grace)
+        try:
+            if record is not None:
+                self._stop_recorded(record)  # not saved: the record goes, and a read-only folder must not stop this
+        finally:
+            # Whatever still carries the mark, even when stopping the recorded ones failed: the unrecorded
+            # processes, and anything the recorded ones started that outlived them.
+            procs.stop_processes(procs.marked_processes(self.mark(ref)), self.mark(ref), self.stop_grace)
         self.store.delete(ref)
         for path in outside:
             remove_nofollow(path)
@@ -358,7 +362,10 @@ class ProcessSupervisor:
         self._save_or_stop(record, record.scheduler, lambda: setattr(record, "scheduler", None))
 
     def _spawn(self, record: ClusterRecord, argv: List[str], log_name: str) -> procs.ProcessId:
-        return procs.spawn_detached(argv, self.store.log_path(record.ref, log_name), self.mark(record.ref))
+        # In the cluster's private folder: the caller's working directory may hold anything (an inspect.py).
+        return procs.spawn_detached(
+            argv, self.store.log_path(record.ref, log_name), self.mark(record.ref), self.store.private_cluster_dir(record.ref)
+        )
 
     def _save_or_stop(self, record: ClusterRecord, proc: procs.ProcessId, forget: Callable[[], None]) -> None:
         """Record ``proc``; when the record cannot be written, stop ``proc`` (and what it started) and
@@ -367,7 +374,7 @@ class ProcessSupervisor:
             self.store.save(record)
         except StateWriteError:
             logger.warning("%s: stopping process %d: its record could not be written", record.ref, proc.pid)
-            procs.stop_processes([proc], self.stop_grace)
+            procs.stop_processes([proc], self.mark(record.ref), self.stop_grace)
             forget()
             raise
 
