@@ -60,7 +60,8 @@ def test_importing_flytekit_with_the_plugin_installed_changes_what_flytekit_alon
     atexit hook) are in both, the plugin adds none."""
     without = _run("""
         import types
-        sys.modules["flytekitplugins_ddlscale"] = types.ModuleType("flytekitplugins_ddlscale")
+        for name in ("flytekitplugins_ddlscale", "flytekitplugins_ddlscale.connector_entry"):
+            sys.modules[name] = types.ModuleType(name)
         import flytekit
         print(json.dumps(snapshot()))
     """)
