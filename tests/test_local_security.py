@@ -67,7 +67,7 @@ CLIENTS = {
     "dask": """
         import json, os, sys
         from distributed import Client
-        client = Client(f"tcp://{os.environ['DASK_SCHEDULER_SERVICE_HOST']}:{os.environ['DASK_SCHEDULER_SERVICE_PORT']}")
+        client = Client(f"{os.environ['DASK_SCHEDULER_SERVICE_HOST']}:{os.environ['DASK_SCHEDULER_SERVICE_PORT']}")
         names = client.submit(lambda: sorted(os.environ), pure=False).result(timeout=120)
     """,
     "ray": """
