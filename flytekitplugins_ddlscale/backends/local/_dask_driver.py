@@ -9,6 +9,7 @@ without TLS) does not answer: ``ddlscale local down`` and ``up`` start it again.
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
 
+from ..._core import settings
 from ...errors import BackendUnavailableError
 from . import _dask_ops as dask_ops
 from ._dask_tls import DaskTls, ensure_tls
@@ -67,7 +68,7 @@ class DaskDriver:
         tls = _tls_of(record)
         return {
             **dask_env(record.host, record.port),
-            "DASK_SCHEDULER_ADDRESS": self.address(record),
+            settings.DASK_SCHEDULER_ADDRESS.name: self.address(record),
             **(tls.client_config() if tls is not None else {}),
         }
 

@@ -14,10 +14,16 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from ..._core import settings
 from ...errors import BackendUnavailableError
 from ..._core.wording import seconds
 from ._dask_tls import DaskTls
+from ._procs import with_environment
 
+SCHEDULER_HTTP_ROUTES = ("distributed.http.health", "distributed.http.scheduler.json", "distributed.http.scheduler.prometheus")
+"""What the scheduler's HTTP server (unauthenticated: Dask's TLS covers its comms only) serves: health,
+counts and metrics. Not Dask's default ``info`` pages (worker logs, call stacks, task keys, readable by
+any local user) nor its ``proxy`` to the workers' pages."""
 WATCH_PRELOAD = Path(__file__).with_name("_dask_watch.py")
 """The scheduler preload that closes a scheduler no record holds (:mod:`.dask_watch`)."""
 
@@ -30,9 +36,11 @@ def scheduler_argv(host: str, port: int, scheduler_file: str, tls: DaskTls) -> L
     ``--dashboard-address``, every interface at 8787 by default: it is held to ``host`` on a
     port the OS picks. It preloads :mod:`.dask_watch`, so it closes itself once no record of its
     cluster holds it. It takes only peers presenting a certificate of ``tls``'s authority
-    (encryption required: Dask requires it whenever TLS files are given).
+    (encryption required: Dask requires it whenever TLS files are given); its HTTP server
+    serves :data:`SCHEDULER_HTTP_ROUTES` only.
     """
-    return [
+    routes = {settings.DASK_SCHEDULER_HTTP_ROUTES.name: repr(list(SCHEDULER_HTTP_ROUTES))}
+    return with_environment(routes, [
         sys.executable, "-m", "distributed.cli.dask_scheduler",
         "--host", host,
         "--port", str(port),
@@ -42,7 +50,7 @@ def scheduler_argv(host: str, port: int, scheduler_file: str, tls: DaskTls) -> L
         "--dashboard-address", f"{host}:0",
         "--scheduler-file", scheduler_file,
         "--preload", str(WATCH_PRELOAD),
-    ]
+    ])
 
 
 def worker_argv(

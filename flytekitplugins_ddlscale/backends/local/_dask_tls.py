@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List
 
+from ..._core import settings
 from .._support.privatefs import check_private_dir, private_dir
 from ._secrets import check_own_private_file, write_private
 
@@ -64,11 +65,11 @@ class DaskTls:
         ``Client()`` with ``$DASK_SCHEDULER_ADDRESS``) connects with this certificate: ``tls`` as the
         default scheme, encryption required, the authority and the certificate with its key."""
         return {
-            "DASK_DISTRIBUTED__COMM__DEFAULT_SCHEME": "tls",
-            "DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True",
-            "DASK_DISTRIBUTED__COMM__TLS__CA_FILE": str(self.ca_file),
-            "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT": str(self.cert),
-            "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY": str(self.key),
+            settings.DASK_DEFAULT_SCHEME.name: "tls",
+            settings.DASK_REQUIRE_ENCRYPTION.name: "True",
+            settings.DASK_TLS_CA_FILE.name: str(self.ca_file),
+            settings.DASK_TLS_CLIENT_CERT.name: str(self.cert),
+            settings.DASK_TLS_CLIENT_KEY.name: str(self.key),
         }
 
     def security(self) -> "Security":
