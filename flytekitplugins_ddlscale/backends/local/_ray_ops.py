@@ -21,6 +21,7 @@ head start writes a new token, so one seen by anyone before is worthless.
 Worker nodes wait for the head through a file, not the dashboard
 (:data:`HEAD_READY_FILE`).
 """
+import contextlib
 import hashlib
 import json
 import os
@@ -132,11 +133,12 @@ def head_starting(cluster_dir: Path) -> None:
 
 
 def mark_head_ready(cluster_dir: Path) -> None:
-    """Tell the worker nodes waiting in :mod:`.ray_node` that the head is ready (:data:`HEAD_READY_FILE`)."""
+    """Tell the worker nodes waiting in :mod:`.ray_node` that the head is ready (:data:`HEAD_READY_FILE`);
+    nothing when the cluster's folder is gone (taken down meanwhile)."""
     ready = cluster_dir / HEAD_READY_FILE
     if not os.path.lexists(ready):
-        fd = os.open(ready, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.close(os.open(ready, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
 
 
 def node_env(token_path: str) -> Dict[str, str]:
