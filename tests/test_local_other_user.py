@@ -22,11 +22,9 @@ import json
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import sys
 import textwrap
-import urllib.error
 from pathlib import Path
 from typing import Any, Dict, Iterator
 

@@ -16,9 +16,10 @@ import socket
 import sys
 import urllib.request
 from pathlib import Path
-from typing import Any, Optional, Tuple
+from typing import Any, Optional, Tuple, Union
 
 _TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
+_Endpoint = Tuple[Union[ipaddress.IPv4Address, ipaddress.IPv6Address], int]
 _UID_FIELD = 7
 
 
@@ -27,7 +28,7 @@ class ForeignListenerError(ConnectionRefusedError):
     we can name): nothing was sent."""
 
 
-def _endpoint(text: str) -> Tuple[ipaddress._BaseAddress, int]:
+def _endpoint(text: str) -> _Endpoint:
     """``0100007F:1F90`` (a ``/proc/net/tcp`` address: the IP in 32-bit words of host byte order) as (ip, port)."""
     hex_ip, hex_port = text.split(":")
     raw = bytes.fromhex(hex_ip)
@@ -39,7 +40,7 @@ def _endpoint(text: str) -> Tuple[ipaddress._BaseAddress, int]:
     return address, int(hex_port, 16)
 
 
-def _normal(host: str, port: int) -> Tuple[ipaddress._BaseAddress, int]:
+def _normal(host: str, port: int) -> _Endpoint:
     address = ipaddress.ip_address(host.split("%", 1)[0])
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List
 
 from ..._core import settings
-from .._support.privatefs import check_private_dir, private_dir
+from .._support.privatefs import private_dir
 from ._secrets import check_own_private_file, write_private
 
 if TYPE_CHECKING:
@@ -89,8 +89,7 @@ def ensure_tls(cluster_dir: Path) -> DaskTls:
     working; a folder that is a link or another user's raises :class:`UnsafePathError`.
     """
     tls = DaskTls.of(cluster_dir)
-    folder = private_dir(tls.ca_file.parent)
-    check_private_dir(folder)
+    private_dir(tls.ca_file.parent)
     if tls.exists():
         for path in (tls.ca_file, tls.cert, tls.key):
             check_own_private_file(path)
