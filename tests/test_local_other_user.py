@@ -302,7 +302,7 @@ SPARK_ATTACK = """
             break
         answer += chunk
     results["type"] = answer[8] if len(answer) > 8 else None
-    results["answer"] = answer[21:400].decode("utf-8", "replace")
+    results["answer"] = answer[21:4000].decode("utf-8", "replace")
     print(json.dumps(results))
 """
 
@@ -325,6 +325,8 @@ def test_a_local_spark_master_refuses_another_users_rpc(local_backend, other_use
     })
     results = outcome_of(attacker)
     assert (results["read the secret"], results["read the application defaults"]) == ("PermissionError", "PermissionError")
-    # RpcFailure (type 5): Spark's authentication handler refused a message that is no authentication.
+    # RpcFailure (type 5): the authentication handler of Spark's AES-based RPC encryption
+    # (spark.network.crypto) refused a message that is no authentication.
     assert results["type"] == 5, results
     assert "Expected SaslMessage" in results["answer"], results["answer"]
+    assert "org.apache.spark.network.crypto.AuthRpcHandler" in results["answer"], results["answer"]
