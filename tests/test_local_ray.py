@@ -355,7 +355,7 @@ def test_worker_nodes_started_together_get_ray_temp_folders_of_their_own_short_e
     folders = []
     for name in names:
         argv = ray_ops.worker_argv(
-            sys.executable, "127.0.0.1:1", "http://127.0.0.1:2", "127.0.0.1", name, 1, GIB, temp, str(tmp_path / "t")
+            sys.executable, "127.0.0.1:1", "/c/ray-head-ready", "127.0.0.1", name, 1, GIB, temp, str(tmp_path / "t")
         )
         folders.append(argv[argv.index("--temp-dir") + 1])
     assert len(set(folders)) == 3 and all(f.startswith(temp + "/") for f in folders)
