@@ -25,6 +25,8 @@ setup(
         "httpx>=0.27",
         "kubernetes>=29",
         "dask[distributed]>=2024.1",
+        # Local Dask clusters' own certificate authority and certificates (backends/local/_dask_tls.py).
+        "cryptography>=42",
         "pyyaml>=6",
         # Unpack: one declaration of a phase's options types every phase surface's keywords.
         "typing-extensions>=4.7",

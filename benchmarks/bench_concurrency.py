@@ -46,7 +46,7 @@ PROBE = """
 import json, os, sys, time
 from distributed import Client
 need, out = int(sys.argv[1]), sys.argv[2]
-address = f"tcp://{os.environ['DASK_SCHEDULER_SERVICE_HOST']}:{os.environ['DASK_SCHEDULER_SERVICE_PORT']}"
+address = f"{os.environ['DASK_SCHEDULER_SERVICE_HOST']}:{os.environ['DASK_SCHEDULER_SERVICE_PORT']}"
 seen = []
 with Client(address, timeout=60) as client:
     for _ in range(5):

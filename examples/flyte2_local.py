@@ -53,7 +53,7 @@ async def check_workers(data: List[int]) -> int:
     """Distributed work that first checks it really has ``WORKERS`` Dask workers."""
     from distributed import Client
 
-    address = f"tcp://{os.environ['DASK_SCHEDULER_SERVICE_HOST']}:{os.environ['DASK_SCHEDULER_SERVICE_PORT']}"
+    address = f"{os.environ['DASK_SCHEDULER_SERVICE_HOST']}:{os.environ['DASK_SCHEDULER_SERVICE_PORT']}"
     async with Client(address, asynchronous=True, timeout=60, set_as_default=False) as client:
         workers = len(await client.nthreads())
         if workers != WORKERS:

@@ -58,7 +58,7 @@ def _dask_client():
 
     host = os.environ["DASK_SCHEDULER_SERVICE_HOST"]
     port = os.environ["DASK_SCHEDULER_SERVICE_PORT"]
-    return Client(f"tcp://{host}:{port}", timeout=60, set_as_default=False)
+    return Client(f"{host}:{port}", timeout=60, set_as_default=False)
 
 
 @task

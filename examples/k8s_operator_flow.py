@@ -40,7 +40,7 @@ def sum_of_squares(n: int, up: ScaleOutcome) -> int:
     # ``up.cluster`` is the cluster the node scaled, as registered (the module's default may differ here).
     with get_backend("kubernetes") as backend:
         env = backend.connection_env(parse_cluster(up.cluster))
-    address = f"tcp://{env['DASK_SCHEDULER_SERVICE_HOST']}:{env['DASK_SCHEDULER_SERVICE_PORT']}"
+    address = f"{env['DASK_SCHEDULER_SERVICE_HOST']}:{env['DASK_SCHEDULER_SERVICE_PORT']}"
     with Client(address) as client:
         chunks = [range(i, min(i + 10_000, n)) for i in range(0, n, 10_000)]
         futures = client.map(lambda r: sum(x * x for x in r), chunks)

@@ -61,7 +61,7 @@ class RealDask:
         while time.monotonic() < deadline:
             if scheduler_file.exists() and scheduler_file.stat().st_size:
                 self.address = json.loads(scheduler_file.read_text())["address"]
-                if scheduler_workers(self.address) is not None:
+                if scheduler_workers(self.address, None) is not None:
                     return self
             time.sleep(0.1)
         self.stop()
@@ -109,7 +109,7 @@ class RealDask:
     def registered(self) -> int:
         """Workers the scheduler itself lists now."""
         assert self.address is not None
-        workers = scheduler_workers(self.address)
+        workers = scheduler_workers(self.address, None)
         return -1 if workers is None else len(workers)
 
     def stop(self) -> None:

@@ -130,7 +130,7 @@ def wait_for(path: Path, proc: "subprocess.Popen[str]", timeout: float = START_T
 CHECK_DASK = """
 import os, sys
 from distributed import Client
-address = f"tcp://{os.environ['DASK_SCHEDULER_SERVICE_HOST']}:{os.environ['DASK_SCHEDULER_SERVICE_PORT']}"
+address = f"{os.environ['DASK_SCHEDULER_SERVICE_HOST']}:{os.environ['DASK_SCHEDULER_SERVICE_PORT']}"
 with Client(address, timeout=30) as client:
     workers = len(client.scheduler_info()["workers"])
     total = client.submit(sum, range(10)).result()

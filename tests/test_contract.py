@@ -441,7 +441,15 @@ def test_every_backend_is_a_context_manager_offering_connection_env(world):
         assert observed(backend.get_state(world.ref)) == 1
     if world.backend.name == "local":
         record = world.backend.store.load(world.ref)
-        assert env == {"DASK_SCHEDULER_SERVICE_HOST": record.host, "DASK_SCHEDULER_SERVICE_PORT": str(record.port)}
+        tls = world.backend.store.cluster_dir(world.ref) / "tls"
+        assert env == {
+            "DASK_SCHEDULER_SERVICE_HOST": record.host, "DASK_SCHEDULER_SERVICE_PORT": str(record.port),
+            "DASK_SCHEDULER_ADDRESS": f"tls://{record.host}:{record.port}",
+            "DASK_DISTRIBUTED__COMM__DEFAULT_SCHEME": "tls", "DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True",
+            "DASK_DISTRIBUTED__COMM__TLS__CA_FILE": str(tls / "ca.pem"),
+            "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT": str(tls / "cluster.pem"),
+            "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY": str(tls / "cluster-key.pem"),
+        }
     elif world.ref.kind == "kuberay":
         host = f"{world.ref.name}-head-svc.domino-compute.svc"
         assert env == {"RAY_ADDRESS": f"ray://{host}:10001", "RAY_HEAD_SERVICE_HOST": host,

@@ -26,7 +26,7 @@ def test_up_list_status_repair_down(local_state):
     info = json.loads(result.stdout)
     assert (info["ready_workers"], info["worker_hw_tier"], info["status"]) == (2, "Medium", "Running")
     assert info["env"]["DASK_SCHEDULER_SERVICE_PORT"] == info["address"].rsplit(":", 1)[1]
-    assert {w["nthreads"] for w in scheduler_workers(info["address"]).values()} == {2}
+    assert {w["nthreads"] for w in scheduler_workers(info["address"], Path(info["tls_ca_file"]).parent.parent).values()} == {2}
 
     listed = _invoke(local_state, "list", "--json")
     assert [c["name"] for c in json.loads(listed.stdout)] == ["cli"]

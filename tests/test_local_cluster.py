@@ -35,7 +35,7 @@ def _client_from_env():
     from distributed import Client
 
     return Client(
-        f"tcp://{os.environ['DASK_SCHEDULER_SERVICE_HOST']}:{os.environ['DASK_SCHEDULER_SERVICE_PORT']}",
+        f"{os.environ['DASK_SCHEDULER_SERVICE_HOST']}:{os.environ['DASK_SCHEDULER_SERVICE_PORT']}",
         timeout=10,
     )
 
@@ -71,11 +71,11 @@ def test_scale_0_3_1_0_with_compute_on_the_workers(backend):
     assert len(kept) == 1 and kept[0].proc == before[kept[0].name]
     for name, proc in before.items():
         assert procs.is_alive(proc) == (name == kept[0].name)
-    assert list(scheduler_workers(backend.store.load(ref).address)) == [kept[0].name]
+    assert list(scheduler_workers(backend.store.load(ref).address, backend.store.cluster_dir(ref))) == [kept[0].name]
 
     zero = backend.scale(ref, 0, timeout=60)
     assert (zero.final.ready_workers, zero.final.existing_workers, zero.final.status) == (0, 0, "Running")
-    assert scheduler_workers(backend.store.load(ref).address) == {}
+    assert scheduler_workers(backend.store.load(ref).address, backend.store.cluster_dir(ref)) == {}
     assert backend.get_baseline(ref).replicas == 0
 
 
@@ -85,13 +85,13 @@ def test_tiers_reach_the_scheduler_and_a_tier_change_replaces_workers(local_stat
     result = backend.scale(ref, 2, timeout=60)
     assert result.final.worker_hw_tier == "Tiny"
     address = backend.store.load(ref).address
-    seen = scheduler_workers(address)
+    seen = scheduler_workers(address, backend.store.cluster_dir(ref))
     assert {(w["nthreads"], w["memory_limit"]) for w in seen.values()} == {(1, 512 * 2**20)}
     old = {w.name: w.proc for w in backend.store.load(ref).workers}
 
     changed = backend.scale(ref, 2, "Duo", timeout=60)
     assert (changed.final.worker_hw_tier, changed.final.ready_workers, changed.final.existing_workers) == ("Duo", 2, 2)
-    seen = scheduler_workers(address)
+    seen = scheduler_workers(address, backend.store.cluster_dir(ref))
     assert set(seen).isdisjoint(old)
     assert {(w["nthreads"], w["memory_limit"]) for w in seen.values()} == {(2, 768 * 2**20)}
     assert not any(procs.is_alive(p) for p in old.values())
@@ -109,7 +109,7 @@ def test_restart_head_keeps_the_port_and_workers_reconnect(backend):
     assert after.port == before.port and after.scheduler != before.scheduler
     assert not procs.is_alive(before.scheduler)
     assert sorted(w.name for w in after.workers) == sorted(w.name for w in before.workers)
-    assert sorted(scheduler_workers(after.address)) == sorted(w.name for w in before.workers)
+    assert sorted(scheduler_workers(after.address, backend.store.cluster_dir(ref))) == sorted(w.name for w in before.workers)
     with backend.connected(ref), _client_from_env() as client:
         assert client.submit(sum, [1, 2, 3]).result() == 6
     assert backend.get_state(ref).head_hw_tier == "Medium"

@@ -26,7 +26,7 @@ def total(name: str, upto: int) -> int:
     from distributed import Client
 
     with get_backend().connected(ClusterRef("dask", name)):
-        address = f"tcp://{os.environ['DASK_SCHEDULER_SERVICE_HOST']}:{os.environ['DASK_SCHEDULER_SERVICE_PORT']}"
+        address = f"{os.environ['DASK_SCHEDULER_SERVICE_HOST']}:{os.environ['DASK_SCHEDULER_SERVICE_PORT']}"
         with Client(address, timeout=10) as client:
             return sum(client.gather(client.map(lambda x: x + 1, range(upto))))
 

@@ -166,6 +166,27 @@ def test_environ_set_restores_previous_values(monkeypatch):
     assert "DASK_SCHEDULER_SERVICE_PORT" not in os.environ
 
 
+def test_environ_set_also_sets_the_configuration_of_a_dask_imported_before_for_the_block():
+    import dask.config
+    import distributed  # noqa: F401 - its defaults join Dask's configuration when it is imported
+
+    values = {
+        "DASK_DISTRIBUTED__COMM__DEFAULT_SCHEME": "tls", "DASK_DISTRIBUTED__COMM__TLS__CA_FILE": "/c/tls/ca.pem",
+        "DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True", "DASK_SCHEDULER_ADDRESS": "tls://127.0.0.1:1",
+    }
+    connect = dask.config.get("distributed.comm.timeouts.connect")
+    with environ_set(values):
+        assert dask.config.get("distributed.comm.default-scheme") == "tls"
+        assert dask.config.get("distributed.comm.tls.ca-file") == "/c/tls/ca.pem"
+        assert dask.config.get("distributed.comm.require-encryption") is True
+        assert dask.config.get("scheduler-address") == "tls://127.0.0.1:1"
+        # One setting at a time: the rest of the tree it sits in is kept.
+        assert dask.config.get("distributed.comm.timeouts.connect") == connect
+    assert dask.config.get("distributed.comm.default-scheme") == "tcp"
+    assert dask.config.get("distributed.comm.tls.ca-file") is None
+    assert dask.config.get("scheduler-address", None) is None
+
+
 def test_importing_the_backend_does_not_import_dask():
     code = (
         "import sys, flytekitplugins_ddlscale.backends.local, flytekitplugins_ddlscale.cli.local_commands;"

@@ -30,7 +30,6 @@ from flytekitplugins_ddlscale._framework.probes import probe_for
 from flytekitplugins_ddlscale._framework.wait import wait_registered
 from flytekitplugins_ddlscale.phase import cluster_phase
 from tests.test_framework_surfaces import POD_DELAY, cli, scaler, set_env  # noqa: F401
-from tests.servers.ray_dashboard import RayDashboardServer
 from tests.test_local_support import processes_mentioning, wait_dead
 
 pytestmark = [pytest.mark.slow, pytest.mark.starts_ray]
@@ -309,10 +308,11 @@ TRAPPING = 'echo started >> "$0"; trap \'echo stopped >> "$0"; exit 0\' TERM; wh
 
 
 @pytest.fixture
-def head_url():
-    """A dashboard test server listing an ALIVE head node, standing in for the Ray head."""
-    with RayDashboardServer() as head:
-        yield head.url
+def head_ready(tmp_path):
+    """The file a ready head's readiness check writes (the wrapper asks no server)."""
+    ready = tmp_path / "ray-head-ready"
+    ready.touch()
+    return str(ready)
 
 
 def _lines(path: Path, count: int, timeout: float = 20.0) -> List[str]:
@@ -323,19 +323,19 @@ def _lines(path: Path, count: int, timeout: float = 20.0) -> List[str]:
     return path.read_text().splitlines()
 
 
-def test_node_wrapper_starts_a_failing_node_twice_more_then_reports_its_status(head_url, tmp_path):
+def test_node_wrapper_starts_a_failing_node_twice_more_then_reports_its_status(head_ready, tmp_path):
     runs = tmp_path / "runs"
-    done = subprocess.run([sys.executable, str(RAY_NODE), head_url, "--", "sh", "-c", 'echo run >> "$0"; exit 3', str(runs)],
+    done = subprocess.run([sys.executable, str(RAY_NODE), head_ready, "--", "sh", "-c", 'echo run >> "$0"; exit 3', str(runs)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 3
     assert runs.read_text().splitlines() == ["run", "run", "run"]
     assert "failed 0s after starting (exit status 3); starting it again (attempt 2 of 3)" in done.stderr
 
 
-def test_node_wrapper_passes_sigterm_on_and_its_death_stops_the_node(head_url, tmp_path):
+def test_node_wrapper_passes_sigterm_on_and_its_death_stops_the_node(head_ready, tmp_path):
     for how in (signal.SIGTERM, signal.SIGKILL):
         log = tmp_path / f"node-{how.name}"
-        wrapper = subprocess.Popen([sys.executable, str(RAY_NODE), head_url, "--", "sh", "-c", TRAPPING, str(log)])
+        wrapper = subprocess.Popen([sys.executable, str(RAY_NODE), head_ready, "--", "sh", "-c", TRAPPING, str(log)])
         try:
             _lines(log, 1)
             wrapper.send_signal(how)
@@ -355,7 +355,7 @@ def test_worker_nodes_started_together_get_ray_temp_folders_of_their_own_short_e
     folders = []
     for name in names:
         argv = ray_ops.worker_argv(
-            sys.executable, "127.0.0.1:1", "http://127.0.0.1:2", "127.0.0.1", name, 1, GIB, temp, str(tmp_path / "t")
+            sys.executable, "127.0.0.1:1", "/c/ray-head-ready", "127.0.0.1", name, 1, GIB, temp, str(tmp_path / "t")
         )
         folders.append(argv[argv.index("--temp-dir") + 1])
     assert len(set(folders)) == 3 and all(f.startswith(temp + "/") for f in folders)

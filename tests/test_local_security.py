@@ -1,4 +1,5 @@
-"""Local clusters are single-user: loopback only, no inherited credentials, Ray behind its token.
+"""Local clusters are single-user: loopback only, no inherited credentials, each behind its framework's
+authentication (Dask TLS, Ray's token, Spark's secret), no secret on a command line.
 
 One real cluster per kind (Dask, Ray, Spark; 1 worker) is started with a
 secret in the starting process's environment, and a client session (a
@@ -10,7 +11,9 @@ cluster (found by session and parentage under /proc: Ray's GCS, raylets,
 agents, client servers and ``ray::`` workers, Spark's JVMs and executors)
 and of the client (a Spark driver's JVM), mapped through
 ``/proc/<pid>/fd`` to ``/proc/net/tcp{,6}``; and ``/proc/<pid>/environ``
-of every cluster process.
+of every cluster process; ``/proc/<pid>/cmdline`` (readable by every user) of
+every cluster and client process. Another user's attempts are in
+``test_local_other_user.py``.
 """
 import importlib.util
 import ipaddress
@@ -67,7 +70,7 @@ CLIENTS = {
     "dask": """
         import json, os, sys
         from distributed import Client
-        client = Client(f"tcp://{os.environ['DASK_SCHEDULER_SERVICE_HOST']}:{os.environ['DASK_SCHEDULER_SERVICE_PORT']}")
+        client = Client(f"{os.environ['DASK_SCHEDULER_SERVICE_HOST']}:{os.environ['DASK_SCHEDULER_SERVICE_PORT']}")
         names = client.submit(lambda: sorted(os.environ), pure=False).result(timeout=120)
     """,
     "ray": """
@@ -281,9 +284,35 @@ def test_no_cluster_process_and_no_task_sees_the_starters_credentials(cluster):
     assert SECRET_NAME not in cluster.task_env_names and "DOMINO_USER_API_KEY" not in cluster.task_env_names
 
 
+def _cluster_secrets(cluster: Cluster) -> List[str]:
+    """The secrets a client of the cluster holds: Dask's private key, Ray's token, Spark's shared secret."""
+    folder = cluster.backend.store.cluster_dir(cluster.ref)
+    files = {"dask": folder / "tls" / "cluster-key.pem", "ray": folder / "ray-auth-token", "spark": folder / "spark-auth-secret"}
+    text = files[cluster.kind].read_text()
+    # A PEM key's base64 lines, each long enough to be found only where the key went.
+    return [line for line in text.splitlines() if not line.startswith("-----") and len(line) >= 16] or [text]
+
+
+def test_no_secret_of_the_cluster_is_on_a_command_line_or_in_its_variables(cluster):
+    secrets = _cluster_secrets(cluster)
+    assert secrets and all(len(secret) >= 16 for secret in secrets)
+    pids = cluster.cluster_pids() | cluster.client_pids()
+    exposed = []
+    for pid in pids:
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        exposed += [(pid, command[:100]) for secret in secrets if secret in command]
+    assert exposed == []
+    # What a client is handed names files in the cluster's private folder, never their contents.
+    env = json.dumps(cluster.backend.connection_env(cluster.ref))
+    assert not any(secret in env for secret in secrets)
+
+
 def test_the_ray_head_answers_only_with_the_clusters_token(cluster):
     if cluster.kind != "ray":
-        pytest.skip("token authentication is Ray's: Dask and Spark have none (docs/local.md, Security)")
+        pytest.skip("the token is Ray's; Dask's TLS and Spark's secret refuse another user in test_local_other_user.py")
     env = cluster.backend.connection_env(cluster.ref)
     token_file = Path(env["RAY_AUTH_TOKEN_PATH"])
     assert token_file.parent == cluster.backend.store.cluster_dir(cluster.ref)

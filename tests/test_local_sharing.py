@@ -46,7 +46,7 @@ def test_a_second_process_scales_the_same_cluster_and_its_workers_outlive_it(bac
     assert (state.ready_workers, state.existing_workers) == (2, 2)
     record = backend.store.load(ref)
     assert all(procs.is_alive(w.proc) for w in record.workers)
-    assert sorted(scheduler_workers(record.address)) == sorted(w.name for w in record.workers)
+    assert sorted(scheduler_workers(record.address, backend.store.cluster_dir(ref))) == sorted(w.name for w in record.workers)
 
     # The CLI, a third process, reports the same cluster.
     cli = subprocess.run(

@@ -185,6 +185,17 @@ def test_a_corrupt_cluster_record_starts_and_stops_nothing(local_state, field, v
     assert processes_mentioning(str(local_state)) == []
 
 
+def test_a_recorded_dask_tls_folder_other_than_the_clusters_own_is_refused(local_state):
+    """The TLS files a client is handed come from the record: only the cluster's own folder is taken."""
+    backend = LocalBackend(state_dir=local_state)
+    path = _write_record(backend, framework={"tls_dir": "/etc"})
+    for attempt in (lambda: backend.get_state(REF), lambda: backend.connection_env(REF)):
+        with pytest.raises(CorruptRecordError) as caught:
+            attempt()
+        assert caught.value.source == str(path) and caught.value.field == "framework.tls_dir"
+        assert str(backend.store.cluster_dir(REF) / "tls") in str(caught.value)
+
+
 @pytest.mark.slow
 def test_status_reports_a_dead_cluster_without_starting_anything_unless_asked_to_repair(local_state):
     backend = LocalBackend(state_dir=local_state)

@@ -6,6 +6,7 @@ and that no thread was left behind in the test process.
 """
 import threading
 import time
+from pathlib import Path
 from typing import Dict
 
 import pytest
@@ -37,11 +38,14 @@ def wait_dead(proc, timeout: float = 10.0) -> None:
         time.sleep(0.02)
 
 
-def scheduler_workers(address: str) -> Dict[str, dict]:
-    """What the scheduler reports about its workers, by name, through a real dask Client."""
+def scheduler_workers(address: str, cluster_dir: Path) -> Dict[str, dict]:
+    """What the scheduler reports about its workers, by name, through a real dask Client holding the
+    TLS certificate of the cluster whose folder is ``cluster_dir``."""
     from distributed import Client
 
-    with Client(address, timeout=10) as client:
+    from flytekitplugins_ddlscale.backends.local._dask_tls import DaskTls
+
+    with Client(address, timeout=10, security=DaskTls.of(cluster_dir).security()) as client:
         info = client.scheduler_info(n_workers=-1)
     return {w["name"]: w for w in info["workers"].values()}
 

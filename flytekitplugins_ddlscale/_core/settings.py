@@ -313,6 +313,38 @@ def _head_service(service: str, head: str, port: str) -> Tuple[Setting, Setting]
 DASK_SCHEDULER_SERVICE_HOST, DASK_SCHEDULER_SERVICE_PORT = _head_service(
     "DASK_SCHEDULER_SERVICE", "the Dask scheduler", "the Dask scheduler's port"
 )
+DASK_SCHEDULER_ADDRESS = _define(
+    "DASK_SCHEDULER_ADDRESS", "text", _text, "tls://host:port",
+    f"the scheduler a bare Client() connects to ({_SET_BY_US} for a block on a local Dask cluster)", group=FRAMEWORK,
+)
+DASK_DEFAULT_SCHEME = _define(
+    "DASK_DISTRIBUTED__COMM__DEFAULT_SCHEME", "text", _text, "tls or tcp",
+    f"the scheme of a Dask address written host:port ({_SET_BY_US} to tls for a block on a local Dask cluster)",
+    group=FRAMEWORK,
+)
+DASK_REQUIRE_ENCRYPTION = _define(
+    "DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION", "text", _text, "True or False",
+    f"whether Dask refuses unencrypted connections ({_SET_BY_US} to True for a block on a local Dask cluster)",
+    group=FRAMEWORK,
+)
+DASK_TLS_CA_FILE = _define(
+    "DASK_DISTRIBUTED__COMM__TLS__CA_FILE", "path", _text, _FILE,
+    f"the authority a Dask client trusts ({_SET_BY_US}: a local Dask cluster's own)", group=FRAMEWORK,
+)
+DASK_TLS_CLIENT_CERT = _define(
+    "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT", "path", _text, _FILE,
+    f"the certificate a Dask client presents ({_SET_BY_US}: a local Dask cluster's)", group=FRAMEWORK,
+)
+DASK_TLS_CLIENT_KEY = _define(
+    "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY", "path", _text, _FILE,
+    f"the file of that certificate's private key ({_SET_BY_US}: in a local Dask cluster's private folder)",
+    group=FRAMEWORK,
+)
+DASK_SCHEDULER_HTTP_ROUTES = _define(
+    "DASK_DISTRIBUTED__SCHEDULER__HTTP__ROUTES", "text", _text, "a Python list of module names",
+    f"what a Dask scheduler's HTTP server serves ({_SET_BY_US} for local schedulers: health, counts, metrics)",
+    group=FRAMEWORK,
+)
 RAY_HEAD_SERVICE_HOST, RAY_HEAD_SERVICE_PORT = _head_service("RAY_HEAD_SERVICE", "the Ray head", "the Ray client port")
 RAY_ADDRESS = _define(
     "RAY_ADDRESS", "text", _text, "ray://host:port",

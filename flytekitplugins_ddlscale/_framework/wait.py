@@ -24,6 +24,7 @@ from typing import Callable, Dict, Optional
 from ..errors import ScalingTimeoutError, UnauthorizedError
 from ..models import ClusterState
 from .._core.outage import OutageTracker
+from .._core.peerowner import NoRedirects, own_peer_opener
 from .._core.progress import ProgressReporter, WaitProgress
 from .._core.waiting import Deadline, PollSchedule, TwoStageBackoff
 from .._core.wording import seconds
@@ -59,22 +60,20 @@ class HeadUnreachable(Exception):
     """One read of the head's status failed in a way a later read may not."""
 
 
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    """Refuses every redirect, so a 3xx surfaces as an ``HTTPError`` instead of a request elsewhere."""
-
-    def redirect_request(self, *args: object, **kwargs: object) -> None:
-        return None
-
-
-_OPENER = urllib.request.build_opener(_NoRedirects())
+_OPENER = urllib.request.build_opener(NoRedirects())
 """The probes' opener: the head's own URL only (a redirect could point anywhere, even at ``ftp://``)."""
+_CREDENTIALS_OPENER = own_peer_opener()
+"""The opener of reads carrying a token: to a loopback port, only once this user's process accepted."""
 
 
 def get_json_body(url: str, headers: Dict[str, str], timeout: float) -> bytes:
     """The body of a GET of ``url`` asking for JSON (with ``headers``), redirects not followed; at most
-    :data:`MAX_ANSWER_BYTES` + 1 bytes, so a longer answer shows. Raises what ``urllib`` raises."""
+    :data:`MAX_ANSWER_BYTES` + 1 bytes, so a longer answer shows. Raises what ``urllib`` raises; a read
+    carrying ``Authorization`` to a loopback port held by another user sends nothing and raises
+    :class:`~flytekitplugins_ddlscale._core.peerowner.ForeignListenerError` (an ``OSError``) inside a ``URLError``."""
     request = urllib.request.Request(url, headers={"Accept": "application/json", **headers})
-    with _OPENER.open(request, timeout=timeout) as reply:
+    opener = _CREDENTIALS_OPENER if "Authorization" in headers else _OPENER
+    with opener.open(request, timeout=timeout) as reply:
         return reply.read(MAX_ANSWER_BYTES + 1)
 
 

@@ -5,7 +5,7 @@
     @task(enable_deck=True)
     @distributed_phase(cluster="dask/train", replicas=4, worker_hw_tier="Medium")
     def train(path: str) -> float:
-        client = Client(f"tcp://{os.environ['DASK_SCHEDULER_SERVICE_HOST']}:"
+        client = Client(f"{os.environ['DASK_SCHEDULER_SERVICE_HOST']}:"
                         f"{os.environ['DASK_SCHEDULER_SERVICE_PORT']}")
         ...
 

@@ -127,7 +127,7 @@ class DaskRuntime(Reacting):
                 preexec_fn=_die_with_parent,
             )
         deadline = time.monotonic() + START_TIMEOUT
-        while scheduler_workers(self.address) is None:
+        while scheduler_workers(self.address, None) is None:
             if self._scheduler.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"the Dask scheduler did not start within {START_TIMEOUT:.0f} s: {self.tail()}")
@@ -136,7 +136,7 @@ class DaskRuntime(Reacting):
 
     def registered(self) -> List[str]:
         """The names of the workers registered with the scheduler now (asked over its comm protocol)."""
-        return sorted(scheduler_workers(self.address) or {})
+        return sorted(scheduler_workers(self.address, None) or {})
 
     def stop(self) -> None:
         """Stop the watch, every worker, then the scheduler."""

@@ -38,7 +38,7 @@ def dask_workers() -> int:
     """Workers the Dask scheduler named by Domino's variables has (a blocking client)."""
     from distributed import Client
 
-    address = f"tcp://{os.environ['DASK_SCHEDULER_SERVICE_HOST']}:{os.environ['DASK_SCHEDULER_SERVICE_PORT']}"
+    address = f"{os.environ['DASK_SCHEDULER_SERVICE_HOST']}:{os.environ['DASK_SCHEDULER_SERVICE_PORT']}"
     with Client(address, timeout=30, set_as_default=False) as client:
         return len(client.nthreads())
 

@@ -28,7 +28,7 @@ def train(up: ScaleOutcome) -> int:
     """The workers the body sees, through the connection variables the phase exports."""
     from distributed import Client
 
-    address = f"tcp://{os.environ['DASK_SCHEDULER_SERVICE_HOST']}:{os.environ['DASK_SCHEDULER_SERVICE_PORT']}"
+    address = f"{os.environ['DASK_SCHEDULER_SERVICE_HOST']}:{os.environ['DASK_SCHEDULER_SERVICE_PORT']}"
     with Client(address, timeout=30, set_as_default=False) as client:
         return len(client.scheduler_info()["workers"])
 

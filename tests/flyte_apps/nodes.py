@@ -31,7 +31,7 @@ def count_workers(up: ScaleOutcome) -> int:
     from distributed import Client
 
     with connected(up.cluster):
-        address = f"tcp://{os.environ['DASK_SCHEDULER_SERVICE_HOST']}:{os.environ['DASK_SCHEDULER_SERVICE_PORT']}"
+        address = f"{os.environ['DASK_SCHEDULER_SERVICE_HOST']}:{os.environ['DASK_SCHEDULER_SERVICE_PORT']}"
         with Client(address, timeout=30, set_as_default=False) as client:
             return len(client.scheduler_info()["workers"])
 
@@ -42,7 +42,7 @@ def double_on_cluster(ready: ClusterReady, x: int) -> int:
     from distributed import Client
 
     with connected(ready.cluster):
-        address = f"tcp://{os.environ['DASK_SCHEDULER_SERVICE_HOST']}:{os.environ['DASK_SCHEDULER_SERVICE_PORT']}"
+        address = f"{os.environ['DASK_SCHEDULER_SERVICE_HOST']}:{os.environ['DASK_SCHEDULER_SERVICE_PORT']}"
         with Client(address, timeout=30, set_as_default=False) as client:
             return client.submit(lambda v: v * 2, x).result()
 

@@ -16,7 +16,7 @@ def total_on_cluster(values: List[int], scale: int = 1) -> int:
     """Sums on the cluster's workers, connecting the way Domino code does."""
     from distributed import Client
 
-    address = f"tcp://{os.environ['DASK_SCHEDULER_SERVICE_HOST']}:{os.environ['DASK_SCHEDULER_SERVICE_PORT']}"
+    address = f"{os.environ['DASK_SCHEDULER_SERVICE_HOST']}:{os.environ['DASK_SCHEDULER_SERVICE_PORT']}"
     with Client(address, timeout=30, set_as_default=False) as client:
         assert len(client.scheduler_info()["workers"]) == 2
         return sum(client.gather(client.map(lambda v: v * scale, values)))

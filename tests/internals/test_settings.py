@@ -35,8 +35,6 @@ READS_ALLOWED = {
     "_services/opening.py": "digests the whole environment",
     # Loaded by path into a Dask scheduler process: it imports only the standard library.
     "backends/local/_dask_watch.py": "standalone: runs inside a Dask scheduler, imports no plugin module",
-    # Run as a script for every Ray worker node: importing the plugin would slow each start.
-    "backends/local/_ray_node.py": "standalone: a script that does not import the plugin",
 }
 """Modules that may touch ``os.environ``, and why."""
 
@@ -45,7 +43,7 @@ REGENERATE = (
     "print(markdown_table(), end='')\""
 )
 
-SPELLING_ALLOWED = ("backends/local/_dask_watch.py", "backends/local/_ray_node.py")
+SPELLING_ALLOWED = ("backends/local/_dask_watch.py",)
 """The standalone scripts spell the names they read; :func:`test_the_standalone_scripts_read_the_settings_names`
 checks those are the settings module's."""
 

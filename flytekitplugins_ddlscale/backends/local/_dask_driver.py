@@ -1,11 +1,24 @@
-"""The Dask driver of the local backend: a ``dask scheduler`` head and ``dask worker`` processes."""
+"""The Dask driver of the local backend: a ``dask scheduler`` head and ``dask worker`` processes.
+
+Every process of the cluster, and every client, speaks ``tls://`` with the
+cluster's certificate (:mod:`.dask_tls`), made at the first head start in the
+cluster's private folder; the record keeps where (``framework.tls_dir``), for the
+calls given only a record. A cluster recorded without it (started by a version
+without TLS) does not answer: ``ddlscale local down`` and ``up`` start it again.
+"""
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
 
+from ..._core import settings
+from ...errors import BackendUnavailableError
 from . import _dask_ops as dask_ops
+from ._dask_tls import DaskTls, ensure_tls
 from ._env import dask_env
 from ._state import ClusterRecord, LocalStateStore
 from ._tiers import WorkerShape
+
+TLS_DIR = "tls_dir"
+"""``record.framework`` key: the cluster's folder of TLS files (``<cluster folder>/tls``)."""
 
 
 class DaskDriver:
@@ -18,32 +31,59 @@ class DaskDriver:
     workers_exit_with_head = True
 
     def address(self, record: ClusterRecord) -> str:
+        """``tls://host:port``: the only scheme the scheduler takes."""
         return record.address
 
     def head_argv(self, record: ClusterRecord, store: LocalStateStore) -> List[str]:
-        return dask_ops.scheduler_argv(record.host, record.port, str(store.scheduler_file(record.ref)))
+        tls = ensure_tls(store.cluster_dir(record.ref))
+        record.framework[TLS_DIR] = str(tls.ca_file.parent)
+        return dask_ops.scheduler_argv(record.host, record.port, str(store.scheduler_file(record.ref)), tls)
 
     def worker_argv(self, record: ClusterRecord, name: str, shape: WorkerShape, workdir: Path) -> List[str]:
         return dask_ops.worker_argv(
-            record.address, name, shape.nthreads, shape.memory_limit, str(workdir), record.host
+            self.address(record), name, shape.nthreads, shape.memory_limit, str(workdir), record.host,
+            DaskTls.of(workdir.parent),
         )
 
     def registered_workers(self, record: ClusterRecord) -> Optional[Set[str]]:
-        seen = dask_ops.scheduler_workers(record.address)
+        tls = _tls_of(record)
+        seen = dask_ops.scheduler_workers(self.address(record), tls) if tls is not None else None
         return None if seen is None else set(seen)
 
     def head_ready(self, record: ClusterRecord) -> bool:
         return self.registered_workers(record) is not None
 
     def retire_workers(self, record: ClusterRecord, names: List[str], timeout: float) -> bool:
-        dask_ops.retire_workers(record.address, names, timeout)
+        tls = _tls_of(record)
+        if tls is None:
+            raise BackendUnavailableError(f"{record.ref} has no TLS files recorded; its scheduler cannot be asked")
+        dask_ops.retire_workers(self.address(record), tls, names, timeout)
         return True
 
     def connection_env(self, record: ClusterRecord) -> Dict[str, str]:
-        return dask_env(record.host, record.port)
+        """Domino's ``DASK_SCHEDULER_SERVICE_HOST``/``_PORT``, plus what a client needs to pass the
+        cluster's TLS: Dask's settings naming the cluster's certificate files, with ``tls`` as the
+        default scheme (so ``Client(f"{host}:{port}")`` connects), and ``$DASK_SCHEDULER_ADDRESS``
+        (``Client()`` alone connects)."""
+        tls = _tls_of(record)
+        return {
+            **dask_env(record.host, record.port),
+            settings.DASK_SCHEDULER_ADDRESS.name: self.address(record),
+            **(tls.client_config() if tls is not None else {}),
+        }
 
     def outside_paths(self, record: ClusterRecord, store: LocalStateStore) -> List[Path]:
         return []
 
     def details(self, record: ClusterRecord, store: LocalStateStore) -> Dict[str, Any]:
-        return {"scheduler_file": str(store.scheduler_file(record.ref))}
+        tls = DaskTls.of(store.cluster_dir(record.ref))
+        return {
+            "scheduler_file": str(store.scheduler_file(record.ref)),
+            "tls_ca_file": str(tls.ca_file), "tls_cert": str(tls.cert), "tls_key": str(tls.key),
+        }
+
+
+def _tls_of(record: ClusterRecord) -> Optional[DaskTls]:
+    """The TLS files of ``record``'s cluster (its recorded ``tls_dir``, checked when read), or None."""
+    folder = record.framework.get(TLS_DIR)
+    return DaskTls.of(Path(folder).parent) if folder else None

@@ -1,10 +1,11 @@
 """The environment every process of a local cluster starts with: a short allow-list, never credentials.
 
 Local clusters run code sent to them (Dask tasks, Ray tasks, Spark
-executors), and a local Dask scheduler has no authentication: any user of
-the machine who reaches its loopback port can run code in its workers. So
-the heads, workers and their wrappers do not inherit the environment of
-the process that started them (``DOMINO_API_KEY``, cloud keys, tokens);
+executors). Each takes only its owner's clients (Dask TLS, Ray's token,
+Spark's secret: docs/local.md, Security), but what runs there need not see
+more than it must, so the heads, workers and their wrappers do not inherit
+the environment of the process that started them (``DOMINO_API_KEY``,
+cloud keys, tokens);
 they get only what running a framework needs (:func:`cluster_environment`).
 :func:`~.procs.spawn_detached` applies it to every cluster process, and a
 driver adds its framework's own settings on top

@@ -15,7 +15,8 @@ supervisor's stop grace bounds it) and stops its processes. Objects whose
 only copy lived on the node are lost, as on Domino when a pod goes.
 
 Every node listens on loopback only and runs with Ray's token
-authentication; the token lives in the cluster's folder (mode 0600) and
+authentication; the token lives in the cluster's folder (mode 0600), is new
+at each head start, is sent only to a port proven to be this user's, and
 :meth:`RayDriver.connection_env` hands user code its path (see
 :mod:`.ray_ops`).
 """
@@ -63,8 +64,9 @@ class RayDriver:
 
     def head_argv(self, record: ClusterRecord, store: LocalStateStore) -> List[str]:
         folder = record.framework[TEMP_DIR] = self._temp_dir(record, store, create=True)
-        token_file = ray_ops.ensure_token(store.cluster_dir(record.ref) / ray_ops.TOKEN_FILE)
-        token = record.framework[TOKEN_PATH] = str(token_file)
+        cluster_dir = store.cluster_dir(record.ref)
+        ray_ops.head_starting(cluster_dir)
+        token = record.framework[TOKEN_PATH] = str(ray_ops.new_token(cluster_dir / ray_ops.TOKEN_FILE))
         return ray_ops.head_argv(
             self.python, record.host, record.port, record.ports[DASHBOARD], record.ports[CLIENT],
             ray_ops.ray_temp_dir(folder), token,
@@ -72,8 +74,8 @@ class RayDriver:
 
     def worker_argv(self, record: ClusterRecord, name: str, shape: WorkerShape, workdir: Path) -> List[str]:
         return ray_ops.worker_argv(
-            self.python, self.address(record), self._dashboard(record), record.host, name, shape.nthreads,
-            shape.memory_limit, ray_ops.ray_temp_dir(record.framework[TEMP_DIR]),
+            self.python, self.address(record), str(workdir.parent / ray_ops.HEAD_READY_FILE), record.host, name,
+            shape.nthreads, shape.memory_limit, ray_ops.ray_temp_dir(record.framework[TEMP_DIR]),
             record.framework.get(TOKEN_PATH) or str(workdir.parent / ray_ops.TOKEN_FILE),
         )
 
@@ -85,13 +87,17 @@ class RayDriver:
     def head_ready(self, record: ClusterRecord) -> bool:
         """The dashboard lists the head node ALIVE and the client server accepts connections: on a
         loaded machine a head node can register after its client server (which waits 30 s for it, then
-        exits and takes the whole head down) gave up."""
+        exits and takes the whole head down) gave up. A ready head is marked so for its worker nodes
+        (:data:`~.ray_ops.HEAD_READY_FILE`, beside the token)."""
         if not record.ports.get(DASHBOARD) or not record.framework.get(TOKEN_PATH):
             return False
         nodes = ray_ops.alive_nodes(self._dashboard(record), record.framework[TOKEN_PATH])
         if not nodes or not any(node.get("is_head_node") for node in nodes):
             return False
-        return ray_ops.accepts_connections(record.host, record.ports.get(CLIENT, 0))
+        ready = ray_ops.accepts_connections(record.host, record.ports.get(CLIENT, 0))
+        if ready:
+            ray_ops.mark_head_ready(Path(record.framework[TOKEN_PATH]).parent)
+        return ready
 
     def retire_workers(self, record: ClusterRecord, names: List[str], timeout: float) -> bool:
         # Stopping a Ray node is its drain (see the module docstring): nothing to ask the head first.

@@ -1,12 +1,14 @@
-"""``python .../ray_node.py DASHBOARD_URL -- ray start ...``: one local Ray worker node, started robustly.
+"""``python .../ray_node.py READY_FILE -- ray start ...``: one local Ray worker node, started robustly.
 
 The supervisor records this process as the worker. It
 
-* waits (up to :data:`WAIT_SECONDS`) until the head's dashboard lists the
-  head node ALIVE (read with the cluster's token, from the file
-  ``$RAY_AUTH_TOKEN_PATH`` the node runs with): a worker starts together
-  with its head, and ``ray start --address`` gives up on a GCS that is not
-  listening yet, or that does not know its head node yet;
+* waits (up to :data:`WAIT_SECONDS`) until ``READY_FILE`` exists: the
+  cluster's readiness check writes it in the cluster's private folder once
+  the dashboard lists the head node ALIVE (a worker starts together with
+  its head, and ``ray start --address`` gives up on a GCS that is not
+  listening yet, or that does not know its head node yet). It asks no
+  server: a port it would poll could be another user's, and the token would
+  go with the question;
 * runs the command as its child and passes SIGTERM/SIGINT on to it (SIGTERM
   is how Ray drains a node); the child gets SIGTERM too if this process
   dies, so a killed worker takes its node down with it;
@@ -20,41 +22,17 @@ head appeared). Run as a script, not with ``-m``: importing the plugin
 package would only slow each start.
 """
 import ctypes
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-import urllib.request
-from typing import Dict, List, Tuple
+from typing import List, Tuple
 
 WAIT_SECONDS = 180.0
 STARTUP_SECONDS = 60.0
 ATTEMPTS = 3
 _PR_SET_PDEATHSIG = 1
-_ALIVE_NODES = "/api/v0/nodes?limit=10000&filter_keys=state&filter_predicates=%3D&filter_values=ALIVE"
-
-
-def _auth_headers() -> Dict[str, str]:
-    """The cluster's token as the dashboard expects it (this script does not import the plugin)."""
-    try:
-        with open(os.environ.get("RAY_AUTH_TOKEN_PATH", ""), encoding="utf-8") as handle:
-            token = handle.read().strip()
-    except OSError:
-        return {}
-    return {"Authorization": f"Bearer {token}"} if token else {}
-
-
-def _head_alive(dashboard: str) -> bool:
-    """Whether the dashboard at ``dashboard`` lists an ALIVE head node (the State API's node list)."""
-    request = urllib.request.Request(dashboard.rstrip("/") + _ALIVE_NODES, headers=_auth_headers())
-    try:
-        with urllib.request.urlopen(request, timeout=3.0) as reply:
-            nodes = json.loads(reply.read().decode("utf-8"))["data"]["result"]["result"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-    return any(isinstance(n, dict) and n.get("is_head_node") and n.get("state") == "ALIVE" for n in nodes)
 
 
 def _die_with_parent() -> None:
@@ -77,15 +55,15 @@ def _run(command: List[str]) -> Tuple[int, bool]:
 
 
 def main(argv: List[str]) -> int:
-    """Wait for the head at ``argv[0]`` (its dashboard URL), then run the command after ``--`` as described above."""
+    """Wait for the head (until the file ``argv[0]`` exists), then run the command after ``--`` as described above."""
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: ray_node.py DASHBOARD_URL -- COMMAND...", file=sys.stderr)
+        print("usage: ray_node.py READY_FILE -- COMMAND...", file=sys.stderr)
         return 2
-    dashboard, command = argv[0], argv[2:]
+    ready_file, command = argv[0], argv[2:]
     deadline = time.monotonic() + WAIT_SECONDS
-    while not _head_alive(dashboard):
+    while not os.path.exists(ready_file):
         if time.monotonic() >= deadline:
-            print(f"no ALIVE Ray head node listed by {dashboard} after {WAIT_SECONDS:.0f}s", file=sys.stderr)
+            print(f"the Ray head was not ready ({ready_file} absent) after {WAIT_SECONDS:.0f}s", file=sys.stderr)
             return 1
         time.sleep(0.2)
     for attempt in range(1, ATTEMPTS + 1):

@@ -12,27 +12,35 @@ server listened on every interface or the LAN address) and runs with Ray's
 token authentication (``RAY_AUTH_MODE=token``), its token in a file of the
 cluster's folder (mode 0600) named by ``RAY_AUTH_TOKEN_PATH``: loopback
 keeps other machines out, the token other users of this machine.
+
+The token is only ever sent to a port proven to be this user's: the
+dashboard is read through :func:`~flytekitplugins_ddlscale._core.peerowner.own_peer_opener`,
+which checks who accepted the connection before the request goes out
+(another user may bind the dashboard's port while the head restarts). Each
+head start writes a new token, so one seen by anyone before is worthless.
+Worker nodes wait for the head through a file, not the dashboard
+(:data:`HEAD_READY_FILE`).
 """
+import contextlib
 import hashlib
 import json
 import os
-import secrets
 import shutil
 import socket
-import stat
 import sys
 import tempfile
-import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set
 
-from ...errors import UnsafePathError, UnsupportedOperationError
+from ...errors import UnsupportedOperationError
 from ..._framework.probes import PROBES, ray_alive_nodes
 from ..._core import settings
+from ..._core.peerowner import own_peer_opener
 from ..._framework.ray_auth import ray_auth_headers
-from .._support.privatefs import private_dir
+from .._support.privatefs import private_dir, remove_nofollow
 from ._procs import with_environment
+from ._secrets import fresh_secret
 
 INSTALL_HINT = 'pip install "flytekitplugins-ddlscale[ray]"'
 OBJECT_STORE_SHARE = 0.3
@@ -43,6 +51,10 @@ HEAD_OBJECT_STORE = 256 * 1024 * 1024
 """The head runs no tasks (``--num-cpus 0``); its store holds what ``ray://`` clients put."""
 TOKEN_FILE = "ray-auth-token"
 """The cluster's Ray authentication token, in the cluster's folder (mode 0600)."""
+HEAD_READY_FILE = "ray-head-ready"
+"""In the cluster's folder while its head is ready: removed before a head starts, written by the first
+readiness check that finds it ready; worker nodes (:mod:`.ray_node`) start once it is there."""
+_OPENER = own_peer_opener()
 LOOPBACK_CLUSTER_ENV = settings.RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER.name
 """Set to 0 for every process of a node: Ray's address look-ups then answer loopback (see
 :mod:`.ray_start`, which keeps ``ray start`` itself able to join a head)."""
@@ -108,23 +120,25 @@ def ray_python(ray: str) -> str:
     )
 
 
-def ensure_token(path: Path) -> Path:
-    """The cluster's token file at ``path``, created (random 256 bits, mode 0600) when missing.
-
-    A head restart keeps the token, so clients holding the path keep working.
-    """
-    private_dir(path.parent)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    except FileExistsError:
-        found = os.lstat(path)
-        if stat.S_ISLNK(found.st_mode) or found.st_uid != os.getuid():
-            raise UnsafePathError(path, "the Ray token file is a link or another user's", "remove it") from None
-        os.chmod(path, 0o600)
-        return path
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(secrets.token_hex(32))
+def new_token(path: Path) -> Path:
+    """A new random token (256 bits) in the cluster's token file ``path`` (0600), replacing the last
+    head's: a head start makes any token seen before it worthless. Clients hold the path, not the token."""
+    fresh_secret(path)
     return path
+
+
+def head_starting(cluster_dir: Path) -> None:
+    """Forget that a previous head was ready (:data:`HEAD_READY_FILE`): worker nodes wait for this one."""
+    remove_nofollow(cluster_dir / HEAD_READY_FILE)
+
+
+def mark_head_ready(cluster_dir: Path) -> None:
+    """Tell the worker nodes waiting in :mod:`.ray_node` that the head is ready (:data:`HEAD_READY_FILE`);
+    nothing when the cluster's folder is gone (taken down meanwhile)."""
+    ready = cluster_dir / HEAD_READY_FILE
+    if not os.path.lexists(ready):
+        with contextlib.suppress(FileNotFoundError):
+            os.close(os.open(ready, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
 
 
 def node_env(token_path: str) -> Dict[str, str]:
@@ -197,15 +211,15 @@ def head_argv(
 
 
 def worker_argv(
-    python: str, gcs_address: str, dashboard: str, host: str, name: str, cpus: int, memory: int, temp: str,
+    python: str, gcs_address: str, ready_file: str, host: str, name: str, cpus: int, memory: int, temp: str,
     token_path: str,
 ) -> List[str]:
     """One worker node named ``name`` (its Ray ``node_name``) with ``cpus`` CPUs and ``memory`` bytes.
 
-    It runs under :mod:`.ray_node`, which waits until the head's
-    ``dashboard`` lists the head node (``ray start`` alone gives up on a
-    head that is still starting), passes SIGTERM on, and starts a node that
-    failed to register again.
+    It runs under :mod:`.ray_node`, which waits until ``ready_file`` (the
+    cluster's :data:`HEAD_READY_FILE`) says the head is ready (``ray start``
+    alone gives up on a head that is still starting), passes SIGTERM on, and
+    starts a node that failed to register again.
 
     Each worker node has a Ray ``--temp-dir`` of its own inside the
     cluster's ``temp`` (:func:`worker_temp_dir`). Sharing the head's, every
@@ -216,7 +230,7 @@ def worker_argv(
     """
     store = max(OBJECT_STORE_MINIMUM, int(memory * OBJECT_STORE_SHARE))
     return with_environment(node_env(token_path), [
-        sys.executable, str(Path(__file__).with_name("_ray_node.py")), dashboard, "--",
+        sys.executable, str(Path(__file__).with_name("_ray_node.py")), ready_file, "--",
         *_start(python), "start", "--block",
         "--address", gcs_address,
         "--node-ip-address", host,
@@ -247,15 +261,16 @@ def dashboard_url(host: str, port: int) -> str:
 
 def alive_nodes(base_url: str, token_path: str, timeout: float = 3.0) -> Optional[List[Dict[str, Any]]]:
     """Every ALIVE node (head included) the dashboard at ``base_url`` lists, read with the cluster's
-    token (file ``token_path``); None while it does not answer with a node list."""
+    token (file ``token_path``); None while it does not answer with a node list, and when another
+    user's process holds its port (the token is not sent then)."""
     headers = {"Accept": "application/json", **ray_auth_headers(client_env(token_path))}
     request = urllib.request.Request(PROBES["ray"].url(base_url), headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as reply:
+        with _OPENER.open(request, timeout=timeout) as reply:
             return ray_alive_nodes(json.loads(reply.read().decode("utf-8")))
     except (OSError, ValueError):
-        # URLError, refused or reset connections and timeouts are OSErrors; a
-        # dashboard still starting answers 5xx (HTTPError, an OSError) or another shape.
+        # URLError, refused or reset connections, timeouts and a port held by another user are
+        # OSErrors; a dashboard still starting answers 5xx (HTTPError, an OSError) or another shape.
         return None
 
 

@@ -97,10 +97,11 @@ def _check_worker(data: Any, where: str) -> None:
 
 
 def _check_framework(facts: Dict[str, Any], folder: Path) -> None:
-    """The facts a driver records: paths must be the cluster's own files (Spark's, Ray's token) or its Ray
-    temp folder."""
+    """The facts a driver records: paths must be the cluster's own files (Spark's, Ray's token, Dask's TLS
+    folder) or its Ray temp folder."""
     own_files = (
         ("conf_dir", folder / "conf"), ("daemon_conf", folder / "spark-daemon.conf"), ("auth_token_path", folder / TOKEN_FILE),
+        ("tls_dir", folder / "tls"),
     )
     for key, expected in own_files:
         if key in facts and facts[key] != str(expected):

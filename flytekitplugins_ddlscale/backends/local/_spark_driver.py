@@ -11,6 +11,12 @@ configuration, the cluster's ``conf/spark-defaults.conf`` names this master,
 and :meth:`SparkDriver.connection_env` points ``SPARK_CONF_DIR`` at it, so
 ``SparkSession.builder.getOrCreate()`` in user code connects unchanged.
 
+Authentication: the master, the workers, the executors and every application
+share a per-cluster secret (``spark.authenticate``, with AES RPC encryption),
+kept in a 0600 file of the cluster's folder and given to each through a
+properties file of that folder (never a command line); a peer without it
+is refused (:func:`~.spark_ops.auth_properties`).
+
 Retiring a worker decommissions it (SIGPWR with ``spark.decommission.enabled``):
 the master stops giving it executors and its executors leave, moving their
 blocks; once the master shows it decommissioned with no cores in use, it is
@@ -29,6 +35,7 @@ from ...errors import BackendUnavailableError
 from ..._core.waiting import Backoff, Deadline
 from ..._core.wording import seconds
 from . import _procs as procs, _spark_ops as spark_ops
+from ._secrets import kept_secret
 from ._state import ClusterRecord, LocalStateStore
 from ._supervisor import free_port
 from ._tiers import WorkerShape
@@ -66,7 +73,8 @@ class SparkDriver:
             conf_dir=str(folder / "conf"),
             daemon_conf=str(folder / "spark-daemon.conf"),
         )
-        spark_ops.write_properties(Path(facts["daemon_conf"]), spark_ops.daemon_properties())
+        secret = kept_secret(folder / spark_ops.SECRET_FILE)
+        spark_ops.write_properties(Path(facts["daemon_conf"]), spark_ops.daemon_properties(secret))
         # Spark's default executor memory until a worker's tier says otherwise.
         self._write_app_defaults(record, int(facts.get("executor_memory_mib") or 1024))
         return spark_ops.master_argv(
@@ -169,8 +177,11 @@ class SparkDriver:
         return {str(n): int(w["port"]) for n, w in record.framework.get("workers", {}).items()}
 
     def _write_app_defaults(self, record: ClusterRecord, executor_memory_mib: int) -> None:
+        secret = kept_secret(Path(record.framework["daemon_conf"]).parent / spark_ops.SECRET_FILE)
         spark_ops.write_properties(
             Path(record.framework["conf_dir"]) / "spark-defaults.conf",
-            spark_ops.app_properties(self.address(record), record.host, executor_memory_mib, record.framework["python"]),
+            spark_ops.app_properties(
+                self.address(record), record.host, executor_memory_mib, record.framework["python"], secret
+            ),
         )
 

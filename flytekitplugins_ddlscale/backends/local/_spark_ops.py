@@ -151,21 +151,40 @@ def worker_argv(
     ]
 
 
-def daemon_properties() -> Dict[str, str]:
-    """What the master and workers run with.
+SECRET_FILE = "spark-auth-secret"
+"""The cluster's shared secret (``spark.authenticate.secret``), in the cluster's folder (0600)."""
+
+
+def auth_properties(secret: str) -> Dict[str, str]:
+    """Spark's own authentication, required of every connection to the master, the workers, the
+    executors and the application's driver: a peer without the cluster's ``secret`` is refused (a
+    standalone master would otherwise run any application, or a driver's code, submitted to it), and
+    RPC and block transfers are encrypted (AES, ``spark.network.crypto``)."""
+    return {
+        "spark.authenticate": "true",
+        "spark.authenticate.secret": secret,
+        "spark.network.crypto.enabled": "true",
+    }
+
+
+def daemon_properties(secret: str) -> Dict[str, str]:
+    """What the master and workers run with: :func:`auth_properties` of the cluster's ``secret``.
 
     Decommissioning lets a worker leave cleanly on SIGPWR. A port that is taken fails the
     process instead of moving to the next one, because workers are told apart by the port
-    they were given, and the master must be where its record says.
+    they were given, and the master must be where its record says. The web UIs (read-only
+    without authentication: the readiness checks read the master's) offer no kill buttons.
     """
     return {
         "spark.decommission.enabled": "true",
         "spark.port.maxRetries": "0",
         "spark.master.rest.enabled": "false",
+        "spark.ui.killEnabled": "false",
+        **auth_properties(secret),
     }
 
 
-def app_properties(master_url: str, host: str, executor_memory_mib: int, python: str) -> Dict[str, str]:
+def app_properties(master_url: str, host: str, executor_memory_mib: int, python: str, secret: str) -> Dict[str, str]:
     """What an application finds in ``spark-defaults.conf``, as Domino presets it for a run.
 
     ``spark.master`` is how code written for Domino finds its cluster; executors fit in one
@@ -173,7 +192,8 @@ def app_properties(master_url: str, host: str, executor_memory_mib: int, python:
     (its web UI follows ``$SPARK_LOCAL_IP``: ``SparkDriver.connection_env``); Python tasks
     of ``spark-submit`` applications run with ``python`` (the interpreter that started the
     cluster, where pyspark is installed); decommissioned executors move their blocks to the
-    remaining ones.
+    remaining ones; the cluster's ``secret`` authenticates it (:func:`auth_properties`: the file is
+    0600 in the cluster's private folder, so only its owner's applications can read it).
     """
     return {
         "spark.master": master_url,
@@ -183,6 +203,7 @@ def app_properties(master_url: str, host: str, executor_memory_mib: int, python:
         "spark.pyspark.python": python,
         "spark.decommission.enabled": "true",
         "spark.storage.decommission.enabled": "true",
+        **auth_properties(secret),
     }
 
 

@@ -135,8 +135,8 @@ class ClusterRecord:
 
     @property
     def address(self) -> str:
-        """The scheduler address workers and clients connect to."""
-        return f"tcp://{self.host}:{self.port}"
+        """The Dask scheduler address workers and clients connect to (TLS only: :mod:`.dask_tls`)."""
+        return f"tls://{self.host}:{self.port}"
 
     def to_json(self) -> Dict[str, Any]:
         """The document stored as ``cluster.json``."""

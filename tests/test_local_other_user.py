@@ -1,0 +1,332 @@
+"""Another user of the same machine can neither run code on a local cluster nor catch its secrets.
+
+The attacker is a real second local user: where the tests run as root (here
+and in CI), an ordinary user is created (``useradd``, once) and the
+attacker's code runs in a child that drops to that user's uid and gid
+(``os.setuid``) after importing what it needs, so it holds exactly that
+user's rights: it cannot read the owner's 0700 cluster folder, and its
+sockets are its own. Elsewhere these tests skip: becoming another user takes
+root.
+
+* Dask: its ``Client`` is refused over plain ``tcp://`` and over ``tls://``
+  with a certificate of its own authority, and so is a direct call to a
+  worker; the cluster's folder and key are unreadable to it.
+* Ray: a listener it holds on the port the owner reads the dashboard from
+  (as on a head restart, before the dashboard binds it again) is connected
+  to and receives nothing: not the token, not a byte.
+* Spark: the master answers its first RPC with Spark's authentication
+  failure; the cluster's secret is unreadable to it.
+"""
+import importlib.util
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any, Dict, Iterator
+
+import pytest
+
+from flytekitplugins_ddlscale import ClusterRef
+from flytekitplugins_ddlscale.backends.local import LocalBackend
+from flytekitplugins_ddlscale.backends.local import _ray_ops as ray_ops
+from flytekitplugins_ddlscale.backends.local._dask_tls import DaskTls
+from flytekitplugins_ddlscale._framework.endpoints import Endpoint
+from flytekitplugins_ddlscale._framework.probes import PROBES
+from flytekitplugins_ddlscale._framework.wait import HeadUnreachable, read_registered
+from tests.servers.ray_dashboard import RayDashboardServer
+from tests.test_local_support import SMALL_TIERS, processes_mentioning, scheduler_workers
+
+OTHER_USER = "ddlscale-other"
+ATTEMPT_TIMEOUT = 3
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("useradd") is None,
+    reason="acting as a second local user needs root (to create one with useradd and switch to it)",
+)
+
+
+@pytest.fixture(scope="module")
+def other_user() -> pwd.struct_passwd:
+    """An ordinary local user other than the owner, created once (no home, no login shell)."""
+    try:
+        return pwd.getpwnam(OTHER_USER)
+    except KeyError:
+        made = subprocess.run(
+            ["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", OTHER_USER],
+            capture_output=True, text=True, timeout=60,
+        )
+        # Another test process may have made it meanwhile (useradd then exits 9): it exists either way.
+        try:
+            return pwd.getpwnam(OTHER_USER)
+        except KeyError:
+            pytest.fail(f"could not create local user {OTHER_USER}: {made.stderr.strip()}")
+
+
+def as_other_user(user: pwd.struct_passwd, imports: str, body: str, args: Dict[str, Any], timeout: float = 120,
+                  **popen: Any) -> "subprocess.Popen[str]":
+    """Start Python running ``body`` as ``user`` with ``args`` (a dict named ``args``), after running
+    ``imports`` as the owner (the interpreter's own files may be unreadable to ``user``)."""
+    script = "\n".join([
+        "import json, os, sys",
+        textwrap.dedent(imports),
+        "args = json.loads(sys.argv[1])",
+        f"os.setgroups([]); os.setgid({user.pw_gid}); os.setuid({user.pw_uid})",
+        f"assert os.geteuid() == {user.pw_uid} and os.getegid() == {user.pw_gid}",
+        textwrap.dedent(body),
+    ])
+    return subprocess.Popen(
+        [sys.executable, "-c", script, json.dumps(args)], cwd="/", text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen,
+    )
+
+
+def outcome_of(process: "subprocess.Popen[str]", timeout: float = 120, stdin: str = "") -> Dict[str, Any]:
+    """The JSON the attacker printed last, once it exited."""
+    out, err = process.communicate(stdin, timeout=timeout)
+    assert process.returncode == 0, f"the attacker's script failed ({process.returncode}):\n{err[-3000:]}"
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def local_backend(tmp_path) -> Iterator[LocalBackend]:
+    tiers = tmp_path / "tiers.yaml"
+    tiers.write_text(SMALL_TIERS)
+    backend = LocalBackend(state_dir=tmp_path / "local", tiers_file=tiers, start_timeout=180.0)
+    try:
+        yield backend
+    finally:
+        backend.shutdown_all()
+        assert processes_mentioning(str(tmp_path), environment=True) == []
+
+
+# ------------------------------------------------------------------ Dask
+
+DASK_IMPORTS = """
+    import tempfile
+    from distributed import Client
+    from distributed.core import rpc
+    from flytekitplugins_ddlscale.backends.local._dask_tls import ensure_tls
+    import asyncio, ssl, cryptography.hazmat.primitives.asymmetric.ec, cryptography.x509
+"""
+DASK_ATTACK = """
+    results = {}
+    def attempt(name, action):
+        # A refusal is a failed connection or file access (Dask's CommClosedError is an OSError), not
+        # anything else that could go wrong in this script (an import, a typo).
+        try:
+            action()
+            results[name] = "accepted"
+        except PermissionError:
+            results[name] = "PermissionError"
+        except (OSError, asyncio.TimeoutError):
+            results[name] = "refused"
+        except Exception as exc:
+            results[name] = f"{type(exc).__name__}: {exc}"
+    folder = args["folder"]
+    attempt("list the cluster's folder", lambda: os.listdir(folder))
+    attempt("read the cluster's key", lambda: open(os.path.join(folder, "tls", "cluster-key.pem")).read())
+    own = ensure_tls(__import__("pathlib").Path(tempfile.mkdtemp()))
+    def client(address, **kwargs):
+        Client(address, timeout=args["timeout"], set_as_default=False, **kwargs).close()
+    attempt("Client over tcp://", lambda: client(f"tcp://127.0.0.1:{args['port']}"))
+    attempt("Client over tls:// with its own certificate", lambda: client(
+        f"tls://127.0.0.1:{args['port']}", security=own.security()))
+    async def to_worker():
+        connection = own.security().get_connection_args("client")
+        async with rpc(args["worker"], timeout=args["timeout"], connection_args=connection) as worker:
+            await asyncio.wait_for(worker.identity(), args["timeout"])
+    attempt("call a worker directly", lambda: asyncio.run(to_worker()))
+    print(json.dumps(results))
+"""
+
+
+def test_another_user_cannot_reach_a_local_dask_cluster_or_read_its_certificate(local_backend, other_user):
+    ref = ClusterRef("dask", "guarded")
+    local_backend.up(ref, 1, "Tiny", timeout=120)
+    record = local_backend.store.load(ref)
+    folder = local_backend.store.cluster_dir(ref)
+    # The owner, holding the cluster's certificate, is served.
+    workers = scheduler_workers(record.address, folder)
+    assert list(workers) == [record.workers[0].name]
+    worker_address = _worker_address(record.address, folder)
+    assert worker_address.startswith("tls://127.0.0.1:")
+
+    tls = DaskTls.of(folder)
+    assert [oct(p.stat().st_mode & 0o777) for p in (folder, tls.ca_file.parent)] == ["0o700", "0o700"]
+    assert {oct(p.stat().st_mode & 0o777) for p in (tls.ca_file, tls.cert, tls.key)} == {"0o600"}
+
+    attacker = as_other_user(other_user, DASK_IMPORTS, DASK_ATTACK, {
+        "folder": str(folder), "port": record.port, "timeout": ATTEMPT_TIMEOUT,
+        "worker": worker_address,
+    })
+    results = outcome_of(attacker)
+    assert (results.pop("list the cluster's folder"), results.pop("read the cluster's key")) == (
+        "PermissionError", "PermissionError")
+    assert results == dict.fromkeys(
+        ("Client over tcp://", "Client over tls:// with its own certificate", "call a worker directly"), "refused")
+    # Still serving its owner, with the same worker.
+    assert list(scheduler_workers(record.address, folder)) == [record.workers[0].name]
+
+
+def _worker_address(scheduler: str, folder: Path) -> str:
+    from distributed import Client
+
+    with Client(scheduler, timeout=10, security=DaskTls.of(folder).security()) as client:
+        return next(iter(client.scheduler_info()["workers"]))
+
+
+# ------------------------------------------------------------------ Ray
+
+SQUATTER = """
+    import socket, threading
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    print(json.dumps({"port": server.getsockname()[1]}), flush=True)
+    received, connections = [], []
+    def serve():
+        while True:
+            try:
+                peer, _ = server.accept()
+            except OSError:
+                return
+            connections.append(1)
+            peer.settimeout(5)
+            try:
+                while True:
+                    chunk = peer.recv(65536)
+                    if not chunk:
+                        break
+                    received.append(chunk.decode("latin-1"))
+            except OSError:
+                pass
+            peer.close()
+    threading.Thread(target=serve, daemon=True).start()
+    sys.stdin.read()
+    server.close()
+    print(json.dumps({"connections": len(connections), "received": "".join(received)}), flush=True)
+"""
+
+
+def test_a_port_squatter_of_another_user_receives_no_ray_token(other_user, tmp_path, monkeypatch):
+    token_path = tmp_path / ray_ops.TOKEN_FILE
+    token = ray_ops.new_token(token_path).read_text()
+    squatter = as_other_user(other_user, "import socket, threading", SQUATTER, {}, stdin=subprocess.PIPE)
+    try:
+        port = json.loads(squatter.stdout.readline())["port"]
+        url = ray_ops.dashboard_url("127.0.0.1", port)
+        # The local backend's readiness and worker count, and the framework check of a run holding the
+        # cluster's connection variables: each reaches the port, and sends nothing there.
+        assert ray_ops.alive_nodes(url, str(token_path)) is None
+        assert ray_ops.alive_worker_nodes(url, str(token_path)) is None
+        monkeypatch.setenv("RAY_AUTH_MODE", "token")
+        monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(token_path))
+        with pytest.raises(HeadUnreachable) as refused:
+            read_registered(PROBES["ray"], Endpoint("ray", url, "test"), timeout=10)
+        assert f"held by uid {other_user.pw_uid}, not by you: nothing sent" in str(refused.value)
+    finally:
+        found = outcome_of(squatter, stdin="")
+    assert found["connections"] == 3, found
+    assert token not in found["received"] and found["received"] == ""
+    # The same reads of a dashboard of the owner's own carry the token and are answered.
+    with RayDashboardServer(token=token) as head:
+        nodes = ray_ops.alive_nodes(head.url, str(token_path))
+    assert nodes is not None and [n["is_head_node"] for n in nodes] == [True]
+
+
+def test_each_ray_head_start_writes_a_new_token_and_tells_worker_nodes_by_a_file(tmp_path):
+    if importlib.util.find_spec("ray") is None:
+        pytest.skip("Ray is not installed")
+    from flytekitplugins_ddlscale.backends.local._ray_driver import TOKEN_PATH, RayDriver
+    from flytekitplugins_ddlscale.backends.local._state import ClusterRecord, LocalStateStore
+
+    store = LocalStateStore(tmp_path / "local")
+    ref = ClusterRef("ray", "fresh")
+    record = ClusterRecord(ref=ref, host="127.0.0.1", port=6380, ports={"dashboard": 1, "client": 2})
+    driver = RayDriver()
+    tokens = []
+    for _ in range(2):
+        argv = driver.head_argv(record, store)
+        token_file = Path(record.framework[TOKEN_PATH])
+        tokens.append(token_file.read_text())
+        assert token_file.stat().st_mode & 0o777 == 0o600
+        assert not any(tokens[-1] in part for part in argv)
+        ray_ops.mark_head_ready(store.cluster_dir(ref))
+    assert tokens[0] != tokens[1] and all(len(t) == 64 for t in tokens)
+    # A head start forgets that the previous head was ready; a worker node waits on that file only.
+    driver.head_argv(record, store)
+    ready = store.cluster_dir(ref) / ray_ops.HEAD_READY_FILE
+    assert not ready.exists()
+    worker = driver.worker_argv(record, "w-0", _shape(), store.private_cluster_dir(ref, "work"))
+    assert worker[worker.index("--") - 1] == str(ready)
+    assert not any("http://" in part for part in worker)
+
+
+def _shape():
+    from flytekitplugins_ddlscale.backends.local._tiers import WorkerShape
+
+    return WorkerShape(tier="Tiny", nthreads=1, memory_limit=512 * 2**20)
+
+
+# ------------------------------------------------------------------ Spark
+
+def _spark_present() -> bool:
+    java_home = os.environ.get("JAVA_HOME", "").strip()
+    java = bool(java_home and os.access(Path(java_home) / "bin" / "java", os.X_OK)) or shutil.which("java") is not None
+    return java and importlib.util.find_spec("pyspark") is not None
+
+
+SPARK_ATTACK = """
+    import socket, struct
+    results = {}
+    for name, path in (("read the secret", args["secret"]), ("read the application defaults", args["defaults"])):
+        try:
+            open(path).read()
+            results[name] = "read"
+        except OSError as exc:
+            results[name] = type(exc).__name__
+    # One RPC request as a Spark client without the secret sends it first: frame length, type 3
+    # (RpcRequest), request id, body length, then the body (a Java serialization header here).
+    body = b"\\xac\\xed\\x00\\x05ddlscale"
+    header = struct.pack(">bqi", 3, 42, len(body))
+    connection = socket.create_connection(("127.0.0.1", args["port"]), timeout=30)
+    connection.sendall(struct.pack(">q", 8 + len(header) + len(body)) + header + body)
+    answer = b""
+    while len(answer) < 8 or len(answer) < struct.unpack(">q", answer[:8])[0]:
+        chunk = connection.recv(65536)
+        if not chunk:
+            break
+        answer += chunk
+    results["type"] = answer[8] if len(answer) > 8 else None
+    results["answer"] = answer[21:4000].decode("utf-8", "replace")
+    print(json.dumps(results))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.starts_spark
+@pytest.mark.skipif(not _spark_present(), reason="local Spark clusters need pyspark and Java 17+")
+def test_a_local_spark_master_refuses_another_users_rpc(local_backend, other_user):
+    ref = ClusterRef("spark", "guarded")
+    local_backend.up(ref, 0, "Tiny", timeout=180)
+    record = local_backend.store.load(ref)
+    folder = local_backend.store.cluster_dir(ref)
+    secret = folder / "spark-auth-secret"
+    defaults = Path(record.framework["conf_dir"]) / "spark-defaults.conf"
+    assert {oct(p.stat().st_mode & 0o777) for p in (secret, defaults, folder / "spark-daemon.conf")} == {"0o600"}
+    assert f"spark.authenticate.secret {secret.read_text()}" in defaults.read_text()
+
+    attacker = as_other_user(other_user, "import encodings.idna, socket, struct", SPARK_ATTACK, {
+        "secret": str(secret), "defaults": str(defaults), "port": record.port,
+    })
+    results = outcome_of(attacker)
+    assert (results["read the secret"], results["read the application defaults"]) == ("PermissionError", "PermissionError")
+    # RpcFailure (type 5): the authentication handler of Spark's AES-based RPC encryption
+    # (spark.network.crypto) refused a message that is no authentication.
+    assert results["type"] == 5, results
+    assert "Expected SaslMessage" in results["answer"], results["answer"]
+    assert "org.apache.spark.network.crypto.AuthRpcHandler" in results["answer"], results["answer"]
