@@ -104,7 +104,10 @@ def _check_framework(facts: Dict[str, Any], folder: Path) -> None:
         ("tls_dir", folder / "tls"),
     )
     for key, expected in own_files:
-        if key in facts and facts[key] != str(expected):
+        # The same state directory may be reached through a linked path: the file is the cluster's own
+        # when both spellings resolve to it.
+        if key in facts and (not isinstance(facts[key], str)
+                             or os.path.realpath(facts[key]) != os.path.realpath(expected)):
             raise InvalidInputError(f"framework.{key}", facts[key], str(expected))
     if "python" in facts:
         validate_text(facts["python"], "framework.python", "an absolute path to a Python executable")
