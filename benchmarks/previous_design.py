@@ -42,6 +42,10 @@ def export(target: Path) -> Tuple[Optional[Path], str]:
         subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
         for name in HARNESS:
             (target / "benchmarks" / name).write_text((REPO_ROOT / "benchmarks" / name).read_text())
+        # The venv's flytekit.plugins entry point names this tree's entry module; the previous design's
+        # entry point was the package itself, which importing this empty module loads.
+        (target / "flytekitplugins_ddlscale" / "connector_entry.py").write_text(
+            '"""The previous design\'s flytekit.plugins entry point was the package itself."""\n')
     return target, ""
 
 
