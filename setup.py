@@ -18,7 +18,9 @@ setup(
     license="Apache-2.0",
     packages=find_packages(include=["flytekitplugins_ddlscale", "flytekitplugins_ddlscale.*"]),
     package_data={"flytekitplugins_ddlscale": ["py.typed", "data/*.yaml"]},
-    python_requires=">=3.9",
+    # flytekit 1.16 supports 3.10-3.12 (its own Requires-Python; on 3.13 pyflyte fails on start-up), and
+    # constraints.txt pins a tested set for each of them; pip and uv refuse other versions at install.
+    python_requires=">=3.10,<3.13",
     install_requires=[
         # The connector base and `pyflyte serve connector` exist from flytekit 1.16.
         "flytekit>=1.16,<2",
@@ -51,7 +53,6 @@ setup(
     },
     classifiers=[
         "Programming Language :: Python :: 3",
-        "Programming Language :: Python :: 3.9",
         "Programming Language :: Python :: 3.10",
         "Programming Language :: Python :: 3.11",
         "Programming Language :: Python :: 3.12",
