@@ -65,6 +65,10 @@ def test_python_requires_classifiers_and_the_readme_name_the_same_versions():
     assert [f"3.{minor}" for minor in range(6, 16) if f"3.{minor}" in requires] == supported
     named = re.search(r"^Python (3\.\d+), (3\.\d+) or (3\.\d+) ", README, flags=re.M)
     assert named and list(named.groups()) == supported
+    # The build's own refusal (uv ignores python_requires' upper bound) names the same range.
+    lowest, highest = re.search(r"SUPPORTED = \(\((3), (\d+)\), \((3), (\d+)\)\)", SETUP).group(2, 4)
+    assert [f"3.{lowest}", f"3.{highest}"] == [supported[0], supported[-1]]
+    assert f"supports Python 3.{lowest} to 3.{highest} " in SETUP
 
 
 def test_constraints_pin_exactly_one_version_of_each_package_for_every_supported_python():
