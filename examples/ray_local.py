@@ -1,4 +1,4 @@
-"""Ray, runnable on a laptop: the README's first snippet, as a file.
+"""Ray, runnable on a laptop: a flow with scaling nodes and a phase (the README's phase snippet is from here).
 
     pyflyte run examples/ray_local.py train_flow
 
