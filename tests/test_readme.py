@@ -49,6 +49,10 @@ def test_ci_runs_the_readme_install_and_test_commands_as_written():
         # As a line of its own, or with `|| status=$?` so the script goes on to its checks after a failure.
         assert any(line == command or line.startswith(command + " || ") for line in ci.splitlines()), \
             f"the README's {heading} command is not a line of .ci/run"
+    # The smoke runs on other Pythons install with the same command too.
+    install = _block_under("Install").strip()
+    installs = [line for line in ci.splitlines() if "uv pip install" in line]
+    assert len(installs) >= 3 and all(install in line for line in installs)
 
 
 def test_the_install_makes_its_own_venv_so_a_distribution_python_accepts_it():
