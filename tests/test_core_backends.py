@@ -74,3 +74,27 @@ def test_the_base_class_is_the_one_declaration_of_the_public_methods():
         assert ClusterBackend in backend.__mro__
         for name in methods:
             assert inspect.signature(getattr(backend, name)) == inspect.signature(getattr(ClusterBackend, name)), name
+
+
+def test_a_backend_that_leaves_out_a_required_hook_cannot_be_made_and_the_error_names_it():
+    """The hooks every backend must write are abstract (as flytekit's connector base does it), so a
+    missing one fails when the class is instantiated, naming it, not when a user first reaches it."""
+    from flytekitplugins_ddlscale.backends import ClusterBackend
+    from flytekitplugins_ddlscale.backends._filebacked import FileRecordsBackend
+
+    class NoHooks(ClusterBackend):
+        name = "no-hooks"
+
+    required = {"_observe", "_observe_for_wait", "_wait_workers", "_reach", "_scale_change", "_restore_change",
+                "_reconcile_change", "_restart_head", "_record_baseline", "_get_baseline", "_claim", "_renew",
+                "_release", "_claims"}
+    assert ClusterBackend.__abstractmethods__ == required
+    with pytest.raises(TypeError, match="abstract") as caught:
+        NoHooks()
+    assert all(name in str(caught.value) for name in required)
+
+    # A backend on file records writes only how to observe and apply a size; the records hooks are done.
+    assert FileRecordsBackend.__abstractmethods__ == {
+        "_observe", "_observe_for_wait", "_wait_workers", "_reach", "_restart_head",
+        "_observe_before_change", "_apply_size", "_apply_baseline", "_no_baseline",
+    }
