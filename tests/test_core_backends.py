@@ -123,3 +123,15 @@ def test_kinds_backends_and_the_cli_s_choices_come_from_their_registries():
         assert all(name in shown for name in available_backends()), shown
         assert "Worker group (kuberay and dask-operator clusters" in shown
     assert all(name in settings.BACKEND.allowed for name in BUILTIN_BACKENDS)
+
+
+def test_the_backend_page_names_every_required_hook():
+    """docs/backends.md walks through writing a backend: every hook a backend must write is on it."""
+    from pathlib import Path
+
+    from flytekitplugins_ddlscale.backends import ClusterBackend
+    from flytekitplugins_ddlscale.backends._filebacked import FileRecordsBackend
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "backends.md").read_text(encoding="utf-8")
+    required = ClusterBackend.__abstractmethods__ | FileRecordsBackend.__abstractmethods__
+    assert sorted(hook for hook in required if f"`{hook}" not in page) == []
