@@ -19,9 +19,10 @@ from flytekitplugins_ddlscale.backends._support.filestore import FileRecordStore
 from flytekitplugins_ddlscale.backends._support.inplace import Reach, state_dir_env
 from flytekitplugins_ddlscale.backends._support.privatefs import private_dir, read_record_text
 from flytekitplugins_ddlscale.backends._support.statefiles import write_json
-from flytekitplugins_ddlscale.errors import ClusterNotFoundError, InvalidInputError
+from flytekitplugins_ddlscale.errors import ClusterNotFoundError, InvalidInputError, UnsupportedOperationError
 from flytekitplugins_ddlscale.models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
 from flytekitplugins_ddlscale.refs import ClusterRef
+from flytekitplugins_ddlscale._core.progress import ProgressReporter
 from flytekitplugins_ddlscale._core.waiting import Backoff, Deadline, poll_until
 
 MAX_WORKERS = 6
@@ -100,8 +101,11 @@ class ExampleBackend(FileRecordsBackend):
         raise InvalidInputError("target", None, f"a ReplicaSpec, since no baseline is recorded for {ref}")
 
     def _restart_head(
-        self, ref: ClusterRef, tier: Optional[str], wait: bool, deadline: Deadline, progress: object,
+        self, ref: ClusterRef, tier: Optional[str], wait: bool, deadline: Deadline,
+        progress: Optional[ProgressReporter],
     ) -> RestartResult:
+        if tier is not None:
+            raise UnsupportedOperationError("the example backend cannot change the head's tier", cluster=str(ref))
         return RestartResult(str(ref), f"{ref.name}-scheduler", utcnow().isoformat(), True, self._observe(ref), wait)
 
     # Its files.
