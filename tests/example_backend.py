@@ -7,6 +7,7 @@ how many workers were up before the last change, when it was made and how long n
 (:class:`FileRecordsBackend` does them). Other processes find it through an entry point (:func:`registered`).
 """
 import json
+import os
 import time
 from pathlib import Path
 from typing import Optional, Union
@@ -138,4 +139,4 @@ def registered(folder: Path) -> str:
     (info / "entry_points.txt").write_text(
         "[flytekitplugins_ddlscale.backends]\nexample = tests.example_backend:ExampleBackend\n"
     )
-    return f"{folder}:{Path(__file__).resolve().parent.parent}"
+    return os.pathsep.join([str(folder), str(Path(__file__).resolve().parent.parent)])
