@@ -202,8 +202,29 @@ def local_world(root: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
         backend.shutdown_all()
 
 
+@contextlib.contextmanager
+def example_world(tmp_path: Path) -> Iterator[World]:
+    """tests/example_backend.py, written from docs/backends.md: a backend not shipped passes the same contract,
+    its printed commands run by a ``ddlscale`` that finds it through its entry point."""
+    from tests.example_backend import ExampleBackend, registered
+
+    root = tmp_path / "example-state"
+    backend = ExampleBackend(state_dir=root / "example")
+    ref = ClusterRef("dask", "dask-contract")
+    backend.create(ref, 1)
+    with backend:
+        yield World(
+            backend, ref, "desired_workers", "max_workers",
+            prefix=f"DDLSCALE_STATE_DIR={root} ",
+            options=f', state_dir="{backend.directory}"',
+            desired=lambda: backend.desired(ref),
+            slow=lambda: backend.set_delay(ref, 1.0),
+            shell_env={"PYTHONPATH": registered(tmp_path / "registry")},
+        )
+
+
 BACKENDS = ["scaler", "kubernetes", pytest.param("kubernetes-real", marks=pytest.mark.envtest), "kuberay",
-            "dask-operator", pytest.param("local", marks=pytest.mark.slow)]
+            "dask-operator", pytest.param("local", marks=pytest.mark.slow), "example"]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -220,6 +241,8 @@ def world(request, tmp_path, monkeypatch) -> Iterator[World]:
         made = real_kubernetes_world(tmp_path, request.getfixturevalue("envtest"))
     elif request.param in ("kuberay", "dask-operator"):
         made = operator_world(tmp_path, request.param)
+    elif request.param == "example":
+        made = example_world(tmp_path)
     else:
         made = local_world(request.getfixturevalue("local_state"), monkeypatch)
     with made as instance:

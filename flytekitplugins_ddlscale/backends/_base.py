@@ -7,6 +7,7 @@ public methods are declared, documented and done here once, and each backend
 implements the small hooks below them (``BaseBackend`` is the same class
 under its earlier name).
 """
+import abc
 import contextlib
 import time
 from dataclasses import dataclass
@@ -111,7 +112,7 @@ class WorkersWait:
     """The latest state seen before the wait (None: none could be read)."""
 
 
-class ClusterBackend(Closing):
+class ClusterBackend(Closing, abc.ABC):
     """One way to read and resize distributed-compute clusters: the public methods, declared and
     done once; a backend subclasses it and implements the hooks.
 
@@ -128,6 +129,10 @@ class ClusterBackend(Closing):
     (:func:`inplace.check_reachable`). The records hooks (``_record_baseline``,
     ``_get_baseline``, ``_claim``, ``_release``, ``_claims``) store baselines
     and claims: on files (:class:`FileRecordsBackend`) or with the cluster.
+
+    The hooks every backend must write are abstract, so a class that leaves
+    one out cannot be instantiated and the error names it; the others have
+    defaults (docs/backends.md says which is which and what each guarantees).
     """
 
     name: str = "base"
@@ -531,72 +536,79 @@ class ClusterBackend(Closing):
         """Finish ``change`` once its workers are up (or not waited for); return the state to report."""
         return final
 
+    @abc.abstractmethod
     def _observe(self, ref: ClusterRef) -> ClusterState:
         """The cluster now."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _observe_for_wait(self, ref: ClusterRef, replicas: int, deadline: Deadline) -> Optional[ClusterState]:
         """The cluster at the start of a wait, to refuse an impossible one; None when it cannot be read
         now but may be before ``deadline`` (the wait then rides out the outage)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _wait_workers(self, ref: ClusterRef, wait: WorkersWait) -> ClusterState:
         """Wait until ``wait.replicas`` workers are up (after ``wait.change``, if given)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _reach(self, ref: ClusterRef) -> Reach:
         """How ``ddlscale`` and a new process reach this cluster and its records (for remedies)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _scale_change(
         self, ref: ClusterRef, replicas: int, tier: Optional[str], strict: bool, deadline: Deadline
     ) -> Union[Change, ScaleResult]:
         """Record the baseline if none is, then set ``replicas`` workers (and ``tier``)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _restore_change(
         self, ref: ClusterRef, target: Optional[ReplicaSpec], deadline: Deadline
     ) -> Union[Change, ScaleResult]:
         """Put back the baseline (or ``target``); forget the baseline and every claim."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _reconcile_change(
         self, ref: ClusterRef, target: Optional[ReplicaSpec], deadline: Deadline
     ) -> Union[Change, ScaleResult, None]:
         """Scale to the largest claim, else restore the baseline (or ``target``); None if neither exists."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _restart_head(
         self, ref: ClusterRef, tier: Optional[str], wait: bool, deadline: Deadline,
         progress: Optional[ProgressReporter],
     ) -> RestartResult:
         """Replace the head (on ``tier`` if given); with ``wait``, until the new head is Ready."""
-        raise NotImplementedError
 
     def _head_restarted(self, ref: ClusterRef, restart: RestartResult) -> Tuple[bool, ClusterState]:
-        """Whether the head ``restart`` asked for is up and Ready (only with ``observes_restarts``)."""
-        raise NotImplementedError
+        """Whether the head ``restart`` asked for is up and Ready (optional: only with ``observes_restarts``)."""
+        raise NotImplementedError(f"{type(self).__name__} declares observes_restarts without _head_restarted")
 
+    @abc.abstractmethod
     def _record_baseline(self, ref: ClusterRef) -> Baseline:
-        raise NotImplementedError
+        """Record ``ref``'s size and tiers now unless a baseline is recorded; the baseline recorded."""
 
+    @abc.abstractmethod
     def _get_baseline(self, ref: ClusterRef) -> Optional[Baseline]:
-        raise NotImplementedError
+        """The recorded baseline, or None; only reads."""
 
+    @abc.abstractmethod
     def _claim(
         self, ref: ClusterRef, claim_id: str, replicas: int, tier: Optional[str], lease_seconds: float,
         timeout: Optional[float],
     ) -> Claim:
-        raise NotImplementedError
+        """Store the claim as a lease (dead claims dropped, the baseline and the size outside phases
+        recorded in the same atomic step); the largest live claim. ``timeout``: longest wait for a lock."""
 
+    @abc.abstractmethod
     def _renew(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
-        raise NotImplementedError
+        """Renew ``claim_id``'s lease from now, keeping when it was made; None when it is gone."""
 
+    @abc.abstractmethod
     def _release(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
-        raise NotImplementedError
+        """Drop ``claim_id``; the largest remaining live claim, or None."""
 
+    @abc.abstractmethod
     def _claims(self, ref: ClusterRef) -> Dict[str, Claim]:
-        raise NotImplementedError
+        """The live claims by id; only reads."""
 
 
 BaseBackend = ClusterBackend

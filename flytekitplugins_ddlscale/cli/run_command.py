@@ -19,7 +19,7 @@ from .._core.redaction import redact
 from .._core.validation import validate_timeout
 from .._core.wording import plural
 from .child import DEFAULT_KILL_AFTER, CommandNotStarted, run_forwarding
-from .cluster_commands import CREATE_HELP, KIND_HELP, cluster_ref, open_checked, require_existing
+from .cluster_commands import BACKEND_HELP, CREATE_HELP, GROUP_HELP, KIND_HELP, cluster_ref, open_checked, require_existing
 from .output import emit_error
 
 RUN_EPILOG = (
@@ -38,12 +38,12 @@ def _say(text: str) -> None:
     epilog=RUN_EPILOG,
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
 )
-@click.option("--backend", default=None, help="scaler, kubernetes, local (default: from the environment).")
+@click.option("--backend", default=None, help=BACKEND_HELP)
 @click.option("--kind", required=True, help=KIND_HELP)
 @click.option("--name", default=None, help="Cluster name.")
 @click.option("--run-id", default=None, help="Domino run id: the cluster is <kind>-<run id>.")
 @click.option("--namespace", default=None, help="Namespace (default: the backend's).")
-@click.option("--group", default=None, help="Worker group (kuberay and dask-operator clusters; default: the only one / default).")
+@click.option("--group", default=None, help=GROUP_HELP)
 @click.option("--replicas", type=int, required=True, help="Workers the command needs at least (a cluster found larger is not shrunk).")
 @click.option("--worker-hw-tier", default=None, help="Hardware tier NAME for the workers.")
 @click.option(
