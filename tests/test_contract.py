@@ -608,3 +608,44 @@ def _running(pid: int) -> bool:
     from flytekitplugins_ddlscale._core.leases import pid_running
 
     return pid_running(pid)
+
+
+# ----- claim records are checked like input (issue 30, part 3) -----
+
+
+def plant_claims(world: World, text: str) -> None:
+    """Write ``text`` as ``world``'s claims record, where its backend keeps it (as anyone who can write
+    the state directory, or patch the cluster object, can)."""
+    backend = world.backend
+    if hasattr(backend, "records"):
+        from flytekitplugins_ddlscale.backends._support.filerecords import CLAIMS_KEY
+
+        backend.records.store.update(world.ref, lambda record: record.__setitem__(CLAIMS_KEY, text))
+        return
+    from flytekitplugins_ddlscale._core.records import CLAIMS_ANNOTATION
+
+    adapter = backend._adapter(world.ref)
+    patch = {"metadata": {"annotations": {CLAIMS_ANNOTATION: text}}}
+    backend.api.patch_cluster(
+        adapter.plural, world.ref.namespace, adapter.object_name(world.ref), patch, group=adapter.group,
+        version=adapter.version,
+    )
+
+
+def test_a_claim_renewed_far_ahead_is_a_corrupt_record_for_claims_reconcile_and_run(world):
+    """Renewed "in 9999": not live for ever, nor a raw OverflowError (2999 and others: test_core_records)."""
+    from flytekitplugins_ddlscale.errors import CorruptRecordError
+
+    claim = {"claim_id": "planted", "replicas": 5, "holder": "elsewhere:1", "lease_seconds": 90,
+             "created_at": "2026-01-01T00:00:00+00:00", "renewed_at": "9999-12-31T23:59:59+00:00"}
+    plant_claims(world, json.dumps({"planted": claim}))
+    before = world.desired()
+    for call in (lambda: world.backend.claims(world.ref), lambda: world.backend.reconcile(world.ref, timeout=30)):
+        with pytest.raises(CorruptRecordError) as caught:
+            call()
+        assert caught.value.field == "claims['planted'].renewed_at"
+    ran = run_shell(world.command("run", "--replicas", "1", "--no-framework-ready", "--", "true"), **world.shell_env)
+    assert ran.returncode not in (0, 1) and "Traceback" not in ran.stderr and "OverflowError" not in ran.stderr
+    [line] = [line for line in ran.stderr.splitlines() if "renewed_at" in line]
+    assert "claims['planted'].renewed_at" in line
+    assert world.desired() == before
