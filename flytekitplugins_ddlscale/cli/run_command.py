@@ -15,6 +15,7 @@ import click
 from ..backends._base import DEFAULT_SCALE_TIMEOUT
 from ..errors import ClusterFaultError, ScalingError
 from .._services.hold import ClusterPhase, PhaseInterrupted, cluster_phase
+from .._core.leases import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
 from .._core.redaction import redact
 from ..refs import ALLOWED_KINDS
 from .._core.validation import validate_timeout
@@ -62,6 +63,11 @@ def _say(text: str) -> None:
     "instead of repairing it (local backend) or reporting it.",
 )
 @click.option(
+    "--lease-seconds", type=float, default=DEFAULT_LEASE_SECONDS, show_default=True,
+    help="How long the claim outlives its last renewal (renewed every third of it): a ddlscale stopped or "
+    f"hung longer loses it to other runs, a fault once it runs again (at most {MAX_LEASE_SECONDS:.0f}).",
+)
+@click.option(
     "--kill-after", type=float, default=DEFAULT_KILL_AFTER, show_default=True,
     help="Seconds the command gets to exit after a forwarded SIGTERM/SIGINT before it is killed.",
 )
@@ -78,6 +84,7 @@ def run(
     timeout: float,
     framework_ready: bool,
     fail_on_fault: bool,
+    lease_seconds: float,
     kill_after: float,
     command: Tuple[str, ...],
 ) -> None:
@@ -95,6 +102,9 @@ def run(
     before the phases. Concurrent runs and phases on one cluster never
     shrink each other. The claim is a lease renewed while ddlscale runs; if
     ddlscale is killed, the claim stops counting and COMMAND is killed too.
+    A claim lost while COMMAND runs (ddlscale stopped past its lease) or a
+    cluster scaled below REPLICAS is a fault: claimed again and put back,
+    or, with --fail-on-fault, COMMAND stopped and exit 6.
     """
     try:
         ref = cluster_ref(kind, name, run_id, namespace, group)
@@ -102,6 +112,7 @@ def run(
         phase = cluster_phase(
             ref, replicas, worker_hw_tier=worker_hw_tier, timeout=timeout, backend=backend,
             framework_ready=framework_ready, deck=False, label="run", fail_on_fault=fail_on_fault,
+            lease_seconds=lease_seconds,
         )
     except ScalingError as error:
         sys.exit(emit_error(error, as_json=False))
