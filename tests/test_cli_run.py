@@ -183,6 +183,57 @@ def test_local_run_with_fail_on_fault_stops_the_command_when_a_worker_is_lost(lo
     assert local_target.size() == local_target.baseline
 
 
+def _until(what: str, check: Callable[[], bool], timeout: float = START_TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"never saw {what} within {timeout}s"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_a_stopped_run_that_lost_its_claim_claims_again_or_with_fail_on_fault_stops(local_target, tmp_path):
+    """Two runs hold 3 workers with a 4 s lease; both are stopped (SIGSTOP) past it while a third run
+    drops their lapsed claims and shrinks the cluster; then both go on (SIGCONT). The plain run claims
+    again, brings the cluster back to 3 before its command goes on, and says so; the one with
+    --fail-on-fault stops its command and exits 6. Each step waits for what it needs to see happen."""
+    from flytekitplugins_ddlscale.backends.local import LocalBackend
+    from flytekitplugins_ddlscale.refs import ClusterRef
+
+    backend = LocalBackend(state_dir=Path(local_target.env["DDLSCALE_STATE_DIR"]) / "local")
+    ref = ClusterRef("dask", "runner")
+    backend.up(ref, 1, timeout=120)
+    plain_started, plain_go, failing_started = tmp_path / "plain", tmp_path / "go", tmp_path / "failing"
+    holding = ("--replicas", "3", "--timeout", "120", "--no-framework-ready", "--lease-seconds", "4")
+    plain = start(local_target, *holding, "--", "sh", "-c", "touch $0; while [ ! -e $1 ]; do sleep 0.05; done",
+                  str(plain_started), str(plain_go))
+    failing = start(local_target, *holding, "--fail-on-fault", "--", "sh", "-c", WAIT_FOR_SIGNAL,
+                    str(failing_started))
+    try:
+        wait_for(plain_started, plain)
+        wait_for(failing_started, failing)
+        assert local_target.size() == 3 and len(backend.claims(ref)) == 2
+        plain.send_signal(signal.SIGSTOP)
+        failing.send_signal(signal.SIGSTOP)
+        _until("both stopped runs' claims lapse", lambda: backend.claims(ref) == {})
+        other = run(local_target, "--replicas", "1", "--timeout", "120", "--no-framework-ready", "--", "true")
+        assert other.returncode == 0, other.stderr
+        assert other.stderr.count("(3 workers, holder ") == 2, other.stderr  # it dropped both lapsed claims
+        assert local_target.size() == 1  # and shrank the cluster below the stopped runs' 3
+    finally:
+        plain.send_signal(signal.SIGCONT)
+        failing.send_signal(signal.SIGCONT)
+    _until("the plain run's cluster back at 3", lambda: local_target.size() == 3 and plain.poll() is None)
+    plain_go.touch()
+    plain_result, failing_result = finish(plain), finish(failing)
+    assert plain_result.returncode == 0, plain_result.stderr
+    assert "lapsed: this process did not run or could not renew it" in plain_result.stderr
+    assert "claimed again and the cluster brought back to its size" in plain_result.stderr  # the summary
+    assert failing_result.returncode == 6, failing_result.stderr
+    assert failing_started.with_suffix(".got").read_text().strip() == "TERM"  # its command was stopped
+    assert "[cluster_fault]" in failing_result.stderr and "lapsed" in failing_result.stderr
+    assert local_target.size() == 1 and backend.claims(ref) == {}
+
+
 def test_scaler_command_sees_the_cluster_at_its_size(scaler_server, scaler_target, tmp_path):
     seen = tmp_path / "seen"
     script = f"import json, urllib.request; print('child ran', flush=True); open({str(seen)!r}, 'w').write('x')"

@@ -281,9 +281,12 @@ class PhaseMonitor:
         if not repairable or not self._backend.capabilities.repairs_processes:
             fault.action = REPORTED
             return
+        if self.lost is not None:
+            return  # the phase no longer holds the cluster: not its to repair
         if not fault.action:
             logger.warning("phase %s: repairing %s", self._claim_id, self._ref)
-        fault.action = REPAIRED
+        if fault.action not in (RECLAIMED, REASSERTED):
+            fault.action = REPAIRED
         # A reconcile decides from the claims live now, so it never shrinks another phase; it
         # restarts a lost head on its port and replaces lost workers. Repeated while the fault
         # lasts: processes already started are counted, so a repeat starts nothing twice.
