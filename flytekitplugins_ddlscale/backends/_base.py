@@ -22,7 +22,7 @@ from .._core.leases import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
 from .._core.records import Claim
 from ..refs import ClusterRef
 from .._core.validation import validate_claim_id, validate_replicas, validate_tier_name, validate_timeout
-from .._core.waiting import Deadline
+from .._core.waiting import Deadline, within
 from .._core.wording import seconds
 
 DEFAULT_SCALE_TIMEOUT = 900.0
@@ -406,8 +406,25 @@ class ClusterBackend(Closing):
 
         A wait that times out or sees a worker fail leaves the change in place
         (``explain``: the error names it and the remedy). A plain
-        :class:`ScaleResult` is a change that had nothing to wait for.
+        :class:`ScaleResult` is a change that had nothing to wait for. Every
+        framework probe on the way, the final state read and the clean-up
+        after a timeout included, gets no more than what is left of
+        ``deadline`` (:func:`~flytekitplugins_ddlscale._core.waiting.within`; `PROBE_GRACE` each once it is spent).
         """
+        with within(deadline):
+            return self._finish_within(ref, change, wait, deadline, progress, explain=explain, needed=needed)
+
+    def _finish_within(
+        self,
+        ref: ClusterRef,
+        change: Union[Change, ScaleResult],
+        wait: bool,
+        deadline: Deadline,
+        progress: Optional[ProgressReporter],
+        *,
+        explain: bool,
+        needed: Optional[int],
+    ) -> ScaleResult:
         if isinstance(change, ScaleResult):
             return change
         result = change.result

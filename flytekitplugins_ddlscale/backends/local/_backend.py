@@ -37,7 +37,7 @@ from ..._core.progress import ProgressReporter
 from ..._core.records import Claim
 from ...refs import ClusterRef
 from ..._core.validation import validate_replicas, validate_timeout
-from ..._core.waiting import Backoff, Deadline, poll_until
+from ..._core.waiting import Backoff, Deadline, poll_until, within
 from ..._core.wording import plural
 from .._base import DEFAULT_SCALE_TIMEOUT, BackendCapabilities, Change, WorkersWait
 from .._filebacked import FileRecordsBackend
@@ -388,8 +388,9 @@ class LocalBackend(FileRecordsBackend):
     @contextlib.contextmanager
     def _changing(self, ref: ClusterRef, deadline: Deadline) -> Iterator[None]:
         """Every change holds the cluster's lock while it starts or stops processes, so processes match
-        the records read; the wait for its workers that follows does not."""
-        with self.supervisor.lock(ref, max(deadline.remaining, 0.1)):
+        the records read; the wait for its workers that follows does not. Its checks of the head get
+        no more than what is left of ``deadline``."""
+        with within(deadline), self.supervisor.lock(ref, max(deadline.remaining, 0.1)):
             yield
 
     def _observe_before_change(self, ref: ClusterRef, deadline: Deadline, what: str) -> ClusterState:

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional
 
 from ...errors import BackendUnavailableError
 from ..._core.wording import seconds
+from ..._core.waiting import probe_timeout
 
 WATCH_PRELOAD = Path(__file__).with_name("_dask_watch.py")
 """The scheduler preload that closes a scheduler no record holds (:mod:`.dask_watch`)."""
@@ -70,7 +71,7 @@ async def _call(address: str, timeout: float, op: str, **kwargs: Any) -> Any:
 def scheduler_workers(address: str, timeout: float = 3.0) -> Optional[Dict[str, Dict[str, Any]]]:
     """Workers the scheduler at ``address`` sees, by worker name; None if it does not answer."""
     try:
-        info = asyncio.run(_call(address, timeout, "identity"))
+        info = asyncio.run(_call(address, probe_timeout(timeout, f"the check of scheduler {address}"), "identity"))
     except (OSError, asyncio.TimeoutError):
         # distributed's CommClosedError is an OSError: all mean "not answering".
         return None

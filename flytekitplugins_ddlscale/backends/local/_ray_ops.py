@@ -31,6 +31,7 @@ from ...errors import UnsafePathError, UnsupportedOperationError
 from ..._framework.probes import PROBES, ray_alive_nodes
 from ..._core import settings
 from ..._framework.ray_auth import ray_auth_headers
+from ..._core.waiting import probe_timeout
 from .._support.privatefs import private_dir
 from ._procs import with_environment
 
@@ -251,7 +252,7 @@ def alive_nodes(base_url: str, token_path: str, timeout: float = 3.0) -> Optiona
     headers = {"Accept": "application/json", **ray_auth_headers(client_env(token_path))}
     request = urllib.request.Request(PROBES["ray"].url(base_url), headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as reply:
+        with urllib.request.urlopen(request, timeout=probe_timeout(timeout, f"the check of {base_url}")) as reply:
             return ray_alive_nodes(json.loads(reply.read().decode("utf-8")))
     except (OSError, ValueError):
         # URLError, refused or reset connections and timeouts are OSErrors; a
