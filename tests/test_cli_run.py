@@ -234,6 +234,65 @@ def test_a_stopped_run_that_lost_its_claim_claims_again_or_with_fail_on_fault_st
     assert local_target.size() == 1 and backend.claims(ref) == {}
 
 
+@pytest.mark.slow
+def test_a_killed_run_s_workers_are_given_back_by_the_cluster_s_own_watch(local_target, tmp_path):
+    """A lone ``run --replicas 4`` killed with SIGKILL (its command dies with it) on a cluster of 1:
+    nobody else comes, and the scheduler's watch gives back its 3 workers."""
+    from flytekitplugins_ddlscale.backends.local import LocalBackend
+    from flytekitplugins_ddlscale.refs import ClusterRef
+
+    backend = LocalBackend(state_dir=Path(local_target.env["DDLSCALE_STATE_DIR"]) / "local")
+    ref = ClusterRef("dask", "runner")
+    backend.up(ref, 1, timeout=120)
+    started = tmp_path / "started"
+    proc = start(local_target, "--replicas", "4", "--timeout", "120", "--no-framework-ready", "--",
+                 "sh", "-c", WAIT_FOR_SIGNAL, str(started))
+    wait_for(started, proc)
+    assert local_target.size() == 4
+    proc.send_signal(signal.SIGKILL)
+    finish(proc)
+    _until("the cluster given back to the 1 worker it had", lambda: local_target.size() == 1)
+    _until("the dead run's claim dropped from the record", lambda: backend.dead_claims(ref) == {})
+    log = (backend.store.cluster_dir(ref) / "logs").glob("scheduler*")
+    assert any("their holder is gone; giving back what they held" in path.read_text() for path in log)
+
+
+def test_status_gives_back_what_a_killed_run_held_and_says_so(scaler_server, scaler_target, tmp_path):
+    started = tmp_path / "started"
+    proc = start(scaler_target, "--replicas", "3", "--timeout", "60", "--no-framework-ready", "--",
+                 "sh", "-c", WAIT_FOR_SIGNAL, str(started))
+    wait_for(started, proc)
+    assert scaler_target.size() == 3
+    proc.send_signal(signal.SIGKILL)
+    finish(proc)
+    shown = subprocess.run([DDLSCALE, "status", *scaler_target.args], env=scaler_target.env, capture_output=True,
+                           text=True, timeout=START_TIMEOUT)
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(r"dropped claim run-\w+ \(3 workers, holder \S+\): its holder process \S+ is gone", shown.stderr)
+    assert "gave back what run-" in shown.stderr and "the cluster is set to 1 workers" in shown.stderr
+    assert scaler_target.size() == 1 and "claims: none" in shown.stdout
+
+
+@pytest.mark.slow
+def test_list_and_status_say_what_a_dead_claim_still_holds(local_target, tmp_path):
+    from flytekitplugins_ddlscale.backends.local import LocalBackend
+    from flytekitplugins_ddlscale.refs import ClusterRef
+
+    backend = LocalBackend(state_dir=Path(local_target.env["DDLSCALE_STATE_DIR"]) / "local")
+    ref = ClusterRef("dask", "runner")
+    backend.up(ref, 1, timeout=120)
+    # This process holds it and stops renewing: the watch leaves it (its holder runs), its lease runs out.
+    backend.claim(ref, "run-stalled", 2, lease_seconds=0.5)
+    backend.reconcile(ref, timeout=120)
+    _until("the claim's lease to run out", lambda: "run-stalled" in backend.dead_claims(ref))
+    for verb in ("list", "status --name runner"):
+        shown = subprocess.run([DDLSCALE, "local", *verb.split()], env=local_target.env, capture_output=True,
+                               text=True, timeout=START_TIMEOUT)
+        assert shown.returncode == 0, shown.stderr
+        assert "2 workers, 2 held by a run that stopped renewing at " in shown.stdout, shown.stdout
+    assert local_target.size() == 2  # list and local status only report
+
+
 def test_scaler_command_sees_the_cluster_at_its_size(scaler_server, scaler_target, tmp_path):
     seen = tmp_path / "seen"
     script = f"import json, urllib.request; print('child ran', flush=True); open({str(seen)!r}, 'w').write('x')"

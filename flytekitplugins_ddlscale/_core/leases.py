@@ -163,6 +163,18 @@ def log_dropped(cluster: str, dead: Dict[str, Tuple[Lease, str]]) -> None:
         )
 
 
+def dead_text(claim: Lease) -> str:
+    """What a dead ``claim`` still on record held, for ``status`` and ``list``: ``3 held by a run that is
+    gone since <its last renewal>`` (or that stopped renewing, when its holder may still run)."""
+    label = claim.claim_id.split("-", 1)[0] if claim.claim_id.startswith(("run-", "phase-")) else "phase"
+    if holder_gone(claim.holder, claim.holder_start):
+        return f"{claim.replicas} held by a {label} that is gone since {claim.renewed_at}"
+    return (
+        f"{claim.replicas} held by a {label} that stopped renewing at {claim.renewed_at} "
+        f"(its lease of {claim.lease_seconds:g}s ran out)"
+    )
+
+
 def age_seconds(claim: Lease, now: Optional[datetime.datetime] = None) -> float:
     """Seconds since ``claim`` was made."""
     return ((now or utcnow()) - datetime.datetime.fromisoformat(claim.created_at)).total_seconds()

@@ -178,3 +178,20 @@ def test_a_claim_of_a_live_unrelated_process_holds_only_with_its_start_time_and_
     assert "lease of 90s ran out" in split_live({"p": old})[1]["p"][1]
     mine = decode_claims(encode_claims({"m": Claim("m", 1)}))["m"]
     assert mine.holder_start == process_start(os.getpid()) is not None
+
+
+def test_what_a_dead_claim_held_is_said_with_its_kind_of_holder_and_since_when():
+    import socket
+    import subprocess
+    import sys
+
+    from flytekitplugins_ddlscale._core.leases import dead_text
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    killed = Claim("run-0a1b", 3, holder=f"{socket.gethostname()}:{gone.pid}", renewed_at="2026-12-01T10:00:00+00:00")
+    assert dead_text(killed) == "3 held by a run that is gone since 2026-12-01T10:00:00+00:00"
+    stalled = Claim("phase-9f", 2, lease_seconds=90, renewed_at="2026-12-01T10:00:00+00:00")
+    assert dead_text(stalled) == (
+        "2 held by a phase that stopped renewing at 2026-12-01T10:00:00+00:00 (its lease of 90s ran out)"
+    )
