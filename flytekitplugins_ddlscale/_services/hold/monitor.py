@@ -211,9 +211,10 @@ class PhaseMonitor:
                 f"the claim of phase {self._claim_id} on {self._ref} was dropped from the record while it was "
                 "renewed on time (`ddlscale restore` ends every phase)"
             )
-        logger.error("phase %s: %s; the cluster no longer holds workers for it", self._claim_id, self.lost)
         if self._needed is not None:
-            self._fault_seen(self.lost, repairable=False, record_only=True)
+            self._fault_seen(self.lost, repairable=False, record_only=True)  # logs it
+        else:
+            logger.error("phase %s: %s; the cluster no longer holds workers for it", self._claim_id, self.lost)
         if self.failed is not None:
             return
         fault = self.faults[-1] if self._needed is not None and self._fault_open() else None
@@ -279,7 +280,8 @@ class PhaseMonitor:
             self._hold_size(fault)
             return
         if not repairable or not self._backend.capabilities.repairs_processes:
-            fault.action = REPORTED
+            if fault.action not in (RECLAIMED, REASSERTED):
+                fault.action = REPORTED
             return
         if self.lost is not None:
             return  # the phase no longer holds the cluster: not its to repair
