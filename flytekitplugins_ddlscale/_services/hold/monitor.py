@@ -211,9 +211,10 @@ class PhaseMonitor:
                 f"the claim of phase {self._claim_id} on {self._ref} was dropped from the record while it was "
                 "renewed on time (`ddlscale restore` ends every phase)"
             )
+        already_open = self._fault_open()
         if self._needed is not None:
-            self._fault_seen(self.lost, repairable=False, record_only=True)  # logs it
-        else:
+            self._fault_seen(self.lost, repairable=False, record_only=True)  # logs a new fault
+        if self._needed is None or already_open:
             logger.error("phase %s: %s; the cluster no longer holds workers for it", self._claim_id, self.lost)
         if self.failed is not None:
             return
