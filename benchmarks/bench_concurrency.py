@@ -188,7 +188,10 @@ def _round(number: int, root: Path, env: Dict[str, str], runs: int, killed: int,
     held = _StoppedHolder(folder, env)
     while not held.started_file.exists() and held.proc.poll() is None:
         time.sleep(0.05)
-    ready = lambda: records.get_state(ref).ready_workers or 0  # noqa: E731
+
+    def ready() -> int:
+        return records.get_state(ref).ready_workers or 0
+
     held.advance(False, lambda: records.claims(ref), ready)
     batch = [_Run(folder, i, rng.randint(1, 4), rng.choice(POINTS) if i in victims else None, env) for i in range(runs)]
     # Every run is stepped each time (no short cut): a run paused at its point is killed at once.
