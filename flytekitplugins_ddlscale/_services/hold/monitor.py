@@ -101,6 +101,8 @@ class PhaseMonitor:
         """Renewals that reached the record."""
         self.lost: Optional[str] = None
         """Why the claim is gone from the record, while it is (a lapsed claim claimed again clears it)."""
+        self._reclaim = False
+        """Whether a lapsed claim is still to be claimed again (a claim that failed is tried again)."""
         self.pullbacks = 0
         """How many times the size was found pulled back and re-asserted."""
         self.faults: List[Fault] = []
@@ -152,9 +154,9 @@ class PhaseMonitor:
             now = self._clock()
             # The holder's own clock also counts time this process did not run (stopped, suspended).
             due = now >= next_renewal or self._held.since() >= self._renew_every
-            if due and self.lost is None:
+            if due and (self.lost is None or self._reclaim):
                 next_renewal = now + self._renew_every
-                if not self._locked(self._renew):
+                if not self._locked(self._renew if self.lost is None else self._claim_again):
                     return
             needed = self._needed
             if needed is None or now < next_sample:
@@ -218,23 +220,35 @@ class PhaseMonitor:
             logger.error("phase %s: %s; the cluster no longer holds workers for it", self._claim_id, self.lost)
         if self.failed is not None:
             return
-        fault = self.faults[-1] if self._needed is not None and self._fault_open() else None
         if not lapsed or self._replicas is None:
+            fault = self._open_fault()
             if fault is not None:
                 fault.action = NOT_RECLAIMED
             return
+        self._reclaim = True
+        self._claim_again()
+
+    def _claim_again(self) -> None:
+        """Claim the lapsed claim again and bring the cluster back to its size; a claim that fails (an
+        outage) is tried again at the next renewal tick."""
+        assert self._replicas is not None
         self._backend.claim(
             self._ref, self._claim_id, self._replicas, self._tier, timeout=REASSERT_TIMEOUT, lease_seconds=self._lease
         )
         self._held.mark()
-        self.lost = None
+        self.lost, self._reclaim = None, False
         logger.warning(
             "phase %s: claimed %s again (at least %d workers); bringing the cluster back to its size",
             self._claim_id, self._ref, self._replicas,
         )
+        fault = self._open_fault()
         if fault is not None:
             fault.action = RECLAIMED
         self._backend.reconcile(self._ref, wait=False, timeout=REASSERT_TIMEOUT)
+
+    def _open_fault(self) -> Optional[Fault]:
+        """The fault of the body still open, or None (none open, or the body not yet running)."""
+        return self.faults[-1] if self._needed is not None and self._fault_open() else None
 
     def _sample(self, needed: int, reassert: bool) -> None:
         try:
