@@ -125,7 +125,8 @@ def dask_setup(scheduler: Any) -> None:
         logger.warning("claims %s of cluster %s: their holder is gone; giving back what they held",
                        ", ".join(gone), folder)
         process = subprocess.Popen(
-            [sys.executable, "-c", GIVE_BACK, str(folder.parent.parent), folder.name], env=env,
+            # Run in the cluster's own (private) folder: ``-c`` puts the working directory on sys.path.
+            [sys.executable, "-c", GIVE_BACK, str(folder.parent.parent), folder.name], env=env, cwd=str(folder),
             # Its log lines go to the scheduler's log.
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True,
         )
