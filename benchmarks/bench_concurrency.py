@@ -34,6 +34,7 @@ from typing import Any, Dict, List, Optional
 
 from benchmarks.report import BenchResult, Target
 from benchmarks.stats import summarize
+from tests.contract_support import stop_outside_locks
 from tests.flyte_support import processes_mentioning
 
 NAME = "concurrency"
@@ -161,7 +162,9 @@ class _StoppedHolder(_Run):
         """Stop it once its command runs; continue it once its claim lapsed and the others ended; let its
         command end once it holds the cluster again and its workers are back (``ready``: workers ready)."""
         if self.phase == "starting" and self.started_file.exists():
-            os.kill(self.proc.pid, signal.SIGSTOP)
+            # Outside its locked steps: stopped inside one (milliseconds per renewal) it would hold the
+            # record lock, and every other run would wait for it (a limit docs/reliability.md names).
+            stop_outside_locks(self.proc.pid)
             self.phase = "stopped"
         elif self.phase == "stopped" and others_done and not self._holds(claims()):
             os.kill(self.proc.pid, signal.SIGCONT)

@@ -18,6 +18,7 @@ from typing import Callable, Dict, List
 import pytest
 
 from tests.servers.scaler_server import DEFAULT_API_KEY
+from tests.contract_support import stop_outside_locks
 from tests.test_local_support import processes_mentioning
 
 DDLSCALE = str(Path(sys.executable).with_name("ddlscale"))
@@ -212,8 +213,8 @@ def test_a_stopped_run_that_lost_its_claim_claims_again_or_with_fail_on_fault_st
         wait_for(plain_started, plain)
         wait_for(failing_started, failing)
         assert local_target.size() == 3 and len(backend.claims(ref)) == 2
-        plain.send_signal(signal.SIGSTOP)
-        failing.send_signal(signal.SIGSTOP)
+        stop_outside_locks(plain.pid)
+        stop_outside_locks(failing.pid)
         _until("both stopped runs' claims lapse", lambda: backend.claims(ref) == {})
         other = run(local_target, "--replicas", "1", "--timeout", "120", "--no-framework-ready", "--", "true")
         assert other.returncode == 0, other.stderr

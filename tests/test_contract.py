@@ -21,7 +21,7 @@ from flytekitplugins_ddlscale.errors import UnreachableWaitError, UnsupportedOpe
 from flytekitplugins_ddlscale.models import ReplicaSpec
 from flytekitplugins_ddlscale.refs import KINDS
 from flytekitplugins_ddlscale._core.waiting import Backoff
-from tests.contract_support import kill_once_marked, run_shell, shell_environment, write_kubeconfig
+from tests.contract_support import kill_once_marked, run_shell, shell_environment, stop_outside_locks, write_kubeconfig
 from tests.servers.k8s_server import K8sTestServer
 from tests.servers.scaler_server import DEFAULT_API_KEY, ScalerTestServer
 from tests.test_local_support import local_state  # noqa: F401 - fixture
@@ -687,7 +687,7 @@ def test_a_stopped_phase_whose_claim_lapsed_claims_again_or_fails_on_the_fault(w
         until("both commands running", lambda: all(path.exists() for path in started.values()))
         assert world.desired() == 3 and len(world.backend.claims(world.ref)) == 2
         for run in runs.values():
-            run.send_signal(signal.SIGSTOP)
+            stop_outside_locks(run.pid)
         until("both stopped runs' claims lapse", lambda: world.backend.claims(world.ref) == {})
         world.backend.claim(world.ref, "other", 1)  # drops both lapsed claims
         assert world.backend.reconcile(world.ref, wait=False, timeout=60).effective == 1
