@@ -121,12 +121,12 @@ def dask_setup(scheduler: Any) -> None:
         gone = gone_holders(folder)
         if not gone or (giving_back and giving_back[1] == gone):
             return  # none, or the same ones a give-back already tried: the next command reports them
-        env = {key: value for key, value in os.environ.items() if key != MARK_ENV}
         logger.warning("claims %s of cluster %s: their holder is gone; giving back what they held",
                        ", ".join(gone), folder)
         process = subprocess.Popen(
             # Run in the cluster's own (private) folder: ``-c`` puts the working directory on sys.path.
-            [sys.executable, "-c", GIVE_BACK, str(folder.parent.parent), folder.name], env=env, cwd=str(folder),
+            # It keeps the cluster's mark: `down` stops it with the cluster's other processes.
+            [sys.executable, "-c", GIVE_BACK, str(folder.parent.parent), folder.name], cwd=str(folder),
             # Its log lines go to the scheduler's log.
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True,
         )
