@@ -9,6 +9,7 @@ under its earlier name).
 """
 import abc
 import contextlib
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any, Dict, FrozenSet, Iterator, Optional, Tuple, Union
@@ -20,12 +21,14 @@ from .._core.closing import Closing
 from .._core.outage import no_wait_limit
 from .._core.progress import ProgressReporter
 from .._core.redaction import install_redaction
-from .._core.leases import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
+from .._core.leases import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS, split_live
 from .._core.records import Claim
 from ..refs import ClusterRef
 from .._core.validation import validate_claim_id, validate_replicas, validate_tier_name, validate_timeout
-from .._core.waiting import Deadline
+from .._core.waiting import Deadline, within
 from .._core.wording import seconds
+
+logger = logging.getLogger("flytekitplugins_ddlscale")
 
 DEFAULT_SCALE_TIMEOUT = 900.0
 """Seconds a scale waits for workers by default: GPU nodes can take minutes to join."""
@@ -373,6 +376,27 @@ class ClusterBackend(Closing, abc.ABC):
         """The live claims of ``ref`` by claim id (empty when none)."""
         return self._claims(self._served(ref))
 
+    def dead_claims(self, ref: ClusterRef) -> Dict[str, Tuple[Claim, str]]:
+        """The claims still on ``ref``'s record that no longer count (their holder is gone, or their
+        lease ran out), each with why, by claim id: what the next claim or reconcile drops."""
+        return split_live(self._recorded_claims(self._served(ref)))[1]
+
+    def give_back(self, ref: ClusterRef, timeout: float = DEFAULT_SCALE_TIMEOUT) -> Optional[ScaleResult]:
+        """When dead claims are on ``ref``'s record, give back what they held: a :meth:`reconcile` (not
+        waited for) drops them and holds the largest live claim, or, with none live, puts back the size
+        the cluster had outside phases. None when there were no dead claims (nothing is sent)."""
+        timeout = validate_timeout(timeout)
+        dead = self.dead_claims(ref)
+        if not dead:
+            return None
+        result = self.reconcile(ref, wait=False, timeout=timeout)
+        if result is not None:
+            logger.warning(
+                "%s: gave back what %s held: the cluster is set to %d workers",
+                ref, ", ".join(sorted(dead)), result.effective,
+            )
+        return result
+
     # ------------------------------------------------------- done once here
 
     def _served(self, ref: ClusterRef) -> ClusterRef:
@@ -421,8 +445,25 @@ class ClusterBackend(Closing, abc.ABC):
 
         A wait that times out or sees a worker fail leaves the change in place
         (``explain``: the error names it and the remedy). A plain
-        :class:`ScaleResult` is a change that had nothing to wait for.
+        :class:`ScaleResult` is a change that had nothing to wait for. Every
+        framework probe on the way, the final state read and the clean-up
+        after a timeout included, gets no more than what is left of
+        ``deadline`` (:func:`~flytekitplugins_ddlscale._core.waiting.within`; `PROBE_GRACE` each once it is spent).
         """
+        with within(deadline):
+            return self._finish_within(ref, change, wait, deadline, progress, explain=explain, needed=needed)
+
+    def _finish_within(
+        self,
+        ref: ClusterRef,
+        change: Union[Change, ScaleResult],
+        wait: bool,
+        deadline: Deadline,
+        progress: Optional[ProgressReporter],
+        *,
+        explain: bool,
+        needed: Optional[int],
+    ) -> ScaleResult:
         if isinstance(change, ScaleResult):
             return change
         result = change.result
@@ -609,6 +650,10 @@ class ClusterBackend(Closing, abc.ABC):
     @abc.abstractmethod
     def _claims(self, ref: ClusterRef) -> Dict[str, Claim]:
         """The live claims by id; only reads."""
+
+    def _recorded_claims(self, ref: ClusterRef) -> Dict[str, Claim]:
+        """Every claim on ``ref``'s record, live or dead."""
+        raise NotImplementedError
 
 
 BaseBackend = ClusterBackend

@@ -70,6 +70,9 @@ class FileRecordsBackend(ClusterBackend):
     def _claims(self, ref: ClusterRef) -> Dict[str, Claim]:
         return self.records.claims(ref)
 
+    def _recorded_claims(self, ref: ClusterRef) -> Dict[str, Claim]:
+        return self.records.recorded_claims(ref)
+
     # ------------------------------------------------- decisions on records
 
     def _scale_change(

@@ -146,11 +146,14 @@ def _run(command: Callable[..., Any]) -> Callable[..., Any]:
 def status(backend: Any, ref: ClusterRef, *, wait: bool, timeout: float, progress: Any,
            framework_check: bool, framework_url: Optional[str]) -> Any:
     """Show the cluster's state and its live claims (holder, age); with --wait, once its desired
-    workers are up (and registered)."""
+    workers are up (and registered). Claims whose holder is gone (or whose lease ran out) are
+    dropped first, and what they held given back (logged)."""
     framework = FrameworkOptions(framework_check, framework_url)
     if wait:
         framework.check(ref.kind)
     deadline = Deadline(timeout)
+    # Whoever notices a dead claim first gives back what it held (logged with its holder).
+    backend.give_back(ref)
     state = backend.get_state(ref)
     if not wait:
         return WithClaims(state, backend.claims(ref))

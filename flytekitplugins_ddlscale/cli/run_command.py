@@ -15,6 +15,7 @@ import click
 from ..backends._base import DEFAULT_SCALE_TIMEOUT
 from ..errors import ClusterFaultError, ScalingError
 from .._services.hold import ClusterPhase, PhaseInterrupted, cluster_phase
+from .._core.leases import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
 from .._core.redaction import redact
 from .._core.validation import validate_timeout
 from .._core.wording import plural
@@ -61,6 +62,11 @@ def _say(text: str) -> None:
 )
 @click.option("--create", is_flag=True, help=CREATE_HELP + " A cluster the run created is removed after it.")
 @click.option(
+    "--lease-seconds", type=float, default=DEFAULT_LEASE_SECONDS, show_default=True,
+    help="How long the claim outlives its last renewal (renewed every third of it): a ddlscale stopped or "
+    f"hung longer loses it to other runs, a fault once it runs again (at most {MAX_LEASE_SECONDS:.0f}).",
+)
+@click.option(
     "--kill-after", type=float, default=DEFAULT_KILL_AFTER, show_default=True,
     help="Seconds the command gets to exit after a forwarded SIGTERM/SIGINT before it is killed.",
 )
@@ -77,6 +83,7 @@ def run(
     timeout: float,
     framework_ready: bool,
     fail_on_fault: bool,
+    lease_seconds: float,
     kill_after: float,
     create: bool,
     command: Tuple[str, ...],
@@ -96,6 +103,9 @@ def run(
     shrink each other. The claim is a lease renewed while ddlscale runs; if
     ddlscale is killed, the claim stops counting and COMMAND is killed too.
     A local cluster that does not exist is refused (exit 4) unless --create.
+    A claim lost while COMMAND runs (ddlscale stopped past its lease) or a
+    cluster scaled below REPLICAS is a fault: claimed again and put back,
+    or, with --fail-on-fault, COMMAND stopped and exit 6.
     """
     try:
         ref = cluster_ref(kind, name, run_id, namespace, group)
@@ -106,6 +116,7 @@ def run(
         phase = cluster_phase(
             ref, replicas, worker_hw_tier=worker_hw_tier, timeout=timeout, backend=backend,
             framework_ready=framework_ready, deck=False, label="run", fail_on_fault=fail_on_fault,
+            lease_seconds=lease_seconds,
         )
     except ScalingError as error:
         sys.exit(emit_error(error, as_json=False))

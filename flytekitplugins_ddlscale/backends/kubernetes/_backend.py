@@ -848,6 +848,9 @@ class KubernetesBackend(ClusterBackend):
         """The live claims in the cluster's claims annotation, by claim id (dead ones not counted)."""
         return claimrules.live_claims(_claims_on(self._read(ref)))
 
+    def _recorded_claims(self, ref: ClusterRef) -> Dict[str, Claim]:
+        return _claims_on(self._read(ref))
+
     def close(self) -> None:
         """Close the connection pool if this backend created the client."""
         with self._lock:
