@@ -3,7 +3,21 @@
 Install with the pinned set in ``constraints.txt`` (see README): unpinned
 resolution of flytekit's dependency tree can backtrack for a long time.
 """
+import platform
+import sys
+
 from setuptools import find_packages, setup
+
+# The Python versions flytekit 1.16 supports (its Requires-Python: <3.13,>=3.10; on 3.13 pyflyte fails on
+# start-up), each with a tested set of pins in constraints.txt. pip refuses other versions from
+# python_requires below; uv ignores the upper bound there, so installing from source refuses them here.
+SUPPORTED = ((3, 10), (3, 12))
+if not SUPPORTED[0] <= sys.version_info[:2] <= SUPPORTED[1]:
+    sys.exit(
+        f"flytekitplugins-ddlscale supports Python 3.10 to 3.12 (as flytekit 1.16 does), not "
+        f"{platform.python_version()}: make the virtual environment with one of those, "
+        "e.g. `python3.12 -m venv .venv`"
+    )
 
 PLUGIN_NAME = "ddlscale"
 MICROLIB_NAME = f"flytekitplugins-{PLUGIN_NAME}"
@@ -18,7 +32,7 @@ setup(
     license="Apache-2.0",
     packages=find_packages(include=["flytekitplugins_ddlscale", "flytekitplugins_ddlscale.*"]),
     package_data={"flytekitplugins_ddlscale": ["py.typed", "data/*.yaml"]},
-    python_requires=">=3.9",
+    python_requires=">=3.10,<3.13",
     install_requires=[
         # The connector base and `pyflyte serve connector` exist from flytekit 1.16.
         "flytekit>=1.16,<2",
@@ -53,7 +67,6 @@ setup(
     },
     classifiers=[
         "Programming Language :: Python :: 3",
-        "Programming Language :: Python :: 3.9",
         "Programming Language :: Python :: 3.10",
         "Programming Language :: Python :: 3.11",
         "Programming Language :: Python :: 3.12",

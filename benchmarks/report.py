@@ -3,7 +3,7 @@
 A :class:`BenchResult` carries free-form ``metrics`` (JSON-serialisable),
 the issue's :class:`Target` checks, notes and produced files. The runner adds
 an environment block and writes ``results/<name>.json``; :func:`summary_markdown`
-renders the table the README quotes.
+renders the table of every target (docs/benchmarks.md quotes it).
 """
 import datetime
 import json

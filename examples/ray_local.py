@@ -1,10 +1,10 @@
-"""Ray, runnable on a laptop: the README's first snippet, as a file.
+"""Ray, runnable on a laptop: a flow with scaling nodes and a phase (the README's phase snippet is from here).
 
     pyflyte run examples/ray_local.py train_flow
 
 With nothing configured, the local backend starts a real local Ray cluster
-(``ray start`` head and worker nodes; needs ``pip install
-"flytekitplugins-ddlscale[ray]"``): ``scale_up`` waits until 2 worker nodes
+(``ray start`` head and worker nodes; needs the ``ray`` extra, which the
+README's install includes): ``scale_up`` waits until 2 worker nodes
 are ALIVE on the head, ``train`` runs Ray tasks on them through a ``ray://``
 client built from ``RAY_HEAD_SERVICE_HOST``/``_PORT`` as on Domino,
 ``scale_down`` leaves the head without workers, and ``evaluate`` holds one

@@ -1,8 +1,8 @@
 """Spark on a laptop: a real local Spark standalone cluster, pre-warmed while a single-node stage runs.
 
-Needs the ``spark`` extra and Java 17+ (see docs/local.md)::
+Needs the ``spark`` extra (the README's install includes it) and Java 17+
+(see docs/local.md)::
 
-    pip install "flytekitplugins-ddlscale[spark]"
     pyflyte run examples/spark_local.py spark_flow
 
 With nothing configured, the local backend starts a Spark master and

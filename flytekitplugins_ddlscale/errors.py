@@ -336,8 +336,9 @@ class CertificateRefusedError(AccessError):
 
 
 class ClusterFaultError(ClusterStateError):
-    """The cluster lost its head or workers while a phase's body ran, and the phase was asked to fail
-    on that (``fail_on_fault``) instead of repairing or reporting it."""
+    """The cluster lost its head or workers (or was scaled below the phase's need, or the phase's claim
+    lapsed or was dropped) while a phase's body ran, and the phase was asked to fail on that
+    (``fail_on_fault``) instead of repairing or reporting it."""
 
     code = "cluster_fault"
 

@@ -38,11 +38,8 @@ class KindInfo:
     """Whether its clusters take an autoscaling section."""
     served_by_scaler: bool
     """Whether Domino's scaler service accepts this kind."""
-
-    @property
-    def worker_groups(self) -> bool:
-        """Whether clusters of this kind have named worker groups (chosen with ``ClusterRef.group``)."""
-        return not self.domino
+    worker_groups: bool = False
+    """Whether clusters of this kind have named worker groups (chosen with ``ClusterRef.group``)."""
 
 
 KINDS: Dict[str, KindInfo] = {
@@ -51,9 +48,12 @@ KINDS: Dict[str, KindInfo] = {
     "dask": KindInfo("dask", "daskclusters", "dask", domino=True, autoscaling=True, served_by_scaler=True),
     "mpi": KindInfo("mpi", "mpiclusters", "mpi", domino=True, autoscaling=False, served_by_scaler=False),
     # Clusters of the open-source operators, served by the Kubernetes backend only.
-    "kuberay": KindInfo("kuberay", "rayclusters", "ray", domino=False, autoscaling=True, served_by_scaler=False),
+    "kuberay": KindInfo(
+        "kuberay", "rayclusters", "ray", domino=False, autoscaling=True, served_by_scaler=False, worker_groups=True
+    ),
     "dask-operator": KindInfo(
-        "dask-operator", "daskclusters", "dask", domino=False, autoscaling=True, served_by_scaler=False
+        "dask-operator", "daskclusters", "dask", domino=False, autoscaling=True, served_by_scaler=False,
+        worker_groups=True,
     ),
 }
 # Plurals name Domino's kinds only: "rayclusters" stays Domino's RayCluster, as it always was.
@@ -62,6 +62,8 @@ ALLOWED_KINDS = tuple(KINDS) + tuple(_BY_PLURAL)
 """Every kind name accepted, short and plural (in any case)."""
 KIND_NAMES = tuple(KINDS)
 """The kinds as help and errors list them: each once, by its short name (plurals are accepted too)."""
+GROUPED_KINDS = tuple(kind for kind, info in KINDS.items() if info.worker_groups)
+"""The kinds whose clusters have named worker groups."""
 
 # Cluster names become label values and prefixes of pod names, so they must be
 # DNS-1123 labels (63 characters at most). Patterns are used with fullmatch: "$"
@@ -111,9 +113,9 @@ def validate_group(group: Optional[str], kind: str, field: str = "group") -> Opt
     if group is None:
         return None
     if not KINDS[kind].worker_groups:
-        grouped = ", ".join(k for k, info in KINDS.items() if info.worker_groups)
         raise InvalidInputError(
-            field, group, f"None: {kind} clusters have one worker section; worker groups exist on {grouped}"
+            field, group,
+            f"None: {kind} clusters have one worker section; worker groups exist on {', '.join(GROUPED_KINDS)}",
         )
     if not isinstance(group, str) or len(group) > MAX_NAME_LENGTH or not _GROUP_RE.fullmatch(group):
         raise InvalidInputError(
@@ -206,8 +208,8 @@ def _split_group(name: str) -> Tuple[str, Optional[str]]:
 
 
 CLUSTER_FORMS = (
-    "'<kind>/<name>', '<namespace>/<kind>/<name>' (either with '@<worker group>' on kuberay and "
-    "dask-operator clusters), or a bare kind for the Domino run's own cluster"
+    f"'<kind>/<name>', '<namespace>/<kind>/<name>' (either with '@<worker group>' on {' and '.join(GROUPED_KINDS)} "
+    "clusters), or a bare kind for the Domino run's own cluster"
 )
 """The cluster strings that nodes, phases and the CLI accept, for error messages."""
 _NAMED_FORMS = "'<kind>/<name>' or '<namespace>/<kind>/<name>'"

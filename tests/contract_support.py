@@ -67,3 +67,35 @@ def write_kubeconfig(path: Path, server_url: str) -> Path:
     }
     path.write_text(json.dumps(config))
     return path
+
+
+def _holds_a_lock(pid: int) -> bool:
+    """Whether process ``pid`` holds a file lock (``/proc/locks``)."""
+    try:
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return False
+    return any(line.split()[4] == str(pid) for line in lines if len(line.split()) > 4)
+
+
+def _stopped(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2:].split()[0] in ("T", "t")
+
+
+def stop_outside_locks(pid: int, timeout: float = 60.0) -> None:
+    """SIGSTOP ``pid`` at a moment it holds no file lock: stopped inside one of its locked steps (a
+    renewal holds the record lock for milliseconds) it would hold up every other process until it runs
+    again, which is not the stall these tests stage. Each retry waits for its lock to be released."""
+    ends = time.monotonic() + timeout
+    while True:
+        os.kill(pid, signal.SIGSTOP)
+        while not _stopped(pid):  # the signal is delivered asynchronously
+            assert time.monotonic() < ends, f"process {pid} did not stop within {timeout}s"
+            time.sleep(0.01)
+        if not _holds_a_lock(pid):
+            return
+        os.kill(pid, signal.SIGCONT)
+        while _holds_a_lock(pid):
+            assert time.monotonic() < ends, f"process {pid} held a lock for {timeout}s"
+            time.sleep(0.01)

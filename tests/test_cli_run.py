@@ -19,6 +19,7 @@ import pytest
 
 from tests.pause_support import Pause
 from tests.servers.scaler_server import DEFAULT_API_KEY
+from tests.contract_support import stop_outside_locks
 from tests.test_local_support import processes_mentioning
 
 DDLSCALE = str(Path(sys.executable).with_name("ddlscale"))
@@ -185,6 +186,116 @@ def test_local_run_with_fail_on_fault_stops_the_command_when_a_worker_is_lost(lo
     assert "a cluster fault failed the run: the command was stopped (exit 143)" in result.stderr
     assert "(ClusterFaultError)" in result.stderr and "the phase was failed (fail_on_fault)" in result.stderr
     assert local_target.size() == local_target.baseline
+
+
+def _until(what: str, check: Callable[[], bool], timeout: float = START_TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"never saw {what} within {timeout}s"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_a_stopped_run_that_lost_its_claim_claims_again_or_with_fail_on_fault_stops(local_target, tmp_path):
+    """Two runs hold 3 workers with a 4 s lease; both are stopped (SIGSTOP) past it while a third run
+    drops their lapsed claims and shrinks the cluster; then both go on (SIGCONT). The plain run claims
+    again, brings the cluster back to 3 before its command goes on, and says so; the one with
+    --fail-on-fault stops its command and exits 6. Each step waits for what it needs to see happen."""
+    from flytekitplugins_ddlscale.backends.local import LocalBackend
+    from flytekitplugins_ddlscale.refs import ClusterRef
+
+    backend = LocalBackend(state_dir=Path(local_target.env["DDLSCALE_STATE_DIR"]) / "local")
+    ref = ClusterRef("dask", "runner")
+    backend.up(ref, 1, timeout=120)
+    plain_started, plain_go, failing_started = tmp_path / "plain", tmp_path / "go", tmp_path / "failing"
+    holding = ("--replicas", "3", "--timeout", "120", "--no-framework-ready", "--lease-seconds", "4")
+    plain = start(local_target, *holding, "--", "sh", "-c", "touch $0; while [ ! -e $1 ]; do sleep 0.05; done",
+                  str(plain_started), str(plain_go))
+    failing = start(local_target, *holding, "--fail-on-fault", "--", "sh", "-c", WAIT_FOR_SIGNAL,
+                    str(failing_started))
+    try:
+        wait_for(plain_started, plain)
+        wait_for(failing_started, failing)
+        assert local_target.size() == 3 and len(backend.claims(ref)) == 2
+        stop_outside_locks(plain.pid)
+        stop_outside_locks(failing.pid)
+        _until("both stopped runs' claims lapse", lambda: backend.claims(ref) == {})
+        other = run(local_target, "--replicas", "1", "--timeout", "120", "--no-framework-ready", "--", "true")
+        assert other.returncode == 0, other.stderr
+        assert other.stderr.count("(3 workers, holder ") == 2, other.stderr  # it dropped both lapsed claims
+        assert local_target.size() == 1  # and shrank the cluster below the stopped runs' 3
+    finally:
+        plain.send_signal(signal.SIGCONT)
+        failing.send_signal(signal.SIGCONT)
+    _until("the plain run's cluster back at 3", lambda: local_target.size() == 3 and plain.poll() is None)
+    plain_go.touch()
+    plain_result, failing_result = finish(plain), finish(failing)
+    assert plain_result.returncode == 0, plain_result.stderr
+    assert "lapsed: this process did not run or could not renew it" in plain_result.stderr
+    assert "claimed again and the cluster brought back to its size" in plain_result.stderr  # the summary
+    assert failing_result.returncode == 6, failing_result.stderr
+    assert failing_started.with_suffix(".got").read_text().strip() == "TERM"  # its command was stopped
+    assert "[cluster_fault]" in failing_result.stderr and "lapsed" in failing_result.stderr
+    assert local_target.size() == 1 and backend.claims(ref) == {}
+
+
+@pytest.mark.slow
+def test_a_killed_run_s_workers_are_given_back_by_the_cluster_s_own_watch(local_target, tmp_path):
+    """A lone ``run --replicas 4`` killed with SIGKILL (its command dies with it) on a cluster of 1:
+    nobody else comes, and the scheduler's watch gives back its 3 workers."""
+    from flytekitplugins_ddlscale.backends.local import LocalBackend
+    from flytekitplugins_ddlscale.refs import ClusterRef
+
+    backend = LocalBackend(state_dir=Path(local_target.env["DDLSCALE_STATE_DIR"]) / "local")
+    ref = ClusterRef("dask", "runner")
+    backend.up(ref, 1, timeout=120)
+    started = tmp_path / "started"
+    proc = start(local_target, "--replicas", "4", "--timeout", "120", "--no-framework-ready", "--",
+                 "sh", "-c", WAIT_FOR_SIGNAL, str(started))
+    wait_for(started, proc)
+    assert local_target.size() == 4
+    proc.send_signal(signal.SIGKILL)
+    finish(proc)
+    _until("the cluster given back to the 1 worker it had", lambda: local_target.size() == 1)
+    _until("the dead run's claim dropped from the record", lambda: backend.dead_claims(ref) == {})
+    log = (backend.store.cluster_dir(ref) / "logs").glob("scheduler*")
+    assert any("their holder is gone; giving back what they held" in path.read_text() for path in log)
+
+
+def test_status_gives_back_what_a_killed_run_held_and_says_so(scaler_server, scaler_target, tmp_path):
+    started = tmp_path / "started"
+    proc = start(scaler_target, "--replicas", "3", "--timeout", "60", "--no-framework-ready", "--",
+                 "sh", "-c", WAIT_FOR_SIGNAL, str(started))
+    wait_for(started, proc)
+    assert scaler_target.size() == 3
+    proc.send_signal(signal.SIGKILL)
+    finish(proc)
+    shown = subprocess.run([DDLSCALE, "status", *scaler_target.args], env=scaler_target.env, capture_output=True,
+                           text=True, timeout=START_TIMEOUT)
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(r"dropped claim run-\w+ \(3 workers, holder \S+\): its holder process \S+ is gone", shown.stderr)
+    assert "gave back what run-" in shown.stderr and "the cluster is set to 1 workers" in shown.stderr
+    assert scaler_target.size() == 1 and "claims: none" in shown.stdout
+
+
+@pytest.mark.slow
+def test_list_and_status_say_what_a_dead_claim_still_holds(local_target, tmp_path):
+    from flytekitplugins_ddlscale.backends.local import LocalBackend
+    from flytekitplugins_ddlscale.refs import ClusterRef
+
+    backend = LocalBackend(state_dir=Path(local_target.env["DDLSCALE_STATE_DIR"]) / "local")
+    ref = ClusterRef("dask", "runner")
+    backend.up(ref, 1, timeout=120)
+    # This process holds it and stops renewing: the watch leaves it (its holder runs), its lease runs out.
+    backend.claim(ref, "run-stalled", 2, lease_seconds=0.5)
+    backend.reconcile(ref, timeout=120)
+    _until("the claim's lease to run out", lambda: "run-stalled" in backend.dead_claims(ref))
+    for verb in ("list", "status --name runner"):
+        shown = subprocess.run([DDLSCALE, "local", *verb.split()], env=local_target.env, capture_output=True,
+                               text=True, timeout=START_TIMEOUT)
+        assert shown.returncode == 0, shown.stderr
+        assert "2 workers, 2 held by a run that stopped renewing at " in shown.stdout, shown.stdout
+    assert local_target.size() == 2  # list and local status only report
 
 
 def test_scaler_command_sees_the_cluster_at_its_size(scaler_server, scaler_target, tmp_path):

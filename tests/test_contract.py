@@ -21,7 +21,7 @@ from flytekitplugins_ddlscale.errors import UnreachableWaitError, UnsupportedOpe
 from flytekitplugins_ddlscale.models import ReplicaSpec
 from flytekitplugins_ddlscale.refs import KINDS
 from flytekitplugins_ddlscale._core.waiting import Backoff
-from tests.contract_support import kill_once_marked, run_shell, shell_environment, write_kubeconfig
+from tests.contract_support import kill_once_marked, run_shell, shell_environment, stop_outside_locks, write_kubeconfig
 from tests.pause_support import Pause, kill_once_paused
 from tests.servers.k8s_server import K8sTestServer
 from tests.servers.scaler_server import DEFAULT_API_KEY, ScalerTestServer
@@ -202,8 +202,29 @@ def local_world(root: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
         backend.shutdown_all()
 
 
+@contextlib.contextmanager
+def example_world(tmp_path: Path) -> Iterator[World]:
+    """tests/example_backend.py, written from docs/backends.md: a backend not shipped passes the same contract,
+    its printed commands run by a ``ddlscale`` that finds it through its entry point."""
+    from tests.example_backend import ExampleBackend, registered
+
+    root = tmp_path / "example-state"
+    backend = ExampleBackend(state_dir=root / "example")
+    ref = ClusterRef("dask", "dask-contract")
+    backend.create(ref, 1)
+    with backend:
+        yield World(
+            backend, ref, "desired_workers", "max_workers",
+            prefix=f"DDLSCALE_STATE_DIR={root} ",
+            options=f', state_dir="{backend.directory}"',
+            desired=lambda: backend.desired(ref),
+            slow=lambda: backend.set_delay(ref, 1.0),
+            shell_env={"PYTHONPATH": registered(tmp_path / "registry")},
+        )
+
+
 BACKENDS = ["scaler", "kubernetes", pytest.param("kubernetes-real", marks=pytest.mark.envtest), "kuberay",
-            "dask-operator", pytest.param("local", marks=pytest.mark.slow)]
+            "dask-operator", pytest.param("local", marks=pytest.mark.slow), "example"]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -220,6 +241,8 @@ def world(request, tmp_path, monkeypatch) -> Iterator[World]:
         made = real_kubernetes_world(tmp_path, request.getfixturevalue("envtest"))
     elif request.param in ("kuberay", "dask-operator"):
         made = operator_world(tmp_path, request.param)
+    elif request.param == "example":
+        made = example_world(tmp_path)
     else:
         made = local_world(request.getfixturevalue("local_state"), monkeypatch)
     with made as instance:
@@ -621,3 +644,107 @@ def _running(pid: int) -> bool:
     from flytekitplugins_ddlscale._core.leases import pid_running
 
     return pid_running(pid)
+
+
+# ----- claim records are checked like input (issue 30, part 3) -----
+
+
+def plant_claims(world: World, text: str) -> None:
+    """Write ``text`` as ``world``'s claims record, where its backend keeps it (as anyone who can write
+    the state directory, or patch the cluster object, can)."""
+    backend = world.backend
+    if hasattr(backend, "records"):
+        from flytekitplugins_ddlscale.backends._support.filerecords import CLAIMS_KEY
+
+        backend.records.store.update(world.ref, lambda record: record.__setitem__(CLAIMS_KEY, text))
+        return
+    from flytekitplugins_ddlscale._core.records import CLAIMS_ANNOTATION
+
+    adapter = backend._adapter(world.ref)
+    patch = {"metadata": {"annotations": {CLAIMS_ANNOTATION: text}}}
+    backend.api.patch_cluster(
+        adapter.plural, world.ref.namespace, adapter.object_name(world.ref), patch, group=adapter.group,
+        version=adapter.version,
+    )
+
+
+def test_a_claim_renewed_far_ahead_is_a_corrupt_record_for_claims_reconcile_and_run(world):
+    """Renewed "in 9999": not live for ever, nor a raw OverflowError (2999 and others: test_core_records)."""
+    from flytekitplugins_ddlscale.errors import CorruptRecordError
+
+    claim = {"claim_id": "planted", "replicas": 5, "holder": "elsewhere:1", "lease_seconds": 90,
+             "created_at": "2026-01-01T00:00:00+00:00", "renewed_at": "9999-12-31T23:59:59+00:00"}
+    plant_claims(world, json.dumps({"planted": claim}))
+    before = world.desired()
+    for call in (lambda: world.backend.claims(world.ref), lambda: world.backend.reconcile(world.ref, timeout=30)):
+        with pytest.raises(CorruptRecordError) as caught:
+            call()
+        assert caught.value.field == "claims['planted'].renewed_at"
+    ran = run_shell(world.command("run", "--replicas", "1", "--no-framework-ready", "--", "true"), **world.shell_env)
+    assert ran.returncode not in (0, 1) and "Traceback" not in ran.stderr and "OverflowError" not in ran.stderr
+    [line] = [line for line in ran.stderr.splitlines() if "renewed_at" in line]
+    assert "claims['planted'].renewed_at" in line
+    assert world.desired() == before
+
+
+# ----- a lost claim is a fault on every backend (issue 33) -----
+
+
+def test_a_stopped_phase_whose_claim_lapsed_claims_again_or_fails_on_the_fault(world, tmp_path):
+    """Two ``ddlscale run --replicas 3`` with a 4 s lease are stopped (SIGSTOP) past it; another phase
+    drops their lapsed claims and the cluster goes back to 1; on SIGCONT the plain run claims again and
+    the cluster comes back to 3 before its command goes on, the one with --fail-on-fault exits 6. (The
+    operators' worlds and the local one run the same phase code; test_cli_run stages it on local Dask.)"""
+    import signal
+    import subprocess
+
+    if world.backend.name == "local" or world.ref.kind not in ("ray", "dask"):
+        pytest.skip("the same phase code as the dco worlds; the local run is tests/test_cli_run.py's")
+    runs, started, go = {}, {}, tmp_path / "go"
+    for label, extra in (("plain", ()), ("failing", ("--fail-on-fault",))):
+        started[label] = tmp_path / label
+        body = f"touch {started[label]}; while [ ! -e {go} ]; do sleep 0.05; done"
+        command = world.command("run", "--replicas", "3", "--lease-seconds", "4", "--no-framework-ready",
+                                "--timeout", "120", *extra, "--", "sh", "-c", f"'{body}'")
+        # exec: the shell becomes ddlscale, so the pid stopped is ddlscale's own.
+        runs[label] = subprocess.Popen(
+            ["bash", "-c", command.replace("ddlscale run", "exec ddlscale run", 1)],
+            env=shell_environment(**world.shell_env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+
+    def until(what: str, check: Callable[[], bool]) -> None:
+        ends = time.monotonic() + 120
+        while not check():
+            assert all(run.poll() is None for run in runs.values()), f"a run ended before {what}"
+            assert time.monotonic() < ends, f"never saw {what}"
+            time.sleep(0.05)
+
+    try:
+        until("both commands running", lambda: all(path.exists() for path in started.values()))
+        assert world.desired() == 3 and len(world.backend.claims(world.ref)) == 2
+        for run in runs.values():
+            stop_outside_locks(run.pid)
+        until("both stopped runs' claims lapse", lambda: world.backend.claims(world.ref) == {})
+        world.backend.claim(world.ref, "other", 1)  # drops both lapsed claims
+        assert world.backend.reconcile(world.ref, wait=False, timeout=60).effective == 1
+        world.backend.release(world.ref, "other")
+        world.backend.reconcile(world.ref, wait=False, timeout=60)
+        assert world.desired() == 1
+    finally:
+        for run in runs.values():
+            run.send_signal(signal.SIGCONT)
+    try:
+        until("the plain run's cluster back at 3", lambda: world.desired() == 3 and runs["plain"].poll() is None)
+        go.touch()
+        plain, failing = (runs[label].communicate(timeout=120) for label in ("plain", "failing"))
+    finally:
+        for run in runs.values():
+            if run.poll() is None:
+                run.kill()
+                run.communicate(timeout=30)
+    assert runs["plain"].returncode == 0, plain[1]
+    assert "lapsed: this process did not run or could not renew it" in plain[1]
+    assert "claimed again and the cluster brought back to its size" in plain[1], plain[1]
+    assert runs["failing"].returncode == 6, failing[1]
+    assert "[cluster_fault]" in failing[1] and "lapsed" in failing[1]
+    assert world.desired() == 1 and world.backend.claims(world.ref) == {}

@@ -61,3 +61,30 @@ def test_a_phase_timeout_after_the_restore_says_what_the_restore_set(local_env):
     assert "desired_workers=6 left in place" not in text and "nothing was rolled back" not in text, text
     assert "The change (desired_workers=6) was then undone: the cluster was set to 1 worker (as found)" in text
     assert backend.get_state(REF).desired_workers == 1
+
+
+@pytest.mark.slow
+def test_every_check_of_a_hung_scheduler_is_cut_to_what_is_left_of_the_timeout(local_env, caplog):
+    """The scheduler is stopped (SIGSTOP): it accepts connections and never answers. Each check of it
+    used to be a 3 s attempt whatever the operation had left (``up --timeout 2`` took 7.4 s); now every
+    attempt gets at most what is left of the 2 s (0.5 s each once it is spent: the final read)."""
+    import logging
+    import os
+    import re
+    import signal
+
+    backend = local_backend(local_env)
+    backend.up(REF, 1, timeout=120)
+    scheduler = backend.store.load(REF).scheduler
+    os.kill(scheduler.pid, signal.SIGSTOP)
+    try:
+        with caplog.at_level(logging.DEBUG, logger="flytekitplugins_ddlscale"), pytest.raises(ScalingTimeoutError) as info:
+            backend.up(REF, 2, timeout=2)
+    finally:
+        os.kill(scheduler.pid, signal.SIGCONT)
+    budgets = [float(found) for found in re.findall(r"scheduler tcp://\S+ gets ([0-9.]+) s: what is left of the "
+                                                    r"operation's timeout of 2s", caplog.text)]
+    assert budgets and all(budget <= 2.0 for budget in budgets), caplog.text
+    # It says what it left: the size it set, and what it found.
+    assert "timeout of 2s ran out" in info.value.message and "last state: dask/timeouts" in info.value.message
+    backend.down(REF)

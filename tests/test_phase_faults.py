@@ -48,15 +48,16 @@ def _state(up: int, desired: int, head_ready=True) -> ClusterState:
     )
 
 
-def test_find_fault_names_a_lost_head_or_lost_workers_but_not_a_pull_back():
+def test_find_fault_names_a_lost_head_lost_workers_or_a_size_scaled_below_the_need():
     assert find_fault(_state(3, 3), 3) is None
     assert find_fault(_state(4, 4), 3) is None
     assert find_fault(_state(0, 3, head_ready=False), 3, "scheduler") == (
         "the scheduler of dask/faults stopped answering (0 of 3 workers up)"
     )
     assert find_fault(_state(2, 3), 3) == "dask/faults has 2 of its 3 workers up (1 lost)"
-    # An autoscaler's pull-back is the re-assert's to fix; an unknown head is no fault.
-    assert find_fault(_state(1, 1), 3) is None
+    # Fewer up for any reason is a fault; a pull-back whose workers are still up is not yet one.
+    assert find_fault(_state(1, 1), 3) == "dask/faults was scaled down to 1 worker (1 up), below the 3 this phase needs"
+    assert find_fault(_state(3, 1), 3) is None
     assert find_fault(_state(3, 3, head_ready=None), 3) is None
     assert Fault("x lost", 2.0, REPORTED, ended=5.5).text() == (
         f"x lost at 2.0 s; {REPORTED}; whole again after 3.5 s"

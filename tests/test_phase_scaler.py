@@ -10,6 +10,7 @@ import time
 import httpx
 import pytest
 
+from flytekitplugins_ddlscale._services.hold.faults import NOT_RECLAIMED
 from flytekitplugins_ddlscale.errors import ConflictError, UnknownTierError, UnsupportedOperationError
 from flytekitplugins_ddlscale.models import ReplicaSpec
 from flytekitplugins_ddlscale.phase import cluster_phase
@@ -149,4 +150,7 @@ def test_the_monitor_does_not_re_add_a_claim_ddlscale_restore_dropped(server, ca
         hpa_scales_to(server, 2)
         time.sleep(0.5)  # several re-assert ticks
         assert phase.backend.claims(phase.ref) == {} and replicas(server) == 2
-    assert f"phase {phase.claim_id}: its claim on ray/ray-phase is gone; not re-asserting" in caplog.text
+    # Dropped while renewed on time: a fault, reported and never claimed again.
+    assert (f"the claim of phase {phase.claim_id} on ray/ray-phase was dropped from the record while it was "
+            "renewed on time") in caplog.text
+    assert [fault.action for fault in phase.faults] == [NOT_RECLAIMED]

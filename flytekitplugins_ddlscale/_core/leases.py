@@ -1,9 +1,22 @@
 """Claims are leases: live while their holder renews them, dropped once they lapse or their holder is gone.
 
-A claim records who holds it (``host:pid``), when it was last renewed and
-for how long a renewal counts. A claim is dead when its lease ran out (its
-holder stopped renewing: killed, hung, its pod gone) or, at once, when its
-holder is a process on this host that no longer runs. Every backend applies
+A claim records who holds it (``host:pid`` and the process's start time),
+when it was last renewed and for how long a renewal counts. A claim is dead
+when its lease ran out (its holder stopped renewing: killed, hung, stopped,
+its pod gone) or, at once, when its holder is a process on this host that no
+longer runs, or whose pid now names another process (its start time differs).
+A claim without a start time (written before start times were recorded)
+cannot prove its holder alive: only its lease keeps it, as for a holder on
+another host.
+
+Two clocks, each where it cannot be fooled: another process judges a claim
+by wall time against ``renewed_at`` (the only time two processes share),
+within the lease bound (:data:`MAX_LEASE_SECONDS`; a ``renewed_at`` further
+ahead than its lease is a corrupt record, :mod:`.records`); the holder
+judges itself with :class:`HolderClock`, the longest of the monotonic clock
+(which a SIGSTOP does not stop), the boot-time clock (which a system suspend
+does not stop) and wall time since its last renewal, so a holder that was
+stopped or suspended knows it may have lost its claim as soon as it runs again. Every backend applies
 these rules when it reads claims: dead claims are not counted, and the next
 claim or reconcile drops them from the record and logs each with its holder.
 Pure rules on anything shaped like a lease (:class:`Lease`: the records'
@@ -13,8 +26,9 @@ import datetime
 import logging
 import os
 import socket
+import time
 from pathlib import Path
-from typing import Callable, Dict, Optional, Protocol, Tuple, TypeVar
+from typing import Callable, Dict, List, Optional, Protocol, Tuple, TypeVar
 
 from ..models import utcnow
 
@@ -23,8 +37,9 @@ logger = logging.getLogger("flytekitplugins_ddlscale._core.records")
 DEFAULT_LEASE_SECONDS = 90.0
 """How long a claim stays live after its last renewal: its holder renews every third of it, so two
 renewals in a row may fail (an API server restart) before the claim lapses."""
-MAX_LEASE_SECONDS = 24 * 3600.0
-"""The longest lease a record may carry (longer is refused as corrupt)."""
+MAX_LEASE_SECONDS = 3600.0
+"""The longest lease a phase may ask for and a record may carry (longer is refused as corrupt): a claim
+its holder stopped renewing holds the cluster at most an hour."""
 RENEWALS_PER_LEASE = 3
 
 
@@ -33,6 +48,7 @@ class Lease(Protocol):
 
     replicas: int
     holder: str
+    holder_start: Optional[int]
     created_at: str
     renewed_at: str
     lease_seconds: float
@@ -51,6 +67,15 @@ def this_holder() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+def _stat_fields(pid: int) -> Optional[List[str]]:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state first); None without them."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2 :].split()
+
+
 def pid_running(pid: int) -> bool:
     """Whether process ``pid`` runs on this host (a zombie, killed but not yet reaped, does not)."""
     try:
@@ -59,31 +84,53 @@ def pid_running(pid: int) -> bool:
         return False
     except PermissionError:
         return True  # another user's process: it exists
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+    fields = _stat_fields(pid)
+    if fields is None:
         return True  # no /proc (macOS): existence is all that can be told
-    return stat[stat.rindex(")") + 2 :].split()[0] not in ("Z", "X")
+    return fields[0] not in ("Z", "X")
 
 
-def holder_gone(holder: str, running: Callable[[int], bool] = pid_running) -> bool:
-    """Whether ``holder`` (``host:pid``) names a process of this host that no longer runs."""
+def process_start(pid: int) -> Optional[int]:
+    """When process ``pid`` started (clock ticks since boot, as ``/proc`` says), or None where that
+    cannot be read (no such process, no ``/proc``)."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields is not None and len(fields) > 19 and fields[19].isdigit() else None
+
+
+def this_holder_start() -> Optional[int]:
+    """This process's start time, as a claim records it beside :func:`this_holder`."""
+    return process_start(os.getpid())
+
+
+def holder_gone(
+    holder: str, start: Optional[int] = None, running: Callable[[int], bool] = pid_running
+) -> bool:
+    """Whether ``holder`` (``host:pid``) names a process of this host that no longer runs, or, with its
+    ``start`` time recorded, a pid that now belongs to a process started at another time."""
     host, _, pid = holder.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
+    if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
         return False
-    return int(pid) != os.getpid() and not running(int(pid))
+    if not running(int(pid)):
+        return True
+    if start is None:
+        return False  # cannot be proved alive either: its lease decides
+    now_start = process_start(int(pid))
+    return now_start is not None and now_start != start
 
 
 def expires_at(claim: Lease) -> datetime.datetime:
-    """When ``claim`` lapses unless renewed."""
+    """When ``claim`` lapses unless renewed (the latest time there is, for a lease ending past it)."""
     renewed = datetime.datetime.fromisoformat(claim.renewed_at)
-    return renewed + datetime.timedelta(seconds=claim.lease_seconds)
+    try:
+        return renewed + datetime.timedelta(seconds=claim.lease_seconds)
+    except OverflowError:
+        return datetime.datetime.max.replace(tzinfo=renewed.tzinfo)
 
 
 def why_dead(claim: Lease, now: Optional[datetime.datetime] = None) -> Optional[str]:
     """Why ``claim`` no longer counts (its lease ran out, its holder is gone), or None while it is live."""
     now = now or utcnow()
-    if holder_gone(claim.holder):
+    if holder_gone(claim.holder, claim.holder_start):
         return f"its holder process {claim.holder} is gone"
     ends = expires_at(claim)
     if now >= ends:
@@ -116,6 +163,48 @@ def log_dropped(cluster: str, dead: Dict[str, Tuple[Lease, str]]) -> None:
         )
 
 
+def dead_text(claim: Lease) -> str:
+    """What a dead ``claim`` still on record held, for ``status`` and ``list``: ``3 held by a run that is
+    gone since <its last renewal>`` (or that stopped renewing, when its holder may still run)."""
+    label = claim.claim_id.split("-", 1)[0] if claim.claim_id.startswith(("run-", "phase-")) else "phase"
+    if holder_gone(claim.holder, claim.holder_start):
+        return f"{claim.replicas} held by a {label} that is gone since {claim.renewed_at}"
+    return (
+        f"{claim.replicas} held by a {label} that stopped renewing at {claim.renewed_at} "
+        f"(its lease of {claim.lease_seconds:g}s ran out)"
+    )
+
+
 def age_seconds(claim: Lease, now: Optional[datetime.datetime] = None) -> float:
     """Seconds since ``claim`` was made."""
     return ((now or utcnow()) - datetime.datetime.fromisoformat(claim.created_at)).total_seconds()
+
+
+def _boot_clock() -> float:
+    """Seconds on a clock that runs while the system is suspended (CLOCK_BOOTTIME), else monotonic."""
+    boottime = getattr(time, "CLOCK_BOOTTIME", None)
+    return time.clock_gettime(boottime) if boottime is not None else time.monotonic()
+
+
+class HolderClock:
+    """How long since a holder last renewed its claim, as the holder itself can tell.
+
+    The longest of three clocks since :meth:`mark`: monotonic (runs while
+    the process is stopped by SIGSTOP or a debugger), boot time (runs while
+    the machine is suspended, when monotonic does not on Linux) and wall
+    time (what other processes judge the lease by; a clock set forward only
+    makes the holder check sooner). A holder that finds this past its lease
+    may have lost its claim, whatever its own schedule said.
+    """
+
+    def __init__(self) -> None:
+        self.mark()
+
+    def mark(self) -> None:
+        """The claim was renewed (or made) now."""
+        self._marks = (time.monotonic(), _boot_clock(), time.time())
+
+    def since(self) -> float:
+        """Seconds since :meth:`mark` on the clock that counts the most."""
+        mono, boot, wall = self._marks
+        return max(time.monotonic() - mono, _boot_clock() - boot, time.time() - wall)

@@ -17,11 +17,11 @@ import datetime
 import json
 import math
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Dict, Optional
 
 from ..errors import InvalidInputError
-from .leases import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS, this_holder
+from .leases import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS, this_holder, this_holder_start
 from ..models import Baseline, utcnow
 from .recordcheck import json_object, mapping, only_fields, reading
 from .validation import (
@@ -58,11 +58,13 @@ class Claim:
     """When the holder last renewed the claim (made it, at first)."""
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     """How long after ``renewed_at`` the claim stays live without another renewal."""
+    holder_start: Optional[int] = field(default_factory=this_holder_start)
+    """When the holder process started (clock ticks since boot), so a pid reused by another process
+    does not hold the cluster; None where it cannot be read, or in a record written before it was kept."""
 
     def renewed(self) -> "Claim":
         """This claim renewed now."""
-        return Claim(self.claim_id, self.replicas, self.worker_hw_tier, self.holder, self.created_at, _now(),
-                     self.lease_seconds)
+        return replace(self, renewed_at=_now())
 
 
 def encode_claims(claims: Dict[str, Claim]) -> str:
@@ -101,13 +103,35 @@ def _claim(key: str, data: Any) -> Claim:
     )
     if "holder" in data:
         claim.holder = validate_text(data["holder"], f"{where}.holder", "host:pid of the claiming process", HOLDER_PATTERN)
-    if "created_at" in data:
-        claim.created_at = _utc_text(data["created_at"], f"{where}.created_at")
-    # A claim written before leases existed counts from when it was made.
-    claim.renewed_at = _utc_text(data["renewed_at"], f"{where}.renewed_at") if "renewed_at" in data else claim.created_at
+    # Read before the times: a time may run ahead of now by at most the claim's own lease.
     if "lease_seconds" in data:
         claim.lease_seconds = _lease(data["lease_seconds"], f"{where}.lease_seconds")
+    # A record without it (written before start times were kept) cannot prove its holder alive: its lease decides.
+    claim.holder_start = _optional_count(data.get("holder_start"), f"{where}.holder_start")
+    now = utcnow()
+    if "created_at" in data:
+        claim.created_at = _claim_time(data["created_at"], f"{where}.created_at", claim.lease_seconds, now)
+    # A claim written before leases existed counts from when it was made.
+    claim.renewed_at = (
+        _claim_time(data["renewed_at"], f"{where}.renewed_at", claim.lease_seconds, now)
+        if "renewed_at" in data else claim.created_at
+    )
     return claim
+
+
+def _claim_time(value: Any, field: str, lease_seconds: float, now: datetime.datetime) -> str:
+    """A claim's time as UTC text, refused when it is further ahead of ``now`` than the claim's lease:
+    clocks may differ by less, and a time in the future would keep a claim live past its lease."""
+    text = _utc_text(value, field)
+    try:
+        ahead = (datetime.datetime.fromisoformat(text) - now).total_seconds()
+    except OverflowError:  # past the end of time once turned to UTC
+        ahead = math.inf
+    if ahead > lease_seconds:
+        raise InvalidInputError(
+            field, value, f"an ISO-8601 time no more than the claim's lease ({lease_seconds:g}s) after now ({now.isoformat()})"
+        )
+    return text
 
 
 def _utc_text(value: Any, field: str) -> str:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ..errors import InvalidInputError
-from .validation import validate_url
+from .validation import BACKEND_NAMES, BUILTIN_BACKENDS, validate_url
 
 Environ = Optional[Mapping[str, str]]
 Parser = Callable[[Any, str, str], Any]
@@ -185,7 +185,7 @@ _SET_BY_US = "set by the plugin"
 
 # The plugin's own.
 BACKEND = _define(
-    "DDLSCALE_BACKEND", "text", _lowered, "scaler, kubernetes, local (aliases k8s, service) or an entry-point backend",
+    "DDLSCALE_BACKEND", "text", _lowered, BACKEND_NAMES,
     "the backend when none is named", shown_default="scaler inside a Domino run, else local",
 )
 STATE_DIR = _define(
@@ -233,7 +233,7 @@ SPARK_WEBUI_PORT = _define(
     shown_default="$SPARK_MASTER_WEBUI_PORT, else 8080",
 )
 CONNECTOR_BACKENDS = _define(
-    "DDLSCALE_CONNECTOR_BACKENDS", "list", _items, f"{_LIST}: scaler, kubernetes, local or an entry-point backend",
+    "DDLSCALE_CONNECTOR_BACKENDS", "list", _items, f"{_LIST}: {', '.join(BUILTIN_BACKENDS)} or an entry-point backend",
     "backends a connector serves (local only when listed)", default=("scaler", "kubernetes"),
     shown_default="scaler,kubernetes",
 )

@@ -8,7 +8,7 @@ import datetime
 import difflib
 import math
 import re
-from typing import Callable, Optional, Pattern, Sequence
+from typing import Callable, Dict, Optional, Pattern, Sequence
 from urllib.parse import urlsplit
 
 from ..errors import InvalidInputError
@@ -126,12 +126,26 @@ def validate_bool(value: object, field: str) -> bool:
     return value
 
 
+BUILTIN_BACKENDS: Dict[str, str] = {
+    "scaler": "flytekitplugins_ddlscale.backends.scaler:ScalerServiceBackend",
+    "kubernetes": "flytekitplugins_ddlscale.backends.kubernetes:KubernetesBackend",
+    "local": "flytekitplugins_ddlscale.backends.local:LocalBackend",
+}
+"""The one registry of the backends shipped with the package (name -> ``module:Class``, imported only when
+chosen); others register under the ``flytekitplugins_ddlscale.backends`` entry-point group. Help, settings
+and errors list backends from it."""
+ALIASES = {"k8s": "kubernetes", "scaler-service": "scaler", "service": "scaler"}
+"""Other names of the built-in backends."""
+BACKEND_NAMES = f"{', '.join(BUILTIN_BACKENDS)} (aliases {', '.join(ALIASES)}) or an entry-point backend"
+"""The backend names accepted, as help and errors list them."""
+
+
 def validate_backend_name(value: Optional[str], field: str = "backend") -> Optional[str]:
     """A backend name, stripped and lower-cased (``Local`` is ``local``), or None for the environment's choice."""
     if value is None:
         return None
     if not isinstance(value, str) or not value.strip():
-        raise InvalidInputError(field, value, "a backend name (scaler, kubernetes, local, ...) or None")
+        raise InvalidInputError(field, value, f"{BACKEND_NAMES}, or None")
     return value.strip().lower()
 
 

@@ -4,6 +4,9 @@ A wait polls fast at first (most operations on a warm cluster finish within
 a second), then backs off geometrically to a cap, and never sleeps past its
 deadline. Timeouts raise :class:`ScalingTimeoutError` carrying the last state.
 """
+import contextlib
+import contextvars
+import logging
 import random
 import time
 from dataclasses import dataclass
@@ -22,6 +25,14 @@ so it reads the cluster at least once."""
 MIN_STATE_READ = 1.0
 """Seconds the read of a cluster's state at the end of an operation still gets when the operation's
 deadline is (nearly) spent: a request needs longer than :data:`MIN_WAIT` to be answered."""
+
+PROBE_GRACE = 0.5
+"""Seconds one probe of a framework (a connection to a scheduler, a head's HTTP status) still gets
+once its operation's deadline (:func:`within`) is spent: the clean-up and the final state read after a
+timeout make one or two, so an operation ends within about a second of its timeout."""
+
+logger = logging.getLogger("flytekitplugins_ddlscale")
+_OPERATION: "contextvars.ContextVar[Optional[Deadline]]" = contextvars.ContextVar("ddlscale_operation", default=None)
 
 
 class Deadline:
@@ -56,6 +67,30 @@ class Deadline:
         """The timeout of the state read that ends an operation under this deadline: the time left,
         at least :data:`MIN_STATE_READ`."""
         return max(self.remaining, MIN_STATE_READ)
+
+
+@contextlib.contextmanager
+def within(deadline: "Deadline") -> Iterator[None]:
+    """Every :func:`probe_timeout` in this thread inside the block is cut to what is left of ``deadline``
+    (of the tightest, when blocks nest)."""
+    outer = _OPERATION.get()
+    tighter = deadline if outer is None or deadline.expires <= outer.expires else outer
+    token = _OPERATION.set(tighter)
+    try:
+        yield
+    finally:
+        _OPERATION.reset(token)
+
+
+def probe_timeout(default: float, what: str = "a probe") -> float:
+    """The timeout of one probe (``what``): ``default``, cut to what is left of the operation's deadline
+    (:func:`within`), at least :data:`PROBE_GRACE` once it is spent; ``default`` outside any operation."""
+    operation = _OPERATION.get()
+    if operation is None or operation.remaining >= default:
+        return default
+    cut = max(operation.remaining, PROBE_GRACE)
+    logger.debug("%s gets %.2f s: what is left of the operation's timeout of %s", what, cut, seconds(operation.timeout))
+    return cut
 
 
 @dataclass(frozen=True)

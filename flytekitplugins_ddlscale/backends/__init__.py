@@ -18,6 +18,7 @@ import importlib
 from typing import Any, Dict, Mapping, Optional
 
 from .._core import settings
+from .._core.validation import ALIASES, BUILTIN_BACKENDS
 from ..errors import InvalidInputError
 from ._base import (
     DEFAULT_RESTART_TIMEOUT,
@@ -30,13 +31,6 @@ from ._base import (
 BACKEND_ENV = settings.BACKEND.name
 """The variable that names the backend when none is given (public; defined in :mod:`.._core.settings`)."""
 ENTRY_POINT_GROUP = "flytekitplugins_ddlscale.backends"
-
-BUILTIN_BACKENDS: Dict[str, str] = {
-    "scaler": "flytekitplugins_ddlscale.backends.scaler:ScalerServiceBackend",
-    "kubernetes": "flytekitplugins_ddlscale.backends.kubernetes:KubernetesBackend",
-    "local": "flytekitplugins_ddlscale.backends.local:LocalBackend",
-}
-ALIASES = {"k8s": "kubernetes", "scaler-service": "scaler", "service": "scaler"}
 
 
 def available_backends() -> Dict[str, str]:

@@ -7,7 +7,9 @@ public methods are declared, documented and done here once, and each backend
 implements the small hooks below them (``BaseBackend`` is the same class
 under its earlier name).
 """
+import abc
 import contextlib
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any, Dict, FrozenSet, Iterator, Optional, Tuple, Union
@@ -19,12 +21,14 @@ from .._core.closing import Closing
 from .._core.outage import no_wait_limit
 from .._core.progress import ProgressReporter
 from .._core.redaction import install_redaction
-from .._core.leases import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
+from .._core.leases import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS, split_live
 from .._core.records import Claim
 from ..refs import ClusterRef
 from .._core.validation import validate_claim_id, validate_replicas, validate_tier_name, validate_timeout
-from .._core.waiting import Deadline
+from .._core.waiting import Deadline, within
 from .._core.wording import seconds
+
+logger = logging.getLogger("flytekitplugins_ddlscale")
 
 DEFAULT_SCALE_TIMEOUT = 900.0
 """Seconds a scale waits for workers by default: GPU nodes can take minutes to join."""
@@ -111,7 +115,7 @@ class WorkersWait:
     """The latest state seen before the wait (None: none could be read)."""
 
 
-class ClusterBackend(Closing):
+class ClusterBackend(Closing, abc.ABC):
     """One way to read and resize distributed-compute clusters: the public methods, declared and
     done once; a backend subclasses it and implements the hooks.
 
@@ -128,6 +132,10 @@ class ClusterBackend(Closing):
     (:func:`inplace.check_reachable`). The records hooks (``_record_baseline``,
     ``_get_baseline``, ``_claim``, ``_release``, ``_claims``) store baselines
     and claims: on files (:class:`FileRecordsBackend`) or with the cluster.
+
+    The hooks every backend must write are abstract, so a class that leaves
+    one out cannot be instantiated and the error names it; the others have
+    defaults (docs/backends.md says which is which and what each guarantees).
     """
 
     name: str = "base"
@@ -368,6 +376,27 @@ class ClusterBackend(Closing):
         """The live claims of ``ref`` by claim id (empty when none)."""
         return self._claims(self._served(ref))
 
+    def dead_claims(self, ref: ClusterRef) -> Dict[str, Tuple[Claim, str]]:
+        """The claims still on ``ref``'s record that no longer count (their holder is gone, or their
+        lease ran out), each with why, by claim id: what the next claim or reconcile drops."""
+        return split_live(self._recorded_claims(self._served(ref)))[1]
+
+    def give_back(self, ref: ClusterRef, timeout: float = DEFAULT_SCALE_TIMEOUT) -> Optional[ScaleResult]:
+        """When dead claims are on ``ref``'s record, give back what they held: a :meth:`reconcile` (not
+        waited for) drops them and holds the largest live claim, or, with none live, puts back the size
+        the cluster had outside phases. None when there were no dead claims (nothing is sent)."""
+        timeout = validate_timeout(timeout)
+        dead = self.dead_claims(ref)
+        if not dead:
+            return None
+        result = self.reconcile(ref, wait=False, timeout=timeout)
+        if result is not None:
+            logger.warning(
+                "%s: gave back what %s held: the cluster is set to %d workers",
+                ref, ", ".join(sorted(dead)), result.effective,
+            )
+        return result
+
     # ------------------------------------------------------- done once here
 
     def _served(self, ref: ClusterRef) -> ClusterRef:
@@ -416,8 +445,25 @@ class ClusterBackend(Closing):
 
         A wait that times out or sees a worker fail leaves the change in place
         (``explain``: the error names it and the remedy). A plain
-        :class:`ScaleResult` is a change that had nothing to wait for.
+        :class:`ScaleResult` is a change that had nothing to wait for. Every
+        framework probe on the way, the final state read and the clean-up
+        after a timeout included, gets no more than what is left of
+        ``deadline`` (:func:`~flytekitplugins_ddlscale._core.waiting.within`; `PROBE_GRACE` each once it is spent).
         """
+        with within(deadline):
+            return self._finish_within(ref, change, wait, deadline, progress, explain=explain, needed=needed)
+
+    def _finish_within(
+        self,
+        ref: ClusterRef,
+        change: Union[Change, ScaleResult],
+        wait: bool,
+        deadline: Deadline,
+        progress: Optional[ProgressReporter],
+        *,
+        explain: bool,
+        needed: Optional[int],
+    ) -> ScaleResult:
         if isinstance(change, ScaleResult):
             return change
         result = change.result
@@ -531,71 +577,82 @@ class ClusterBackend(Closing):
         """Finish ``change`` once its workers are up (or not waited for); return the state to report."""
         return final
 
+    @abc.abstractmethod
     def _observe(self, ref: ClusterRef) -> ClusterState:
         """The cluster now."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _observe_for_wait(self, ref: ClusterRef, replicas: int, deadline: Deadline) -> Optional[ClusterState]:
         """The cluster at the start of a wait, to refuse an impossible one; None when it cannot be read
         now but may be before ``deadline`` (the wait then rides out the outage)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _wait_workers(self, ref: ClusterRef, wait: WorkersWait) -> ClusterState:
         """Wait until ``wait.replicas`` workers are up (after ``wait.change``, if given)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _reach(self, ref: ClusterRef) -> Reach:
         """How ``ddlscale`` and a new process reach this cluster and its records (for remedies)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _scale_change(
         self, ref: ClusterRef, replicas: int, tier: Optional[str], strict: bool, deadline: Deadline
     ) -> Union[Change, ScaleResult]:
         """Record the baseline if none is, then set ``replicas`` workers (and ``tier``)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _restore_change(
         self, ref: ClusterRef, target: Optional[ReplicaSpec], deadline: Deadline
     ) -> Union[Change, ScaleResult]:
         """Put back the baseline (or ``target``); forget the baseline and every claim."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _reconcile_change(
         self, ref: ClusterRef, target: Optional[ReplicaSpec], deadline: Deadline
     ) -> Union[Change, ScaleResult, None]:
         """Scale to the largest claim, else restore the baseline (or ``target``); None if neither exists."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _restart_head(
         self, ref: ClusterRef, tier: Optional[str], wait: bool, deadline: Deadline,
         progress: Optional[ProgressReporter],
     ) -> RestartResult:
         """Replace the head (on ``tier`` if given); with ``wait``, until the new head is Ready."""
-        raise NotImplementedError
 
     def _head_restarted(self, ref: ClusterRef, restart: RestartResult) -> Tuple[bool, ClusterState]:
-        """Whether the head ``restart`` asked for is up and Ready (only with ``observes_restarts``)."""
-        raise NotImplementedError
+        """Whether the head ``restart`` asked for is up and Ready (optional: only with ``observes_restarts``)."""
+        raise NotImplementedError(f"{type(self).__name__} declares observes_restarts without _head_restarted")
 
+    @abc.abstractmethod
     def _record_baseline(self, ref: ClusterRef) -> Baseline:
-        raise NotImplementedError
+        """Record ``ref``'s size and tiers now unless a baseline is recorded; the baseline recorded."""
 
+    @abc.abstractmethod
     def _get_baseline(self, ref: ClusterRef) -> Optional[Baseline]:
-        raise NotImplementedError
+        """The recorded baseline, or None; only reads."""
 
+    @abc.abstractmethod
     def _claim(
         self, ref: ClusterRef, claim_id: str, replicas: int, tier: Optional[str], lease_seconds: float,
         timeout: Optional[float],
     ) -> Claim:
-        raise NotImplementedError
+        """Store the claim as a lease (dead claims dropped, the baseline and the size outside phases
+        recorded in the same atomic step); the largest live claim. ``timeout``: longest wait for a lock."""
 
+    @abc.abstractmethod
     def _renew(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
-        raise NotImplementedError
+        """Renew ``claim_id``'s lease from now, keeping when it was made; None when it is gone."""
 
+    @abc.abstractmethod
     def _release(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
-        raise NotImplementedError
+        """Drop ``claim_id``; the largest remaining live claim, or None."""
 
+    @abc.abstractmethod
     def _claims(self, ref: ClusterRef) -> Dict[str, Claim]:
+        """The live claims by id; only reads."""
+
+    def _recorded_claims(self, ref: ClusterRef) -> Dict[str, Claim]:
+        """Every claim on ``ref``'s record, live or dead."""
         raise NotImplementedError
 
 

@@ -14,6 +14,7 @@ lock back, rides it out, and decides again. A subclass says how to observe
 and how to apply a size (``_observe_before_change``, ``_apply_size``,
 ``_apply_baseline``).
 """
+import abc
 import logging
 import time
 from typing import Dict, Optional, Union
@@ -68,6 +69,9 @@ class FileRecordsBackend(ClusterBackend):
 
     def _claims(self, ref: ClusterRef) -> Dict[str, Claim]:
         return self.records.claims(ref)
+
+    def _recorded_claims(self, ref: ClusterRef) -> Dict[str, Claim]:
+        return self.records.recorded_claims(ref)
 
     # ------------------------------------------------- decisions on records
 
@@ -141,9 +145,9 @@ class FileRecordsBackend(ClusterBackend):
         """The state a baseline records when none is recorded yet."""
         return self._observe(ref)
 
+    @abc.abstractmethod
     def _observe_before_change(self, ref: ClusterRef, deadline: Deadline, what: str) -> ClusterState:
         """The cluster just before a change (``what``, for a timeout while the backend is unreachable)."""
-        raise NotImplementedError
 
     def _check_size(self, previous: ClusterState, replicas: int, strict: bool) -> None:
         """Refuse a size the cluster cannot take (``strict``: one above its maximum), changing nothing."""
@@ -152,18 +156,18 @@ class FileRecordsBackend(ClusterBackend):
         """The result when setting ``replicas`` workers would change nothing and record no baseline."""
         return None
 
+    @abc.abstractmethod
     def _apply_size(
         self, ref: ClusterRef, replicas: int, tier: Optional[str], previous: ClusterState, deadline: Deadline
     ) -> Union[Change, ScaleResult]:
         """Set ``replicas`` workers (and ``tier``); do not wait."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _apply_baseline(
         self, ref: ClusterRef, baseline: Optional[Baseline], target: Optional[ReplicaSpec], deadline: Deadline
     ) -> Union[Change, ScaleResult]:
         """Put back ``target`` if given, else ``baseline``; do not wait (a :class:`Change` with ``restoring``)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _no_baseline(self, ref: ClusterRef) -> ScaleResult:
         """What a restore without a recorded baseline or a target does."""
-        raise NotImplementedError

@@ -15,19 +15,21 @@ from typing import Any, Callable, Optional
 
 import click
 
-from ..backends import get_backend
+from ..backends import available_backends, get_backend
 from ..backends._base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT, ClusterBackend
 from ..errors import ClusterNotFoundError, InvalidInputError, ScalingError
 from .._services.readiness import FrameworkOptions, confirm_change, confirm_ready
 from ..models import ReplicaSpec
 from .._core import settings
 from .._core.progress import default_reporter
-from ..refs import KIND_NAMES, ClusterRef
+from ..refs import GROUPED_KINDS, KIND_NAMES, ClusterRef
 from .._core.waiting import Deadline
 from .output import Confirmed, WithClaims, emit, emit_error
 
 
 KIND_HELP = f"Cluster kind: {', '.join(KIND_NAMES)} (any case)."
+BACKEND_HELP = f"{', '.join(sorted(available_backends()))} (default: from the environment)."
+GROUP_HELP = f"Worker group ({' and '.join(GROUPED_KINDS)} clusters; default: the only one / default)."
 CREATE_HELP = (
     "Create the cluster if it does not exist (local backend: the scale would start one). "
     "Without it a missing cluster is refused (exit 4)."
@@ -37,12 +39,12 @@ CREATE_HELP = (
 def _cluster_options(default_wait: bool, default_timeout: float) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
         options = [
-            click.option("--backend", default=None, help="scaler, kubernetes, local (default: from the environment)."),
+            click.option("--backend", default=None, help=BACKEND_HELP),
             click.option("--kind", required=True, help=KIND_HELP),
             click.option("--name", default=None, help="Cluster name."),
             click.option("--run-id", default=None, help="Domino run id: the cluster is <kind>-<run id>."),
             click.option("--namespace", default=None, help="Namespace (default: the backend's)."),
-            click.option("--group", default=None, help="Worker group (kuberay and dask-operator clusters; default: the only one / default)."),
+            click.option("--group", default=None, help=GROUP_HELP),
             click.option("--wait/--no-wait", default=default_wait, show_default=True, help="Wait until done."),
             click.option("--timeout", type=float, default=default_timeout, show_default=True, help="Seconds to wait at most."),
             click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text."),
@@ -144,11 +146,14 @@ def _run(command: Callable[..., Any]) -> Callable[..., Any]:
 def status(backend: Any, ref: ClusterRef, *, wait: bool, timeout: float, progress: Any,
            framework_check: bool, framework_url: Optional[str]) -> Any:
     """Show the cluster's state and its live claims (holder, age); with --wait, once its desired
-    workers are up (and registered)."""
+    workers are up (and registered). Claims whose holder is gone (or whose lease ran out) are
+    dropped first, and what they held given back (logged)."""
     framework = FrameworkOptions(framework_check, framework_url)
     if wait:
         framework.check(ref.kind)
     deadline = Deadline(timeout)
+    # Whoever notices a dead claim first gives back what it held (logged with its holder).
+    backend.give_back(ref)
     state = backend.get_state(ref)
     if not wait:
         return WithClaims(state, backend.claims(ref))

@@ -90,7 +90,14 @@ def _summary(info: Dict[str, Any]) -> str:
         f"ready ({info['existing_workers']} running), tier {info['worker_hw_tier']}, "
         f"scheduler {info['address']}\n"
         f"  export {' '.join(f'{k}={v}' for k, v in sorted(env.items()))}"
+        + (f"\n  {_dead_note(info)}" if info.get("dead_claims") else "")
     )
+
+
+def _dead_note(info: Dict[str, Any]) -> str:
+    """``4 workers, 3 held by a run that is gone since ...``: what dead claims still on record hold."""
+    return (f"{plural(info['desired_workers'], 'worker')}, {', '.join(info['dead_claims'])}; the next command "
+            "on it or `ddlscale status` gives them back")
 
 
 @click.group("local")
@@ -245,6 +252,8 @@ def _problems(info: Dict[str, Any]) -> str:
     if info.get("unrecorded_pids"):
         notes.append(f"{plural(len(info['unrecorded_pids']), 'process', 'processes')} not recorded "
                      f"(pids {', '.join(map(str, info['unrecorded_pids']))}); `ddlscale local down` stops them")
+    if info.get("dead_claims"):
+        notes.append(_dead_note(info))
     if info.get("pending") and info["status"] == "Interrupted":
         notes.append(f"a change to {info['pending']['desired']} workers was interrupted; set the size with "
                      f"`ddlscale local up` or take it down")

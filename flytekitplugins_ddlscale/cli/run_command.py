@@ -15,11 +15,12 @@ import click
 from ..backends._base import DEFAULT_SCALE_TIMEOUT
 from ..errors import ClusterFaultError, ScalingError
 from .._services.hold import ClusterPhase, PhaseInterrupted, cluster_phase
+from .._core.leases import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
 from .._core.redaction import redact
 from .._core.validation import validate_timeout
 from .._core.wording import plural
 from .child import DEFAULT_KILL_AFTER, CommandNotStarted, run_forwarding
-from .cluster_commands import CREATE_HELP, KIND_HELP, cluster_ref, open_checked, require_existing
+from .cluster_commands import BACKEND_HELP, CREATE_HELP, GROUP_HELP, KIND_HELP, cluster_ref, open_checked, require_existing
 from .output import emit_error
 
 RUN_EPILOG = (
@@ -38,12 +39,12 @@ def _say(text: str) -> None:
     epilog=RUN_EPILOG,
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
 )
-@click.option("--backend", default=None, help="scaler, kubernetes, local (default: from the environment).")
+@click.option("--backend", default=None, help=BACKEND_HELP)
 @click.option("--kind", required=True, help=KIND_HELP)
 @click.option("--name", default=None, help="Cluster name.")
 @click.option("--run-id", default=None, help="Domino run id: the cluster is <kind>-<run id>.")
 @click.option("--namespace", default=None, help="Namespace (default: the backend's).")
-@click.option("--group", default=None, help="Worker group (kuberay and dask-operator clusters; default: the only one / default).")
+@click.option("--group", default=None, help=GROUP_HELP)
 @click.option("--replicas", type=int, required=True, help="Workers the command needs at least (a cluster found larger is not shrunk).")
 @click.option("--worker-hw-tier", default=None, help="Hardware tier NAME for the workers.")
 @click.option(
@@ -61,6 +62,11 @@ def _say(text: str) -> None:
 )
 @click.option("--create", is_flag=True, help=CREATE_HELP + " A cluster the run created is removed after it.")
 @click.option(
+    "--lease-seconds", type=float, default=DEFAULT_LEASE_SECONDS, show_default=True,
+    help="How long the claim outlives its last renewal (renewed every third of it): a ddlscale stopped or "
+    f"hung longer loses it to other runs, a fault once it runs again (at most {MAX_LEASE_SECONDS:.0f}).",
+)
+@click.option(
     "--kill-after", type=float, default=DEFAULT_KILL_AFTER, show_default=True,
     help="Seconds the command gets to exit after a forwarded SIGTERM/SIGINT before it is killed.",
 )
@@ -77,6 +83,7 @@ def run(
     timeout: float,
     framework_ready: bool,
     fail_on_fault: bool,
+    lease_seconds: float,
     kill_after: float,
     create: bool,
     command: Tuple[str, ...],
@@ -96,6 +103,9 @@ def run(
     shrink each other. The claim is a lease renewed while ddlscale runs; if
     ddlscale is killed, the claim stops counting and COMMAND is killed too.
     A local cluster that does not exist is refused (exit 4) unless --create.
+    A claim lost while COMMAND runs (ddlscale stopped past its lease) or a
+    cluster scaled below REPLICAS is a fault: claimed again and put back,
+    or, with --fail-on-fault, COMMAND stopped and exit 6.
     """
     try:
         ref = cluster_ref(kind, name, run_id, namespace, group)
@@ -106,6 +116,7 @@ def run(
         phase = cluster_phase(
             ref, replicas, worker_hw_tier=worker_hw_tier, timeout=timeout, backend=backend,
             framework_ready=framework_ready, deck=False, label="run", fail_on_fault=fail_on_fault,
+            lease_seconds=lease_seconds,
         )
     except ScalingError as error:
         sys.exit(emit_error(error, as_json=False))

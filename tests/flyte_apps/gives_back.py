@@ -1,4 +1,4 @@
-"""The flow of the README's "A phase gives back what it found": a node scales up, a phase needs more
+"""The flow of docs/guide.md's "a phase between nodes gives back what it found": a node scales up, a phase needs more
 for one task, and a node restores what the flow found.
 
 ``ScaleCluster(replicas=1)`` records the baseline (no cluster: 0 workers) and

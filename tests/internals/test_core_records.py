@@ -117,3 +117,81 @@ def test_a_claim_of_a_process_gone_from_this_host_is_dead_at_once():
     live, dead = split_live({"mine": mine, "theirs": theirs, "elsewhere": elsewhere})
     assert sorted(live) == ["elsewhere", "mine"] and mine.holder.endswith(f":{os.getpid()}")
     assert dead["theirs"][1] == f"its holder process {theirs.holder} is gone"
+
+
+def _now_plus(seconds: float) -> str:
+    return (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=seconds)).isoformat()
+
+
+@pytest.mark.parametrize(
+    "renewed_at",
+    ["2999-01-01T00:00:00+00:00", "9999-12-31T23:59:59+00:00", "9999-12-31T23:59:59-12:00", "later"],
+)
+def test_a_renewal_further_ahead_than_its_lease_is_a_corrupt_record_naming_the_field(renewed_at):
+    text = json.dumps({"p": {**_GOOD_CLAIM, "renewed_at": renewed_at, "lease_seconds": 90}})
+    with pytest.raises(CorruptRecordError) as caught:
+        decode_claims(text, source="the-file")
+    assert caught.value.field == "claims['p'].renewed_at" and "\n" not in str(caught.value)
+
+
+def test_a_claim_time_ahead_within_its_lease_is_clock_skew_and_read():
+    text = json.dumps({"p": {**_GOOD_CLAIM, "created_at": _now_plus(5), "renewed_at": _now_plus(5)}})
+    read = decode_claims(text)["p"]
+    assert datetime.datetime.fromisoformat(read.renewed_at) > datetime.datetime.now(datetime.timezone.utc)
+    ahead = json.dumps({"p": {**_GOOD_CLAIM, "created_at": _now_plus(200), "lease_seconds": 90}})
+    with pytest.raises(CorruptRecordError) as caught:
+        decode_claims(ahead)
+    assert caught.value.field == "claims['p'].created_at"
+
+
+def test_a_lease_longer_than_a_phase_may_ask_for_is_refused():
+    from flytekitplugins_ddlscale._core.leases import MAX_LEASE_SECONDS
+    from flytekitplugins_ddlscale._services.hold.settings import PhaseSettings
+
+    with pytest.raises(CorruptRecordError) as caught:
+        decode_claims(json.dumps({"p": {**_GOOD_CLAIM, "lease_seconds": 86400}}))
+    assert caught.value.field == "claims['p'].lease_seconds"
+    with pytest.raises(InvalidInputError):
+        PhaseSettings("dask/x", 1, lease_seconds=86400)
+    # The bound of records is the bound of what a phase may ask for.
+    assert PhaseSettings("dask/x", 1, lease_seconds=MAX_LEASE_SECONDS).lease_seconds == MAX_LEASE_SECONDS
+    assert decode_claims(json.dumps({"p": {**_GOOD_CLAIM, "lease_seconds": MAX_LEASE_SECONDS}}))
+
+
+def test_a_claim_of_a_live_unrelated_process_holds_only_with_its_start_time_and_lease():
+    import os
+    import socket
+
+    from flytekitplugins_ddlscale._core.leases import process_start, split_live
+
+    parent = os.getppid()  # alive, and not this process
+    holder = f"{socket.gethostname()}:{parent}"
+    recorded = Claim("recorded", 2, holder=holder, holder_start=process_start(parent))
+    reused = Claim("reused", 2, holder=holder, holder_start=process_start(parent) + 1)
+    unknown = Claim("unknown", 2, holder=holder, holder_start=None)
+    live, dead = split_live({"recorded": recorded, "reused": reused, "unknown": unknown})
+    assert sorted(live) == ["recorded", "unknown"]
+    assert dead["reused"][1] == f"its holder process {holder} is gone"
+    # A record without a start time (written by an earlier version) is read; only its lease keeps it.
+    old = decode_claims(json.dumps({"p": {**_GOOD_CLAIM, "holder": holder, "renewed_at": _now_plus(-100)}}))["p"]
+    assert old.holder_start is None
+    assert "lease of 90s ran out" in split_live({"p": old})[1]["p"][1]
+    mine = decode_claims(encode_claims({"m": Claim("m", 1)}))["m"]
+    assert mine.holder_start == process_start(os.getpid()) is not None
+
+
+def test_what_a_dead_claim_held_is_said_with_its_kind_of_holder_and_since_when():
+    import socket
+    import subprocess
+    import sys
+
+    from flytekitplugins_ddlscale._core.leases import dead_text
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    killed = Claim("run-0a1b", 3, holder=f"{socket.gethostname()}:{gone.pid}", renewed_at="2026-12-01T10:00:00+00:00")
+    assert dead_text(killed) == "3 held by a run that is gone since 2026-12-01T10:00:00+00:00"
+    stalled = Claim("phase-9f", 2, lease_seconds=90, renewed_at="2026-12-01T10:00:00+00:00")
+    assert dead_text(stalled) == (
+        "2 held by a phase that stopped renewing at 2026-12-01T10:00:00+00:00 (its lease of 90s ran out)"
+    )

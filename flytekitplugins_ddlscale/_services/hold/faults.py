@@ -3,7 +3,9 @@
 A phase holds at least ``needed`` workers for its body. Its monitor reads the
 cluster every sample and calls :func:`find_fault`: a head that stopped
 answering (where the backend can see the head) or fewer workers up than
-``needed`` is a fault. Each fault is one :class:`Fault` from the moment it is
+``needed``, for any reason (workers lost, or the cluster scaled below the
+phase's claim), is a fault; so is the phase's claim found lapsed or dropped
+(the monitor's renewal). Each fault is one :class:`Fault` from the moment it is
 seen until the cluster is whole again, with what the phase did about it.
 """
 from dataclasses import dataclass
@@ -16,6 +18,9 @@ from ..._core.wording import plural
 REPAIRED = "repair sent (head restarted on its port, lost workers replaced)"
 REPORTED = "reported only (this backend's operator repairs the cluster)"
 FAILED = "the phase was failed (fail_on_fault)"
+RECLAIMED = "claimed again and the cluster brought back to its size"
+REASSERTED = "its claim re-asserted (the cluster brought back to its size)"
+NOT_RECLAIMED = "not claimed again (a restore ends every phase)"
 
 
 def head_name(kind: str) -> str:
@@ -29,15 +34,22 @@ def find_fault(state: ClusterState, needed: int, head: str = "head") -> Optional
     A lost head is named alone (its workers go with it); an unknown head
     readiness (``head_ready`` None) is not a fault. Workers are lost when
     fewer than ``needed`` are up while the cluster still wants at least
-    ``needed``; a size pulled back below it (an autoscaler) is the monitor's
-    re-assert's to fix, not a loss.
+    ``needed``; fewer up while it wants fewer is a size scaled below the
+    phase's need (an autoscaler, another process that dropped the phase's
+    claim). A size pulled back while the workers are still up is not yet a
+    fault (the monitor's re-assert may put it back first).
     """
     up = observed_workers(state)
     if state.head_ready is False:
         return f"the {head} of {state.cluster} stopped answering ({up} of {needed} workers up)"
-    if up < needed <= state.desired_workers:
+    if up >= needed:
+        return None
+    if needed <= state.desired_workers:
         return f"{state.cluster} has {up} of its {plural(needed, 'worker')} up ({needed - up} lost)"
-    return None
+    return (
+        f"{state.cluster} was scaled down to {plural(state.desired_workers, 'worker')} "
+        f"({up} up), below the {needed} this phase needs"
+    )
 
 
 @dataclass

@@ -3,18 +3,28 @@
 From the claim on it renews the claim's lease (:mod:`..leases`) every third of
 the lease, so a long scale-up wait never lets the claim lapse, and a phase
 that stops renewing (killed, hung) loses it. A renewal that fails (an
-outage) is logged and tried again at the next tick; a claim found gone
-(``ddlscale restore`` dropped it) is logged once and never re-added.
+outage) is logged and tried again at the next tick. The holder times itself
+with a :class:`~..leases.HolderClock` checked every second
+(:data:`STALL_CHECK`), so a process that was stopped (SIGSTOP, a debugger) or
+suspended renews as soon as it runs again, not at its next scheduled renewal.
+A claim found gone is a fault (below): one that lapsed because its holder
+could not renew it within its lease (the clock says so) is claimed again and
+the cluster brought back to its size; one dropped while its holder renewed
+on time (``ddlscale restore`` ends every phase) is reported and never
+re-added.
 
 Once the body runs (:meth:`PhaseMonitor.watch`) it also samples the
 cluster for the Deck; re-asserts the claim where the backend cannot hold the
 size against the autoscaler (``capabilities.holds_size`` False; through the
 atomic ``reconcile``); and watches for faults (:mod:`.faults`): a head that
-stopped answering or fewer workers than the body needs is logged at once
-and, where the backend repairs its own processes
-(``capabilities.repairs_processes``: the local backend restarts the head on
-its port and replaces lost workers), repaired through a reconcile; elsewhere
-the cluster's operator repairs it and the phase reports it. With
+stopped answering, fewer workers up than the body needs (for any reason:
+workers lost, or the cluster scaled below the phase's claim) or the phase's
+claim lost is logged at once and, where the backend repairs its own
+processes (``capabilities.repairs_processes``: the local backend restarts
+the head on its port and replaces lost workers), repaired through a
+reconcile; a size scaled below the claim is re-asserted (a reconcile) on
+every backend, after claiming again a claim that lapsed; elsewhere the
+cluster's operator repairs it and the phase reports it. With
 ``fail_on_fault`` the phase's ``on_fault`` callback is called instead of
 repairing, to stop the body.
 
@@ -29,11 +39,11 @@ from typing import Callable, List, Optional
 
 from ...backends._base import ClusterBackend
 from ...errors import ClusterNotFoundError
-from ..._core.leases import renew_interval
+from ..._core.leases import HolderClock, renew_interval
 from ..._core.claimrules import largest_claim
 from ...refs import ClusterRef
 from ..._core.timeline import WorkerTimeline, observed_workers
-from .faults import FAILED, REPAIRED, REPORTED, Fault, find_fault, head_name
+from .faults import FAILED, NOT_RECLAIMED, REASSERTED, RECLAIMED, REPAIRED, REPORTED, Fault, find_fault, head_name
 
 logger = logging.getLogger("flytekitplugins_ddlscale")
 
@@ -41,6 +51,9 @@ logger = logging.getLogger("flytekitplugins_ddlscale")
 REASSERT_TIMEOUT = 20.0
 """Seconds one re-assert or repair request may take, riding out an outage included: shorter than
 :meth:`PhaseMonitor.stop` waits, so it never outlives the phase's body (the next tick tries again)."""
+STALL_CHECK = 1.0
+"""Longest the monitor sleeps between looks at its :class:`HolderClock` (no request is sent): a holder
+stopped or suspended past its renewal renews within this of running again."""
 
 
 class PhaseMonitor:
@@ -59,10 +72,16 @@ class PhaseMonitor:
         fail_on_fault: bool = False,
         on_fault: Optional[Callable[[Fault], None]] = None,
         clock: Callable[[], float] = time.monotonic,
+        replicas: Optional[int] = None,
     ) -> None:
         self._backend = backend
         self._ref = ref
         self._claim_id = claim_id
+        self._replicas = replicas
+        """What the claim asks for, to claim again after it lapsed (None: never claim again)."""
+        self._lease = lease_seconds
+        self._held = HolderClock()
+        """Time since the claim was last made or renewed, as this process can tell after a stop."""
         self._renew_every = renew_interval(lease_seconds)
         self._timeline = timeline
         self._tier = worker_hw_tier
@@ -81,7 +100,9 @@ class PhaseMonitor:
         self.renewals = 0
         """Renewals that reached the record."""
         self.lost: Optional[str] = None
-        """Set when the claim was found gone from the record."""
+        """Why the claim is gone from the record, while it is (a lapsed claim claimed again clears it)."""
+        self._reclaim = False
+        """Whether a lapsed claim is still to be claimed again (a claim that failed is tried again)."""
         self.pullbacks = 0
         """How many times the size was found pulled back and re-asserted."""
         self.faults: List[Fault] = []
@@ -131,9 +152,11 @@ class PhaseMonitor:
             if self._stop.is_set():
                 return
             now = self._clock()
-            if now >= next_renewal and self.lost is None:
+            # The holder's own clock also counts time this process did not run (stopped, suspended).
+            due = now >= next_renewal or self._held.since() >= self._renew_every
+            if due and (self.lost is None or self._reclaim):
                 next_renewal = now + self._renew_every
-                if not self._locked(self._renew):
+                if not self._locked(self._renew if self.lost is None else self._claim_again):
                     return
             needed = self._needed
             if needed is None or now < next_sample:
@@ -148,7 +171,7 @@ class PhaseMonitor:
                 return
 
     def _tick(self) -> float:
-        tick = self._renew_every
+        tick = min(self._renew_every, STALL_CHECK)
         if self._needed is not None:
             tick = min(tick, self._sample_interval, self._reassert_interval or tick)
         return tick
@@ -169,14 +192,63 @@ class PhaseMonitor:
     # ----------------------------------------------------------- each job
 
     def _renew(self) -> None:
+        late = self._held.since()
         if self._backend.renew(self._ref, self._claim_id) is not None:
             self.renewals += 1
+            self._held.mark()
             return
-        self.lost = "the claim is gone from the record (dropped by a restore, or as dead)"
-        logger.error(
-            "phase %s: its claim on %s is gone (dropped by `ddlscale restore`, or lapsed); "
-            "the cluster no longer holds workers for it", self._claim_id, self._ref,
+        self._claim_lost(late)
+
+    def _claim_lost(self, late: float) -> None:
+        """The claim is gone from the record, ``late`` seconds after it was last made or renewed: a fault
+        during the body; claimed again (and the size re-asserted) when it lapsed, unless the phase fails."""
+        lapsed = late >= self._lease
+        if lapsed:
+            self.lost = (
+                f"the claim of phase {self._claim_id} on {self._ref} lapsed: this process did not run or could "
+                f"not renew it for {late:.0f} s, past its lease of {self._lease:g} s, and it was dropped"
+            )
+        else:
+            self.lost = (
+                f"the claim of phase {self._claim_id} on {self._ref} was dropped from the record while it was "
+                "renewed on time (`ddlscale restore` ends every phase)"
+            )
+        already_open = self._fault_open()
+        if self._needed is not None:
+            self._fault_seen(self.lost, repairable=False, record_only=True)  # logs a new fault
+        if self._needed is None or already_open:
+            logger.error("phase %s: %s; the cluster no longer holds workers for it", self._claim_id, self.lost)
+        if self.failed is not None:
+            return
+        if not lapsed or self._replicas is None:
+            fault = self._open_fault()
+            if fault is not None:
+                fault.action = NOT_RECLAIMED
+            return
+        self._reclaim = True
+        self._claim_again()
+
+    def _claim_again(self) -> None:
+        """Claim the lapsed claim again and bring the cluster back to its size; a claim that fails (an
+        outage) is tried again at the next renewal tick."""
+        assert self._replicas is not None
+        self._backend.claim(
+            self._ref, self._claim_id, self._replicas, self._tier, timeout=REASSERT_TIMEOUT, lease_seconds=self._lease
         )
+        self._held.mark()
+        self.lost, self._reclaim = None, False
+        logger.warning(
+            "phase %s: claimed %s again (at least %d workers); bringing the cluster back to its size",
+            self._claim_id, self._ref, self._replicas,
+        )
+        fault = self._open_fault()
+        if fault is not None:
+            fault.action = RECLAIMED
+        self._backend.reconcile(self._ref, wait=False, timeout=REASSERT_TIMEOUT)
+
+    def _open_fault(self) -> Optional[Fault]:
+        """The fault of the body still open, or None (none open, or the body not yet running)."""
+        return self.faults[-1] if self._needed is not None and self._fault_open() else None
 
     def _sample(self, needed: int, reassert: bool) -> None:
         try:
@@ -190,16 +262,21 @@ class PhaseMonitor:
             # A second look before a new fault counts: one slow answer of a busy head is not a fault.
             problem = find_fault(self._backend.get_state(self._ref), needed, head_name(self._ref.kind))
         if problem is not None:
-            self._fault_seen(problem, repairable=True)
-            return
-        self._fault_cleared()
-        if reassert and self.lost is None:
+            self._fault_seen(problem, repairable=True, pulled_back=state.desired_workers < needed)
+        else:
+            self._fault_cleared()
+        if reassert and self.lost is None and self.failed is None:
             self._reassert(state.desired_workers)
 
     def _fault_open(self) -> bool:
         return bool(self.faults) and self.faults[-1].ended is None
 
-    def _fault_seen(self, problem: str, repairable: bool) -> None:
+    def _fault_seen(
+        self, problem: str, repairable: bool, pulled_back: bool = False, record_only: bool = False
+    ) -> None:
+        """Record ``problem`` (a new fault unless one is open), fail the phase with ``fail_on_fault``, else
+        repair: a size ``pulled_back`` below the claim is re-asserted on every backend, lost processes
+        are replaced where the backend repairs them. ``record_only``: the caller repairs."""
         fault = self.faults[-1] if self._fault_open() else None
         if fault is None:
             fault = Fault(problem, self._elapsed())
@@ -212,17 +289,37 @@ class PhaseMonitor:
                 logger.error("phase %s: failing the phase (fail_on_fault)", self._claim_id)
                 if self._on_fault is not None:
                     self._on_fault(fault)
-        if self.failed is not None:
+        if self.failed is not None or record_only:
+            return
+        if pulled_back:
+            self._hold_size(fault)
             return
         if not repairable or not self._backend.capabilities.repairs_processes:
-            fault.action = REPORTED
+            if fault.action not in (RECLAIMED, REASSERTED):
+                fault.action = REPORTED
             return
+        if self.lost is not None:
+            return  # the phase no longer holds the cluster: not its to repair
         if not fault.action:
             logger.warning("phase %s: repairing %s", self._claim_id, self._ref)
-        fault.action = REPAIRED
+        if fault.action not in (RECLAIMED, REASSERTED):
+            fault.action = REPAIRED
         # A reconcile decides from the claims live now, so it never shrinks another phase; it
         # restarts a lost head on its port and replaces lost workers. Repeated while the fault
         # lasts: processes already started are counted, so a repeat starts nothing twice.
+        self._backend.reconcile(self._ref, wait=False, timeout=REASSERT_TIMEOUT)
+
+    def _hold_size(self, fault: Fault) -> None:
+        """The cluster was scaled below this phase's need: re-assert its claim (a reconcile decides from
+        the claims live now, so no other phase shrinks), after claiming again one that lapsed."""
+        if self.lost is not None:
+            return  # dropped on time: reported, never re-added
+        if self._claim_id not in self._backend.claims(self._ref):
+            self._claim_lost(self._held.since())
+            return
+        if fault.action not in (RECLAIMED, REASSERTED):
+            logger.warning("phase %s: re-asserting its claim on %s", self._claim_id, self._ref)
+            fault.action = REASSERTED
         self._backend.reconcile(self._ref, wait=False, timeout=REASSERT_TIMEOUT)
 
     def _fault_cleared(self) -> None:

@@ -22,8 +22,10 @@ block; elsewhere (Flyte 2 runs task bodies in other threads) it attaches to
 the process's :data:`.signals.RELAY` when that is installed, which calls
 :meth:`ClusterPhase.interrupt` from the main thread.
 
-A fault during the body (a lost head, workers lost) is repaired where the
-backend can and reported in the summary line and the Deck; with
+A fault during the body (a lost head, workers lost, the cluster scaled below
+the phase's claim, the claim itself lapsed or dropped: see :mod:`.monitor`)
+is repaired where the backend can (a lapsed claim is claimed again and the
+size brought back) and reported in the log, the summary line and the Deck; with
 ``fail_on_fault`` the monitor stops the body instead (SIGTERM to the main
 thread, the phase's own handler: a command run by ``ddlscale run`` gets it
 forwarded) and the phase raises :class:`ClusterFaultError` after its
@@ -216,7 +218,7 @@ class ClusterPhase:
         self._monitor = PhaseMonitor(
             backend, self.ref, self.claim_id, s.lease_seconds, self.timeline,
             worker_hw_tier=s.worker_hw_tier, sample_interval=s.sample_interval,
-            fail_on_fault=s.fail_on_fault, on_fault=self._stop_body,
+            fail_on_fault=s.fail_on_fault, on_fault=self._stop_body, replicas=s.replicas,
         )
         self._monitor.start()
         pause_point("claimed")

@@ -76,7 +76,8 @@ LAYOUTS: Dict[str, CrdLayout] = {
         "dask-operator", "DaskCluster", "dask", "scheduler", "scheduler", "kubernetes.dask.org", "v1", "daskop"
     ),
 }
-"""The layout of every kind in :data:`~flytekitplugins_ddlscale.refs.KINDS`."""
+"""The layout of every kind on Kubernetes: the kinds the Kubernetes backend serves. A kind served only
+off Kubernetes (a backend of its own) needs none."""
 
 
 def layout_of(ref: ClusterRef) -> CrdLayout:

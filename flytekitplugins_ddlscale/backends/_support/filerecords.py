@@ -84,6 +84,10 @@ class FileBookkeeping:
         """Live claims of ``ref`` by claim id (dead ones are left for the next claim or settle to drop)."""
         return claimrules.live_claims(self._records(ref, self.store.read(ref)).claims)
 
+    def recorded_claims(self, ref: ClusterRef) -> Dict[str, Claim]:
+        """Every claim on ``ref``'s record by claim id, live or dead."""
+        return self._records(ref, self.store.read(ref)).claims
+
     def claim(
         self,
         ref: ClusterRef,

@@ -42,8 +42,8 @@ from ..._core.records import (
     decode_claims,
     encode_claims,
 )
-from ...refs import DEFAULT_NAMESPACE, GROUP_SEPARATOR, KINDS, ClusterRef, validate_name
-from .._support.crds import LABEL_HW_TIER, LABEL_OWNER, layout_of
+from ...refs import DEFAULT_NAMESPACE, GROUP_SEPARATOR, ClusterRef, validate_name
+from .._support.crds import LABEL_HW_TIER, LABEL_OWNER, LAYOUTS, layout_of
 from ..._core.sharing import current_shared_reads
 from ..tiers import HardwareTier, TierCatalog
 from ..._core.validation import validate_tier_name, validate_timeout
@@ -120,7 +120,7 @@ class KubernetesBackend(ClusterBackend):
 
     name = "kubernetes"
     capabilities = BackendCapabilities(
-        kinds=frozenset(KINDS),
+        kinds=frozenset(LAYOUTS),  # every kind laid out on Kubernetes
         observes_readiness=True,
         holds_size=True,
         head_tier=True,
@@ -847,6 +847,9 @@ class KubernetesBackend(ClusterBackend):
     def _claims(self, ref: ClusterRef) -> Dict[str, Claim]:
         """The live claims in the cluster's claims annotation, by claim id (dead ones not counted)."""
         return claimrules.live_claims(_claims_on(self._read(ref)))
+
+    def _recorded_claims(self, ref: ClusterRef) -> Dict[str, Claim]:
+        return _claims_on(self._read(ref))
 
     def close(self) -> None:
         """Close the connection pool if this backend created the client."""

@@ -39,7 +39,8 @@ from ..._core.progress import ProgressReporter
 from ..._core.records import Claim
 from ...refs import ClusterRef
 from ..._core.validation import validate_replicas, validate_timeout
-from ..._core.waiting import Backoff, Deadline, poll_until
+from ..._core.leases import dead_text
+from ..._core.waiting import Backoff, Deadline, poll_until, within
 from ..._core.wording import plural
 from .._base import DEFAULT_SCALE_TIMEOUT, BackendCapabilities, Change, WorkersWait
 from .._filebacked import FileRecordsBackend
@@ -231,9 +232,18 @@ class LocalBackend(FileRecordsBackend):
             "created_at": record.created_at,
             "pending": record.pending.to_json() if record.pending else None,
             "unrecorded_pids": [p.pid for p in self.supervisor.unrecorded(record, ref)],
+            "dead_claims": self._dead_claims_text(ref),
             "logs": str(self.store.cluster_dir(ref) / "logs"),
             "observed_at": state.observed_at.isoformat(),
         }
+
+    def _dead_claims_text(self, ref: ClusterRef) -> List[str]:
+        """What each dead claim still on record held (:func:`dead_text`), or the claims record's error."""
+        try:
+            dead = self.dead_claims(ref)
+        except CorruptRecordError as exc:
+            return [str(exc)]
+        return [dead_text(claim) for claim, _ in sorted(dead.values(), key=lambda pair: pair[0].created_at)]
 
     def connection_env(self, ref: ClusterRef) -> Dict[str, str]:
         """The variables Domino injects in a run for ``ref``'s framework (e.g.
@@ -405,8 +415,9 @@ class LocalBackend(FileRecordsBackend):
     @contextlib.contextmanager
     def _changing(self, ref: ClusterRef, deadline: Deadline) -> Iterator[None]:
         """Every change holds the cluster's lock while it starts or stops processes, so processes match
-        the records read; the wait for its workers that follows does not."""
-        with self.supervisor.lock(ref, max(deadline.remaining, 0.1)):
+        the records read; the wait for its workers that follows does not. Its checks of the head get
+        no more than what is left of ``deadline``."""
+        with within(deadline), self.supervisor.lock(ref, max(deadline.remaining, 0.1)):
             yield
 
     def _observe_before_change(self, ref: ClusterRef, deadline: Deadline, what: str) -> ClusterState:

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional
 from ..._core import settings
 from ...errors import BackendUnavailableError
 from ..._core.wording import seconds
+from ..._core.waiting import probe_timeout
 from ._dask_tls import DaskTls
 from ._procs import python_module, with_environment
 
@@ -93,7 +94,7 @@ def scheduler_workers(
     (None: over plain ``tcp://``, for a scheduler this backend did not start); None if it does not
     answer."""
     try:
-        info = asyncio.run(_call(address, tls, timeout, "identity"))
+        info = asyncio.run(_call(address, tls, probe_timeout(timeout, f"the check of scheduler {address}"), "identity"))
     except (OSError, asyncio.TimeoutError):
         # distributed's CommClosedError is an OSError: all mean "not answering".
         return None

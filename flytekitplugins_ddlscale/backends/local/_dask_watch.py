@@ -9,6 +9,14 @@ purpose. The cluster's folder comes from the scheduler's environment
 that cannot be read (damaged by hand) is not a verdict: the scheduler stays.
 Its workers follow it through their ``--death-timeout``.
 
+It also gives back what a dead run held: when a claim on the cluster's
+record names a holder process of this host that no longer runs (or whose pid
+now belongs to a process started at another time), it starts one short
+process that calls the backend's ``give_back`` (the claims rules, under the
+record's lock: it drops the dead claim and holds the largest live one, or
+puts back the size outside phases), so a run killed with ``kill -9`` does
+not leave its workers up until someone else comes.
+
 Loaded by path, not as a module of this package: it imports nothing but the
 standard library and what the scheduler already has loaded.
 """
@@ -16,10 +24,13 @@ import asyncio
 import json
 import logging
 import os
+import socket
 import stat
+import subprocess
+import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 MARK_ENV = "DDLSCALE_LOCAL_CLUSTER"
 _MAX_RECORD_BYTES = 1 << 20
@@ -60,6 +71,50 @@ def recorded_here(folder: Path, pid: int) -> Optional[bool]:
     return isinstance(scheduler, dict) and scheduler.get("pid") == pid
 
 
+GIVE_BACK = (
+    "import sys\n"
+    "from flytekitplugins_ddlscale.backends.local import LocalBackend\n"
+    "from flytekitplugins_ddlscale.refs import ClusterRef\n"
+    "namespace, kind, name = sys.argv[2].split('.', 2)\n"
+    "with LocalBackend(state_dir=sys.argv[1]) as backend:\n"
+    "    backend.give_back(ClusterRef(kind, name, None if namespace == '_' else namespace), timeout=60)\n"
+)
+"""What the give-back process runs: ``give_back`` of the cluster (state directory and folder name as arguments)."""
+
+
+def _process_start(pid: int) -> Optional[int]:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    if fields[0] in ("Z", "X") or not fields[19].isdigit():
+        return None
+    return int(fields[19])
+
+
+def gone_holders(folder: Path) -> List[str]:
+    """Claims on the cluster's record whose holder process on this host is gone (the rule of
+    ``leases.holder_gone``, restated with the standard library): their ids, sorted; empty when the
+    record holds none or cannot be read (a broken record is the next command's to report)."""
+    records = folder.parent.parent / "records" / f"{folder.name}.json"
+    try:
+        claims = json.loads(json.loads(records.read_text(encoding="utf-8")).get("claims") or "{}")
+    except (OSError, ValueError, AttributeError, TypeError, RecursionError):
+        return []
+    gone = []
+    for claim_id, claim in claims.items() if isinstance(claims, dict) else ():
+        holder = claim.get("holder", "") if isinstance(claim, dict) else ""
+        host, _, pid = str(holder).rpartition(":")
+        if host != socket.gethostname() or not pid.isdigit():
+            continue
+        started = _process_start(int(pid))
+        recorded = claim.get("holder_start")
+        if started is None or (isinstance(recorded, int) and recorded != started):
+            gone.append(str(claim_id))
+    return sorted(gone)
+
+
 def dask_setup(scheduler: Any) -> None:
     """Start the watch (a periodic callback the scheduler stops when it closes)."""
     from tornado.ioloop import PeriodicCallback
@@ -69,8 +124,28 @@ def dask_setup(scheduler: Any) -> None:
         return
     folder = Path(mark)
     unrecorded_since: list = []
+    giving_back: list = []
+    """The give-back process under way, and the dead claims it was started for."""
+
+    def give_back() -> None:
+        if giving_back and giving_back[0].poll() is None:
+            return  # one at a time; reaped once it ends
+        gone = gone_holders(folder)
+        if not gone or (giving_back and giving_back[1] == gone):
+            return  # none, or the same ones a give-back already tried: the next command reports them
+        logger.warning("claims %s of cluster %s: their holder is gone; giving back what they held",
+                       ", ".join(gone), folder)
+        process = subprocess.Popen(
+            # Run in the cluster's own (private) folder: ``-c`` puts the working directory on sys.path.
+            # It keeps the cluster's mark: `down` stops it with the cluster's other processes.
+            [sys.executable, "-c", GIVE_BACK, str(folder.parent.parent), folder.name], cwd=str(folder),
+            # Its log lines go to the scheduler's log.
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True,
+        )
+        giving_back[:] = [process, gone]
 
     def check() -> None:
+        give_back()
         if recorded_here(folder, os.getpid()) is not False:
             unrecorded_since.clear()
             return

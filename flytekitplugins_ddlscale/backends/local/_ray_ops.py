@@ -38,6 +38,7 @@ from ..._framework.probes import PROBES, ray_alive_nodes
 from ..._core import settings
 from ..._core.peerowner import own_peer_opener
 from ..._framework.ray_auth import ray_auth_headers
+from ..._core.waiting import probe_timeout
 from .._support.privatefs import private_dir, remove_nofollow
 from ._procs import with_environment
 from ._secrets import fresh_secret
@@ -266,7 +267,7 @@ def alive_nodes(base_url: str, token_path: str, timeout: float = 3.0) -> Optiona
     headers = {"Accept": "application/json", **ray_auth_headers(client_env(token_path))}
     request = urllib.request.Request(PROBES["ray"].url(base_url), headers=headers)
     try:
-        with _OPENER.open(request, timeout=timeout) as reply:
+        with _OPENER.open(request, timeout=probe_timeout(timeout, f"the check of {base_url}")) as reply:
             return ray_alive_nodes(json.loads(reply.read().decode("utf-8")))
     except (OSError, ValueError):
         # URLError, refused or reset connections, timeouts and a port held by another user are

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Set
 
 from ..._core import settings
+from ..._core.waiting import probe_timeout
 from ...errors import UnsupportedOperationError
 from .._support.privatefs import private_dir
 from ._procs import python_module, with_environment
@@ -222,7 +223,7 @@ def write_properties(path: Path, values: Mapping[str, str]) -> None:
 def master_json(webui_url: str, timeout: float = 3.0) -> Optional[Dict[str, Any]]:
     """The master's ``/json/`` status, or None when it does not answer with one."""
     try:
-        with urllib.request.urlopen(f"{webui_url}/json/", timeout=timeout) as reply:
+        with urllib.request.urlopen(f"{webui_url}/json/", timeout=probe_timeout(timeout, f"the check of {webui_url}")) as reply:
             payload = json.loads(reply.read().decode("utf-8"))
     except (OSError, ValueError, urllib.error.URLError):
         return None

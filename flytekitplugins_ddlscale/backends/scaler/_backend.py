@@ -38,7 +38,7 @@ from .._support.inplace import Reach, state_dir_env
 from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult
 from ..._core.outage import outage_timeout
 from ..._core.progress import ProgressReporter, WaitProgress
-from ...refs import ClusterRef
+from ...refs import KINDS, ClusterRef
 from ..._core.sharing import current_shared_reads
 from ..tiers import DominoTierCatalog, TierCatalog
 from ..._core.validation import validate_tier_name, validate_timeout
@@ -111,7 +111,7 @@ class ScalerServiceBackend(FileRecordsBackend):
 
     name = "scaler"
     capabilities = BackendCapabilities(
-        kinds=frozenset({"ray", "spark", "dask"}),
+        kinds=frozenset(kind for kind, info in KINDS.items() if info.served_by_scaler),
         observes_readiness=False,
         holds_size=False,
         head_tier=False,
