@@ -38,7 +38,9 @@ from typing import Any, Dict, Mapping, Optional, Tuple, Type, TypeVar
 
 from .connector_meta import ScalingMetadata
 from .connector_policy import ConnectorPolicy
-from ..errors import InvalidInputError, NeverReachedError, ScalingError, ScalingTimeoutError, TransientError
+from ..errors import (
+    InvalidInputError, NeverReachedError, ScalingError, ScalingTimeoutError, TransientError, UnconfirmedChangeError,
+)
 from .readiness import Readiness, backend_proof
 from .._framework.endpoints import enabled_by_env, framework_of, kind_url_env, resolve_endpoint
 from .._framework.probes import probe_for
@@ -168,13 +170,20 @@ class ScalingService:
         unreachable or does not accept a scale, wait or restore within
         :data:`~.nodes.creating.CREATE_TIMEOUT` raises
         :class:`BackendUnavailableError` (safe to repeat: the caller's retry
-        runs it again).
+        runs it again). A head restart that may have gone out unconfirmed
+        (:class:`UnconfirmedChangeError`) is not raised: FlytePropeller retries
+        a failed create, which would send it again, so it comes back as a
+        metadata whose first poll is FAILED (a failure no retry repeats).
         """
         kind = NODE_KINDS.get(task_type)
         if kind is None:
             raise InvalidInputError("task_type", task_type, ", ".join(NODE_KINDS))
         config = node_config(kind.config, custom)
-        return self._metadata(kind, config, kind.create(self._creation, config, kind.given(config, values)))
+        try:
+            return self._metadata(kind, config, kind.create(self._creation, config, kind.given(config, values)))
+        except UnconfirmedChangeError as error:
+            logger.info("a %s may have been sent unconfirmed: %s", task_type, error)
+            return ScalingMetadata.refused(task_type, error)
 
     @staticmethod
     def _metadata(kind: NodeKind, config: Any, sent: Sent) -> ScalingMetadata:
