@@ -49,7 +49,7 @@ def serving(env):
     """``pyflyte serve connector`` in its own process with ``env``, the plugin's connector module loaded;
     yields a gRPC channel to it."""
     port = free_port()
-    env = dict(env, PYTHONPATH=str(ROOT))
+    env = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])))
     # The service logs every request: into a file, since an unread pipe would fill and stall it.
     log = tempfile.TemporaryFile()
     proc = subprocess.Popen(
