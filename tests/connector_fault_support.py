@@ -16,7 +16,7 @@ import os
 import threading
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Iterator, Tuple
+from typing import Any, Iterator, Optional, Tuple
 
 from flytekit import FlyteContextManager
 from flytekit.core.type_engine import TypeEngine
@@ -44,18 +44,20 @@ class Hosts:
 
 
 @contextlib.contextmanager
-def fault_service(tmp_path: Path, budget: float) -> Iterator[Tuple[ScalerTestServer, Any, Hosts]]:
-    """A scaler test server, and the connector service (call budget ``budget`` s) reaching it by name;
-    yields (server, gRPC channel, hosts file)."""
+def fault_service(tmp_path: Path, budget: Optional[float] = None) -> Iterator[Tuple[ScalerTestServer, Any, Hosts]]:
+    """A scaler test server, and the connector service (call budget ``budget`` s, its default for None)
+    reaching it by name; yields (server, gRPC channel, hosts file)."""
     hosts = Hosts(tmp_path / "hosts")
     with ScalerTestServer() as server:
         env = {k: v for k, v in os.environ.items() if k not in SCALER_ENV and not k.startswith("DDLSCALE_")}
         env.update(
             CLUSTER_SCALER_BASE_URL=f"http://{HOST}:{server.port}", DOMINO_API_KEY=DEFAULT_API_KEY,
-            DDLSCALE_STATE_DIR=str(tmp_path / "connector-state"), DDLSCALE_CONNECTOR_CALL_BUDGET=str(budget),
+            DDLSCALE_STATE_DIR=str(tmp_path / "connector-state"),
             DDLSCALE_CONNECTOR_FRAMEWORK_HOSTS="127.0.0.1", DDLSCALE_FRAMEWORK_READINESS="off",
             DDLSCALE_TEST_HOSTS=str(hosts.path), PYTHONPATH=str(RESOLVER),
         )
+        if budget is not None:
+            env["DDLSCALE_CONNECTOR_CALL_BUDGET"] = str(budget)
         with serving(env) as channel:
             yield server, channel, hosts
 

@@ -10,7 +10,14 @@ budget 1 s, call deadline 3 s, resync 0.5 s, faults of 4 s: eight syncs,
 more than FlytePropeller's five failures); ``test_connector_faults_long.py``
 runs them for 60 s on FlytePropeller's own figures.
 """
+import time
+
+import grpc
 import pytest
+from flyteidl.admin import agent_pb2
+from flyteidl.core.execution_pb2 import TaskExecution
+from flyteidl.service.agent_pb2_grpc import AsyncAgentServiceStub
+from google.protobuf import json_format
 
 from flytekitplugins_ddlscale.tasks import ScaleOutcome
 from tests.connector_fault_support import FAULTS, StagedFault, fault_service, scale_node
@@ -68,3 +75,71 @@ def test_an_abort_calls_delete_task_and_it_answers(service):
         template, inputs, "ddlscale_scale", node_timeout=1.0)
     assert node.phase == "ABORTED" and (node.calls[0].method, node.calls[-1].method) == ("CreateTask", "DeleteTask")
     assert node.failed_calls == []
+
+
+def _refusal(stub, template, inputs):
+    """The gRPC error CreateTask fails with for ``template``: checked to be short and free of tracebacks."""
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.CreateTask(agent_pb2.CreateTaskRequest(template=template, inputs=inputs, output_prefix="/tmp/out"),
+                        timeout=30)
+    details = caught.value.details()
+    assert "Traceback" not in details and 'File "' not in details and len(details) < 2000, details[:3000]
+    return details
+
+
+def test_no_answer_carries_a_traceback_and_refused_templates_fail_at_create(service):
+    """What FlytePropeller receives for hostile templates and metadata: CreateTask fails naming the field
+    (and its limit), GetTask is FAILED with one line, DeleteTask answers; never a traceback."""
+    server, channel, hosts = service
+    stub = AsyncAgentServiceStub(channel)
+    template, inputs = scale_node(server, "edge", timeout=60, pod_delay=1.0)
+    for name, value, expected in (
+        ("cluster", "ray/" + "a" * 1_000_000, "longer than 255 characters"),
+        ("framework_url", "http://" + "a" * 64 + ".example.com:8265", "invalid framework_url="),
+        ("framework_url", "http://ex\u0430mple.com:8265", "an ASCII DNS name"),
+    ):
+        details = _refusal(stub, _with(template, name, value), inputs)
+        assert expected in details and f"invalid {name}=" in details, details
+    assert server.count("PATCH") == 0
+    category = agent_pb2.TaskCategory(name="ddlscale_scale", version=0)
+    deep = b'{"a":' * 100_000 + b"1" + b"}" * 100_000  # the review's: refused by its size
+    deep_but_small = b"[" * 30_000 + b"]" * 30_000  # under the size limit, past the parser's recursion limit
+    for meta, expected in ((deep, "at most 65536 bytes"), (deep_but_small, "invalid resource_meta='<not JSON>'"),
+                           (b" " * 1_000_000, "at most 65536 bytes")):
+        reply = stub.GetTask(agent_pb2.GetTaskRequest(task_category=category, resource_meta=meta), timeout=30)
+        assert reply.resource.phase == TaskExecution.FAILED and expected in reply.resource.message
+        assert "\n" not in reply.resource.message and len(reply.resource.message) < 500
+        stub.DeleteTask(agent_pb2.DeleteTaskRequest(task_category=category, resource_meta=meta), timeout=30)
+
+
+def _with(template, name, value):
+    changed = type(template)()
+    changed.CopyFrom(template)
+    changed.custom.fields[name].string_value = value
+    return changed
+
+
+def test_running_and_final_answers_carry_the_dashboard_and_the_counts(service):
+    """The Flyte UI's view of a waiting node: log links (the Ray dashboard of the node's framework_url) and
+    custom info (target, desired, existing and ready workers, the timeline) on RUNNING and on SUCCEEDED."""
+    server, channel, hosts = service
+    stub = AsyncAgentServiceStub(channel)
+    template, inputs = scale_node(server, "shown", timeout=60, pod_delay=2.0)
+    meta = stub.CreateTask(agent_pb2.CreateTaskRequest(template=template, inputs=inputs, output_prefix="/tmp/out"),
+                           timeout=30).resource_meta
+    category = agent_pb2.TaskCategory(name="ddlscale_scale", version=0)
+    replies = []
+    while not replies or replies[-1].phase == TaskExecution.RUNNING:
+        assert len(replies) < 300, "the node did not end within 300 polls"
+        replies.append(stub.GetTask(agent_pb2.GetTaskRequest(task_category=category, resource_meta=meta),
+                                    timeout=30).resource)
+        time.sleep(0.2)
+    first, last = replies[0], replies[-1]
+    assert first.phase == TaskExecution.RUNNING and last.phase == TaskExecution.SUCCEEDED, last.message
+    for resource in (first, last):
+        assert [(link.name, link.uri) for link in resource.log_links] == [("Ray dashboard", "http://127.0.0.1:8265")]
+        info = json_format.MessageToDict(resource.custom_info)
+        assert info["cluster"] == "ray/shown" and info["target_workers"] == 3 and info["desired_workers"] == 3
+    timeline = json_format.MessageToDict(last.custom_info)["timeline"]
+    assert timeline[0][1] == json_format.MessageToDict(first.custom_info)["existing_workers"] < 3
+    assert timeline[-1][1] == 3 and [point[0] for point in timeline] == sorted(point[0] for point in timeline)

@@ -39,7 +39,8 @@ READERS = 64
 REMEMBERED = 10_000
 """Executions whose last answer this process keeps (the oldest is forgotten first)."""
 TIMELINE_POINTS = 50
-"""Changes of the ready count kept per execution for ``custom_info``'s timeline."""
+"""Changes of the worker count kept per execution for ``custom_info``'s timeline: [seconds since the
+change was sent, ready workers (existing ones where the backend cannot see readiness)]."""
 
 _READERS = ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="ddlscale-connector-poll")
 
@@ -113,9 +114,11 @@ class PollDesk:
                 # A poll that could not read (an outage) still shows what was last seen.
                 answer = replace(answer, links=answer.links or last.links, info=last.info)
             points = self._timelines.setdefault(key, [])
-            ready = answer.info.get("ready_workers")
-            if isinstance(ready, int) and (not points or points[-1][1] != ready):
-                points.append([round(max(0.0, time.time() - meta.started), 1), ready])
+            workers = answer.info.get("ready_workers")
+            if not isinstance(workers, int):  # a backend that cannot see readiness: the pods that exist
+                workers = answer.info.get("existing_workers")
+            if isinstance(workers, int) and (not points or points[-1][1] != workers):
+                points.append([round(max(0.0, time.time() - meta.started), 1), workers])
                 del points[:-TIMELINE_POINTS]
             if answer.info:
                 answer = replace(answer, info=dict(answer.info, timeline=[list(point) for point in points]))
