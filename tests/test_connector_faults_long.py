@@ -3,8 +3,10 @@
 As ``test_connector_faults.py``, on what FlytePropeller v1.16.8 does by
 default or at least: each call's deadline 10 s, GetTask every 5 s (the
 shortest resync it accepts), at most 5 failed syncs, and the connector's
-default call budget (7 s). A 60 s fault is twelve resyncs: a connector
-whose GetTask ran into the deadline would be given up after the sixth.
+default call budget (7 s). The node's pods are ready 8 s after its scale,
+so its first GetTask (at 5 s) is RUNNING and starts the fault. A 60 s fault
+is twelve resyncs: a connector whose GetTask ran into the deadline would be
+given up after the sixth.
 Marked ``backend_faults``; each test has its own connector service (no
 shared fixture), so pytest-xdist runs them in parallel with the rest.
 """

@@ -54,7 +54,7 @@ def unexpected(call: str, error: BaseException) -> str:
     """Log ``error`` in full (credentials masked) and return the one line a caller gets instead."""
     text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
     logger.error("unexpected error in the connector's %s: %s", call, redact(text))
-    return f"[internal] the ddlscale connector's {call} failed unexpectedly ({type(error).__name__}); its log has the details"
+    return f"the ddlscale connector's {call} failed unexpectedly ({type(error).__name__}); its log has the details"
 
 
 def refusal(call: str, error: BaseException) -> ScalingError:
@@ -94,13 +94,13 @@ class PollDesk:
                 return self._late(meta, key, limit)
             return self._remember(key, meta, answer)
         except Exception as error:  # the edge: nothing leaves as a traceback
-            return Poll(FAILED, unexpected("poll", error))
+            return Poll(FAILED, f"[internal] {unexpected('poll', error)}")
 
     def _guarded(self, meta: ScalingMetadata) -> Poll:
         try:
             return self._poll(meta)
         except Exception as error:  # the edge, in the reading thread
-            return Poll(FAILED, unexpected("poll", error))
+            return Poll(FAILED, f"[internal] {unexpected('poll', error)}")
 
     def _finished(self, key: bytes) -> None:
         with self._lock:
