@@ -78,10 +78,14 @@ class PropellerDriver:
         self.call_timeout = call_timeout
         self.max_system_failures = max_system_failures
 
-    def run(self, template: Any, inputs: Any, task_type: str, *, node_timeout: float, on_running: Any = None) -> Node:
+    def run(
+        self, template: Any, inputs: Any, task_type: str, *, node_timeout: float, on_running: Any = None,
+        on_created: Any = None,
+    ) -> Node:
         """Create, then sync every resync interval until a final phase, the failure count passes its limit
         or ``node_timeout`` (FlytePropeller's own deadline for the node: then DeleteTask, ABORTED).
-        ``on_running(node)`` is called after each RUNNING answer (where a test stages its faults)."""
+        ``on_created(node)`` is called once CreateTask answered, ``on_running(node)`` after each RUNNING
+        answer (where a test stages its faults)."""
         node = Node()
         started = time.monotonic()
         request = agent_pb2.CreateTaskRequest(template=template, inputs=inputs, output_prefix="/tmp/out")
@@ -92,6 +96,8 @@ class PropellerDriver:
             node.phase, node.message = "FAILED", f"failed to create task from connector with {error.details()}"
             return node
         node.calls.append(Call("CreateTask", False))
+        if on_created is not None:
+            on_created(node)
         category = agent_pb2.TaskCategory(name=task_type, version=0)
         failures = 0
         while True:
