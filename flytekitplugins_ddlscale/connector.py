@@ -16,6 +16,12 @@ the command that undoes it (:mod:`.inplace`), as the node itself would fail.
 often it is called. Without a connector the same nodes run as ordinary
 Python tasks in their container (the default, also for local runs).
 
+A ``get`` whose backend does not answer within the call budget
+(``$DDLSCALE_CONNECTOR_CALL_BUDGET``, 7 s) is RUNNING with the last state
+known, and no answer carries a traceback (:mod:`._services.connector_calls`):
+FlytePropeller counts a failed or late ``GetTask`` and gives a node up after
+a few, whatever its own timeout.
+
 This module is flytekit's side only (literals in, flytekit's ``Resource``
 out); what the connector decides lives in
 :class:`~flytekitplugins_ddlscale._services.connector_core.ScalingService`, which the

@@ -151,8 +151,10 @@ def progress_info(ref: ClusterRef, target: int, state: ClusterState, elapsed: fl
 class ScalingService:
     """Create and poll for the four scaling nodes, under the policy fixed when it is built.
 
-    A refused or malformed template or metadata ends the node FAILED with a
-    one-line message naming the field; nothing is sent for it.
+    A refused or malformed template makes :meth:`create` raise its one-line
+    error naming the field, a malformed metadata makes :meth:`poll` FAILED
+    with one; nothing is sent for either. The surfaces answer polls through
+    :class:`~.connector_calls.PollDesk` (the call budget, no traceback).
     """
 
     def __init__(self, policy: Optional[ConnectorPolicy] = None) -> None:
