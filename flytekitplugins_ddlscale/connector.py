@@ -16,6 +16,12 @@ the command that undoes it (:mod:`.inplace`), as the node itself would fail.
 often it is called. Without a connector the same nodes run as ordinary
 Python tasks in their container (the default, also for local runs).
 
+A ``get`` whose backend does not answer within the call budget
+(``$DDLSCALE_CONNECTOR_CALL_BUDGET``, 7 s) is RUNNING with the last state
+known, and no answer carries a traceback (:mod:`._services.connector_calls`):
+FlytePropeller counts a failed or late ``GetTask`` and gives a node up after
+a few, whatever its own timeout.
+
 This module is flytekit's side only (literals in, flytekit's ``Resource``
 out); what the connector decides lives in
 :class:`~flytekitplugins_ddlscale._services.connector_core.ScalingService`, which the
@@ -48,10 +54,10 @@ the backend reports for that cluster or the environment allows
 (:mod:`.connector_policy`, docs/flyte.md). A failed framework read tells the
 caller only that the endpoint is not ready; the detail goes to the debug log.
 """
-import logging
 from typing import Any, Optional
 
-from flyteidl.core.execution_pb2 import TaskExecution
+from flyteidl.core.execution_pb2 import TaskExecution, TaskLog
+from flytekit.exceptions.user import FlyteUserRuntimeException
 from flytekit.extend.backend.base_connector import AsyncConnectorBase, ConnectorRegistry, Resource
 from flytekit.models.literals import LiteralMap
 from flytekit.models.task import TaskTemplate
@@ -65,22 +71,21 @@ from ._services.connector_core import (
     SHARED_LINGER,
     SHARED_MAX_AGE,
     SUCCEEDED,
+    Poll,
     ScalingService,
     head_env,
 )
+from ._services.connector_calls import PollDesk, refusal
 from ._services.connector_inputs import node_inputs
 from ._services.connector_meta import ScalingMetadata
 from ._services.nodes.creating import CREATE_TIMEOUT
 from ._services.connector_policy import ConnectorPolicy
-from .errors import ScalingError
 from ._services.nodes.names import OUTPUT_NAME
 
 __all__ = [
     "CREATE_TIMEOUT", "NOT_READY", "POLL_BACKENDS", "SERVED_TASK_TYPES", "SHARED_LINGER", "SHARED_MAX_AGE",
     "ScalingConnector", "ScalingMetadata", "head_env", "register_connectors",
 ]
-
-logger = logging.getLogger("flytekitplugins_ddlscale.connector")
 
 PHASES = {RUNNING: TaskExecution.RUNNING, SUCCEEDED: TaskExecution.SUCCEEDED, FAILED: TaskExecution.FAILED}
 """A poll's answer as FlytePropeller's task execution phase."""
@@ -91,8 +96,10 @@ class ScalingConnector(AsyncConnectorBase):
 
     What templates may ask for is fixed when the connector is built, from its
     environment (:class:`~flytekitplugins_ddlscale._services.connector_policy.ConnectorPolicy`).
-    A refused or malformed template or resource metadata ends the node FAILED
-    with a one-line message naming the field; nothing is sent for it.
+    A refused or malformed template fails ``create`` with a one-line message
+    naming the field, a malformed resource metadata ends the node FAILED with
+    one; nothing is sent for either, and no answer carries a traceback
+    (:mod:`.connector_calls`).
     """
 
     name = "ddlscale connector"
@@ -102,6 +109,7 @@ class ScalingConnector(AsyncConnectorBase):
             raise ValueError(f"task_type must be one of {SERVED_TASK_TYPES}, not {task_type!r}")
         super().__init__(task_type_name=task_type, metadata_type=ScalingMetadata)
         self.service = ScalingService(policy)
+        self.desk = PollDesk(self.service.poll)
 
     @property
     def policy(self) -> ConnectorPolicy:
@@ -118,29 +126,32 @@ class ScalingConnector(AsyncConnectorBase):
     ) -> ScalingMetadata:
         """Check the node, send its change (without waiting) and return what ``get`` needs.
 
-        A typed error (bad input, a backend, namespace, cluster or head not
-        served, an unknown tier...) comes back as a refused metadata whose
-        ``get`` is FAILED with the error's message: flytekit's service would
-        turn a raised error into gRPC INTERNAL with a traceback. A backend
-        that is unreachable or does not accept a scale, wait or restore within
-        :data:`CREATE_TIMEOUT` is raised (safe to repeat: FlytePropeller
-        reports a retryable failure and the node's retries run it again).
+        A refused node (bad input, a backend, namespace, cluster or head not
+        served, an unknown tier...) fails here, before anything is sent, with
+        its one-line message: FlytePropeller ends the node at CreateTask (a
+        retryable failure in its terms, so ``retries`` run the same check
+        again). A backend that is unreachable or does not accept a scale,
+        wait or restore within :data:`CREATE_TIMEOUT` fails it the same way
+        (safe to repeat). Anything unexpected is logged in full and fails with
+        one line. flytekit's service answers a raised error with the
+        exception's traceback, so the error is handed over as flytekit's own
+        user-error wrapper around an error that carries no traceback: the
+        answer names the error class and its message only.
         """
-        task_type = task_template.type
         try:
             values = node_inputs(task_template, inputs)
-        except ScalingError as error:
-            logger.info("refused a %s template: %s", task_type, error)
-            return ScalingMetadata.refused(task_type, error)
-        return self.service.create(task_type, task_template.custom, values)
+            return self.service.create(task_template.type, task_template.custom, values)
+        except Exception as error:
+            failure = refusal("create", error)
+        raise FlyteUserRuntimeException(failure) from failure
 
     def get(self, resource_meta: ScalingMetadata, **kwargs: Any) -> Resource:
         """One look at the cluster (:meth:`.ScalingService.poll`) as FlytePropeller's resource: RUNNING,
-        SUCCEEDED with the node's typed outcome, or FAILED with a one-line message. Sends nothing."""
-        answer = self.service.poll(resource_meta)
-        if answer.state == SUCCEEDED:
-            return Resource(phase=TaskExecution.SUCCEEDED, outputs={OUTPUT_NAME: answer.outcome})
-        return Resource(phase=PHASES[answer.state], message=answer.message)
+        SUCCEEDED with the node's typed outcome, or FAILED with a one-line message; RUNNING with the
+        last state known when the backend does not answer within the call budget
+        (:class:`~._services.connector_calls.PollDesk`). Log links and custom info say what the Flyte UI
+        shows. Sends nothing and never raises."""
+        return resource_of(self.desk.answer(resource_meta))
 
     def delete(self, resource_meta: ScalingMetadata, **kwargs: Any) -> None:
         """Aborting a node stops the wait only: the cluster keeps the size it was asked for, and a
@@ -149,6 +160,18 @@ class ScalingConnector(AsyncConnectorBase):
         Pair pipelines with :func:`~flytekitplugins_ddlscale.workflow_helpers.scale_down_on_failure`
         to shrink after a failure or abort.
         """
+
+
+def resource_of(answer: Poll) -> Resource:
+    """A poll's answer as flytekit's resource: the phase, the message, the typed outcome as output ``o0``
+    once SUCCEEDED, the dashboard links and the counts (``custom_info``)."""
+    return Resource(
+        phase=PHASES[answer.state],
+        message=answer.message,
+        outputs={OUTPUT_NAME: answer.outcome} if answer.state == SUCCEEDED else None,
+        log_links=[TaskLog(name=name, uri=uri) for name, uri in answer.links] or None,
+        custom_info=dict(answer.info) or None,
+    )
 
 
 def register_connectors() -> None:

@@ -113,11 +113,25 @@ class InvalidInputError(ScalingError, ValueError):
         self.allowed = allowed
         self.reason = reason
         why = f": {reason}" if reason else ""
-        super().__init__(f"invalid {field}={value!r}{why}; allowed: {allowed}")
+        super().__init__(f"invalid {field}={shown_value(value)}{why}; allowed: {allowed}")
 
 
 _SHOWN_VALUE = 200
-"""Characters of a corrupt record's value quoted in the error (a record may hold a long list)."""
+"""Characters of a rejected value quoted in an error: input and records come from outside, and a
+message travels in logs and in a connector's answers (FlytePropeller stores them), so a value of a
+million characters is named by its length instead."""
+
+
+def shown_value(value: Any) -> str:
+    """``repr(value)`` as an error quotes it: at most :data:`_SHOWN_VALUE` characters, then its length;
+    a value too deeply nested to print is named by its type."""
+    try:
+        shown = repr(value)
+    except RecursionError:
+        return f"<{type(value).__name__} nested too deeply to show>"
+    if len(shown) > _SHOWN_VALUE:
+        return f"{shown[:_SHOWN_VALUE]}... ({len(shown)} characters)"
+    return shown
 
 
 class CorruptRecordError(InvalidInputError):
@@ -138,9 +152,7 @@ class CorruptRecordError(InvalidInputError):
         self.value = value
         self.allowed = allowed
         self.reason = None
-        shown = repr(value)
-        if len(shown) > _SHOWN_VALUE:
-            shown = shown[:_SHOWN_VALUE] + "..."
+        shown = shown_value(value)
         ScalingError.__init__(
             self,
             f"corrupt record {source}: {field}={shown}; allowed: {allowed}. Nothing was changed; "

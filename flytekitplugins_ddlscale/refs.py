@@ -70,6 +70,8 @@ GROUPED_KINDS = tuple(kind for kind, info in KINDS.items() if info.worker_groups
 # would also match before a trailing newline.
 _NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 MAX_NAME_LENGTH = 63
+MAX_CLUSTER_TEXT = 3 * MAX_NAME_LENGTH + 2 + 1 + MAX_NAME_LENGTH
+"""Longest cluster string: namespace/kind/name@group, each part a 63-character name (a kind is shorter)."""
 # Worker group names become label values (ray.io/group, dask.org/workergroup-name).
 _GROUP_RE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 GROUP_SEPARATOR = "@"
@@ -234,6 +236,10 @@ def _cluster_parts(text: object, field: str, bare_kind: bool) -> Tuple[Optional[
     forms = CLUSTER_FORMS if bare_kind else _NAMED_FORMS
     if not isinstance(text, str):
         raise InvalidInputError(field, text, forms, reason="not a string")
+    if len(text) > MAX_CLUSTER_TEXT:
+        raise InvalidInputError(
+            field, text, forms, reason=f"longer than {MAX_CLUSTER_TEXT} characters (namespace/kind/name@group, each at most 63)"
+        )
     if not text.strip():
         raise InvalidInputError(field, text, forms, reason="empty")
     parts = text.strip().split("/")

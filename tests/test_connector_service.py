@@ -49,7 +49,7 @@ def serving(env):
     """A stock ``pyflyte serve connector`` in its own process with ``env`` (the plugin found through its
     ``flytekit.plugins`` entry point, as in a deployment); yields a gRPC channel to it."""
     port = free_port()
-    env = dict(env, PYTHONPATH=str(ROOT))
+    env = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])))
     # The service logs every request: into a file, since an unread pipe would fill and stall it.
     log = tempfile.TemporaryFile()
     proc = subprocess.Popen(
@@ -154,22 +154,22 @@ def test_service_lists_the_connector_and_scales_over_grpc(connector_service, loc
 
 @pytest.mark.slow
 def test_service_answers_bad_templates_and_metadata_with_a_short_failure(connector_service, local_env):
-    """What FlytePropeller receives for a template or resource meta the connector refuses: a FAILED
-    resource with a one-line message naming the field, not gRPC INTERNAL with a traceback."""
+    """What FlytePropeller receives for a template or resource meta the connector refuses: CreateTask
+    fails naming the field (the node ends at create), GetTask of bad metadata is FAILED with a one-line
+    message naming the field; neither carries a traceback."""
     stub = AsyncAgentServiceStub(connector_service)
     category = agent_pb2.TaskCategory(name="ddlscale_scale", version=0)
     template = get_serializable(OrderedDict(), SETTINGS, nodes.scale_up).template
     template.custom["timeout"] = 1e300
-    created = stub.CreateTask(agent_pb2.CreateTaskRequest(template=template.to_flyte_idl(), output_prefix="/tmp/out"),
-                              timeout=120)
-    for meta in (created.resource_meta, b"{not json"):
-        reply = stub.GetTask(agent_pb2.GetTaskRequest(task_category=category, resource_meta=meta), timeout=30)
-        assert reply.resource.phase == TaskExecution.FAILED
-        assert reply.resource.message.startswith("[invalid_input] invalid ")
-        assert "\n" not in reply.resource.message and "Trace" not in reply.resource.message
-    assert "timeout=1e+300" in stub.GetTask(
-        agent_pb2.GetTaskRequest(task_category=category, resource_meta=created.resource_meta), timeout=30
-    ).resource.message
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.CreateTask(agent_pb2.CreateTaskRequest(template=template.to_flyte_idl(), output_prefix="/tmp/out"),
+                        timeout=120)
+    details = caught.value.details()
+    assert "[invalid_input] invalid timeout=1e+300" in details and "Traceback" not in details and 'File "' not in details
+    reply = stub.GetTask(agent_pb2.GetTaskRequest(task_category=category, resource_meta=b"{not json"), timeout=30)
+    assert reply.resource.phase == TaskExecution.FAILED
+    assert reply.resource.message.startswith("[invalid_input] invalid resource_meta")
+    assert "\n" not in reply.resource.message and "Trace" not in reply.resource.message
     assert local_backend(local_env).list_clusters() == []
 
 
@@ -203,8 +203,8 @@ def test_service_scales_restores_and_restarts_once_over_grpc(scaler_service):
 
 @pytest.mark.slow
 def test_service_answers_malformed_inputs_with_a_short_failure(scaler_service):
-    """An input literal of the wrong type or an input the node does not have: CreateTask answers, and
-    GetTask is FAILED with one line naming the input (not gRPC INTERNAL with a traceback)."""
+    """An input literal of the wrong type or an input the node does not have: CreateTask fails with the
+    one line naming the input (not a traceback), and nothing is sent."""
     server, channel = scaler_service
     stub = AsyncAgentServiceStub(channel)
     template = get_serializable(OrderedDict(), SETTINGS, ray_scale).template
@@ -214,10 +214,8 @@ def test_service_answers_malformed_inputs_with_a_short_failure(scaler_service):
         ({"nodes": 2}, {"nodes": int}, "[invalid_input] invalid inputs.nodes="),
     ):
         inputs = TypeEngine.dict_to_literal_map(ctx, values, types)
-        created = stub.CreateTask(agent_pb2.CreateTaskRequest(template=template.to_flyte_idl(),
-                                                              inputs=inputs.to_flyte_idl(), output_prefix="/tmp/out"),
-                                  timeout=30)
-        (reply,) = get_until_done(stub, "ddlscale_scale", created.resource_meta)
-        assert reply.resource.phase == TaskExecution.FAILED and reply.resource.message.startswith(expected)
-        assert "\n" not in reply.resource.message and "Trace" not in reply.resource.message
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.CreateTask(agent_pb2.CreateTaskRequest(template=template.to_flyte_idl(), inputs=inputs.to_flyte_idl(),
+                                                        output_prefix="/tmp/out"), timeout=30)
+        assert expected in caught.value.details() and 'File "' not in caught.value.details()
     assert server.count("PATCH") == 0

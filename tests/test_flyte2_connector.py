@@ -28,6 +28,8 @@ from flytekitplugins_ddlscale._services.nodes.restore import RESTORE_TASK_TYPE, 
 from flytekitplugins_ddlscale._services.nodes.scale import SCALE_TASK_TYPE, ScaleConfig, ScaleOutcome  # noqa: E402
 from flytekitplugins_ddlscale._services.nodes.wait import WAIT_TASK_TYPE, ClusterReady, WaitConfig  # noqa: E402
 from flytekitplugins_ddlscale.refs import ClusterRef  # noqa: E402
+from flytekitplugins_ddlscale._services.connector_policy import NotServedError  # noqa: E402
+from flytekitplugins_ddlscale.errors import InvalidInputError  # noqa: E402
 from tests.flyte_support import local_backend, local_env  # noqa: E402,F401 - fixture
 
 CLUSTER = "dask/flyte2-conn"
@@ -74,21 +76,21 @@ def test_a_connector_is_registered_for_every_node_type_and_the_entry_point_loads
 
 def test_the_local_backend_is_refused_unless_the_deployment_lists_it(local_env):
     connector = ScalingConnector(SCALE_TASK_TYPE)
-    meta = asyncio.run(connector.create(template(SCALE_TASK_TYPE, ScaleConfig(cluster=CLUSTER, replicas=1)), ""))
-    resource = asyncio.run(connector.get(meta))
-    assert resource.phase == TaskExecution.FAILED and "local" in resource.message, resource.message
+    with pytest.raises(NotServedError, match="local") as caught:
+        asyncio.run(connector.create(template(SCALE_TASK_TYPE, ScaleConfig(cluster=CLUSTER, replicas=1)), ""))
+    assert "\n" not in str(caught.value)
     assert local_backend(local_env).list_clusters() == []
 
 
 def test_bad_inputs_and_templates_are_refused_naming_the_field_before_anything_starts(local_served):
     connector = ScalingConnector(SCALE_TASK_TYPE)
     config = template(SCALE_TASK_TYPE, ScaleConfig(cluster=CLUSTER, replicas=1))
-    resource = asyncio.run(connector.get(asyncio.run(connector.create(config, "", inputs={"replicas": -1}))))
-    assert resource.phase == TaskExecution.FAILED
-    assert resource.message.startswith("[invalid_input] invalid replicas=-1; allowed: an integer from 0 to")
+    with pytest.raises(InvalidInputError) as caught:
+        asyncio.run(connector.create(config, "", inputs={"replicas": -1}))
+    assert str(caught.value).startswith("[invalid_input] invalid replicas=-1; allowed: an integer from 0 to")
     no_custom = tasks_pb2.TaskTemplate(type=SCALE_TASK_TYPE)
-    resource = asyncio.run(connector.get(asyncio.run(connector.create(no_custom, ""))))
-    assert resource.phase == TaskExecution.FAILED and "custom" in resource.message, resource.message
+    with pytest.raises(InvalidInputError, match="custom"):
+        asyncio.run(connector.create(no_custom, ""))
     assert local_backend(local_served).list_clusters() == []
 
 

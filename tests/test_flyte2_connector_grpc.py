@@ -143,6 +143,12 @@ def test_c0_serves_every_node_type_and_scales_and_restores_real_dask_over_grpc(c
     assert (up.previous_workers, up.effective, up.ready_workers, up.waited) == (0, 2, 2, True)
     assert "registered with the Dask scheduler" in up.readiness
     assert local_backend(local_env).get_state(ClusterRef.parse(CLUSTER)).ready_workers == 2
+    # What the Flyte UI shows: the Dask dashboard the local backend reports, and the counts.
+    (link,) = resource.log_links
+    assert link.name == "Dask dashboard" and link.uri.startswith("http://127.0.0.1:") and link.uri.endswith("/status")
+    info = json_format.MessageToDict(resource.custom_info)
+    assert (info["cluster"], info["target_workers"], info["ready_workers"]) == (CLUSTER, 2, 2)
+    assert info["timeline"][-1][1] == 2
 
     restore = template(RESTORE_TASK_TYPE, RestoreConfig(cluster=CLUSTER, replicas=0, timeout=90), {})
     resource = run_node(connector_server, RESTORE_TASK_TYPE, restore, input_literals())
@@ -153,9 +159,28 @@ def test_c0_serves_every_node_type_and_scales_and_restores_real_dask_over_grpc(c
 
 
 def test_an_invalid_input_over_grpc_fails_the_node_naming_the_field_and_starts_nothing(connector_server, local_env):
+    """A refused input, a hostile template (NaN timeout, a 64-letter or Cyrillic head host) fails CreateTask
+    with one line naming the field; hostile metadata is FAILED at GetTask; no answer carries a traceback."""
+    stub = service_pb2_grpc.AsyncConnectorServiceStub(connector_server)
     scale = template(SCALE_TASK_TYPE, ScaleConfig(cluster=CLUSTER, replicas=1), {"replicas": int})
-    resource = run_node(connector_server, SCALE_TASK_TYPE, scale, input_literals(replicas=-3))
-    assert resource.phase == TaskExecution.FAILED
-    assert resource.message.startswith("[invalid_input] invalid replicas=-3; allowed: an integer from 0 to"), \
-        resource.message
+    hostile = []
+    for name, value in (("timeout", float("nan")), ("timeout", float("inf")),
+                        ("framework_url", "http://" + "a" * 64 + ".example.com:8265"),
+                        ("framework_url", "http://ex\u0430mple.com:8265")):
+        changed = tasks_pb2.TaskTemplate()
+        changed.CopyFrom(scale)
+        if isinstance(value, float):
+            changed.custom.fields[name].number_value = value
+        else:
+            changed.custom.fields[name].string_value = value
+        hostile.append((changed, input_literals(replicas=1), name))
+    hostile.append((scale, input_literals(replicas=-3), "replicas"))
+    for task, inputs, field in hostile:
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.CreateTask(CreateTaskRequest(template=task, inputs=inputs), timeout=30)
+        details = caught.value.details()
+        assert f"invalid {field}=" in details and "Traceback" not in details and 'File "' not in details, details
+    deep = b"[" * 30_000 + b"]" * 30_000
+    got = stub.GetTask(GetTaskRequest(task_category=TaskCategory(name=SCALE_TASK_TYPE), resource_meta=deep), timeout=30)
+    assert got.resource.phase == TaskExecution.FAILED and got.resource.message.startswith("[invalid_input] invalid resource_meta")
     assert local_backend(local_env).list_clusters() == []

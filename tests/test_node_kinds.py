@@ -15,7 +15,7 @@ from typing import Any, Dict, Optional, Tuple
 import pytest
 
 from flytekitplugins_ddlscale._core.timeline import WorkerTimeline, observed_workers
-from flytekitplugins_ddlscale._services.connector_core import FAILED, SUCCEEDED, ScalingService
+from flytekitplugins_ddlscale._services.connector_core import SUCCEEDED, ScalingService
 from flytekitplugins_ddlscale._services.connector_policy import ConnectorPolicy
 from flytekitplugins_ddlscale._services.nodes.config import NodeConfig
 from flytekitplugins_ddlscale._services.nodes.creating import Creation, Sent
@@ -108,8 +108,8 @@ def test_the_flytekit_node_is_built_from_the_kind_alone(scaler, caplog):
 def test_the_connector_serves_the_kind_once_it_is_registered(scaler, monkeypatch):
     service = ScalingService(ConnectorPolicy.from_env())
     custom = CountConfig(CLUSTER, backend="scaler").to_custom()
-    refused = service.create(COUNT.task_type, custom, {})
-    assert service.poll(refused).state == FAILED and "ddlscale_test_count" in service.poll(refused).message
+    with pytest.raises(InvalidInputError, match="ddlscale_test_count"):
+        service.create(COUNT.task_type, custom, {})
 
     monkeypatch.setitem(NODE_KINDS, COUNT.task_type, COUNT)
     meta = service.create(COUNT.task_type, custom, {})

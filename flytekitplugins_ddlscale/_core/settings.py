@@ -110,6 +110,17 @@ def _positive_number(value: Any, field: str, allowed: str) -> Optional[float]:
     return number
 
 
+MAX_CALL_BUDGET = 9.0
+"""Longest call budget: FlytePropeller gives a connector call 10 s, and the answer must travel back."""
+
+
+def _call_budget(value: Any, field: str, allowed: str) -> Optional[float]:
+    number = _positive_number(value, field, allowed)
+    if number is not None and number > MAX_CALL_BUDGET:
+        raise InvalidInputError(field, value, allowed)
+    return number
+
+
 def _url(value: Any, field: str, allowed: str) -> Optional[str]:
     if isinstance(value, str) and not value.strip():
         return None
@@ -248,6 +259,12 @@ CONNECTOR_FRAMEWORK_HOSTS = _define(
     "DDLSCALE_CONNECTOR_FRAMEWORK_HOSTS", "list", _items, f"{_PATTERNS} of host names",
     "hosts a template's framework_url may name, besides the head the backend reports", default=(),
     shown_default="none",
+)
+CONNECTOR_CALL_BUDGET = _define(
+    "DDLSCALE_CONNECTOR_CALL_BUDGET", "number", _call_budget, "a number of seconds > 0 and at most 9",
+    "seconds a connector's GetTask waits for the backend before answering RUNNING with the last state known "
+    "(FlytePropeller gives each call 10 s)",
+    default=7.0, shown_default="7",
 )
 QUIET = _define(
     "DDLSCALE_QUIET", "on/off", _truthy, "1, true, yes or on silence; anything else does not",

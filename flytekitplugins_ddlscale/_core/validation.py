@@ -149,6 +149,12 @@ def validate_backend_name(value: Optional[str], field: str = "backend") -> Optio
     return value.strip().lower()
 
 
+MAX_URL_LENGTH = 2048
+"""Longest ``framework_url``: it is echoed in resource metadata and messages."""
+_HOST_RE = re.compile(r"(?:[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?)(?:\.[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?)*\.?|\[?[0-9a-f:.]+\]?")
+"""A host urllib can send to: an ASCII DNS name (urlsplit lower-cases it) or an IPv4/IPv6 address."""
+
+
 def validate_url(value: object, field: str = "framework_url") -> Optional[str]:
     """``value`` as a base URL without a trailing slash; None stays None.
 
@@ -172,8 +178,18 @@ def validate_url(value: object, field: str = "framework_url") -> Optional[str]:
             reason="credentials in the URL (user:password@) are not accepted: the framework check sends "
             "no credentials; give the head's URL without them, or switch the framework check off",
         )
+    if len(value) > MAX_URL_LENGTH:
+        raise InvalidInputError(field, value, allowed, reason=f"{len(value)} characters (at most {MAX_URL_LENGTH})")
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise InvalidInputError(field, value, allowed)
+    if not _HOST_RE.fullmatch(parts.hostname) or len(parts.hostname) > 253:
+        # urllib would hand the name to the IDNA codec (labels over 63 characters) or encode a
+        # non-ASCII one as latin-1, and fail there; a look-alike letter is refused here instead.
+        raise InvalidInputError(
+            field, value, allowed,
+            reason="the host must be an IP address or an ASCII DNS name (labels of 1-63 letters, digits or '-', "
+            "at most 253 characters)",
+        )
     try:
         parts.port
     except ValueError:

@@ -33,12 +33,14 @@ endpoint is not ready; the detail goes to the debug log.
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Mapping, Optional, Tuple, Type, TypeVar
 
 from .connector_meta import ScalingMetadata
 from .connector_policy import ConnectorPolicy
-from ..errors import InvalidInputError, NeverReachedError, ScalingError, ScalingTimeoutError, TransientError
+from ..errors import (
+    InvalidInputError, NeverReachedError, ScalingError, ScalingTimeoutError, TransientError, UnconfirmedChangeError,
+)
 from .readiness import Readiness, backend_proof
 from .._framework.endpoints import enabled_by_env, framework_of, kind_url_env, resolve_endpoint
 from .._framework.probes import probe_for
@@ -88,6 +90,10 @@ class Poll:
     state: str
     message: str = ""
     outcome: Any = None
+    links: Tuple[Tuple[str, str], ...] = ()
+    """(name, URL) links the Flyte UI shows: the framework's dashboard where the head is known."""
+    info: Mapping[str, Any] = field(default_factory=dict)
+    """What the Flyte UI shows in the task's details: the counts the poll saw (:func:`progress_info`)."""
 
 
 def node_config(config_type: Type[C], custom: Any) -> C:
@@ -113,11 +119,43 @@ def head_env(backend: Any, ref: ClusterRef, environ: Optional[Mapping[str, str]]
     return env
 
 
+DASHBOARDS = {"dask": ("Dask dashboard", "/status"), "ray": ("Ray dashboard", ""), "spark": ("Spark master web UI", "")}
+"""Per framework: the link's name in the Flyte UI, and the page of the head's web server it opens."""
+
+
+def head_links(backend: Any, ref: ClusterRef, framework_url: str) -> Tuple[Tuple[str, str], ...]:
+    """The framework's dashboard of ``ref`` as a (name, URL) link, where the node's ``framework_url``, the
+    connector's settings or the backend say where the head is; none otherwise."""
+    framework = framework_of(ref.kind)
+    if framework not in DASHBOARDS:
+        return ()
+    try:
+        endpoint = resolve_endpoint(ref.kind, framework_url or None, head_env(backend, ref))
+    except (ScalingError, ValueError) as error:
+        logger.debug("no dashboard link for %s: %s", ref, error)
+        return ()
+    if endpoint is None:
+        return ()
+    name, page = DASHBOARDS[framework]
+    return ((name, endpoint.url.rstrip("/") + page),)
+
+
+def progress_info(ref: ClusterRef, target: int, state: ClusterState, elapsed: float) -> Dict[str, Any]:
+    """What a poll saw, for the Flyte UI's task details: the counts awaited, desired and ready."""
+    return {
+        "cluster": str(ref), "status": state.status, "target_workers": target,
+        "desired_workers": state.desired_workers, "existing_workers": state.existing_workers,
+        "ready_workers": state.ready_workers, "elapsed_seconds": round(elapsed, 1),
+    }
+
+
 class ScalingService:
     """Create and poll for the four scaling nodes, under the policy fixed when it is built.
 
-    A refused or malformed template or metadata ends the node FAILED with a
-    one-line message naming the field; nothing is sent for it.
+    A refused or malformed template makes :meth:`create` raise its one-line
+    error naming the field, a malformed metadata makes :meth:`poll` FAILED
+    with one; nothing is sent for either. The surfaces answer polls through
+    :class:`~.connector_calls.PollDesk` (the call budget, no traceback).
     """
 
     def __init__(self, policy: Optional[ConnectorPolicy] = None) -> None:
@@ -129,25 +167,26 @@ class ScalingService:
         """Check the node, send its change (without waiting) and return what :meth:`poll` needs.
 
         ``custom`` is the template's configuration (a dictionary; anything else is refused naming
-        ``custom``), ``values`` its input
-        values (Python values). A typed error (bad input, a backend,
-        namespace, cluster or head not served, an unknown tier...) comes back
-        as a refused metadata whose poll is FAILED with the error's message.
-        A backend that is unreachable or does not accept a scale, wait or
-        restore within :data:`~.nodes.creating.CREATE_TIMEOUT` is raised as
+        ``custom``), ``values`` its input values (Python values). A refused
+        node (bad input, a backend, namespace, cluster or head not served, an
+        unknown tier...) raises its typed error, whose message is one line,
+        before anything is sent: the create itself fails. A backend that is
+        unreachable or does not accept a scale, wait or restore within
+        :data:`~.nodes.creating.CREATE_TIMEOUT` raises
         :class:`BackendUnavailableError` (safe to repeat: the caller's retry
-        runs it again).
+        runs it again). A head restart that may have gone out unconfirmed
+        (:class:`UnconfirmedChangeError`) is not raised: FlytePropeller retries
+        a failed create, which would send it again, so it comes back as a
+        metadata whose first poll is FAILED (a failure no retry repeats).
         """
+        kind = NODE_KINDS.get(task_type)
+        if kind is None:
+            raise InvalidInputError("task_type", task_type, ", ".join(NODE_KINDS))
+        config = node_config(kind.config, custom)
         try:
-            kind = NODE_KINDS.get(task_type)
-            if kind is None:
-                raise InvalidInputError("task_type", task_type, ", ".join(NODE_KINDS))
-            config = node_config(kind.config, custom)
             return self._metadata(kind, config, kind.create(self._creation, config, kind.given(config, values)))
-        except UNAVAILABLE_HERE:
-            raise
-        except ScalingError as error:
-            logger.info("refused a %s template: %s", task_type, error)
+        except UnconfirmedChangeError as error:
+            logger.info("a %s may have been sent unconfirmed: %s", task_type, error)
             return ScalingMetadata.refused(task_type, error)
 
     @staticmethod
@@ -216,15 +255,18 @@ class ScalingService:
                     raise
                 return Poll(FAILED, str(kind.failed(backend, ref, error, meta.target)))
             elapsed = time.time() - meta.started
+            shown: Dict[str, Any] = {
+                "links": head_links(backend, ref, meta.framework_url), "info": progress_info(ref, target, state, elapsed),
+            }
             if readiness is not None:
-                return Poll(SUCCEEDED, outcome=kind.finish(meta, state, elapsed, readiness))
+                return Poll(SUCCEEDED, outcome=kind.finish(meta, state, elapsed, readiness), **shown)
             if time.time() >= meta.deadline:
                 timeout = ScalingTimeoutError(
                     f"timed out after {elapsed:.0f}s waiting for {pending}; last state: {state.describe()}",
                     cluster=str(ref), state=state,
                 )
-                return Poll(FAILED, str(kind.failed(backend, ref, timeout, target)))
-        return Poll(RUNNING, f"waiting for {pending}: {state.describe()}")
+                return Poll(FAILED, str(kind.failed(backend, ref, timeout, target)), **shown)
+        return Poll(RUNNING, f"waiting for {pending}: {state.describe()}", **shown)
 
     @staticmethod
     def _framework(

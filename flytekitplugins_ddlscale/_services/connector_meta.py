@@ -21,6 +21,9 @@ from .nodes.creating import AWAIT_WORKERS, AWAITS, RESTART_FIELDS
 from .nodes.registry import NODE_KINDS
 
 
+MAX_META_BYTES = 64 * 1024
+"""Largest resource metadata read back: ``create`` writes well under 4 KB (names and URLs are bounded)."""
+
 _TYPE_WORDS = {int: "an integer", float: "a finite number", str: "a string", bool: "true or false"}
 
 
@@ -62,6 +65,10 @@ class ScalingMetadata(ResourceMeta):
         so the caller gets a short FAILED answer instead of a traceback."""
         raw: Any = None
         try:
+            if len(data) > MAX_META_BYTES:
+                raise InvalidInputError(
+                    "resource_meta", f"<{len(data)} bytes>", f"the JSON that create returned (at most {MAX_META_BYTES} bytes)"
+                )
             raw = json.loads(data.decode("utf-8"))
             if not isinstance(raw, dict):
                 raise InvalidInputError("resource_meta", type(raw).__name__, "a JSON object")
@@ -75,8 +82,11 @@ class ScalingMetadata(ResourceMeta):
             return cls(**values)
         except ScalingError as error:
             return cls.refused(str(raw.get("task_type", "")) if isinstance(raw, dict) else "", error)
-        except ValueError:
+        except (ValueError, RecursionError):
+            # RecursionError: JSON nested deeper than the parser's stack.
             return cls.refused("", InvalidInputError("resource_meta", "<not JSON>", "the JSON that create returned"))
+        except Exception as error:  # decoded by the connector server, outside any connector call's edge
+            return cls.refused("", InvalidInputError("resource_meta", f"<{type(error).__name__}>", "the JSON that create returned"))
 
     def known_outcome(self) -> Dict[str, Any]:
         """The outcome fields ``create`` knew, each checked against the task type's outcome class."""
@@ -118,7 +128,7 @@ class ScalingMetadata(ResourceMeta):
 def _json_object(field: str, text: str) -> Dict[str, Any]:
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise InvalidInputError(field, "<not JSON>", "the JSON that create returned") from None
     if not isinstance(value, dict):
         raise InvalidInputError(field, type(value).__name__, "a JSON object")

@@ -36,10 +36,11 @@ import asyncio
 from typing import Any, Dict, Optional
 
 from flyte.connectors import AsyncConnector, ConnectorRegistry, Resource
-from flyteidl2.core.execution_pb2 import TaskExecution
-from google.protobuf import json_format
+from flyteidl2.core.execution_pb2 import TaskExecution, TaskLog
+from google.protobuf.struct_pb2 import ListValue, Struct
 
-from .._services.connector_core import FAILED, RUNNING, SERVED_TASK_TYPES, SUCCEEDED, ScalingService
+from .._services.connector_calls import PollDesk, refusal
+from .._services.connector_core import FAILED, RUNNING, SERVED_TASK_TYPES, SUCCEEDED, Poll, ScalingService
 from .._services.connector_meta import ScalingMetadata
 from ..backends import available_backends
 from .._services.connector_policy import ConnectorPolicy
@@ -66,7 +67,9 @@ class ScalingConnector(AsyncConnector[ScalingMetadata]):
             raise ValueError(f"task_type must be one of {SERVED_TASK_TYPES}, not {task_type!r}")
         self.task_type_name = task_type
         self.service = ScalingService(policy)
+        self._desk = PollDesk(self.service.poll)
         self._in_process: Optional[ScalingService] = None
+        self._in_process_desk: Optional[PollDesk] = None
 
     def serving(self) -> ScalingService:
         """The service for the current call: the in-process one inside a local run's task, else the deployment's."""
@@ -74,7 +77,13 @@ class ScalingConnector(AsyncConnector[ScalingMetadata]):
             return self.service
         if self._in_process is None:
             self._in_process = ScalingService(in_process_policy())
+            self._in_process_desk = PollDesk(self._in_process.poll)
         return self._in_process
+
+    def desk(self) -> PollDesk:
+        """Where the current call's polls are answered within the call budget (:meth:`serving`'s service)."""
+        service = self.serving()
+        return self._desk if service is self.service or self._in_process_desk is None else self._in_process_desk
 
     async def create(
         self,
@@ -87,25 +96,49 @@ class ScalingConnector(AsyncConnector[ScalingMetadata]):
         """Check the node, send its change (without waiting) and return what ``get`` needs.
 
         A refused node (bad input, a backend, namespace, cluster or head not
-        served...) comes back as a metadata whose ``get`` is FAILED naming the
-        field; a backend that does not accept the change in time raises
-        :class:`~flytekitplugins_ddlscale.errors.BackendUnavailableError`
-        (safe to repeat).
+        served...) fails here with its one-line message naming the field,
+        before anything is sent; so does a backend that does not accept the
+        change in time (:class:`~flytekitplugins_ddlscale.errors.BackendUnavailableError`,
+        safe to repeat). Anything unexpected is logged in full and fails with
+        one line (flyte's server answers with the error's text only).
         """
-        custom = json_format.MessageToDict(task_template.custom) if task_template.HasField("custom") else None
-        return await asyncio.to_thread(self.serving().create, task_template.type, custom, inputs or {})
+        try:
+            custom = plain(task_template.custom) if task_template.HasField("custom") else None
+            return await asyncio.to_thread(self.serving().create, task_template.type, custom, inputs or {})
+        except Exception as error:
+            failure = refusal("create", error)
+        raise failure
 
     async def get(self, resource_meta: ScalingMetadata, **kwargs: Any) -> Resource:
         """One look at the cluster: RUNNING, SUCCEEDED with the typed outcome (output ``o0``), or FAILED
-        with a one-line message. Sends nothing."""
-        answer = await asyncio.to_thread(self.serving().poll, resource_meta)
-        if answer.state == SUCCEEDED:
-            return Resource(phase=TaskExecution.SUCCEEDED, outputs={OUTPUT_NAME: answer.outcome})
-        return Resource(phase=PHASES[answer.state], message=answer.message)
+        with a one-line message; RUNNING with the last state known when the backend does not answer within
+        the call budget. Log links and custom info say what the UI shows. Sends nothing, never raises."""
+        return resource_of(await asyncio.to_thread(self.desk().answer, resource_meta))
 
     async def delete(self, resource_meta: ScalingMetadata, **kwargs: Any) -> None:
         """Aborting a node stops the wait only: the cluster keeps the size it was asked for, and a head
         restart already sent goes on (as for flytekit's connector); a parent restores with ``RestoreCluster``."""
+
+
+def resource_of(answer: Poll) -> Resource:
+    """A poll's answer as Flyte 2's resource (phase, message, output ``o0`` once SUCCEEDED, links, counts)."""
+    return Resource(
+        phase=PHASES[answer.state],
+        message=answer.message,
+        outputs={OUTPUT_NAME: answer.outcome} if answer.state == SUCCEEDED else None,
+        log_links=[TaskLog(name=name, uri=uri) for name, uri in answer.links] or None,
+        custom_info=dict(answer.info) or None,
+    )
+
+
+def plain(value: Any) -> Any:
+    """A protobuf ``Struct`` (or its values) as Python dictionaries, lists and scalars, NaN and infinity
+    kept (protobuf's JSON conversion fails on them) so that the field's own check refuses them by name."""
+    if isinstance(value, Struct):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, ListValue):
+        return [plain(item) for item in value]
+    return value
 
 
 def in_local_run() -> bool:

@@ -10,6 +10,7 @@ import math
 import time
 
 import pytest
+from flytekit.exceptions.user import FlyteUserRuntimeException
 from flyteidl.core.execution_pb2 import TaskExecution
 
 from flytekitplugins_ddlscale.connector import NOT_READY, ScalingConnector, ScalingMetadata
@@ -45,12 +46,12 @@ endless = ScaleCluster("endless", cluster="dask/nodes-test", replicas=2, timeout
 
 
 def refused(connector, template, inputs):
-    """The FAILED message of a node ``create`` refused (``get`` of its metadata, as the service sends it)."""
-    meta = connector.create(template, "", inputs)
-    resource = connector.get(ScalingMetadata.decode(meta.encode()))
-    assert resource.phase == TaskExecution.FAILED
-    assert "Traceback" not in resource.message and "\n" not in resource.message
-    return resource.message
+    """The one-line message ``create`` fails with for a refused node (what the connector service answers)."""
+    with pytest.raises(FlyteUserRuntimeException) as caught:
+        connector.create(template, "", inputs)
+    message = str(caught.value.value)
+    assert "Traceback" not in message and "\n" not in message and caught.value.value.__traceback__ is None
+    return message
 
 
 @pytest.fixture

@@ -289,6 +289,10 @@ class _Handler(BaseHTTPRequestHandler):
             body=body,
         )
         owner._log(record)
+        while not owner._answering.wait(0.05):  # hung: the request was read and is never answered
+            if owner._stopping.is_set():
+                self.close_connection = True
+                return
         fault = owner._take_fault(self.command, split.path)
         if fault is not None and fault.kind == "drop":
             self.close_connection = True
@@ -318,10 +322,10 @@ class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = False
     block_on_close = True
 
-    def __init__(self, owner: "ScalerTestServer") -> None:
+    def __init__(self, owner: "ScalerTestServer", port: int = 0) -> None:
         self.owner = owner
         self.connections: Set[socket.socket] = set()
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__(("127.0.0.1", port), _Handler)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """Connections the client dropped (timeouts) are expected; keep stderr quiet."""
@@ -348,6 +352,8 @@ class ScalerTestServer:
         self._pod_delay = pod_ready_delay
         self._lock = threading.RLock()
         self._stopping = threading.Event()
+        self._answering = threading.Event()
+        self._answering.set()
         self._users: Dict[str, bool] = {DEFAULT_USER: False, ADMIN_USER: True, OTHER_USER: False}
         self._api_keys: Dict[str, str] = {
             DEFAULT_API_KEY: DEFAULT_USER,
@@ -364,10 +370,11 @@ class ScalerTestServer:
 
     # ----- lifecycle -----
 
-    def start(self) -> "ScalerTestServer":
-        """Listen on an ephemeral port of 127.0.0.1 in a background thread."""
+    def start(self, port: int = 0) -> "ScalerTestServer":
+        """Listen on ``port`` of 127.0.0.1 (an ephemeral one for 0) in a background thread; a stopped
+        server started again on its old port is the service killed and restarted, its clusters kept."""
         self._stopping.clear()
-        self._httpd = _HTTPServer(self)
+        self._httpd = _HTTPServer(self, port)
         # A short poll interval makes stop() quick; the default 0.5 s adds up over a test suite.
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, name="scaler-test-server", daemon=True
@@ -518,6 +525,20 @@ class ScalerTestServer:
             raise ValueError(f"unknown fault kind {kind!r}")
         with self._lock:
             self._faults.append(Fault(kind, count, status, delay, path, method))
+
+    def hang(self) -> None:
+        """From now on accept connections and read requests, but answer none (until :meth:`resume`)."""
+        self._answering.clear()
+
+    def resume(self) -> None:
+        """Answer again, the requests held by :meth:`hang` first."""
+        self._answering.set()
+
+    @property
+    def port(self) -> int:
+        """The port it listens on."""
+        assert self._httpd is not None, "server not started"
+        return int(self._httpd.server_address[1])
 
     def clear_faults(self) -> None:
         """Forget injected faults that have not fired yet."""

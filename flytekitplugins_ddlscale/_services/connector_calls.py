@@ -1,0 +1,147 @@
+"""The edge of every connector call: an answer within the call budget, and never a traceback.
+
+FlytePropeller (v1.16's web-API plugin) gives every CreateTask, GetTask
+and DeleteTask a deadline (10 s by default), counts each GetTask that fails
+or runs past it, never resets that count, and fails the node once it
+passes ``maxSystemFailures`` (5 by default): a backend outage longer than a
+few resyncs would otherwise end nodes as "given up" whatever their own
+timeout says. So a poll that has not answered within the call budget
+(``$DDLSCALE_CONNECTOR_CALL_BUDGET``, 7 s by default) is answered RUNNING
+with the last state this process knows, while the read goes on; the
+node's own deadline still ends it, FAILED with what it waited for. One
+read per execution is in flight at a time, so a hung backend holds one
+thread per node, not one per resync.
+
+Anything unexpected (a bug, an exception type no backend maps) becomes a
+FAILED answer, or a refused create, with one line; the traceback goes to
+the connector's log, credentials masked.
+"""
+import logging
+import threading
+import time
+import traceback
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import replace
+from typing import Any, Callable, Dict, List, Optional
+
+from .._core import settings
+from .._core.redaction import redact
+from ..errors import ScalingError
+from .connector_meta import ScalingMetadata
+from .connector_core import FAILED, RUNNING, Poll
+
+logger = logging.getLogger("flytekitplugins_ddlscale.connector")
+
+READERS = 64
+"""Threads reading for polls at once; a hung backend holds at most one per execution."""
+REMEMBERED = 10_000
+"""Executions whose last answer this process keeps (the oldest is forgotten first)."""
+TIMELINE_POINTS = 50
+"""Changes of the worker count kept per execution for ``custom_info``'s timeline: [seconds since the
+change was sent, ready workers (existing ones where the backend cannot see readiness)]."""
+
+_READERS = ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="ddlscale-connector-poll")
+
+
+def call_budget() -> float:
+    """Seconds a poll waits for the backend before answering from what is known ($DDLSCALE_CONNECTOR_CALL_BUDGET)."""
+    return float(settings.CONNECTOR_CALL_BUDGET.value())
+
+
+def unexpected(call: str, error: BaseException) -> str:
+    """Log ``error`` in full (credentials masked) and return the one line a caller gets instead."""
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    logger.error("unexpected error in the connector's %s: %s", call, redact(text))
+    return f"the ddlscale connector's {call} failed unexpectedly ({type(error).__name__}); its log has the details"
+
+
+def refusal(call: str, error: BaseException) -> ScalingError:
+    """``error`` as the one-line error a refused call raises: typed errors as they are, anything else
+    logged in full and summed up; no traceback travels with it."""
+    if isinstance(error, ScalingError):
+        logger.info("refused a %s: %s", call, error)
+        return error.with_traceback(None)
+    return ScalingError(unexpected(call, error), code="internal")
+
+
+class PollDesk:
+    """Answers polls within the call budget: the answer of ``poll``, or RUNNING (FAILED past the node's
+    deadline) with the last answer known when the backend is slower than the budget."""
+
+    def __init__(self, poll: Callable[[ScalingMetadata], Poll]) -> None:
+        self._poll = poll
+        self._lock = threading.RLock()  # a read done before add_done_callback calls back at once
+        self._reading: Dict[bytes, "Future[Poll]"] = {}
+        self._last: "OrderedDict[bytes, Poll]" = OrderedDict()
+        self._timelines: Dict[bytes, List[List[float]]] = {}
+
+    def answer(self, meta: ScalingMetadata, budget: Optional[float] = None) -> Poll:
+        """The poll's answer within ``budget`` seconds (default :func:`call_budget`); never raises."""
+        try:
+            limit = call_budget() if budget is None else budget
+            key = meta.encode()
+            with self._lock:
+                reading = self._reading.get(key)
+                if reading is None:
+                    reading = _READERS.submit(self._guarded, meta)
+                    self._reading[key] = reading
+                    reading.add_done_callback(lambda _done, key=key: self._finished(key))
+            try:
+                answer = reading.result(timeout=limit)
+            except FutureTimeout:
+                return self._late(meta, key, limit)
+            return self._remember(key, meta, answer)
+        except Exception as error:  # the edge: nothing leaves as a traceback
+            return Poll(FAILED, f"[internal] {unexpected('poll', error)}")
+
+    def _guarded(self, meta: ScalingMetadata) -> Poll:
+        try:
+            return self._poll(meta)
+        except Exception as error:  # the edge, in the reading thread
+            return Poll(FAILED, f"[internal] {unexpected('poll', error)}")
+
+    def _finished(self, key: bytes) -> None:
+        with self._lock:
+            self._reading.pop(key, None)
+
+    def _remember(self, key: bytes, meta: ScalingMetadata, answer: Poll) -> Poll:
+        with self._lock:
+            last = self._last.get(key)
+            read = bool(answer.info)
+            if last is not None and not read:
+                # A poll that could not read (an outage) still shows what was last seen.
+                answer = replace(answer, links=answer.links or last.links, info=last.info)
+            points = self._timelines.setdefault(key, [])
+            workers = answer.info.get("ready_workers")
+            if not isinstance(workers, int):  # a backend that cannot see readiness: the pods that exist
+                workers = answer.info.get("existing_workers")
+            if isinstance(workers, int) and (not points or points[-1][1] != workers):
+                points.append([round(max(0.0, time.time() - meta.started), 1), workers])
+                del points[:-TIMELINE_POINTS]
+            if answer.info:
+                answer = replace(answer, info=dict(answer.info, timeline=[list(point) for point in points]))
+            if answer.state == RUNNING and read:
+                self._last[key] = answer
+                self._last.move_to_end(key)
+                while len(self._last) > REMEMBERED:
+                    old, _ = self._last.popitem(last=False)
+                    self._timelines.pop(old, None)
+            elif answer.state != RUNNING:
+                self._last.pop(key, None)
+                self._timelines.pop(key, None)
+        return answer
+
+    def _late(self, meta: ScalingMetadata, key: bytes, budget: float) -> Poll:
+        with self._lock:
+            last = self._last.get(key)
+        known = last.message if last is not None else f"nothing read yet from {meta.cluster or 'the backend'}"
+        slow = f"the backend did not answer within {budget:g} s (the connector's call budget)"
+        if time.time() >= meta.deadline:
+            waited = time.time() - meta.started
+            return Poll(FAILED, f"timed out after {waited:.0f}s; {slow}; last known: {known}")
+        if last is None:
+            return Poll(RUNNING, f"{slow}; reading again ({known})")
+        return replace(last, message=f"{slow}; last known: {known}")
+

@@ -1,0 +1,146 @@
+"""FlytePropeller's contract, proven through the real connector service under backend faults.
+
+A driver that behaves as FlytePropeller's web-API plugin does
+(:mod:`tests.propeller_driver`: a deadline on every call, GetTask every
+resync, a failure count never reset that gives the node up past its limit,
+RUNNING messages dropped, DeleteTask on abort) runs ScaleCluster nodes
+while the scaler service hangs, is killed and restarted, or its name stops
+resolving. Here the faults are short and the clock is scaled down (call
+budget 1 s, call deadline 3 s, resync 0.5 s, faults of 4 s: eight syncs,
+more than FlytePropeller's five failures); ``test_connector_faults_long.py``
+runs them for 60 s on FlytePropeller's own figures.
+"""
+import time
+
+import grpc
+import pytest
+from flyteidl.admin import agent_pb2
+from flyteidl.core.execution_pb2 import TaskExecution
+from flyteidl.service.agent_pb2_grpc import AsyncAgentServiceStub
+from google.protobuf import json_format
+
+from flytekitplugins_ddlscale.tasks import ScaleOutcome
+from tests.connector_fault_support import FAULTS, StagedFault, fault_service, scale_node
+from tests.propeller_driver import PropellerDriver, typed_output
+
+pytestmark = pytest.mark.slow
+
+BUDGET, CALL_TIMEOUT, RESYNC, FAULT = 1.0, 3.0, 0.5, 4.0
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory):
+    with fault_service(tmp_path_factory.mktemp("faults"), BUDGET) as served:
+        yield served
+
+
+@pytest.mark.parametrize("kind", FAULTS)
+def test_a_backend_fault_is_ridden_out_and_the_node_succeeds(service, kind):
+    """No call fails while the backend is away; the node ends SUCCEEDED with its typed outcome once it is back."""
+    server, channel, hosts = service
+    template, inputs = scale_node(server, f"short-{kind}", timeout=120, pod_delay=1.0)
+    fault = StagedFault(kind, server, hosts, FAULT)
+    try:
+        node = PropellerDriver(channel, resync=RESYNC, call_timeout=CALL_TIMEOUT).run(
+            template, inputs, "ddlscale_scale", node_timeout=120, on_running=fault.on_running)
+    finally:
+        fault.close()
+    assert fault.started.is_set() and fault.ended.is_set()
+    assert node.failed_calls == [] and node.phase == "SUCCEEDED", (node.phase, node.message, node.failed_calls)
+    outcome = typed_output(node.outputs, ScaleOutcome)
+    assert isinstance(outcome, ScaleOutcome) and (outcome.previous_workers, outcome.workers) == (1, 3)
+    assert node.custom_info["existing_workers"] == 3 and node.custom_info["desired_workers"] == 3
+    assert node.log_links == [{"name": "Ray dashboard", "uri": "http://127.0.0.1:8265"}]
+
+
+def test_a_fault_outlasting_the_node_ends_it_failed_saying_what_it_waited_for(service):
+    """The scaler service hangs past the node's timeout: the connector, not the failure count, ends it."""
+    server, channel, hosts = service
+    template, inputs = scale_node(server, "short-outlast", timeout=4, pod_delay=1.0)
+    fault = StagedFault("hang", server, hosts, 60.0)
+    try:
+        node = PropellerDriver(channel, resync=RESYNC, call_timeout=CALL_TIMEOUT).run(
+            template, inputs, "ddlscale_scale", node_timeout=60, on_running=fault.on_running)
+    finally:
+        fault.close()
+    assert node.failed_calls == [] and node.phase == "FAILED", (node.phase, node.message, node.failed_calls)
+    assert "timed out after" in node.message and "did not answer within 1 s" in node.message
+    assert "last known: waiting for 3 workers" in node.message and "\n" not in node.message
+
+
+def test_an_abort_calls_delete_task_and_it_answers(service):
+    server, channel, hosts = service
+    template, inputs = scale_node(server, "short-abort", timeout=60, pod_delay=30.0)
+    node = PropellerDriver(channel, resync=RESYNC, call_timeout=CALL_TIMEOUT).run(
+        template, inputs, "ddlscale_scale", node_timeout=1.0)
+    assert node.phase == "ABORTED" and (node.calls[0].method, node.calls[-1].method) == ("CreateTask", "DeleteTask")
+    assert node.failed_calls == []
+
+
+def _refusal(stub, template, inputs):
+    """The gRPC error CreateTask fails with for ``template``: checked to be short and free of tracebacks."""
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.CreateTask(agent_pb2.CreateTaskRequest(template=template, inputs=inputs, output_prefix="/tmp/out"),
+                        timeout=30)
+    details = caught.value.details()
+    assert "Traceback" not in details and 'File "' not in details and len(details) < 2000, details[:3000]
+    return details
+
+
+def test_no_answer_carries_a_traceback_and_refused_templates_fail_at_create(service):
+    """What FlytePropeller receives for hostile templates and metadata: CreateTask fails naming the field
+    (and its limit), GetTask is FAILED with one line, DeleteTask answers; never a traceback."""
+    server, channel, hosts = service
+    stub = AsyncAgentServiceStub(channel)
+    template, inputs = scale_node(server, "edge", timeout=60, pod_delay=1.0)
+    patches = server.count("PATCH")  # the module's other tests share the service
+    for name, value, expected in (
+        ("cluster", "ray/" + "a" * 1_000_000, "longer than 255 characters"),
+        ("framework_url", "http://" + "a" * 64 + ".example.com:8265", "invalid framework_url="),
+        ("framework_url", "http://ex\u0430mple.com:8265", "an ASCII DNS name"),
+    ):
+        details = _refusal(stub, _with(template, name, value), inputs)
+        assert expected in details and f"invalid {name}=" in details, details
+    assert server.count("PATCH") == patches
+    category = agent_pb2.TaskCategory(name="ddlscale_scale", version=0)
+    deep = b'{"a":' * 100_000 + b"1" + b"}" * 100_000  # the review's: refused by its size
+    deep_but_small = b"[" * 30_000 + b"]" * 30_000  # under the size limit, past the parser's recursion limit
+    for meta, expected in ((deep, "at most 65536 bytes"), (deep_but_small, "invalid resource_meta='<not JSON>'"),
+                           (b" " * 1_000_000, "at most 65536 bytes")):
+        reply = stub.GetTask(agent_pb2.GetTaskRequest(task_category=category, resource_meta=meta), timeout=30)
+        assert reply.resource.phase == TaskExecution.FAILED and expected in reply.resource.message
+        assert "\n" not in reply.resource.message and len(reply.resource.message) < 500
+        stub.DeleteTask(agent_pb2.DeleteTaskRequest(task_category=category, resource_meta=meta), timeout=30)
+
+
+def _with(template, name, value):
+    changed = type(template)()
+    changed.CopyFrom(template)
+    changed.custom.fields[name].string_value = value
+    return changed
+
+
+def test_running_and_final_answers_carry_the_dashboard_and_the_counts(service):
+    """The Flyte UI's view of a waiting node: log links (the Ray dashboard of the node's framework_url) and
+    custom info (target, desired, existing and ready workers, the timeline) on RUNNING and on SUCCEEDED."""
+    server, channel, hosts = service
+    stub = AsyncAgentServiceStub(channel)
+    template, inputs = scale_node(server, "shown", timeout=60, pod_delay=2.0)
+    meta = stub.CreateTask(agent_pb2.CreateTaskRequest(template=template, inputs=inputs, output_prefix="/tmp/out"),
+                           timeout=30).resource_meta
+    category = agent_pb2.TaskCategory(name="ddlscale_scale", version=0)
+    replies = []
+    while not replies or replies[-1].phase == TaskExecution.RUNNING:
+        assert len(replies) < 300, "the node did not end within 300 polls"
+        replies.append(stub.GetTask(agent_pb2.GetTaskRequest(task_category=category, resource_meta=meta),
+                                    timeout=30).resource)
+        time.sleep(0.2)
+    first, last = replies[0], replies[-1]
+    assert first.phase == TaskExecution.RUNNING and last.phase == TaskExecution.SUCCEEDED, last.message
+    for resource in (first, last):
+        assert [(link.name, link.uri) for link in resource.log_links] == [("Ray dashboard", "http://127.0.0.1:8265")]
+        info = json_format.MessageToDict(resource.custom_info)
+        assert info["cluster"] == "ray/shown" and info["target_workers"] == 3 and info["desired_workers"] == 3
+    timeline = json_format.MessageToDict(last.custom_info)["timeline"]
+    assert timeline[0][1] == json_format.MessageToDict(first.custom_info)["existing_workers"] < 3
+    assert timeline[-1][1] == 3 and [point[0] for point in timeline] == sorted(point[0] for point in timeline)
