@@ -101,7 +101,7 @@ def test_without_ray_the_error_says_what_to_install(state, monkeypatch):
     for call in (lambda: fresh.scale(ClusterRef("ray", "none"), 1), lambda: fresh.up(ClusterRef("ray", "none"))):
         with pytest.raises(UnsupportedOperationError) as caught:
             call()
-        assert 'pip install "flytekitplugins-ddlscale[ray]"' in str(caught.value)
+        assert 'uv pip install -c constraints.txt -e ".[ray]"' in str(caught.value)
         assert RAY_EXECUTABLE.name in str(caught.value)
     # Refused before anything was recorded: no cluster, no baseline file.
     assert fresh.list_clusters() == [] and list((state / "no-ray").rglob("*.json")) == []

@@ -43,7 +43,7 @@ from .._support.privatefs import private_dir, remove_nofollow
 from ._procs import with_environment
 from ._secrets import fresh_secret
 
-INSTALL_HINT = 'pip install "flytekitplugins-ddlscale[ray]"'
+INSTALL_HINT = 'install the package with its "ray" extra and the constraints (in a clone: uv pip install -c constraints.txt -e ".[ray]"; a wheel: "flytekitplugins_ddlscale-*.whl[ray]")'
 OBJECT_STORE_SHARE = 0.3
 """Share of a tier's memory given to the node's object store, as Ray itself does (the rest is ``--memory``)."""
 OBJECT_STORE_MINIMUM = 75 * 1024 * 1024

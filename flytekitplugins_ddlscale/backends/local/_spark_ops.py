@@ -26,7 +26,7 @@ from ._procs import python_module, with_environment
 
 MIN_JAVA = 17
 """Spark 4 runs on Java 17 or newer."""
-INSTALL_PYSPARK = 'pip install "flytekitplugins-ddlscale[spark]"'
+INSTALL_PYSPARK = 'install the package with its "spark" extra and the constraints (in a clone: uv pip install -c constraints.txt -e ".[spark]"; a wheel: "flytekitplugins_ddlscale-*.whl[spark]")'
 INSTALL_JAVA = "Java 17 or newer (e.g. `apt-get install openjdk-17-jre-headless`), or set JAVA_HOME to one"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
