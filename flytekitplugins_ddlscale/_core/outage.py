@@ -239,9 +239,8 @@ class HttpAnswer(Exception):
         self.response = response
 
 
-# The one classifier of both HTTP stacks: httpx (the scaler service) and urllib3 under the
-# Kubernetes client (the API server). A stack's exceptions are looked up only once it is loaded:
-# a stack never imported raised nothing, and classifying must not import it.
+# The one classifier of both HTTP stacks, httpx (scaler service) and urllib3 (Kubernetes client).
+# A stack's exceptions are looked up only once it is loaded: one never imported raised nothing.
 
 
 def _types(module: str, *names: str) -> Tuple[type, ...]:
@@ -329,22 +328,14 @@ def retry_through_outage(
 ) -> T:
     """``call()``'s result, trying again through an outage until ``deadline``.
 
-    ``symptom(exc)`` names a failure that an outage explains (connection
-    refused or reset, TLS handshake, 429, 5xx), else None; such a failure is
-    reported to ``tracker`` and, if ``retry_if(exc)`` (default: always; a
-    mutation passes :func:`nothing_sent`), tried again after a jittered pause.
-    An HTTP answer raised (even 5xx) shows the backend reachable. A symptom for which
-    ``unconnected(exc)`` (no connection could be made: refused, name not
-    resolved, TLS handshake failed) from a backend that never answered raises
-    :class:`NeverReachedError` at once.
-    ``refused(exc)`` names a 401/403 answer, else None: right after an outage
-    (the tracker is still down or a connection broke lately, and the backend
-    served requests before) it is part of the outage and tried
-    again like a symptom (the request did nothing, so even a mutation is safe
-    to repeat) and logged once; otherwise it is raised at once. Any other
-    error is raised at once. Without a ``deadline`` there is one attempt; at
-    the deadline the last error is raised. The classifiers default to this
-    module's, which know both HTTP stacks.
+    A failure ``symptom`` names is reported to ``tracker`` and, if ``retry_if(exc)``
+    (a mutation passes :func:`nothing_sent`), tried again after a jittered pause;
+    an HTTP answer raised (even 5xx) shows the backend reachable. An ``unconnected``
+    symptom from a backend that never answered raises :class:`NeverReachedError` at once.
+    A ``refused`` answer (401/403) right after an outage (the tracker still unsettled, the
+    backend served before) is part of it: tried again (it did nothing, so even a mutation
+    is safe to repeat) and logged once; otherwise, like any other error, raised at once.
+    Without a ``deadline`` there is one attempt; at the deadline the last error is raised.
     """
     pauses = backoff.intervals()
     while True:
@@ -386,11 +377,19 @@ def retry_through_outage(
             return result
 
 
+MIN_ATTEMPT_TIMEOUT = 0.1
+"""Seconds any request under a deadline still gets, so a wait reads the cluster at least once."""
+
+
+def attempt_timeout(limit: float, deadline: Optional[Deadline]) -> float:
+    """The timeout of one request: ``limit``, cut to what ``deadline`` leaves (at least :data:`MIN_ATTEMPT_TIMEOUT`)."""
+    return limit if deadline is None else min(limit, max(deadline.remaining, MIN_ATTEMPT_TIMEOUT))
+
+
 @dataclass(frozen=True)
 class RetryRule:
-    """The bounded retries of a request that is safe to repeat (an idempotent read, or a write the
-    backend's contract makes safe, e.g. setting an absolute count): at most ``attempts`` tries,
-    ``backoff`` apart, each riding out an outage only within what :func:`send` allows."""
+    """The bounded retries of a request safe to repeat (an idempotent read, or a write the contract
+    makes safe, e.g. setting an absolute count): at most ``attempts`` tries, ``backoff`` apart."""
 
     attempts: int = 3
     backoff: Backoff = Backoff(initial=0.2, factor=2.0, cap=2.0)
@@ -406,14 +405,13 @@ def send(
     ride_out: bool = False,
     sleep: Callable[[float], None] = time.sleep,
 ) -> T:
-    """``call()``'s result under the one retry path of every backend client; the last error otherwise.
+    """``call()``'s result under the one retry path of both backend clients; else the last error.
 
-    ``rule``: the request is safe to repeat, so a :func:`wire_failure` is tried again up to
-    ``rule.attempts`` times (never past ``deadline``); None: sent once. Every attempt goes through
-    :func:`retry_through_outage`: with ``ride_out`` and a ``deadline`` (a read inside a wait) an
-    outage is ridden out until the deadline, in place of the bounded attempts; otherwise only a
-    request that was never sent (or was refused right after an outage) is tried again until it.
-    ``what`` (e.g. "GET /cluster") names the request in the log line of each retry.
+    With a ``rule`` (the request is safe to repeat) a :func:`wire_failure` is tried again up to
+    ``rule.attempts`` times, never past ``deadline``; without, it is sent once. Each attempt goes
+    through :func:`retry_through_outage`: with ``ride_out`` and a ``deadline`` (a read inside a
+    wait) it rides the outage out instead; otherwise only a request never sent is tried again.
+    ``what`` (e.g. "GET /cluster") names the request in each retry's log line.
     """
     riding = ride_out and deadline is not None
     attempts = rule.attempts if rule is not None and not riding else 1

@@ -8,13 +8,9 @@ naming the verb and resource. Without a deadline, reads are retried a
 bounded number of times on connection errors, 429 and 5xx. Calls made under
 an operation's :class:`~flytekitplugins_ddlscale._core.waiting.Deadline` give each
 attempt at most the time left; reads then ride out an outage until the
-deadline (:mod:`flytekitplugins_ddlscale._core.outage`), while writes are tried
-again only when the connection was refused before anything was sent (the
-caller decides about the rest, since only it knows whether a write is safe
-to repeat). A 401/403 right after an outage is the restarted server's
-authorization warming up and is ridden out the same way; a server that never
-answered is not an outage (:class:`~flytekitplugins_ddlscale._core.outage.NeverReachedError`).
-``KubeApi.outage`` logs each outage once when it starts and once when it ends.
+deadline, while writes are tried again only when nothing was sent (the caller
+decides about the rest, since only it knows whether a write is safe to
+repeat): the one retry path of :func:`flytekitplugins_ddlscale._core.outage.send`.
 """
 import json
 import logging
@@ -31,7 +27,7 @@ from ...errors import (
     TransientError,
     UnauthorizedError,
 )
-from ..._core.outage import RetryRule, cert_verification_failed, send, shared_tracker
+from ..._core.outage import RetryRule, attempt_timeout, cert_verification_failed, send, shared_tracker
 from ..._core.redaction import redact
 from .._support.crds import CRD_GROUP, CRD_VERSION
 from ..._core.waiting import Deadline
@@ -40,8 +36,6 @@ from ._client import limit_retries
 MERGE_PATCH = "application/merge-patch+json"
 READ_RETRIES = RetryRule(attempts=3)
 """The bounded retries of a read without a deadline: 3 attempts, 0.2 s then 0.4 s apart."""
-MIN_ATTEMPT_TIMEOUT = 0.1
-"""Seconds any request under a deadline still gets, so a wait reads the cluster at least once."""
 logger = logging.getLogger("flytekitplugins_ddlscale.kubernetes")
 
 
@@ -118,29 +112,17 @@ class KubeApi:
         """Reachability of the API server, shared by every client of it in this process (the shared
         pod informer included), so an outage is logged once."""
 
-    def _timeout(self, deadline: Optional[Deadline]) -> float:
-        if deadline is None:
-            return self.request_timeout
-        return min(self.request_timeout, max(deadline.remaining, MIN_ATTEMPT_TIMEOUT))
-
-    def _read(
+    def _call(
         self, verb: str, resource: str, name: Optional[str], namespace: str,
-        call: Callable[[float], Any], deadline: Optional[Deadline] = None,
+        call: Callable[[float], Any], deadline: Optional[Deadline] = None, *, read: bool = True,
     ) -> Any:
-        # Under a deadline the outage is ridden out; without one, READ_RETRIES bound the attempts.
+        # A read is retried by READ_RETRIES, or rides the outage out under a deadline; a write is
+        # sent once (tried again under a deadline only while nothing was sent).
         try:
             return send(
-                lambda: call(self._timeout(deadline)), tracker=self.outage, what=f"{verb} {resource}",
-                rule=READ_RETRIES, deadline=deadline, ride_out=True,
+                lambda: call(attempt_timeout(self.request_timeout, deadline)), tracker=self.outage, what=f"{verb} {resource}",
+                rule=READ_RETRIES if read else None, deadline=deadline, ride_out=read,
             )
-        except Exception as exc:  # noqa: BLE001 - translated
-            raise translate(exc, verb, resource, name, namespace) from None
-
-    def _write(self, verb: str, resource: str, name: str, namespace: str, call: Callable[[], Any],
-               deadline: Optional[Deadline]) -> Any:
-        # Sent once; under a deadline, tried again only while nothing was sent (or refused after an outage).
-        try:
-            return send(call, tracker=self.outage, what=f"{verb} {resource}", rule=None, deadline=deadline)
         except Exception as exc:  # noqa: BLE001 - translated
             raise translate(exc, verb, resource, name, namespace) from None
 
@@ -150,7 +132,7 @@ class KubeApi:
     ) -> Dict[str, Any]:
         """The cluster object (of ``group``/``version``, Domino's DCO by default) as a dict;
         attempts end by ``deadline`` if given."""
-        return self._read(
+        return self._call(
             "get", plural, name, namespace,
             lambda timeout: self.custom.get_namespaced_custom_object(
                 group, version, namespace, plural, name, _request_timeout=timeout
@@ -163,7 +145,7 @@ class KubeApi:
         deadline: Optional[Deadline] = None,
     ) -> List[Dict[str, Any]]:
         """Custom objects of ``plural`` matching ``selector``; attempts end by ``deadline`` if given."""
-        return self._read(
+        return self._call(
             "list", plural, None, namespace,
             lambda timeout: self.custom.list_namespaced_custom_object(
                 group, version, namespace, plural, label_selector=selector, _request_timeout=timeout
@@ -180,13 +162,12 @@ class KubeApi:
 
         Sent once; with ``deadline``, a connection refused before anything was
         sent is tried again until it passes."""
-        return self._write(
+        return self._call(
             "patch", plural, name, namespace,
-            lambda: self.custom.patch_namespaced_custom_object(
-                group, version, namespace, plural, name, patch,
-                _content_type=MERGE_PATCH, _request_timeout=self._timeout(deadline),
+            lambda timeout: self.custom.patch_namespaced_custom_object(
+                group, version, namespace, plural, name, patch, _content_type=MERGE_PATCH, _request_timeout=timeout,
             ),
-            deadline,
+            deadline, read=False,
         )
 
     def list_pods(
@@ -201,7 +182,7 @@ class KubeApi:
             data = json.loads(response.data)
             return data.get("items") or [], str(data["metadata"]["resourceVersion"])
 
-        return self._read("list", "pods", None, namespace, call, deadline)
+        return self._call("list", "pods", None, namespace, call, deadline)
 
     def watch_pods(
         self, namespace: str, selector: str, resource_version: str, seconds: float,
@@ -274,13 +255,13 @@ class KubeApi:
         sent is tried again until it passes."""
         from kubernetes import client
 
-        response = self._write(
+        response = self._call(
             "delete", "pods", name, namespace,
-            lambda: self.core.delete_namespaced_pod(
+            lambda timeout: self.core.delete_namespaced_pod(
                 name, namespace, body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)),
-                _preload_content=False, _request_timeout=self._timeout(deadline),
+                _preload_content=False, _request_timeout=timeout,
             ),
-            deadline,
+            deadline, read=False,
         )
         return json.loads(response.data)  # type: ignore[no-any-return]
 

@@ -30,7 +30,9 @@ from ...errors import (
 )
 from ..._core.redaction import register_secret
 from ...refs import ClusterRef
-from ..._core.outage import HttpAnswer, RetryRule, cert_verification_failed, nothing_sent, send, shared_tracker
+from ..._core.outage import (
+    HttpAnswer, RetryRule, attempt_timeout, cert_verification_failed, nothing_sent, send, shared_tracker,
+)
 from ..._core.waiting import Backoff, Deadline
 from ._errors import error_from_response, response_body
 from ._polls import LIST_FROM, max_rps_from, pacer_for, polls_for
@@ -41,17 +43,15 @@ BASE_URL_ENV = settings.CLUSTER_SCALER_BASE_URL.name
 DEFAULT_BASE_URL = settings.CLUSTER_SCALER_BASE_URL.default
 API_PREFIX = "/ddl_cluster_scaler"
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
-REFUSED_STATUSES = frozenset({401, 403})
-"""Refusals: final, except right after an outage (see :func:`~flytekitplugins_ddlscale._core.outage.retry_through_outage`)."""
 """Answers of a service that is overloaded or restarting (a 500 is the service's own error, e.g. a
 missing cluster, and is final)."""
+REFUSED_STATUSES = frozenset({401, 403})
+"""Refusals: final, except right after an outage (see :func:`~flytekitplugins_ddlscale._core.outage.retry_through_outage`)."""
 DEFAULT_HTTP_TIMEOUT = 30.0
 DEFAULT_RETRIES = 3
-DEFAULT_RETRY_BACKOFF = Backoff(initial=0.2, factor=2.0, cap=2.0)
+DEFAULT_RETRY_BACKOFF = RetryRule().backoff
 SLOWING_STATUSES = frozenset({429, 503})
 """Answers that slow every poll of this process to the service down (see :mod:`.polls`)."""
-MIN_ATTEMPT_TIMEOUT = 0.1
-"""Seconds any request under a deadline still gets, so a wait reads the cluster at least once."""
 
 
 def resolve_base_url(base_url: Optional[str], env: Optional[Mapping[str, str]] = None) -> str:
@@ -177,8 +177,7 @@ class ScalerClient:
             nonlocal sent
             if paced:
                 self._wait_for_slot(deadline)
-            if deadline is not None:
-                kwargs["timeout"] = min(self.timeout, max(deadline.remaining, MIN_ATTEMPT_TIMEOUT))
+            kwargs["timeout"] = attempt_timeout(self.timeout, deadline)
             sent += 1
             response = self._http.request(method, path, **kwargs)
             if response.status_code in SLOWING_STATUSES:
