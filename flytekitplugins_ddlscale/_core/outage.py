@@ -259,11 +259,10 @@ def _status(exc: BaseException) -> Optional[int]:
 def _connect_failure(exc: BaseException) -> Optional[BaseException]:
     """The failure to open a connection that ``exc`` is (refused, timed out; urllib3's TLS handshake
     too), else None."""
-    if isinstance(exc, _types("httpx", "ConnectError", "ConnectTimeout")):
-        return exc
     reason = exc.reason if isinstance(exc, _types("urllib3.exceptions", "MaxRetryError")) else exc
-    urllib3_connect = _types("urllib3.exceptions", "NewConnectionError", "ConnectTimeoutError", "SSLError")
-    return reason if isinstance(reason, urllib3_connect) else None
+    connect = _types("httpx", "ConnectError", "ConnectTimeout")
+    connect += _types("urllib3.exceptions", "NewConnectionError", "ConnectTimeoutError", "SSLError")
+    return reason if isinstance(reason, connect) else None
 
 
 def wire_failure(exc: BaseException) -> Optional[str]:
@@ -414,23 +413,20 @@ def send(
     ``what`` (e.g. "GET /cluster") names the request in each retry's log line.
     """
     riding = ride_out and deadline is not None
-    attempts = rule.attempts if rule is not None and not riding else 1
+    retry_if = (lambda exc: True) if riding else nothing_sent
+    retries = rule.attempts - 1 if rule is not None and not riding else 0
     pauses = (rule or RetryRule()).backoff.intervals()
-    attempt = 1
-    while True:
+    for retry in range(1, retries + 1):
         try:
-            return retry_through_outage(
-                call, tracker=tracker, deadline=deadline, retry_if=(lambda exc: True) if riding else nothing_sent,
-                sleep=sleep,
-            )
+            return retry_through_outage(call, tracker=tracker, deadline=deadline, retry_if=retry_if, sleep=sleep)
         except Exception as exc:  # noqa: BLE001 - retried while the rule allows, else re-raised
             failure = wire_failure(exc)
-            if failure is None or attempt == attempts or (deadline is not None and deadline.expired):
+            if failure is None or (deadline is not None and deadline.expired):
                 raise
             pause = next(pauses) if deadline is None else min(next(pauses), deadline.remaining)
-            tracker.logger.info("%s failed (%s); retry %d/%d in %.1fs", what, failure, attempt, attempts - 1, pause)
+            tracker.logger.info("%s failed (%s); retry %d/%d in %.1fs", what, failure, retry, retries, pause)
             sleep(pause)
-            attempt += 1
+    return retry_through_outage(call, tracker=tracker, deadline=deadline, retry_if=retry_if, sleep=sleep)
 
 
 def _never_reached(tracker: OutageTracker, reason: str) -> NeverReachedError:

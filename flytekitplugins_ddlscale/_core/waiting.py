@@ -113,15 +113,8 @@ class TwoStageBackoff:
             delay = min(self.fast, delay * 2.0)
 
 
-def poll(
-    read: Callable[[], T],
-    done: Callable[[T], bool],
-    *,
-    deadline: Deadline,
-    schedule: PollSchedule,
-    timed_out: Callable[[T], Exception],
-    sleep: Callable[[float], None] = time.sleep,
-) -> T:
+def poll(read: Callable[[], T], done: Callable[[T], bool], *, deadline: Deadline, schedule: PollSchedule,
+         timed_out: Callable[[T], Exception], sleep: Callable[[float], None] = time.sleep) -> T:
     """The first ``read()`` that is ``done``, read ``schedule`` apart, never sleeping past ``deadline``;
     once it has passed, raises ``timed_out(last read)``. The one loop of every wait that polls."""
     intervals = schedule.intervals()

@@ -1,14 +1,12 @@
 """HTTP client of Domino's cluster scaler service: one pooled ``httpx.Client``.
 
 Reads (cluster, restart status) and scale are safe to repeat (scale sets an
-absolute count), so they are retried on connection errors and 502/503/504
-with bounded exponential backoff. Head restart deletes a pod and is never
-retried: a lost answer is reported, not re-sent. The polls of waits go
-through the process's shared, paced polls of the service (:mod:`.polls`);
-every 429/503 the service sends slows them all. Under an operation's deadline
-an outage of the service (or of the Domino API proxy that hands out its
-token) is ridden out, and so are 401/403 right after one (the restarted
-service's authorization warming up); a service never reached is not.
+absolute count), so they are retried on connection errors and 429/502/503/504;
+head restart deletes a pod and is never re-sent. Under an operation's deadline
+an outage of the service (or of the Domino API proxy that hands out its token)
+is ridden out: the one retry path of :func:`~flytekitplugins_ddlscale._core.outage.send`.
+The polls of waits go through the process's shared, paced polls (:mod:`.polls`);
+every 429/503 the service sends slows them all.
 """
 import hashlib
 import ipaddress
@@ -175,8 +173,10 @@ class ScalerClient:
 
         def attempt() -> httpx.Response:
             nonlocal sent
-            if paced:
-                self._wait_for_slot(deadline)
+            pause = self.pacer.slot(deadline) if paced else 0.0
+            while pause > 0:
+                self._sleep(pause)
+                pause = self.pacer.held(deadline)
             kwargs["timeout"] = attempt_timeout(self.timeout, deadline)
             sent += 1
             response = self._http.request(method, path, **kwargs)
@@ -199,12 +199,6 @@ class ScalerClient:
             failed = exc
         # Raised outside the handler, so the error does not carry the request (and its URL) as context.
         raise self._unavailable(failed, ref, method, path, retry=retry, sent=sent)
-
-    def _wait_for_slot(self, deadline: Optional[Deadline]) -> None:
-        pause = self.pacer.slot(deadline)
-        while pause > 0:
-            self._sleep(pause)
-            pause = self.pacer.held(deadline)
 
     def _unavailable(
         self, exc: httpx.TransportError, ref: ClusterRef, method: str, path: str, *, retry: bool, sent: int
