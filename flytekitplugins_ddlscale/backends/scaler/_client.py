@@ -204,26 +204,20 @@ class ScalerClient:
         self, exc: httpx.TransportError, ref: ClusterRef, method: str, path: str, *, retry: bool, sent: int
     ) -> Exception:
         """The typed error of a request whose last attempt failed on the wire."""
+        where, name = f"{method} {self.base_url}{path}", type(exc).__name__
+        described = f"{name}: {exc}" if str(exc) else name
         if cert_verification_failed(exc):
             return CertificateRefusedError(
-                f"{method} {self.base_url}{path}: the service's TLS certificate was refused "
-                f"({_describe(exc)}); nothing was sent",
-                cluster=str(ref),
+                f"{where}: the service's TLS certificate was refused ({described}); nothing was sent", cluster=str(ref)
             )
         if retry:
-            return BackendUnavailableError(
-                f"{method} {self.base_url}{path} failed {sent} times; last: {type(exc).__name__}", cluster=str(ref)
-            )
-        if nothing_sent(exc):
-            return BackendUnavailableError(
-                f"{method} {self.base_url}{path}: could not connect ({_describe(exc)}); nothing was sent",
-                cluster=str(ref),
-            )
-        return BackendUnavailableError(
-            f"{method} {path}: {type(exc).__name__}; not retried because the operation is not "
-            f"safe to repeat, so it may or may not have happened",
-            cluster=str(ref),
-        )
+            message = f"{where} failed {sent} times; last: {name}"
+        elif nothing_sent(exc):
+            message = f"{where}: could not connect ({described}); nothing was sent"
+        else:
+            message = (f"{method} {path}: {name}; not retried because the operation is not safe to repeat, "
+                       "so it may or may not have happened")
+        return BackendUnavailableError(message, cluster=str(ref))
 
     def health(self) -> bool:
         """True when ``GET /healthz`` answers 200."""
@@ -373,7 +367,3 @@ def _retry_after(response: httpx.Response) -> Optional[float]:
     except ValueError:
         return None
 
-
-def _describe(exc: Exception) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
