@@ -380,6 +380,11 @@ MIN_ATTEMPT_TIMEOUT = 0.1
 """Seconds any request under a deadline still gets, so a wait reads the cluster at least once."""
 
 
+def attempt_timeout(limit: float, deadline: Optional[Deadline]) -> float:
+    """The timeout of one request: ``limit``, cut to what ``deadline`` leaves (at least :data:`MIN_ATTEMPT_TIMEOUT`)."""
+    return limit if deadline is None else min(limit, max(deadline.remaining, MIN_ATTEMPT_TIMEOUT))
+
+
 @dataclass(frozen=True)
 class RetryRule:
     """The bounded retries of a request safe to repeat (an idempotent read, or a write the contract
@@ -390,35 +395,30 @@ class RetryRule:
 
 
 def send(
-    call: Callable[[float], T],
+    call: Callable[[], T],
     *,
     tracker: OutageTracker,
     what: str,
     rule: Optional[RetryRule],
-    timeout: float,
     deadline: Optional[Deadline] = None,
     ride_out: bool = False,
     sleep: Callable[[float], None] = time.sleep,
 ) -> T:
-    """``call(seconds)``'s result under the one retry path of both backend clients; else the last error.
+    """``call()``'s result under the one retry path of both backend clients; else the last error.
 
     With a ``rule`` (the request is safe to repeat) a :func:`wire_failure` is tried again up to
     ``rule.attempts`` times, never past ``deadline``; without, it is sent once. Each attempt goes
     through :func:`retry_through_outage`: with ``ride_out`` and a ``deadline`` (a read inside a
     wait) it rides the outage out instead; otherwise only a request never sent is tried again.
-    Each attempt gets ``timeout`` seconds, cut to what ``deadline`` leaves (at least
-    :data:`MIN_ATTEMPT_TIMEOUT`). ``what`` (e.g. "GET /cluster") names the request in each retry's log line.
+    ``what`` (e.g. "GET /cluster") names the request in each retry's log line.
     """
-    def attempt() -> T:
-        return call(timeout if deadline is None else min(timeout, max(deadline.remaining, MIN_ATTEMPT_TIMEOUT)))
-
     riding = ride_out and deadline is not None
     retry_if = (lambda exc: True) if riding else nothing_sent
     retries = rule.attempts - 1 if rule is not None and not riding else 0
     pauses = (rule or RetryRule()).backoff.intervals()
     for retry in range(1, retries + 1):
         try:
-            return retry_through_outage(attempt, tracker=tracker, deadline=deadline, retry_if=retry_if, sleep=sleep)
+            return retry_through_outage(call, tracker=tracker, deadline=deadline, retry_if=retry_if, sleep=sleep)
         except Exception as exc:  # noqa: BLE001 - retried while the rule allows, else re-raised
             failure = wire_failure(exc)
             if failure is None or (deadline is not None and deadline.expired):
@@ -426,7 +426,7 @@ def send(
             pause = next(pauses) if deadline is None else min(next(pauses), deadline.remaining)
             tracker.logger.info("%s failed (%s); retry %d/%d in %.1fs", what, failure, retry, retries, pause)
             sleep(pause)
-    return retry_through_outage(attempt, tracker=tracker, deadline=deadline, retry_if=retry_if, sleep=sleep)
+    return retry_through_outage(call, tracker=tracker, deadline=deadline, retry_if=retry_if, sleep=sleep)
 
 
 def _never_reached(tracker: OutageTracker, reason: str) -> NeverReachedError:

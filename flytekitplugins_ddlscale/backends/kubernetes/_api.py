@@ -27,7 +27,7 @@ from ...errors import (
     TransientError,
     UnauthorizedError,
 )
-from ..._core.outage import RetryRule, cert_verification_failed, send, shared_tracker
+from ..._core.outage import RetryRule, attempt_timeout, cert_verification_failed, send, shared_tracker
 from ..._core.redaction import redact
 from .._support.crds import CRD_GROUP, CRD_VERSION
 from ..._core.waiting import Deadline
@@ -120,8 +120,8 @@ class KubeApi:
         # sent once (tried again under a deadline only while nothing was sent).
         try:
             return send(
-                call, tracker=self.outage, what=f"{verb} {resource}", rule=READ_RETRIES if read else None,
-                timeout=self.request_timeout, deadline=deadline, ride_out=read,
+                lambda: call(attempt_timeout(self.request_timeout, deadline)), tracker=self.outage, what=f"{verb} {resource}",
+                rule=READ_RETRIES if read else None, deadline=deadline, ride_out=read,
             )
         except Exception as exc:  # noqa: BLE001 - translated
             raise translate(exc, verb, resource, name, namespace) from None
@@ -205,12 +205,12 @@ class KubeApi:
         try:
             # One attempt: the caller re-reads between watches, riding out an outage there.
             response = send(
-                lambda _: self.core.list_namespaced_pod(
+                lambda: self.core.list_namespaced_pod(
                     namespace, label_selector=selector, watch=True, resource_version=resource_version,
                     timeout_seconds=max(1, math.ceil(seconds)), allow_watch_bookmarks=True, _preload_content=False,
                     _request_timeout=(min(self.request_timeout, max(0.05, seconds)), max(0.05, seconds)),
                 ),
-                tracker=self.outage, what="watch pods", rule=None, timeout=seconds,
+                tracker=self.outage, what="watch pods", rule=None,
             )
         except Exception as exc:  # noqa: BLE001 - translated
             raise translate(exc, "watch", "pods", None, namespace) from None

@@ -29,7 +29,7 @@ from ...errors import (
 from ..._core.redaction import register_secret
 from ...refs import ClusterRef
 from ..._core.outage import (
-    HttpAnswer, RetryRule, cert_verification_failed, nothing_sent, send, shared_tracker,
+    HttpAnswer, RetryRule, attempt_timeout, cert_verification_failed, nothing_sent, send, shared_tracker,
 )
 from ..._core.waiting import Backoff, Deadline
 from ._errors import error_from_response, response_body
@@ -171,14 +171,15 @@ class ScalerClient:
         # ``paced`` for a poll, which waits for its slot before every attempt.
         sent = 0
 
-        def attempt(timeout: float) -> httpx.Response:
+        def attempt() -> httpx.Response:
             nonlocal sent
             pause = self.pacer.slot(deadline) if paced else 0.0
             while pause > 0:
                 self._sleep(pause)
                 pause = self.pacer.held(deadline)
+            kwargs["timeout"] = attempt_timeout(self.timeout, deadline)
             sent += 1
-            response = self._http.request(method, path, timeout=timeout, **kwargs)
+            response = self._http.request(method, path, **kwargs)
             if response.status_code in SLOWING_STATUSES:
                 self.pacer.slowed(_retry_after(response))
             else:
@@ -190,7 +191,7 @@ class ScalerClient:
         try:
             return send(
                 attempt, tracker=self.outage, what=f"{method} {path}", rule=self._rule if retry else None,
-                timeout=self.timeout, deadline=deadline, ride_out=ride_out, sleep=self._sleep,
+                deadline=deadline, ride_out=ride_out, sleep=self._sleep,
             )
         except HttpAnswer as answer:
             return answer.response  # type: ignore[no-any-return]
