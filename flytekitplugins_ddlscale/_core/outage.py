@@ -230,8 +230,7 @@ def connection_reset(exc: BaseException) -> bool:
 
 
 class HttpAnswer(Exception):
-    """An HTTP answer a client raises so that the retry rules see it (the Kubernetes client's
-    ``ApiException`` is one already): ``status``, and the ``response`` to hand back."""
+    """An HTTP answer raised for the retry rules to see (as ``ApiException`` is): ``status``, ``response``."""
 
     def __init__(self, status: int, response: object = None) -> None:
         super().__init__(f"HTTP {status}")
@@ -257,8 +256,7 @@ def _status(exc: BaseException) -> Optional[int]:
 
 
 def _connect_failure(exc: BaseException) -> Optional[BaseException]:
-    """The failure to open a connection that ``exc`` is (refused, timed out; urllib3's TLS handshake
-    too), else None."""
+    """The failure to open a connection (refused, timed out, urllib3's TLS handshake) ``exc`` is, else None."""
     reason = exc.reason if isinstance(exc, _types("urllib3.exceptions", "MaxRetryError")) else exc
     connect = _types("httpx", "ConnectError", "ConnectTimeout")
     connect += _types("urllib3.exceptions", "NewConnectionError", "ConnectTimeoutError", "SSLError")
@@ -266,9 +264,8 @@ def _connect_failure(exc: BaseException) -> Optional[BaseException]:
 
 
 def wire_failure(exc: BaseException) -> Optional[str]:
-    """What went wrong on the wire, when an outage explains it: an answer 429 or 5xx, a connection
-    refused, reset or timed out, a TLS handshake failing for another reason than the certificate;
-    else None (answers, certificate refusals, other errors)."""
+    """What an outage explains of a request's failure on the wire: an answer 429 or 5xx, a connection refused,
+    reset or timed out, a TLS handshake failing for another reason than the certificate; else None."""
     status = _status(exc)
     if status is not None:
         return f"HTTP {status}" if status >= 500 or status == 429 else None

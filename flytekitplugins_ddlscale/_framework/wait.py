@@ -168,8 +168,7 @@ def wait_registered(
     seen: Optional[int] = None
     last_error = ""
 
-    def read() -> Optional[float]:
-        """One read of the head; the seconds it has been unreachable, None while it answers."""
+    def read() -> Optional[float]:  # the seconds the head has been unreachable, None while it answers
         nonlocal seen, last_error
         try:
             seen = read_registered(probe, endpoint, max(0.2, min(READ_TIMEOUT, deadline.remaining)))

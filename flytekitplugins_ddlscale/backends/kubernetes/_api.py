@@ -120,8 +120,8 @@ class KubeApi:
         # sent once (tried again under a deadline only while nothing was sent).
         try:
             return send(
-                lambda: call(attempt_timeout(self.request_timeout, deadline)), tracker=self.outage, what=f"{verb} {resource}",
-                rule=READ_RETRIES if read else None, deadline=deadline, ride_out=read,
+                lambda: call(attempt_timeout(self.request_timeout, deadline)), tracker=self.outage,
+                what=f"{verb} {resource}", rule=READ_RETRIES if read else None, deadline=deadline, ride_out=read,
             )
         except Exception as exc:  # noqa: BLE001 - translated
             raise translate(exc, verb, resource, name, namespace) from None

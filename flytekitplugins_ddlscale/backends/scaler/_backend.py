@@ -378,7 +378,6 @@ class ScalerServiceBackend(FileRecordsBackend):
         deadline = Deadline(timeout)
 
         def read() -> str:
-            """The restart's status (the service's word for it), reported as progress."""
             try:
                 answer = self._client.restart_status(ref, started_at, deadline)
             except ScalingError as error:

@@ -189,10 +189,8 @@ class ScalerClient:
             return response
 
         try:
-            return send(
-                attempt, tracker=self.outage, what=f"{method} {path}", rule=self._rule if retry else None,
-                deadline=deadline, ride_out=ride_out, sleep=self._sleep,
-            )
+            return send(attempt, tracker=self.outage, what=f"{method} {path}", rule=self._rule if retry else None,
+                        deadline=deadline, ride_out=ride_out, sleep=self._sleep)
         except HttpAnswer as answer:
             return answer.response  # type: ignore[no-any-return]
         except httpx.TransportError as exc:
