@@ -229,15 +229,6 @@ def connection_reset(exc: BaseException) -> bool:
     return any(isinstance(current, ConnectionResetError) for current in _chain(exc))
 
 
-class HttpAnswer(Exception):
-    """An HTTP answer raised for the retry rules to see (as ``ApiException`` is): ``status``, ``response``."""
-
-    def __init__(self, status: int, response: object = None) -> None:
-        super().__init__(f"HTTP {status}")
-        self.status = status
-        self.response = response
-
-
 # The one classifier of both HTTP stacks, httpx (scaler service) and urllib3 (Kubernetes client).
 # A stack's exceptions are looked up only once it is loaded: one never imported raised nothing.
 
@@ -249,8 +240,11 @@ def _types(module: str, *names: str) -> Tuple[type, ...]:
 
 
 def _status(exc: BaseException) -> Optional[int]:
-    """The HTTP status of an answer raised as an exception, else None."""
-    if isinstance(exc, (HttpAnswer,) + _types("kubernetes.client.exceptions", "ApiException")):
+    """The HTTP status of an answer raised as an exception (httpx's ``HTTPStatusError``, the Kubernetes
+    client's ``ApiException``), else None."""
+    if isinstance(exc, _types("httpx", "HTTPStatusError")):
+        return int(exc.response.status_code)  # type: ignore[attr-defined]
+    if isinstance(exc, _types("kubernetes.client.exceptions", "ApiException")):
         return getattr(exc, "status", None) or 0
     return None
 

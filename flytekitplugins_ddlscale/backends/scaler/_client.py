@@ -28,9 +28,7 @@ from ...errors import (
 )
 from ..._core.redaction import register_secret
 from ...refs import ClusterRef
-from ..._core.outage import (
-    HttpAnswer, RetryRule, attempt_timeout, cert_verification_failed, nothing_sent, send, shared_tracker,
-)
+from ..._core.outage import RetryRule, attempt_timeout, cert_verification_failed, nothing_sent, send, shared_tracker
 from ..._core.waiting import Backoff, Deadline
 from ._errors import error_from_response, response_body
 from ._polls import LIST_FROM, max_rps_from, pacer_for, polls_for
@@ -185,14 +183,14 @@ class ScalerClient:
             else:
                 self.pacer.answered()
             if response.status_code in REFUSED_STATUSES or (retry and response.status_code in RETRY_STATUSES):
-                raise HttpAnswer(response.status_code, response)
+                raise httpx.HTTPStatusError(f"HTTP {response.status_code}", request=response.request, response=response)
             return response
 
         try:
             return send(attempt, tracker=self.outage, what=f"{method} {path}", rule=self._rule if retry else None,
                         deadline=deadline, ride_out=ride_out, sleep=self._sleep)
-        except HttpAnswer as answer:
-            return answer.response  # type: ignore[no-any-return]
+        except httpx.HTTPStatusError as answer:
+            return answer.response
         except httpx.TransportError as exc:
             failed = exc
         # Raised outside the handler, so the error does not carry the request (and its URL) as context.
