@@ -20,16 +20,19 @@ and a 401/403 that does not follow an outage
 (the caller lacks the permission). A backend that accepts connections but
 has not answered yet (hung, slow) is ridden out.
 """
+import http.client
 import logging
 import ssl
+import sys
 import threading
 import time
 import weakref
 from collections import deque
-from typing import Callable, Deque, Iterator, Optional, Tuple, Type, TypeVar
+from dataclasses import dataclass
+from typing import Callable, Deque, Iterator, Optional, Tuple, TypeVar
 
 # NeverReachedError is defined with the other public errors and still importable from here.
-from ..errors import NeverReachedError, ScalingTimeoutError, TransientError
+from ..errors import NeverReachedError, ScalingTimeoutError, TransientError, UnauthorizedError
 from ..models import ClusterState
 from . import settings
 from .waiting import Backoff, Deadline
@@ -71,7 +74,8 @@ class OutageTracker:
 
     def __init__(self, what: str, logger: logging.Logger, clock: Callable[[], float] = time.monotonic) -> None:
         self.what = what
-        self._logger = logger
+        self.logger = logger
+        """Where the outage's start and end (and the retries of its clients) are logged."""
         self._clock = clock
         self._lock = threading.Lock()
         self._down_since: Optional[float] = None
@@ -117,7 +121,7 @@ class OutageTracker:
             if self._refusing or self._down_since is None:
                 return
             self._refusing = True
-        self._logger.warning(
+        self.logger.warning(
             "%s answers %s after its outage (a restarted server's authorization caches are still filling); "
             "waits keep retrying until their deadline", self.what, reason,
         )
@@ -134,7 +138,7 @@ class OutageTracker:
             if self._down_since is not None:
                 return
             self._down_since = self._clock()
-        self._logger.warning("%s is unreachable (%s); waits keep retrying until their deadline", self.what, reason)
+        self.logger.warning("%s is unreachable (%s); waits keep retrying until their deadline", self.what, reason)
 
     def now(self) -> float:
         """The tracker's clock: when a request is sent, for :meth:`recovered`."""
@@ -155,7 +159,7 @@ class OutageTracker:
                 return
             now = self._clock()
             self._past.append((since, now))
-        self._logger.warning("%s is reachable again after %s s", self.what, _seconds(now - since))
+        self.logger.warning("%s is reachable again after %s s", self.what, _seconds(now - since))
 
     def unreachable_since(self, start: float) -> Tuple[float, int, bool]:
         """(seconds unreachable, number of outages, still down) counted from monotonic time ``start``."""
@@ -225,37 +229,103 @@ def connection_reset(exc: BaseException) -> bool:
     return any(isinstance(current, ConnectionResetError) for current in _chain(exc))
 
 
+# The one classifier of both HTTP stacks, httpx (scaler service) and urllib3 (Kubernetes client).
+# A stack's exceptions are looked up only once it is loaded: one never imported raised nothing.
+
+
+def _types(module: str, *names: str) -> Tuple[type, ...]:
+    """The exception classes ``names`` of ``module`` if it is loaded, else none."""
+    loaded = sys.modules.get(module)
+    return tuple(getattr(loaded, name) for name in names) if loaded is not None else ()
+
+
+def _status(exc: BaseException) -> Optional[int]:
+    """The HTTP status of an answer raised as an exception (httpx's ``HTTPStatusError``, the Kubernetes
+    client's ``ApiException``), else None."""
+    if isinstance(exc, _types("httpx", "HTTPStatusError")):
+        return int(exc.response.status_code)  # type: ignore[attr-defined]
+    if isinstance(exc, _types("kubernetes.client.exceptions", "ApiException")):
+        return getattr(exc, "status", None) or 0
+    return None
+
+
+def _connect_failure(exc: BaseException) -> Optional[BaseException]:
+    """The failure to open a connection (refused, timed out, urllib3's TLS handshake) ``exc`` is, else None."""
+    reason = exc.reason if isinstance(exc, _types("urllib3.exceptions", "MaxRetryError")) else exc
+    connect = _types("httpx", "ConnectError", "ConnectTimeout")
+    connect += _types("urllib3.exceptions", "NewConnectionError", "ConnectTimeoutError", "SSLError")
+    return reason if isinstance(reason, connect) else None
+
+
+def wire_failure(exc: BaseException) -> Optional[str]:
+    """What an outage explains of a request's failure on the wire: an answer 429 or 5xx, a connection refused,
+    reset or timed out, a TLS handshake failing for another reason than the certificate; else None."""
+    status = _status(exc)
+    if status is not None:
+        return f"HTTP {status}" if status >= 500 or status == 429 else None
+    if cert_verification_failed(exc):
+        return None
+    if isinstance(exc, _types("httpx", "TransportError")):
+        return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    if isinstance(exc, (OSError, http.client.HTTPException) + _types("urllib3.exceptions", "HTTPError")):
+        reason = getattr(exc, "reason", None)
+        return type(reason if isinstance(reason, Exception) else exc).__name__
+    return None
+
+
+def symptom(exc: BaseException) -> Optional[str]:
+    """What an outage explains: :func:`wire_failure`, or an error that says nothing was sent
+    (``nothing_sent``: e.g. no token could be had from a proxy that is down)."""
+    if isinstance(exc, TransientError) and getattr(exc, "nothing_sent", False):
+        return exc.message
+    return wire_failure(exc)
+
+
+def nothing_sent(exc: BaseException) -> bool:
+    """The request never left: its connection could not be opened (refused or timed out), or no
+    credentials could be had for it."""
+    failure = _connect_failure(exc)
+    if failure is not None:
+        return not isinstance(failure, _types("urllib3.exceptions", "SSLError"))
+    return isinstance(exc, TransientError) and bool(getattr(exc, "nothing_sent", False))
+
+
+def unconnected(exc: BaseException) -> bool:
+    """No connection could be made: refused, name not resolved, connect timeout, TLS handshake failed
+    (a reset is not: something accepted the connection)."""
+    return _connect_failure(exc) is not None and not connection_reset(exc)
+
+
+def refusal(exc: BaseException) -> Optional[str]:
+    """What refused the request: an answer 401/403 ("HTTP 403"), or a token endpoint's refusal; else None."""
+    if isinstance(exc, UnauthorizedError):
+        return exc.message
+    status = _status(exc)
+    return f"HTTP {status}" if status in (401, 403) else None
+
+
 def retry_through_outage(
     call: Callable[[], T],
     *,
     tracker: OutageTracker,
-    symptom: Callable[[Exception], Optional[str]],
     deadline: Optional[Deadline],
+    symptom: Callable[[Exception], Optional[str]] = symptom,
     retry_if: Callable[[Exception], bool] = lambda exc: True,
-    answered: Tuple[Type[BaseException], ...] = (),
-    unconnected: Callable[[Exception], bool] = lambda exc: False,
-    refused: Callable[[Exception], Optional[str]] = lambda exc: None,
+    unconnected: Callable[[Exception], bool] = unconnected,
+    refused: Callable[[Exception], Optional[str]] = refusal,
     backoff: Backoff = OUTAGE_BACKOFF,
     sleep: Callable[[float], None] = time.sleep,
 ) -> T:
     """``call()``'s result, trying again through an outage until ``deadline``.
 
-    ``symptom(exc)`` names a failure that an outage explains (connection
-    refused or reset, TLS handshake, 429, 5xx), else None; such a failure is
-    reported to ``tracker`` and, if ``retry_if(exc)`` (default: always; a
-    mutation passes "nothing was sent"), tried again after a jittered pause.
-    Exceptions of the ``answered`` types are answers of the backend (it is
-    reachable, even when it answered 5xx). A symptom for which
-    ``unconnected(exc)`` (no connection could be made: refused, name not
-    resolved, TLS handshake failed) from a backend that never answered raises
-    :class:`NeverReachedError` at once.
-    ``refused(exc)`` names a 401/403 answer, else None: right after an outage
-    (the tracker is still down or a connection broke lately, and the backend
-    served requests before) it is part of the outage and tried
-    again like a symptom (the request did nothing, so even a mutation is safe
-    to repeat) and logged once; otherwise it is raised at once. Any other
-    error is raised at once. Without a ``deadline`` there is one attempt; at
-    the deadline the last error is raised.
+    A failure ``symptom`` names is reported to ``tracker`` and, if ``retry_if(exc)``
+    (a mutation passes :func:`nothing_sent`), tried again after a jittered pause;
+    an HTTP answer raised (even 5xx) shows the backend reachable. An ``unconnected``
+    symptom from a backend that never answered raises :class:`NeverReachedError` at once.
+    A ``refused`` answer (401/403) right after an outage (the tracker still unsettled, the
+    backend served before) is part of it: tried again (it did nothing, so even a mutation
+    is safe to repeat) and logged once; otherwise, like any other error, raised at once.
+    Without a ``deadline`` there is one attempt; at the deadline the last error is raised.
     """
     pauses = backoff.intervals()
     while True:
@@ -263,24 +333,25 @@ def retry_through_outage(
         try:
             result = call()
         except Exception as exc:  # noqa: BLE001 - classified, then re-raised or retried
-            refusal = refused(exc)
-            if refusal is not None:
+            reason = refused(exc)
+            if reason is not None:
                 tracker.answered(served=False)
                 if not (tracker.served and tracker.unsettled()):
                     tracker.recovered(sent_at)
                     raise
-                tracker.failed(refusal)
-                tracker.refusing(refusal)
+                tracker.failed(reason)
+                tracker.refusing(reason)
                 if deadline is None or deadline.expired:
                     raise
             else:
                 reason = symptom(exc)
+                answer = _status(exc) is not None
                 if reason is None:
-                    if isinstance(exc, answered):
+                    if answer:
                         tracker.answered(served=True)
                         tracker.recovered(sent_at)
                     raise
-                if isinstance(exc, answered):
+                if answer:
                     tracker.answered(served=False)
                 elif unconnected(exc) and not tracker.reached:
                     raise _never_reached(tracker, reason) from exc
@@ -294,6 +365,59 @@ def retry_through_outage(
             tracker.answered(served=True)
             tracker.recovered(sent_at)
             return result
+
+
+MIN_ATTEMPT_TIMEOUT = 0.1
+"""Seconds any request under a deadline still gets, so a wait reads the cluster at least once."""
+
+
+def attempt_timeout(limit: float, deadline: Optional[Deadline]) -> float:
+    """The timeout of one request: ``limit``, cut to what ``deadline`` leaves (at least :data:`MIN_ATTEMPT_TIMEOUT`)."""
+    return limit if deadline is None else min(limit, max(deadline.remaining, MIN_ATTEMPT_TIMEOUT))
+
+
+@dataclass(frozen=True)
+class RetryRule:
+    """The bounded retries of a request safe to repeat (an idempotent read, or a write the contract
+    makes safe, e.g. setting an absolute count): at most ``attempts`` tries, ``backoff`` apart."""
+
+    attempts: int = 3
+    backoff: Backoff = Backoff(initial=0.2, factor=2.0, cap=2.0)
+
+
+def send(
+    call: Callable[[], T],
+    *,
+    tracker: OutageTracker,
+    what: str,
+    rule: Optional[RetryRule],
+    deadline: Optional[Deadline] = None,
+    ride_out: bool = False,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """``call()``'s result under the one retry path of both backend clients; else the last error.
+
+    With a ``rule`` (the request is safe to repeat) a :func:`wire_failure` is tried again up to
+    ``rule.attempts`` times, never past ``deadline``; without, it is sent once. Each attempt goes
+    through :func:`retry_through_outage`: with ``ride_out`` and a ``deadline`` (a read inside a
+    wait) it rides the outage out instead; otherwise only a request never sent is tried again.
+    ``what`` (e.g. "GET /cluster") names the request in each retry's log line.
+    """
+    riding = ride_out and deadline is not None
+    retry_if = (lambda exc: True) if riding else nothing_sent
+    retries = rule.attempts - 1 if rule is not None and not riding else 0
+    pauses = (rule or RetryRule()).backoff.intervals()
+    for retry in range(1, retries + 1):
+        try:
+            return retry_through_outage(call, tracker=tracker, deadline=deadline, retry_if=retry_if, sleep=sleep)
+        except Exception as exc:  # noqa: BLE001 - retried while the rule allows, else re-raised
+            failure = wire_failure(exc)
+            if failure is None or (deadline is not None and deadline.expired):
+                raise
+            pause = next(pauses) if deadline is None else min(next(pauses), deadline.remaining)
+            tracker.logger.info("%s failed (%s); retry %d/%d in %.1fs", what, failure, retry, retries, pause)
+            sleep(pause)
+    return retry_through_outage(call, tracker=tracker, deadline=deadline, retry_if=retry_if, sleep=sleep)
 
 
 def _never_reached(tracker: OutageTracker, reason: str) -> NeverReachedError:

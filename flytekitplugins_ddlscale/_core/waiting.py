@@ -148,6 +148,20 @@ class TwoStageBackoff:
             delay = min(self.fast, delay * 2.0)
 
 
+def poll(read: Callable[[], T], done: Callable[[T], bool], *, deadline: Deadline, schedule: PollSchedule,
+         timed_out: Callable[[T], Exception], sleep: Callable[[float], None] = time.sleep) -> T:
+    """The first ``read()`` that is ``done``, read ``schedule`` apart, never sleeping past ``deadline``;
+    once it has passed, raises ``timed_out(last read)``. The one loop of every wait that polls."""
+    intervals = schedule.intervals()
+    while True:
+        value = read()
+        if done(value):
+            return value
+        if deadline.expired:
+            raise timed_out(value)
+        sleep(min(next(intervals), deadline.remaining))
+
+
 def poll_until(
     read: Callable[[], ClusterState],
     done: Callable[[ClusterState], bool],
@@ -170,21 +184,19 @@ def poll_until(
     long the backend was unreachable during the wait).
     """
     deadline = Deadline(timeout)
-    intervals = backoff.intervals()
-    while True:
-        state = read()
+
+    def finished(state: ClusterState) -> bool:
         if progress is not None:
-            progress(
-                WaitProgress(what, count(state), target, deadline.elapsed, timeout, state.describe())
-            )
-        if done(state):
-            return state
-        if deadline.expired:
-            extra = note(deadline)
-            raise ScalingTimeoutError(
-                f"timed out after {seconds(timeout)} waiting for {what}; {extra + '; ' if extra else ''}"
-                f"last state: {state.describe()}",
-                cluster=state.cluster,
-                state=state,
-            )
-        sleep(min(next(intervals), deadline.remaining))
+            progress(WaitProgress(what, count(state), target, deadline.elapsed, timeout, state.describe()))
+        return done(state)
+
+    def timed_out(state: ClusterState) -> ScalingTimeoutError:
+        extra = note(deadline)
+        return ScalingTimeoutError(
+            f"timed out after {seconds(timeout)} waiting for {what}; {extra + '; ' if extra else ''}"
+            f"last state: {state.describe()}",
+            cluster=state.cluster,
+            state=state,
+        )
+
+    return poll(read, finished, deadline=deadline, schedule=backoff, timed_out=timed_out, sleep=sleep)

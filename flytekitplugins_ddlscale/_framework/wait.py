@@ -26,7 +26,7 @@ from ..models import ClusterState
 from .._core.outage import OutageTracker
 from .._core.peerowner import NoRedirects, own_peer_opener
 from .._core.progress import ProgressReporter, WaitProgress
-from .._core.waiting import Deadline, PollSchedule, TwoStageBackoff
+from .._core.waiting import Deadline, PollSchedule, TwoStageBackoff, poll
 from .._core.wording import seconds
 from .endpoints import Endpoint
 from .probes import Probe
@@ -163,11 +163,12 @@ def wait_registered(
     else:
         what, behind = f"{workers} workers registered with {probe.registry} at {endpoint.url}", ""
     deadline = Deadline(max(timeout, 0.0))
-    intervals = schedule.intervals()
-    seen: Optional[int] = None
     tracker = OutageTracker(f"{probe.registry} at {endpoint.url}", logger)
+    seen: Optional[int] = None
     last_error = ""
-    while True:
+
+    def read() -> Optional[float]:  # the seconds the head has been unreachable, None while it answers
+        nonlocal seen, last_error
         try:
             seen = read_registered(probe, endpoint, max(0.2, min(READ_TIMEOUT, deadline.remaining)))
         except HeadUnreachable as error:
@@ -179,20 +180,25 @@ def wait_registered(
         detail = f"head unreachable for {outage:.1f}s: {last_error}" if outage is not None else f"{seen} registered"
         if progress is not None:
             progress(WaitProgress(what, seen or 0, workers, deadline.elapsed, timeout, detail))
-        if outage is None and seen is not None and (seen <= workers if removed else seen >= workers):
-            proof = f"{seen} workers registered with {probe.registry} at {endpoint.url}"
-            return Registered(probe.kind, endpoint.url, seen, proof, deadline.elapsed)
-        if deadline.expired:
-            last = "the head never answered" if seen is None else f"{seen} registered at its last answer"
-            if outage is not None and seen is not None:
-                last += f"; then unreachable for {outage:.1f}s ({last_error})"
-            elif outage is not None:
-                last += f" for {outage:.1f}s ({last_error})"
-            elif seen is not None:
-                last += behind
-            raise ScalingTimeoutError(
-                f"timed out after {seconds(timeout)} waiting for {what} (address from {endpoint.source}); {last}",
-                cluster=cluster,
-                state=state,
-            )
-        sleep(min(next(intervals), deadline.remaining))
+        return outage
+
+    def done(outage: Optional[float]) -> bool:
+        return outage is None and seen is not None and (seen <= workers if removed else seen >= workers)
+
+    def timed_out(outage: Optional[float]) -> ScalingTimeoutError:
+        last = "the head never answered" if seen is None else f"{seen} registered at its last answer"
+        if outage is not None and seen is not None:
+            last += f"; then unreachable for {outage:.1f}s ({last_error})"
+        elif outage is not None:
+            last += f" for {outage:.1f}s ({last_error})"
+        elif seen is not None:
+            last += behind
+        return ScalingTimeoutError(
+            f"timed out after {seconds(timeout)} waiting for {what} (address from {endpoint.source}); {last}",
+            cluster=cluster,
+            state=state,
+        )
+
+    poll(read, done, deadline=deadline, schedule=schedule, timed_out=timed_out, sleep=sleep)
+    proof = f"{seen} workers registered with {probe.registry} at {endpoint.url}"
+    return Registered(probe.kind, endpoint.url, seen or 0, proof, deadline.elapsed)

@@ -13,6 +13,7 @@ from typing import List
 
 import pytest
 
+from flytekitplugins_ddlscale._core import outage
 from flytekitplugins_ddlscale._core.outage import (
     NeverReachedError,
     OutageTracker,
@@ -276,3 +277,41 @@ def test_certificate_verification_failures_are_recognised_through_wrappers():
     except OSError as wrapped:
         assert cert_verification_failed(wrapped)
     assert not cert_verification_failed(ConnectionResetError("reset during handshake"))
+
+
+# ----- one classifier for both HTTP stacks -----
+
+
+def test_a_refused_connection_is_one_symptom_whichever_http_stack_met_it():
+    """httpx (the scaler service) and urllib3 under the Kubernetes client (the API server) fail a refused
+    connection with their own exceptions; the one classifier reads both the same way."""
+    import httpx
+    import urllib3
+
+    from tests.servers.status_http import free_port
+
+    url = f"http://127.0.0.1:{free_port()}/"  # nothing listens there
+    with pytest.raises(httpx.ConnectError) as by_httpx:
+        httpx.get(url, timeout=5)
+    with pytest.raises(urllib3.exceptions.MaxRetryError) as by_urllib3:
+        urllib3.PoolManager().request("GET", url, retries=urllib3.Retry(0), timeout=5)
+    for failure in (by_httpx.value, by_urllib3.value):
+        assert outage.symptom(failure) and outage.wire_failure(failure)
+        assert outage.nothing_sent(failure) and outage.unconnected(failure) and outage.refusal(failure) is None
+
+
+def test_answers_raised_by_either_stack_are_classified_by_their_status():
+    import httpx
+    from kubernetes.client.exceptions import ApiException
+
+    def answered(status: int) -> httpx.HTTPStatusError:
+        response = httpx.Response(status, request=httpx.Request("GET", "http://scaler.invalid/cluster"))
+        return httpx.HTTPStatusError(f"HTTP {status}", request=response.request, response=response)
+
+    for status in (429, 502, 503):
+        assert outage.symptom(answered(status)) == outage.symptom(ApiException(status=status)) == f"HTTP {status}"
+    for status in (401, 403):
+        assert outage.refusal(answered(status)) == outage.refusal(ApiException(status=status)) == f"HTTP {status}"
+        assert outage.symptom(answered(status)) is None
+    for failure in (answered(503), ApiException(status=503)):
+        assert not outage.nothing_sent(failure) and not outage.unconnected(failure)

@@ -39,6 +39,9 @@ class ProxyUnavailableError(BackendUnavailableError):
     """``$DOMINO_API_PROXY`` could not hand out a token now (unreachable, or 429/5xx): no request
     was sent with it, so the request is safe to try again."""
 
+    nothing_sent = True
+    """Read by :func:`~flytekitplugins_ddlscale._core.outage.nothing_sent`: an outage symptom, safe to repeat."""
+
 
 class DominoAuth(httpx.Auth):
     """Adds Domino credentials to each request; refreshes a proxy token once on 401 or 403."""

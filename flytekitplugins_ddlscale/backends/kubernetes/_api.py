@@ -8,18 +8,13 @@ naming the verb and resource. Without a deadline, reads are retried a
 bounded number of times on connection errors, 429 and 5xx. Calls made under
 an operation's :class:`~flytekitplugins_ddlscale._core.waiting.Deadline` give each
 attempt at most the time left; reads then ride out an outage until the
-deadline (:mod:`flytekitplugins_ddlscale._core.outage`), while writes are tried
-again only when the connection was refused before anything was sent (the
-caller decides about the rest, since only it knows whether a write is safe
-to repeat). A 401/403 right after an outage is the restarted server's
-authorization warming up and is ridden out the same way; a server that never
-answered is not an outage (:class:`~flytekitplugins_ddlscale._core.outage.NeverReachedError`).
-``KubeApi.outage`` logs each outage once when it starts and once when it ends.
+deadline, while writes are tried again only when nothing was sent (the caller
+decides about the rest, since only it knows whether a write is safe to
+repeat): the one retry path of :func:`flytekitplugins_ddlscale._core.outage.send`.
 """
 import json
 import logging
 import math
-import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from ...errors import (
@@ -32,16 +27,15 @@ from ...errors import (
     TransientError,
     UnauthorizedError,
 )
-from ..._core.outage import cert_verification_failed, connection_reset, retry_through_outage, shared_tracker
+from ..._core.outage import RetryRule, attempt_timeout, cert_verification_failed, send, shared_tracker
 from ..._core.redaction import redact
 from .._support.crds import CRD_GROUP, CRD_VERSION
 from ..._core.waiting import Deadline
 from ._client import limit_retries
 
 MERGE_PATCH = "application/merge-patch+json"
-READ_ATTEMPTS = 3
-MIN_ATTEMPT_TIMEOUT = 0.1
-"""Seconds any request under a deadline still gets, so a wait reads the cluster at least once."""
+READ_RETRIES = RetryRule(attempts=3)
+"""The bounded retries of a read without a deadline: 3 attempts, 0.2 s then 0.4 s apart."""
 logger = logging.getLogger("flytekitplugins_ddlscale.kubernetes")
 
 
@@ -97,55 +91,6 @@ def translate(exc: Exception, verb: str, resource: str, name: Optional[str], nam
     return BackendUnavailableError(f"{verb} {where} failed: HTTP {status}: {message}", status_code=status)
 
 
-def _symptom(exc: Exception) -> Optional[str]:
-    """What an outage explains: 429/5xx, a refused/reset/timed-out connection, a TLS handshake that
-    failed for another reason than the certificate; None for answers and other errors."""
-    import http.client
-
-    from kubernetes.client.exceptions import ApiException
-    from urllib3.exceptions import HTTPError
-
-    if isinstance(exc, ApiException):
-        status = exc.status or 0
-        return f"HTTP {status}" if status >= 500 or status == 429 else None
-    if isinstance(exc, (HTTPError, OSError, http.client.HTTPException)) and not cert_verification_failed(exc):
-        reason = getattr(exc, "reason", None)
-        return type(reason if isinstance(reason, Exception) else exc).__name__
-    return None
-
-
-def _refused(exc: Exception) -> Optional[str]:
-    """"HTTP 401"/"HTTP 403" for an API server's refusal, else None."""
-    from kubernetes.client.exceptions import ApiException
-
-    if isinstance(exc, ApiException) and exc.status in (401, 403):
-        return f"HTTP {exc.status}"
-    return None
-
-
-def _nothing_sent(exc: Exception) -> bool:
-    """The connection could not be opened (refused or timed out), so the request never left."""
-    from urllib3.exceptions import ConnectTimeoutError, MaxRetryError, NewConnectionError
-
-    reason = exc.reason if isinstance(exc, MaxRetryError) else exc
-    return isinstance(reason, (NewConnectionError, ConnectTimeoutError))
-
-
-def _unconnected(exc: Exception) -> bool:
-    """No connection could be made: refused, name not resolved, connect timeout, TLS handshake failed
-    (a reset is not: something accepted the connection)."""
-    from urllib3.exceptions import MaxRetryError, SSLError
-
-    reason = exc.reason if isinstance(exc, MaxRetryError) else exc
-    return (_nothing_sent(exc) or isinstance(reason, SSLError)) and not connection_reset(exc)
-
-
-def _answer_types() -> Tuple[type, ...]:
-    from kubernetes.client.exceptions import ApiException
-
-    return (ApiException,)
-
-
 class KubeApi:
     """Cluster objects and pods in one namespace-agnostic client.
 
@@ -167,36 +112,19 @@ class KubeApi:
         """Reachability of the API server, shared by every client of it in this process (the shared
         pod informer included), so an outage is logged once."""
 
-    def _timeout(self, deadline: Optional[Deadline]) -> float:
-        if deadline is None:
-            return self.request_timeout
-        return min(self.request_timeout, max(deadline.remaining, MIN_ATTEMPT_TIMEOUT))
-
-    def _read(
+    def _call(
         self, verb: str, resource: str, name: Optional[str], namespace: str,
-        call: Callable[[float], Any], deadline: Optional[Deadline] = None,
+        call: Callable[[float], Any], deadline: Optional[Deadline] = None, *, read: bool = True,
     ) -> Any:
-        # Under a deadline the outage is ridden out; without one, READ_ATTEMPTS bound the attempts.
-        last: Optional[Exception] = None
-        for attempt in range(1 if deadline is not None else READ_ATTEMPTS):
-            try:
-                return self._tracked(lambda: call(self._timeout(deadline)), deadline)
-            except Exception as exc:  # noqa: BLE001 - translated below
-                last = exc
-            if _symptom(last) is None or attempt == READ_ATTEMPTS - 1:
-                break
-            logger.debug("retrying %s %s after %s", verb, resource, type(last).__name__)
-            time.sleep(0.2 * (attempt + 1))
-        assert last is not None
-        raise translate(last, verb, resource, name, namespace) from None
-
-    def _tracked(
-        self, call: Callable[[], Any], deadline: Optional[Deadline], retry_if: Callable[[Exception], bool] = lambda e: True
-    ) -> Any:
-        return retry_through_outage(
-            call, tracker=self.outage, symptom=_symptom, deadline=deadline, retry_if=retry_if, answered=_answer_types(),
-            unconnected=_unconnected, refused=_refused,
-        )
+        # A read is retried by READ_RETRIES, or rides the outage out under a deadline; a write is
+        # sent once (tried again under a deadline only while nothing was sent).
+        try:
+            return send(
+                lambda: call(attempt_timeout(self.request_timeout, deadline)), tracker=self.outage,
+                what=f"{verb} {resource}", rule=READ_RETRIES if read else None, deadline=deadline, ride_out=read,
+            )
+        except Exception as exc:  # noqa: BLE001 - translated
+            raise translate(exc, verb, resource, name, namespace) from None
 
     def get_cluster(
         self, plural: str, namespace: str, name: str, deadline: Optional[Deadline] = None,
@@ -204,7 +132,7 @@ class KubeApi:
     ) -> Dict[str, Any]:
         """The cluster object (of ``group``/``version``, Domino's DCO by default) as a dict;
         attempts end by ``deadline`` if given."""
-        return self._read(
+        return self._call(
             "get", plural, name, namespace,
             lambda timeout: self.custom.get_namespaced_custom_object(
                 group, version, namespace, plural, name, _request_timeout=timeout
@@ -217,7 +145,7 @@ class KubeApi:
         deadline: Optional[Deadline] = None,
     ) -> List[Dict[str, Any]]:
         """Custom objects of ``plural`` matching ``selector``; attempts end by ``deadline`` if given."""
-        return self._read(
+        return self._call(
             "list", plural, None, namespace,
             lambda timeout: self.custom.list_namespaced_custom_object(
                 group, version, namespace, plural, label_selector=selector, _request_timeout=timeout
@@ -234,17 +162,13 @@ class KubeApi:
 
         Sent once; with ``deadline``, a connection refused before anything was
         sent is tried again until it passes."""
-        try:
-            return self._tracked(
-                lambda: self.custom.patch_namespaced_custom_object(
-                    group, version, namespace, plural, name, patch,
-                    _content_type=MERGE_PATCH, _request_timeout=self._timeout(deadline),
-                ),
-                deadline,
-                retry_if=_nothing_sent,
-            )
-        except Exception as exc:  # noqa: BLE001 - translated
-            raise translate(exc, "patch", plural, name, namespace) from None
+        return self._call(
+            "patch", plural, name, namespace,
+            lambda timeout: self.custom.patch_namespaced_custom_object(
+                group, version, namespace, plural, name, patch, _content_type=MERGE_PATCH, _request_timeout=timeout,
+            ),
+            deadline, read=False,
+        )
 
     def list_pods(
         self, namespace: str, selector: str, deadline: Optional[Deadline] = None
@@ -258,7 +182,7 @@ class KubeApi:
             data = json.loads(response.data)
             return data.get("items") or [], str(data["metadata"]["resourceVersion"])
 
-        return self._read("list", "pods", None, namespace, call, deadline)
+        return self._call("list", "pods", None, namespace, call, deadline)
 
     def watch_pods(
         self, namespace: str, selector: str, resource_version: str, seconds: float,
@@ -280,13 +204,13 @@ class KubeApi:
 
         try:
             # One attempt: the caller re-reads between watches, riding out an outage there.
-            response = self._tracked(
+            response = send(
                 lambda: self.core.list_namespaced_pod(
                     namespace, label_selector=selector, watch=True, resource_version=resource_version,
                     timeout_seconds=max(1, math.ceil(seconds)), allow_watch_bookmarks=True, _preload_content=False,
                     _request_timeout=(min(self.request_timeout, max(0.05, seconds)), max(0.05, seconds)),
                 ),
-                None,
+                tracker=self.outage, what="watch pods", rule=None,
             )
         except Exception as exc:  # noqa: BLE001 - translated
             raise translate(exc, "watch", "pods", None, namespace) from None
@@ -331,18 +255,15 @@ class KubeApi:
         sent is tried again until it passes."""
         from kubernetes import client
 
-        try:
-            response = self._tracked(
-                lambda: self.core.delete_namespaced_pod(
-                    name, namespace, body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)),
-                    _preload_content=False, _request_timeout=self._timeout(deadline),
-                ),
-                deadline,
-                retry_if=_nothing_sent,
-            )
-            return json.loads(response.data)
-        except Exception as exc:  # noqa: BLE001 - translated
-            raise translate(exc, "delete", "pods", name, namespace) from None
+        response = self._call(
+            "delete", "pods", name, namespace,
+            lambda timeout: self.core.delete_namespaced_pod(
+                name, namespace, body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)),
+                _preload_content=False, _request_timeout=timeout,
+            ),
+            deadline, read=False,
+        )
+        return json.loads(response.data)  # type: ignore[no-any-return]
 
     def close(self) -> None:
         """Close the connection pool."""

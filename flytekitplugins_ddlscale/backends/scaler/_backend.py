@@ -42,7 +42,7 @@ from ...refs import KINDS, ClusterRef
 from ..._core.sharing import current_shared_reads
 from ..tiers import DominoTierCatalog, TierCatalog
 from ..._core.validation import validate_tier_name, validate_timeout
-from ..._core.waiting import Backoff, Deadline, PollSchedule, TwoStageBackoff, poll_until
+from ..._core.waiting import Backoff, Deadline, PollSchedule, TwoStageBackoff, poll, poll_until
 from .._base import BackendCapabilities, Change, WorkersWait
 from .._filebacked import FileRecordsBackend
 from ._client import (
@@ -58,6 +58,8 @@ from ._state import state_from_object
 logger = logging.getLogger("flytekitplugins_ddlscale.scaler")
 
 READINESS_CAVEAT = "the scaler service shows pod existence, not readiness"
+READY = "restarted_and_ready"
+"""The restart status of a head that is back and Ready."""
 NUCLEUS_SETTINGS = (settings.DOMINO_API_HOST, settings.DOMINO_API_PROXY)
 """Where Nucleus (``/v4/hardwareTier``) is found when ``nucleus_url`` is not given, first set wins."""
 DEFAULT_POLL_BACKOFF = TwoStageBackoff(slow=3.0)
@@ -365,7 +367,7 @@ class ScalerServiceBackend(FileRecordsBackend):
     def _head_restarted(self, ref: ClusterRef, restart: RestartResult) -> Tuple[bool, ClusterState]:
         """The service's restart status since the restart's ``started_at`` is ``restarted_and_ready``."""
         answer = self._client.restart_status(ref, restart.started_at)
-        done = answer is not None and answer.get("status") == "restarted_and_ready"
+        done = answer is not None and answer.get("status") == READY
         return done, self.get_state(ref)
 
     def _wait_restarted(
@@ -374,8 +376,8 @@ class ScalerServiceBackend(FileRecordsBackend):
     ) -> None:
         what = f"new head pod {pod} of {ref} restarted and Ready"
         deadline = Deadline(timeout)
-        intervals = self._restart_poll.intervals()
-        while True:
+
+        def read() -> str:
             try:
                 answer = self._client.restart_status(ref, started_at, deadline)
             except ScalingError as error:
@@ -383,20 +385,21 @@ class ScalerServiceBackend(FileRecordsBackend):
                 error.state = error.state or before
                 raise _timed_out(error, deadline, what, ref, self._client) from None
             last = str(answer.get("status")) if answer is not None else "head_pod_not_found (being recreated)"
-            done = answer is not None and answer.get("status") == "restarted_and_ready"
             if progress is not None:
-                progress(WaitProgress(what, int(done), 1, deadline.elapsed, timeout, last))
-            if done:
-                return
-            if deadline.expired:
-                outage = self._client.outage.summary(deadline)
-                raise ScalingTimeoutError(
-                    f"timed out after {timeout:.0f}s waiting for {what}; {outage + '; ' if outage else ''}"
-                    f"last restart status: {last}",
-                    cluster=str(ref),
-                    state=self._state_or_none(ref),
-                )
-            self._sleep(min(next(intervals), deadline.remaining))
+                progress(WaitProgress(what, int(last == READY), 1, deadline.elapsed, timeout, last))
+            return last
+
+        def timed_out(last: str) -> ScalingTimeoutError:
+            outage = self._client.outage.summary(deadline)
+            return ScalingTimeoutError(
+                f"timed out after {timeout:.0f}s waiting for {what}; {outage + '; ' if outage else ''}"
+                f"last restart status: {last}",
+                cluster=str(ref),
+                state=self._state_or_none(ref),
+            )
+
+        poll(read, lambda last: last == READY, deadline=deadline, schedule=self._restart_poll, timed_out=timed_out,
+             sleep=self._sleep)
 
     def _state_or_none(self, ref: ClusterRef) -> Optional[ClusterState]:
         try:

@@ -1,14 +1,12 @@
 """HTTP client of Domino's cluster scaler service: one pooled ``httpx.Client``.
 
 Reads (cluster, restart status) and scale are safe to repeat (scale sets an
-absolute count), so they are retried on connection errors and 502/503/504
-with bounded exponential backoff. Head restart deletes a pod and is never
-retried: a lost answer is reported, not re-sent. The polls of waits go
-through the process's shared, paced polls of the service (:mod:`.polls`);
-every 429/503 the service sends slows them all. Under an operation's deadline
-an outage of the service (or of the Domino API proxy that hands out its
-token) is ridden out, and so are 401/403 right after one (the restarted
-service's authorization warming up); a service never reached is not.
+absolute count), so they are retried on connection errors and 429/502/503/504;
+head restart deletes a pod and is never re-sent. Under an operation's deadline
+an outage of the service (or of the Domino API proxy that hands out its token)
+is ridden out: the one retry path of :func:`~flytekitplugins_ddlscale._core.outage.send`.
+The polls of waits go through the process's shared, paced polls (:mod:`.polls`);
+every 429/503 the service sends slows them all.
 """
 import hashlib
 import ipaddress
@@ -20,18 +18,17 @@ from typing import Any, Callable, Dict, Mapping, Optional, Set
 import httpx
 
 from .._support.crds import layout_of
-from .._support.domino_auth import DominoAuth, ProxyUnavailableError
+from .._support.domino_auth import DominoAuth
 from ..._core import settings
 from ...errors import (
     BackendUnavailableError,
     CertificateRefusedError,
     ClusterNotFoundError,
-    UnauthorizedError,
     UnsupportedOperationError,
 )
 from ..._core.redaction import register_secret
 from ...refs import ClusterRef
-from ..._core.outage import cert_verification_failed, connection_reset, retry_through_outage, shared_tracker
+from ..._core.outage import RetryRule, attempt_timeout, cert_verification_failed, nothing_sent, send, shared_tracker
 from ..._core.waiting import Backoff, Deadline
 from ._errors import error_from_response, response_body
 from ._polls import LIST_FROM, max_rps_from, pacer_for, polls_for
@@ -42,17 +39,15 @@ BASE_URL_ENV = settings.CLUSTER_SCALER_BASE_URL.name
 DEFAULT_BASE_URL = settings.CLUSTER_SCALER_BASE_URL.default
 API_PREFIX = "/ddl_cluster_scaler"
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
-REFUSED_STATUSES = frozenset({401, 403})
-"""Refusals: final, except right after an outage (see :func:`~flytekitplugins_ddlscale._core.outage.retry_through_outage`)."""
 """Answers of a service that is overloaded or restarting (a 500 is the service's own error, e.g. a
 missing cluster, and is final)."""
+REFUSED_STATUSES = frozenset({401, 403})
+"""Refusals: final, except right after an outage (see :func:`~flytekitplugins_ddlscale._core.outage.retry_through_outage`)."""
 DEFAULT_HTTP_TIMEOUT = 30.0
 DEFAULT_RETRIES = 3
-DEFAULT_RETRY_BACKOFF = Backoff(initial=0.2, factor=2.0, cap=2.0)
+DEFAULT_RETRY_BACKOFF = RetryRule().backoff
 SLOWING_STATUSES = frozenset({429, 503})
 """Answers that slow every poll of this process to the service down (see :mod:`.polls`)."""
-MIN_ATTEMPT_TIMEOUT = 0.1
-"""Seconds any request under a deadline still gets, so a wait reads the cluster at least once."""
 
 
 def resolve_base_url(base_url: Optional[str], env: Optional[Mapping[str, str]] = None) -> str:
@@ -132,7 +127,7 @@ class ScalerClient:
         self.retries = retries
         self.outage = shared_tracker(f"the scaler service at {self.base_url}", logger)
         """Reachability of the service, shared by every client of it in this process."""
-        self._backoff = retry_backoff
+        self._rule = RetryRule(attempts=1 + retries, backoff=retry_backoff)
         self._sleep = sleep
         auth = auth if auth is not None else DominoAuth(env=env, verify=verify)
         _warn_clear_once(self.base_url, auth)
@@ -169,81 +164,56 @@ class ScalerClient:
         paced: bool = False,
         **kwargs: Any,
     ) -> httpx.Response:
-        # ``retry``: safe to repeat, so transport errors and RETRY_STATUSES are
-        # retried ``retries`` times. Under a ``deadline`` each attempt gets only
-        # the time left; a refused connection (nothing sent) is tried again
-        # until the deadline, and with ``ride_out`` (reads inside a wait) so is
-        # every outage symptom. ``paced``: a poll, which waits for its slot (every attempt).
-        sent = [0]
+        # The service's answer, through the one retry path of every client (:func:`outage.send`):
+        # ``retry`` when the request is safe to repeat, ``ride_out`` for reads inside a wait,
+        # ``paced`` for a poll, which waits for its slot before every attempt.
+        sent = 0
 
         def attempt() -> httpx.Response:
-            if paced:
-                pause = self.pacer.slot(deadline)
-                while pause > 0:
-                    self._sleep(pause)
-                    pause = self.pacer.held(deadline)
-            if deadline is not None:
-                kwargs["timeout"] = min(self.timeout, max(deadline.remaining, MIN_ATTEMPT_TIMEOUT))
-            sent[0] += 1
+            nonlocal sent
+            pause = self.pacer.slot(deadline) if paced else 0.0
+            while pause > 0:
+                self._sleep(pause)
+                pause = self.pacer.held(deadline)
+            kwargs["timeout"] = attempt_timeout(self.timeout, deadline)
+            sent += 1
             response = self._http.request(method, path, **kwargs)
             if response.status_code in SLOWING_STATUSES:
                 self.pacer.slowed(_retry_after(response))
             else:
                 self.pacer.answered()
-            if retry and response.status_code in RETRY_STATUSES:
-                raise _RetryStatus(response)
-            if response.status_code in REFUSED_STATUSES:
-                raise _Refused(response)
+            if response.status_code in REFUSED_STATUSES or (retry and response.status_code in RETRY_STATUSES):
+                raise httpx.HTTPStatusError(f"HTTP {response.status_code}", request=response.request, response=response)
             return response
 
-        riding = ride_out and deadline is not None
+        try:
+            return send(attempt, tracker=self.outage, what=f"{method} {path}", rule=self._rule if retry else None,
+                        deadline=deadline, ride_out=ride_out, sleep=self._sleep)
+        except httpx.HTTPStatusError as answer:
+            return answer.response
+        except httpx.TransportError as exc:
+            failed = exc
+        # Raised outside the handler, so the error does not carry the request (and its URL) as context.
+        raise self._unavailable(failed, ref, method, path, retry=retry, sent=sent)
 
-        def tracked() -> httpx.Response:
-            return retry_through_outage(
-                attempt, tracker=self.outage, symptom=_symptom, deadline=deadline,
-                retry_if=(lambda exc: True) if riding else _nothing_sent, answered=(_RetryStatus,),
-                unconnected=_unconnected, refused=_refusal, sleep=self._sleep,
+    def _unavailable(
+        self, exc: httpx.TransportError, ref: ClusterRef, method: str, path: str, *, retry: bool, sent: int
+    ) -> Exception:
+        """The typed error of a request whose last attempt failed on the wire."""
+        where, name = f"{method} {self.base_url}{path}", type(exc).__name__
+        described = f"{name}: {exc}" if str(exc) else name
+        if cert_verification_failed(exc):
+            return CertificateRefusedError(
+                f"{where}: the service's TLS certificate was refused ({described}); nothing was sent", cluster=str(ref)
             )
-
-        rounds = 1 + (self.retries if retry and not riding else 0)
-        delays = self._backoff.intervals()
-        last, answer = "", None
-        for round_ in range(1, rounds + 1):
-            try:
-                return tracked()
-            except _Refused as refused:
-                return refused.response
-            except _RetryStatus as status:
-                last, answer = f"HTTP {status.response.status_code}", status.response
-            except httpx.TransportError as exc:
-                last, answer = type(exc).__name__, None
-                if cert_verification_failed(exc):
-                    raise CertificateRefusedError(
-                        f"{method} {self.base_url}{path}: the service's TLS certificate was refused "
-                        f"({_describe(exc)}); nothing was sent",
-                        cluster=str(ref),
-                    ) from None
-                if _nothing_sent(exc) and not retry:
-                    raise BackendUnavailableError(
-                        f"{method} {self.base_url}{path}: could not connect ({_describe(exc)}); nothing was sent",
-                        cluster=str(ref),
-                    ) from None
-                if not retry:
-                    raise BackendUnavailableError(
-                        f"{method} {path}: {last}; not retried because the operation is not "
-                        f"safe to repeat, so it may or may not have happened",
-                        cluster=str(ref),
-                    ) from None
-            if (deadline is not None and deadline.expired) or round_ == rounds:
-                break
-            delay = next(delays) if deadline is None else min(next(delays), deadline.remaining)
-            logger.info("%s %s failed (%s); retry %d/%d in %.1fs", method, path, last, round_, rounds - 1, delay)
-            self._sleep(delay)
-        if answer is not None:
-            return answer
-        raise BackendUnavailableError(
-            f"{method} {self.base_url}{path} failed {sent[0]} times; last: {last}", cluster=str(ref)
-        )
+        if retry:
+            message = f"{where} failed {sent} times; last: {name}"
+        elif nothing_sent(exc):
+            message = f"{where}: could not connect ({described}); nothing was sent"
+        else:
+            message = (f"{method} {path}: {name}; not retried because the operation is not safe to repeat, "
+                       "so it may or may not have happened")
+        return BackendUnavailableError(message, cluster=str(ref))
 
     def health(self) -> bool:
         """True when ``GET /healthz`` answers 200."""
@@ -378,31 +348,6 @@ class ScalerClient:
         )
 
 
-class _Refused(Exception):
-    """An answer with one of :data:`REFUSED_STATUSES` (after the credentials' own refresh)."""
-
-    def __init__(self, response: httpx.Response) -> None:
-        super().__init__(f"HTTP {response.status_code}")
-        self.response = response
-
-
-def _refusal(exc: Exception) -> Optional[str]:
-    """What refused the request: the service (401/403) or the Domino API proxy's token endpoint; else None."""
-    if isinstance(exc, _Refused):
-        return str(exc)
-    if isinstance(exc, UnauthorizedError):
-        return exc.message
-    return None
-
-
-class _RetryStatus(Exception):
-    """An answer with one of :data:`RETRY_STATUSES`: the service is overloaded or restarting."""
-
-    def __init__(self, response: httpx.Response) -> None:
-        super().__init__(f"HTTP {response.status_code}")
-        self.response = response
-
-
 def _identity(auth: Any) -> str:
     """A digest of the credentials ``auth`` sends (polls are shared only between the same identity)."""
     if isinstance(auth, DominoAuth):
@@ -418,28 +363,3 @@ def _retry_after(response: httpx.Response) -> Optional[float]:
     except ValueError:
         return None
 
-
-def _symptom(exc: Exception) -> Optional[str]:
-    """What an outage would explain: a transport failure (except a certificate refused) or a retry status."""
-    if isinstance(exc, (_RetryStatus, ProxyUnavailableError)):
-        return str(exc) if isinstance(exc, _RetryStatus) else exc.message
-    if isinstance(exc, httpx.TransportError) and not cert_verification_failed(exc):
-        return _describe(exc)
-    return None
-
-
-def _nothing_sent(exc: Exception) -> bool:
-    """The connection could not be opened (refused, timed out, TLS handshake) or no token could be had,
-    so no request left."""
-    return isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, ProxyUnavailableError))
-
-
-def _unconnected(exc: Exception) -> bool:
-    """No connection could be made to the service: refused, name not resolved, connect timeout, TLS handshake
-    failed (a reset is not: something accepted the connection)."""
-    return isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)) and not connection_reset(exc)
-
-
-def _describe(exc: Exception) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
