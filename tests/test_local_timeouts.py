@@ -82,7 +82,7 @@ def test_every_check_of_a_hung_scheduler_is_cut_to_what_is_left_of_the_timeout(l
             backend.up(REF, 2, timeout=2)
     finally:
         os.kill(scheduler.pid, signal.SIGCONT)
-    budgets = [float(found) for found in re.findall(r"scheduler tcp://\S+ gets ([0-9.]+) s: what is left of the "
+    budgets = [float(found) for found in re.findall(r"scheduler tls://\S+ gets ([0-9.]+) s: what is left of the "
                                                     r"operation's timeout of 2s", caplog.text)]
     assert budgets and all(budget <= 2.0 for budget in budgets), caplog.text
     # It says what it left: the size it set, and what it found.
