@@ -74,7 +74,7 @@ HELD_PROBE = """
 import json, os, sys, time
 from distributed import Client
 need, out, started, go = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
-address = f"tcp://{os.environ['DASK_SCHEDULER_SERVICE_HOST']}:{os.environ['DASK_SCHEDULER_SERVICE_PORT']}"
+address = f"{os.environ['DASK_SCHEDULER_SERVICE_HOST']}:{os.environ['DASK_SCHEDULER_SERVICE_PORT']}"
 seen = []
 with Client(address, timeout=60) as client:
     open(started, "w").close()
