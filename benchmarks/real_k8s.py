@@ -100,6 +100,7 @@ class RealK8sServer:
 
     def __init__(self, envtest: Envtest, namespace: str) -> None:
         from kubernetes import client
+        from kubernetes.client.rest import ApiException
 
         self.envtest = envtest
         self.namespace = namespace
@@ -109,7 +110,11 @@ class RealK8sServer:
         """What a plain HTTP client needs to be this user (token, CA file)."""
         self._custom = client.CustomObjectsApi(envtest.admin)
         self._core = client.CoreV1Api(envtest.admin)
-        self._core.create_namespace({"metadata": {"name": namespace}})
+        try:
+            self._core.create_namespace({"metadata": {"name": namespace}})
+        except ApiException as error:
+            if error.status != 409:  # already there: the envtest control plane is shared by a test session
+                raise
         envtest.grant(RBAC, namespace)
         self._clusters: List[str] = []
         self._lock = threading.Lock()

@@ -18,8 +18,9 @@ Then the Deployment's container runs as the manifest states it (command,
 args, env read with a YAML parser; its ports translated to free ones), from
 the working directory, with nothing of the test's environment. flytekit's:
 gRPC health answers SERVING and ``ListAgents`` lists the four task types,
-each once; a CreateTask the connector refuses comes back FAILED in one line
-at GetTask (the connector itself loaded from the wheel). ``c0``:
+each once; a template the connector refuses fails CreateTask with a short gRPC error
+that names the cause and carries no stack frame (the connector
+itself loaded from the wheel). ``c0``:
 ``ListConnectors`` lists the four task types. The installed wheel's
 ``ddlscale`` command and data files work from outside the repository.
 """
@@ -224,10 +225,10 @@ def _run_env(image: BuiltImage, container: Dict) -> Dict[str, str]:
 
 
 def _flytekit_connector_serves(channel) -> None:
-    """gRPC health SERVING, the four task types in ListAgents once each, and an unserved template FAILED in one line
-    (the connector itself loaded from the wheel at that first call)."""
+    """gRPC health SERVING, the four task types in ListAgents once each, and an unserved template refused at
+    CreateTask with a short message and no stack frame (the connector itself loaded from the wheel at that first call)."""
+    import grpc
     from flyteidl.admin import agent_pb2
-    from flyteidl.core.execution_pb2 import TaskExecution
     from flyteidl.service.agent_pb2_grpc import AgentMetadataServiceStub, AsyncAgentServiceStub
     from flytekit.configuration import Image, ImageConfig, SerializationSettings
     from flytekit.tools.translator import get_serializable
@@ -242,13 +243,14 @@ def _flytekit_connector_serves(channel) -> None:
     settings = SerializationSettings(image_config=ImageConfig(default_image=Image(name="d", fqn="i", tag="1")))
     template = get_serializable(OrderedDict(), settings, UNSERVED_WAIT).template
     stub = AsyncAgentServiceStub(channel)
-    created = stub.CreateTask(agent_pb2.CreateTaskRequest(template=template.to_flyte_idl(), output_prefix="/tmp/out"),
-                              timeout=30)
-    category = agent_pb2.TaskCategory(name=template.type, version=0)
-    reply = stub.GetTask(agent_pb2.GetTaskRequest(task_category=category, resource_meta=created.resource_meta),
-                         timeout=30)
-    assert reply.resource.phase == TaskExecution.FAILED
-    assert "local" in reply.resource.message and "\n" not in reply.resource.message
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.CreateTask(agent_pb2.CreateTaskRequest(template=template.to_flyte_idl(), output_prefix="/tmp/out"),
+                        timeout=30)
+    details = refused.value.details()
+    assert refused.value.code() == grpc.StatusCode.INTERNAL, refused.value.code()
+    assert "[not_served]" in details and "local" in details, details[:3000]
+    # flytekit's server frames the message (its "Trace:" and "Message:" sections); no stack frame is in it.
+    assert "Traceback" not in details and 'File "' not in details and len(details) < 2000, details[:3000]
 
 
 def _flyte2_connector_serves(channel) -> None:

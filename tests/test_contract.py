@@ -180,6 +180,9 @@ def operator_world(tmp_path: Path, kind: str) -> Iterator[World]:
             backend.close()
 
 
+SLOW_PRELOAD = Path(__file__).with_name("slow_worker_preload.py")
+
+
 @contextlib.contextmanager
 def local_world(root: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
     from flytekitplugins_ddlscale.backends.local import LocalBackend
@@ -196,9 +199,12 @@ def local_world(root: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
             desired=lambda: backend.store.load(ref).desired,
             # A bad Dask setting in the environment makes every new worker process exit during start-up.
             break_workers=lambda: monkeypatch.setenv("DASK_DISTRIBUTED__WORKER__PROFILE__INTERVAL", "bogus"),
+            # A preload holds every new worker back before it registers (tests/slow_worker_preload.py).
+            slow=lambda: monkeypatch.setenv("DASK_DISTRIBUTED__WORKER__PRELOAD", repr([str(SLOW_PRELOAD)])),
         )
     finally:
         monkeypatch.delenv("DASK_DISTRIBUTED__WORKER__PROFILE__INTERVAL", raising=False)
+        monkeypatch.delenv("DASK_DISTRIBUTED__WORKER__PRELOAD", raising=False)
         backend.shutdown_all()
 
 

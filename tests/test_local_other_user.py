@@ -111,6 +111,16 @@ DASK_IMPORTS = """
     from distributed.core import rpc
     from flytekitplugins_ddlscale.backends.local._dask_tls import ensure_tls
     import asyncio, ssl, cryptography.hazmat.primitives.asymmetric.ec, cryptography.x509
+    import shutil, distributed.comm.tcp
+    # The checkout (and its venv) may sit in a folder the other user cannot read, as CI's copy does: make and
+    # use a throwaway authority once as the owner, so everything that imports lazily is imported.
+    warm = tempfile.mkdtemp()
+    try:  # and a client's connection, to a port nothing listens on
+        Client("tls://127.0.0.1:9", timeout=1, set_as_default=False,
+               security=ensure_tls(__import__("pathlib").Path(warm)).security())
+    except OSError:
+        pass
+    shutil.rmtree(warm)
 """
 DASK_ATTACK = """
     results = {}

@@ -100,11 +100,23 @@ SAMPLE = {
             pass
     """,
     "test_plain.py": """
+        import os
+        import pathlib
+        import time
+
         import pytest
+
+        STARTED = pathlib.Path(__file__).with_name("plain-started")
 
         @pytest.mark.parametrize("n", range(9))
         def test_plain(n):
-            pass
+            # Each plain test waits (60 s at most) until a second worker has started one too, so one quick
+            # worker cannot take them all before the others are up: spread tests meet, grouped ones never could.
+            STARTED.mkdir(exist_ok=True)
+            (STARTED / os.environ["PYTEST_XDIST_WORKER"]).touch()
+            deadline = time.monotonic() + 60
+            while len(list(STARTED.iterdir())) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
     """,
     "test_ray.py": """
         import pytest
