@@ -50,6 +50,9 @@ EXAMPLES = ROOT / "examples" / "k8s"
 TARGETS = {"connector": "connector.yaml", "flyte2-connector": "flyte2-connector.yaml"}
 """The Dockerfile's connector targets and the manifest that deploys each."""
 NETWORK = re.compile(r"SSL|CERT|CA_BUNDLE|PROXY|^UV_|^PIP_", re.I)
+UV = shutil.which("uv") or next((str(p) for p in [Path(sys.executable).parent / "uv"] if p.is_file()), None)
+"""The uv the steps run: on PATH, else the one the README's install puts beside this Python (the test command runs
+``.venv/bin/python`` without the venv's bin on PATH)."""
 TASK_TYPES = {"ddlscale_scale", "ddlscale_wait", "ddlscale_restore", "ddlscale_restart_head"}
 
 pytestmark = pytest.mark.slow
@@ -134,13 +137,13 @@ class BuiltImage:
 
 
 def _uv_cache() -> str:
-    return subprocess.run(["uv", "cache", "dir"], capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run([UV, "cache", "dir"], capture_output=True, text=True, check=True).stdout.strip()
 
 
 def _python_of(base: str) -> Optional[str]:
     """A local interpreter of the base image's Python version (``python:3.11-slim`` -> 3.11), if uv finds one."""
     version = re.match(r"python:(\d+\.\d+)", base)
-    found = subprocess.run(["uv", "python", "find", "--no-python-downloads", version.group(1)],
+    found = subprocess.run([UV, "python", "find", "--no-python-downloads", version.group(1)],
                            capture_output=True, text=True)
     return found.stdout.strip() if found.returncode == 0 else None
 
@@ -149,8 +152,8 @@ def _python_of(base: str) -> Optional[str]:
 def image(request, tmp_path_factory) -> Iterator[BuiltImage]:
     """A connector target's steps run on this machine (see the module's docstring)."""
     target = request.param
-    if shutil.which("uv") is None:
-        pytest.skip("uv is not on PATH (the Dockerfile's build and install steps are uv commands)")
+    if UV is None:
+        pytest.skip("no uv on PATH or beside this Python (the Dockerfile's build and install steps are uv commands)")
     top = tmp_path_factory.mktemp("image")
     stages = needed_stages(dockerfile_stages(DOCKERFILE.read_text()), target)
     by_name = {stage.name: stage for stage in stages}
@@ -173,7 +176,7 @@ def image(request, tmp_path_factory) -> Iterator[BuiltImage]:
     build_context(context)
     # The build reaches the package index as this machine does (its CA certificates, proxies, index settings).
     env = {key: value for key, value in os.environ.items() if NETWORK.search(key)}
-    env.update(PATH=f"{top / 'venv' / 'bin'}:{Path(shutil.which('uv')).parent}:/usr/bin:/bin",
+    env.update(PATH=f"{top / 'venv' / 'bin'}:{Path(UV).parent}:/usr/bin:/bin",
                HOME=str(top / "root"), UV_CACHE_DIR=_uv_cache())
     user, workdir, useradd = "", "", []
     for stage in stages:
@@ -182,7 +185,7 @@ def image(request, tmp_path_factory) -> Iterator[BuiltImage]:
                 source, destination = rest.split()[-2:]
                 origin = re.match(r"--from=(\S+)", rest)
                 if origin and origin.group(1).startswith("ghcr.io/astral-sh/uv:"):
-                    version = subprocess.run(["uv", "--version"], capture_output=True, text=True).stdout.split()[1]
+                    version = subprocess.run([UV, "--version"], capture_output=True, text=True).stdout.split()[1]
                     assert origin.group(1).rsplit(":", 1)[1] == version, "the Dockerfile's uv is not the uv here"
                     continue
                 source_path = Path(translate(source)) if origin else context / source

@@ -238,7 +238,8 @@ def test_spark_on_java_11_is_refused_saying_what_to_install(backend, monkeypatch
 
 def test_spark_without_pyspark_is_refused_saying_what_to_install(backend, monkeypatch):
     monkeypatch.setitem(sys.modules, "pyspark", None)  # how the import system marks a module as absent
-    _refused_before_anything(backend, r'need pyspark, which is not installed here: pip install "flytekitplugins-ddlscale\[spark\]"')
+    _refused_before_anything(backend, r'need pyspark, which is not installed here: install the package with its "spark" extra and the '
+                                       r'constraints \(in a clone: uv pip install -c constraints.txt -e "\.\[spark\]"')
 
 
 @pytest.mark.parametrize("text, major", [
