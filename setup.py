@@ -42,6 +42,9 @@ setup(
         # Local Dask clusters' own certificate authority and certificates (backends/local/_dask_tls.py).
         "cryptography>=42",
         "pyyaml>=6",
+        # Processes of local clusters and of claim holders (backends/local/_procs.py, _core/leases.py); from 7.1
+        # a process's create_time() moves with the boot time when the clock is set, so their difference holds.
+        "psutil>=7.1",
         # Unpack: one declaration of a phase's options types every phase surface's keywords.
         "typing-extensions>=4.7",
     ],

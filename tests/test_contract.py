@@ -647,9 +647,9 @@ def test_a_killed_run_s_claim_dies_with_it_and_its_command_too(world, tmp_path, 
 
 
 def _running(pid: int) -> bool:
-    from flytekitplugins_ddlscale._core.leases import pid_running
+    from flytekitplugins_ddlscale._core.leases import process_start
 
-    return pid_running(pid)
+    return process_start(pid) is not None
 
 
 # ----- claim records are checked like input (issue 30, part 3) -----

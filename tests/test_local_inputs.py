@@ -110,6 +110,28 @@ def test_other_kinds_are_unsupported_with_an_explanation(backend, kind):
     assert backend.list_clusters() == []
 
 
+@pytest.mark.parametrize("platform, kind", [("linux", None), ("linux", "ray"), ("darwin", "dask"), ("darwin", "spark")])
+def test_the_platforms_the_local_backend_runs_on_are_accepted(platform, kind):
+    from flytekitplugins_ddlscale.backends.local._drivers import check_platform
+
+    assert check_platform(platform, kind) is None
+
+
+@pytest.mark.parametrize("platform, kind, says", [
+    ("win32", None, "does not run on win32"),
+    ("freebsd14", "dask", "does not run on freebsd14"),
+    ("darwin", "ray", "does not run ray clusters on darwin"),
+])
+def test_another_platform_is_refused_in_one_line_saying_what_runs_where(platform, kind, says):
+    from flytekitplugins_ddlscale.backends.local._drivers import check_platform
+
+    with pytest.raises(UnsupportedOperationError) as caught:
+        check_platform(platform, kind)
+    assert str(caught.value) == (
+        f"[unsupported] the local backend {says} (it runs linux: dask, ray, spark; darwin: dask, spark)"
+    )
+
+
 def test_missing_cluster_is_reported_not_created(backend):
     with pytest.raises(ClusterNotFoundError, match="ddlscale local up --kind dask --name inputs"):
         backend.get_state(REF)

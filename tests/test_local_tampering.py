@@ -9,8 +9,10 @@
 - What the caller's environment passes on is checked too: a value of an allowed variable that carries a
   credential is dropped, and a bad ``$DDLSCALE_WATCH_GRACE`` is refused before anything starts.
 """
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -199,6 +201,59 @@ def test_a_record_naming_an_unrelated_process_gets_it_nothing(local_state):
     finally:
         bystander.kill()
         bystander.wait()
+
+
+def _proc_ticks(pid: int) -> int:
+    """The start time of ``pid`` as records written before psutil hold it: field 22 of ``/proc/<pid>/stat``."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+
+
+def test_a_process_identity_in_the_form_records_hold_names_its_process_and_no_reused_pid(tmp_path):
+    """A pid with its start in ``/proc`` clock ticks (what every version has recorded) is the running
+    process: it is stopped. The same pid with another start (a reused pid) gets nothing signalled."""
+    from flytekitplugins_ddlscale.backends.local import _procs as procs
+
+    folder = tmp_path / "cluster"
+    mark = procs.Mark.of(folder)
+    proc = procs.spawn_detached(["sleep", "300"], folder / "logs" / "sleep.log", mark, tmp_path)
+    recorded = procs.ProcessId(proc.pid, _proc_ticks(proc.pid))
+    reused = procs.ProcessId(proc.pid, recorded.start - 1)
+    try:
+        assert proc == recorded and procs.is_alive(recorded) and not procs.is_alive(reused)
+        procs.stop_processes([reused], mark, grace=1)
+        assert procs.is_alive(recorded), "a process was signalled on the word of a reused pid's record"
+        procs.stop_processes([recorded], mark, grace=5)
+        assert not procs.is_alive(recorded)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_a_record_written_before_psutil_still_finds_and_stops_its_scheduler(local_state):
+    """``cluster.json`` with the scheduler's start read from ``/proc`` by hand, as earlier versions
+    wrote it: ``list`` counts the scheduler as recorded and ``down`` stops it as recorded; the same pid
+    with another start (a reused pid) does not vouch for the process: ``list`` shows it unrecorded."""
+    backend = LocalBackend(state_dir=local_state)
+    ref = ClusterRef("dask", "earlier")
+    backend.up(ref, 0, timeout=120)
+    path = backend.store.record_path(ref)
+    data = json.loads(path.read_text())
+    pid = data["scheduler"]["pid"]
+
+    def listed_unrecorded(start: int) -> list:
+        path.write_text(json.dumps({**data, "scheduler": {"pid": pid, "start": start}}))
+        listed = _cli(local_state, "list", "--json")
+        assert listed.exit_code == 0, listed.output
+        [info] = json.loads(listed.stdout)
+        return info["unrecorded_pids"]
+
+    assert listed_unrecorded(_proc_ticks(pid) - 1) == [pid]
+    assert listed_unrecorded(_proc_ticks(pid)) == []
+    down = _cli(local_state, "down", "--name", "earlier")
+    assert down.exit_code == 0, down.output
+    assert "found 1 recorded process running" in down.stdout and "did not hold" not in down.stdout, down.stdout
+    assert _running(local_state) == []
 
 
 @pytest.mark.slow

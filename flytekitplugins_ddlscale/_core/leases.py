@@ -27,8 +27,9 @@ import logging
 import os
 import socket
 import time
-from pathlib import Path
-from typing import Callable, Dict, List, Optional, Protocol, Tuple, TypeVar
+from typing import Dict, Optional, Protocol, Tuple, TypeVar
+
+import psutil
 
 from ..models import utcnow
 
@@ -67,34 +68,28 @@ def this_holder() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _stat_fields(pid: int) -> Optional[List[str]]:
-    """The fields of ``/proc/<pid>/stat`` after the command name (state first); None without them."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat[stat.rindex(")") + 2 :].split()
-
-
-def pid_running(pid: int) -> bool:
-    """Whether process ``pid`` runs on this host (a zombie, killed but not yet reaped, does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process: it exists
-    fields = _stat_fields(pid)
-    if fields is None:
-        return True  # no /proc (macOS): existence is all that can be told
-    return fields[0] not in ("Z", "X")
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+"""Clock ticks per second: the unit of a recorded process start time."""
+ENDED = frozenset({psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD})
+"""What ``psutil`` says of a process that exited and waits only to be reaped."""
 
 
 def process_start(pid: int) -> Optional[int]:
-    """When process ``pid`` started (clock ticks since boot, as ``/proc`` says), or None where that
-    cannot be read (no such process, no ``/proc``)."""
-    fields = _stat_fields(pid)
-    return int(fields[19]) if fields is not None and len(fields) > 19 and fields[19].isdigit() else None
+    """When process ``pid`` started, in clock ticks since boot (on Linux the very number ``/proc/<pid>/stat``
+    holds, as records of every version keep it), or None when it does not run.
+
+    A zombie does not run once it has fully exited and only waits to be
+    reaped. A multi-threaded process shows its main thread as a zombie while
+    other threads still tear down and hold its sockets open, so it runs
+    until only the main thread is left.
+    """
+    try:
+        process = psutil.Process(pid)
+        if process.status() in ENDED and process.num_threads() <= 1:
+            return None
+        return round((process.create_time() - psutil.boot_time()) * CLOCK_TICKS)
+    except psutil.Error:
+        return None
 
 
 def this_holder_start() -> Optional[int]:
@@ -102,20 +97,15 @@ def this_holder_start() -> Optional[int]:
     return process_start(os.getpid())
 
 
-def holder_gone(
-    holder: str, start: Optional[int] = None, running: Callable[[int], bool] = pid_running
-) -> bool:
+def holder_gone(holder: str, start: Optional[int] = None) -> bool:
     """Whether ``holder`` (``host:pid``) names a process of this host that no longer runs, or, with its
-    ``start`` time recorded, a pid that now belongs to a process started at another time."""
+    ``start`` time recorded, a pid that now belongs to a process started at another time (without it, a
+    running holder cannot be proved alive either: its lease decides)."""
     host, _, pid = holder.rpartition(":")
     if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
         return False
-    if not running(int(pid)):
-        return True
-    if start is None:
-        return False  # cannot be proved alive either: its lease decides
-    now_start = process_start(int(pid))
-    return now_start is not None and now_start != start
+    started = process_start(int(pid))
+    return started is None or (start is not None and started != start)
 
 
 def expires_at(claim: Lease) -> datetime.datetime:

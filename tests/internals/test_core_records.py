@@ -1,6 +1,7 @@
 """Baseline and claim encodings (the decisions on them: tests/internals/test_core_claimrules.py)."""
 import datetime
 import json
+from pathlib import Path
 
 import pytest
 
@@ -164,10 +165,15 @@ def test_a_claim_of_a_live_unrelated_process_holds_only_with_its_start_time_and_
 
     from flytekitplugins_ddlscale._core.leases import process_start, split_live
 
+    from flytekitplugins_ddlscale.backends.local._dask_watch import _process_start as watch_start
+
     parent = os.getppid()  # alive, and not this process
     holder = f"{socket.gethostname()}:{parent}"
-    recorded = Claim("recorded", 2, holder=holder, holder_start=process_start(parent))
-    reused = Claim("reused", 2, holder=holder, holder_start=process_start(parent) + 1)
+    # What records written before psutil hold: field 22 of /proc/<pid>/stat. Both restatements of the rule agree.
+    by_hand = int(Path(f"/proc/{parent}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    assert process_start(parent) == watch_start(parent) == by_hand
+    recorded = Claim("recorded", 2, holder=holder, holder_start=by_hand)
+    reused = Claim("reused", 2, holder=holder, holder_start=by_hand + 1)
     unknown = Claim("unknown", 2, holder=holder, holder_start=None)
     live, dead = split_live({"recorded": recorded, "reused": reused, "unknown": unknown})
     assert sorted(live) == ["recorded", "unknown"]

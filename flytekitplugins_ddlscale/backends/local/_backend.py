@@ -16,6 +16,7 @@ interface, :mod:`.drivers` says which driver runs which kind).
 """
 import contextlib
 import logging
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +47,7 @@ from .._base import DEFAULT_SCALE_TIMEOUT, BackendCapabilities, Change, WorkersW
 from .._filebacked import FileRecordsBackend
 from . import _procs as procs
 from ._driver import FrameworkDriver
-from ._drivers import SERVED_KINDS, load_driver, served_frameworks
+from ._drivers import SERVED_KINDS, check_platform, load_driver, served_frameworks
 from ._env import environ_set
 from ._state import ClusterRecord, LocalStateStore, WorkerRecord
 from ._supervisor import ProcessSupervisor, TakenDown
@@ -90,7 +91,9 @@ class LocalBackend(FileRecordsBackend):
     :class:`InvalidInputError`. ``max_workers`` plays the role of a cluster's
     ``maxReplicas``. The kinds in :data:`~.drivers.SERVED_KINDS` are served;
     other kinds raise :class:`UnsupportedOperationError`, and a kind whose
-    framework is not installed raises an error that says what to install.
+    framework is not installed raises an error that says what to install. On a
+    platform it does not run on (:func:`~._drivers.check_platform`: Linux, and
+    macOS without Ray) construction raises :class:`UnsupportedOperationError`.
 
     What the protocol's methods do here: ``get_state`` sees live processes
     and the workers the scheduler reports, and raises
@@ -141,6 +144,7 @@ class LocalBackend(FileRecordsBackend):
         start_timeout: float = 60.0,
         stop_grace: float = 5.0,
     ) -> None:
+        check_platform(sys.platform)
         if host not in LOOPBACK_HOSTS:
             raise InvalidInputError(
                 "host", host, " or ".join(LOOPBACK_HOSTS),

@@ -18,7 +18,7 @@ puts back the size outside phases), so a run killed with ``kill -9`` does
 not leave its workers up until someone else comes.
 
 Loaded by path, not as a module of this package: it imports nothing but the
-standard library and what the scheduler already has loaded.
+standard library and what the scheduler already has loaded (``psutil``, Dask's own).
 """
 import asyncio
 import json
@@ -31,6 +31,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any, List, Optional
+
+import psutil
 
 MARK_ENV = "DDLSCALE_LOCAL_CLUSTER"
 _MAX_RECORD_BYTES = 1 << 20
@@ -83,19 +85,19 @@ GIVE_BACK = (
 
 
 def _process_start(pid: int) -> Optional[int]:
+    """``leases.process_start`` of a running process (None for a zombie or none): the same clock ticks."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2:].split()
-    if fields[0] in ("Z", "X") or not fields[19].isdigit():
-        return None
-    return int(fields[19])
+        process = psutil.Process(pid)
+        if process.status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+            return round((process.create_time() - psutil.boot_time()) * os.sysconf("SC_CLK_TCK"))
+    except psutil.Error:
+        pass
+    return None
 
 
 def gone_holders(folder: Path) -> List[str]:
     """Claims on the cluster's record whose holder process on this host is gone (the rule of
-    ``leases.holder_gone``, restated with the standard library): their ids, sorted; empty when the
+    ``leases.holder_gone``, restated here): their ids, sorted; empty when the
     record holds none or cannot be read (a broken record is the next command's to report)."""
     records = folder.parent.parent / "records" / f"{folder.name}.json"
     try:

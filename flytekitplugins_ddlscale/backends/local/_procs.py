@@ -10,7 +10,7 @@ unrelated process after a reboot or a long idle. Every cluster process
 starts with :func:`~.process_env.cluster_environment`, never this process's
 whole environment (its credentials), plus :data:`CLUSTER_MARK_ENV`: the
 cluster's folder (its real path: :class:`Mark`), which every process it starts inherits, so the
-processes of a cluster can be found by a scan of ``/proc`` whatever its record says
+processes of a cluster can be found by a scan of every process whatever its record says
 (:func:`marked_processes`). No process is signalled on a record's word alone:
 :func:`stop_processes` signals only processes of the cluster's owner whose
 environment carries its mark, so a record naming an unrelated pid (with its
@@ -33,9 +33,12 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
+
+import psutil
 
 from ..._core import settings
+from ..._core.leases import ENDED, process_start as start_time
 from ...errors import BackendUnavailableError, UnsafePathError
 from .._support.privatefs import open_nofollow, private_dir, read_text_nofollow
 from ._process_env import cluster_environment
@@ -68,25 +71,25 @@ class Mark:
         return cls(os.path.realpath(folder), uid)
 
     def carried_by(self, pid: int) -> bool:
-        """Whether process ``pid`` is its owner's and its environment carries this mark (as its real path:
-        a process started through a linked path of the same folder counts)."""
+        """Whether process ``pid`` is its owner's (real and effective uid) and its environment carries this
+        mark (as its real path: a process started through a linked path of the same folder counts)."""
         try:
-            if os.stat(f"/proc/{pid}").st_uid != self.uid:
+            process = psutil.Process(pid)
+            real, effective, _ = process.uids()
+            if real != self.uid or effective != self.uid:
                 return False
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
-        except OSError:
+            value = process.environ().get(CLUSTER_MARK_ENV)
+        except psutil.Error:
             return False
-        prefix = f"{CLUSTER_MARK_ENV}=".encode()
-        for entry in environ.split(b"\0"):
-            if entry.startswith(prefix):
-                value = os.fsdecode(entry[len(prefix):])
-                return value == self.path or (os.path.isabs(value) and os.path.realpath(value) == self.path)
-        return False
+        return value is not None and (
+            value == self.path or (os.path.isabs(value) and os.path.realpath(value) == self.path)
+        )
 
 
 @dataclass(frozen=True)
 class ProcessId:
-    """A process as recorded in the state directory: pid plus start time in clock ticks."""
+    """A process as recorded in the state directory: pid plus start time in clock ticks since boot
+    (:func:`start_time`: ``leases.process_start``, the unit every version has recorded)."""
 
     pid: int
     start: int
@@ -96,70 +99,40 @@ class ProcessId:
         return {"pid": self.pid, "start": self.start}
 
 
-def _stat(pid: int) -> Optional[List[str]]:
-    """The fields of ``/proc/<pid>/stat`` after the command name (state first), or None if gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    # The command name in parentheses may contain spaces; fields follow the last ')'.
-    return text[text.rindex(")") + 2 :].split()
-
-
-def start_time(pid: int) -> Optional[int]:
-    """The start time of ``pid`` (clock ticks since boot), or None if it is not running.
-
-    Zombies count as not running once they have fully exited and only wait
-    to be reaped. A multi-threaded process shows its main thread as a zombie
-    while other threads still tear down and hold its sockets open, so it
-    counts as running until only the main thread is left.
-    """
-    fields = _stat(pid)
-    if fields is None:
-        return None
-    try:
-        if fields[0] in ("Z", "X") and len(os.listdir(f"/proc/{pid}/task")) <= 1:
-            return None
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    return int(fields[19])
-
-
 def exiting(pid: int) -> bool:
     """Whether ``pid``'s main thread has exited while other threads tear down (its environment then reads
     empty), or it is gone."""
-    fields = _stat(pid)
-    return fields is None or fields[0] in ("Z", "X")
+    try:
+        return psutil.Process(pid).status() in ENDED
+    except psutil.Error:
+        return True
+
+
+def _running(where: Callable[[int], bool]) -> List[ProcessId]:
+    """The running processes whose pid ``where`` holds for (not those it raises ``OSError`` for)."""
+    found = []
+    for pid in psutil.pids():
+        with contextlib.suppress(OSError):
+            started = start_time(pid) if where(pid) else None
+            if started is not None:
+                found.append(ProcessId(pid, started))
+    return found
 
 
 def group_members(proc: ProcessId) -> List[ProcessId]:
     """The other running processes of ``proc``'s process group (its own, from :func:`spawn_detached`):
     what it started, such as Ray's raylet and gcs_server. Empty when ``proc`` is not running."""
-    fields = _stat(proc.pid)
-    if fields is None or not is_alive(proc):
+    try:
+        group = os.getpgid(proc.pid)  # read before the identity check, so it cannot be a reused pid's
+    except OSError:
         return []
-    group = fields[2]
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == proc.pid:
-            continue
-        other = _stat(int(entry))
-        if other is not None and other[2] == group and other[0] not in ("Z", "X"):
-            members.append(ProcessId(int(entry), int(other[19])))
-    return members
+    return _running(lambda pid: pid != proc.pid and os.getpgid(pid) == group) if is_alive(proc) else []
 
 
 def marked_processes(mark: Mark) -> List[ProcessId]:
     """The running processes that carry ``mark`` (a cluster's processes and what they started), this
     process excepted."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid() or not mark.carried_by(int(entry)):
-            continue
-        started = start_time(int(entry))
-        if started is not None:
-            found.append(ProcessId(int(entry), started))
-    return found
+    return _running(lambda pid: pid != os.getpid() and mark.carried_by(pid))
 
 
 def belongs_to(proc: ProcessId, owners: Iterable[ProcessId]) -> bool:
@@ -168,18 +141,17 @@ def belongs_to(proc: ProcessId, owners: Iterable[ProcessId]) -> bool:
     owners = [owner for owner in owners if is_alive(owner)]
     if proc in owners:
         return True
-    sessions = {fields[3] for fields in (_stat(owner.pid) for owner in owners) if fields is not None}
-    pids = {owner.pid for owner in owners}
-    fields = _stat(proc.pid)
-    if fields is not None and fields[3] in sessions:
-        return True
-    seen = set()
-    while fields is not None and fields[1] not in ("0", "1") and fields[1] not in seen:
-        seen.add(fields[1])
-        if int(fields[1]) in pids:
+    sessions = set()
+    for owner in owners:
+        with contextlib.suppress(OSError):
+            sessions.add(os.getsid(owner.pid))
+    try:
+        if os.getsid(proc.pid) in sessions:
             return True
-        fields = _stat(int(fields[1]))
-    return False
+        # parents() follows a parent pid only to a process started before its child, never a reused pid.
+        return any(parent.pid in {owner.pid for owner in owners} for parent in psutil.Process(proc.pid).parents())
+    except (OSError, psutil.Error):
+        return False
 
 
 def is_alive(proc: ProcessId) -> bool:

@@ -12,7 +12,7 @@ No process the records do not know: every process of a cluster carries the
 cluster's folder in its environment (:data:`~.procs.CLUSTER_MARK_ENV`, from
 the moment it exists, inherited by what it starts), so the processes a change
 interrupted by ``kill -9`` started but never recorded are found by a scan of
-``/proc``. Every change first stops them (:meth:`stop_unrecorded`), records
+every process. Every change first stops them (:meth:`stop_unrecorded`), records
 what it is about to do (:class:`~.state.PendingChange`) before it starts or
 stops anything, and ``down`` stops every marked process whatever the record
 says. A process whose record cannot be written is stopped again at once.
