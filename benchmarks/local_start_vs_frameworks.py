@@ -61,20 +61,27 @@ def _env(state: str) -> Dict[str, str]:
     return {**os.environ, "DDLSCALE_STATE_DIR": state}
 
 
-def time_ddlscale_up(kind: str, replicas: int) -> float:
-    """Seconds of one ``ddlscale local up`` of a new cluster (spawn to exit, which follows ready)."""
+def time_ddlscale_up(kind: str, replicas: int) -> Dict[str, float]:
+    """One ``ddlscale local up`` of a new cluster: seconds from spawn to the head ready (its first "waiting
+    for N workers" line) and to exit (which follows N workers ready)."""
     with tempfile.TemporaryDirectory() as state:
-        command = CLI
         began = time.perf_counter()
-        subprocess.run([*command, "local", "up", "--kind", kind, "--name", f"bench-{kind}", "--replicas",
-                        str(replicas)], env=_env(state), check=True, capture_output=True, timeout=READY_TIMEOUT)
+        process = subprocess.Popen([*CLI, "local", "up", "--kind", kind, "--name", f"bench-{kind}", "--replicas",
+                                    str(replicas)], env=_env(state), stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.PIPE, text=True)
+        head_ready = None
+        for line in process.stderr:
+            if head_ready is None and "waiting for" in line:
+                head_ready = time.perf_counter() - began
+        if process.wait(timeout=READY_TIMEOUT) != 0:
+            raise RuntimeError(f"ddlscale local up --kind {kind} failed (exit {process.returncode})")
         took = time.perf_counter() - began
-        subprocess.run([*command, "local", "down", "--all"], env=_env(state), check=True, capture_output=True,
+        subprocess.run([*CLI, "local", "down", "--all"], env=_env(state), check=True, capture_output=True,
                        timeout=READY_TIMEOUT)
-    return took
+    return {"head_ready": head_ready if head_ready is not None else took, "ready": took}
 
 
-def time_dask_by_hand() -> float:
+def time_dask_by_hand() -> Dict[str, float]:
     """Seconds from spawning Dask's own LocalCluster process to its ``ready`` line."""
     began = time.perf_counter()
     process = subprocess.Popen([sys.executable, "-c", DASK_BY_HAND], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -86,7 +93,7 @@ def time_dask_by_hand() -> float:
             raise RuntimeError(f"Dask's LocalCluster did not report {DASK_WORKERS} workers (exit {process.poll()})")
     finally:
         process.communicate(timeout=READY_TIMEOUT)
-    return took
+    return {"ready": took}
 
 
 def _until(what: str, check: Callable[[], bool]) -> None:
@@ -98,9 +105,10 @@ def _until(what: str, check: Callable[[], bool]) -> None:
         time.sleep(0.05)
 
 
-def time_ray_by_hand() -> float:
-    """Seconds from spawning ``ray start --head`` to 2 ALIVE worker nodes, the nodes started as the local
-    backend starts them (same flags, token authentication), by hand."""
+def time_ray_by_hand() -> Dict[str, float]:
+    """Seconds from spawning ``ray start --head`` to its dashboard listing the head, to its client server
+    accepting connections, and to 2 ALIVE worker nodes; the nodes started as the local backend starts
+    them (same flags, token authentication), by hand, the workers once the dashboard lists the head."""
     from flytekitplugins_ddlscale.backends.local import _ray_ops as ray_ops
     from flytekitplugins_ddlscale.backends.local._supervisor import free_port
     from flytekitplugins_ddlscale.backends.local._tiers import WorkerShape, load_catalog
@@ -121,15 +129,23 @@ def time_ray_by_hand() -> float:
         try:
             began = time.perf_counter()
             start(ray_ops.head_argv(python, "127.0.0.1", port, dashboard, client, temp, str(token)))
-            _until("the Ray head's dashboard", lambda: ray_ops.alive_nodes(url, str(token), 1.0) is not None)
+            _until("the Ray head on its dashboard", lambda: any(
+                node.get("is_head_node") for node in ray_ops.alive_nodes(url, str(token), 1.0) or ()))
+            steps = {"head_on_dashboard": time.perf_counter() - began}
             for index in range(RAY_WORKERS):
                 argv = ray_ops.worker_argv(python, f"127.0.0.1:{port}", "unused", "127.0.0.1", f"w{index}",
                                            shape.nthreads, shape.memory_limit, temp, str(token))
                 wrapper_end = argv.index("--")
                 start([argv[0], *[a for a in argv[1:wrapper_end] if "=" in a], *argv[wrapper_end + 1:]])
-            _until(f"{RAY_WORKERS} ALIVE Ray worker nodes",
-                   lambda: len(ray_ops.alive_worker_nodes(url, str(token), 1.0) or ()) >= RAY_WORKERS)
-            return time.perf_counter() - began
+
+            def workers_alive() -> bool:
+                if "client_server" not in steps and ray_ops.accepts_connections("127.0.0.1", client, 0.2):
+                    steps["client_server"] = time.perf_counter() - began
+                return len(ray_ops.alive_worker_nodes(url, str(token), 1.0) or ()) >= RAY_WORKERS
+
+            _until(f"{RAY_WORKERS} ALIVE Ray worker nodes", workers_alive)
+            steps["ready"] = time.perf_counter() - began
+            return steps
         finally:
             for node in reversed(nodes):
                 _end_session(node)
@@ -164,19 +180,25 @@ def _median(times: List[float]) -> Dict[str, object]:
     return {"median": round(statistics.median(times), 3), "all": [round(t, 3) for t in times]}
 
 
+def _medians(runs: List[Dict[str, float]]) -> Dict[str, Dict[str, object]]:
+    return {step: _median([run[step] for run in runs if step in run]) for step in runs[0]}
+
+
 def compare(kind: str, runs: int) -> Dict[str, object]:
-    """``runs`` alternating starts of ``ddlscale local up`` and the framework's own; their medians and ratio."""
-    ours: List[float] = []
-    theirs: List[float] = []
-    by_hand: Dict[str, Callable[[], float]] = {"dask": time_dask_by_hand, "ray": time_ray_by_hand}
+    """``runs`` alternating starts of ``ddlscale local up`` and the framework's own: the medians of each
+    step, and the ratio of the medians to ready."""
+    by_hand: Dict[str, Callable[[], Dict[str, float]]] = {"dask": time_dask_by_hand, "ray": time_ray_by_hand}
     replicas = DASK_WORKERS if kind == "dask" else RAY_WORKERS
+    ours: List[Dict[str, float]] = []
+    theirs: List[Dict[str, float]] = []
     load: List[float] = []
     for _ in range(runs):
         load.append(os.getloadavg()[0])
         ours.append(time_ddlscale_up(kind, replicas))
         theirs.append(by_hand[kind]())
-    return {"replicas": replicas, "ddlscale_up_s": _median(ours), "framework_own_s": _median(theirs),
-            "ratio_of_medians": round(statistics.median(ours) / statistics.median(theirs), 3),
+    ours_s, theirs_s = _medians(ours), _medians(theirs)
+    return {"replicas": replicas, "ddlscale_up_s": ours_s, "framework_own_s": theirs_s,
+            "ratio_of_medians": round(ours_s["ready"]["median"] / theirs_s["ready"]["median"], 3),
             "load_average_1m": [round(x, 2) for x in load]}
 
 
