@@ -441,10 +441,16 @@ class ClusterPhase:
         )
 
     def _report_restore_failure(self, exc: Exception, error: Optional[BaseException]) -> None:
-        logger.error("phase %s could not restore %s: %s%s", self.claim_id, self.ref, exc, self._left_running(exc))
+        left = self._left_running(exc)
+        if isinstance(exc, ScalingError):
+            # Every surface that shows the restore's error (the note, `ddlscale run`'s last line) says it.
+            exc.message += left
+            exc.args = (exc.message,)
+            left = ""
+        logger.error("phase %s could not restore %s: %s%s", self.claim_id, self.ref, exc, left)
         if error is None:
             return
-        note = f"ddlscale: restoring {self.ref} after this error also failed: {exc!r}{self._left_running(exc)}"
+        note = f"ddlscale: restoring {self.ref} after this error also failed: {exc!r}{left}"
         if hasattr(error, "add_note"):
             error.add_note(note)
         setattr(error, "ddlscale_restore_error", exc)
