@@ -28,10 +28,12 @@ def time_up(tree: Path, replicas: int) -> float:
         env = {**os.environ, "PYTHONPATH": str(tree), "DDLSCALE_STATE_DIR": state}
         command = [sys.executable, "-c", "from flytekitplugins_ddlscale.cli import main; main()", "local"]
         began = time.perf_counter()
+        # Run from the state directory: ``python -c`` puts its working directory before PYTHONPATH, so from a
+        # clone both runs would import the clone's package.
         subprocess.run([*command, "up", "--kind", "dask", "--name", "bench-tls", "--replicas", str(replicas)],
-                       env=env, check=True, capture_output=True, timeout=300)
+                       env=env, cwd=state, check=True, capture_output=True, timeout=300)
         took = time.perf_counter() - began
-        subprocess.run([*command, "down", "--all"], env=env, check=True, capture_output=True, timeout=300)
+        subprocess.run([*command, "down", "--all"], env=env, cwd=state, check=True, capture_output=True, timeout=300)
     return took
 
 

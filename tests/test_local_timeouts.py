@@ -85,6 +85,95 @@ def test_every_check_of_a_hung_scheduler_is_cut_to_what_is_left_of_the_timeout(l
     budgets = [float(found) for found in re.findall(r"scheduler tls://\S+ gets ([0-9.]+) s: what is left of the "
                                                     r"operation's timeout of 2s", caplog.text)]
     assert budgets and all(budget <= 2.0 for budget in budgets), caplog.text
-    # It says what it left: the size it set, and what it found.
+    # It says what it left: the size it set, what it found, and what stops it.
     assert "timeout of 2s ran out" in info.value.message and "last state: dask/timeouts" in info.value.message
+    assert "left running: dask/timeouts with desired_workers=2" in info.value.message, info.value.message
+    assert info.value.remedy_command == "ddlscale local down --name timeouts"
+    assert info.value.left_in_place == "desired_workers=2"
+    backend.down(REF)
+
+
+def _cut_steps(messages: list) -> list:
+    """(what, seconds, the operation's timeout) of each step :func:`probe_timeout` cut, from its debug lines."""
+    import re
+
+    found = (re.match(r"(.+?) gets ([0-9.]+) s: what is left of the operation's timeout of (\S+?)(?: \(|$)", m)
+             for m in messages)
+    return [(match[1], float(match[2]), match[3]) for match in found if match]
+
+
+@pytest.mark.slow
+def test_a_phase_whose_new_scheduler_hangs_gives_the_cluster_back_within_the_cleanup_grace(local_env, caplog):
+    """The phase creates the cluster; its scheduler is stopped (SIGSTOP) as soon as it is recorded, so it never
+    answers and ignores SIGTERM. The scale-up times out; the restore that takes the cluster down is a clean-up
+    under a deadline of CLEANUP_GRACE, each step of it (the SIGTERM's wait for the stopped scheduler included)
+    at most PROBE_GRACE, and the error says what it left. It used to get a second full timeout, and the stopped
+    scheduler the whole stop grace (5 s) before its SIGKILL."""
+    import logging
+    import os
+    import signal
+
+    from flytekitplugins_ddlscale._core.pausepoints import add_pause_hook
+    from flytekitplugins_ddlscale._core.waiting import CLEANUP_GRACE, PROBE_GRACE
+    from flytekitplugins_ddlscale.backends.local import _procs as procs
+
+    backend = local_backend(local_env)
+    stopped = []
+
+    def stop_the_scheduler(point: str) -> None:
+        if point == "worker-started" and not stopped:
+            scheduler = backend.store.load(REF).scheduler
+            os.kill(scheduler.pid, signal.SIGSTOP)
+            stopped.append(scheduler)
+
+    remove = add_pause_hook(stop_the_scheduler)
+    try:
+        with caplog.at_level(logging.DEBUG, logger="flytekitplugins_ddlscale"), pytest.raises(ScalingTimeoutError) as info:
+            with cluster_phase(REF, 2, timeout=2, deck=False):
+                pytest.fail("the body must not run")
+    finally:
+        remove()
+    assert stopped, "the scheduler was never started"
+    text = str(info.value)
+    assert "the phase's timeout of 2s ran out" in text, text
+    assert "The change (desired_workers=2) was then undone: the cluster was set to 0 workers (as found); " \
+           "nothing is left in place" in text, text
+    assert backend.list_clusters() == [] and not procs.is_alive(stopped[0])
+    messages = [record.getMessage() for record in caplog.records]
+    timed_out = next(i for i, m in enumerate(messages) if "timeout ran out while its Dask scheduler was starting" in m)
+    restore = messages[timed_out + 1:]
+    steps = _cut_steps(restore)
+    grace = f"{CLEANUP_GRACE:g}s"
+    scheduler_exit = [budget for what, budget, of in steps if what == f"the exit of processes [{stopped[0].pid}]" and of == grace]
+    assert scheduler_exit == [PROBE_GRACE], restore
+    assert all(budget <= PROBE_GRACE for what, budget, of in steps if of == grace), steps
+
+
+@pytest.mark.slow
+def test_a_restore_that_runs_out_of_its_grace_names_what_is_still_running_and_how_to_stop_it(local_env):
+    """A cluster of 1 worker (``up``) whose scheduler hangs: the phase's scale-up to 2 times out, and its restore
+    to 1 worker cannot see that worker either, so it runs out of CLEANUP_GRACE (not a second phase timeout)
+    and the error names what is left running and the command that stops it."""
+    import os
+    import signal
+
+    from flytekitplugins_ddlscale._core.waiting import CLEANUP_GRACE
+
+    backend = local_backend(local_env)
+    backend.up(REF, 1, timeout=120)
+    scheduler = backend.store.load(REF).scheduler
+    os.kill(scheduler.pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(ScalingTimeoutError) as info:
+            with cluster_phase(REF, 2, timeout=2, deck=False):
+                pytest.fail("the body must not run")
+    finally:
+        os.kill(scheduler.pid, signal.SIGCONT)
+    notes = "\n".join(getattr(info.value, "__notes__", []))
+    restore_error = getattr(info.value, "ddlscale_restore_error")
+    assert isinstance(restore_error, ScalingTimeoutError)
+    assert f"the operation's timeout is {CLEANUP_GRACE:g}s" in restore_error.message or \
+        f"timeout of {CLEANUP_GRACE:g}s ran out" in restore_error.message, restore_error.message
+    assert f"left running: {REF} Failed: desired=1 existing=1 ready=0; to stop it: " \
+           f"`ddlscale local down --name {REF.name}`" in notes, notes
     backend.down(REF)

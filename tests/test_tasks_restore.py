@@ -117,6 +117,8 @@ def test_each_backend_names_its_own_stop_command_and_a_remote_cluster_is_not_rea
 
     ref = ClusterRef("dask", "train", namespace="team-a")
     assert leftovers.stop_command("local", ref) == "ddlscale local down --name train"
+    # `local down` takes dask unless told: another kind is named, or the command would miss the cluster.
+    assert leftovers.stop_command("local", ClusterRef("ray", "train")) == "ddlscale local down --kind ray --name train"
     assert leftovers.stop_command("kubernetes", ref) == (
         "ddlscale restore --backend kubernetes --kind dask --name train --namespace team-a"
     )

@@ -10,7 +10,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator, Optional, Protocol, TypeVar
+from typing import Callable, Iterator, Optional, Protocol, Tuple, TypeVar
 
 from ..errors import ScalingTimeoutError
 from ..models import ClusterState
@@ -31,8 +31,18 @@ PROBE_GRACE = 0.5
 once its operation's deadline (:func:`within`) is spent: the clean-up and the final state read after a
 timeout make one or two, so an operation ends within about a second of its timeout."""
 
+CLEANUP_GRACE = 5.0
+"""Seconds the clean-up after a timed-out operation gets of its own: a phase giving back what its
+timed-out scale-up set (taking down a cluster it created), a timed-out change dropping the workers that
+died. Its lock, its stops of processes (each SIGTERM's wait; SIGKILL follows), its checks of the head and
+its wait are cut to it, so an operation ends within about this much of its timeout, whatever hangs; when
+the clean-up runs out, its error names what is still running and the command that stops it."""
+
 logger = logging.getLogger("flytekitplugins_ddlscale")
-_OPERATION: "contextvars.ContextVar[Optional[Deadline]]" = contextvars.ContextVar("ddlscale_operation", default=None)
+_OPERATION: "contextvars.ContextVar[Optional[Tuple[Deadline, Optional[float]]]]" = contextvars.ContextVar(
+    "ddlscale_operation", default=None
+)
+"""The deadline of the operation under way in this context, and its step cap (:func:`within`)."""
 
 
 class Deadline:
@@ -70,12 +80,14 @@ class Deadline:
 
 
 @contextlib.contextmanager
-def within(deadline: "Deadline") -> Iterator[None]:
+def within(deadline: "Deadline", step: Optional[float] = None) -> Iterator[None]:
     """Every :func:`probe_timeout` in this thread inside the block is cut to what is left of ``deadline``
-    (of the tightest, when blocks nest)."""
+    (of the tightest, when blocks nest), and with ``step`` (a clean-up's :data:`PROBE_GRACE`) to at most
+    that many seconds each: a clean-up checking a hung head several times must not spend its grace on one."""
     outer = _OPERATION.get()
-    tighter = deadline if outer is None or deadline.expires <= outer.expires else outer
-    token = _OPERATION.set(tighter)
+    tighter = deadline if outer is None or deadline.expires <= outer[0].expires else outer[0]
+    steps = [cap for cap in (step, outer[1] if outer is not None else None) if cap is not None]
+    token = _OPERATION.set((tighter, min(steps) if steps else None))
     try:
         yield
     finally:
@@ -83,13 +95,18 @@ def within(deadline: "Deadline") -> Iterator[None]:
 
 
 def probe_timeout(default: float, what: str = "a probe") -> float:
-    """The timeout of one probe (``what``): ``default``, cut to what is left of the operation's deadline
-    (:func:`within`), at least :data:`PROBE_GRACE` once it is spent; ``default`` outside any operation."""
-    operation = _OPERATION.get()
-    if operation is None or operation.remaining >= default:
+    """The timeout of one step (``what``: a check of a head, a retirement, the wait after a SIGTERM):
+    ``default``, cut to the operation's step cap and to what is left of its deadline (:func:`within`),
+    at least :data:`PROBE_GRACE` once it is spent; ``default`` outside any operation."""
+    current = _OPERATION.get()
+    if current is None:
         return default
-    cut = max(operation.remaining, PROBE_GRACE)
-    logger.debug("%s gets %.2f s: what is left of the operation's timeout of %s", what, cut, seconds(operation.timeout))
+    operation, step = current
+    limit = default if step is None else min(default, step)
+    cut = limit if operation.remaining >= limit else max(operation.remaining, PROBE_GRACE)
+    if cut < default:
+        logger.debug("%s gets %.2f s: what is left of the operation's timeout of %s%s", what, cut,
+                     seconds(operation.timeout), "" if step is None else f" (at most {seconds(step)} a step)")
     return cut
 
 

@@ -23,7 +23,7 @@ from ..models import ReplicaSpec
 from .._core import settings
 from .._core.progress import default_reporter
 from ..refs import GROUPED_KINDS, KIND_NAMES, ClusterRef
-from .._core.waiting import Deadline
+from .._core.waiting import PROBE_GRACE, Deadline, within
 from .output import Confirmed, WithClaims, emit, emit_error
 
 
@@ -94,7 +94,9 @@ def require_existing(backend: ClusterBackend, ref: ClusterRef, remedy: str = "")
     if not backend.capabilities.creates_clusters:
         return
     try:
-        backend.get_state(ref)
+        # Only whether it exists is asked (its record): a hung head gets one PROBE_GRACE, not a full check.
+        with within(Deadline(PROBE_GRACE)):
+            backend.get_state(ref)
     except ClusterNotFoundError as error:
         raise ClusterNotFoundError(f"{error.message}{remedy}", cluster=error.cluster) from None
 

@@ -62,7 +62,7 @@ from ..._core.records import Claim
 from ..._core.redaction import install_redaction
 from ..._core.summary import phase_line
 from ..._core.timeline import WorkerTimeline, observed_workers, recording
-from ..._core.waiting import Deadline
+from ..._core.waiting import CLEANUP_GRACE, MIN_WAIT, PROBE_GRACE, Deadline, within
 from ..._core.wording import plural, seconds
 from .faults import Fault
 from .monitor import PhaseMonitor
@@ -123,6 +123,8 @@ class ClusterPhase:
         """(workers before, workers held, seconds until ready) once the cluster reached the phase's size."""
         self._found: Optional[tuple] = None
         """(workers up, workers the cluster wants) when the phase's wait ended."""
+        self._start_timed_out = False
+        """Whether the start ran out of the phase's timeout: the restore then gets :data:`CLEANUP_GRACE`."""
 
     def __enter__(self) -> "ClusterPhase":
         guard = self._signals.install()
@@ -195,8 +197,13 @@ class ClusterPhase:
         return self._backend
 
     def _start(self) -> None:
+        deadline = Deadline(self.settings.timeout)
+        # Every check of the head on the way (the claim's read of the size included) gets what is left.
+        with within(deadline):
+            self._start_within(deadline)
+
+    def _start_within(self, deadline: Deadline) -> None:
         s = self.settings
-        deadline = Deadline(s.timeout)
         framework = FrameworkOptions(s.framework_ready, s.framework_url)
         framework.check(self.ref.kind)
         self._backend = backend = get_backend(s.backend)
@@ -230,6 +237,7 @@ class ClusterPhase:
         try:
             self._scale_up(backend, deadline, framework)
         except ScalingTimeoutError as error:
+            self._start_timed_out = True
             _name_phase_timeout(error, s.timeout, deadline.elapsed)
             raise
         pause_point("scaled")
@@ -376,17 +384,24 @@ class ClusterPhase:
     def _release(self) -> None:
         if not self._claimed or self._backend is None:
             return
+        # After a scale-up that ran out of the phase's timeout, giving back is a clean-up with a bounded
+        # grace of its own, not a second timeout: a hung head must not hold the phase twice as long.
+        deadline = Deadline(CLEANUP_GRACE if self._start_timed_out else self.settings.timeout)
+        with within(deadline, step=PROBE_GRACE if self._start_timed_out else None):
+            self._release_within(deadline)
+
+    def _release_within(self, deadline: Deadline) -> None:
+        assert self._backend is not None
         backend, s = self._backend, self.settings
         remaining = backend.release(self.ref, self.claim_id)
         self._claimed = False
         pause_point("released")
         target = s.restore if isinstance(s.restore, ReplicaSpec) else None
         self.timeline.mark("restore")
-        deadline = Deadline(s.timeout)
         # While another phase holds the cluster, the workers it waits for are its own to wait for.
         needed = 0 if remaining is not None else None
         result = backend.reconcile(
-            self.ref, target, wait=True, timeout=s.timeout,
+            self.ref, target, wait=True, timeout=max(deadline.remaining, MIN_WAIT),
             progress=recording(self.timeline, self.claim.worker_hw_tier if self.claim else None, None), needed=needed,
         )
         self._gave_back = result is not None
@@ -426,13 +441,27 @@ class ClusterPhase:
         )
 
     def _report_restore_failure(self, exc: Exception, error: Optional[BaseException]) -> None:
-        logger.error("phase %s could not restore %s: %s", self.claim_id, self.ref, exc)
+        left = self._left_running(exc)
+        if isinstance(exc, ScalingError):
+            # Every surface that shows the restore's error (the note, `ddlscale run`'s last line) says it.
+            exc.message += left
+            exc.args = (exc.message,)
+            left = ""
+        logger.error("phase %s could not restore %s: %s%s", self.claim_id, self.ref, exc, left)
         if error is None:
             return
-        note = f"ddlscale: restoring {self.ref} after this error also failed: {exc!r}"
+        note = f"ddlscale: restoring {self.ref} after this error also failed: {exc!r}{left}"
         if hasattr(error, "add_note"):
             error.add_note(note)
         setattr(error, "ddlscale_restore_error", exc)
+
+    def _left_running(self, exc: Exception) -> str:
+        """What a failed restore left running, as its error last saw it, and the command that stops it:
+        nothing is left bigger without saying so."""
+        state = getattr(exc, "state", None)
+        seen = f" {state.describe()}" if state is not None else f" {self.ref} (its state unknown)"
+        assert self._backend is not None
+        return f"; left running:{seen}; to stop it: `{type(self._backend).stop_command(self.ref)}`"
 
     def _close(self) -> None:
         self.timeline.finish()

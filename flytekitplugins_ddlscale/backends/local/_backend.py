@@ -16,6 +16,7 @@ interface, :mod:`.drivers` says which driver runs which kind).
 """
 import contextlib
 import logging
+import shlex
 import sys
 import time
 from dataclasses import dataclass
@@ -25,10 +26,13 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 from ...errors import (
     CapacityExceededError,
     ClusterNotFoundError,
+    ConflictError,
     CorruptRecordError,
     InterruptedChangeError,
     InvalidInputError,
     ScalingError,
+    ScalingTimeoutError,
+    WorkerFailedError,
 )
 from .._support.crds import layout_of
 from .._support.filerecords import FileBookkeeping
@@ -41,7 +45,7 @@ from ..._core.records import Claim
 from ...refs import ClusterRef
 from ..._core.validation import validate_replicas, validate_timeout
 from ..._core.leases import dead_text
-from ..._core.waiting import Backoff, Deadline, poll_until, within
+from ..._core.waiting import CLEANUP_GRACE, Backoff, Deadline, poll_until, within
 from ..._core.wording import plural
 from .._base import DEFAULT_SCALE_TIMEOUT, BackendCapabilities, Change, WorkersWait
 from .._filebacked import FileRecordsBackend
@@ -131,8 +135,10 @@ class LocalBackend(FileRecordsBackend):
 
     @classmethod
     def stop_command(cls, ref: ClusterRef) -> str:
-        """``ddlscale local down``: a local cluster a flow started is taken down, not restored."""
-        return f"ddlscale local down --name {ref.name}"
+        """``ddlscale local down``: a local cluster a flow started is taken down, not restored (``--kind``
+        named unless it is the command's default, dask)."""
+        kind = "" if ref.kind == "dask" else f"--kind {ref.kind} "
+        return f"ddlscale local down {kind}--name {ref.name}"
 
     def __init__(
         self,
@@ -280,8 +286,28 @@ class LocalBackend(FileRecordsBackend):
         replicas, tier, deadline = self._check_size_request(ref, replicas, worker_hw_tier, timeout)
         with self._changing(ref, deadline):
             change = self._apply(ref, replicas, tier, by_operator=True, deadline=deadline)
-        # ``up`` records no baseline, so a failed wait has nothing to restore.
-        return self._finish(ref, change, True, deadline, progress, explain=False)
+        # ``up`` records no baseline, so a failed wait has nothing to restore: its error says what it left.
+        try:
+            return self._finish(ref, change, True, deadline, progress, explain=False)
+        except (ScalingTimeoutError, WorkerFailedError) as error:
+            raise self._left_by_up(ref, error, min(replicas, self.max_workers)) from None
+
+    def _left_by_up(self, ref: ClusterRef, error: ScalingError, replicas: int) -> ScalingError:
+        """``error`` of an ``up`` whose wait failed, naming what it left running (the size it set stays,
+        so late workers still join) and what stops it."""
+        reach = self._reach(ref)
+        error.left_in_place = f"{DESIRED}={replicas}"
+        if reach.cli:
+            env = "".join(f"{name}={shlex.quote(value)} " for name, value in reach.env.items())
+            error.remedy_command = f"{env}{self.stop_command(ref)}"
+        error.remedy_call = reach.call("down")
+        stop = f"`{error.remedy_command}`" if error.remedy_command else f"`{error.remedy_call}`"
+        error.message = (
+            f"{error.message}; left running: {ref} with {error.left_in_place} (`up` rolls nothing back, its workers "
+            f"may still join); to stop it: {stop}"
+        )
+        error.args = (error.message,)
+        return error
 
     def repair(
         self,
@@ -509,11 +535,16 @@ class LocalBackend(FileRecordsBackend):
         return self.supervisor.observe(change.detail.record)
 
     def _wait_failed(self, ref: ClusterRef, change: Change) -> None:
-        """Only the processes that died are dropped: the new size stays in place."""
-        with self.supervisor.lock(ref, self.records.store.lock_timeout):
-            record = self.store.load(ref)
-            if record is not None:
-                self.supervisor.drop_dead(record, [w for w in change.detail.started if w in record.workers])
+        """Only the processes that died are dropped: the new size stays in place. A clean-up after the
+        operation's timeout, so it waits at most :data:`CLEANUP_GRACE` for the lock; a change holding it
+        longer leaves them to the next change (which drops dead workers too), and the wait's error stands."""
+        try:
+            with self.supervisor.lock(ref, min(self.records.store.lock_timeout, CLEANUP_GRACE)):
+                record = self.store.load(ref)
+                if record is not None:
+                    self.supervisor.drop_dead(record, [w for w in change.detail.started if w in record.workers])
+        except ConflictError as exc:
+            logger.warning("%s: the workers that died are not dropped now: %s", ref, exc.message)
 
     def _settled(self, ref: ClusterRef, change: Change, final: ClusterState, waited: bool) -> ClusterState:
         """Old-tier workers are retired once the new ones are up (those a later change kept are not)."""

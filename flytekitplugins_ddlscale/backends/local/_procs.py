@@ -39,6 +39,7 @@ import psutil
 
 from ..._core import settings
 from ..._core.leases import ENDED, process_start as start_time
+from ..._core.waiting import probe_timeout
 from ...errors import BackendUnavailableError, UnsafePathError
 from .._support.privatefs import open_nofollow, private_dir, read_text_nofollow
 from ._process_env import cluster_environment
@@ -218,7 +219,9 @@ def stop_processes(procs: Iterable[ProcessId], mark: Mark, grace: float = 5.0, a
     scheduler closing): they first get ``grace`` seconds to finish on their
     own, because a SIGTERM that lands mid-shutdown can stall a Dask worker.
     Signals go to all processes before any wait, so stopping N takes one
-    grace period, not N. What each process had started in its process group
+    grace period, not N. Inside an operation
+    (:func:`~flytekitplugins_ddlscale._core.waiting.within`) each grace is cut to what is
+    left of it: a process that ignores SIGTERM (stopped, hung) is killed at the operation's end. What each process had started in its process group
     (:func:`group_members`, read before any signal) and still runs a second
     after the process is gone gets SIGTERM, then SIGKILL a second later: a
     framework process killed after its grace cannot clean up behind itself. Raises
@@ -252,9 +255,13 @@ def _signal_until_gone(procs: List[ProcessId], grace: float, asked: bool) -> Non
     for sig, wait in steps:
         # The same processes as checked above: a pid with its start time names one process.
         pending = [p for p in pending if is_alive(p)]
+        if not pending:
+            return
         for proc in pending if sig is not None else []:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, sig)
+        if sig is not signal.SIGKILL:
+            wait = probe_timeout(wait, f"the exit of processes {[p.pid for p in pending]}")
         deadline = time.monotonic() + wait
         while pending and time.monotonic() < deadline:
             pending = [p for p in pending if is_alive(p)]

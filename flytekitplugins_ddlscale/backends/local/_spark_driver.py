@@ -26,13 +26,12 @@ import contextlib
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set
 
 from ..._core import settings
 from ...errors import BackendUnavailableError
-from ..._core.waiting import Backoff, Deadline
+from ..._core.waiting import Backoff, Deadline, poll
 from ..._core.wording import seconds
 from . import _procs as procs, _spark_ops as spark_ops
 from ._secrets import kept_secret
@@ -118,24 +117,25 @@ class SparkDriver:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(worker.proc.pid, signal.SIGPWR)
         deadline = Deadline(timeout)
-        intervals = _RETIRE_POLL.intervals()
-        busy = endpoints
-        while True:
+
+        def busy() -> Optional[Set[str]]:
+            """Those of ``endpoints`` the master shows alive or with executor cores in use (None: no answer)."""
             payload = spark_ops.master_json(self._webui(record), timeout=max(0.2, min(3.0, deadline.remaining)))
-            if payload is not None:
-                alive_or_busy = {
-                    key for key, w in spark_ops.workers_in(payload, {"ALIVE", "DECOMMISSIONED"}).items()
-                    if w.get("state") == "ALIVE" or w.get("coresused", 0)
-                }
-                busy = endpoints & alive_or_busy
-                if not busy:
-                    break
-            if deadline.expired:
-                raise BackendUnavailableError(
-                    f"the Spark master at {self._webui(record)} did not show workers {sorted(busy)} "
-                    f"decommissioned with their executors gone within {seconds(timeout)}"
-                )
-            time.sleep(min(next(intervals), deadline.remaining))
+            if payload is None:
+                return None
+            return endpoints & {
+                key for key, w in spark_ops.workers_in(payload, {"ALIVE", "DECOMMISSIONED"}).items()
+                if w.get("state") == "ALIVE" or w.get("coresused", 0)
+            }
+
+        def timed_out(still: Optional[Set[str]]) -> BackendUnavailableError:
+            return BackendUnavailableError(
+                f"the Spark master at {self._webui(record)} did not show workers "
+                f"{sorted(endpoints if still is None else still)} decommissioned with their executors gone "
+                f"within {seconds(timeout)}"
+            )
+
+        poll(busy, lambda still: still == set(), deadline=deadline, schedule=_RETIRE_POLL, timed_out=timed_out)
         for worker in leaving:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(worker.proc.pid, signal.SIGTERM)

@@ -334,8 +334,9 @@ def _check_marked(record: ClusterRecord, mark: Mark) -> None:
         (f"workers[{index}]", worker.proc) for index, worker in enumerate(record.workers)
     ]
     for where, proc in named:
-        # A process on its way out cannot show its environment: no verdict on it.
-        if is_alive(proc) and not mark.carried_by(proc.pid) and not exiting(proc.pid):
+        # A process on its way out cannot show its environment: no verdict on it (nor on one that was gone
+        # by the time its environment was read: a retired worker exits whenever it is done).
+        if is_alive(proc) and not mark.carried_by(proc.pid) and not exiting(proc.pid) and is_alive(proc):
             raise InvalidInputError(
                 f"{where}.pid", proc.pid,
                 f"a process of this cluster ({CLUSTER_MARK_ENV}={mark.path} in its environment) or one that has exited",

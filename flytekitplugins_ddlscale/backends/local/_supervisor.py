@@ -30,7 +30,7 @@ from ..._core.pausepoints import pause_point
 from .._support.crds import layout_of
 from .._support.privatefs import remove_nofollow
 from ...refs import ClusterRef
-from ..._core.waiting import Deadline
+from ..._core.waiting import Deadline, probe_timeout
 from . import _procs as procs
 from ._driver import FrameworkDriver
 from ._state import ClusterRecord, LocalStateStore, PendingChange, WorkerRecord
@@ -229,13 +229,16 @@ class ProcessSupervisor:
         return started
 
     def stop_workers(self, record: ClusterRecord, workers: List[WorkerRecord], retire: bool) -> None:
-        """Retire ``workers`` through the head (data moves off them), then make sure they exit."""
+        """Retire ``workers`` through the head (data moves off them), then make sure they exit; each step
+        within what is left of the operation (:func:`~flytekitplugins_ddlscale._core.waiting.within`)."""
         if not workers:
             return
         retired = False
         if retire and self.head_alive(record):
             try:
-                retired = self._driver(record).retire_workers(record, [w.name for w in workers], self.stop_grace)
+                names = [w.name for w in workers]
+                grace = probe_timeout(self.stop_grace, f"the retirement of {names} by the {self._driver(record).head_label}")
+                retired = self._driver(record).retire_workers(record, names, grace)
             except TransientError as exc:
                 logger.warning("%s; terminating the workers instead", exc.message)
         procs.stop_processes([w.proc for w in workers], self.mark(record.ref), self.stop_grace, asked=retired)
