@@ -7,7 +7,12 @@ Kubernetes API server (or scaler service) answers 401/403 for a few more
 seconds while its authorization caches fill. Reads inside a wait keep
 trying through that until the wait's own deadline (capped, jittered
 backoff); a mutation is retried only when it was refused before anything
-was sent, or refused with 401/403 (a refused request did nothing). An
+was sent, or refused with 401/403 (a refused request did nothing). A
+request without a deadline (a poll) that meets such a 401/403 raises
+:class:`~flytekitplugins_ddlscale.errors.BackendUnavailableError`, transient:
+the poller reads again rather than fail for good. A 401/403 counts as the
+restart's only for :data:`WARMUP_WINDOW` seconds from the backend's first
+refusal after the outage. An
 :class:`OutageTracker` per backend connection logs ONCE when an outage
 starts and ONCE when it ends (with its length), and remembers the outages so
 a timeout can say how long the backend was unreachable.
@@ -16,8 +21,9 @@ Two things are NOT an outage and fail at once: a backend that has never
 answered and to which no connection can be made (refused, name not resolved,
 TLS handshake failing: more likely a wrong address than a restart;
 :class:`~flytekitplugins_ddlscale.errors.NeverReachedError`, an access error, not a transient one),
-and a 401/403 that does not follow an outage
-(the caller lacks the permission). A backend that accepts connections but
+and a 401/403 that does not follow an outage, or still comes
+:data:`WARMUP_WINDOW` seconds after the backend was back (the caller lacks
+the permission). A backend that accepts connections but
 has not answered yet (hung, slow) is ridden out.
 """
 import http.client
@@ -32,7 +38,7 @@ from dataclasses import dataclass
 from typing import Callable, Deque, Iterator, Optional, Tuple, TypeVar
 
 # NeverReachedError is defined with the other public errors and still importable from here.
-from ..errors import NeverReachedError, ScalingTimeoutError, TransientError, UnauthorizedError
+from ..errors import BackendUnavailableError, NeverReachedError, ScalingTimeoutError, TransientError, UnauthorizedError
 from ..models import ClusterState
 from . import settings
 from .waiting import Backoff, Deadline
@@ -47,6 +53,12 @@ MAX_REMEMBERED = 256
 BROKEN_WINDOW = 30.0
 """Seconds after a connection to the backend broke mid-stream during which a 401/403 counts as the
 backend restarting (it may come back before a new connection was ever refused)."""
+WARMUP_WINDOW = 30.0
+"""Seconds from a backend's first answer after an outage during which its 401/403 counts as the
+restart's authorization caches filling (a restarted kube-apiserver answers 403 until its RBAC
+informers have synced: a fraction of a second on a small cluster, seconds on a large one). Past
+them a 401/403 is the caller's missing permission, raised at once, however long the backend has
+refused since its outage."""
 NO_WAIT_LIMIT: float = settings.NO_WAIT_LIMIT.default
 """Seconds an operation that does not wait for its workers (``wait=False``, ``--no-wait``, the
 connector's requests) rides out an outage, unless ``$DDLSCALE_NO_WAIT_LIMIT`` says otherwise
@@ -82,7 +94,7 @@ class OutageTracker:
         self._reached = False
         self._served = False
         self._broken_at: Optional[float] = None
-        self._refusing = False
+        self._refusing_since: Optional[float] = None
         self._past: Deque[Tuple[float, float]] = deque(maxlen=MAX_REMEMBERED)
 
     @property
@@ -111,19 +123,22 @@ class OutageTracker:
         self._broken_at = self._clock()
 
     def unsettled(self) -> bool:
-        """True during an outage, or within :data:`BROKEN_WINDOW` seconds of a broken connection."""
-        broken = self._broken_at
-        return self.down or (broken is not None and self._clock() - broken < BROKEN_WINDOW)
+        """True during an outage until :data:`WARMUP_WINDOW` seconds after the backend's first refusal
+        since, or within :data:`BROKEN_WINDOW` seconds of a broken connection."""
+        now, broken, refusing = self._clock(), self._broken_at, self._refusing_since
+        warming = self.down and (refusing is None or now - refusing < WARMUP_WINDOW)
+        return warming or (broken is not None and now - broken < BROKEN_WINDOW)
 
     def refusing(self, reason: str) -> None:
-        """The backend, back after an outage, refused a request (401/403); logs once per outage."""
+        """The backend, back after an outage, refused a request (401/403): its first refusal starts
+        the :data:`WARMUP_WINDOW`; logs once per outage."""
         with self._lock:
-            if self._refusing or self._down_since is None:
+            if self._refusing_since is not None or self._down_since is None:
                 return
-            self._refusing = True
+            self._refusing_since = self._clock()
         self.logger.warning(
             "%s answers %s after its outage (a restarted server's authorization caches are still filling); "
-            "waits keep retrying until their deadline", self.what, reason,
+            "taken for the restart for %g s, then for a missing permission", self.what, reason, WARMUP_WINDOW,
         )
 
     def current_outage(self) -> Optional[float]:
@@ -154,7 +169,7 @@ class OutageTracker:
             if sent_at is not None and self._down_since is not None and sent_at < self._down_since:
                 return
             since, self._down_since = self._down_since, None
-            self._refusing = False
+            self._refusing_since = None
             if since is None:
                 return
             now = self._clock()
@@ -324,8 +339,11 @@ def retry_through_outage(
     symptom from a backend that never answered raises :class:`NeverReachedError` at once.
     A ``refused`` answer (401/403) right after an outage (the tracker still unsettled, the
     backend served before) is part of it: tried again (it did nothing, so even a mutation
-    is safe to repeat) and logged once; otherwise, like any other error, raised at once.
-    Without a ``deadline`` there is one attempt; at the deadline the last error is raised.
+    is safe to repeat) and logged once; without a deadline (one attempt, nothing to ride it
+    out with) it raises :class:`BackendUnavailableError` instead, transient: a poller reads
+    again rather than fail for a permission it has. Otherwise a refusal, like any other
+    error, is raised at once. Without a ``deadline`` there is one attempt; at the deadline
+    the last error is raised.
     """
     pauses = backoff.intervals()
     while True:
@@ -333,15 +351,17 @@ def retry_through_outage(
         try:
             result = call()
         except Exception as exc:  # noqa: BLE001 - classified, then re-raised or retried
-            reason = refused(exc)
-            if reason is not None:
+            refused_with = refused(exc)
+            if refused_with is not None:
                 tracker.answered(served=False)
                 if not (tracker.served and tracker.unsettled()):
                     tracker.recovered(sent_at)
                     raise
-                tracker.failed(reason)
-                tracker.refusing(reason)
-                if deadline is None or deadline.expired:
+                tracker.failed(refused_with)
+                tracker.refusing(refused_with)
+                if deadline is None:
+                    raise _warming_up(tracker, refused_with) from None
+                if deadline.expired:
                     raise
             else:
                 reason = symptom(exc)
@@ -418,6 +438,15 @@ def send(
             tracker.logger.info("%s failed (%s); retry %d/%d in %.1fs", what, failure, retry, retries, pause)
             sleep(pause)
     return retry_through_outage(call, tracker=tracker, deadline=deadline, retry_if=retry_if, sleep=sleep)
+
+
+def _warming_up(tracker: OutageTracker, reason: str) -> BackendUnavailableError:
+    """The error of a request refused (``reason``) by ``tracker``'s backend right after its outage."""
+    return BackendUnavailableError(
+        f"{tracker.what} answered {reason} right after its outage: taken for a restarted server whose "
+        f"authorization caches are still filling (for {WARMUP_WINDOW:g} s from its first refusal, then an "
+        "access error); try again"
+    )
 
 
 def _never_reached(tracker: OutageTracker, reason: str) -> NeverReachedError:

@@ -19,8 +19,8 @@ outcome and its failure again from its kind); it never sends a change, so a head
 exactly once however often it is called. What a poll waits for stays in the
 metadata, so a restarted connector goes on where it was. Polls read inside
 :func:`~flytekitplugins_ddlscale._core.sharing.shared_reads` through backends kept
-open across polls (:data:`POLL_BACKENDS`), so one connector process answers
-many executions from shared reads.
+open across calls (:data:`POLL_BACKENDS`, which creates send through too), so
+one connector process answers many executions from shared reads.
 
 What a template may ask for is the deployment's choice
 (:class:`~flytekitplugins_ddlscale._services.connector_policy.ConnectorPolicy`): the
@@ -60,8 +60,10 @@ logger = logging.getLogger("flytekitplugins_ddlscale.connector")
 
 SERVED_TASK_TYPES = TASK_TYPES
 POLL_BACKENDS = BackendPool()
-"""The backends every ``get`` reads through: kept open across polls, so a thousand executions share one
-API client and its connections instead of opening one per poll."""
+"""The backends every ``get`` reads through, and every ``create`` sends through: kept open across calls,
+so a thousand executions share one API client and its connections instead of opening one per poll,
+and one outage tracker, which knows from the create that the server served this process (see
+:class:`~.nodes.creating.Creation`)."""
 SHARED_LINGER = 60.0
 """Seconds the shared pod watch of a namespace outlives the last ``get`` that read it: executions in the
 same namespace poll within a resync interval of each other, so a busy namespace keeps one watch."""
@@ -161,7 +163,7 @@ class ScalingService:
     def __init__(self, policy: Optional[ConnectorPolicy] = None) -> None:
         install_redaction()
         self.policy = policy if policy is not None else ConnectorPolicy.from_env()
-        self._creation = Creation(self.policy)
+        self._creation = Creation(self.policy, POLL_BACKENDS)
 
     def create(self, task_type: str, custom: Any, values: Mapping[str, Any]) -> ScalingMetadata:
         """Check the node, send its change (without waiting) and return what :meth:`poll` needs.

@@ -170,6 +170,12 @@ def stop_process(process: "subprocess.Popen[Any]", grace: float = 10.0) -> None:
             process.wait(10)
 
 
+SETPRIV = shutil.which("setpriv")
+"""util-linux's ``setpriv``: sets the parent-death signal and execs, so a process spawned while gRPC's
+threads run (a restart under the connector tests' driver) needs no ``preexec_fn``: a forked child
+running Python code there crashes now and then (SIGSEGV, SIGABRT) in gRPC's fork handlers."""
+
+
 def _die_with_parent() -> None:
     """In the child before exec: get SIGTERM when the test process dies, so a killed run leaves nothing behind."""
     import ctypes
@@ -331,7 +337,8 @@ class ControlPlane:
 
     def start_apiserver(self, ready: bool = False) -> None:
         """Start the API server again on the same port with the same flags and data; returns once it
-        listens (``ready``: once ``/readyz`` answers 200)."""
+        listens (``ready``: once ``/readyz`` answers 200). Call it from a thread that lives as long as the
+        plane (the main thread): the new process gets SIGTERM when the thread that started it ends."""
         self._spawn("kube-apiserver", self._apiserver_argv)
         if ready:
             self._wait_http("kube-apiserver", f"{self.url}/readyz", self.admin_token)
@@ -355,10 +362,12 @@ class ControlPlane:
     # -- internals ---------------------------------------------------------
     def _spawn(self, name: str, argv: List[str]) -> None:
         log = open(self.work / f"{name}.log", "ab")  # appended: a restarted process keeps the earlier log
+        # The parent-death signal fires when the spawning THREAD ends (see start_apiserver).
+        prefix = [SETPRIV, "--pdeathsig", "TERM", "--"] if SETPRIV else []
         try:
             self.processes[name] = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.work,
-                env=dict(os.environ, **{SUITE_ENV: str(SUITE)}), preexec_fn=_die_with_parent,
+                prefix + argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.work,
+                env=dict(os.environ, **{SUITE_ENV: str(SUITE)}), preexec_fn=None if SETPRIV else _die_with_parent,
             )
         finally:
             log.close()

@@ -21,6 +21,7 @@ from flytekitplugins_ddlscale._core.outage import (
     retry_through_outage,
 )
 from flytekitplugins_ddlscale._core.waiting import Backoff, Deadline
+from flytekitplugins_ddlscale.errors import BackendUnavailableError, TransientError
 from tests.clock_support import Clock
 
 
@@ -258,6 +259,45 @@ def test_refusals_after_an_outage_end_at_the_deadline(tracker):
     with pytest.raises(Refused):
         classified(call, tracker, deadline)
     assert tracker.down
+
+
+def test_a_refusal_right_after_an_outage_without_a_deadline_is_transient(tracker):
+    """A poller (the connector's GetTask) makes one attempt: the restarted server's 403 must leave it
+    reading again, not fail its node for a permission it has."""
+    classified(scripted("ok"), tracker)
+    with pytest.raises(ConnectionRefusedError):
+        retry_through_outage(scripted(ConnectionRefusedError()), tracker=tracker, deadline=None,
+                             symptom=lambda exc: "refused", refused=lambda exc: None)
+    with pytest.raises(BackendUnavailableError) as caught:
+        retry_through_outage(scripted(Refused()), tracker=tracker, deadline=None,
+                             refused=lambda exc: "HTTP 403" if isinstance(exc, Refused) else None)
+    assert isinstance(caught.value, TransientError) and tracker.down
+    assert "the test server answered HTTP 403 right after its outage" in str(caught.value)
+
+
+def test_refusals_past_the_warmup_window_are_a_missing_permission(tracker, clock, caplog):
+    """The window runs from the first refusal after the outage, not from the last refused connection:
+    a server back and answering 403 for WARMUP_WINDOW seconds is refusing this caller, and says so at once."""
+    caplog.set_level(logging.INFO)
+    classified(scripted("ok"), tracker)
+    tracker.failed("ConnectionRefusedError")
+
+    def refuse() -> None:  # one read without a deadline, as a connector's poll makes
+        retry_through_outage(scripted(Refused()), tracker=tracker, deadline=None,
+                             refused=lambda exc: "HTTP 403" if isinstance(exc, Refused) else None)
+
+    with pytest.raises(BackendUnavailableError):
+        refuse()
+    clock.now += outage.WARMUP_WINDOW - 0.1
+    with pytest.raises(BackendUnavailableError):
+        refuse()
+    clock.now += 0.1
+    with pytest.raises(Refused):
+        refuse()
+    assert not tracker.down
+    assert messages(caplog)[-1] == f"the test server is reachable again after {outage.WARMUP_WINDOW:.1f} s"
+    with pytest.raises(Refused):  # and on a healthy server a refusal stays final
+        refuse()
 
 
 def test_jittered_backoff_stays_within_its_band():

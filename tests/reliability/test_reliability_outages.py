@@ -616,6 +616,54 @@ def test_k8s_403_on_the_first_request_of_an_operation_fails_at_once(k8s_server, 
     assert refusal_lines(logs) == [] and outage_lines(logs) == ([], [])
 
 
+def test_k8s_connector_poll_takes_a_403_right_after_an_outage_for_the_restart_and_one_without_for_final(
+    k8s_server, kproxy, k8s_cluster, tiers_file, clean_env, tmp_path, monkeypatch
+):
+    """A connector's poll reads once (no deadline): the restarted server's 403 must leave the node
+    RUNNING, to be read again at the next resync, while a 403 from a server that had no outage is
+    the missing permission, FAILED at once naming it. The outage starts before the first poll, so
+    only the create has been served (creates and polls share the connector's kept backend)."""
+    from collections import OrderedDict
+
+    from flytekit.tools.translator import get_serializable
+
+    from flytekitplugins_ddlscale._services.connector_core import RUNNING, SUCCEEDED, FAILED, ScalingService
+    from flytekitplugins_ddlscale._services.connector_policy import ConnectorPolicy
+    from tests.connector_fault_support import FAULT_SCALE
+    from tests.contract_support import write_kubeconfig
+    from tests.test_connector_service import SETTINGS
+
+    monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "kubeconfig", kproxy.url)))
+    monkeypatch.setenv("DDLSCALE_TIERS_FILE", str(tiers_file))
+    monkeypatch.setenv("DDLSCALE_FRAMEWORK_READINESS", "off")
+    k8s_server.set_ready_delay(0.3)
+    template = get_serializable(OrderedDict(), SETTINGS, FAULT_SCALE).template
+    custom = dict(template.custom, cluster=f"ray/{RAY.name}", backend="kubernetes", timeout=60.0, framework_url=None)
+    service = ScalingService(ConnectorPolicy.from_env())
+    meta = service.create(template.type, custom, {})
+    assert meta.error == "" and meta.target == 3
+
+    kproxy.go_down()
+    assert service.poll(meta).state == RUNNING  # connections refused
+    k8s_server.forbid("get", "rayclusters")  # back, its authorization cold
+    kproxy.come_up()
+    cold = service.poll(meta)
+    assert cold.state == RUNNING, cold.message
+    assert "answered HTTP 403 right after its outage" in cold.message
+    k8s_server.allow_all()
+    end = time.monotonic() + TIMEOUT
+    while (poll := service.poll(meta)).state == RUNNING and time.monotonic() < end:
+        time.sleep(0.1)  # a resync
+    assert poll.state == SUCCEEDED, poll.message
+    assert (poll.outcome.previous_workers, poll.outcome.workers) == (1, 3)
+
+    k8s_server.forbid("get", "rayclusters")  # no outage before: the permission is missing
+    denied = service.poll(meta)
+    assert denied.state == FAILED
+    assert "Kubernetes refused to get rayclusters" in denied.message and "(RBAC)" in denied.message
+    assert sum(1 for r in k8s_server.requests if r.status == 403) == 2
+
+
 def test_k8s_never_reached_fails_at_once(tiers_file, clean_env, logs):
     from kubernetes import client as k8s_client
 

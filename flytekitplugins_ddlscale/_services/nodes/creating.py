@@ -18,7 +18,7 @@ from ...models import RestartResult
 from ...refs import ClusterRef, parse_cluster
 from ..._core.waiting import Deadline
 from ..connector_policy import ConnectorPolicy, reported_head_hosts
-from ..opening import open_backend
+from ..opening import BackendPool, open_backend
 
 T = TypeVar("T")
 
@@ -70,10 +70,17 @@ def restart_json(result: RestartResult) -> str:
 
 class Creation:
     """What a node type's ``create`` may do under the connector's policy: name the served backend and
-    cluster, open the backend checked against the policy, and send within :data:`CREATE_TIMEOUT`."""
+    cluster, open the backend checked against the policy, and send within :data:`CREATE_TIMEOUT`.
 
-    def __init__(self, policy: ConnectorPolicy) -> None:
+    With a ``pool`` (the connector's kept backends, the ones its polls read through) a create opens
+    its backend there: creates and polls share one client per server and so one outage tracker,
+    which then knows the server served this process. A restart right after a create is then
+    ridden out by the polls, its 403 included (a tracker the server never served takes a 403 for
+    a missing permission); without, each create opens and closes a backend of its own."""
+
+    def __init__(self, policy: ConnectorPolicy, pool: Optional[BackendPool] = None) -> None:
         self.policy = policy
+        self.pool = pool
 
     def served(self, backend_name: Optional[str], cluster: object) -> Tuple[str, ClusterRef]:
         """The served backend name and cluster, or :class:`NotServedError` (nothing opened or sent)."""
@@ -87,8 +94,10 @@ class Creation:
 
     @contextmanager
     def opened(self, backend_name: str, ref: ClusterRef, framework_url: str = "") -> Iterator[Any]:
-        """The backend ``backend_name``, opened and checked for ``ref`` (:meth:`check_opened`)."""
-        with open_backend(backend_name) as backend:
+        """The backend ``backend_name``, opened (or taken from the pool) and checked for ``ref``
+        (:meth:`check_opened`)."""
+        opening = self.pool.backend if self.pool is not None else open_backend
+        with opening(backend_name) as backend:
             self.check_opened(backend, ref, framework_url)
             yield backend
 

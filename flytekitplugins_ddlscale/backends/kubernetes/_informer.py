@@ -12,8 +12,9 @@ require). A dropped stream resumes from the last version seen; a 410 Gone
 re-lists ONCE for all waiters; an API server outage is ridden out with the
 jittered :data:`~flytekitplugins_ddlscale._core.outage.OUTAGE_BACKOFF` and logged
 once per outage (the tracker is shared by every client of the server), and so
-is a 401/403 while that outage lasts (a restarted server's authorization
-warming up); any other error (403, 404, a server never reached) ends every
+is a 401/403 right after that outage (a restarted server's authorization
+warming up, for :data:`~flytekitplugins_ddlscale._core.outage.WARMUP_WINDOW`);
+any other error (403, 404, a server never reached) ends every
 current wait with that error.
 
 The informer stops, closing its watch, :data:`WAIT_LINGER` seconds after its
