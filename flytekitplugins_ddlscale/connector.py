@@ -12,8 +12,10 @@ inside FlytePropeller's 10 s ``CreateTask`` timeout. Each ``get`` reads the
 cluster once and decides: RUNNING, SUCCEEDED with the node's typed outcome,
 or FAILED at the node's deadline, with what the change left in place and
 the command that undoes it (:mod:`.inplace`), as the node itself would fail.
-``get`` never sends a change, so a head restart is sent exactly once however
-often it is called. Without a connector the same nodes run as ordinary
+A backend unavailable at ``create`` leaves a scale, wait or restore (safe
+to repeat) to the ``get`` calls, which send it until it goes through, instead
+of failing the node; ``get`` never sends a head restart, so one is sent
+exactly once however often it is called. Without a connector the same nodes run as ordinary
 Python tasks in their container (the default, also for local runs).
 
 A ``get`` whose backend does not answer within the call budget
@@ -109,7 +111,7 @@ class ScalingConnector(AsyncConnectorBase):
             raise ValueError(f"task_type must be one of {SERVED_TASK_TYPES}, not {task_type!r}")
         super().__init__(task_type_name=task_type, metadata_type=ScalingMetadata)
         self.service = ScalingService(policy)
-        self.desk = PollDesk(self.service.poll)
+        self.desk = PollDesk(self.service.poll, self.service.unsent_answer)
 
     @property
     def policy(self) -> ConnectorPolicy:
@@ -131,8 +133,9 @@ class ScalingConnector(AsyncConnectorBase):
         its one-line message: FlytePropeller ends the node at CreateTask (a
         retryable failure in its terms, so ``retries`` run the same check
         again). A backend that is unreachable or does not accept a scale,
-        wait or restore within :data:`CREATE_TIMEOUT` fails it the same way
-        (safe to repeat). Anything unexpected is logged in full and fails with
+        wait or restore within :data:`CREATE_TIMEOUT` does not fail it: the
+        change is left to ``get`` (safe to repeat); a head restart meeting
+        one before it is sent fails here (nothing sent). Anything unexpected is logged in full and fails with
         one line. flytekit's service answers a raised error with the
         exception's traceback, so the error is handed over as flytekit's own
         user-error wrapper around an error that carries no traceback: the
@@ -150,7 +153,8 @@ class ScalingConnector(AsyncConnectorBase):
         SUCCEEDED with the node's typed outcome, or FAILED with a one-line message; RUNNING with the
         last state known when the backend does not answer within the call budget
         (:class:`~._services.connector_calls.PollDesk`). Log links and custom info say what the Flyte UI
-        shows. Sends nothing and never raises."""
+        shows. Sends nothing but a scale, wait or restore its ``create`` could not send (the backend
+        unavailable) and never raises."""
         return resource_of(self.desk.answer(resource_meta))
 
     def delete(self, resource_meta: ScalingMetadata, **kwargs: Any) -> None:

@@ -10,6 +10,10 @@ test can fail its DNS without touching the machine's resolver. Faults:
   on its port when the fault ends, its clusters kept;
 - ``dns``: the name stops resolving and open connections are cut (a pooled
   connection would outlive a DNS failure), until the fault ends.
+
+:func:`k8s_fault_service` serves the Kubernetes test server behind a TCP
+proxy instead, whose fault (:class:`ProxyDown`) is the API server down:
+connections refused, open ones cut.
 """
 import contextlib
 import os
@@ -23,7 +27,10 @@ from flytekit.core.type_engine import TypeEngine
 from flytekit.tools.translator import get_serializable
 
 from flytekitplugins_ddlscale.tasks import ScaleCluster
+from tests.contract_support import write_kubeconfig
 from tests.flyte_support import SCALER_ENV
+from tests.reliability.rel_proxy import FaultProxy
+from tests.servers.k8s_server import K8sTestServer
 from tests.servers.scaler_server import DEFAULT_API_KEY, ScalerTestServer
 from tests.test_connector_service import SETTINGS, serving
 
@@ -88,8 +95,9 @@ def end_fault(kind: str, server: ScalerTestServer, hosts: Hosts, port: int) -> N
 
 
 class StagedFault:
-    """Fault ``kind`` from the node's first RUNNING answer for ``seconds``; :meth:`on_running` is the
-    driver's callback. ``ended`` is set once the backend is back."""
+    """Fault ``kind`` for ``seconds`` from :meth:`begin`: called by the test before CreateTask, or by the
+    driver at the node's first RUNNING answer (:meth:`on_running` is its callback). ``ended`` is set
+    once the backend is back."""
 
     def __init__(self, kind: str, server: ScalerTestServer, hosts: Hosts, seconds: float) -> None:
         self.kind, self.server, self.hosts, self.seconds = kind, server, hosts, seconds
@@ -99,12 +107,19 @@ class StagedFault:
         self._timer: Any = None
 
     def on_running(self, _node: Any) -> None:
+        self.begin()
+
+    def begin(self) -> None:
+        """Start the fault (once), and the timer that ends it."""
         if self.started.is_set():
             return
         self.started.set()
-        start_fault(self.kind, self.server, self.hosts)
+        self._start()
         self._timer = threading.Timer(self.seconds, self._end)
         self._timer.start()
+
+    def _start(self) -> None:
+        start_fault(self.kind, self.server, self.hosts)
 
     def _end(self) -> None:
         end_fault(self.kind, self.server, self.hosts, self.port)
@@ -132,3 +147,47 @@ def scale_node(server: ScalerTestServer, name: str, timeout: float, pod_delay: f
     ctx = FlyteContextManager.current_context()
     inputs = TypeEngine.dict_to_literal_map(ctx, {}, {})
     return template.to_flyte_idl(), inputs.to_flyte_idl()
+
+
+class ProxyDown(StagedFault):
+    """The API server behind ``proxy`` down (connections refused, open ones cut) for ``seconds``."""
+
+    def __init__(self, proxy: FaultProxy, seconds: float) -> None:
+        self.proxy = proxy
+        self.kind, self.seconds = "down", seconds
+        self.started = threading.Event()
+        self.ended = threading.Event()
+        self._timer = None
+
+    def _start(self) -> None:
+        self.proxy.go_down()
+
+    def _end(self) -> None:
+        self.proxy.come_up()
+        self.ended.set()
+
+
+@contextlib.contextmanager
+def k8s_fault_service(tmp_path: Path, budget: float) -> Iterator[Tuple[K8sTestServer, Any, FaultProxy]]:
+    """The Kubernetes test server behind a fault proxy, and the connector service (call budget ``budget``
+    s) reaching it through a kubeconfig; yields (server, gRPC channel, proxy)."""
+    with K8sTestServer() as server, FaultProxy.before(server.url) as proxy:
+        env = {k: v for k, v in os.environ.items() if k not in SCALER_ENV and not k.startswith("DDLSCALE_")}
+        env.update(
+            KUBECONFIG=str(write_kubeconfig(tmp_path / "kubeconfig", proxy.url)),
+            DDLSCALE_STATE_DIR=str(tmp_path / "connector-state"), DDLSCALE_CONNECTOR_CALL_BUDGET=str(budget),
+            DDLSCALE_CONNECTOR_FRAMEWORK_HOSTS="127.0.0.1", DDLSCALE_FRAMEWORK_READINESS="off",
+        )
+        with serving(env) as channel:
+            yield server, channel, proxy
+
+
+def k8s_scale_node(server: K8sTestServer, name: str, timeout: float) -> Tuple[Any, Any]:
+    """:data:`FAULT_SCALE` on the Kubernetes backend: a new Domino Ray cluster ``ray/<name>`` from 1 to 3
+    workers, with a ``timeout`` of its own."""
+    server.add_cluster("ray", name, replicas=1)
+    template = get_serializable(OrderedDict(), SETTINGS, FAULT_SCALE).template
+    template.custom["cluster"], template.custom["timeout"] = f"ray/{name}", float(timeout)
+    template.custom["backend"] = "kubernetes"
+    ctx = FlyteContextManager.current_context()
+    return template.to_flyte_idl(), TypeEngine.dict_to_literal_map(ctx, {}, {}).to_flyte_idl()

@@ -313,26 +313,59 @@ def test_a_restore_failing_at_its_deadline_says_how_to_keep_waiting(ray_scaler):
     assert "ddlscale status --backend scaler --kind ray --name conn-ray --wait" in message
 
 
-def test_create_gives_a_slow_backend_a_short_bound(ray_scaler):
-    """A scaler service that holds the scale request (here 6 bounds long) makes create raise after its bound,
-    a retryable failure, instead of waiting out the node's timeout."""
-    ray_scaler.inject_faults("delay", count=10, delay=6 * CREATE_TIMEOUT, path="/scale/")
+def test_create_gives_a_slow_backend_a_short_bound_and_leaves_the_scale_to_the_polls(ray_scaler):
+    """A scaler service that holds the scale request (here 6 bounds long) makes create answer after its
+    bound, the scale not sent, instead of failing the node (FlytePropeller would spend a retry on it);
+    the polls send it once the service answers, and the node ends with the outcome of that send."""
+    ray_scaler.inject_faults("delay", count=1, delay=6 * CREATE_TIMEOUT, path="/scale/")
     scale = ScalingConnector(SCALE_TASK_TYPE)
     template, inputs = template_and_inputs(ray_scale)
-    error = refused(scale, template, inputs)
-    assert isinstance(error, BackendUnavailableError) and "within 5 s (the connector's create bound)" in str(error)
+    meta = scale.create(template, "", inputs)
+    assert meta.pending and meta.target == -1 and meta.cluster == RAY and len(meta.encode()) < 4096
     assert ray_scaler.cluster_object("ray", "conn-ray")["spec"]["worker"]["replicas"] == 1
+    resource = poll(scale, ScalingMetadata.decode(meta.encode()))
+    assert resource.phase == TaskExecution.SUCCEEDED, resource.message
+    outcome = resource.outputs["o0"]
+    assert (outcome.previous_workers, outcome.workers) == (1, 3) and outcome.waited
 
 
 def test_create_gives_a_stalled_read_before_a_restore_the_same_bound(k8s):
-    """An API server that answers nothing while the restore reads the baseline: create raises after its
-    bound (nothing was sent, so a retry is safe) instead of waiting on the client's own timeouts."""
+    """An API server that answers nothing while the restore reads the baseline: create answers after its
+    bound (nothing was sent: the restore is left to the polls) instead of waiting on the client's own
+    timeouts; the first poll after the server answers again sends it."""
     restore = ScalingConnector(RESTORE_TASK_TYPE)
     template, inputs = template_and_inputs(k8s_restore)
     with k8s.lock:  # every request waits for it: the server hangs
-        error = refused(restore, template, inputs)
-    assert isinstance(error, BackendUnavailableError) and "the baseline read of ray/c1 within 5 s" in str(error)
-    assert k8s.count("PATCH") == 0
+        meta = restore.create(template, "", inputs)
+        assert meta.pending and k8s.count("PATCH") == 0
+        stalled = restore.get(meta)
+    assert stalled.phase == TaskExecution.RUNNING and "sending the restore again" in stalled.message
+    resource = poll(restore, meta)
+    assert resource.phase == TaskExecution.SUCCEEDED, resource.message
+    assert resource.outputs["o0"].restored == "nothing recorded"
+
+
+def test_a_deferred_change_is_checked_when_the_backend_is_back(ray_scaler):
+    """A cluster the backend does not know, found once the scale is sent by a poll: FAILED with the one line
+    create would have failed with; a malformed deferred change is FAILED naming its field."""
+    ray_scaler.inject_faults("delay", count=1, delay=6 * CREATE_TIMEOUT, path="/cluster/", method="GET")
+    scale = ScalingConnector(SCALE_TASK_TYPE)
+    template, inputs = template_and_inputs(ray_scale)
+    template.custom["cluster"] = "ray/missing"
+    meta = scale.create(template, "", inputs)
+    assert meta.pending
+    resource = poll(scale, meta)
+    ray_scaler.clear_faults()
+    expected = str(refused(scale, template, inputs))
+    assert resource.phase == TaskExecution.FAILED and resource.message == expected
+    assert expected.startswith("[not_found]")
+    for pending, field in (('{"custom": [], "inputs": {}}', "resource_meta.pending.custom"),
+                           ('{"custom": {}, "inputs": {"replicas": 3, "x": 1}}', "resource_meta.pending.inputs.x"),
+                           ("[", "resource_meta.pending")):
+        bad = ScalingMetadata.decode(meta.encode())
+        bad.pending = pending
+        message = scale.get(bad).message
+        assert f"invalid {field}=" in message and "\n" not in message, message
 
 
 def test_a_restart_the_backend_stalls_on_fails_instead_of_being_sent_again(ray_scaler):
@@ -345,6 +378,17 @@ def test_a_restart_the_backend_stalls_on_fails_instead_of_being_sent_again(ray_s
     assert "the head restart may have been sent and is not sent again" in resource.message
     assert resource.message.startswith("[unconfirmed_change] ")  # UnconfirmedChangeError, not a bare ScalingError
     assert restart_patches(ray_scaler) == 1
+
+
+def test_a_restart_meeting_the_backend_down_before_it_is_sent_still_fails_create(ray_scaler):
+    """A head restart is never left to the polls (they must not send one): a service that is down when
+    create comes fails the create (nothing sent, so FlytePropeller's retry may send it), as before."""
+    connector = ScalingConnector(RESTART_TASK_TYPE)
+    template, inputs = template_and_inputs(ray_restart)
+    ray_scaler.stop()
+    error = refused(connector, template, inputs)
+    assert error.code == "backend_unavailable", str(error)
+    assert restart_patches(ray_scaler) == 0
 
 
 def test_a_restart_whose_state_read_stalls_still_answers_within_the_bound(ray_scaler):

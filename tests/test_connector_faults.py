@@ -9,6 +9,13 @@ resolving. Here the faults are short and the clock is scaled down (call
 budget 1 s, call deadline 3 s, resync 0.5 s, faults of 4 s: eight syncs,
 more than FlytePropeller's five failures); ``test_connector_faults_long.py``
 runs them for 60 s on FlytePropeller's own figures.
+
+A backend that is already away when CreateTask comes (the scaler service
+hung or killed, the Kubernetes API server down) must not fail the node
+either: FlytePropeller would count a failed create against the node's
+retries (none by default). Those runs give CreateTask FlytePropeller's own
+deadline (10 s), since the connector's create waits out its own bound
+(5 s) on a hung backend.
 """
 import time
 
@@ -20,12 +27,17 @@ from flyteidl.service.agent_pb2_grpc import AsyncAgentServiceStub
 from google.protobuf import json_format
 
 from flytekitplugins_ddlscale.tasks import ScaleOutcome
-from tests.connector_fault_support import FAULTS, StagedFault, fault_service, scale_node
+from tests.connector_fault_support import (
+    FAULTS, ProxyDown, StagedFault, fault_service, k8s_fault_service, k8s_scale_node, scale_node,
+)
+from tests.propeller_driver import CALL_TIMEOUT as PROPELLER_CALL_TIMEOUT
 from tests.propeller_driver import PropellerDriver, typed_output
 
 pytestmark = pytest.mark.slow
 
 BUDGET, CALL_TIMEOUT, RESYNC, FAULT = 1.0, 3.0, 0.5, 4.0
+BEFORE_CREATE = 7.0
+"""Seconds of a fault that starts before CreateTask: past the create's own bound (5 s)."""
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +78,66 @@ def test_a_fault_outlasting_the_node_ends_it_failed_saying_what_it_waited_for(se
     assert node.failed_calls == [] and node.phase == "FAILED", (node.phase, node.message, node.failed_calls)
     assert "timed out after" in node.message and "did not answer within 1 s" in node.message
     assert "last known: waiting for 3 workers" in node.message and "\n" not in node.message
+
+
+@pytest.mark.parametrize("kind", ("hang", "restart"))
+def test_a_scaler_service_away_before_create_does_not_fail_the_node(service, kind):
+    """CreateTask meets the scaler service hung or killed: it answers (the scale is left to the polls),
+    no call fails, and the node ends SUCCEEDED with its typed outcome once the service is back."""
+    server, channel, hosts = service
+    template, inputs = scale_node(server, f"before-{kind}", timeout=120, pod_delay=1.0)
+    fault = StagedFault(kind, server, hosts, BEFORE_CREATE)
+    fault.begin()
+    try:
+        node = PropellerDriver(channel, resync=RESYNC, call_timeout=PROPELLER_CALL_TIMEOUT).run(
+            template, inputs, "ddlscale_scale", node_timeout=120)
+    finally:
+        fault.close()
+    assert fault.ended.is_set() and node.running_seen > 0
+    assert node.failed_calls == [] and node.phase == "SUCCEEDED", (node.phase, node.message, node.failed_calls)
+    outcome = typed_output(node.outputs, ScaleOutcome)
+    assert isinstance(outcome, ScaleOutcome) and (outcome.previous_workers, outcome.workers) == (1, 3)
+    assert server.cluster_object("ray", f"before-{kind}")["spec"]["worker"]["replicas"] == 3
+
+
+@pytest.mark.parametrize("kind", ("hang", "restart"))
+def test_a_scaler_service_away_from_create_past_the_deadline_fails_saying_the_scale_was_never_sent(service, kind):
+    server, channel, hosts = service
+    template, inputs = scale_node(server, f"never-{kind}", timeout=4, pod_delay=1.0)
+    fault = StagedFault(kind, server, hosts, 60.0)  # ended by close(), once the node has ended
+    fault.begin()
+    try:
+        node = PropellerDriver(channel, resync=RESYNC, call_timeout=PROPELLER_CALL_TIMEOUT).run(
+            template, inputs, "ddlscale_scale", node_timeout=60)
+    finally:
+        fault.close()
+    assert node.failed_calls == [] and node.phase == "FAILED", (node.phase, node.message, node.failed_calls)
+    assert node.message.startswith("failed to run the job: [timeout] ray/never-")
+    assert "the scale was never sent: the backend was unavailable from create" in node.message
+    assert "nothing was left in place" in node.message and "\n" not in node.message
+    if kind == "restart":  # down throughout: nothing reached it (a hung service holds what it got)
+        assert server.count("PATCH", "/never-restart") == 0
+        assert server.cluster_object("ray", "never-restart")["spec"]["worker"]["replicas"] == 1
+
+
+def test_a_kubernetes_api_server_down_before_create_does_not_fail_the_node(tmp_path):
+    """CreateTask meets the Kubernetes API server down (connections refused; the connector has never
+    reached it): no call fails and the node ends SUCCEEDED with its typed outcome once it is back."""
+    with k8s_fault_service(tmp_path, BUDGET) as (server, channel, proxy):
+        server.set_ready_delay(0.5)
+        template, inputs = k8s_scale_node(server, "k8s-before", timeout=120)
+        fault = ProxyDown(proxy, BEFORE_CREATE)
+        fault.begin()
+        try:
+            node = PropellerDriver(channel, resync=RESYNC, call_timeout=PROPELLER_CALL_TIMEOUT).run(
+                template, inputs, "ddlscale_scale", node_timeout=120)
+        finally:
+            fault.close()
+        assert fault.ended.is_set() and node.running_seen > 0
+        assert node.failed_calls == [] and node.phase == "SUCCEEDED", (node.phase, node.message, node.failed_calls)
+        outcome = typed_output(node.outputs, ScaleOutcome)
+        assert (outcome.backend, outcome.previous_workers, outcome.workers) == ("kubernetes", 1, 3)
+        assert server.count("PATCH") >= 1
 
 
 def test_an_abort_calls_delete_task_and_it_answers(service):

@@ -70,8 +70,14 @@ class PollDesk:
     """Answers polls within the call budget: the answer of ``poll``, or RUNNING (FAILED past the node's
     deadline) with the last answer known when the backend is slower than the budget."""
 
-    def __init__(self, poll: Callable[[ScalingMetadata], Poll]) -> None:
+    def __init__(
+        self, poll: Callable[[ScalingMetadata], Poll],
+        unsent: Callable[[ScalingMetadata, str], Optional[Poll]] = lambda meta, why: None,
+    ) -> None:
+        """``unsent(meta, why)`` answers a late poll of a node whose create left its change unsent
+        (:meth:`~.connector_core.ScalingService.unsent_answer`); None for any other node."""
         self._poll = poll
+        self._unsent = unsent
         self._lock = threading.RLock()  # a read done before add_done_callback calls back at once
         self._reading: Dict[bytes, "Future[Poll]"] = {}
         self._last: "OrderedDict[bytes, Poll]" = OrderedDict()
@@ -138,6 +144,9 @@ class PollDesk:
             last = self._last.get(key)
         known = last.message if last is not None else f"nothing read yet from {meta.cluster or 'the backend'}"
         slow = f"the backend did not answer within {budget:g} s (the connector's call budget)"
+        unsent = self._unsent(meta, slow)
+        if unsent is not None:
+            return unsent
         if time.time() >= meta.deadline:
             waited = time.time() - meta.started
             return Poll(FAILED, f"timed out after {waited:.0f}s; {slow}; last known: {known}")

@@ -15,9 +15,19 @@ node type's kind says (``NodeKind.create``, in the node type's module:
 the head restart, ``WaitForCluster`` nothing). It gives the backend at most
 :data:`~.nodes.creating.CREATE_TIMEOUT` seconds to accept the change. Each
 ``poll`` reads the cluster once and decides (what a node awaits, its
-outcome and its failure again from its kind); it never sends a change, so a head restart is sent
-exactly once however often it is called. What a poll waits for stays in the
-metadata, so a restarted connector goes on where it was. Polls read inside
+outcome and its failure again from its kind). What a poll waits for stays in the
+metadata, so a restarted connector goes on where it was.
+
+FlytePropeller turns a failed create into a failure that uses up one of the
+node's own retries (none by default), while API servers and services
+restart for seconds in a run. So a create of a change that is safe to
+repeat (``NodeKind.repeatable``: a scale, a restore, a wait) that meets the
+backend unavailable (:data:`UNAVAILABLE_HERE`) returns a metadata carrying
+the change instead (``pending``), once every check that needs no backend
+passed; each poll sends it again, with all of create's checks, until it
+goes through (this process remembers that it did), and the node's deadline
+ends it FAILED saying it was never sent. A head restart is sent by its
+create only, exactly once: no poll sends one. Polls read inside
 :func:`~flytekitplugins_ddlscale._core.sharing.shared_reads` through backends kept
 open across calls (:data:`POLL_BACKENDS`, which creates send through too), so
 one connector process answers many executions from shared reads.
@@ -32,8 +42,10 @@ endpoint is not ready; the detail goes to the debug log.
 """
 import json
 import logging
+import threading
 import time
-from dataclasses import asdict, dataclass, field
+from collections import OrderedDict
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Dict, Mapping, Optional, Tuple, Type, TypeVar
 
 from .connector_meta import ScalingMetadata
@@ -75,13 +87,22 @@ NOT_READY = "framework endpoint not ready or unreachable"
 RUNNING, SUCCEEDED, FAILED = "RUNNING", "SUCCEEDED", "FAILED"
 """A poll's answers (named like Flyte's task execution phases, which each connector maps them to)."""
 UNAVAILABLE_HERE = (TransientError, NeverReachedError)
-"""What the connector treats as the backend being unavailable for now: a create raises it (Flyte
-sends the create again; what a create sends is safe to repeat, a restart that may have gone out is
-:class:`UnconfirmedChangeError` instead) and a poll reads again until the node's deadline. A backend
+"""What the connector treats as the backend being unavailable for now: a create of a change safe to
+repeat leaves it to the polls, which send it again (a head restart's create raises it when nothing
+was sent, :class:`UnconfirmedChangeError` when it may have gone out), and a poll reads again until
+the node's deadline. A backend
 the connector has not reached since it started counts: the connector is a service whose nodes'
 backends answered before (their creates reached them), so more likely restarting than misaddressed."""
 
+SENT_KEPT = 10_000
+"""Deferred changes whose send this process remembers (the oldest is forgotten first): a poll of one of
+them reads instead of sending again."""
+
 C = TypeVar("C")
+
+
+class _NeverSent(Exception):
+    """A deferred change found unsent at the node's deadline: it is not sent any more."""
 
 
 @dataclass(frozen=True)
@@ -164,6 +185,8 @@ class ScalingService:
         install_redaction()
         self.policy = policy if policy is not None else ConnectorPolicy.from_env()
         self._creation = Creation(self.policy, POLL_BACKENDS)
+        self._sent: "OrderedDict[bytes, ScalingMetadata]" = OrderedDict()
+        self._sent_lock = threading.Lock()
 
     def create(self, task_type: str, custom: Any, values: Mapping[str, Any]) -> ScalingMetadata:
         """Check the node, send its change (without waiting) and return what :meth:`poll` needs.
@@ -173,10 +196,12 @@ class ScalingService:
         node (bad input, a backend, namespace, cluster or head not served, an
         unknown tier...) raises its typed error, whose message is one line,
         before anything is sent: the create itself fails. A backend that is
-        unreachable or does not accept a scale, wait or restore within
-        :data:`~.nodes.creating.CREATE_TIMEOUT` raises
-        :class:`BackendUnavailableError` (safe to repeat: the caller's retry
-        runs it again). A head restart that may have gone out unconfirmed
+        unavailable (:data:`UNAVAILABLE_HERE`: unreachable, or not accepting a
+        scale, wait or restore within :data:`~.nodes.creating.CREATE_TIMEOUT`)
+        does not fail it: the metadata carries the change (``pending``) and the
+        polls send it. A head restart meeting an outage before it was sent
+        raises it, as FlytePropeller's retries would run it again. A head
+        restart that may have gone out unconfirmed
         (:class:`UnconfirmedChangeError`) is not raised: FlytePropeller retries
         a failed create, which would send it again, so it comes back as a
         metadata whose first poll is FAILED (a failure no retry repeats).
@@ -185,11 +210,27 @@ class ScalingService:
         if kind is None:
             raise InvalidInputError("task_type", task_type, ", ".join(NODE_KINDS))
         config = node_config(kind.config, custom)
+        given = kind.given(config, values)
         try:
-            return self._metadata(kind, config, kind.create(self._creation, config, kind.given(config, values)))
+            return self._metadata(kind, config, kind.create(self._creation, config, given))
         except UnconfirmedChangeError as error:
             logger.info("a %s may have been sent unconfirmed: %s", task_type, error)
             return ScalingMetadata.refused(task_type, error)
+        except UNAVAILABLE_HERE as error:
+            if not kind.repeatable:
+                raise
+            logger.info("%s not sent yet, the polls send it: %s", kind.change, error)
+            return self._deferred(kind, config, given)
+
+    def _deferred(self, kind: NodeKind, config: Any, given: Mapping[str, Any]) -> ScalingMetadata:
+        """The metadata of a node whose change ``create`` could not send: the polls send it."""
+        now = time.time()
+        _, ref = self._creation.served(config.backend, given["cluster"])
+        pending = json.dumps({"custom": config.to_custom(), "inputs": dict(given)}, separators=(",", ":"))
+        return ScalingMetadata(
+            task_type=kind.task_type, cluster=str(ref), backend=config.backend or "", target=-1,
+            started=now, deadline=now + config.timeout, outcome="{}", pending=pending,
+        )
 
     @staticmethod
     def _metadata(kind: NodeKind, config: Any, sent: Sent) -> ScalingMetadata:
@@ -206,7 +247,7 @@ class ScalingService:
     def poll(self, meta: ScalingMetadata) -> Poll:
         """One look at the cluster: RUNNING until the node's goal is reached; SUCCEEDED with the typed
         outcome; FAILED at the deadline (after a scale or restore: with what was left in place and
-        the command that undoes it). Sends nothing.
+        the command that undoes it). Sends nothing but a change its create left to the polls.
 
         The metadata comes from the caller, so it is checked as a template is:
         a refused one, a deadline more than :data:`MAX_NODE_TIMEOUT` after the
@@ -215,6 +256,15 @@ class ScalingService:
         """
         if meta.error:
             return Poll(FAILED, meta.error)
+        if meta.pending:
+            try:
+                meta = self._sent_pending(meta)
+            except UNAVAILABLE_HERE as error:
+                return self.unsent_answer(meta, error.message) or Poll(FAILED, str(error))
+            except _NeverSent as late:
+                return self.unsent_answer(meta, str(late)) or Poll(FAILED, str(late))
+            except ScalingError as error:
+                return Poll(FAILED, str(error))
         try:
             return self._poll(meta)
         except UNAVAILABLE_HERE as error:
@@ -224,7 +274,55 @@ class ScalingService:
         except ScalingError as error:
             return Poll(FAILED, str(error))
 
-    def _poll(self, meta: ScalingMetadata) -> Poll:
+    def unsent_answer(self, meta: ScalingMetadata, why: str) -> Optional[Poll]:
+        """The answer for ``meta`` while the change its create left to the polls is still unsent (the
+        backend unavailable: ``why``): RUNNING, sending it again, or FAILED past the node's deadline,
+        saying it was never sent. None when ``meta`` has no such change (or this process sent it)."""
+        kind = NODE_KINDS.get(meta.task_type)
+        if not meta.pending or kind is None:
+            return None
+        with self._sent_lock:
+            if meta.encode() in self._sent:
+                return None
+        if time.time() < meta.deadline:
+            return Poll(RUNNING, f"backend unavailable, sending {kind.change} again: {why}")
+        never = ScalingTimeoutError(
+            f"timed out after {time.time() - meta.started:.0f}s; {kind.change} was never sent: the backend was "
+            f"unavailable from create to the node's deadline ({why}); nothing was left in place",
+            cluster=meta.cluster,
+        )
+        return Poll(FAILED, str(never))
+
+    def _sent_pending(self, meta: ScalingMetadata) -> ScalingMetadata:
+        """The metadata ``create`` would have returned had it sent ``meta``'s deferred change: sent now,
+        with every check ``create`` makes, or earlier by this process (remembered, not sent again).
+        Raises what the send raised; :class:`_NeverSent` past the node's deadline, sending nothing."""
+        key = meta.encode()
+        with self._sent_lock:
+            known = self._sent.get(key)
+        if known is not None:
+            return known
+        kind = self._checked_kind(meta)
+        if not kind.repeatable:
+            raise InvalidInputError(
+                "resource_meta.pending", "<a change>", "'' (a head restart is sent by its create only)"
+            )
+        custom, values = meta.pending_change(kind.inputs)
+        config = node_config(kind.config, custom)
+        if time.time() >= meta.deadline:
+            raise _NeverSent("no send went through before it")
+        sent = self._metadata(kind, config, kind.create(self._creation, config, kind.given(config, values)))
+        sent = replace(sent, started=meta.started, deadline=meta.deadline)
+        logger.info("%s of %s sent after a backend outage", kind.change, meta.cluster)
+        with self._sent_lock:
+            self._sent[key] = sent
+            while len(self._sent) > SENT_KEPT:
+                self._sent.popitem(last=False)
+        return sent
+
+    @staticmethod
+    def _checked_kind(meta: ScalingMetadata) -> NodeKind:
+        """``meta``'s node kind, once its task type and its deadline are checked."""
         kind = NODE_KINDS.get(meta.task_type)
         if kind is None:
             raise InvalidInputError("resource_meta.task_type", meta.task_type, ", ".join(NODE_KINDS))
@@ -232,6 +330,10 @@ class ScalingService:
             raise InvalidInputError(
                 "resource_meta.deadline", meta.deadline, f"at most {MAX_NODE_TIMEOUT:.0f} s after resource_meta.started"
             )
+        return kind
+
+    def _poll(self, meta: ScalingMetadata) -> Poll:
+        kind = self._checked_kind(meta)
         meta.known_outcome()
         if meta.target < 0 and meta.awaits != AWAIT_DESIRED:
             return Poll(SUCCEEDED, outcome=meta.outcome_of())

@@ -11,7 +11,7 @@ import json
 import math
 import time
 from dataclasses import MISSING, dataclass, fields
-from typing import Any, Dict, Type
+from typing import Any, Dict, Sequence, Tuple, Type
 
 from flytekit.extend.backend.base_connector import ResourceMeta
 
@@ -52,6 +52,9 @@ class ScalingMetadata(ResourceMeta):
     """What ``get`` waits for: one of :data:`AWAITS`."""
     restart: str = ""
     """JSON of the head restart ``create`` sent (pod, started_at, head_hw_tier, replaced_uid); '' for none."""
+    pending: str = ""
+    """JSON of the change ``create`` could not send for a backend outage (``{"custom": the node's
+    configuration, "inputs": its inputs}``), which the polls send; '' once ``create`` sent it."""
 
     @classmethod
     def refused(cls, task_type: str, error: ScalingError) -> "ScalingMetadata":
@@ -109,6 +112,23 @@ class ScalingMetadata(ResourceMeta):
             if f.name not in values and f.default is MISSING:
                 raise InvalidInputError(f"resource_meta.outcome.{f.name}", None, "the value create returned (required)")
         return kind(**values)
+
+    def pending_change(self, inputs: Sequence[str]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+        """The configuration and the input values (named in ``inputs``) of the change ``create`` left
+        to the polls, each part checked to be a JSON object of known names (the configuration's own
+        fields are checked when it is built from it)."""
+        known = _json_object("resource_meta.pending", self.pending)
+        parts = []
+        for part in ("custom", "inputs"):
+            value = known.get(part)
+            if not isinstance(value, dict):
+                raise InvalidInputError(f"resource_meta.pending.{part}", type(value).__name__, "a JSON object")
+            parts.append(value)
+        custom, values = parts
+        unknown = sorted(set(values) - set(inputs))
+        if unknown:
+            raise InvalidInputError(f"resource_meta.pending.inputs.{unknown[0]}", values[unknown[0]], ", ".join(inputs))
+        return custom, values
 
     def sent_restart(self) -> RestartResult:
         """The head restart ``create`` sent, as the backend returned it (``final`` is not kept)."""

@@ -67,7 +67,7 @@ class ScalingConnector(AsyncConnector[ScalingMetadata]):
             raise ValueError(f"task_type must be one of {SERVED_TASK_TYPES}, not {task_type!r}")
         self.task_type_name = task_type
         self.service = ScalingService(policy)
-        self._desk = PollDesk(self.service.poll)
+        self._desk = PollDesk(self.service.poll, self.service.unsent_answer)
         self._in_process: Optional[ScalingService] = None
         self._in_process_desk: Optional[PollDesk] = None
 
@@ -77,7 +77,7 @@ class ScalingConnector(AsyncConnector[ScalingMetadata]):
             return self.service
         if self._in_process is None:
             self._in_process = ScalingService(in_process_policy())
-            self._in_process_desk = PollDesk(self._in_process.poll)
+            self._in_process_desk = PollDesk(self._in_process.poll, self._in_process.unsent_answer)
         return self._in_process
 
     def desk(self) -> PollDesk:
@@ -97,9 +97,9 @@ class ScalingConnector(AsyncConnector[ScalingMetadata]):
 
         A refused node (bad input, a backend, namespace, cluster or head not
         served...) fails here with its one-line message naming the field,
-        before anything is sent; so does a backend that does not accept the
-        change in time (:class:`~flytekitplugins_ddlscale.errors.BackendUnavailableError`,
-        safe to repeat). Anything unexpected is logged in full and fails with
+        before anything is sent. A backend that is unavailable leaves a scale,
+        wait or restore to ``get`` (safe to repeat); a head restart meeting one
+        before it is sent fails here (nothing sent). Anything unexpected is logged in full and fails with
         one line (flyte's server answers with the error's text only).
         """
         try:
@@ -112,7 +112,8 @@ class ScalingConnector(AsyncConnector[ScalingMetadata]):
     async def get(self, resource_meta: ScalingMetadata, **kwargs: Any) -> Resource:
         """One look at the cluster: RUNNING, SUCCEEDED with the typed outcome (output ``o0``), or FAILED
         with a one-line message; RUNNING with the last state known when the backend does not answer within
-        the call budget. Log links and custom info say what the UI shows. Sends nothing, never raises."""
+        the call budget. Log links and custom info say what the UI shows. Sends nothing but a change its
+        create could not send (the backend unavailable), never raises."""
         return resource_of(await asyncio.to_thread(self.desk().answer, resource_meta))
 
     async def delete(self, resource_meta: ScalingMetadata, **kwargs: Any) -> None:

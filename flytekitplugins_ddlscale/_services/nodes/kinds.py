@@ -69,6 +69,11 @@ class NodeKind(Generic[C, O]):
     failed: Callable[[Any, ClusterRef, ScalingError, int], ScalingError] = _as_raised
     """A connector poll's error when the node fails waiting for ``target`` workers (a size change's says
     what it left in place and how to undo it)."""
+    change: str = "the change"
+    """What a connector's ``create`` sends, in its messages (``the scale``)."""
+    repeatable: bool = True
+    """Whether what ``create`` sends is safe to send again (it sets a size or reads a state): a create
+    that meets a backend outage then leaves the send to the polls instead of failing the node."""
 
     def interface(self, config: C) -> Dict[str, Tuple[Any, Any]]:
         """The node's Flyte inputs: each input's type (from the configuration) and its default (the configured value)."""

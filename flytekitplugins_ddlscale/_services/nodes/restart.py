@@ -121,5 +121,6 @@ def finish_restart(meta: Any, state: ClusterState, elapsed: float, readiness: Re
 RESTART: NodeKind[RestartConfig, RestartOutcome] = NodeKind(
     "RestartHead", RESTART_TASK_TYPE, RestartConfig, ("cluster", "head_hw_tier"), RestartOutcome, "Head restart",
     restart_line, run_restart, create_restart, finish_restart, goal="waiting for the new head",
+    change="the head restart", repeatable=False,
     cached="a cached restart returns the last run's outcome and restarts nothing",
 )

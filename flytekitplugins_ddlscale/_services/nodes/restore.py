@@ -174,6 +174,6 @@ def finish_restore(meta: Any, state: ClusterState, elapsed: float, readiness: Re
 RESTORE: NodeKind[RestoreConfig, RestoreOutcome] = NodeKind(
     "RestoreCluster", RESTORE_TASK_TYPE, RestoreConfig, ("cluster", "replicas", "worker_hw_tier"), RestoreOutcome,
     "Cluster restore", restore_line, run_restore, create_restore, finish_restore,
-    failed=partial(in_place_failure, restoring=True),
+    failed=partial(in_place_failure, restoring=True), change="the restore",
     cached="a cached restore returns the last run's outcome and leaves the cluster at the size the flow left it",
 )

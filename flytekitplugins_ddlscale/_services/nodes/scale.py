@@ -175,6 +175,6 @@ def finish_scale(meta: Any, state: ClusterState, elapsed: float, readiness: Read
 SCALE: NodeKind[ScaleConfig, ScaleOutcome] = NodeKind(
     "ScaleCluster", SCALE_TASK_TYPE, ScaleConfig, ("cluster", "replicas", "worker_hw_tier", "head_hw_tier"),
     ScaleOutcome, "Cluster scaling", scale_line, run_scale, create_scale, finish_scale,
-    failed=partial(in_place_failure, restoring=False),
+    failed=partial(in_place_failure, restoring=False), change="the scale",
     cached="a cached scale returns the last run's outcome and changes nothing, whatever size the cluster has now",
 )

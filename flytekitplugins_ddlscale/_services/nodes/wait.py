@@ -152,6 +152,7 @@ def finish_wait(meta: Any, state: ClusterState, elapsed: float, readiness: Readi
 WAIT: NodeKind[WaitConfig, ClusterReady] = NodeKind(
     "WaitForCluster", WAIT_TASK_TYPE, WaitConfig, ("cluster", "replicas"), ClusterReady, "Cluster wait", wait_line,
     run_wait, create_wait, finish_wait, changes_cluster=False, awaited=wait_target,
+    change="the wait's first request",
     cached=(
         "a cached wait returns an old ClusterReady without looking at the cluster, which may have lost its "
         "workers since"
