@@ -271,6 +271,14 @@ def test_shipped_example_clusters_are_accepted_and_scale(k8s, backend, manifest,
         api_client.close()
     kind = "kuberay" if group == "ray.io" else "dask-operator"
     ref = ClusterRef(kind, body["metadata"]["name"], namespace)
+    if kind == "dask-operator":  # the operator adds the default worker group after the DaskCluster
+        group_name = f"{ref.name}-default"
+
+        def group_made() -> bool:
+            with k8s.lock:
+                return k8s.lookup("daskworkergroups.kubernetes.dask.org", namespace, group_name) is not None
+
+        k8s.wait_for(group_made, timeout=60, what=f"the operator's DaskWorkerGroup {group_name}")
     assert backend.wait_for_workers(ref, 1, timeout=20).desired_workers == 1
     assert backend.scale(ref, 2, timeout=20).final.ready_workers == 2
     assert backend.restore_baseline(ref, timeout=20).effective == 1
