@@ -5,6 +5,10 @@ Each change is ONE JSON merge patch of the cluster object that carries the
 object's resourceVersion; a 409 re-reads and re-applies (bounded). The
 baseline is recorded in the same patch as the first change, in an annotation
 on the cluster object, so any process can restore it. Waits watch pods.
+Reads that only report a state (a connector's poll, a wait's checks) take the
+cluster object from the shared cache of its kind (:mod:`._informer`) where it
+is at least as new as what this process last wrote or read of it; every read
+a change is built from goes to the server.
 Scale, restart, restore and reconcile ride out an API server outage until
 their timeout, which bounds the whole operation (request and wait).
 """
@@ -51,7 +55,7 @@ from ..._core.waiting import Deadline
 from .._base import BackendCapabilities, Change, ClusterBackend, WorkersWait
 from ._api import Conflict, KubeApi
 from ._client import make_api_client, tier_catalog_from_env
-from ._informer import cached_pods, matches, parse_selector
+from ._informer import WAIT_LINGER, Resource, cached_object, cached_pods, hold, matches, note_version, parse_selector
 from ._podwatch import PodWaiter
 from ._resources import Outcome, ResourceAdapter, adapter_for
 from ._resources.base import mark_idle
@@ -190,12 +194,28 @@ class KubernetesBackend(ClusterBackend):
     def _read(self, ref: ClusterRef, deadline: Optional[Deadline] = None) -> Dict[str, Any]:
         adapter = self._adapter(ref)
         try:
-            return self.api.get_cluster(
+            obj = self.api.get_cluster(
                 adapter.plural, self._ns(ref), adapter.object_name(ref), deadline, adapter.group, adapter.version
             )
         except ClusterNotFoundError:
             adapter.explain_missing(ref, self._ns(ref), self.api, deadline)
             raise
+        note_version(self.api, self._ns(ref), self._resource(ref), adapter.object_name(ref), obj)
+        return obj
+
+    def _resource(self, ref: ClusterRef, plural: Optional[str] = None) -> Resource:
+        adapter = self._adapter(ref)
+        return Resource(plural or adapter.plural, adapter.group, adapter.version)
+
+    def _observed(self, ref: ClusterRef, deadline: Optional[Deadline] = None, linger: Optional[float] = None) -> Dict[str, Any]:
+        """The cluster object for a state report (never for building a patch): the shared cache's copy
+        where it can answer (see :func:`~._informer.cached_object`; started for ``linger`` seconds, by
+        default the shared-reads policy's, else only read when one runs), else the server's."""
+        if linger is None:
+            sharing = current_shared_reads()
+            linger = sharing.linger if sharing is not None else 0.0
+        cached = cached_object(self.api, self._ns(ref), self._resource(ref), self._adapter(ref).object_name(ref), linger)
+        return cached if cached is not None else self._read(ref, deadline)
 
     def _pods(
         self, ref: ClusterRef, role: Optional[str] = None, deadline: Optional[Deadline] = None
@@ -289,6 +309,8 @@ class KubernetesBackend(ClusterBackend):
             patch.setdefault("metadata", {})["resourceVersion"] = obj["metadata"]["resourceVersion"]
             try:
                 after = self.api.patch_cluster(plural, self._ns(ref), name, patch, deadline, adapter.group, adapter.version)
+                # A state read from the cache must not answer from before this write.
+                note_version(self.api, self._ns(ref), self._resource(ref, plural), name, after)
                 return obj, after, True
             except Conflict:
                 conflicts += 1
@@ -388,7 +410,7 @@ class KubernetesBackend(ClusterBackend):
     def _observe(self, ref: ClusterRef) -> ClusterState:
         """Spec and status from the object, workers and head from the pods, bounds from the
         operator's autoscaler where it is another object (the Dask operator's DaskAutoscaler)."""
-        obj = self._read(ref)
+        obj = self._observed(ref)
         state = self._state(ref, obj, self._pods(ref))
         return self._adapter(ref).observe_elsewhere(ref, self._ns(ref), self.api, None, state)
 
@@ -456,14 +478,14 @@ class KubernetesBackend(ClusterBackend):
         (at least :data:`~flytekitplugins_ddlscale._core.waiting.MIN_STATE_READ`); then a timeout waiting for ``what``."""
         left = Deadline(deadline.left_for_state_read())
         with self._until(ref, left, what, {}):
-            return self._state(ref, self._read(ref, left), self._pods(ref, deadline=left))
+            return self._state(ref, self._observed(ref, left), self._pods(ref, deadline=left))
 
     def _observe_for_wait(self, ref: ClusterRef, replicas: int, deadline: Deadline) -> Optional[ClusterState]:
         """The object and its pods at the start of a wait (so an error about it reports the head and
         the workers as they are); None while the API server cannot be read (the wait rides out the
         outage), unless that read already used up the deadline."""
         try:
-            obj = self._read(ref, deadline)
+            obj = self._observed(ref, deadline)
             pods = self._pods(ref, deadline=deadline)
         except TransientError as error:
             if not deadline.expired:
@@ -531,19 +553,32 @@ class KubernetesBackend(ClusterBackend):
             grace=self.failure_grace, watched=is_member, progress=wait.progress, cluster=self._label(ref),
             last=wait.last, explain=lingering,
         )
-        return waiter.run(check)
+        with self._holding(ref):
+            return waiter.run(check)
 
     def _state_with(self, ref: ClusterRef) -> Callable[[Dict[str, Dict[str, Any]], bool, Deadline], ClusterState]:
         """A pod wait's view of ``ref``: the state with the pods it sees, the object read again when the
-        check is ``fresh`` (the waiter's first is, so the object is read within the wait's deadline)."""
+        check is ``fresh`` (the waiter's first is, so the object is read within the wait's deadline), from the
+        shared cache of the cluster's kind where it can answer (each wait holds it, :meth:`_holding`)."""
         read: Dict[str, Dict[str, Any]] = {}
 
         def state_with(pods: Dict[str, Dict[str, Any]], fresh: bool, deadline: Deadline) -> ClusterState:
             if fresh or "obj" not in read:
-                read["obj"] = self._read(ref, deadline)
+                read["obj"] = self._observed(ref, deadline, linger=WAIT_LINGER)
             return self._state(ref, read["obj"], list(pods.values()))
 
         return state_with
+
+    @contextlib.contextmanager
+    def _holding(self, ref: ClusterRef) -> Iterator[None]:
+        """Keep the shared cache of ``ref``'s kind in its namespace for the block (and
+        :data:`~._informer.WAIT_LINGER` seconds after), so a wait's object reads after the first come from it."""
+        held = hold(self.api, self._ns(ref), self._resource(ref))
+        try:
+            yield
+        finally:
+            if held is not None:
+                held.close(WAIT_LINGER)
 
     def _selects(self, ref: ClusterRef, role: str) -> Callable[[Dict[str, Any]], bool]:
         """Whether a pod is one of ``ref``'s ``role`` pods (by its labels)."""
@@ -604,7 +639,7 @@ class KubernetesBackend(ClusterBackend):
         if not restart.replaced_uid:
             raise InvalidInputError("restart.replaced_uid", restart.replaced_uid, "the uid restart_head returned")
         tier = self._resolve(restart.head_hw_tier, ref.kind, "head_hw_tier")
-        obj = self._read(ref)
+        obj = self._observed(ref)
         state = self._state(ref, obj, self._pods(ref))
         heads = self._pods(ref, "head")
         return any(_new_head(p, restart.replaced_uid, tier.id if tier else None) for p in heads), state
@@ -633,7 +668,8 @@ class KubernetesBackend(ClusterBackend):
             what=f"a new Ready {layout_of(ref).head_component} pod on {self._label(ref)}", target=1, timeout=timeout,
             grace=self.failure_grace, watched=fresh_head, progress=progress, cluster=self._label(ref),
         )
-        return waiter.run(check)
+        with self._holding(ref):
+            return waiter.run(check)
 
     def _record_baseline(self, ref: ClusterRef) -> Baseline:
         """Record the size, autoscaling section and tiers in the cluster's annotation, unless recorded."""
