@@ -564,7 +564,10 @@ class KubernetesBackend(ClusterBackend):
 
         def state_with(pods: Dict[str, Dict[str, Any]], fresh: bool, deadline: Deadline) -> ClusterState:
             if fresh or "obj" not in read:
-                read["obj"] = self._observed(ref, deadline, linger=WAIT_LINGER)
+                # At the deadline the server is asked: a timeout reports what it says, or that it did not answer.
+                read["obj"] = self._read(ref, deadline) if deadline.expired else self._observed(
+                    ref, deadline, linger=WAIT_LINGER
+                )
             return self._state(ref, read["obj"], list(pods.values()))
 
         return state_with
