@@ -211,11 +211,13 @@ class KubernetesBackend(ClusterBackend):
         """The cluster object for a state report (never for building a patch): the shared cache's copy
         where it can answer (see :func:`~._informer.cached_object`; started for ``linger`` seconds, by
         default the shared-reads policy's, else only read when one runs), else the server's."""
+        sharing = current_shared_reads()
         if linger is None:
-            sharing = current_shared_reads()
             linger = sharing.linger if sharing is not None else 0.0
         cached = cached_object(self.api, self._ns(ref), self._resource(ref), self._adapter(ref).object_name(ref), linger)
-        return cached if cached is not None else self._read(ref, deadline)
+        if cached is not None:
+            return cached
+        return self._read(ref, deadline if deadline is not None or sharing is None else sharing.deadline())
 
     def _pods(
         self, ref: ClusterRef, role: Optional[str] = None, deadline: Optional[Deadline] = None
@@ -224,6 +226,8 @@ class KubernetesBackend(ClusterBackend):
         the caller asked for shared reads, see :mod:`~flytekitplugins_ddlscale._core.sharing`), else one list."""
         sharing = current_shared_reads()
         linger = sharing.linger if sharing is not None else 0.0
+        if deadline is None and sharing is not None:
+            deadline = sharing.deadline()
         wait = deadline.remaining if deadline is not None else self.request_timeout
         cached = cached_pods(self.api, self._ns(ref), self._selector(ref, role), linger, wait)
         if cached is not None:
