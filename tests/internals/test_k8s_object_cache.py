@@ -98,3 +98,19 @@ def test_a_deleted_cluster_is_read_from_the_server_and_reported_missing(k8s, bac
     with pytest.raises(ClusterNotFoundError, match="not found"):
         backend.get_state(warm)
     assert cluster_reads(k8s, "r") == 1
+
+
+def test_a_role_without_list_on_the_cluster_objects_reads_them_from_the_server(k8s, backend):  # noqa: F811
+    k8s.add_cluster("ray", "r", replicas=1)
+    k8s.forbid("list", "rayclusters")
+    ref = ClusterRef("ray", "r")
+    with shared_reads(linger=60.0):
+        assert backend.get_state(ref).ready_workers == 1
+        k8s.wait_for(lambda: not running_informers(RAY), 10, "the refused informer to stop")
+        states = [backend.get_state(ref) for _ in range(5)]
+    assert {s.ready_workers for s in states} == {1}
+    lists = [r for r in k8s.requests if r.method == "GET" and r.path.endswith("/rayclusters")]
+    assert len(lists) == 1  # refused once; not tried again on every read
+    assert cluster_reads(k8s, "r") >= 6
+    for informer in running_informers(None):
+        informer.stop()
