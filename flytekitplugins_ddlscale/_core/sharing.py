@@ -10,8 +10,9 @@ after the read, and the shared watch of the cluster objects of its kind; the
 scaler backend's shared, paced cluster polls, reusing a read at most
 ``max_age`` seconds old) instead of sending a request of its own, and a read
 that must go to the backend gives up after ``budget`` seconds (a service
-answering within a call budget must not leave reads running past it). Outside it (a CLI command, a task's one-off read), reads go to the
-backend as before, so a short-lived process never starts a watch it would
+answering within a call budget must not leave reads running past it).
+Outside it (a CLI command, a task's one-off read), reads go to the backend
+as before, so a short-lived process never starts a watch it would
 not use again.
 """
 import contextlib

@@ -39,8 +39,10 @@ def test_forty_polls_of_an_execution_use_one_api_client_and_one_connection_each(
     encoded = wait_meta("ray/r2", "kubernetes", 3).encode()  # never reached: every poll answers RUNNING
     opened = server.connections_accepted
     assert connector.get(ScalingMetadata.decode(encoded)).phase == TaskExecution.RUNNING
-    server.wait_for(lambda: len(running_informers(None)) == 2 and all(i.synced.is_set() for i in running_informers(None)),
-                    10, "the shared caches to sync")
+    server.wait_for(
+        lambda: len(running_informers(None)) == 2 and all(i.synced.is_set() for i in running_informers(None)),
+        10, "the shared caches to sync",
+    )
     for _ in range(POLLS - 1):
         assert connector.get(ScalingMetadata.decode(encoded)).phase == TaskExecution.RUNNING
     cluster_reads = [r for r in server.requests if r.method == "GET" and "/rayclusters/" in r.path]

@@ -207,14 +207,17 @@ class KubernetesBackend(ClusterBackend):
         adapter = self._adapter(ref)
         return Resource(plural or adapter.plural, adapter.group, adapter.version)
 
-    def _observed(self, ref: ClusterRef, deadline: Optional[Deadline] = None, linger: Optional[float] = None) -> Dict[str, Any]:
+    def _observed(
+        self, ref: ClusterRef, deadline: Optional[Deadline] = None, linger: Optional[float] = None
+    ) -> Dict[str, Any]:
         """The cluster object for a state report (never for building a patch): the shared cache's copy
         where it can answer (see :func:`~._informer.cached_object`; started for ``linger`` seconds, by
         default the shared-reads policy's, else only read when one runs), else the server's."""
         sharing = current_shared_reads()
         if linger is None:
             linger = sharing.linger if sharing is not None else 0.0
-        cached = cached_object(self.api, self._ns(ref), self._resource(ref), self._adapter(ref).object_name(ref), linger)
+        name = self._adapter(ref).object_name(ref)
+        cached = cached_object(self.api, self._ns(ref), self._resource(ref), name, linger)
         if cached is not None:
             return cached
         return self._read(ref, deadline if deadline is not None or sharing is None else sharing.deadline())

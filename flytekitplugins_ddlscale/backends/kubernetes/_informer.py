@@ -709,7 +709,9 @@ def hold(api: KubeApi, namespace: str, resource: Resource) -> Optional[Subscript
     return _REGISTRY.hold(api, namespace, resource)
 
 
-def cached_object(api: KubeApi, namespace: str, resource: Resource, name: str, linger: float) -> Optional[Dict[str, Any]]:
+def cached_object(
+    api: KubeApi, namespace: str, resource: Resource, name: str, linger: float
+) -> Optional[Dict[str, Any]]:
     """Object ``name`` from the shared cache (its trimmed copy: read it, never patch from it), or None
     when the cache cannot answer (see :meth:`Informer.fresh`): the caller reads the server then, and
     says what it read (:func:`note_version`).
