@@ -27,6 +27,7 @@ design is compared on the test server only.
 """
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -144,6 +145,7 @@ def _client_target(server: Any) -> str:
 def _backend_lane(plan: Plan, tree: Optional[Path], envtest: Any = None) -> Dict[str, Any]:
     with _server(plan, envtest) as server:
         launched = time.time()
+        load_start = os.getloadavg()[0]
         args = (_client_target(server), str(plan.clusters), str(plan.replicas), str(plan.senders))
         cmd = command(tree, "benchmarks.fleet_wait_client", *args) if tree else [
             sys.executable, "-m", "benchmarks.fleet_wait_client", *args]
@@ -158,6 +160,7 @@ def _backend_lane(plan: Plan, tree: Optional[Path], envtest: Any = None) -> Dict
             else:
                 lags.append((call["returned"] - max(moments)) * 1000.0)
         summary = _lane_summary(server, report, failure, lags, errors, time.time() - launched, launched)
+        summary["load_average_1m_start_end"] = [round(load_start, 2), round(os.getloadavg()[0], 2)]
         summary["peak_concurrent_waits"] = (report or {}).get("peak_waits")
         return summary
 
@@ -217,6 +220,7 @@ def _connector_lane(plan: Plan, tree: Optional[Path], workdir: Path, envtest: An
         try:
             warm = child.stdout.readline() if child.stdout else ""
             launched = time.time()
+            load_start = os.getloadavg()[0]
             # The scale requests (no wait) are sent here; the connector process only answers the polls,
             # and only the polls' requests are counted.
             send_errors = _send_scales(server, plan)
@@ -253,6 +257,7 @@ def _connector_lane(plan: Plan, tree: Optional[Path], workdir: Path, envtest: An
             lags.append((done[1] - start) * 1000.0)
         summary = _lane_summary(server, report, failure, lags, errors, time.time() - launched, launched)
         polls = sum(len(e["polls"]) for e in (report or {}).get("executions", []))
+        summary["load_average_1m_start_end"] = [round(load_start, 2), round(os.getloadavg()[0], 2)]
         summary["connector_polls"] = polls
         summary["connections_opened"] = (report or {}).get("connections_opened")
         if polls:
