@@ -4,6 +4,8 @@ own patch is not trusted, a 410 re-lists, a deleted cluster is read from the ser
 Against the Kubernetes test server (real HTTP, watches, 410 Gone, held-back watch events as a lagging
 watch cache shows them); its request log counts what each read sent.
 """
+import dataclasses
+
 import pytest
 from tests.servers.k8s_fixtures import backend, k8s, tiers_file  # noqa: F401 - fixtures
 
@@ -114,3 +116,25 @@ def test_a_role_without_list_on_the_cluster_objects_reads_them_from_the_server(k
     assert cluster_reads(k8s, "r") >= 6
     for informer in running_informers(None):
         informer.stop()
+
+
+@pytest.mark.parametrize("kind", ["ray", "spark", "dask", "mpi", "kuberay", "dask-operator"])
+def test_trimmed_copies_give_the_same_state_as_the_objects(k8s, backend, kind):  # noqa: F811
+    """The cache keeps only what a state is built from: every kind's state from trimmed copies is the same."""
+    from flytekitplugins_ddlscale.backends.kubernetes._informer import PODS, trim
+
+    if kind == "kuberay":
+        k8s.add_kuberay("t")
+    elif kind == "dask-operator":
+        k8s.add_dask_operator("t")
+    else:
+        k8s.add_cluster(kind, "t", replicas=2, autoscaling={"minReplicas": 1, "maxReplicas": 4}
+                        if kind != "mpi" else None, worker_tier="small-k8s", head_tier="small-k8s")
+    ref = ClusterRef(kind, "t")
+    obj, pods = backend._read(ref), backend._pods(ref)
+    resource = backend._resource(ref)
+    trimmed = trim(resource, obj)
+    seen = [dataclasses.replace(backend._state(ref, o, ps), observed_at=None)
+            for o, ps in ((obj, pods), (trimmed, [trim(PODS, p) for p in pods]))]
+    assert seen[0] == seen[1]
+    assert len(repr(trimmed)) < len(repr(obj)) and sum(len(repr(trim(PODS, p))) for p in pods) < len(repr(pods))
