@@ -53,6 +53,10 @@ RSS_LIMIT_MB = 300.0
 NAMESPACES = 1
 RESOURCES = 2
 """The resources waits and polls watch: pods, and the cluster objects of the kind (RayClusters here)."""
+CLIENT_LAG_LIMIT_MS = 20.0
+"""On the real server: a wait's return after the API server accepted the last Ready write (what the client adds)."""
+ANSWER_LAG_LIMIT_MS = 50.0
+"""On the real server: a connector answer's lag counted from the API server's acceptance of the Ready write."""
 REQUESTS_PER_POLL_LIMIT = 0.01
 """API requests per connector poll after every execution's first (the polls are answered from the caches)."""
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -150,7 +154,7 @@ def _backend_lane(plan: Plan, tree: Optional[Path], envtest: Any = None) -> Dict
         cmd = command(tree, "benchmarks.fleet_wait_client", *args) if tree else [
             sys.executable, "-m", "benchmarks.fleet_wait_client", *args]
         report, failure = _run_child(cmd, plan.child_timeout)
-        lags, errors = [], []
+        lags, errors, client_lags = [], [], []
         for call in (report or {}).get("calls", []):
             moments = server.ready_moments(call["cluster"], "worker", since=launched)
             if call["error"]:
@@ -159,7 +163,13 @@ def _backend_lane(plan: Plan, tree: Optional[Path], envtest: Any = None) -> Dict
                 errors.append(f"{call['cluster']}: returned with {len(moments)} new Ready workers")
             else:
                 lags.append((call["returned"] - max(moments)) * 1000.0)
+                if hasattr(server, "accepted_moments"):
+                    accepted = server.accepted_moments(call["cluster"], "worker", since=launched)
+                    client_lags.append((call["returned"] - max(accepted)) * 1000.0)
         summary = _lane_summary(server, report, failure, lags, errors, time.time() - launched, launched)
+        if client_lags:
+            # What the client adds: its return after the API server accepted the last Ready write.
+            summary["client_lag_ms"] = summarize(client_lags, 1)
         summary["load_average_1m_start_end"] = [round(load_start, 2), round(os.getloadavg()[0], 2)]
         summary["peak_concurrent_waits"] = (report or {}).get("peak_waits")
         return summary
@@ -244,18 +254,20 @@ def _connector_lane(plan: Plan, tree: Optional[Path], workdir: Path, envtest: An
             failure = f"connector child failed ({child.returncode}): {err[-1500:]}"
         else:
             report = json.loads(out.strip().splitlines()[-1])
-        lags, errors = [], list(send_errors)
+        lags, errors, client_lags = [], list(send_errors), []
         for execution in (report or {}).get("executions", []):
             moments = server.ready_moments(execution["cluster"], "worker", since=launched)
             if execution["error"] or not moments:
                 errors.append(f"{execution['cluster']}: {execution['error'] or 'no Ready moment'}"[:200])
                 continue
-            ready = max(moments)
-            first_after = next((p for p in execution["polls"] if p[0] >= ready), None)
-            done = next(p for p in execution["polls"] if p[2])
-            start = ready if first_after is None or not first_after[2] else first_after[0]
-            lags.append((done[1] - start) * 1000.0)
+            lags.append(_answer_lag(execution["polls"], max(moments)))
+            if hasattr(server, "accepted_moments"):
+                accepted = server.accepted_moments(execution["cluster"], "worker", since=launched)
+                client_lags.append(_answer_lag(execution["polls"], max(accepted)))
         summary = _lane_summary(server, report, failure, lags, errors, time.time() - launched, launched)
+        if client_lags:
+            # The same answer lag counted from when the API server accepted the last Ready write.
+            summary["client_lag_ms"] = summarize(client_lags, 1)
         polls = sum(len(e["polls"]) for e in (report or {}).get("executions", []))
         summary["load_average_1m_start_end"] = [round(load_start, 2), round(os.getloadavg()[0], 2)]
         summary["connector_polls"] = polls
@@ -268,6 +280,15 @@ def _connector_lane(plan: Plan, tree: Optional[Path], workdir: Path, envtest: An
             summary["after_first_polls"] = {"polls": later, "requests": after}
             summary["requests_per_poll_after_first"] = round(after["total"] / later, 4) if later else None
         return summary
+
+
+def _answer_lag(polls: List[List[float]], ready: float) -> float:
+    """How long after ``ready`` (or after the start of the first poll begun since, if that one already
+    answered SUCCEEDED) the first SUCCEEDED answer returned, in ms: the answer's lag, not the poll interval."""
+    first_after = next((p for p in polls if p[0] >= ready), None)
+    done = next(p for p in polls if p[2])
+    start = ready if first_after is None or not first_after[2] else first_after[0]
+    return (done[1] - start) * 1000.0
 
 
 def _lane_summary(server: Any, report: Optional[Dict[str, Any]], failure: str, lags: List[float], errors: List[str],
@@ -346,6 +367,12 @@ def run(quick: bool = False, out_dir: Path = Path("benchmarks/results"), server:
                                      float(lane["peak_watches_per_resource"]), 1.0, "watches",
                                      detail=f"{lane['peak_open_watches']} in all (limit {watch_limit:.0f}: "
                                             f"namespaces x resources); {lane['requests']['total']} API requests in all"))
+    for name, limit in (("backend_shared", CLIENT_LAG_LIMIT_MS), ("connector_shared", ANSWER_LAG_LIMIT_MS)):
+        client = lanes[name].get("client_lag_ms")
+        if server == "envtest":
+            result.targets.append(Target(
+                f"{name}: lag after the server accepted the Ready write, p95", client["p95"] if client else None,
+                limit, "ms", detail=f"median {client['median']} ms" if client else "not measured"))
     connector = lanes["connector_shared"]
     result.targets.append(Target("connector_shared: API requests per poll after the first",
                                  connector.get("requests_per_poll_after_first"), REQUESTS_PER_POLL_LIMIT, "requests",

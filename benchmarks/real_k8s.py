@@ -169,6 +169,13 @@ class RealK8sServer:
             return sorted(t for t, _, c, comp in self._ready_at.values()
                           if c == cluster and comp == component and t >= since)
 
+    def accepted_moments(self, cluster: str, component: str = "worker", since: float = 0.0) -> List[float]:
+        """When the API server accepted the Ready writes of :meth:`ready_moments` (the kubelet got the answer);
+        a write not yet answered counts from when it was sent."""
+        with self._lock:
+            return sorted(done if done is not None else t for t, done, c, comp in self._ready_at.values()
+                          if c == cluster and comp == component and t >= since)
+
     def ready_moments_all(self, component: str = "worker") -> List[float]:
         """When each pod of ``component`` (any cluster here) was made Ready."""
         with self._lock:
