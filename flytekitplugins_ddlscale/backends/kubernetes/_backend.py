@@ -5,10 +5,11 @@ Each change is ONE JSON merge patch of the cluster object that carries the
 object's resourceVersion; a 409 re-reads and re-applies (bounded). The
 baseline is recorded in the same patch as the first change, in an annotation
 on the cluster object, so any process can restore it. Waits watch pods.
-Reads that only report a state (a connector's poll, a wait's checks) take the
-cluster object from the shared cache of its kind (:mod:`._informer`) where it
-is at least as new as what this process last wrote or read of it; every read
-a change is built from goes to the server.
+Reads that only report a state inside shared reads (a connector's polls) and a
+wait's checks take the cluster object from the shared cache of its kind
+(:mod:`._informer`) where it is at least as new as what this process last
+wrote or read of it; every read a change or a decision is built from goes to
+the server.
 Scale, restart, restore and reconcile ride out an API server outage until
 their timeout, which bounds the whole operation (request and wait).
 """
@@ -210,12 +211,16 @@ class KubernetesBackend(ClusterBackend):
     def _observed(
         self, ref: ClusterRef, deadline: Optional[Deadline] = None, linger: Optional[float] = None
     ) -> Dict[str, Any]:
-        """The cluster object for a state report (never for building a patch): the shared cache's copy
-        where it can answer (see :func:`~._informer.cached_object`; started for ``linger`` seconds, by
-        default the shared-reads policy's, else only read when one runs), else the server's."""
+        """The cluster object for a state report (never for building a patch): inside shared reads (a
+        service's polls) or when a ``linger`` is given (a wait's checks), the shared cache's copy where it
+        can answer (see :func:`~._informer.cached_object`; its informer started and kept ``linger`` seconds,
+        by default the shared-reads policy's), else the server's. Other reads (a command's, a create's: what
+        they decide on) go to the server, and so set the version the cache must reach before it answers."""
         sharing = current_shared_reads()
         if linger is None:
-            linger = sharing.linger if sharing is not None else 0.0
+            if sharing is None:
+                return self._read(ref, deadline)
+            linger = sharing.linger
         name = self._adapter(ref).object_name(ref)
         cached = cached_object(self.api, self._ns(ref), self._resource(ref), name, linger)
         if cached is not None:
@@ -485,14 +490,14 @@ class KubernetesBackend(ClusterBackend):
         (at least :data:`~flytekitplugins_ddlscale._core.waiting.MIN_STATE_READ`); then a timeout waiting for ``what``."""
         left = Deadline(deadline.left_for_state_read())
         with self._until(ref, left, what, {}):
-            return self._state(ref, self._observed(ref, left), self._pods(ref, deadline=left))
+            return self._state(ref, self._read(ref, left), self._pods(ref, deadline=left))
 
     def _observe_for_wait(self, ref: ClusterRef, replicas: int, deadline: Deadline) -> Optional[ClusterState]:
         """The object and its pods at the start of a wait (so an error about it reports the head and
         the workers as they are); None while the API server cannot be read (the wait rides out the
         outage), unless that read already used up the deadline."""
         try:
-            obj = self._observed(ref, deadline)
+            obj = self._read(ref, deadline)
             pods = self._pods(ref, deadline=deadline)
         except TransientError as error:
             if not deadline.expired:
