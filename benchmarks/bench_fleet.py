@@ -27,9 +27,11 @@ design is compared on the test server only.
 """
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,8 +51,14 @@ TITLES = {"test-server": TITLE,
 LAG_LIMIT_MS = 100.0
 RSS_LIMIT_MB = 300.0
 NAMESPACES = 1
-RESOURCES = 1
-"""Pods are the only resource waits watch."""
+RESOURCES = 2
+"""The resources waits and polls watch: pods, and the cluster objects of the kind (RayClusters here)."""
+CLIENT_LAG_LIMIT_MS = 20.0
+"""On the real server: a wait's return after the API server accepted the last Ready write (what the client adds)."""
+ANSWER_LAG_LIMIT_MS = 50.0
+"""On the real server: a connector answer's lag counted from the API server's acceptance of the Ready write."""
+REQUESTS_PER_POLL_LIMIT = 0.01
+"""API requests per connector poll after every execution's first (the polls are answered from the caches)."""
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -104,12 +112,17 @@ def _server(plan: Plan, envtest: Any) -> Iterator[Any]:
         server.close()
 
 
-def _requests(server: Any) -> Dict[str, int]:
-    counts = {"total": 0, "pod_lists": 0, "pod_watches": 0, "cluster_gets": 0, "patches": 0}
-    for r in list(server.requests):
+def _requests(server: Any, skip: int = 0) -> Dict[str, int]:
+    """The client's requests by kind (after the first ``skip``): a GET of one cluster object is a read
+    the caches could not answer; lists and watches of the cluster objects are their informer's."""
+    counts = {"total": 0, "pod_lists": 0, "pod_watches": 0, "cluster_gets": 0, "cluster_lists": 0,
+              "cluster_watches": 0, "patches": 0}
+    for r in list(server.requests)[skip:]:
         counts["total"] += 1
         if r.path.endswith("/pods"):
             counts["pod_watches" if r.query.get("watch") == "true" else "pod_lists"] += 1
+        elif r.method == "GET" and r.path.rstrip("/").endswith("/rayclusters"):
+            counts["cluster_watches" if r.query.get("watch") == "true" else "cluster_lists"] += 1
         elif r.method == "GET":
             counts["cluster_gets"] += 1
         elif r.method == "PATCH":
@@ -136,11 +149,12 @@ def _client_target(server: Any) -> str:
 def _backend_lane(plan: Plan, tree: Optional[Path], envtest: Any = None) -> Dict[str, Any]:
     with _server(plan, envtest) as server:
         launched = time.time()
+        load_start = os.getloadavg()[0]
         args = (_client_target(server), str(plan.clusters), str(plan.replicas), str(plan.senders))
         cmd = command(tree, "benchmarks.fleet_wait_client", *args) if tree else [
             sys.executable, "-m", "benchmarks.fleet_wait_client", *args]
         report, failure = _run_child(cmd, plan.child_timeout)
-        lags, errors = [], []
+        lags, errors, client_lags = [], [], []
         for call in (report or {}).get("calls", []):
             moments = server.ready_moments(call["cluster"], "worker", since=launched)
             if call["error"]:
@@ -149,7 +163,14 @@ def _backend_lane(plan: Plan, tree: Optional[Path], envtest: Any = None) -> Dict
                 errors.append(f"{call['cluster']}: returned with {len(moments)} new Ready workers")
             else:
                 lags.append((call["returned"] - max(moments)) * 1000.0)
+                if hasattr(server, "accepted_moments"):
+                    accepted = server.accepted_moments(call["cluster"], "worker", since=launched)
+                    client_lags.append((call["returned"] - max(accepted)) * 1000.0)
         summary = _lane_summary(server, report, failure, lags, errors, time.time() - launched, launched)
+        if client_lags:
+            # What the client adds: its return after the API server accepted the last Ready write.
+            summary["client_lag_ms"] = summarize(client_lags, 1)
+        summary["load_average_1m_start_end"] = [round(load_start, 2), round(os.getloadavg()[0], 2)]
         summary["peak_concurrent_waits"] = (report or {}).get("peak_waits")
         return summary
 
@@ -190,9 +211,26 @@ def _connector_lane(plan: Plan, tree: Optional[Path], workdir: Path, envtest: An
             sys.executable, "-m", "benchmarks.fleet_connector_client", *args]
         child = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  text=True, cwd=str(REPO_ROOT))
+        errors_out: List[str] = []
+        drain = threading.Thread(target=lambda: errors_out.append(child.stderr.read() if child.stderr else ""),
+                                 daemon=True)
+        drain.start()
+        timed_out = threading.Event()
+
+        def kill() -> None:
+            timed_out.set()
+            child.kill()
+
+        killer = threading.Timer(plan.child_timeout, kill)
+        killer.daemon = True
+        killer.start()
+        first: Optional[Tuple[float, int]] = None
+        """When every execution had made its first poll, and how many requests the server had by then."""
+        out = ""
         try:
             warm = child.stdout.readline() if child.stdout else ""
             launched = time.time()
+            load_start = os.getloadavg()[0]
             # The scale requests (no wait) are sent here; the connector process only answers the polls,
             # and only the polls' requests are counted.
             send_errors = _send_scales(server, plan)
@@ -200,34 +238,57 @@ def _connector_lane(plan: Plan, tree: Optional[Path], workdir: Path, envtest: An
             if child.stdin:
                 child.stdin.write("go\n")
                 child.stdin.flush()
-            out, err = child.communicate(timeout=plan.child_timeout)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.communicate()
-            out, err = "", f"did not finish within {plan.child_timeout:.0f} s"
+            for line in child.stdout if child.stdout else []:
+                if line.startswith("first "):
+                    first = (float(line.split()[1]), len(server.requests))
+                elif line.strip():
+                    out = line
+            child.wait()
+        finally:
+            killer.cancel()
+            drain.join()
+        err = f"did not finish within {plan.child_timeout:.0f} s" if timed_out.is_set() else "".join(errors_out)
         report: Optional[Dict[str, Any]] = None
         failure = ""
         if warm.strip() != "warm" or child.returncode != 0 or not out.strip():
             failure = f"connector child failed ({child.returncode}): {err[-1500:]}"
         else:
             report = json.loads(out.strip().splitlines()[-1])
-        lags, errors = [], list(send_errors)
+        lags, errors, client_lags = [], list(send_errors), []
         for execution in (report or {}).get("executions", []):
             moments = server.ready_moments(execution["cluster"], "worker", since=launched)
             if execution["error"] or not moments:
                 errors.append(f"{execution['cluster']}: {execution['error'] or 'no Ready moment'}"[:200])
                 continue
-            ready = max(moments)
-            first_after = next((p for p in execution["polls"] if p[0] >= ready), None)
-            done = next(p for p in execution["polls"] if p[2])
-            start = ready if first_after is None or not first_after[2] else first_after[0]
-            lags.append((done[1] - start) * 1000.0)
+            lags.append(_answer_lag(execution["polls"], max(moments)))
+            if hasattr(server, "accepted_moments"):
+                accepted = server.accepted_moments(execution["cluster"], "worker", since=launched)
+                client_lags.append(_answer_lag(execution["polls"], max(accepted)))
         summary = _lane_summary(server, report, failure, lags, errors, time.time() - launched, launched)
+        if client_lags:
+            # The same answer lag counted from when the API server accepted the last Ready write.
+            summary["client_lag_ms"] = summarize(client_lags, 1)
         polls = sum(len(e["polls"]) for e in (report or {}).get("executions", []))
+        summary["load_average_1m_start_end"] = [round(load_start, 2), round(os.getloadavg()[0], 2)]
         summary["connector_polls"] = polls
+        summary["connections_opened"] = (report or {}).get("connections_opened")
         if polls:
-            summary["requests_per_poll"] = round(summary["requests"]["total"] / polls, 2)
+            summary["requests_per_poll"] = round(summary["requests"]["total"] / polls, 3)
+        if first is not None:
+            later = sum(1 for e in (report or {}).get("executions", []) for p in e["polls"] if p[0] >= first[0])
+            after = _requests(server, skip=first[1])
+            summary["after_first_polls"] = {"polls": later, "requests": after}
+            summary["requests_per_poll_after_first"] = round(after["total"] / later, 4) if later else None
         return summary
+
+
+def _answer_lag(polls: List[List[float]], ready: float) -> float:
+    """How long after ``ready`` (or after the start of the first poll begun since, if that one already
+    answered SUCCEEDED) the first SUCCEEDED answer returned, in ms: the answer's lag, not the poll interval."""
+    first_after = next((p for p in polls if p[0] >= ready), None)
+    done = next(p for p in polls if p[2])
+    start = ready if first_after is None or not first_after[2] else first_after[0]
+    return (done[1] - start) * 1000.0
 
 
 def _lane_summary(server: Any, report: Optional[Dict[str, Any]], failure: str, lags: List[float], errors: List[str],
@@ -240,6 +301,7 @@ def _lane_summary(server: Any, report: Optional[Dict[str, Any]], failure: str, l
         "lag_ms": summarize(lags, 1) if lags else None,
         "peak_rss_mb": round(report["peak_rss_kb"] / 1024.0, 1) if report else None,
         "peak_open_watches": server.peak_watches,
+        "peak_watches_per_resource": server.peak_watches_per_resource,
         "requests": _requests(server),
         "wall_s": round(seconds, 1),
     }
@@ -301,8 +363,21 @@ def run(quick: bool = False, out_dir: Path = Path("benchmarks/results"), server:
         result.targets.append(Target(f"{name}: detection lag p95", lag["p95"] if lag else None, LAG_LIMIT_MS, "ms",
                                      detail=f"median {lag['median']} ms" if lag else (lane["failure"] or "none completed")))
         result.targets.append(Target(f"{name}: peak RSS", lane["peak_rss_mb"], RSS_LIMIT_MB, "MB"))
-        result.targets.append(Target(f"{name}: open watches (peak)", float(lane["peak_open_watches"]), watch_limit, "watches",
-                                     detail=f"{lane['requests']['total']} API requests in all"))
+        result.targets.append(Target(f"{name}: open watches per resource (peak)",
+                                     float(lane["peak_watches_per_resource"]), 1.0, "watches",
+                                     detail=f"{lane['peak_open_watches']} in all (limit {watch_limit:.0f}: "
+                                            f"namespaces x resources); {lane['requests']['total']} API requests in all"))
+    for name, limit in (("backend_shared", CLIENT_LAG_LIMIT_MS), ("connector_shared", ANSWER_LAG_LIMIT_MS)):
+        client = lanes[name].get("client_lag_ms")
+        if server == "envtest":
+            result.targets.append(Target(
+                f"{name}: lag after the server accepted the Ready write, p95", client["p95"] if client else None,
+                limit, "ms", detail=f"median {client['median']} ms" if client else "not measured"))
+    connector = lanes["connector_shared"]
+    result.targets.append(Target("connector_shared: API requests per poll after the first",
+                                 connector.get("requests_per_poll_after_first"), REQUESTS_PER_POLL_LIMIT, "requests",
+                                 detail=f"{connector.get('after_first_polls')}; connections opened "
+                                        f"{connector.get('connections_opened')}"))
     return result
 
 

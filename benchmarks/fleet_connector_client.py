@@ -5,21 +5,55 @@ warms up as a running connector service is warm (modules imported, one ``get`` a
 ``warm``, and waits for a line on stdin: by then the parent has sent the scale requests of clusters
 ``c000``... Then it polls :meth:`ScalingConnector.get` for one ``ddlscale_wait`` execution per
 cluster, each every ``POLL_S`` seconds (restoring its metadata from bytes each time, as the
-connector service does), and prints one JSON document: per execution, when each poll started and
-returned and what it answered, and this process's peak RSS. The previous design's run uses this
-same harness on the previous plugin code.
+connector service does). When every execution has made its first poll it prints ``first`` and the
+time, so the parent can count the requests of the polls after the first; at the end one JSON
+document: per execution, when each poll started and returned and what it answered, this process's
+peak RSS and the connections its Kubernetes API clients opened (each a TCP and, on https, a TLS
+handshake). The previous design's run uses this same harness on the previous plugin code.
 """
 import json
 import os
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from benchmarks.k8s_scale_client import NAMESPACE, cluster_name, peak_rss_kb
 
 WAIT_TASK_TYPE = "ddlscale_wait"
 """The wait node's task type: a protocol name both designs serve (the module naming it moved between them)."""
+
+
+def connections_opened() -> Optional[int]:
+    """New connections this process's Kubernetes API clients opened (urllib3 counts them per pool): the
+    connector's kept backends and the shared informers' own clients; None where this design has neither."""
+    clients: List[Any] = []
+    try:
+        from flytekitplugins_ddlscale.connector import POLL_BACKENDS
+    except ImportError:  # the previous design kept no backends
+        return None
+    for kept in list(getattr(POLL_BACKENDS, "_kept", {}).values()):
+        api = getattr(kept.backend, "_api", None)
+        if api is not None:
+            clients.append(api.api_client)
+    try:
+        from flytekitplugins_ddlscale.backends.kubernetes._informer import running_informers
+
+        try:
+            informers = running_informers(None)
+        except TypeError:  # a design whose informers are the pods' only
+            informers = running_informers()
+        clients.extend(informer.api.api_client for informer in informers)
+    except (ImportError, AttributeError):  # a design without shared informers, or of another shape
+        pass
+    opened = 0
+    for api_client in clients:
+        pools = api_client.rest_client.pool_manager.pools
+        for key in list(pools.keys()):
+            pool = pools.get(key)
+            opened += getattr(pool, "num_connections", 0) if pool is not None else 0
+    return opened
 
 
 def main(kubeconfig: str, count: int, replicas: int, poll: float, limit: float = 300.0) -> Dict[str, Any]:
@@ -44,6 +78,15 @@ def main(kubeconfig: str, count: int, replicas: int, poll: float, limit: float =
     print("warm", flush=True)
     sys.stdin.readline()
 
+    first_done = threading.Lock()
+    firsts = [0]
+
+    def first_poll_made() -> None:
+        with first_done:
+            firsts[0] += 1
+            if firsts[0] == count:
+                print(f"first {time.time()}", flush=True)
+
     def one(index: int) -> Dict[str, Any]:
         name = cluster_name(index)
         meta = meta_of(name)
@@ -54,9 +97,13 @@ def main(kubeconfig: str, count: int, replicas: int, poll: float, limit: float =
             try:
                 resource = connector.get(ScalingMetadata.decode(meta))
             except Exception as exc:  # reported per execution; the parent counts failures
+                if not polls:
+                    first_poll_made()
                 return {"cluster": name, "polls": polls, "error": repr(exc)}
             done = resource.phase != TaskExecution.RUNNING
             polls.append([began, time.time(), float(done)])
+            if len(polls) == 1:
+                first_poll_made()
             if done:
                 ok = resource.phase == TaskExecution.SUCCEEDED
                 return {"cluster": name, "polls": polls, "error": None if ok else resource.message}
@@ -64,7 +111,8 @@ def main(kubeconfig: str, count: int, replicas: int, poll: float, limit: float =
 
     with ThreadPoolExecutor(max_workers=count, thread_name_prefix="execution") as pool:
         executions = list(pool.map(one, range(count)))
-    return {"executions": executions, "rss_before_kb": rss_before_kb, "peak_rss_kb": peak_rss_kb()}
+    return {"executions": executions, "rss_before_kb": rss_before_kb, "peak_rss_kb": peak_rss_kb(),
+            "connections_opened": connections_opened()}
 
 
 if __name__ == "__main__":

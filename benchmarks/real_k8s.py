@@ -95,7 +95,7 @@ class RealK8sServer:
 
     Offers the test server's benchmark surface: ``add_cluster``,
     ``set_ready_delay``, ``ready_moments``, ``ready_moments_all``,
-    ``clear_log``, ``requests``, ``peak_watches``, ``api_client``, ``url``.
+    ``clear_log``, ``requests``, ``peak_watches``, ``peak_watches_per_resource``, ``api_client``, ``url``.
     """
 
     def __init__(self, envtest: Envtest, namespace: str) -> None:
@@ -169,6 +169,13 @@ class RealK8sServer:
             return sorted(t for t, _, c, comp in self._ready_at.values()
                           if c == cluster and comp == component and t >= since)
 
+    def accepted_moments(self, cluster: str, component: str = "worker", since: float = 0.0) -> List[float]:
+        """When the API server accepted the Ready writes of :meth:`ready_moments` (the kubelet got the answer);
+        a write not yet answered counts from when it was sent."""
+        with self._lock:
+            return sorted(done if done is not None else t for t, done, c, comp in self._ready_at.values()
+                          if c == cluster and comp == component and t >= since)
+
     def ready_moments_all(self, component: str = "worker") -> List[float]:
         """When each pod of ``component`` (any cluster here) was made Ready."""
         with self._lock:
@@ -234,17 +241,27 @@ class RealK8sServer:
     @property
     def peak_watches(self) -> int:
         """The most watches the client had open at once in this namespace."""
+        return self._peak_watches(lambda event: "")
+
+    @property
+    def peak_watches_per_resource(self) -> int:
+        """The most watches the client had open at once on one resource (pods, rayclusters...) of this namespace."""
+        return self._peak_watches(lambda event: str((event.get("objectRef") or {}).get("resource", "")))
+
+    def _peak_watches(self, group: Any) -> int:
         events = sorted((e for e in self._events() if e.get("verb") == "watch"),
                         key=lambda e: (e.get("stageTimestamp", ""), e.get("stage") == "ResponseStarted"))
-        open_now = peak = 0
+        open_now: Dict[str, int] = {}
+        peak = 0
         started = set()
         for event in events:
+            key = group(event)
             if event.get("stage") == "ResponseStarted":
                 started.add(event.get("auditID"))
-                open_now += 1
-                peak = max(peak, open_now)
+                open_now[key] = open_now.get(key, 0) + 1
+                peak = max(peak, open_now[key])
             elif event.get("stage") == "ResponseComplete" and event.get("auditID") in started:
-                open_now -= 1
+                open_now[key] -= 1
         return peak
 
     # -- clients -----------------------------------------------------------

@@ -63,11 +63,16 @@ def _check_counted_from_the_audit_log(doc):
     clusters = bench_fleet.QUICK.clusters
     backend = doc["metrics"]["backend_shared"]
     assert backend["completed"] == clusters and backend["error_count"] == 0
-    # Every wait shares one pod watch; the requests counted are the client's own (one PATCH per cluster;
-    # the kubelet's and the DCO stand-in's writes are not the audited user's).
-    assert backend["peak_open_watches"] == 1 and backend["requests"]["pod_watches"] >= 1
+    # Every wait shares one pod watch and one watch of the cluster objects; the requests counted are the
+    # client's own (one PATCH per cluster; the kubelet's and the DCO stand-in's writes are not the audited user's).
+    assert backend["peak_watches_per_resource"] == 1 and backend["requests"]["pod_watches"] >= 1
     assert backend["requests"]["patches"] == clusters
     assert backend["ready_write_ms"]["n"] >= clusters
+    # Once every execution has polled, the connector answers from its caches: no read of a cluster object
+    # or of pods reaches the API server (its informers' watches may be re-opened).
+    after = doc["metrics"]["connector_shared"]["after_first_polls"]
+    assert after["polls"] > 0
+    assert after["requests"]["cluster_gets"] == 0 and after["requests"]["pod_lists"] == 0, after
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
-"""Many concurrent executions on one connector: their polls share one pod watch (Kubernetes) or one
-cluster poll per cluster (scaler service), and the state they wait for stays in the resource metadata.
+"""Many concurrent executions on one connector: their polls share one watch per resource (Kubernetes: pods
+and cluster objects, so a steady-state poll sends no request) or one cluster poll per cluster (scaler
+service), and the state they wait for stays in the resource metadata.
 
 ``get`` is called as the connector service calls it, 50 executions at once,
 against the protocol-true test servers (the connector opens its backend from
@@ -55,7 +56,13 @@ def clean(monkeypatch):
     return monkeypatch
 
 
-def test_fifty_executions_poll_through_one_pod_watch(clean, tmp_path):
+def stop_informers(server):
+    for informer in running_informers(None):
+        informer.stop()
+    server.wait_for(lambda: not running_informers(None) and server.open_watches == 0, 10, "the watches to close")
+
+
+def test_fifty_executions_poll_through_one_watch_per_resource(clean, tmp_path):
     with K8sTestServer(ready_delay=0.02) as server:
         clean.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "kubeconfig", server.url)))
         clusters = [f"k{i}" for i in range(EXECUTIONS // 2)]
@@ -76,12 +83,43 @@ def test_fifty_executions_poll_through_one_pod_watch(clean, tmp_path):
         pod_reads = [r for r in server.requests if r.path.endswith("/pods") and r.query.get("watch") != "true"]
         # One list of the namespace; every poll's pods came from the shared cache.
         assert [r.query.get("labelSelector") for r in pod_reads] == [None]
-        assert server.peak_watches == 1
+        assert server.peak_watches_per_resource == 1
+        # The cluster objects come from the shared cache once it has listed them: a poll before that reads
+        # the server, none after it does.
         gets = sum(1 for r in server.requests if r.method == "GET" and "/rayclusters/" in r.path)
-        assert gets >= EXECUTIONS  # each poll still reads its cluster object
-        (informer,) = running_informers()
-        informer.stop()
-        server.wait_for(lambda: not running_informers() and server.open_watches == 0, 10, "the watch to close")
+        assert gets <= EXECUTIONS
+        stop_informers(server)
+
+
+def test_a_steady_state_poll_sends_no_request_and_a_deleted_cluster_fails(clean, tmp_path):
+    with K8sTestServer(ready_delay=0.02) as server:
+        clean.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "kubeconfig", server.url)))
+        server.add_cluster("ray", "k", replicas=2, autoscaling={"minReplicas": 2, "maxReplicas": 4})
+        server.set_ready_delay(3600)  # the third worker never gets Ready here: every poll is RUNNING
+        from flytekitplugins_ddlscale.backends.kubernetes import KubernetesBackend
+
+        with KubernetesBackend(kubeconfig=str(tmp_path / "kubeconfig")) as backend:
+            backend.scale(ClusterRef("ray", "k"), 3, wait=False)
+        connector = ScalingConnector(WAIT_TASK_TYPE)
+        encoded = wait_meta("ray/k", "kubernetes", 3).encode()
+        assert connector.get(ScalingMetadata.decode(encoded)).phase == TaskExecution.RUNNING
+        server.wait_for(
+            lambda: len(running_informers(None)) == 2 and all(i.synced.is_set() for i in running_informers(None)),
+            10, "the pod and cluster-object caches to sync",
+        )
+        server.clear_log()
+        for _ in range(20):
+            assert connector.get(ScalingMetadata.decode(encoded)).phase == TaskExecution.RUNNING
+        # Nothing but the informers' own watches (one may open just after its list): no read at all.
+        assert [r for r in server.requests if r.query.get("watch") != "true"] == []
+        # The watch says the cluster is gone: the poll reads the server, which says so.
+        server.commit("rayclusters", "domino-compute", None, "k", "DELETED")
+        (objects,) = [i for i in running_informers(None) if i.resource.plural == "rayclusters"]
+        server.wait_for(lambda: objects.fresh("k") is None, 10, "the watch to report the deletion")
+        resource = connector.get(ScalingMetadata.decode(encoded))
+        assert resource.phase == TaskExecution.FAILED and "not found" in resource.message, resource.message
+        assert [r.method for r in server.requests if "/rayclusters/k" in r.path] == ["GET"]
+        stop_informers(server)
 
 
 def test_fifty_executions_on_the_scaler_share_cluster_polls(clean, scaler_server):

@@ -50,7 +50,8 @@ def test_wait_survives_dropped_watches(k8s, backend):  # noqa: F811
     assert "error" not in outcome, outcome.get("error")
     assert outcome["value"].final.ready_workers == 3
     assert dropped >= 3
-    assert _pod_lists(k8s, watch=True) >= dropped
+    # Every cut watch (of the pods, or of the cluster objects the wait's state reads come from) came back.
+    assert sum(1 for r in k8s.requests if r.query.get("watch") == "true") >= dropped
 
 
 def test_wait_relists_after_410_gone(k8s, backend):  # noqa: F811

@@ -6,16 +6,21 @@ interval, 30 s by default, so a thousand executions are dozens of reads a
 second). Inside :func:`shared_reads`, a
 backend may answer a read from what it shares with every other wait in the
 process (the Kubernetes backend's pod informer, kept ``linger`` seconds
-after the read; the scaler backend's shared, paced cluster polls, reusing a
-read at most ``max_age`` seconds old) instead of sending a request of its
-own. Outside it (a CLI command, a task's one-off read), reads go to the
-backend as before, so a short-lived process never starts a watch it would
+after the read, and the shared watch of the cluster objects of its kind; the
+scaler backend's shared, paced cluster polls, reusing a read at most
+``max_age`` seconds old) instead of sending a request of its own, and a read
+that must go to the backend gives up after ``budget`` seconds (a service
+answering within a call budget must not leave reads running past it).
+Outside it (a CLI command, a task's one-off read), reads go to the backend
+as before, so a short-lived process never starts a watch it would
 not use again.
 """
 import contextlib
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Iterator, Optional
+
+from .waiting import Deadline
 
 
 @dataclass(frozen=True)
@@ -26,15 +31,23 @@ class SharedReads:
     """Seconds a shared watch started for the read is kept after it."""
     max_age: float
     """Age (seconds) of a shared poll result a read may reuse."""
+    budget: Optional[float] = None
+    """Seconds a read that goes to the backend may take, riding out an outage meanwhile (then it raises
+    a :class:`~flytekitplugins_ddlscale.errors.TransientError`); None: the backend's own timeouts."""
+
+    def deadline(self) -> Optional[Deadline]:
+        """A deadline of :attr:`budget` seconds from now, or None without a budget."""
+        return Deadline(self.budget) if self.budget is not None else None
 
 
 _CURRENT: ContextVar[Optional[SharedReads]] = ContextVar("ddlscale_shared_reads", default=None)
 
 
 @contextlib.contextmanager
-def shared_reads(linger: float = 60.0, max_age: float = 1.0) -> Iterator[SharedReads]:
-    """Within the block, backend reads may be served by the process's shared watches and polls."""
-    policy = SharedReads(linger, max_age)
+def shared_reads(linger: float = 60.0, max_age: float = 1.0, budget: Optional[float] = None) -> Iterator[SharedReads]:
+    """Within the block, backend reads may be served by the process's shared watches and polls (and
+    those sent give up after ``budget`` seconds)."""
+    policy = SharedReads(linger, max_age, budget)
     token = _CURRENT.set(policy)
     try:
         yield policy

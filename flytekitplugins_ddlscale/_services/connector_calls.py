@@ -7,10 +7,11 @@ passes ``maxSystemFailures`` (5 by default): a backend outage longer than a
 few resyncs would otherwise end nodes as "given up" whatever their own
 timeout says. So a poll that has not answered within the call budget
 (``$DDLSCALE_CONNECTOR_CALL_BUDGET``, 7 s by default) is answered RUNNING
-with the last state this process knows, while the read goes on; the
+with the last state this process knows; the read itself gives up at the
+same budget (``shared_reads(budget=...)`` in ``connector_core``), and the
 node's own deadline still ends it, FAILED with what it waited for. One
 read per execution is in flight at a time, so a hung backend holds one
-thread per node, not one per resync.
+thread per node, not one per resync, and not past the budget.
 
 Anything unexpected (a bug, an exception type no backend maps) becomes a
 FAILED answer, or a refused create, with one line; the traceback goes to

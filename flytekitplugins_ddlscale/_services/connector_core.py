@@ -80,7 +80,10 @@ SHARED_LINGER = 60.0
 """Seconds the shared pod watch of a namespace outlives the last ``get`` that read it: executions in the
 same namespace poll within a resync interval of each other, so a busy namespace keeps one watch."""
 SHARED_MAX_AGE = 1.0
-"""Age (seconds) of a scaler-service cluster read that may answer another execution's ``get``."""
+"""Age (seconds) of a scaler-service cluster read that may answer another execution's ``get``: the
+polls of one cluster from many executions send one request a second at most. A read that goes to
+the backend gives up after the call budget (``$DDLSCALE_CONNECTOR_CALL_BUDGET``), so no ``get``
+leaves a read running past the answer it owes."""
 NOT_READY = "framework endpoint not ready or unreachable"
 """All a caller learns of a failed framework read: refused, 404 and timeout look alike from outside
 (details go to the connector's debug log), so a template cannot map what listens where."""
@@ -339,7 +342,8 @@ class ScalingService:
             return Poll(SUCCEEDED, outcome=meta.outcome_of())
         restart = meta.sent_restart() if meta.awaits == AWAIT_HEAD else None
         backend_name, ref = self._creation.served(meta.backend or None, meta.cluster)
-        with POLL_BACKENDS.backend(backend_name) as backend, shared_reads(SHARED_LINGER, SHARED_MAX_AGE):
+        budget = float(settings.CONNECTOR_CALL_BUDGET.value())
+        with POLL_BACKENDS.backend(backend_name) as backend, shared_reads(SHARED_LINGER, SHARED_MAX_AGE, budget):
             self._creation.check_opened(backend, ref, meta.framework_url)
             try:
                 if restart is not None:

@@ -3,6 +3,7 @@ Kubernetes test server: polls share one API client and its connections, a change
 backend of its own, and backends are closed only when idle and out of room.
 """
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from flyteidl.core.execution_pb2 import TaskExecution
@@ -29,20 +30,26 @@ def server(tmp_path, monkeypatch):
         server.add_cluster("ray", "r2", replicas=3, autoscaling={"minReplicas": 1, "maxReplicas": 4}, wait_ready=False)
         monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "kubeconfig", server.url)))
         yield server
-        for informer in running_informers():
+        for informer in running_informers(None):
             informer.stop()
 
 
-def test_forty_polls_of_an_execution_use_one_api_client_and_one_connection(server, monkeypatch):
+def test_forty_polls_of_an_execution_use_one_api_client_and_one_connection_each(server, monkeypatch):
     connector = ScalingConnector(WAIT_TASK_TYPE)
     encoded = wait_meta("ray/r2", "kubernetes", 3).encode()  # never reached: every poll answers RUNNING
     opened = server.connections_accepted
-    for _ in range(POLLS):
+    assert connector.get(ScalingMetadata.decode(encoded)).phase == TaskExecution.RUNNING
+    server.wait_for(
+        lambda: len(running_informers(None)) == 2 and all(i.synced.is_set() for i in running_informers(None)),
+        10, "the shared caches to sync",
+    )
+    for _ in range(POLLS - 1):
         assert connector.get(ScalingMetadata.decode(encoded)).phase == TaskExecution.RUNNING
     cluster_reads = [r for r in server.requests if r.method == "GET" and "/rayclusters/" in r.path]
-    assert len(cluster_reads) >= POLLS
-    # The kept backend's connection, plus the shared pod informer's own client.
-    assert server.connections_accepted - opened <= 2
+    # At most the first poll reads the server (before the shared cache of cluster objects has listed them).
+    assert len(cluster_reads) <= 1
+    # The kept backend's connection, plus the shared informers' own clients (pods, cluster objects).
+    assert server.connections_accepted - opened <= 3
     assert len(POLL_BACKENDS) == 1
     # Another environment (here: an owner for new claims) configures another backend.
     monkeypatch.setenv("DDLSCALE_OWNER", "someone-else")
@@ -107,4 +114,24 @@ def test_a_kept_backend_whose_kubeconfig_is_missing_fails_the_poll_then_loads_it
     write_kubeconfig(later, server.url)
     assert _poll_once(pool) is _poll_once(pool)
     assert len(pool) == 1
+    pool.close()
+
+
+def test_concurrent_server_reads_reuse_their_connections(server, monkeypatch):
+    """Forty threads reading at once through one kept backend (no shared cache: every read is a request)
+    open at most one connection each; a pool smaller than the threads would close and reopen them."""
+    pool = BackendPool()
+    threads, reads = 40, 10
+    with pool.backend("kubernetes") as backend:
+        opened = server.connections_accepted
+
+        def read(_):
+            for _ in range(reads):
+                backend.get_state(ClusterRef("ray", "r1"))
+
+        with ThreadPoolExecutor(threads) as workers:
+            list(workers.map(read, range(threads)))
+    gets = [r for r in server.requests if r.method == "GET" and "/rayclusters/r1" in r.path]
+    assert len(gets) >= threads * reads
+    assert server.connections_accepted - opened <= threads
     pool.close()

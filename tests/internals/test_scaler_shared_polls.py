@@ -12,7 +12,7 @@ from flytekitplugins_ddlscale import ClusterRef, InvalidInputError
 from flytekitplugins_ddlscale.backends.scaler import ScalerServiceBackend
 from flytekitplugins_ddlscale._core.settings import SCALER_MAX_RPS
 from flytekitplugins_ddlscale.backends.scaler._polls import PollPacer, SharedPolls, max_rps_from
-from flytekitplugins_ddlscale.errors import BackendUnavailableError, ClusterNotFoundError, ScalingError
+from flytekitplugins_ddlscale.errors import BackendUnavailableError, ClusterNotFoundError, ScalingError, TransientError
 from flytekitplugins_ddlscale._core.sharing import shared_reads
 from flytekitplugins_ddlscale._core.waiting import Backoff, Deadline
 from tests.servers.scaler_server import DEFAULT_API_KEY
@@ -20,8 +20,9 @@ from tests.servers.scaler_server import DEFAULT_API_KEY
 
 def make(server, tmp_path, **options):
     options.setdefault("poll_backoff", Backoff(initial=0.05, factor=1.5, cap=0.2))
+    options.setdefault("timeout", 5.0)
     return ScalerServiceBackend(
-        server.url, api_key=DEFAULT_API_KEY, state_dir=tmp_path / "state", timeout=5.0,
+        server.url, api_key=DEFAULT_API_KEY, state_dir=tmp_path / "state",
         retry_backoff=Backoff(initial=0.01, factor=2.0, cap=0.05), env={}, **options,
     )
 
@@ -225,3 +226,30 @@ def test_a_cluster_missing_from_the_list_gets_its_own_error(scaler_server, tmp_p
     assert "m3" in str(caught.value)
     assert any("/list/" in r.path for r in scaler_server.requests)
     assert any(r.path.endswith("/cluster/rayclusters/m3") for r in scaler_server.requests)
+
+
+def test_shared_status_reads_give_up_at_their_budget_while_the_service_hangs(scaler_server, tmp_path):
+    """A connector's reads (shared reads with the call budget) of a hung service end at the budget, the
+    read leading the shared poll and those joining it alike, though each request may take a minute."""
+    scaler_server.add_cluster("ray", "hung", replicas=1, max_replicas=4)
+    with make(scaler_server, tmp_path, timeout=60.0) as backend:
+        scaler_server.hang()
+        outcomes = []
+
+        def status():
+            try:
+                with shared_reads(max_age=1.0, budget=0.3):
+                    outcomes.append(backend.get_state(ClusterRef("ray", "hung")))
+            except ScalingError as error:
+                outcomes.append(error)
+
+        threads = [threading.Thread(target=status) for _ in range(5)]
+        try:
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(30)  # a guard against hanging the suite; the budget ends them long before
+            assert not any(thread.is_alive() for thread in threads)
+        finally:
+            scaler_server.resume()
+        assert len(outcomes) == 5 and all(isinstance(o, TransientError) for o in outcomes), outcomes

@@ -589,7 +589,9 @@ def test_k8s_403_for_seconds_after_an_outage_is_ridden_out(k8s_server, kproxy, k
 
     def restart_with_cold_authorization() -> None:
         kproxy.go_down()
-        k8s_server.forbid("get", "rayclusters")
+        # Cold authorization refuses every verb the backend uses (the wait watches the cluster objects too).
+        for verb in ("get", "list", "watch"):
+            k8s_server.forbid(verb, "rayclusters")
         k8s_server.forbid("list", "pods")
         k8s_server.forbid("watch", "pods")
         time.sleep(1.0)

@@ -197,11 +197,16 @@ class K8sTestServer:
         self._lost_answers: Dict[str, int] = {}
         self._watches: Set[_Watch] = set()
         self.peak_watches = 0
+        self.peak_watches_per_resource = 0
+        """The most watch connections open at once on one (namespace, resource) since the start (or
+        :meth:`clear_log`): a shared informer keeps one per namespace and resource it reads."""
         """The most watch connections open at once since the start (or :meth:`clear_log`)."""
         self._connections: Set[Any] = set()
         self.connections_accepted = 0
         """TCP connections clients opened since the start (kept-alive connections count once)."""
         self._closing = False
+        self._held: Set[str] = set()
+        """Resources whose watch events are held back (a lagging watch cache): see :meth:`hold_events`."""
         self.operator = SimulatedOperator(
             self, ready_delay=ready_delay, terminate_delay=terminate_delay, hpa_window=hpa_window
         )
@@ -540,6 +545,18 @@ class K8sTestServer:
                 _shutdown(watch.connection)
         return len(watches)
 
+    def hold_events(self, resource: str) -> None:
+        """Hold back watch events of ``resource`` (``rayclusters``...) until :meth:`release_events`, as a
+        lagging watch cache does: reads and writes are answered, watchers hear nothing new meanwhile."""
+        with self.changed:
+            self._held.add(resource)
+
+    def release_events(self, resource: str) -> None:
+        """Deliver the held events of ``resource`` and every later one."""
+        with self.changed:
+            self._held.discard(resource)
+            self.changed.notify_all()
+
     def compact(self) -> None:
         """Forget watch history: watches from any earlier resourceVersion get 410 Gone."""
         with self.changed:
@@ -563,6 +580,18 @@ class K8sTestServer:
         with self.lock:
             self.requests.clear()
             self.peak_watches = len(self._watches)
+            self.peak_watches_per_resource = self._most_watches_on_one_resource()
+
+    def _most_watches_on_one_resource(self) -> int:
+        per: Dict[Tuple[str, str], int] = {}
+        for watch in self._watches:
+            per[(watch.namespace, watch.resource)] = per.get((watch.namespace, watch.resource), 0) + 1
+        return max(per.values(), default=0)
+
+    def open_watches_of(self, resource: str) -> int:
+        """Watch connections open now on ``resource`` (``pods``, ``rayclusters``...)."""
+        with self.lock:
+            return sum(1 for watch in self._watches if watch.resource == resource)
 
     @property
     def open_watches(self) -> int:
@@ -772,6 +801,12 @@ class K8sTestServer:
             while True:
                 if watch.dropped or self._closing or _peer_closed(watch.connection):
                     return [], True, since
+                if watch.resource in self._held:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return [], True, since
+                    self.changed.wait(min(remaining, 0.2))
+                    continue
                 events = []
                 for event in reversed(self._events):
                     if event.rv <= since:
@@ -991,6 +1026,7 @@ class _Handler(BaseHTTPRequestHandler):
         with api.lock:
             api._watches.add(watch)
             api.peak_watches = max(api.peak_watches, len(api._watches))
+            api.peak_watches_per_resource = max(api.peak_watches_per_resource, api._most_watches_on_one_resource())
             start = query.get("resourceVersion")
             if not start or start == "0":
                 since = api.resource_version

@@ -184,6 +184,21 @@ class KubeApi:
 
         return self._call("list", "pods", None, namespace, call, deadline)
 
+    def list_objects(
+        self, plural: str, namespace: str, group: str, version: str, deadline: Optional[Deadline] = None
+    ) -> Tuple[List[Dict[str, Any]], str]:
+        """Every custom object of ``plural`` in ``namespace`` as dicts, and the list's resourceVersion
+        (what a watch starts from); attempts end by ``deadline``."""
+
+        def call(timeout: float) -> Tuple[List[Dict[str, Any]], str]:
+            response = self.custom.list_namespaced_custom_object(
+                group, version, namespace, plural, _preload_content=False, _request_timeout=timeout,
+            )
+            data = json.loads(response.data)
+            return data.get("items") or [], str(data["metadata"]["resourceVersion"])
+
+        return self._call("list", plural, None, namespace, call, deadline)
+
     def watch_pods(
         self, namespace: str, selector: str, resource_version: str, seconds: float,
         on_open: Optional[Callable[[Any], None]] = None,
@@ -199,21 +214,41 @@ class KubeApi:
         thread can end it early (``response.shutdown()``); ``stopped()`` then says so, and the
         watch ends quietly: a stream this process ended is no sign of a restarting server.
         """
+        return self._watch("pods", namespace, seconds, on_open, stopped, lambda timeouts: self.core.list_namespaced_pod(
+            namespace, label_selector=selector, watch=True, resource_version=resource_version,
+            timeout_seconds=max(1, math.ceil(seconds)), allow_watch_bookmarks=True, _preload_content=False,
+            _request_timeout=timeouts,
+        ))
+
+    def watch_objects(
+        self, plural: str, namespace: str, group: str, version: str, resource_version: str, seconds: float,
+        on_open: Optional[Callable[[Any], None]] = None,
+        stopped: Optional[Callable[[], bool]] = None,
+    ) -> Iterator[Dict[str, Any]]:
+        """Events of the custom objects of ``plural`` in ``namespace``, as :meth:`watch_pods` gives pods'."""
+        return self._watch(plural, namespace, seconds, on_open, stopped, lambda timeouts: (
+            self.custom.list_namespaced_custom_object(
+                group, version, namespace, plural, watch=True, resource_version=resource_version,
+                timeout_seconds=max(1, math.ceil(seconds)), allow_watch_bookmarks=True, _preload_content=False,
+                _request_timeout=timeouts,
+            )
+        ))
+
+    def _watch(
+        self, resource: str, namespace: str, seconds: float, on_open: Optional[Callable[[Any], None]],
+        stopped: Optional[Callable[[], bool]], open_stream: Callable[[Tuple[float, float]], Any],
+    ) -> Iterator[Dict[str, Any]]:
         from kubernetes.watch.watch import iter_resp_lines
         from urllib3.exceptions import ReadTimeoutError
 
         try:
             # One attempt: the caller re-reads between watches, riding out an outage there.
             response = send(
-                lambda: self.core.list_namespaced_pod(
-                    namespace, label_selector=selector, watch=True, resource_version=resource_version,
-                    timeout_seconds=max(1, math.ceil(seconds)), allow_watch_bookmarks=True, _preload_content=False,
-                    _request_timeout=(min(self.request_timeout, max(0.05, seconds)), max(0.05, seconds)),
-                ),
-                tracker=self.outage, what="watch pods", rule=None,
+                lambda: open_stream((min(self.request_timeout, max(0.05, seconds)), max(0.05, seconds))),
+                tracker=self.outage, what=f"watch {resource}", rule=None,
             )
         except Exception as exc:  # noqa: BLE001 - translated
-            raise translate(exc, "watch", "pods", None, namespace) from None
+            raise translate(exc, "watch", resource, None, namespace) from None
         try:
             if on_open is not None:
                 on_open(response)
@@ -224,9 +259,9 @@ class KubeApi:
                 if event.get("type") == "ERROR":
                     status = event.get("object") or {}
                     if status.get("code") == 410:
-                        raise WatchExpired(f"watch pods: {status.get('message')}", status_code=410)
+                        raise WatchExpired(f"watch {resource}: {status.get('message')}", status_code=410)
                     raise BackendUnavailableError(
-                        f"watch pods in namespace {namespace!r} failed: {status.get('message')}",
+                        f"watch {resource} in namespace {namespace!r} failed: {status.get('message')}",
                         status_code=status.get("code"),
                     )
                 yield event
@@ -241,7 +276,7 @@ class KubeApi:
             # that comes back is then ridden out, even if no connection was refused in between.
             self.outage.interrupted()
             raise BackendUnavailableError(
-                f"watch of pods in namespace {namespace!r} broke: {type(exc).__name__}"
+                f"watch of {resource} in namespace {namespace!r} broke: {type(exc).__name__}"
             ) from None
         finally:
             # Close rather than return a half-read stream to the pool.

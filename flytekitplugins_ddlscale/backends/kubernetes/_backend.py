@@ -5,6 +5,11 @@ Each change is ONE JSON merge patch of the cluster object that carries the
 object's resourceVersion; a 409 re-reads and re-applies (bounded). The
 baseline is recorded in the same patch as the first change, in an annotation
 on the cluster object, so any process can restore it. Waits watch pods.
+Reads that only report a state inside shared reads (a connector's polls) and a
+wait's checks take the cluster object from the shared cache of its kind
+(:mod:`._informer`) where it is at least as new as what this process last
+wrote or read of it; every read a change or a decision is built from goes to
+the server.
 Scale, restart, restore and reconcile ride out an API server outage until
 their timeout, which bounds the whole operation (request and wait).
 """
@@ -51,7 +56,7 @@ from ..._core.waiting import Deadline
 from .._base import BackendCapabilities, Change, ClusterBackend, WorkersWait
 from ._api import Conflict, KubeApi
 from ._client import make_api_client, tier_catalog_from_env
-from ._informer import cached_pods, matches, parse_selector
+from ._informer import WAIT_LINGER, Resource, cached_object, cached_pods, hold, matches, note_version, parse_selector
 from ._podwatch import PodWaiter
 from ._resources import Outcome, ResourceAdapter, adapter_for
 from ._resources.base import mark_idle
@@ -190,12 +195,37 @@ class KubernetesBackend(ClusterBackend):
     def _read(self, ref: ClusterRef, deadline: Optional[Deadline] = None) -> Dict[str, Any]:
         adapter = self._adapter(ref)
         try:
-            return self.api.get_cluster(
+            obj = self.api.get_cluster(
                 adapter.plural, self._ns(ref), adapter.object_name(ref), deadline, adapter.group, adapter.version
             )
         except ClusterNotFoundError:
             adapter.explain_missing(ref, self._ns(ref), self.api, deadline)
             raise
+        note_version(self.api, self._ns(ref), self._resource(ref), adapter.object_name(ref), obj)
+        return obj
+
+    def _resource(self, ref: ClusterRef, plural: Optional[str] = None) -> Resource:
+        adapter = self._adapter(ref)
+        return Resource(plural or adapter.plural, adapter.group, adapter.version)
+
+    def _observed(
+        self, ref: ClusterRef, deadline: Optional[Deadline] = None, linger: Optional[float] = None
+    ) -> Dict[str, Any]:
+        """The cluster object for a state report (never for building a patch): inside shared reads (a
+        service's polls) or when a ``linger`` is given (a wait's checks), the shared cache's copy where it
+        can answer (see :func:`~._informer.cached_object`; its informer started and kept ``linger`` seconds,
+        by default the shared-reads policy's), else the server's. Other reads (a command's, a create's: what
+        they decide on) go to the server, and so set the version the cache must reach before it answers."""
+        sharing = current_shared_reads()
+        if linger is None:
+            if sharing is None:
+                return self._read(ref, deadline)
+            linger = sharing.linger
+        name = self._adapter(ref).object_name(ref)
+        cached = cached_object(self.api, self._ns(ref), self._resource(ref), name, linger)
+        if cached is not None:
+            return cached
+        return self._read(ref, deadline if deadline is not None or sharing is None else sharing.deadline())
 
     def _pods(
         self, ref: ClusterRef, role: Optional[str] = None, deadline: Optional[Deadline] = None
@@ -204,6 +234,8 @@ class KubernetesBackend(ClusterBackend):
         the caller asked for shared reads, see :mod:`~flytekitplugins_ddlscale._core.sharing`), else one list."""
         sharing = current_shared_reads()
         linger = sharing.linger if sharing is not None else 0.0
+        if deadline is None and sharing is not None:
+            deadline = sharing.deadline()
         wait = deadline.remaining if deadline is not None else self.request_timeout
         cached = cached_pods(self.api, self._ns(ref), self._selector(ref, role), linger, wait)
         if cached is not None:
@@ -289,6 +321,8 @@ class KubernetesBackend(ClusterBackend):
             patch.setdefault("metadata", {})["resourceVersion"] = obj["metadata"]["resourceVersion"]
             try:
                 after = self.api.patch_cluster(plural, self._ns(ref), name, patch, deadline, adapter.group, adapter.version)
+                # A state read from the cache must not answer from before this write.
+                note_version(self.api, self._ns(ref), self._resource(ref, plural), name, after)
                 return obj, after, True
             except Conflict:
                 conflicts += 1
@@ -388,7 +422,7 @@ class KubernetesBackend(ClusterBackend):
     def _observe(self, ref: ClusterRef) -> ClusterState:
         """Spec and status from the object, workers and head from the pods, bounds from the
         operator's autoscaler where it is another object (the Dask operator's DaskAutoscaler)."""
-        obj = self._read(ref)
+        obj = self._observed(ref)
         state = self._state(ref, obj, self._pods(ref))
         return self._adapter(ref).observe_elsewhere(ref, self._ns(ref), self.api, None, state)
 
@@ -531,19 +565,35 @@ class KubernetesBackend(ClusterBackend):
             grace=self.failure_grace, watched=is_member, progress=wait.progress, cluster=self._label(ref),
             last=wait.last, explain=lingering,
         )
-        return waiter.run(check)
+        with self._holding(ref):
+            return waiter.run(check)
 
     def _state_with(self, ref: ClusterRef) -> Callable[[Dict[str, Dict[str, Any]], bool, Deadline], ClusterState]:
         """A pod wait's view of ``ref``: the state with the pods it sees, the object read again when the
-        check is ``fresh`` (the waiter's first is, so the object is read within the wait's deadline)."""
+        check is ``fresh`` (the waiter's first is, so the object is read within the wait's deadline), from the
+        shared cache of the cluster's kind where it can answer (each wait holds it, :meth:`_holding`)."""
         read: Dict[str, Dict[str, Any]] = {}
 
         def state_with(pods: Dict[str, Dict[str, Any]], fresh: bool, deadline: Deadline) -> ClusterState:
             if fresh or "obj" not in read:
-                read["obj"] = self._read(ref, deadline)
+                # At the deadline the server is asked: a timeout reports what it says, or that it did not answer.
+                read["obj"] = self._read(ref, deadline) if deadline.expired else self._observed(
+                    ref, deadline, linger=WAIT_LINGER
+                )
             return self._state(ref, read["obj"], list(pods.values()))
 
         return state_with
+
+    @contextlib.contextmanager
+    def _holding(self, ref: ClusterRef) -> Iterator[None]:
+        """Keep the shared cache of ``ref``'s kind in its namespace for the block (and
+        :data:`~._informer.WAIT_LINGER` seconds after), so a wait's object reads after the first come from it."""
+        held = hold(self.api, self._ns(ref), self._resource(ref))
+        try:
+            yield
+        finally:
+            if held is not None:
+                held.close(WAIT_LINGER)
 
     def _selects(self, ref: ClusterRef, role: str) -> Callable[[Dict[str, Any]], bool]:
         """Whether a pod is one of ``ref``'s ``role`` pods (by its labels)."""
@@ -604,7 +654,7 @@ class KubernetesBackend(ClusterBackend):
         if not restart.replaced_uid:
             raise InvalidInputError("restart.replaced_uid", restart.replaced_uid, "the uid restart_head returned")
         tier = self._resolve(restart.head_hw_tier, ref.kind, "head_hw_tier")
-        obj = self._read(ref)
+        obj = self._observed(ref)
         state = self._state(ref, obj, self._pods(ref))
         heads = self._pods(ref, "head")
         return any(_new_head(p, restart.replaced_uid, tier.id if tier else None) for p in heads), state
@@ -633,7 +683,8 @@ class KubernetesBackend(ClusterBackend):
             what=f"a new Ready {layout_of(ref).head_component} pod on {self._label(ref)}", target=1, timeout=timeout,
             grace=self.failure_grace, watched=fresh_head, progress=progress, cluster=self._label(ref),
         )
-        return waiter.run(check)
+        with self._holding(ref):
+            return waiter.run(check)
 
     def _record_baseline(self, ref: ClusterRef) -> Baseline:
         """Record the size, autoscaling section and tiers in the cluster's annotation, unless recorded."""

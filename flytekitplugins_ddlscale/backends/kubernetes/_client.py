@@ -11,9 +11,16 @@ from ...errors import BackendUnavailableError, InvalidInputError
 from ..._core.redaction import register_secret
 from ..tiers import DominoTierCatalog, FileTierCatalog, TierCatalog
 
+POOL_CONNECTIONS = 64
+"""Connections the backend's API client keeps open for reuse (at least the connector's concurrent
+readers, ``connector_calls.READERS``): the client's default, ``cpu_count x 5``, is 10 on two cores, and
+a pool smaller than the threads using it closes every connection it cannot keep, so each later
+request past it opens a new one (a TCP and TLS handshake)."""
+
 
 def make_api_client(kubeconfig: Optional[str], context: Optional[str], in_cluster: Optional[bool]) -> Any:
-    """A ``kubernetes.client.ApiClient`` from in-cluster config or a kubeconfig."""
+    """A ``kubernetes.client.ApiClient`` from in-cluster config or a kubeconfig, keeping up to
+    :data:`POOL_CONNECTIONS` connections for reuse."""
     from kubernetes import client, config
 
     configuration = client.Configuration()
@@ -31,6 +38,7 @@ def make_api_client(kubeconfig: Optional[str], context: Optional[str], in_cluste
         source = "in-cluster service account" if use_in_cluster else f"kubeconfig {kubeconfig or '(default)'}"
         raise BackendUnavailableError(f"could not load Kubernetes configuration from {source}: {exc}") from None
     configuration.retries = limited_retries()
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, POOL_CONNECTIONS)
     for value in (configuration.api_key or {}).values():
         register_secret(str(value))
         register_secret(str(value).split(" ", 1)[-1])

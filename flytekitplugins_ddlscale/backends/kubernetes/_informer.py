@@ -1,28 +1,35 @@
-"""One shared list+watch of a namespace's pods per API server, for every wait in this process.
+"""Shared list+watch caches per API server, namespace and resource, for every wait and poll in this process.
 
-A thousand concurrent waits must not mean a thousand watches on the API
-server. The first wait on a namespace starts a :class:`PodInformer`: one
-thread that lists the namespace's pods, then watches them from the list's
-resourceVersion, keeping a local cache. Every wait subscribes with its own
-label selector (any equality, inequality or existence selector, so new
+A thousand concurrent waits (or a connector answering a thousand executions'
+polls) must not mean a thousand watches, nor a request per poll. The first
+reader of a namespace's pods (or of its cluster objects of one kind) starts an
+:class:`Informer`: one thread that lists them, then watches them from the
+list's resourceVersion, keeping a local cache. Every pod wait subscribes with
+its own label selector (any equality, inequality or existence selector, so new
 cluster kinds with other pod labels need nothing here); the informer keeps
-each subscription's matching pods up to date and wakes only the
-subscriptions an event touches (waiters are indexed by a label they
-require). A dropped stream resumes from the last version seen; a 410 Gone
-re-lists ONCE for all waiters; an API server outage is ridden out with the
-jittered :data:`~flytekitplugins_ddlscale._core.outage.OUTAGE_BACKOFF` and logged
-once per outage (the tracker is shared by every client of the server), and so
-is a 401/403 right after that outage (a restarted server's authorization
-warming up, for :data:`~flytekitplugins_ddlscale._core.outage.WARMUP_WINDOW`);
-any other error (403, 404, a server never reached) ends every
-current wait with that error.
+each subscription's matching pods up to date and wakes only the subscriptions
+an event touches (waiters are indexed by a label they require). Cluster
+objects are read by name (:func:`cached_object`), and only from a copy at
+least as new as the last version this process wrote or read of that object
+(:func:`note_version`), so a poll after the plugin's own patch never answers
+from before it; an object the cache lacks (never listed, deleted) is read from
+the server by the caller. A dropped stream resumes from the last version seen;
+a 410 Gone re-lists ONCE for all readers; an API server outage is ridden out
+with the jittered :data:`~flytekitplugins_ddlscale._core.outage.OUTAGE_BACKOFF`
+and logged once per outage (the tracker is shared by every client of the
+server), and so is a 401/403 right after that outage (a restarted server's
+authorization warming up, for :data:`~flytekitplugins_ddlscale._core.outage.WARMUP_WINDOW`); any other error (403, 404, a server never reached)
+ends every current pod wait with that error, while cluster-object reads fall
+back to the server (:data:`REFUSED_RETRY` seconds before the cache is tried
+again). The cache keeps only the fields the plugin reads (:func:`trim`).
 
-The informer stops, closing its watch, :data:`WAIT_LINGER` seconds after its
-last wait ends, or later when a caller asked for ``linger`` seconds (a
-service whose polls read the same namespace again within that time keeps it warm). It talks through its own
-API client, a copy of the first caller's configuration, so it outlives the
-backend that started it; informers are keyed by API server, credentials
-(hashed, never kept in clear) and namespace.
+An informer stops, closing its watch, :data:`WAIT_LINGER` seconds after its
+last reader leaves, or later when a caller asked for ``linger`` seconds (a
+service whose polls read the same namespace again within that time keeps it
+warm). It talks through its own API client, a copy of the first caller's
+configuration, so it outlives the backend that started it; informers are
+keyed by API server, credentials (hashed, never kept in clear), namespace and
+resource.
 """
 import copy
 import hashlib
@@ -30,7 +37,8 @@ import logging
 import re
 import threading
 import time
-from typing import AbstractSet, Any, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple, Union
+from dataclasses import dataclass
+from typing import AbstractSet, Any, Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple, Union
 
 from ...errors import BackendUnavailableError, InvalidInputError, ScalingError, TransientError, UnauthorizedError
 from ..._core.closing import Closing, at_exit_once
@@ -45,10 +53,72 @@ WATCH_WINDOW = 30.0
 WAIT_LINGER = 1.0
 """Seconds an informer stays after its last wait ends, so waits that follow each other (a busy
 process, a phase's scale then wait) reuse the cache instead of listing again."""
+REFUSED_RETRY = 300.0
+"""Seconds cluster-object reads go to the server after their informer was refused (RBAC without
+list/watch, a resource not served) before a new informer is tried."""
 Pod = Dict[str, Any]
 Requirement = Tuple[str, str, Union[str, FrozenSet[str], None]]
 """(key, op, value): op is "=", "!=", "exists", "!" (absent), "in" or "notin" (value: the set)."""
-Key = Tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class Resource:
+    """What an informer lists and watches: pods, or the custom objects of ``plural`` in ``group``/``version``."""
+
+    plural: str
+    group: str = ""
+    version: str = "v1"
+
+    @property
+    def is_pods(self) -> bool:
+        return not self.group and self.plural == "pods"
+
+
+PODS = Resource("pods")
+Key = Tuple[str, str, str, Resource]
+_KEPT_METADATA = (
+    "name", "namespace", "uid", "resourceVersion", "generation", "labels", "annotations", "creationTimestamp",
+    "deletionTimestamp",
+)
+_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+_POD_STATUS = ("phase", "podIP", "conditions", "containerStatuses", "initContainerStatuses")
+
+
+def trim(resource: Resource, obj: Dict[str, Any]) -> Dict[str, Any]:
+    """``obj`` with only what the plugin reads from a cached copy, so a namespace's cache stays small.
+
+    Metadata without ``managedFields`` (and kubectl's last-applied copy); a pod's status
+    (conditions, container states, IP, phase) and no spec; a cluster object's status and, of its
+    spec, the values and each section's own values and labels (replicas, autoscaling bounds, tier
+    labels: what a state is built from), lists as they are (KubeRay's worker groups). Patches are
+    never built from a cached copy: writes read the server."""
+    meta = obj.get("metadata") or {}
+    kept: Dict[str, Any] = {k: meta[k] for k in _KEPT_METADATA if k in meta}
+    if resource.is_pods:
+        kept.pop("annotations", None)
+        status = obj.get("status") or {}
+        return {"metadata": kept, "status": {k: status[k] for k in _POD_STATUS if k in status}}
+    if _LAST_APPLIED in (kept.get("annotations") or {}):
+        kept["annotations"] = {k: v for k, v in kept["annotations"].items() if k != _LAST_APPLIED}
+    spec: Dict[str, Any] = {}
+    for key, value in (obj.get("spec") or {}).items():
+        if isinstance(value, dict):
+            spec[key] = {k: v for k, v in value.items() if k == "labels" or not isinstance(v, (dict, list))}
+        else:
+            spec[key] = value
+    out = {"metadata": kept, "spec": spec, "status": obj.get("status") or {}}
+    for field in ("apiVersion", "kind"):
+        if field in obj:
+            out[field] = obj[field]
+    return out
+
+
+def at_least(version: str, floor: str) -> bool:
+    """Whether resourceVersion ``version`` is ``floor`` or later. The API server's versions are
+    etcd revisions (integers); any other pair is ordered only when equal (never trusted otherwise)."""
+    if version == floor:
+        return True
+    return version.isdigit() and floor.isdigit() and int(version) >= int(floor)
 
 
 _SET_REQUIREMENT = re.compile(r"([^\s!=(),]+)\s+(in|notin)\s+\(([^()]*)\)")
@@ -124,8 +194,12 @@ class Subscription(Closing):
     Use as a context manager, or call :meth:`close`; :meth:`wait` returns when the pods changed,
     the informer re-listed, or failed (then :attr:`error` is set)."""
 
-    def __init__(self, informer: "PodInformer", selector: str, requirements: List[Requirement]) -> None:
+    def __init__(
+        self, informer: "Informer", selector: str, requirements: List[Requirement], passive: bool = False
+    ) -> None:
         self.informer = informer
+        self.passive = passive
+        """A hold on the informer only (a cluster-object reader): never matched, never woken by events."""
         self.selector = selector
         self.requirements = requirements
         pairs = [(k, v) for k, op, v in requirements if op == "=" and v is not None]
@@ -176,13 +250,15 @@ class Subscription(Closing):
             self.informer.unsubscribe(self, linger)
 
 
-class PodInformer:
-    """A namespace's pods on one API server, listed once and watched for every subscriber."""
+class Informer:
+    """A namespace's pods (or cluster objects of one kind) on one API server, listed once and watched
+    for every reader."""
 
-    def __init__(self, key: Key, api: KubeApi, namespace: str) -> None:
+    def __init__(self, key: Key, api: KubeApi, namespace: str, resource: Resource = PODS) -> None:
         self.key = key
         self.api = api
         self.namespace = namespace
+        self.resource = resource
         self.lock = threading.Lock()
         self.synced = threading.Event()
         self.last_error: Optional[ScalingError] = None
@@ -198,11 +274,16 @@ class PodInformer:
         self._by_index: Dict[Tuple[str, str], Set[Subscription]] = {}
         self._unindexed: Set[Subscription] = set()
         self._version = ""
+        self._floors: Dict[str, str] = {}
+        """Per object: the latest resourceVersion this process wrote or read from the server; the cache
+        answers for the object only once its copy is at least that new."""
         self._idle_until: Optional[float] = None
         self._stopping = threading.Event()
         self._response: Any = None
         self._timer: Optional[threading.Timer] = None
-        self._thread = threading.Thread(target=self._run, name=f"ddlscale-informer-{namespace}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"ddlscale-informer-{namespace}-{resource.plural}", daemon=True
+        )
 
     # -- subscribers -------------------------------------------------------
     def subscribe(self, selector: str) -> Subscription:
@@ -216,6 +297,38 @@ class PodInformer:
                 sub.pods = self._matching(sub)
                 sub._wake()
         return sub
+
+    def hold(self) -> Subscription:
+        """A passive subscription: keeps the informer running for a reader of objects by name."""
+        sub = Subscription(self, "", [], passive=True)
+        with self.lock:
+            sub.error = self.error
+            self._subs.add(sub)
+        return sub
+
+    def fresh(self, name: str) -> Optional[Dict[str, Any]]:
+        """The cached copy of object ``name``, or None where the cache cannot answer: not synced,
+        failed, the object absent (never listed, or deleted), or older than the last version this
+        process saw of it (:meth:`note`)."""
+        with self.lock:
+            if not self.synced.is_set() or self.error is not None:
+                return None
+            obj = self._pods.get(name)
+            if obj is None:
+                return None
+            floor = self._floors.get(name)
+            if floor is not None:
+                if not at_least(str(obj["metadata"].get("resourceVersion", "")), floor):
+                    return None
+                del self._floors[name]
+            return obj
+
+    def note(self, name: str, version: str) -> None:
+        """This process wrote or read ``name`` at ``version``: the cache answers for it only from then on."""
+        with self.lock:
+            floor = self._floors.get(name)
+            if floor is None or not at_least(floor, version):
+                self._floors[name] = version
 
     def _index(self, sub: Subscription) -> None:
         # Under the lock. The most selective required label (fewest pods in the cache), so an event
@@ -241,7 +354,8 @@ class PodInformer:
         """Drop ``sub``; the last one out stops the informer (after ``linger`` seconds)."""
         with self.lock:
             self._subs.discard(sub)
-            self._unindex(sub)
+            if not sub.passive:
+                self._unindex(sub)
             if self._subs:
                 return
             now = time.monotonic()
@@ -328,21 +442,29 @@ class PodInformer:
                         self._fail(exc)
                         break
                     # A dropped stream resumes from the last version seen; an outage is ridden out,
-                    # but not for nobody: an idle informer ends here.
+                    # but not for nobody: an idle informer ends here (one kept for its linger goes on,
+                    # so a service's next poll still finds it warm).
                     self.last_error = exc
-                    if not self.subscribers:
+                    if not self._wanted():
                         break
                     self._stopping.wait(next(pauses))
                 except ScalingError as exc:
                     self._fail(exc)
                     break
         except Exception as exc:  # noqa: BLE001 - any other failure ends the waits with a typed error
-            self._fail(BackendUnavailableError(f"pod informer of namespace {self.namespace!r} failed: {exc!r}"))
+            self._fail(BackendUnavailableError(
+                f"{self.resource.plural} informer of namespace {self.namespace!r} failed: {exc!r}"
+            ))
         finally:
             self._stopping.set()
             _REGISTRY.retire(self, force=True)
             self._response = None
             self.api.close()
+
+    def _wanted(self) -> bool:
+        """Whether someone reads from this informer now or asked to keep it (its linger not yet over)."""
+        with self.lock:
+            return bool(self._subs) or (self._idle_until is not None and time.monotonic() < self._idle_until)
 
     def _fail(self, error: ScalingError) -> None:
         with self.lock:
@@ -356,9 +478,14 @@ class PodInformer:
     def _list(self) -> None:
         # One attempt at a time (bounded retries inside): the loop pauses between outage attempts so a
         # stop is noticed within a pause.
-        items, version = self.api.list_pods(self.namespace, "")
+        if self.resource.is_pods:
+            items, version = self.api.list_pods(self.namespace, "")
+        else:
+            items, version = self.api.list_objects(
+                self.resource.plural, self.namespace, self.resource.group, self.resource.version
+            )
         self.lists += 1
-        pods = {p["metadata"]["name"]: p for p in items}
+        pods = {p["metadata"]["name"]: trim(self.resource, p) for p in items}
         by_label: Dict[Tuple[str, str], Set[str]] = {}
         for name, pod in pods.items():
             for pair in pod_labels(pod).items():
@@ -367,7 +494,7 @@ class PodInformer:
             self._pods, self._by_label, self._version = pods, by_label, version
             first = not self.synced.is_set()
             self.synced.set()
-            subs = list(self._subs)
+            subs = [sub for sub in self._subs if not sub.passive]
             for sub in subs:
                 if first:
                     # Subscribed before the cache existed: index them by what is selective now.
@@ -384,11 +511,19 @@ class PodInformer:
         if self._stopping.is_set():
             response.shutdown()
 
+    def _events(self) -> Iterator[Dict[str, Any]]:
+        if self.resource.is_pods:
+            return self.api.watch_pods(
+                self.namespace, "", self._version, WATCH_WINDOW, on_open=self._opened, stopped=self._stopping.is_set
+            )
+        return self.api.watch_objects(
+            self.resource.plural, self.namespace, self.resource.group, self.resource.version, self._version,
+            WATCH_WINDOW, on_open=self._opened, stopped=self._stopping.is_set,
+        )
+
     def _watch(self) -> None:
         try:
-            for event in self.api.watch_pods(
-                self.namespace, "", self._version, WATCH_WINDOW, on_open=self._opened, stopped=self._stopping.is_set
-            ):
+            for event in self._events():
                 self._apply(event)
                 if self._stopping.is_set():
                     return
@@ -399,6 +534,8 @@ class PodInformer:
         obj = event.get("object") or {}
         meta = obj.get("metadata") or {}
         kind = event.get("type")
+        if kind != "BOOKMARK" and meta.get("name"):
+            obj = trim(self.resource, obj)
         woken: List[Subscription] = []
         with self.lock:
             if meta.get("resourceVersion"):
@@ -417,6 +554,7 @@ class PodInformer:
                         del self._by_label[pair]
             if kind == "DELETED":
                 self._pods.pop(name, None)
+                self._floors.pop(name, None)
             else:
                 self._pods[name] = obj
                 for pair in new_labels.items():
@@ -445,45 +583,69 @@ def _credentials_fingerprint(configuration: Any) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
-def _key(api: KubeApi, namespace: str) -> Key:
+def _key(api: KubeApi, namespace: str, resource: Resource) -> Key:
     configuration = api.api_client.configuration
-    return (str(configuration.host), _credentials_fingerprint(configuration), namespace)
+    return (str(configuration.host), _credentials_fingerprint(configuration), namespace, resource)
 
 
 class _Registry:
-    """The process's informers, by (API server, credentials digest, namespace)."""
+    """The process's informers, by (API server, credentials digest, namespace, resource)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._informers: Dict[Key, PodInformer] = {}
+        self._informers: Dict[Key, Informer] = {}
+        self._refused: Dict[Key, float] = {}
+        """Cluster-object informers refused (RBAC, resource not served): until when reads skip them."""
+
+    def _running(self, api: KubeApi, namespace: str, resource: Resource) -> Optional[Informer]:
+        # Under the lock: the informer of the key, started if none runs (None while it was refused).
+        key = _key(api, namespace, resource)
+        if self._refused.get(key, 0.0) > time.monotonic():
+            return None
+        informer = self._informers.get(key)
+        if informer is None or informer._stopping.is_set():
+            informer = Informer(key, _own_api(api), namespace, resource)
+            self._informers[key] = informer
+            at_exit_once(_stop_informers)
+            informer.start()
+        return informer
 
     def subscribe(self, api: KubeApi, namespace: str, selector: str) -> Subscription:
-        key = _key(api, namespace)
         with self._lock:
-            informer = self._informers.get(key)
-            if informer is None or informer._stopping.is_set():
-                informer = PodInformer(key, _own_api(api), namespace)
-                self._informers[key] = informer
-                at_exit_once(_stop_informers)
-                informer.start()
+            informer = self._running(api, namespace, PODS)
+            assert informer is not None  # pod informers are never skipped: their errors end the waits
             return informer.subscribe(selector)
 
-    def retire(self, informer: PodInformer, force: bool = False) -> None:
+    def hold(self, api: KubeApi, namespace: str, resource: Resource) -> Optional[Subscription]:
+        """A passive subscription to the informer of ``resource`` (started if needed), or None while a
+        refusal keeps it off."""
+        with self._lock:
+            informer = self._running(api, namespace, resource)
+            return informer.hold() if informer is not None else None
+
+    def retire(self, informer: Informer, force: bool = False) -> None:
         """Forget ``informer`` and stop it (unless someone subscribed meanwhile and not ``force``);
-        a later subscriber starts a new one."""
+        a later subscriber starts a new one. A cluster-object informer that failed with a refusal is
+        not started again for :data:`REFUSED_RETRY` seconds."""
         with self._lock:
             if informer.subscribers and not force:
                 return
             if self._informers.get(informer.key) is informer:
                 del self._informers[informer.key]
+            if not informer.resource.is_pods and informer.error is not None:
+                self._refused[informer.key] = time.monotonic() + REFUSED_RETRY
+                logger.warning(
+                    "%s of namespace %r are read from the API server on every poll for %.0f s: their watch was "
+                    "refused (%s)", informer.resource.plural, informer.namespace, REFUSED_RETRY, informer.error,
+                )
         informer.stop()
 
-    def find(self, api: KubeApi, namespace: str) -> Optional[PodInformer]:
-        """The informer serving ``namespace`` on ``api``'s server, if one runs."""
+    def find(self, api: KubeApi, namespace: str, resource: Resource = PODS) -> Optional[Informer]:
+        """The informer serving ``resource`` of ``namespace`` on ``api``'s server, if one runs."""
         with self._lock:
-            return self._informers.get(_key(api, namespace))
+            return self._informers.get(_key(api, namespace, resource))
 
-    def running(self) -> List[PodInformer]:
+    def running(self) -> List[Informer]:
         """The informers serving subscribers now."""
         with self._lock:
             return list(self._informers.values())
@@ -540,6 +702,43 @@ def cached_pods(api: KubeApi, namespace: str, selector: str, linger: float, time
         sub.close(linger)
 
 
-def running_informers() -> List[PodInformer]:
-    """The informers of this process (for tests and benchmarks)."""
-    return _REGISTRY.running()
+def hold(api: KubeApi, namespace: str, resource: Resource) -> Optional[Subscription]:
+    """Keep the shared informer of ``resource`` in ``namespace`` running (started if needed) until the
+    returned subscription is closed, so reads by name (:func:`cached_object`) can be answered from it;
+    None while a refusal keeps that informer off."""
+    return _REGISTRY.hold(api, namespace, resource)
+
+
+def cached_object(
+    api: KubeApi, namespace: str, resource: Resource, name: str, linger: float
+) -> Optional[Dict[str, Any]]:
+    """Object ``name`` from the shared cache (its trimmed copy: read it, never patch from it), or None
+    when the cache cannot answer (see :meth:`Informer.fresh`): the caller reads the server then, and
+    says what it read (:func:`note_version`).
+
+    With ``linger`` > 0 (a long-lived caller that reads again soon) the informer is started if
+    needed (never awaited: its first list answers later reads) and kept ``linger`` seconds after."""
+    if linger <= 0:
+        running = _REGISTRY.find(api, namespace, resource)
+        return running.fresh(name) if running is not None else None
+    sub = _REGISTRY.hold(api, namespace, resource)
+    if sub is None:
+        return None
+    try:
+        return sub.informer.fresh(name)
+    finally:
+        sub.close(linger)
+
+
+def note_version(api: KubeApi, namespace: str, resource: Resource, name: str, obj: Dict[str, Any]) -> None:
+    """This process wrote ``obj`` (a patch's answer) or read it from the server: the shared cache, if
+    one runs, answers for it only from that version on."""
+    version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+    running = _REGISTRY.find(api, namespace, resource)
+    if running is not None and version:
+        running.note(name, version)
+
+
+def running_informers(resource: Optional[Resource] = PODS) -> List[Informer]:
+    """The informers of this process of ``resource`` (None: every resource), for tests and benchmarks."""
+    return [i for i in _REGISTRY.running() if resource is None or i.resource == resource]

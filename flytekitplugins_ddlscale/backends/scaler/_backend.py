@@ -196,7 +196,7 @@ class ScalerServiceBackend(FileRecordsBackend):
     def _observe(self, ref: ClusterRef) -> ClusterState:
         sharing = current_shared_reads()
         if sharing is not None:
-            return state_from_object(ref, self._client.poll_cluster(ref, None, sharing.max_age))
+            return state_from_object(ref, self._client.poll_cluster(ref, sharing.deadline(), sharing.max_age))
         return state_from_object(ref, self._client.get_cluster(ref))
 
     def _observe_before_change(self, ref: ClusterRef, deadline: Deadline, what: str) -> ClusterState:
@@ -366,7 +366,16 @@ class ScalerServiceBackend(FileRecordsBackend):
 
     def _head_restarted(self, ref: ClusterRef, restart: RestartResult) -> Tuple[bool, ClusterState]:
         """The service's restart status since the restart's ``started_at`` is ``restarted_and_ready``."""
-        answer = self._client.restart_status(ref, restart.started_at)
+        sharing = current_shared_reads()
+        if sharing is not None:
+            # Every execution polling this restart shares one status read per max_age.
+            deadline = sharing.deadline()
+            answer = self._client.polls.read(
+                f"restart:{ref.plural}/{ref.name}@{restart.started_at}",
+                lambda: self._client.restart_status(ref, restart.started_at, deadline), sharing.max_age, deadline,
+            )
+        else:
+            answer = self._client.restart_status(ref, restart.started_at)
         done = answer is not None and answer.get("status") == READY
         return done, self.get_state(ref)
 

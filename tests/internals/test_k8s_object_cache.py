@@ -1,0 +1,141 @@
+"""Cluster objects from the shared cache: a steady-state read sends nothing, a cache behind this process's
+own patch is not trusted, a 410 re-lists, a deleted cluster is read from the server and reported missing.
+
+Against the Kubernetes test server (real HTTP, watches, 410 Gone, held-back watch events as a lagging
+watch cache shows them); its request log counts what each read sent.
+"""
+import dataclasses
+
+import pytest
+from tests.servers.k8s_fixtures import backend, k8s, tiers_file  # noqa: F401 - fixtures
+
+from flytekitplugins_ddlscale import ClusterRef
+from flytekitplugins_ddlscale.backends._support.crds import CRD_GROUP, CRD_VERSION
+from flytekitplugins_ddlscale.backends.kubernetes._informer import Resource, running_informers
+from flytekitplugins_ddlscale.errors import ClusterNotFoundError
+from flytekitplugins_ddlscale._core.sharing import shared_reads
+
+RAY = Resource("rayclusters", CRD_GROUP, CRD_VERSION)
+NAMESPACE = "domino-compute"
+
+
+def both_synced():
+    informers = running_informers(None)
+    return len(informers) == 2 and all(i.synced.is_set() for i in informers)
+
+
+def cluster_reads(server, name=""):
+    return sum(1 for r in server.requests if r.method == "GET" and f"/rayclusters/{name}" in r.path
+               and r.query.get("watch") != "true")
+
+
+@pytest.fixture
+def warm(k8s, backend):  # noqa: F811
+    """A Ray cluster ``r`` of one worker read once under shared reads, both caches synced; stopped after."""
+    k8s.add_cluster("ray", "r", replicas=1, autoscaling={"minReplicas": 1, "maxReplicas": 4})
+    ref = ClusterRef("ray", "r")
+    with shared_reads(linger=60.0):
+        backend.get_state(ref)
+        k8s.wait_for(both_synced, 10, "the pod and cluster-object caches to sync")
+        yield ref
+    for informer in running_informers(None):
+        informer.stop()
+    k8s.wait_for(lambda: not running_informers(None) and k8s.open_watches == 0, 10, "the informers to stop")
+
+
+def test_a_steady_state_read_sends_no_request(k8s, backend, warm):  # noqa: F811
+    k8s.clear_log()
+    states = [backend.get_state(warm) for _ in range(20)]
+    # Nothing but the informers' own watches (one may open just after its list): no read at all.
+    assert [r for r in k8s.requests if r.query.get("watch") != "true"] == []
+    assert {(s.desired_workers, s.ready_workers) for s in states} == {(1, 1)}
+    assert k8s.peak_watches_per_resource == 1
+
+
+def test_a_cache_behind_our_own_patch_is_not_trusted(k8s, backend, warm):  # noqa: F811
+    (objects,) = running_informers(RAY)
+    k8s.hold_events("rayclusters")
+    backend.scale(warm, 3, wait=False)
+    k8s.clear_log()
+    # The cache still holds the object from before the patch (1 worker): the read goes to the server.
+    assert objects.fresh("r") is None
+    assert backend.get_state(warm).desired_workers == 3
+    assert cluster_reads(k8s, "r") == 1
+    k8s.release_events("rayclusters")
+    k8s.wait_for(lambda: objects.fresh("r") is not None, 10, "the cache to catch up with the patch")
+    k8s.clear_log()
+    assert backend.get_state(warm).desired_workers == 3
+    assert cluster_reads(k8s) == 0
+
+
+def test_a_410_relists_the_cluster_objects(k8s, backend, warm):  # noqa: F811
+    (objects,) = running_informers(RAY)
+    k8s.hold_events("rayclusters")
+    # Written by another client: nothing in this process notes its version, only the re-list brings it.
+    other = k8s.api_client()
+    try:
+        from kubernetes import client
+
+        client.CustomObjectsApi(other).patch_namespaced_custom_object(
+            CRD_GROUP, CRD_VERSION, NAMESPACE, "rayclusters", "r",
+            {"spec": {"worker": {"replicas": 2}, "autoscaling": {"minReplicas": 2}}},
+            _content_type="application/merge-patch+json",
+        )
+    finally:
+        other.close()
+    # History forgotten first, then the held watch cut: it comes back from a version the server no longer has.
+    k8s.compact()
+    k8s.drop_watches()
+    k8s.release_events("rayclusters")
+    k8s.wait_for(lambda: objects.lists == 2, 10, "the re-list after 410 Gone")
+    k8s.clear_log()
+    assert backend.get_state(warm).desired_workers == 2
+    assert cluster_reads(k8s) == 0
+
+
+def test_a_deleted_cluster_is_read_from_the_server_and_reported_missing(k8s, backend, warm):  # noqa: F811
+    (objects,) = running_informers(RAY)
+    k8s.commit("rayclusters", NAMESPACE, None, "r", "DELETED")
+    k8s.wait_for(lambda: objects.fresh("r") is None, 10, "the watch to report the deletion")
+    k8s.clear_log()
+    with pytest.raises(ClusterNotFoundError, match="not found"):
+        backend.get_state(warm)
+    assert cluster_reads(k8s, "r") == 1
+
+
+def test_a_role_without_list_on_the_cluster_objects_reads_them_from_the_server(k8s, backend):  # noqa: F811
+    k8s.add_cluster("ray", "r", replicas=1)
+    k8s.forbid("list", "rayclusters")
+    ref = ClusterRef("ray", "r")
+    with shared_reads(linger=60.0):
+        assert backend.get_state(ref).ready_workers == 1
+        k8s.wait_for(lambda: not running_informers(RAY), 10, "the refused informer to stop")
+        states = [backend.get_state(ref) for _ in range(5)]
+    assert {s.ready_workers for s in states} == {1}
+    lists = [r for r in k8s.requests if r.method == "GET" and r.path.endswith("/rayclusters")]
+    assert len(lists) == 1  # refused once; not tried again on every read
+    assert cluster_reads(k8s, "r") >= 6
+    for informer in running_informers(None):
+        informer.stop()
+
+
+@pytest.mark.parametrize("kind", ["ray", "spark", "dask", "mpi", "kuberay", "dask-operator"])
+def test_trimmed_copies_give_the_same_state_as_the_objects(k8s, backend, kind):  # noqa: F811
+    """The cache keeps only what a state is built from: every kind's state from trimmed copies is the same."""
+    from flytekitplugins_ddlscale.backends.kubernetes._informer import PODS, trim
+
+    if kind == "kuberay":
+        k8s.add_kuberay("t")
+    elif kind == "dask-operator":
+        k8s.add_dask_operator("t")
+    else:
+        k8s.add_cluster(kind, "t", replicas=2, autoscaling={"minReplicas": 1, "maxReplicas": 4}
+                        if kind != "mpi" else None, worker_tier="small-k8s", head_tier="small-k8s")
+    ref = ClusterRef(kind, "t")
+    obj, pods = backend._read(ref), backend._pods(ref)
+    resource = backend._resource(ref)
+    trimmed = trim(resource, obj)
+    seen = [dataclasses.replace(backend._state(ref, o, ps), observed_at=None)
+            for o, ps in ((obj, pods), (trimmed, [trim(PODS, p) for p in pods]))]
+    assert seen[0] == seen[1]
+    assert len(repr(trimmed)) < len(repr(obj)) and sum(len(repr(trim(PODS, p))) for p in pods) < len(repr(pods))
