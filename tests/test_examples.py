@@ -103,7 +103,8 @@ def _each_deck_opens_on_its_own_node(stderr: str) -> None:
         assert tabs[0] == title.split(":")[0] and not ours & set(tabs[1:]), (title, tabs)
         assert titles == [title], (title, titles)
         assert "<td></td>" not in page, title  # no blank fact
-        assert "no workers were up" not in page, title  # each node had workers up, as its plot shows
+        if not title.endswith("request_workers"):  # the one node that does not wait: its workers may come later
+            assert "no workers were up" not in page, title  # each node had workers up, as its plot shows
 
 
 def _gone(state: Path, timeout: float = 30.0) -> bool:
