@@ -340,8 +340,9 @@ def retry_through_outage(
     A ``refused`` answer (401/403) right after an outage (the tracker still unsettled, the
     backend served before) is part of it: tried again (it did nothing, so even a mutation
     is safe to repeat) and logged once; without a deadline (one attempt, nothing to ride it
-    out with) it raises :class:`BackendUnavailableError` instead, transient: a poller reads
-    again rather than fail for a permission it has. Otherwise a refusal, like any other
+    out with), or at the end of a :class:`~.waiting.ReadBudget`, it raises
+    :class:`BackendUnavailableError` instead, transient: a poller reads again rather than fail
+    for a permission it has. Otherwise a refusal, like any other
     error, is raised at once. Without a ``deadline`` there is one attempt; at the deadline
     the last error is raised.
     """
@@ -359,7 +360,7 @@ def retry_through_outage(
                     raise
                 tracker.failed(refused_with)
                 tracker.refusing(refused_with)
-                if deadline is None:
+                if deadline is None or (deadline.expired and deadline.transient_at_end):
                     raise _warming_up(tracker, refused_with) from None
                 if deadline.expired:
                     raise
@@ -380,6 +381,8 @@ def retry_through_outage(
                     raise
             sleep(min(next(pauses), deadline.remaining))
             if deadline.expired:
+                if refused_with is not None and deadline.transient_at_end:
+                    raise _warming_up(tracker, refused_with) from None
                 raise
         else:
             tracker.answered(served=True)

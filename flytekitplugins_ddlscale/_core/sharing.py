@@ -20,7 +20,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
-from .waiting import Deadline
+from .waiting import Deadline, ReadBudget
 
 
 @dataclass(frozen=True)
@@ -36,8 +36,8 @@ class SharedReads:
     a :class:`~flytekitplugins_ddlscale.errors.TransientError`); None: the backend's own timeouts."""
 
     def deadline(self) -> Optional[Deadline]:
-        """A deadline of :attr:`budget` seconds from now, or None without a budget."""
-        return Deadline(self.budget) if self.budget is not None else None
+        """A deadline of :attr:`budget` seconds from now (a :class:`ReadBudget`), or None without a budget."""
+        return ReadBudget(self.budget) if self.budget is not None else None
 
 
 _CURRENT: ContextVar[Optional[SharedReads]] = ContextVar("ddlscale_shared_reads", default=None)

@@ -48,6 +48,10 @@ _OPERATION: "contextvars.ContextVar[Optional[Tuple[Deadline, Optional[float]]]]"
 class Deadline:
     """A point in monotonic time that a wait must not pass."""
 
+    transient_at_end = False
+    """Whether reaching it inside an outage (a restarted server's 401/403s included) is transient: the
+    caller reads again later (:class:`ReadBudget`), rather than the refusal being its answer."""
+
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
         self.started = time.monotonic()
@@ -77,6 +81,14 @@ class Deadline:
         """The timeout of the state read that ends an operation under this deadline: the time left,
         at least :data:`MIN_STATE_READ`."""
         return max(self.remaining, MIN_STATE_READ)
+
+
+class ReadBudget(Deadline):
+    """The budget of one read by a poller that answers at it anyway (the connector's call budget): an
+    outage, or a restarted server's 401/403 while its authorization warms up, that lasts until it ends
+    the read as transient, and the poller reads again at its next call."""
+
+    transient_at_end = True
 
 
 @contextlib.contextmanager

@@ -618,6 +618,12 @@ def test_k8s_403_on_the_first_request_of_an_operation_fails_at_once(k8s_server, 
     assert refusal_lines(logs) == [] and outage_lines(logs) == ([], [])
 
 
+COLD_AUTHORIZATION = [("get", "rayclusters"), ("list", "rayclusters"), ("watch", "rayclusters"),
+                      ("list", "pods"), ("watch", "pods")]
+"""What a restarted API server refuses while its authorization warms up (everything: a poll's reads of
+the cluster object and its pods, from the server or the shared caches' lists and watches)."""
+
+
 def test_k8s_connector_poll_takes_a_403_right_after_an_outage_for_the_restart_and_one_without_for_final(
     k8s_server, kproxy, k8s_cluster, tiers_file, clean_env, tmp_path, monkeypatch
 ):
@@ -631,6 +637,7 @@ def test_k8s_connector_poll_takes_a_403_right_after_an_outage_for_the_restart_an
 
     from flytekitplugins_ddlscale._services.connector_core import RUNNING, SUCCEEDED, FAILED, ScalingService
     from flytekitplugins_ddlscale._services.connector_policy import ConnectorPolicy
+    from flytekitplugins_ddlscale.backends.kubernetes._informer import running_informers
     from tests.connector_fault_support import FAULT_SCALE
     from tests.contract_support import write_kubeconfig
     from tests.test_connector_service import SETTINGS
@@ -647,7 +654,8 @@ def test_k8s_connector_poll_takes_a_403_right_after_an_outage_for_the_restart_an
 
     kproxy.go_down()
     assert service.poll(meta).state == RUNNING  # connections refused
-    k8s_server.forbid("get", "rayclusters")  # back, its authorization cold
+    for verb, resource in COLD_AUTHORIZATION:  # back, its authorization cold (for every read the poll makes)
+        k8s_server.forbid(verb, resource)
     kproxy.come_up()
     cold = service.poll(meta)
     assert cold.state == RUNNING, cold.message
@@ -659,11 +667,18 @@ def test_k8s_connector_poll_takes_a_403_right_after_an_outage_for_the_restart_an
     assert poll.state == SUCCEEDED, poll.message
     assert (poll.outcome.previous_workers, poll.outcome.workers) == (1, 3)
 
-    k8s_server.forbid("get", "rayclusters")  # no outage before: the permission is missing
-    denied = service.poll(meta)
+    for verb in ("get", "list", "watch"):  # no outage before: the permission is missing
+        k8s_server.forbid(verb, "rayclusters")
+    k8s_server.drop_watches()  # the cache's watch, re-opened, is refused too: the poll reads the server
+    end = time.monotonic() + TIMEOUT
+    while (denied := service.poll(meta)).state != FAILED and time.monotonic() < end:
+        time.sleep(0.1)  # until the refused watch has retired the cache
     assert denied.state == FAILED
     assert "Kubernetes refused to get rayclusters" in denied.message and "(RBAC)" in denied.message
-    assert sum(1 for r in k8s_server.requests if r.status == 403) == 2
+    assert any(r.status == 403 for r in k8s_server.requests)
+    for informer in running_informers(None):  # the service's caches linger for its next polls: not here
+        informer.stop()
+    k8s_server.wait_for(lambda: not running_informers(None), 10, "the connector's informers to stop")
 
 
 def test_k8s_never_reached_fails_at_once(tiers_file, clean_env, logs):
