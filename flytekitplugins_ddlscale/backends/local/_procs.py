@@ -101,10 +101,15 @@ class ProcessId:
 
 
 def exiting(pid: int) -> bool:
-    """Whether ``pid``'s main thread has exited while other threads tear down (its environment then reads
-    empty), or it is gone."""
+    """Whether ``pid``'s main thread has exited while other threads tear down, its memory is being torn
+    down (its environment reads empty before its state shows it: a JVM exiting), or it is gone."""
     try:
-        return psutil.Process(pid).status() in ENDED
+        process = psutil.Process(pid)
+        if process.status() in ENDED:
+            return True
+        return not process.environ()
+    except psutil.AccessDenied:
+        return False  # another user's: it is not on its way out for all we can tell
     except psutil.Error:
         return True
 
