@@ -65,6 +65,16 @@ def test_a_backend_fault_is_ridden_out_and_the_node_succeeds(service, kind):
     assert node.log_links == [{"name": "Ray dashboard", "uri": "http://127.0.0.1:8265"}]
 
 
+def _run_with_fault_from_create(channel, fault, template, inputs, node_timeout):
+    """The scale node run under the driver with ``fault`` begun before its CreateTask and closed after it ends."""
+    fault.begin()
+    try:
+        return PropellerDriver(channel, resync=RESYNC, call_timeout=PROPELLER_CALL_TIMEOUT).run(
+            template, inputs, "ddlscale_scale", node_timeout=node_timeout)
+    finally:
+        fault.close()
+
+
 def test_a_fault_outlasting_the_node_ends_it_failed_saying_what_it_waited_for(service):
     """The scaler service hangs past the node's timeout: the connector, not the failure count, ends it."""
     server, channel, hosts = service
@@ -87,12 +97,7 @@ def test_a_scaler_service_away_before_create_does_not_fail_the_node(service, kin
     server, channel, hosts = service
     template, inputs = scale_node(server, f"before-{kind}", timeout=120, pod_delay=1.0)
     fault = StagedFault(kind, server, hosts, BEFORE_CREATE)
-    fault.begin()
-    try:
-        node = PropellerDriver(channel, resync=RESYNC, call_timeout=PROPELLER_CALL_TIMEOUT).run(
-            template, inputs, "ddlscale_scale", node_timeout=120)
-    finally:
-        fault.close()
+    node = _run_with_fault_from_create(channel, fault, template, inputs, node_timeout=120)
     assert fault.ended.is_set() and node.running_seen > 0
     assert node.failed_calls == [] and node.phase == "SUCCEEDED", (node.phase, node.message, node.failed_calls)
     outcome = typed_output(node.outputs, ScaleOutcome)
@@ -105,12 +110,7 @@ def test_a_scaler_service_away_from_create_past_the_deadline_fails_saying_the_sc
     server, channel, hosts = service
     template, inputs = scale_node(server, f"never-{kind}", timeout=4, pod_delay=1.0)
     fault = StagedFault(kind, server, hosts, 60.0)  # ended by close(), once the node has ended
-    fault.begin()
-    try:
-        node = PropellerDriver(channel, resync=RESYNC, call_timeout=PROPELLER_CALL_TIMEOUT).run(
-            template, inputs, "ddlscale_scale", node_timeout=60)
-    finally:
-        fault.close()
+    node = _run_with_fault_from_create(channel, fault, template, inputs, node_timeout=60)
     assert node.failed_calls == [] and node.phase == "FAILED", (node.phase, node.message, node.failed_calls)
     assert node.message.startswith("failed to run the job: [timeout] ray/never-")
     assert "the scale was never sent: the backend was unavailable from create" in node.message
@@ -127,12 +127,7 @@ def test_a_kubernetes_api_server_down_before_create_does_not_fail_the_node(tmp_p
         server.set_ready_delay(0.5)
         template, inputs = k8s_scale_node(server, "k8s-before", timeout=120)
         fault = ProxyDown(proxy, BEFORE_CREATE)
-        fault.begin()
-        try:
-            node = PropellerDriver(channel, resync=RESYNC, call_timeout=PROPELLER_CALL_TIMEOUT).run(
-                template, inputs, "ddlscale_scale", node_timeout=120)
-        finally:
-            fault.close()
+        node = _run_with_fault_from_create(channel, fault, template, inputs, node_timeout=120)
         assert fault.ended.is_set() and node.running_seen > 0
         assert node.failed_calls == [] and node.phase == "SUCCEEDED", (node.phase, node.message, node.failed_calls)
         outcome = typed_output(node.outputs, ScaleOutcome)
