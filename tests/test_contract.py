@@ -543,10 +543,16 @@ def test_a_lapsed_claim_stops_counting_and_the_next_reconcile_drops_it_naming_it
 
 
 def test_a_renewed_claim_outlives_its_lease(world):
-    world.backend.claim(world.ref, "kept", 2, lease_seconds=0.6)
+    from flytekitplugins_ddlscale._core.leases import expires_at
+    from flytekitplugins_ddlscale.models import utcnow
+
+    # Renewals 0.7 s apart on a 2 s lease: the claim outlives its first lease by 0.1 s, and a renewal call
+    # may take 1.3 s on a loaded machine before the test itself would let the claim lapse.
+    made = world.backend.claim(world.ref, "kept", 2, lease_seconds=2)
     for _ in range(3):
-        time.sleep(0.3)
+        time.sleep(0.7)
         assert world.backend.renew(world.ref, "kept") is not None
+    assert utcnow() > expires_at(made)
     assert set(world.backend.claims(world.ref)) == {"kept"}
     world.backend.release(world.ref, "kept")
     assert world.backend.renew(world.ref, "kept") is None

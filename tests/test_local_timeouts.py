@@ -50,13 +50,38 @@ def test_a_phase_creating_a_cluster_fails_at_its_timeout_and_leaves_nothing(loca
 
 @pytest.mark.slow
 def test_a_phase_timeout_after_the_restore_says_what_the_restore_set(local_env):
+    """The scheduler is stopped (SIGSTOP) as soon as the first new worker starts, so none of the 6 registers
+    and the scale-up runs out of its 1 s whatever the machine's speed; it resumes once the phase released its
+    claim, and the restore puts back the 1 worker it found. (Racing 6 worker starts against 1 s failed once a
+    fast machine registered all 6 in 0.9 s.)"""
+    import os
+    import signal
+
+    from flytekitplugins_ddlscale._core.pausepoints import add_pause_hook
+
     backend = local_backend(local_env)
     backend.up(REF, 1, timeout=120)
     backend.restore_baseline(REF, ReplicaSpec(1), timeout=120)
-    # 6 new worker processes cannot register within 1 s; the phase then puts back the 1 it found.
-    with pytest.raises(ScalingTimeoutError) as info:
-        with cluster_phase(REF, 6, timeout=1, deck=False):
-            pytest.fail("the body must not run")
+    scheduler = backend.store.load(REF).scheduler
+    points = []
+
+    def hold_registrations_until_released(point: str) -> None:
+        if point == "worker-started" and not points:
+            os.kill(scheduler.pid, signal.SIGSTOP)
+            points.append(point)
+        elif point == "released" and points == ["worker-started"]:
+            os.kill(scheduler.pid, signal.SIGCONT)
+            points.append(point)
+
+    remove = add_pause_hook(hold_registrations_until_released)
+    try:
+        with pytest.raises(ScalingTimeoutError) as info:
+            with cluster_phase(REF, 6, timeout=1, deck=False):
+                pytest.fail("the body must not run")
+    finally:
+        remove()
+        os.kill(scheduler.pid, signal.SIGCONT)
+    assert points == ["worker-started", "released"], points
     text = str(info.value)
     assert "desired_workers=6 left in place" not in text and "nothing was rolled back" not in text, text
     assert "The change (desired_workers=6) was then undone: the cluster was set to 1 worker (as found)" in text
