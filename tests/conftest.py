@@ -38,13 +38,17 @@ def pytest_collection_modifyitems(config, items):
     """Under ``-n N --dist loadgroup`` (the README's test command): the tests of a module that uses a
     module-scoped fixture share one worker, so its clusters and servers start once; every other test
     runs wherever a worker is free (a long module no longer sets the suite's length); tests of the real
-    control plane share one worker, so it starts once per suite, not once per worker; tests that start
+    control plane share one worker, so it starts once per suite, not once per worker (a module that stops or
+    restarts a control plane of its own, marked ``own_control_plane``, is a group of its own beside them, so
+    its minute-long outages no longer lengthen that worker's queue); tests that start
     Ray nodes or Spark JVMs (marked ``starts_ray``, ``starts_spark``) share one worker so that no two of them
     start at once (:data:`RAY_OR_SPARK_LANE`)."""
     for item in items:
         module = item.nodeid.split("::", 1)[0]
         lanes = [lane for marker, lane in LANES.items() if item.get_closest_marker(marker)]
-        if item.get_closest_marker("envtest"):
+        if item.get_closest_marker("own_control_plane"):
+            group = module
+        elif item.get_closest_marker("envtest"):
             group = "envtest"
         elif lanes:
             group = lanes[0]

@@ -81,6 +81,15 @@ def test_a_module_sharing_a_fixture_is_one_group_and_other_tests_are_groups_of_t
     assert len(plain) > 1 and all(group == node for node, group in plain.items())
 
 
+def test_an_envtest_module_with_a_control_plane_of_its_own_is_its_own_group_beside_the_shared_one():
+    own, shared = "tests/envtest/test_envtest_connector_faults.py", "tests/envtest/test_envtest_floor.py"
+    groups = _groups_of(own, shared)
+    assert set(_in(groups, own).values()) == {own} and len(_in(groups, own)) == 2
+    # The floor module's real-server cases share the session's control plane (its test-server cases run anywhere).
+    real = {node: group for node, group in _in(groups, shared).items() if "[api-server]" in node}
+    assert real and set(real.values()) == {"envtest"}, real
+
+
 def _write_sample(folder: Path, files: Dict[str, str]) -> None:
     (folder / "conftest.py").write_text(SAMPLE_CONFTEST)
     for name, text in files.items():

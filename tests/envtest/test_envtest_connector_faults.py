@@ -43,7 +43,7 @@ from tests.flyte_support import SCALER_ENV
 from tests.propeller_driver import CALL_TIMEOUT, RESYNC, PropellerDriver, typed_output
 from tests.test_connector_service import SETTINGS, serving
 
-pytestmark = [pytest.mark.envtest, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.envtest, pytest.mark.own_control_plane, pytest.mark.slow, pytest.mark.timeout(600)]
 
 RBAC = Path(__file__).resolve().parents[2] / "examples" / "k8s" / "rbac.yaml"
 DOWN = 60.0

@@ -21,7 +21,7 @@ from tests.envtest.controlplane import ENV_DIR, missing_requirements
 from tests.envtest.running import READY_DELAY, Envtest, start_envtest
 from tests.envtest.sides import RealServerSide
 
-pytestmark = pytest.mark.envtest
+pytestmark = [pytest.mark.envtest, pytest.mark.own_control_plane]
 
 RBAC = Path(__file__).resolve().parents[2] / "examples" / "k8s" / "rbac.yaml"
 AUTO = {"minReplicas": 1, "maxReplicas": 5}
