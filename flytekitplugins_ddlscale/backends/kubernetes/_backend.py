@@ -256,18 +256,30 @@ class KubernetesBackend(ClusterBackend):
         return [p for p in pods if adapter.is_worker(p)]
 
     @contextlib.contextmanager
-    def _until(self, ref: ClusterRef, deadline: Deadline, what: str, seen: Dict[str, ClusterState]) -> Iterator[None]:
+    def _until(self, ref: ClusterRef, deadline: Deadline, what: str, state: Optional[ClusterState]) -> Iterator[None]:
         """Turn an API server that stayed unreachable until ``deadline`` into a timeout waiting for
-        ``what``, with the state in ``seen["state"]`` if one was read."""
+        ``what``, with ``state`` if one was read."""
         try:
             yield
         except TransientError as error:
             if not deadline.expired:
                 raise
             raise outage_timeout(
-                error, deadline=deadline, what=what, tracker=self.api.outage, state=seen.get("state"),
-                cluster=self._label(ref),
+                error, deadline=deadline, what=what, tracker=self.api.outage, state=state, cluster=self._label(ref),
             ) from None
+
+    def _opening(
+        self, ref: ClusterRef, deadline: Deadline, what: str, role: Optional[str] = None, idle: bool = False
+    ) -> Tuple[Dict[str, Any], List[Dict[str, Any]], ClusterState]:
+        """What a change starts from, read from the server (riding out an outage, see :meth:`_until`): the
+        cluster object (refused when another user's, :meth:`_check_owner`), its ``role`` pods (with the idle
+        workers marked when ``idle``, :meth:`_marked_idle`) and the state they show."""
+        with self._until(ref, deadline, what, None):
+            obj = self._read(ref, deadline)
+            self._check_owner(ref, obj)
+            pods = self._pods(ref, role, deadline)
+            state = self._state(ref, obj, pods)
+        return obj, self._marked_idle(ref, pods, deadline) if idle else pods, state
 
     def _resolve(self, name: Optional[str], kind: str, field: str) -> Optional[HardwareTier]:
         wanted = validate_tier_name(name, field=field)
@@ -422,8 +434,7 @@ class KubernetesBackend(ClusterBackend):
     def _observe(self, ref: ClusterRef) -> ClusterState:
         """Spec and status from the object, workers and head from the pods, bounds from the
         operator's autoscaler where it is another object (the Dask operator's DaskAutoscaler)."""
-        obj = self._observed(ref)
-        state = self._state(ref, obj, self._pods(ref))
+        state = self._state(ref, self._observed(ref), self._pods(ref))
         return self._adapter(ref).observe_elsewhere(ref, self._ns(ref), self.api, None, state)
 
     def _check_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> Optional[str]:
@@ -442,54 +453,48 @@ class KubernetesBackend(ClusterBackend):
     ) -> Change:
         """One merge patch sets the count (held against the HPA) and tier and records the baseline."""
         tier = self._resolve(worker_hw_tier, ref.kind, "worker_hw_tier")
-        seen: Dict[str, ClusterState] = {}
-        with self._until(ref, deadline, f"the scale of {self._label(ref)} to {replicas} workers to be applied", seen):
-            obj = self._read(ref, deadline)
-            self._check_owner(ref, obj)
+        what = f"the scale of {self._label(ref)} to {replicas} workers to be applied"
+        obj, pods, previous = self._opening(ref, deadline, what)
+        outcome = Outcome(requested=replicas, tier=tier.id if tier else None, tier_name=worker_hw_tier)
+        with self._until(ref, deadline, what, previous):
             wanted, capped, others = self._adapter(ref).before_change(
                 self._label(ref), ref, self._ns(ref), self.api, deadline, replicas, strict
             )
-            pods = self._pods(ref, deadline=deadline)
-            previous = seen["state"] = self._state(ref, obj, pods)
             if previous.existing_workers > wanted:
                 pods = self._marked_idle(ref, pods, deadline)
-            outcome: Dict[str, Any] = {}
 
             def build(current: Dict[str, Any]) -> Optional[Patch]:
-                spec, outcome["effective"], outcome["capped"] = self._size(ref, current, wanted, strict, tier, pods)
-                outcome["capped"] = outcome["capped"] or capped
+                spec, outcome.effective, outcome.capped = self._size(ref, current, wanted, strict, tier, pods)
+                outcome.capped = outcome.capped or capped
                 return self._with_baseline(ref, current, {"spec": spec})
 
             # Size (and baseline) first, autoscaler second: a failure between leaves the
             # autoscaler free to shrink the group back within its own bounds, never to grow it.
             _, after, _ = self._mutate(ref, build, obj, deadline)
-            self._hold_elsewhere(ref, others, outcome["effective"], deadline)
-        return self._change(
-            ref, replicas, outcome["effective"], outcome["capped"], previous, after, tier.id if tier else None,
-            worker_hw_tier, deadline,
-        )
+            self._hold_elsewhere(ref, others, outcome.effective, deadline)
+        return self._change(ref, outcome, previous, after, deadline)
 
     def _change(
-        self, ref: ClusterRef, requested: int, effective: int, capped: bool, previous: ClusterState,
-        after: Dict[str, Any], tier_id: Optional[str], tier_name: Optional[str], deadline: Deadline, *,
-        restoring: bool = False,
+        self, ref: ClusterRef, outcome: Outcome, previous: ClusterState, after: Dict[str, Any], deadline: Deadline
     ) -> Change:
         """A sent patch, with what its wait needs: the tier id new workers carry, the object it left."""
+        assert outcome.requested is not None
         result = ScaleResult.sent(
-            self._label(ref), previous, requested, effective, capped=capped, worker_hw_tier=tier_name
+            self._label(ref), previous, outcome.requested, outcome.effective, capped=outcome.capped,
+            worker_hw_tier=outcome.tier_name,
         )
-        return Change(result, restoring=restoring, detail=_Patched(tier_id, after, deadline))
+        return Change(result, restoring=outcome.restoring, detail=_Patched(outcome.tier, after, deadline))
 
     def _unwaited(self, ref: ClusterRef, change: Change) -> ClusterState:
         deadline = Deadline(change.detail.deadline.left_for_wait())
-        with self._until(ref, deadline, f"the pods of {self._label(ref)} after the change", {}):
+        with self._until(ref, deadline, f"the pods of {self._label(ref)} after the change", None):
             return self._state(ref, change.detail.after, self._pods(ref, deadline=deadline))
 
     def _final_state(self, ref: ClusterRef, deadline: Deadline, what: str) -> ClusterState:
         """The cluster at the end of an operation, riding out an outage for what is left of ``deadline``
         (at least :data:`~flytekitplugins_ddlscale._core.waiting.MIN_STATE_READ`); then a timeout waiting for ``what``."""
         left = Deadline(deadline.left_for_state_read())
-        with self._until(ref, left, what, {}):
+        with self._until(ref, left, what, None):
             return self._state(ref, self._read(ref, left), self._pods(ref, deadline=left))
 
     def _observe_for_wait(self, ref: ClusterRef, replicas: int, deadline: Deadline) -> Optional[ClusterState]:
@@ -497,16 +502,10 @@ class KubernetesBackend(ClusterBackend):
         the workers as they are); None while the API server cannot be read (the wait rides out the
         outage), unless that read already used up the deadline."""
         try:
-            obj = self._read(ref, deadline)
-            pods = self._pods(ref, deadline=deadline)
-        except TransientError as error:
-            if not deadline.expired:
-                return None
-            raise outage_timeout(
-                error, deadline=deadline, what=f"{replicas} Ready workers on {self._label(ref)}",
-                tracker=self.api.outage, state=None, cluster=self._label(ref),
-            ) from None
-        return self._state(ref, obj, pods)
+            with self._until(ref, deadline, f"{replicas} Ready workers on {self._label(ref)}", None):
+                return self._state(ref, self._read(ref, deadline), self._pods(ref, deadline=deadline))
+        except TransientError:
+            return None
 
     def _reach(self, ref: ClusterRef) -> Reach:
         """How ``ddlscale`` and a new process reach this cluster (its records are on the object)."""
@@ -613,12 +612,9 @@ class KubernetesBackend(ClusterBackend):
             )
         self._adapter(ref).check_tier(ref, head_hw_tier, "head_hw_tier")
         tier = self._resolve(head_hw_tier, ref.kind, "head_hw_tier")
-        seen: Dict[str, ClusterState] = {}
-        with self._until(ref, deadline, f"the head restart of {self._label(ref)} to be sent", seen):
-            obj = self._read(ref, deadline)
-            self._check_owner(ref, obj)
-            pods = self._pods(ref, "head", deadline)
-            seen["state"] = self._state(ref, obj, pods)
+        what = f"the head restart of {self._label(ref)} to be sent"
+        obj, pods, previous = self._opening(ref, deadline, what, "head")
+        with self._until(ref, deadline, what, previous):
             heads = [p for p in pods if not pod_terminating(p)]
             if not heads:
                 raise ClusterNotFoundError(f"no {info.head_component} pod found", cluster=self._label(ref))
@@ -639,23 +635,19 @@ class KubernetesBackend(ClusterBackend):
                 except (Conflict, ClusterNotFoundError):
                     pass  # already replaced by someone else: the wait below still needs a new Ready head
         begun = time.monotonic()
-        if not wait:
+        if wait:
+            state = self._wait_head(ref, old_uid, tier.id if tier else None, deadline.left_for_wait(), progress)
+        else:
             state = self._final_state(ref, deadline, f"the state of {self._label(ref)} after its head restart")
-            return RestartResult(
-                self._label(ref), old_name, started_at, False, state, False, 0.0, head_hw_tier, old_uid
-            )
-        state = self._wait_head(ref, old_uid, tier.id if tier else None, deadline.left_for_wait(), progress)
-        return RestartResult(
-            self._label(ref), old_name, started_at, True, state, True, time.monotonic() - begun, head_hw_tier, old_uid
-        )
+        waited, seconds = bool(wait), time.monotonic() - begun if wait else 0.0
+        return RestartResult(self._label(ref), old_name, started_at, waited, state, waited, seconds, head_hw_tier, old_uid)
 
     def _head_restarted(self, ref: ClusterRef, restart: RestartResult) -> Tuple[bool, ClusterState]:
         """A Ready head pod other than the one replaced (by uid), on the requested tier if one was."""
         if not restart.replaced_uid:
             raise InvalidInputError("restart.replaced_uid", restart.replaced_uid, "the uid restart_head returned")
         tier = self._resolve(restart.head_hw_tier, ref.kind, "head_hw_tier")
-        obj = self._observed(ref)
-        state = self._state(ref, obj, self._pods(ref))
+        state = self._state(ref, self._observed(ref), self._pods(ref))
         heads = self._pods(ref, "head")
         return any(_new_head(p, restart.replaced_uid, tier.id if tier else None) for p in heads), state
 
@@ -709,14 +701,9 @@ class KubernetesBackend(ClusterBackend):
         patch that also removes the baseline annotation. Without a baseline or target nothing changes.
         """
         worker_tier, head_tier = self._target_tiers(ref, target)
-        seen: Dict[str, ClusterState] = {}
-        with self._until(ref, deadline, f"the restore of {self._label(ref)} to be applied", seen):
-            obj = self._read(ref, deadline)
-            self._check_owner(ref, obj)
-            pods = self._pods(ref, deadline=deadline)
-            previous = seen["state"] = self._state(ref, obj, pods)
-            pods = self._marked_idle(ref, pods, deadline)
-        outcome: Dict[str, Any] = {"effective": previous.desired_workers, "capped": False, "tier": None}
+        what = f"the restore of {self._label(ref)} to be applied"
+        obj, pods, previous = self._opening(ref, deadline, what, idle=True)
+        outcome = Outcome(previous.desired_workers, requested=previous.desired_workers, restoring=True)
 
         def build(current: Dict[str, Any]) -> Optional[Patch]:
             record = decode_record(current)
@@ -724,28 +711,24 @@ class KubernetesBackend(ClusterBackend):
             notes = self._record_notes(ref, current, decided)
             if record is None and target is None and not notes:
                 return None  # what an earlier build whose answer was lost dropped stays reported
-            outcome["dropped"] = dropped
+            outcome.dropped = dropped
             if record is None and target is None:
                 return {"metadata": {"annotations": notes}}
             spec = self._restore_spec(ref, current, record, target, worker_tier, head_tier, outcome, pods)
             notes.update(self._adapter(ref).notes(current, record, spec, True))
             return {"spec": spec, "metadata": {"annotations": notes}} if notes else {"spec": spec}
 
-        with self._until(ref, deadline, f"the restore of {self._label(ref)} to be applied", seen):
+        with self._until(ref, deadline, what, previous):
             # The autoscaler first, the worker group (which drops the record) last: a failure
             # between leaves the record, so repeating the restore finishes it, and the autoscaler
             # already back at its own minimum can only shrink the group, never hold it larger.
             self._restore_elsewhere(ref, deadline)
             _, after, patched = self._mutate(ref, build, obj, deadline)
-        if outcome.get("dropped"):
-            logger.warning("%s: restore dropped claims %s", self._label(ref), ", ".join(outcome["dropped"]))
+        if outcome.dropped:
+            logger.warning("%s: restore dropped claims %s", self._label(ref), ", ".join(outcome.dropped))
         if not patched:
             return ScaleResult.sent(self._label(ref), previous, previous.desired_workers, previous.desired_workers)
-        requested = target.replicas if target is not None else outcome["effective"]
-        return self._change(
-            ref, requested, outcome["effective"], outcome["capped"], previous, after, outcome["tier"],
-            target.worker_hw_tier if target is not None else None, deadline, restoring=True,
-        )
+        return self._change(ref, outcome, previous, after, deadline)
 
     def _target_tiers(
         self, ref: ClusterRef, target: Optional[ReplicaSpec]
@@ -767,72 +750,55 @@ class KubernetesBackend(ClusterBackend):
         dead claims, and, when no claim is live, the record of the size outside phases it puts back
         (and the baseline when that is the same size)."""
         worker_tier, head_tier = self._target_tiers(ref, target)
-        seen: Dict[str, ClusterState] = {}
         what = f"the reconcile of {self._label(ref)} to be applied"
-        with self._until(ref, deadline, what, seen):
-            obj = self._read(ref, deadline)
-            self._check_owner(ref, obj)
-            pods = self._pods(ref, deadline=deadline)
-            previous = seen["state"] = self._state(ref, obj, pods)
-            pods = self._marked_idle(ref, pods, deadline)
-        outcome: Dict[str, Any] = {}
+        obj, pods, previous = self._opening(ref, deadline, what, idle=True)
+        outcome = Outcome()
 
         def build(current: Dict[str, Any]) -> Optional[Patch]:
-            sent = dict(outcome)
-            outcome.clear()
+            nonlocal outcome
             record, outside = decode_record(current), decode_record(current, OUTSIDE_ANNOTATION)
             decided = claimrules.settle(
                 _records_on(current), lambda name, observed: self._same_tier(ref, name, observed)
             )
-            outcome.update(capped=False, tier=None, name=None, restoring=decided.hold is None, dead=decided.dead)
+            sent, outcome = outcome, Outcome(restoring=decided.hold is None, dead=decided.dead)
             if decided.hold is not None:
                 tier = self._resolve(decided.hold.worker_hw_tier, ref.kind, "worker_hw_tier")
-                wanted, capped, outcome["others"] = self._adapter(ref).before_change(
+                wanted, capped, outcome.others = self._adapter(ref).before_change(
                     self._label(ref), ref, self._ns(ref), self.api, deadline, decided.replicas, False
                 )
-                spec, outcome["effective"], outcome["capped"] = self._size(ref, current, wanted, False, tier, pods)
-                outcome["capped"] = outcome["capped"] or capped
+                spec, outcome.effective, outcome.capped = self._size(ref, current, wanted, False, tier, pods)
+                outcome.capped = outcome.capped or capped
                 if tier is not None:
-                    outcome.update(tier=tier.id, name=decided.hold.worker_hw_tier)
-                outcome["requested"] = decided.replicas
+                    outcome.tier, outcome.tier_name = tier.id, decided.hold.worker_hw_tier
+                outcome.requested = decided.replicas
                 return self._with_baseline(ref, current, {"spec": spec}, decided.change)
             notes = self._record_notes(ref, current, decided.change)
             restoring = outside or record
             if restoring is None:
-                if sent and not sent.get("nothing"):
+                if sent.requested is not None:
                     # After a lost answer this re-read finds the restore sent before applied: keep what it decided.
-                    outcome.update(sent)
-                else:
-                    outcome["nothing"] = True
+                    outcome = sent
                 return {"metadata": {"annotations": notes}} if notes else None
             spec = self._restore_spec(ref, current, restoring, target, worker_tier, head_tier, outcome, pods)
-            outcome["requested"] = target.replicas if target is not None else outcome["effective"]
-            outcome["name"] = target.worker_hw_tier if target is not None else None
             notes.update(self._adapter(ref).notes(current, restoring, spec, True))
             return {"spec": spec, "metadata": {"annotations": notes}}
 
         claimed = bool(claimrules.live_claims(_claims_on(obj)))
-        with self._until(ref, deadline, what, seen):
+        with self._until(ref, deadline, what, previous):
             # Same order as scale and restore: the autoscaler is released before the worker
             # group's record goes, and held only after the worker group is sized.
             if not claimed:
                 self._restore_elsewhere(ref, deadline)
             _, after, patched = self._mutate(ref, build, obj, deadline)
-            if outcome.get("nothing"):
-                pass
-            elif outcome.get("restoring"):
-                if claimed:
-                    self._restore_elsewhere(ref, deadline)
-            elif outcome:
-                self._hold_elsewhere(ref, outcome["others"], outcome["effective"], deadline)
+            if outcome.requested is not None and not outcome.restoring:
+                self._hold_elsewhere(ref, outcome.others, outcome.effective, deadline)
+            elif outcome.requested is not None and claimed:
+                self._restore_elsewhere(ref, deadline)
         if patched:
-            log_dropped(self._label(ref), outcome.get("dead") or {})
-        if not patched or outcome.get("nothing"):
+            log_dropped(self._label(ref), outcome.dead)
+        if not patched or outcome.requested is None:
             return None
-        return self._change(
-            ref, outcome["requested"], outcome["effective"], outcome["capped"], previous, after, outcome["tier"],
-            outcome["name"], deadline, restoring=outcome["restoring"],
-        )
+        return self._change(ref, outcome, previous, after, deadline)
 
     def _same_tier(self, ref: ClusterRef, name: str, observed: Optional[str]) -> bool:
         """A claim's tier NAME against the tier id label a recorded size shows."""
@@ -849,9 +815,14 @@ class KubernetesBackend(ClusterBackend):
         target: Optional[ReplicaSpec], worker_tier: Optional[HardwareTier], head_tier: Optional[HardwareTier],
         outcome: Outcome, pods: List[Dict[str, Any]],
     ) -> Patch:
-        return self._adapter(ref).restore_spec(
+        """The spec fragment putting back ``record`` (or setting ``target``); ``outcome`` says what it asks for:
+        ``target``'s replicas and tier, else the recorded size."""
+        spec = self._adapter(ref).restore_spec(
             self._label(ref), ref, obj, record, target, worker_tier, head_tier, outcome, self._workers(ref, pods)
         )
+        outcome.requested = target.replicas if target is not None else outcome.effective
+        outcome.tier_name = target.worker_hw_tier if target is not None else None
+        return spec
 
     def _claim(
         self, ref: ClusterRef, claim_id: str, replicas: int, worker_hw_tier: Optional[str], lease_seconds: float,
@@ -860,18 +831,20 @@ class KubernetesBackend(ClusterBackend):
         """Add ``claim_id`` to the claims annotation (:func:`~flytekitplugins_ddlscale._core.claimrules.claim`:
         dead claims dropped, the baseline and, for the first live phase, the size outside phases recorded in
         the same patch); return the largest live claim."""
-        decided: Dict[str, Any] = {}
+        change: RecordChange
+        largest: Claim
 
         def build(current: Dict[str, Any]) -> Optional[Patch]:
+            nonlocal change, largest
             self._adapter(ref).check_size(self._label(ref), ref, current, replicas)
             new = Claim(claim_id, replicas, worker_hw_tier, lease_seconds=lease_seconds)
-            decided["change"], decided["largest"] = claimrules.claim(_records_on(current), new)
-            return self._with_baseline(ref, current, {}, decided["change"])
+            change, largest = claimrules.claim(_records_on(current), new)
+            return self._with_baseline(ref, current, {}, change)
 
         deadline = Deadline(timeout) if timeout is not None else self._bookkeeping_deadline()
         self._mutate(ref, build, deadline=deadline)
-        log_dropped(self._label(ref), decided["change"].dead)
-        return decided["largest"]
+        log_dropped(self._label(ref), change.dead)
+        return largest
 
     def _renew(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
         """Renew ``claim_id`` in the claims annotation; None (and no patch) when it is gone."""
@@ -886,14 +859,15 @@ class KubernetesBackend(ClusterBackend):
     ) -> Optional[Claim]:
         """Apply ``rule`` to the claims annotation in one resourceVersion-checked patch (none when it changes
         nothing); return the claim it answers from the last read."""
-        answer: Dict[str, Optional[Claim]] = {}
+        answer: Optional[Claim]
 
         def build(current: Dict[str, Any]) -> Optional[Patch]:
-            change, answer["claim"] = rule(_claims_on(current))
+            nonlocal answer
+            change, answer = rule(_claims_on(current))
             return {"metadata": {"annotations": self._record_notes(ref, current, change)}} if change.writes else None
 
         self._mutate(ref, build, deadline=self._bookkeeping_deadline())
-        return answer["claim"]
+        return answer
 
     def _claims(self, ref: ClusterRef) -> Dict[str, Claim]:
         """The live claims in the cluster's claims annotation, by claim id (dead ones not counted)."""

@@ -1,6 +1,6 @@
 """The interface every cluster-resource adapter implements, and what they share."""
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
 from ....errors import InvalidInputError
@@ -11,13 +11,11 @@ from ...tiers import HardwareTier
 from .._spec import pod_labels, pod_ready, pod_terminating
 
 if TYPE_CHECKING:
+    from ...._core.records import Claim
     from ...._core.waiting import Deadline
     from .._api import KubeApi
 
 Patch = Dict[str, Any]
-Outcome = Dict[str, Any]
-"""What a restore decided, filled in by :meth:`ResourceAdapter.restore_spec`: ``effective``
-(workers it sets), ``capped``, ``tier`` (tier id new workers carry, or None)."""
 Record = Tuple[Baseline, Dict[str, Any]]
 """A recorded baseline and the adapter's own detail (what it needs to put the object back)."""
 Pods = List[Dict[str, Any]]
@@ -25,6 +23,31 @@ Mutate = Callable[[str, str, Callable[[Dict[str, Any]], Optional[Patch]]], Dict[
 """``mutate(plural, name, build)``: the backend's read-build-patch cycle on another object of the
 adapter's API group (resourceVersion-checked, 409 and outages retried, bounded); returns the object
 after it. ``build`` returning None changes nothing."""
+
+
+@dataclass
+class Outcome:
+    """What a change's patch decided, filled in as it is built (again from each re-read); a restore's
+    ``effective``, ``capped`` and ``tier`` by :meth:`ResourceAdapter.restore_spec`."""
+
+    effective: int = 0
+    """The workers the patch sets."""
+    capped: bool = False
+    """Whether a maximum set fewer than asked."""
+    tier: Optional[str] = None
+    """The tier id new workers carry, or None."""
+    requested: Optional[int] = None
+    """The workers asked for; None while there is nothing to change."""
+    tier_name: Optional[str] = None
+    """The worker tier asked for, by name."""
+    restoring: bool = False
+    """Whether the patch puts a recorded size back (no phase holds the cluster)."""
+    others: Tuple[str, ...] = ()
+    """The other objects sizing the group, held at ``effective`` after the patch."""
+    dropped: List[str] = field(default_factory=list)
+    """The claims a restore drops, by claim id."""
+    dead: Dict[str, Tuple["Claim", str]] = field(default_factory=dict)
+    """The dead claims a reconcile drops, each with why."""
 
 
 @dataclass(frozen=True)
@@ -180,7 +203,7 @@ class ResourceAdapter(ABC):
         :meth:`recorded_spec` puts it back; :meth:`restored_tiers` then adds the tiers.
         """
         if target is not None:
-            spec, outcome["effective"], outcome["capped"] = self.size_spec(
+            spec, outcome.effective, outcome.capped = self.size_spec(
                 label, ref, obj, target.replicas, False, None, pods, record
             )
         else:
@@ -192,7 +215,7 @@ class ResourceAdapter(ABC):
     def recorded_spec(
         self, label: str, ref: ClusterRef, obj: Dict[str, Any], record: Record, outcome: Outcome, pods: Pods
     ) -> Patch:
-        """The ``spec`` fragment putting back ``record``'s size, setting ``outcome["effective"]``."""
+        """The ``spec`` fragment putting back ``record``'s size, setting ``outcome.effective``."""
 
     def restored_tiers(
         self, obj: Dict[str, Any], spec: Patch, record: Optional[Record], worker_tier: Optional[HardwareTier],

@@ -211,7 +211,7 @@ class DaskOperatorAdapter(ResourceAdapter):
     def recorded_spec(
         self, label: str, ref: ClusterRef, obj: Dict[str, Any], record: Record, outcome: Outcome, pods: Pods
     ) -> Patch:
-        outcome["effective"] = record[0].replicas
+        outcome.effective = record[0].replicas
         return {"worker": {"replicas": record[0].replicas}}
 
     def connection_env(self, ref: ClusterRef, namespace: str) -> Dict[str, str]:

@@ -81,7 +81,7 @@ class DcoAdapter(ResourceAdapter):
     ) -> Patch:
         baseline, detail = record
         spec: Patch = {"worker": {"replicas": baseline.replicas}}
-        outcome["effective"] = baseline.replicas
+        outcome.effective = baseline.replicas
         if self.layout.autoscaling:
             recorded, current = detail.get("autoscaling"), autoscaling_section(obj)
             if recorded is None and current is not None:
@@ -99,10 +99,10 @@ class DcoAdapter(ResourceAdapter):
         head = spec_section(obj, layout.head_section)
         if worker_tier is not None:
             spec["worker"].update(tier_fragment(worker, worker_tier))
-            outcome["tier"] = worker_tier.id
+            outcome.tier = worker_tier.id
         elif record is not None and record[1].get("worker"):
             spec["worker"].update(restore_fragment(worker, record[1]["worker"]))
-            outcome["tier"] = record[1]["worker"].get("tier")
+            outcome.tier = record[1]["worker"].get("tier")
         head_fragment: Patch = {}
         if head_tier is not None:
             head_fragment = tier_fragment(head, head_tier)

@@ -245,7 +245,7 @@ class KubeRayAdapter(ResourceAdapter):
         # Records written before the group's own replicas were kept hold single-host groups' pods.
         replicas = int(detail["replicas"]) if detail.get("replicas") is not None else baseline.replicas // hosts(group)
         # A group suspended since the record gets its replicas back, but KubeRay keeps it at no pods.
-        outcome["effective"] = pods_of(obj, group, replicas)
+        outcome.effective = pods_of(obj, group, replicas)
         return self._patched(obj, index, group, replicas, detail.get("minReplicas"), pods)
 
     def connection_env(self, ref: ClusterRef, namespace: str) -> Dict[str, str]:
