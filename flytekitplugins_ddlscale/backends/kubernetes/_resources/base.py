@@ -3,7 +3,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
-from ....errors import InvalidInputError
+from ....errors import ClusterNotFoundError, InvalidInputError
 from ....models import Baseline, ClusterState, ReplicaSpec
 from ....refs import ClusterRef
 from ..._support.crds import CrdLayout
@@ -25,6 +25,26 @@ Mutate = Callable[[str, str, Callable[[Dict[str, Any]], Optional[Patch]]], Dict[
 """``mutate(plural, name, build)``: the backend's read-build-patch cycle on another object of the
 adapter's API group (resourceVersion-checked, 409 and outages retried, bounded); returns the object
 after it. ``build`` returning None changes nothing."""
+
+
+class NotCreatedYet(ClusterNotFoundError):
+    """The object holding the size is missing while its cluster exists: the operator has not created it
+    yet. Not found for every call; a wait for workers takes it as a cluster not ready yet and goes on."""
+
+    def __init__(self, message: str, *, waiting_for: str, desired: int) -> None:
+        super().__init__(message)
+        self.waiting_for = waiting_for
+        """What the wait waits for, as its progress says it, e.g. ``the Dask operator to create ...``."""
+        self.desired = desired
+        """The workers the cluster asks for (those the missing object will be created with)."""
+
+    def pending_state(self, label: str) -> ClusterState:
+        """The state of cluster ``label`` until the object exists: Pending, saying what it waits for,
+        no worker (none is made before the object)."""
+        return ClusterState(
+            cluster=label, status=f"Pending (waiting for {self.waiting_for})", desired_workers=self.desired,
+            existing_workers=0, ready_workers=0,
+        )
 
 
 @dataclass(frozen=True)
