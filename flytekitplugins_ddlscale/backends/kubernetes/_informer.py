@@ -771,8 +771,11 @@ def cached_object(
 def cached_objects(api: KubeApi, namespace: str, resource: Resource, linger: float) -> Optional[List[Dict[str, Any]]]:
     """Every object of ``resource`` in ``namespace`` from the shared cache (trimmed copies), or None when
     the cache cannot answer for all of them (see :meth:`Informer.fresh_all`): the caller lists them from
-    the server then, noting what it read (:func:`note_version`). The informer is started if needed and
-    kept ``linger`` seconds, as :func:`cached_object` does."""
+    the server then, noting what it read (:func:`note_version`). With ``linger`` > 0 the informer is
+    started if needed and kept ``linger`` seconds, as :func:`cached_object` does."""
+    if linger <= 0:
+        running = _REGISTRY.find(api, namespace, resource)
+        return running.fresh_all() if running is not None else None
     sub = _REGISTRY.hold(api, namespace, resource)
     if sub is None:
         return None
