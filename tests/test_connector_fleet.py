@@ -8,12 +8,14 @@ the environment, as in a deployment).
 """
 import json
 import time
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from flyteidl.core.execution_pb2 import TaskExecution
 from tests.contract_support import write_kubeconfig
 from tests.flyte_support import SCALER_ENV
+from tests.servers.k8s_fixtures import role_rules
 from tests.servers.k8s_server import K8sTestServer
 from tests.servers.scaler_server import DEFAULT_API_KEY
 
@@ -23,6 +25,7 @@ from flytekitplugins_ddlscale.connector import ScalingConnector, ScalingMetadata
 from flytekitplugins_ddlscale.tasks import WAIT_TASK_TYPE
 
 EXECUTIONS = 50
+DASK_OPERATOR_ROLE = Path(__file__).resolve().parents[1] / "examples" / "k8s" / "dask-operator-rbac.yaml"
 
 
 def wait_meta(cluster, backend, target):
@@ -91,20 +94,45 @@ def test_fifty_executions_poll_through_one_watch_per_resource(clean, tmp_path):
         stop_informers(server)
 
 
-def test_a_steady_state_poll_sends_no_request_and_a_deleted_cluster_fails(clean, tmp_path):
+DASK_OPERATOR = "kubernetes.dask.org"
+KINDS = {
+    # kind: (the objects the caches hold besides pods, the one holding the size, what a deletion removes)
+    "ray": ({"rayclusters"}, "rayclusters/k", [("rayclusters", "k")]),
+    "dask-operator": (
+        {"daskworkergroups", "daskautoscalers"}, "daskworkergroups/k-default",
+        [(f"daskclusters.{DASK_OPERATOR}", "k"), (f"daskworkergroups.{DASK_OPERATOR}", "k-default")],
+    ),
+}
+
+
+def add_cluster(server, kind):
+    """Cluster ``k`` of ``kind`` with 2 workers, bounds 2..4 (the Dask operator's in a DaskAutoscaler)."""
+    if kind == "dask-operator":
+        server.add_dask_operator("k", replicas=2, autoscaler={"minimum": 2, "maximum": 4})
+    else:
+        server.add_cluster(kind, "k", replicas=2, autoscaling={"minReplicas": 2, "maxReplicas": 4})
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_steady_state_poll_sends_no_request_and_a_deleted_cluster_fails(clean, tmp_path, kind):
+    cached, sized, deleted = KINDS[kind]
     with K8sTestServer(ready_delay=0.02) as server:
         clean.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "kubeconfig", server.url)))
-        server.add_cluster("ray", "k", replicas=2, autoscaling={"minReplicas": 2, "maxReplicas": 4})
+        add_cluster(server, kind)
+        if kind == "dask-operator":
+            server.allow_only(role_rules(DASK_OPERATOR_ROLE))  # the shipped Role is enough for the caches
         server.set_ready_delay(3600)  # the third worker never gets Ready here: every poll is RUNNING
         from flytekitplugins_ddlscale.backends.kubernetes import KubernetesBackend
 
         with KubernetesBackend(kubeconfig=str(tmp_path / "kubeconfig")) as backend:
-            backend.scale(ClusterRef("ray", "k"), 3, wait=False)
+            backend.scale(ClusterRef(kind, "k"), 3, wait=False)
         connector = ScalingConnector(WAIT_TASK_TYPE)
-        encoded = wait_meta("ray/k", "kubernetes", 3).encode()
-        assert connector.get(ScalingMetadata.decode(encoded)).phase == TaskExecution.RUNNING
+        encoded = wait_meta(f"{kind}/k", "kubernetes", 3).encode()
+        first = connector.get(ScalingMetadata.decode(encoded))
+        assert first.phase == TaskExecution.RUNNING, first.message
         server.wait_for(
-            lambda: len(running_informers(None)) == 2 and all(i.synced.is_set() for i in running_informers(None)),
+            lambda: {i.resource.plural for i in running_informers(None)} == cached | {"pods"}
+            and all(i.synced.is_set() for i in running_informers(None)),
             10, "the pod and cluster-object caches to sync",
         )
         server.clear_log()
@@ -112,13 +140,43 @@ def test_a_steady_state_poll_sends_no_request_and_a_deleted_cluster_fails(clean,
             assert connector.get(ScalingMetadata.decode(encoded)).phase == TaskExecution.RUNNING
         # Nothing but the informers' own watches (one may open just after its list): no read at all.
         assert [r for r in server.requests if r.query.get("watch") != "true"] == []
+        assert all(r.status != 403 for r in server.requests)
         # The watch says the cluster is gone: the poll reads the server, which says so.
-        server.commit("rayclusters", "domino-compute", None, "k", "DELETED")
-        (objects,) = [i for i in running_informers(None) if i.resource.plural == "rayclusters"]
-        server.wait_for(lambda: objects.fresh("k") is None, 10, "the watch to report the deletion")
+        for resource, name in deleted:
+            server.commit(resource, "domino-compute", None, name, "DELETED")
+        (objects,) = [i for i in running_informers(None) if i.resource.plural == sized.split("/")[0]]
+        server.wait_for(lambda: objects.fresh(sized.split("/")[1]) is None, 10, "the watch to report the deletion")
         resource = connector.get(ScalingMetadata.decode(encoded))
         assert resource.phase == TaskExecution.FAILED and "not found" in resource.message, resource.message
-        assert [r.method for r in server.requests if "/rayclusters/k" in r.path] == ["GET"]
+        assert [r.method for r in server.requests if f"/{sized}" in r.path] == ["GET"]
+        stop_informers(server)
+
+
+def test_a_role_without_watch_on_daskautoscalers_reads_them_from_the_server(clean, tmp_path):
+    """The Role shipped before the caches read DaskAutoscalers (get, list, patch): every poll lists them,
+    refused once, not on every poll."""
+    with K8sTestServer(ready_delay=0.02) as server:
+        clean.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "kubeconfig", server.url)))
+        add_cluster(server, "dask-operator")
+        server.allow_only(role_rules(DASK_OPERATOR_ROLE) - {("watch", f"daskautoscalers.{DASK_OPERATOR}")})
+        server.set_ready_delay(3600)
+        from flytekitplugins_ddlscale.backends.kubernetes import KubernetesBackend
+
+        with KubernetesBackend(kubeconfig=str(tmp_path / "kubeconfig")) as backend:
+            backend.scale(ClusterRef("dask-operator", "k"), 3, wait=False)
+        connector = ScalingConnector(WAIT_TASK_TYPE)
+        encoded = wait_meta("dask-operator/k", "kubernetes", 3).encode()
+        assert connector.get(ScalingMetadata.decode(encoded)).phase == TaskExecution.RUNNING
+        server.wait_for(
+            lambda: {i.resource.plural for i in running_informers(None)} == {"pods", "daskworkergroups"}
+            and all(i.synced.is_set() for i in running_informers(None)),
+            10, "the refused informer to stop and the others to sync",
+        )
+        server.clear_log()
+        polls = [connector.get(ScalingMetadata.decode(encoded)) for _ in range(5)]
+        assert {p.phase for p in polls} == {TaskExecution.RUNNING}
+        scalers = [r for r in server.requests if r.path.endswith("/daskautoscalers")]
+        assert [(r.query.get("watch"), r.status) for r in scalers] == [(None, 200)] * 5
         stop_informers(server)
 
 

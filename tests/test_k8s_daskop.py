@@ -2,6 +2,7 @@
 server's DaskCluster/DaskWorkerGroup/DaskAutoscaler CRD facts and simulated Dask operator."""
 import json
 import re
+import threading
 import time
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from flytekitplugins_ddlscale import ClusterRef
 from flytekitplugins_ddlscale.cli import main
 from flytekitplugins_ddlscale.errors import (
     CapacityExceededError,
+    ClusterNotFoundError,
     InvalidInputError,
     ScalingTimeoutError,
     UnauthorizedError,
@@ -235,8 +237,8 @@ def test_tiers_are_refused_and_connection_env_names_the_scheduler_service(k8s, b
 def test_the_shipped_role_is_enough(k8s, backend):  # noqa: F811
     rules = role_rules(ROLE)
     assert rules == {(v, GROUPS) for v in ("get", "list", "watch", "patch")} | {
-        (v, AUTOSCALERS) for v in ("get", "list", "patch")
-    } | {(v, "pods") for v in ("get", "list", "watch", "delete")}
+        (v, AUTOSCALERS) for v in ("get", "list", "watch", "patch")
+    } | {("get", "daskclusters.kubernetes.dask.org")} | {(v, "pods") for v in ("get", "list", "watch", "delete")}
     k8s.add_dask_operator("d1", replicas=1, groups={"highmem": 1}, autoscaler={"minimum": 1, "maximum": 5})
     k8s.allow_only(rules)
     backend.scale(REF, 2, timeout=20)
@@ -338,3 +340,55 @@ def test_a_restore_whose_workers_the_operator_cannot_retire_says_which_and_why(k
     # Once the operator reaches the scheduler again, the restored size takes effect.
     k8s.set_dask_scheduler_reachable("d1", True)
     assert backend.wait_for_workers(REF, 1, timeout=20).existing_workers == 1
+
+
+def test_a_wait_goes_on_until_the_operator_creates_the_default_worker_group(k8s, backend):  # noqa: F811
+    k8s.set_dask_operator_held("d1", True)
+    k8s.add_dask_operator("d1", replicas=2, wait_ready=False)
+    pending = threading.Event()
+    seen = []
+
+    def progress(report):
+        seen.append(report)
+        if "waiting for the Dask operator to create DaskWorkerGroup 'd1-default'" in report.detail:
+            pending.set()
+
+    def wait():
+        try:
+            outcome["state"] = backend.wait_for_workers(REF, 2, timeout=60, progress=progress)
+        except Exception as exc:  # noqa: BLE001 - handed to the test
+            outcome["error"] = exc
+            pending.set()
+
+    outcome = {}
+    thread = threading.Thread(target=wait)
+    thread.start()
+    try:
+        assert pending.wait(30) and "error" not in outcome, outcome.get("error")
+    finally:
+        # The operator gets to the cluster: its group, scheduler and workers appear (pod events wake the wait).
+        k8s.set_dask_operator_held("d1", False)
+        thread.join(60)
+    assert "error" not in outcome, outcome.get("error")
+    state = outcome["state"]
+    assert state.ready_workers == 2 and state.desired_workers == 2 and state.status == "Running"
+    assert "desired=2 existing=0 ready=0" in seen[0].detail
+
+
+def test_a_missing_dask_cluster_is_not_found_at_once_and_so_is_a_state_read_before_the_group(k8s, backend):  # noqa: F811
+    with pytest.raises(ClusterNotFoundError, match="'d1-default' in namespace 'domino-compute' not found"):
+        backend.wait_for_workers(REF, 2, timeout=30)
+    k8s.set_dask_operator_held("d1", True)
+    k8s.add_dask_operator("d1", replicas=2, wait_ready=False)
+    # Only a wait waits: a state read or a scale says what is missing and why.
+    with pytest.raises(ClusterNotFoundError, match="DaskCluster 'd1' exists, its operator has not created"):
+        backend.get_state(REF)
+
+
+def test_a_role_without_get_on_daskclusters_keeps_the_groups_not_found(k8s, backend):  # noqa: F811
+    k8s.set_dask_operator_held("d1", True)
+    k8s.add_dask_operator("d1", replicas=2, wait_ready=False)
+    k8s.forbid("get", "daskclusters.kubernetes.dask.org")
+    with pytest.raises(ClusterNotFoundError) as caught:
+        backend.wait_for_workers(REF, 2, timeout=30)
+    assert "exists" not in str(caught.value)

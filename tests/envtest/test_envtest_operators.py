@@ -7,7 +7,8 @@ sizes and restores them: refused (403 naming the resource and its API group)
 until the shipped Role (``kuberay-rbac.yaml``, ``dask-operator-rbac.yaml``)
 is bound to it, allowed after. No KubeRay or Dask operator runs on the real
 server, so these operations do not wait for pods (``wait=False``); what is
-checked is what the backend wrote.
+checked is what the backend wrote, and that the Dask-operator Role lets a connector's polls take the
+DaskAutoscalers from a watch.
 """
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from flytekitplugins_ddlscale import ClusterRef
+from flytekitplugins_ddlscale._core.sharing import shared_reads
+from flytekitplugins_ddlscale.backends.kubernetes._informer import Resource, running_informers
 from flytekitplugins_ddlscale.errors import UnauthorizedError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "k8s"
@@ -79,3 +82,20 @@ def test_the_shipped_dask_operator_cluster_and_role(side):
         backend.restore_baseline(ref, wait=False)
     assert _get(side, DASK, "daskworkergroups", "shared-dask-default")["spec"]["worker"]["replicas"] == 1
     assert _get(side, DASK, "daskautoscalers", "shared-dask")["spec"]["minimum"] == 1
+    # A connector's polls under the Role: the DaskAutoscalers' bounds come from a watch it may open. Only a
+    # watch brings another writer's change to the cache, and the state read from the cache shows it.
+    scalers = Resource("daskautoscalers", DASK, "v1")
+    with side.backend(user=True) as backend, shared_reads(linger=60.0):
+        try:
+            assert backend.get_state(ref).autoscaling_max == 5
+            side.wait_for(lambda: any(i.synced.is_set() for i in running_informers(scalers)), "the DaskAutoscaler cache")
+            client.CustomObjectsApi(side.admin_client()).patch_namespaced_custom_object(
+                DASK, "v1", side.namespace, "daskautoscalers", "shared-dask", {"spec": {"maximum": 6}},
+                _content_type="application/merge-patch+json")
+            (cache,) = running_informers(scalers)
+            side.wait_for(lambda: any(s["spec"].get("maximum") == 6 for s in cache.fresh_all() or []),
+                          "the watch to bring the new maximum")
+            assert cache.error is None and backend.get_state(ref).autoscaling_max == 6
+        finally:
+            for informer in running_informers(None):
+                informer.stop()

@@ -1,5 +1,6 @@
 """Cluster objects from the shared cache: a steady-state read sends nothing, a cache behind this process's
-own patch is not trusted, a 410 re-lists, a deleted cluster is read from the server and reported missing.
+own patch is not trusted, a 410 re-lists (forgetting the versions noted of objects it no longer lists), a
+deleted cluster is read from the server and reported missing.
 
 Against the Kubernetes test server (real HTTP, watches, 410 Gone, held-back watch events as a lagging
 watch cache shows them); its request log counts what each read sent.
@@ -90,6 +91,26 @@ def test_a_410_relists_the_cluster_objects(k8s, backend, warm):  # noqa: F811
     k8s.wait_for(lambda: objects.lists == 2, 10, "the re-list after 410 Gone")
     k8s.clear_log()
     assert backend.get_state(warm).desired_workers == 2
+    assert cluster_reads(k8s) == 0
+
+
+def test_a_relist_forgets_the_versions_noted_of_clusters_it_no_longer_lists(k8s, backend, warm):  # noqa: F811
+    k8s.add_cluster("ray", "g", replicas=1)
+    (objects,) = running_informers(RAY)
+    k8s.wait_for(lambda: objects.fresh("g") is not None, 10, "the cache to hold g")
+    k8s.hold_events("rayclusters")
+    backend.scale(ClusterRef("ray", "g"), 2, wait=False)
+    # Our own patch, which the held watch has not brought: the cache must not answer for g.
+    assert objects.fresh("g") is None and set(objects._floors) == {"g"}
+    # g goes while no watch tells (deleted by another client), and the history with it: only the re-list knows.
+    k8s.commit("rayclusters", NAMESPACE, None, "g", "DELETED")
+    k8s.compact()
+    k8s.drop_watches()
+    k8s.release_events("rayclusters")
+    k8s.wait_for(lambda: objects.lists == 2, 10, "the re-list after 410 Gone")
+    assert objects._floors == {}
+    k8s.clear_log()
+    assert backend.get_state(warm).desired_workers == 1
     assert cluster_reads(k8s) == 0
 
 

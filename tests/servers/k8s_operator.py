@@ -71,6 +71,8 @@ class SimulatedOperator:
         """(namespace, cluster) -> the adaptive target a Dask scheduler reports (0, an idle one, if unset)."""
         self.dask_unreachable: Set[Tuple[str, str]] = set()
         """(namespace, cluster) of Dask schedulers the operator cannot reach."""
+        self.dask_held: Set[Tuple[str, str]] = set()
+        """(namespace, cluster) of DaskClusters the Dask operator has not reconciled yet."""
         self._last_created: Dict[Tuple[str, str], float] = {}
         self._dirty: Set[ClusterKey] = set()
         self._timers: List[Tuple[float, ClusterKey]] = []
@@ -113,6 +115,12 @@ class SimulatedOperator:
     def set_dask_scheduler_reachable(self, namespace: str, cluster: str, reachable: bool) -> None:
         with self.server.changed:
             (self.dask_unreachable.discard if reachable else self.dask_unreachable.add)((namespace, cluster))
+            self._dirty.update(k for k in self._clusters())
+            self.server.changed.notify_all()
+
+    def set_dask_operator_held(self, namespace: str, cluster: str, held: bool) -> None:
+        with self.server.changed:
+            (self.dask_held.add if held else self.dask_held.discard)((namespace, cluster))
             self._dirty.update(k for k in self._clusters())
             self.server.changed.notify_all()
 

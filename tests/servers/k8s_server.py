@@ -511,6 +511,11 @@ class K8sTestServer:
         removes) no worker and its DaskAutoscaler does not adapt, as the real operator."""
         self.operator.set_dask_scheduler_reachable(namespace, cluster, reachable)
 
+    def set_dask_operator_held(self, cluster: str, held: bool, namespace: str = "domino-compute") -> None:
+        """Whether the Dask operator has yet to reconcile the DaskCluster ``cluster``: while held it creates
+        nothing for it (no default worker group, no pods), as an operator that is slow, busy or down."""
+        self.operator.set_dask_operator_held(namespace, cluster, held)
+
     def inject_fault(
         self,
         cluster: str,

@@ -34,7 +34,9 @@ then the newest (the real operator asks the scheduler which registered
 workers to retire, and falls back to the newest pods). When the test makes
 the scheduler unreachable (``set_dask_scheduler_reachable``) no worker is
 removed and the autoscaler does not adapt: the real operator fails the
-retire and retries every 60 s, and skips an adapt cycle without a target. Labels
+retire and retries every 60 s, and skips an adapt cycle without a target. A
+cluster the test holds (``set_dask_operator_held``) gets nothing at all, no
+default group and no pods, until released: an operator that has not got to it. Labels
 ``dask.org/cluster-name``, ``dask.org/component``, ``dask.org/workergroup-name``.
 With ``hpa_window`` set, a DaskAutoscaler whose ``spec.cluster`` names the
 cluster adapts as the real one does (``daskautoscaler_adapt``), one step per
@@ -278,6 +280,8 @@ class _Dask(_Reconcile):
         everything = self.pods(**{"dask.org/cluster-name": self.name})
         if obj is None:
             self.drop_all(everything)
+            return
+        if (self.namespace, self.name) in self.sim.dask_held:
             return
         self.advance(everything)
         default = f"{self.name}-default"

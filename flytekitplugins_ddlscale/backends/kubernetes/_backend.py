@@ -59,7 +59,7 @@ from ._client import make_api_client, tier_catalog_from_env
 from ._informer import WAIT_LINGER, Resource, cached_object, cached_pods, hold, matches, note_version, parse_selector
 from ._podwatch import PodWaiter
 from ._resources import Outcome, ResourceAdapter, adapter_for
-from ._resources.base import mark_idle
+from ._resources.base import NotCreatedYet, mark_idle
 from ._spec import decode_record, encode_record, pod_labels, pod_ready, pod_terminating
 
 RAY_DASHBOARD = "http://{name}-head-svc.{namespace}.svc:8265"
@@ -504,6 +504,8 @@ class KubernetesBackend(ClusterBackend):
         try:
             with self._until(ref, deadline, f"{replicas} Ready workers on {self._label(ref)}", None):
                 return self._state(ref, self._read(ref, deadline), self._pods(ref, deadline=deadline))
+        except NotCreatedYet as missing:
+            return missing.pending_state(self._label(ref))
         except TransientError:
             return None
 
@@ -576,9 +578,12 @@ class KubernetesBackend(ClusterBackend):
         def state_with(pods: Dict[str, Dict[str, Any]], fresh: bool, deadline: Deadline) -> ClusterState:
             if fresh or "obj" not in read:
                 # At the deadline the server is asked: a timeout reports what it says, or that it did not answer.
-                read["obj"] = self._read(ref, deadline) if deadline.expired else self._observed(
-                    ref, deadline, linger=WAIT_LINGER
-                )
+                try:
+                    read["obj"] = self._read(ref, deadline) if deadline.expired else self._observed(
+                        ref, deadline, linger=WAIT_LINGER
+                    )
+                except NotCreatedYet as missing:
+                    return missing.pending_state(self._label(ref))
             return self._state(ref, read["obj"], list(pods.values()))
 
         return state_with

@@ -9,12 +9,14 @@ its own label selector (any equality, inequality or existence selector, so new
 cluster kinds with other pod labels need nothing here); the informer keeps
 each subscription's matching pods up to date and wakes only the subscriptions
 an event touches (waiters are indexed by a label they require). Cluster
-objects are read by name (:func:`cached_object`), and only from a copy at
-least as new as the last version this process wrote or read of that object
-(:func:`note_version`), so a poll after the plugin's own patch never answers
-from before it; an object the cache lacks (never listed, deleted) is read from
-the server by the caller. A dropped stream resumes from the last version seen;
-a 410 Gone re-lists ONCE for all readers; an API server outage is ridden out
+objects are read by name (:func:`cached_object`), or all of a kind
+(:func:`cached_objects`: the Dask operator's DaskAutoscalers), and only from a
+copy at least as new as the last version this process wrote or read of that
+object (:func:`note_version`), so a poll after the plugin's own patch never
+answers from before it; an object the cache lacks (never listed, deleted) is
+read from the server by the caller. A noted version is forgotten once the cache
+reaches it, or when a re-list no longer holds the object. A dropped stream
+resumes from the last version seen; a 410 Gone re-lists ONCE for all readers; an API server outage is ridden out
 with the jittered :data:`~flytekitplugins_ddlscale._core.outage.OUTAGE_BACKOFF`
 and logged once per outage (the tracker is shared by every client of the
 server), and so is a 401/403 right after that outage (a restarted server's
@@ -119,6 +121,20 @@ def at_least(version: str, floor: str) -> bool:
     if version == floor:
         return True
     return version.isdigit() and floor.isdigit() and int(version) >= int(floor)
+
+
+def _ahead(floors: Dict[str, str], listed: Dict[str, Dict[str, Any]], version: str) -> Dict[str, str]:
+    """The ``floors`` a new list (at ``version``) has not reached. An object listed at or past its
+    floor needs it no more, and so does one the list lacks though it is at or past the floor (deleted
+    while no watch ran: a 410's re-list is the only news of it); a floor past the list was noted after
+    it and stays until the watch brings that version."""
+    kept = {}
+    for name, floor in floors.items():
+        obj = listed.get(name)
+        seen = str(obj["metadata"].get("resourceVersion", "")) if obj is not None else version
+        if not at_least(seen, floor):
+            kept[name] = floor
+    return kept
 
 
 _SET_REQUIREMENT = re.compile(r"([^\s!=(),]+)\s+(in|notin)\s+\(([^()]*)\)")
@@ -323,9 +339,28 @@ class Informer:
                 del self._floors[name]
             return obj
 
+    def fresh_all(self) -> Optional[List[Dict[str, Any]]]:
+        """Every cached object, or None where the cache cannot answer for all of them: not synced,
+        failed, or behind the last version this process saw of any object (one not yet listed
+        included: the list would lack it)."""
+        with self.lock:
+            if not self.synced.is_set() or self.error is not None:
+                return None
+            self._floors = {name: floor for name, floor in self._floors.items() if not self._reached(name, floor)}
+            if self._floors:
+                return None
+            return list(self._pods.values())
+
+    def _reached(self, name: str, floor: str) -> bool:
+        # Under the lock: whether the cached copy of ``name`` is at ``floor`` or later.
+        obj = self._pods.get(name)
+        return obj is not None and at_least(str(obj["metadata"].get("resourceVersion", "")), floor)
+
     def note(self, name: str, version: str) -> None:
         """This process wrote or read ``name`` at ``version``: the cache answers for it only from then on."""
         with self.lock:
+            if self._reached(name, version):
+                return
             floor = self._floors.get(name)
             if floor is None or not at_least(floor, version):
                 self._floors[name] = version
@@ -492,6 +527,7 @@ class Informer:
                 by_label.setdefault(pair, set()).add(name)
         with self.lock:
             self._pods, self._by_label, self._version = pods, by_label, version
+            self._floors = _ahead(self._floors, pods, version)
             first = not self.synced.is_set()
             self.synced.set()
             subs = [sub for sub in self._subs if not sub.passive]
@@ -557,6 +593,8 @@ class Informer:
                 self._floors.pop(name, None)
             else:
                 self._pods[name] = obj
+                if name in self._floors and self._reached(name, self._floors[name]):
+                    del self._floors[name]
                 for pair in new_labels.items():
                     self._by_label.setdefault(pair, set()).add(name)
             candidates = set(self._unindexed)
@@ -726,6 +764,23 @@ def cached_object(
         return None
     try:
         return sub.informer.fresh(name)
+    finally:
+        sub.close(linger)
+
+
+def cached_objects(api: KubeApi, namespace: str, resource: Resource, linger: float) -> Optional[List[Dict[str, Any]]]:
+    """Every object of ``resource`` in ``namespace`` from the shared cache (trimmed copies), or None when
+    the cache cannot answer for all of them (see :meth:`Informer.fresh_all`): the caller lists them from
+    the server then, noting what it read (:func:`note_version`). With ``linger`` > 0 the informer is
+    started if needed and kept ``linger`` seconds, as :func:`cached_object` does."""
+    if linger <= 0:
+        running = _REGISTRY.find(api, namespace, resource)
+        return running.fresh_all() if running is not None else None
+    sub = _REGISTRY.hold(api, namespace, resource)
+    if sub is None:
+        return None
+    try:
+        return sub.informer.fresh_all()
     finally:
         sub.close(linger)
 

@@ -3,7 +3,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
-from ....errors import InvalidInputError
+from ....errors import ClusterNotFoundError, InvalidInputError
 from ....models import Baseline, ClusterState, ReplicaSpec
 from ....refs import ClusterRef
 from ..._support.crds import CrdLayout
@@ -48,6 +48,26 @@ class Outcome:
     """The claims a restore drops, by claim id."""
     dead: Dict[str, Tuple["Claim", str]] = field(default_factory=dict)
     """The dead claims a reconcile drops, each with why."""
+
+
+class NotCreatedYet(ClusterNotFoundError):
+    """The object holding the size is missing while its cluster exists: the operator has not created it
+    yet. Not found for every call; a wait for workers takes it as a cluster not ready yet and goes on."""
+
+    def __init__(self, message: str, *, waiting_for: str, desired: int) -> None:
+        super().__init__(message)
+        self.waiting_for = waiting_for
+        """What the wait waits for, as its progress says it, e.g. ``the Dask operator to create ...``."""
+        self.desired = desired
+        """The workers the cluster asks for (those the missing object will be created with)."""
+
+    def pending_state(self, label: str) -> ClusterState:
+        """The state of cluster ``label`` until the object exists: Pending, saying what it waits for,
+        no worker (none is made before the object)."""
+        return ClusterState(
+            cluster=label, status=f"Pending (waiting for {self.waiting_for})", desired_workers=self.desired,
+            existing_workers=0, ready_workers=0,
+        )
 
 
 @dataclass(frozen=True)

@@ -16,13 +16,21 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from ...._core import settings
-from ....errors import CapacityExceededError, ClusterNotFoundError, InvalidInputError, UnsupportedOperationError
+from ....errors import (
+    CapacityExceededError,
+    ClusterNotFoundError,
+    InvalidInputError,
+    UnauthorizedError,
+    UnsupportedOperationError,
+)
 from ....models import Baseline, ClusterState
 from ...._core.records import ANNOTATION_PREFIX
 from ....refs import ClusterRef
 from ...tiers import HardwareTier
+from ...._core.sharing import current_shared_reads
+from .._informer import Resource, cached_objects, note_version
 from .._spec import pod_labels, pod_ready
-from .base import Mutate, Outcome, Patch, PodLabels, Pods, Record, ResourceAdapter, live
+from .base import Mutate, NotCreatedYet, Outcome, Patch, PodLabels, Pods, Record, ResourceAdapter, live
 
 if TYPE_CHECKING:
     from ...._core.waiting import Deadline
@@ -31,6 +39,7 @@ if TYPE_CHECKING:
 LABEL_CLUSTER = "dask.org/cluster-name"
 LABEL_COMPONENT = "dask.org/component"
 LABEL_WORKER_GROUP = "dask.org/workergroup-name"
+CLUSTERS = "daskclusters"
 WORKER_GROUPS = "daskworkergroups"
 AUTOSCALERS = "daskautoscalers"
 DEFAULT_GROUP = "default"
@@ -83,7 +92,12 @@ class DaskOperatorAdapter(ResourceAdapter):
         return POD_LABELS.is_worker(pod)
 
     def explain_missing(self, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"]) -> None:
-        """A missing worker group of an existing cluster is a bad group name: list the groups."""
+        """A missing default worker group of an existing DaskCluster is not created yet
+        (:class:`~.base.NotCreatedYet`: a wait goes on); a missing other group of an existing cluster is
+        a bad group name: list the groups."""
+        if ref.group in (None, DEFAULT_GROUP):
+            self._not_created_yet(ref, namespace, api, deadline)
+            return
         try:
             groups = api.list_clusters(WORKER_GROUPS, namespace, "", self.group, self.version, deadline)
         except ClusterNotFoundError:
@@ -96,14 +110,46 @@ class DaskOperatorAdapter(ResourceAdapter):
         if names:
             raise InvalidInputError("group", ref.group if ref.group is not None else DEFAULT_GROUP, ", ".join(names))
 
-    def _autoscalers(
+    def _not_created_yet(
         self, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"]
+    ) -> None:
+        """Raise :class:`~.base.NotCreatedYet` when DaskCluster ``ref.name`` exists (its operator makes the
+        default group from its ``spec.worker``). Nothing when it is missing, or when a Role without get on
+        daskclusters cannot tell: the group's not-found stands."""
+        try:
+            cluster = api.get_cluster(CLUSTERS, namespace, ref.name, deadline, self.group, self.version)
+        except (ClusterNotFoundError, UnauthorizedError):
+            return
+        group = self.object_name(ref)
+        raise NotCreatedYet(
+            f"DaskWorkerGroup {group!r} in namespace {namespace!r} not found: DaskCluster {ref.name!r} exists, "
+            "its operator has not created its default worker group yet (is the Dask operator running?)",
+            waiting_for=f"the Dask operator to create DaskWorkerGroup {group!r}",
+            desired=desired_workers(cluster),
+        )
+
+    def _autoscalers(
+        self, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"], observing: bool = False,
     ) -> List[Dict[str, Any]]:
         """The DaskAutoscalers sizing ``ref``'s group: those whose ``spec.cluster`` names the cluster,
-        when ``ref`` is its default group (the only group an autoscaler sizes); else none."""
+        when ``ref`` is its default group (the only group an autoscaler sizes); else none.
+
+        ``observing`` (a state report, never a decision) inside shared reads takes them from the shared
+        cache of DaskAutoscalers where it can answer; every other list goes to the server, and notes the
+        versions it read so the cache never answers from before them."""
         if ref.group not in (None, DEFAULT_GROUP):
             return []
-        found = api.list_clusters(AUTOSCALERS, namespace, "", self.group, self.version, deadline)
+        resource = Resource(AUTOSCALERS, self.group, self.version)
+        sharing = current_shared_reads() if observing else None
+        cached = cached_objects(api, namespace, resource, sharing.linger) if sharing is not None else None
+        if cached is not None:
+            found = cached
+        else:
+            if deadline is None and sharing is not None:
+                deadline = sharing.deadline()
+            found = api.list_clusters(AUTOSCALERS, namespace, "", self.group, self.version, deadline)
+            for scaler in found:
+                note_version(api, namespace, resource, str(scaler["metadata"]["name"]), scaler)
         return sorted(
             (a for a in found if (a.get("spec") or {}).get("cluster") == ref.name),
             key=lambda a: str(a["metadata"]["name"]),
@@ -176,7 +222,7 @@ class DaskOperatorAdapter(ResourceAdapter):
     ) -> ClusterState:
         """``state`` with the DaskAutoscaler's ``minimum`` and ``maximum`` as its autoscaling bounds
         (the minimum a phase holds while it holds one); unchanged without exactly one autoscaler."""
-        scalers = self._autoscalers(ref, namespace, api, deadline)
+        scalers = self._autoscalers(ref, namespace, api, deadline, observing=True)
         if len(scalers) != 1:
             return state
         spec = scalers[0].get("spec") or {}
