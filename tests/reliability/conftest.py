@@ -22,11 +22,17 @@ FAST_POLL = Backoff(initial=0.02, factor=1.5, cap=0.1)
 """Poll quickly: the test servers' pods appear within fractions of a second."""
 FAST_RETRY = Backoff(initial=0.05, factor=2.0, cap=0.2)
 """Retry quickly (0.05 + 0.1 + 0.2 s for 3 retries); tests about the default budget pass their own."""
-PROCESS_WIDE_THREADS = ("loop-runner",)
-"""Name endings of threads a library starts once per process and keeps (flytekit's event loop runner)."""
+PROCESS_WIDE_THREADS = ("loop-runner", "ddlscale-connector-poll_")
+"""Names (endings, or beginnings of a pool's numbered threads) of threads a library starts once per process and
+keeps: flytekit's event loop runner, and the connector's pool of poll readers (module-wide, so the first test
+that polls starts its threads for the rest of the process)."""
 OUTER_ENV = ("DOMINO_API_PROXY", "DOMINO_TOKEN", "DOMINO_API_KEY", "DOMINO_RUN_ID", "DDLSCALE_BACKEND",
              "CLUSTER_SCALER_BASE_URL", "DOMINO_STARTING_USER_ID", "KUBECONFIG", "DDLSCALE_TIERS_FILE")
 """Settings of the environment the tests run in that would change which backend or credentials are used."""
+
+
+def _process_wide(name: str) -> bool:
+    return any(name.endswith(part) or name.startswith(part) for part in PROCESS_WIDE_THREADS)
 
 
 @pytest.fixture(autouse=True)
@@ -40,7 +46,7 @@ def no_leftovers() -> Iterator[None]:
     while True:
         extra = [
             t for t in threading.enumerate()
-            if t not in before and t.is_alive() and not t.name.endswith(PROCESS_WIDE_THREADS)
+            if t not in before and t.is_alive() and not _process_wide(t.name)
         ]
         kids = [pid for pid in child_pids() if pid not in children_before]
         if not extra and not kids:
