@@ -97,8 +97,6 @@ class PhaseMonitor:
         self._needed: Optional[int] = None
         self._reassert_interval: Optional[float] = None
         self._thread = threading.Thread(target=self._run, name=f"ddlscale-phase-{ref.name}", daemon=True)
-        self.renewals = 0
-        """Renewals that reached the record."""
         self.lost: Optional[str] = None
         """Why the claim is gone from the record, while it is (a lapsed claim claimed again clears it)."""
         self._reclaim = False
@@ -194,7 +192,6 @@ class PhaseMonitor:
     def _renew(self) -> None:
         late = self._held.since()
         if self._backend.renew(self._ref, self._claim_id) is not None:
-            self.renewals += 1
             self._held.mark()
             return
         self._claim_lost(late)

@@ -128,8 +128,6 @@ class SharedPolls:
         self._flights: Dict[str, _Flight] = {}
         self._generation = 0
         self._interest: Dict[str, Dict[str, float]] = {}
-        self.shared = 0
-        """Reads answered without a request of their own."""
 
     def read(self, key: str, fetch: Callable[[], T], max_age: float, deadline: Optional[Deadline]) -> T:
         """``fetch()``'s result for ``key``, or one at most ``max_age`` s old, or that of a fetch in flight.
@@ -140,7 +138,6 @@ class SharedPolls:
             with self._lock:
                 cached = self._results.get(key)
                 if cached is not None and time.monotonic() - cached[0] <= max_age:
-                    self.shared += 1
                     return cached[1]
                 flight = self._flights.get(key)
                 leader = flight is None
@@ -152,8 +149,6 @@ class SharedPolls:
             if not flight.done.wait(deadline.remaining if deadline is not None else None):
                 raise BackendUnavailableError(f"no answer for {key} before the deadline (a shared poll is still waiting)")
             if flight.error is None:
-                with self._lock:
-                    self.shared += 1
                 return flight.result
             if not isinstance(flight.error, TransientError) or (deadline is not None and deadline.expired):
                 raise flight.error
