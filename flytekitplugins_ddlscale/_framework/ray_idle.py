@@ -15,13 +15,12 @@ import logging
 import urllib.error
 from typing import Any, Dict, FrozenSet, List, Optional
 
+from .probes import RAY_LIST_LIMIT
 from .ray_auth import ray_auth_headers
 from .wait import get_json_body
 
 logger = logging.getLogger("flytekitplugins_ddlscale")
 
-LIST_LIMIT = 10000
-"""Ray's largest list (RAY_MAX_LIMIT_FROM_API_SERVER); a longer list is truncated and not trusted."""
 _PATHS = {
     "nodes": ("/api/v0/nodes", "ALIVE"),
     "actors": ("/api/v0/actors", "ALIVE"),
@@ -35,7 +34,7 @@ class _Unclear(Exception):
 
 def _listing(base: str, what: str, timeout: float) -> List[Dict[str, Any]]:
     path, state = _PATHS[what]
-    url = (f"{base.rstrip('/')}{path}?limit={LIST_LIMIT}"
+    url = (f"{base.rstrip('/')}{path}?limit={RAY_LIST_LIMIT}"
            f"&filter_keys=state&filter_predicates=%3D&filter_values={state}")
     try:
         body = get_json_body(url, ray_auth_headers(), timeout)
