@@ -15,18 +15,14 @@ framework client is needed in the task image):
 The readiness every surface reports (a backend's pods plus these probes) is one
 band up, in :mod:`flytekitplugins_ddlscale._services.readiness`.
 """
-from .endpoints import Endpoint, enabled_by_env, resolve_endpoint
-from .probes import PROBES, Probe, probe_for
-from .wait import Registered, read_registered, wait_registered
+from .endpoints import enabled_by_env, resolve_endpoint
+from .probes import PROBES, probe_for
+from .wait import wait_registered
 
 __all__ = [
     "PROBES",
-    "Endpoint",
-    "Probe",
-    "Registered",
     "enabled_by_env",
     "probe_for",
-    "read_registered",
     "resolve_endpoint",
     "wait_registered",
 ]
