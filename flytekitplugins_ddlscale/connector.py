@@ -5,18 +5,11 @@ installed and routes the ``ddlscale_*`` task types to it, FlytePropeller calls
 :meth:`ScalingConnector.create` once per node and then
 :meth:`ScalingConnector.get` on its resync interval (30 s by default) until
 the node ends. ``create`` checks the node and sends its change without
-waiting: ``ScaleCluster`` the scale, ``RestoreCluster`` the restore,
-``RestartHead`` the head restart, ``WaitForCluster`` nothing. It gives the
-backend at most :data:`CREATE_TIMEOUT` seconds to accept the change, well
-inside FlytePropeller's 10 s ``CreateTask`` timeout. Each ``get`` reads the
-cluster once and decides: RUNNING, SUCCEEDED with the node's typed outcome,
-or FAILED at the node's deadline, with what the change left in place and
-the command that undoes it (:mod:`.inplace`), as the node itself would fail.
-A backend unavailable at ``create`` leaves a scale, wait or restore (safe
-to repeat) to the ``get`` calls, which send it until it goes through, instead
-of failing the node; ``get`` never sends a head restart, so one is sent
-exactly once however often it is called. Without a connector the same nodes run as ordinary
-Python tasks in their container (the default, also for local runs).
+waiting, within :data:`CREATE_TIMEOUT` seconds (well inside FlytePropeller's
+10 s ``CreateTask`` timeout); each ``get`` reads the cluster once and answers
+RUNNING, SUCCEEDED with the node's typed outcome, or FAILED at the node's
+deadline, as the node itself would fail. Without a connector the same nodes
+run as ordinary Python tasks in their container (the default, also for local runs).
 
 A ``get`` whose backend does not answer within the call budget
 (``$DDLSCALE_CONNECTOR_CALL_BUDGET``, 7 s) is RUNNING with the last state
@@ -25,7 +18,9 @@ FlytePropeller counts a failed or late ``GetTask`` and gives a node up after
 a few, whatever its own timeout.
 
 This module is flytekit's side only (literals in, flytekit's ``Resource``
-out); what the connector decides lives in
+out); what the connector decides (which change each node type sends, a change
+the backend could not take at ``create`` sent again by ``get``, a head restart
+sent exactly once) lives in
 :class:`~flytekitplugins_ddlscale._services.connector_core.ScalingService`, which the
 Flyte 2 connector (:mod:`.flyte2.connector`) shares.
 
@@ -48,13 +43,8 @@ node's ``framework_url`` and the connector's own ``$DDLSCALE_<KIND>_URL`` /
 says where the head is, the outcome's ``readiness`` says the framework was
 not checked.
 
-What a template may ask for is the deployment's choice, not the template's:
-the connector serves only the backends, namespaces and clusters its
-environment lists (``scaler`` and ``kubernetes`` by default, never ``local``
-unless listed) and reads a template's ``framework_url`` only on a head host
-the backend reports for that cluster or the environment allows
-(:mod:`.connector_policy`, docs/flyte.md). A failed framework read tells the
-caller only that the endpoint is not ready; the detail goes to the debug log.
+What a template may ask for is the deployment's choice, not the template's
+(:mod:`._services.connector_policy`, docs/flyte.md).
 """
 from typing import Any, Optional
 
