@@ -67,8 +67,6 @@ class PollPacer:
         self._next = clock()
         self._paused_until = 0.0
         self._pause = MIN_PAUSE
-        self.sent = 0
-        """Slots handed out (polls sent) since the start."""
         self.slowdowns = 0
         """429/503 answers seen."""
 
@@ -84,7 +82,6 @@ class PollPacer:
             now = self._clock()
             start = max(now, self._next, self._paused_until)
             self._next = start + 1.0 / self.rate
-            self.sent += 1
         wait = start - now
         return min(wait, deadline.remaining) if deadline is not None else wait
 
