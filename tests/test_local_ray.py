@@ -347,6 +347,38 @@ def test_node_wrapper_passes_sigterm_on_and_its_death_stops_the_node(head_ready,
 
 
 
+def test_worker_nodes_are_told_once_the_dashboard_lists_the_head_and_up_waits_for_the_client_server(tmp_path):
+    """Worker nodes join the GCS, as by hand: their file is written once this user's dashboard lists the head
+    node ALIVE; the head counts as ready only once its client server accepts connections too."""
+    import socket
+
+    from flytekitplugins_ddlscale.backends.local import _ray_ops as ray_ops
+    from flytekitplugins_ddlscale.backends.local._ray_driver import TOKEN_PATH, RayDriver
+    from flytekitplugins_ddlscale.backends.local._state import ClusterRecord, LocalStateStore
+    from tests.servers.ray_dashboard import RayDashboardServer
+
+    store = LocalStateStore(tmp_path / "local")
+    ref = ClusterRef("ray", "early")
+    driver = RayDriver()
+    # Bound but not listening: connections to these ports are refused.
+    with socket.socket() as dashboard, socket.socket() as client:
+        dashboard.bind(("127.0.0.1", 0))
+        client.bind(("127.0.0.1", 0))
+        record = ClusterRecord(ref=ref, host="127.0.0.1", port=6380,
+                               ports={"dashboard": dashboard.getsockname()[1], "client": client.getsockname()[1]})
+        driver.head_argv(record, store)
+        ready = store.cluster_dir(ref) / ray_ops.HEAD_READY_FILE
+        assert driver.head_ready(record) is False and not ready.exists()
+        with RayDashboardServer(token=Path(record.framework[TOKEN_PATH]).read_text().strip()) as head:
+            record.ports["dashboard"] = head.port
+            assert driver.head_ready(record) is False and ready.exists()
+            client.listen()
+            assert driver.head_ready(record) is True
+        # A head start forgets it: the next head's worker nodes wait for that head.
+        driver.head_argv(record, store)
+        assert not ready.exists()
+
+
 def test_worker_nodes_started_together_get_ray_temp_folders_of_their_own_short_enough_for_sockets(tmp_path):
     from flytekitplugins_ddlscale.backends.local import _ray_ops as ray_ops
 

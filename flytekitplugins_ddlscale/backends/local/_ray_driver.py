@@ -87,17 +87,20 @@ class RayDriver:
     def head_ready(self, record: ClusterRecord) -> bool:
         """The dashboard lists the head node ALIVE and the client server accepts connections: on a
         loaded machine a head node can register after its client server (which waits 30 s for it, then
-        exits and takes the whole head down) gave up. A ready head is marked so for its worker nodes
-        (:data:`~.ray_ops.HEAD_READY_FILE`, beside the token)."""
+        exits and takes the whole head down) gave up.
+
+        Worker nodes are told earlier (:data:`~.ray_ops.HEAD_READY_FILE`, beside the token), once the
+        dashboard lists the head node ALIVE: they join the GCS, not the client server, and by hand
+        ``ray start --address`` runs then too (the client server took ~1 s more, measured). The
+        listing comes through the read that proves the dashboard this user's, so the file still
+        follows that proof."""
         if not record.ports.get(DASHBOARD) or not record.framework.get(TOKEN_PATH):
             return False
         nodes = ray_ops.alive_nodes(self._dashboard(record), record.framework[TOKEN_PATH])
         if not nodes or not any(node.get("is_head_node") for node in nodes):
             return False
-        ready = ray_ops.accepts_connections(record.host, record.ports.get(CLIENT, 0))
-        if ready:
-            ray_ops.mark_head_ready(Path(record.framework[TOKEN_PATH]).parent)
-        return ready
+        ray_ops.mark_head_ready(Path(record.framework[TOKEN_PATH]).parent)
+        return ray_ops.accepts_connections(record.host, record.ports.get(CLIENT, 0))
 
     def retire_workers(self, record: ClusterRecord, names: List[str], timeout: float) -> bool:
         # Stopping a Ray node is its drain (see the module docstring): nothing to ask the head first.

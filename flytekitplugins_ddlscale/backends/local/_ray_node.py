@@ -32,6 +32,9 @@ from typing import List, Tuple
 WAIT_SECONDS = 180.0
 STARTUP_SECONDS = 60.0
 ATTEMPTS = 3
+POLL_SECONDS = 0.02
+"""How often the file is looked for: a stat, cheap beside a head start of seconds; a coarser step would
+add up to itself to every worker's start."""
 _PR_SET_PDEATHSIG = 1
 
 
@@ -65,7 +68,7 @@ def main(argv: List[str]) -> int:
         if time.monotonic() >= deadline:
             print(f"the Ray head was not ready ({ready_file} absent) after {WAIT_SECONDS:.0f}s", file=sys.stderr)
             return 1
-        time.sleep(0.2)
+        time.sleep(POLL_SECONDS)
     for attempt in range(1, ATTEMPTS + 1):
         began = time.monotonic()
         code, stopped = _run(command)

@@ -53,8 +53,9 @@ HEAD_OBJECT_STORE = 256 * 1024 * 1024
 TOKEN_FILE = "ray-auth-token"
 """The cluster's Ray authentication token, in the cluster's folder (mode 0600)."""
 HEAD_READY_FILE = "ray-head-ready"
-"""In the cluster's folder while its head is ready: removed before a head starts, written by the first
-readiness check that finds it ready; worker nodes (:mod:`.ray_node`) start once it is there."""
+"""In the cluster's folder once its head node has joined: removed before a head starts, written by the
+first readiness check whose dashboard read (this user's dashboard, proven) lists the head node ALIVE,
+which may be before the client server answers; worker nodes (:mod:`.ray_node`) start once it is there."""
 _OPENER = own_peer_opener()
 LOOPBACK_CLUSTER_ENV = settings.RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER.name
 """Set to 0 for every process of a node: Ray's address look-ups then answer loopback (see
@@ -134,7 +135,7 @@ def head_starting(cluster_dir: Path) -> None:
 
 
 def mark_head_ready(cluster_dir: Path) -> None:
-    """Tell the worker nodes waiting in :mod:`.ray_node` that the head is ready (:data:`HEAD_READY_FILE`);
+    """Tell the worker nodes waiting in :mod:`.ray_node` that the head node has joined (:data:`HEAD_READY_FILE`);
     nothing when the cluster's folder is gone (taken down meanwhile)."""
     ready = cluster_dir / HEAD_READY_FILE
     if not os.path.lexists(ready):
