@@ -40,7 +40,9 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from typing import AbstractSet, Any, Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple, Union
+from typing import (
+    AbstractSet, Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple, TypeVar, Union,
+)
 
 from ...errors import BackendUnavailableError, InvalidInputError, ScalingError, TransientError, UnauthorizedError
 from ..._core.closing import Closing, at_exit_once
@@ -334,7 +336,7 @@ class Informer:
                 return None
             floor = self._floors.get(name)
             if floor is not None:
-                if not at_least(str(obj["metadata"].get("resourceVersion", "")), floor):
+                if not self._reached(name, floor):
                     return None
                 del self._floors[name]
             return obj
@@ -706,6 +708,8 @@ def _own_api(api: KubeApi) -> KubeApi:
 
 
 _REGISTRY = _Registry()
+_Read = TypeVar("_Read")
+"""What a read of the shared cache returns (:func:`_from_cache`)."""
 
 
 def _stop_informers() -> None:
@@ -756,16 +760,7 @@ def cached_object(
 
     With ``linger`` > 0 (a long-lived caller that reads again soon) the informer is started if
     needed (never awaited: its first list answers later reads) and kept ``linger`` seconds after."""
-    if linger <= 0:
-        running = _REGISTRY.find(api, namespace, resource)
-        return running.fresh(name) if running is not None else None
-    sub = _REGISTRY.hold(api, namespace, resource)
-    if sub is None:
-        return None
-    try:
-        return sub.informer.fresh(name)
-    finally:
-        sub.close(linger)
+    return _from_cache(api, namespace, resource, linger, lambda informer: informer.fresh(name))
 
 
 def cached_objects(api: KubeApi, namespace: str, resource: Resource, linger: float) -> Optional[List[Dict[str, Any]]]:
@@ -773,14 +768,22 @@ def cached_objects(api: KubeApi, namespace: str, resource: Resource, linger: flo
     the cache cannot answer for all of them (see :meth:`Informer.fresh_all`): the caller lists them from
     the server then, noting what it read (:func:`note_version`). With ``linger`` > 0 the informer is
     started if needed and kept ``linger`` seconds, as :func:`cached_object` does."""
+    return _from_cache(api, namespace, resource, linger, Informer.fresh_all)
+
+
+def _from_cache(
+    api: KubeApi, namespace: str, resource: Resource, linger: float, read: Callable[["Informer"], Optional[_Read]]
+) -> Optional[_Read]:
+    """``read`` of the shared informer of ``resource`` in ``namespace``: the running one only (``linger``
+    <= 0), else started if needed and held ``linger`` seconds after; None where there is none."""
     if linger <= 0:
         running = _REGISTRY.find(api, namespace, resource)
-        return running.fresh_all() if running is not None else None
+        return read(running) if running is not None else None
     sub = _REGISTRY.hold(api, namespace, resource)
     if sub is None:
         return None
     try:
-        return sub.informer.fresh_all()
+        return read(sub.informer)
     finally:
         sub.close(linger)
 
