@@ -624,20 +624,14 @@ COLD_AUTHORIZATION = [("get", "rayclusters"), ("list", "rayclusters"), ("watch",
 the cluster object and its pods, from the server or the shared caches' lists and watches)."""
 
 
-def test_k8s_connector_poll_takes_a_403_right_after_an_outage_for_the_restart_and_one_without_for_final(
-    k8s_server, kproxy, k8s_cluster, tiers_file, clean_env, tmp_path, monkeypatch
-):
-    """A connector's poll reads once (no deadline): the restarted server's 403 must leave the node
-    RUNNING, to be read again at the next resync, while a 403 from a server that had no outage is
-    the missing permission, FAILED at once naming it. The outage starts before the first poll, so
-    only the create has been served (creates and polls share the connector's kept backend)."""
+def _k8s_connector_scale(k8s_server: Any, kproxy: Any, tiers_file: Path, tmp_path: Path, monkeypatch: Any) -> Any:
+    """A connector service and the metadata of its create: scale the Ray cluster to 3 through ``kproxy``."""
     from collections import OrderedDict
 
     from flytekit.tools.translator import get_serializable
 
-    from flytekitplugins_ddlscale._services.connector_core import RUNNING, SUCCEEDED, FAILED, ScalingService
+    from flytekitplugins_ddlscale._services.connector_core import ScalingService
     from flytekitplugins_ddlscale._services.connector_policy import ConnectorPolicy
-    from flytekitplugins_ddlscale.backends.kubernetes._informer import running_informers
     from tests.connector_fault_support import FAULT_SCALE
     from tests.contract_support import write_kubeconfig
     from tests.test_connector_service import SETTINGS
@@ -651,7 +645,38 @@ def test_k8s_connector_poll_takes_a_403_right_after_an_outage_for_the_restart_an
     service = ScalingService(ConnectorPolicy.from_env())
     meta = service.create(template.type, custom, {})
     assert meta.error == "" and meta.target == 3
+    return service, meta
 
+
+def _poll_while(service: Any, meta: Any, state: str) -> Any:
+    """The first poll (one per resync) whose state is not ``state``, or the last one after TIMEOUT."""
+    end = time.monotonic() + TIMEOUT
+    while (poll := service.poll(meta)).state == state and time.monotonic() < end:
+        time.sleep(0.1)  # a resync
+    return poll
+
+
+@pytest.fixture
+def connector_caches(k8s_server: Any) -> Iterator[None]:
+    """Stops the connector's shared caches after the test, passed or failed: they linger for a
+    service's next polls, and a failed test must not leave them to the next."""
+    from flytekitplugins_ddlscale.backends.kubernetes._informer import running_informers
+
+    yield
+    for informer in running_informers(None):  # the service's caches linger for its next polls: not here
+        informer.stop()
+    k8s_server.wait_for(lambda: not running_informers(None), 10, "the connector's informers to stop")
+
+
+def test_k8s_connector_poll_takes_a_403_right_after_an_outage_for_the_restart(
+    k8s_server, kproxy, k8s_cluster, tiers_file, clean_env, tmp_path, monkeypatch, connector_caches
+):
+    """A connector's poll reads once (no deadline): the restarted server's 403 must leave the node
+    RUNNING, to be read again at the next resync. The outage starts before the first poll, so only
+    the create has been served (creates and polls share the connector's kept backend)."""
+    from flytekitplugins_ddlscale._services.connector_core import RUNNING, SUCCEEDED
+
+    service, meta = _k8s_connector_scale(k8s_server, kproxy, tiers_file, tmp_path, monkeypatch)
     kproxy.go_down()
     assert service.poll(meta).state == RUNNING  # connections refused
     for verb, resource in COLD_AUTHORIZATION:  # back, its authorization cold (for every read the poll makes)
@@ -661,24 +686,31 @@ def test_k8s_connector_poll_takes_a_403_right_after_an_outage_for_the_restart_an
     assert cold.state == RUNNING, cold.message
     assert "answered HTTP 403 right after its outage" in cold.message
     k8s_server.allow_all()
-    end = time.monotonic() + TIMEOUT
-    while (poll := service.poll(meta)).state == RUNNING and time.monotonic() < end:
-        time.sleep(0.1)  # a resync
+    poll = _poll_while(service, meta, RUNNING)
     assert poll.state == SUCCEEDED, poll.message
     assert (poll.outcome.previous_workers, poll.outcome.workers) == (1, 3)
 
-    for verb in ("get", "list", "watch"):  # no outage before: the permission is missing
+
+def test_k8s_connector_poll_fails_on_a_403_without_an_outage_naming_the_permission(
+    k8s_server, kproxy, k8s_cluster, tiers_file, clean_env, tmp_path, monkeypatch, connector_caches
+):
+    """A 403 from a server that had no outage is the missing permission: the node is FAILED at once,
+    naming it, even where the poll was answered from the shared cache until then. (An outage shortly
+    before would make the 403 the restart's for WARMUP_WINDOW seconds: the test above.)"""
+    from flytekitplugins_ddlscale._services.connector_core import FAILED, RUNNING, SUCCEEDED
+
+    service, meta = _k8s_connector_scale(k8s_server, kproxy, tiers_file, tmp_path, monkeypatch)
+    poll = _poll_while(service, meta, RUNNING)
+    assert poll.state == SUCCEEDED, poll.message
+    for verb in ("get", "list", "watch"):
         k8s_server.forbid(verb, "rayclusters")
-    k8s_server.drop_watches()  # the cache's watch, re-opened, is refused too: the poll reads the server
-    end = time.monotonic() + TIMEOUT
-    while (denied := service.poll(meta)).state != FAILED and time.monotonic() < end:
-        time.sleep(0.1)  # until the refused watch has retired the cache
-    assert denied.state == FAILED
+    # The cache's watch ends as a watch timeout ends it and, re-opened, is refused: the poll reads the
+    # server. (A cut watch would look like a restarting server, its 403 ridden out for a while.)
+    k8s_server.end_watches()
+    denied = _poll_while(service, meta, SUCCEEDED)
+    assert denied.state == FAILED, denied.message
     assert "Kubernetes refused to get rayclusters" in denied.message and "(RBAC)" in denied.message
     assert any(r.status == 403 for r in k8s_server.requests)
-    for informer in running_informers(None):  # the service's caches linger for its next polls: not here
-        informer.stop()
-    k8s_server.wait_for(lambda: not running_informers(None), 10, "the connector's informers to stop")
 
 
 def test_k8s_never_reached_fails_at_once(tiers_file, clean_env, logs):

@@ -146,6 +146,7 @@ class _Watch:
     namespace: str
     selector: list
     dropped: bool = False
+    finished: bool = False
     connection: Any = None
 
 
@@ -550,6 +551,17 @@ class K8sTestServer:
                 _shutdown(watch.connection)
         return len(watches)
 
+    def end_watches(self) -> int:
+        """End every open watch as its timeout does (the stream closed in order, nothing cut); return
+        how many ended. The client opens a new one: unlike :meth:`drop_watches`, nothing here looks
+        like a restarting server."""
+        with self.changed:
+            watches = list(self._watches)
+            for watch in watches:
+                watch.finished = True
+            self.changed.notify_all()
+        return len(watches)
+
     def hold_events(self, resource: str) -> None:
         """Hold back watch events of ``resource`` (``rayclusters``...) until :meth:`release_events`, as a
         lagging watch cache does: reads and writes are answered, watchers hear nothing new meanwhile."""
@@ -804,7 +816,7 @@ class K8sTestServer:
 
         with self.changed:
             while True:
-                if watch.dropped or self._closing or _peer_closed(watch.connection):
+                if watch.dropped or watch.finished or self._closing or _peer_closed(watch.connection):
                     return [], True, since
                 if watch.resource in self._held:
                     remaining = deadline - time.monotonic()
