@@ -6,6 +6,7 @@ Against the Kubernetes test server (real HTTP, watches, 410 Gone, held-back watc
 watch cache shows them); its request log counts what each read sent.
 """
 import dataclasses
+import time
 
 import pytest
 from tests.servers.k8s_fixtures import backend, k8s, tiers_file  # noqa: F401 - fixtures
@@ -122,6 +123,33 @@ def test_a_deleted_cluster_is_read_from_the_server_and_reported_missing(k8s, bac
     with pytest.raises(ClusterNotFoundError, match="not found"):
         backend.get_state(warm)
     assert cluster_reads(k8s, "r") == 1
+
+
+def test_a_wait_is_woken_by_its_cluster_s_deletion_and_ends_not_found(k8s, backend, warm):  # noqa: F811
+    """No pod changes after the deletion (the pods never become Ready): only the cluster object's event can
+    end the wait before its next periodic re-read of the object (MAX_WINDOW) or its deadline."""
+    import threading
+
+    from flytekitplugins_ddlscale.backends.kubernetes._podwatch import MAX_WINDOW
+
+    k8s.set_ready_delay(3600.0)
+    (objects,) = running_informers(RAY)
+    named = lambda: any(objects._named.values())  # noqa: E731 - the wait's hold on its cluster object
+    deleted = threading.Thread(target=lambda: (
+        k8s.wait_for(named, 30, "the wait to hold its cluster object"),
+        k8s.commit("rayclusters", NAMESPACE, None, "r", "DELETED"),
+    ))
+    deleted.start()
+    began = time.monotonic()
+    try:
+        with pytest.raises(ClusterNotFoundError, match="not found"):
+            backend.scale(warm, 3, wait=True, timeout=3 * MAX_WINDOW)
+    finally:
+        deleted.join()
+    # Not a figure: a wait that missed the event would have gone on to its periodic re-read, MAX_WINDOW
+    # seconds after its start (where a read of the server finds the cluster gone too).
+    assert time.monotonic() - began < MAX_WINDOW
+    assert not objects._named, "the wait's hold on its cluster object outlived it"
 
 
 def test_a_role_without_list_on_the_cluster_objects_reads_them_from_the_server(k8s, backend):  # noqa: F811

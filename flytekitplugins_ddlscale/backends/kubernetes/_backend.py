@@ -56,7 +56,9 @@ from ..._core.waiting import Deadline
 from .._base import BackendCapabilities, Change, ClusterBackend, WorkersWait
 from ._api import Conflict, KubeApi
 from ._client import make_api_client, tier_catalog_from_env
-from ._informer import WAIT_LINGER, Resource, cached_object, cached_pods, hold, matches, note_version, parse_selector
+from ._informer import (
+    WAIT_LINGER, Resource, cache_lacks, cached_object, cached_pods, hold, matches, note_version, parse_selector,
+)
 from ._podwatch import PodWaiter
 from ._resources import Outcome, ResourceAdapter, adapter_for
 from ._resources.base import NotCreatedYet, mark_idle
@@ -560,22 +562,32 @@ class KubernetesBackend(ClusterBackend):
                 + f"; likely cause: {self._adapter(ref).removal}"
             )
 
+        changed = threading.Event()
         waiter = PodWaiter(
             self.api, self._ns(ref), self._selector(ref),
             what=f"{replicas} Ready workers on {self._label(ref)}", target=replicas, timeout=wait.timeout,
             grace=self.failure_grace, watched=is_member, progress=wait.progress, cluster=self._label(ref),
-            last=wait.last, explain=lingering,
+            last=wait.last, explain=lingering, changed=changed,
         )
-        with self._holding(ref):
+        with self._holding(ref, changed):
             return waiter.run(check)
 
     def _state_with(self, ref: ClusterRef) -> Callable[[Dict[str, Dict[str, Any]], bool, Deadline], ClusterState]:
         """A pod wait's view of ``ref``: the state with the pods it sees, the object read again when the
         check is ``fresh`` (the waiter's first is, so the object is read within the wait's deadline), from the
-        shared cache of the cluster's kind where it can answer (each wait holds it, :meth:`_holding`)."""
+        shared cache of the cluster's kind where it can answer (each wait holds it, :meth:`_holding`). Other
+        checks take the cache's latest copy, and ask the server once the cache no longer holds the object
+        (deleted: the wait ends with not found at once, not at its next fresh read)."""
         read: Dict[str, Dict[str, Any]] = {}
+        name = self._adapter(ref).object_name(ref)
 
         def state_with(pods: Dict[str, Dict[str, Any]], fresh: bool, deadline: Deadline) -> ClusterState:
+            if not fresh and "obj" in read:
+                cached = cached_object(self.api, self._ns(ref), self._resource(ref), name, 0.0)
+                if cached is not None:
+                    read["obj"] = cached
+                else:
+                    fresh = cache_lacks(self.api, self._ns(ref), self._resource(ref), name)
             if fresh or "obj" not in read:
                 # At the deadline the server is asked: a timeout reports what it says, or that it did not answer.
                 try:
@@ -589,10 +601,11 @@ class KubernetesBackend(ClusterBackend):
         return state_with
 
     @contextlib.contextmanager
-    def _holding(self, ref: ClusterRef) -> Iterator[None]:
+    def _holding(self, ref: ClusterRef, changed: threading.Event) -> Iterator[None]:
         """Keep the shared cache of ``ref``'s kind in its namespace for the block (and
-        :data:`~._informer.WAIT_LINGER` seconds after), so a wait's object reads after the first come from it."""
-        held = hold(self.api, self._ns(ref), self._resource(ref))
+        :data:`~._informer.WAIT_LINGER` seconds after), so a wait's object reads after the first come from
+        it; ``changed`` is set when the cluster object changes or goes."""
+        held = hold(self.api, self._ns(ref), self._resource(ref), self._adapter(ref).object_name(ref), changed)
         try:
             yield
         finally:
@@ -675,12 +688,14 @@ class KubernetesBackend(ClusterBackend):
             return ready, state, int(ready)
 
         # All the cluster's pods, so the state the wait ends with counts the workers too.
+        changed = threading.Event()
         waiter = PodWaiter(
             self.api, self._ns(ref), self._selector(ref),
             what=f"a new Ready {layout_of(ref).head_component} pod on {self._label(ref)}", target=1, timeout=timeout,
             grace=self.failure_grace, watched=fresh_head, progress=progress, cluster=self._label(ref),
+            changed=changed,
         )
-        with self._holding(ref):
+        with self._holding(ref, changed):
             return waiter.run(check)
 
     def _record_baseline(self, ref: ClusterRef) -> Baseline:

@@ -213,11 +213,14 @@ class Subscription(Closing):
     the informer re-listed, or failed (then :attr:`error` is set)."""
 
     def __init__(
-        self, informer: "Informer", selector: str, requirements: List[Requirement], passive: bool = False
+        self, informer: "Informer", selector: str, requirements: List[Requirement], passive: bool = False,
+        changed: Optional[threading.Event] = None, name: Optional[str] = None,
     ) -> None:
         self.informer = informer
         self.passive = passive
-        """A hold on the informer only (a cluster-object reader): never matched, never woken by events."""
+        """A hold on the informer only (a cluster-object reader): never matched by selector."""
+        self.name = name
+        """The object a passive subscription is woken for (its events and re-lists), if any."""
         self.selector = selector
         self.requirements = requirements
         pairs = [(k, v) for k, op, v in requirements if op == "=" and v is not None]
@@ -228,7 +231,8 @@ class Subscription(Closing):
         self.error: Optional[ScalingError] = None
         self.relisted = False
         """True after the informer replaced the cache by a new list (a 410): the caller re-reads the rest."""
-        self._changed = threading.Event()
+        self._changed = changed if changed is not None else threading.Event()
+        """Set on a change; a wait watching pods and its cluster object shares one between two subscriptions."""
         self._closed = False
 
     @property
@@ -291,6 +295,7 @@ class Informer:
         self._subs: Set[Subscription] = set()
         self._by_index: Dict[Tuple[str, str], Set[Subscription]] = {}
         self._unindexed: Set[Subscription] = set()
+        self._named: Dict[str, Set[Subscription]] = {}
         self._version = ""
         self._floors: Dict[str, str] = {}
         """Per object: the latest resourceVersion this process wrote or read from the server; the cache
@@ -304,9 +309,10 @@ class Informer:
         )
 
     # -- subscribers -------------------------------------------------------
-    def subscribe(self, selector: str) -> Subscription:
-        """A new subscription for pods matching ``selector``; filled at once if the cache is synced."""
-        sub = Subscription(self, selector, parse_selector(selector))
+    def subscribe(self, selector: str, changed: Optional[threading.Event] = None) -> Subscription:
+        """A new subscription for pods matching ``selector``; filled at once if the cache is synced;
+        ``changed`` is set on every change (else the subscription's own event)."""
+        sub = Subscription(self, selector, parse_selector(selector), changed=changed)
         with self.lock:
             sub.error = self.error
             self._subs.add(sub)
@@ -316,13 +322,22 @@ class Informer:
                 sub._wake()
         return sub
 
-    def hold(self) -> Subscription:
-        """A passive subscription: keeps the informer running for a reader of objects by name."""
-        sub = Subscription(self, "", [], passive=True)
+    def hold(self, name: Optional[str] = None, changed: Optional[threading.Event] = None) -> Subscription:
+        """A passive subscription: keeps the informer running for a reader of objects by name; with
+        ``name``, woken (``changed`` set) when that object changes or goes, or the cache is re-listed."""
+        sub = Subscription(self, "", [], passive=True, changed=changed, name=name)
         with self.lock:
             sub.error = self.error
             self._subs.add(sub)
+            if name is not None:
+                self._named.setdefault(name, set()).add(sub)
         return sub
+
+    def lacks(self, name: str) -> bool:
+        """Whether the synced cache holds no object ``name`` (deleted, or created after the cache last
+        heard: the caller asks the server), as opposed to being unable to answer."""
+        with self.lock:
+            return self.synced.is_set() and self.error is None and name not in self._pods
 
     def fresh(self, name: str) -> Optional[Dict[str, Any]]:
         """The cached copy of object ``name``, or None where the cache cannot answer: not synced,
@@ -393,6 +408,11 @@ class Informer:
             self._subs.discard(sub)
             if not sub.passive:
                 self._unindex(sub)
+            elif sub.name is not None:
+                named = self._named.get(sub.name, set())
+                named.discard(sub)
+                if not named:
+                    self._named.pop(sub.name, None)
             if self._subs:
                 return
             now = time.monotonic()
@@ -533,6 +553,7 @@ class Informer:
             first = not self.synced.is_set()
             self.synced.set()
             subs = [sub for sub in self._subs if not sub.passive]
+            named = [sub for group in self._named.values() for sub in group]
             for sub in subs:
                 if first:
                     # Subscribed before the cache existed: index them by what is selective now.
@@ -541,7 +562,7 @@ class Informer:
                 sub.pods = self._matching(sub)
                 sub.relisted = not first
         self.last_error = None
-        for sub in subs:
+        for sub in subs + named:
             sub._wake()
 
     def _opened(self, response: Any) -> None:
@@ -599,6 +620,7 @@ class Informer:
                     del self._floors[name]
                 for pair in new_labels.items():
                     self._by_label.setdefault(pair, set()).add(name)
+            woken.extend(self._named.get(name, ()))
             candidates = set(self._unindexed)
             for pair in list(old_labels.items()) + list(new_labels.items()):
                 candidates.update(self._by_index.get(pair, ()))
@@ -650,18 +672,23 @@ class _Registry:
             informer.start()
         return informer
 
-    def subscribe(self, api: KubeApi, namespace: str, selector: str) -> Subscription:
+    def subscribe(
+        self, api: KubeApi, namespace: str, selector: str, changed: Optional[threading.Event] = None
+    ) -> Subscription:
         with self._lock:
             informer = self._running(api, namespace, PODS)
             assert informer is not None  # pod informers are never skipped: their errors end the waits
-            return informer.subscribe(selector)
+            return informer.subscribe(selector, changed)
 
-    def hold(self, api: KubeApi, namespace: str, resource: Resource) -> Optional[Subscription]:
+    def hold(
+        self, api: KubeApi, namespace: str, resource: Resource, name: Optional[str] = None,
+        changed: Optional[threading.Event] = None,
+    ) -> Optional[Subscription]:
         """A passive subscription to the informer of ``resource`` (started if needed), or None while a
         refusal keeps it off."""
         with self._lock:
             informer = self._running(api, namespace, resource)
-            return informer.hold() if informer is not None else None
+            return informer.hold(name, changed) if informer is not None else None
 
     def retire(self, informer: Informer, force: bool = False) -> None:
         """Forget ``informer`` and stop it (unless someone subscribed meanwhile and not ``force``);
@@ -718,10 +745,13 @@ def _stop_informers() -> None:
     _REGISTRY.stop_all(join_timeout=2.0)
 
 
-def subscribe(api: KubeApi, namespace: str, selector: str) -> Subscription:
+def subscribe(
+    api: KubeApi, namespace: str, selector: str, changed: Optional[threading.Event] = None
+) -> Subscription:
     """Subscribe to the pods matching ``selector`` in ``namespace`` on ``api``'s server (starting the
-    shared informer if none runs). Close the subscription when done."""
-    return _REGISTRY.subscribe(api, namespace, selector)
+    shared informer if none runs); ``changed``, if given, is set on each change. Close the
+    subscription when done."""
+    return _REGISTRY.subscribe(api, namespace, selector, changed)
 
 
 def cached_pods(api: KubeApi, namespace: str, selector: str, linger: float, timeout: float) -> Optional[List[Pod]]:
@@ -744,11 +774,22 @@ def cached_pods(api: KubeApi, namespace: str, selector: str, linger: float, time
         sub.close(linger)
 
 
-def hold(api: KubeApi, namespace: str, resource: Resource) -> Optional[Subscription]:
+def hold(
+    api: KubeApi, namespace: str, resource: Resource, name: Optional[str] = None,
+    changed: Optional[threading.Event] = None,
+) -> Optional[Subscription]:
     """Keep the shared informer of ``resource`` in ``namespace`` running (started if needed) until the
     returned subscription is closed, so reads by name (:func:`cached_object`) can be answered from it;
-    None while a refusal keeps that informer off."""
-    return _REGISTRY.hold(api, namespace, resource)
+    None while a refusal keeps that informer off. ``changed`` is set when object ``name`` changes or
+    goes (a wait on pods is woken by its cluster object too)."""
+    return _REGISTRY.hold(api, namespace, resource, name, changed)
+
+
+def cache_lacks(api: KubeApi, namespace: str, resource: Resource, name: str) -> bool:
+    """Whether the running, synced shared cache of ``resource`` holds no object ``name`` (the caller
+    asks the server whether it is gone)."""
+    running = _REGISTRY.find(api, namespace, resource)
+    return running is not None and running.lacks(name)
 
 
 def cached_object(

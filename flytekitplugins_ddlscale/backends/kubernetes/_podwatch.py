@@ -4,12 +4,15 @@ A wait subscribes to the process's shared pod informer of its namespace
 (:mod:`.informer`: one list+watch per API server and namespace for every
 wait, which resumes dropped streams, re-lists once for everyone after a 410
 Gone and rides out API server outages) and is woken when one of its pods
-changes. A wait ends when the condition holds, at its timeout with
+changes, or its cluster object does (the caller's hold on the shared cache of
+cluster objects shares the wait's wake-up: a deleted cluster ends the wait at
+once). A wait ends when the condition holds, at its timeout with
 :class:`ScalingTimeoutError` saying how long the API server was unreachable,
 or early with :class:`WorkerFailedError` when a pod has been Unschedulable,
 crash-looping or failing to pull its image for longer than the grace period;
 an error the informer met (403, 404) ends it at once.
 """
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -56,6 +59,8 @@ class PodWaiter:
     reads all fail still reports what was last known."""
     explain: Optional[Callable[[Pods, ClusterState], str]] = None
     """What a timeout adds about the pods it saw (e.g. workers of a scale-down still running), or ''."""
+    changed: Optional[threading.Event] = None
+    """Set by the pod subscription, and by whatever else should wake the wait (its cluster object's events)."""
     pods: Pods = field(default_factory=dict, init=False)
     _failing: Dict[Tuple[str, str], float] = field(default_factory=dict, init=False)
     _last_report: Optional[Tuple[int, str]] = field(default=None, init=False)
@@ -68,7 +73,7 @@ class PodWaiter:
         did not answer before it.
         """
         deadline = Deadline(self.timeout)
-        sub = subscribe(self.api, self.namespace, self.selector)
+        sub = subscribe(self.api, self.namespace, self.selector, self.changed)
         try:
             return self._run(sub, check, deadline)
         except TransientError as exc:
