@@ -258,12 +258,13 @@ class PhaseMonitor:
         if problem is not None and not self._fault_open():
             # A second look before a new fault counts: one slow answer of a busy head is not a fault.
             problem = find_fault(self._backend.get_state(self._ref), needed, head_name(self._ref.kind))
+        pulled_back = problem is not None and state.desired_workers < needed
         if problem is not None:
-            self._fault_seen(problem, repairable=True, pulled_back=state.desired_workers < needed)
+            self._fault_seen(problem, repairable=True, pulled_back=pulled_back)
         else:
             self._fault_cleared()
         if reassert and self.lost is None and self.failed is None:
-            self._reassert(state.desired_workers)
+            self._reassert(state.desired_workers, reconciled=pulled_back)
 
     def _fault_open(self) -> bool:
         return bool(self.faults) and self.faults[-1].ended is None
@@ -327,9 +328,12 @@ class PhaseMonitor:
                 "phase %s: %s is whole again after %.1f s", self._claim_id, self._ref, fault.ended - fault.began
             )
 
-    def _reassert(self, desired: int) -> None:
+    def _reassert(self, desired: int, reconciled: bool) -> None:
         # Never a re-claim: a claim `ddlscale restore` dropped stays dropped. The reconcile decides
         # from the claims live at its own moment, so a concurrent larger phase is never shrunk.
+        # ``reconciled``: the fault this sample found already re-asserted the size; a second reconcile
+        # right after it may read the size from before the first (a shared or lagging read) and send
+        # the same scale again.
         claims = self._backend.claims(self._ref)
         if self._claim_id not in claims:
             logger.warning("phase %s: its claim on %s is gone; not re-asserting", self._claim_id, self._ref)
@@ -352,4 +356,5 @@ class PhaseMonitor:
             desired,
             claim.replicas,
         )
-        self._backend.reconcile(self._ref, wait=False, timeout=REASSERT_TIMEOUT)
+        if not reconciled:
+            self._backend.reconcile(self._ref, wait=False, timeout=REASSERT_TIMEOUT)
