@@ -10,7 +10,8 @@ cluster kinds with other pod labels need nothing here); the informer keeps
 each subscription's matching pods up to date and wakes only the subscriptions
 an event touches (waiters are indexed by a label they require). Cluster
 objects are read by name (:func:`cached_object`), or all of a kind
-(:func:`cached_objects`: the Dask operator's DaskAutoscalers), and only from a
+(:func:`cached_objects`: the Dask operator's DaskAutoscalers; a wait's :func:`hold` on its cluster
+object wakes it when that object changes or goes), and only from a
 copy at least as new as the last version this process wrote or read of that
 object (:func:`note_version`), so a poll after the plugin's own patch never
 answers from before it; an object the cache lacks (never listed, deleted) is
