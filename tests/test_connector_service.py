@@ -14,6 +14,7 @@ import tempfile
 import time
 from collections import OrderedDict
 from pathlib import Path
+from typing import Any, List, Optional
 
 import grpc
 import pytest
@@ -38,38 +39,76 @@ ROOT = Path(__file__).resolve().parent.parent
 SETTINGS = SerializationSettings(image_config=ImageConfig(default_image=Image(name="d", fqn="img", tag="1")))
 
 
+def free_ports(count: int) -> List[int]:
+    """``count`` distinct ports free now (each held until all are chosen: the OS may hand a port it just
+    gave out to the next bind)."""
+    with contextlib.ExitStack() as held:
+        socks = [held.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_ports(1)[0]
+
+
+SERVE_ATTEMPTS = 3
+"""Starts of the service on new ports when a port chosen free was taken before the service bound it
+(other tests run beside this one)."""
 
 
 @contextlib.contextmanager
 def serving(env):
     """A stock ``pyflyte serve connector`` in its own process with ``env`` (the plugin found through its
     ``flytekit.plugins`` entry point, as in a deployment); yields a gRPC channel to it."""
-    port = free_port()
     env = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])))
-    # The service logs every request: into a file, since an unread pipe would fill and stall it.
-    log = tempfile.TemporaryFile()
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).with_name("pyflyte")), "serve", "connector", "--port", str(port),
-         "--prometheus_port", str(free_port())],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-    try:
-        grpc.channel_ready_future(channel).result(timeout=60)
-        yield channel
-    finally:
-        channel.close()
-        proc.terminate()
+    for attempt in range(1, SERVE_ATTEMPTS + 1):
+        port, prometheus = free_ports(2)
+        # The service logs every request: into a file, since an unread pipe would fill and stall it.
+        log = tempfile.TemporaryFile()
+        proc = subprocess.Popen(
+            [str(Path(sys.executable).with_name("pyflyte")), "serve", "connector", "--port", str(port),
+             "--prometheus_port", str(prometheus)],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
         try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-        log.close()
+            exited = _wait_serving(channel, proc, log)
+            if exited is None:
+                yield channel
+                return
+            if "address already in use" not in exited.lower() or attempt == SERVE_ATTEMPTS:
+                raise AssertionError(f"pyflyte serve connector exited with {proc.returncode} before serving:\n{exited}")
+        finally:
+            channel.close()
+            _stop(proc)
+            log.close()
+
+
+def _wait_serving(channel: Any, proc: subprocess.Popen, log: Any, timeout: float = 60.0) -> Optional[str]:
+    """None once ``channel`` connects; the end of the service's log if its process exits first."""
+    ready = grpc.channel_ready_future(channel)
+    end = time.monotonic() + timeout
+    while proc.poll() is None:
+        try:
+            ready.result(timeout=min(0.5, max(0.0, end - time.monotonic())))
+            return None
+        except grpc.FutureTimeoutError:
+            if time.monotonic() > end:
+                raise AssertionError(f"pyflyte serve connector did not accept connections within {timeout:g} s")
+    ready.cancel()
+    log.seek(0)
+    return log.read().decode(errors="replace")[-3000:]
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
 
 
 @pytest.fixture
