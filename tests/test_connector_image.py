@@ -29,7 +29,6 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,6 +42,7 @@ import pytest
 import yaml
 
 from flytekitplugins_ddlscale import WaitForCluster
+from tests.port_support import free_ports
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
@@ -117,12 +117,6 @@ def build_context(destination: Path) -> Path:
 
     shutil.copytree(ROOT, destination, ignore=skip)
     return destination
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass
@@ -311,7 +305,7 @@ def test_the_deployment_as_the_manifest_states_it_serves_the_four_task_types(ima
 
     container = _container(image.manifest)
     # The pod's network is its own: the manifest's container ports become free ports of this machine.
-    ports = {str(p["containerPort"]): str(free_port()) for p in container["ports"]}
+    ports = dict(zip((str(p["containerPort"]) for p in container["ports"]), map(str, free_ports(len(container["ports"])))))
     argv = [ports.get(word, word) for word in container["command"] + container.get("args", [])]
     env = _run_env(image, container)
     executable = shutil.which(argv[0], path=env["PATH"])

@@ -7,14 +7,13 @@ returned resource meta until a terminal phase.
 """
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Optional
 
 import grpc
 import pytest
@@ -31,26 +30,13 @@ from flytekitplugins_ddlscale.refs import ClusterRef
 from flytekitplugins_ddlscale.tasks import RestartOutcome, RestoreOutcome, ScaleOutcome
 from tests.flyte_apps import nodes
 from tests.flyte_support import SCALER_ENV, local_backend, local_env  # noqa: F401 - fixture
+from tests.port_support import free_ports
 from tests.servers.scaler_server import DEFAULT_API_KEY, ScalerTestServer
 from tests.test_connector import ray_restart, ray_restore, ray_scale
 
 
 ROOT = Path(__file__).resolve().parent.parent
 SETTINGS = SerializationSettings(image_config=ImageConfig(default_image=Image(name="d", fqn="img", tag="1")))
-
-
-def free_ports(count: int) -> List[int]:
-    """``count`` distinct ports free now (each held until all are chosen: the OS may hand a port it just
-    gave out to the next bind)."""
-    with contextlib.ExitStack() as held:
-        socks = [held.enter_context(socket.socket()) for _ in range(count)]
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in socks]
-
-
-def free_port() -> int:
-    return free_ports(1)[0]
 
 
 SERVE_ATTEMPTS = 3

@@ -11,7 +11,6 @@ final, outputs read back as the node's typed outcome.
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -39,6 +38,7 @@ from flytekitplugins_ddlscale._services.nodes.restore import RESTORE_TASK_TYPE, 
 from flytekitplugins_ddlscale._services.nodes.scale import SCALE_TASK_TYPE, ScaleConfig, ScaleOutcome  # noqa: E402
 from flytekitplugins_ddlscale.refs import ClusterRef  # noqa: E402
 from tests.flyte_support import local_backend, local_env, processes_mentioning  # noqa: E402,F401 - fixture
+from tests.port_support import free_ports  # noqa: E402
 
 pytestmark = pytest.mark.slow
 CLUSTER = "dask/flyte2-grpc"
@@ -48,18 +48,11 @@ NODE_LIMIT = 120.0
 """Seconds a node gets to reach a final phase over the polls."""
 
 
-def free_port() -> int:
-    """A TCP port free on the loopback interface now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture
 def connector_server(local_env, tmp_path):
     """flyte's connector server ``c0`` serving the local backend (listed, as a deployment must), on free
     ports; yields a channel to it. Stopped at teardown (SIGTERM, then SIGKILL), nothing left running."""
-    port, metrics = free_port(), free_port()
+    port, metrics = free_ports(2)
     env = dict(os.environ, DDLSCALE_CONNECTOR_BACKENDS="local", DDLSCALE_STATE_DIR=str(local_env))
     c0 = Path(sys.executable).with_name("c0")
     log = (tmp_path / "c0.log").open("w")
