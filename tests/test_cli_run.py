@@ -286,9 +286,12 @@ def test_list_and_status_say_what_a_dead_claim_still_holds(local_target, tmp_pat
     backend = LocalBackend(state_dir=Path(local_target.env["DDLSCALE_STATE_DIR"]) / "local")
     ref = ClusterRef("dask", "runner")
     backend.up(ref, 1, timeout=120)
-    # This process holds it and stops renewing: the watch leaves it (its holder runs), its lease runs out.
-    backend.claim(ref, "run-stalled", 2, lease_seconds=0.5)
+    # This process holds it while the cluster grows to it (a lease the reconcile cannot outlast, however
+    # slow the machine: a lapsed claim would be dropped by it), then claims it once more on a short lease
+    # and stops renewing: the watch leaves it (its holder runs), its lease runs out.
+    backend.claim(ref, "run-stalled", 2, lease_seconds=600)
     backend.reconcile(ref, timeout=120)
+    backend.claim(ref, "run-stalled", 2, lease_seconds=0.5)
     _until("the claim's lease to run out", lambda: "run-stalled" in backend.dead_claims(ref))
     for verb in ("list", "status --name runner"):
         shown = subprocess.run([DDLSCALE, "local", *verb.split()], env=local_target.env, capture_output=True,
