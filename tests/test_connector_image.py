@@ -32,7 +32,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +42,7 @@ import yaml
 
 from flytekitplugins_ddlscale import WaitForCluster
 from tests.port_support import free_ports
+from tests.served_process import stop_process, wait_serving
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
@@ -316,21 +316,10 @@ def test_the_deployment_as_the_manifest_states_it_serves_the_four_task_types(ima
                                 stderr=subprocess.STDOUT)
         channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
         try:
-            ready, deadline = grpc.channel_ready_future(channel), time.monotonic() + 90
-            while True:  # until the service answers, it exits, or 90 s pass
-                try:
-                    ready.result(timeout=1)
-                    break
-                except grpc.FutureTimeoutError:
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        log.seek(0)
-                        pytest.fail(f"the connector did not start: {log.read().decode(errors='replace')[-3000:]}")
+            exited = wait_serving(channel, proc, log, 90.0, "the connector")
+            if exited is not None:
+                pytest.fail(f"the connector did not start: {exited}")
             SERVED_BY[image.target](channel)
         finally:
             channel.close()
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=20)
+            stop_process(proc, 20)

@@ -13,7 +13,6 @@ import tempfile
 import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Optional
 
 import grpc
 import pytest
@@ -31,6 +30,7 @@ from flytekitplugins_ddlscale.tasks import RestartOutcome, RestoreOutcome, Scale
 from tests.flyte_apps import nodes
 from tests.flyte_support import SCALER_ENV, local_backend, local_env  # noqa: F401 - fixture
 from tests.port_support import free_ports
+from tests.served_process import stop_process, wait_serving
 from tests.servers.scaler_server import DEFAULT_API_KEY, ScalerTestServer
 from tests.test_connector import ray_restart, ray_restore, ray_scale
 
@@ -60,7 +60,7 @@ def serving(env):
         )
         channel = grpc.insecure_channel(f"127.0.0.1:{port}")
         try:
-            exited = _wait_serving(channel, proc, log)
+            exited = wait_serving(channel, proc, log, 60.0, "pyflyte serve connector")
             if exited is None:
                 yield channel
                 return
@@ -68,33 +68,8 @@ def serving(env):
                 raise AssertionError(f"pyflyte serve connector exited with {proc.returncode} before serving:\n{exited}")
         finally:
             channel.close()
-            _stop(proc)
+            stop_process(proc, 10)
             log.close()
-
-
-def _wait_serving(channel: Any, proc: subprocess.Popen, log: Any, timeout: float = 60.0) -> Optional[str]:
-    """None once ``channel`` connects; the end of the service's log if its process exits first."""
-    ready = grpc.channel_ready_future(channel)
-    end = time.monotonic() + timeout
-    while proc.poll() is None:
-        try:
-            ready.result(timeout=min(0.5, max(0.0, end - time.monotonic())))
-            return None
-        except grpc.FutureTimeoutError:
-            if time.monotonic() > end:
-                raise AssertionError(f"pyflyte serve connector did not accept connections within {timeout:g} s")
-    ready.cancel()
-    log.seek(0)
-    return log.read().decode(errors="replace")[-3000:]
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
 
 
 @pytest.fixture
