@@ -7,6 +7,7 @@ import pytest
 # Lets tests import the shared test servers as ``tests.servers...`` however pytest is started.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from tests.connector_caches import stop_connector_caches  # noqa: E402
 from tests.envtest.fixtures import envtest  # noqa: E402,F401 - the session's real control plane, shared by all modules
 from tests.servers.scaler_server import ScalerTestServer  # noqa: E402
 
@@ -81,11 +82,9 @@ def fresh_leftovers():
 
 @pytest.fixture(autouse=True)
 def fresh_connector_backends():
-    """Each test's connector polls start without backends an earlier test's polls kept open."""
+    """Each test's connector polls start without backends or shared caches an earlier test's polls kept."""
     yield
-    connector = sys.modules.get("flytekitplugins_ddlscale.connector")
-    if connector is not None:
-        connector.POLL_BACKENDS.close()
+    stop_connector_caches()
 
 
 @pytest.fixture

@@ -59,10 +59,15 @@ def clean(monkeypatch):
     return monkeypatch
 
 
+def informers_of(server):
+    """The informers on ``server`` (an earlier test's may still be stopping)."""
+    return [i for i in running_informers(None) if i.key[0] == server.url]
+
+
 def stop_informers(server):
-    for informer in running_informers(None):
+    for informer in informers_of(server):
         informer.stop()
-    server.wait_for(lambda: not running_informers(None) and server.open_watches == 0, 10, "the watches to close")
+    server.wait_for(lambda: not informers_of(server) and server.open_watches == 0, 10, "the watches to close")
 
 
 def test_fifty_executions_poll_through_one_watch_per_resource(clean, tmp_path):
@@ -131,8 +136,8 @@ def test_a_steady_state_poll_sends_no_request_and_a_deleted_cluster_fails(clean,
         first = connector.get(ScalingMetadata.decode(encoded))
         assert first.phase == TaskExecution.RUNNING, first.message
         server.wait_for(
-            lambda: {i.resource.plural for i in running_informers(None)} == cached | {"pods"}
-            and all(i.synced.is_set() for i in running_informers(None)),
+            lambda: {i.resource.plural for i in informers_of(server)} == cached | {"pods"}
+            and all(i.synced.is_set() for i in informers_of(server)),
             10, "the pod and cluster-object caches to sync",
         )
         server.clear_log()
@@ -144,7 +149,7 @@ def test_a_steady_state_poll_sends_no_request_and_a_deleted_cluster_fails(clean,
         # The watch says the cluster is gone: the poll reads the server, which says so.
         for resource, name in deleted:
             server.commit(resource, "domino-compute", None, name, "DELETED")
-        (objects,) = [i for i in running_informers(None) if i.resource.plural == sized.split("/")[0]]
+        (objects,) = [i for i in informers_of(server) if i.resource.plural == sized.split("/")[0]]
         server.wait_for(lambda: objects.fresh(sized.split("/")[1]) is None, 10, "the watch to report the deletion")
         resource = connector.get(ScalingMetadata.decode(encoded))
         assert resource.phase == TaskExecution.FAILED and "not found" in resource.message, resource.message
@@ -168,8 +173,8 @@ def test_a_role_without_watch_on_daskautoscalers_reads_them_from_the_server(clea
         encoded = wait_meta("dask-operator/k", "kubernetes", 3).encode()
         assert connector.get(ScalingMetadata.decode(encoded)).phase == TaskExecution.RUNNING
         server.wait_for(
-            lambda: {i.resource.plural for i in running_informers(None)} == {"pods", "daskworkergroups"}
-            and all(i.synced.is_set() for i in running_informers(None)),
+            lambda: {i.resource.plural for i in informers_of(server)} == {"pods", "daskworkergroups"}
+            and all(i.synced.is_set() for i in informers_of(server)),
             10, "the refused informer to stop and the others to sync",
         )
         server.clear_log()

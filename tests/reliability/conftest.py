@@ -15,6 +15,7 @@ import pytest
 from rel_helpers import child_pids, select_kubernetes
 
 from flytekitplugins_ddlscale._core.waiting import Backoff
+from tests.connector_caches import stop_connector_caches
 from tests.servers.k8s_fixtures import k8s, make_backend, tiers_file  # noqa: F401 - fixtures
 from tests.servers.scaler_server import DEFAULT_API_KEY, ScalerTestServer
 
@@ -42,6 +43,7 @@ def no_leftovers() -> Iterator[None]:
     before = set(threading.enumerate())
     children_before = set(child_pids())
     yield
+    stop_connector_caches()  # kept by design for a service's next polls: not the test's leftovers
     deadline = time.monotonic() + 10
     while True:
         extra = [

@@ -656,20 +656,8 @@ def _poll_while(service: Any, meta: Any, state: str) -> Any:
     return poll
 
 
-@pytest.fixture
-def connector_caches(k8s_server: Any) -> Iterator[None]:
-    """Stops the connector's shared caches after the test, passed or failed: they linger for a
-    service's next polls, and a failed test must not leave them to the next."""
-    from flytekitplugins_ddlscale.backends.kubernetes._informer import running_informers
-
-    yield
-    for informer in running_informers(None):  # the service's caches linger for its next polls: not here
-        informer.stop()
-    k8s_server.wait_for(lambda: not running_informers(None), 10, "the connector's informers to stop")
-
-
 def test_k8s_connector_poll_takes_a_403_right_after_an_outage_for_the_restart(
-    k8s_server, kproxy, k8s_cluster, tiers_file, clean_env, tmp_path, monkeypatch, connector_caches
+    k8s_server, kproxy, k8s_cluster, tiers_file, clean_env, tmp_path, monkeypatch
 ):
     """A connector's poll reads once (no deadline): the restarted server's 403 must leave the node
     RUNNING, to be read again at the next resync. The outage starts before the first poll, so only
@@ -692,7 +680,7 @@ def test_k8s_connector_poll_takes_a_403_right_after_an_outage_for_the_restart(
 
 
 def test_k8s_connector_poll_fails_on_a_403_without_an_outage_naming_the_permission(
-    k8s_server, kproxy, k8s_cluster, tiers_file, clean_env, tmp_path, monkeypatch, connector_caches
+    k8s_server, kproxy, k8s_cluster, tiers_file, clean_env, tmp_path, monkeypatch
 ):
     """A 403 from a server that had no outage is the missing permission: the node is FAILED at once,
     naming it, even where the poll was answered from the shared cache until then. (An outage shortly
