@@ -4,6 +4,7 @@ The service only sets ``spec.worker.replicas`` (``holds_size`` is False), so
 here the phase must re-assert its size when something else (the HPA) pulls
 it back; claims must keep concurrent phases from shrinking each other.
 """
+import dataclasses
 import logging
 import time
 
@@ -134,12 +135,20 @@ def test_unserved_kind_is_refused_before_any_request(server):
 
 
 def test_a_phase_renews_its_claim_through_a_long_scale_up_wait_and_its_body(server):
-    server.set_pod_ready_delay(1.5)  # the wait outlasts the 0.6 s lease twice over
-    with cluster_phase(CLUSTER, 3, timeout=30, reassert_interval=None, lease_seconds=0.6) as phase:
-        assert phase.claim_id in phase.backend.claims(phase.ref)
-        time.sleep(1.0)
-        assert phase.claim_id in phase.backend.claims(phase.ref)
-        assert replicas(server) == 3
+    from flytekitplugins_ddlscale._core.leases import expires_at
+    from flytekitplugins_ddlscale.models import utcnow
+
+    # A 2 s lease renewed every third of it: only a renewal over 2 s late would let it lapse here.
+    server.set_pod_ready_delay(4.5)  # the wait outlasts the lease twice over
+    with cluster_phase(CLUSTER, 3, timeout=60, reassert_interval=None, lease_seconds=2.0) as phase:
+        claim = phase.backend.claims(phase.ref)[phase.claim_id]
+        assert utcnow() > expires_at(dataclasses.replace(claim, renewed_at=claim.created_at))  # renewed in the wait
+        deadline = time.monotonic() + 30
+        while utcnow() <= expires_at(claim) and time.monotonic() < deadline:  # and through the body
+            time.sleep(0.1)
+        assert utcnow() > expires_at(claim), "the body never outlived the lease it started with"
+        assert phase.claim_id in phase.backend.claims(phase.ref) and replicas(server) == 3
+        assert phase.faults == []
     assert replicas(server) == 1 and phase.backend.claims(phase.ref) == {}
 
 
