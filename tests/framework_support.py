@@ -17,7 +17,7 @@ from typing import Dict, List, Optional
 
 from flytekitplugins_ddlscale.backends.local._dask_ops import scheduler_workers
 from tests.servers.scaler_server import DEFAULT_API_KEY
-from tests.servers.status_http import free_port
+from tests.port_support import free_port
 
 SCALER_VARIABLES = ("DOMINO_API_PROXY", "DOMINO_TOKEN", "DOMINO_RUN_ID", "DOMINO_API_HOST",
                     "DDLSCALE_BACKEND", "DDLSCALE_FRAMEWORK_READINESS", "DDLSCALE_FRAMEWORK_URL",

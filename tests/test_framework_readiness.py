@@ -14,7 +14,8 @@ from flytekitplugins_ddlscale._framework.spark_conf import configured_master, ma
 from tests.framework_support import RealDask
 from tests.servers.ray_dashboard import RayDashboardServer
 from tests.servers.spark_master import SparkMasterServer
-from tests.servers.status_http import StatusServer, free_port
+from tests.port_support import free_port
+from tests.servers.status_http import StatusServer
 
 
 def endpoint(kind, url):

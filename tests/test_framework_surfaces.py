@@ -24,7 +24,7 @@ from tests.framework_support import RealDask, use_scaler
 from tests.servers.ray_dashboard import RayDashboardServer
 from tests.servers.scaler_server import ScalerTestServer
 from tests.servers.spark_master import SparkMasterServer
-from tests.servers.status_http import free_port
+from tests.port_support import free_port
 
 POD_DELAY = 0.4
 """Seconds until the scaler test server lists a new worker pod."""

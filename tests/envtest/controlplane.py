@@ -41,6 +41,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from tests.port_support import free_port, free_ports
+
 ENV_DIR = "DDLSCALE_ENVTEST_DIR"
 """Names the folder holding ``kube-apiserver.xz`` and ``kube-controller-manager.xz``."""
 BINARIES = ("kube-apiserver", "kube-controller-manager")
@@ -110,13 +112,6 @@ def unpacked_binaries(folder: Path, cache_root: Optional[Path] = None) -> Dict[s
             partial.replace(path)
         paths[name] = path
     return paths
-
-
-def free_port() -> int:
-    """A TCP port of 127.0.0.1 free right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _write_certificates(directory: Path) -> None:
@@ -243,7 +238,7 @@ class ControlPlane:
             f'{self.admin_token},admin,admin-uid,"system:masters"\n'
             f'{self.user_token},{USER},user-uid,"system:serviceaccounts,system:serviceaccounts:domino-compute"\n'
         )
-        client_port, peer_port = free_port(), free_port()
+        client_port, peer_port = free_ports(2)
         peer = f"http://127.0.0.1:{peer_port}"
         self._spawn("etcd", [
             etcd, "--name", "envtest", "--data-dir", str(self.work / "etcd"),

@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional
 from flytekitplugins_ddlscale.backends.local._dask_ops import scheduler_workers
 from tests.envtest.controlplane import _die_with_parent, stop_process
 from tests.envtest.kubelet import Reacting, Reactor
-from tests.servers.status_http import free_port
+from tests.port_support import free_ports
 
 API_ROUTES = repr(["distributed.http.scheduler.api", "distributed.http.scheduler.json",
                    "distributed.http.health", "distributed.http.scheduler.info"])
@@ -81,8 +81,7 @@ class DaskRuntime(Reacting):
         self.namespace = namespace
         self.cluster = cluster
         self.work = work
-        self.comm_port = free_port()
-        self.dashboard_port = free_port()
+        self.comm_port, self.dashboard_port = free_ports(2)
         self.log = work / f"dask-{namespace}-{cluster}.log"
         self._scheduler: Optional[subprocess.Popen] = None
         self._workers: Dict[str, subprocess.Popen] = {}

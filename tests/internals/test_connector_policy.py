@@ -28,7 +28,8 @@ from flytekitplugins_ddlscale._core.validation import MAX_NODE_TIMEOUT
 from tests.flyte_support import local_backend, local_env  # noqa: F401 - fixture
 from tests.framework_support import use_scaler
 from tests.servers.scaler_server import ScalerTestServer
-from tests.servers.status_http import StatusServer, free_port
+from tests.port_support import free_port
+from tests.servers.status_http import StatusServer
 from tests.test_connector import ray_restart, ray_restore, template_and_inputs
 
 IMAGE = "registry/flows:v1"

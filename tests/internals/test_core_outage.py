@@ -328,7 +328,7 @@ def test_a_refused_connection_is_one_symptom_whichever_http_stack_met_it():
     import httpx
     import urllib3
 
-    from tests.servers.status_http import free_port
+    from tests.port_support import free_port
 
     url = f"http://127.0.0.1:{free_port()}/"  # nothing listens there
     with pytest.raises(httpx.ConnectError) as by_httpx:

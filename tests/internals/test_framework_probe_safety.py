@@ -16,7 +16,8 @@ from flytekitplugins_ddlscale._core.validation import validate_url
 from flytekitplugins_ddlscale._framework.endpoints import Endpoint
 from flytekitplugins_ddlscale._framework.wait import HeadUnreachable, read_registered
 from flytekitplugins_ddlscale.tasks import ScaleCluster
-from tests.servers.status_http import Reply, StatusServer, free_port
+from tests.port_support import free_port
+from tests.servers.status_http import Reply, StatusServer
 
 SECRET_BODY = "internal-only-4711"
 PASSWORD = "pw-s3cret-9876"

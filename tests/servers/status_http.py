@@ -194,8 +194,3 @@ class StatusServer:
         raise NotImplementedError
 
 
-def free_port() -> int:
-    """A TCP port nothing listens on right now (for 'unreachable head' tests)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
