@@ -60,6 +60,8 @@ ANSWER_LAG_LIMIT_MS = 50.0
 REQUESTS_PER_POLL_LIMIT = 0.01
 """API requests per connector poll after every execution's first (the polls are answered from the caches)."""
 REPO_ROOT = Path(__file__).resolve().parents[1]
+PATHS = ("backend", "connector")
+"""The two paths measured: waits through the backend, polls through the connector."""
 
 
 @dataclass(frozen=True)
@@ -254,20 +256,28 @@ def _connector_lane(plan: Plan, tree: Optional[Path], workdir: Path, envtest: An
             failure = f"connector child failed ({child.returncode}): {err[-1500:]}"
         else:
             report = json.loads(out.strip().splitlines()[-1])
-        lags, errors, client_lags = [], list(send_errors), []
+        lags, errors, client_lags, to_cache, after_cache = [], list(send_errors), [], [], []
         for execution in (report or {}).get("executions", []):
             moments = server.ready_moments(execution["cluster"], "worker", since=launched)
             if execution["error"] or not moments:
                 errors.append(f"{execution['cluster']}: {execution['error'] or 'no Ready moment'}"[:200])
                 continue
             lags.append(_answer_lag(execution["polls"], max(moments)))
-            if hasattr(server, "accepted_moments"):
-                accepted = server.accepted_moments(execution["cluster"], "worker", since=launched)
+            accepted = (server.accepted_moments(execution["cluster"], "worker", since=launched)
+                        if hasattr(server, "accepted_moments") else [])
+            if accepted:
                 client_lags.append(_answer_lag(execution["polls"], max(accepted)))
+            if execution.get("cached") is not None:
+                to_cache.append((execution["cached"] - max(accepted or moments)) * 1000.0)
+                after_cache.append(_answer_lag(execution["polls"], execution["cached"]))
         summary = _lane_summary(server, report, failure, lags, errors, time.time() - launched, launched)
         if client_lags:
             # The same answer lag counted from when the API server accepted the last Ready write.
             summary["client_lag_ms"] = summarize(client_lags, 1)
+        if after_cache:
+            # That lag split in two at the moment the client's pod cache held the cluster's workers Ready.
+            summary["to_cache_ms"] = summarize(to_cache, 1)
+            summary["answer_after_cache_ms"] = summarize(after_cache, 1)
         polls = sum(len(e["polls"]) for e in (report or {}).get("executions", []))
         summary["load_average_1m_start_end"] = [round(load_start, 2), round(os.getloadavg()[0], 2)]
         summary["connector_polls"] = polls
@@ -313,12 +323,17 @@ def _lane_summary(server: Any, report: Optional[Dict[str, Any]], failure: str, l
     return summary
 
 
-def run(quick: bool = False, out_dir: Path = Path("benchmarks/results"), server: str = "test-server") -> BenchResult:
-    """Both designs, through the backend and through the connector, on fresh servers of the same size
-    (``server="envtest"``: the shared design only, on a real kube-apiserver; skipped, saying what to set,
-    where it cannot start)."""
+def run(
+    quick: bool = False, out_dir: Path = Path("benchmarks/results"), server: str = "test-server",
+    paths: Tuple[str, ...] = PATHS,
+) -> BenchResult:
+    """Both designs, through the backend and through the connector (``paths``: either alone), on fresh
+    servers of the same size (``server="envtest"``: the shared design only, on a real kube-apiserver;
+    skipped, saying what to set, where it cannot start)."""
     if server not in SERVERS:
         raise ValueError(f"server must be one of {', '.join(SERVERS)}, not {server!r}")
+    if not paths or set(paths) - set(PATHS):
+        raise ValueError(f"paths must be some of {', '.join(PATHS)}, not {paths!r}")
     name, title = SERVERS[server], TITLES[server]
     try:
         import flytekitplugins_ddlscale.backends.kubernetes  # noqa: F401
@@ -335,17 +350,21 @@ def run(quick: bool = False, out_dir: Path = Path("benchmarks/results"), server:
             return BenchResult.skipped(name, title, why)
         missing = "previous design: measured on the test server only (fleet_k8s)"
         with tempfile.TemporaryDirectory(prefix="ddlscale-fleet-") as tmp, real_k8s.control_plane() as envtest:
-            lanes["backend_shared"] = _backend_lane(plan, None, envtest)
-            lanes["connector_shared"] = _connector_lane(plan, None, Path(tmp), envtest)
+            if "backend" in paths:
+                lanes["backend_shared"] = _backend_lane(plan, None, envtest)
+            if "connector" in paths:
+                lanes["connector_shared"] = _connector_lane(plan, None, Path(tmp), envtest)
     else:
         with tempfile.TemporaryDirectory(prefix="ddlscale-fleet-") as tmp:
             previous, missing = export(Path(tmp) / "previous")
-            lanes["backend_shared"] = _backend_lane(plan, None)
-            if previous is not None:
-                lanes["backend_per_wait"] = _backend_lane(plan, previous)
-            lanes["connector_shared"] = _connector_lane(plan, None, Path(tmp))
-            if previous is not None:
-                lanes["connector_per_poll"] = _connector_lane(plan, previous, Path(tmp))
+            if "backend" in paths:
+                lanes["backend_shared"] = _backend_lane(plan, None)
+                if previous is not None:
+                    lanes["backend_per_wait"] = _backend_lane(plan, previous)
+            if "connector" in paths:
+                lanes["connector_shared"] = _connector_lane(plan, None, Path(tmp))
+                if previous is not None:
+                    lanes["connector_per_poll"] = _connector_lane(plan, previous, Path(tmp))
     result = BenchResult(name, title)
     if missing:
         result.notes.append(missing)
@@ -356,7 +375,7 @@ def run(quick: bool = False, out_dir: Path = Path("benchmarks/results"), server:
         "headline": [_headline(name, lane, plan.clusters) for name, lane in lanes.items()],
     }
     watch_limit = float(NAMESPACES * RESOURCES)
-    for name in ("backend_shared", "connector_shared"):
+    for name in [lane for lane in ("backend_shared", "connector_shared") if lane in lanes]:
         lane = lanes[name]
         lag = lane["lag_ms"]
         result.targets.append(Target(f"{name}: waits completed", float(lane["completed"]), float(plan.clusters), "waits", ">="))
@@ -368,12 +387,24 @@ def run(quick: bool = False, out_dir: Path = Path("benchmarks/results"), server:
                                      detail=f"{lane['peak_open_watches']} in all (limit {watch_limit:.0f}: "
                                             f"namespaces x resources); {lane['requests']['total']} API requests in all"))
     for name, limit in (("backend_shared", CLIENT_LAG_LIMIT_MS), ("connector_shared", ANSWER_LAG_LIMIT_MS)):
+        if name not in lanes:
+            continue
         client = lanes[name].get("client_lag_ms")
         if server == "envtest":
             result.targets.append(Target(
                 f"{name}: lag after the server accepted the Ready write, p95", client["p95"] if client else None,
                 limit, "ms", detail=f"median {client['median']} ms" if client else "not measured"))
+    if "connector_shared" not in lanes:
+        return result
     connector = lanes["connector_shared"]
+    after_cache = connector.get("answer_after_cache_ms")
+    if after_cache:
+        to_cache = connector["to_cache_ms"]
+        result.targets.append(Target(
+            "connector_shared: lag after the pod cache held the Ready workers (what the client adds), p95",
+            after_cache["p95"], CLIENT_LAG_LIMIT_MS, "ms",
+            detail=f"median {after_cache['median']} ms; before it, write accepted (or sent) to cache: "
+                   f"p95 {to_cache['p95']} ms, median {to_cache['median']} ms"))
     result.targets.append(Target("connector_shared: API requests per poll after the first",
                                  connector.get("requests_per_poll_after_first"), REQUESTS_PER_POLL_LIMIT, "requests",
                                  detail=f"{connector.get('after_first_polls')}; connections opened "
@@ -389,8 +420,9 @@ def _headline(name: str, lane: Dict[str, Any], clusters: int) -> str:
 
 
 def main() -> None:
-    """``python -m benchmarks.bench_fleet --clusters N [--server envtest]``: the full plan at another size,
-    written to ``results/fleet_k8s[_envtest]_<N>.json`` (the suite's ``fleet_k8s`` is the 1,000-cluster run)."""
+    """``python -m benchmarks.bench_fleet --clusters N [--server envtest] [--only backend|connector]``: the
+    full plan at another size (one path alone), written to ``results/fleet_k8s[_envtest]_<N>[_<path>].json``
+    (the suite's ``fleet_k8s`` is the 1,000-cluster run of both paths)."""
     import argparse
     import dataclasses
 
@@ -400,12 +432,13 @@ def main() -> None:
     parser.add_argument("--clusters", type=int, required=True)
     parser.add_argument("--server", choices=sorted(SERVERS), default="test-server")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks" / "results")
+    parser.add_argument("--only", choices=PATHS, help="measure one path (default: both)")
     args = parser.parse_args()
     global FULL
     FULL = dataclasses.replace(FULL, clusters=args.clusters)
     started = time.monotonic()
-    result = run(quick=False, out_dir=args.out, server=args.server)
-    result.name = f"{SERVERS[args.server]}_{args.clusters}"
+    result = run(quick=False, out_dir=args.out, server=args.server, paths=(args.only,) if args.only else PATHS)
+    result.name = f"{SERVERS[args.server]}_{args.clusters}" + (f"_{args.only}" if args.only else "")
     document = result.to_json(quick=False, duration_s=time.monotonic() - started)
     write_json(args.out / f"{result.name}.json", document)
     print("\n".join(document["metrics"]["headline"]))

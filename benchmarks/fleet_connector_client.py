@@ -10,12 +10,21 @@ time, so the parent can count the requests of the polls after the first; at the 
 document: per execution, when each poll started and returned and what it answered, this process's
 peak RSS and the connections its Kubernetes API clients opened (each a TCP and, on https, a TLS
 handshake). The previous design's run uses this same harness on the previous plugin code.
+
+Where the design keeps a shared pod cache, the document also says, per cluster, when that cache first
+held all ``REPLICAS`` of its workers Ready (``cached``): a subscriber of the connector's own pod
+informer notes it, so the parent can split an answer's lag into the server's part (write accepted to
+the event in the cache) and the client's (cache to answer). The note is taken when the subscriber's
+thread runs, so it is at most one scheduling delay late: the client's part it gives is a lower bound
+by that delay. The server's part can be below zero: the watch may deliver the event before the writer
+has the answer to its write.
 """
 import json
 import os
 import sys
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional
 
@@ -56,6 +65,50 @@ def connections_opened() -> Optional[int]:
     return opened
 
 
+class CacheObserver:
+    """Notes when the connector's shared pod cache first holds ``replicas`` Ready workers of each cluster."""
+
+    def __init__(self, replicas: int) -> None:
+        from flytekitplugins_ddlscale.backends.kubernetes._informer import running_informers
+        from flytekitplugins_ddlscale.backends.kubernetes._spec import pod_labels, pod_ready
+
+        (pods,) = running_informers()
+        self._ready, self._labels = pod_ready, pod_labels
+        self._replicas = replicas
+        self._changed = threading.Event()
+        self._stopping = threading.Event()
+        self._sub = pods.subscribe("app.kubernetes.io/component=worker", self._changed)
+        self.cached: Dict[str, float] = {}
+        """Cluster name -> when the cache first held all its workers Ready (time.time())."""
+        self._thread = threading.Thread(target=self._run, name="cache-observer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            self._changed.wait(1.0)
+            self._changed.clear()
+            now = time.time()
+            ready = Counter(self._labels(pod).get("app.kubernetes.io/instance", "")
+                            for pod in self._sub.snapshot().values() if self._ready(pod))
+            for cluster, workers in ready.items():
+                if workers >= self._replicas and cluster not in self.cached:
+                    self.cached[cluster] = now
+
+    def close(self) -> None:
+        self._stopping.set()
+        self._changed.set()
+        self._thread.join(5.0)
+        self._sub.close()
+
+
+def observe_cache(replicas: int) -> Optional[CacheObserver]:
+    """A :class:`CacheObserver` on the connector's pod cache, or None in a design without one of this shape."""
+    try:
+        return CacheObserver(replicas)
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return None
+
+
 def main(kubeconfig: str, count: int, replicas: int, poll: float, limit: float = 300.0) -> Dict[str, Any]:
     """Poll every execution until it leaves RUNNING; return per-execution polls, errors and peak RSS."""
     os.environ["KUBECONFIG"] = kubeconfig
@@ -74,6 +127,7 @@ def main(kubeconfig: str, count: int, replicas: int, poll: float, limit: float =
         ).encode()
 
     connector.get(ScalingMetadata.decode(meta_of(cluster_name(0))))
+    observer = observe_cache(replicas)
     rss_before_kb = peak_rss_kb()
     print("warm", flush=True)
     sys.stdin.readline()
@@ -111,6 +165,10 @@ def main(kubeconfig: str, count: int, replicas: int, poll: float, limit: float =
 
     with ThreadPoolExecutor(max_workers=count, thread_name_prefix="execution") as pool:
         executions = list(pool.map(one, range(count)))
+    if observer is not None:
+        observer.close()
+        for execution in executions:
+            execution["cached"] = observer.cached.get(execution["cluster"])
     return {"executions": executions, "rss_before_kb": rss_before_kb, "peak_rss_kb": peak_rss_kb(),
             "connections_opened": connections_opened()}
 

@@ -75,6 +75,15 @@ def _check_counted_from_the_audit_log(doc):
     assert after["requests"]["cluster_gets"] == 0 and after["requests"]["pod_lists"] == 0, after
 
 
+def _check_split_at_the_cache(doc):
+    """Each connector answer's lag is split where the client's pod cache first held the Ready workers."""
+    from benchmarks import bench_fleet
+
+    lane = doc["metrics"]["connector_shared"]
+    assert lane["answer_after_cache_ms"]["n"] == lane["to_cache_ms"]["n"] == bench_fleet.QUICK.clusters
+    assert any(t["name"].startswith("connector_shared: lag after the pod cache") for t in doc["targets"])
+
+
 @pytest.mark.parametrize(
     "name",
     [
@@ -100,6 +109,8 @@ def test_benchmark_runs_quick_and_writes_a_well_formed_result(name, tmp_path, mo
     _check_document(doc, tmp_path, name)
     if name == "fleet_k8s_envtest":
         _check_counted_from_the_audit_log(doc)
+    if name in ("fleet_k8s", "fleet_k8s_envtest"):
+        _check_split_at_the_cache(doc)
     deadline = time.monotonic() + 10
     while _non_daemon_threads() - threads_before and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -132,6 +143,13 @@ def test_an_unknown_server_choice_is_refused_naming_the_choices(tmp_path):
     for module in (bench_k8s, bench_fleet):
         with pytest.raises(ValueError, match="server must be one of test-server, envtest"):
             module.run(quick=True, out_dir=tmp_path, server="kind")
+
+
+def test_a_fleet_run_of_an_unknown_path_is_refused_naming_the_paths(tmp_path):
+    from benchmarks import bench_fleet
+
+    with pytest.raises(ValueError, match="paths must be some of backend, connector"):
+        bench_fleet.run(quick=True, out_dir=tmp_path, paths=("operator",))
 
 
 def test_runner_writes_summary_covering_existing_results(tmp_path, capsys):
