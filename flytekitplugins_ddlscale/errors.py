@@ -291,6 +291,9 @@ class ClusterNotFoundError(ClusterStateError):
     """The cluster (or its head pod) does not exist."""
 
     code = "not_found"
+    pending = False
+    """True when the cluster exists and only the object holding its size is missing (its operator has not
+    created it yet): :attr:`state` is then the cluster's Pending state, and a wait for workers goes on."""
 
 
 class UnsupportedOperationError(ClusterStateError):

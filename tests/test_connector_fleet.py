@@ -209,3 +209,30 @@ def test_fifty_executions_on_the_scaler_share_cluster_polls(clean, scaler_server
     # (SHARED_MAX_AGE), plus one in flight.
     assert len(gets) <= len(clusters) * (took / 1.0 + 2), (len(gets), took)
     assert len(gets) < EXECUTIONS * took / 0.2 / 2  # unshared, every get() would read
+
+
+def test_a_poll_waits_while_the_dask_operator_has_not_made_the_default_worker_group(clean, tmp_path):
+    """A DaskCluster whose operator has not yet created its default DaskWorkerGroup is a cluster still
+    coming up: the wait node stays RUNNING saying so (as a backend wait does), then succeeds."""
+    with K8sTestServer(ready_delay=0.02) as server:
+        clean.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "kubeconfig", server.url)))
+        server.set_dask_operator_held("k", True)
+        server.add_dask_operator("k", replicas=2, wait_ready=False)
+        connector = ScalingConnector(WAIT_TASK_TYPE)
+        encoded = wait_meta("dask-operator/k", "kubernetes", 2).encode()
+        pending = connector.get(ScalingMetadata.decode(encoded))
+        assert pending.phase == TaskExecution.RUNNING, pending.message
+        assert "Pending (waiting for the Dask operator to create DaskWorkerGroup 'k-default')" in pending.message
+        server.set_dask_operator_held("k", False)
+        (done,) = poll_all(connector, [ScalingMetadata.decode(encoded)])
+        assert done.phase == TaskExecution.SUCCEEDED, done.message
+        stop_informers(server)
+
+
+def test_a_poll_of_a_missing_dask_cluster_fails_not_found(clean, tmp_path):
+    with K8sTestServer(ready_delay=0.02) as server:
+        clean.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "kubeconfig", server.url)))
+        connector = ScalingConnector(WAIT_TASK_TYPE)
+        resource = connector.get(ScalingMetadata.decode(wait_meta("dask-operator/k", "kubernetes", 2).encode()))
+        assert resource.phase == TaskExecution.FAILED and "not found" in resource.message, resource.message
+        stop_informers(server)

@@ -51,7 +51,8 @@ from typing import Any, Dict, Mapping, Optional, Tuple, Type, TypeVar
 from .connector_meta import ScalingMetadata
 from .connector_policy import ConnectorPolicy
 from ..errors import (
-    InvalidInputError, NeverReachedError, ScalingError, ScalingTimeoutError, TransientError, UnconfirmedChangeError,
+    ClusterNotFoundError, InvalidInputError, NeverReachedError, ScalingError, ScalingTimeoutError, TransientError,
+    UnconfirmedChangeError,
 )
 from .readiness import Readiness, backend_proof
 from .._framework.endpoints import enabled_by_env, framework_of, kind_url_env, resolve_endpoint
@@ -173,6 +174,17 @@ def progress_info(ref: ClusterRef, target: int, state: ClusterState, elapsed: fl
         "desired_workers": state.desired_workers, "existing_workers": state.existing_workers,
         "ready_workers": state.ready_workers, "elapsed_seconds": round(elapsed, 1),
     }
+
+
+def _state_or_pending(backend: Any, ref: ClusterRef) -> ClusterState:
+    """The cluster's state; its Pending state while its operator has not yet made the object holding its
+    size (a poll goes on waiting, as a backend wait does, until the node's deadline)."""
+    try:
+        return backend.get_state(ref)
+    except ClusterNotFoundError as missing:
+        if not missing.pending or missing.state is None:
+            raise
+        return missing.state
 
 
 class ScalingService:
@@ -352,7 +364,7 @@ class ScalingService:
                     pending = f"a new Ready head (the restart sent at {restart.started_at}; never sent again)"
                     target = 1
                 else:
-                    state = backend.get_state(ref)
+                    state = _state_or_pending(backend, ref)
                     target = state.desired_workers if meta.awaits == AWAIT_DESIRED else kind.awaited(meta.target, state)
                     readiness, pending = None, f"{target} workers"
                     if state.workers_up(target):

@@ -436,7 +436,12 @@ class KubernetesBackend(ClusterBackend):
     def _observe(self, ref: ClusterRef) -> ClusterState:
         """Spec and status from the object, workers and head from the pods, bounds from the
         operator's autoscaler where it is another object (the Dask operator's DaskAutoscaler)."""
-        state = self._state(ref, self._observed(ref), self._pods(ref))
+        try:
+            obj = self._observed(ref)
+        except NotCreatedYet as missing:
+            missing.state = missing.pending_state(self._label(ref))
+            raise
+        state = self._state(ref, obj, self._pods(ref))
         return self._adapter(ref).observe_elsewhere(ref, self._ns(ref), self.api, None, state)
 
     def _check_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> Optional[str]:

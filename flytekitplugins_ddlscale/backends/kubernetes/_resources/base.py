@@ -54,6 +54,8 @@ class NotCreatedYet(ClusterNotFoundError):
     """The object holding the size is missing while its cluster exists: the operator has not created it
     yet. Not found for every call; a wait for workers takes it as a cluster not ready yet and goes on."""
 
+    pending = True
+
     def __init__(self, message: str, *, waiting_for: str, desired: int) -> None:
         super().__init__(message)
         self.waiting_for = waiting_for
