@@ -10,12 +10,15 @@ start by hand, alternating, medians of ``--runs`` (5).
   :func:`~flytekitplugins_ddlscale.backends.local._ray_ops.head_argv` and ``worker_argv``, without the
   backend's wrapper), timed from the head's spawn until the dashboard lists 2 ALIVE worker nodes.
 
+- The README's quick start (``--only quickstart``): ``pyflyte run examples/hybrid_flow.py hybrid_flow``
+  from the repository, as a newcomer runs it (no cluster, a fresh state folder), timed from spawn to exit.
+
 Where the time goes: the floor each side pays before it starts anything, an interpreter importing
 what it needs (``ddlscale``'s command line; ``distributed``; Ray's ``ray start``), timed the same way.
 Nothing here stops processes it did not start (no ``ray stop``): each by-hand node runs in a session of
 its own and that session is ended. Prints JSON.
 
-Run: ``python -m benchmarks.local_start_vs_frameworks [--runs 5] [--only dask|ray]``.
+Run: ``python -m benchmarks.local_start_vs_frameworks [--runs 5] [--only dask|ray|quickstart]``.
 """
 import argparse
 import json
@@ -163,6 +166,27 @@ def _end_session(process: subprocess.Popen) -> None:
         pass
 
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
+QUICK_START = [str(Path(sys.executable).parent / "pyflyte"), "run", "examples/hybrid_flow.py", "hybrid_flow"]
+"""The README's quick start, run from the repository root."""
+
+
+def time_quick_start(runs: int) -> Dict[str, object]:
+    """Medians of ``runs`` quick starts, each in a fresh state folder (no cluster left from the last)."""
+    times, load = [], []
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory() as state:
+            load.append(os.getloadavg()[0])
+            began = time.perf_counter()
+            done = subprocess.run(QUICK_START, cwd=REPO_ROOT, env=_env(state), capture_output=True, text=True,
+                                  timeout=READY_TIMEOUT)
+            if done.returncode != 0:
+                raise RuntimeError(f"the quick start failed (exit {done.returncode}): {done.stderr[-1500:]}")
+            times.append(time.perf_counter() - began)
+    return {"command": " ".join(QUICK_START[1:]), "wall_s": _median(times),
+            "load_average_1m": [round(x, 2) for x in load]}
+
+
 def time_imports(runs: int) -> Dict[str, object]:
     """Medians of ``runs`` interpreters that only import what each side needs (:data:`IMPORT_FLOORS`)."""
     floors = {}
@@ -205,11 +229,13 @@ def compare(kind: str, runs: int) -> Dict[str, object]:
 def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--only", choices=("dask", "ray"), action="append")
+    parser.add_argument("--only", choices=("dask", "ray", "quickstart"), action="append")
     args = parser.parse_args(argv)
-    kinds = args.only or ["dask", "ray"]
+    chosen = args.only or ["dask", "ray", "quickstart"]
+    kinds = [kind for kind in chosen if kind != "quickstart"]
+    quick_start = {"quick_start": time_quick_start(args.runs)} if "quickstart" in chosen else {}
     print(json.dumps({"runs": args.runs, "cpus": os.cpu_count(),
-                      **{kind: compare(kind, args.runs) for kind in kinds},
+                      **{kind: compare(kind, args.runs) for kind in kinds}, **quick_start,
                       "import_floors_s": time_imports(args.runs)}, indent=1))
 
 
