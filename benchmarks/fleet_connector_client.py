@@ -14,17 +14,16 @@ handshake). The previous design's run uses this same harness on the previous plu
 Where the design keeps a shared pod cache, the document also says, per cluster, when that cache first
 held all ``REPLICAS`` of its workers Ready (``cached``): a subscriber of the connector's own pod
 informer notes it, so the parent can split an answer's lag into the server's part (write accepted to
-the event in the cache) and the client's (cache to answer). The note is taken when the subscriber's
-thread runs, so it is at most one scheduling delay late: the client's part it gives is a lower bound
-by that delay. The server's part can be below zero: the watch may deliver the event before the writer
-has the answer to its write.
+the event in the cache) and the client's (cache to answer). The note is taken in the informer's thread
+as it hands the change to a subscription of that cluster's workers (one per cluster, as a wait has).
+The server's part can be below zero: the watch may deliver the event before the writer has the answer
+to its write.
 """
 import json
 import os
 import sys
 import threading
 import time
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional
 
@@ -65,46 +64,50 @@ def connections_opened() -> Optional[int]:
     return opened
 
 
-class CacheObserver:
-    """Notes when the connector's shared pod cache first holds ``replicas`` Ready workers of each cluster."""
+class _ReadyNote(threading.Event):
+    """The wake-up of one cluster's subscription to the shared pod cache: notes when the cache first
+    holds ``replicas`` of its workers Ready. The informer sets it in its own thread right after it
+    changed the subscription's pods, so reading them here needs no lock and costs a few pods' check."""
 
-    def __init__(self, replicas: int) -> None:
+    def __init__(self, cluster: str, replicas: int, noted: Dict[str, float], ready: Any) -> None:
+        super().__init__()
+        self.cluster, self.replicas, self.noted, self.ready = cluster, replicas, noted, ready
+        self.sub: Any = None
+
+    def set(self) -> None:
+        super().set()
+        if self.sub is None or self.cluster in self.noted:
+            return
+        if sum(1 for pod in list(self.sub.pods.values()) if self.ready(pod)) >= self.replicas:
+            self.noted[self.cluster] = time.time()
+
+
+class CacheObserver:
+    """Notes when the connector's shared pod cache first holds ``replicas`` Ready workers of each cluster
+    (one subscription per cluster on its labels, as a wait's; nothing scans the cache)."""
+
+    def __init__(self, clusters: List[str], replicas: int) -> None:
         from flytekitplugins_ddlscale.backends.kubernetes._informer import running_informers
-        from flytekitplugins_ddlscale.backends.kubernetes._spec import pod_labels, pod_ready
+        from flytekitplugins_ddlscale.backends.kubernetes._spec import pod_ready
 
         (pods,) = running_informers()
-        self._ready, self._labels = pod_ready, pod_labels
-        self._replicas = replicas
-        self._changed = threading.Event()
-        self._stopping = threading.Event()
-        self._sub = pods.subscribe("app.kubernetes.io/component=worker", self._changed)
         self.cached: Dict[str, float] = {}
         """Cluster name -> when the cache first held all its workers Ready (time.time())."""
-        self._thread = threading.Thread(target=self._run, name="cache-observer", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stopping.is_set():
-            self._changed.wait(1.0)
-            self._changed.clear()
-            now = time.time()
-            ready = Counter(self._labels(pod).get("app.kubernetes.io/instance", "")
-                            for pod in self._sub.snapshot().values() if self._ready(pod))
-            for cluster, workers in ready.items():
-                if workers >= self._replicas and cluster not in self.cached:
-                    self.cached[cluster] = now
+        self._subs = []
+        for cluster in clusters:
+            note = _ReadyNote(cluster, replicas, self.cached, pod_ready)
+            note.sub = pods.subscribe(f"app.kubernetes.io/instance={cluster},app.kubernetes.io/component=worker", note)
+            self._subs.append(note.sub)
 
     def close(self) -> None:
-        self._stopping.set()
-        self._changed.set()
-        self._thread.join(5.0)
-        self._sub.close()
+        for sub in self._subs:
+            sub.close()
 
 
-def observe_cache(replicas: int) -> Optional[CacheObserver]:
+def observe_cache(clusters: List[str], replicas: int) -> Optional[CacheObserver]:
     """A :class:`CacheObserver` on the connector's pod cache, or None in a design without one of this shape."""
     try:
-        return CacheObserver(replicas)
+        return CacheObserver(clusters, replicas)
     except (ImportError, AttributeError, TypeError, ValueError):
         return None
 
@@ -127,7 +130,7 @@ def main(kubeconfig: str, count: int, replicas: int, poll: float, limit: float =
         ).encode()
 
     connector.get(ScalingMetadata.decode(meta_of(cluster_name(0))))
-    observer = observe_cache(replicas)
+    observer = observe_cache([cluster_name(i) for i in range(count)], replicas)
     rss_before_kb = peak_rss_kb()
     print("warm", flush=True)
     sys.stdin.readline()
