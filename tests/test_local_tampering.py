@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from flytekitplugins_ddlscale import ClusterRef
@@ -201,6 +202,42 @@ def test_a_record_naming_an_unrelated_process_gets_it_nothing(local_state):
     finally:
         bystander.kill()
         bystander.wait()
+
+
+EXEC_CHAIN = 'if [ "$1" -gt 0 ]; then exec sh -c "$0" "$0" "$(($1 - 1))"; fi; exec sleep 300'
+"""``sh -c EXEC_CHAIN EXEC_CHAIN n``: one pid execs ``sh`` n times, then ``sleep``."""
+
+
+def test_a_cluster_process_execing_the_next_program_of_its_chain_is_never_taken_for_a_stranger(local_state):
+    """A cluster process runs a chain of programs under one pid (Spark's: ``env``, ``bash``, ``java``); at
+    each exec its environment reads empty for an instant and the next read sees the next program. A record
+    naming such a process, read again and again while it execs 2,000 times, is never refused as naming a
+    process that is not the cluster's (CI once read the empty instant as "no mark" and the next read as
+    "not exiting", and refused the record of a Spark worker starting), and ``stop_processes`` stops it."""
+    from flytekitplugins_ddlscale.backends.local import _procs as procs
+    from flytekitplugins_ddlscale.backends.local._state import ClusterRecord
+
+    backend = LocalBackend(state_dir=local_state)
+    ref = ClusterRef("dask", "chain")
+    with backend.supervisor.lock(ref, 5):
+        backend.store.save(ClusterRecord(ref=ref, host="127.0.0.1", worker_hw_tier="Small", desired=0))
+    folder = backend.store.cluster_dir(ref)
+    mark = procs.Mark.of(folder)
+    chain = procs.spawn_detached(["sh", "-c", EXEC_CHAIN, EXEC_CHAIN, "2000"], folder / "logs" / "chain.log",
+                                 mark, folder)
+    try:
+        path = backend.store.record_path(ref)
+        path.write_text(json.dumps({**json.loads(path.read_text()), "scheduler": chain.to_json()}))
+        reads = 0
+        while psutil.Process(chain.pid).name() != "sleep":
+            assert backend.store.load(ref).scheduler == chain
+            reads += 1
+        assert reads > 0 and mark.verdict(chain.pid) is True
+        procs.stop_processes([chain], mark, grace=5)
+        assert not procs.is_alive(chain)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(chain.pid, signal.SIGKILL)
 
 
 def _proc_ticks(pid: int) -> int:

@@ -48,6 +48,7 @@ from ._process_env import cluster_environment
 # shell's stderr, and the command's stdout and stderr.
 _SPAWN_SCRIPT = '"$@" >&2 </dev/null & echo $!'
 _POLL = 0.05
+_SETTLE = 0.5
 logger = logging.getLogger("flytekitplugins_ddlscale.local")
 CLUSTER_MARK_ENV = settings.LOCAL_CLUSTER.name
 """Set in every cluster process's environment to its cluster's folder (inherited by what it starts)."""
@@ -74,14 +75,29 @@ class Mark:
     def carried_by(self, pid: int) -> bool:
         """Whether process ``pid`` is its owner's (real and effective uid) and its environment carries this
         mark (as its real path: a process started through a linked path of the same folder counts)."""
+        return self.verdict(pid) is True
+
+    def verdict(self, pid: int) -> Optional[bool]:
+        """From one read of process ``pid``: True when it carries this mark (:meth:`carried_by`), False when
+        it runs without it or is another user's, None when it cannot show it now: gone, exited and waiting
+        to be reaped, or its environment reads empty (for an instant while it execs the next program of
+        its chain, ``env`` to ``bash`` to ``java``, and while a JVM tears down). A second read could see
+        the next program, so a caller decides on this one answer."""
         try:
             process = psutil.Process(pid)
             real, effective, _ = process.uids()
             if real != self.uid or effective != self.uid:
                 return False
-            value = process.environ().get(CLUSTER_MARK_ENV)
+            if process.status() in ENDED:
+                return None
+            environment = process.environ()
+        except psutil.AccessDenied:
+            return False  # ours by uid yet unreadable: nothing proves it is the cluster's
         except psutil.Error:
-            return False
+            return None
+        if not environment:
+            return None
+        value = environment.get(CLUSTER_MARK_ENV)
         return value is not None and (
             value == self.path or (os.path.isabs(value) and os.path.realpath(value) == self.path)
         )
@@ -98,20 +114,6 @@ class ProcessId:
     def to_json(self) -> Dict[str, int]:
         """The fields stored in the state file."""
         return {"pid": self.pid, "start": self.start}
-
-
-def exiting(pid: int) -> bool:
-    """Whether ``pid``'s main thread has exited while other threads tear down, its memory is being torn
-    down (its environment reads empty before its state shows it: a JVM exiting), or it is gone."""
-    try:
-        process = psutil.Process(pid)
-        if process.status() in ENDED:
-            return True
-        return not process.environ()
-    except psutil.AccessDenied:
-        return False  # another user's: it is not on its way out for all we can tell
-    except psutil.Error:
-        return True
 
 
 def _running(where: Callable[[int], bool]) -> List[ProcessId]:
@@ -237,9 +239,10 @@ def stop_processes(procs: Iterable[ProcessId], mark: Mark, grace: float = 5.0, a
     for proc in procs:
         if not is_alive(proc):
             continue
-        if exiting(proc.pid):  # on its way out, it shows no environment to check: awaited, not signalled
+        verdict = _settled_verdict(mark, proc)
+        if verdict is None:  # on its way out, it shows no environment to check: awaited, not signalled
             leaving.append(proc)
-        elif mark.carried_by(proc.pid):
+        elif verdict:
             pending.append(proc)
         else:
             logger.warning("process %d is not one of cluster %s (no %s=%s in its environment, or another "
@@ -249,6 +252,18 @@ def stop_processes(procs: Iterable[ProcessId], mark: Mark, grace: float = 5.0, a
     _signal_until_gone(started_by_them, 1.0, asked=True)
     deadline = time.monotonic() + grace + 5.0
     while any(is_alive(p) for p in leaving) and time.monotonic() < deadline:
+        time.sleep(_POLL)
+
+
+def _settled_verdict(mark: Mark, proc: ProcessId) -> Optional[bool]:
+    """:meth:`Mark.verdict` of ``proc`` once it shows one: a process between two programs of its chain
+    shows an empty environment for an instant, so it is asked again for up to :data:`_SETTLE` s; one that
+    still shows none (a JVM tearing down) is on its way out (None)."""
+    deadline = time.monotonic() + _SETTLE
+    while True:
+        verdict = mark.verdict(proc.pid)
+        if verdict is not None or not is_alive(proc) or time.monotonic() >= deadline:
+            return verdict
         time.sleep(_POLL)
 
 

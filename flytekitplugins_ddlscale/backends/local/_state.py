@@ -38,7 +38,7 @@ from ..._core.recordcheck import json_object, reading
 from ...refs import ClusterRef
 from .._support.statefiles import write_json, writing
 from ..._core.wording import seconds
-from ._procs import CLUSTER_MARK_ENV, Mark, ProcessId, exiting, is_alive
+from ._procs import CLUSTER_MARK_ENV, Mark, ProcessId, is_alive
 from ._record_check import check_cluster_json
 
 CLUSTER_FILE = "cluster.json"
@@ -334,9 +334,10 @@ def _check_marked(record: ClusterRecord, mark: Mark) -> None:
         (f"workers[{index}]", worker.proc) for index, worker in enumerate(record.workers)
     ]
     for where, proc in named:
-        # A process on its way out cannot show its environment: no verdict on it (nor on one that was gone
-        # by the time its environment was read: a retired worker exits whenever it is done).
-        if is_alive(proc) and not mark.carried_by(proc.pid) and not exiting(proc.pid) and is_alive(proc):
+        # Only a definite "not ours" counts: a process between two programs of its chain or on its way out
+        # shows no environment (no verdict), and one gone by the time it was read was the recorded one
+        # only if it still is (a retired worker exits whenever it is done).
+        if is_alive(proc) and mark.verdict(proc.pid) is False and is_alive(proc):
             raise InvalidInputError(
                 f"{where}.pid", proc.pid,
                 f"a process of this cluster ({CLUSTER_MARK_ENV}={mark.path} in its environment) or one that has exited",
