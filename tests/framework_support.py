@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from flytekitplugins_ddlscale.backends.local._dask_ops import scheduler_workers
+from tests.dask_support import scheduler_workers
 from tests.servers.scaler_server import DEFAULT_API_KEY
 from tests.port_support import free_port
 
@@ -61,7 +61,7 @@ class RealDask:
         while time.monotonic() < deadline:
             if scheduler_file.exists() and scheduler_file.stat().st_size:
                 self.address = json.loads(scheduler_file.read_text())["address"]
-                if scheduler_workers(self.address, None) is not None:
+                if scheduler_workers(self.address) is not None:
                     return self
             time.sleep(0.1)
         self.stop()
@@ -109,7 +109,7 @@ class RealDask:
     def registered(self) -> int:
         """Workers the scheduler itself lists now."""
         assert self.address is not None
-        workers = scheduler_workers(self.address, None)
+        workers = scheduler_workers(self.address)
         return -1 if workers is None else len(workers)
 
     def stop(self) -> None:

@@ -3,11 +3,18 @@
 Worker counts, threads and memory limits are checked through a real
 ``distributed.Client`` connected with the Domino connection variables, and
 worker pids through ``Client.run(os.getpid)`` on the workers themselves.
+``ddlscale local up`` counts the workers from the file the scheduler keeps
+(``dask-workers.json``), without importing ``distributed``: checked in a
+child process, against what the scheduler itself reports.
 """
+import json
 import logging
 import os
 import signal
 import socket
+import stat
+import subprocess
+import sys
 
 import pytest
 
@@ -19,6 +26,7 @@ from flytekitplugins_ddlscale import (
     WorkerFailedError,
 )
 from flytekitplugins_ddlscale.backends.local import LocalBackend, _procs as procs
+from flytekitplugins_ddlscale.backends.local._dask_watch import WORKERS_FILE
 from tests.test_local_support import (  # noqa: F401
     backend,
     local_state,
@@ -77,6 +85,55 @@ def test_scale_0_3_1_0_with_compute_on_the_workers(backend):
     assert (zero.final.ready_workers, zero.final.existing_workers, zero.final.status) == (0, 0, "Running")
     assert scheduler_workers(backend.store.load(ref).address, backend.store.cluster_dir(ref)) == {}
     assert backend.get_baseline(ref).replicas == 0
+
+
+CLI_IN_A_CHILD = """
+import json, sys
+from flytekitplugins_ddlscale.cli import main
+try:
+    main(sys.argv[1:])
+finally:
+    print(json.dumps(sorted(m for m in sys.modules if m.partition(".")[0] in ("dask", "distributed"))))
+"""
+"""``ddlscale`` in a fresh interpreter; its last line of output lists the Dask modules it imported."""
+
+
+def _up_in_a_child(state, name: str, replicas: int) -> list:
+    """``ddlscale local up`` in a child process: the Dask modules it imported (it must succeed)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DDLSCALE_")}
+    ran = subprocess.run(
+        [sys.executable, "-c", CLI_IN_A_CHILD, "local", "up", "--name", name, "--replicas", str(replicas),
+         "--timeout", "120", "--state-dir", str(state.parent)],
+        env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    return json.loads(ran.stdout.strip().splitlines()[-1])
+
+
+def _listed(folder) -> list:
+    """The worker names the scheduler's file lists (checked 0600, with no temporary file beside it)."""
+    path = folder / WORKERS_FILE
+    assert stat.S_IMODE(os.lstat(path).st_mode) == 0o600
+    assert [p.name for p in folder.iterdir() if p.name.startswith(f".{WORKERS_FILE}")] == []
+    return json.loads(path.read_text())["workers"]
+
+
+def test_up_counts_workers_from_the_schedulers_file_and_never_imports_distributed(local_state):
+    backend = LocalBackend(state_dir=local_state, stop_grace=5.0)
+    ref = ClusterRef("dask", "counted")
+    folder = backend.store.cluster_dir(ref)
+    for replicas in (2, 3):  # a new cluster, then one more worker
+        assert _up_in_a_child(local_state, "counted", replicas) == []
+        record = backend.store.load(ref)
+        names = sorted(w.name for w in record.workers)
+        assert len(names) == replicas and backend.get_state(ref).ready_workers == replicas
+        assert _listed(folder) == names == sorted(scheduler_workers(record.address, folder))
+        assert json.loads((folder / WORKERS_FILE).read_text())["scheduler"] == record.scheduler.to_json()
+
+    down = backend.up(ref, 1, timeout=60)  # retiring asks the scheduler: this process imports distributed
+    assert (down.final.ready_workers, down.final.existing_workers) == (1, 1)
+    record = backend.store.load(ref)
+    assert _listed(folder) == [record.workers[0].name] == list(scheduler_workers(record.address, folder))
 
 
 def test_tiers_reach_the_scheduler_and_a_tier_change_replaces_workers(local_state, tiers_file):

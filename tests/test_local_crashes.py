@@ -4,8 +4,9 @@ Real ``ddlscale`` processes are killed at chosen points through the pause
 hooks (:mod:`tests.pause_support`: ``head-started``, ``worker-started``: a
 process runs that ``cluster.json`` does not hold yet), never by luck of
 timing; records are damaged by hand; the state directory is made read-only
-or full on a real tmpfs (root only). Afterwards ``/proc`` is scanned: no
-process of the state directory may be left running.
+or full on a real tmpfs (root only: a Dask scheduler's workers file left
+stale by a full disk is written again once there is room). Afterwards
+``/proc`` is scanned: no process of the state directory may be left running.
 """
 import json
 import os
@@ -19,6 +20,7 @@ import pytest
 
 from flytekitplugins_ddlscale import ClusterRef
 from flytekitplugins_ddlscale.backends.local import LocalBackend
+from flytekitplugins_ddlscale.backends.local._dask_watch import WORKERS_FILE
 from tests.pause_support import Pause, kill_once_paused
 from tests.test_local_support import processes_mentioning
 
@@ -265,6 +267,37 @@ def test_an_unwritable_state_dir_is_a_typed_answer_and_leaves_no_unrecorded_proc
         assert listed(root) == {}
     finally:
         _make_writable(fault, root, tmpfs)
+        if (root / "local").exists():
+            LocalBackend(state_dir=root / "local").shutdown_all()
+
+
+def test_a_workers_file_a_full_disk_kept_stale_is_written_again_once_there_is_room(tmpfs):
+    """The disk is full when a worker dies: the scheduler cannot rewrite ``dask-workers.json``, which still lists
+    the dead worker; once there is room its watch writes it again, as the scheduler sees the workers."""
+    from tests.test_local_support import scheduler_workers, wait_dead
+
+    root = tmpfs / "state"
+    try:
+        assert local(root, "up", "--name", REF.name, "--replicas", "2", "--timeout", "120").returncode == 0
+        backend = LocalBackend(state_dir=root / "local")
+        record, folder = backend.store.load(REF), backend.store.cluster_dir(REF)
+        path = folder / WORKERS_FILE
+        gone, kept = record.workers
+        _make_unwritable("full", root, tmpfs)
+        os.kill(gone.proc.pid, signal.SIGKILL)
+        wait_dead(gone.proc)
+        deadline = time.monotonic() + 120
+        while gone.name in scheduler_workers(record.address, folder):  # until the scheduler has removed it
+            assert time.monotonic() < deadline, "the scheduler still lists the killed worker"
+            time.sleep(0.1)
+        assert json.loads(path.read_text())["workers"] == sorted([gone.name, kept.name])  # no room to rewrite it
+        _make_writable("full", root, tmpfs)
+        while json.loads(path.read_text())["workers"] != [kept.name]:  # the watch's next look writes it
+            assert time.monotonic() < deadline, path.read_text()
+            time.sleep(0.1)
+        assert backend.get_state(REF).ready_workers == 1
+    finally:
+        _make_writable("full", root, tmpfs)
         if (root / "local").exists():
             LocalBackend(state_dir=root / "local").shutdown_all()
 

@@ -10,7 +10,8 @@ root.
 
 * Dask: its ``Client`` is refused over plain ``tcp://`` and over ``tls://``
   with a certificate of its own authority, and so is a direct call to a
-  worker; the cluster's folder and key are unreadable to it.
+  worker; the cluster's folder and key are unreadable to it, and the list
+  of registered workers the scheduler keeps there cannot be rewritten.
 * Ray: a listener it holds on the port the owner reads the dashboard from
   (as on a head restart, before the dashboard binds it again) is connected
   to and receives nothing: not the token, not a byte.
@@ -139,6 +140,7 @@ DASK_ATTACK = """
     folder = args["folder"]
     attempt("list the cluster's folder", lambda: os.listdir(folder))
     attempt("read the cluster's key", lambda: open(os.path.join(folder, "tls", "cluster-key.pem")).read())
+    attempt("rewrite the list of workers", lambda: open(os.path.join(folder, "dask-workers.json"), "w").write("[]"))
     own = ensure_tls(__import__("pathlib").Path(tempfile.mkdtemp()))
     def client(address, **kwargs):
         Client(address, timeout=args["timeout"], set_as_default=False, **kwargs).close()
@@ -174,12 +176,13 @@ def test_another_user_cannot_reach_a_local_dask_cluster_or_read_its_certificate(
         "worker": worker_address,
     })
     results = outcome_of(attacker)
-    assert (results.pop("list the cluster's folder"), results.pop("read the cluster's key")) == (
-        "PermissionError", "PermissionError")
+    assert [results.pop(name) for name in ("list the cluster's folder", "read the cluster's key",
+                                           "rewrite the list of workers")] == ["PermissionError"] * 3
     assert results == dict.fromkeys(
         ("Client over tcp://", "Client over tls:// with its own certificate", "call a worker directly"), "refused")
-    # Still serving its owner, with the same worker.
+    # Still serving its owner, with the same worker, which its list still names.
     assert list(scheduler_workers(record.address, folder)) == [record.workers[0].name]
+    assert local_backend.get_state(ref).ready_workers == 1
 
 
 def _worker_address(scheduler: str, folder: Path) -> str:

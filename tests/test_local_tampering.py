@@ -8,6 +8,9 @@
   its environment carries the cluster's mark (the folder's real path).
 - What the caller's environment passes on is checked too: a value of an allowed variable that carries a
   credential is dropped, and a bad ``$DDLSCALE_WATCH_GRACE`` is refused before anything starts.
+- The file in which a Dask scheduler lists its registered workers (``dask-workers.json``) is read as a record:
+  garbage, an oversized file, a link, a FIFO, another user's file, names that are not strings or too many
+  are refused in one line naming the file; a file an earlier scheduler of the folder left counts nothing.
 """
 import contextlib
 import json
@@ -22,6 +25,7 @@ import pytest
 
 from flytekitplugins_ddlscale import ClusterRef
 from flytekitplugins_ddlscale.backends.local import LocalBackend
+from flytekitplugins_ddlscale.backends.local._dask_watch import WORKERS_FILE
 from tests.test_local_support import local_state  # noqa: F401  (fixture)
 
 DDLSCALE = str(Path(sys.executable).parent / "ddlscale")
@@ -165,6 +169,85 @@ def test_each_broken_record_is_one_line_and_down_all_still_stops_every_cluster(l
     assert down.stdout.startswith(f"stopped {len(refs)} clusters"), down.stdout
     assert _running(local_state) == []
     assert backend.store.folders() == []
+
+
+def _listing(scheduler, workers) -> str:
+    return json.dumps({"scheduler": scheduler, "workers": workers})
+
+
+WORKERS_FILE_DAMAGES = {
+    "garbage": (lambda path, file: path.write_text("4 workers, trust me"),
+                "dask-workers.json='4 workers, trust me'; allowed: a JSON object as ddlscale writes it"),
+    "oversize": (lambda path, file: path.write_bytes(b" " * ((1 << 20) + 1)),
+                 "dask-workers.json='over 1048576 bytes'; allowed: a regular file of at most 1048576 bytes"),
+    "fifo": (lambda path, file: os.mkfifo(path, 0o600), "dask-workers.json='not a regular file'"),
+    "names-not-strings": (lambda path, file: path.write_text(_listing(file["scheduler"], ["w-0", 3])),
+                          "workers=['w-0', 3]; allowed: a list of at most 1000 worker names"),
+    "too-many-names": (lambda path, file: path.write_text(_listing(file["scheduler"], [f"w-{i}" for i in range(1001)])),
+                       "allowed: a list of at most 1000 worker names"),
+    "scheduler-not-a-process": (lambda path, file: path.write_text(_listing("the current one", file["workers"])),
+                                "scheduler='the current one'; allowed: a JSON object"),
+}
+"""How the workers file is damaged (given its path and what the scheduler wrote), and what the one-line error says."""
+
+
+@pytest.mark.slow
+def test_a_damaged_workers_file_is_one_line_naming_it_and_never_a_count(local_state, tmp_path):
+    """A running cluster whose scheduler's ``dask-workers.json`` is replaced: ``status`` refuses each damage in one
+    line naming the file and what it must be (never a traceback, never a count), ``list`` shows it Corrupt; the
+    file the scheduler wrote, put back, counts again. A link to a copy of that file counts nothing either."""
+    backend = LocalBackend(state_dir=local_state)
+    ref = ClusterRef("dask", "listed")
+    backend.up(ref, 1, timeout=120)
+    path = backend.store.cluster_dir(ref) / WORKERS_FILE
+    written = path.read_text()
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text(written)
+    damages = {
+        **WORKERS_FILE_DAMAGES,
+        "link": (lambda path, file: path.symlink_to(elsewhere),
+                 "dask-workers.json='it is a symbolic link'; allowed: a regular file, not a link"),
+    }
+    if os.geteuid() == 0:  # only root can give a file of this user's folder to another user
+        damages["other-owner"] = (lambda path, file: (path.write_text(written), os.chown(path, 65534, 65534)),
+                                  "dask-workers.json='owned by uid 65534'")
+    for name, (damage, says) in damages.items():
+        path.unlink()
+        damage(path, json.loads(written))
+        status = _cli(local_state, "status", "--name", "listed")
+        assert status.exit_code == 2, (name, status.output)
+        lines = status.stderr.strip().splitlines()
+        assert len(lines) == 1 and f"corrupt record {path}: " in lines[0] and says in lines[0], (name, status.stderr)
+    listed = _cli(local_state, "list", "--json")
+    assert [info["status"] for info in json.loads(listed.stdout)] == ["Corrupt"], listed.output
+    path.unlink()
+    path.write_text(written)
+    state = backend.get_state(ref)
+    assert (state.status, state.ready_workers) == ("Running", 1)
+
+
+@pytest.mark.slow
+def test_a_workers_file_an_earlier_scheduler_left_counts_nothing(local_state):
+    """The scheduler writes its file anew when it starts (a head restart), with its pid and start time on it;
+    the earlier scheduler's file put back in its place, listing the same worker, is not trusted (the head reads
+    as not answering, no worker counts) until the scheduler rewrites it at the next worker change."""
+    backend = LocalBackend(state_dir=local_state)
+    ref = ClusterRef("dask", "stale")
+    backend.up(ref, 1, timeout=120)
+    path = backend.store.cluster_dir(ref) / WORKERS_FILE
+    earlier, before = path.read_text(), backend.store.load(ref)
+    restarted = backend.restart_head(ref, timeout=120)
+    after = backend.store.load(ref)
+    assert restarted.final.ready_workers == 1 and after.scheduler != before.scheduler
+    assert json.loads(path.read_text()) == {"scheduler": after.scheduler.to_json(), "workers": [after.workers[0].name]}
+    assert json.loads(earlier)["workers"] == [after.workers[0].name]
+
+    path.write_text(earlier)
+    state = backend.get_state(ref)
+    assert (state.head_ready, state.ready_workers, state.status) == (False, 0, "Failed")
+    grown = backend.up(ref, 2, timeout=120)
+    assert (grown.final.head_ready, grown.final.ready_workers) == (True, 2)
+    assert json.loads(path.read_text())["scheduler"] == after.scheduler.to_json()
 
 
 @pytest.mark.slow

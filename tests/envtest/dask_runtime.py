@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from flytekitplugins_ddlscale.backends.local._dask_ops import scheduler_workers
+from tests.dask_support import scheduler_workers
 from tests.envtest.controlplane import _die_with_parent, stop_process
 from tests.envtest.kubelet import Reacting, Reactor
 from tests.port_support import free_ports
@@ -126,7 +126,7 @@ class DaskRuntime(Reacting):
                 preexec_fn=_die_with_parent,
             )
         deadline = time.monotonic() + START_TIMEOUT
-        while scheduler_workers(self.address, None) is None:
+        while scheduler_workers(self.address) is None:
             if self._scheduler.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"the Dask scheduler did not start within {START_TIMEOUT:.0f} s: {self.tail()}")
@@ -135,7 +135,7 @@ class DaskRuntime(Reacting):
 
     def registered(self) -> List[str]:
         """The names of the workers registered with the scheduler now (asked over its comm protocol)."""
-        return sorted(scheduler_workers(self.address, None) or {})
+        return sorted(scheduler_workers(self.address) or {})
 
     def stop(self) -> None:
         """Stop the watch, every worker, then the scheduler."""

@@ -89,20 +89,24 @@ RECORD_MAX_BYTES = 1 << 20
 """The largest record read back (ddlscale writes a few KB; a bigger file was not written by it)."""
 
 
-def read_record_text(path: PathLike, max_bytes: int = RECORD_MAX_BYTES) -> str:
+def read_record_text(path: PathLike, max_bytes: int = RECORD_MAX_BYTES, own: bool = False) -> str:
     """The UTF-8 text of the record file at ``path``, read without ever blocking.
 
     ``FileNotFoundError`` when absent; :class:`UnsafePathError` for a link; :class:`InvalidInputError`
     naming the file for anything but a regular file (a folder or a FIFO put in its place: the FIFO is
-    opened non-blocking and never read), a file over ``max_bytes``, or text that is not UTF-8.
+    opened non-blocking and never read), a file over ``max_bytes``, text that is not UTF-8, or, with
+    ``own``, a file another user owns.
     """
     name = os.path.basename(path)
     allowed = f"a regular file of at most {max_bytes} bytes of UTF-8 text, as ddlscale writes it"
     handle = open_nofollow(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
-        mode = os.fstat(handle).st_mode
-        if not stat.S_ISREG(mode):
-            raise InvalidInputError(name, "a folder" if stat.S_ISDIR(mode) else "not a regular file", allowed)
+        info = os.fstat(handle)
+        if not stat.S_ISREG(info.st_mode):
+            raise InvalidInputError(name, "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file", allowed)
+        if own and info.st_uid != os.geteuid():
+            # Checked on the open file, so the file read is the file checked.
+            raise InvalidInputError(name, f"owned by uid {info.st_uid}", f"{allowed}, owned by you (uid {os.geteuid()})")
         chunks = []
         left = max_bytes + 1
         while left > 0:

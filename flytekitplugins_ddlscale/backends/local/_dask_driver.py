@@ -5,6 +5,9 @@ cluster's certificate (:mod:`.dask_tls`), made at the first head start in the
 cluster's private folder; the record keeps where (``framework.tls_dir``), for the
 calls given only a record. A cluster recorded without it (started by a version
 without TLS) does not answer: ``ddlscale local down`` and ``up`` start it again.
+Readiness and registered workers come from the file the scheduler's preload
+keeps in that folder (:mod:`.dask_watch`), so a scheduler started by a version
+before that file does not answer either.
 """
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
@@ -46,11 +49,15 @@ class DaskDriver:
         )
 
     def registered_workers(self, record: ClusterRecord) -> Optional[Set[str]]:
-        tls = _tls_of(record)
-        seen = dask_ops.scheduler_workers(self.address(record), tls) if tls is not None else None
-        return None if seen is None else set(seen)
+        """What the scheduler's preload lists in the cluster's folder (:func:`~.dask_ops.registered_workers`):
+        no connection to the scheduler, no ``distributed`` imported."""
+        folder = record.framework.get(TLS_DIR)
+        if not folder or record.scheduler is None:
+            return None  # recorded by a version without TLS, or no scheduler: it does not answer
+        return dask_ops.registered_workers(Path(folder).parent, record.scheduler)
 
     def head_ready(self, record: ClusterRecord) -> bool:
+        # The preload writes the file once the scheduler listens: Dask starts preloads after its listeners.
         return self.registered_workers(record) is not None
 
     def retire_workers(self, record: ClusterRecord, names: List[str], timeout: float) -> bool:

@@ -1,9 +1,13 @@
 """Talking to a local Dask scheduler, and the command lines that start Dask processes.
 
-``distributed`` is imported inside the functions: this module is imported by
-the local backend, which ``get_backend()`` may load in processes that never
-touch a cluster. Each call opens one connection in a private event loop and
-closes it, so nothing (no thread, no loop) outlives the call.
+Which workers a scheduler has registered is read from the file its preload
+keeps in the cluster's folder (:func:`registered_workers`), so starting and
+waiting for a cluster never imports ``distributed`` (half a second of CPU
+beside a starting cluster's own imports). Retiring workers asks the
+scheduler: ``distributed`` is imported inside that function, since this
+module is imported by the local backend, which ``get_backend()`` may load in
+processes that never touch a cluster. Each call opens one connection in a
+private event loop and closes it, so nothing (no thread, no loop) outlives the call.
 
 Every process speaks ``tls://`` with the cluster's certificate
 (:mod:`.dask_tls`), and so does every call here: a scheduler or worker
@@ -11,14 +15,18 @@ refuses a peer without it.
 """
 import asyncio
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, List, Optional, Set
 
 from ..._core import settings
-from ...errors import BackendUnavailableError
+from ..._core.recordcheck import json_object, only_fields, reading
+from ..._core.validation import MAX_REPLICAS
+from ...errors import BackendUnavailableError, InvalidInputError, UnsafePathError
 from ..._core.wording import seconds
-from ..._core.waiting import probe_timeout
+from .._support.privatefs import read_record_text
 from ._dask_tls import DaskTls
-from ._procs import python_module, with_environment
+from ._dask_watch import WORKERS_FILE
+from ._procs import ProcessId, python_module, with_environment
+from ._record_check import check_process
 
 SCHEDULER_HTTP_ROUTES = ("distributed.http.health", "distributed.http.scheduler.json", "distributed.http.scheduler.prometheus")
 """What the scheduler's HTTP server (unauthenticated: Dask's TLS covers its comms only) serves: health,
@@ -79,26 +87,54 @@ def worker_argv(
     ]
 
 
-async def _call(address: str, tls: Optional[DaskTls], timeout: float, op: str, **kwargs: Any) -> Any:
+WORKER_NAME_MAX = 256
+"""Characters of a worker name the workers file may hold (ddlscale names its workers in 63; a worker
+joined by hand is named after its address by default)."""
+
+
+def registered_workers(cluster_dir: Path, scheduler: ProcessId) -> Optional[Set[str]]:
+    """Names of the workers registered with ``scheduler`` (the cluster's recorded one), as its preload
+    lists them in ``cluster_dir``'s :data:`~.dask_watch.WORKERS_FILE`; None until it wrote that file
+    (starting: it writes it once listening), and for a file naming another scheduler (an earlier one of
+    the folder: never trusted, its workers are not this scheduler's).
+
+    Raises :class:`CorruptRecordError` naming the file and what it must be for a link, a file that is
+    not regular, not this user's, too large or unreadable, or not a worker list as the preload writes it.
+    """
+    path = cluster_dir / WORKERS_FILE
+    remedy = (
+        "the cluster's Dask scheduler rewrites it whenever a worker joins or leaves; `ddlscale local down` "
+        "and `up` (or a head restart) start a scheduler that writes it anew"
+    )
+    with reading(str(path), remedy):
+        try:
+            text = read_record_text(path, own=True)
+        except FileNotFoundError:
+            return None
+        except UnsafePathError as exc:  # a link, never followed
+            raise InvalidInputError(WORKERS_FILE, exc.reason, "a regular file, not a link") from None
+        except OSError as exc:  # a file this user may not read (chmod 000): no count either
+            raise InvalidInputError(WORKERS_FILE, exc.strerror, "a file ddlscale can read") from None
+        data = json_object(text, WORKERS_FILE)
+        only_fields(data, ("scheduler", "workers"), ("scheduler", "workers"), "")
+        check_process(data["scheduler"], "scheduler")
+        names = data["workers"]
+        if not isinstance(names, list) or len(names) > MAX_REPLICAS or not all(
+            isinstance(name, str) and 0 < len(name) <= WORKER_NAME_MAX for name in names
+        ):
+            raise InvalidInputError(
+                "workers", names, f"a list of at most {MAX_REPLICAS} worker names of 1 to {WORKER_NAME_MAX} characters"
+            )
+    if data["scheduler"] != scheduler.to_json():
+        return None
+    return set(names)
+
+
+async def _call(address: str, tls: DaskTls, timeout: float, op: str, **kwargs: Any) -> Any:
     from distributed.core import rpc
 
-    connection_args = tls.security().get_connection_args("client") if tls is not None else None
-    async with rpc(address, timeout=timeout, connection_args=connection_args) as remote:
+    async with rpc(address, timeout=timeout, connection_args=tls.security().get_connection_args("client")) as remote:
         return await asyncio.wait_for(getattr(remote, op)(**kwargs), timeout)
-
-
-def scheduler_workers(
-    address: str, tls: Optional[DaskTls], timeout: float = 3.0
-) -> Optional[Dict[str, Dict[str, Any]]]:
-    """Workers the scheduler at ``address`` sees, by worker name, asked with ``tls``'s certificate
-    (None: over plain ``tcp://``, for a scheduler this backend did not start); None if it does not
-    answer."""
-    try:
-        info = asyncio.run(_call(address, tls, probe_timeout(timeout, f"the check of scheduler {address}"), "identity"))
-    except (OSError, asyncio.TimeoutError):
-        # distributed's CommClosedError is an OSError: all mean "not answering".
-        return None
-    return {str(w["name"]): w for w in info.get("workers", {}).values()}
 
 
 def retire_workers(address: str, tls: DaskTls, names: List[str], timeout: float) -> None:

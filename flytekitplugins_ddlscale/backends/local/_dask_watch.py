@@ -17,10 +17,17 @@ record's lock: it drops the dead claim and holds the largest live one, or
 puts back the size outside phases), so a run killed with ``kill -9`` does
 not leave its workers up until someone else comes.
 
+It also keeps :data:`WORKERS_FILE` in the cluster's folder: which workers
+this scheduler has registered, rewritten (atomically, 0600) when one joins
+or leaves and at the scheduler's start. ``ddlscale local up`` and every
+count of registered workers read that file, so the command never imports
+``distributed`` nor connects to the scheduler to count.
+
 Loaded by path, not as a module of this package: it imports nothing but the
 standard library and what the scheduler already has loaded (``psutil``, Dask's own).
 """
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -28,9 +35,10 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional
 
 import psutil
 
@@ -42,6 +50,10 @@ GRACE = float(os.environ.get("DDLSCALE_WATCH_GRACE", "30"))
 """Seconds the record must go on not holding this scheduler before it closes: the one who starts a
 scheduler records it right after, so only a start that was killed half-way leaves it unrecorded."""
 logger = logging.getLogger("distributed.scheduler")
+WORKERS_FILE = "dask-workers.json"
+"""The workers the scheduler has registered: ``{"scheduler": {"pid", "start"}, "workers": [names]}``, its
+identity being what the cluster's record holds of it (pid and start time), so a file an earlier scheduler
+of the folder wrote is told apart."""
 
 
 def recorded_here(folder: Path, pid: int) -> Optional[bool]:
@@ -117,14 +129,74 @@ def gone_holders(folder: Path) -> List[str]:
     return sorted(gone)
 
 
+def write_workers(folder: Path, identity: Dict[str, Optional[int]], names: Iterable[str]) -> None:
+    """Replace ``folder``'s :data:`WORKERS_FILE` with ``identity`` and ``names``: a new 0600 file put in
+    its place, so a reader sees the old list or the new one whole."""
+    data = json.dumps({"scheduler": identity, "workers": sorted(names)}).encode("utf-8")
+    handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{WORKERS_FILE}.")
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
+        os.replace(temporary, folder / WORKERS_FILE)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def keep_workers_file(scheduler: Any, folder: Path) -> Callable[[], None]:
+    """Write :data:`WORKERS_FILE` now (replacing an earlier scheduler's) and on every worker change.
+
+    Returns what writes it again when its last write failed (a full disk), for the watch to call: a list
+    left as it was would go on counting a worker that left, or not one that joined."""
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    identity = {"pid": os.getpid(), "start": _process_start(os.getpid())}
+    # By address: a worker's name is gone from the scheduler's tables by the time its removal is told.
+    names = {address: str(worker.name) for address, worker in scheduler.workers.items()}
+    failed = False
+
+    def write() -> None:
+        nonlocal failed
+        try:
+            write_workers(folder, identity, names.values())
+        except OSError as exc:
+            if not failed:  # once, not at every retry
+                logger.warning("could not write %s in %s (trying again): %s", WORKERS_FILE, folder, exc)
+            failed = True
+        else:
+            failed = False
+
+    def retry() -> None:
+        if failed:
+            write()
+
+    class WorkersFile(SchedulerPlugin):
+        name = "ddlscale-workers-file"
+
+        def add_worker(self, scheduler: Any, worker: str) -> None:
+            names[worker] = str(scheduler.workers[worker].name)
+            write()
+
+        def remove_worker(self, scheduler: Any, worker: str, **kwargs: Any) -> None:
+            names.pop(worker, None)
+            write()
+
+    # Both in one turn of the event loop: no worker joins between the list taken above and the plugin.
+    scheduler.add_plugin(WorkersFile())
+    write()
+    return retry
+
+
 def dask_setup(scheduler: Any) -> None:
-    """Start the watch (a periodic callback the scheduler stops when it closes)."""
+    """Start the watch (a periodic callback the scheduler stops when it closes) and the workers file."""
     from tornado.ioloop import PeriodicCallback
 
     mark = os.environ.get(MARK_ENV)
     if not mark:
         return
     folder = Path(mark)
+    rewrite_workers_file = keep_workers_file(scheduler, folder)
     unrecorded_since: list = []
     giving_back: list = []
     """The give-back process under way, and the dead claims it was started for."""
@@ -147,6 +219,7 @@ def dask_setup(scheduler: Any) -> None:
         giving_back[:] = [process, gone]
 
     def check() -> None:
+        rewrite_workers_file()
         give_back()
         if recorded_here(folder, os.getpid()) is not False:
             unrecorded_since.clear()

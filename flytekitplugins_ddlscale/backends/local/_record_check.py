@@ -43,7 +43,7 @@ def check_cluster_json(data: Dict[str, Any], folder: Path) -> None:
         validate_text(key, "ports", "port names (lowercase letters, digits, '_')", _KEY)
         validate_int(port, f"ports.{key}", 1, _PORT_MAX)
     if data.get("scheduler") is not None:
-        _check_process(data["scheduler"], "scheduler")
+        check_process(data["scheduler"], "scheduler")
     validate_tier_name(data.get("head_hw_tier"), field="head_hw_tier")
     if data.get("worker_hw_tier"):
         validate_tier_name(data["worker_hw_tier"], field="worker_hw_tier")
@@ -81,7 +81,8 @@ def check_loopback(value: Any, field: str) -> str:
     return text
 
 
-def _check_process(data: Any, where: str) -> None:
+def check_process(data: Any, where: str) -> None:
+    """Refuse ``data`` unless it is a process as records hold one: ``{"pid", "start"}``, both integers."""
     only_fields(mapping(data, where), ("pid", "start"), ("pid", "start"), where)
     validate_int(data["pid"], f"{where}.pid", 1, _MAX_PID)
     validate_int(data["start"], f"{where}.start", 0)
@@ -90,7 +91,7 @@ def _check_process(data: Any, where: str) -> None:
 def _check_worker(data: Any, where: str) -> None:
     only_fields(mapping(data, where), _WORKER_FIELDS, _WORKER_FIELDS, where)
     validate_text(data["name"], f"{where}.name", "a worker name (lowercase a-z, 0-9, '-')", _WORKER_NAME)
-    _check_process({"pid": data["pid"], "start": data["start"]}, where)
+    check_process({"pid": data["pid"], "start": data["start"]}, where)
     validate_tier_name(data["tier"], field=f"{where}.tier")
     validate_int(data["nthreads"], f"{where}.nthreads", 1)
     validate_int(data["memory_limit"], f"{where}.memory_limit", 0)
