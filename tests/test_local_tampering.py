@@ -171,8 +171,8 @@ def test_each_broken_record_is_one_line_and_down_all_still_stops_every_cluster(l
     assert backend.store.folders() == []
 
 
-def _listing(scheduler, workers) -> str:
-    return json.dumps({"scheduler": scheduler, "workers": workers})
+def _listing(scheduler, workers, http_port=8787) -> str:
+    return json.dumps({"scheduler": scheduler, "http_port": http_port, "workers": workers})
 
 
 WORKERS_FILE_DAMAGES = {
@@ -187,6 +187,11 @@ WORKERS_FILE_DAMAGES = {
                        "allowed: a list of at most 1000 worker names"),
     "scheduler-not-a-process": (lambda path, file: path.write_text(_listing("the current one", file["workers"])),
                                 "scheduler='the current one'; allowed: a JSON object"),
+    "port-out-of-range": (lambda path, file: path.write_text(_listing(file["scheduler"], file["workers"], 70000)),
+                          "http_port=70000; allowed: an integer from 1 to 65535"),
+    "port-missing": (lambda path, file: path.write_text(json.dumps({"scheduler": file["scheduler"],
+                                                                     "workers": file["workers"]})),
+                     "http_port=None; allowed: present"),
 }
 """How the workers file is damaged (given its path and what the scheduler wrote), and what the one-line error says."""
 
@@ -239,7 +244,8 @@ def test_a_workers_file_an_earlier_scheduler_left_counts_nothing(local_state):
     restarted = backend.restart_head(ref, timeout=120)
     after = backend.store.load(ref)
     assert restarted.final.ready_workers == 1 and after.scheduler != before.scheduler
-    assert json.loads(path.read_text()) == {"scheduler": after.scheduler.to_json(), "workers": [after.workers[0].name]}
+    rewritten = json.loads(path.read_text())
+    assert (rewritten["scheduler"], rewritten["workers"]) == (after.scheduler.to_json(), [after.workers[0].name])
     assert json.loads(earlier)["workers"] == [after.workers[0].name]
 
     path.write_text(earlier)

@@ -49,12 +49,16 @@ class DaskDriver:
         )
 
     def registered_workers(self, record: ClusterRecord) -> Optional[Set[str]]:
-        """What the scheduler's preload lists in the cluster's folder (:func:`~.dask_ops.registered_workers`):
-        no connection to the scheduler, no ``distributed`` imported."""
+        """What the scheduler's preload lists in the cluster's folder (:func:`~.dask_ops.listed_workers`),
+        while the scheduler answers on its HTTP server (:func:`~.dask_ops.scheduler_answers`): one local
+        request, no ``distributed`` imported. None while it does not answer."""
         folder = record.framework.get(TLS_DIR)
         if not folder or record.scheduler is None:
             return None  # recorded by a version without TLS, or no scheduler: it does not answer
-        return dask_ops.registered_workers(Path(folder).parent, record.scheduler)
+        listed = dask_ops.listed_workers(Path(folder).parent, record.scheduler)
+        if listed is None or not dask_ops.scheduler_answers(self.address(record), record.host, listed.http_port):
+            return None
+        return listed.names
 
     def head_ready(self, record: ClusterRecord) -> bool:
         # The preload writes the file once the scheduler listens: Dask starts preloads after its listeners.

@@ -14,13 +14,15 @@ Every process speaks ``tls://`` with the cluster's certificate
 refuses a peer without it.
 """
 import asyncio
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List, Optional, Set
 
 from ..._core import settings
 from ..._core.recordcheck import json_object, only_fields, reading
-from ..._core.validation import MAX_REPLICAS
+from ..._core.validation import MAX_REPLICAS, validate_int
 from ...errors import BackendUnavailableError, InvalidInputError, UnsafePathError
+from ..._core.waiting import probe_timeout
 from ..._core.wording import seconds
 from .._support.privatefs import read_record_text
 from ._dask_tls import DaskTls
@@ -92,11 +94,21 @@ WORKER_NAME_MAX = 256
 joined by hand is named after its address by default)."""
 
 
-def registered_workers(cluster_dir: Path, scheduler: ProcessId) -> Optional[Set[str]]:
-    """Names of the workers registered with ``scheduler`` (the cluster's recorded one), as its preload
-    lists them in ``cluster_dir``'s :data:`~.dask_watch.WORKERS_FILE`; None until it wrote that file
-    (starting: it writes it once listening), and for a file naming another scheduler (an earlier one of
-    the folder: never trusted, its workers are not this scheduler's).
+@dataclass(frozen=True)
+class ListedWorkers:
+    """What a scheduler's :data:`~.dask_watch.WORKERS_FILE` holds."""
+
+    names: Set[str]
+    """The names of the workers registered with it."""
+    http_port: int
+    """Where its HTTP server listens (``/health``: whether it still answers)."""
+
+
+def listed_workers(cluster_dir: Path, scheduler: ProcessId) -> Optional[ListedWorkers]:
+    """What ``scheduler`` (the cluster's recorded one) lists in ``cluster_dir``'s
+    :data:`~.dask_watch.WORKERS_FILE`; None until it wrote that file (starting: it writes it once
+    listening), and for a file naming another scheduler (an earlier one of the folder: never trusted, its
+    workers are not this scheduler's).
 
     Raises :class:`CorruptRecordError` naming the file and what it must be for a link, a file that is
     not regular, not this user's, too large or unreadable, or not a worker list as the preload writes it.
@@ -106,6 +118,7 @@ def registered_workers(cluster_dir: Path, scheduler: ProcessId) -> Optional[Set[
         "the cluster's Dask scheduler rewrites it whenever a worker joins or leaves; `ddlscale local down` "
         "and `up` (or a head restart) start a scheduler that writes it anew"
     )
+    fields = ("scheduler", "http_port", "workers")
     with reading(str(path), remedy):
         try:
             text = read_record_text(path, own=True)
@@ -116,8 +129,9 @@ def registered_workers(cluster_dir: Path, scheduler: ProcessId) -> Optional[Set[
         except OSError as exc:  # a file this user may not read (chmod 000): no count either
             raise InvalidInputError(WORKERS_FILE, exc.strerror, "a file ddlscale can read") from None
         data = json_object(text, WORKERS_FILE)
-        only_fields(data, ("scheduler", "workers"), ("scheduler", "workers"), "")
+        only_fields(data, fields, fields, "")
         check_process(data["scheduler"], "scheduler")
+        validate_int(data["http_port"], "http_port", 1, 65535)
         names = data["workers"]
         if not isinstance(names, list) or len(names) > MAX_REPLICAS or not all(
             isinstance(name, str) and 0 < len(name) <= WORKER_NAME_MAX for name in names
@@ -127,7 +141,26 @@ def registered_workers(cluster_dir: Path, scheduler: ProcessId) -> Optional[Set[
             )
     if data["scheduler"] != scheduler.to_json():
         return None
-    return set(names)
+    return ListedWorkers(set(names), data["http_port"])
+
+
+def scheduler_answers(address: str, host: str, http_port: int, timeout: float = 3.0) -> bool:
+    """Whether the scheduler at ``address`` answers ``ok`` on ``/health`` of its HTTP server
+    (``host:http_port``) within ``timeout`` (cut to what is left of the operation: :func:`probe_timeout`).
+    A stopped or blocked scheduler still has its connections accepted by the kernel and never answers:
+    False, as for one gone."""
+    import http.client
+
+    budget = probe_timeout(timeout, f"the check of scheduler {address}")
+    connection = http.client.HTTPConnection(host, http_port, timeout=budget)
+    try:
+        connection.request("GET", "/health")
+        reply = connection.getresponse()
+        return reply.status == 200 and reply.read(16) == b"ok"
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        connection.close()
 
 
 async def _call(address: str, tls: DaskTls, timeout: float, op: str, **kwargs: Any) -> Any:

@@ -51,9 +51,10 @@ GRACE = float(os.environ.get("DDLSCALE_WATCH_GRACE", "30"))
 scheduler records it right after, so only a start that was killed half-way leaves it unrecorded."""
 logger = logging.getLogger("distributed.scheduler")
 WORKERS_FILE = "dask-workers.json"
-"""The workers the scheduler has registered: ``{"scheduler": {"pid", "start"}, "workers": [names]}``, its
-identity being what the cluster's record holds of it (pid and start time), so a file an earlier scheduler
-of the folder wrote is told apart."""
+"""The workers the scheduler has registered: ``{"scheduler": {"pid", "start"}, "http_port": port, "workers":
+[names]}``, its identity being what the cluster's record holds of it (pid and start time), so a file an
+earlier scheduler of the folder wrote is told apart, and the port of its HTTP server, whose ``/health`` a
+reader asks to know the scheduler still answers (a stopped or blocked one leaves its last list behind)."""
 
 
 def recorded_here(folder: Path, pid: int) -> Optional[bool]:
@@ -129,10 +130,10 @@ def gone_holders(folder: Path) -> List[str]:
     return sorted(gone)
 
 
-def write_workers(folder: Path, identity: Dict[str, Optional[int]], names: Iterable[str]) -> None:
-    """Replace ``folder``'s :data:`WORKERS_FILE` with ``identity`` and ``names``: a new 0600 file put in
-    its place, so a reader sees the old list or the new one whole."""
-    data = json.dumps({"scheduler": identity, "workers": sorted(names)}).encode("utf-8")
+def write_workers(folder: Path, identity: Dict[str, Optional[int]], http_port: int, names: Iterable[str]) -> None:
+    """Replace ``folder``'s :data:`WORKERS_FILE` with ``identity``, ``http_port`` and ``names``: a new 0600
+    file put in its place, so a reader sees the old list or the new one whole."""
+    data = json.dumps({"scheduler": identity, "http_port": http_port, "workers": sorted(names)}).encode("utf-8")
     handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{WORKERS_FILE}.")
     try:
         with os.fdopen(handle, "wb") as stream:
@@ -152,6 +153,7 @@ def keep_workers_file(scheduler: Any, folder: Path) -> Callable[[], None]:
     from distributed.diagnostics.plugin import SchedulerPlugin
 
     identity = {"pid": os.getpid(), "start": _process_start(os.getpid())}
+    http_port = scheduler.http_server.port
     # By address: a worker's name is gone from the scheduler's tables by the time its removal is told.
     names = {address: str(worker.name) for address, worker in scheduler.workers.items()}
     failed = False
@@ -159,7 +161,7 @@ def keep_workers_file(scheduler: Any, folder: Path) -> Callable[[], None]:
     def write() -> None:
         nonlocal failed
         try:
-            write_workers(folder, identity, names.values())
+            write_workers(folder, identity, http_port, names.values())
         except OSError as exc:
             if not failed:  # once, not at every retry
                 logger.warning("could not write %s in %s (trying again): %s", WORKERS_FILE, folder, exc)
