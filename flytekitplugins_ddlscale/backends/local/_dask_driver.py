@@ -38,15 +38,27 @@ class DaskDriver:
         return record.address
 
     def head_argv(self, record: ClusterRecord, store: LocalStateStore) -> List[str]:
-        tls = ensure_tls(store.cluster_dir(record.ref))
-        record.framework[TLS_DIR] = str(tls.ca_file.parent)
-        return dask_ops.scheduler_argv(record.host, record.port, str(store.scheduler_file(record.ref)), tls)
+        return self._scheduler_argv(record, store, forking=False)
+
+    def forking_head_argv(self, record: ClusterRecord, store: LocalStateStore) -> List[str]:
+        return self._scheduler_argv(record, store, forking=True)
 
     def worker_argv(self, record: ClusterRecord, name: str, shape: WorkerShape, workdir: Path) -> List[str]:
-        return dask_ops.worker_argv(
-            self.address(record), name, shape.nthreads, shape.memory_limit, str(workdir), record.host,
-            DaskTls.of(workdir.parent),
-        )
+        return dask_ops.worker_argv(*self._worker_settings(record, name, shape, workdir))
+
+    def forked_worker_args(self, record: ClusterRecord, name: str, shape: WorkerShape, workdir: Path) -> List[str]:
+        return dask_ops.worker_args(*self._worker_settings(record, name, shape, workdir))
+
+    def _scheduler_argv(self, record: ClusterRecord, store: LocalStateStore, forking: bool) -> List[str]:
+        tls = ensure_tls(store.cluster_dir(record.ref))
+        record.framework[TLS_DIR] = str(tls.ca_file.parent)
+        return dask_ops.scheduler_argv(record.host, record.port, str(store.scheduler_file(record.ref)), tls, forking)
+
+    def _worker_settings(
+        self, record: ClusterRecord, name: str, shape: WorkerShape, workdir: Path
+    ) -> Tuple[str, str, int, int, str, str, DaskTls]:
+        return (self.address(record), name, shape.nthreads, shape.memory_limit, str(workdir), record.host,
+                DaskTls.of(workdir.parent))
 
     def registered_workers(self, record: ClusterRecord) -> Optional[Set[str]]:
         """What the scheduler's preload lists in the cluster's folder (:func:`~.dask_ops.listed_workers`),

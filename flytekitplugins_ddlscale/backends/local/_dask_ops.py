@@ -27,7 +27,7 @@ from ..._core.wording import seconds
 from .._support.privatefs import read_record_text
 from ._dask_tls import DaskTls
 from ._dask_watch import WORKERS_FILE
-from ._procs import ProcessId, python_module, with_environment
+from ._procs import ProcessId, python_module, python_script, with_environment
 from ._record_check import check_process
 
 SCHEDULER_HTTP_ROUTES = ("distributed.http.health", "distributed.http.scheduler.json", "distributed.http.scheduler.prometheus")
@@ -36,9 +36,13 @@ counts and metrics. Not Dask's default ``info`` pages (worker logs, call stacks,
 any local user) nor its ``proxy`` to the workers' pages."""
 WATCH_PRELOAD = Path(__file__).with_name("_dask_watch.py")
 """The scheduler preload that closes a scheduler no record holds (:mod:`.dask_watch`)."""
+FORKING_HEAD = Path(__file__).with_name("_dask_head.py")
+"""The program that forks a new cluster's first workers, then runs the scheduler (:mod:`.dask_head`)."""
+SCHEDULER_MODULE = "distributed.cli.dask_scheduler"
+WORKER_MODULE = "distributed.cli.dask_worker"
 
 
-def scheduler_argv(host: str, port: int, scheduler_file: str, tls: DaskTls) -> List[str]:
+def scheduler_argv(host: str, port: int, scheduler_file: str, tls: DaskTls, forking: bool = False) -> List[str]:
     """``dask scheduler`` on ``tls://host:port`` that also writes its address to ``scheduler_file``
 
     (for ``Client(scheduler_file=...)``; it also puts the cluster's folder in the command line).
@@ -47,11 +51,13 @@ def scheduler_argv(host: str, port: int, scheduler_file: str, tls: DaskTls) -> L
     port the OS picks. It preloads :mod:`.dask_watch`, so it closes itself once no record of its
     cluster holds it. It takes only peers presenting a certificate of ``tls``'s authority
     (encryption required: Dask requires it whenever TLS files are given); its HTTP server
-    serves :data:`SCHEDULER_HTTP_ROUTES` only.
+    serves :data:`SCHEDULER_HTTP_ROUTES` only. ``forking``: run by :mod:`.dask_head`, which forks
+    the first workers (:func:`worker_args`) before it becomes the scheduler.
     """
     routes = {settings.DASK_SCHEDULER_HTTP_ROUTES.name: repr(list(SCHEDULER_HTTP_ROUTES))}
+    program = python_script(FORKING_HEAD) if forking else python_module(SCHEDULER_MODULE)
     return with_environment(routes, [
-        *python_module("distributed.cli.dask_scheduler"),
+        *program,
         "--host", host,
         "--port", str(port),
         "--protocol", "tls",
@@ -66,7 +72,14 @@ def scheduler_argv(host: str, port: int, scheduler_file: str, tls: DaskTls) -> L
 def worker_argv(
     address: str, name: str, nthreads: int, memory_limit: int, local_directory: str, host: str, tls: DaskTls
 ) -> List[str]:
-    """One ``dask worker`` process (no nanny, so one pid per worker) named ``name``.
+    """One ``dask worker`` process (no nanny, so one pid per worker) named ``name``: :func:`worker_args`."""
+    return [*python_module(WORKER_MODULE), *worker_args(address, name, nthreads, memory_limit, local_directory, host, tls)]
+
+
+def worker_args(
+    address: str, name: str, nthreads: int, memory_limit: int, local_directory: str, host: str, tls: DaskTls
+) -> List[str]:
+    """The arguments of ``dask worker`` for one worker named ``name`` (no nanny: one pid per worker).
 
     ``--death-timeout`` bounds how long a worker waits for a scheduler that is
     gone, so an orphaned worker exits on its own. Its HTTP server (served even
@@ -74,7 +87,7 @@ def worker_argv(
     listens with ``tls``'s certificate, ``tls://`` only (a worker runs what a peer sends it).
     """
     return [
-        *python_module("distributed.cli.dask_worker"), address,
+        address,
         "--protocol", "tls",
         *tls.argv(),
         "--name", name,

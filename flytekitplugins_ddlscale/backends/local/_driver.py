@@ -12,7 +12,7 @@ A head restart stops every process and starts the head and the same-named
 workers again, so a driver needs nothing more for it.
 """
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Protocol, Set, Tuple
+from typing import Any, Dict, List, Optional, Protocol, Set, Tuple, runtime_checkable
 
 from ._state import ClusterRecord, LocalStateStore
 from ._tiers import WorkerShape
@@ -83,3 +83,21 @@ class FrameworkDriver(Protocol):
         """Folders of ``record`` outside ``store``'s folder of the cluster (Ray's temp folder), to remove
         with it."""
         ...
+
+
+@runtime_checkable
+class ForksWorkers(Protocol):
+    """A driver whose head can fork the workers of a new cluster from an interpreter that has already
+    imported what they need (:class:`~._procs.ForkingHead`), where each would otherwise start and import
+    it on its own."""
+
+    def forking_head_argv(self, record: ClusterRecord, store: LocalStateStore) -> List[str]:
+        """:meth:`FrameworkDriver.head_argv` run by a program that first forks workers on request, then
+        becomes that head."""
+        ...
+
+    def forked_worker_args(self, record: ClusterRecord, name: str, shape: WorkerShape, workdir: Path) -> List[str]:
+        """The arguments that head forks a worker with: those of :meth:`FrameworkDriver.worker_argv`
+        after the program."""
+        ...
+

@@ -32,7 +32,7 @@ from .._support.privatefs import remove_nofollow
 from ...refs import ClusterRef
 from ..._core.waiting import Deadline, probe_timeout
 from . import _procs as procs
-from ._driver import FrameworkDriver
+from ._driver import FrameworkDriver, ForksWorkers
 from ._state import ClusterRecord, LocalStateStore, PendingChange, WorkerRecord
 from ._tiers import WorkerShape
 
@@ -192,8 +192,9 @@ class ProcessSupervisor:
         attempts_left = HEAD_START_ATTEMPTS
         while True:
             attempts_left -= 1
-            self._start_head(record)
-            started = self.start_workers(record, shape, count, names=names)
+            forker = self._start_head(record, forking=count > 0)
+            with forker or contextlib.nullcontext():
+                started = self.start_workers(record, shape, count, names=names, forker=forker)
             try:
                 self._await_head(record, operation=deadline)
                 return started
@@ -208,10 +209,13 @@ class ProcessSupervisor:
                 raise
 
     def start_workers(
-        self, record: ClusterRecord, shape: WorkerShape, count: int, names: Optional[List[str]] = None
+        self, record: ClusterRecord, shape: WorkerShape, count: int, names: Optional[List[str]] = None,
+        forker: Optional[procs.ForkingHead] = None,
     ) -> List[WorkerRecord]:
-        """Spawn ``count`` workers of ``shape`` (named ``names`` first, then new names); do not wait."""
+        """Spawn ``count`` workers of ``shape`` (named ``names`` first, then new names), or have ``forker``
+        (the head just started, :meth:`_start_head`) fork them; do not wait."""
         started = []
+        driver = self._driver(record)
         workdir = self.store.private_cluster_dir(record.ref, "work")
         for index in range(count):
             if names is not None and index < len(names):
@@ -219,7 +223,12 @@ class ProcessSupervisor:
             else:
                 name = f"{layout_of(record.ref).worker_pod_prefix(record.ref.name)}{record.next_index}"
                 record.next_index += 1
-            proc = self._spawn(record, self._driver(record).worker_argv(record, name, shape, workdir), name)
+            proc = None
+            if forker is not None and isinstance(driver, ForksWorkers):
+                proc = forker.fork(driver.forked_worker_args(record, name, shape, workdir),
+                                   self.store.log_path(record.ref, name))
+            if proc is None:
+                proc = self._spawn(record, driver.worker_argv(record, name, shape, workdir), name)
             worker = WorkerRecord(name, proc, shape.tier, shape.nthreads, shape.memory_limit)
             record.workers.append(worker)
             started.append(worker)
@@ -346,11 +355,13 @@ class ProcessSupervisor:
 
     # ------------------------------------------------------------ internals
 
-    def _start_head(self, record: ClusterRecord) -> None:
+    def _start_head(self, record: ClusterRecord, forking: bool = False) -> Optional[procs.ForkingHead]:
         """Start the head on the recorded port (a free one for a new cluster); do not wait.
 
         Workers may be started at once, since they keep trying to connect;
-        :meth:`_await_head` then waits for the head.
+        :meth:`_await_head` then waits for the head. With ``forking``, on a platform that forks
+        (:data:`~._procs.FORKING`) and for a driver whose head can (:class:`~._driver.ForksWorkers`),
+        the head forks the workers first: what it returns, to pass to :meth:`start_workers` and close.
         """
         taken = {record.port, *record.ports.values()}
         if record.port == 0:
@@ -360,9 +371,23 @@ class ProcessSupervisor:
             if not record.ports.get(name):
                 record.ports[name] = free_port(record.host, taken)
                 taken.add(record.ports[name])
-        record.scheduler = self._spawn(record, self._driver(record).head_argv(record, self.store), HEAD_LOG)
-        pause_point("head-started")
-        self._save_or_stop(record, record.scheduler, lambda: setattr(record, "scheduler", None))
+        driver = self._driver(record)
+        forker = None
+        if forking and procs.FORKING and isinstance(driver, ForksWorkers):
+            forker, record.scheduler = procs.ForkingHead.start(
+                driver.forking_head_argv(record, self.store), self.store.log_path(record.ref, HEAD_LOG),
+                self.mark(record.ref), self.store.private_cluster_dir(record.ref),
+            )
+        else:
+            record.scheduler = self._spawn(record, driver.head_argv(record, self.store), HEAD_LOG)
+        try:
+            pause_point("head-started")
+            self._save_or_stop(record, record.scheduler, lambda: setattr(record, "scheduler", None))
+        except BaseException:
+            if forker is not None:
+                forker.close()
+            raise
+        return forker
 
     def _spawn(self, record: ClusterRecord, argv: List[str], log_name: str) -> procs.ProcessId:
         # In the cluster's private folder: the caller's working directory may hold anything (an inspect.py).
