@@ -450,3 +450,23 @@ def test_a_head_that_exits_without_forking_leaves_the_worker_to_its_caller(tmp_p
         assert forker.fork(["--name", "w-0"], folder / "logs" / "w-0.log") is None
         assert forker.fork(["--name", "w-1"], folder / "logs" / "w-1.log") is None
     wait_dead(head)
+
+
+def test_no_process_of_a_dask_cluster_keeps_scratch_space_in_a_folder_other_users_share(local_state):
+    """Dask's default scratch space is ``dask-scratch-space`` under the system's temporary folder, one folder
+    for every user (who could make it first, or fill it): the scheduler keeps its lock file in the cluster's
+    private folder instead, as the workers do."""
+    import tempfile
+
+    backend = LocalBackend(state_dir=local_state, stop_grace=5.0)
+    ref = ClusterRef("dask", "scratch")
+    backend.up(ref, 1, timeout=120)
+    record = backend.store.load(ref)
+    shared = os.path.join(tempfile.gettempdir(), "dask-scratch-space")
+    private = os.path.realpath(backend.store.cluster_dir(ref) / "work")
+    opened = {pid: _descriptors(pid) for pid in (record.scheduler.pid, record.workers[0].proc.pid)}
+    assert {pid: [t for t in targets if t.startswith(shared)] for pid, targets in opened.items()} == {
+        pid: [] for pid in opened}
+    for targets in opened.values():
+        assert any(target.startswith(private + os.sep) and target.endswith(".dirlock") for target in targets), targets
+    backend.down(ref)

@@ -362,6 +362,12 @@ DASK_SCHEDULER_HTTP_ROUTES = _define(
     f"what a Dask scheduler's HTTP server serves ({_SET_BY_US} for local schedulers: health, counts, metrics)",
     group=FRAMEWORK,
 )
+DASK_TEMPORARY_DIRECTORY = _define(
+    "DASK_TEMPORARY_DIRECTORY", "text", _text, "a folder",
+    f"where a Dask process keeps its scratch space ({_SET_BY_US} for local schedulers: the cluster's private "
+    "folder, not a shared one under /tmp)",
+    group=FRAMEWORK,
+)
 RAY_HEAD_SERVICE_HOST, RAY_HEAD_SERVICE_PORT = _head_service("RAY_HEAD_SERVICE", "the Ray head", "the Ray client port")
 RAY_ADDRESS = _define(
     "RAY_ADDRESS", "text", _text, "ray://host:port",

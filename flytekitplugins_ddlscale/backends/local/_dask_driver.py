@@ -52,7 +52,9 @@ class DaskDriver:
     def _scheduler_argv(self, record: ClusterRecord, store: LocalStateStore, forking: bool) -> List[str]:
         tls = ensure_tls(store.cluster_dir(record.ref))
         record.framework[TLS_DIR] = str(tls.ca_file.parent)
-        return dask_ops.scheduler_argv(record.host, record.port, str(store.scheduler_file(record.ref)), tls, forking)
+        scratch = str(store.private_cluster_dir(record.ref, "work"))
+        return dask_ops.scheduler_argv(record.host, record.port, str(store.scheduler_file(record.ref)), tls, scratch,
+                                       forking)
 
     def _worker_settings(
         self, record: ClusterRecord, name: str, shape: WorkerShape, workdir: Path

@@ -42,7 +42,9 @@ SCHEDULER_MODULE = "distributed.cli.dask_scheduler"
 WORKER_MODULE = "distributed.cli.dask_worker"
 
 
-def scheduler_argv(host: str, port: int, scheduler_file: str, tls: DaskTls, forking: bool = False) -> List[str]:
+def scheduler_argv(
+    host: str, port: int, scheduler_file: str, tls: DaskTls, scratch: str, forking: bool = False
+) -> List[str]:
     """``dask scheduler`` on ``tls://host:port`` that also writes its address to ``scheduler_file``
 
     (for ``Client(scheduler_file=...)``; it also puts the cluster's folder in the command line).
@@ -51,10 +53,15 @@ def scheduler_argv(host: str, port: int, scheduler_file: str, tls: DaskTls, fork
     port the OS picks. It preloads :mod:`.dask_watch`, so it closes itself once no record of its
     cluster holds it. It takes only peers presenting a certificate of ``tls``'s authority
     (encryption required: Dask requires it whenever TLS files are given); its HTTP server
-    serves :data:`SCHEDULER_HTTP_ROUTES` only. ``forking``: run by :mod:`.dask_head`, which forks
+    serves :data:`SCHEDULER_HTTP_ROUTES` only. Its scratch space (a lock file) is in ``scratch``, a
+    private folder: Dask's default, ``dask-scratch-space`` under the system's temporary folder, is
+    shared by every user, who could make it first. ``forking``: run by :mod:`.dask_head`, which forks
     the first workers (:func:`worker_args`) before it becomes the scheduler.
     """
-    routes = {settings.DASK_SCHEDULER_HTTP_ROUTES.name: repr(list(SCHEDULER_HTTP_ROUTES))}
+    routes = {
+        settings.DASK_SCHEDULER_HTTP_ROUTES.name: repr(list(SCHEDULER_HTTP_ROUTES)),
+        settings.DASK_TEMPORARY_DIRECTORY.name: scratch,
+    }
     program = python_script(FORKING_HEAD) if forking else python_module(SCHEDULER_MODULE)
     return with_environment(routes, [
         *program,
