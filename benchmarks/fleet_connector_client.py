@@ -4,8 +4,11 @@ Run as ``python -m benchmarks.fleet_connector_client KUBECONFIG COUNT REPLICAS P
 warms up as a running connector service is warm (modules imported, one ``get`` answered), prints
 ``warm``, and waits for a line on stdin: by then the parent has sent the scale requests of clusters
 ``c000``... Then it polls :meth:`ScalingConnector.get` for one ``ddlscale_wait`` execution per
-cluster, each every ``POLL_S`` seconds (restoring its metadata from bytes each time, as the
-connector service does). When every execution has made its first poll it prints ``first`` and the
+cluster, each every ``POLL_S`` seconds, the way flytekit's connector service calls a connector: one
+asyncio event loop restores each poll's metadata from bytes and awaits ``mirror_async_methods(
+connector.get, ...)``, which runs the call on the loop's default thread pool (``min(32, CPUs + 4)``
+threads). So a poll's time includes waiting for a thread of that pool, as in the service, and the
+executions are 1,000 coroutines, not 1,000 threads of this process (no service runs one per node). When every execution has made its first poll it prints ``first`` and the
 time, so the parent can count the requests of the polls after the first; at the end one JSON
 document: per execution, when each poll started and returned and what it answered, this process's
 peak RSS and the connections its Kubernetes API clients opened (each a TCP and, on https, a TLS
@@ -19,12 +22,12 @@ as it hands the change to a subscription of that cluster's workers (one per clus
 The server's part can be below zero: the watch may deliver the event before the writer has the answer
 to its write.
 """
+import asyncio
 import json
 import os
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional
 
 from benchmarks.k8s_scale_client import NAMESPACE, cluster_name, peak_rss_kb
@@ -117,6 +120,7 @@ def main(kubeconfig: str, count: int, replicas: int, poll: float, limit: float =
     os.environ["KUBECONFIG"] = kubeconfig
     os.environ["DDLSCALE_BACKEND"] = "kubernetes"
     from flyteidl.core.execution_pb2 import TaskExecution
+    from flytekit.extend.backend.utils import mirror_async_methods
 
     from flytekitplugins_ddlscale.connector import ScalingConnector, ScalingMetadata
 
@@ -135,24 +139,22 @@ def main(kubeconfig: str, count: int, replicas: int, poll: float, limit: float =
     print("warm", flush=True)
     sys.stdin.readline()
 
-    first_done = threading.Lock()
     firsts = [0]
 
     def first_poll_made() -> None:
-        with first_done:
-            firsts[0] += 1
-            if firsts[0] == count:
-                print(f"first {time.time()}", flush=True)
+        firsts[0] += 1
+        if firsts[0] == count:
+            print(f"first {time.time()}", flush=True)
 
-    def one(index: int) -> Dict[str, Any]:
+    async def one(index: int) -> Dict[str, Any]:
         name = cluster_name(index)
         meta = meta_of(name)
         polls: List[List[float]] = []
-        time.sleep(poll * index / count)  # executions started at different moments, as in a fleet
+        await asyncio.sleep(poll * index / count)  # executions started at different moments, as in a fleet
         while True:
             began = time.time()
             try:
-                resource = connector.get(ScalingMetadata.decode(meta))
+                resource = await mirror_async_methods(connector.get, resource_meta=ScalingMetadata.decode(meta))
             except Exception as exc:  # reported per execution; the parent counts failures
                 if not polls:
                     first_poll_made()
@@ -164,10 +166,12 @@ def main(kubeconfig: str, count: int, replicas: int, poll: float, limit: float =
             if done:
                 ok = resource.phase == TaskExecution.SUCCEEDED
                 return {"cluster": name, "polls": polls, "error": None if ok else resource.message}
-            time.sleep(max(0.0, poll - (time.time() - began)))
+            await asyncio.sleep(max(0.0, poll - (time.time() - began)))
 
-    with ThreadPoolExecutor(max_workers=count, thread_name_prefix="execution") as pool:
-        executions = list(pool.map(one, range(count)))
+    async def every_execution() -> List[Dict[str, Any]]:
+        return list(await asyncio.gather(*(one(index) for index in range(count))))
+
+    executions = asyncio.run(every_execution())
     if observer is not None:
         observer.close()
         for execution in executions:

@@ -470,3 +470,38 @@ def test_no_process_of_a_dask_cluster_keeps_scratch_space_in_a_folder_other_user
     for targets in opened.values():
         assert any(target.startswith(private + os.sep) and target.endswith(".dirlock") for target in targets), targets
     backend.down(ref)
+
+
+def test_a_new_clusters_head_whose_port_is_taken_before_it_binds_it_starts_on_new_ports(local_state):
+    """A port found free is free only until something takes it: here a listener takes the new scheduler's
+    port right after the head started (it cannot have bound it yet: it binds once the command has asked
+    for its workers). The scheduler exits, and its second start, for a cluster nobody reached yet, is on
+    a port chosen anew: ``up`` succeeds there, and the taken port is left to its holder."""
+    import psutil
+
+    from flytekitplugins_ddlscale._core.pausepoints import add_pause_hook
+
+    backend = LocalBackend(state_dir=local_state, stop_grace=5.0)
+    ref = ClusterRef("dask", "taken")
+    holders = []
+
+    def take_the_port(point: str) -> None:
+        if point == "head-started" and not holders:
+            [command] = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
+                         if str(local_state) in " ".join(p.info["cmdline"] or []) and "--port" in (p.info["cmdline"] or [])]
+            port = int(command[command.index("--port") + 1])
+            holders.append((port, _hold_port(port)))
+
+    remove = add_pause_hook(take_the_port)
+    try:
+        result = backend.up(ref, 1, timeout=120)
+    finally:
+        remove()
+        for _, holder in holders:
+            holder.close()
+    assert holders, "the head was never started"
+    [(taken, _)] = holders
+    record = backend.store.load(ref)
+    assert result.final.ready_workers == 1 and record.port != taken
+    assert f"tls://127.0.0.1:{record.port}" == record.address
+    backend.down(ref)

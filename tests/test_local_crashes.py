@@ -278,7 +278,8 @@ def test_a_workers_file_a_full_disk_kept_stale_is_written_again_once_there_is_ro
 
     root = tmpfs / "state"
     try:
-        assert local(root, "up", "--name", REF.name, "--replicas", "2", "--timeout", "120").returncode == 0
+        up = local(root, "up", "--name", REF.name, "--replicas", "2", "--timeout", "120")
+        assert up.returncode == 0, up.stdout + up.stderr
         backend = LocalBackend(state_dir=root / "local")
         record, folder = backend.store.load(REF), backend.store.cluster_dir(REF)
         path = folder / WORKERS_FILE

@@ -6,6 +6,9 @@ while the scheduler starts fails with a timeout error that says what it left;
 a phase that then restored the cluster says so instead of "left in place".
 Outcomes and texts only: no wall-clock limits.
 """
+import contextlib
+from typing import Iterator
+
 import pytest
 
 from flytekitplugins_ddlscale.errors import ScalingTimeoutError
@@ -17,12 +20,44 @@ from tests.flyte_support import local_backend, local_env  # noqa: F401 - fixture
 REF = ClusterRef("dask", "timeouts")
 
 
+@contextlib.contextmanager
+def a_head_slower_than_the_timeout(local_state) -> Iterator[None]:
+    """The new scheduler's process is stopped (SIGSTOP) as soon as it is started, so the cluster cannot be up
+    within any timeout of the block, however quick the machine (a start used to take longer than 0.5 s by
+    itself; a forked start no longer does). It goes on (SIGCONT) when the block ends."""
+    import os
+    import signal
+
+    import psutil
+
+    from flytekitplugins_ddlscale._core.pausepoints import add_pause_hook
+
+    stopped = []
+
+    def stop_the_head(point: str) -> None:
+        if point == "head-started" and not stopped:
+            [head] = [p for p in psutil.process_iter(["cmdline"])
+                      if str(local_state) in " ".join(p.info["cmdline"] or []) and "--port" in (p.info["cmdline"] or [])]
+            os.kill(head.pid, signal.SIGSTOP)
+            stopped.append(head.pid)
+
+    remove = add_pause_hook(stop_the_head)
+    try:
+        yield
+    finally:
+        remove()
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):  # taken down by the block
+                os.kill(pid, signal.SIGCONT)
+    assert stopped, "the head was never started"
+
+
 @pytest.mark.slow
 def test_a_scale_creating_a_cluster_fails_at_its_timeout_and_says_what_it_left(local_env):
     backend = local_backend(local_env)
-    # A scheduler (importing distributed) and 4 workers cannot start within 0.5 s: this used to wait
-    # for the scheduler regardless (60 s at most) and then succeed, seconds past the timeout.
-    with pytest.raises(ScalingTimeoutError) as info:
+    # A creation that outlasts the timeout used to wait for the scheduler regardless (60 s at most) and
+    # then succeed, seconds past the timeout.
+    with a_head_slower_than_the_timeout(local_env), pytest.raises(ScalingTimeoutError) as info:
         backend.scale(REF, 4, timeout=0.5)
     error = info.value
     assert error.left_in_place == "desired_workers=4"
@@ -38,7 +73,7 @@ def test_a_scale_creating_a_cluster_fails_at_its_timeout_and_says_what_it_left(l
 @pytest.mark.slow
 def test_a_phase_creating_a_cluster_fails_at_its_timeout_and_leaves_nothing(local_env):
     backend = local_backend(local_env)
-    with pytest.raises(ScalingTimeoutError) as info:
+    with a_head_slower_than_the_timeout(local_env), pytest.raises(ScalingTimeoutError) as info:
         with cluster_phase(REF, 4, timeout=0.5, deck=False):
             pytest.fail("the body must not run")
     text = str(info.value)

@@ -187,9 +187,12 @@ class ProcessSupervisor:
         A head that exits while starting is started once more, with the same workers: on a loaded
         machine a Ray head's client server gives up when the head node registers late (after 30 s) and
         takes the head down with it; a second start on the same ports finds the machine warmed up.
-        Nothing uses a head before it answered, so the second start repeats nothing a user saw.
+        Nothing uses a head before it answered, so the second start repeats nothing a user saw. A head
+        whose ports this start chose (a new cluster) gets new ones for its second start: a port found
+        free can be taken by any process (an outgoing connection's own port) before the head binds it.
         """
         attempts_left = HEAD_START_ATTEMPTS
+        ports_chosen_here = record.port == 0
         while True:
             attempts_left -= 1
             forker = self._start_head(record, forking=count > 0)
@@ -204,6 +207,8 @@ class ProcessSupervisor:
                     raise
                 logger.warning("%s; starting it once more", str(exc).split(";", 1)[0])
                 names = [worker.name for worker in started]
+                if ports_chosen_here:
+                    record.port, record.ports = 0, {}
             except TransientError:
                 self.stop_all(record)
                 raise
