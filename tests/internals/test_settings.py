@@ -124,7 +124,7 @@ def test_the_standalone_scripts_read_the_settings_names():
         spelled = {value for _, value in spelled_names(tree)}
         assert spelled <= names, f"{module} reads variables the settings module does not define"
     assert dask_watch.MARK_ENV == settings.LOCAL_CLUSTER.name
-    assert dask_watch.GRACE == settings.WATCH_GRACE.default or settings.WATCH_GRACE.is_set()
+    assert dask_watch.watch_grace() == settings.WATCH_GRACE.default or settings.WATCH_GRACE.is_set()
 
 
 def test_every_setting_has_one_name_a_group_and_a_meaning():

@@ -1,7 +1,7 @@
 """Preloaded into every local Dask scheduler (``--preload <this file>``): it closes itself once its cluster is gone.
 
 A scheduler that no record holds (its cluster's folder or ``cluster.json``
-removed, or the record naming another scheduler, for :data:`GRACE` seconds
+removed, or the record naming another scheduler, for :func:`watch_grace` seconds
 in a row) would otherwise run until someone finds it: Dask schedulers have no
 death timeout, and ``--idle-timeout`` would also end a cluster kept up on
 purpose. The cluster's folder comes from the scheduler's environment
@@ -46,9 +46,16 @@ MARK_ENV = "DDLSCALE_LOCAL_CLUSTER"
 _MAX_RECORD_BYTES = 1 << 20
 CHECK_EVERY = 2.0
 """Seconds between two looks at the record."""
-GRACE = float(os.environ.get("DDLSCALE_WATCH_GRACE", "30"))
-"""Seconds the record must go on not holding this scheduler before it closes: the one who starts a
-scheduler records it right after, so only a start that was killed half-way leaves it unrecorded."""
+
+
+def watch_grace() -> float:
+    """Seconds the record must go on not holding this scheduler before it closes
+    (``$DDLSCALE_WATCH_GRACE``, 30): the one who starts a scheduler records it right after, so only a
+    start that was killed half-way leaves it unrecorded. Read when the watch starts, in the scheduler
+    (the local backend checked the value before it started one), never when this module is imported."""
+    return float(os.environ.get("DDLSCALE_WATCH_GRACE", "30"))
+
+
 logger = logging.getLogger("distributed.scheduler")
 WORKERS_FILE = "dask-workers.json"
 """The workers the scheduler has registered: ``{"scheduler": {"pid", "start"}, "http_port": port, "workers":
@@ -198,6 +205,7 @@ def dask_setup(scheduler: Any) -> None:
     if not mark:
         return
     folder = Path(mark)
+    grace = watch_grace()
     rewrite_workers_file = keep_workers_file(scheduler, folder)
     unrecorded_since: list = []
     giving_back: list = []
@@ -228,8 +236,8 @@ def dask_setup(scheduler: Any) -> None:
             return
         if not unrecorded_since:
             unrecorded_since.append(time.monotonic())
-        if time.monotonic() - unrecorded_since[0] >= GRACE:
-            logger.warning("closing: no record of cluster %s holds this scheduler (for %.0fs)", folder, GRACE)
+        if time.monotonic() - unrecorded_since[0] >= grace:
+            logger.warning("closing: no record of cluster %s holds this scheduler (for %.0fs)", folder, grace)
             scheduler.periodic_callbacks.pop("ddlscale-watch").stop()
             asyncio.ensure_future(scheduler.close(reason="its local cluster's record no longer holds it"))
 
