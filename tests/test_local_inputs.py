@@ -209,6 +209,24 @@ def test_environ_set_also_sets_the_configuration_of_a_dask_imported_before_for_t
     assert dask.config.get("scheduler-address", None) is None
 
 
+DASK_IMPORTED_IN_THE_BLOCK = """
+from flytekitplugins_ddlscale._core.environ import environ_set
+with environ_set({"DASK_DISTRIBUTED__COMM__DEFAULT_SCHEME": "tls", "DASK_SCHEDULER_ADDRESS": "tls://127.0.0.1:1"}):
+    import dask.config
+    import distributed
+    inside = (dask.config.get("distributed.comm.default-scheme"), dask.config.get("scheduler-address"))
+print(inside, (dask.config.get("distributed.comm.default-scheme"), dask.config.get("scheduler-address", None)))
+"""
+
+
+def test_a_dask_first_imported_inside_the_block_keeps_none_of_its_settings_after_it():
+    """Dask reads the block's variables as its own when first imported inside it (a ``Client`` made there uses
+    them); after the block its configuration is Dask's defaults again, as if the block never was."""
+    out = subprocess.run([sys.executable, "-c", DASK_IMPORTED_IN_THE_BLOCK], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "('tls', 'tls://127.0.0.1:1') ('tcp', None)", out.stdout + out.stderr
+
+
 def test_importing_the_backend_does_not_import_dask():
     code = (
         "import sys, flytekitplugins_ddlscale.backends.local, flytekitplugins_ddlscale.cli.local_commands;"

@@ -11,9 +11,12 @@ def environ_set(values: Mapping[str, str]) -> Iterator[Dict[str, str]]:
 
     Dask reads its ``DASK_*`` settings from the environment once, when imported: in a process that
     imported it already, those of ``values`` (a local cluster's TLS files) also go into its
-    configuration for the block, so a ``Client`` made in the block uses them.
+    configuration for the block, so a ``Client`` made in the block uses them. A Dask first imported
+    inside the block read them as its own; at the block's end its configuration is read again from
+    its files and the restored environment (``dask.config.refresh``), so none of them outlives the block.
     """
     saved = {key: os.environ.get(key) for key in values}
+    dask_before = "dask.config" in sys.modules
     os.environ.update(values)
     try:
         with _dask_config_set(values):
@@ -24,6 +27,9 @@ def environ_set(values: Mapping[str, str]) -> Iterator[Dict[str, str]]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = old
+        config = sys.modules.get("dask.config")
+        if config is not None and not dask_before and any(key.startswith("DASK_") for key in values):
+            config.refresh()
 
 
 def _dask_config_set(values: Mapping[str, str]) -> "contextlib.AbstractContextManager[Any]":
