@@ -3,6 +3,7 @@
 Requests here go straight through the official ``kubernetes`` client, not the
 backend, so the server's own rules are checked independently.
 """
+import copy
 import json
 import threading
 
@@ -157,6 +158,75 @@ def test_watch_from_compacted_version_gets_410(k8s, apis):  # noqa: F811
                                         _preload_content=False)
     events = [json.loads(line) for line in response.read().decode().splitlines() if line]
     assert events[0]["type"] == "ERROR" and events[0]["object"]["code"] == 410
+
+
+def _marked(server, pod_name: str, marker: str) -> None:
+    # Under the server's lock: a change of the pod only a watch can report.
+    pod = copy.deepcopy(server.lookup("pods", NS, pod_name))
+    pod["metadata"].setdefault("annotations", {})["test.example.com/marker"] = marker
+    server.commit("pods", NS, pod, pod_name, "MODIFIED")
+
+
+def _markers(events) -> list:
+    return [(e["object"]["metadata"].get("annotations") or {}).get("test.example.com/marker")
+            for e in events if e["type"] != "ERROR"]
+
+
+def _watched_until(response, last_marker: str) -> list:
+    """The stream's events up to the one carrying ``last_marker`` (or its end: the request's timeout
+    bounds the wait)."""
+    events, buffered = [], b""
+    for chunk in response.stream(1024, decode_content=False):
+        buffered += chunk
+        *lines, buffered = buffered.split(b"\n")
+        events += [json.loads(line) for line in lines if line]
+        if last_marker in _markers(events):
+            break
+    return events
+
+
+def test_a_running_watch_gets_the_events_committed_before_a_compaction(k8s, apis):  # noqa: F811
+    """A compaction ends no running watch and cuts nothing it has still to send (the API server's watch
+    cache sends it); only a watch opened later from an earlier version gets 410."""
+    k8s.add_cluster("ray", "c1")
+    k8s.wait_for(lambda: k8s.pods("c1"), 5, "the cluster's pods")
+    pod_name = k8s.pods("c1")[0]["metadata"]["name"]
+    _, core = apis
+    version = core.list_namespaced_pod(NS).metadata.resource_version
+    response = core.list_namespaced_pod(NS, watch=True, resource_version=version, timeout_seconds=10,
+                                        _preload_content=False)
+    k8s.wait_for(lambda: k8s.open_watches_of("pods") == 1, 5, "the watch to open")
+    with k8s.changed:  # the change and the compaction land before the watch can send anything
+        _marked(k8s, pod_name, "before-compaction")
+        k8s.compact()
+        _marked(k8s, pod_name, "after-compaction")
+    markers = _markers(_watched_until(response, "after-compaction"))
+    assert markers[-2:] == ["before-compaction", "after-compaction"]
+    response.release_conn()
+
+
+def test_a_watch_the_history_window_passes_by_is_closed_not_skipped():
+    """A watch that has not sent events the history window has since dropped is closed (the API server
+    closes a watcher that falls behind); resuming from its last version then gets 410."""
+    with K8sTestServer(history_limit=2) as server:
+        server.add_cluster("ray", "c1")
+        server.wait_for(lambda: server.pods("c1"), 5, "the cluster's pods")
+        pod_name = server.pods("c1")[0]["metadata"]["name"]
+        api_client = server.api_client()
+        core = client.CoreV1Api(api_client)
+        version = core.list_namespaced_pod(NS).metadata.resource_version
+        response = core.list_namespaced_pod(NS, watch=True, resource_version=version, timeout_seconds=10,
+                                            _preload_content=False)
+        server.wait_for(lambda: server.open_watches_of("pods") == 1, 5, "the watch to open")
+        with server.changed:
+            for step in range(4):
+                _marked(server, pod_name, f"step-{step}")
+        assert response.read() == b""  # ended at once, in order: nothing skipped silently
+        resumed = core.list_namespaced_pod(NS, watch=True, resource_version=version, timeout_seconds=1,
+                                           _preload_content=False)
+        events = [json.loads(line) for line in resumed.read().decode().splitlines() if line]
+        assert events[0]["type"] == "ERROR" and events[0]["object"]["code"] == 410
+        api_client.close()
 
 
 def test_operator_recreates_head_with_new_uid(k8s, apis):  # noqa: F811

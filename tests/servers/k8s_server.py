@@ -148,6 +148,8 @@ class _Watch:
     dropped: bool = False
     finished: bool = False
     connection: Any = None
+    since: int = 0
+    """The version up to which this watch has looked at the history (what it has still to send is later)."""
 
 
 @dataclass
@@ -577,7 +579,11 @@ class K8sTestServer:
     def compact(self) -> None:
         """Forget watch history: watches from any earlier resourceVersion get 410 Gone."""
         with self.changed:
-            self._events.clear()
+            # A running watch still gets every event after the version it has reached, as the API
+            # server's watch cache sends it; only a new watch from an earlier version gets 410.
+            needed = min((watch.since for watch in self._watches), default=self._rv)
+            while self._events and self._events[0].rv <= needed:
+                self._events.popleft()
             # Versions handed out so far become too old; lists from now on return a valid one.
             self._rv += 1
             self._min_watch_rv = self._rv
@@ -640,6 +646,11 @@ class K8sTestServer:
             self._events.append(_Event(self._rv, resource, namespace, event, copy.deepcopy(snapshot)))
             while len(self._events) > self._history_limit:
                 self._min_watch_rv = self._events.popleft().rv
+                # The API server ends the stream of a watcher that falls behind its window (the
+                # client resumes, then gets 410) rather than skipping events it has not sent.
+                for watch in self._watches:
+                    if watch.since < self._min_watch_rv:
+                        watch.finished = True
             self.operator.mark_dirty(resource, namespace, snapshot)
             self.changed.notify_all()
             return obj
@@ -832,9 +843,7 @@ class K8sTestServer:
                             selector_matches(watch.selector, event.obj["metadata"].get("labels") or {}):
                         events.append(event)
                 events.reverse()
-                # Everything up to the current version has been looked at, so a
-                # later history trim cannot expire this running watch.
-                since = self._rv
+                since = watch.since = self._rv
                 if events:
                     return events, False, since
                 remaining = deadline - time.monotonic()
@@ -1053,6 +1062,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if api.too_old(since):
                     gone = ApiError(410, "Expired", f"too old resource version: {start} ({api._min_watch_rv})")
                     initial = None
+            watch.since = since
         try:
             if initial is None:
                 self._chunk({"type": "ERROR", "object": gone.status()})
