@@ -444,8 +444,9 @@ def test_a_head_that_exits_without_forking_leaves_the_worker_to_its_caller(tmp_p
     worker itself), and every later ``fork`` on that head gives None at once."""
     folder = tmp_path / "cluster"
     mark = procs.Mark.of(folder)
-    forker, head = procs.ForkingHead.start(["sh", "-c", "read request; exit 3"], folder / "logs" / "head.log",
-                                           mark, tmp_path)
+    forker, head = procs.ForkingHead.start(lambda channel: procs.spawn_detached(
+        ["sh", "-c", "read request; exit 3"], folder / "logs" / "head.log", mark, tmp_path, channel,
+    ))
     with forker:
         assert forker.fork(["--name", "w-0"], folder / "logs" / "w-0.log") is None
         assert forker.fork(["--name", "w-1"], folder / "logs" / "w-1.log") is None

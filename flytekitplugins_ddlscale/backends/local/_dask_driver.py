@@ -44,10 +44,11 @@ class DaskDriver:
         return self._scheduler_argv(record, store, forking=True)
 
     def worker_argv(self, record: ClusterRecord, name: str, shape: WorkerShape, workdir: Path) -> List[str]:
-        return dask_ops.worker_argv(*self._worker_settings(record, name, shape, workdir))
+        return dask_ops.worker_argv(self.forked_worker_args(record, name, shape, workdir))
 
     def forked_worker_args(self, record: ClusterRecord, name: str, shape: WorkerShape, workdir: Path) -> List[str]:
-        return dask_ops.worker_args(*self._worker_settings(record, name, shape, workdir))
+        return dask_ops.worker_args(self.address(record), name, shape.nthreads, shape.memory_limit, str(workdir),
+                                    record.host, DaskTls.of(workdir.parent))
 
     def _scheduler_argv(self, record: ClusterRecord, store: LocalStateStore, forking: bool) -> List[str]:
         tls = ensure_tls(store.cluster_dir(record.ref))
@@ -55,12 +56,6 @@ class DaskDriver:
         scratch = str(store.private_cluster_dir(record.ref, "work"))
         return dask_ops.scheduler_argv(record.host, record.port, str(store.scheduler_file(record.ref)), tls, scratch,
                                        forking)
-
-    def _worker_settings(
-        self, record: ClusterRecord, name: str, shape: WorkerShape, workdir: Path
-    ) -> Tuple[str, str, int, int, str, str, DaskTls]:
-        return (self.address(record), name, shape.nthreads, shape.memory_limit, str(workdir), record.host,
-                DaskTls.of(workdir.parent))
 
     def registered_workers(self, record: ClusterRecord) -> Optional[Set[str]]:
         """What the scheduler's preload lists in the cluster's folder (:func:`~.dask_ops.listed_workers`),

@@ -76,11 +76,9 @@ def scheduler_argv(
     ])
 
 
-def worker_argv(
-    address: str, name: str, nthreads: int, memory_limit: int, local_directory: str, host: str, tls: DaskTls
-) -> List[str]:
-    """One ``dask worker`` process (no nanny, so one pid per worker) named ``name``: :func:`worker_args`."""
-    return [*python_module(WORKER_MODULE), *worker_args(address, name, nthreads, memory_limit, local_directory, host, tls)]
+def worker_argv(args: List[str]) -> List[str]:
+    """One ``dask worker`` process with ``args`` (:func:`worker_args`)."""
+    return [*python_module(WORKER_MODULE), *args]
 
 
 def worker_args(

@@ -211,8 +211,7 @@ def spawn_detached(
     The log's folder is private and the log is never opened through a link (:class:`UnsafePathError`).
     With ``channel`` (a socket), the command's stdin is that socket, else /dev/null.
     """
-    private_dir(log_path.parent)
-    log = open_nofollow(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    log = _open_log(log_path)
     try:
         out = subprocess.run(
             ["/bin/sh", "-c", _SPAWN_SCRIPT if channel is None else _SPAWN_WITH_CHANNEL_SCRIPT, "sh", *argv],
@@ -230,11 +229,21 @@ def spawn_detached(
         raise BackendUnavailableError(f"could not start {argv[0]}: {exc}") from None
     finally:
         os.close(log)
+    return _started(pid, ' '.join(argv[:4]), log_path)
+
+
+def _open_log(log_path: Path) -> int:
+    """A descriptor appending to ``log_path``, in a private folder, never opened through a link."""
+    private_dir(log_path.parent)
+    return open_nofollow(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+
+
+def _started(pid: int, what: str, log_path: Path) -> ProcessId:
+    """The identity of the process ``pid`` just started; :class:`BackendUnavailableError` quoting its log
+    when it has already exited."""
     started = start_time(pid)
     if started is None:
-        raise BackendUnavailableError(
-            f"{' '.join(argv[:4])} exited at once; see {log_path}:\n{log_tail(log_path)}"
-        )
+        raise BackendUnavailableError(f"{what} exited at once; see {log_path}:\n{log_tail(log_path)}")
     return ProcessId(pid, started)
 
 
@@ -250,12 +259,13 @@ class ForkingHead:
         self._channel: Optional[socket.socket] = channel
 
     @classmethod
-    def start(cls, argv: List[str], log_path: Path, mark: Mark, cwd: Path) -> Tuple["ForkingHead", ProcessId]:
-        """Start ``argv`` as :func:`spawn_detached` does, its stdin a socket to the returned :class:`ForkingHead`."""
+    def start(cls, spawn: Callable[[socket.socket], ProcessId]) -> Tuple["ForkingHead", ProcessId]:
+        """The head ``spawn(channel)`` starts (:func:`spawn_detached` with ``channel``, a socket to the
+        returned :class:`ForkingHead`)."""
         ours, theirs = socket.socketpair()
         try:
             with theirs:
-                head = spawn_detached(argv, log_path, mark, cwd, channel=theirs)
+                head = spawn(theirs)
         except BaseException:
             ours.close()
             raise
@@ -272,8 +282,7 @@ class ForkingHead:
         starts the worker on its own, and the head's own fate is the head's wait to tell."""
         if self._channel is None:
             return None
-        private_dir(log_path.parent)
-        log = open_nofollow(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        log = _open_log(log_path)
         what = f"the fork of a worker by the head (log {log_path})"
         try:
             self._channel.settimeout(probe_timeout(timeout, what))
@@ -291,10 +300,7 @@ class ForkingHead:
             logger.info("%s did not happen (%s): the worker starts on its own", what, why)
             self.close()
             return None
-        started = start_time(pid)
-        if started is None:
-            raise BackendUnavailableError(f"the worker forked by the head exited at once; see {log_path}:\n{log_tail(log_path)}")
-        return ProcessId(pid, started)
+        return _started(pid, "the worker forked by the head", log_path)
 
     def close(self) -> None:
         """Tell the head no more workers come: it goes on as itself."""

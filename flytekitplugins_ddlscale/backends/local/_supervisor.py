@@ -379,9 +379,9 @@ class ProcessSupervisor:
         driver = self._driver(record)
         forker = None
         if forking and procs.FORKING and isinstance(driver, ForksWorkers):
+            argv = driver.forking_head_argv(record, self.store)
             forker, record.scheduler = procs.ForkingHead.start(
-                driver.forking_head_argv(record, self.store), self.store.log_path(record.ref, HEAD_LOG),
-                self.mark(record.ref), self.store.private_cluster_dir(record.ref),
+                lambda channel: self._spawn(record, argv, HEAD_LOG, channel)
             )
         else:
             record.scheduler = self._spawn(record, driver.head_argv(record, self.store), HEAD_LOG)
@@ -394,10 +394,13 @@ class ProcessSupervisor:
             raise
         return forker
 
-    def _spawn(self, record: ClusterRecord, argv: List[str], log_name: str) -> procs.ProcessId:
+    def _spawn(
+        self, record: ClusterRecord, argv: List[str], log_name: str, channel: Optional[socket.socket] = None
+    ) -> procs.ProcessId:
         # In the cluster's private folder: the caller's working directory may hold anything (an inspect.py).
         return procs.spawn_detached(
-            argv, self.store.log_path(record.ref, log_name), self.mark(record.ref), self.store.private_cluster_dir(record.ref)
+            argv, self.store.log_path(record.ref, log_name), self.mark(record.ref),
+            self.store.private_cluster_dir(record.ref), channel,
         )
 
     def _save_or_stop(self, record: ClusterRecord, proc: procs.ProcessId, forget: Callable[[], None]) -> None:
