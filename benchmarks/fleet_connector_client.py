@@ -6,9 +6,10 @@ warms up as a running connector service is warm (modules imported, one ``get`` a
 ``c000``... Then it polls :meth:`ScalingConnector.get` for one ``ddlscale_wait`` execution per
 cluster, each every ``POLL_S`` seconds, the way flytekit's connector service calls a connector: one
 asyncio event loop restores each poll's metadata from bytes and awaits ``mirror_async_methods(
-connector.get, ...)``, which runs the call on the loop's default thread pool (``min(32, CPUs + 4)``
-threads). So a poll's time includes waiting for a thread of that pool, as in the service, and the
-executions are 1,000 coroutines, not 1,000 threads of this process (no service runs one per node). When every execution has made its first poll it prints ``first`` and the
+connector.get, ...)``: a coroutine ``get`` is awaited on the loop, a synchronous one (the plugin's
+before it was made a coroutine) runs on the loop's default thread pool (``min(32, CPUs + 4)``
+threads), as in the service. The executions are 1,000 coroutines, not 1,000 threads of this process
+(no service runs one per node). When every execution has made its first poll it prints ``first`` and the
 time, so the parent can count the requests of the polls after the first; at the end one JSON
 document: per execution, when each poll started and returned and what it answered, this process's
 peak RSS and the connections its Kubernetes API clients opened (each a TCP and, on https, a TLS
@@ -133,7 +134,10 @@ def main(kubeconfig: str, count: int, replicas: int, poll: float, limit: float =
             started=now, deadline=now + limit, outcome=json.dumps({"backend": "kubernetes"}), framework_ready=False,
         ).encode()
 
-    connector.get(ScalingMetadata.decode(meta_of(cluster_name(0))))
+    async def warm_up() -> None:  # as the service calls it, whichever design ``get`` has
+        await mirror_async_methods(connector.get, resource_meta=ScalingMetadata.decode(meta_of(cluster_name(0))))
+
+    asyncio.run(warm_up())
     observer = observe_cache([cluster_name(i) for i in range(count)], replicas)
     rss_before_kb = peak_rss_kb()
     print("warm", flush=True)

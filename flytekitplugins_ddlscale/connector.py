@@ -138,14 +138,19 @@ class ScalingConnector(AsyncConnectorBase):
             failure = refusal("create", error)
         raise FlyteUserRuntimeException(failure) from failure
 
-    def get(self, resource_meta: ScalingMetadata, **kwargs: Any) -> Resource:
+    async def get(self, resource_meta: ScalingMetadata, **kwargs: Any) -> Resource:
         """One look at the cluster (:meth:`.ScalingService.poll`) as FlytePropeller's resource: RUNNING,
         SUCCEEDED with the node's typed outcome, or FAILED with a one-line message; RUNNING with the
         last state known when the backend does not answer within the call budget
         (:class:`~._services.connector_calls.PollDesk`). Log links and custom info say what the Flyte UI
         shows. Sends nothing but a scale, wait or restore its ``create`` could not send (the backend
-        unavailable) and never raises."""
-        return resource_of(self.desk.answer(resource_meta))
+        unavailable) and never raises.
+
+        A coroutine, which flytekit's service awaits on its event loop: the read runs on the desk's own
+        threads and no thread waits for it, so polls of a hung backend cannot hold every thread of the
+        loop's executor (a handful) and leave the other executions' polls queued past FlytePropeller's
+        10 s deadline. Outside a loop: ``asyncio.run(connector.get(meta))``."""
+        return resource_of(await self.desk.answer_async(resource_meta))
 
     def delete(self, resource_meta: ScalingMetadata, **kwargs: Any) -> None:
         """Aborting a node stops the wait only: the cluster keeps the size it was asked for, and a

@@ -19,6 +19,7 @@ a connector pays for this module and the task type names only
 the package root names every surface, so that loading it stays a decision
 taken at the first call.
 """
+import asyncio
 import importlib
 import threading
 from typing import Any, Optional
@@ -72,9 +73,12 @@ class DeferredConnector(AsyncConnectorBase):
         """The connector's ``create``: what ``get`` will need."""
         return self.connector.create(task_template, output_prefix, inputs, task_execution_metadata, **kwargs)
 
-    def get(self, resource_meta: ResourceMeta, **kwargs: Any) -> Resource:
-        """The connector's ``get``: the node's phase, message and outputs."""
-        return self.connector.get(resource_meta, **kwargs)
+    async def get(self, resource_meta: ResourceMeta, **kwargs: Any) -> Resource:
+        """The connector's ``get`` (a coroutine, as the service awaits it on its event loop): the node's
+        phase, message and outputs."""
+        # The first call imports the connector: in a thread, so the loop's other calls go on meanwhile.
+        connector = self._connector or await asyncio.to_thread(lambda: self.connector)
+        return await connector.get(resource_meta, **kwargs)
 
     def delete(self, resource_meta: ResourceMeta, **kwargs: Any) -> None:
         """The connector's ``delete``."""

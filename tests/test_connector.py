@@ -6,6 +6,7 @@ connector runner (AsyncConnectorExecutorMixin). Backends: the local backend,
 the scaler test server and the Kubernetes test server, chosen through the
 environment as in a deployment.
 """
+import asyncio
 import time
 from collections import OrderedDict
 
@@ -85,7 +86,7 @@ def refused(connector, template, inputs=None):
 def poll(connector, meta, limit=60.0):
     deadline = time.monotonic() + limit
     while True:
-        resource = connector.get(meta)
+        resource = asyncio.run(connector.get(meta))
         if resource.phase != TaskExecution.RUNNING or time.monotonic() > deadline:
             return resource
         time.sleep(0.2)
@@ -152,7 +153,7 @@ def test_scale_then_wait_through_the_connector(local_served):
     template, inputs = template_and_inputs(nodes.request, replicas=2)
     meta = scale.create(template, "", inputs)
     assert meta.target == -1  # the node was defined with wait=False
-    done = scale.get(meta)
+    done = asyncio.run(scale.get(meta))
     assert done.phase == TaskExecution.SUCCEEDED and done.outputs["o0"].effective == 2
 
     wait = ScalingConnector(WAIT_TASK_TYPE)
@@ -175,9 +176,9 @@ def test_get_fails_at_the_deadline_with_the_last_state(scaler_server, tmp_path, 
     wait = ScalingConnector(WAIT_TASK_TYPE)
     template, inputs = template_and_inputs(nodes.ready, replicas=2)
     meta = wait.create(template, "", inputs)
-    assert wait.get(meta).phase == TaskExecution.RUNNING
+    assert asyncio.run(wait.get(meta)).phase == TaskExecution.RUNNING
     meta.deadline = meta.started  # as if the node's timeout had passed
-    resource = wait.get(meta)
+    resource = asyncio.run(wait.get(meta))
     assert resource.phase == TaskExecution.FAILED
     assert "timed out" in resource.message and "desired=2" in resource.message
 
@@ -190,7 +191,7 @@ def test_a_wait_that_can_never_finish_is_refused_at_its_first_get(scaler_server,
     scaler_server.clear_requests()
     meta = wait.create(template, "", inputs)
     assert scaler_server.requests == []  # a wait sends nothing and reads nothing in create
-    resource = wait.get(ScalingMetadata.decode(meta.encode()))
+    resource = asyncio.run(wait.get(ScalingMetadata.decode(meta.encode())))
     assert resource.phase == TaskExecution.FAILED and "[unreachable_wait]" in resource.message
     assert "replicas=3" in resource.message
 
@@ -221,7 +222,7 @@ def test_a_restart_is_sent_once_however_often_get_is_called(ray_scaler):
     meta = connector.create(template, "", inputs)
     assert meta.error == "" and restart_patches(ray_scaler) == 1
     encoded = meta.encode()
-    first = connector.get(ScalingMetadata.decode(encoded))
+    first = asyncio.run(connector.get(ScalingMetadata.decode(encoded)))
     assert first.phase == TaskExecution.RUNNING and "a new Ready head" in first.message
     resource = poll(connector, ScalingMetadata.decode(encoded))  # every poll from the stored bytes
     assert resource.phase == TaskExecution.SUCCEEDED, resource.message
@@ -229,7 +230,7 @@ def test_a_restart_is_sent_once_however_often_get_is_called(ray_scaler):
     assert isinstance(outcome, RestartOutcome) and outcome.ready and outcome.waited
     assert outcome.pod == "conn-ray-ray-head-0" and outcome.backend == "scaler"
     for _ in range(3):
-        assert connector.get(ScalingMetadata.decode(encoded)).phase == TaskExecution.SUCCEEDED
+        assert asyncio.run(connector.get(ScalingMetadata.decode(encoded))).phase == TaskExecution.SUCCEEDED
     assert restart_patches(ray_scaler) == 1
     assert ray_scaler.count("GET", "/restart_head_status/") >= 2
 
@@ -241,7 +242,7 @@ def test_a_restart_on_kubernetes_waits_for_a_new_head_pod(k8s):
     template, inputs = template_and_inputs(k8s_restart)
     meta = connector.create(template, "", inputs)
     assert meta.error == "", meta.error
-    assert connector.get(ScalingMetadata.decode(meta.encode())).phase == TaskExecution.RUNNING
+    assert asyncio.run(connector.get(ScalingMetadata.decode(meta.encode()))).phase == TaskExecution.RUNNING
     resource = poll(connector, ScalingMetadata.decode(meta.encode()))
     assert resource.phase == TaskExecution.SUCCEEDED, resource.message
     new = k8s.pods("c1", component="head")[0]
@@ -255,7 +256,7 @@ def test_a_restart_that_times_out_says_it_is_not_sent_again(ray_scaler):
     template, inputs = template_and_inputs(ray_restart)
     meta = connector.create(template, "", inputs)
     meta.deadline = meta.started  # as if the node's timeout had passed
-    resource = connector.get(meta)
+    resource = asyncio.run(connector.get(meta))
     assert resource.phase == TaskExecution.FAILED
     assert resource.message.startswith("[timeout]") and "never sent again" in resource.message
     assert restart_patches(ray_scaler) == 1
@@ -289,7 +290,7 @@ def test_a_scale_failing_at_its_deadline_says_what_it_left_in_place(ray_scaler):
     template, inputs = template_and_inputs(ray_scale)
     meta = scale.create(template, "", inputs)
     meta.deadline = meta.started
-    message = scale.get(meta).message
+    message = asyncio.run(scale.get(meta)).message
     assert message.startswith("[timeout]") and "waiting for 3 workers" in message
     assert "spec.worker.replicas=3 left in place: 1 of 3 worker pods exist" in message
     assert "nothing was rolled back. To restore the baseline: `" in message
@@ -307,7 +308,7 @@ def test_a_restore_failing_at_its_deadline_says_how_to_keep_waiting(ray_scaler):
     template, inputs = template_and_inputs(ray_restore)
     meta = restore.create(template, "", inputs)
     meta.deadline = meta.started
-    message = restore.get(meta).message
+    message = asyncio.run(restore.get(meta)).message
     assert "spec.worker.replicas=1 (the restore) left in place" in message
     assert "the baseline record was cleared with the restore. To keep waiting for it" in message
     assert "ddlscale status --backend scaler --kind ray --name conn-ray --wait" in message
@@ -338,7 +339,7 @@ def test_create_gives_a_stalled_read_before_a_restore_the_same_bound(k8s):
     with k8s.lock:  # every request waits for it: the server hangs
         meta = restore.create(template, "", inputs)
         assert meta.pending and k8s.count("PATCH") == 0
-        stalled = restore.get(meta)
+        stalled = asyncio.run(restore.get(meta))
     assert stalled.phase == TaskExecution.RUNNING and "sending the restore again" in stalled.message
     resource = poll(restore, meta)
     assert resource.phase == TaskExecution.SUCCEEDED, resource.message
@@ -364,7 +365,7 @@ def test_a_deferred_change_is_checked_when_the_backend_is_back(ray_scaler):
                            ("[", "resource_meta.pending")):
         bad = ScalingMetadata.decode(meta.encode())
         bad.pending = pending
-        message = scale.get(bad).message
+        message = asyncio.run(scale.get(bad)).message
         assert f"invalid {field}=" in message and "\n" not in message, message
 
 
@@ -373,7 +374,7 @@ def test_a_restart_the_backend_stalls_on_fails_instead_of_being_sent_again(ray_s
     connector = ScalingConnector(RESTART_TASK_TYPE)
     template, inputs = template_and_inputs(ray_restart)
     meta = connector.create(template, "", inputs)
-    resource = connector.get(ScalingMetadata.decode(meta.encode()))
+    resource = asyncio.run(connector.get(ScalingMetadata.decode(meta.encode())))
     assert resource.phase == TaskExecution.FAILED and "\n" not in resource.message
     assert "the head restart may have been sent and is not sent again" in resource.message
     assert resource.message.startswith("[unconfirmed_change] ")  # UnconfirmedChangeError, not a bare ScalingError
@@ -397,7 +398,7 @@ def test_a_restart_whose_state_read_stalls_still_answers_within_the_bound(ray_sc
     ray_scaler.inject_faults("delay", count=50, delay=6 * CREATE_TIMEOUT, path="/cluster/", method="GET")
     connector = ScalingConnector(RESTART_TASK_TYPE)
     template, inputs = template_and_inputs(ray_restart)
-    resource = connector.get(connector.create(template, "", inputs))
+    resource = asyncio.run(connector.get(connector.create(template, "", inputs)))
     assert resource.phase == TaskExecution.FAILED and "may have been sent and is not sent again" in resource.message
     assert restart_patches(ray_scaler) == 1
 
@@ -424,7 +425,7 @@ def test_the_wait_finds_the_head_the_backend_reports(k8s, monkeypatch):
     assert resolve_endpoint("kuberay", None, env).url == "http://kr-head-svc.domino-compute.svc:8266"
     wait = ScalingConnector(WAIT_TASK_TYPE)
     template, inputs = template_and_inputs(k8s_wait)
-    resource = wait.get(wait.create(template, "", inputs))
+    resource = asyncio.run(wait.get(wait.create(template, "", inputs)))
     # The test cluster's head service has no DNS name here: the workers are up, the framework is not proven.
     assert resource.phase == TaskExecution.RUNNING
     assert "2 workers registered with the Ray head at http://kr-head-svc.domino-compute.svc:8265" in resource.message
@@ -450,10 +451,10 @@ def test_an_outcome_that_create_did_not_write_is_refused_naming_the_field(ray_sc
     for outcome, field in (('{"cluster": "x", "surprise": 1}', "resource_meta.outcome.surprise=1"),
                            ('{"workers": "many"}', "resource_meta.outcome.workers='str'")):
         meta = ScalingMetadata(SCALE_TASK_TYPE, RAY, "", 1, now, now + 60, outcome)
-        resource = ScalingConnector(SCALE_TASK_TYPE).get(ScalingMetadata.decode(meta.encode()))
+        resource = asyncio.run(ScalingConnector(SCALE_TASK_TYPE).get(ScalingMetadata.decode(meta.encode())))
         assert resource.phase == TaskExecution.FAILED and f"invalid {field}" in resource.message
     restart = ScalingMetadata(RESTART_TASK_TYPE, RAY, "", 1, now, now + 60, "{}", awaits="head", restart="[]")
-    resource = ScalingConnector(RESTART_TASK_TYPE).get(ScalingMetadata.decode(restart.encode()))
+    resource = asyncio.run(ScalingConnector(RESTART_TASK_TYPE).get(ScalingMetadata.decode(restart.encode())))
     assert resource.phase == TaskExecution.FAILED and "invalid resource_meta.restart='list'" in resource.message
     assert ray_scaler.requests == []
 

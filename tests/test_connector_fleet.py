@@ -6,6 +6,7 @@ service), and the state they wait for stays in the resource metadata.
 against the protocol-true test servers (the connector opens its backend from
 the environment, as in a deployment).
 """
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -43,7 +44,7 @@ def poll_all(connector, metas):
     def one(meta):
         encoded = meta.encode()
         while True:
-            resource = connector.get(ScalingMetadata.decode(encoded))
+            resource = asyncio.run(connector.get(ScalingMetadata.decode(encoded)))
             if resource.phase != TaskExecution.RUNNING:
                 return resource
             time.sleep(0.2)
@@ -133,7 +134,7 @@ def test_a_steady_state_poll_sends_no_request_and_a_deleted_cluster_fails(clean,
             backend.scale(ClusterRef(kind, "k"), 3, wait=False)
         connector = ScalingConnector(WAIT_TASK_TYPE)
         encoded = wait_meta(f"{kind}/k", "kubernetes", 3).encode()
-        first = connector.get(ScalingMetadata.decode(encoded))
+        first = asyncio.run(connector.get(ScalingMetadata.decode(encoded)))
         assert first.phase == TaskExecution.RUNNING, first.message
         server.wait_for(
             lambda: {i.resource.plural for i in informers_of(server)} == cached | {"pods"}
@@ -142,7 +143,7 @@ def test_a_steady_state_poll_sends_no_request_and_a_deleted_cluster_fails(clean,
         )
         server.clear_log()
         for _ in range(20):
-            assert connector.get(ScalingMetadata.decode(encoded)).phase == TaskExecution.RUNNING
+            assert asyncio.run(connector.get(ScalingMetadata.decode(encoded))).phase == TaskExecution.RUNNING
         # Nothing but the informers' own watches (one may open just after its list): no read at all.
         assert [r for r in server.requests if r.query.get("watch") != "true"] == []
         assert all(r.status != 403 for r in server.requests)
@@ -151,7 +152,7 @@ def test_a_steady_state_poll_sends_no_request_and_a_deleted_cluster_fails(clean,
             server.commit(resource, "domino-compute", None, name, "DELETED")
         (objects,) = [i for i in informers_of(server) if i.resource.plural == sized.split("/")[0]]
         server.wait_for(lambda: objects.fresh(sized.split("/")[1]) is None, 10, "the watch to report the deletion")
-        resource = connector.get(ScalingMetadata.decode(encoded))
+        resource = asyncio.run(connector.get(ScalingMetadata.decode(encoded)))
         assert resource.phase == TaskExecution.FAILED and "not found" in resource.message, resource.message
         assert [r.method for r in server.requests if f"/{sized}" in r.path] == ["GET"]
         stop_informers(server)
@@ -171,14 +172,14 @@ def test_a_role_without_watch_on_daskautoscalers_reads_them_from_the_server(clea
             backend.scale(ClusterRef("dask-operator", "k"), 3, wait=False)
         connector = ScalingConnector(WAIT_TASK_TYPE)
         encoded = wait_meta("dask-operator/k", "kubernetes", 3).encode()
-        assert connector.get(ScalingMetadata.decode(encoded)).phase == TaskExecution.RUNNING
+        assert asyncio.run(connector.get(ScalingMetadata.decode(encoded))).phase == TaskExecution.RUNNING
         server.wait_for(
             lambda: {i.resource.plural for i in informers_of(server)} == {"pods", "daskworkergroups"}
             and all(i.synced.is_set() for i in informers_of(server)),
             10, "the refused informer to stop and the others to sync",
         )
         server.clear_log()
-        polls = [connector.get(ScalingMetadata.decode(encoded)) for _ in range(5)]
+        polls = [asyncio.run(connector.get(ScalingMetadata.decode(encoded))) for _ in range(5)]
         assert {p.phase for p in polls} == {TaskExecution.RUNNING}
         scalers = [r for r in server.requests if r.path.endswith("/daskautoscalers")]
         assert [(r.query.get("watch"), r.status) for r in scalers] == [(None, 200)] * 5
@@ -220,7 +221,7 @@ def test_a_poll_waits_while_the_dask_operator_has_not_made_the_default_worker_gr
         server.add_dask_operator("k", replicas=2, wait_ready=False)
         connector = ScalingConnector(WAIT_TASK_TYPE)
         encoded = wait_meta("dask-operator/k", "kubernetes", 2).encode()
-        pending = connector.get(ScalingMetadata.decode(encoded))
+        pending = asyncio.run(connector.get(ScalingMetadata.decode(encoded)))
         assert pending.phase == TaskExecution.RUNNING, pending.message
         assert "Pending (waiting for the Dask operator to create DaskWorkerGroup 'k-default')" in pending.message
         server.set_dask_operator_held("k", False)
@@ -233,6 +234,6 @@ def test_a_poll_of_a_missing_dask_cluster_fails_not_found(clean, tmp_path):
     with K8sTestServer(ready_delay=0.02) as server:
         clean.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "kubeconfig", server.url)))
         connector = ScalingConnector(WAIT_TASK_TYPE)
-        resource = connector.get(ScalingMetadata.decode(wait_meta("dask-operator/k", "kubernetes", 2).encode()))
+        resource = asyncio.run(connector.get(ScalingMetadata.decode(wait_meta("dask-operator/k", "kubernetes", 2).encode())))
         assert resource.phase == TaskExecution.FAILED and "not found" in resource.message, resource.message
         stop_informers(server)

@@ -26,13 +26,14 @@ from flytekit.models.literals import LiteralMap
 from flytekit.tools.translator import get_serializable
 
 from flytekitplugins_ddlscale.refs import ClusterRef
-from flytekitplugins_ddlscale.tasks import RestartOutcome, RestoreOutcome, ScaleOutcome
+from flytekitplugins_ddlscale.tasks import WAIT_TASK_TYPE, RestartOutcome, RestoreOutcome, ScaleOutcome
 from tests.flyte_apps import nodes
 from tests.flyte_support import SCALER_ENV, local_backend, local_env  # noqa: F401 - fixture
 from tests.port_support import free_ports
 from tests.served_process import stop_process, wait_serving
 from tests.servers.scaler_server import DEFAULT_API_KEY, ScalerTestServer
 from tests.test_connector import ray_restart, ray_restore, ray_scale
+from tests.test_connector_fleet import wait_meta
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -219,3 +220,46 @@ def test_service_answers_malformed_inputs_with_a_short_failure(scaler_service):
                                                         output_prefix="/tmp/out"), timeout=30)
         assert expected in caught.value.details() and 'File "' not in caught.value.details()
     assert server.count("PATCH") == 0
+
+
+POLLED_AT_ONCE = 200
+"""Executions whose polls reach the service at once: more than the loop's executor (``min(32, CPUs + 4)``
+threads) can wait out a hung backend's call budget for within FlytePropeller's deadline, on any machine."""
+PROPELLER_DEADLINE = 10.0
+"""FlytePropeller's deadline for each GetTask (its web-API plugin's default)."""
+
+
+@pytest.mark.slow
+def test_polls_of_a_hung_backend_hold_no_thread_of_the_service(tmp_path):
+    """Each poll of a hung backend waits out the call budget. Were the wait a thread of the service loop's
+    executor, a few such polls would hold all of them and the rest would queue past FlytePropeller's
+    deadline (a failed GetTask, and a node given up after a few). Every one of 200 executions polled at
+    once gets its answer within the deadline: RUNNING, saying the backend did not answer in the budget."""
+    with ScalerTestServer() as server:
+        env = {k: v for k, v in os.environ.items() if k not in SCALER_ENV and not k.startswith("DDLSCALE_")}
+        env.update(CLUSTER_SCALER_BASE_URL=server.url, DOMINO_API_KEY=DEFAULT_API_KEY,
+                   DDLSCALE_STATE_DIR=str(tmp_path / "connector-state"), DDLSCALE_CONNECTOR_CALL_BUDGET="2")
+        with serving(env) as channel:
+            stub = AsyncAgentServiceStub(channel)
+            category = agent_pb2.TaskCategory(name=WAIT_TASK_TYPE, version=0)
+            server.hang()
+            try:
+                calls = [
+                    stub.GetTask.future(agent_pb2.GetTaskRequest(
+                        task_category=category, resource_meta=wait_meta(f"ray/hung-{index}", "scaler", 2).encode(),
+                    ), timeout=PROPELLER_DEADLINE)
+                    for index in range(POLLED_AT_ONCE)
+                ]
+                answers, failed = [], []
+                for call in calls:
+                    try:
+                        answers.append(call.result())
+                    except grpc.RpcError as error:
+                        failed.append(error.code())
+            finally:
+                server.resume()
+    assert failed == [], f"{len(failed)} of {POLLED_AT_ONCE} polls failed: {sorted(set(map(str, failed)))}"
+    assert {answer.resource.phase for answer in answers} == {TaskExecution.RUNNING}
+    # Either the desk's budget ran out first, or the read's own (its timeout, or the shared poll's).
+    unanswered = ("the backend did not answer within 2 s", "backend unavailable, reading again: [backend_unavailable]")
+    assert [a.resource.message for a in answers if not a.resource.message.startswith(unanswered)] == []

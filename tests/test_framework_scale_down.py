@@ -8,6 +8,7 @@ restore`` in a subprocess, a phase's restore, the connector) must return
 only after the head dropped them, on the scaler backend (its test server)
 and on the Kubernetes backend (its test server, a KubeRay cluster).
 """
+import asyncio
 import json
 import os
 import subprocess
@@ -123,7 +124,7 @@ def test_the_connector_succeeds_a_scale_down_once_the_head_dropped_the_workers(c
     gone_at = head.leave_after(2, LINGER)
     meta = connector.create(template, "", inputs)
     deadline = time.monotonic() + 60
-    while (resource := connector.get(meta)).phase == TaskExecution.RUNNING and time.monotonic() < deadline:
+    while (resource := asyncio.run(connector.get(meta))).phase == TaskExecution.RUNNING and time.monotonic() < deadline:
         time.sleep(0.1)
     assert resource.phase == TaskExecution.SUCCEEDED, resource.message
     _dropped(head, gone_at)

@@ -6,6 +6,7 @@ Workers join a real Dask scheduler, or the Ray dashboard / Spark master test ser
 after the scaler test server lists their pods; each surface must return only after the last one
 joined, as the framework itself counts it at return time.
 """
+import asyncio
 import json
 import os
 import subprocess
@@ -238,7 +239,7 @@ def test_connector_checks_a_head_it_is_told_about(scaler, monkeypatch):
         head.join_after(POD_DELAY + 1.0, POD_DELAY + 1.5)
         phases = []
         while True:
-            resource = connector.get(meta)
+            resource = asyncio.run(connector.get(meta))
             phases.append(resource.phase)
             if resource.phase != TaskExecution.RUNNING:
                 break
@@ -258,7 +259,7 @@ def test_connector_without_a_head_address_says_so(scaler):
     template, inputs = template_and_inputs(connector_node, replicas=1)
     meta = connector.create(template, "", inputs)
     deadline = time.monotonic() + 30
-    while (resource := connector.get(meta)).phase == TaskExecution.RUNNING and time.monotonic() < deadline:
+    while (resource := asyncio.run(connector.get(meta))).phase == TaskExecution.RUNNING and time.monotonic() < deadline:
         time.sleep(0.1)
     assert resource.phase == TaskExecution.SUCCEEDED
     assert ("framework not checked (neither the backend nor the connector's environment says where the head is: "

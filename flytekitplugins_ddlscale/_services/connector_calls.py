@@ -11,12 +11,15 @@ with the last state this process knows; the read itself gives up at the
 same budget (``shared_reads(budget=...)`` in ``connector_core``), and the
 node's own deadline still ends it, FAILED with what it waited for. One
 read per execution is in flight at a time, so a hung backend holds one
-thread per node, not one per resync, and not past the budget.
+reader thread per node, not one per resync, and not past the budget; an
+event loop awaits the answer (:meth:`PollDesk.answer_async`) and holds no
+thread at all.
 
 Anything unexpected (a bug, an exception type no backend maps) becomes a
 FAILED answer, or a refused create, with one line; the traceback goes to
 the connector's log, credentials masked.
 """
+import asyncio
 import logging
 import threading
 import time
@@ -25,7 +28,7 @@ from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 from .._core import settings
 from .._core.redaction import redact
@@ -85,16 +88,11 @@ class PollDesk:
         self._timelines: Dict[bytes, List[List[float]]] = {}
 
     def answer(self, meta: ScalingMetadata, budget: Optional[float] = None) -> Poll:
-        """The poll's answer within ``budget`` seconds (default :func:`call_budget`); never raises."""
+        """The poll's answer within ``budget`` seconds (default :func:`call_budget`); never raises. The
+        calling thread waits for the read: an event loop awaits :meth:`answer_async` instead."""
         try:
             limit = call_budget() if budget is None else budget
-            key = meta.encode()
-            with self._lock:
-                reading = self._reading.get(key)
-                if reading is None:
-                    reading = _READERS.submit(self._guarded, meta)
-                    self._reading[key] = reading
-                    reading.add_done_callback(lambda _done, key=key: self._finished(key))
+            key, reading = self._reading_of(meta)
             try:
                 answer = reading.result(timeout=limit)
             except FutureTimeout:
@@ -102,6 +100,33 @@ class PollDesk:
             return self._remember(key, meta, answer)
         except Exception as error:  # the edge: nothing leaves as a traceback
             return Poll(FAILED, f"[internal] {unexpected('poll', error)}")
+
+    async def answer_async(self, meta: ScalingMetadata, budget: Optional[float] = None) -> Poll:
+        """:meth:`answer` for an event loop (flytekit's connector service): no thread is held while the
+        backend reads, so a hung backend cannot use up the loop's executor and stall every other poll
+        past FlytePropeller's deadline. Never raises."""
+        try:
+            limit = call_budget() if budget is None else budget
+            key, reading = self._reading_of(meta)
+            try:
+                # Shielded: a poll that gives up must not cancel the read other polls of it share.
+                answer = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(reading)), limit)
+            except asyncio.TimeoutError:
+                return self._late(meta, key, limit)
+            return self._remember(key, meta, answer)
+        except Exception as error:  # the edge: nothing leaves as a traceback
+            return Poll(FAILED, f"[internal] {unexpected('poll', error)}")
+
+    def _reading_of(self, meta: ScalingMetadata) -> "Tuple[bytes, Future[Poll]]":
+        """The execution's key and its read in flight, started here when none is."""
+        key = meta.encode()
+        with self._lock:
+            reading = self._reading.get(key)
+            if reading is None:
+                reading = _READERS.submit(self._guarded, meta)
+                self._reading[key] = reading
+                reading.add_done_callback(lambda _done, key=key: self._finished(key))
+        return key, reading
 
     def _guarded(self, meta: ScalingMetadata) -> Poll:
         try:

@@ -114,7 +114,7 @@ class ScalingConnector(AsyncConnector[ScalingMetadata]):
         with a one-line message; RUNNING with the last state known when the backend does not answer within
         the call budget. Log links and custom info say what the UI shows. Sends nothing but a change its
         create could not send (the backend unavailable), never raises."""
-        return resource_of(await asyncio.to_thread(self.desk().answer, resource_meta))
+        return resource_of(await self.desk().answer_async(resource_meta))
 
     async def delete(self, resource_meta: ScalingMetadata, **kwargs: Any) -> None:
         """Aborting a node stops the wait only: the cluster keeps the size it was asked for, and a head

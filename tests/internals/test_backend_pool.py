@@ -2,6 +2,7 @@
 Kubernetes test server: polls share one API client and its connections, a changed environment gets a
 backend of its own, and backends are closed only when idle and out of room.
 """
+import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -38,13 +39,13 @@ def test_forty_polls_of_an_execution_use_one_api_client_and_one_connection_each(
     connector = ScalingConnector(WAIT_TASK_TYPE)
     encoded = wait_meta("ray/r2", "kubernetes", 3).encode()  # never reached: every poll answers RUNNING
     opened = server.connections_accepted
-    assert connector.get(ScalingMetadata.decode(encoded)).phase == TaskExecution.RUNNING
+    assert asyncio.run(connector.get(ScalingMetadata.decode(encoded))).phase == TaskExecution.RUNNING
     server.wait_for(
         lambda: len(running_informers(None)) == 2 and all(i.synced.is_set() for i in running_informers(None)),
         10, "the shared caches to sync",
     )
     for _ in range(POLLS - 1):
-        assert connector.get(ScalingMetadata.decode(encoded)).phase == TaskExecution.RUNNING
+        assert asyncio.run(connector.get(ScalingMetadata.decode(encoded))).phase == TaskExecution.RUNNING
     cluster_reads = [r for r in server.requests if r.method == "GET" and "/rayclusters/" in r.path]
     # At most the first poll reads the server (before the shared cache of cluster objects has listed them).
     assert len(cluster_reads) <= 1
@@ -53,7 +54,7 @@ def test_forty_polls_of_an_execution_use_one_api_client_and_one_connection_each(
     assert len(POLL_BACKENDS) == 1
     # Another environment (here: an owner for new claims) configures another backend.
     monkeypatch.setenv("DDLSCALE_OWNER", "someone-else")
-    connector.get(ScalingMetadata.decode(encoded))
+    asyncio.run(connector.get(ScalingMetadata.decode(encoded)))
     assert len(POLL_BACKENDS) == 2
     POLL_BACKENDS.close()
     assert len(POLL_BACKENDS) == 0

@@ -5,6 +5,7 @@ A refused or malformed node ends FAILED with a one-line message naming the field
 is allowed, and nothing is started or sent: checked against the local backend's state (no cluster,
 no process: ``local_env`` fails the test if one is left) and the scaler test server's request log.
 """
+import asyncio
 import json
 import math
 import time
@@ -114,7 +115,7 @@ def test_namespaces_and_clusters_not_listed_are_refused_without_a_request(scaler
     monkeypatch.setenv("DDLSCALE_CONNECTOR_CLUSTERS", "dask/nodes-*")
     connector = ScalingConnector(WAIT_TASK_TYPE)
     meta = connector.create(template, "", inputs)
-    assert meta.error == "" and connector.get(meta).phase != TaskExecution.FAILED and scaler.requests
+    assert meta.error == "" and asyncio.run(connector.get(meta)).phase != TaskExecution.FAILED and scaler.requests
 
 
 @pytest.mark.parametrize("task_type, node", [(RESTORE_TASK_TYPE, ray_restore), (RESTART_TASK_TYPE, ray_restart)])
@@ -156,7 +157,7 @@ def test_a_forged_metadata_reads_no_head_that_is_not_allowed(scaler):
         connector = ScalingConnector(WAIT_TASK_TYPE)
         now = time.time()
         meta = ScalingMetadata(WAIT_TASK_TYPE, "ray/ray-fw", "", 1, now, now + 60, "{}", framework_url=head.url)
-        resource = connector.get(ScalingMetadata.decode(meta.encode()))
+        resource = asyncio.run(connector.get(ScalingMetadata.decode(meta.encode())))
         assert resource.phase == TaskExecution.FAILED and "invalid framework_url=" in resource.message
         assert head.requests == []
 
@@ -171,7 +172,7 @@ def test_a_failed_framework_read_tells_the_caller_only_that_it_failed(scaler, mo
             template, inputs = template_and_inputs(fw_wait)
             template.custom["framework_url"] = url
             meta = connector.create(template, "", inputs)
-            resource = connector.get(meta)
+            resource = asyncio.run(connector.get(meta))
             assert resource.phase == TaskExecution.RUNNING
             messages.append(resource.message.replace(url, "<url>"))
         assert not_a_head.requests  # the 404 came from a real answer
@@ -212,7 +213,7 @@ def test_a_template_with_an_endless_timeout_is_refused_without_a_request(scaler)
                  "started": 0, "deadline": 1, "outcome": "{}"}).encode(), "resource_meta.task_type='other'"),
 ])
 def test_malformed_metadata_is_failed_with_a_short_message(data, field, scaler):
-    resource = ScalingConnector(WAIT_TASK_TYPE).get(ScalingMetadata.decode(data))
+    resource = asyncio.run(ScalingConnector(WAIT_TASK_TYPE).get(ScalingMetadata.decode(data)))
     assert resource.phase == TaskExecution.FAILED and f"invalid {field}" in resource.message
     assert "Traceback" not in resource.message and "\n" not in resource.message
     assert scaler.requests == []

@@ -6,6 +6,7 @@ DEBUG everywhere, including httpx and httpcore, and searches everything a
 user could see: log records, the process's stdout/stderr, every exception's
 str/repr/args/notes/traceback text, Deck HTML, task outputs and CLI output.
 """
+import asyncio
 import glob
 import json
 import logging
@@ -393,10 +394,10 @@ def test_connector_metadata_messages_and_errors_never_show_credentials(
     scaler_server.set_pod_ready_delay(0.3)
     meta = connector.create(template, inputs=literals(replicas=3))
     texts = [meta.encode().decode("utf-8", "replace"), repr(meta)]
-    resource = connector.get(meta)
+    resource = asyncio.run(connector.get(meta))
     texts.append(str(resource.message))
     time.sleep(0.5)
-    texts.append(repr(connector.get(meta)))
+    texts.append(repr(asyncio.run(connector.get(meta))))
     for bad in (literals(cluster="ray/ray-foreign", replicas=2), literals(cluster="ray/ray-missing", replicas=2)):
         # A typed error fails create with its one-line message (what the connector service answers).
         with pytest.raises(FlyteUserRuntimeException) as refused:
