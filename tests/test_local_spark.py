@@ -169,6 +169,50 @@ def test_a_sparksession_in_user_code_connects_through_the_connection_variables_a
     assert result["app"] in [a["id"] for a in shared.master()["completedapps"]]
 
 
+SCRATCH_JOB = """
+import json, os, tempfile
+from pyspark import StorageLevel
+from pyspark.sql import SparkSession
+
+spark = SparkSession.builder.appName("ddlscale-scratch-test").getOrCreate()
+sc = spark.sparkContext
+# A shuffle, and blocks kept on disk: what executors write to their local folders.
+pairs = sc.parallelize(range(20000), 4).map(lambda x: (x % 13, x)).persist(StorageLevel.DISK_ONLY)
+counted = pairs.reduceByKey(lambda a, b: a + b).count()
+executors = sorted(set(pairs.mapPartitions(lambda _: [os.environ.get("SPARK_LOCAL_DIRS", "")]).collect()))
+driver = [sc.getConf().get("spark.local.dir", tempfile.gettempdir()), sc._jvm.System.getProperty("java.io.tmpdir")]
+print(json.dumps({"counted": counted, "executors": executors, "driver": driver,
+                  "tmp": sorted(os.listdir(tempfile.gettempdir()))}))
+spark.stop()
+"""
+SPARK_TEMPORARY = ("spark-", "blockmgr-", "executor-", "commons-crypto-")
+"""What Spark's processes make in the system's temporary folder when nothing moves them."""
+
+
+def test_no_spark_process_of_a_local_cluster_keeps_files_where_other_users_can_list_them(shared):
+    """Spark keeps shuffle and block files in ``spark.local.dir`` (/tmp by default), in folders it makes
+    0755: another user of the machine could read an application's data there. The executors' and the
+    driver's local folders and temporary files, and the daemons', are in the cluster's private folder,
+    and nothing Spark makes appears in the system's temporary folder."""
+    import tempfile
+
+    shared.size(2)
+    before = set(os.listdir(tempfile.gettempdir()))
+    env = dict(shared.env(), **shared.backend.connection_env(shared.ref))
+    done = subprocess.run([sys.executable, "-c", SCRATCH_JOB], env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["counted"] == 13
+    private = str(shared.state.resolve()) + os.sep
+    folders = [f for joined in seen["executors"] for f in joined.split(",")] + seen["driver"]
+    assert seen["executors"] and [f for f in folders if not f.startswith(private)] == []
+    appeared = set(seen["tmp"]) | set(os.listdir(tempfile.gettempdir()))
+    assert sorted(n for n in appeared - before if n.startswith(SPARK_TEMPORARY)) == []
+    for proc in [shared.record().scheduler, *(w.proc for w in shared.record().workers)]:
+        command = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
+        assert [c for c in command if c.startswith(b"-Djava.io.tmpdir=" + private.encode())], command
+
+
 def test_framework_check_reads_the_real_master_from_the_connection_variables(shared):
     shared.size(2)
     env = shared.backend.connection_env(shared.ref)

@@ -409,6 +409,11 @@ SPARK_LOCAL_IP = _define(
     "SPARK_LOCAL_IP", "text", _text, "a host address",
     f"{_SET_BY_US} to the loopback host for local Spark processes and blocks", group=FRAMEWORK,
 )
+SPARK_LOCAL_DIRS = _define(
+    "SPARK_LOCAL_DIRS", "path", _text, "folder paths",
+    f"Spark's scratch space, /tmp by default ({_SET_BY_US} to the cluster's private folder for local Spark processes)",
+    group=FRAMEWORK,
+)
 SPARK_LAUNCHER_OPTS = _define(
     "SPARK_LAUNCHER_OPTS", "text", _text, "JVM options",
     "JVM options of Spark's launcher; local Spark processes get the plugin's options ahead of them",

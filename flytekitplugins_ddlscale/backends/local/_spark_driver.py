@@ -34,12 +34,14 @@ from ...errors import BackendUnavailableError
 from ..._core.waiting import Backoff, Deadline, poll
 from ..._core.wording import seconds
 from . import _procs as procs, _spark_ops as spark_ops
+from .._support.privatefs import private_dir
 from ._secrets import kept_secret
 from ._state import ClusterRecord, LocalStateStore
 from ._supervisor import free_port
 from ._tiers import WorkerShape
 
-"""Where the framework readiness check finds the master's web UI port (see docs/readiness.md)."""
+SCRATCH = "scratch"
+"""The sub-folder of the cluster's private ``work`` folder that holds Spark's scratch space."""
 _RETIRE_POLL = Backoff(initial=0.1, factor=1.5, cap=0.5)
 
 
@@ -77,7 +79,8 @@ class SparkDriver:
         # Spark's default executor memory until a worker's tier says otherwise.
         self._write_app_defaults(record, int(facts.get("executor_memory_mib") or 1024))
         return spark_ops.master_argv(
-            self.home, Path(facts["conf_dir"]), Path(facts["daemon_conf"]), record.host, record.port, webui
+            self.home, Path(facts["conf_dir"]), Path(facts["daemon_conf"]), record.host, record.port, webui,
+            self._scratch(record),
         )
 
     def worker_argv(self, record: ClusterRecord, name: str, shape: WorkerShape, workdir: Path) -> List[str]:
@@ -95,6 +98,7 @@ class SparkDriver:
         return spark_ops.worker_argv(
             self.home, Path(facts["conf_dir"]), Path(facts["daemon_conf"]), self.address(record), self._webui(record),
             record.host, workers[name]["port"], workers[name]["webui_port"], shape.nthreads, memory, workdir / name,
+            self._scratch(record),
         )
 
     def registered_workers(self, record: ClusterRecord) -> Optional[Set[str]]:
@@ -176,12 +180,19 @@ class SparkDriver:
     def _ports(record: ClusterRecord) -> Dict[str, int]:
         return {str(n): int(w["port"]) for n, w in record.framework.get("workers", {}).items()}
 
+    @staticmethod
+    def _scratch(record: ClusterRecord) -> Path:
+        """The cluster's private scratch folder (created 0700 if absent): Spark's local dirs and the
+        temporary files of every process of the cluster and of its applications' drivers."""
+        return private_dir(Path(record.framework["daemon_conf"]).parent / "work" / SCRATCH)
+
     def _write_app_defaults(self, record: ClusterRecord, executor_memory_mib: int) -> None:
         secret = kept_secret(Path(record.framework["daemon_conf"]).parent / spark_ops.SECRET_FILE)
         spark_ops.write_properties(
             Path(record.framework["conf_dir"]) / "spark-defaults.conf",
             spark_ops.app_properties(
-                self.address(record), record.host, executor_memory_mib, record.framework["python"], secret
+                self.address(record), record.host, executor_memory_mib, record.framework["python"], secret,
+                self._scratch(record),
             ),
         )
 

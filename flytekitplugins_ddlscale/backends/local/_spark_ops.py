@@ -97,30 +97,43 @@ def java_major(version_text: str) -> Optional[int]:
     return int(second) if first == 1 and second is not None else first
 
 
-def _launch(home: Path, conf_dir: Path, host: str, main_class: str) -> List[str]:
+def scratch_option(scratch: Path) -> str:
+    """The JVM option that keeps a Spark process's temporary files (native libraries it unpacks, its
+    own temporary folders) in ``scratch`` instead of the system's temporary folder, which every local
+    user can list; quoted, as Spark splits option strings on spaces."""
+    return f'"-Djava.io.tmpdir={scratch}"'
+
+
+def _launch(home: Path, conf_dir: Path, host: str, scratch: Path, main_class: str) -> List[str]:
     """``spark-class main_class`` with the environment every process of the cluster shares.
 
     ``env`` and ``spark-class`` both exec, so the pid the supervisor records is the JVM's.
     ``SPARK_LOCAL_IP`` binds the web UIs and the RPC endpoints to ``host`` instead of every
-    interface. The launcher and daemon JVMs run with :data:`DAEMON_JVM_OPTIONS` ahead of any
-    options already set (later ones win).
+    interface. ``SPARK_LOCAL_DIRS`` and the daemons' temporary folder are the cluster's private
+    ``scratch``: a worker makes its executors' shuffle and block folders there (0755 by Spark,
+    so under /tmp another user could read an application's data). The launcher and daemon JVMs run
+    with :data:`DAEMON_JVM_OPTIONS` ahead of any options already set (later ones win).
     """
     return with_environment(
         {
             settings.SPARK_HOME.name: str(home),
             settings.SPARK_CONF_DIR.name: str(conf_dir),
             settings.SPARK_LOCAL_IP.name: host,
-            **{s.name: f"{DAEMON_JVM_OPTIONS} {s.value()}".rstrip()
-               for s in (settings.SPARK_LAUNCHER_OPTS, settings.SPARK_DAEMON_JAVA_OPTS)},
+            settings.SPARK_LOCAL_DIRS.name: str(scratch),
+            settings.SPARK_LAUNCHER_OPTS.name: f"{DAEMON_JVM_OPTIONS} {settings.SPARK_LAUNCHER_OPTS.value()}".rstrip(),
+            settings.SPARK_DAEMON_JAVA_OPTS.name:
+                f"{DAEMON_JVM_OPTIONS} {scratch_option(scratch)} {settings.SPARK_DAEMON_JAVA_OPTS.value()}".rstrip(),
         },
         [str(home / "bin" / "spark-class"), main_class],
     )
 
 
-def master_argv(home: Path, conf_dir: Path, daemon_conf: Path, host: str, port: int, webui_port: int) -> List[str]:
-    """The standalone master on ``host:port``, its web UI on ``webui_port``."""
+def master_argv(
+    home: Path, conf_dir: Path, daemon_conf: Path, host: str, port: int, webui_port: int, scratch: Path
+) -> List[str]:
+    """The standalone master on ``host:port``, its web UI on ``webui_port``, its temporary files in ``scratch``."""
     return [
-        *_launch(home, conf_dir, host, MASTER_CLASS),
+        *_launch(home, conf_dir, host, scratch, MASTER_CLASS),
         "--host", host,
         "--port", str(port),
         "--webui-port", str(webui_port),
@@ -130,9 +143,10 @@ def master_argv(home: Path, conf_dir: Path, daemon_conf: Path, host: str, port: 
 
 def worker_argv(
     home: Path, conf_dir: Path, daemon_conf: Path, master_url: str, master_webui: str, host: str, port: int,
-    webui_port: int, cores: int, memory_mib: int, work_dir: Path,
+    webui_port: int, cores: int, memory_mib: int, work_dir: Path, scratch: Path,
 ) -> List[str]:
-    """One standalone worker on ``host:port`` offering ``cores`` and ``memory_mib`` MiB to executors.
+    """One standalone worker on ``host:port`` offering ``cores`` and ``memory_mib`` MiB to executors, their
+    scratch space in ``scratch``.
 
     It starts once the master at ``master_webui`` answers (at most :data:`MASTER_WAIT` s later;
     see :mod:`.spark_launch`), so it registers on its first try.
@@ -140,7 +154,7 @@ def worker_argv(
     return [
         *python_module("flytekitplugins_ddlscale.backends.local._spark_launch"),
         master_webui, str(MASTER_WAIT), "--",
-        *_launch(home, conf_dir, host, WORKER_CLASS),
+        *_launch(home, conf_dir, host, scratch, WORKER_CLASS),
         master_url,
         "--host", host,
         "--port", str(port),
@@ -185,7 +199,9 @@ def daemon_properties(secret: str) -> Dict[str, str]:
     }
 
 
-def app_properties(master_url: str, host: str, executor_memory_mib: int, python: str, secret: str) -> Dict[str, str]:
+def app_properties(
+    master_url: str, host: str, executor_memory_mib: int, python: str, secret: str, scratch: Path
+) -> Dict[str, str]:
     """What an application finds in ``spark-defaults.conf``, as Domino presets it for a run.
 
     ``spark.master`` is how code written for Domino finds its cluster; executors fit in one
@@ -194,7 +210,9 @@ def app_properties(master_url: str, host: str, executor_memory_mib: int, python:
     of ``spark-submit`` applications run with ``python`` (the interpreter that started the
     cluster, where pyspark is installed); decommissioned executors move their blocks to the
     remaining ones; the cluster's ``secret`` authenticates it (:func:`auth_properties`: the file is
-    0600 in the cluster's private folder, so only its owner's applications can read it).
+    0600 in the cluster's private folder, so only its owner's applications can read it); the driver
+    and the executors keep their scratch space and temporary files in the cluster's private
+    ``scratch`` (Spark makes them readable by every user, under /tmp by default).
     """
     return {
         "spark.master": master_url,
@@ -204,6 +222,9 @@ def app_properties(master_url: str, host: str, executor_memory_mib: int, python:
         "spark.pyspark.python": python,
         "spark.decommission.enabled": "true",
         "spark.storage.decommission.enabled": "true",
+        "spark.local.dir": str(scratch),
+        "spark.driver.extraJavaOptions": scratch_option(scratch),
+        "spark.executor.extraJavaOptions": scratch_option(scratch),
         **auth_properties(secret),
     }
 
