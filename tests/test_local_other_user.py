@@ -195,31 +195,38 @@ def _worker_address(scheduler: str, folder: Path) -> str:
 # ------------------------------------------------------------------ Ray
 
 SQUATTER = """
-    import socket, threading
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(8)
     print(json.dumps({"port": server.getsockname()[1]}), flush=True)
     received, connections = [], []
-    def serve():
-        while True:
-            try:
-                peer, _ = server.accept()
-            except OSError:
-                return
-            connections.append(1)
-            peer.settimeout(5)
-            try:
-                while True:
-                    chunk = peer.recv(65536)
-                    if not chunk:
-                        break
-                    received.append(chunk.decode("latin-1"))
-            except OSError:
-                pass
-            peer.close()
-    threading.Thread(target=serve, daemon=True).start()
-    sys.stdin.read()
+
+    def take(peer):
+        connections.append(1)
+        peer.settimeout(5)
+        try:
+            while True:
+                chunk = peer.recv(65536)
+                if not chunk:
+                    break
+                received.append(chunk.decode("latin-1"))
+        except OSError:
+            pass
+        peer.close()
+
+    ready = selectors.DefaultSelector()
+    ready.register(server, selectors.EVENT_READ)
+    ready.register(sys.stdin, selectors.EVENT_READ)
+    while not any(key.fileobj is sys.stdin for key, _ in ready.select()):
+        take(server.accept()[0])
+    # The owner closes stdin once every connection it makes is made: take those still queued too.
+    server.setblocking(False)
+    while True:
+        try:
+            peer, _ = server.accept()
+        except BlockingIOError:
+            break
+        take(peer)
     server.close()
     print(json.dumps({"connections": len(connections), "received": "".join(received)}), flush=True)
 """
@@ -228,7 +235,7 @@ SQUATTER = """
 def test_a_port_squatter_of_another_user_receives_no_ray_token(other_user, tmp_path, monkeypatch):
     token_path = tmp_path / ray_ops.TOKEN_FILE
     token = ray_ops.new_token(token_path).read_text()
-    squatter = as_other_user(other_user, "import socket, threading", SQUATTER, {}, stdin=subprocess.PIPE)
+    squatter = as_other_user(other_user, "import selectors, socket", SQUATTER, {}, stdin=subprocess.PIPE)
     try:
         port = json.loads(squatter.stdout.readline())["port"]
         url = ray_ops.dashboard_url("127.0.0.1", port)
