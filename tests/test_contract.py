@@ -753,6 +753,15 @@ def test_a_stopped_phase_whose_claim_lapsed_claims_again_or_fails_on_the_fault(w
         until("the plain run's cluster back at 3", lambda: world.desired() == 3, alive=("plain",))
         go.touch()
         plain, failing = (runs[label].communicate(timeout=120) for label in ("plain", "failing"))
+    except AssertionError as missed:
+        # Seen once in CI on the real API server and not since: keep what the runs said.
+        said = {}
+        for label, run in runs.items():
+            if run.poll() is None:
+                run.kill()
+            said[label] = run.communicate(timeout=30)[1][-3000:]
+        raise AssertionError(f"{missed}; desired {world.desired()}, claims {world.backend.claims(world.ref)}; "
+                             f"the runs said: {said}") from None
     finally:
         for run in runs.values():
             if run.poll() is None:
