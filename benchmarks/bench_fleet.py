@@ -116,9 +116,11 @@ def _server(plan: Plan, envtest: Any) -> Iterator[Any]:
 
 def _requests(server: Any, skip: int = 0) -> Dict[str, int]:
     """The client's requests by kind (after the first ``skip``): a GET of one cluster object is a read
-    the caches could not answer; lists and watches of the cluster objects are their informer's."""
+    the caches could not answer; lists and watches of the cluster objects are their informer's; a PATCH
+    answered 409 (another writer, such as the operator's status update, came between the read and the
+    write: read again and sent again) is a conflict, not a patch."""
     counts = {"total": 0, "pod_lists": 0, "pod_watches": 0, "cluster_gets": 0, "cluster_lists": 0,
-              "cluster_watches": 0, "patches": 0}
+              "cluster_watches": 0, "patches": 0, "conflicts": 0}
     for r in list(server.requests)[skip:]:
         counts["total"] += 1
         if r.path.endswith("/pods"):
@@ -128,7 +130,7 @@ def _requests(server: Any, skip: int = 0) -> Dict[str, int]:
         elif r.method == "GET":
             counts["cluster_gets"] += 1
         elif r.method == "PATCH":
-            counts["patches"] += 1
+            counts["conflicts" if r.status == 409 else "patches"] += 1
     return counts
 
 

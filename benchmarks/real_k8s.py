@@ -83,6 +83,8 @@ class AuditedRequest:
     method: str
     path: str
     query: Dict[str, str] = field(default_factory=dict)
+    status: int = 0
+    """The API server's answer (a watch's once it started streaming)."""
 
 
 def _stamp(text: str) -> float:
@@ -221,7 +223,8 @@ class RealK8sServer:
             fields = dict(parse_qsl(query))
             if event.get("verb") == "watch":
                 fields["watch"] = "true"
-            out.append(AuditedRequest(_METHODS.get(event.get("verb", ""), event.get("verb", "")), path, fields))
+            status = int((event.get("responseStatus") or {}).get("code") or 0)
+            out.append(AuditedRequest(_METHODS.get(event.get("verb", ""), event.get("verb", "")), path, fields, status))
         return out
 
     def server_ms(self) -> Dict[str, Dict[str, float]]:
