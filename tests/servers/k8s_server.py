@@ -818,8 +818,9 @@ class K8sTestServer:
         )
 
     # -- watch -------------------------------------------------------------
-    def watch_events(self, watch: _Watch, since: int, deadline: float) -> Tuple[List[_Event], bool, int]:
-        """Block until events after ``since`` match ``watch``; return (events, ended, new since).
+    def watch_events(self, watch: _Watch, deadline: float) -> Tuple[List[_Event], bool]:
+        """Block until events after ``watch.since`` match ``watch``; return (events, ended), ``watch.since``
+        moved past what was looked at.
 
         ``ended`` is True when the watch must end: dropped, timed out or server closing.
         """
@@ -828,27 +829,27 @@ class K8sTestServer:
         with self.changed:
             while True:
                 if watch.dropped or watch.finished or self._closing or _peer_closed(watch.connection):
-                    return [], True, since
+                    return [], True
                 if watch.resource in self._held:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
-                        return [], True, since
+                        return [], True
                     self.changed.wait(min(remaining, 0.2))
                     continue
                 events = []
                 for event in reversed(self._events):
-                    if event.rv <= since:
+                    if event.rv <= watch.since:
                         break
                     if event.resource == watch.resource and event.namespace == watch.namespace and \
                             selector_matches(watch.selector, event.obj["metadata"].get("labels") or {}):
                         events.append(event)
                 events.reverse()
-                since = watch.since = self._rv
+                watch.since = self._rv
                 if events:
-                    return events, False, since
+                    return events, False
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    return [], True, since
+                    return [], True
                 # Woken by every change; otherwise look every 0.2 s whether the client hung up.
                 self.changed.wait(min(remaining, 0.2))
 
@@ -1055,14 +1056,13 @@ class _Handler(BaseHTTPRequestHandler):
             api.peak_watches_per_resource = max(api.peak_watches_per_resource, api._most_watches_on_one_resource())
             start = query.get("resourceVersion")
             if not start or start == "0":
-                since = api.resource_version
+                watch.since = api.resource_version
                 initial = [copy.deepcopy(o) for o in api._list(resource, namespace, selector)]
             else:
-                since, initial = int(start), []
-                if api.too_old(since):
+                watch.since, initial = int(start), []
+                if api.too_old(watch.since):
                     gone = ApiError(410, "Expired", f"too old resource version: {start} ({api._min_watch_rv})")
                     initial = None
-            watch.since = since
         try:
             if initial is None:
                 self._chunk({"type": "ERROR", "object": gone.status()})
@@ -1072,7 +1072,7 @@ class _Handler(BaseHTTPRequestHandler):
             for obj in initial:
                 self._chunk({"type": "ADDED", "object": obj})
             while True:
-                events, ended, since = api.watch_events(watch, since, deadline)
+                events, ended = api.watch_events(watch, deadline)
                 for event in events:
                     self._chunk({"type": event.type, "object": event.obj})
                 if not ended:
