@@ -101,7 +101,7 @@ class ScalingConnector(AsyncConnectorBase):
             raise ValueError(f"task_type must be one of {SERVED_TASK_TYPES}, not {task_type!r}")
         super().__init__(task_type_name=task_type, metadata_type=ScalingMetadata)
         self.service = ScalingService(policy)
-        self.desk = PollDesk(self.service.poll, self.service.unsent_answer)
+        self.desk = PollDesk.of(self.service)
 
     @property
     def policy(self) -> ConnectorPolicy:

@@ -53,6 +53,22 @@ def poll_all(connector, metas):
         return list(pool.map(one, metas))
 
 
+def answered_on_the_loop(connector, encoded):
+    """One step of ``get`` on a running event loop: the resource when it finished without awaiting
+    anything (answered from memory on the loop itself), None when it awaited a reader thread."""
+
+    async def one_step():
+        call = connector.get(ScalingMetadata.decode(encoded))
+        try:
+            call.send(None)
+        except StopIteration as done:
+            return done.value
+        call.close()
+        return None
+
+    return asyncio.run(one_step())
+
+
 @pytest.fixture
 def clean(monkeypatch):
     for name in SCALER_ENV + ("KUBECONFIG",):
@@ -143,7 +159,9 @@ def test_a_steady_state_poll_sends_no_request_and_a_deleted_cluster_fails(clean,
         )
         server.clear_log()
         for _ in range(20):
-            assert asyncio.run(connector.get(ScalingMetadata.decode(encoded))).phase == TaskExecution.RUNNING
+            resource = answered_on_the_loop(connector, encoded)
+            assert resource is not None, "a poll the caches can answer waited for a reader thread"
+            assert resource.phase == TaskExecution.RUNNING, resource.message
         # Nothing but the informers' own watches (one may open just after its list): no read at all.
         assert [r for r in server.requests if r.query.get("watch") != "true"] == []
         assert all(r.status != 403 for r in server.requests)
@@ -210,6 +228,33 @@ def test_fifty_executions_on_the_scaler_share_cluster_polls(clean, scaler_server
     # (SHARED_MAX_AGE), plus one in flight.
     assert len(gets) <= len(clusters) * (took / 1.0 + 2), (len(gets), took)
     assert len(gets) < EXECUTIONS * took / 0.2 / 2  # unshared, every get() would read
+
+
+def test_a_scaler_poll_answered_by_another_executions_fresh_read_is_answered_on_the_loop(clean, scaler_server):
+    """The first execution's poll reads the cluster in a reader thread; another execution's poll of the
+    same cluster within the shared read's age (1 s) takes that read on the loop itself, sending nothing."""
+    scaler_server.add_cluster("dask", "s", replicas=1, max_replicas=4)
+    scaler_server.set_pod_ready_delay(3600)  # the new workers never get Ready here: every poll is RUNNING
+    clean.setenv("CLUSTER_SCALER_BASE_URL", scaler_server.url)
+    clean.setenv("DOMINO_API_KEY", DEFAULT_API_KEY)
+    clean.setenv("DDLSCALE_BACKEND", "scaler")
+    from flytekitplugins_ddlscale.backends.scaler import ScalerServiceBackend
+
+    with ScalerServiceBackend(scaler_server.url, api_key=DEFAULT_API_KEY, env={}) as backend:
+        backend.scale(ClusterRef("dask", "s"), 3, wait=False)
+    connector = ScalingConnector(WAIT_TASK_TYPE)
+    first, other = (wait_meta("dask/s", "scaler", 3).encode() for _ in range(2))
+    # The shared read may be older than its 1 s by the time the other poll comes on a loaded machine:
+    # a few rounds, each a fresh read then the other execution's poll.
+    for _ in range(5):
+        assert asyncio.run(connector.get(ScalingMetadata.decode(first))).phase == TaskExecution.RUNNING
+        scaler_server.clear_requests()
+        resource = answered_on_the_loop(connector, other)
+        if resource is not None:
+            break
+    assert resource is not None, "no poll was answered from the other execution's read"
+    assert resource.phase == TaskExecution.RUNNING and "waiting for 3 workers" in resource.message, resource.message
+    assert scaler_server.requests == []
 
 
 def test_a_poll_waits_while_the_dask_operator_has_not_made_the_default_worker_group(clean, tmp_path):

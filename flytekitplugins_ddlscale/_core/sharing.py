@@ -14,6 +14,12 @@ answering within a call budget must not leave reads running past it).
 Outside it (a CLI command, a task's one-off read), reads go to the backend
 as before, so a short-lived process never starts a watch it would
 not use again.
+
+With ``cache_only``, a read that the shared caches cannot answer raises
+:class:`CacheMiss` instead of sending a request or waiting for one (the
+layers that send or wait call :func:`refuse_in_cache_only` first): an event
+loop answers a poll on the loop itself when the caches can, and hands it to
+a reader thread when they cannot.
 """
 import contextlib
 from contextvars import ContextVar
@@ -35,19 +41,33 @@ class SharedReads:
     """Seconds a read that goes to the backend may take, riding out an outage meanwhile (then it raises
     a :class:`~flytekitplugins_ddlscale.errors.TransientError`); None: the backend's own timeouts."""
 
+    cache_only: bool = False
+    """Whether a read the shared caches cannot answer raises :class:`CacheMiss` rather than sending or
+    waiting (a caller that must not block: an event loop)."""
+
     def deadline(self) -> Optional[Deadline]:
         """A deadline of :attr:`budget` seconds from now (a :class:`ReadBudget`), or None without a budget."""
         return ReadBudget(self.budget) if self.budget is not None else None
+
+
+class CacheMiss(BaseException):
+    """A read under ``shared_reads(cache_only=True)`` needs a request or a wait: nothing was sent, the
+    caller reads again where it may block.
+
+    A BaseException, as :class:`KeyboardInterrupt` is: the retry loops and the error translation on the
+    way up catch ``Exception`` and must let it through untouched (it is not a failure of the backend)."""
 
 
 _CURRENT: ContextVar[Optional[SharedReads]] = ContextVar("ddlscale_shared_reads", default=None)
 
 
 @contextlib.contextmanager
-def shared_reads(linger: float = 60.0, max_age: float = 1.0, budget: Optional[float] = None) -> Iterator[SharedReads]:
+def shared_reads(
+    linger: float = 60.0, max_age: float = 1.0, budget: Optional[float] = None, cache_only: bool = False
+) -> Iterator[SharedReads]:
     """Within the block, backend reads may be served by the process's shared watches and polls (and
-    those sent give up after ``budget`` seconds)."""
-    policy = SharedReads(linger, max_age, budget)
+    those sent give up after ``budget`` seconds; with ``cache_only``, none is sent: :class:`CacheMiss`)."""
+    policy = SharedReads(linger, max_age, budget, cache_only)
     token = _CURRENT.set(policy)
     try:
         yield policy
@@ -58,3 +78,11 @@ def shared_reads(linger: float = 60.0, max_age: float = 1.0, budget: Optional[fl
 def current_shared_reads() -> Optional[SharedReads]:
     """The sharing policy of the current context, or None (reads go to the backend)."""
     return _CURRENT.get()
+
+
+def refuse_in_cache_only(what: str) -> None:
+    """Raise :class:`CacheMiss` (naming ``what``, the request or wait refused) when the current context
+    answers from the shared caches only; return otherwise."""
+    policy = _CURRENT.get()
+    if policy is not None and policy.cache_only:
+        raise CacheMiss(what)

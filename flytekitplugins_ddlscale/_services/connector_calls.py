@@ -32,9 +32,10 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from .._core import settings
 from .._core.redaction import redact
+from .._core.sharing import CacheMiss
 from ..errors import ScalingError
 from .connector_meta import ScalingMetadata
-from .connector_core import FAILED, RUNNING, Poll
+from .connector_core import FAILED, RUNNING, Poll, ScalingService
 
 logger = logging.getLogger("flytekitplugins_ddlscale.connector")
 
@@ -77,15 +78,26 @@ class PollDesk:
     def __init__(
         self, poll: Callable[[ScalingMetadata], Poll],
         unsent: Callable[[ScalingMetadata, str], Optional[Poll]] = lambda meta, why: None,
+        from_cache: Optional[Callable[[ScalingMetadata], Poll]] = None,
     ) -> None:
         """``unsent(meta, why)`` answers a late poll of a node whose create left its change unsent
-        (:meth:`~.connector_core.ScalingService.unsent_answer`); None for any other node."""
+        (:meth:`~.connector_core.ScalingService.unsent_answer`); None for any other node.
+        ``from_cache(meta)`` answers a poll from memory alone or raises :class:`CacheMiss`
+        (:meth:`~.connector_core.ScalingService.poll_from_cache`): :meth:`answer_async` tries it on the
+        event loop before handing the poll to a reader thread."""
         self._poll = poll
         self._unsent = unsent
+        self._from_cache = from_cache
         self._lock = threading.RLock()  # a read done before add_done_callback calls back at once
         self._reading: Dict[bytes, "Future[Poll]"] = {}
         self._last: "OrderedDict[bytes, Poll]" = OrderedDict()
         self._timelines: Dict[bytes, List[List[float]]] = {}
+
+    @classmethod
+    def of(cls, service: ScalingService) -> "PollDesk":
+        """The desk answering ``service``'s polls: read by it, from its caches where they can answer, and
+        a node whose change is still unsent answered as it says."""
+        return cls(service.poll, service.unsent_answer, service.poll_from_cache)
 
     def answer(self, meta: ScalingMetadata, budget: Optional[float] = None) -> Poll:
         """The poll's answer within ``budget`` seconds (default :func:`call_budget`); never raises. The
@@ -104,9 +116,15 @@ class PollDesk:
     async def answer_async(self, meta: ScalingMetadata, budget: Optional[float] = None) -> Poll:
         """:meth:`answer` for an event loop (flytekit's connector service): no thread is held while the
         backend reads, so a hung backend cannot use up the loop's executor and stall every other poll
-        past FlytePropeller's deadline. Never raises."""
+        past FlytePropeller's deadline. A poll the shared caches can answer is answered on the loop
+        itself (no thread hop, no wait behind the reader threads); any other goes to a reader thread.
+        Never raises."""
         try:
             limit = call_budget() if budget is None else budget
+            key = meta.encode()
+            cached = self._cached_answer(key, meta)
+            if cached is not None:
+                return cached
             key, reading = self._reading_of(meta)
             try:
                 # Shielded: a poll that gives up must not cancel the read other polls of it share.
@@ -116,6 +134,20 @@ class PollDesk:
             return self._remember(key, meta, answer)
         except Exception as error:  # the edge: nothing leaves as a traceback
             return Poll(FAILED, f"[internal] {unexpected('poll', error)}")
+
+    def _cached_answer(self, key: bytes, meta: ScalingMetadata) -> Optional[Poll]:
+        """The poll's answer from the shared caches alone, or None where it needs the backend, or where a
+        read of this execution is in flight (the poll shares that read, as every other poll of it does)."""
+        if self._from_cache is None:
+            return None
+        with self._lock:
+            if key in self._reading:
+                return None
+        try:
+            answer = self._from_cache(meta)
+        except CacheMiss:
+            return None
+        return self._remember(key, meta, answer)
 
     def _reading_of(self, meta: ScalingMetadata) -> "Tuple[bytes, Future[Poll]]":
         """The execution's key and its read in flight, started here when none is."""

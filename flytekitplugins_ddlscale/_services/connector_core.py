@@ -66,7 +66,7 @@ from .opening import BackendPool
 from ..refs import ClusterRef
 from .._core import settings
 from .._core.redaction import install_redaction
-from .._core.sharing import shared_reads
+from .._core.sharing import CacheMiss, shared_reads
 from .._core.validation import MAX_NODE_TIMEOUT
 
 logger = logging.getLogger("flytekitplugins_ddlscale.connector")
@@ -269,9 +269,21 @@ class ScalingService:
         start, or a backend, cluster or head not served is FAILED with a
         one-line message. A backend outage is RUNNING until the deadline.
         """
+        return self._answer(meta, cache_only=False)
+
+    def poll_from_cache(self, meta: ScalingMetadata) -> Poll:
+        """:meth:`poll` answered from memory alone (the backend's shared caches), for a caller that must not
+        block (an event loop): raises :class:`~flytekitplugins_ddlscale._core.sharing.CacheMiss`, having
+        sent nothing, where the answer needs a request, a wait or a send (a change its create left to the
+        polls, a backend not opened yet, or one whose reads are not all answered from memory)."""
+        return self._answer(meta, cache_only=True)
+
+    def _answer(self, meta: ScalingMetadata, cache_only: bool) -> Poll:
         if meta.error:
             return Poll(FAILED, meta.error)
         if meta.pending:
+            if cache_only:
+                raise CacheMiss("a change its create left to the polls")
             try:
                 meta = self._sent_pending(meta)
             except UNAVAILABLE_HERE as error:
@@ -281,7 +293,7 @@ class ScalingService:
             except ScalingError as error:
                 return Poll(FAILED, str(error))
         try:
-            return self._poll(meta)
+            return self._poll(meta, cache_only)
         except UNAVAILABLE_HERE as error:
             if time.time() >= meta.deadline:
                 return Poll(FAILED, f"timed out; the backend is unavailable: {error}")
@@ -347,7 +359,7 @@ class ScalingService:
             )
         return kind
 
-    def _poll(self, meta: ScalingMetadata) -> Poll:
+    def _poll(self, meta: ScalingMetadata, cache_only: bool) -> Poll:
         kind = self._checked_kind(meta)
         meta.known_outcome()
         if meta.target < 0 and meta.awaits != AWAIT_DESIRED:
@@ -355,7 +367,9 @@ class ScalingService:
         restart = meta.sent_restart() if meta.awaits == AWAIT_HEAD else None
         backend_name, ref = self._creation.served(meta.backend or None, meta.cluster)
         budget = float(settings.CONNECTOR_CALL_BUDGET.value())
-        with POLL_BACKENDS.backend(backend_name) as backend, shared_reads(SHARED_LINGER, SHARED_MAX_AGE, budget):
+        with shared_reads(SHARED_LINGER, SHARED_MAX_AGE, budget, cache_only), POLL_BACKENDS.backend(backend_name) as backend:
+            if cache_only and not backend.capabilities.answers_from_cache:
+                raise CacheMiss(f"the {backend.name} backend's reads may block")
             self._creation.check_opened(backend, ref, meta.framework_url)
             try:
                 if restart is not None:

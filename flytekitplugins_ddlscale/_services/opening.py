@@ -8,6 +8,7 @@ from typing import Iterator, Optional, Tuple
 
 from ..backends import backend_name_from_env, get_backend
 from ..backends._base import ClusterBackend
+from .._core.sharing import refuse_in_cache_only
 
 KEPT_BACKENDS = 8
 """Open backends a :class:`BackendPool` keeps at most (one per backend name and environment)."""
@@ -65,6 +66,7 @@ class BackendPool:
         with self._lock:
             kept = self._kept.get(key)
             if kept is None:
+                refuse_in_cache_only(f"opening the {key[0]} backend")
                 kept = self._kept[key] = _Kept(get_backend(key[0]))
             self._kept.move_to_end(key)
             kept.users += 1

@@ -67,6 +67,12 @@ class BackendCapabilities:
     reads_locally: bool = False
     """Whether reading a cluster's state touches only this machine (files, local processes), so a
     Ctrl-C report may read it; elsewhere the report must not wait on a service and only names it."""
+    answers_from_cache: bool = False
+    """Whether every request or wait its reads make calls
+    :func:`~flytekitplugins_ddlscale._core.sharing.refuse_in_cache_only` first, so that under
+    ``shared_reads(cache_only=True)`` a read either answers from memory at once or raises
+    :class:`~flytekitplugins_ddlscale._core.sharing.CacheMiss`: the connector may then answer a poll on
+    its event loop. Where False, every poll reads in a reader thread."""
     creates_clusters: bool = False
     """Whether a scale or claim of a cluster that does not exist creates it (the local backend: flows
     create their clusters so), so the ``ddlscale`` CLI refuses a missing one unless asked to create."""

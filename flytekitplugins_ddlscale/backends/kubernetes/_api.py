@@ -29,6 +29,7 @@ from ...errors import (
 )
 from ..._core.outage import RetryRule, attempt_timeout, cert_verification_failed, send, shared_tracker
 from ..._core.redaction import redact
+from ..._core.sharing import refuse_in_cache_only
 from .._support.crds import CRD_GROUP, CRD_VERSION
 from ..._core.waiting import Deadline
 from ._client import limit_retries
@@ -118,6 +119,7 @@ class KubeApi:
     ) -> Any:
         # A read is retried by READ_RETRIES, or rides the outage out under a deadline; a write is
         # sent once (tried again under a deadline only while nothing was sent).
+        refuse_in_cache_only(f"{verb} {resource}")
         try:
             return send(
                 lambda: call(attempt_timeout(self.request_timeout, deadline)), tracker=self.outage,

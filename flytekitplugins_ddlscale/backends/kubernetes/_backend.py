@@ -49,7 +49,7 @@ from ..._core.records import (
 )
 from ...refs import DEFAULT_NAMESPACE, GROUP_SEPARATOR, ClusterRef, validate_name
 from .._support.crds import LABEL_HW_TIER, LABEL_OWNER, LAYOUTS, layout_of
-from ..._core.sharing import current_shared_reads
+from ..._core.sharing import current_shared_reads, refuse_in_cache_only
 from ..tiers import HardwareTier, TierCatalog
 from ..._core.validation import validate_tier_name, validate_timeout
 from ..._core.waiting import Deadline
@@ -133,6 +133,7 @@ class KubernetesBackend(ClusterBackend):
         head_tier=True,
         persistent_baseline=True,
         observes_restarts=True,
+        answers_from_cache=True,
     )
 
     def __init__(
@@ -174,6 +175,8 @@ class KubernetesBackend(ClusterBackend):
     @property
     def api(self) -> KubeApi:
         """The API wrapper, created on first use."""
+        if self._api is None:
+            refuse_in_cache_only("opening the Kubernetes API client")
         with self._lock:
             if self._api is None:
                 client = self._given_client or make_api_client(self._kubeconfig, self._context, self._in_cluster)

@@ -48,6 +48,7 @@ from typing import (
 from ...errors import BackendUnavailableError, InvalidInputError, ScalingError, TransientError, UnauthorizedError
 from ..._core.closing import Closing, at_exit_once
 from ..._core.outage import OUTAGE_BACKOFF
+from ..._core.sharing import refuse_in_cache_only
 from ._api import KubeApi, WatchExpired
 from ._spec import pod_labels
 
@@ -249,6 +250,8 @@ class Subscription(Closing):
 
     def wait_synced(self, timeout: float) -> bool:
         """Block until the first list arrived, the informer failed, or ``timeout`` passed; True if synced."""
+        if timeout > 0 and not self.synced and self.error is None:
+            refuse_in_cache_only(f"the first list of {self.informer.resource.plural} in {self.informer.namespace}")
         end = time.monotonic() + timeout
         while not self.synced and self.error is None:
             left = end - time.monotonic()
@@ -667,6 +670,7 @@ class _Registry:
             return None
         informer = self._informers.get(key)
         if informer is None or informer._stopping.is_set():
+            refuse_in_cache_only(f"starting the shared watch of {resource.plural} in {namespace}")
             informer = Informer(key, _own_api(api), namespace, resource)
             self._informers[key] = informer
             at_exit_once(_stop_informers)

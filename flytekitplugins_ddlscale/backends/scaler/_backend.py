@@ -119,6 +119,7 @@ class ScalerServiceBackend(FileRecordsBackend):
         head_tier=False,
         persistent_baseline=False,
         observes_restarts=True,
+        answers_from_cache=True,
     )
 
     def __init__(

@@ -27,6 +27,7 @@ from ...errors import (
     UnsupportedOperationError,
 )
 from ..._core.redaction import register_secret
+from ..._core.sharing import refuse_in_cache_only
 from ...refs import ClusterRef
 from ..._core.outage import RetryRule, attempt_timeout, cert_verification_failed, nothing_sent, send, shared_tracker
 from ..._core.waiting import Backoff, Deadline
@@ -167,6 +168,7 @@ class ScalerClient:
         # The service's answer, through the one retry path of every client (:func:`outage.send`):
         # ``retry`` when the request is safe to repeat, ``ride_out`` for reads inside a wait,
         # ``paced`` for a poll, which waits for its slot before every attempt.
+        refuse_in_cache_only(f"{method} {path}")
         sent = 0
 
         def attempt() -> httpx.Response:

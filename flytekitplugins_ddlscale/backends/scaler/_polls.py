@@ -29,6 +29,7 @@ import weakref
 from typing import Any, Callable, Dict, Optional, Tuple, TypeVar
 
 from ..._core import settings
+from ..._core.sharing import refuse_in_cache_only
 from ...errors import BackendUnavailableError, TransientError
 from ..._core.waiting import Deadline
 
@@ -136,6 +137,7 @@ class SharedPolls:
                 cached = self._results.get(key)
                 if cached is not None and time.monotonic() - cached[0] <= max_age:
                     return cached[1]
+                refuse_in_cache_only(f"a read of {key}")
                 flight = self._flights.get(key)
                 leader = flight is None
                 if leader:
