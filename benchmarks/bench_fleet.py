@@ -259,6 +259,9 @@ def _connector_lane(plan: Plan, tree: Optional[Path], workdir: Path, envtest: An
         else:
             report = json.loads(out.strip().splitlines()[-1])
         lags, errors, client_lags, to_cache, after_cache = [], list(send_errors), [], [], []
+        after_cache_cpu: Dict[str, List[float]] = {"loop": [], "process": []}
+        waited: Dict[bool, List[float]] = {True: [], False: []}
+        """The client's part of the lag, by whether the answering poll waited (a reader thread) or not."""
         for execution in (report or {}).get("executions", []):
             moments = server.ready_moments(execution["cluster"], "worker", since=launched)
             if execution["error"] or not moments:
@@ -272,6 +275,11 @@ def _connector_lane(plan: Plan, tree: Optional[Path], workdir: Path, envtest: An
             if execution.get("cached") is not None:
                 to_cache.append((execution["cached"] - max(accepted or moments)) * 1000.0)
                 after_cache.append(_answer_lag(execution["polls"], execution["cached"]))
+                answer = next(p for p in execution["polls"] if p[2])
+                if len(answer) >= 6:  # the CPU the answering poll took (its loop's thread, the process), its path
+                    after_cache_cpu["loop"].append(answer[3])
+                    after_cache_cpu["process"].append(answer[4])
+                    waited[bool(answer[5])].append(after_cache[-1])
         summary = _lane_summary(server, report, failure, lags, errors, time.time() - launched, launched)
         if client_lags:
             # The same answer lag counted from when the API server accepted the last Ready write.
@@ -280,6 +288,21 @@ def _connector_lane(plan: Plan, tree: Optional[Path], workdir: Path, envtest: An
             # That lag split in two at the moment the client's pod cache held the cluster's workers Ready.
             summary["to_cache_ms"] = summarize(to_cache, 1)
             summary["answer_after_cache_ms"] = summarize(after_cache, 1)
+        if after_cache_cpu["loop"]:
+            # Of the answering poll's wall time, the CPU the loop's thread spent on it and the CPU the
+            # whole process spent meanwhile: the rest is time no core ran this process.
+            summary["answer_cpu_ms"] = {where: summarize(ms, 2) for where, ms in after_cache_cpu.items()}
+            summary["answer_after_cache_by_path_ms"] = {
+                path: summarize(ms, 1) for path, ms in (("on_the_loop", waited[False]), ("waited", waited[True])) if ms
+            }
+        if (report or {}).get("cache_misses"):
+            summary["polls_handed_to_a_thread"] = report["cache_misses"]
+        pauses = (report or {}).get("gc_pauses") or []
+        if pauses:
+            summary["gc_pauses"] = {
+                "count": len(pauses), "full": sum(1 for generation, _ in pauses if generation == 2),
+                "ms": summarize([ms for _, ms in pauses], 2),
+            }
         polls = sum(len(e["polls"]) for e in (report or {}).get("executions", []))
         summary["load_average_1m_start_end"] = [round(load_start, 2), round(os.getloadavg()[0], 2)]
         summary["connector_polls"] = polls

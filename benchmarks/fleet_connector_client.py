@@ -11,9 +11,13 @@ before it was made a coroutine) runs on the loop's default thread pool (``min(32
 threads), as in the service. The executions are 1,000 coroutines, not 1,000 threads of this process
 (no service runs one per node). When every execution has made its first poll it prints ``first`` and the
 time, so the parent can count the requests of the polls after the first; at the end one JSON
-document: per execution, when each poll started and returned and what it answered, this process's
-peak RSS and the connections its Kubernetes API clients opened (each a TCP and, on https, a TLS
-handshake). The previous design's run uses this same harness on the previous plugin code.
+document: per execution, when each poll started and returned, what it answered and the CPU time it
+took (the loop's thread, and this whole process, meanwhile: a poll whose wall time far exceeds both
+waited for a core, not for this process) and whether it waited (handed to a thread; 0: answered on
+the loop itself at its first step), why polls were handed to a thread (the connector's debug log), this
+process's peak RSS, its garbage collector's pauses
+while polling, and the connections its Kubernetes API clients opened (each a TCP and, on https, a
+TLS handshake). The previous design's run uses this same harness on the previous plugin code.
 
 Where the design keeps a shared pod cache, the document also says, per cluster, when that cache first
 held all ``REPLICAS`` of its workers Ready (``cached``): a subscriber of the connector's own pod
@@ -24,7 +28,9 @@ The server's part can be below zero: the watch may deliver the event before the 
 to its write.
 """
 import asyncio
+import gc
 import json
+import logging
 import os
 import sys
 import threading
@@ -108,6 +114,82 @@ class CacheObserver:
             sub.close()
 
 
+class Stepped:
+    """Awaits ``call`` (a coroutine) and notes whether it suspended: False when it finished on its first
+    step, i.e. the poll was answered on the loop itself, with no thread and no wait."""
+
+    def __init__(self, call: Any) -> None:
+        self.call = call
+        self.suspended = False
+
+    def __await__(self) -> Any:
+        steps = self.call.__await__()
+        try:
+            pending = steps.send(None)
+        except StopIteration as done:
+            return done.value
+        self.suspended = True
+        while True:
+            try:
+                yield pending
+            except BaseException as error:  # a cancellation, handed to the call
+                try:
+                    pending = steps.throw(error)
+                except StopIteration as done:
+                    return done.value
+                continue
+            try:
+                pending = steps.send(None)
+            except StopIteration as done:
+                return done.value
+
+
+class CacheMisses(logging.Handler):
+    """Why polls were handed to a reader thread, counted from the connector's debug log while it is open."""
+
+    MARK = "waits for a reader thread ("
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.reasons: Dict[str, int] = {}
+        self._logger = logging.getLogger("flytekitplugins_ddlscale.connector")
+        self._level = self._logger.level
+        self._logger.addHandler(self)
+        self._logger.setLevel(logging.DEBUG)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if self.MARK in message:
+            reason = message.split(self.MARK, 1)[1].rstrip(")")
+            # One count per kind of reason: cluster and namespace names are left out.
+            reason = " ".join(word for word in reason.split() if not any(ch.isdigit() for ch in word))
+            self.reasons[reason] = self.reasons.get(reason, 0) + 1
+
+    def close(self) -> None:
+        self._logger.removeHandler(self)
+        self._logger.setLevel(self._level)
+        super().close()
+
+
+class GcPauses:
+    """The garbage collector's pauses in this process while it is open: [generation, milliseconds] each
+    (every thread stops for them, the event loop answering polls included)."""
+
+    def __init__(self) -> None:
+        self.pauses: List[List[float]] = []
+        self._began = 0.0
+        gc.callbacks.append(self._note)
+
+    def _note(self, phase: str, info: Dict[str, Any]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.pauses.append([info["generation"], (time.perf_counter() - self._began) * 1000.0])
+
+    def close(self) -> None:
+        gc.callbacks.remove(self._note)
+
+
 def observe_cache(clusters: List[str], replicas: int) -> Optional[CacheObserver]:
     """A :class:`CacheObserver` on the connector's pod cache, or None in a design without one of this shape."""
     try:
@@ -138,6 +220,7 @@ def main(kubeconfig: str, count: int, replicas: int, poll: float, limit: float =
         await mirror_async_methods(connector.get, resource_meta=ScalingMetadata.decode(meta_of(cluster_name(0))))
 
     asyncio.run(warm_up())
+    pauses, misses = GcPauses(), CacheMisses()
     observer = observe_cache([cluster_name(i) for i in range(count)], replicas)
     rss_before_kb = peak_rss_kb()
     print("warm", flush=True)
@@ -156,15 +239,19 @@ def main(kubeconfig: str, count: int, replicas: int, poll: float, limit: float =
         polls: List[List[float]] = []
         await asyncio.sleep(poll * index / count)  # executions started at different moments, as in a fleet
         while True:
-            began = time.time()
+            began, loop_cpu, process_cpu = time.time(), time.thread_time(), time.process_time()
+            call = mirror_async_methods(connector.get, resource_meta=ScalingMetadata.decode(meta))
+            stepped = Stepped(call) if asyncio.iscoroutine(call) else None
             try:
-                resource = await mirror_async_methods(connector.get, resource_meta=ScalingMetadata.decode(meta))
+                resource = await (stepped if stepped is not None else call)
             except Exception as exc:  # reported per execution; the parent counts failures
                 if not polls:
                     first_poll_made()
                 return {"cluster": name, "polls": polls, "error": repr(exc)}
             done = resource.phase != TaskExecution.RUNNING
-            polls.append([began, time.time(), float(done)])
+            polls.append([began, time.time(), float(done), (time.thread_time() - loop_cpu) * 1000.0,
+                          (time.process_time() - process_cpu) * 1000.0,
+                          float(stepped is None or stepped.suspended)])
             if len(polls) == 1:
                 first_poll_made()
             if done:
@@ -176,12 +263,15 @@ def main(kubeconfig: str, count: int, replicas: int, poll: float, limit: float =
         return list(await asyncio.gather(*(one(index) for index in range(count))))
 
     executions = asyncio.run(every_execution())
+    pauses.close()
+    misses.close()
     if observer is not None:
         observer.close()
         for execution in executions:
             execution["cached"] = observer.cached.get(execution["cluster"])
     return {"executions": executions, "rss_before_kb": rss_before_kb, "peak_rss_kb": peak_rss_kb(),
-            "connections_opened": connections_opened()}
+            "connections_opened": connections_opened(), "gc_pauses": pauses.pauses,
+            "cache_misses": misses.reasons}
 
 
 if __name__ == "__main__":

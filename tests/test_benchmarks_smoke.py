@@ -82,6 +82,9 @@ def _check_split_at_the_cache(doc):
 
     lane = doc["metrics"]["connector_shared"]
     assert lane["answer_after_cache_ms"]["n"] == lane["to_cache_ms"]["n"] == bench_fleet.QUICK.clusters
+    # Each answering poll's CPU (the loop's thread, the process) and its path (on the loop, or waited).
+    assert lane["answer_cpu_ms"]["loop"]["n"] == lane["answer_cpu_ms"]["process"]["n"] == bench_fleet.QUICK.clusters
+    assert sum(path["n"] for path in lane["answer_after_cache_by_path_ms"].values()) == bench_fleet.QUICK.clusters
     assert any(t["name"].startswith("connector_shared: lag after the pod cache") for t in doc["targets"])
 
 

@@ -142,10 +142,12 @@ class PollDesk:
             return None
         with self._lock:
             if key in self._reading:
+                logger.debug("poll of %s waits for a reader thread (its read in flight)", meta.cluster)
                 return None
         try:
             answer = self._from_cache(meta)
-        except CacheMiss:
+        except CacheMiss as miss:
+            logger.debug("poll of %s waits for a reader thread (the caches cannot answer: %s)", meta.cluster, miss)
             return None
         return self._remember(key, meta, answer)
 
