@@ -260,6 +260,9 @@ def _connector_lane(plan: Plan, tree: Optional[Path], workdir: Path, envtest: An
             report = json.loads(out.strip().splitlines()[-1])
         lags, errors, client_lags, to_cache, after_cache = [], list(send_errors), [], [], []
         after_cache_cpu: Dict[str, List[float]] = {"loop": [], "process": []}
+        polled_before: List[float] = []
+        """The client's part for executions that had polled before their cache held the workers Ready (the
+        others' first poll found them Ready: a first poll, which may read the server)."""
         waited: Dict[bool, List[float]] = {True: [], False: []}
         """The client's part of the lag, by whether the answering poll waited (a reader thread) or not."""
         for execution in (report or {}).get("executions", []):
@@ -275,6 +278,8 @@ def _connector_lane(plan: Plan, tree: Optional[Path], workdir: Path, envtest: An
             if execution.get("cached") is not None:
                 to_cache.append((execution["cached"] - max(accepted or moments)) * 1000.0)
                 after_cache.append(_answer_lag(execution["polls"], execution["cached"]))
+                if execution["polls"][0][0] < execution["cached"]:
+                    polled_before.append(after_cache[-1])
                 answer = next(p for p in execution["polls"] if p[2])
                 if len(answer) >= 6:  # the CPU the answering poll took (its loop's thread, the process), its path
                     after_cache_cpu["loop"].append(answer[3])
@@ -288,6 +293,8 @@ def _connector_lane(plan: Plan, tree: Optional[Path], workdir: Path, envtest: An
             # That lag split in two at the moment the client's pod cache held the cluster's workers Ready.
             summary["to_cache_ms"] = summarize(to_cache, 1)
             summary["answer_after_cache_ms"] = summarize(after_cache, 1)
+            if polled_before:
+                summary["answer_after_cache_polled_before_ms"] = summarize(polled_before, 1)
         if after_cache_cpu["loop"]:
             # Of the answering poll's wall time, the CPU the loop's thread spent on it and the CPU the
             # whole process spent meanwhile: the rest is time no core ran this process.
