@@ -28,7 +28,7 @@ from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional
 
 from .._core import settings
 from .._core.redaction import redact
@@ -104,7 +104,8 @@ class PollDesk:
         calling thread waits for the read: an event loop awaits :meth:`answer_async` instead."""
         try:
             limit = call_budget() if budget is None else budget
-            key, reading = self._reading_of(meta)
+            key = meta.encode()
+            reading = self._reading_of(key, meta)
             try:
                 answer = reading.result(timeout=limit)
             except FutureTimeout:
@@ -125,7 +126,7 @@ class PollDesk:
             cached = self._cached_answer(key, meta)
             if cached is not None:
                 return cached
-            key, reading = self._reading_of(meta)
+            reading = self._reading_of(key, meta)
             try:
                 # Shielded: a poll that gives up must not cancel the read other polls of it share.
                 answer = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(reading)), limit)
@@ -151,16 +152,15 @@ class PollDesk:
             return None
         return self._remember(key, meta, answer)
 
-    def _reading_of(self, meta: ScalingMetadata) -> "Tuple[bytes, Future[Poll]]":
-        """The execution's key and its read in flight, started here when none is."""
-        key = meta.encode()
+    def _reading_of(self, key: bytes, meta: ScalingMetadata) -> "Future[Poll]":
+        """The read in flight of the execution ``key`` (``meta`` encoded), started here when none is."""
         with self._lock:
             reading = self._reading.get(key)
             if reading is None:
                 reading = _READERS.submit(self._guarded, meta)
                 self._reading[key] = reading
                 reading.add_done_callback(lambda _done, key=key: self._finished(key))
-        return key, reading
+        return reading
 
     def _guarded(self, meta: ScalingMetadata) -> Poll:
         try:
