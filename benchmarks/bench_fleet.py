@@ -200,7 +200,11 @@ def _send_scales(server: Any, plan: Plan) -> List[str]:
             return [e for e in pool.map(one, range(plan.clusters)) if e]
 
 
-def _connector_lane(plan: Plan, tree: Optional[Path], workdir: Path, envtest: Any = None) -> Dict[str, Any]:
+def _connector_lane(plan: Plan, tree: Optional[Path], workdir: Path, envtest: Any = None,
+                    raw: Optional[List[Dict[str, Any]]] = None) -> Dict[str, Any]:
+    """One connector child answering every execution's polls; the lane's summary. Into ``raw``, when
+    given, one row per execution: its cluster's moments (workers Ready, write accepted, cache held them
+    Ready; time.time()) and every poll (began, returned, done, loop CPU ms, process CPU ms, waited)."""
     with _server(plan, envtest) as server:
         kubeconfig = getattr(server, "kubeconfig", None) or workdir / "kubeconfig"
         if envtest is None:
@@ -230,18 +234,19 @@ def _connector_lane(plan: Plan, tree: Optional[Path], workdir: Path, envtest: An
         killer.start()
         first: Optional[Tuple[float, int]] = None
         """When every execution had made its first poll, and how many requests the server had by then."""
-        out = ""
+        out = quiet = ""
         try:
             warm = child.stdout.readline() if child.stdout else ""
             launched = time.time()
             load_start = os.getloadavg()[0]
-            # The scale requests (no wait) are sent here; the connector process only answers the polls,
-            # and only the polls' requests are counted.
+            # The scale requests (no wait) are sent here while the connector process keeps its caches
+            # warm with one execution's polls; then it stops that and answers only the measured polls,
+            # and only their requests are counted.
             send_errors = _send_scales(server, plan)
+            _say(child, "sent")
+            quiet = child.stdout.readline() if child.stdout else ""
             server.clear_log()
-            if child.stdin:
-                child.stdin.write("go\n")
-                child.stdin.flush()
+            _say(child, "go")
             for line in child.stdout if child.stdout else []:
                 if line.startswith("first "):
                     first = (float(line.split()[1]), len(server.requests))
@@ -254,7 +259,7 @@ def _connector_lane(plan: Plan, tree: Optional[Path], workdir: Path, envtest: An
         err = f"did not finish within {plan.child_timeout:.0f} s" if timed_out.is_set() else "".join(errors_out)
         report: Optional[Dict[str, Any]] = None
         failure = ""
-        if warm.strip() != "warm" or child.returncode != 0 or not out.strip():
+        if warm.strip() != "warm" or quiet.strip() != "quiet" or child.returncode != 0 or not out.strip():
             failure = f"connector child failed ({child.returncode}): {err[-1500:]}"
         else:
             report = json.loads(out.strip().splitlines()[-1])
@@ -273,6 +278,10 @@ def _connector_lane(plan: Plan, tree: Optional[Path], workdir: Path, envtest: An
             lags.append(_answer_lag(execution["polls"], max(moments)))
             accepted = (server.accepted_moments(execution["cluster"], "worker", since=launched)
                         if hasattr(server, "accepted_moments") else [])
+            if raw is not None:
+                raw.append({"cluster": execution["cluster"], "ready": max(moments),
+                            "accepted": max(accepted) if accepted else None, "cached": execution.get("cached"),
+                            "polls": [[round(value, 4) for value in poll] for poll in execution["polls"]]})
             if accepted:
                 client_lags.append(_answer_lag(execution["polls"], max(accepted)))
             if execution.get("cached") is not None:
@@ -324,6 +333,12 @@ def _connector_lane(plan: Plan, tree: Optional[Path], workdir: Path, envtest: An
         return summary
 
 
+def _say(child: "subprocess.Popen[str]", line: str) -> None:
+    if child.stdin:
+        child.stdin.write(line + "\n")
+        child.stdin.flush()
+
+
 def _answer_lag(polls: List[List[float]], ready: float) -> float:
     """How long after ``ready`` (or after the start of the first poll begun since, if that one already
     answered SUCCEEDED) the first SUCCEEDED answer returned, in ms: the answer's lag, not the poll interval."""
@@ -357,11 +372,12 @@ def _lane_summary(server: Any, report: Optional[Dict[str, Any]], failure: str, l
 
 def run(
     quick: bool = False, out_dir: Path = Path("benchmarks/results"), server: str = "test-server",
-    paths: Tuple[str, ...] = PATHS,
+    paths: Tuple[str, ...] = PATHS, raw_stem: Optional[str] = None,
 ) -> BenchResult:
     """Both designs, through the backend and through the connector (``paths``: either alone), on fresh
     servers of the same size (``server="envtest"``: the shared design only, on a real kube-apiserver;
-    skipped, saying what to set, where it cannot start)."""
+    skipped, saying what to set, where it cannot start). The shared connector lane's raw polls go to
+    ``<out_dir>/<raw_stem>_connector_polls.json.gz`` (``raw_stem``: the result's name by default)."""
     if server not in SERVERS:
         raise ValueError(f"server must be one of {', '.join(SERVERS)}, not {server!r}")
     if not paths or set(paths) - set(PATHS):
@@ -374,6 +390,7 @@ def run(
         return BenchResult.skipped(name, title, f"kubernetes backend or its test server not importable: {exc}")
     plan = QUICK if quick else FULL
     lanes: Dict[str, Dict[str, Any]] = {}
+    raw: List[Dict[str, Any]] = []
     if server == "envtest":
         from benchmarks import real_k8s
 
@@ -385,7 +402,7 @@ def run(
             if "backend" in paths:
                 lanes["backend_shared"] = _backend_lane(plan, None, envtest)
             if "connector" in paths:
-                lanes["connector_shared"] = _connector_lane(plan, None, Path(tmp), envtest)
+                lanes["connector_shared"] = _connector_lane(plan, None, Path(tmp), envtest, raw)
     else:
         with tempfile.TemporaryDirectory(prefix="ddlscale-fleet-") as tmp:
             previous, missing = export(Path(tmp) / "previous")
@@ -394,12 +411,14 @@ def run(
                 if previous is not None:
                     lanes["backend_per_wait"] = _backend_lane(plan, previous)
             if "connector" in paths:
-                lanes["connector_shared"] = _connector_lane(plan, None, Path(tmp))
+                lanes["connector_shared"] = _connector_lane(plan, None, Path(tmp), raw=raw)
                 if previous is not None:
                     lanes["connector_per_poll"] = _connector_lane(plan, previous, Path(tmp))
     result = BenchResult(name, title)
     if missing:
         result.notes.append(missing)
+    if raw:
+        result.files.append(_write_raw(out_dir / f"{raw_stem or name}_connector_polls.json.gz", raw).name)
     result.metrics = {
         "plan": {"clusters": plan.clusters, "replicas": f"1 -> {plan.replicas}", "ready_delay_s": plan.ready_delay,
                  "connector_poll_s": plan.poll, "previous_design": missing or f"git {PREVIOUS}", "server": server},
@@ -436,12 +455,28 @@ def run(
             "connector_shared: lag after the pod cache held the Ready workers (what the client adds), p95",
             after_cache["p95"], CLIENT_LAG_LIMIT_MS, "ms",
             detail=f"median {after_cache['median']} ms; before it, write accepted (or sent) to cache: "
-                   f"p95 {to_cache['p95']} ms, median {to_cache['median']} ms"))
+                   f"p95 {to_cache['p95']} ms, median {to_cache['median']} ms; executions that had polled "
+                   f"before their cache held the workers Ready: {_brief(connector.get('answer_after_cache_polled_before_ms'))}"))
     result.targets.append(Target("connector_shared: API requests per poll after the first",
                                  connector.get("requests_per_poll_after_first"), REQUESTS_PER_POLL_LIMIT, "requests",
                                  detail=f"{connector.get('after_first_polls')}; connections opened "
                                         f"{connector.get('connections_opened')}"))
     return result
+
+
+def _brief(figures: Optional[Dict[str, Any]]) -> str:
+    return f"{figures['n']}, p95 {figures['p95']} ms" if figures else "none"
+
+
+def _write_raw(path: Path, rows: List[Dict[str, Any]]) -> Path:
+    """Write ``rows`` as gzipped JSON at ``path``; the path."""
+    import gzip
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt", encoding="utf-8") as out:
+        json.dump({"polls_are": ["began", "returned", "done", "loop_cpu_ms", "process_cpu_ms", "waited"],
+                   "executions": rows}, out)
+    return path
 
 
 def _headline(name: str, lane: Dict[str, Any], clusters: int) -> str:
@@ -469,8 +504,10 @@ def main() -> None:
     global FULL
     FULL = dataclasses.replace(FULL, clusters=args.clusters)
     started = time.monotonic()
-    result = run(quick=False, out_dir=args.out, server=args.server, paths=(args.only,) if args.only else PATHS)
-    result.name = f"{SERVERS[args.server]}_{args.clusters}" + (f"_{args.only}" if args.only else "")
+    name = f"{SERVERS[args.server]}_{args.clusters}" + (f"_{args.only}" if args.only else "")
+    result = run(quick=False, out_dir=args.out, server=args.server, paths=(args.only,) if args.only else PATHS,
+                 raw_stem=name)
+    result.name = name
     document = result.to_json(quick=False, duration_s=time.monotonic() - started)
     write_json(args.out / f"{result.name}.json", document)
     print("\n".join(document["metrics"]["headline"]))

@@ -2,8 +2,11 @@
 
 Run as ``python -m benchmarks.fleet_connector_client KUBECONFIG COUNT REPLICAS POLL_S``. It
 warms up as a running connector service is warm (modules imported, one ``get`` answered), prints
-``warm``, and waits for a line on stdin: by then the parent has sent the scale requests of clusters
-``c000``... Then it polls :meth:`ScalingConnector.get` for one ``ddlscale_wait`` execution per
+``warm``, and keeps polling one execution every ``POLL_S`` seconds while the parent sends the scale
+requests of clusters ``c000``... (a service in the field answers polls all the time, so its caches do
+not lapse between executions). On a first line on stdin (the scales are sent) it stops that poll,
+prints ``quiet`` once its last poll returned (so the parent counts none of its requests), and waits
+for a second line. Then it polls :meth:`ScalingConnector.get` for one ``ddlscale_wait`` execution per
 cluster, each every ``POLL_S`` seconds, the way flytekit's connector service calls a connector: one
 asyncio event loop restores each poll's metadata from bytes and awaits ``mirror_async_methods(
 connector.get, ...)``: a coroutine ``get`` is awaited on the loop, a synchronous one (the plugin's
@@ -219,12 +222,22 @@ def main(kubeconfig: str, count: int, replicas: int, poll: float, limit: float =
     async def warm_up() -> None:  # as the service calls it, whichever design ``get`` has
         await mirror_async_methods(connector.get, resource_meta=ScalingMetadata.decode(meta_of(cluster_name(0))))
 
+    async def keep_warm() -> None:
+        """Poll one execution every ``poll`` seconds until the parent's line arrives."""
+        sent = asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        meta = meta_of(cluster_name(0))
+        while not sent.done():
+            await mirror_async_methods(connector.get, resource_meta=ScalingMetadata.decode(meta))
+            await asyncio.wait([sent], timeout=poll)
+
     asyncio.run(warm_up())
-    pauses, misses = GcPauses(), CacheMisses()
     observer = observe_cache([cluster_name(i) for i in range(count)], replicas)
     rss_before_kb = peak_rss_kb()
     print("warm", flush=True)
+    asyncio.run(keep_warm())
+    print("quiet", flush=True)
     sys.stdin.readline()
+    pauses, misses = GcPauses(), CacheMisses()
 
     firsts = [0]
 

@@ -88,6 +88,22 @@ def _check_split_at_the_cache(doc):
     assert any(t["name"].startswith("connector_shared: lag after the pod cache") for t in doc["targets"])
 
 
+def _check_raw_polls(doc, out_dir):
+    """The shared connector lane keeps every execution's polls beside the result, the answering one last."""
+    import gzip
+
+    from benchmarks import bench_fleet
+
+    (raw_name,) = [f for f in doc["files"] if f.endswith("_connector_polls.json.gz")]
+    with gzip.open(out_dir / raw_name, "rt") as raw_file:
+        raw = json.load(raw_file)
+    assert len(raw["executions"]) == bench_fleet.QUICK.clusters
+    for execution in raw["executions"]:
+        assert execution["polls"] and execution["polls"][-1][2] == 1.0
+        assert all(len(poll) == len(raw["polls_are"]) and poll[0] <= poll[1] for poll in execution["polls"])
+        assert execution["cached"] is not None and execution["ready"] > 0
+
+
 @pytest.mark.parametrize(
     "name",
     [
@@ -115,6 +131,7 @@ def test_benchmark_runs_quick_and_writes_a_well_formed_result(name, tmp_path, mo
         _check_counted_from_the_audit_log(doc)
     if name in ("fleet_k8s", "fleet_k8s_envtest"):
         _check_split_at_the_cache(doc)
+        _check_raw_polls(doc, tmp_path)
     deadline = time.monotonic() + 10
     while _non_daemon_threads() - threads_before and time.monotonic() < deadline:
         time.sleep(0.1)
