@@ -377,7 +377,7 @@ def run(
     """Both designs, through the backend and through the connector (``paths``: either alone), on fresh
     servers of the same size (``server="envtest"``: the shared design only, on a real kube-apiserver;
     skipped, saying what to set, where it cannot start). The shared connector lane's raw polls go to
-    ``<out_dir>/<raw_stem>_connector_polls.json.gz`` (``raw_stem``: the result's name by default)."""
+    ``<out_dir>/<raw_stem>_polls.json.gz`` (``raw_stem``: the result's name by default)."""
     if server not in SERVERS:
         raise ValueError(f"server must be one of {', '.join(SERVERS)}, not {server!r}")
     if not paths or set(paths) - set(PATHS):
@@ -418,7 +418,7 @@ def run(
     if missing:
         result.notes.append(missing)
     if raw:
-        result.files.append(_write_raw(out_dir / f"{raw_stem or name}_connector_polls.json.gz", raw).name)
+        result.files.append(_write_raw(out_dir / f"{raw_stem or name}_polls.json.gz", raw).name)
     result.metrics = {
         "plan": {"clusters": plan.clusters, "replicas": f"1 -> {plan.replicas}", "ready_delay_s": plan.ready_delay,
                  "connector_poll_s": plan.poll, "previous_design": missing or f"git {PREVIOUS}", "server": server},

@@ -94,7 +94,7 @@ def _check_raw_polls(doc, out_dir):
 
     from benchmarks import bench_fleet
 
-    (raw_name,) = [f for f in doc["files"] if f.endswith("_connector_polls.json.gz")]
+    (raw_name,) = [f for f in doc["files"] if f.endswith("_polls.json.gz")]
     with gzip.open(out_dir / raw_name, "rt") as raw_file:
         raw = json.load(raw_file)
     assert len(raw["executions"]) == bench_fleet.QUICK.clusters
