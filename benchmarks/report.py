@@ -90,7 +90,7 @@ class BenchResult:
     targets: List[Target] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
     files: List[str] = field(default_factory=list)
-    """Paths (relative to the results directory) of plots it wrote."""
+    """Paths (relative to the results directory) of the files it wrote beside its result: plots, raw data."""
 
     @classmethod
     def skipped(cls, name: str, title: str, reason: str) -> "BenchResult":
