@@ -21,6 +21,7 @@ from flytekit.tools.translator import get_serializable
 
 from flytekitplugins_ddlscale.connector import (
     CREATE_TIMEOUT,
+    POLL_BACKENDS,
     SERVED_TASK_TYPES,
     ScalingConnector,
     ScalingMetadata,
@@ -312,6 +313,28 @@ def test_a_restore_failing_at_its_deadline_says_how_to_keep_waiting(ray_scaler):
     assert "spec.worker.replicas=1 (the restore) left in place" in message
     assert "the baseline record was cleared with the restore. To keep waiting for it" in message
     assert "ddlscale status --backend scaler --kind ray --name conn-ray --wait" in message
+
+
+def test_a_scale_whose_backend_hangs_at_its_deadline_says_what_it_left_in_place(ray_scaler):
+    """The poll's own wait ends before the hung read does: the node fails saying the backend did not
+    answer, what the poll last knew, and, as every failed wait after a scale does, what the scale left
+    in place and how to undo it (the same remedy the read would have given had it ended first)."""
+    ray_scaler.set_pod_ready_delay(3600.0)
+    scale = ScalingConnector(SCALE_TASK_TYPE)
+    template, inputs = template_and_inputs(ray_scale)
+    meta = scale.create(template, "", inputs)
+    meta.deadline = meta.started
+    with POLL_BACKENDS.backend("scaler"):  # open, as after the node's earlier polls
+        ray_scaler.hang()
+        try:
+            answer = asyncio.run(scale.desk.answer_async(meta, budget=0.5))
+        finally:
+            ray_scaler.resume()
+    message = answer.message
+    assert answer.state == "FAILED" and message.startswith("[timeout]"), message
+    assert "the backend did not answer within 0.5 s" in message and "last known: nothing read yet" in message
+    assert "spec.worker.replicas=3 left in place" in message and "nothing was rolled back" in message
+    assert "ddlscale restore --backend scaler --kind ray --name conn-ray" in message and "\n" not in message
 
 
 def test_create_gives_a_slow_backend_a_short_bound_and_leaves_the_scale_to_the_polls(ray_scaler):

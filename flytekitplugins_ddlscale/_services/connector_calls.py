@@ -33,7 +33,7 @@ from typing import Callable, Dict, List, Optional
 from .._core import settings
 from .._core.redaction import redact
 from .._core.sharing import CacheMiss
-from ..errors import ScalingError
+from ..errors import ScalingError, ScalingTimeoutError
 from .connector_meta import ScalingMetadata
 from .connector_core import FAILED, RUNNING, Poll, ScalingService
 
@@ -79,15 +79,19 @@ class PollDesk:
         self, poll: Callable[[ScalingMetadata], Poll],
         unsent: Callable[[ScalingMetadata, str], Optional[Poll]] = lambda meta, why: None,
         from_cache: Optional[Callable[[ScalingMetadata], Poll]] = None,
+        at_deadline: Callable[[ScalingMetadata, ScalingError], ScalingError] = lambda meta, error: error,
     ) -> None:
         """``unsent(meta, why)`` answers a late poll of a node whose create left its change unsent
         (:meth:`~.connector_core.ScalingService.unsent_answer`); None for any other node.
         ``from_cache(meta)`` answers a poll from memory alone or raises :class:`CacheMiss`
         (:meth:`~.connector_core.ScalingService.poll_from_cache`): :meth:`answer_async` tries it on the
-        event loop before handing the poll to a reader thread."""
+        event loop before handing the poll to a reader thread. ``at_deadline(meta, error)`` words the
+        failure of a node whose deadline passed while its backend did not answer
+        (:meth:`~.connector_core.ScalingService.failed_at_deadline`); it must not block."""
         self._poll = poll
         self._unsent = unsent
         self._from_cache = from_cache
+        self._at_deadline = at_deadline
         self._lock = threading.RLock()  # a read done before add_done_callback calls back at once
         self._reading: Dict[bytes, "Future[Poll]"] = {}
         self._last: "OrderedDict[bytes, Poll]" = OrderedDict()
@@ -97,7 +101,7 @@ class PollDesk:
     def of(cls, service: ScalingService) -> "PollDesk":
         """The desk answering ``service``'s polls: read by it, from its caches where they can answer, and
         a node whose change is still unsent answered as it says."""
-        return cls(service.poll, service.unsent_answer, service.poll_from_cache)
+        return cls(service.poll, service.unsent_answer, service.poll_from_cache, service.failed_at_deadline)
 
     def answer(self, meta: ScalingMetadata, budget: Optional[float] = None) -> Poll:
         """The poll's answer within ``budget`` seconds (default :func:`call_budget`); never raises. The
@@ -209,7 +213,8 @@ class PollDesk:
             return unsent
         if time.time() >= meta.deadline:
             waited = time.time() - meta.started
-            return Poll(FAILED, f"timed out after {waited:.0f}s; {slow}; last known: {known}")
+            timeout = ScalingTimeoutError(f"timed out after {waited:.0f}s; {slow}; last known: {known}", cluster=meta.cluster)
+            return Poll(FAILED, str(self._at_deadline(meta, timeout)))
         if last is None:
             return Poll(RUNNING, f"{slow}; reading again ({known})")
         return replace(last, message=f"{slow}; last known: {known}")

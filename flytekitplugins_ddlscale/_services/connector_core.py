@@ -301,6 +301,23 @@ class ScalingService:
         except ScalingError as error:
             return Poll(FAILED, str(error))
 
+    def failed_at_deadline(self, meta: ScalingMetadata, error: ScalingError) -> ScalingError:
+        """``error``, of a node whose deadline passed while its backend did not answer, worded as its kind
+        words a failed wait (after a size change: what the change left in place and the command that
+        undoes it), from what this process holds: ``error`` as it is where that would need a request or a
+        backend not open here, so a caller on an event loop is never blocked."""
+        kind = NODE_KINDS.get(meta.task_type)
+        if kind is None:
+            return error
+        try:
+            backend_name, ref = self._creation.served(meta.backend or None, meta.cluster)
+            with shared_reads(SHARED_LINGER, SHARED_MAX_AGE, 0.0, cache_only=True), \
+                    POLL_BACKENDS.backend(backend_name) as backend:
+                return kind.failed(backend, ref, error, meta.target)
+        except (CacheMiss, ScalingError):
+            # The metadata's own fault is the poll's to report; the node ends with what it waited for.
+            return error
+
     def unsent_answer(self, meta: ScalingMetadata, why: str) -> Optional[Poll]:
         """The answer for ``meta`` while the change its create left to the polls is still unsent (the
         backend unavailable: ``why``): RUNNING, sending it again, or FAILED past the node's deadline,
