@@ -174,14 +174,36 @@ import json, os, tempfile
 from pyspark import StorageLevel
 from pyspark.sql import SparkSession
 
-spark = SparkSession.builder.appName("ddlscale-scratch-test").getOrCreate()
+# An application with JVM options of its own, as many set: they must not undo the cluster's.
+spark = (SparkSession.builder.appName("ddlscale-scratch-test")
+         .config("spark.driver.extraJavaOptions", "-Dddlscale.app.option=driver")
+         .config("spark.executor.extraJavaOptions", "-Dddlscale.app.option=executor").getOrCreate())
 sc = spark.sparkContext
+
+
+def executor_jvm_options(_):
+    # A Python task runs under its executor's JVM: the first java process among its ancestors.
+    pid = os.getppid()
+    while pid > 1:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            args = [a.decode() for a in cmdline.read().split(b"\\0") if a]
+        if args and os.path.basename(args[0]) == "java":
+            return [a for a in args if a.startswith(("-Djava.io.tmpdir=", "-Dddlscale.app.option="))]
+        with open(f"/proc/{pid}/stat") as stat:
+            pid = int(stat.read().rsplit(")", 1)[1].split()[1])
+    return ["no executor JVM found"]
+
+
 # A shuffle, and blocks kept on disk: what executors write to their local folders.
 pairs = sc.parallelize(range(20000), 4).map(lambda x: (x % 13, x)).persist(StorageLevel.DISK_ONLY)
 counted = pairs.reduceByKey(lambda a, b: a + b).count()
 executors = sorted(set(pairs.mapPartitions(lambda _: [os.environ.get("SPARK_LOCAL_DIRS", "")]).collect()))
-driver = [sc.getConf().get("spark.local.dir", tempfile.gettempdir()), sc._jvm.System.getProperty("java.io.tmpdir")]
+executor_options = sc.parallelize(range(4), 4).mapPartitions(lambda part: [tuple(executor_jvm_options(part))]).collect()
+system = sc._jvm.System
+driver = [sc.getConf().get("spark.local.dir", tempfile.gettempdir()), system.getProperty("java.io.tmpdir")]
 print(json.dumps({"counted": counted, "executors": executors, "driver": driver,
+                  "app_option": system.getProperty("ddlscale.app.option"),
+                  "executor_options": sorted(set(executor_options)),
                   "tmp": sorted(os.listdir(tempfile.gettempdir()))}))
 spark.stop()
 """
@@ -206,6 +228,12 @@ def test_no_spark_process_of_a_local_cluster_keeps_files_where_other_users_can_l
     private = str(shared.state.resolve()) + os.sep
     folders = [f for joined in seen["executors"] for f in joined.split(",")] + seen["driver"]
     assert seen["executors"] and [f for f in folders if not f.startswith(private)] == []
+    # The application's own JVM options are kept, after the cluster's temporary folder, in both JVMs.
+    assert seen["app_option"] == "driver"
+    assert seen["executor_options"], seen
+    for options in seen["executor_options"]:
+        assert options[-1] == "-Dddlscale.app.option=executor", options
+        assert [o for o in options if o.startswith("-Djava.io.tmpdir=" + private)], options
     appeared = set(seen["tmp"]) | set(os.listdir(tempfile.gettempdir()))
     assert sorted(n for n in appeared - before if n.startswith(SPARK_TEMPORARY)) == []
     for proc in [shared.record().scheduler, *(w.proc for w in shared.record().workers)]:

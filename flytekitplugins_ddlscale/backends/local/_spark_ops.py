@@ -212,7 +212,9 @@ def app_properties(
     remaining ones; the cluster's ``secret`` authenticates it (:func:`auth_properties`: the file is
     0600 in the cluster's private folder, so only its owner's applications can read it); the driver
     and the executors keep their scratch space and temporary files in the cluster's private
-    ``scratch`` (Spark makes them readable by every user, under /tmp by default).
+    ``scratch`` (Spark makes them readable by every user, under /tmp by default). That JVM option is
+    a default option (Spark puts it before the application's own ``extraJavaOptions``), so an
+    application that sets its own JVM options keeps it.
     """
     return {
         "spark.master": master_url,
@@ -223,8 +225,8 @@ def app_properties(
         "spark.decommission.enabled": "true",
         "spark.storage.decommission.enabled": "true",
         "spark.local.dir": str(scratch),
-        "spark.driver.extraJavaOptions": scratch_option(scratch),
-        "spark.executor.extraJavaOptions": scratch_option(scratch),
+        "spark.driver.defaultJavaOptions": scratch_option(scratch),
+        "spark.executor.defaultJavaOptions": scratch_option(scratch),
         **auth_properties(secret),
     }
 
