@@ -16,7 +16,9 @@ cluster's last new worker Ready (same clock). Lag (connector): the first
 Ready moment and the start of that poll, i.e. the lag of the answer itself,
 not the wait for Flyte's next poll (a ``get`` that started after the Ready
 moment but still answered RUNNING counts from the Ready moment). Peak RSS is
-the child's alone; open watches and requests are counted by the server.
+the child's alone; open watches and requests are counted by the server. The
+shared connector lane also writes every execution's polls and its cluster's
+moments to ``<name>_polls.json.gz`` beside the result, to re-read a figure.
 
 ``server="envtest"`` (benchmark ``fleet_k8s_envtest``) runs the shared-design
 lanes (backend and connector) against a real kube-apiserver with etcd
