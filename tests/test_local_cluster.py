@@ -29,6 +29,7 @@ from flytekitplugins_ddlscale.backends.local import LocalBackend, _procs as proc
 from flytekitplugins_ddlscale.backends.local._dask_watch import WORKERS_FILE
 from tests.test_local_support import (  # noqa: F401
     backend,
+    descriptor_targets,
     local_state,
     processes_mentioning,
     scheduler_workers,
@@ -350,9 +351,7 @@ def test_a_head_that_exits_while_starting_is_started_once_more(backend, freed_af
 def _descriptors(pid: int) -> set:
     """What process ``pid``'s descriptors 3 and up point at (files, sockets, pipes; not the anonymous
     inode every epoll instance shares)."""
-    folder = f"/proc/{pid}/fd"
-    targets = {os.readlink(f"{folder}/{fd}") for fd in os.listdir(folder) if int(fd) > 2}
-    return {target for target in targets if not target.startswith("anon_inode:")}
+    return {target for fd, target in descriptor_targets(pid).items() if fd > 2 and not target.startswith("anon_inode:")}
 
 
 @pytest.mark.skipif(not procs.FORKING, reason="a head forks workers on Linux only")

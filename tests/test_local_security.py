@@ -34,7 +34,7 @@ import pytest
 from flytekitplugins_ddlscale import ClusterRef, InvalidInputError
 from flytekitplugins_ddlscale.backends.local import LocalBackend
 from flytekitplugins_ddlscale.backends.local._process_env import cluster_environment
-from tests.test_local_support import SMALL_TIERS, processes_mentioning
+from tests.test_local_support import SMALL_TIERS, descriptor_targets, processes_mentioning
 
 SECRET_NAME = "DDLSCALE_TEST_SERVICE_API_KEY"
 SECRET = "s3cret-value-that-must-stay-home-7f3a"
@@ -153,8 +153,8 @@ def listeners(pids: Set[int]) -> List[Tuple[int, str, str]]:
     for pid in pids:
         try:
             command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:120]
-            links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
-        except (FileNotFoundError, ProcessLookupError):
+            links = list(descriptor_targets(pid).values())
+        except (FileNotFoundError, ProcessLookupError):  # the process is gone
             continue
         for link in links:
             if link.startswith("socket:[") and int(link[8:-1]) in listening:

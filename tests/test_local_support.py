@@ -4,6 +4,7 @@ Every fixture tears its clusters down and then checks, by scanning /proc,
 that no process started for the test's state directory is still running,
 and that no thread was left behind in the test process.
 """
+import os
 import threading
 import time
 from pathlib import Path
@@ -26,6 +27,22 @@ tiers:
     memory: 1Gi
     restrictTo: [ray]
 """
+
+
+def descriptor_targets(pid: int) -> Dict[int, str]:
+    """What each open descriptor of live process ``pid`` points at, by number (``/proc/<pid>/fd``).
+
+    A descriptor the process closes between the listing and its read is left out (it points at nothing
+    by then); a process that is gone raises :class:`FileNotFoundError`."""
+    folder = Path(f"/proc/{pid}/fd")
+    targets = {}
+    for entry in folder.iterdir():
+        try:
+            targets[int(entry.name)] = os.readlink(entry)
+        except FileNotFoundError:
+            if not folder.exists():
+                raise
+    return targets
 
 
 def wait_dead(proc, timeout: float = 10.0) -> None:
