@@ -291,11 +291,12 @@ def _connector_lane(plan: Plan, tree: Optional[Path], workdir: Path, envtest: An
                 after_cache.append(_answer_lag(execution["polls"], execution["cached"]))
                 if execution["polls"][0][0] < execution["cached"]:
                     polled_before.append(after_cache[-1])
-                answer = next(p for p in execution["polls"] if p[2])
-                if len(answer) >= 6:  # the CPU the answering poll took (its loop's thread, the process), its path
-                    after_cache_cpu["loop"].append(answer[3])
-                    after_cache_cpu["process"].append(answer[4])
-                    waited[bool(answer[5])].append(after_cache[-1])
+                # The CPU the answering poll took (its loop's thread, the process) and its path.
+                _began, _returned, _done, loop_cpu, process_cpu, was_handed_off = next(
+                    p for p in execution["polls"] if p[2])
+                after_cache_cpu["loop"].append(loop_cpu)
+                after_cache_cpu["process"].append(process_cpu)
+                waited[bool(was_handed_off)].append(after_cache[-1])
         summary = _lane_summary(server, report, failure, lags, errors, time.time() - launched, launched)
         if client_lags:
             # The same answer lag counted from when the API server accepted the last Ready write.
