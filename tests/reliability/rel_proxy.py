@@ -37,6 +37,8 @@ class FaultProxy:
         self._tls = tls
         self._lock = threading.Lock()
         self._listener: Optional[socket.socket] = None
+        self._held: Optional[socket.socket] = None
+        """The port, bound but not listening, while the proxy is down."""
         self._accept_thread: Optional[threading.Thread] = None
         self._pipes: List[threading.Thread] = []
         self._open: List[socket.socket] = []
@@ -66,9 +68,9 @@ class FaultProxy:
 
     def start(self) -> "FaultProxy":
         """Listen on an ephemeral port (or the same port again after :meth:`go_down`)."""
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
+        listener, self._held = self._held, None
+        if listener is None:
+            listener = self._bound(self.port)
         listener.listen(64)
         self.port = listener.getsockname()[1]
         self._stopping.clear()
@@ -77,11 +79,25 @@ class FaultProxy:
         self._accept_thread.start()
         return self
 
-    def go_down(self) -> None:
-        """Stop listening and cut every open connection: clients now get 'connection refused'."""
+    @staticmethod
+    def _bound(port: int, reuse_addr: bool = True) -> socket.socket:
+        # SO_REUSEPORT lets a second, non-listening socket hold the port while the listener closes. That
+        # one leaves SO_REUSEADDR off: with it, any other SO_REUSEADDR socket could bind beside it.
+        bound = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if reuse_addr:
+            bound.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        bound.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        bound.bind(("127.0.0.1", port))
+        return bound
+
+    def go_down(self, hold_port: bool = True) -> None:
+        """Stop listening and cut every open connection: clients now get 'connection refused'. The port
+        stays bound (not listening) until :meth:`come_up`, so no other socket can take it meanwhile."""
         self._stopping.set()
         listener, self._listener = self._listener, None
         if listener is not None:
+            if hold_port and self._held is None:
+                self._held = self._bound(self.port, reuse_addr=False)
             listener.close()
         if self._accept_thread is not None:
             self._accept_thread.join(5)
@@ -100,8 +116,11 @@ class FaultProxy:
         self.up_at = time.monotonic()
 
     def stop(self) -> None:
-        """Stop listening, cut connections and join every proxy thread."""
-        self.go_down()
+        """Stop listening, cut connections, free the port and join every proxy thread."""
+        self.go_down(hold_port=False)
+        held, self._held = self._held, None
+        if held is not None:
+            held.close()
         for pipe in list(self._pipes):
             pipe.join(5)
 
