@@ -176,6 +176,15 @@ def _boot_clock() -> float:
     return time.clock_gettime(boottime) if boottime is not None else time.monotonic()
 
 
+ClockReading = Tuple[float, float, float]
+"""The monotonic, boot-time and wall clocks read at one moment (:func:`read_clocks`)."""
+
+
+def read_clocks() -> ClockReading:
+    """The three clocks :class:`HolderClock` counts by, read now."""
+    return time.monotonic(), _boot_clock(), time.time()
+
+
 class HolderClock:
     """How long since a holder last renewed its claim, as the holder itself can tell.
 
@@ -185,16 +194,20 @@ class HolderClock:
     time (what other processes judge the lease by; a clock set forward only
     makes the holder check sooner). A holder that finds this past its lease
     may have lost its claim, whatever its own schedule said.
+
+    A holder marks a renewal with the clocks read *before* it sent the
+    request: it may be stopped after the record was written and before the
+    answer is handled, and that stop counts against the lease.
     """
 
-    def __init__(self) -> None:
-        self.mark()
+    def __init__(self, since: Optional[ClockReading] = None) -> None:
+        self.mark(since)
 
-    def mark(self) -> None:
-        """The claim was renewed (or made) now."""
-        self._marks = (time.monotonic(), _boot_clock(), time.time())
+    def mark(self, at: Optional[ClockReading] = None) -> None:
+        """The claim was renewed (or made) by a request sent at ``at`` (:func:`read_clocks`; None: now)."""
+        self._marks = at if at is not None else read_clocks()
 
     def since(self) -> float:
-        """Seconds since :meth:`mark` on the clock that counts the most."""
+        """Seconds since the last mark on the clock that counts the most."""
         mono, boot, wall = self._marks
         return max(time.monotonic() - mono, _boot_clock() - boot, time.time() - wall)

@@ -1,7 +1,11 @@
-"""The phase monitor never re-adds a claim after its phase has ended, even when a read hangs."""
+"""The phase monitor never re-adds a claim after its phase has ended, even when a read hangs; a holder
+stopped after its request was written counts the stop against its lease."""
 import threading
 import time
+from typing import Callable, Optional
 
+from flytekitplugins_ddlscale._core.leases import read_clocks
+from flytekitplugins_ddlscale._core.records import Claim
 from flytekitplugins_ddlscale._services.hold.monitor import PhaseMonitor
 from flytekitplugins_ddlscale.refs import ClusterRef
 from flytekitplugins_ddlscale._core.timeline import WorkerTimeline
@@ -36,3 +40,88 @@ def test_a_read_in_flight_when_the_phase_ends_does_not_re_add_the_claim(scaler_s
         monitor.stop(timeout=5)
         _wait_for_thread_end("ddlscale-phase-mon", timeout=5)
     assert scaler_backend.claims(ref) == {}
+
+
+LEASE = 3.0
+"""A short lease (renewed every second), so a stand-in stop outlives it within a few seconds."""
+
+
+def _until(what: str, check: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"never saw {what} within {timeout}s"
+        time.sleep(0.02)
+
+
+def _drop_lapsed(backend, ref: ClusterRef) -> None:
+    """Another phase comes and goes: its claim drops every lapsed claim from the record, as in the field."""
+    _until("the stopped holder's claim lapse", lambda: backend.claims(ref) == {})
+    backend.claim(ref, "other", 1)
+    backend.release(ref, "other")
+
+
+class StoppedAfterFirstRenewal:
+    """The real backend, whose caller stops (as by SIGSTOP) right after its first renewal is written:
+    the renewal returns only once :attr:`resume` is set."""
+
+    def __init__(self, backend) -> None:
+        self._backend = backend
+        self.written = threading.Event()
+        self.resume = threading.Event()
+
+    def __getattr__(self, name: str):
+        return getattr(self._backend, name)
+
+    def renew(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
+        renewed = self._backend.renew(ref, claim_id)
+        if not self.written.is_set():
+            self.written.set()
+            assert self.resume.wait(60), "the test never resumed the stopped renewal"
+        return renewed
+
+
+def _reclaimed_or_given_up(monitor: PhaseMonitor, backend, ref: ClusterRef) -> None:
+    """Wait for the monitor's verdict on its dropped claim: claimed again, or reported as dropped on time
+    (which it never claims again, so the verdict stays)."""
+    _until("the monitor claim again or give its claim up",
+           lambda: "phase-a" in backend.claims(ref) or (monitor.lost or "").endswith("ends every phase)"))
+    assert monitor.lost is None, monitor.lost
+    assert backend.claims(ref)["phase-a"].replicas == 3
+
+
+def test_a_holder_stopped_after_its_renewal_was_written_counts_the_stop(scaler_server, scaler_backend):
+    """The renewal reached the record, then the holder stopped past its lease and another phase dropped the
+    lapsed claim: on running again it claims again (the lease ran out), not "dropped while renewed on time"
+    (which would leave the phase running without its workers held)."""
+    scaler_server.add_cluster("ray", "stop", replicas=1, max_replicas=4)
+    ref = ClusterRef("ray", "stop")
+    backend = StoppedAfterFirstRenewal(scaler_backend)
+    scaler_backend.claim(ref, "phase-a", 3, lease_seconds=LEASE)
+    monitor = PhaseMonitor(backend, ref, "phase-a", LEASE, WorkerTimeline(), replicas=3)
+    monitor.start()
+    try:
+        assert backend.written.wait(30), "the monitor never renewed its claim"
+        _drop_lapsed(scaler_backend, ref)
+        backend.resume.set()
+        _reclaimed_or_given_up(monitor, scaler_backend, ref)
+    finally:
+        backend.resume.set()
+        monitor.stop(timeout=5)
+        scaler_backend.release(ref, "phase-a")
+
+
+def test_a_holder_stopped_between_its_claim_and_its_monitor_counts_the_stop(scaler_server, scaler_backend):
+    """The claim was written, then the holder stopped past its lease before its monitor started: the
+    monitor counts from when the claim was sent (``claimed_at``), so it claims again."""
+    scaler_server.add_cluster("ray", "early", replicas=1, max_replicas=4)
+    ref = ClusterRef("ray", "early")
+    claim_sent = read_clocks()
+    scaler_backend.claim(ref, "phase-a", 3, lease_seconds=LEASE)
+    _drop_lapsed(scaler_backend, ref)
+    monitor = PhaseMonitor(scaler_backend, ref, "phase-a", LEASE, WorkerTimeline(), replicas=3, claimed_at=claim_sent)
+    monitor.start()
+    try:
+        _reclaimed_or_given_up(monitor, scaler_backend, ref)
+    finally:
+        monitor.stop(timeout=5)
+        scaler_backend.release(ref, "phase-a")

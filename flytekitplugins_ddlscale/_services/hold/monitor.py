@@ -39,7 +39,7 @@ from typing import Callable, List, Optional
 
 from ...backends._base import ClusterBackend
 from ...errors import ClusterNotFoundError
-from ..._core.leases import HolderClock, renew_interval
+from ..._core.leases import ClockReading, HolderClock, read_clocks, renew_interval
 from ..._core.claimrules import largest_claim
 from ...refs import ClusterRef
 from ..._core.timeline import WorkerTimeline, observed_workers
@@ -73,6 +73,7 @@ class PhaseMonitor:
         on_fault: Optional[Callable[[Fault], None]] = None,
         clock: Callable[[], float] = time.monotonic,
         replicas: Optional[int] = None,
+        claimed_at: Optional[ClockReading] = None,
     ) -> None:
         self._backend = backend
         self._ref = ref
@@ -80,8 +81,10 @@ class PhaseMonitor:
         self._replicas = replicas
         """What the claim asks for, to claim again after it lapsed (None: never claim again)."""
         self._lease = lease_seconds
-        self._held = HolderClock()
-        """Time since the claim was last made or renewed, as this process can tell after a stop."""
+        self._held = HolderClock(claimed_at)
+        """Time since the claim was last made or renewed (counted from when that request was sent, a
+        :func:`read_clocks` reading passed as ``claimed_at`` for the claim; None: now), as this process
+        can tell after a stop."""
         self._renew_every = renew_interval(lease_seconds)
         self._timeline = timeline
         self._tier = worker_hw_tier
@@ -191,8 +194,9 @@ class PhaseMonitor:
 
     def _renew(self) -> None:
         late = self._held.since()
+        sent = read_clocks()
         if self._backend.renew(self._ref, self._claim_id) is not None:
-            self._held.mark()
+            self._held.mark(sent)
             return
         self._claim_lost(late)
 
@@ -229,10 +233,11 @@ class PhaseMonitor:
         """Claim the lapsed claim again and bring the cluster back to its size; a claim that fails (an
         outage) is tried again at the next renewal tick."""
         assert self._replicas is not None
+        sent = read_clocks()
         self._backend.claim(
             self._ref, self._claim_id, self._replicas, self._tier, timeout=REASSERT_TIMEOUT, lease_seconds=self._lease
         )
-        self._held.mark()
+        self._held.mark(sent)
         self.lost, self._reclaim = None, False
         logger.warning(
             "phase %s: claimed %s again (at least %d workers); bringing the cluster back to its size",

@@ -45,6 +45,7 @@ from ...backends import get_backend
 from ...backends._base import ClusterBackend
 from ..._core.deck import publish_deck, render_html
 from ..._core.environ import environ_set
+from ..._core.leases import read_clocks
 from ..connecting import connection_variables
 from ...errors import (
     ClusterFaultError,
@@ -217,6 +218,7 @@ class ClusterPhase:
                 f"backend {backend.name!r} cannot change the head tier; drop head_hw_tier or use kubernetes",
                 cluster=str(self.ref),
             )
+        claim_sent = read_clocks()
         self.claim = backend.claim(
             self.ref, self.claim_id, s.replicas, s.worker_hw_tier, timeout=max(deadline.remaining, 0.1),
             lease_seconds=s.lease_seconds,
@@ -225,7 +227,7 @@ class ClusterPhase:
         self._monitor = PhaseMonitor(
             backend, self.ref, self.claim_id, s.lease_seconds, self.timeline,
             worker_hw_tier=s.worker_hw_tier, sample_interval=s.sample_interval,
-            fail_on_fault=s.fail_on_fault, on_fault=self._stop_body, replicas=s.replicas,
+            fail_on_fault=s.fail_on_fault, on_fault=self._stop_body, replicas=s.replicas, claimed_at=claim_sent,
         )
         self._monitor.start()
         pause_point("claimed")
