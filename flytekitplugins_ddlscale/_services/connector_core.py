@@ -227,7 +227,7 @@ class ScalingService:
         config = node_config(kind.config, custom)
         given = kind.given(config, values)
         try:
-            return self._metadata(kind, config, kind.create(self._creation, config, given))
+            return self._metadata(kind, config, *self._sent_with_version(kind, config, given))
         except UnconfirmedChangeError as error:
             logger.info("a %s may have been sent unconfirmed: %s", task_type, error)
             return ScalingMetadata.refused(task_type, error)
@@ -247,16 +247,24 @@ class ScalingService:
             started=now, deadline=now + config.timeout, outcome="{}", pending=pending,
         )
 
+    def _sent_with_version(self, kind: NodeKind, config: Any, given: Mapping[str, Any]) -> Tuple[Sent, str]:
+        """``kind``'s create sent, and the version of the cluster's object it left (the backend's
+        ``version_seen``: the polls of another connector replica trust their cache from there)."""
+        sent = kind.create(self._creation, config, given)
+        with POLL_BACKENDS.backend(self.policy.backend(config.backend)) as backend:
+            return sent, backend.version_seen(sent.cluster)
+
     @staticmethod
-    def _metadata(kind: NodeKind, config: Any, sent: Sent) -> ScalingMetadata:
-        """What the polls of a node of ``kind`` configured as ``config`` need after ``create`` sent ``sent``."""
+    def _metadata(kind: NodeKind, config: Any, sent: Sent, cluster_version: str) -> ScalingMetadata:
+        """What the polls of a node of ``kind`` configured as ``config`` need after ``create`` sent ``sent``,
+        leaving the cluster's object at ``cluster_version`` (:meth:`_sent_with_version`)."""
         now = time.time()
         outcome = sent.outcome if isinstance(sent.outcome, dict) else asdict(sent.outcome)
         return ScalingMetadata(
             task_type=kind.task_type, cluster=str(sent.cluster), backend=config.backend or "", target=sent.target,
             started=now, deadline=now + config.timeout, outcome=json.dumps(outcome),
             framework_ready=sent.framework_ready, framework_url=sent.framework_url, awaits=sent.awaits,
-            restart=sent.restart,
+            restart=sent.restart, cluster_version=cluster_version,
         )
 
     def poll(self, meta: ScalingMetadata) -> Poll:
@@ -313,6 +321,8 @@ class ScalingService:
             backend_name, ref = self._creation.served(meta.backend or None, meta.cluster)
             with shared_reads(SHARED_LINGER, SHARED_MAX_AGE, 0.0, cache_only=True), \
                     POLL_BACKENDS.backend(backend_name) as backend:
+                if meta.cluster_version:
+                    backend.expect_version(ref, meta.cluster_version)
                 return kind.failed(backend, ref, error, meta.target)
         except (CacheMiss, ScalingError):
             # The metadata's own fault is the poll's to report; the node ends with what it waited for.
@@ -355,7 +365,7 @@ class ScalingService:
         config = node_config(kind.config, custom)
         if time.time() >= meta.deadline:
             raise _NeverSent("no send went through before it")
-        sent = self._metadata(kind, config, kind.create(self._creation, config, kind.given(config, values)))
+        sent = self._metadata(kind, config, *self._sent_with_version(kind, config, kind.given(config, values)))
         sent = replace(sent, started=meta.started, deadline=meta.deadline)
         logger.info("%s of %s sent after a backend outage", kind.change, meta.cluster)
         with self._sent_lock:
@@ -388,6 +398,9 @@ class ScalingService:
             if cache_only and not backend.capabilities.answers_from_cache:
                 raise CacheMiss(f"the {backend.name} backend's reads may block")
             self._creation.check_opened(backend, ref, meta.framework_url)
+            if meta.cluster_version:
+                # The create may have been another replica's: this process's cache may not hold its write yet.
+                backend.expect_version(ref, meta.cluster_version)
             try:
                 if restart is not None:
                     done, state = backend.head_restarted(ref, restart)

@@ -24,6 +24,9 @@ from .nodes.registry import NODE_KINDS
 MAX_META_BYTES = 64 * 1024
 """Largest resource metadata read back: ``create`` writes well under 4 KB (names and URLs are bounded)."""
 
+MAX_VERSION_CHARS = 64
+"""Longest cluster version read back (a Kubernetes resourceVersion is an etcd revision: about 10 digits)."""
+
 _TYPE_WORDS = {int: "an integer", float: "a finite number", str: "a string", bool: "true or false"}
 
 
@@ -55,6 +58,10 @@ class ScalingMetadata(ResourceMeta):
     pending: str = ""
     """JSON of the change ``create`` could not send for a backend outage (``{"custom": the node's
     configuration, "inputs": its inputs}``), which the polls send; '' once ``create`` sent it."""
+    cluster_version: str = ""
+    """The version of the cluster's object as ``create`` left it (the backend's ``version_seen``; '' where
+    it keeps none): a connector replica other than the one that created the node answers its polls
+    from a cache only once the cache holds that version, never from before the change."""
 
     @classmethod
     def refused(cls, task_type: str, error: ScalingError) -> "ScalingMetadata":
@@ -82,6 +89,7 @@ class ScalingMetadata(ResourceMeta):
                     raise InvalidInputError(f"resource_meta.{f.name}", None, "the value create returned (required)")
             if values.get("awaits", AWAIT_WORKERS) not in AWAITS:
                 raise InvalidInputError("resource_meta.awaits", values["awaits"], ", ".join(AWAITS))
+            _check_version(values.get("cluster_version", ""))
             return cls(**values)
         except ScalingError as error:
             return cls.refused(str(raw.get("task_type", "")) if isinstance(raw, dict) else "", error)
@@ -142,6 +150,16 @@ class ScalingMetadata(ResourceMeta):
         return RestartResult(
             cluster=self.cluster, pod=values["pod"], started_at=values["started_at"], ready=False, final=None,  # type: ignore[arg-type]
             waited=False, head_hw_tier=values["head_hw_tier"] or None, replaced_uid=values["replaced_uid"],
+        )
+
+
+def _check_version(version: str) -> None:
+    """A cluster version as a backend gives one (a resourceVersion: opaque, short, printable ASCII without
+    spaces), else :class:`InvalidInputError` naming the field."""
+    if len(version) > MAX_VERSION_CHARS or not all("!" <= char <= "~" for char in version):
+        raise InvalidInputError(
+            "resource_meta.cluster_version", version[:MAX_VERSION_CHARS + 1],
+            f"'' or the version create returned (at most {MAX_VERSION_CHARS} printable ASCII characters, no spaces)",
         )
 
 

@@ -268,6 +268,20 @@ class ClusterBackend(Closing, abc.ABC):
             )
         return self._head_restarted(ref, restart)
 
+    def version_seen(self, ref: ClusterRef) -> str:
+        """The version of ``ref``'s cluster object as this process last wrote or read it from the server,
+        or '' where the backend keeps no versions (then :meth:`expect_version` is never needed). Another
+        process given it (a connector replica polling a node this one created) passes it to
+        :meth:`expect_version`."""
+        self._served(ref)
+        return ""
+
+    def expect_version(self, ref: ClusterRef, version: str) -> None:
+        """From now on answer reads of ``ref`` from a cache only once it holds ``version``
+        (:meth:`version_seen` of another process) or later; until then they go to the server.
+        Nothing to do where the backend keeps no cache that another process's write could leave behind."""
+        self._served(ref)
+
     def in_place_error(
         self, ref: ClusterRef, error: ScalingError, desired: int, *, restoring: bool, found: Optional[int] = None
     ) -> ScalingError:

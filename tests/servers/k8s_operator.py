@@ -73,6 +73,8 @@ class SimulatedOperator:
         """(namespace, cluster) of Dask schedulers the operator cannot reach."""
         self.dask_held: Set[Tuple[str, str]] = set()
         """(namespace, cluster) of DaskClusters the Dask operator has not reconciled yet."""
+        self.held: Set[Tuple[str, str]] = set()
+        """(namespace, cluster) of Domino clusters whose operator acts on nothing for now (busy or down)."""
         self._last_created: Dict[Tuple[str, str], float] = {}
         self._dirty: Set[ClusterKey] = set()
         self._timers: List[Tuple[float, ClusterKey]] = []
@@ -121,6 +123,12 @@ class SimulatedOperator:
     def set_dask_operator_held(self, namespace: str, cluster: str, held: bool) -> None:
         with self.server.changed:
             (self.dask_held.add if held else self.dask_held.discard)((namespace, cluster))
+            self._dirty.update(k for k in self._clusters())
+            self.server.changed.notify_all()
+
+    def set_operator_held(self, namespace: str, cluster: str, held: bool) -> None:
+        with self.server.changed:
+            (self.held.add if held else self.held.discard)((namespace, cluster))
             self._dirty.update(k for k in self._clusters())
             self.server.changed.notify_all()
 
@@ -213,6 +221,8 @@ class SimulatedOperator:
         plural, namespace, name = key
         if plural not in _BY_PLURAL:
             oss_operators.reconcile(self, key, now)
+            return
+        if (namespace, name) in self.held:
             return
         info = _BY_PLURAL[plural]
         obj = self.server.lookup(plural, namespace, name)

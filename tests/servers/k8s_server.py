@@ -519,6 +519,11 @@ class K8sTestServer:
         nothing for it (no default worker group, no pods), as an operator that is slow, busy or down."""
         self.operator.set_dask_operator_held(namespace, cluster, held)
 
+    def set_operator_held(self, cluster: str, held: bool, namespace: str = "domino-compute") -> None:
+        """Whether the operator of the Domino cluster ``cluster`` acts on nothing for now (busy or down):
+        while held, a changed size starts or removes no pod; released, it catches up."""
+        self.operator.set_operator_held(namespace, cluster, held)
+
     def inject_fault(
         self,
         cluster: str,

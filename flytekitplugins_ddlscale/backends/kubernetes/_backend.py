@@ -57,11 +57,13 @@ from .._base import BackendCapabilities, Change, ClusterBackend, WorkersWait
 from ._api import Conflict, KubeApi
 from ._client import make_api_client, tier_catalog_from_env
 from ._informer import (
-    WAIT_LINGER, Resource, cache_lacks, cached_object, cached_pods, hold, matches, note_version, parse_selector,
+    WAIT_LINGER, Resource, cache_lacks, cached_object, cached_pods, expect_version, hold, matches, note_version,
+    parse_selector,
 )
 from ._podwatch import PodWaiter
 from ._resources import Outcome, ResourceAdapter, adapter_for
 from ._resources.base import NotCreatedYet, mark_idle
+from ._versions import VersionsSeen
 from ._spec import decode_record, encode_record, pod_labels, pod_ready, pod_terminating
 
 RAY_DASHBOARD = "http://{name}-head-svc.{namespace}.svc:8265"
@@ -170,6 +172,7 @@ class KubernetesBackend(ClusterBackend):
         self._tiers_file = tiers_file
         self._api: Optional[KubeApi] = None
         self._lock = threading.Lock()
+        self._versions = VersionsSeen()
 
     # -- plumbing ----------------------------------------------------------
     @property
@@ -206,8 +209,26 @@ class KubernetesBackend(ClusterBackend):
         except ClusterNotFoundError:
             adapter.explain_missing(ref, self._ns(ref), self.api, deadline)
             raise
-        note_version(self.api, self._ns(ref), self._resource(ref), adapter.object_name(ref), obj)
+        self._noted(ref, adapter.plural, adapter.object_name(ref), obj)
         return obj
+
+    def _noted(self, ref: ClusterRef, plural: str, name: str, obj: Dict[str, Any]) -> None:
+        """This process wrote ``obj`` (a patch's answer) or read it from the server: the shared cache must
+        not answer for it from before, and :meth:`version_seen` gives its version to another process."""
+        version = note_version(self.api, self._ns(ref), self._resource(ref, plural), name, obj)
+        self._versions.saw((self._ns(ref), plural, name), version)
+
+    def version_seen(self, ref: ClusterRef) -> str:
+        """The resourceVersion of ``ref``'s object holding its size as this process last wrote or read it
+        ('' where it has not, or no longer remembers)."""
+        adapter = self._adapter(self._served(ref))
+        return self._versions.newest((self._ns(ref), adapter.plural, adapter.object_name(ref)))
+
+    def expect_version(self, ref: ClusterRef, version: str) -> None:
+        """The shared cache answers for ``ref``'s object holding its size only from resourceVersion
+        ``version`` on (another process wrote or read it there); reads before go to the API server."""
+        adapter = self._adapter(self._served(ref))
+        expect_version(self.api, self._ns(ref), self._resource(ref), adapter.object_name(ref), version)
 
     def _resource(self, ref: ClusterRef, plural: Optional[str] = None) -> Resource:
         adapter = self._adapter(ref)
@@ -339,7 +360,7 @@ class KubernetesBackend(ClusterBackend):
             try:
                 after = self.api.patch_cluster(plural, self._ns(ref), name, patch, deadline, adapter.group, adapter.version)
                 # A state read from the cache must not answer from before this write.
-                note_version(self.api, self._ns(ref), self._resource(ref, plural), name, after)
+                self._noted(ref, plural, name, after)
                 return obj, after, True
             except Conflict:
                 conflicts += 1

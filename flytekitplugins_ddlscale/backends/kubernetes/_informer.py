@@ -834,12 +834,21 @@ def _from_cache(
         sub.close(linger)
 
 
-def note_version(api: KubeApi, namespace: str, resource: Resource, name: str, obj: Dict[str, Any]) -> None:
+def note_version(api: KubeApi, namespace: str, resource: Resource, name: str, obj: Dict[str, Any]) -> str:
     """This process wrote ``obj`` (a patch's answer) or read it from the server: the shared cache, if
-    one runs, answers for it only from that version on."""
+    one runs, answers for it only from that version on. Returns the version ('' where ``obj`` has none)."""
     version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+    if version:
+        expect_version(api, namespace, resource, name, version)
+    return version
+
+
+def expect_version(api: KubeApi, namespace: str, resource: Resource, name: str, version: str) -> None:
+    """Object ``name`` is at ``version`` or later on the server (this process, or another one that said
+    so, wrote or read it there): the shared cache, if one runs, answers for it only from then on. An
+    informer started later needs no such note: its first list is read from the server after the write."""
     running = _REGISTRY.find(api, namespace, resource)
-    if running is not None and version:
+    if running is not None:
         running.note(name, version)
 
 
