@@ -44,6 +44,10 @@ class SharedReads:
     cache_only: bool = False
     """Whether a read the shared caches cannot answer raises :class:`CacheMiss` rather than sending or
     waiting (a caller that must not block: an event loop)."""
+    not_before: Optional[float] = None
+    """Wall-clock time (epoch seconds) before which a shared poll result must not have been begun to be
+    reused: a change was sent then, perhaps by another process (a connector replica's create), and a
+    read begun earlier may not show it. None: any result within :attr:`max_age`."""
 
     def deadline(self) -> Optional[Deadline]:
         """A deadline of :attr:`budget` seconds from now (a :class:`ReadBudget`), or None without a budget."""
@@ -63,11 +67,13 @@ _CURRENT: ContextVar[Optional[SharedReads]] = ContextVar("ddlscale_shared_reads"
 
 @contextlib.contextmanager
 def shared_reads(
-    linger: float = 60.0, max_age: float = 1.0, budget: Optional[float] = None, cache_only: bool = False
+    linger: float = 60.0, max_age: float = 1.0, budget: Optional[float] = None, cache_only: bool = False,
+    not_before: Optional[float] = None,
 ) -> Iterator[SharedReads]:
     """Within the block, backend reads may be served by the process's shared watches and polls (and
-    those sent give up after ``budget`` seconds; with ``cache_only``, none is sent: :class:`CacheMiss`)."""
-    policy = SharedReads(linger, max_age, budget, cache_only)
+    those sent give up after ``budget`` seconds; with ``cache_only``, none is sent: :class:`CacheMiss`;
+    a shared poll begun before ``not_before``, epoch seconds, is not reused)."""
+    policy = SharedReads(linger, max_age, budget, cache_only, not_before)
     token = _CURRENT.set(policy)
     try:
         yield policy

@@ -319,7 +319,7 @@ class ScalingService:
             return error
         try:
             backend_name, ref = self._creation.served(meta.backend or None, meta.cluster)
-            with shared_reads(SHARED_LINGER, SHARED_MAX_AGE, 0.0, cache_only=True), \
+            with shared_reads(SHARED_LINGER, SHARED_MAX_AGE, 0.0, cache_only=True, not_before=meta.started), \
                     POLL_BACKENDS.backend(backend_name) as backend:
                 if meta.cluster_version:
                     backend.expect_version(ref, meta.cluster_version)
@@ -394,7 +394,9 @@ class ScalingService:
         restart = meta.sent_restart() if meta.awaits == AWAIT_HEAD else None
         backend_name, ref = self._creation.served(meta.backend or None, meta.cluster)
         budget = float(settings.CONNECTOR_CALL_BUDGET.value())
-        with shared_reads(SHARED_LINGER, SHARED_MAX_AGE, budget, cache_only), POLL_BACKENDS.backend(backend_name) as backend:
+        # A shared read begun before the create's change (perhaps another replica's) must not answer for it.
+        sharing = shared_reads(SHARED_LINGER, SHARED_MAX_AGE, budget, cache_only, not_before=meta.started)
+        with sharing, POLL_BACKENDS.backend(backend_name) as backend:
             if cache_only and not backend.capabilities.answers_from_cache:
                 raise CacheMiss(f"the {backend.name} backend's reads may block")
             self._creation.check_opened(backend, ref, meta.framework_url)

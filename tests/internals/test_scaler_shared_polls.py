@@ -253,3 +253,69 @@ def test_shared_status_reads_give_up_at_their_budget_while_the_service_hangs(sca
         finally:
             scaler_server.resume()
         assert len(outcomes) == 5 and all(isinstance(o, TransientError) for o in outcomes), outcomes
+
+
+def test_a_shared_read_begun_before_another_process_s_change_is_not_reused(scaler_server, tmp_path):
+    """A connector replica's create scales the cluster; this process's shared read from before is still
+    within its age, and nothing here hears of the change: a poll reading from the create's time on
+    (``not_before``) reads the service again."""
+    import httpx
+
+    scaler_server.add_cluster("ray", "other", replicas=1, max_replicas=4)
+    ref = ClusterRef("ray", "other")
+    with make(scaler_server, tmp_path) as backend:
+        with shared_reads(max_age=60.0):
+            assert backend.get_state(ref).desired_workers == 1
+        # Another process's write: this process's shared polls are not told.
+        answer = httpx.patch(f"{scaler_server.url}/ddl_cluster_scaler/scale/rayclusters/other", json={"replicas": 3},
+                             headers={"X-Domino-Api-Key": DEFAULT_API_KEY})
+        assert answer.status_code == 200, answer.text
+        changed = time.time()
+        scaler_server.clear_requests()
+        with shared_reads(max_age=60.0):
+            assert backend.get_state(ref).desired_workers == 1  # the read from before, as shared reads allow
+        assert cluster_gets(scaler_server) == []
+        with shared_reads(max_age=60.0, not_before=changed):
+            assert backend.get_state(ref).desired_workers == 3
+            assert backend.get_state(ref).desired_workers == 3  # that new read is shared from then on
+        assert len(cluster_gets(scaler_server)) == 1
+
+
+class WaitingDeadline(Deadline):
+    """A deadline that says when its reader asks how long it may wait (it is about to wait on a fetch)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(seconds)
+        self.asked = threading.Event()
+
+    @property
+    def remaining(self) -> float:
+        self.asked.set()
+        return super().remaining
+
+
+def test_a_reader_does_not_join_a_fetch_begun_before_its_not_before():
+    polls = SharedPolls()
+    gate, calls = threading.Event(), []
+
+    def old_read():
+        calls.append("old")
+        gate.wait(5)
+        return "before"
+
+    first = threading.Thread(target=lambda: polls.read("k", old_read, 60.0, Deadline(5)))
+    first.start()
+    while not calls:
+        time.sleep(0.01)
+    changed = time.time()
+    results, joining = {}, WaitingDeadline(5)
+    joiner = threading.Thread(target=lambda: results.update(
+        late=polls.read("k", lambda: calls.append("new") or "after", 60.0, joining, not_before=changed)
+    ))
+    joiner.start()
+    assert joining.asked.wait(5), "the reader never waited on the fetch in flight"
+    gate.set()
+    first.join(5)
+    joiner.join(5)
+    assert results["late"] == "after" and calls == ["old", "new"]
+    assert polls.read("k", lambda: "unused", 60.0, None) == "after"

@@ -197,7 +197,9 @@ class ScalerServiceBackend(FileRecordsBackend):
     def _observe(self, ref: ClusterRef) -> ClusterState:
         sharing = current_shared_reads()
         if sharing is not None:
-            return state_from_object(ref, self._client.poll_cluster(ref, sharing.deadline(), sharing.max_age))
+            return state_from_object(
+                ref, self._client.poll_cluster(ref, sharing.deadline(), sharing.max_age, sharing.not_before)
+            )
         return state_from_object(ref, self._client.get_cluster(ref))
 
     def _observe_before_change(self, ref: ClusterRef, deadline: Deadline, what: str) -> ClusterState:

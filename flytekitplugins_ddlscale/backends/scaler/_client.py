@@ -240,17 +240,23 @@ class ScalerClient:
             raise error_from_response(response, ref, operation="get cluster")
         return response_body(response)
 
-    def poll_cluster(self, ref: ClusterRef, deadline: Optional[Deadline], max_age: float) -> Dict[str, Any]:
+    def poll_cluster(
+        self, ref: ClusterRef, deadline: Optional[Deadline], max_age: float, not_before: Optional[float] = None
+    ) -> Dict[str, Any]:
         """:meth:`get_cluster` as a shared, paced poll: another wait's read of the same cluster (or of
         every cluster of its kind, while :data:`~.polls.LIST_FROM` or more are waited on) in flight or
-        at most ``max_age`` seconds old answers it instead of a request of its own. A cluster the list
-        does not show is read on its own (for its own error)."""
+        at most ``max_age`` seconds old, and begun at ``not_before`` (epoch seconds) or later, answers it
+        instead of a request of its own. A cluster the list does not show is read on its own (for its
+        own error)."""
         if self.shared_by_list(ref):
-            listed = self.polls.read(f"list:{ref.plural}", lambda: self._list(ref, deadline), max_age, deadline)
+            listed = self.polls.read(
+                f"list:{ref.plural}", lambda: self._list(ref, deadline), max_age, deadline, not_before
+            )
             if ref.name in listed:
                 return listed[ref.name]
         return self.polls.read(
-            f"{ref.plural}/{ref.name}", lambda: self.get_cluster(ref, deadline, paced=True), max_age, deadline
+            f"{ref.plural}/{ref.name}", lambda: self.get_cluster(ref, deadline, paced=True), max_age, deadline,
+            not_before,
         )
 
     def shared_by_list(self, ref: ClusterRef) -> bool:

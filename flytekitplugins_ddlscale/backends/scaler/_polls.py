@@ -112,6 +112,8 @@ class PollPacer:
 class _Flight:
     def __init__(self, generation: int) -> None:
         self.generation = generation
+        self.begun = time.time()
+        """Wall-clock time the fetch began (what a reader's ``not_before`` is compared with)."""
         self.done = threading.Event()
         self.result: Any = None
         self.error: Optional[BaseException] = None
@@ -122,21 +124,27 @@ class SharedPolls:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._results: Dict[str, Tuple[float, Any]] = {}
+        self._results: Dict[str, Tuple[float, float, Any]] = {}
+        """key -> (monotonic time the fetch ended, wall-clock time it began, its result)."""
         self._flights: Dict[str, _Flight] = {}
         self._generation = 0
         self._interest: Dict[str, Dict[str, float]] = {}
 
-    def read(self, key: str, fetch: Callable[[], T], max_age: float, deadline: Optional[Deadline]) -> T:
-        """``fetch()``'s result for ``key``, or one at most ``max_age`` s old, or that of a fetch in flight.
+    def read(
+        self, key: str, fetch: Callable[[], T], max_age: float, deadline: Optional[Deadline],
+        not_before: Optional[float] = None,
+    ) -> T:
+        """``fetch()``'s result for ``key``, or one at most ``max_age`` s old, or that of a fetch in flight;
+        with ``not_before`` (epoch seconds), only a fetch begun then or later (a change sent at
+        ``not_before``, perhaps by another process, shows in no read begun before).
 
         A joined fetch's outage error is not inherited: the caller fetches again itself while its own
         ``deadline`` allows (its deadline may be longer than the fetcher's); other errors are shared."""
         while True:
             with self._lock:
                 cached = self._results.get(key)
-                if cached is not None and time.monotonic() - cached[0] <= max_age:
-                    return cached[1]
+                if cached is not None and time.monotonic() - cached[0] <= max_age and _after(cached[1], not_before):
+                    return cached[2]
                 refuse_in_cache_only(f"a read of {key}")
                 flight = self._flights.get(key)
                 leader = flight is None
@@ -147,6 +155,8 @@ class SharedPolls:
                 return self._fetch(key, flight, fetch)
             if not flight.done.wait(deadline.remaining if deadline is not None else None):
                 raise BackendUnavailableError(f"no answer for {key} before the deadline (a shared poll is still waiting)")
+            if not _after(flight.begun, not_before):
+                continue  # begun before the change: this reader fetches after it
             if flight.error is None:
                 return flight.result
             if not isinstance(flight.error, TransientError) or (deadline is not None and deadline.expired):
@@ -183,11 +193,16 @@ class SharedPolls:
             with self._lock:
                 del self._flights[key]
                 if flight.error is None and flight.generation == self._generation:
-                    self._results[key] = (time.monotonic(), flight.result)
+                    self._results[key] = (time.monotonic(), flight.begun, flight.result)
                     if len(self._results) > KEEP_RESULTS:
                         oldest = min(self._results, key=lambda k: self._results[k][0])
                         del self._results[oldest]
             flight.done.set()
+
+
+def _after(begun: float, not_before: Optional[float]) -> bool:
+    """Whether a fetch begun at ``begun`` (epoch seconds) may answer a reader asking for ``not_before``."""
+    return not_before is None or begun >= not_before
 
 
 # Held by the clients that use them: gone with the last client, so a later service at the same
