@@ -4,6 +4,8 @@ import threading
 import time
 from typing import Callable, Optional
 
+import pytest
+
 from flytekitplugins_ddlscale._core.leases import read_clocks
 from flytekitplugins_ddlscale._core.records import Claim
 from flytekitplugins_ddlscale._services.hold.monitor import PhaseMonitor
@@ -60,23 +62,28 @@ def _drop_lapsed(backend, ref: ClusterRef) -> None:
     backend.release(ref, "other")
 
 
-class StoppedAfterFirstRenewal:
-    """The real backend, whose caller stops (as by SIGSTOP) right after its first renewal is written:
-    the renewal returns only once :attr:`resume` is set."""
+class HeldFirstRenewal:
+    """The real backend, whose first renewal is held until :attr:`resume` is set: after it was written
+    (its caller stopped, as by SIGSTOP, before handling the answer), or before it reaches the record
+    (a slow request: an outage ridden out). :attr:`held` is set once it is held."""
 
-    def __init__(self, backend) -> None:
+    def __init__(self, backend, after_write: bool) -> None:
         self._backend = backend
-        self.written = threading.Event()
+        self._after_write = after_write
+        self.held = threading.Event()
         self.resume = threading.Event()
 
     def __getattr__(self, name: str):
         return getattr(self._backend, name)
 
     def renew(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
-        renewed = self._backend.renew(ref, claim_id)
-        if not self.written.is_set():
-            self.written.set()
-            assert self.resume.wait(60), "the test never resumed the stopped renewal"
+        first = not self.held.is_set()
+        renewed = self._backend.renew(ref, claim_id) if self._after_write or not first else None
+        if first:
+            self.held.set()
+            assert self.resume.wait(60), "the test never resumed the held renewal"
+            if not self._after_write:
+                renewed = self._backend.renew(ref, claim_id)
         return renewed
 
 
@@ -89,18 +96,20 @@ def _reclaimed_or_given_up(monitor: PhaseMonitor, backend, ref: ClusterRef) -> N
     assert backend.claims(ref)["phase-a"].replicas == 3
 
 
-def test_a_holder_stopped_after_its_renewal_was_written_counts_the_stop(scaler_server, scaler_backend):
-    """The renewal reached the record, then the holder stopped past its lease and another phase dropped the
-    lapsed claim: on running again it claims again (the lease ran out), not "dropped while renewed on time"
-    (which would leave the phase running without its workers held)."""
+@pytest.mark.parametrize("after_write", [True, False], ids=["stopped-after-the-write", "slow-request"])
+def test_a_renewal_held_past_the_lease_counts_the_hold(scaler_server, scaler_backend, after_write):
+    """The holder's first renewal is held past its lease (the holder stopped after the renewal was
+    written, or the request was slow to reach the record) and another phase drops the lapsed claim: the
+    holder claims again (the lease ran out), not "dropped while renewed on time" (which would leave the
+    phase running without its workers held)."""
     scaler_server.add_cluster("ray", "stop", replicas=1, max_replicas=4)
     ref = ClusterRef("ray", "stop")
-    backend = StoppedAfterFirstRenewal(scaler_backend)
+    backend = HeldFirstRenewal(scaler_backend, after_write)
     scaler_backend.claim(ref, "phase-a", 3, lease_seconds=LEASE)
     monitor = PhaseMonitor(backend, ref, "phase-a", LEASE, WorkerTimeline(), replicas=3)
     monitor.start()
     try:
-        assert backend.written.wait(30), "the monitor never renewed its claim"
+        assert backend.held.wait(30), "the monitor never renewed its claim"
         _drop_lapsed(scaler_backend, ref)
         backend.resume.set()
         _reclaimed_or_given_up(monitor, scaler_backend, ref)

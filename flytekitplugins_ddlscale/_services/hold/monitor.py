@@ -193,12 +193,13 @@ class PhaseMonitor:
     # ----------------------------------------------------------- each job
 
     def _renew(self) -> None:
-        late = self._held.since()
         sent = read_clocks()
         if self._backend.renew(self._ref, self._claim_id) is not None:
             self._held.mark(sent)
             return
-        self._claim_lost(late)
+        # Counted once the answer is in: a renewal that took long (an outage ridden out) may have let
+        # the claim lapse meanwhile.
+        self._claim_lost(self._held.since())
 
     def _claim_lost(self, late: float) -> None:
         """The claim is gone from the record, ``late`` seconds after it was last made or renewed: a fault
