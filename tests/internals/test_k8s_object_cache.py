@@ -70,6 +70,38 @@ def test_a_cache_behind_our_own_patch_is_not_trusted(k8s, backend, warm):  # noq
     assert cluster_reads(k8s) == 0
 
 
+def test_a_version_another_process_wrote_holds_the_cache_back_only_until_the_watch_brings_it(
+    k8s, backend, warm  # noqa: F811
+):
+    """Another connector replica's write, whose version a node's metadata carries: every poll states it
+    (``expect_version``); reads go to the server until the cache holds it, then send nothing again."""
+    from kubernetes import client
+
+    (objects,) = running_informers(RAY)
+    k8s.hold_events("rayclusters")
+    other = k8s.api_client()
+    try:
+        written = client.CustomObjectsApi(other).patch_namespaced_custom_object(
+            CRD_GROUP, CRD_VERSION, NAMESPACE, "rayclusters", "r",
+            {"spec": {"worker": {"replicas": 2}, "autoscaling": {"minReplicas": 2}}},
+            _content_type="application/merge-patch+json",
+        )
+    finally:
+        other.close()
+    version = written["metadata"]["resourceVersion"]
+    k8s.clear_log()
+    backend.expect_version(warm, version)
+    assert backend.get_state(warm).desired_workers == 2
+    assert cluster_reads(k8s, "r") == 1
+    k8s.release_events("rayclusters")
+    k8s.wait_for(lambda: objects.fresh("r") is not None, 10, "the cache to catch up with the other write")
+    k8s.clear_log()
+    for _ in range(5):
+        backend.expect_version(warm, version)
+        assert backend.get_state(warm).desired_workers == 2
+    assert cluster_reads(k8s) == 0
+
+
 def test_a_410_relists_the_cluster_objects(k8s, backend, warm):  # noqa: F811
     (objects,) = running_informers(RAY)
     k8s.hold_events("rayclusters")
