@@ -37,7 +37,7 @@ from . import _procs as procs, _spark_ops as spark_ops
 from .._support.privatefs import private_dir
 from ._secrets import kept_secret
 from ._state import ClusterRecord, LocalStateStore
-from ._supervisor import free_port
+from ._ports import free_port
 from ._tiers import WorkerShape
 
 SCRATCH = "scratch"

@@ -22,7 +22,7 @@ import logging
 import socket
 import time
 from dataclasses import dataclass
-from typing import AbstractSet, Callable, Iterator, List, Optional, Tuple
+from typing import Callable, Iterator, List, Optional, Tuple
 
 from ...errors import BackendUnavailableError, StateWriteError, TransientError, WorkerFailedError
 from ...models import ClusterState
@@ -33,6 +33,7 @@ from ...refs import ClusterRef
 from ..._core.waiting import Deadline, probe_timeout
 from . import _procs as procs
 from ._driver import FrameworkDriver, ForksWorkers
+from ._ports import free_port, port_is_free
 from ._state import ClusterRecord, LocalStateStore, PendingChange, WorkerRecord
 from ._tiers import WorkerShape
 
@@ -451,24 +452,3 @@ class TakenDown:
 
 class HeadExitedError(BackendUnavailableError):
     """The head process exited before it was ready."""
-
-
-def port_is_free(host: str, port: int) -> bool:
-    """Whether ``host:port`` can be bound right now (nothing else listens there)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port(host: str, avoid: AbstractSet[int] = frozenset()) -> int:
-    """A port nothing listens on right now and not in ``avoid``; its user binds it moments later."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            probe.bind((host, 0))
-            port = int(probe.getsockname()[1])
-        if port not in avoid:
-            return port
