@@ -77,14 +77,12 @@ class HeldFirstRenewal:
         return getattr(self._backend, name)
 
     def renew(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
-        first = not self.held.is_set()
-        renewed = self._backend.renew(ref, claim_id) if self._after_write or not first else None
-        if first:
-            self.held.set()
-            assert self.resume.wait(60), "the test never resumed the held renewal"
-            if not self._after_write:
-                renewed = self._backend.renew(ref, claim_id)
-        return renewed
+        if self.held.is_set():
+            return self._backend.renew(ref, claim_id)
+        written = self._backend.renew(ref, claim_id) if self._after_write else None
+        self.held.set()
+        assert self.resume.wait(60), "the test never resumed the held renewal"
+        return written if self._after_write else self._backend.renew(ref, claim_id)
 
 
 def _reclaimed_or_given_up(monitor: PhaseMonitor, backend, ref: ClusterRef) -> None:

@@ -33,18 +33,14 @@ def outgoing_range() -> Tuple[int, int]:
 
 def port_is_free(host: str, port: int) -> bool:
     """Whether ``host:port`` can be bound right now (nothing else listens there)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError:
-            return False
-    return True
+    return _bindable(host, port, reuse_address=True)
 
 
-def _unbound(host: str, port: int) -> bool:
-    # Without SO_REUSEADDR: a port any socket holds (a connection's, one closing) counts as taken.
+def _bindable(host: str, port: int, reuse_address: bool) -> bool:
+    # Without SO_REUSEADDR a port any socket holds (a connection's, one closing) counts as taken.
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        if reuse_address:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError:
@@ -61,7 +57,7 @@ def free_port(host: str, avoid: AbstractSet[int] = frozenset()) -> int:
     candidates = [*below, *above]
     for _ in range(TRIES if candidates else 0):
         port = _PICK.choice(candidates)
-        if port not in avoid and _unbound(host, port):
+        if port not in avoid and _bindable(host, port, reuse_address=False):
             return port
     while True:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
