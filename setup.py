@@ -52,7 +52,9 @@ setup(
         # pytest 9 ignores the worker groups pytest-xdist 3.8 sets (xdist_group): under pytest 9 a
         # module's tests spread over workers and each starts its own clusters.
         "test": ["pytest>=8,<9", "pytest-timeout>=2.3", "pytest-xdist>=3.5", "jsonschema>=4.20", "cryptography>=42",
-                 "dask-kubernetes>=2024.1"],
+                 "dask-kubernetes>=2024.1",
+                 # The flyte tier's S3 store (moto's server: presigned uploads, as the data proxy needs).
+                 "moto[s3]>=5.1", "flask>=3", "flask-cors>=4"],
         "bench": ["matplotlib>=3.8"],
         # The connector service (`pyflyte serve connector`): its metrics and gRPC health checks.
         "connector": ["prometheus-client>=0.20", "grpcio-health-checking>=1.60"],
