@@ -385,6 +385,24 @@ RAY_AUTH_TOKEN_PATH = _define(
     f"the file holding Ray's token ({_SET_BY_US} for local Ray clusters)", group=FRAMEWORK,
     shown_default="~/.ray/auth_token",
 )
+RAY_USE_TLS = _define(
+    "RAY_USE_TLS", "text", _text, "1 or 0",
+    f"Ray's mutual TLS on its gRPC channels ({_SET_BY_US} to 1 for local Ray nodes and a block on a local Ray cluster)",
+    group=FRAMEWORK,
+)
+RAY_TLS_CA_CERT = _define(
+    "RAY_TLS_CA_CERT", "path", _text, _FILE,
+    f"the authority Ray's TLS trusts ({_SET_BY_US}: a local Ray cluster's own)", group=FRAMEWORK,
+)
+RAY_TLS_SERVER_CERT = _define(
+    "RAY_TLS_SERVER_CERT", "path", _text, _FILE,
+    f"the certificate a Ray process or client presents ({_SET_BY_US}: a local Ray cluster's)", group=FRAMEWORK,
+)
+RAY_TLS_SERVER_KEY = _define(
+    "RAY_TLS_SERVER_KEY", "path", _text, _FILE,
+    f"the file of that certificate's private key ({_SET_BY_US}: in a local Ray cluster's private folder)",
+    group=FRAMEWORK,
+)
 RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER = _define(
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "text", _text, "0",
     f"{_SET_BY_US} to 0 in local Ray node processes: Ray's address look-ups answer loopback", group=FRAMEWORK,

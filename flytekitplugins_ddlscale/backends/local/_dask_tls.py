@@ -14,9 +14,13 @@ certificate; its private key is never written, so no further certificate
 can be signed. The files live in ``tls/`` of the cluster's private folder
 (0700, the files 0600): only the owner can read the key, so only the
 owner's processes can connect. Dask does not check host names (every
-member presents the same certificate), only the signature.
+member presents the same certificate), only the signature. Local Ray
+clusters use the same files, made by the same code, for Ray's own mutual
+TLS (:func:`~._ray_ops.tls_env`); Ray's gRPC checks that the certificate
+names the address it dialled (``127.0.0.1``).
 """
 import datetime
+import ipaddress
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,7 +139,12 @@ def _issue() -> "tuple[bytes, bytes, bytes]":
         .serial_number(x509.random_serial_number())
         .not_valid_before(valid_from).not_valid_after(valid_to)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+        # Ray's gRPC (which uses these files too: ``_ray_ops.tls_env``) checks the address it dialled,
+        # 127.0.0.1, against the certificate's names; Dask checks none.
+        .add_extension(x509.SubjectAlternativeName([
+            x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+            x509.IPAddress(ipaddress.ip_address("::1")),
+        ]), critical=False)
         .add_extension(
             x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
         )
