@@ -25,6 +25,7 @@ itself loaded from the wheel). ``c0``:
 ``ddlscale`` command and data files work from outside the repository.
 """
 import fnmatch
+import json
 import os
 import re
 import shlex
@@ -50,9 +51,41 @@ EXAMPLES = ROOT / "examples" / "k8s"
 TARGETS = {"connector": "connector.yaml", "flyte2-connector": "flyte2-connector.yaml"}
 """The Dockerfile's connector targets and the manifest that deploys each."""
 NETWORK = re.compile(r"SSL|CERT|CA_BUNDLE|PROXY|^UV_|^PIP_", re.I)
-UV = shutil.which("uv") or next((str(p) for p in [Path(sys.executable).parent / "uv"] if p.is_file()), None)
-"""The uv the steps run: on PATH, else the one the README's install puts beside this Python (the test command runs
-``.venv/bin/python`` without the venv's bin on PATH)."""
+
+
+def _uv_version(uv: str) -> Optional[str]:
+    """The version ``uv --version`` prints (``0.13.8``), or None where it does not run."""
+    try:
+        done = subprocess.run([uv, "--version"], capture_output=True, text=True, timeout=60)
+    except OSError:
+        return None
+    words = done.stdout.split()
+    return words[1] if done.returncode == 0 and len(words) > 1 else None
+
+
+def dockerfile_uv() -> Tuple[Optional[str], str]:
+    """The uv the Dockerfile pins (its ``COPY --from=ghcr.io/astral-sh/uv:<version>``) and what was found: the
+    one the README's install puts beside this Python (pinned by constraints.txt), else the first of that version
+    on PATH; (None, the versions found) where no uv here is that version."""
+    pinned = re.search(r"ghcr\.io/astral-sh/uv:(\S+)", DOCKERFILE.read_text()).group(1)
+    beside = Path(sys.executable).parent / "uv"
+    candidates = [str(beside)] if beside.is_file() else []
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        found = shutil.which("uv", path=folder) if folder else None
+        if found and found not in candidates:
+            candidates.append(found)
+    seen = []
+    for candidate in candidates:
+        version = _uv_version(candidate)
+        if version == pinned:
+            return candidate, f"uv {pinned}"
+        seen.append(f"{candidate} is {version or 'not runnable'}")
+    return None, f"the Dockerfile pins uv {pinned}; no uv here is that version ({'; '.join(seen) or 'none found'})"
+
+
+UV, UV_FOUND = dockerfile_uv()
+"""The uv the steps run (see :func:`dockerfile_uv`; the test command runs ``.venv/bin/python`` without the
+venv's bin on PATH, and a user's own uv on PATH may be another version), or None and why."""
 TASK_TYPES = {"ddlscale_scale", "ddlscale_wait", "ddlscale_restore", "ddlscale_restart_head"}
 
 pytestmark = pytest.mark.slow
@@ -147,7 +180,7 @@ def image(request, tmp_path_factory) -> Iterator[BuiltImage]:
     """A connector target's steps run on this machine (see the module's docstring)."""
     target = request.param
     if UV is None:
-        pytest.skip("no uv on PATH or beside this Python (the Dockerfile's build and install steps are uv commands)")
+        pytest.skip(f"the Dockerfile's build and install steps are uv commands: {UV_FOUND}")
     top = tmp_path_factory.mktemp("image")
     stages = needed_stages(dockerfile_stages(DOCKERFILE.read_text()), target)
     by_name = {stage.name: stage for stage in stages}
@@ -160,7 +193,8 @@ def image(request, tmp_path_factory) -> Iterator[BuiltImage]:
     context = top / "context"
     paths = {"/src": str(context), "/dist": str(top / "dist"), "/opt/venv": str(top / "venv"),
              "/root/.cache/uv": _uv_cache(), "/home/flyte": str(top / "home")}
-    paths[re.search(r"--python (/usr/local/bin/python\S*)", DOCKERFILE.read_text()).group(1)] = python
+    python_path = re.search(r"--python (/usr/local/bin/python\S*)", DOCKERFILE.read_text()).group(1)
+    paths[python_path] = python
 
     def translate(text: str) -> str:
         for image_path in sorted(paths, key=len, reverse=True):
@@ -170,7 +204,12 @@ def image(request, tmp_path_factory) -> Iterator[BuiltImage]:
     build_context(context)
     # The build reaches the package index as this machine does (its CA certificates, proxies, index settings).
     env = {key: value for key, value in os.environ.items() if NETWORK.search(key)}
-    env.update(PATH=f"{top / 'venv' / 'bin'}:{Path(UV).parent}:/usr/bin:/bin",
+    # The base image's /usr/local/bin: the pinned uv and the base image's Python, nothing else of this machine's.
+    local_bin = top / "usr-local-bin"
+    local_bin.mkdir()
+    for name, where in {"uv": UV, "python3": python, re.search(r"python[\d.]*$", python_path).group(0): python}.items():
+        (local_bin / name).symlink_to(where)
+    env.update(PATH=f"{top / 'venv' / 'bin'}:{local_bin}:/usr/bin:/bin",
                HOME=str(top / "root"), UV_CACHE_DIR=_uv_cache())
     user, workdir, useradd = "", "", []
     for stage in stages:
@@ -207,6 +246,32 @@ def image(request, tmp_path_factory) -> Iterator[BuiltImage]:
     home.mkdir(parents=True, exist_ok=True)
     yield BuiltImage(target=target, manifest=EXAMPLES / TARGETS[target], venv=top / "venv", workdir=home, user=user,
                      useradd=useradd, context=context)
+
+
+def image_process(stages: List[Stage], target: str) -> Tuple[Optional[List[str]], Optional[List[str]]]:
+    """The ``ENTRYPOINT`` and ``CMD`` (exec form) the image of ``target`` carries: its own, else its base
+    stage's (None where neither this file nor a stage of it sets one)."""
+    by_name = {stage.name: stage for stage in stages}
+    chain, name = [], target
+    while name in by_name:
+        chain.insert(0, by_name[name])
+        name = by_name[name].base
+    entrypoint = cmd = None
+    for stage in chain:
+        for kind, rest in stage.steps:
+            if kind == "ENTRYPOINT":
+                entrypoint, cmd = json.loads(rest), None  # a new ENTRYPOINT clears the base's CMD
+            elif kind == "CMD":
+                cmd = json.loads(rest)
+    return entrypoint, cmd
+
+
+def kubernetes_argv(container: Dict, entrypoint: Optional[List[str]], cmd: Optional[List[str]]) -> List[str]:
+    """What Kubernetes runs for ``container`` of an image with ``entrypoint`` and ``cmd``: ``command`` replaces
+    the ENTRYPOINT and drops the CMD; ``args`` replace the CMD."""
+    if "command" in container:
+        return list(container["command"]) + list(container.get("args", []))
+    return list(entrypoint or []) + list(container["args"] if "args" in container else cmd or [])
 
 
 def _container(manifest: Path) -> Dict:
@@ -306,7 +371,8 @@ def test_the_deployment_as_the_manifest_states_it_serves_the_four_task_types(ima
     container = _container(image.manifest)
     # The pod's network is its own: the manifest's container ports become free ports of this machine.
     ports = dict(zip((str(p["containerPort"]) for p in container["ports"]), map(str, free_ports(len(container["ports"])))))
-    argv = [ports.get(word, word) for word in container["command"] + container.get("args", [])]
+    process = kubernetes_argv(container, *image_process(dockerfile_stages(DOCKERFILE.read_text()), image.target))
+    argv = [ports.get(word, word) for word in process]
     env = _run_env(image, container)
     executable = shutil.which(argv[0], path=env["PATH"])
     assert executable and image.venv in Path(executable).parents
@@ -323,3 +389,73 @@ def test_the_deployment_as_the_manifest_states_it_serves_the_four_task_types(ima
         finally:
             channel.close()
             stop_process(proc, 20)
+
+
+MANIFEST_PROCESS = {"connector": ["pyflyte", "serve", "connector"], "flyte2-connector": ["c0"]}
+"""The server each connector target's image runs by itself (its CMD)."""
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_each_connector_image_runs_its_server_by_itself_as_its_manifest_runs_it(target):
+    stages = dockerfile_stages(DOCKERFILE.read_text())
+    entrypoint, cmd = image_process(stages, target)
+    assert entrypoint is None and cmd == MANIFEST_PROCESS[target]
+    container = _container(EXAMPLES / TARGETS[target])
+    # The manifest names the same program (so a pod and `docker run` start one server) and only adds the ports.
+    assert container["command"] == cmd
+    argv = kubernetes_argv(container, entrypoint, cmd)
+    options = dict(zip(argv[len(cmd)::2], argv[len(cmd) + 1::2]))
+    ports = {p["name"]: str(p["containerPort"]) for p in container["ports"]}
+    assert options == {"--port": ports["grpc"], "--prometheus_port": ports["metrics"]}
+    # Without the manifest's args the server listens where the manifest's Service and probes look.
+    server = {"connector": "flytekit.clis.sdk_in_container.serve:connector", "flyte2-connector": "flyte._bin.connect:main"}
+    module, command = server[target].split(":")
+    probe = (f"import json; from {module} import {command} as c; "
+             "print(json.dumps({p.name: str(p.default) for p in c.params}))")
+    read = subprocess.run([sys.executable, "-c", probe], cwd=tempfile.gettempdir(), capture_output=True, text=True,
+                          timeout=120)
+    assert read.returncode == 0, read.stderr
+    defaults = json.loads(read.stdout.strip().splitlines()[-1])
+    assert (defaults["port"], defaults["prometheus_port"]) == (ports["grpc"], ports["metrics"])
+
+
+def test_the_default_target_is_the_flytekit_connector_the_guides_build_and_the_flow_image_has_no_entrypoint():
+    stages = dockerfile_stages(DOCKERFILE.read_text())
+    assert stages[-1].name == "connector"  # what `docker build .` builds
+    # Every `docker build` the pages give tags the image that the manifest of the target it builds deploys.
+    images = {target: _container(EXAMPLES / manifest)["image"] for target, manifest in TARGETS.items()}
+    builds = [line for page in ("connector.md", "sandbox.md") for line in (ROOT / "docs" / page).read_text().splitlines()
+              if line.lstrip().startswith("docker build")]
+    defaults = [line for line in builds if "--target" not in line]
+    assert defaults and all(f"-t {images['connector']} " in line for line in defaults), defaults
+    for line in builds:
+        target = re.search(r"--target (\S+)", line)
+        if target and target.group(1) in images:
+            assert f"-t {images[target.group(1)]} " in line, line
+    # Flyte starts a task pod with the task's command as the container's args and no command of its own: the
+    # flow image must have no ENTRYPOINT, so those args are the process (a CMD would be replaced by them).
+    from flytekit.configuration import Image, ImageConfig, SerializationSettings
+    from flytekit.tools.translator import get_serializable
+    from tests.flyte_apps import nodes
+
+    settings = SerializationSettings(image_config=ImageConfig(default_image=Image(name="d", fqn="i", tag="1")))
+    task_container = get_serializable(OrderedDict(), settings, nodes.count_workers).template.container
+    entrypoint, cmd = image_process(stages, "flow")
+    assert not task_container.command and task_container.args[0].startswith("pyflyte-")
+    assert kubernetes_argv({"args": list(task_container.args)}, entrypoint, cmd) == list(task_container.args)
+
+
+def test_the_steps_run_the_uv_the_dockerfile_pins_whatever_uv_comes_first_on_path(tmp_path):
+    pinned = re.search(r"ghcr\.io/astral-sh/uv:(\S+)", DOCKERFILE.read_text()).group(1)
+    if UV is None:
+        pytest.skip(UV_FOUND)
+    fake = tmp_path / "uv"
+    fake.write_text("#!/bin/sh\necho 'uv 0.13.10 (a user's own)'\n")
+    fake.chmod(0o755)
+    env = dict(os.environ, PATH=os.pathsep.join([str(tmp_path), os.environ.get("PATH", "")]))
+    probe = "from tests.test_connector_image import UV; print(UV)"
+    chosen = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert chosen.returncode == 0, chosen.stderr
+    uv = chosen.stdout.strip().splitlines()[-1]
+    assert uv != str(fake) and _uv_version(uv) == pinned
