@@ -7,7 +7,9 @@ subresource, as the scheduler does) and writes its status as a kubelet does
 (phase Running, PodScheduled, Initialized, ContainersReady and Ready True,
 ``podIP`` 127.0.0.1, running container statuses). A bound pod that is
 deleted gets a ``deletionTimestamp`` (graceful deletion); the kubelet then
-removes it with grace period 0 after ``terminate_delay`` seconds.
+removes it with grace period 0 after ``terminate_delay`` seconds. Pods of
+``exclude_namespaces`` are left to another kubelet (the flyte tier's
+process kubelet, ``tests/flyte/process_kubelet.py``).
 
 :class:`Reactor` is the loop both this and the DCO stand-in run on: a watch
 is used only as a wake-up signal, and each pass acts on a fresh list, so a
@@ -17,7 +19,7 @@ import datetime
 import json
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, TypeVar
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, TypeVar
 
 NODE = "envtest-node"
 
@@ -144,13 +146,16 @@ class FakeKubelet(Reacting):
     called as ``listener(pod, sent, None)`` just before the pod's Ready status
     is sent (``sent``: ``time.time()`` then, before any watcher can see it: the
     benchmarks' Ready moments), and as ``listener(pod, sent, accepted)`` once
-    the API server accepted it.
+    the API server accepted it. Pods in ``exclude_namespaces`` are never touched (not bound, made Ready nor
+    removed); the set may grow while it runs (call :meth:`Reactor.poke` or wait for the next change).
     """
 
-    def __init__(self, api_client: Any, ready_delay: float = 0.1, terminate_delay: float = 0.0) -> None:
+    def __init__(self, api_client: Any, ready_delay: float = 0.1, terminate_delay: float = 0.0,
+                 exclude_namespaces: Iterable[str] = ()) -> None:
         from kubernetes import client
 
         self.core = client.CoreV1Api(api_client)
+        self.exclude_namespaces: Set[str] = set(exclude_namespaces)
         self.ready_delay = ready_delay
         self.terminate_delay = terminate_delay
         self.delays: Dict[str, float] = {}
@@ -175,6 +180,8 @@ class FakeKubelet(Reacting):
         starting: List[Dict[str, Any]] = []
         for pod in items:
             meta = pod["metadata"]
+            if meta["namespace"] in self.exclude_namespaces:
+                continue
             alive.add(meta["uid"])
             first = self._seen.setdefault(meta["uid"], now)
             if meta.get("deletionTimestamp"):
