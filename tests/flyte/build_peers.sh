@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Builds the real peers of the flyte test tier from their published Go modules, once per machine,
 # into a cache keyed by version (never into the repository):
-#   $CACHE/flyte-v1.16.8/flyte   Flyte's single binary (flyteadmin + FlytePropeller + data proxy),
-#                                the `flyte start` the sandbox and the flyte-binary chart run
+#   $CACHE/flytepropeller-v1.16.8/flytepropeller, kubectl-flyte
+#                                FlytePropeller (the controller the sandbox's `flyte start` embeds) and its
+#                                own CLI; flyteadmin is not built: the Go module proxy serves no version of
+#                                github.com/flyteorg/flyte/flyteadmin (nor datacatalog), so neither the
+#                                single binary nor flyteadmin can be built from published modules
 #   $CACHE/helm-v4.3.2/helm      Helm, to render the released charts
 # CACHE is $DDLSCALE_PEERS_CACHE, else ${XDG_CACHE_HOME:-~/.cache}/ddlscale-peers.
-# Usage: build_peers.sh [flyte|helm|all]   (prints each binary's path; exits 2 where Go is missing)
+# Usage: build_peers.sh [flytepropeller|helm|all]   (prints each binary's path; exits 2 where Go is missing)
 set -euo pipefail
 FLYTE_VERSION=v1.16.8
 HELM_VERSION=v4.3.2
@@ -24,57 +27,86 @@ locked() {  # locked NAME CMD...: runs CMD under an exclusive lock on $cache/NAM
   exec {fd}>&-
 }
 
-build_flyte() {
-  local out="$cache/flyte-$FLYTE_VERSION/flyte"
-  [ -x "$out" ] && { echo "$out"; return 0; }
+build_flytepropeller() {
+  local dir="$cache/flytepropeller-$FLYTE_VERSION"
+  [ -x "$dir/flytepropeller" ] && [ -x "$dir/kubectl-flyte" ] && { echo "$dir"; return 0; }
   local start=$SECONDS work
-  work="$(mktemp -d "$cache/flyte-build.XXXXXX")"
-  echo "build_peers: building Flyte $FLYTE_VERSION's single binary from its Go modules (first time on this machine: 20-40 min on 2 cores)" >&2
-  # The root module's go.mod, as released, pins every dependency; `go install` refuses it for its
-  # local replace lines. A wrapper module takes its requirements, asks for each Flyte module at the
-  # tag instead of the local folders, and repeats the one non-local replace (robfig/cron).
-  local rootmod
-  rootmod="$(cd "$work" && GOFLAGS=-mod=mod go mod download -json "github.com/flyteorg/flyte@$FLYTE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')"
+  work="$(mktemp -d "$cache/flytepropeller-build.XXXXXX")"
+  echo "build_peers: building FlytePropeller $FLYTE_VERSION (flytepropeller, kubectl-flyte) from its Go module (first time on this machine: 10-30 min on 2 cores)" >&2
+  # FlytePropeller's go.mod, as released, pins every dependency; `go install` refuses it for its local
+  # replace lines. A wrapper module takes its requirements, asks for each Flyte module it uses at the
+  # tag instead of the local folders, and repeats its one non-local replace.
+  local propmod
+  propmod="$(cd "$work" && GOFLAGS=-mod=mod go mod download -json "github.com/flyteorg/flyte/flytepropeller@$FLYTE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')"
+  [ -n "$propmod" ] || { echo "build_peers: the Go module proxy did not serve github.com/flyteorg/flyte/flytepropeller@$FLYTE_VERSION" >&2; return 3; }
   {
     echo "module ddlscale.invalid/flytepeer"
     echo
-    sed -n '/^go /p' "$rootmod"
+    sed -n '/^go /p' "$propmod"
     echo
     echo "require ("
-    echo "	github.com/flyteorg/flyte $FLYTE_VERSION"
-    for sub in datacatalog flyteadmin flyteidl flyteplugins flytepropeller flytestdlib; do
+    for sub in flyteidl flyteplugins flytepropeller flytestdlib; do
       echo "	github.com/flyteorg/flyte/$sub $FLYTE_VERSION"
     done
     echo ")"
     echo
-    # The root's own require blocks, less the Flyte modules it took from local folders.
-    awk '/^require \(/{inblock=1} inblock{print} /^\)/{inblock=0}' "$rootmod" | grep -v 'github.com/flyteorg/flyte/'
+    awk '/^require \(/{inblock=1} inblock{print} /^\)/{inblock=0}' "$propmod" | grep -v -e 'github.com/flyteorg/flyte/' -e 'github.com/kubeflow/spark-operator '
     echo
-    grep -E '^\s*github.com/robfig/cron/v3 => ' "$rootmod" | sed 's/^\s*/replace /'
+    awk '/^replace \(/{inblock=1; next} inblock && /^\)/{inblock=0} inblock' "$propmod" | grep -v '=> \.' | sed 's/^\s*/replace /'
   } >"$work/go.mod"
-  cat >"$work/main.go" <<'GO'
-// The entry point of Flyte's single binary (cmd/main.go at the tag), in a module of its own.
+  mkdir -p "$work/flytepropeller" "$work/kubectl-flyte"
+  # The plugins the sandbox enables (container, sidecar, k8s-array, echo; the connector plugin is built into
+  # the task handler). flytepropeller/plugins also registers Spark, Ray, Dask and the kubeflow operators,
+  # whose operator modules the proxy does not all serve (kubeflow/spark-operator at the pinned commit).
+  cat >"$work/flytepropeller/main.go" <<'GO'
+// FlytePropeller's controller (flytepropeller/cmd/controller at the tag), in a module of its own, with the
+// task plugins the Flyte sandbox enables.
 package main
 
 import (
-	"github.com/flyteorg/flyte/cmd/single"
-	_ "github.com/flyteorg/flyte/flytepropeller/plugins"
-	"github.com/golang/glog"
+	"github.com/flyteorg/flyte/flytepropeller/cmd/controller/cmd"
+
+	_ "github.com/flyteorg/flyte/flyteplugins/go/tasks/plugins/array/k8s"
+	_ "github.com/flyteorg/flyte/flyteplugins/go/tasks/plugins/k8s/pod"
+	_ "github.com/flyteorg/flyte/flyteplugins/go/tasks/plugins/testing"
 )
 
 func main() {
-	glog.V(2).Info("Starting Flyte")
-	if err := single.Execute(); err != nil {
-		panic(err)
+	cmd.Execute()
+}
+GO
+  cat >"$work/kubectl-flyte/main.go" <<'GO'
+// FlytePropeller's own CLI (flytepropeller/cmd/kubectl-flyte at the tag): compiles a workflow closure
+// into a FlyteWorkflow object and creates it, as flyteadmin does for an execution.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/flyteorg/flyte/flytepropeller/cmd/kubectl-flyte/cmd"
+	"github.com/flyteorg/flyte/flytestdlib/contextutils"
+	"github.com/flyteorg/flyte/flytestdlib/promutils/labeled"
+)
+
+func init() {
+	labeled.SetMetricKeys(contextutils.ProjectKey, contextutils.DomainKey, contextutils.WorkflowIDKey,
+		contextutils.TaskIDKey)
+}
+
+func main() {
+	if err := cmd.NewFlyteCommand().Execute(); err != nil {
+		fmt.Println(err)
+		os.Exit(1)
 	}
 }
 GO
-  (cd "$work" && GOFLAGS=-mod=mod go mod tidy >&2 && CGO_ENABLED=0 go build -trimpath -o flyte . >&2)
-  mkdir -p "$(dirname "$out")"
-  mv "$work/flyte" "$out.new" && mv "$out.new" "$out"
+  (cd "$work" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -o bin/ ./flytepropeller ./kubectl-flyte >&2)
+  mkdir -p "$dir"
+  for binary in flytepropeller kubectl-flyte; do mv "$work/bin/$binary" "$dir/$binary.new" && mv "$dir/$binary.new" "$dir/$binary"; done
   rm -rf "$work"
-  echo "build_peers: Flyte $FLYTE_VERSION built in $(( (SECONDS - start) / 60 )) min $(( (SECONDS - start) % 60 )) s: $out" >&2
-  echo "$out"
+  echo "build_peers: FlytePropeller $FLYTE_VERSION built in $(( (SECONDS - start) / 60 )) min $(( (SECONDS - start) % 60 )) s: $dir" >&2
+  echo "$dir"
 }
 
 build_helm() {
@@ -88,8 +120,8 @@ build_helm() {
 }
 
 case "$what" in
-  flyte) locked flyte build_flyte ;;
+  flytepropeller) locked flytepropeller build_flytepropeller ;;
   helm) locked helm build_helm ;;
-  all) locked helm build_helm; locked flyte build_flyte ;;
-  *) echo "build_peers: unknown peer '$what'; allowed: flyte, helm, all" >&2; exit 64 ;;
+  all) locked helm build_helm; locked flytepropeller build_flytepropeller ;;
+  *) echo "build_peers: unknown peer '$what'; allowed: flytepropeller, helm, all" >&2; exit 64 ;;
 esac
