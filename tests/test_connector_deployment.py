@@ -6,6 +6,7 @@ from pathlib import Path
 import yaml
 
 from flytekitplugins_ddlscale.connector import SERVED_TASK_TYPES
+from tests.flyte.guide import guide_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = ROOT / "examples" / "k8s" / "connector.yaml"
@@ -34,14 +35,14 @@ def test_the_deployment_serves_the_plugins_connector_on_the_port_the_service_and
 
 
 def test_the_guide_pins_exactly_the_task_types_the_connector_serves_at_the_services_endpoint():
+    """The guide's FlytePropeller block (tests/flyte/test_flyte_charts.py renders it into each distribution)."""
     text = GUIDE.read_text()
-    config = yaml.safe_load(re.search(r"```yaml\n(.*?)```", text, re.S).group(1))
-    plugin = config["plugins"]["connector-service"]
+    plugin = guide_yaml("connector.md", "propeller-connector-service")["plugins"]["connector-service"]
     assert sorted(plugin["supportedTaskTypes"]) == sorted(SERVED_TASK_TYPES)
-    assert "connector-service" in config["tasks"]["task-plugins"]["enabled-plugins"]
     objects = _objects()
     service = objects["Service"]
-    expected = f"k8s://{service['metadata']['name']}.{service['metadata']['namespace']}:{service['spec']['ports'][0]['port']}"
+    expected = (f"dns:///{service['metadata']['name']}.{service['metadata']['namespace']}.svc.cluster.local:"
+                f"{service['spec']['ports'][0]['port']}")  # gRPC's DNS resolver: no RBAC for FlytePropeller
     assert plugin["defaultConnector"]["endpoint"] == expected
     commands = [shlex.split(c) for c in re.findall(r"`(pyflyte serve connector[^`]*)`", text.replace("\n", " "))]
     container = objects["Deployment"]["spec"]["template"]["spec"]["containers"][0]

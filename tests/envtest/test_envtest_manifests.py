@@ -1,6 +1,7 @@
-"""Every document under examples/k8s/ is accepted by the real kube-apiserver, and the connectors' bindings give
-their service accounts the Role the Kubernetes backend's envtest tests run under (examples/k8s/rbac.yaml):
-exactly its rules, and a scale, head restart and restore through the Kubernetes backend as that service account."""
+"""Every document under examples/k8s/ is accepted by the real kube-apiserver, and each Role file's binding of the
+connectors gives their service accounts exactly its Role (a namespace the connector's Deployment serves), and a
+scale, head restart and restore through the Kubernetes backend as the connector's service account under the Role
+the backend's envtest tests run under (examples/k8s/rbac.yaml)."""
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from tests.servers.k8s_fixtures import tiers_file  # noqa: F401 - fixture
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "k8s"
 CONNECTORS = ["connector.yaml", "flyte2-connector.yaml"]
+ROLE_FILES = ["rbac.yaml", "kuberay-rbac.yaml", "dask-operator-rbac.yaml"]
 
 pytestmark = pytest.mark.envtest
 
@@ -66,19 +68,29 @@ def _service_account(manifest):
             f"{deployment['spec']['template']['spec']['serviceAccountName']}")
 
 
-def _bind_as_the_manifest_does(envtest, manifest, namespace):
-    """rbac.yaml's Role and the manifest's RoleBinding, both in ``namespace`` (in place of the clusters' namespace,
-    as the backend's envtest tests grant the Role); the Role."""
+def _connector_binding(role_file, manifest):
+    """The RoleBinding of ``role_file`` that binds the service account of ``manifest``'s Deployment."""
+    deployment = _manifest_object(manifest, "Deployment")
+    account = (deployment["spec"]["template"]["spec"]["serviceAccountName"], deployment["metadata"]["namespace"])
+    bindings = [d for d in yaml.safe_load_all((EXAMPLES / role_file).read_text()) if d and d["kind"] == "RoleBinding"
+                and any((s["name"], s.get("namespace")) == account for s in d["subjects"])]
+    assert len(bindings) == 1, f"{role_file} binds {account} {len(bindings)} times"
+    return bindings[0]
+
+
+def _bind_as_the_manifest_does(envtest, role_file, manifest, namespace):
+    """``role_file``'s Role and its RoleBinding of ``manifest``'s service account, both in ``namespace`` (in place
+    of the clusters' namespace, as the backend's envtest tests grant the Role); the Role."""
     from kubernetes import client
 
     rbac = client.RbacAuthorizationV1Api(envtest.admin)
-    role = _manifest_object("rbac.yaml", "Role")
-    role["metadata"]["namespace"] = namespace
-    rbac.create_namespaced_role(namespace, role)
-    binding = _manifest_object(manifest, "RoleBinding")
+    role = _manifest_object(role_file, "Role")
+    binding = _connector_binding(role_file, manifest)
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                   "name": role["metadata"]["name"]}
-    binding["metadata"]["namespace"] = namespace
+    assert binding["metadata"]["namespace"] == role["metadata"]["namespace"]
+    role["metadata"]["namespace"] = binding["metadata"]["namespace"] = namespace
+    rbac.create_namespaced_role(namespace, role)
     rbac.create_namespaced_role_binding(namespace, binding)
     return role
 
@@ -104,9 +116,13 @@ def _await_binding(envtest, account, namespace, role):
 
 
 @pytest.mark.parametrize("manifest", CONNECTORS)
-def test_the_connectors_service_account_gets_exactly_the_backends_role(envtest, manifest):
+@pytest.mark.parametrize("role_file", ROLE_FILES)
+def test_each_role_file_gives_the_connectors_service_account_exactly_its_role(envtest, role_file, manifest):
+    served = next(e["value"] for e in _manifest_object(manifest, "Deployment")["spec"]["template"]["spec"]
+                  ["containers"][0]["env"] if e["name"] == "DDLSCALE_CONNECTOR_NAMESPACES").split(",")
+    assert _manifest_object(role_file, "Role")["metadata"]["namespace"] in served
     namespace = envtest.new_namespace()
-    role = _bind_as_the_manifest_does(envtest, manifest, namespace)
+    role = _bind_as_the_manifest_does(envtest, role_file, manifest, namespace)
     account = _service_account(manifest)
     _await_binding(envtest, account, namespace, role)
 
@@ -120,7 +136,10 @@ def test_the_connectors_service_account_gets_exactly_the_backends_role(envtest, 
                     assert allowed(verb, group, resource), (verb, group, resource)
     assert not allowed("create", "", "pods")
     assert not allowed("get", "", "secrets")
-    assert not allowed("update", "distributed-compute.dominodatalab.com", "rayclusters")
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                assert not allowed("update", group, resource) and not allowed("create", group, resource)
 
 
 def test_the_backend_scales_restarts_and_restores_as_the_connectors_service_account(envtest, tiers_file):  # noqa: F811
@@ -137,7 +156,7 @@ def test_the_backend_scales_restarts_and_restores_as_the_connectors_service_acco
             with pytest.raises(UnauthorizedError) as refused:  # nothing bound yet: the impersonation is real
                 backend.scale(ref, 2, timeout=30)
             assert f'User "{_service_account("connector.yaml")}" cannot get resource "rayclusters"' in str(refused.value)
-            role = _bind_as_the_manifest_does(envtest, "connector.yaml", side.namespace)
+            role = _bind_as_the_manifest_does(envtest, "rbac.yaml", "connector.yaml", side.namespace)
             _await_binding(envtest, _service_account("connector.yaml"), side.namespace, role)
             assert backend.scale(ref, 2, timeout=60).final.ready_workers == 2
             backend.restart_head(ref, timeout=60)
