@@ -18,23 +18,44 @@ a connector pays for this module and the task type names only
 (benchmarks/bench_import.py). The connector is named by its module path, as
 the package root names every surface, so that loading it stays a decision
 taken at the first call.
+
+In the connector service itself (``pyflyte serve connector``, :func:`serving`) the
+import also prepares the service's start and end (:func:`prepare_service`): the
+configuration is checked before anything listens, and one that does not parse
+or whose backends do not load stops the process with one line on stderr (so the
+pod fails instead of reporting healthy); SIGTERM turns the gRPC health service
+NOT_SERVING and lets the calls in flight finish, for at most
+:data:`SHUTDOWN_GRACE` seconds, before the process exits 0.
 """
 import asyncio
 import importlib
+import inspect
+import logging
+import os
+import signal
+import sys
 import threading
-from typing import Any, Optional
+from concurrent import futures
+from typing import Any, List, Optional, Sequence
 
 from flytekit.exceptions.system import FlyteConnectorNotFound
 from flytekit.extend.backend.base_connector import AsyncConnectorBase, ConnectorRegistry, Resource, ResourceMeta
 
 from ._services.nodes.names import TASK_TYPE_NAMES
 
-__all__ = ["CONNECTOR_MODULE", "CONNECTOR_NAME", "DeferredConnector", "register"]
+__all__ = ["CONNECTOR_MODULE", "CONNECTOR_NAME", "SHUTDOWN_GRACE", "DeferredConnector", "prepare_service",
+           "register", "serving"]
 
 CONNECTOR_MODULE = "flytekitplugins_ddlscale.connector"
 """The module whose ``ScalingConnector`` answers the calls."""
 CONNECTOR_NAME = "ddlscale connector"
 """The name ``ListAgents`` gives the four task types (``ScalingConnector.name``)."""
+SHUTDOWN_GRACE = 10.0
+"""Seconds the calls in flight at SIGTERM get to finish: FlytePropeller's deadline for each call (an answer
+later is of no use to it), and more than any call takes (GetTask's budget is at most 9 s, CreateTask's 5 s);
+under Kubernetes' default ``terminationGracePeriodSeconds`` (30)."""
+
+logger = logging.getLogger("flytekitplugins_ddlscale.connector")
 
 
 class DeferredConnector(AsyncConnectorBase):
@@ -85,6 +106,94 @@ class DeferredConnector(AsyncConnectorBase):
         self.connector.delete(resource_meta, **kwargs)
 
 
+def serving(argv: Optional[Sequence[str]] = None) -> bool:
+    """Whether ``argv`` (this process's) starts flytekit's connector service: ``pyflyte [options] serve connector``
+    (or its older name, ``serve agent``)."""
+    argv = list(sys.argv if argv is None else argv)
+    if not argv or not os.path.basename(argv[0]).startswith("pyflyte"):
+        return False
+    words = argv[1:]
+    return any(words[i] == "serve" and words[i + 1] in ("connector", "agent") for i in range(len(words) - 1))
+
+
+def prepare_service() -> None:
+    """In the connector service, before it serves: check what it will serve, or exit with one line
+    (:func:`~._services.connector_policy.served_at_start`), and have flytekit's server drain at SIGTERM."""
+    try:
+        from ._services.connector_policy import served_at_start
+
+        _, notes = served_at_start()
+    except Exception as error:  # noqa: BLE001 - the one line below is all a failed start says
+        raise SystemExit(f"ddlscale connector: not starting: {error}") from None
+    for note in notes:
+        print(f"ddlscale connector: {note}", file=sys.stderr)
+    _drain_at_sigterm()
+
+
+def _drain_at_sigterm() -> None:
+    """flytekit's ``serve`` module builds the server and its health service in one coroutine and hands
+    the server to ``_start_health_check_server(server, worker)`` before it starts it: the one moment the
+    server, its event loop and the health service meet. Put :func:`_health_and_drain` there."""
+    from flytekit.clis.sdk_in_container import serve
+
+    original = getattr(serve, "_start_health_check_server", None)
+    if original is None or list(inspect.signature(original).parameters) != ["server", "worker"]:
+        logger.warning("this flytekit starts its server differently: SIGTERM ends the connector without draining")
+        return
+    serve._start_health_check_server = _health_and_drain
+
+
+def _health_and_drain(server: Any, worker: int) -> None:
+    """What flytekit's ``_start_health_check_server`` does (every connector service and the server SERVING),
+    and at SIGTERM: every status NOT_SERVING at once, then the server stopped with the calls in flight given
+    :data:`SHUTDOWN_GRACE` seconds, after which flytekit's ``serve`` returns and the process exits 0."""
+    try:
+        from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+    except ImportError as error:
+        print(f"Failed to start the health check servicer with error {error}", file=sys.stderr)
+        return
+    from flyteidl.service import agent_pb2
+
+    class Health(health.HealthServicer):
+        """grpc's health service, whose ``Watch`` streams end when the service drains: under grpc's asyncio
+        server each holds a thread of the server's executor, which the interpreter waits for at exit."""
+
+        def __init__(self, **options: Any) -> None:
+            super().__init__(**options)
+            self.watches: List[Any] = []
+
+        def Watch(self, request: Any, context: Any, send_response_callback: Any = None) -> Any:  # noqa: N802
+            watch = super().Watch(request, context, send_response_callback)
+            if watch is not None:
+                self.watches.append(watch)
+            return watch
+
+    servicer = Health(
+        experimental_non_blocking=True, experimental_thread_pool=futures.ThreadPoolExecutor(max_workers=worker)
+    )
+    for service in agent_pb2.DESCRIPTOR.services_by_name.values():
+        servicer.set(service.full_name, health_pb2.HealthCheckResponse.SERVING)
+    servicer.set(health.SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+
+    loop = asyncio.get_running_loop()
+    stopping = []
+
+    async def drain() -> None:
+        servicer.enter_graceful_shutdown()
+        for watch in servicer.watches:  # each has NOT_SERVING queued: sent, then the stream ends
+            watch.close()
+        print(f"ddlscale connector: SIGTERM: health NOT_SERVING; the calls in flight get up to {SHUTDOWN_GRACE:g} s",
+              file=sys.stderr)
+        await server.stop(SHUTDOWN_GRACE)
+
+    def on_sigterm() -> None:
+        if not stopping:  # a second SIGTERM does not shorten the grace
+            stopping.append(loop.create_task(drain()))
+
+    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+
+
 def register() -> None:
     """Put a :class:`DeferredConnector` for every task type in flytekit's registry, unless one serves it already."""
     for task_type in TASK_TYPE_NAMES:
@@ -95,3 +204,5 @@ def register() -> None:
 
 
 register()
+if serving():
+    prepare_service()

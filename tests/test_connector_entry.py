@@ -1,9 +1,11 @@
 """flytekit's start-up registers the four task types (the ``flytekit.plugins`` entry point) without loading the connector.
 
-A stock ``pyflyte serve connector`` serving them over gRPC: tests/test_connector_service.py (every test there
+A stock ``pyflyte serve connector`` serving them over gRPC (and refusing to start with a configuration it
+cannot serve, draining at SIGTERM): tests/test_connector_service.py (every test there
 starts the service without ``--modules``) and tests/test_connector_image.py (from the built wheel).
 """
 import json
+import os
 import subprocess
 import sys
 from importlib.metadata import entry_points
@@ -39,3 +41,24 @@ def test_import_flytekit_registers_every_task_type_once_and_loads_the_connector_
     assert seen["loaded_before"] is False  # a process that never serves does not load the connector
     assert seen["answering"] == {t: "ScalingConnector" for t in TASK_TYPES}
     assert seen["metadata"] == "ScalingMetadata"
+
+
+def test_only_the_connector_service_counts_as_serving():
+    from flytekitplugins_ddlscale.connector_entry import serving
+
+    assert serving(["/opt/venv/bin/pyflyte", "serve", "connector"])
+    assert serving(["pyflyte", "--verbose", "serve", "connector", "--port", "8000"])
+    assert serving(["pyflyte", "serve", "agent"])  # flytekit's older name for the same server
+    for argv in (["pyflyte", "run", "--remote", "flow.py", "wf"], ["pyflyte-execute", "--inputs", "x"],
+                 ["pyflyte", "serve"], ["python", "-c", "serve connector"], ["c0"], []):
+        assert not serving(argv), argv
+
+
+def test_a_flytekit_process_that_does_not_serve_is_not_stopped_by_the_connectors_settings():
+    """A task pod or `pyflyte run` imports the entry point too: a connector setting it cannot use is not its
+    business (the service itself refuses to start with it: tests/test_connector_service.py)."""
+    env = dict(os.environ, DDLSCALE_CONNECTOR_BACKENDS="kubernets", DDLSCALE_CONNECTOR_CALL_BUDGET="0")
+    probe = "import flytekit, sys; print('imported', 'flytekitplugins_ddlscale.connector' in sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "imported False"

@@ -7,6 +7,7 @@ returned resource meta until a terminal phase.
 """
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -49,21 +50,32 @@ SERVE_ATTEMPTS = 3
 def serving(env):
     """A stock ``pyflyte serve connector`` in its own process with ``env`` (the plugin found through its
     ``flytekit.plugins`` entry point, as in a deployment); yields a gRPC channel to it."""
+    with serving_process(env) as (channel, _):
+        yield channel
+
+
+def _serve_connector(env, port, prometheus, log):
     env = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])))
+    return subprocess.Popen(
+        [str(Path(sys.executable).with_name("pyflyte")), "serve", "connector", "--port", str(port),
+         "--prometheus_port", str(prometheus)],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+
+
+@contextlib.contextmanager
+def serving_process(env):
+    """:func:`serving`, yielding the gRPC channel and the service's process."""
     for attempt in range(1, SERVE_ATTEMPTS + 1):
         port, prometheus = free_ports(2)
         # The service logs every request: into a file, since an unread pipe would fill and stall it.
         log = tempfile.TemporaryFile()
-        proc = subprocess.Popen(
-            [str(Path(sys.executable).with_name("pyflyte")), "serve", "connector", "--port", str(port),
-             "--prometheus_port", str(prometheus)],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-        )
+        proc = _serve_connector(env, port, prometheus, log)
         channel = grpc.insecure_channel(f"127.0.0.1:{port}")
         try:
             exited = wait_serving(channel, proc, log, 60.0, "pyflyte serve connector")
             if exited is None:
-                yield channel
+                yield channel, proc
                 return
             if "address already in use" not in exited.lower() or attempt == SERVE_ATTEMPTS:
                 raise AssertionError(f"pyflyte serve connector exited with {proc.returncode} before serving:\n{exited}")
@@ -153,20 +165,59 @@ def test_service_lists_the_connector_and_scales_over_grpc(connector_service, loc
     assert local_backend(local_env).get_state(ClusterRef.parse(nodes.CLUSTER)).ready_workers == 1
 
 
+HOSTILE_VALUES = (float("nan"), float("inf"), float("-inf"), 1e300, -1e300, [1], {"a": 1}, "")
+"""Values of a template's configuration field no node accepts: those flytekit's own parse of the template
+fails on (NaN, infinities) and those the node's check refuses."""
+HOSTILE_FIELDS = ((nodes.scale_up, "replicas"), (nodes.scale_up, "timeout"), (nodes.scale_up, "strict"),
+                  (nodes.scale_up, "head_hw_tier"), (nodes.restore, "replicas"))
+
+
+def with_custom(template, field, value):
+    """A copy of the flyteidl ``template`` whose ``custom[field]`` is ``value``, as a hand-made template holds it."""
+    from google.protobuf import json_format
+    from google.protobuf.struct_pb2 import Value
+
+    changed = type(template)()
+    changed.CopyFrom(template)
+    if isinstance(value, float):
+        changed.custom.fields[field].number_value = value
+    else:
+        changed.custom.fields[field].CopyFrom(json_format.ParseDict(value, Value()))
+    return changed
+
+
+def refused_details(stub, template) -> str:
+    """The details of the failed CreateTask of ``template``."""
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.CreateTask(agent_pb2.CreateTaskRequest(template=template, output_prefix="/tmp/out"), timeout=120)
+    return caught.value.details()
+
+
 @pytest.mark.slow
 def test_service_answers_bad_templates_and_metadata_with_a_short_failure(connector_service, local_env):
     """What FlytePropeller receives for a template or resource meta the connector refuses: CreateTask
     fails naming the field (the node ends at create), GetTask of bad metadata is FAILED with a one-line
-    message naming the field; neither carries a traceback."""
+    message naming the field; neither carries a traceback. That holds where flytekit's service itself
+    cannot read the template (NaN or infinity anywhere in ``custom``, a metadata timeout out of range): the
+    plugin answers for it, as for a template it refuses."""
     stub = AsyncAgentServiceStub(connector_service)
     category = agent_pb2.TaskCategory(name="ddlscale_scale", version=0)
-    template = get_serializable(OrderedDict(), SETTINGS, nodes.scale_up).template
-    template.custom["timeout"] = 1e300
-    with pytest.raises(grpc.RpcError) as caught:
-        stub.CreateTask(agent_pb2.CreateTaskRequest(template=template.to_flyte_idl(), output_prefix="/tmp/out"),
-                        timeout=120)
-    details = caught.value.details()
-    assert "[invalid_input] invalid timeout=1e+300" in details and "Traceback" not in details and 'File "' not in details
+    for task, field in HOSTILE_FIELDS:
+        template = get_serializable(OrderedDict(), SETTINGS, task).template.to_flyte_idl()
+        for value in HOSTILE_VALUES:
+            details = refused_details(stub, with_custom(template, field, value))
+            line = f"[invalid_input] invalid {field}="
+            assert line in details and "Traceback" not in details and 'File "' not in details, (task.name, value, details)
+    template = get_serializable(OrderedDict(), SETTINGS, nodes.scale_up).template.to_flyte_idl()
+    details = refused_details(stub, with_custom(template, "timeout", 1e300))
+    assert "[invalid_input] invalid timeout=1e+300" in details
+    details = refused_details(stub, with_custom(template, "unknown", [1.0, float("nan")]))
+    assert "[invalid_input] invalid custom.unknown[1]=nan; allowed: a finite number" in details
+    assert "Traceback" not in details and 'File "' not in details, details
+    template.metadata.timeout.seconds = 10**15
+    details = refused_details(stub, template)
+    assert "[invalid_input] invalid template='OverflowError: " in details
+    assert "Traceback" not in details and 'File "' not in details, details
     reply = stub.GetTask(agent_pb2.GetTaskRequest(task_category=category, resource_meta=b"{not json"), timeout=30)
     assert reply.resource.phase == TaskExecution.FAILED
     assert reply.resource.message.startswith("[invalid_input] invalid resource_meta")
@@ -263,3 +314,91 @@ def test_polls_of_a_hung_backend_hold_no_thread_of_the_service(tmp_path):
     # Either the desk's budget ran out first, or the read's own (its timeout, or the shared poll's).
     unanswered = ("the backend did not answer within 2 s", "backend unavailable, reading again: [backend_unavailable]")
     assert [a.resource.message for a in answers if not a.resource.message.startswith(unanswered)] == []
+
+
+def _broken_backend_dist(folder: Path) -> Path:
+    """A distribution on ``folder`` (for PYTHONPATH) registering backend ``broken``, whose module does not import."""
+    info = folder / "ddlscale_broken_backend-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ddlscale-broken-backend\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[flytekitplugins_ddlscale.backends]\nbroken = ddlscale_absent_module:Backend\n")
+    return folder
+
+
+REFUSED_STARTS = {
+    "unknown backend": ({"DDLSCALE_CONNECTOR_BACKENDS": "kubernets"},
+                        "invalid DDLSCALE_CONNECTOR_BACKENDS='kubernets'; allowed: kubernetes, local, scaler"),
+    "call budget": ({"DDLSCALE_CONNECTOR_CALL_BUDGET": "0"},
+                    "invalid DDLSCALE_CONNECTOR_CALL_BUDGET='0'; allowed: a number of seconds > 0 and at most 9"),
+    "backend that does not load": ({"DDLSCALE_CONNECTOR_BACKENDS": "broken"},
+                                   "backend 'broken' does not load (ModuleNotFoundError: No module named "
+                                   "'ddlscale_absent_module')"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(REFUSED_STARTS))
+def test_a_configuration_no_call_could_be_served_under_stops_the_service_before_it_serves(case, tmp_path):
+    """Read at the first call, such a configuration let the service answer health SERVING while every
+    CreateTask was refused. The service exits non-zero before it listens, saying why in one line."""
+    setting, expected = REFUSED_STARTS[case]
+    env = {k: v for k, v in os.environ.items() if k not in SCALER_ENV and not k.startswith("DDLSCALE_")}
+    env.update(setting, DDLSCALE_STATE_DIR=str(tmp_path / "state"))
+    if "broken" in setting.values():
+        env["PYTHONPATH"] = str(_broken_backend_dist(tmp_path / "site"))
+    port, prometheus = free_ports(2)
+    with tempfile.TemporaryFile() as log:
+        proc = _serve_connector(env, port, prometheus, log)
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        try:
+            exited = wait_serving(channel, proc, log, 60.0, "pyflyte serve connector")
+        finally:
+            channel.close()
+            stop_process(proc, 10)
+    assert exited is not None, f"the service served with {setting}"
+    assert proc.returncode == 1
+    lines = [line for line in exited.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("ddlscale connector: not starting: "), exited
+    assert expected in lines[0]
+
+
+def _until(condition, timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < end, f"{what} did not happen within {timeout:g} s"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_sigterm_turns_health_not_serving_lets_the_call_in_flight_finish_and_exits_0(tmp_path):
+    """A rolling update's SIGTERM used to end the process at once: the GetTask in flight failed (one of the
+    node's few failed syncs) and health never said NOT_SERVING. Now health turns NOT_SERVING at once and
+    the poll held by a hung backend at that moment is answered once the backend answers, then the process
+    exits 0 within its grace."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from flytekitplugins_ddlscale.connector_entry import SHUTDOWN_GRACE
+
+    with ScalerTestServer() as server:
+        server.add_cluster("ray", "drain-ray", replicas=1, max_replicas=4, min_replicas=None)
+        env = {k: v for k, v in os.environ.items() if k not in SCALER_ENV and not k.startswith("DDLSCALE_")}
+        env.update(CLUSTER_SCALER_BASE_URL=server.url, DOMINO_API_KEY=DEFAULT_API_KEY,
+                   DDLSCALE_STATE_DIR=str(tmp_path / "connector-state"), DDLSCALE_CONNECTOR_CALL_BUDGET="9")
+        with serving_process(env) as (channel, proc):
+            watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(), timeout=60)
+            assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+            category = agent_pb2.TaskCategory(name=WAIT_TASK_TYPE, version=0)
+            request = agent_pb2.GetTaskRequest(task_category=category,
+                                               resource_meta=wait_meta("ray/drain-ray", "scaler", 1).encode())
+            server.hang()
+            try:
+                call = AsyncAgentServiceStub(channel).GetTask.future(request, timeout=30)
+                _until(lambda: server.count("GET") > 0, 30, "the poll's read reaching the scaler service")
+                proc.send_signal(signal.SIGTERM)
+                assert next(watch).status == health_pb2.HealthCheckResponse.NOT_SERVING
+                watch.cancel()
+            finally:
+                server.resume()
+            answer = call.result()
+            assert answer.resource.phase == TaskExecution.SUCCEEDED, answer.resource.message
+            assert proc.wait(timeout=SHUTDOWN_GRACE + 30) == 0

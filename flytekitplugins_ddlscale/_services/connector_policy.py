@@ -23,10 +23,10 @@ naming the field, the value and what is served, before anything is sent.
 """
 import fnmatch
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Optional, Tuple
+from typing import Iterable, List, Mapping, Optional, Tuple
 from urllib.parse import urlsplit
 
-from ..backends import ALIASES, available_backends, backend_name_from_env
+from ..backends import ALIASES, available_backends, backend_name_from_env, load_backend_class
 from ..backends._base import ClusterBackend
 from .._core import settings
 from ..errors import InvalidInputError, ScalingError
@@ -136,3 +136,32 @@ class ConnectorPolicy:
 
 def _matches(value: str, patterns: Iterable[str]) -> bool:
     return any(fnmatch.fnmatchcase(value, pattern) for pattern in patterns)
+
+
+def served_at_start(env: Optional[Mapping[str, str]] = None) -> Tuple[ConnectorPolicy, Tuple[str, ...]]:
+    """What a starting connector will serve, checked before it serves anything: the policy
+    (:meth:`ConnectorPolicy.from_env`) and the call budget parsed, and each served backend's class
+    imported, so a connector none of whose calls could be served never reports healthy. Raises
+    :class:`InvalidInputError` naming the first variable that does not parse or the backend that does
+    not load. Also returns notes on what it will refuse though it starts: the nodes that name no
+    backend, where the connector's own (``$DDLSCALE_BACKEND``) is not served."""
+    policy = ConnectorPolicy.from_env(env)
+    settings.CONNECTOR_CALL_BUDGET.value(env=env)
+    for name in policy.backends:
+        try:
+            load_backend_class(name)
+        except Exception as error:  # an entry-point backend whose module or dependencies do not import
+            setting = settings.CONNECTOR_BACKENDS
+            raise InvalidInputError(
+                setting.name, setting.raw(env) or ",".join(policy.backends),
+                f"{', '.join(sorted(available_backends()))}, each importable here",
+                reason=f"backend {name!r} does not load ({type(error).__name__}: {error})",
+            ) from None
+    notes: List[str] = []
+    own = _backend_key(backend_name_from_env(env))
+    if own not in policy.backends:
+        notes.append(
+            f"nodes that name no backend use this connector's own, {own!r} (${settings.BACKEND.name}), which "
+            f"${settings.CONNECTOR_BACKENDS.name} does not serve ({', '.join(policy.backends)}): they are refused"
+        )
+    return policy, tuple(notes)
