@@ -1,4 +1,4 @@
-"""Ports for a local cluster's processes: outside the range outgoing connections take theirs from."""
+"""Ports for a local cluster's processes: outside the range outgoing connections take theirs from (below it from 20000, or above it)."""
 import random
 import socket
 
@@ -32,3 +32,13 @@ def test_choosing_leaves_the_user_s_random_sequence_as_it_was():
     random.seed(7)
     free_port("127.0.0.1")
     assert [random.random() for _ in range(3)] == expected
+
+
+def test_ports_above_the_outgoing_range_are_chosen_too():
+    """docs/local.md: from 20000 up to the outgoing range, or above it up to 65535. With every port below the
+    range avoided, the port chosen lies above it, not inside it where the kernel assigns outgoing ports."""
+    low, high = outgoing_range()
+    assert high < 65535, "this machine leaves no room above its outgoing range"
+    below = frozenset(range(LOWEST, low))
+    chosen = {free_port("127.0.0.1", below) for _ in range(5)}
+    assert all(high < port <= 65535 for port in chosen), sorted(chosen)

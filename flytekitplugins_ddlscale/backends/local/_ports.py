@@ -1,7 +1,8 @@
 """Ports for the processes of a local cluster, chosen here and bound by those processes moments later.
 
 A port is chosen outside the kernel's range for outgoing connections
-(``/proc/sys/net/ipv4/ip_local_port_range``): a client socket of any
+(``/proc/sys/net/ipv4/ip_local_port_range``), below it (from
+:data:`LOWEST`) or above it: a client socket of any
 program on the machine takes its local port from that range, and one that
 lands on the chosen port between the choice and the bind makes the bind
 fail (Spark's daemons then exit, as they are told not to move to another
@@ -49,8 +50,9 @@ def _bindable(host: str, port: int, reuse_address: bool) -> bool:
 
 
 def free_port(host: str, avoid: AbstractSet[int] = frozenset()) -> int:
-    """A port no socket holds right now, not in ``avoid``, outside the outgoing range where the machine
-    leaves room below it (else one the kernel assigns); its user binds it moments later."""
+    """A port no socket holds right now, not in ``avoid``, drawn outside the outgoing range: from
+    :data:`LOWEST` up to it, or above it up to 65535 (one the kernel assigns, inside the range, only when
+    :data:`TRIES` draws find none free); its user binds it moments later."""
     low, high = outgoing_range()
     below = range(LOWEST, low) if low > LOWEST else range(0)
     above = range(high + 1, 65536)
