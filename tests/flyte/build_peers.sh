@@ -8,12 +8,25 @@
 #                                single binary nor flyteadmin can be built from published modules
 #   $CACHE/helm-v4.3.2/helm      Helm, to render the released charts
 # CACHE is $DDLSCALE_PEERS_CACHE, else ${XDG_CACHE_HOME:-~/.cache}/ddlscale-peers.
-# Usage: build_peers.sh [flytepropeller|helm|all]   (prints each binary's path; exits 2 where Go is missing)
+# Usage: build_peers.sh [--built] [flytepropeller|helm|all]
+#   prints each peer's path (building it first where needed; exits 2 where Go is missing);
+#   --built: prints the path only if already built, else exits 1 saying so (builds nothing)
 set -euo pipefail
 FLYTE_VERSION=v1.16.8
 HELM_VERSION=v4.3.2
 cache="${DDLSCALE_PEERS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ddlscale-peers}"
+built_only=0
+if [ "${1:-}" = "--built" ]; then built_only=1; shift; fi
 what="${1:-all}"
+if [ "$built_only" = 1 ]; then
+  case "$what" in
+    flytepropeller) dir="$cache/flytepropeller-$FLYTE_VERSION"; [ -x "$dir/flytepropeller" ] && [ -x "$dir/kubectl-flyte" ] && { echo "$dir"; exit 0; } ;;
+    helm) [ -x "$cache/helm-$HELM_VERSION/helm" ] && { echo "$cache/helm-$HELM_VERSION/helm"; exit 0; } ;;
+    *) echo "build_peers: --built takes one peer: flytepropeller or helm" >&2; exit 64 ;;
+  esac
+  echo "build_peers: $what $([ "$what" = helm ] && echo "$HELM_VERSION" || echo "$FLYTE_VERSION") is not built on this machine (bash tests/flyte/build_peers.sh $what builds it, once)" >&2
+  exit 1
+fi
 
 command -v go >/dev/null 2>&1 || { echo "build_peers: no Go toolchain on PATH (Go 1.26 builds Flyte $FLYTE_VERSION)" >&2; exit 2; }
 mkdir -p "$cache"

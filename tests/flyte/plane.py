@@ -1,0 +1,329 @@
+"""The flyte tier's control plane: the real FlytePropeller v1.16.8 running flows on a real kube-apiserver.
+
+:class:`FlytePlane` starts, as one unit and stopped as one:
+
+* the envtest control plane (etcd, kube-apiserver, kube-controller-manager: :mod:`tests.envtest`);
+* an S3 store (moto's server) holding the bucket the sandbox uses, ``my-s3-bucket``;
+* the connector as its image runs it: a stock ``pyflyte serve connector`` (``connector=True``);
+* FlytePropeller built from its Go module (``tests/flyte/build_peers.sh``), configured with the
+  sandbox's own configuration files (:mod:`tests.flyte.sandbox_config`) and, for the connector, the
+  block docs/sandbox.md tells users to add;
+* the process kubelet (:mod:`tests.flyte.process_kubelet`) running task pods of
+  ``flytesnacks-development`` as local processes;
+* :class:`~tests.flyte.admin_events.EventRecorder` in flyteadmin's place for the events.
+
+:meth:`FlytePlane.run` starts an execution as flyteadmin would hand it over (a FlyteWorkflow made by
+FlytePropeller's own ``kubectl-flyte create`` from the flow's compiled closure and inputs) and waits
+for its end. ``python -m tests.flyte.plane`` starts it by hand (docs/development.md).
+"""
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional
+
+from tests.envtest.controlplane import SUITE, SUITE_ENV, ControlPlane, _die_with_parent
+from tests.flyte import sandbox_config
+from tests.flyte.admin_events import EventRecorder
+from tests.flyte.peers import Peers
+from tests.flyte.process_kubelet import ProcessKubelet
+from tests.port_support import free_ports
+from tests.served_process import log_tail, stop_process, wait_serving
+
+ROOT = Path(__file__).resolve().parents[2]
+PROJECT, DOMAIN = "flytesnacks", "development"
+NAMESPACE = f"{PROJECT}-{DOMAIN}"
+BUCKET = "my-s3-bucket"
+S3_KEYS = {"FLYTE_AWS_ACCESS_KEY_ID": "minio", "FLYTE_AWS_SECRET_ACCESS_KEY": "miniostorage"}
+START_TIMEOUT = 90.0
+
+PHASES = ["Ready", "Running", "Succeeding", "Success", "Failing", "Failed", "Aborted", "HandlingFailureNode"]
+"""FlytePropeller's WorkflowPhase values, in order (pkg/apis/flyteworkflow/v1alpha1/iface.go)."""
+TERMINAL = {"Success", "Failed", "Aborted"}
+
+
+@dataclass
+class Execution:
+    """An execution's end as FlytePropeller left it on its FlyteWorkflow object."""
+
+    name: str
+    phase: str
+    message: str
+    nodes: Dict[str, Dict[str, Any]]
+    """Each node's status (``phase``, ``message``, attempts ...) as FlytePropeller writes it."""
+
+
+class FlytePlane:
+    """The running tier (see the module's text); a context manager. ``connector`` False leaves the
+    connector out and the guide's block unwritten: every ``ddlscale_*`` node then runs as a pod."""
+
+    def __init__(self, peers: Peers, envtest_dir: Path, *, connector: bool = True,
+                 connector_env: Optional[Dict[str, str]] = None, work: Optional[Path] = None) -> None:
+        self.peers = peers
+        self.envtest_dir = Path(envtest_dir)
+        self.connector = connector
+        self.connector_env = dict(connector_env or {})
+        self._own_work = work is None
+        self.work = Path(work) if work is not None else Path(tempfile.mkdtemp(prefix="ddlscale-flyte-"))
+        self.state_dir = self.work / "ddlscale-state"
+        self.events = EventRecorder()
+        self._stack = contextlib.ExitStack()
+        self._processes: Dict[str, subprocess.Popen] = {}
+        self.kube: Optional[ControlPlane] = None
+        self.kubelet: Optional[ProcessKubelet] = None
+        self.s3_port = 0
+        self.connector_port = 0
+
+    # -- lifecycle ---------------------------------------------------------
+    def start(self) -> "FlytePlane":
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _start(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.kube = self._stack.enter_context(ControlPlane(self.envtest_dir, work=self.work / "k8s"))
+        self.admin = self.kube.api_client()
+        self._stack.callback(self.admin.close)
+        self._make_namespace()
+        self._stack.enter_context(self.events)
+        self._start_s3()
+        if self.connector:
+            self._start_connector()
+        self._start_propeller()
+        self.kubelet = self._stack.enter_context(ProcessKubelet(
+            self.admin, namespaces=[NAMESPACE], executable_dir=Path(sys.executable).parent,
+            work_root=self.work / "pods", extra_env=self.pod_env()))
+
+    def close(self) -> None:
+        """Stop everything started (propeller first, so nothing acts on a half-stopped plane)."""
+        for name in reversed(list(self._processes)):
+            stop_process(self._processes.pop(name), 10)
+        self._stack.close()
+        if self._own_work:
+            shutil.rmtree(self.work, ignore_errors=True)
+
+    def __enter__(self) -> "FlytePlane":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- the parts ---------------------------------------------------------
+    def pod_env(self) -> Dict[str, str]:
+        """What the process kubelet adds to a task pod's env: what an image and the cluster give a real pod
+        (the project's code on PYTHONPATH, as an image holds it; a HOME; the local backend's state folder,
+        which the connector shares, as a mounted volume would)."""
+        return {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+                "PYTHONPATH": str(ROOT), "DDLSCALE_STATE_DIR": str(self.state_dir),
+                SUITE_ENV: str(SUITE)}
+
+    def _make_namespace(self) -> None:
+        from kubernetes import client
+
+        core = client.CoreV1Api(self.admin)
+        core.create_namespace({"metadata": {"name": NAMESPACE}})
+        core.create_namespaced_service_account(NAMESPACE, {"metadata": {"name": "default"}})
+
+    def _spawn(self, name: str, argv: List[str], env: Dict[str, str]) -> subprocess.Popen:
+        log = open(self.work / f"{name}.log", "ab")
+        with log:
+            process = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.work,
+                env=dict(env, **{SUITE_ENV: str(SUITE)}), preexec_fn=_die_with_parent)
+        self._processes[name] = process
+        return process
+
+    def log(self, name: str, size: int = 4000) -> str:
+        """The end of a process's log (``s3``, ``connector``, ``flytepropeller``)."""
+        try:
+            return (self.work / f"{name}.log").read_text(errors="replace")[-size:]
+        except OSError:
+            return ""
+
+    def _start_s3(self) -> None:
+        import boto3
+
+        self.s3_port, = free_ports(1)
+        process = self._spawn("s3", [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.s3_port)],
+                              dict(os.environ))
+        s3 = boto3.client("s3", endpoint_url=self.s3_url, region_name="us-east-1",
+                          aws_access_key_id=S3_KEYS["FLYTE_AWS_ACCESS_KEY_ID"],
+                          aws_secret_access_key=S3_KEYS["FLYTE_AWS_SECRET_ACCESS_KEY"])
+        _until(lambda: _bucket_made(s3, BUCKET), process, "moto's S3 server to create the bucket", self.log, "s3")
+
+    @property
+    def s3_url(self) -> str:
+        return f"http://127.0.0.1:{self.s3_port}"
+
+    def _start_connector(self) -> None:
+        import grpc
+
+        self.connector_port, prometheus = free_ports(2)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("DDLSCALE_", "CLUSTER_SCALER", "DOMINO_"))}
+        env.update(DDLSCALE_STATE_DIR=str(self.state_dir), PYTHONPATH=str(ROOT), **self.connector_env)
+        process = self._spawn("connector", [str(Path(sys.executable).with_name("pyflyte")), "serve", "connector",
+                                            "--port", str(self.connector_port), "--prometheus_port", str(prometheus)],
+                              env)
+        channel = grpc.insecure_channel(f"127.0.0.1:{self.connector_port}")
+        with open(self.work / "connector.log", "rb") as log:
+            try:
+                exited = wait_serving(channel, process, log, START_TIMEOUT, "pyflyte serve connector")
+            finally:
+                channel.close()
+            if exited is not None:
+                raise AssertionError(f"pyflyte serve connector exited with {process.returncode}: {exited}")
+
+    def _start_propeller(self) -> None:
+        config = self.work / "config"
+        config.mkdir()
+        prof_port, = free_ports(1)
+        files = sandbox_config.files(
+            kubeconfig=self.kube.admin_kubeconfig, admin=f"dns:///127.0.0.1:{self.events.port}",
+            s3_url=self.s3_url, bucket=BUCKET, keys=S3_KEYS, prof_port=prof_port,
+            connector=f"dns:///127.0.0.1:{self.connector_port}" if self.connector else None)
+        for name, text in files.items():
+            (config / name).write_text(text)
+        process = self._spawn("flytepropeller", [
+            str(self.peers.flytepropeller), "--config", str(config / "*.yaml")], dict(os.environ))
+        _until(lambda: "Started workers" in self.log("flytepropeller", 200000), process,
+               "FlytePropeller to start its workers", self.log, "flytepropeller")
+
+    # -- executions --------------------------------------------------------
+    def run(self, workflow: Any, inputs: Dict[str, Any], *, timeout: float = 180.0, name: Optional[str] = None) -> Execution:
+        """Start ``workflow`` (a flytekit workflow) with ``inputs`` as an execution of flytesnacks/development
+        and wait at most ``timeout`` s for its end."""
+        name = name or f"e{secrets.token_hex(4)}"
+        self.submit(workflow, inputs, name)
+        return self.wait(name, timeout)
+
+    def submit(self, workflow: Any, inputs: Dict[str, Any], name: str) -> None:
+        """Hand the execution to FlytePropeller: ``kubectl-flyte create`` compiles the closure and makes its
+        FlyteWorkflow object, as flyteadmin does for ``CreateExecution``."""
+        folder = self.work / "executions" / name
+        folder.mkdir(parents=True)
+        closure, literals = compiled(workflow, inputs)
+        (folder / "closure.pb").write_bytes(closure)
+        (folder / "inputs.pb").write_bytes(literals)
+        done = subprocess.run(
+            [str(self.peers.kubectl_flyte), "create", "--kubeconfig", str(self.kube.admin_kubeconfig),
+             "--namespace", NAMESPACE, "--proto-path", str(folder / "closure.pb"),
+             "--input-path", str(folder / "inputs.pb"), "--execution-id", name],
+            capture_output=True, text=True, timeout=60)
+        if done.returncode != 0:
+            raise AssertionError(f"kubectl-flyte create failed ({done.returncode}): {done.stdout}{done.stderr}")
+
+    def workflow_object(self, name: str) -> Dict[str, Any]:
+        from kubernetes import client
+
+        return client.CustomObjectsApi(self.admin).get_namespaced_custom_object(
+            "flyte.lyft.com", "v1alpha1", NAMESPACE, "flyteworkflows", name)
+
+    def wait(self, name: str, timeout: float) -> Execution:
+        """The execution's end, watched on its FlyteWorkflow object; AssertionError with FlytePropeller's log
+        after ``timeout`` s."""
+        from kubernetes import client, watch
+
+        api = client.CustomObjectsApi(self.admin)
+        end = time.monotonic() + timeout
+        while True:
+            current = self.workflow_object(name)
+            ended = _ended(current)
+            if ended is not None:
+                return ended
+            left = end - time.monotonic()
+            if left <= 0:
+                status = current.get("status") or {}
+                raise AssertionError(
+                    f"execution {name} did not end within {timeout:g} s (phase {PHASES[status.get('phase', 0)]}, "
+                    f"nodes {json.dumps(_node_phases(status))}); FlytePropeller: {self.log('flytepropeller')}")
+            stream = watch.Watch().stream(
+                api.list_namespaced_custom_object, "flyte.lyft.com", "v1alpha1", NAMESPACE, "flyteworkflows",
+                field_selector=f"metadata.name={name}", resource_version=current["metadata"]["resourceVersion"],
+                timeout_seconds=max(1, int(min(left, 30))))
+            for event in stream:
+                if _ended(event["object"]) is not None:
+                    break
+
+
+def compiled(workflow: Any, inputs: Dict[str, Any]) -> "tuple[bytes, bytes]":
+    """``workflow``'s closure (its template and every task's) and ``inputs`` as a literal map, serialized as
+    flytekit serializes them for registration (the image name is unused: the process kubelet runs the args)."""
+    from flyteidl.core import workflow_closure_pb2
+    from flytekit.configuration import Image, ImageConfig, SerializationSettings
+    from flytekit.core.context_manager import FlyteContextManager
+    from flytekit.core.type_engine import TypeEngine
+    from flytekit.models.task import TaskSpec
+    from flytekit.tools.translator import get_serializable
+
+    settings = SerializationSettings(
+        image_config=ImageConfig(default_image=Image(name="default", fqn="ddlscale-flow", tag="test")),
+        project=PROJECT, domain=DOMAIN, version="v1", python_interpreter=sys.executable)
+    entities: "OrderedDict[Any, Any]" = OrderedDict()
+    spec = get_serializable(entities, settings, workflow)
+    tasks = [e.template.to_flyte_idl() for e in entities.values() if isinstance(e, TaskSpec)]
+    closure = workflow_closure_pb2.WorkflowClosure(workflow=spec.template.to_flyte_idl(), tasks=tasks)
+    ctx = FlyteContextManager.current_context()
+    literals = TypeEngine.dict_to_literal_map(ctx, inputs, workflow.python_interface.inputs)
+    return closure.SerializeToString(), literals.to_flyte_idl().SerializeToString()
+
+
+def _ended(obj: Dict[str, Any]) -> Optional[Execution]:
+    status = obj.get("status") or {}
+    phase = PHASES[status.get("phase", 0)]
+    if phase not in TERMINAL:
+        return None
+    return Execution(obj["metadata"]["name"], phase, status.get("message", ""), status.get("nodeStatus") or {})
+
+
+def _node_phases(status: Dict[str, Any]) -> Dict[str, Any]:
+    return {node: s.get("phase") for node, s in (status.get("nodeStatus") or {}).items()}
+
+
+def _bucket_made(s3: Any, bucket: str) -> bool:
+    try:
+        s3.create_bucket(Bucket=bucket)
+        return True
+    except Exception:  # noqa: BLE001 - not listening yet: asked again
+        return False
+
+
+def _until(ready: Any, process: subprocess.Popen, what: str, log: Any, name: str) -> None:
+    """Ask ``ready()`` every 0.2 s until it answers True; AssertionError with the log's end when ``process``
+    exits or after :data:`START_TIMEOUT` s."""
+    end = time.monotonic() + START_TIMEOUT
+    while not ready():
+        if process.poll() is not None:
+            raise AssertionError(f"{name} exited with {process.returncode} while waiting for {what}: {log(name)}")
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {START_TIMEOUT:g} s waiting for {what}: {log(name)}")
+        time.sleep(0.2)
+
+
+def main() -> None:  # pragma: no cover - by hand
+    """Start the tier by hand and keep it until Ctrl-C (docs/development.md)."""
+    from tests.flyte.peers import find_peers
+
+    peers = find_peers(build=True)
+    with FlytePlane(peers, Path(os.environ["DDLSCALE_ENVTEST_DIR"]), work=Path(tempfile.mkdtemp(prefix="ddlscale-flyte-"))) as plane:
+        print(f"FlytePropeller is running; kubeconfig: {plane.kube.admin_kubeconfig}; namespace {NAMESPACE}")
+        print(f"work folder (configuration, logs): {plane.work}")
+        print("Ctrl-C stops everything.")
+        with contextlib.suppress(KeyboardInterrupt):
+            while True:
+                time.sleep(3600)
+
+
+if __name__ == "__main__":
+    main()
