@@ -63,14 +63,19 @@ class Execution:
 
 class FlytePlane:
     """The running tier (see the module's text); a context manager. ``connector`` False leaves the
-    connector out and the guide's block unwritten: every ``ddlscale_*`` node then runs as a pod."""
+    connector out and the guide's block unwritten: every ``ddlscale_*`` node then runs as a pod.
+    ``connector_env`` and ``pod_env`` are added to the connector's and every task pod's environment. Both
+    reach the API server as the envtest tier's non-admin user (``KUBECONFIG``: its kubeconfig, the stand-in for
+    a pod's service account), which has no rights until a test grants a shipped Role to it."""
 
     def __init__(self, peers: Peers, envtest_dir: Path, *, connector: bool = True,
-                 connector_env: Optional[Dict[str, str]] = None, work: Optional[Path] = None) -> None:
+                 connector_env: Optional[Dict[str, str]] = None, pod_env: Optional[Dict[str, str]] = None,
+                 work: Optional[Path] = None) -> None:
         self.peers = peers
         self.envtest_dir = Path(envtest_dir)
         self.connector = connector
         self.connector_env = dict(connector_env or {})
+        self.extra_pod_env = dict(pod_env or {})
         self._own_work = work is None
         self.work = Path(work) if work is not None else Path(tempfile.mkdtemp(prefix="ddlscale-flyte-"))
         self.state_dir = self.work / "ddlscale-state"
@@ -127,7 +132,7 @@ class FlytePlane:
         which the connector shares, as a mounted volume would)."""
         return {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
                 "PYTHONPATH": str(ROOT), "DDLSCALE_STATE_DIR": str(self.state_dir),
-                SUITE_ENV: str(SUITE)}
+                "KUBECONFIG": str(self.kube.user_kubeconfig), SUITE_ENV: str(SUITE), **self.extra_pod_env}
 
     def _make_namespace(self) -> None:
         from kubernetes import client
@@ -172,7 +177,8 @@ class FlytePlane:
 
         self.connector_port, prometheus = free_ports(2)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DDLSCALE_", "CLUSTER_SCALER", "DOMINO_"))}
-        env.update(DDLSCALE_STATE_DIR=str(self.state_dir), PYTHONPATH=str(ROOT), **self.connector_env)
+        env.update(DDLSCALE_STATE_DIR=str(self.state_dir), PYTHONPATH=str(ROOT),
+                   KUBECONFIG=str(self.kube.user_kubeconfig), **self.connector_env)
         process = self._spawn("connector", [str(Path(sys.executable).with_name("pyflyte")), "serve", "connector",
                                             "--port", str(self.connector_port), "--prometheus_port", str(prometheus)],
                               env)
