@@ -128,6 +128,63 @@ def prepare_service() -> None:
     for note in notes:
         print(f"ddlscale connector: {note}", file=sys.stderr)
     _drain_at_sigterm()
+    _read_templates_first()
+
+
+def _read_templates_first() -> None:
+    """flytekit's service parses a ``CreateTask``'s template before it calls any connector and answers a
+    template it cannot parse (NaN or infinity in ``custom``) with its traceback. ``serve`` hands the
+    servicer it builds to ``add_AsyncAgentServiceServicer_to_server``: wrap it there (:class:`_TemplatesFirst`)."""
+    from flytekit.clis.sdk_in_container import serve
+
+    add = getattr(serve, "add_AsyncAgentServiceServicer_to_server", None)
+    if add is None:
+        logger.warning("this flytekit adds its servicer differently: a template it cannot read gets its traceback")
+        return
+    serve.add_AsyncAgentServiceServicer_to_server = lambda servicer, server: add(_TemplatesFirst(servicer), server)
+
+
+class _TemplatesFirst:
+    """flytekit's ``AsyncConnectorService``, every call handed to it, except a ``CreateTask`` whose ``ddlscale_*``
+    template flytekit cannot read: answered as the connector answers a template it refuses, with the plugin's
+    one line (:func:`~._services.connector_templates.unreadable_template`)."""
+
+    def __init__(self, servicer: Any) -> None:
+        self._servicer = servicer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._servicer, name)
+
+    async def CreateTask(self, request: Any, context: Any) -> Any:  # noqa: N802 - gRPC's method name
+        task_type = request.template.type
+        if task_type in TASK_TYPE_NAMES:
+            from ._services.connector_templates import unreadable_template
+
+            refused = unreadable_template(request.template)
+            if refused is not None:
+                _refuse(context, task_type, refused)
+                return None
+        return await self._servicer.CreateTask(request, context)
+
+
+def _refuse(context: Any, task_type: str, refused: Exception) -> None:
+    """Answer the call with ``refused`` as flytekit answers ``ScalingConnector.create``'s refusals (its
+    user-error wrapper around an error without a traceback; its failure count goes up as for those)."""
+    from flytekit.exceptions.user import FlyteUserRuntimeException
+    from flytekit.extend.backend import connector_service
+
+    logger.info("refused a create: %s", refused)
+    refused.__context__ = None
+    failure = FlyteUserRuntimeException(refused)
+    failure.__cause__ = refused
+    handle = getattr(connector_service, "_handle_exception", None)
+    if handle is not None:
+        handle(failure, context, task_type, "create")
+        return
+    import grpc
+
+    context.set_code(grpc.StatusCode.INTERNAL)
+    context.set_details(str(refused))
 
 
 def _drain_at_sigterm() -> None:

@@ -165,20 +165,59 @@ def test_service_lists_the_connector_and_scales_over_grpc(connector_service, loc
     assert local_backend(local_env).get_state(ClusterRef.parse(nodes.CLUSTER)).ready_workers == 1
 
 
+HOSTILE_VALUES = (float("nan"), float("inf"), float("-inf"), 1e300, -1e300, [1], {"a": 1}, "")
+"""Values of a template's configuration field no node accepts: those flytekit's own parse of the template
+fails on (NaN, infinities) and those the node's check refuses."""
+HOSTILE_FIELDS = ((nodes.scale_up, "replicas"), (nodes.scale_up, "timeout"), (nodes.scale_up, "strict"),
+                  (nodes.scale_up, "head_hw_tier"), (nodes.restore, "replicas"))
+
+
+def with_custom(template, field, value):
+    """A copy of the flyteidl ``template`` whose ``custom[field]`` is ``value``, as a hand-made template holds it."""
+    from google.protobuf import json_format
+    from google.protobuf.struct_pb2 import Value
+
+    changed = type(template)()
+    changed.CopyFrom(template)
+    if isinstance(value, float):
+        changed.custom.fields[field].number_value = value
+    else:
+        changed.custom.fields[field].CopyFrom(json_format.ParseDict(value, Value()))
+    return changed
+
+
+def refused_details(stub, template) -> str:
+    """The details of the failed CreateTask of ``template``."""
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.CreateTask(agent_pb2.CreateTaskRequest(template=template, output_prefix="/tmp/out"), timeout=120)
+    return caught.value.details()
+
+
 @pytest.mark.slow
 def test_service_answers_bad_templates_and_metadata_with_a_short_failure(connector_service, local_env):
     """What FlytePropeller receives for a template or resource meta the connector refuses: CreateTask
     fails naming the field (the node ends at create), GetTask of bad metadata is FAILED with a one-line
-    message naming the field; neither carries a traceback."""
+    message naming the field; neither carries a traceback. That holds where flytekit's service itself
+    cannot read the template (NaN or infinity anywhere in ``custom``, a metadata timeout out of range): the
+    plugin answers for it, as for a template it refuses."""
     stub = AsyncAgentServiceStub(connector_service)
     category = agent_pb2.TaskCategory(name="ddlscale_scale", version=0)
-    template = get_serializable(OrderedDict(), SETTINGS, nodes.scale_up).template
-    template.custom["timeout"] = 1e300
-    with pytest.raises(grpc.RpcError) as caught:
-        stub.CreateTask(agent_pb2.CreateTaskRequest(template=template.to_flyte_idl(), output_prefix="/tmp/out"),
-                        timeout=120)
-    details = caught.value.details()
-    assert "[invalid_input] invalid timeout=1e+300" in details and "Traceback" not in details and 'File "' not in details
+    for task, field in HOSTILE_FIELDS:
+        template = get_serializable(OrderedDict(), SETTINGS, task).template.to_flyte_idl()
+        for value in HOSTILE_VALUES:
+            details = refused_details(stub, with_custom(template, field, value))
+            line = f"[invalid_input] invalid {field}="
+            assert line in details and "Traceback" not in details and 'File "' not in details, (task.name, value, details)
+    template = get_serializable(OrderedDict(), SETTINGS, nodes.scale_up).template.to_flyte_idl()
+    details = refused_details(stub, with_custom(template, "timeout", 1e300))
+    assert "[invalid_input] invalid timeout=1e+300" in details
+    details = refused_details(stub, with_custom(template, "unknown", [1.0, float("nan")]))
+    assert "[invalid_input] invalid custom.unknown[1]=nan; allowed: a finite number" in details
+    assert "Traceback" not in details and 'File "' not in details, details
+    template.metadata.timeout.seconds = 10**15
+    details = refused_details(stub, template)
+    assert "[invalid_input] invalid template='OverflowError: " in details
+    assert "Traceback" not in details and 'File "' not in details, details
     reply = stub.GetTask(agent_pb2.GetTaskRequest(task_category=category, resource_meta=b"{not json"), timeout=30)
     assert reply.resource.phase == TaskExecution.FAILED
     assert reply.resource.message.startswith("[invalid_input] invalid resource_meta")

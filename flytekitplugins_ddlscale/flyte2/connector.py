@@ -37,11 +37,11 @@ from typing import Any, Dict, Optional
 
 from flyte.connectors import AsyncConnector, ConnectorRegistry, Resource
 from flyteidl2.core.execution_pb2 import TaskExecution, TaskLog
-from google.protobuf.struct_pb2 import ListValue, Struct
 
 from .._services.connector_calls import PollDesk, refusal
 from .._services.connector_core import FAILED, RUNNING, SERVED_TASK_TYPES, SUCCEEDED, Poll, ScalingService
 from .._services.connector_meta import ScalingMetadata
+from .._services.connector_templates import struct_values
 from ..backends import available_backends
 from .._services.connector_policy import ConnectorPolicy
 from .._services.nodes.names import OUTPUT_NAME
@@ -103,7 +103,7 @@ class ScalingConnector(AsyncConnector[ScalingMetadata]):
         one line (flyte's server answers with the error's text only).
         """
         try:
-            custom = plain(task_template.custom) if task_template.HasField("custom") else None
+            custom = struct_values(task_template.custom) if task_template.HasField("custom") else None
             return await asyncio.to_thread(self.serving().create, task_template.type, custom, inputs or {})
         except Exception as error:
             failure = refusal("create", error)
@@ -130,16 +130,6 @@ def resource_of(answer: Poll) -> Resource:
         log_links=[TaskLog(name=name, uri=uri) for name, uri in answer.links] or None,
         custom_info=dict(answer.info) or None,
     )
-
-
-def plain(value: Any) -> Any:
-    """A protobuf ``Struct`` (or its values) as Python dictionaries, lists and scalars, NaN and infinity
-    kept (protobuf's JSON conversion fails on them) so that the field's own check refuses them by name."""
-    if isinstance(value, Struct):
-        return {key: plain(item) for key, item in value.items()}
-    if isinstance(value, ListValue):
-        return [plain(item) for item in value]
-    return value
 
 
 def in_local_run() -> bool:

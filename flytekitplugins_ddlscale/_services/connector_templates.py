@@ -1,0 +1,71 @@
+"""A task template as both connectors read it, and the one-line answer for one flytekit cannot read.
+
+The node's configuration travels in the template's ``custom``, a protobuf
+``Struct``: :func:`struct_values` gives it as Python values, NaN and
+infinities kept, so each field's own check refuses them by name (protobuf's
+JSON conversion fails on them instead). Flyte 2's connector reads ``custom``
+that way. flytekit's connector service (``pyflyte serve connector``) first
+parses the whole template with ``TaskTemplate.from_flyte_idl``, which uses
+that JSON conversion, and answers what it cannot parse with its own
+traceback before any connector is called: :func:`unreadable_template` is the
+plugin's answer to such a template (``connector_entry`` asks it first).
+"""
+import math
+from typing import Any, Optional, Tuple
+
+from google.protobuf.struct_pb2 import ListValue, Struct
+
+from ..errors import InvalidInputError, ScalingError
+
+FLYTEKIT_READABLE = "a task template flytekit's connector service can read"
+
+
+def struct_values(value: Any) -> Any:
+    """A protobuf ``Struct`` (or its values) as Python dictionaries, lists and scalars, NaN and infinity
+    kept (protobuf's JSON conversion fails on them) so that the field's own check refuses them by name."""
+    if isinstance(value, Struct):
+        return {key: struct_values(item) for key, item in value.items()}
+    if isinstance(value, ListValue):
+        return [struct_values(item) for item in value]
+    return value
+
+
+def unreadable_template(template: Any) -> Optional[ScalingError]:
+    """None when flytekit reads ``template`` (flyteidl's ``TaskTemplate`` of a ``ddlscale_*`` type); else
+    the one-line error the connector answers for it: the node's own check of ``custom`` (as Flyte 2's
+    connector answers the same template), else the first number flytekit cannot read (``custom.<path>``),
+    else what flytekit's parse said (``template``)."""
+    from flytekit.models.task import TaskTemplate
+
+    from .connector_core import node_config
+    from .nodes.registry import NODE_KINDS
+
+    try:
+        TaskTemplate.from_flyte_idl(template)
+        return None
+    except Exception as error:  # noqa: BLE001 - whatever flytekit raises, the answer is one line
+        unread = " ".join(f"{type(error).__name__}: {error}".split())
+    custom = struct_values(template.custom) if template.HasField("custom") else None
+    kind = NODE_KINDS.get(template.type)
+    try:
+        if kind is None:
+            raise InvalidInputError("task_type", template.type, ", ".join(NODE_KINDS))
+        node_config(kind.config, custom)
+    except ScalingError as refused:
+        return refused.with_traceback(None)
+    found = _not_finite(custom, "custom")
+    if found is not None:
+        return InvalidInputError(found[0], found[1], f"a finite number ({FLYTEKIT_READABLE})")
+    return InvalidInputError("template", unread, FLYTEKIT_READABLE)
+
+
+def _not_finite(value: Any, path: str) -> Optional[Tuple[str, float]]:
+    """The path and value of the first NaN or infinite number in ``value`` (Python values of a Struct)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path, value
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _not_finite(item, f"{path}.{key}" if isinstance(key, str) else f"{path}[{key}]")
+        if found is not None:
+            return found
+    return None
