@@ -2,7 +2,7 @@
 
 - Nothing is imported from the caller's working directory: a poisoned ``inspect.py`` (and modules
   named after what a Dask process imports) left there is never run by the cluster's processes.
-- A tampered or broken ``cluster.json`` (nested 1,000 deep, a directory or a FIFO in its place, a
+- A tampered or broken ``cluster.json`` (nested 1,000 deep, a directory, a FIFO or a link in its place, a
   host off loopback or one that needs DNS, a pid of an unrelated process) is refused with one line;
   ``list`` and ``down --all`` still see and stop every other cluster; no process is signalled unless
   its environment carries the cluster's mark (the folder's real path).
@@ -82,6 +82,13 @@ def _damage_fifo(path: Path) -> None:
     os.mkfifo(path, 0o600)
 
 
+def _damage_link(path: Path) -> None:
+    # The record itself, moved beside its place and linked from there: only the link is wrong.
+    target = path.with_name("elsewhere.json")
+    path.rename(target)
+    path.symlink_to(target)
+
+
 def _damage_encoding(path: Path) -> None:
     path.write_bytes(b'{"kind": "dask", "name": "\xff\xfe"}')
 
@@ -102,6 +109,7 @@ DAMAGES = {
     "nested": (_damage_nested, "cluster.json="),
     "folder": (_damage_folder, "cluster.json='a folder'"),
     "fifo": (_damage_fifo, "cluster.json='not a regular file'"),
+    "link": (_damage_link, "cluster.json='it is a symbolic link'; allowed: a regular file, not a link"),
     "encoding": (_damage_encoding, "not UTF-8"),
     "huge-number": (_damage_huge_number, "allowed: a JSON object as ddlscale writes it"),
     "all-interfaces": (_set_host("0.0.0.0"), "host='0.0.0.0'; allowed: a loopback address"),
@@ -136,7 +144,7 @@ def _running(state: Path) -> list:
 
 @pytest.mark.slow
 def test_each_broken_record_is_one_line_and_down_all_still_stops_every_cluster(local_state):
-    """Seven clusters whose ``cluster.json`` is damaged in seven ways (two of them running), and one healthy
+    """Eight clusters whose ``cluster.json`` is damaged in eight ways (two of them running), and one healthy
     running: ``status --repair``
     refuses each in one line (nothing restarted, no DNS wait, no hang on the FIFO), ``list`` shows all eight,
     ``down --all`` stops every process of every one of them."""

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Union
 
-from ...errors import ConflictError, InvalidInputError, ScalingError
+from ...errors import ConflictError, InvalidInputError, ScalingError, UnsafePathError
 from .._support.filestore import default_state_dir
 from .._support.lockfile import exclusive, remove_unused
 from ..._core.leases import holder_gone, this_holder
@@ -229,6 +229,8 @@ class LocalStateStore:
                 text = read_record_text(path)
             except FileNotFoundError:
                 return None
+            except UnsafePathError as exc:  # a link, never followed
+                raise InvalidInputError(CLUSTER_FILE, exc.reason, "a regular file, not a link") from None
             data = json_object(text, "cluster.json")
             check_cluster_json(data, folder)
             record = ClusterRecord.from_json(data)
