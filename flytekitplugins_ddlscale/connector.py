@@ -73,6 +73,7 @@ from ._services.connector_meta import ScalingMetadata
 from ._services.nodes.creating import CREATE_TIMEOUT
 from ._services.connector_policy import ConnectorPolicy
 from ._services.nodes.names import OUTPUT_NAME
+from ._services.nodes.registry import NODE_KINDS
 
 __all__ = [
     "CREATE_TIMEOUT", "NOT_READY", "POLL_BACKENDS", "SERVED_TASK_TYPES", "SHARED_LINGER", "SHARED_MAX_AGE",
@@ -150,7 +151,7 @@ class ScalingConnector(AsyncConnectorBase):
         threads and no thread waits for it, so polls of a hung backend cannot hold every thread of the
         loop's executor (a handful) and leave the other executions' polls queued past FlytePropeller's
         10 s deadline. Outside a loop: ``asyncio.run(connector.get(meta))``."""
-        return resource_of(await self.desk.answer_async(resource_meta))
+        return resource_of(await self.desk.answer_async(resource_meta), resource_meta.task_type)
 
     def delete(self, resource_meta: ScalingMetadata, **kwargs: Any) -> None:
         """Aborting a node stops the wait only: the cluster keeps the size it was asked for, and a
@@ -161,15 +162,22 @@ class ScalingConnector(AsyncConnectorBase):
         """
 
 
-def resource_of(answer: Poll) -> Resource:
-    """A poll's answer as flytekit's resource: the phase, the message, the typed outcome as output ``o0``
-    once SUCCEEDED, the dashboard links and the counts (``custom_info``)."""
+def resource_of(answer: Poll, task_type: str = "") -> Resource:
+    """A poll's answer as flytekit's resource: the phase, the message (once SUCCEEDED the node's summary
+    line), the typed outcome as output ``o0`` once SUCCEEDED, the dashboard links, and the counts with
+    ``summary``, the message, in ``custom_info``: FlytePropeller drops the message of a RUNNING or
+    SUCCEEDED answer and sends custom info with each phase's first answer (docs/connector.md)."""
+    message = answer.message
+    if answer.state == SUCCEEDED and task_type in NODE_KINDS and answer.outcome is not None:
+        kind = NODE_KINDS[task_type]
+        message = kind.summary(kind.node, answer.outcome, None)
+    info = dict(answer.info, summary=message) if message else dict(answer.info)
     return Resource(
         phase=PHASES[answer.state],
-        message=answer.message,
+        message=message,
         outputs={OUTPUT_NAME: answer.outcome} if answer.state == SUCCEEDED else None,
         log_links=[TaskLog(name=name, uri=uri) for name, uri in answer.links] or None,
-        custom_info=dict(answer.info) or None,
+        custom_info=info or None,
     )
 
 

@@ -61,6 +61,7 @@ def fault_service(tmp_path: Path, budget: Optional[float] = None) -> Iterator[Tu
             CLUSTER_SCALER_BASE_URL=f"http://{HOST}:{server.port}", DOMINO_API_KEY=DEFAULT_API_KEY,
             DDLSCALE_STATE_DIR=str(tmp_path / "connector-state"),
             DDLSCALE_CONNECTOR_FRAMEWORK_HOSTS="127.0.0.1", DDLSCALE_FRAMEWORK_READINESS="off",
+            DDLSCALE_CONNECTOR_DASHBOARD_URL="http://{host}:{port}",  # the heads are on this machine
             DDLSCALE_TEST_HOSTS=str(hosts.path), PYTHONPATH=str(RESOLVER),
         )
         if budget is not None:

@@ -25,7 +25,9 @@ from flytekit.configuration import Image, ImageConfig, SerializationSettings
 from flytekit.core.type_engine import TypeEngine
 from flytekit.models.literals import LiteralMap
 from flytekit.tools.translator import get_serializable
+from google.protobuf import json_format
 
+from flytekitplugins_ddlscale._services.nodes.scale import scale_line
 from flytekitplugins_ddlscale.refs import ClusterRef
 from flytekitplugins_ddlscale.tasks import WAIT_TASK_TYPE, RestartOutcome, RestoreOutcome, ScaleOutcome
 from tests.flyte_apps import nodes
@@ -330,6 +332,9 @@ REFUSED_STARTS = {
                         "invalid DDLSCALE_CONNECTOR_BACKENDS='kubernets'; allowed: kubernetes, local, scaler"),
     "call budget": ({"DDLSCALE_CONNECTOR_CALL_BUDGET": "0"},
                     "invalid DDLSCALE_CONNECTOR_CALL_BUDGET='0'; allowed: a number of seconds > 0 and at most 9"),
+    "dashboard link": ({"DDLSCALE_CONNECTOR_DASHBOARD_URL": "https://dashboards.example.com/{cluster}"},
+                       "invalid DDLSCALE_CONNECTOR_DASHBOARD_URL='https://dashboards.example.com/{cluster}': it names "
+                       "{cluster}; allowed: an http:// or https:// URL a browser reaches"),
     "backend that does not load": ({"DDLSCALE_CONNECTOR_BACKENDS": "broken"},
                                    "backend 'broken' does not load (ModuleNotFoundError: No module named "
                                    "'ddlscale_absent_module')"),
@@ -402,3 +407,57 @@ def test_sigterm_turns_health_not_serving_lets_the_call_in_flight_finish_and_exi
             answer = call.result()
             assert answer.resource.phase == TaskExecution.SUCCEEDED, answer.resource.message
             assert proc.wait(timeout=SHUTDOWN_GRACE + 30) == 0
+
+
+@pytest.mark.slow
+def test_what_flytepropeller_sends_to_the_ui_carries_the_waiting_summary_and_the_outcome(scaler_service):
+    """FlytePropeller (v1.16.8) sends custom info and log links with the first answer of each phase, and
+    drops the message of RUNNING and SUCCEEDED answers (docs/connector.md, "What the Flyte UI shows"). So
+    the first RUNNING answer's custom info says what the node waits for, and the SUCCEEDED one's says what
+    it did: the node's summary line, also the SUCCEEDED message."""
+    server, channel = scaler_service
+    stub = AsyncAgentServiceStub(channel)
+    replies = get_until_done(stub, "ddlscale_scale", create(stub, ray_scale))
+    first, last = replies[0].resource, replies[-1].resource
+    assert first.phase == TaskExecution.RUNNING and last.phase == TaskExecution.SUCCEEDED, last.message
+    waiting = json_format.MessageToDict(first.custom_info)
+    assert waiting["summary"] == first.message and first.message.startswith("waiting for 3 workers")
+    done = json_format.MessageToDict(last.custom_info)
+    outcome = output(replies[-1], ScaleOutcome)
+    assert done["summary"] == last.message == scale_line("ScaleCluster", outcome)
+    assert last.message.startswith("ScaleCluster: ray/conn-ray 1 -> 3 workers")
+    assert done["timeline"][-1][1] == 3  # the whole timeline, with the answer FlytePropeller sends
+
+
+@pytest.mark.slow
+def test_dashboard_links_point_where_the_setting_says_never_at_the_heads_cluster_address(tmp_path):
+    """The KubeRay head as the Kubernetes backend reports it is kr-head-svc.domino-compute.svc: a link there
+    opens nowhere in a browser. Unset, no link; with $DDLSCALE_CONNECTOR_DASHBOARD_URL, the link it says,
+    filled in with the cluster and its head."""
+    from tests.contract_support import write_kubeconfig
+    from tests.servers.k8s_server import K8sTestServer
+    from tests.test_connector import k8s_wait
+
+    with K8sTestServer() as server:
+        server.add_cluster("ray", "c1", replicas=1)
+        server.add_kuberay("kr", groups=[{"groupName": "workers", "replicas": 2}])
+        env = {k: v for k, v in os.environ.items() if k not in SCALER_ENV and not k.startswith("DDLSCALE_")}
+        env.update(KUBECONFIG=str(write_kubeconfig(tmp_path / "kubeconfig", server.url)),
+                   DDLSCALE_BACKEND="kubernetes", DDLSCALE_CONNECTOR_BACKENDS="kubernetes",
+                   DDLSCALE_STATE_DIR=str(tmp_path / "state"))
+        env.pop("KUBERNETES_SERVICE_HOST", None)
+        links = {}
+        for setting in ("", "https://dashboards.example.com/{namespace}/{service}:{port}/"):
+            with serving(dict(env, DDLSCALE_CONNECTOR_DASHBOARD_URL=setting)) as channel:
+                stub = AsyncAgentServiceStub(channel)
+                category = agent_pb2.TaskCategory(name=WAIT_TASK_TYPE, version=0)
+                reply = stub.GetTask(agent_pb2.GetTaskRequest(task_category=category, resource_meta=create(stub, k8s_wait)),
+                                     timeout=30)
+                # The head service has no DNS name here: the workers are up, the framework is not proven.
+                assert "registered with the Ray head at http://kr-head-svc.domino-compute.svc:8265" in reply.resource.message
+                links[setting] = [(link.name, link.uri) for link in reply.resource.log_links]
+    assert links == {
+        "": [],
+        "https://dashboards.example.com/{namespace}/{service}:{port}/":
+            [("Ray dashboard", "https://dashboards.example.com/domino-compute/kr-head-svc:8265")],
+    }

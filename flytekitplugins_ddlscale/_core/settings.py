@@ -19,9 +19,11 @@ carries: the scaler service, the run id, credentials), and the frameworks'
 cluster processes and blocks).
 """
 import os
+import string
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from urllib.parse import urlsplit
 
 from ..errors import InvalidInputError
 from .validation import BACKEND_NAMES, BUILTIN_BACKENDS, validate_url
@@ -125,6 +127,32 @@ def _url(value: Any, field: str, allowed: str) -> Optional[str]:
     if isinstance(value, str) and not value.strip():
         return None
     return validate_url(value, field)
+
+
+LINK_FIELDS = ("kind", "name", "namespace", "service", "host", "port")
+"""What a dashboard link template may name: the cluster's kind, name and namespace, and its head's service
+(the host name's first label), host and port as the connector finds them."""
+
+
+def _link_template(value: Any, field: str, allowed: str) -> Optional[str]:
+    text = _stripped(value, field, allowed)
+    if text is None:
+        return None
+    try:
+        named = {name for _, name, _, _ in string.Formatter().parse(text) if name is not None}
+    except ValueError:
+        raise InvalidInputError(field, value, allowed, reason="unbalanced braces") from None
+    unknown = sorted(named - set(LINK_FIELDS))
+    if unknown:
+        raise InvalidInputError(field, value, allowed, reason=f"it names {', '.join('{%s}' % name for name in unknown)}")
+    try:
+        sample = text.format(kind="dask", name="x", namespace="ns", service="x-head", host="x-head.ns.svc", port=8787)
+    except (ValueError, IndexError, KeyError, AttributeError):
+        raise InvalidInputError(field, value, allowed) from None
+    parts = urlsplit(sample)
+    if parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc:
+        raise InvalidInputError(field, value, allowed)
+    return text
 
 
 def _items(value: Any, field: str, allowed: str) -> Optional[Tuple[str, ...]]:
@@ -265,6 +293,14 @@ CONNECTOR_CALL_BUDGET = _define(
     "seconds a connector's GetTask waits for the backend before answering RUNNING with the last state known "
     "(FlytePropeller gives each call 10 s)",
     default=7.0, shown_default="7",
+)
+CONNECTOR_DASHBOARD_URL = _define(
+    "DDLSCALE_CONNECTOR_DASHBOARD_URL", "URL", _link_template,
+    "an http:// or https:// URL a browser reaches, with {kind}, {name} and {namespace} of the cluster and "
+    "{service}, {host} and {port} of its head filled in (e.g. https://dashboards.example.com/{namespace}/{name})",
+    "where the Flyte UI's link to a cluster's dashboard points (the framework's page added: /status for Dask); "
+    "unset, no link: a head's own address (a *.svc name) is not one a browser reaches",
+    shown_default="unset: no link",
 )
 QUIET = _define(
     "DDLSCALE_QUIET", "on/off", _truthy, "1, true, yes or on silence; anything else does not",

@@ -47,6 +47,7 @@ import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Dict, Mapping, Optional, Tuple, Type, TypeVar
+from urllib.parse import urlsplit
 
 from .connector_meta import ScalingMetadata
 from .connector_policy import ConnectorPolicy
@@ -63,7 +64,7 @@ from .nodes.creating import AWAIT_DESIRED, AWAIT_HEAD, Creation, Sent
 from .nodes.kinds import NodeKind
 from .nodes.registry import NODE_KINDS, TASK_TYPES
 from .opening import BackendPool
-from ..refs import ClusterRef
+from ..refs import DEFAULT_NAMESPACE, ClusterRef
 from .._core import settings
 from .._core.redaction import install_redaction
 from .._core.sharing import CacheMiss, shared_reads
@@ -118,7 +119,7 @@ class Poll:
     message: str = ""
     outcome: Any = None
     links: Tuple[Tuple[str, str], ...] = ()
-    """(name, URL) links the Flyte UI shows: the framework's dashboard where the head is known."""
+    """(name, URL) links the Flyte UI shows: the framework's dashboard, where ``$DDLSCALE_CONNECTOR_DASHBOARD_URL`` says where a browser reaches it."""
     info: Mapping[str, Any] = field(default_factory=dict)
     """What the Flyte UI shows in the task's details: the counts the poll saw (:func:`progress_info`)."""
 
@@ -151,20 +152,34 @@ DASHBOARDS = {"dask": ("Dask dashboard", "/status"), "ray": ("Ray dashboard", ""
 
 
 def head_links(backend: Any, ref: ClusterRef, framework_url: str) -> Tuple[Tuple[str, str], ...]:
-    """The framework's dashboard of ``ref`` as a (name, URL) link, where the node's ``framework_url``, the
-    connector's settings or the backend say where the head is; none otherwise."""
+    """The framework's dashboard of ``ref`` as a (name, URL) link a browser reaches: the connector's
+    ``$DDLSCALE_CONNECTOR_DASHBOARD_URL`` filled in with the cluster and, where the template names them, its
+    head as the node's ``framework_url``, the connector's settings or the backend say; none where that
+    setting is unset (the head's own address is one only the cluster's network reaches) or names a head
+    that is not known."""
+    template = settings.CONNECTOR_DASHBOARD_URL.value()
     framework = framework_of(ref.kind)
-    if framework not in DASHBOARDS:
+    if template is None or framework not in DASHBOARDS:
         return ()
+    fields: Dict[str, Any] = {
+        "kind": ref.kind, "name": ref.name,
+        "namespace": ref.namespace or getattr(backend, "namespace", None) or DEFAULT_NAMESPACE,
+    }
     try:
         endpoint = resolve_endpoint(ref.kind, framework_url or None, head_env(backend, ref))
     except (ScalingError, ValueError) as error:
-        logger.debug("no dashboard link for %s: %s", ref, error)
-        return ()
-    if endpoint is None:
+        logger.debug("no head address for %s's dashboard link: %s", ref, error)
+        endpoint = None
+    if endpoint is not None:
+        head = urlsplit(endpoint.url)
+        host = head.hostname or ""
+        fields.update(host=host, service=host.split(".")[0], port=head.port or (443 if head.scheme == "https" else 80))
+    try:
+        url = template.format(**fields)
+    except KeyError:  # the template names the head, and no one says where it is
         return ()
     name, page = DASHBOARDS[framework]
-    return ((name, endpoint.url.rstrip("/") + page),)
+    return ((name, url.rstrip("/") + page),)
 
 
 def progress_info(ref: ClusterRef, target: int, state: ClusterState, elapsed: float) -> Dict[str, Any]:

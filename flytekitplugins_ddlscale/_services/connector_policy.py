@@ -140,13 +140,14 @@ def _matches(value: str, patterns: Iterable[str]) -> bool:
 
 def served_at_start(env: Optional[Mapping[str, str]] = None) -> Tuple[ConnectorPolicy, Tuple[str, ...]]:
     """What a starting connector will serve, checked before it serves anything: the policy
-    (:meth:`ConnectorPolicy.from_env`) and the call budget parsed, and each served backend's class
-    imported, so a connector none of whose calls could be served never reports healthy. Raises
+    (:meth:`ConnectorPolicy.from_env`), the call budget and the dashboard links parsed, and each served
+    backend's class imported, so a connector none of whose calls could be served never reports healthy. Raises
     :class:`InvalidInputError` naming the first variable that does not parse or the backend that does
     not load. Also returns notes on what it will refuse though it starts: the nodes that name no
     backend, where the connector's own (``$DDLSCALE_BACKEND``) is not served."""
     policy = ConnectorPolicy.from_env(env)
     settings.CONNECTOR_CALL_BUDGET.value(env=env)
+    settings.CONNECTOR_DASHBOARD_URL.value(env=env)
     for name in policy.backends:
         try:
             load_backend_class(name)
