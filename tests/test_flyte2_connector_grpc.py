@@ -101,6 +101,23 @@ def input_literals(**values):
     return asyncio.run(convert_from_native_to_inputs(interface, **values)).proto_inputs
 
 
+HOSTILE_VALUES = (float("nan"), float("inf"), float("-inf"), 1e300, -1e300, [1], {"a": 1}, "")
+"""Values no node accepts in its numeric, boolean or tier fields (as tests/test_connector_service.py sends flytekit's)."""
+
+
+def with_custom(task, field, value):
+    """A copy of ``task`` whose ``custom[field]`` is ``value``, as a hand-made template holds it."""
+    from google.protobuf.struct_pb2 import Value
+
+    changed = tasks_pb2.TaskTemplate()
+    changed.CopyFrom(task)
+    if isinstance(value, float):
+        changed.custom.fields[field].number_value = value
+    else:
+        changed.custom.fields[field].CopyFrom(json_format.ParseDict(value, Value()))
+    return changed
+
+
 def run_node(channel, task_type, task, inputs):
     """CreateTask, then GetTask every 0.5 s until the phase is final; the final resource."""
     stub = service_pb2_grpc.AsyncConnectorServiceStub(channel)
@@ -153,27 +170,24 @@ def test_c0_serves_every_node_type_and_scales_and_restores_real_dask_over_grpc(c
 
 
 def test_an_invalid_input_over_grpc_fails_the_node_naming_the_field_and_starts_nothing(connector_server, local_env):
-    """A refused input, a hostile template (NaN timeout, a 64-letter or Cyrillic head host) fails CreateTask
+    """A refused input, a hostile template (NaN, infinite, huge or ill-typed ``replicas``, ``timeout``,
+    ``strict``, ``head_hw_tier`` or a restore's ``replicas``; a 64-letter or Cyrillic head host) fails CreateTask
     with one line naming the field; hostile metadata is FAILED at GetTask; no answer carries a traceback."""
     stub = service_pb2_grpc.AsyncConnectorServiceStub(connector_server)
     scale = template(SCALE_TASK_TYPE, ScaleConfig(cluster=CLUSTER, replicas=1), {"replicas": int})
-    hostile = []
-    for name, value in (("timeout", float("nan")), ("timeout", float("inf")),
-                        ("framework_url", "http://" + "a" * 64 + ".example.com:8265"),
-                        ("framework_url", "http://ex\u0430mple.com:8265")):
-        changed = tasks_pb2.TaskTemplate()
-        changed.CopyFrom(scale)
-        if isinstance(value, float):
-            changed.custom.fields[name].number_value = value
-        else:
-            changed.custom.fields[name].string_value = value
-        hostile.append((changed, input_literals(replicas=1), name))
-    hostile.append((scale, input_literals(replicas=-3), "replicas"))
-    for task, inputs, field in hostile:
+    restore = template(RESTORE_TASK_TYPE, RestoreConfig(cluster=CLUSTER), {})
+    fields = [(scale, "replicas"), (scale, "timeout"), (scale, "strict"), (scale, "head_hw_tier"), (restore, "replicas")]
+    hostile = [(task, name, value) for task, name in fields for value in HOSTILE_VALUES]
+    hostile += [(scale, "framework_url", "http://" + "a" * 64 + ".example.com:8265"),
+                (scale, "framework_url", "http://ex\u0430mple.com:8265")]
+    requests = [(with_custom(task, name, value), input_literals(replicas=1) if task is scale else None, name)
+                for task, name, value in hostile]
+    requests.append((scale, input_literals(replicas=-3), "replicas"))
+    for task, inputs, field in requests:
         with pytest.raises(grpc.RpcError) as caught:
             stub.CreateTask(CreateTaskRequest(template=task, inputs=inputs), timeout=30)
         details = caught.value.details()
-        assert f"invalid {field}=" in details and "Traceback" not in details and 'File "' not in details, details
+        assert f"[invalid_input] invalid {field}=" in details and "Traceback" not in details and 'File "' not in details, details
     deep = b"[" * 30_000 + b"]" * 30_000
     got = stub.GetTask(GetTaskRequest(task_category=TaskCategory(name=SCALE_TASK_TYPE), resource_meta=deep), timeout=30)
     assert got.resource.phase == TaskExecution.FAILED and got.resource.message.startswith("[invalid_input] invalid resource_meta")
