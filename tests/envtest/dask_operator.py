@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from .controlplane import SUITE, SUITE_ENV, _die_with_parent, stop_process
-from .dask_runtime import ClusterDns
+from .controlplane import SETPRIV, SUITE, SUITE_ENV, _die_with_parent, stop_process
+from .dask_runtime import ClusterDns, seeing_hosts
 
 START_TIMEOUT = 60.0
 
@@ -32,11 +32,14 @@ START_TIMEOUT = 60.0
 class RealDaskOperator:
     """The Dask operator as a child process; ``log`` is its output, for a failing test's message."""
 
-    def __init__(self, kubeconfig: Path, work: Path) -> None:
+    def __init__(self, kubeconfig: Path, work: Path, dns: Optional[ClusterDns] = None) -> None:
         self.kubeconfig = kubeconfig
         self.log = work / "dask-operator.log"
-        self.dns: Optional[ClusterDns] = ClusterDns(work / "dask-operator.hosts") if ClusterDns.available() else None
-        """The operator's /etc/hosts; None where no private mount namespace can be had."""
+        if dns is None and ClusterDns.available():
+            dns = ClusterDns(work / "dask-operator.hosts")
+        self.dns: Optional[ClusterDns] = dns
+        """The operator's /etc/hosts (``dns``, one the caller shares with others, or its own); None where no
+        private mount namespace can be had."""
         self._process: Optional[subprocess.Popen] = None
 
     def start(self) -> "RealDaskOperator":
@@ -45,13 +48,13 @@ class RealDaskOperator:
         command = [sys.executable, "-m", "kopf", "run", "--standalone", "--all-namespaces",
                    "-m", "dask_kubernetes.operator.controller"]
         if self.dns is not None:
-            # unshare execs (no fork), so the pid, the signals and the parent-death signal stay the operator's.
-            command = ["unshare", "--user", "--map-root-user", "--mount", "--", "sh", "-c",
-                       'mount --bind "$0" /etc/hosts && exec "$@"', str(self.dns.path), *command]
+            command = seeing_hosts(self.dns.path, command)
+        # setpriv sets the parent-death signal and execs (see controlplane.SETPRIV).
+        prefix = [SETPRIV, "--pdeathsig", "TERM", "--"] if SETPRIV else []
         with open(self.log, "wb") as log:
             self._process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent,
+                prefix + command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                preexec_fn=None if SETPRIV else _die_with_parent,
             )
         deadline = time.monotonic() + START_TIMEOUT
         while "Activity 'startup' succeeded" not in self.tail(20000):

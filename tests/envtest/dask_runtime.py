@@ -7,9 +7,10 @@ the Dask RPC on ``tcp-comm``), and removes a worker only after retiring it
 there. Two stand-ins make that path real:
 
 * :class:`ClusterDns`: the hosts file the operator's process sees as
-  ``/etc/hosts`` (a private mount namespace, :mod:`.dask_operator`), naming
-  each served scheduler Service at 127.0.0.1;
-* :class:`DaskRuntime`: a real ``dask scheduler`` on 127.0.0.1 at those
+  ``/etc/hosts`` (a private mount namespace, :func:`seeing_hosts`), naming
+  each served scheduler Service at 127.0.0.1 or at a loopback address of
+  its own (its ClusterIP's stand-in, so it can serve the manifest's ports);
+* :class:`DaskRuntime`: a real ``dask scheduler`` on that address at those
   Service ports, with the HTTP API the operator calls, and one real
   ``dask worker`` per live worker pod of the cluster, named as the operator
   names it (``DASK_WORKER_NAME``, the worker's Deployment), stopped when
@@ -23,10 +24,10 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from tests.dask_support import scheduler_workers
-from tests.envtest.controlplane import _die_with_parent, stop_process
+from tests.envtest.controlplane import SETPRIV, SUITE, SUITE_ENV, _die_with_parent, stop_process
 from tests.envtest.kubelet import Reacting, Reactor
 from tests.port_support import free_ports
 
@@ -57,31 +58,44 @@ class ClusterDns:
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         return probe.returncode == 0
 
-    def serve(self, service: str, namespace: str) -> None:
-        """Make ``service`` of ``namespace`` resolve to 127.0.0.1, under the names cluster DNS gives it."""
+    def serve(self, service: str, namespace: str, ip: str = "127.0.0.1") -> None:
+        """Make ``service`` of ``namespace`` resolve to ``ip``, under the names cluster DNS gives it."""
         with self._lock:
-            self._names += [f"{service}.{namespace}", f"{service}.{namespace}.svc",
-                            f"{service}.{namespace}.svc.cluster.local"]
+            self._names += [(ip, f"{service}.{namespace}"), (ip, f"{service}.{namespace}.svc"),
+                            (ip, f"{service}.{namespace}.svc.cluster.local")]
             self._write()
 
     def _write(self) -> None:
         # Rewritten in place, never replaced: the operator's /etc/hosts is a bind mount of this inode.
-        text = self._base.rstrip("\n") + "\n" + "".join(f"127.0.0.1 {name}\n" for name in self._names)
+        text = self._base.rstrip("\n") + "\n" + "".join(f"{ip} {name}\n" for ip, name in self._names)
         with open(self.path, "w") as hosts:
             hosts.write(text)
 
 
-class DaskRuntime(Reacting):
-    """A real scheduler for ``cluster`` in ``namespace`` and a real worker for each of its live worker pods."""
+def seeing_hosts(hosts: Path, command: List[str]) -> List[str]:
+    """``command`` run in a private mount namespace whose ``/etc/hosts`` is ``hosts`` (see
+    :meth:`ClusterDns.available`). unshare, sh and mount exec in turn (no fork), so the pid, the signals and
+    the parent-death signal stay the command's; it runs as root of its own user namespace (the caller's uid)."""
+    return ["unshare", "--user", "--map-root-user", "--mount", "--", "sh", "-c",
+            'mount --bind "$0" /etc/hosts && exec "$@"', str(hosts), *command]
 
-    def __init__(self, api_client: Any, namespace: str, cluster: str, work: Path) -> None:
+
+class DaskRuntime(Reacting):
+    """A real scheduler for ``cluster`` in ``namespace`` and a real worker for each of its live worker pods.
+
+    The scheduler listens on ``host`` at ``ports`` (comm, dashboard); by default on 127.0.0.1 at two free
+    ports, which :meth:`service` then declares."""
+
+    def __init__(self, api_client: Any, namespace: str, cluster: str, work: Path, *, host: str = "127.0.0.1",
+                 ports: Optional[Tuple[int, int]] = None) -> None:
         from kubernetes import client
 
         self.core = client.CoreV1Api(api_client)
         self.namespace = namespace
         self.cluster = cluster
         self.work = work
-        self.comm_port, self.dashboard_port = free_ports(2)
+        self.host = host
+        self.comm_port, self.dashboard_port = ports or free_ports(2)
         self.log = work / f"dask-{namespace}-{cluster}.log"
         self._scheduler: Optional[subprocess.Popen] = None
         self._workers: Dict[str, subprocess.Popen] = {}
@@ -96,12 +110,12 @@ class DaskRuntime(Reacting):
 
     @property
     def address(self) -> str:
-        return f"tcp://127.0.0.1:{self.comm_port}"
+        return f"tcp://{self.host}:{self.comm_port}"
 
     @property
     def dashboard(self) -> str:
         """The scheduler's HTTP server, as the framework check is given it."""
-        return f"http://127.0.0.1:{self.dashboard_port}"
+        return f"http://{self.host}:{self.dashboard_port}"
 
     def service(self) -> Dict[str, Any]:
         """The DaskCluster's ``spec.scheduler.service``: this scheduler's ports under the operator's port names."""
@@ -118,13 +132,9 @@ class DaskRuntime(Reacting):
     def start(self) -> "DaskRuntime":
         """Start the scheduler (at most 60 s until it answers), then the worker pods' watch."""
         env = dict(os.environ, DASK_DISTRIBUTED__SCHEDULER__HTTP__ROUTES=API_ROUTES)
-        with open(self.log, "ab") as log:
-            self._scheduler = subprocess.Popen(
-                [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
-                 "--port", str(self.comm_port), "--dashboard-address", f"127.0.0.1:{self.dashboard_port}"],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                preexec_fn=_die_with_parent,
-            )
+        self._scheduler = self._spawn(
+            [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", self.host,
+             "--port", str(self.comm_port), "--dashboard-address", f"{self.host}:{self.dashboard_port}"], env)
         deadline = time.monotonic() + START_TIMEOUT
         while scheduler_workers(self.address) is None:
             if self._scheduler.poll() is not None or time.monotonic() > deadline:
@@ -165,13 +175,19 @@ class DaskRuntime(Reacting):
         return None
 
     def _run_worker(self, name: str) -> subprocess.Popen:
+        return self._spawn(
+            [sys.executable, "-m", "distributed.cli.dask_worker", self.address, "--name", name,
+             "--no-nanny", "--no-dashboard", "--nthreads", "1", "--host", "127.0.0.1",
+             "--death-timeout", "30", "--local-directory", str(self.work)], dict(os.environ))
+
+    def _spawn(self, argv: List[str], env: Dict[str, str]) -> subprocess.Popen:
+        # setpriv sets the parent-death signal and execs: no Python runs in the forked child while a gRPC
+        # server of the test process runs (the flyte tier's event recorder; see controlplane.SETPRIV).
+        prefix = [SETPRIV, "--pdeathsig", "TERM", "--"] if SETPRIV else []
         with open(self.log, "ab") as log:
             return subprocess.Popen(
-                [sys.executable, "-m", "distributed.cli.dask_worker", self.address, "--name", name,
-                 "--no-nanny", "--no-dashboard", "--nthreads", "1", "--host", "127.0.0.1",
-                 "--death-timeout", "30", "--local-directory", str(self.work)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,
-            )
+                prefix + argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env=dict(env, **{SUITE_ENV: str(SUITE)}), preexec_fn=None if SETPRIV else _die_with_parent)
 
     def __enter__(self) -> "DaskRuntime":
         return self.start()

@@ -46,30 +46,36 @@ class Envtest:
         return name
 
     def grant(self, role_file: Path, namespace: str, without: Optional[Tuple[str, str]] = None) -> List[str]:
-        """Create the Role and RoleBinding of ``role_file`` (a shipped ``examples/k8s/*rbac.yaml``) in
-        ``namespace``, exactly as written but for the namespace and the binding's subject, which becomes
-        the non-admin user's service account (the files bind "the service account of your task pods");
-        ``without`` = ``(verb, resource)`` takes that one permission out of the Role. Returns the Role names."""
-        from kubernetes import client
-
-        rbac = client.RbacAuthorizationV1Api(self.admin)
-        account_namespace, account = USER.split(":")[2:]
-        roles = []
-        for document in yaml.safe_load_all(role_file.read_text()):
-            document["metadata"]["namespace"] = namespace
-            if document["kind"] == "Role":
-                if without is not None:
-                    document["rules"] = _without(document["rules"], *without)
-                rbac.create_namespaced_role(namespace, document)
-                roles.append(document["metadata"]["name"])
-            elif document["kind"] == "RoleBinding":
-                document["subjects"] = [{"kind": "ServiceAccount", "name": account, "namespace": account_namespace}]
-                rbac.create_namespaced_role_binding(namespace, document)
-        return roles
+        """:func:`grant` on this control plane."""
+        return grant(self.admin, role_file, namespace, without)
 
     def health(self) -> Dict[str, List[str]]:
         """Errors the kubelet and the DCO stand-in met lately (for a failing test's message)."""
         return {"kubelet": list(self.kubelet.errors), "dco": list(self.operator.errors)}
+
+
+def grant(admin: Any, role_file: Path, namespace: str, without: Optional[Tuple[str, str]] = None) -> List[str]:
+    """Create the Role and RoleBinding of ``role_file`` (a shipped ``examples/k8s/*rbac.yaml``) in
+    ``namespace`` with ``admin`` (an admin ``ApiClient``), exactly as written but for the namespace and the
+    binding's subject, which becomes the non-admin user's service account (:data:`~.controlplane.USER`; the
+    files bind "the service account of your task pods"); ``without`` = ``(verb, resource)`` takes that one
+    permission out of the Role. Returns the Role names."""
+    from kubernetes import client
+
+    rbac = client.RbacAuthorizationV1Api(admin)
+    account_namespace, account = USER.split(":")[2:]
+    roles = []
+    for document in yaml.safe_load_all(role_file.read_text()):
+        document["metadata"]["namespace"] = namespace
+        if document["kind"] == "Role":
+            if without is not None:
+                document["rules"] = _without(document["rules"], *without)
+            rbac.create_namespaced_role(namespace, document)
+            roles.append(document["metadata"]["name"])
+        elif document["kind"] == "RoleBinding":
+            document["subjects"] = [{"kind": "ServiceAccount", "name": account, "namespace": account_namespace}]
+            rbac.create_namespaced_role_binding(namespace, document)
+    return roles
 
 
 def _without(rules: List[Dict[str, Any]], verb: str, resource: str) -> List[Dict[str, Any]]:

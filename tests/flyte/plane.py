@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional
 
 from tests.envtest.controlplane import SUITE, SUITE_ENV, ControlPlane, _die_with_parent
+from tests.envtest.dask_runtime import seeing_hosts
 from tests.flyte import sandbox_config
 from tests.flyte.admin_events import EventRecorder
 from tests.flyte.peers import Peers
@@ -66,12 +67,15 @@ class FlytePlane:
     connector out and the guide's block unwritten: every ``ddlscale_*`` node then runs as a pod.
     ``connector_env`` and ``pod_env`` are added to the connector's and every task pod's environment. Both
     reach the API server as the envtest tier's non-admin user (``KUBECONFIG``: its kubeconfig, the stand-in for
-    a pod's service account), which has no rights until a test grants a shipped Role to it."""
+    a pod's service account), which has no rights until a test grants a shipped Role to it. ``hosts``: a hosts
+    file the connector and every task pod see as ``/etc/hosts``, cluster DNS's stand-in
+    (:class:`~tests.envtest.dask_runtime.ClusterDns`); None: the machine's."""
 
     def __init__(self, peers: Peers, envtest_dir: Path, *, connector: bool = True,
                  connector_env: Optional[Dict[str, str]] = None, pod_env: Optional[Dict[str, str]] = None,
-                 work: Optional[Path] = None) -> None:
+                 work: Optional[Path] = None, hosts: Optional[Path] = None) -> None:
         self.peers = peers
+        self.hosts = hosts
         self.envtest_dir = Path(envtest_dir)
         self.connector = connector
         self.connector_env = dict(connector_env or {})
@@ -109,7 +113,7 @@ class FlytePlane:
         self._start_propeller()
         self.kubelet = self._stack.enter_context(ProcessKubelet(
             self.admin, namespaces=[NAMESPACE], executable_dir=Path(sys.executable).parent,
-            work_root=self.work / "pods", extra_env=self.pod_env()))
+            work_root=self.work / "pods", extra_env=self.pod_env(), hosts=self.hosts))
 
     def close(self) -> None:
         """Stop everything started (propeller first, so nothing acts on a half-stopped plane)."""
@@ -179,9 +183,9 @@ class FlytePlane:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DDLSCALE_", "CLUSTER_SCALER", "DOMINO_"))}
         env.update(DDLSCALE_STATE_DIR=str(self.state_dir), PYTHONPATH=str(ROOT),
                    KUBECONFIG=str(self.kube.user_kubeconfig), **self.connector_env)
-        process = self._spawn("connector", [str(Path(sys.executable).with_name("pyflyte")), "serve", "connector",
-                                            "--port", str(self.connector_port), "--prometheus_port", str(prometheus)],
-                              env)
+        argv = [str(Path(sys.executable).with_name("pyflyte")), "serve", "connector",
+                "--port", str(self.connector_port), "--prometheus_port", str(prometheus)]
+        process = self._spawn("connector", argv if self.hosts is None else seeing_hosts(self.hosts, argv), env)
         channel = grpc.insecure_channel(f"127.0.0.1:{self.connector_port}")
         with open(self.work / "connector.log", "rb") as log:
             try:
