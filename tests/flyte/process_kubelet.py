@@ -52,7 +52,6 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from tests.envtest.controlplane import SETPRIV, SUITE, SUITE_ENV, _die_with_parent
-from tests.envtest.dask_runtime import seeing_hosts
 from tests.envtest.kubelet import NODE, Reacting, Reactor, iso_now
 
 UNSUPPORTED = "ProcessKubeletUnsupported"
@@ -118,13 +117,11 @@ class ProcessKubelet(Reacting):
     ``executable_dir``: the folder searched first for a container's program
     (the project's ``.venv/bin``); ``work_root``: where each pod gets its folder
     (log, ``home``, ``work``); ``extra_env``: added to every pod's process (the
-    pod's own ``env`` wins); ``hosts``: a hosts file every pod's processes see as
-    ``/etc/hosts`` (a private mount namespace: :func:`~tests.envtest.dask_runtime.seeing_hosts`),
-    the names cluster DNS would give them; None: the machine's.
+    pod's own ``env`` wins).
     """
 
     def __init__(self, api_client: Any, *, namespaces: Iterable[str], executable_dir: Path, work_root: Path,
-                 extra_env: Optional[Mapping[str, str]] = None, hosts: Optional[Path] = None) -> None:
+                 extra_env: Optional[Mapping[str, str]] = None) -> None:
         from kubernetes import client
 
         self.core = client.CoreV1Api(api_client)
@@ -132,7 +129,6 @@ class ProcessKubelet(Reacting):
         self.executable_dir = Path(executable_dir)
         self.work_root = Path(work_root)
         self.extra_env = dict(extra_env or {})
-        self.hosts = hosts
         self._runs: Dict[str, _Run] = {}
         self._lock = threading.Lock()
         self._stopped = False
@@ -232,7 +228,7 @@ class ProcessKubelet(Reacting):
                 container, argv, env, cwd = self._container(pod)
             except Unsupported as refused:
                 self._patch(meta, {"phase": "Failed", "reason": UNSUPPORTED, "message": str(refused),
-                                   "conditions": _conditions(scheduled_only=True), "startTime": iso_now(),
+                                   "conditions": _conditions("Scheduled"), "startTime": iso_now(),
                                    "hostIP": "127.0.0.1"})
                 return
             directory = self.work_root / f"{meta['namespace']}_{meta['name']}_{meta['uid'][:8]}"
@@ -246,7 +242,7 @@ class ProcessKubelet(Reacting):
                 run.reported = "Terminated"
             else:
                 running = {"running": {"startedAt": run.started_at}}
-                status.update({"phase": "Running", "conditions": _conditions(ready=True),
+                status.update({"phase": "Running", "conditions": _conditions("Running"),
                                "containerStatuses": [_container_status(run, running)]})
                 run.reported = "Running"
             self._patch(meta, status)
@@ -298,8 +294,6 @@ class ProcessKubelet(Reacting):
             run.start_error = f'exec: "{argv[0]}": executable file not found in $PATH'
             return
         prefix = [SETPRIV, "--pdeathsig", "TERM", "--"] if SETPRIV else []
-        if self.hosts is not None:
-            prefix += seeing_hosts(self.hosts, [])
         with self._lock:
             if self._stopped:
                 run.start_error = "the process kubelet stopped"
@@ -365,9 +359,8 @@ class ProcessKubelet(Reacting):
             terminated = {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
                           "startedAt": run.started_at, "finishedAt": run.finished_at,
                           "containerID": f"process://{run.process.pid}"}
-        succeeded = terminated["exitCode"] == 0
-        return {"phase": "Succeeded" if succeeded else "Failed",
-                "conditions": _conditions(ready=False, completed=succeeded, container=run.container["name"]),
+        phase = "Succeeded" if terminated["exitCode"] == 0 else "Failed"
+        return {"phase": phase, "conditions": _conditions(phase),
                 "containerStatuses": [_container_status(run, {"terminated": terminated})]}
 
     # -- requests ------------------------------------------------------------
@@ -447,19 +440,21 @@ def _expand(text: str, values: Mapping[str, str]) -> str:
     return "".join(out)
 
 
-def _conditions(ready: bool = False, scheduled_only: bool = False, completed: bool = False,
-                container: str = "") -> List[Dict[str, Any]]:
+def _conditions(phase: str) -> List[Dict[str, Any]]:
+    """The pod's conditions as the kubelet writes them in ``phase`` ("Scheduled": bound, refused at admission)."""
     stamp = iso_now()
     conditions = [{"type": "PodScheduled", "status": "True", "lastTransitionTime": stamp}]
-    if scheduled_only:
+    if phase == "Scheduled":
         return conditions
-    conditions.append({"type": "Initialized", "status": "True", "lastTransitionTime": stamp})
+    initialized = {"type": "Initialized", "status": "True", "lastTransitionTime": stamp}
+    if phase == "Succeeded":
+        initialized["reason"] = "PodCompleted"
+    conditions.append(initialized)
     for kind in ("ContainersReady", "Ready"):
-        condition = {"type": kind, "status": "True" if ready else "False", "lastTransitionTime": stamp}
-        if completed:
-            condition["reason"] = "PodCompleted"
-        elif not ready:
-            condition.update(reason="ContainersNotReady", message=f"containers with unready status: [{container}]")
+        condition: Dict[str, Any] = {"type": kind, "status": "True" if phase == "Running" else "False",
+                                     "lastTransitionTime": stamp}
+        if phase != "Running":
+            condition["reason"] = "PodCompleted" if phase == "Succeeded" else "PodFailed"
         conditions.append(condition)
     return conditions
 

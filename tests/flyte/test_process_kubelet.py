@@ -196,6 +196,7 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
     probe = bin_dir / "kubelet-probe"
     probe.write_text(PROBE.format(python=sys.executable))
     probe.chmod(0o755)
+    (bin_dir / "pyflyte-fast-execute").symlink_to(Path(sys.executable).parent / "pyflyte-fast-execute")
     with ControlPlane(Path(os.environ[ENV_DIR])) as control:
         admin = control.api_client()
         try:
@@ -270,8 +271,8 @@ def test_a_pod_runs_its_args_with_its_env_and_working_dir_and_succeeds(plane, tm
         state = terminated(pod)
         assert (state["exitCode"], state["reason"]) == (0, "Completed")
         assert state["startedAt"] <= state["finishedAt"]
-        ready = {c["type"]: c["status"] for c in pod["status"]["conditions"]}
-        assert ready["Ready"] == "False" and ready["PodScheduled"] == "True"
+        conditions = {c["type"]: (c["status"], c.get("reason")) for c in pod["status"]["conditions"]}
+        assert conditions["Ready"] == ("False", "PodCompleted") and conditions["PodScheduled"][0] == "True"
         seen[name] = json.loads(outputs[name].read_text())
         assert f"wrote {outputs[name]}" in plane.kubelet.logs(RUN, name)
 
@@ -295,6 +296,8 @@ def test_a_nonzero_exit_fails_the_pod_with_its_code_and_reason_error(plane):
     state = terminated(pod)
     assert (state["exitCode"], state["reason"]) == (3, "Error")
     assert not pod["status"].get("reason"), "a kubelet sets no pod reason for a container's failure"
+    assert {c["type"]: (c["status"], c.get("reason")) for c in pod["status"]["conditions"]}["Ready"] == (
+        "False", "PodFailed")
     assert "exiting with 3" in plane.kubelet.logs(RUN, "exit-3")
 
 
@@ -340,6 +343,20 @@ def test_deleting_a_running_pod_sends_sigterm_and_removes_it_once_ended(plane, c
     states = plane.gone("deleted")
     final = terminated(states[-1])
     assert (final["exitCode"], final["reason"]) == (0, "Completed"), "the end is written before the removal"
+
+
+def test_a_pod_of_flytes_shape_gets_sigterm_through_pyflyte_fast_execute(plane, channel):
+    """Args as FlytePropeller writes them (``pyflyte-fast-execute ... -- <task command>``): the SIGTERM sent to
+    the container's first process reaches the task command, which flytekit's wrapper runs as its child."""
+    plane.create("flyte-shaped", ["pyflyte-fast-execute", "--dest-dir", ".", "--", "kubelet-probe", "wait"],
+                 env=[{"name": "PROBE_SOCKET", "value": channel.path}])
+    ready = channel.line("READY")
+    running = plane.phase("flyte-shaped", "Running")
+    assert ready != f"READY {pid_of(running)}", "the task command is the wrapper's child, not the first process"
+    plane.core.delete_namespaced_pod("flyte-shaped", RUN)
+    assert channel.line("TERM") == "TERM"
+    final = terminated(plane.gone("flyte-shaped")[-1])
+    assert (final["exitCode"], final["reason"]) == (0, "Completed")
 
 
 def test_a_program_ignoring_sigterm_is_killed_after_the_grace_period(plane, channel):
