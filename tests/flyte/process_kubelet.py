@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from tests.envtest.controlplane import SETPRIV, SUITE, SUITE_ENV, _die_with_parent
+from tests.envtest.dask_runtime import seeing_hosts
 from tests.envtest.kubelet import NODE, Reacting, Reactor, iso_now
 
 UNSUPPORTED = "ProcessKubeletUnsupported"
@@ -117,11 +118,13 @@ class ProcessKubelet(Reacting):
     ``executable_dir``: the folder searched first for a container's program
     (the project's ``.venv/bin``); ``work_root``: where each pod gets its folder
     (log, ``home``, ``work``); ``extra_env``: added to every pod's process (the
-    pod's own ``env`` wins).
+    pod's own ``env`` wins); ``hosts``: a hosts file every pod's processes see as
+    ``/etc/hosts`` (a private mount namespace: :func:`~tests.envtest.dask_runtime.seeing_hosts`),
+    the names cluster DNS would give them; None: the machine's.
     """
 
     def __init__(self, api_client: Any, *, namespaces: Iterable[str], executable_dir: Path, work_root: Path,
-                 extra_env: Optional[Mapping[str, str]] = None) -> None:
+                 extra_env: Optional[Mapping[str, str]] = None, hosts: Optional[Path] = None) -> None:
         from kubernetes import client
 
         self.core = client.CoreV1Api(api_client)
@@ -129,6 +132,7 @@ class ProcessKubelet(Reacting):
         self.executable_dir = Path(executable_dir)
         self.work_root = Path(work_root)
         self.extra_env = dict(extra_env or {})
+        self.hosts = hosts
         self._runs: Dict[str, _Run] = {}
         self._lock = threading.Lock()
         self._stopped = False
@@ -294,6 +298,8 @@ class ProcessKubelet(Reacting):
             run.start_error = f'exec: "{argv[0]}": executable file not found in $PATH'
             return
         prefix = [SETPRIV, "--pdeathsig", "TERM", "--"] if SETPRIV else []
+        if self.hosts is not None:
+            prefix += seeing_hosts(self.hosts, [])
         with self._lock:
             if self._stopped:
                 run.start_error = "the process kubelet stopped"
