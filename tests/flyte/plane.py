@@ -266,6 +266,35 @@ class FlytePlane:
                 if _ended(event["object"]) is not None:
                     break
 
+    def terminate(self, name: str, timeout: float = 90.0) -> Execution:
+        """Terminate execution ``name`` as flyteadmin's ``TerminateExecution`` does (its workflow executor's
+        ``Abort`` deletes the FlyteWorkflow object, propagation Background); FlytePropeller's finalizer then
+        aborts the running nodes (DeleteTask, pods deleted), records Aborted and lets the object go. Returns
+        the end FlytePropeller left on the object, watched until it is gone; AssertionError after ``timeout`` s."""
+        from kubernetes import client, watch
+
+        api = client.CustomObjectsApi(self.admin)
+        last = self.workflow_object(name)
+        api.delete_namespaced_custom_object("flyte.lyft.com", "v1alpha1", NAMESPACE, "flyteworkflows", name,
+                                            body=client.V1DeleteOptions(propagation_policy="Background"))
+        end = time.monotonic() + timeout
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                raise AssertionError(
+                    f"execution {name} was not aborted and removed within {timeout:g} s (phase "
+                    f"{PHASES[(last.get('status') or {}).get('phase', 0)]}); FlytePropeller: {self.log('flytepropeller')}")
+            stream = watch.Watch().stream(
+                api.list_namespaced_custom_object, "flyte.lyft.com", "v1alpha1", NAMESPACE, "flyteworkflows",
+                field_selector=f"metadata.name={name}", resource_version=last["metadata"]["resourceVersion"],
+                timeout_seconds=max(1, int(min(left, 30))))
+            for event in stream:
+                last = event["object"]
+                if event["type"] == "DELETED":
+                    status = last.get("status") or {}
+                    return Execution(name, PHASES[status.get("phase", 0)], status.get("message", ""),
+                                     status.get("nodeStatus") or {})
+
 
 def compiled(workflow: Any, inputs: Dict[str, Any]) -> "tuple[bytes, bytes]":
     """``workflow``'s closure (its template and every task's) and ``inputs`` as a literal map, serialized as
