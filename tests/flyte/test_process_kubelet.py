@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 import pytest
 
 from tests.envtest.controlplane import ENV_DIR, ControlPlane, missing_requirements
+from tests.envtest.dask_runtime import ClusterDns
 from tests.envtest.kubelet import FakeKubelet
 from tests.flyte.process_kubelet import UNSUPPORTED, ProcessKubelet
 
@@ -44,7 +45,8 @@ import json, os, signal, socket, subprocess, sys
 mode = sys.argv[1]
 if mode == "write":  # write: what the process sees, to $PROBE_OUT; exit 0
     with open(os.environ["PROBE_OUT"], "w") as out:
-        json.dump({{"cwd": os.getcwd(), "env": dict(os.environ), "argv": sys.argv}}, out)
+        json.dump({{"cwd": os.getcwd(), "env": dict(os.environ), "argv": sys.argv,
+                   "hosts": open("/etc/hosts").read()}}, out)
     print("wrote", os.environ["PROBE_OUT"], flush=True)
     sys.exit(0)
 if mode == "exit":  # exit N
@@ -121,7 +123,7 @@ class Plane:
     """The module's control plane, kubelets and folders."""
 
     def __init__(self, control: ControlPlane, admin: Any, kubelet: ProcessKubelet, fake: FakeKubelet,
-                 work_root: Path, bin_dir: Path) -> None:
+                 work_root: Path, bin_dir: Path, dns: Optional[ClusterDns]) -> None:
         from kubernetes import client
 
         self.control = control
@@ -131,6 +133,8 @@ class Plane:
         self.fake = fake
         self.work_root = work_root
         self.bin_dir = bin_dir
+        self.dns = dns
+        """The hosts file the process kubelet's pods see as /etc/hosts (None where no mount namespace can be had)."""
 
     def create(self, name: str, args: Optional[List[str]] = None, namespace: str = RUN, grace: Optional[int] = None,
                containers: Optional[List[Dict[str, Any]]] = None, **container: Any) -> str:
@@ -186,7 +190,8 @@ class Plane:
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
     """A control plane of this module's own with the fake kubelet (all but :data:`RUN`) and the process
-    kubelet (:data:`RUN`), its ``executable_dir`` holding ``kubelet-probe``."""
+    kubelet (:data:`RUN`), its ``executable_dir`` holding ``kubelet-probe``, its pods seeing a hosts file of
+    their own as the flyte tier's do (where a private mount namespace can be had)."""
     reasons = missing_requirements()
     if reasons:
         pytest.skip(f"envtest tier (real kube-apiserver) not run: {'; '.join(reasons)}")
@@ -197,6 +202,7 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
     probe.write_text(PROBE.format(python=sys.executable))
     probe.chmod(0o755)
     (bin_dir / "pyflyte-fast-execute").symlink_to(Path(sys.executable).parent / "pyflyte-fast-execute")
+    dns = ClusterDns(root / "cluster.hosts") if ClusterDns.available() else None
     with ControlPlane(Path(os.environ[ENV_DIR])) as control:
         admin = control.api_client()
         try:
@@ -209,8 +215,9 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
                 stack.callback(fake.stop)
                 kubelet = stack.enter_context(ProcessKubelet(
                     admin, namespaces=[RUN], executable_dir=bin_dir, work_root=root / "pods",
-                    extra_env={"FROM_KUBELET": "extra", "OVERRIDDEN": "by-kubelet"}))
-                yield Plane(control, admin, kubelet, fake, root / "pods", bin_dir)
+                    extra_env={"FROM_KUBELET": "extra", "OVERRIDDEN": "by-kubelet"},
+                    hosts=None if dns is None else dns.path))
+                yield Plane(control, admin, kubelet, fake, root / "pods", bin_dir, dns)
         finally:
             admin.close()
 
@@ -288,6 +295,16 @@ def test_a_pod_runs_its_args_with_its_env_and_working_dir_and_succeeds(plane, tm
     assert seen["command-and-args"]["cwd"] == str(chosen)
     own = Path(seen["args-only"]["cwd"])
     assert own.is_relative_to(plane.work_root) and own != plane.work_root
+
+
+def test_pods_see_the_hosts_file_as_etc_hosts(plane, tmp_path):
+    if plane.dns is None:
+        pytest.skip("no private mount namespace here (unshare -rm): the process kubelet's hosts= cannot apply")
+    plane.dns.serve("example-scheduler", "some-namespace", "127.0.0.7")
+    output = tmp_path / "report.json"
+    plane.create("hosts", ["kubelet-probe", "write"], env=[{"name": "PROBE_OUT", "value": str(output)}])
+    plane.phase("hosts", "Succeeded")
+    assert "127.0.0.7 example-scheduler.some-namespace.svc\n" in json.loads(output.read_text())["hosts"]
 
 
 def test_a_nonzero_exit_fails_the_pod_with_its_code_and_reason_error(plane):
