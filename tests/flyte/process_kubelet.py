@@ -37,7 +37,8 @@ after ``metadata.deletionGracePeriodSeconds`` (else
 terminated status is written and the pod removed with grace 0 (uid
 precondition). When the main process ends, whatever else of the pod still
 runs is killed, as a container's processes die with its first one. Ignored:
-resources, volumes, probes, ports, the image.
+resources, volumes, probes, ports, the image. Only Pending pods are started: a pod
+another kubelet left Running stays as it is.
 """
 import json
 import os
