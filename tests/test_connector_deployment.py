@@ -6,7 +6,7 @@ from pathlib import Path
 import yaml
 
 from flytekitplugins_ddlscale.connector import SERVED_TASK_TYPES
-from tests.flyte.guide import guide_yaml
+from tests.flyte_tier.guide import guide_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = ROOT / "examples" / "k8s" / "connector.yaml"
@@ -35,7 +35,7 @@ def test_the_deployment_serves_the_plugins_connector_on_the_port_the_service_and
 
 
 def test_the_guide_pins_exactly_the_task_types_the_connector_serves_at_the_services_endpoint():
-    """The guide's FlytePropeller block (tests/flyte/test_flyte_charts.py renders it into each distribution)."""
+    """The guide's FlytePropeller block (tests/flyte_tier/test_flyte_charts.py renders it into each distribution)."""
     text = GUIDE.read_text()
     plugin = guide_yaml("connector.md", "propeller-connector-service")["plugins"]["connector-service"]
     assert sorted(plugin["supportedTaskTypes"]) == sorted(SERVED_TASK_TYPES)

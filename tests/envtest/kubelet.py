@@ -9,7 +9,7 @@ subresource, as the scheduler does) and writes its status as a kubelet does
 deleted gets a ``deletionTimestamp`` (graceful deletion); the kubelet then
 removes it with grace period 0 after ``terminate_delay`` seconds. Pods of
 ``exclude_namespaces`` are left to another kubelet (the flyte tier's
-process kubelet, ``tests/flyte/process_kubelet.py``).
+process kubelet, ``tests/flyte_tier/process_kubelet.py``).
 
 :class:`Reactor` is the loop both this and the DCO stand-in run on: a watch
 is used only as a wake-up signal, and each pass acts on a fresh list, so a

@@ -24,7 +24,7 @@ if [ "$built_only" = 1 ]; then
     helm) [ -x "$cache/helm-$HELM_VERSION/helm" ] && { echo "$cache/helm-$HELM_VERSION/helm"; exit 0; } ;;
     *) echo "build_peers: --built takes one peer: flytepropeller or helm" >&2; exit 64 ;;
   esac
-  echo "build_peers: $what $([ "$what" = helm ] && echo "$HELM_VERSION" || echo "$FLYTE_VERSION") is not built on this machine (bash tests/flyte/build_peers.sh $what builds it, once)" >&2
+  echo "build_peers: $what $([ "$what" = helm ] && echo "$HELM_VERSION" || echo "$FLYTE_VERSION") is not built on this machine (bash tests/flyte_tier/build_peers.sh $what builds it, once)" >&2
   exit 1
 fi
 

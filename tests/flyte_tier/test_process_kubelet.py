@@ -25,7 +25,7 @@ import pytest
 from tests.envtest.controlplane import ENV_DIR, ControlPlane, missing_requirements
 from tests.envtest.dask_runtime import ClusterDns
 from tests.envtest.kubelet import FakeKubelet
-from tests.flyte.process_kubelet import UNSUPPORTED, ProcessKubelet
+from tests.flyte_tier.process_kubelet import UNSUPPORTED, ProcessKubelet
 
 pytestmark = [pytest.mark.envtest, pytest.mark.own_control_plane, pytest.mark.flyte]
 

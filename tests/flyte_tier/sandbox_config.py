@@ -15,7 +15,7 @@ from typing import Dict, Mapping, Optional
 
 import yaml
 
-from tests.flyte.guide import guide_yaml
+from tests.flyte_tier.guide import guide_yaml
 
 PLUGINS = """\
 tasks:

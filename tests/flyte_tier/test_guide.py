@@ -1,8 +1,8 @@
 """The guide's pages as configuration: every YAML block of the deployment pages is a named guide block
-(tests/flyte/guide.py), and the sandbox walkthrough's `kubectl` steps work with the manifests as written.
+(tests/flyte_tier/guide.py), and the sandbox walkthrough's `kubectl` steps work with the manifests as written.
 
 Needs nothing but the repository: the charts these blocks configure are rendered in
-tests/flyte/test_flyte_charts.py, the manifests dry-run on a real API server in
+tests/flyte_tier/test_flyte_charts.py, the manifests dry-run on a real API server in
 tests/envtest/test_envtest_manifests.py."""
 import re
 import shlex
@@ -13,7 +13,7 @@ import yaml
 
 from flytekitplugins_ddlscale._services.connector_policy import ConnectorPolicy
 from flytekitplugins_ddlscale.refs import parse_cluster
-from tests.flyte.guide import GuideError, guide_blocks, guide_text, guide_yaml, yaml_fences
+from tests.flyte_tier.guide import GuideError, guide_blocks, guide_text, guide_yaml, yaml_fences
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_FLOW = ROOT / "examples" / "k8s_operator_flow.py"
@@ -32,7 +32,7 @@ def test_every_yaml_block_of_the_deployment_pages_is_a_named_guide_block(page):
     assert fences, f"{page} has no ```yaml block"
     unnamed = [f"{page}:{block.line}" for block in fences if block.name is None]
     assert not unnamed, f"```yaml blocks without a <!-- guide: NAME --> marker on the line before: {unnamed}"
-    assert list(guide_blocks(page)) == NAMES[page]  # the names tests/flyte/ reads them by
+    assert list(guide_blocks(page)) == NAMES[page]  # the names tests/flyte_tier/ reads them by
     for name in NAMES[page]:
         assert isinstance(guide_yaml(page, name), dict)
 

@@ -5,16 +5,16 @@
 * the envtest control plane (etcd, kube-apiserver, kube-controller-manager: :mod:`tests.envtest`);
 * an S3 store (moto's server) holding the bucket the sandbox uses, ``my-s3-bucket``;
 * the connector as its image runs it: a stock ``pyflyte serve connector`` (``connector=True``);
-* FlytePropeller built from its Go module (``tests/flyte/build_peers.sh``), configured with the
-  sandbox's own configuration files (:mod:`tests.flyte.sandbox_config`) and, for the connector, the
+* FlytePropeller built from its Go module (``tests/flyte_tier/build_peers.sh``), configured with the
+  sandbox's own configuration files (:mod:`tests.flyte_tier.sandbox_config`) and, for the connector, the
   block docs/sandbox.md tells users to add;
-* the process kubelet (:mod:`tests.flyte.process_kubelet`) running task pods of
+* the process kubelet (:mod:`tests.flyte_tier.process_kubelet`) running task pods of
   ``flytesnacks-development`` as local processes;
-* :class:`~tests.flyte.admin_events.EventRecorder` in flyteadmin's place for the events.
+* :class:`~tests.flyte_tier.admin_events.EventRecorder` in flyteadmin's place for the events.
 
 :meth:`FlytePlane.run` starts an execution as flyteadmin would hand it over (a FlyteWorkflow made by
 FlytePropeller's own ``kubectl-flyte create`` from the flow's compiled closure and inputs) and waits
-for its end. ``python -m tests.flyte.plane`` starts it by hand (docs/development.md).
+for its end. ``python -m tests.flyte_tier.plane`` starts it by hand (docs/development.md).
 """
 import contextlib
 import json
@@ -30,12 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional
 
-from tests.envtest.controlplane import SUITE, SUITE_ENV, ControlPlane, _die_with_parent
+from tests.envtest.controlplane import SETPRIV, SUITE, SUITE_ENV, ControlPlane, _die_with_parent
 from tests.envtest.dask_runtime import seeing_hosts
-from tests.flyte import sandbox_config
-from tests.flyte.admin_events import EventRecorder
-from tests.flyte.peers import Peers
-from tests.flyte.process_kubelet import ProcessKubelet
+from tests.flyte_tier import sandbox_config
+from tests.flyte_tier.admin_events import EventRecorder
+from tests.flyte_tier.peers import Peers
+from tests.flyte_tier.process_kubelet import ProcessKubelet
 from tests.port_support import free_ports
 from tests.served_process import log_tail, stop_process, wait_serving
 
@@ -90,6 +90,7 @@ class FlytePlane:
         self.kubelet: Optional[ProcessKubelet] = None
         self.s3_port = 0
         self.connector_port = 0
+        self.connector_metrics_port = 0
 
     # -- lifecycle ---------------------------------------------------------
     def start(self) -> "FlytePlane":
@@ -116,10 +117,15 @@ class FlytePlane:
             work_root=self.work / "pods", extra_env=self.pod_env(), hosts=self.hosts))
 
     def close(self) -> None:
-        """Stop everything started (propeller first, so nothing acts on a half-stopped plane)."""
+        """Stop everything started (propeller first, so nothing acts on a half-stopped plane), then take down
+        the local clusters the connector or the pods left."""
         for name in reversed(list(self._processes)):
             stop_process(self._processes.pop(name), 10)
         self._stack.close()
+        if self.state_dir.is_dir():
+            subprocess.run([str(Path(sys.executable).with_name("ddlscale")), "local", "down", "--all"],
+                           env=dict(os.environ, DDLSCALE_STATE_DIR=str(self.state_dir)), capture_output=True,
+                           timeout=120)
         if self._own_work:
             shutil.rmtree(self.work, ignore_errors=True)
 
@@ -147,10 +153,13 @@ class FlytePlane:
 
     def _spawn(self, name: str, argv: List[str], env: Dict[str, str]) -> subprocess.Popen:
         log = open(self.work / f"{name}.log", "ab")
+        # setpriv sets the parent-death signal and execs: no Python runs in the forked child while the
+        # event recorder's gRPC threads run (see tests.envtest.controlplane.SETPRIV).
+        prefix = [SETPRIV, "--pdeathsig", "TERM", "--"] if SETPRIV else []
         with log:
             process = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.work,
-                env=dict(env, **{SUITE_ENV: str(SUITE)}), preexec_fn=_die_with_parent)
+                prefix + argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.work,
+                env=dict(env, **{SUITE_ENV: str(SUITE)}), preexec_fn=None if SETPRIV else _die_with_parent)
         self._processes[name] = process
         return process
 
@@ -179,12 +188,12 @@ class FlytePlane:
     def _start_connector(self) -> None:
         import grpc
 
-        self.connector_port, prometheus = free_ports(2)
+        self.connector_port, self.connector_metrics_port = free_ports(2)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DDLSCALE_", "CLUSTER_SCALER", "DOMINO_"))}
         env.update(DDLSCALE_STATE_DIR=str(self.state_dir), PYTHONPATH=str(ROOT),
                    KUBECONFIG=str(self.kube.user_kubeconfig), **self.connector_env)
         argv = [str(Path(sys.executable).with_name("pyflyte")), "serve", "connector",
-                "--port", str(self.connector_port), "--prometheus_port", str(prometheus)]
+                "--port", str(self.connector_port), "--prometheus_port", str(self.connector_metrics_port)]
         process = self._spawn("connector", argv if self.hosts is None else seeing_hosts(self.hosts, argv), env)
         channel = grpc.insecure_channel(f"127.0.0.1:{self.connector_port}")
         with open(self.work / "connector.log", "rb") as log:
@@ -209,6 +218,19 @@ class FlytePlane:
             str(self.peers.flytepropeller), "--config", str(config / "*.yaml")], dict(os.environ))
         _until(lambda: "Started workers" in self.log("flytepropeller", 200000), process,
                "FlytePropeller to start its workers", self.log, "flytepropeller")
+
+    def connector_calls(self, operation: str, task_type: str) -> int:
+        """How many ``operation`` calls (create, get, delete) for ``task_type`` the connector answered so far,
+        from flytekit's own metrics (``flyte_connector_requests_success_total``)."""
+        import urllib.request
+
+        from prometheus_client.parser import text_string_to_metric_families
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.connector_metrics_port}/metrics", timeout=10) as reply:
+            text = reply.read().decode()
+        return sum(int(sample.value) for family in text_string_to_metric_families(text)
+                   for sample in family.samples if sample.name == "flyte_connector_requests_success_total"
+                   and sample.labels == {"operation": operation, "task_type": task_type})
 
     # -- executions --------------------------------------------------------
     def run(self, workflow: Any, inputs: Dict[str, Any], *, timeout: float = 180.0, name: Optional[str] = None) -> Execution:
@@ -352,7 +374,7 @@ def _until(ready: Any, process: subprocess.Popen, what: str, log: Any, name: str
 
 def main() -> None:  # pragma: no cover - by hand
     """Start the tier by hand and keep it until Ctrl-C (docs/development.md)."""
-    from tests.flyte.peers import find_peers
+    from tests.flyte_tier.peers import find_peers
 
     peers = find_peers(build=True)
     with FlytePlane(peers, Path(os.environ["DDLSCALE_ENVTEST_DIR"]), work=Path(tempfile.mkdtemp(prefix="ddlscale-flyte-"))) as plane:

@@ -34,11 +34,11 @@ def _build(what: str, build: bool) -> Path:
             raise MissingPeer(done.stderr.strip())
         return Path(done.stdout.strip())
     if shutil.which("go") is None:
-        raise MissingPeer(f"no Go toolchain on PATH to build {what} (tests/flyte/build_peers.sh needs Go 1.26)")
+        raise MissingPeer(f"no Go toolchain on PATH to build {what} (tests/flyte_tier/build_peers.sh needs Go 1.26)")
     start = time.monotonic()
     done = subprocess.run(["bash", str(SCRIPT), what], capture_output=True, text=True, timeout=BUILD_TIMEOUT)
     if done.returncode != 0:
-        raise MissingPeer(f"tests/flyte/build_peers.sh {what} failed ({done.returncode}): {done.stderr[-1500:]}")
+        raise MissingPeer(f"tests/flyte_tier/build_peers.sh {what} failed ({done.returncode}): {done.stderr[-1500:]}")
     took = time.monotonic() - start
     if took > 60:
         print(f"flyte tier: built {what} in {took / 60:.1f} min")

@@ -1,6 +1,6 @@
 """FlytePropeller's configuration as Flyte v1.16.8's released charts render it with the values the guide gives.
 
-``helm template`` (Helm built from its Go module by tests/flyte/build_peers.sh) renders flyte-binary with the
+``helm template`` (Helm built from its Go module by tests/flyte_tier/build_peers.sh) renders flyte-binary with the
 guide's ``configuration.inline``, flyte-core with its values and flyte-sandbox (the chart `flytectl demo start`
 deploys; its charts from remote repositories left out) with the guide's ``~/.flyte/sandbox/config.yaml`` put
 where flytectl puts it, as ``999-extra-config.yaml`` of the ``<release>-extra-config`` ConfigMap. The
@@ -11,7 +11,7 @@ connector Service's endpoint, with the settings of the guide's FlytePropeller bl
 ClusterRole must grant what the endpoint's resolver needs.
 
 The charts folder comes from ``$DDLSCALE_FLYTE_CHARTS`` (``.ci/run`` sets it); without it, or where Helm cannot
-be built (no Go), the tests are skipped saying why. The guide's blocks are read by tests/flyte/guide.py.
+be built (no Go), the tests are skipped saying why. The guide's blocks are read by tests/flyte_tier/guide.py.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from flytekitplugins_ddlscale.connector import SERVED_TASK_TYPES
-from tests.flyte.guide import guide_text, guide_yaml
+from tests.flyte_tier.guide import guide_text, guide_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_PEERS = ROOT / "tests" / "flyte" / "build_peers.sh"
@@ -57,7 +57,7 @@ def charts() -> Path:
 
 @pytest.fixture(scope="module")
 def helm() -> str:
-    """The path of Helm, built once per machine by tests/flyte/build_peers.sh (skips where Go is missing)."""
+    """The path of Helm, built once per machine by tests/flyte_tier/build_peers.sh (skips where Go is missing)."""
     try:
         done = subprocess.run(["bash", str(BUILD_PEERS), "helm"], capture_output=True, text=True,
                               timeout=HELM_BUILD_TIMEOUT)
