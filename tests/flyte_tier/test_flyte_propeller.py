@@ -155,7 +155,10 @@ def test_a_waiting_connector_node_reaches_the_ui_once_running_and_once_done(with
     events = with_connector.events.tasks_of(name, node)
     assert len(running) == 1, _phases(events)
     assert running[0].reason == "", running[0].reason
-    assert dict(running[0].custom_info)["desired_workers"] == 2
+    first = dict(running[0].custom_info)
+    assert first["desired_workers"] == 2 and first["summary"].startswith("waiting for 2 workers"), first
     assert _phases(events) == [QUEUED, QUEUED, RUNNING, SUCCEEDED], _phases(events)
-    done = events[-1]
-    assert dict(done.custom_info)["ready_workers"] >= 2, done.custom_info
+    assert events[1].reason == "launched"
+    done = dict(events[-1].custom_info)
+    assert done["ready_workers"] >= 2 and "2 workers ready" in done["summary"], done
+    assert len(done["timeline"]) >= 1
