@@ -49,6 +49,9 @@ START_TIMEOUT = 90.0
 PHASES = ["Ready", "Running", "Succeeding", "Success", "Failing", "Failed", "Aborted", "HandlingFailureNode"]
 """FlytePropeller's WorkflowPhase values, in order (pkg/apis/flyteworkflow/v1alpha1/iface.go)."""
 TERMINAL = {"Success", "Failed", "Aborted"}
+NODE_PHASES = ["NotYetStarted", "Queued", "Running", "Failing", "Succeeding", "Succeeded", "Failed", "Skipped",
+               "RetryableFailure", "TimingOut", "TimedOut", "DynamicRunning", "Recovered"]
+"""FlytePropeller's NodePhase values, in order (pkg/apis/flyteworkflow/v1alpha1/iface.go)."""
 
 
 @dataclass
@@ -290,9 +293,12 @@ class FlytePlane:
 
     def terminate(self, name: str, timeout: float = 90.0) -> Execution:
         """Terminate execution ``name`` as flyteadmin's ``TerminateExecution`` does (its workflow executor's
-        ``Abort`` deletes the FlyteWorkflow object, propagation Background); FlytePropeller's finalizer then
-        aborts the running nodes (DeleteTask, pods deleted), records Aborted and lets the object go. Returns
-        the end FlytePropeller left on the object, watched until it is gone; AssertionError after ``timeout`` s."""
+        ``Abort`` deletes the FlyteWorkflow object, propagation Background): FlytePropeller's finalizer aborts
+        the running nodes (DeleteTask, pods deleted), reports the end to flyteadmin and lets the object go.
+        Returns the end as flyteadmin shows it: the phase of the last workflow event (``Aborted``; the object
+        never shows it: the update that drops the last finalizer deletes the object as it was), the nodes
+        as the object last held them. AssertionError after ``timeout`` s."""
+        from flyteidl.core.execution_pb2 import WorkflowExecution
         from kubernetes import client, watch
 
         api = client.CustomObjectsApi(self.admin)
@@ -300,12 +306,12 @@ class FlytePlane:
         api.delete_namespaced_custom_object("flyte.lyft.com", "v1alpha1", NAMESPACE, "flyteworkflows", name,
                                             body=client.V1DeleteOptions(propagation_policy="Background"))
         end = time.monotonic() + timeout
-        while True:
+        gone = False
+        while not gone:
             left = end - time.monotonic()
             if left <= 0:
-                raise AssertionError(
-                    f"execution {name} was not aborted and removed within {timeout:g} s (phase "
-                    f"{PHASES[(last.get('status') or {}).get('phase', 0)]}); FlytePropeller: {self.log('flytepropeller')}")
+                raise AssertionError(f"execution {name} was not aborted and removed within {timeout:g} s; "
+                                     f"FlytePropeller: {self.log('flytepropeller')}")
             stream = watch.Watch().stream(
                 api.list_namespaced_custom_object, "flyte.lyft.com", "v1alpha1", NAMESPACE, "flyteworkflows",
                 field_selector=f"metadata.name={name}", resource_version=last["metadata"]["resourceVersion"],
@@ -313,14 +319,18 @@ class FlytePlane:
             for event in stream:
                 last = event["object"]
                 if event["type"] == "DELETED":
-                    status = last.get("status") or {}
-                    return Execution(name, PHASES[status.get("phase", 0)], status.get("message", ""),
-                                     status.get("nodeStatus") or {})
-
+                    gone = True
+                    break
+        reported = [e for e in self.events.workflow_events if e.execution_id.name == name]
+        phase = WorkflowExecution.Phase.Name(reported[-1].phase) if reported else "UNDEFINED"
+        named = {"ABORTED": "Aborted", "FAILED": "Failed", "SUCCEEDED": "Success"}.get(phase, phase)
+        status = last.get("status") or {}
+        return Execution(name, named, status.get("message", ""), status.get("nodeStatus") or {})
 
 def compiled(workflow: Any, inputs: Dict[str, Any]) -> "tuple[bytes, bytes]":
-    """``workflow``'s closure (its template and every task's) and ``inputs`` as a literal map, serialized as
-    flytekit serializes them for registration (the image name is unused: the process kubelet runs the args)."""
+    """``workflow``'s closure (its template and every task's) and ``inputs`` (its defaults where left out) as a
+    literal map, serialized as flytekit serializes them for registration (the image name is unused: the process
+    kubelet runs the args)."""
     from flyteidl.core import workflow_closure_pb2
     from flytekit.configuration import Image, ImageConfig, SerializationSettings
     from flytekit.core.context_manager import FlyteContextManager
@@ -336,7 +346,9 @@ def compiled(workflow: Any, inputs: Dict[str, Any]) -> "tuple[bytes, bytes]":
     tasks = [e.template.to_flyte_idl() for e in entities.values() if isinstance(e, TaskSpec)]
     closure = workflow_closure_pb2.WorkflowClosure(workflow=spec.template.to_flyte_idl(), tasks=tasks)
     ctx = FlyteContextManager.current_context()
-    literals = TypeEngine.dict_to_literal_map(ctx, inputs, workflow.python_interface.inputs)
+    # flyteadmin fills what the caller left out from the default launch plan's defaults: so does this.
+    given = {**workflow.python_interface.default_inputs_as_kwargs, **inputs}
+    literals = TypeEngine.dict_to_literal_map(ctx, given, workflow.python_interface.inputs)
     return closure.SerializeToString(), literals.to_flyte_idl().SerializeToString()
 
 
@@ -372,14 +384,56 @@ def _until(ready: Any, process: subprocess.Popen, what: str, log: Any, name: str
         time.sleep(0.2)
 
 
-def main() -> None:  # pragma: no cover - by hand
-    """Start the tier by hand and keep it until Ctrl-C (docs/development.md)."""
+def _workflow(spec: str) -> Any:
+    """``path/to/file.py:workflow`` or ``package.module:workflow`` -> the workflow object."""
+    import importlib
+
+    where, _, name = spec.rpartition(":")
+    if not where or not name:
+        raise SystemExit(f"workflow={spec!r}; allowed: FILE.py:NAME or MODULE:NAME")
+    if where.endswith(".py"):
+        path = Path(where).resolve()
+        try:
+            where = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        except ValueError:
+            raise SystemExit(f"workflow={spec!r}: the file must be inside {ROOT} (the pods import it from there)")
+    return getattr(importlib.import_module(where), name)
+
+
+def main(argv: Optional[List[str]] = None) -> None:  # pragma: no cover - by hand
+    """``python -m tests.flyte_tier.plane [--no-connector] [WORKFLOW [NAME=VALUE ...]]`` (docs/development.md):
+    start the tier and, given a workflow, run it once and print its end; else keep it until Ctrl-C."""
+    import argparse
+
     from tests.flyte_tier.peers import find_peers
 
+    parser = argparse.ArgumentParser(prog="python -m tests.flyte_tier.plane", description=main.__doc__.splitlines()[0])
+    parser.add_argument("--no-connector", action="store_true", help="every ddlscale_* node runs as a pod")
+    parser.add_argument("workflow", nargs="?", help="FILE.py:NAME or MODULE:NAME, inside the repository")
+    parser.add_argument("inputs", nargs="*", help="NAME=VALUE (a JSON value, else text)")
+    args = parser.parse_args(argv)
+    if not os.environ.get("DDLSCALE_ENVTEST_DIR"):
+        raise SystemExit("set DDLSCALE_ENVTEST_DIR to the folder of the envtest binaries (docs/envtest.md)")
     peers = find_peers(build=True)
-    with FlytePlane(peers, Path(os.environ["DDLSCALE_ENVTEST_DIR"]), work=Path(tempfile.mkdtemp(prefix="ddlscale-flyte-"))) as plane:
-        print(f"FlytePropeller is running; kubeconfig: {plane.kube.admin_kubeconfig}; namespace {NAMESPACE}")
-        print(f"work folder (configuration, logs): {plane.work}")
+    work = Path(tempfile.mkdtemp(prefix="ddlscale-flyte-"))
+    env = {"DDLSCALE_CONNECTOR_BACKENDS": os.environ.get("DDLSCALE_CONNECTOR_BACKENDS", "local")}
+    with FlytePlane(peers, Path(os.environ["DDLSCALE_ENVTEST_DIR"]), connector=not args.no_connector,
+                    connector_env=env, work=work) as plane:
+        print(f"FlytePropeller v1.16.8 is running (configuration: {work / 'config'}; logs: {work}/*.log)")
+        print(f"API server: KUBECONFIG={plane.kube.admin_kubeconfig}; task pods in namespace {NAMESPACE}")
+        if args.workflow:
+            inputs = {}
+            for item in args.inputs:
+                key, _, value = item.partition("=")
+                try:
+                    inputs[key] = json.loads(value)
+                except ValueError:
+                    inputs[key] = value
+            ended = plane.run(_workflow(args.workflow), inputs, timeout=600)
+            print(f"{ended.name}: {ended.phase} {ended.message}".rstrip())
+            for node, status in sorted(ended.nodes.items()):
+                print(f"  {node}: {NODE_PHASES[status.get('phase', 0)]} {status.get('message', '')}".rstrip())
+            return
         print("Ctrl-C stops everything.")
         with contextlib.suppress(KeyboardInterrupt):
             while True:
