@@ -6,6 +6,7 @@ needs. What the code under test reports is checked against the master's own
 ``/json/`` status, the worker processes, and a real SparkSession job run in a
 separate Python process with nothing but the connection variables.
 """
+import ipaddress
 import json
 import os
 import shutil
@@ -13,9 +14,11 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
+from http.client import HTTPConnection, HTTPException
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import pytest
 
@@ -25,6 +28,7 @@ from flytekitplugins_ddlscale._framework import probe_for, resolve_endpoint, wai
 from flytekitplugins_ddlscale.phase import cluster_phase
 from tests.framework_support import SCALER_VARIABLES, use_scaler
 from tests.servers.scaler_server import ScalerTestServer
+from tests.test_local_security import listeners, process_tree
 from tests.test_local_support import SMALL_TIERS, processes_mentioning, wait_dead
 
 
@@ -368,6 +372,156 @@ def test_a_killed_worker_and_a_killed_master_are_repaired(shared):
     assert shared.record().port == record.port
     assert not any(procs.is_alive(w.proc) for w in record.workers)
     assert len(shared.alive_workers()) == 2
+
+
+HELD_JOB = """
+import json, os, sys, time
+from pyspark.sql import SparkSession
+
+release = sys.argv[1]
+spark = SparkSession.builder.appName("ddlscale-held-job").getOrCreate()
+sc = spark.sparkContext
+print(json.dumps({"app": sc.applicationId, "ui": sc.uiWebUrl}), flush=True)
+
+
+def held(_):
+    # Each task runs until the test releases it (at most 5 minutes), so the job is running meanwhile.
+    deadline = time.monotonic() + 300
+    while not os.path.exists(release):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the test never created {release}")
+        time.sleep(0.05)
+    return 1
+
+
+print(json.dumps({"total": sc.parallelize(range(2), 2).map(held).sum()}), flush=True)
+spark.stop()
+"""
+CHANGING_REQUESTS = (
+    "/workers/kill/?host=127.0.0.1",  # the master: decommission every worker on the host
+    "/app/kill/?id={app}&terminate=true",  # the master: kill an application
+    "/driver/kill/?id={app}&terminate=true",  # the master: kill a driver
+    "/jobs/job/kill/?id={job}",  # an application's driver: kill a job
+    "/stages/stage/kill/?id={stage}",  # an application's driver: kill a stage
+    "/v1/submissions/kill/{app}",  # the REST submission server
+    "/v1/submissions/killall",
+)
+"""What an HTTP POST can ask of Spark's web UIs and REST submission server to change a cluster."""
+
+
+def _host_port(address: str) -> Tuple[str, int]:
+    """A listener's address as ``listeners`` spells it (an IPv4-mapped IPv6 one in brackets), to connect to."""
+    host, port = address.rsplit(":", 1)
+    ip = ipaddress.ip_address(host.strip("[]"))
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return str(mapped or ip), int(port)
+
+
+def _post(address: str, path: str) -> str:
+    """POST ``path`` to the listener at ``host:port`` without following a redirect: its status line, or
+    what refused it (a listener that does not speak HTTP)."""
+    connection = HTTPConnection(*_host_port(address), timeout=10)
+    try:
+        connection.request("POST", path, body=b"", headers={"Content-Length": "0"})
+        return str(connection.getresponse().status)
+    except (OSError, HTTPException) as exc:
+        return type(exc).__name__
+    finally:
+        connection.close()
+
+
+def _wait_until(what: str, check, timeout: float = 120.0):
+    """``check()``'s first true answer, polled until ``timeout`` seconds have passed (then fail saying ``what``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        answer = check()
+        if answer:
+            return answer
+        assert time.monotonic() < deadline, f"waited {timeout:g}s for {what}"
+        time.sleep(0.1)
+
+
+def _read_json(url: str):
+    """What the driver's REST API answers at ``url``; None while it does not answer (a busy machine)."""
+    try:
+        with urllib.request.urlopen(url, timeout=30) as reply:
+            return json.loads(reply.read())
+    except OSError:
+        return None
+
+
+def test_no_http_request_to_any_listener_of_a_cluster_or_its_application_changes_it(shared, tmp_path):
+    """Spark's web UIs and REST server answer every local user without authentication. With an
+    application's job running, every listening port of the master, the workers, the executors and the
+    application's driver is asked, by POST, to decommission the workers, kill the application, its
+    driver, its job or its stage: none accepts (a status below 400), the workers stay ALIVE on the
+    master and the job completes."""
+    shared.size(2)
+    release = tmp_path / "release"
+    env = dict(shared.env(), **shared.backend.connection_env(shared.ref))
+    app = subprocess.Popen([sys.executable, "-c", HELD_JOB, str(release)], env=env, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        started = json.loads(app.stdout.readline() or "null")
+        assert started, app.stderr.read()[-3000:] if app.poll() is not None else "no first line"
+        api = f"{started['ui']}/api/v1/applications/{started['app']}"
+        [job] = _wait_until("the application's job to run", lambda: [
+            j["jobId"] for j in _read_json(f"{api}/jobs") or [] if j["status"] == "RUNNING"])
+        [stage] = _wait_until("the job's stage to run", lambda: [
+            s["stageId"] for s in _read_json(f"{api}/stages?status=active") or []])
+        record = shared.record()
+        pids = process_tree({record.scheduler.pid, *(w.proc.pid for w in record.workers)}) | process_tree(
+            {app.pid}, by_session=False)
+        addresses = sorted({address for _, _, address in listeners(pids)})
+        assert ("127.0.0.1", record.ports["webui"]) in {_host_port(a) for a in addresses}
+        answers = {}
+        for address in addresses:
+            for path in CHANGING_REQUESTS:
+                answers[address, path] = _post(address, path.format(app=started["app"], job=job, stage=stage))
+                if not answers[address, path].isdigit():
+                    break  # no HTTP server (an RPC port, a Python worker daemon that waits for more): asked once
+        accepted = {key: status for key, status in answers.items() if status.isdigit() and int(status) < 400}
+        assert accepted == {}, accepted
+        states = {f"{w['host']}:{w['port']}": w["state"] for w in shared.master()["workers"]}
+        assert {endpoint: states.get(endpoint) for endpoint in _worker_endpoints(shared).values()} == {
+            endpoint: "ALIVE" for endpoint in _worker_endpoints(shared).values()}
+        assert [j["status"] for j in _read_json(f"{api}/jobs") if j["jobId"] == job] == ["RUNNING"]
+        release.touch()
+        out, err = app.communicate(timeout=TIMEOUT)
+        assert app.returncode == 0, err[-3000:]
+        assert json.loads(out.strip().splitlines()[-1]) == {"total": 2}
+    finally:
+        release.touch()
+        if app.poll() is None:
+            app.kill()
+        app.wait(timeout=60)
+    assert shared.backend.get_state(shared.ref).ready_workers == 2
+
+
+def test_status_repair_replaces_a_decommissioned_and_a_killed_worker(shared):
+    """A worker decommissioned (SIGPWR, as the master's decommission does) keeps running but never gets
+    work again, and one killed is gone: ``ddlscale local status --repair`` stops the first and replaces
+    both, and the master shows the cluster's size ALIVE again."""
+    shared.size(2)
+    endpoints = _worker_endpoints(shared)
+    decommissioned, killed = shared.record().workers
+    os.kill(decommissioned.proc.pid, signal.SIGPWR)
+    os.kill(killed.proc.pid, signal.SIGKILL)
+    wait_dead(killed.proc)
+    _wait_until(f"the master to show {decommissioned.name} DECOMMISSIONED", lambda: [
+        w for w in shared.master()["workers"]
+        if f"{w['host']}:{w['port']}" == endpoints[decommissioned.name] and w["state"] == "DECOMMISSIONED"])
+    assert procs.is_alive(decommissioned.proc)
+    local = [DDLSCALE, "local", "--state-dir", str(shared.state.parent), "--tiers-file", str(shared.tiers)]
+    repaired = subprocess.run(local + ["status", "--kind", "spark", "--name", "shared", "--repair", "--timeout", "60"],
+                              capture_output=True, text=True, timeout=TIMEOUT, env=shared.env())
+    assert repaired.returncode == 0, repaired.stderr
+    assert "spark/shared Running: workers 2/2 ready" in repaired.stdout, repaired.stdout
+    wait_dead(decommissioned.proc, timeout=30)
+    names = [w.name for w in shared.record().workers]
+    assert len(names) == 2 and not {decommissioned.name, killed.name} & set(names), names
+    assert sorted(f"{w['host']}:{w['port']}" for w in shared.alive_workers()) == sorted(
+        _worker_endpoints(shared).values())
 
 
 def test_cli_local_up_status_down_for_spark(shared):

@@ -101,3 +101,12 @@ class ForksWorkers(Protocol):
         after the program."""
         ...
 
+
+@runtime_checkable
+class LosesLiveWorkers(Protocol):
+    """A driver whose head can give up on a worker whose process still runs (a Spark worker the master
+    shows DECOMMISSIONED: it gets no work again and does not exit on its own), so that repair replaces it."""
+
+    def finished_workers(self, record: ClusterRecord) -> Set[str]:
+        """Names of ``record``'s workers the head has given up on for good (empty when it does not answer)."""
+        ...

@@ -20,7 +20,10 @@ is refused (:func:`~.spark_ops.auth_properties`).
 Retiring a worker decommissions it (SIGPWR with ``spark.decommission.enabled``):
 the master stops giving it executors and its executors leave, moving their
 blocks; once the master shows it decommissioned with no cores in use, it is
-terminated (a decommissioned standalone worker does not exit on its own).
+terminated (a decommissioned standalone worker does not exit on its own). A
+worker found decommissioned outside a retirement is one the supervisor
+replaces (:meth:`SparkDriver.finished_workers`), and no HTTP request can
+decommission one (:func:`~._spark_ops.daemon_properties`).
 """
 import contextlib
 import os
@@ -43,6 +46,8 @@ from ._tiers import WorkerShape
 SCRATCH = "scratch"
 """The sub-folder of the cluster's private ``work`` folder that holds Spark's scratch space."""
 _RETIRE_POLL = Backoff(initial=0.1, factor=1.5, cap=0.5)
+_STATES = {"ALIVE", "DEAD", "DECOMMISSIONED", "UNKNOWN"}
+"""The states the master shows a worker in."""
 
 
 class SparkDriver:
@@ -87,7 +92,8 @@ class SparkDriver:
         facts = record.framework
         live = {w.name for w in record.workers}
         workers = {n: p for n, p in facts.get("workers", {}).items() if n in live}
-        taken = {record.port, *record.ports.values(), *(p for w in workers.values() for p in w.values())}
+        taken = {record.port, *record.ports.values(), *(p for w in workers.values() for p in w.values()),
+                 *self._listed_ports(record)}
         port = free_port(record.host, taken)
         workers[name] = {"port": port, "webui_port": free_port(record.host, taken | {port})}
         facts["workers"] = workers
@@ -107,6 +113,16 @@ class SparkDriver:
             return None
         alive = spark_ops.workers_in(payload, {"ALIVE"})
         return {name for name, port in self._ports(record).items() if f"{record.host}:{port}" in alive}
+
+    def finished_workers(self, record: ClusterRecord) -> Set[str]:
+        """Workers of ``record`` the master shows DECOMMISSIONED (and not ALIVE): they get no executors
+        again and do not exit on their own (a worker given SIGPWR outside a retirement)."""
+        payload = spark_ops.master_json(self._webui(record))
+        if payload is None:
+            return set()
+        finished = set(spark_ops.workers_in(payload, {"DECOMMISSIONED"})) - set(spark_ops.workers_in(payload, {"ALIVE"}))
+        ports = self._ports(record)
+        return {w.name for w in record.workers if w.name in ports and f"{record.host}:{ports[w.name]}" in finished}
 
     def head_ready(self, record: ClusterRecord) -> bool:
         return spark_ops.master_json(self._webui(record)) is not None
@@ -175,6 +191,12 @@ class SparkDriver:
 
     def _webui(self, record: ClusterRecord) -> str:
         return f"http://{record.host}:{record.ports.get('webui', 0)}"
+
+    def _listed_ports(self, record: ClusterRecord) -> Set[int]:
+        """The ports of every worker the running master lists, in any state: a new worker never takes the
+        port of one it still shows (a decommissioned worker's entry would stand for the new one)."""
+        payload = spark_ops.master_json(self._webui(record), timeout=1.0) if record.ports.get("webui") else None
+        return {int(key.rsplit(":", 1)[1]) for key in spark_ops.workers_in(payload or {}, _STATES) if key[-1:].isdigit()}
 
     @staticmethod
     def _ports(record: ClusterRecord) -> Dict[str, int]:

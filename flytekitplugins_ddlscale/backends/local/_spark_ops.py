@@ -187,14 +187,18 @@ def daemon_properties(secret: str) -> Dict[str, str]:
 
     Decommissioning lets a worker leave cleanly on SIGPWR. A port that is taken fails the
     process instead of moving to the next one, because workers are told apart by the port
-    they were given, and the master must be where its record says. The web UIs (read-only
-    without authentication: the readiness checks read the master's) offer no kill buttons.
+    they were given, and the master must be where its record says. No HTTP request changes
+    the cluster: the web UIs answer without authentication (the readiness checks read the
+    master's ``/json/``), so they offer no kill (``spark.ui.killEnabled``) and the master refuses
+    to decommission workers (``/workers/kill``, allowed from loopback by default), and the
+    master runs no REST submission server.
     """
     return {
         "spark.decommission.enabled": "true",
         "spark.port.maxRetries": "0",
         "spark.master.rest.enabled": "false",
         "spark.ui.killEnabled": "false",
+        "spark.master.ui.decommission.allow.mode": "DENY",
         **auth_properties(secret),
     }
 
@@ -214,12 +218,14 @@ def app_properties(
     and the executors keep their scratch space and temporary files in the cluster's private
     ``scratch`` (Spark makes them readable by every user, under /tmp by default). That JVM option is
     a default option (Spark puts it before the application's own ``extraJavaOptions``), so an
-    application that sets its own JVM options keeps it.
+    application that sets its own JVM options keeps it. The driver's web UI, which any local user
+    can reach, offers no kill of jobs or stages (``spark.ui.killEnabled``).
     """
     return {
         "spark.master": master_url,
         "spark.driver.host": host,
         "spark.driver.bindAddress": host,
+        "spark.ui.killEnabled": "false",
         "spark.executor.memory": f"{executor_memory_mib}m",
         "spark.pyspark.python": python,
         "spark.decommission.enabled": "true",

@@ -32,7 +32,7 @@ from .._support.privatefs import remove_nofollow
 from ...refs import ClusterRef
 from ..._core.waiting import Deadline, probe_timeout
 from . import _procs as procs
-from ._driver import FrameworkDriver, ForksWorkers
+from ._driver import FrameworkDriver, ForksWorkers, LosesLiveWorkers
 from ._ports import free_port, port_is_free
 from ._state import ClusterRecord, LocalStateStore, PendingChange, WorkerRecord
 from ._tiers import WorkerShape
@@ -139,6 +139,7 @@ class ProcessSupervisor:
             lost = [w.name for w in record.workers if not procs.is_alive(w.proc)]
             if lost:
                 logger.warning("%s: worker process(es) %s had exited; replacing them", record.ref, lost)
+            self._stop_finished(record)
             record.workers = [w for w in record.workers if procs.is_alive(w.proc)]
             same = [w for w in record.workers if w.tier == shape.tier]
             old = [w for w in record.workers if w.tier != shape.tier]
@@ -147,6 +148,18 @@ class ProcessSupervisor:
             elif len(same) > replicas:
                 self.stop_workers(record, same[replicas:], retire=True)
         return started, old
+
+    def _stop_finished(self, record: ClusterRecord) -> None:
+        """Stop the workers whose process runs but whose head has given up on them (:class:`LosesLiveWorkers`),
+        so that they are replaced like exited ones."""
+        driver = self._driver(record)
+        finished = driver.finished_workers(record) if isinstance(driver, LosesLiveWorkers) else set()
+        if finished:
+            logger.warning(
+                "%s: worker(s) %s left by the %s (decommissioned); replacing them",
+                record.ref, sorted(finished), driver.head_label,
+            )
+            self.stop_workers(record, [w for w in record.workers if w.name in finished], retire=False)
 
     def restart_head(self, record: ClusterRecord, shape: WorkerShape) -> List[WorkerRecord]:
         """Stop every process, then start the head on the same port and the same-named workers again."""
