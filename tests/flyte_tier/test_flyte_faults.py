@@ -178,12 +178,16 @@ def test_a_transient_failure_of_a_connector_scale_is_ridden_out_in_one_attempt(p
     assert scaler.replicas(faults.OUTAGE) == 2
 
 
-def test_bad_input_fails_on_the_first_attempt_with_its_one_line(plane, scaler, first_contact):
+def test_bad_input_is_refused_at_each_create_and_nothing_is_sent(plane, scaler, first_contact):
+    """Connector mode, bad input (``retries=1``): the connector refuses CreateTask with its one line, and
+    FlytePropeller counts every failed CreateTask as retryable (v1.16.8, webapi ``launch``), so the second
+    attempt is refused the same way (docs/flyte.md, What the connector serves); nothing is ever sent."""
     execution = plane.run(faults.bad_input_flow, {"replicas": -3}, timeout=120)
     assert execution.phase == "Failed"
-    assert _attempts(plane, execution.name) == {0}, _error(execution)
+    assert _attempts(plane, execution.name) == {0, 1}
     error = _error(execution)
-    assert "[invalid_input]" in error and "replicas" in error and "Traceback" not in error, error
+    assert "[invalid_input] invalid replicas=-3; allowed: an integer from 0 to 1000" in error, error
+    assert "Traceback" not in error and 'File "' not in error, error
     assert scaler.server.count("PATCH", f"/scale/rayclusters/{faults.BAD.split('/')[1]}") == 0
 
 
@@ -239,7 +243,7 @@ def test_terminating_during_a_phase_body_restores_the_cluster(plane, scaler, fir
     log = plane.kubelet.logs(NAMESPACE, pod)
     assert scaler.replicas(faults.ABORTED_PHASE) == 1, log[-3000:]
     assert _claims(scaler, plane, faults.ABORTED_PHASE) == {}, log[-3000:]
-    print(log[-3000:])
+    assert "(PhaseInterrupted), restored to 1 worker (as found)" in log, log[-3000:]
 
 
 def test_terminating_a_running_connector_scale_stops_its_wait_only(plane, scaler, first_contact):
@@ -254,24 +258,33 @@ def test_terminating_a_running_connector_scale_stops_its_wait_only(plane, scaler
     assert execution.phase == "Aborted", execution
     assert scaler.replicas(faults.HELD) == 2
     assert _claims(scaler, plane, faults.HELD) == {}
-    print([(e.phase, e.retry_attempt, e.reason) for e in plane.events.tasks_of(name, "n0")])
-    print(execution)
+    assert plane.events.tasks_of(name, "n0")[-1].phase == TaskExecution.ABORTED
+    assert plane.connector_calls("delete", "ddlscale_scale") >= 1
 
 
 def test_a_node_whose_own_timeout_is_shorter_than_its_wait_fails_as_a_timeout(plane, scaler, first_contact):
+    """The node's own ``timeout`` (2 s) passes before its workers come: the connector's FAILED answer is the
+    node's error, as docs/errors.md says a timeout fails (the change left in place, its remedy), once."""
     execution = plane.run(faults.slow_flow, {}, timeout=120)
     assert execution.phase == "Failed"
-    error = _error(execution)
-    print(error)
     assert _attempts(plane, execution.name) == {0}
-    assert "[timeout]" in error and "left in place" in error, error
+    error = _error(execution)
+    assert "[timeout] ray/faults-slow: timed out after" in error and "waiting for 2 workers" in error, error
+    assert "spec.worker.replicas=2 left in place" in error and "To restore the baseline: `ddlscale restore" in error
+    assert "\n" not in error and scaler.replicas(faults.SLOW) == 2
 
 
 def test_a_flyte_node_deadline_shorter_than_the_wait_ends_the_node(plane, scaler, first_contact):
+    """A Flyte node timeout (``with_overrides(timeout=5 s)``) shorter than the node's own (600 s): FlytePropeller's
+    execution deadline ends the node (docs/errors.md, Flyte's own deadline): a retryable failure, here with no
+    retry left, its message FlytePropeller's; the task is aborted (DeleteTask: the wait stops) and the scale
+    stays in place, with no remedy said."""
+    deletes = plane.connector_calls("delete", "ddlscale_scale")
     execution = plane.run(faults.deadline_flow, {}, timeout=120)
-    print(execution)
-    print([(e.phase, e.retry_attempt, e.reason) for e in plane.events.tasks_of(execution.name, "n0")])
     assert execution.phase == "Failed"
-    error = _error(execution)
-    assert "timeout" in error, error
+    error = (execution.nodes.get("n0") or {}).get("error") or {}
+    assert error.get("code") == "RetriesExhausted|TimeoutExpired", error
+    assert error.get("message") == "[1/1] currentAttempt done. Last Error: USER::task execution timeout [5s] expired"
+    assert plane.events.tasks_of(execution.name, "n0")[-1].phase == TaskExecution.ABORTED
+    assert plane.connector_calls("delete", "ddlscale_scale") == deletes + 1
     assert scaler.replicas(faults.DEADLINE) == 2
