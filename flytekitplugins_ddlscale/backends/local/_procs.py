@@ -60,6 +60,8 @@ _SETTLE = 0.5
 logger = logging.getLogger("flytekitplugins_ddlscale.local")
 CLUSTER_MARK_ENV = settings.LOCAL_CLUSTER.name
 """Set in every cluster process's environment to its cluster's folder (inherited by what it starts)."""
+RAY_TITLE = "ray::"
+"""How Ray's own processes title themselves (over their command line and environment)."""
 
 
 @dataclass(frozen=True)
@@ -103,12 +105,27 @@ class Mark:
             return False  # ours by uid yet unreadable: nothing proves it is the cluster's
         except psutil.Error:
             return None
+        value = environment.get(CLUSTER_MARK_ENV)
+        if value is None and self._retitled_here(process):
+            return True
         if not environment:
             return None
-        value = environment.get(CLUSTER_MARK_ENV)
         return value is not None and (
             value == self.path or (os.path.isabs(value) and os.path.realpath(value) == self.path)
         )
+
+    def _retitled_here(self, process: psutil.Process) -> bool:
+        """Whether ``process`` is one of Ray's own (``ray::DashboardAgent``, ``ray::IDLE``...) running in this
+        cluster's folder. Ray writes such a title over the process's command line and environment, so the
+        mark may no longer read there; every process of a cluster starts in its folder (:func:`spawn_detached`)
+        and Ray's keep it. An agent whose raylet was killed while the GCS was unreachable lingers a minute
+        (it reports the raylet's death to the GCS first), outside any recorded process's group: so ``down``
+        and every change still find it."""
+        try:
+            title = process.cmdline()
+            return bool(title) and title[0].startswith(RAY_TITLE) and os.path.realpath(process.cwd()) == self.path
+        except psutil.Error:
+            return False
 
 
 @dataclass(frozen=True)

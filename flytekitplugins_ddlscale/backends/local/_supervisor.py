@@ -129,11 +129,7 @@ class ProcessSupervisor:
             if record.workers:
                 logger.warning("%s: the %s had exited; restarting it and its workers", record.ref, self._driver(record).head_label)
             self.stop_all(record)
-            taken = [p for p in [record.port, *record.ports.values()] if p and not port_is_free(record.host, p)]
-            if taken:
-                # Stale state (e.g. after a reboot): every worker is new anyway, so move.
-                logger.warning("%s: port(s) %s taken now; the %s moves", record.ref, taken, self._driver(record).head_label)
-                record.port, record.ports = 0, {}
+            self._move_off_taken_ports(record)
             started = self.start_cluster(record, shape, replicas, deadline=deadline)
         else:
             lost = [w.name for w in record.workers if not procs.is_alive(w.proc)]
@@ -162,11 +158,23 @@ class ProcessSupervisor:
             self.stop_workers(record, [w for w in record.workers if w.name in finished], retire=False)
 
     def restart_head(self, record: ClusterRecord, shape: WorkerShape) -> List[WorkerRecord]:
-        """Stop every process, then start the head on the same port and the same-named workers again."""
+        """Stop every process, then start the head on the same port (a new one where something else holds
+        it now, as a repair does) and the same-named workers again."""
         names = [w.name for w in record.workers if w.tier == shape.tier][: record.desired]
         with self._pending(record, record.desired):
             self.stop_all(record)
+            self._move_off_taken_ports(record)
             return self.start_cluster(record, shape, record.desired, names=names)
+
+    def _move_off_taken_ports(self, record: ClusterRecord) -> bool:
+        """With every process of ``record`` stopped: when something else holds one of its head's ports (stale
+        state after a reboot, another user's listener after a crash), forget them all, so the next start
+        chooses new ones (every worker starts again with the head anyway). Whether it moved."""
+        taken = [p for p in [record.port, *record.ports.values()] if p and not port_is_free(record.host, p)]
+        if taken:
+            logger.warning("%s: port(s) %s taken now; the %s moves", record.ref, taken, self._driver(record).head_label)
+            record.port, record.ports = 0, {}
+        return bool(taken)
 
     @contextlib.contextmanager
     def _pending(self, record: ClusterRecord, replicas: int) -> Iterator[None]:
@@ -221,7 +229,8 @@ class ProcessSupervisor:
                     raise
                 logger.warning("%s; starting it once more", str(exc).split(";", 1)[0])
                 names = [worker.name for worker in started]
-                if ports_chosen_here:
+                # A port taken between the check and the head's bind (another user's listener) moves too.
+                if not self._move_off_taken_ports(record) and ports_chosen_here:
                     record.port, record.ports = 0, {}
             except TransientError:
                 self.stop_all(record)
