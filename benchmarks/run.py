@@ -43,6 +43,7 @@ BENCHMARKS: Dict[str, str] = {
     "concurrency": "benchmarks.bench_concurrency",
     "k8s_lag_envtest": "benchmarks.bench_k8s",
     "fleet_k8s_envtest": "benchmarks.bench_fleet",
+    "flyte_propeller": "benchmarks.bench_flyte",
 }
 """Benchmark name -> module exposing ``TITLE`` and ``run(quick, out_dir) -> BenchResult``."""
 SERVER = {"k8s_lag_envtest": "envtest", "fleet_k8s_envtest": "envtest"}

@@ -25,7 +25,7 @@ from tests.flyte_support import processes_mentioning
 
 SLOW = {"import_time", "scaler_lag", "readiness_lag", "k8s_lag", "k8s_200", "task_overhead", "local_dask", "outage",
         "local_spark", "local_frameworks",
-        "fleet_k8s", "fleet_scaler", "concurrency", *SERVER}
+        "fleet_k8s", "fleet_scaler", "concurrency", "flyte_propeller", *SERVER}
 NO_JAVA = pytest.mark.skipif(
     shutil.which("java") is None and not os.environ.get("JAVA_HOME"),
     reason="Java is absent: local Spark clusters need Java 17+ (apt-get install openjdk-17-jre-headless)",
@@ -34,7 +34,8 @@ RAY = {"local_frameworks"}
 """Benchmarks that start Ray nodes (marked ``starts_ray``: conftest.py runs them in the Ray-or-Spark lane)."""
 SPARK = {"local_spark"}
 """Benchmarks that start Spark JVMs (marked ``starts_spark``: conftest.py runs them in the Ray-or-Spark lane)."""
-NEEDS = {"local_spark": [NO_JAVA], **{name: [pytest.mark.envtest] for name in SERVER}}
+NEEDS = {"local_spark": [NO_JAVA], "flyte_propeller": [pytest.mark.flyte],
+         **{name: [pytest.mark.envtest] for name in SERVER}}
 
 
 def _non_daemon_threads():

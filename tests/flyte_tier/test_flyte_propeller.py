@@ -54,7 +54,7 @@ def gate(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def with_connector(gate) -> Iterator[FlytePlane]:
     yield from _plane(True, DASK_DISTRIBUTED__WORKER__PRELOAD=repr([str(GATED_WORKER)]),
-                      DDLSCALE_TEST_WORKER_GATE=str(gate))
+                      DASK_DDLSCALE_TEST_WORKER_GATE=str(gate))
 
 
 @pytest.fixture(scope="module")
@@ -147,12 +147,15 @@ def test_a_waiting_connector_node_reaches_the_ui_once_running_and_once_done(with
         while with_connector.connector_calls("get", "ddlscale_scale") < polls + 2:
             assert time.monotonic() < end, "FlytePropeller did not poll the connector twice more within 120 s"
             time.sleep(0.5)
+        # The node ran on while those polls answered RUNNING (the next node starts only after it, so they were its).
+        held = _phases(with_connector.events.tasks_of(name))
         running = [e for e in with_connector.events.tasks_of(name, node) if e.phase == RUNNING]
     finally:
         gate.touch()
     execution = with_connector.wait(name, 120)
     assert execution.phase == "Success", execution.message
     events = with_connector.events.tasks_of(name, node)
+    assert SUCCEEDED not in held, held
     assert len(running) == 1, _phases(events)
     assert running[0].reason == "", running[0].reason
     first = dict(running[0].custom_info)

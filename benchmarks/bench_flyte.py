@@ -1,0 +1,111 @@
+"""The real FlytePropeller v1.16.8: the quick start to Success, and a scaling node's time beyond its workers' Ready.
+
+On the flyte tier (tests/flyte_tier/plane.py: FlytePropeller built from its Go
+module, a real kube-apiserver, the process kubelet, a stock ``pyflyte serve
+connector``, configured with the resync interval docs/sandbox.md recommends),
+once with the connector and once without (every node a pod):
+
+* ``quick_start_s``: ``examples/hybrid_flow.py``'s ``hybrid_flow`` (``n`` 5000),
+  from handing the execution to FlytePropeller (``kubectl-flyte create``, what
+  flyteadmin does for ``pyflyte run --remote``) until its FlyteWorkflow says
+  Success;
+* ``beyond_ready_s``: a ``ScaleCluster`` to 2 local Dask workers held back by
+  a gate (tests/flyte_tier/gated_worker.py) until its node is RUNNING; then
+  the gate opens, and the figure is the node's SUCCEEDED event (as
+  FlytePropeller sent it to flyteadmin) minus the moment the last worker went
+  on to register (its Ready moment, but for the milliseconds of registration).
+"""
+import os
+import time
+from pathlib import Path
+from typing import Dict, List
+
+from benchmarks.report import BenchResult
+from benchmarks.stats import summarize
+
+NAME = "flyte_propeller"
+TITLE = "Real FlytePropeller: quick start to Success, scaling node's time beyond Ready (connector, container)"
+RUNNING, SUCCEEDED = 2, 3
+
+
+def run(quick: bool = False, out_dir: Path = Path("benchmarks/results")) -> BenchResult:
+    """``1`` (quick) or ``3`` runs of each figure per mode."""
+    from tests.envtest.controlplane import ENV_DIR, missing_requirements
+    from tests.flyte_tier.peers import MissingPeer, find_peers
+
+    reasons = missing_requirements()
+    try:
+        peers = find_peers()
+    except MissingPeer as exc:
+        reasons.append(str(exc))
+    if reasons:
+        return BenchResult.skipped(NAME, TITLE, "; ".join(reasons))
+    runs = 1 if quick else 3
+    result = BenchResult(NAME, TITLE)
+    headline: List[str] = []
+    for mode, connector in (("connector", True), ("container", False)):
+        figures = _measure(peers, Path(os.environ[ENV_DIR]), connector, runs)
+        result.metrics[mode] = {name: summarize(values, 3) for name, values in figures.items()}
+        result.metrics[mode]["raw"] = figures
+        headline.append(
+            f"{mode}: quick start median {result.metrics[mode]['quick_start_s']['median']:.1f} s, "
+            f"beyond Ready median {result.metrics[mode]['beyond_ready_s']['median']:.1f} s "
+            f"(max {result.metrics[mode]['beyond_ready_s']['max']:.1f} s)")
+    from tests.flyte_tier.guide import guide_yaml
+
+    resync = guide_yaml("sandbox.md", "sandbox-extra-config")["plugins"]["connector-service"]["webApi"]["caching"]
+    result.metrics["resync_interval"] = resync["resyncInterval"]
+    result.metrics["runs"] = runs
+    result.metrics["headline"] = headline
+    result.notes.append("Reported, no target: real processes on a shared 2-core machine; the connector's figure "
+                        "is bounded by the resync interval the guide recommends.")
+    return result
+
+
+def _measure(peers, envtest: Path, connector: bool, runs: int) -> Dict[str, List[float]]:
+    import tempfile
+
+    from tests.flyte_tier.plane import FlytePlane
+
+    gate = Path(tempfile.mkdtemp(prefix="ddlscale-bench-gate-")) / "open"
+    gate.touch()
+    env = {"DASK_DISTRIBUTED__WORKER__PRELOAD": repr([str(Path("tests/flyte_tier/gated_worker.py").resolve())]),
+           "DASK_DDLSCALE_TEST_WORKER_GATE": str(gate), "DDLSCALE_EXAMPLE_PREPARE_SECONDS": "0"}
+    figures: Dict[str, List[float]] = {"quick_start_s": [], "beyond_ready_s": []}
+    with FlytePlane(peers, envtest, connector=connector, connector_env={"DDLSCALE_CONNECTOR_BACKENDS": "local", **env},
+                    pod_env=env) as plane:
+        os.environ["DDLSCALE_EXAMPLE_CLUSTER"] = "dask/bench-flyte"
+        from examples.hybrid_flow import hybrid_flow
+        from tests.flyte_apps.gated import gated
+
+        for index in range(runs):
+            started = time.monotonic()
+            ended = plane.run(hybrid_flow, {"n": 5000, "workers": 2}, timeout=300)
+            if ended.phase != "Success":
+                raise RuntimeError(f"quick start ended {ended.phase}: {ended.message}")
+            figures["quick_start_s"].append(time.monotonic() - started)
+            figures["beyond_ready_s"].append(_beyond_ready(plane, gated, gate, f"gated{index}{int(time.time())}"))
+    return figures
+
+
+def _beyond_ready(plane, gated, gate: Path, name: str) -> float:
+    from tests.flyte_tier.gated_worker import released
+
+    gate.unlink()
+    Path(f"{gate}.released").unlink(missing_ok=True)
+    try:
+        plane.submit(gated, {}, name)
+        node = plane.events.wait_for(
+            lambda: next((e.parent_node_execution_id.node_id for e in plane.events.tasks_of(name)
+                          if e.phase == RUNNING and e.task_id.name.endswith("gated_up")), None),
+            "the scale-up node RUNNING", 180)
+    finally:
+        gate.touch()
+    ended = plane.wait(name, 180)
+    if ended.phase != "Success":
+        raise RuntimeError(f"gated flow ended {ended.phase}: {ended.message}")
+    done = [e for e in plane.events.tasks_of(name, node) if e.phase == SUCCEEDED][-1]
+    ready = released(str(gate))
+    if len(ready) < 2:
+        raise RuntimeError(f"{len(ready)} workers passed the gate, 2 expected")
+    return done.occurred_at.seconds + done.occurred_at.nanos / 1e9 - ready[-1]
