@@ -22,17 +22,21 @@ import importlib.util
 import json
 import os
 import pwd
+import queue
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
-from typing import Any, Dict, Iterator
+from typing import Any, Dict, Iterator, List
 
 import pytest
 
 from flytekitplugins_ddlscale import ClusterRef
-from flytekitplugins_ddlscale.backends.local import LocalBackend
+from flytekitplugins_ddlscale.backends.local import LocalBackend, _procs as procs
 from flytekitplugins_ddlscale.backends.local import _ray_ops as ray_ops
 from flytekitplugins_ddlscale.backends.local._dask_tls import DaskTls
 from flytekitplugins_ddlscale._framework.endpoints import Endpoint
@@ -41,6 +45,7 @@ from flytekitplugins_ddlscale._framework.wait import HeadUnreachable, read_regis
 from tests.servers.ray_dashboard import RayDashboardServer
 from tests.test_local_support import SMALL_TIERS, processes_mentioning, scheduler_workers
 
+DDLSCALE = str(Path(sys.executable).parent / "ddlscale")
 OTHER_USER = "ddlscale-other"
 ATTEMPT_TIMEOUT = 3
 
@@ -101,7 +106,8 @@ def local_backend(tmp_path) -> Iterator[LocalBackend]:
         yield backend
     finally:
         backend.shutdown_all()
-        assert processes_mentioning(str(tmp_path), environment=True) == []
+        left = processes_mentioning(str(tmp_path), environment=True)
+        assert left == [], [_cmdline(pid).replace("\0", " ")[:200] for pid in left]
 
 
 # ------------------------------------------------------------------ Dask
@@ -256,6 +262,215 @@ def test_a_port_squatter_of_another_user_receives_no_ray_token(other_user, tmp_p
     with RayDashboardServer(token=token) as head:
         nodes = ray_ops.alive_nodes(head.url, str(token_path))
     assert nodes is not None and [n["is_head_node"] for n in nodes] == [True]
+
+
+RAY_SQUATTER_IMPORTS = """
+    import queue, threading, time
+    from concurrent import futures
+    import grpc
+    # What grpc imports lazily, imported as the owner (the other user may not read the checkout's venv): a
+    # server that starts and stops, and a call that fails.
+    warm = grpc.server(futures.ThreadPoolExecutor(1), options=[("grpc.so_reuseport", 0)])
+    warm.add_insecure_port("127.0.0.1:0")
+    warm.start()
+    warm.stop(0)
+    with grpc.insecure_channel("127.0.0.1:9") as channel:
+        try:
+            channel.unary_unary("/warm/Up")(b"", timeout=0.2, metadata=[("authorization", "Bearer x")])
+        except grpc.RpcError:
+            pass
+"""
+RAY_SQUATTER = """
+    calls, lock, servers = [], threading.Lock(), []
+
+    class Record(grpc.GenericRpcHandler):
+        # Whatever call arrives: its method and headers are kept, and it is answered UNAVAILABLE, as a GCS still
+        # starting would be (the callers keep calling, and keep running).
+        def service(self, details):
+            with lock:
+                calls.append([details.method, [[k, v if isinstance(v, str) else v.hex()]
+                                               for k, v in details.invocation_metadata]])
+            return grpc.unary_unary_rpc_method_handler(
+                lambda request, context: context.abort(grpc.StatusCode.UNAVAILABLE, "starting"))
+
+    def squat(port):
+        # A plain gRPC server (HTTP/2 without TLS, as Ray's own are without it) takes the port the moment the
+        # cluster's process lets it go.
+        server = grpc.server(futures.ThreadPoolExecutor(4), handlers=[Record()], options=[("grpc.so_reuseport", 0)])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if server.add_insecure_port(f"127.0.0.1:{port}") == port:
+                    server.start()
+                    servers.append(server)
+                    print(json.dumps({"bound": port}), flush=True)
+                    return
+            except RuntimeError:
+                pass
+            time.sleep(0.002)
+        print(json.dumps({"bound": None}), flush=True)
+
+    def tokens():
+        with lock:
+            caught = {value[len("Bearer "):] for _, headers in calls for key, value in headers
+                      if key == "authorization" and value.startswith("Bearer ")}
+        return sorted(caught)
+
+    def node_stats(port):
+        # NodeManagerService/GetNodeStats on a port of a raylet (an empty request is a whole one), with each
+        # token caught, or one made up when none was.
+        answers = []
+        for token in tokens() or ["0" * 64]:
+            with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+                try:
+                    channel.unary_unary("/ray.rpc.NodeManagerService/GetNodeStats")(
+                        b"", timeout=args["timeout"], metadata=[("authorization", f"Bearer {token}")])
+                    answers.append("OK")
+                except grpc.RpcError as exc:
+                    answers.append(exc.code().name)
+        return answers
+
+    def report():
+        caught = tokens()
+        with lock:
+            print(json.dumps({"calls": len(calls), "first": calls[:3], "tokens": caught}), flush=True)
+
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        order = json.loads(line)
+        if "squat" in order:
+            threading.Thread(target=squat, args=(order["squat"],), daemon=True).start()
+        elif "node_stats" in order:
+            print(json.dumps({"node_stats": {str(p): node_stats(p) for p in order["node_stats"]}}), flush=True)
+        elif "report" in order:
+            report()
+    for server in servers:
+        server.stop(0)
+    report()
+"""
+
+
+class Conversation:
+    """Orders to the attacker (one JSON line each on its stdin) and its answers (JSON lines on its stdout)."""
+
+    def __init__(self, process: "subprocess.Popen[str]") -> None:
+        self.process = process
+        self.lines: "queue.Queue[str]" = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.put(line)
+
+    def send(self, **order: Any) -> None:
+        self.process.stdin.write(json.dumps(order) + "\n")
+        self.process.stdin.flush()
+
+    def expect(self, key: str, timeout: float = 90) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                pytest.fail(f"the attacker said no {key!r} within {timeout:.0f}s:\n{self.process.stderr.read()[-3000:]}"
+                            if self.process.poll() is not None else f"the attacker said no {key!r} within {timeout:.0f}s")
+            answer = json.loads(line)
+            if key in answer:
+                return answer
+
+    def close(self) -> Dict[str, Any]:
+        self.process.stdin.close()
+        answer = self.expect("calls")
+        self.process.wait(timeout=60)
+        return answer
+
+
+def _gcs_server(record) -> "procs.ProcessId":
+    """The gcs_server process of the head ``record`` holds."""
+    (gcs,) = [p for p in procs.group_members(record.scheduler) if "gcs_server" in _cmdline(p.pid)]
+    return gcs
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _raylet_ports(worker) -> List[int]:
+    """The TCP ports the raylet of worker node ``worker`` (its record) listens on."""
+    import psutil
+
+    raylets = [p for p in procs.group_members(worker.proc) if "raylet/raylet" in _cmdline(p.pid)]
+    assert raylets, f"no raylet in the process group of {worker.name}"
+    return sorted({c.laddr.port for r in raylets for c in psutil.Process(r.pid).net_connections("tcp")
+                   if c.status == psutil.CONN_LISTEN})
+
+
+@pytest.mark.slow
+@pytest.mark.starts_ray
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="local Ray clusters need Ray installed")
+def test_a_crashed_ray_head_gives_its_port_squatter_no_token_and_restart_and_repair_move_off_the_port(
+        local_backend, other_user, tmp_path):
+    """Issue 44: the head's gcs_server crashes and another user takes its port at once. The worker nodes,
+    which outlive their head, go on calling the GCS there: nothing of theirs (Ray's mutual TLS: no call, so no
+    token) reaches the squatter, and no raylet answers it, with whatever token it holds. ``restart-head``
+    and ``status --repair`` then move the head to a new port, the squatter still holding the old one, and
+    send it nothing either."""
+    ref = ClusterRef("ray", "squatted")
+    local_backend.up(ref, 1, "Tiny", timeout=180)
+    record = local_backend.store.load(ref)
+    token = Path(record.framework["auth_token_path"]).read_text().strip()
+    (worker,) = record.workers
+    attacker = Conversation(as_other_user(other_user, RAY_SQUATTER_IMPORTS, RAY_SQUATTER, {"timeout": ATTEMPT_TIMEOUT},
+                                          stdin=subprocess.PIPE, bufsize=1))
+    try:
+        attacker.expect("ready")
+        # A crash of the GCS: the head's `ray start` ends the head node, the worker node runs on.
+        attacker.send(squat=record.port)
+        os.kill(_gcs_server(record).pid, signal.SIGKILL)
+        assert attacker.expect("bound")["bound"] == record.port
+        time.sleep(4)  # before TLS, ~1,500 calls a second came, each with the token
+        assert procs.is_alive(worker.proc), "the worker node was to outlive its head here"
+        assert local_backend.get_state(ref).status == "Failed"
+        attacker.send(report=True)
+        caught = attacker.expect("calls")
+        assert (caught["calls"], caught["tokens"]) == (0, []), caught
+        raylet_ports = _raylet_ports(worker)
+        assert raylet_ports
+        attacker.send(node_stats=raylet_ports)
+        answers = attacker.expect("node_stats")["node_stats"]
+        assert all("OK" not in codes for codes in answers.values()), answers
+
+        # restart-head with the old GCS port still held: a new port, a new head, the same worker back.
+        env = {**os.environ, "DDLSCALE_STATE_DIR": str(tmp_path), "DDLSCALE_LOCAL_TIERS": str(tmp_path / "tiers.yaml")}
+        done = subprocess.run([DDLSCALE, "restart-head", "--backend", "local", "--kind", "ray", "--name", ref.name,
+                               "--timeout", "180", "--json"], capture_output=True, text=True, timeout=240, env=env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        moved = local_backend.store.load(ref)
+        assert moved.port != record.port and json.loads(done.stdout)["final"]["ready_workers"] == 1
+        assert [w.name for w in moved.workers] == [worker.name]
+
+        # status --repair after another crash, the squatter taking that port too.
+        attacker.send(squat=moved.port)
+        os.kill(_gcs_server(moved).pid, signal.SIGKILL)
+        assert attacker.expect("bound")["bound"] == moved.port
+        time.sleep(2)
+        done = subprocess.run([DDLSCALE, "local", "status", "--kind", "ray", "--name", ref.name, "--repair", "--json"],
+                              capture_output=True, text=True, timeout=240, env=env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        repaired = json.loads(done.stdout)
+        assert (repaired["repaired"], repaired["status"], repaired["ready_workers"]) == (True, "Running", 1)
+        final = local_backend.store.load(ref)
+        assert final.port not in (record.port, moved.port)
+    finally:
+        if attacker.process.poll() is None:
+            found = attacker.close()
+        else:
+            found = {"calls": None, "stderr": attacker.process.stderr.read()[-3000:]}
+    assert (found["calls"], found["tokens"]) == (0, []), found
+    assert token not in json.dumps(found)
 
 
 def test_each_ray_head_start_writes_a_new_token_and_tells_worker_nodes_by_a_file(tmp_path):

@@ -155,7 +155,12 @@ def test_a_ray_client_connects_through_the_domino_variables_and_runs_on_a_worker
         assert set(env) == {
             "RAY_HEAD_SERVICE_HOST", "RAY_HEAD_SERVICE_PORT", "DDLSCALE_RAY_DASHBOARD_PORT",
             "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH",
+            "RAY_USE_TLS", "RAY_TLS_CA_CERT", "RAY_TLS_SERVER_CERT", "RAY_TLS_SERVER_KEY",
         }
+        # The client server speaks Ray's mutual TLS only: the cluster's own authority, certificate and key.
+        folder = b.store.cluster_dir(REF) / "tls"
+        assert (env["RAY_USE_TLS"], env["RAY_TLS_CA_CERT"], env["RAY_TLS_SERVER_CERT"], env["RAY_TLS_SERVER_KEY"]) == (
+            "1", str(folder / "ca.pem"), str(folder / "cluster.pem"), str(folder / "cluster-key.pem"))
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180,
                               env=dict(os.environ))
     assert "RAY_HEAD_SERVICE_HOST" not in os.environ

@@ -18,7 +18,11 @@ Every node listens on loopback only and runs with Ray's token
 authentication; the token lives in the cluster's folder (mode 0600), is new
 at each head start, is sent only to a port proven to be this user's, and
 :meth:`RayDriver.connection_env` hands user code its path (see
-:mod:`.ray_ops`).
+:mod:`.ray_ops`). Every gRPC channel of the cluster (between its processes,
+and a ``ray://`` client's) runs Ray's mutual TLS with the cluster's own
+authority (:func:`~.ray_ops.tls_env`), so a call, and the token in it, goes
+only to a process holding the cluster's certificate: not to another user
+who took a port after the cluster's process there died.
 """
 import os
 from pathlib import Path
@@ -26,6 +30,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 from .._support.privatefs import check_private_dir
 from . import _ray_ops as ray_ops
+from ._dask_tls import DaskTls, ensure_tls
 from ._env import ray_env
 from ._state import ClusterRecord, LocalStateStore
 from ._tiers import WorkerShape
@@ -38,6 +43,9 @@ TEMP_DIR = "temp_dir"
 (:func:`~.ray_ops.temp_dir`)."""
 TOKEN_PATH = "auth_token_path"
 """``record.framework`` key: the file holding the cluster's Ray authentication token."""
+TLS_DIR = "tls_dir"
+"""``record.framework`` key: the cluster's folder of TLS files (its authority, certificate and key), which
+every node and client of a head that recorded it uses for Ray's mutual TLS (:func:`~.ray_ops.tls_env`)."""
 
 
 class RayDriver:
@@ -67,16 +75,19 @@ class RayDriver:
         cluster_dir = store.cluster_dir(record.ref)
         ray_ops.head_starting(cluster_dir)
         token = record.framework[TOKEN_PATH] = str(ray_ops.new_token(cluster_dir / ray_ops.TOKEN_FILE))
+        # The cluster's authority and certificate are made once and kept for its life (as Dask's).
+        tls = ensure_tls(cluster_dir)
+        record.framework[TLS_DIR] = str(tls.ca_file.parent)
         return ray_ops.head_argv(
             self.python, record.host, record.port, record.ports[DASHBOARD], record.ports[CLIENT],
-            ray_ops.ray_temp_dir(folder), token,
+            ray_ops.ray_temp_dir(folder), token, tls,
         )
 
     def worker_argv(self, record: ClusterRecord, name: str, shape: WorkerShape, workdir: Path) -> List[str]:
         return ray_ops.worker_argv(
             self.python, self.address(record), str(workdir.parent / ray_ops.HEAD_READY_FILE), record.host, name,
             shape.nthreads, shape.memory_limit, ray_ops.ray_temp_dir(record.framework[TEMP_DIR]),
-            record.framework.get(TOKEN_PATH) or str(workdir.parent / ray_ops.TOKEN_FILE),
+            record.framework.get(TOKEN_PATH) or str(workdir.parent / ray_ops.TOKEN_FILE), _tls_of(record),
         )
 
     def registered_workers(self, record: ClusterRecord) -> Optional[Set[str]]:
@@ -109,18 +120,21 @@ class RayDriver:
     def connection_env(self, record: ClusterRecord) -> Dict[str, str]:
         """Domino's variables, plus token authentication and the path of the cluster's token file
         (``RAY_AUTH_MODE``, ``RAY_AUTH_TOKEN_PATH``), which ``ray.init("ray://...")`` and the
-        framework check read."""
+        framework check read, and Ray's TLS with the cluster's files (``RAY_USE_TLS``, ``RAY_TLS_*``),
+        without which ``ray.init("ray://...")`` cannot reach the client server."""
         env = ray_env(record.host, record.ports.get(CLIENT, 0), record.ports.get(DASHBOARD, 0))
         if record.framework.get(TOKEN_PATH):
-            env.update(ray_ops.client_env(record.framework[TOKEN_PATH]))
+            env.update(ray_ops.client_env(record.framework[TOKEN_PATH], _tls_of(record)))
         return env
 
     def details(self, record: ClusterRecord, store: LocalStateStore) -> Dict[str, Any]:
         folder = self._temp_dir(record, store)
+        tls = _tls_of(record)
         return {
             "dashboard": self._dashboard(record),
             "client_address": f"ray://{record.host}:{record.ports.get(CLIENT, 0)}",
             "ray_temp_dir": ray_ops.ray_temp_dir(folder) if folder else None,
+            **({"tls_ca_file": str(tls.ca_file), "tls_cert": str(tls.cert), "tls_key": str(tls.key)} if tls else {}),
         }
 
     def outside_paths(self, record: ClusterRecord, store: LocalStateStore) -> List[Path]:
@@ -142,3 +156,10 @@ class RayDriver:
 
     def _dashboard(self, record: ClusterRecord) -> str:
         return ray_ops.dashboard_url(record.host, record.ports.get(DASHBOARD, 0))
+
+
+def _tls_of(record: ClusterRecord) -> Optional[DaskTls]:
+    """The TLS files of ``record``'s cluster (its recorded ``tls_dir``, checked when the record was read), or
+    None for a head started before local Ray clusters spoke TLS."""
+    folder = record.framework.get(TLS_DIR)
+    return DaskTls.of(Path(folder).parent) if folder else None

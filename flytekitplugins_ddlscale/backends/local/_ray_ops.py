@@ -13,6 +13,12 @@ token authentication (``RAY_AUTH_MODE=token``), its token in a file of the
 cluster's folder (mode 0600) named by ``RAY_AUTH_TOKEN_PATH``: loopback
 keeps other machines out, the token other users of this machine.
 
+Every gRPC channel (between the nodes' processes, and a ``ray://``
+client's) runs Ray's mutual TLS with the cluster's own authority
+(:func:`tls_env`): a process whose GCS died keeps calling its port, and
+another user may take it, but no call (and so no token) leaves before the
+listener showed the cluster's certificate.
+
 The token is only ever sent to a port proven to be this user's: the
 dashboard is read through :func:`~flytekitplugins_ddlscale._core.peerowner.own_peer_opener`,
 which checks who accepted the connection before the request goes out
@@ -40,6 +46,7 @@ from ..._core.peerowner import own_peer_opener
 from ..._framework.ray_auth import ray_auth_headers
 from ..._core.waiting import probe_timeout
 from .._support.privatefs import private_dir, remove_nofollow
+from ._dask_tls import DaskTls
 from ._procs import with_environment
 from ._secrets import fresh_secret
 
@@ -143,15 +150,39 @@ def mark_head_ready(cluster_dir: Path) -> None:
             os.close(os.open(ready, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
 
 
-def node_env(token_path: str) -> Dict[str, str]:
-    """What every process of a node runs with: loopback address look-ups and token authentication."""
-    return {LOOPBACK_CLUSTER_ENV: "0", settings.RAY_AUTH_MODE.name: "token", settings.RAY_AUTH_TOKEN_PATH.name: token_path}
+def tls_env(tls: Optional[DaskTls]) -> Dict[str, str]:
+    """Ray's mutual TLS on every gRPC channel with the cluster's own authority and certificate (the files
+    the local Dask clusters use, made by the same code: :func:`~._dask_tls.ensure_tls`); nothing for
+    ``None`` (a head started by a version before TLS, whose nodes and clients speak plain gRPC).
+
+    Every gRPC server of a node (GCS, raylet, object manager, agents, core workers, the client server)
+    then asks each peer for a certificate of that authority, and every client checks the server's before
+    it sends a byte of a call: the token in a call's ``authorization`` header goes to the cluster's own
+    processes only, even to a port another user took after the cluster's process there died."""
+    if tls is None:
+        return {}
+    return {
+        settings.RAY_USE_TLS.name: "1",
+        settings.RAY_TLS_CA_CERT.name: str(tls.ca_file),
+        settings.RAY_TLS_SERVER_CERT.name: str(tls.cert),
+        settings.RAY_TLS_SERVER_KEY.name: str(tls.key),
+    }
 
 
-def client_env(token_path: str) -> Dict[str, str]:
+def node_env(token_path: str, tls: Optional[DaskTls] = None) -> Dict[str, str]:
+    """What every process of a node runs with: loopback address look-ups, token authentication and the
+    cluster's TLS (:func:`tls_env`)."""
+    return {
+        LOOPBACK_CLUSTER_ENV: "0", settings.RAY_AUTH_MODE.name: "token", settings.RAY_AUTH_TOKEN_PATH.name: token_path,
+        **tls_env(tls),
+    }
+
+
+def client_env(token_path: str, tls: Optional[DaskTls] = None) -> Dict[str, str]:
     """What user code needs to connect (``ray.init("ray://...")``) and the framework check to read
-    the dashboard: token authentication and the token file's path (never the token)."""
-    return {settings.RAY_AUTH_MODE.name: "token", settings.RAY_AUTH_TOKEN_PATH.name: token_path}
+    the dashboard: token authentication and the token file's path (never the token), and the cluster's
+    TLS (:func:`tls_env`: the client server speaks nothing else)."""
+    return {settings.RAY_AUTH_MODE.name: "token", settings.RAY_AUTH_TOKEN_PATH.name: token_path, **tls_env(tls)}
 
 
 def temp_dir(cluster_dir: Path) -> str:
@@ -179,7 +210,8 @@ def _start(python: str) -> List[str]:
 
 
 def head_argv(
-    python: str, host: str, port: int, dashboard_port: int, client_port: int, temp: str, token_path: str
+    python: str, host: str, port: int, dashboard_port: int, client_port: int, temp: str, token_path: str,
+    tls: Optional[DaskTls] = None,
 ) -> List[str]:
     """``ray start --head --block``: GCS on ``port``, the dashboard and the client server on theirs,
     all on ``host`` (loopback), with token authentication (:func:`node_env`).
@@ -196,7 +228,7 @@ def head_argv(
     failed", 0 of 7 with the handlers off). Nothing in the head forks a
     process that goes on using gRPC without exec.
     """
-    return with_environment({"GRPC_ENABLE_FORK_SUPPORT": "0", **node_env(token_path)}, [
+    return with_environment({"GRPC_ENABLE_FORK_SUPPORT": "0", **node_env(token_path, tls)}, [
         *_start(python), "start", "--head", "--block",
         "--node-ip-address", host,
         "--port", str(port),
@@ -214,7 +246,7 @@ def head_argv(
 
 def worker_argv(
     python: str, gcs_address: str, ready_file: str, host: str, name: str, cpus: int, memory: int, temp: str,
-    token_path: str,
+    token_path: str, tls: Optional[DaskTls] = None,
 ) -> List[str]:
     """One worker node named ``name`` (its Ray ``node_name``) with ``cpus`` CPUs and ``memory`` bytes.
 
@@ -231,7 +263,7 @@ def worker_argv(
     ``ray start`` timed out after 30 s (seen on a quiet machine).
     """
     store = max(OBJECT_STORE_MINIMUM, int(memory * OBJECT_STORE_SHARE))
-    return with_environment(node_env(token_path), [
+    return with_environment(node_env(token_path, tls), [
         sys.executable, str(Path(__file__).with_name("_ray_node.py")), ready_file, "--",
         *_start(python), "start", "--block",
         "--address", gcs_address,
