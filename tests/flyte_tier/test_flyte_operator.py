@@ -25,7 +25,12 @@ resolver would through cluster DNS; nothing hands it the address. Where no priva
 had (``unshare -rm``), the module is skipped saying so.
 
 Asserted through what FlytePropeller did: the execution's phase on its FlyteWorkflow, the pods it created
-(the API server's pods of the execution), the plugin its task events name, and the DaskWorkerGroup after it.
+(the API server's pods of the execution), the plugin its task events name, each node's outputs where its
+last task event says they are (the scale's readiness proof, the stage's sum, the restore's sizes), and the
+DaskWorkerGroup after it (its baseline size, no baseline or claims annotation, the operator having retired
+the extra workers through the real scheduler). The two modes differ where docs/readiness.md says they do: the
+connector finds the head in the backend's ``connection_env`` and waits until the workers registered with the
+scheduler; the node in a pod has no such variable in its environment, and says the framework was not checked.
 """
 import contextlib
 import importlib
@@ -56,6 +61,8 @@ CLUSTER = "dask-clusters/dask-operator/shared-dask"
 READY_DELAY = 0.05
 N = 20_000
 """The stage's input: small (the sum of squares of 2 chunks), the test is about the nodes around it."""
+SCALED = 4
+"""The workers the flow's ``ScaleCluster`` asks for (``replicas=4``)."""
 SETUP_TIMEOUT = 90.0
 RUN_TIMEOUT = 240.0
 
@@ -196,13 +203,10 @@ def service_name(cluster: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def with_connector(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorPlane]:
-    yield from _operator_plane(True, tmp_path_factory.mktemp("operator-connector"))
-
-
-@pytest.fixture(scope="module")
-def without_connector(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorPlane]:
-    yield from _operator_plane(False, tmp_path_factory.mktemp("operator-container"))
+def operator_plane(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorPlane]:
+    """The plane of one mode (``request.param``: "connector" or "container"); pytest stops one mode's plane
+    before it starts the other's, so the two never run at once."""
+    yield from _operator_plane(request.param == "connector", tmp_path_factory.mktemp(f"operator-{request.param}"))
 
 
 def _flow() -> Any:
@@ -264,6 +268,61 @@ def _pods(setup: OperatorPlane, execution: Execution) -> Dict[str, List[str]]:
     return by_node
 
 
+def _outputs(setup: OperatorPlane, execution: Execution, node: str) -> Dict[str, Any]:
+    """The node's outputs as FlytePropeller recorded them (the ``outputs.pb`` its last task event names), by name,
+    as flytekit literals."""
+    import boto3
+    from flyteidl.core import literals_pb2
+    from flytekit.models.literals import LiteralMap
+
+    from tests.flyte_tier.plane import S3_KEYS
+
+    uris = [event.output_uri for event in setup.plane.events.tasks_of(execution.name, node) if event.output_uri]
+    assert uris, f"no task event of {node} names its outputs"
+    bucket, key = uris[-1][len("s3://"):].split("/", 1)
+    s3 = boto3.client("s3", endpoint_url=setup.plane.s3_url, region_name="us-east-1",
+                      aws_access_key_id=S3_KEYS["FLYTE_AWS_ACCESS_KEY_ID"],
+                      aws_secret_access_key=S3_KEYS["FLYTE_AWS_SECRET_ACCESS_KEY"])
+    body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    return LiteralMap.from_flyte_idl(literals_pb2.LiteralMap.FromString(body)).literals
+
+
+def _assert_nodes_did_their_work(setup: OperatorPlane, execution: Execution, nodes: Dict[str, str],
+                                 connector: bool) -> None:
+    """From the nodes' outputs: the scale set the flow's 4 workers and saw them Ready, the stage computed its sum
+    on them, the restore put the baseline back. ``nodes``: task name -> node id.
+
+    The scale's framework check, as docs/readiness.md says: the connector finds the head in the variables the
+    backend reports (``connection_env``: the scheduler Service's name, which it resolves as a pod would), so it
+    waits until the 4 workers registered with the real scheduler; a node in its pod finds it only in the run's
+    environment (Domino's variables), which a Flyte pod lacks, so it says the framework was not checked
+    (docs/sandbox.md, step 5: it "waits until 4 worker pods are Ready")."""
+    from flytekit.core.context_manager import FlyteContextManager
+    from flytekit.core.type_engine import TypeEngine
+
+    from flytekitplugins_ddlscale import ScaleOutcome
+    from flytekitplugins_ddlscale._services.nodes.restore import RestoreOutcome
+
+    def output(task: str, kind: Any) -> Any:
+        literal = _outputs(setup, execution, nodes[task])["o0"]
+        return TypeEngine.to_python_value(FlyteContextManager.current_context(), literal, kind)
+
+    up = output("operator_scale_up", ScaleOutcome)
+    assert (up.previous_workers, up.workers, up.ready_workers) == (setup.baseline, SCALED, SCALED), up
+    scheduler = f"http://{service_name(setup.name)}.{setup.namespace}.svc:8787"
+    if connector:
+        assert f"{SCALED} workers registered with the Dask scheduler at {scheduler}" in up.readiness, up.readiness
+    else:
+        assert up.readiness == (f"{SCALED} worker pods Ready (kubernetes); framework not checked (head address "
+                                "unknown: set $DASK_SCHEDULER_SERVICE_HOST, $DDLSCALE_DASK_URL or "
+                                "$DDLSCALE_FRAMEWORK_URL)"), up.readiness
+    assert output("sum_of_squares", int) == sum(x * x for x in range(N))
+    down = output("operator_restore", RestoreOutcome)
+    assert (down.restored, down.previous_workers, down.workers) == ("baseline", SCALED, setup.baseline), down
+    setup.timings["scale's wait"] = up.seconds_waited
+    setup.timings["restore's wait"] = down.seconds_waited
+
+
 def _assert_back_at_baseline(setup: OperatorPlane) -> None:
     """The DaskWorkerGroup at its recorded size, its baseline and claims annotations gone (docs/kubernetes.md),
     one worker pod, and the real scheduler retired the others (the operator's log)."""
@@ -281,12 +340,14 @@ def _assert_back_at_baseline(setup: OperatorPlane) -> None:
     assert "Retired workers" in setup.operator.tail(400000), setup.operator.tail()
 
 
-def test_connector_mode_scales_the_operator_cluster_in_the_connector_and_runs_the_stage_in_a_pod(with_connector):
-    execution = _run(with_connector)
-    tasks = _tasks_by_node(with_connector, execution)
+@pytest.mark.parametrize("operator_plane", ["connector"], indirect=True)
+def test_connector_mode_scales_the_operator_cluster_in_the_connector_and_runs_the_stage_in_a_pod(operator_plane):
+    setup = operator_plane
+    execution = _run(setup)
+    tasks = _tasks_by_node(setup, execution)
     by_task = {node["task"]: (node_id, node.get("plugin")) for node_id, node in tasks.items()}
     assert set(by_task) == {"operator_scale_up", "sum_of_squares", "operator_restore"}, tasks
-    pods = _pods(with_connector, execution)
+    pods = _pods(setup, execution)
     for task in ("operator_scale_up", "operator_restore"):
         node, plugin = by_task[task]
         assert plugin == "connector-service", (task, tasks)
@@ -294,15 +355,21 @@ def test_connector_mode_scales_the_operator_cluster_in_the_connector_and_runs_th
     node, plugin = by_task["sum_of_squares"]
     assert node in pods, f"the stage ({node}) ran in no pod: {pods}"
     assert plugin == "container", tasks
-    _assert_back_at_baseline(with_connector)
+    _assert_nodes_did_their_work(setup, execution, {task: node for task, (node, _) in by_task.items()},
+                                 connector=True)
+    _assert_back_at_baseline(setup)
 
 
-def test_container_mode_runs_every_node_of_the_operator_flow_in_a_pod(without_connector):
-    execution = _run(without_connector)
-    tasks = _tasks_by_node(without_connector, execution)
+@pytest.mark.parametrize("operator_plane", ["container"], indirect=True)
+def test_container_mode_runs_every_node_of_the_operator_flow_in_a_pod(operator_plane):
+    setup = operator_plane
+    execution = _run(setup)
+    tasks = _tasks_by_node(setup, execution)
     assert {node["task"] for node in tasks.values()} == {"operator_scale_up", "sum_of_squares",
                                                          "operator_restore"}, tasks
-    pods = _pods(without_connector, execution)
+    pods = _pods(setup, execution)
     assert set(pods) == set(tasks), (pods, tasks)
     assert {node.get("plugin") for node in tasks.values()} == {"container"}, tasks
-    _assert_back_at_baseline(without_connector)
+    _assert_nodes_did_their_work(setup, execution,
+                                 {node["task"]: node_id for node_id, node in tasks.items()}, connector=False)
+    _assert_back_at_baseline(setup)
