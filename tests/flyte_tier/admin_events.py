@@ -27,6 +27,8 @@ class EventRecorder(admin_pb2_grpc.AdminServiceServicer):
         self.workflow_events: List[events.WorkflowExecutionEvent] = []
         self.node_events: List[events.NodeExecutionEvent] = []
         self.task_events: List[events.TaskExecutionEvent] = []
+        self.task_received: List[float] = []
+        """When each of ``task_events`` arrived here (``time.time()``): when flyteadmin would have heard of it."""
         self._changed = threading.Condition()
         self._server: Optional[grpc.Server] = None
         self.port = 0
@@ -62,7 +64,9 @@ class EventRecorder(admin_pb2_grpc.AdminServiceServicer):
         return event_pb2.NodeExecutionEventResponse()
 
     def CreateTaskEvent(self, request: Any, context: Any) -> Any:  # noqa: N802
-        self._keep(self.task_events, request.event)
+        with self._changed:
+            self.task_received.append(time.time())
+            self._keep(self.task_events, request.event)
         return event_pb2.TaskExecutionEventResponse()
 
     def wait_for(self, found: Callable[[], Any], what: str, timeout: float) -> Any:

@@ -63,8 +63,16 @@ def without_connector() -> Iterator[FlytePlane]:
 
 
 def _hybrid_flow():
+    """The quick start's workflow, on the tier's own cluster (the example reads its cluster at import)."""
+    saved = os.environ.get("DDLSCALE_EXAMPLE_CLUSTER")
     os.environ["DDLSCALE_EXAMPLE_CLUSTER"] = CLUSTER
-    from examples import hybrid_flow
+    try:
+        from examples import hybrid_flow
+    finally:
+        if saved is None:
+            del os.environ["DDLSCALE_EXAMPLE_CLUSTER"]
+        else:
+            os.environ["DDLSCALE_EXAMPLE_CLUSTER"] = saved
 
     assert hybrid_flow.CLUSTER == CLUSTER, "examples.hybrid_flow was imported before the tier chose its cluster"
     return hybrid_flow.hybrid_flow
