@@ -28,16 +28,15 @@ import pytest
 import yaml
 
 from flytekitplugins_ddlscale.connector import SERVED_TASK_TYPES
+from tests.flyte_tier import peers
 from tests.flyte_tier.guide import guide_text, guide_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-BUILD_PEERS = ROOT / "tests" / "flyte" / "build_peers.sh"
 CONNECTOR_MANIFEST = ROOT / "examples" / "k8s" / "connector.yaml"
 CHARTS_VARIABLE = "DDLSCALE_FLYTE_CHARTS"
-HELM_BUILD_TIMEOUT = 1500  # a first build on a fresh machine fetches and compiles Helm's module graph
 RENDER_TIMEOUT = 120
 
-pytestmark = [pytest.mark.flyte, pytest.mark.timeout(HELM_BUILD_TIMEOUT + 300)]
+pytestmark = [pytest.mark.flyte]
 
 
 @pytest.fixture(scope="module")
@@ -57,17 +56,12 @@ def charts() -> Path:
 
 @pytest.fixture(scope="module")
 def helm() -> str:
-    """The path of Helm, built once per machine by tests/flyte_tier/build_peers.sh (skips where Go is missing)."""
+    """The path of Helm, built once per machine by tests/flyte_tier/build_peers.sh (skips, saying why, where it
+    is not built)."""
     try:
-        done = subprocess.run(["bash", str(BUILD_PEERS), "helm"], capture_output=True, text=True,
-                              timeout=HELM_BUILD_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"building Helm with {BUILD_PEERS.name} took over {HELM_BUILD_TIMEOUT} s")
-    if done.returncode == 2:
-        reason = (done.stderr.strip().splitlines() or ["no Go toolchain"])[-1]
-        pytest.skip(f"Helm cannot be built here: {reason}")
-    assert done.returncode == 0, f"{BUILD_PEERS.name} helm failed:\n{done.stderr[-3000:]}"
-    return done.stdout.strip().splitlines()[-1]
+        return str(peers.helm())
+    except peers.MissingPeer as exc:
+        pytest.skip(f"Helm is not here: {exc}")
 
 
 def _chart_copy(charts: Path, name: str, dest: Path) -> Path:
