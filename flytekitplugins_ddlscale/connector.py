@@ -67,7 +67,7 @@ from ._services.connector_core import (
     ScalingService,
     head_env,
 )
-from ._services.connector_calls import PollDesk, refusal
+from ._services.connector_calls import PollDesk, refusal, refused_create
 from ._services.connector_inputs import node_inputs
 from ._services.connector_meta import ScalingMetadata
 from ._services.nodes.creating import CREATE_TIMEOUT
@@ -89,9 +89,9 @@ class ScalingConnector(AsyncConnectorBase):
 
     What templates may ask for is fixed when the connector is built, from its
     environment (:class:`~flytekitplugins_ddlscale._services.connector_policy.ConnectorPolicy`).
-    A refused or malformed template fails ``create`` with a one-line message
-    naming the field, a malformed resource metadata ends the node FAILED with
-    one; nothing is sent for either, and no answer carries a traceback
+    A refused or malformed template, or a malformed resource metadata, ends
+    the node FAILED at its first ``get`` with a one-line message naming the
+    field; nothing is sent for either, and no answer carries a traceback
     (:mod:`.connector_calls`).
     """
 
@@ -120,15 +120,16 @@ class ScalingConnector(AsyncConnectorBase):
         """Check the node, send its change (without waiting) and return what ``get`` needs.
 
         A refused node (bad input, a backend, namespace, cluster or head not
-        served, an unknown tier...) fails here, before anything is sent, with
-        its one-line message: FlytePropeller ends the node at CreateTask (a
-        retryable failure in its terms, so ``retries`` run the same check
-        again). A backend that is unreachable or does not accept a scale,
-        wait or restore within :data:`CREATE_TIMEOUT` does not fail it: the
-        change is left to ``get`` (safe to repeat); a head restart meeting
-        one before it is sent fails here (nothing sent). Anything unexpected is logged in full and fails with
-        one line. flytekit's service answers a raised error with the
-        exception's traceback, so the error is handed over as flytekit's own
+        served, an unknown tier, anything unexpected...) sends nothing and
+        returns a refused metadata: the first ``get`` is FAILED with its
+        one-line message, which FlytePropeller does not retry (it retries
+        every failed CreateTask, and each retry would be refused alike). A
+        backend that is unreachable or does not accept a scale, wait or
+        restore within :data:`CREATE_TIMEOUT` does not fail it: the change is
+        left to ``get`` (safe to repeat); a head restart meeting one before
+        it is sent fails here (nothing sent), so that Flyte's ``retries`` send
+        it again. flytekit's service answers a raised error with the
+        exception's traceback, so that error is handed over as flytekit's own
         user-error wrapper around an error that carries no traceback: the
         answer names the error class and its message only.
         """
@@ -137,6 +138,9 @@ class ScalingConnector(AsyncConnectorBase):
             return self.service.create(task_template.type, task_template.custom, values)
         except Exception as error:
             failure = refusal("create", error)
+        refused = refused_create(self.task_category.name, failure)
+        if refused is not None:
+            return refused
         raise FlyteUserRuntimeException(failure) from failure
 
     async def get(self, resource_meta: ScalingMetadata, **kwargs: Any) -> Resource:

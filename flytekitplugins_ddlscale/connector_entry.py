@@ -146,8 +146,8 @@ def _read_templates_first() -> None:
 
 class _TemplatesFirst:
     """flytekit's ``AsyncConnectorService``, every call handed to it, except a ``CreateTask`` whose ``ddlscale_*``
-    template flytekit cannot read: answered as the connector answers a template it refuses, with the plugin's
-    one line (:func:`~._services.connector_templates.unreadable_template`)."""
+    template flytekit cannot read: answered as the connector answers a template it refuses, a refused metadata
+    carrying the plugin's one line (:func:`~._services.connector_templates.unreadable_template`)."""
 
     def __init__(self, servicer: Any) -> None:
         self._servicer = servicer
@@ -162,29 +162,20 @@ class _TemplatesFirst:
 
             refused = unreadable_template(request.template)
             if refused is not None:
-                _refuse(context, task_type, refused)
-                return None
+                return _refused_response(task_type, refused)
         return await self._servicer.CreateTask(request, context)
 
 
-def _refuse(context: Any, task_type: str, refused: Exception) -> None:
-    """Answer the call with ``refused`` as flytekit answers ``ScalingConnector.create``'s refusals (its
-    user-error wrapper around an error without a traceback; its failure count goes up as for those)."""
-    from flytekit.exceptions.user import FlyteUserRuntimeException
-    from flytekit.extend.backend import connector_service
+def _refused_response(task_type: str, refused: Exception) -> Any:
+    """The ``CreateTask`` answer for a template refused with ``refused`` (one line), as
+    ``ScalingConnector.create`` answers its refusals: a refused metadata, whose first ``GetTask`` is FAILED."""
+    from flyteidl.admin import agent_pb2
 
-    logger.info("refused a create: %s", refused)
-    refused.__context__ = None
-    failure = FlyteUserRuntimeException(refused)
-    failure.__cause__ = refused
-    handle = getattr(connector_service, "_handle_exception", None)
-    if handle is not None:
-        handle(failure, context, task_type, "create")
-        return
-    import grpc
+    from ._services.connector_calls import refusal
+    from ._services.connector_meta import ScalingMetadata
 
-    context.set_code(grpc.StatusCode.INTERNAL)
-    context.set_details(str(refused))
+    failure = refusal("create", refused)
+    return agent_pb2.CreateTaskResponse(resource_meta=ScalingMetadata.refused(task_type, failure).encode())
 
 
 def _drain_at_sigterm() -> None:

@@ -7,9 +7,10 @@ pluginmachinery/internal/webapi``: ``launcher.go``, ``monitor.go``,
 
 - every call has a deadline (``defaultTimeout``, 10 s unless ``timeouts``
   says otherwise per call);
-- CreateTask once; an error (a gRPC status, the deadline) makes the node a
-  retryable failure with "failed to create task from connector with ..."
-  (no retries here, so the node ends FAILED);
+- CreateTask; an error (a gRPC status, the deadline) makes the attempt a
+  retryable failure with "failed to create task from connector with ...",
+  whatever the error (``launcher.go``'s ``launch``): the node's ``retries``
+  run CreateTask again, and the last attempt's failure ends the node FAILED;
 - then GetTask on every resync (``webApi.caching.resyncInterval``, 30 s by
   default, 5 s at least; smaller here only for fast tests). Each GetTask that
   errs or passes its deadline adds one to the item's failure count, which is
@@ -17,8 +18,8 @@ pluginmachinery/internal/webapi``: ``launcher.go``, ``monitor.go``,
   marks the node a system failure without calling: "given up";
 - a RUNNING answer's message is dropped (only QUEUED, INITIALIZING and
   WAITING_FOR_RESOURCES keep theirs); SUCCEEDED writes the outputs; FAILED
-  becomes "failed to run the job: <message>"; log links and custom info
-  are kept as the task's info;
+  becomes "failed to run the job: <message>", a permanent failure (no retry);
+  log links and custom info are kept as the task's info;
 - abort (the node's own timeout, or a user's) calls DeleteTask.
 """
 import time
@@ -60,6 +61,8 @@ class Node:
     log_links: List[Dict[str, str]] = field(default_factory=list)
     custom_info: Dict[str, Any] = field(default_factory=dict)
     running_seen: int = 0
+    attempts: int = 0
+    """Attempts begun (CreateTask calls): more than one only where a CreateTask failed and ``retries`` allowed."""
 
     @property
     def failed_calls(self) -> List[Call]:
@@ -80,21 +83,25 @@ class PropellerDriver:
 
     def run(
         self, template: Any, inputs: Any, task_type: str, *, node_timeout: float, on_running: Any = None,
-        on_created: Any = None,
+        on_created: Any = None, retries: int = 0,
     ) -> Node:
-        """Create, then sync every resync interval until a final phase, the failure count passes its limit
-        or ``node_timeout`` (FlytePropeller's own deadline for the node: then DeleteTask, ABORTED).
-        ``on_created(node)`` is called once CreateTask answered, ``on_running(node)`` after each RUNNING
-        answer (where a test stages its faults)."""
+        """Create (again on a failed CreateTask, ``retries`` times at most), then sync every resync interval
+        until a final phase, the failure count passes its limit or ``node_timeout`` (FlytePropeller's own
+        deadline for the node: then DeleteTask, ABORTED). ``on_created(node)`` is called once CreateTask
+        answered, ``on_running(node)`` after each RUNNING answer (where a test stages its faults)."""
         node = Node()
         started = time.monotonic()
         request = agent_pb2.CreateTaskRequest(template=template, inputs=inputs, output_prefix="/tmp/out")
-        try:
-            meta = self.stub.CreateTask(request, timeout=self.call_timeout).resource_meta
-        except grpc.RpcError as error:
-            node.calls.append(Call("CreateTask", True, error.details() or str(error.code())))
-            node.phase, node.message = "FAILED", f"failed to create task from connector with {error.details()}"
-            return node
+        while True:
+            node.attempts += 1
+            try:
+                meta = self.stub.CreateTask(request, timeout=self.call_timeout).resource_meta
+                break
+            except grpc.RpcError as error:
+                node.calls.append(Call("CreateTask", True, error.details() or str(error.code())))
+                if node.attempts > retries:
+                    node.phase, node.message = "FAILED", f"failed to create task from connector with {error.details()}"
+                    return node
         node.calls.append(Call("CreateTask", False))
         if on_created is not None:
             on_created(node)
@@ -151,6 +158,18 @@ class PropellerDriver:
         node = Node(phase="ABORTED")
         self._delete(node, agent_pb2.TaskCategory(name=task_type, version=0), meta)
         return node
+
+
+def refused_node(channel: grpc.Channel, template: Any, inputs: Any, task_type: str, retries: int = 1) -> str:
+    """The connector's one line for a node it refuses, as FlytePropeller meets it (the driver, ``retries``
+    allowed): checked to end FAILED in one attempt (CreateTask answered, the first GetTask FAILED, nothing
+    retried) with "failed to run the job: " and one line that carries no stack frame."""
+    node = PropellerDriver(channel, resync=0.1).run(template, inputs, task_type, node_timeout=60, retries=retries)
+    assert [(call.method, call.failed) for call in node.calls] == [("CreateTask", False), ("GetTask", False)], node
+    assert node.phase == "FAILED" and node.attempts == 1 and node.message.startswith("failed to run the job: "), node
+    line = node.message[len("failed to run the job: "):]
+    assert "\n" not in line and "Traceback" not in line and 'File "' not in line and len(line) < 2000, line[:3000]
+    return line
 
 
 def typed_output(outputs: Any, kind: type) -> Any:

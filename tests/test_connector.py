@@ -7,6 +7,7 @@ the scaler test server and the Kubernetes test server, chosen through the
 environment as in a deployment.
 """
 import asyncio
+import json
 import time
 from collections import OrderedDict
 
@@ -75,7 +76,23 @@ def template_and_inputs(task, **values):
 
 
 def refused(connector, template, inputs=None):
-    """The one-line error ``create`` fails with, checked to carry no traceback to flytekit's service."""
+    """The one line a refused node fails with: ``create`` answers (FlytePropeller retries a failed create) with a
+    refused metadata naming no cluster, and the first ``get`` of it, decoded as the service decodes it, is FAILED
+    with that line."""
+    meta = connector.create(template, "", inputs)
+    assert meta.error and (meta.cluster, meta.backend, meta.pending, meta.target) == ("", "", "", -1), meta
+    resource = asyncio.run(connector.get(ScalingMetadata.decode(meta.encode())))
+    assert resource.phase == TaskExecution.FAILED and resource.message == meta.error
+    assert "\n" not in resource.message and resource.outputs is None
+    # A later connector's field is ignored, as this connector's newer fields are by the ones before it.
+    later = json.dumps(dict(json.loads(meta.encode()), later_field={"x": 1})).encode()
+    assert asyncio.run(connector.get(ScalingMetadata.decode(later))).message == meta.error
+    return resource.message
+
+
+def create_fails(connector, template, inputs=None):
+    """The one-line error ``create`` fails with (a failure Flyte's retries may get past), checked to carry no
+    traceback to flytekit's service."""
     with pytest.raises(FlyteUserRuntimeException) as caught:
         connector.create(template, "", inputs)
     error = caught.value.value
@@ -410,7 +427,7 @@ def test_a_restart_meeting_the_backend_down_before_it_is_sent_still_fails_create
     connector = ScalingConnector(RESTART_TASK_TYPE)
     template, inputs = template_and_inputs(ray_restart)
     ray_scaler.stop()
-    error = refused(connector, template, inputs)
+    error = create_fails(connector, template, inputs)
     assert error.code == "backend_unavailable", str(error)
     assert restart_patches(ray_scaler) == 0
 

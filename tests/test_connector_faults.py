@@ -19,7 +19,6 @@ deadline (10 s), since the connector's create waits out its own bound
 """
 import time
 
-import grpc
 import pytest
 from flyteidl.admin import agent_pb2
 from flyteidl.core.execution_pb2 import TaskExecution
@@ -31,7 +30,7 @@ from tests.connector_fault_support import (
     FAULTS, ProxyDown, StagedFault, fault_service, k8s_fault_service, k8s_scale_node, scale_node,
 )
 from tests.propeller_driver import CALL_TIMEOUT as PROPELLER_CALL_TIMEOUT
-from tests.propeller_driver import PropellerDriver, typed_output
+from tests.propeller_driver import PropellerDriver, refused_node, typed_output
 
 pytestmark = pytest.mark.slow
 
@@ -150,31 +149,23 @@ def test_an_abort_calls_delete_task_and_it_answers(service):
     assert node.failed_calls == []
 
 
-def _refusal(stub, template, inputs):
-    """The gRPC error CreateTask fails with for ``template``: checked to be short and free of tracebacks."""
-    with pytest.raises(grpc.RpcError) as caught:
-        stub.CreateTask(agent_pb2.CreateTaskRequest(template=template, inputs=inputs, output_prefix="/tmp/out"),
-                        timeout=30)
-    details = caught.value.details()
-    assert "Traceback" not in details and 'File "' not in details and len(details) < 2000, details[:3000]
-    return details
-
-
-def test_no_answer_carries_a_traceback_and_refused_templates_fail_at_create(service):
-    """What FlytePropeller receives for hostile templates and metadata: CreateTask fails naming the field
-    (and its limit), GetTask is FAILED with one line, DeleteTask answers; never a traceback."""
+def test_no_answer_carries_a_traceback_and_refused_templates_fail_at_the_first_get(service):
+    """What FlytePropeller receives for hostile templates and metadata: CreateTask answers (FlytePropeller
+    retries every failed one) and the first GetTask is FAILED naming the field (and its limit): one attempt
+    where ``retries=1`` allows two, no request to the backend; GetTask of hostile metadata is FAILED with one
+    line, DeleteTask answers; never a traceback."""
     server, channel, hosts = service
     stub = AsyncAgentServiceStub(channel)
     template, inputs = scale_node(server, "edge", timeout=60, pod_delay=1.0)
-    patches = server.count("PATCH")  # the module's other tests share the service
+    server.clear_requests()  # the module's other tests share the service
     for name, value, expected in (
         ("cluster", "ray/" + "a" * 1_000_000, "longer than 255 characters"),
         ("framework_url", "http://" + "a" * 64 + ".example.com:8265", "invalid framework_url="),
         ("framework_url", "http://ex\u0430mple.com:8265", "an ASCII DNS name"),
     ):
-        details = _refusal(stub, _with(template, name, value), inputs)
-        assert expected in details and f"invalid {name}=" in details, details
-    assert server.count("PATCH") == patches
+        line = refused_node(channel, _with(template, name, value), inputs, "ddlscale_scale")
+        assert line.startswith(f"[invalid_input] invalid {name}=") and expected in line, line
+    assert server.requests == []
     category = agent_pb2.TaskCategory(name="ddlscale_scale", version=0)
     deep = b'{"a":' * 100_000 + b"1" + b"}" * 100_000  # the review's: refused by its size
     deep_but_small = b"[" * 30_000 + b"]" * 30_000  # under the size limit, past the parser's recursion limit

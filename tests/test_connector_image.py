@@ -18,9 +18,9 @@ Then the Deployment's container runs as the manifest states it (command,
 args, env read with a YAML parser; its ports translated to free ones), from
 the working directory, with nothing of the test's environment. flytekit's:
 gRPC health answers SERVING and ``ListAgents`` lists the four task types,
-each once; a template the connector refuses fails CreateTask with a short gRPC error
-that names the cause and carries no stack frame (the connector
-itself loaded from the wheel). ``c0``:
+each once; a template the connector refuses fails in one attempt, at its
+first GetTask, with one line that names the cause and carries no stack
+frame (the connector itself loaded from the wheel). ``c0``:
 ``ListConnectors`` lists the four task types. The installed wheel's
 ``ddlscale`` command and data files work from outside the repository.
 """
@@ -43,6 +43,7 @@ import yaml
 
 from flytekitplugins_ddlscale import WaitForCluster
 from tests.port_support import free_ports
+from tests.propeller_driver import refused_node
 from tests.served_process import stop_process, wait_serving
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -287,11 +288,11 @@ def _run_env(image: BuiltImage, container: Dict) -> Dict[str, str]:
 
 
 def _flytekit_connector_serves(channel) -> None:
-    """gRPC health SERVING, the four task types in ListAgents once each, and an unserved template refused at
-    CreateTask with a short message and no stack frame (the connector itself loaded from the wheel at that first call)."""
-    import grpc
+    """gRPC health SERVING, the four task types in ListAgents once each, and an unserved template refused in one
+    attempt, FAILED at its first GetTask with one line and no stack frame (the connector itself loaded from the
+    wheel at that first call)."""
     from flyteidl.admin import agent_pb2
-    from flyteidl.service.agent_pb2_grpc import AgentMetadataServiceStub, AsyncAgentServiceStub
+    from flyteidl.service.agent_pb2_grpc import AgentMetadataServiceStub
     from flytekit.configuration import Image, ImageConfig, SerializationSettings
     from flytekit.tools.translator import get_serializable
     from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -304,15 +305,8 @@ def _flytekit_connector_serves(channel) -> None:
 
     settings = SerializationSettings(image_config=ImageConfig(default_image=Image(name="d", fqn="i", tag="1")))
     template = get_serializable(OrderedDict(), settings, UNSERVED_WAIT).template
-    stub = AsyncAgentServiceStub(channel)
-    with pytest.raises(grpc.RpcError) as refused:
-        stub.CreateTask(agent_pb2.CreateTaskRequest(template=template.to_flyte_idl(), output_prefix="/tmp/out"),
-                        timeout=30)
-    details = refused.value.details()
-    assert refused.value.code() == grpc.StatusCode.INTERNAL, refused.value.code()
-    assert "[not_served]" in details and "local" in details, details[:3000]
-    # flytekit's server frames the message (its "Trace:" and "Message:" sections); no stack frame is in it.
-    assert "Traceback" not in details and 'File "' not in details and len(details) < 2000, details[:3000]
+    line = refused_node(channel, template.to_flyte_idl(), None, template.type)
+    assert line.startswith("[not_served]") and "local" in line, line
 
 
 def _flyte2_connector_serves(channel) -> None:

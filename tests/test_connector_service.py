@@ -33,6 +33,7 @@ from flytekitplugins_ddlscale.tasks import WAIT_TASK_TYPE, RestartOutcome, Resto
 from tests.flyte_apps import nodes
 from tests.flyte_support import SCALER_ENV, local_backend, local_env  # noqa: F401 - fixture
 from tests.port_support import free_ports
+from tests.propeller_driver import refused_node
 from tests.served_process import stop_process, wait_serving
 from tests.servers.scaler_server import DEFAULT_API_KEY, ScalerTestServer
 from tests.test_connector import ray_restart, ray_restore, ray_scale
@@ -188,38 +189,34 @@ def with_custom(template, field, value):
     return changed
 
 
-def refused_details(stub, template) -> str:
-    """The details of the failed CreateTask of ``template``."""
-    with pytest.raises(grpc.RpcError) as caught:
-        stub.CreateTask(agent_pb2.CreateTaskRequest(template=template, output_prefix="/tmp/out"), timeout=120)
-    return caught.value.details()
+def refused_details(channel, template) -> str:
+    """The one line the node of ``template`` fails with under FlytePropeller (one attempt, FAILED at the first
+    GetTask: :func:`~tests.propeller_driver.refused_node`)."""
+    return refused_node(channel, template, None, template.type)
 
 
 @pytest.mark.slow
 def test_service_answers_bad_templates_and_metadata_with_a_short_failure(connector_service, local_env):
     """What FlytePropeller receives for a template or resource meta the connector refuses: CreateTask
-    fails naming the field (the node ends at create), GetTask of bad metadata is FAILED with a one-line
-    message naming the field; neither carries a traceback. That holds where flytekit's service itself
-    cannot read the template (NaN or infinity anywhere in ``custom``, a metadata timeout out of range): the
-    plugin answers for it, as for a template it refuses."""
+    answers (FlytePropeller retries a failed one) and the first GetTask is FAILED naming the field; GetTask of
+    bad metadata is FAILED with a one-line message naming the field; neither carries a traceback. That holds
+    where flytekit's service itself cannot read the template (NaN or infinity anywhere in ``custom``, a
+    metadata timeout out of range): the plugin answers for it, as for a template it refuses."""
     stub = AsyncAgentServiceStub(connector_service)
     category = agent_pb2.TaskCategory(name="ddlscale_scale", version=0)
     for task, field in HOSTILE_FIELDS:
         template = get_serializable(OrderedDict(), SETTINGS, task).template.to_flyte_idl()
         for value in HOSTILE_VALUES:
-            details = refused_details(stub, with_custom(template, field, value))
-            line = f"[invalid_input] invalid {field}="
-            assert line in details and "Traceback" not in details and 'File "' not in details, (task.name, value, details)
+            details = refused_details(connector_service, with_custom(template, field, value))
+            assert details.startswith(f"[invalid_input] invalid {field}="), (task.name, value, details)
     template = get_serializable(OrderedDict(), SETTINGS, nodes.scale_up).template.to_flyte_idl()
-    details = refused_details(stub, with_custom(template, "timeout", 1e300))
-    assert "[invalid_input] invalid timeout=1e+300" in details
-    details = refused_details(stub, with_custom(template, "unknown", [1.0, float("nan")]))
-    assert "[invalid_input] invalid custom.unknown[1]=nan; allowed: a finite number" in details
-    assert "Traceback" not in details and 'File "' not in details, details
+    details = refused_details(connector_service, with_custom(template, "timeout", 1e300))
+    assert details.startswith("[invalid_input] invalid timeout=1e+300")
+    details = refused_details(connector_service, with_custom(template, "unknown", [1.0, float("nan")]))
+    assert details.startswith("[invalid_input] invalid custom.unknown[1]=nan; allowed: a finite number"), details
     template.metadata.timeout.seconds = 10**15
-    details = refused_details(stub, template)
-    assert "[invalid_input] invalid template='OverflowError: " in details
-    assert "Traceback" not in details and 'File "' not in details, details
+    details = refused_details(connector_service, template)
+    assert details.startswith("[invalid_input] invalid template='OverflowError: "), details
     reply = stub.GetTask(agent_pb2.GetTaskRequest(task_category=category, resource_meta=b"{not json"), timeout=30)
     assert reply.resource.phase == TaskExecution.FAILED
     assert reply.resource.message.startswith("[invalid_input] invalid resource_meta")
@@ -257,22 +254,20 @@ def test_service_scales_restores_and_restarts_once_over_grpc(scaler_service):
 
 @pytest.mark.slow
 def test_service_answers_malformed_inputs_with_a_short_failure(scaler_service):
-    """An input literal of the wrong type or an input the node does not have: CreateTask fails with the
-    one line naming the input (not a traceback), and nothing is sent."""
+    """An input literal of the wrong type or an input the node does not have: the node fails in one attempt, at
+    its first GetTask, with the one line naming the input (not a traceback), and nothing is sent."""
     server, channel = scaler_service
-    stub = AsyncAgentServiceStub(channel)
     template = get_serializable(OrderedDict(), SETTINGS, ray_scale).template
     ctx = FlyteContextManager.current_context()
+    server.clear_requests()
     for values, types, expected in (
         ({"replicas": "two"}, {"replicas": str}, "[invalid_input] invalid inputs.replicas='two': not convertible"),
         ({"nodes": 2}, {"nodes": int}, "[invalid_input] invalid inputs.nodes="),
     ):
         inputs = TypeEngine.dict_to_literal_map(ctx, values, types)
-        with pytest.raises(grpc.RpcError) as caught:
-            stub.CreateTask(agent_pb2.CreateTaskRequest(template=template.to_flyte_idl(), inputs=inputs.to_flyte_idl(),
-                                                        output_prefix="/tmp/out"), timeout=30)
-        assert expected in caught.value.details() and 'File "' not in caught.value.details()
-    assert server.count("PATCH") == 0
+        line = refused_node(channel, template.to_flyte_idl(), inputs.to_flyte_idl(), template.type)
+        assert line.startswith(expected), line
+    assert server.requests == []
 
 
 POLLED_AT_ONCE = 200

@@ -18,6 +18,14 @@ thread at all.
 Anything unexpected (a bug, an exception type no backend maps) becomes a
 FAILED answer, or a refused create, with one line; the traceback goes to
 the connector's log, credentials masked.
+
+FlytePropeller counts every failed CreateTask as a retryable failure (the
+web-API plugin's ``launch``): a create that raised would be sent again on
+each of the node's ``retries`` and end with a multi-line error. So a create
+refused for a reason a retry would meet again (bad input, the policy, the
+cluster as it is: anything but the backend being unavailable) answers a
+refused metadata instead (:func:`refused_create`), whose first poll is
+FAILED with the one line: one attempt, nothing sent.
 """
 import asyncio
 import logging
@@ -35,7 +43,7 @@ from .._core.redaction import redact
 from .._core.sharing import CacheMiss
 from ..errors import ScalingError, ScalingTimeoutError
 from .connector_meta import ScalingMetadata
-from .connector_core import FAILED, RUNNING, Poll, ScalingService
+from .connector_core import FAILED, RUNNING, UNAVAILABLE_HERE, Poll, ScalingService
 
 logger = logging.getLogger("flytekitplugins_ddlscale.connector")
 
@@ -69,6 +77,16 @@ def refusal(call: str, error: BaseException) -> ScalingError:
         logger.info("refused a %s: %s", call, error)
         return error.with_traceback(None)
     return ScalingError(unexpected(call, error), code="internal")
+
+
+def refused_create(task_type: str, failure: ScalingError) -> Optional[ScalingMetadata]:
+    """The answer of a create refused with ``failure`` (one line, :func:`refusal`), nothing sent: a metadata
+    whose first poll is FAILED with that line (Flyte's retries would be refused alike); None where the backend
+    being unavailable explains it (:data:`~.connector_core.UNAVAILABLE_HERE`: a head restart not sent), which
+    the create raises so that Flyte's retries run it again."""
+    if isinstance(failure, UNAVAILABLE_HERE):
+        return None
+    return ScalingMetadata.refused(task_type, failure)
 
 
 class PollDesk:

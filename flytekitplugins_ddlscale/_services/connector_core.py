@@ -18,9 +18,12 @@ the head restart, ``WaitForCluster`` nothing). It gives the backend at most
 outcome and its failure again from its kind). What a poll waits for stays in the
 metadata, so a restarted connector goes on where it was.
 
-FlytePropeller turns a failed create into a failure that uses up one of the
-node's own retries (none by default), while API servers and services
-restart for seconds in a run. So a create of a change that is safe to
+FlytePropeller turns every failed create into a retryable failure that uses
+up one of the node's own retries (none by default), while API servers and
+services restart for seconds in a run. So the surfaces answer a create
+refused for good (bad input, the policy, the cluster as it is) with a
+refused metadata whose first poll is FAILED, not with an error
+(:func:`~.connector_calls.refused_create`), and a create of a change that is safe to
 repeat (``NodeKind.repeatable``: a scale, a restore, a wait) that meets the
 backend unavailable (:data:`UNAVAILABLE_HERE`) returns a metadata carrying
 the change instead (``pending``), once every check that needs no backend
@@ -206,8 +209,9 @@ class ScalingService:
     """Create and poll for the four scaling nodes, under the policy fixed when it is built.
 
     A refused or malformed template makes :meth:`create` raise its one-line
-    error naming the field, a malformed metadata makes :meth:`poll` FAILED
-    with one; nothing is sent for either. The surfaces answer polls through
+    error naming the field (which the surfaces answer with a refused metadata,
+    :func:`~.connector_calls.refused_create`), a malformed metadata makes
+    :meth:`poll` FAILED with one; nothing is sent for either. The surfaces answer polls through
     :class:`~.connector_calls.PollDesk` (the call budget, no traceback).
     """
 
@@ -225,12 +229,14 @@ class ScalingService:
         ``custom``), ``values`` its input values (Python values). A refused
         node (bad input, a backend, namespace, cluster or head not served, an
         unknown tier...) raises its typed error, whose message is one line,
-        before anything is sent: the create itself fails. A backend that is
+        before anything is sent (the surfaces answer it with a refused metadata
+        whose first poll is FAILED: :func:`~.connector_calls.refused_create`). A backend that is
         unavailable (:data:`UNAVAILABLE_HERE`: unreachable, or not accepting a
         scale, wait or restore within :data:`~.nodes.creating.CREATE_TIMEOUT`)
         does not fail it: the metadata carries the change (``pending``) and the
         polls send it. A head restart meeting an outage before it was sent
-        raises it, as FlytePropeller's retries would run it again. A head
+        raises it, and the surfaces let it fail the create, as FlytePropeller's
+        retries would run it again. A head
         restart that may have gone out unconfirmed
         (:class:`UnconfirmedChangeError`) is not raised: FlytePropeller retries
         a failed create, which would send it again, so it comes back as a

@@ -38,7 +38,7 @@ from typing import Any, Dict, Optional
 from flyte.connectors import AsyncConnector, ConnectorRegistry, Resource
 from flyteidl2.core.execution_pb2 import TaskExecution, TaskLog
 
-from .._services.connector_calls import PollDesk, refusal
+from .._services.connector_calls import PollDesk, refusal, refused_create
 from .._services.connector_core import FAILED, RUNNING, SERVED_TASK_TYPES, SUCCEEDED, Poll, ScalingService
 from .._services.connector_meta import ScalingMetadata
 from .._services.connector_templates import struct_values
@@ -96,17 +96,21 @@ class ScalingConnector(AsyncConnector[ScalingMetadata]):
         """Check the node, send its change (without waiting) and return what ``get`` needs.
 
         A refused node (bad input, a backend, namespace, cluster or head not
-        served...) fails here with its one-line message naming the field,
-        before anything is sent. A backend that is unavailable leaves a scale,
-        wait or restore to ``get`` (safe to repeat); a head restart meeting one
-        before it is sent fails here (nothing sent). Anything unexpected is logged in full and fails with
-        one line (flyte's server answers with the error's text only).
+        served, anything unexpected...) sends nothing and returns a refused
+        metadata: the first ``get`` is FAILED with its one-line message naming
+        the field, as for flytekit's connector. A backend that is unavailable
+        leaves a scale, wait or restore to ``get`` (safe to repeat); a head
+        restart meeting one before it is sent fails here (nothing sent; flyte's
+        server answers with the error's text only), so that a retry sends it.
         """
         try:
             custom = struct_values(task_template.custom) if task_template.HasField("custom") else None
             return await asyncio.to_thread(self.serving().create, task_template.type, custom, inputs or {})
         except Exception as error:
             failure = refusal("create", error)
+        refused = refused_create(self.task_type_name, failure)
+        if refused is not None:
+            return refused
         raise failure
 
     async def get(self, resource_meta: ScalingMetadata, **kwargs: Any) -> Resource:

@@ -27,6 +27,7 @@ from typing import Any, Callable, Dict, Iterator, List, Set
 import pytest
 from flyteidl.core.execution_pb2 import TaskExecution
 
+from flytekitplugins_ddlscale._core.validation import MAX_REPLICAS
 from flytekitplugins_ddlscale.backends.scaler import ScalerServiceBackend
 from flytekitplugins_ddlscale.refs import ClusterRef
 from tests.envtest.controlplane import ENV_DIR, missing_requirements
@@ -178,17 +179,18 @@ def test_a_transient_failure_of_a_connector_scale_is_ridden_out_in_one_attempt(p
     assert scaler.replicas(faults.OUTAGE) == 2
 
 
-def test_bad_input_is_refused_at_each_create_and_nothing_is_sent(plane, scaler, first_contact):
-    """Connector mode, bad input (``retries=1``): the connector refuses CreateTask with its one line, and
-    FlytePropeller counts every failed CreateTask as retryable (v1.16.8, webapi ``launch``), so the second
-    attempt is refused the same way (docs/flyte.md, What the connector serves); nothing is ever sent."""
+def test_bad_input_fails_on_the_first_attempt_and_nothing_is_sent(plane, scaler, first_contact):
+    """Connector mode, bad input (``retries=1``): FlytePropeller counts every failed CreateTask as retryable
+    (v1.16.8, webapi ``launch``), so the connector answers CreateTask with a refused metadata and the first
+    GetTask is FAILED, which FlytePropeller does not retry: one attempt, the node's error the connector's one
+    line as the plugin words a failed job (docs/flyte.md, Retries); no request reaches the backend."""
     execution = plane.run(faults.bad_input_flow, {"replicas": -3}, timeout=120)
     assert execution.phase == "Failed"
-    assert _attempts(plane, execution.name) == {0, 1}
+    assert _attempts(plane, execution.name) == {0}
     error = _error(execution)
-    assert "[invalid_input] invalid replicas=-3; allowed: an integer from 0 to 1000" in error, error
-    assert "Traceback" not in error and 'File "' not in error, error
-    assert scaler.server.count("PATCH", f"/scale/rayclusters/{faults.BAD.split('/')[1]}") == 0
+    assert error == ("failed to run the job: [invalid_input] invalid replicas=-3; allowed: an integer from 0 to "
+                     f"{MAX_REPLICAS}"), error
+    assert [r.path for r in scaler.server.requests if faults.BAD.split("/")[1] in r.path] == []
 
 
 def _pod_gone(plane: FlytePlane, pod: str, timeout: float) -> None:

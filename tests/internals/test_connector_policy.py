@@ -11,7 +11,6 @@ import math
 import time
 
 import pytest
-from flytekit.exceptions.user import FlyteUserRuntimeException
 from flyteidl.core.execution_pb2 import TaskExecution
 
 from flytekitplugins_ddlscale.connector import NOT_READY, ScalingConnector, ScalingMetadata
@@ -48,11 +47,14 @@ endless = ScaleCluster("endless", cluster="dask/nodes-test", replicas=2, timeout
 
 
 def refused(connector, template, inputs):
-    """The one-line message ``create`` fails with for a refused node (what the connector service answers)."""
-    with pytest.raises(FlyteUserRuntimeException) as caught:
-        connector.create(template, "", inputs)
-    message = str(caught.value.value)
-    assert "Traceback" not in message and "\n" not in message and caught.value.value.__traceback__ is None
+    """The one-line message a refused node fails with: ``create`` answers a refused metadata (nothing sent),
+    whose first ``get`` is FAILED with it (what the connector service answers)."""
+    meta = connector.create(template, "", inputs)
+    assert meta.error and meta.cluster == "", meta
+    resource = asyncio.run(connector.get(ScalingMetadata.decode(meta.encode())))
+    message = resource.message
+    assert resource.phase == TaskExecution.FAILED and message == meta.error
+    assert "Traceback" not in message and "\n" not in message
     return message
 
 

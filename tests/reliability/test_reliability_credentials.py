@@ -381,8 +381,6 @@ def test_connector_metadata_messages_and_errors_never_show_credentials(
     from flytekit.core.type_engine import TypeEngine
     from flytekit.tools.translator import get_serializable
 
-    from flytekit.exceptions.user import FlyteUserRuntimeException
-
     from flytekitplugins_ddlscale.connector import ScalingConnector
 
     settings = SerializationSettings(image_config=ImageConfig(default_image=Image(name="d", fqn="img", tag="1")))
@@ -401,11 +399,11 @@ def test_connector_metadata_messages_and_errors_never_show_credentials(
     time.sleep(0.5)
     texts.append(repr(asyncio.run(connector.get(meta))))
     for bad in (literals(cluster="ray/ray-foreign", replicas=2), literals(cluster="ray/ray-missing", replicas=2)):
-        # A typed error fails create with its one-line message (what the connector service answers).
-        with pytest.raises(FlyteUserRuntimeException) as refused:
-            connector.create(template, inputs=bad)
-        assert str(refused.value.value).startswith(("[unauthorized]", "[not_found]"))
-        texts += [str(refused.value), repr(refused.value.value)]
+        # A typed error refuses the node: create answers a refused metadata, its get FAILED with the one line.
+        refused = connector.create(template, inputs=bad)
+        answer = asyncio.run(connector.get(refused))
+        assert answer.message.startswith(("[unauthorized]", "[not_found]")) and answer.message == refused.error
+        texts += [refused.encode().decode("utf-8", "replace"), repr(refused), answer.message]
     assert sent_credentials(scaler_server) == [secret_key]
     assert leaks([secret_key], texts + everything_seen(debug_logs, capfd, [])) == []
 
