@@ -14,7 +14,10 @@ root.
   of registered workers the scheduler keeps there cannot be rewritten.
 * Ray: a listener it holds on the port the owner reads the dashboard from
   (as on a head restart, before the dashboard binds it again) is connected
-  to and receives nothing: not the token, not a byte.
+  to and receives nothing: not the token, not a byte. A gRPC server it
+  starts on a crashed head's GCS port gets no call (Ray's mutual TLS), a
+  raylet answers none of its calls even with the cluster's token, and
+  ``restart-head`` and ``status --repair`` move the head off the port.
 * Spark: the master answers its first RPC with Spark's authentication
   failure; the cluster's secret is unreadable to it.
 """
@@ -43,7 +46,7 @@ from flytekitplugins_ddlscale._framework.endpoints import Endpoint
 from flytekitplugins_ddlscale._framework.probes import PROBES
 from flytekitplugins_ddlscale._framework.wait import HeadUnreachable, read_registered
 from tests.servers.ray_dashboard import RayDashboardServer
-from tests.test_local_support import SMALL_TIERS, processes_mentioning, scheduler_workers
+from tests.test_local_support import SMALL_TIERS, processes_mentioning, scheduler_workers, wait_dead
 
 DDLSCALE = str(Path(sys.executable).parent / "ddlscale")
 OTHER_USER = "ddlscale-other"
@@ -265,9 +268,13 @@ def test_a_port_squatter_of_another_user_receives_no_ray_token(other_user, tmp_p
 
 
 RAY_SQUATTER_IMPORTS = """
-    import queue, threading, time
+    import pathlib, queue, shutil, tempfile, threading, time
     from concurrent import futures
     import grpc
+    from flytekitplugins_ddlscale.backends.local._dask_tls import ensure_tls
+    warm = tempfile.mkdtemp()
+    ensure_tls(pathlib.Path(warm))
+    shutil.rmtree(warm)
     # What grpc imports lazily, imported as the owner (the other user may not read the checkout's venv): a
     # server that starts and stops, and a call that fails.
     warm = grpc.server(futures.ThreadPoolExecutor(1), options=[("grpc.so_reuseport", 0)])
@@ -316,18 +323,25 @@ RAY_SQUATTER = """
                       if key == "authorization" and value.startswith("Bearer ")}
         return sorted(caught)
 
-    def node_stats(port):
-        # NodeManagerService/GetNodeStats on a port of a raylet (an empty request is a whole one), with each
-        # token caught, or one made up when none was.
+    own = ensure_tls(pathlib.Path(tempfile.mkdtemp()))
+
+    def node_stats(port, given, authority):
+        # NodeManagerService/GetNodeStats on a port of a raylet (an empty request is a whole one), with the
+        # token given (as if it had leaked) and each token caught: in plain gRPC, and over TLS trusting the
+        # cluster's authority (a certificate is no secret) with a certificate of its own authority.
         answers = []
-        for token in tokens() or ["0" * 64]:
-            with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-                try:
-                    channel.unary_unary("/ray.rpc.NodeManagerService/GetNodeStats")(
-                        b"", timeout=args["timeout"], metadata=[("authorization", f"Bearer {token}")])
-                    answers.append("OK")
-                except grpc.RpcError as exc:
-                    answers.append(exc.code().name)
+        for token in [*given, *tokens()]:
+            for credentials in [None] + ([grpc.ssl_channel_credentials(
+                    root_certificates=authority.encode(), private_key=own.key.read_bytes(),
+                    certificate_chain=own.cert.read_bytes())] if authority else []):
+                target = f"127.0.0.1:{port}"
+                with (grpc.secure_channel(target, credentials) if credentials else grpc.insecure_channel(target)) as channel:
+                    try:
+                        channel.unary_unary("/ray.rpc.NodeManagerService/GetNodeStats")(
+                            b"", timeout=args["timeout"], metadata=[("authorization", f"Bearer {token}")])
+                        answers.append("OK")
+                    except grpc.RpcError as exc:
+                        answers.append(exc.code().name)
         return answers
 
     def report():
@@ -341,7 +355,8 @@ RAY_SQUATTER = """
         if "squat" in order:
             threading.Thread(target=squat, args=(order["squat"],), daemon=True).start()
         elif "node_stats" in order:
-            print(json.dumps({"node_stats": {str(p): node_stats(p) for p in order["node_stats"]}}), flush=True)
+            print(json.dumps({"node_stats": {str(p): node_stats(p, order.get("tokens", []), order.get("authority"))
+                                             for p in order["node_stats"]}}), flush=True)
         elif "report" in order:
             report()
     for server in servers:
@@ -413,35 +428,42 @@ def _raylet_ports(worker) -> List[int]:
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="local Ray clusters need Ray installed")
 def test_a_crashed_ray_head_gives_its_port_squatter_no_token_and_restart_and_repair_move_off_the_port(
         local_backend, other_user, tmp_path):
-    """Issue 44: the head's gcs_server crashes and another user takes its port at once. The worker nodes,
-    which outlive their head, go on calling the GCS there: nothing of theirs (Ray's mutual TLS: no call, so no
-    token) reaches the squatter, and no raylet answers it, with whatever token it holds. ``restart-head``
-    and ``status --repair`` then move the head to a new port, the squatter still holding the old one, and
-    send it nothing either."""
+    """Issue 44: the head's gcs_server crashes and another user takes its port at once, with a gRPC server
+    that keeps every call's headers. Before, the worker node (Ray's outlive their head by a minute) sent it
+    ~1,500 calls a second, each with ``authorization: Bearer <token>``, and that token made a raylet answer
+    the other user's GetNodeStats. Now no call reaches it (Ray's mutual TLS: nothing is sent before the
+    listener shows the cluster's certificate), the worker node ends with its head, and no raylet answers
+    another user even with the cluster's token. ``restart-head`` and ``status --repair`` then move the head
+    to a new port, the squatter still holding the old one, and send it nothing either."""
     ref = ClusterRef("ray", "squatted")
     local_backend.up(ref, 1, "Tiny", timeout=180)
     record = local_backend.store.load(ref)
     token = Path(record.framework["auth_token_path"]).read_text().strip()
     (worker,) = record.workers
+    raylet_ports = _raylet_ports(worker)
+    assert raylet_ports
     attacker = Conversation(as_other_user(other_user, RAY_SQUATTER_IMPORTS, RAY_SQUATTER, {"timeout": ATTEMPT_TIMEOUT},
                                           stdin=subprocess.PIPE, bufsize=1))
     try:
         attacker.expect("ready")
-        # A crash of the GCS: the head's `ray start` ends the head node, the worker node runs on.
+        # Even the cluster's very token gets another user nothing from a raylet: no call in plain gRPC, nor
+        # over TLS with a certificate of another authority (before TLS: OK, the node's stats).
+        authority = Path(record.framework["tls_dir"], "ca.pem").read_text()
+        attacker.send(node_stats=raylet_ports, tokens=[token], authority=authority)
+        answers = attacker.expect("node_stats")["node_stats"]
+        assert all(codes == ["UNAVAILABLE", "UNAVAILABLE"] for codes in answers.values()), answers
+
+        # A crash of the GCS: the head's `ray start` ends the head node, and the worker node, which Ray keeps
+        # calling the GCS port for a minute, ends with its head (its wrapper watches the head process).
         attacker.send(squat=record.port)
         os.kill(_gcs_server(record).pid, signal.SIGKILL)
         assert attacker.expect("bound")["bound"] == record.port
-        time.sleep(4)  # before TLS, ~1,500 calls a second came, each with the token
-        assert procs.is_alive(worker.proc), "the worker node was to outlive its head here"
-        assert local_backend.get_state(ref).status == "Failed"
+        time.sleep(2)  # before TLS, ~1,500 calls a second came, each with the token
         attacker.send(report=True)
         caught = attacker.expect("calls")
         assert (caught["calls"], caught["tokens"]) == (0, []), caught
-        raylet_ports = _raylet_ports(worker)
-        assert raylet_ports
-        attacker.send(node_stats=raylet_ports)
-        answers = attacker.expect("node_stats")["node_stats"]
-        assert all("OK" not in codes for codes in answers.values()), answers
+        wait_dead(worker.proc, timeout=30)
+        assert local_backend.get_state(ref).status == "Failed"
 
         # restart-head with the old GCS port still held: a new port, a new head, the same worker back.
         env = {**os.environ, "DDLSCALE_STATE_DIR": str(tmp_path), "DDLSCALE_LOCAL_TIERS": str(tmp_path / "tiers.yaml")}

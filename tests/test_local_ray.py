@@ -352,6 +352,35 @@ def test_node_wrapper_passes_sigterm_on_and_its_death_stops_the_node(head_ready,
 
 
 
+def test_node_wrapper_stops_its_node_once_its_head_process_is_gone(head_ready, tmp_path):
+    """A Ray worker node outlives a crashed head by a minute, calling its GCS port; the wrapper ends it with the
+    head: SIGTERM (Ray's drain), SIGKILL for a node that ignores it; a pid now another process's counts as gone."""
+    ignoring = 'echo started >> "$0"; trap "" TERM; while :; do sleep 0.05; done'
+    for script, expected in ((TRAPPING, ["started", "stopped"]), (ignoring, ["started"])):
+        head = subprocess.Popen(["sleep", "600"])
+        log = tmp_path / f"node-{len(expected)}"
+        wrapper = subprocess.Popen(
+            [sys.executable, str(RAY_NODE), head_ready, "--head", f"{head.pid}:{procs.start_time(head.pid)}", "--",
+             "sh", "-c", script, str(log)], stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            _lines(log, 1)
+            time.sleep(0.5)
+            assert wrapper.poll() is None  # its head runs: so does the node
+            head.kill()
+            head.wait()
+            assert wrapper.wait(timeout=20) == 1
+            assert _lines(log, len(expected)) == expected
+            assert f"the Ray head (pid {head.pid}) is gone; stopping this node with it" in wrapper.stderr.read()
+            assert processes_mentioning(str(log)) == []
+        finally:
+            head.kill()
+            wrapper.kill()
+            wrapper.wait()
+    reused = subprocess.run([sys.executable, str(RAY_NODE), head_ready, "--head", f"{os.getpid()}:1", "--", "true"],
+                            capture_output=True, text=True, timeout=30)
+    assert reused.returncode == 1 and f"the Ray head (pid {os.getpid()}) is gone: this node does not start" in reused.stderr
+
+
 def test_worker_nodes_are_told_once_the_dashboard_lists_the_head_and_up_waits_for_the_client_server(tmp_path):
     """Worker nodes join the GCS, as by hand: their file is written once this user's dashboard lists the head
     node ALIVE; the head counts as ready only once its client server accepts connections too."""

@@ -88,6 +88,7 @@ class RayDriver:
             self.python, self.address(record), str(workdir.parent / ray_ops.HEAD_READY_FILE), record.host, name,
             shape.nthreads, shape.memory_limit, ray_ops.ray_temp_dir(record.framework[TEMP_DIR]),
             record.framework.get(TOKEN_PATH) or str(workdir.parent / ray_ops.TOKEN_FILE), _tls_of(record),
+            (record.scheduler.pid, record.scheduler.start) if record.scheduler is not None else None,
         )
 
     def registered_workers(self, record: ClusterRecord) -> Optional[Set[str]]:

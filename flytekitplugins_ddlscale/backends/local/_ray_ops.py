@@ -37,7 +37,7 @@ import sys
 import tempfile
 import urllib.request
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from ...errors import UnsupportedOperationError
 from ..._framework.probes import PROBES, ray_alive_nodes
@@ -246,14 +246,15 @@ def head_argv(
 
 def worker_argv(
     python: str, gcs_address: str, ready_file: str, host: str, name: str, cpus: int, memory: int, temp: str,
-    token_path: str, tls: Optional[DaskTls] = None,
+    token_path: str, tls: Optional[DaskTls] = None, head: Optional[Tuple[int, int]] = None,
 ) -> List[str]:
     """One worker node named ``name`` (its Ray ``node_name``) with ``cpus`` CPUs and ``memory`` bytes.
 
     It runs under :mod:`.ray_node`, which waits until ``ready_file`` (the
     cluster's :data:`HEAD_READY_FILE`) says the head is ready (``ray start``
-    alone gives up on a head that is still starting), passes SIGTERM on, and
-    starts a node that failed to register again.
+    alone gives up on a head that is still starting), passes SIGTERM on,
+    starts a node that failed to register again, and stops the node once
+    the head process ``head`` (pid, start time) is gone.
 
     Each worker node has a Ray ``--temp-dir`` of its own inside the
     cluster's ``temp`` (:func:`worker_temp_dir`). Sharing the head's, every
@@ -264,7 +265,8 @@ def worker_argv(
     """
     store = max(OBJECT_STORE_MINIMUM, int(memory * OBJECT_STORE_SHARE))
     return with_environment(node_env(token_path, tls), [
-        sys.executable, str(Path(__file__).with_name("_ray_node.py")), ready_file, "--",
+        sys.executable, str(Path(__file__).with_name("_ray_node.py")), ready_file,
+        *(["--head", f"{head[0]}:{head[1]}"] if head is not None else []), "--",
         *_start(python), "start", "--block",
         "--address", gcs_address,
         "--node-ip-address", host,
