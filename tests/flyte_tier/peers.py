@@ -12,6 +12,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 SCRIPT = Path(__file__).with_name("build_peers.sh")
 BUILD_TIMEOUT = 3600.0
@@ -58,3 +59,20 @@ def find_peers(build: bool = False) -> Peers:
 def helm(build: bool = False) -> Path:
     """Helm's binary (built here first if ``build``); :class:`MissingPeer` when it cannot be had."""
     return _build("helm", build)
+
+
+def peers_or_skip(more_reasons: Iterable[str] = ()) -> Peers:
+    """The built peers for a tier test, or ``pytest.skip`` naming every reason the tier cannot run here (the
+    envtest tier's requirements, ``more_reasons`` of the test's own, a peer not built)."""
+    import pytest
+
+    from tests.envtest.controlplane import missing_requirements
+
+    reasons = missing_requirements() + list(more_reasons)
+    try:
+        found = find_peers()
+    except MissingPeer as exc:
+        reasons.append(str(exc))
+    if reasons:
+        pytest.skip(f"flyte tier (real FlytePropeller) not run: {'; '.join(reasons)}")
+    return found

@@ -268,9 +268,6 @@ class FlytePlane:
     def wait(self, name: str, timeout: float) -> Execution:
         """The execution's end, watched on its FlyteWorkflow object; AssertionError with FlytePropeller's log
         after ``timeout`` s."""
-        from kubernetes import client, watch
-
-        api = client.CustomObjectsApi(self.admin)
         end = time.monotonic() + timeout
         while True:
             current = self.workflow_object(name)
@@ -283,13 +280,18 @@ class FlytePlane:
                 raise AssertionError(
                     f"execution {name} did not end within {timeout:g} s (phase {PHASES[status.get('phase', 0)]}, "
                     f"nodes {json.dumps(_node_phases(status))}); FlytePropeller: {self.log('flytepropeller')}")
-            stream = watch.Watch().stream(
-                api.list_namespaced_custom_object, "flyte.lyft.com", "v1alpha1", NAMESPACE, "flyteworkflows",
-                field_selector=f"metadata.name={name}", resource_version=current["metadata"]["resourceVersion"],
-                timeout_seconds=max(1, int(min(left, 30))))
-            for event in stream:
+            for event in self._changes(name, current["metadata"]["resourceVersion"], left):
                 if _ended(event["object"]) is not None:
                     break
+
+    def _changes(self, name: str, version: str, left: float) -> Iterator[Dict[str, Any]]:
+        """The watch events of FlyteWorkflow ``name`` after ``version``, for at most ``left`` s (30 at a time)."""
+        from kubernetes import client, watch
+
+        return watch.Watch().stream(
+            client.CustomObjectsApi(self.admin).list_namespaced_custom_object, "flyte.lyft.com", "v1alpha1",
+            NAMESPACE, "flyteworkflows", field_selector=f"metadata.name={name}", resource_version=version,
+            timeout_seconds=max(1, int(min(left, 30))))
 
     def terminate(self, name: str, timeout: float = 90.0) -> Execution:
         """Terminate execution ``name`` as flyteadmin's ``TerminateExecution`` does (its workflow executor's
@@ -299,7 +301,7 @@ class FlytePlane:
         never shows it: the update that drops the last finalizer deletes the object as it was), the nodes
         as the object last held them. AssertionError after ``timeout`` s."""
         from flyteidl.core.execution_pb2 import WorkflowExecution
-        from kubernetes import client, watch
+        from kubernetes import client
 
         api = client.CustomObjectsApi(self.admin)
         last = self.workflow_object(name)
@@ -312,11 +314,7 @@ class FlytePlane:
             if left <= 0:
                 raise AssertionError(f"execution {name} was not aborted and removed within {timeout:g} s; "
                                      f"FlytePropeller: {self.log('flytepropeller')}")
-            stream = watch.Watch().stream(
-                api.list_namespaced_custom_object, "flyte.lyft.com", "v1alpha1", NAMESPACE, "flyteworkflows",
-                field_selector=f"metadata.name={name}", resource_version=last["metadata"]["resourceVersion"],
-                timeout_seconds=max(1, int(min(left, 30))))
-            for event in stream:
+            for event in self._changes(name, last["metadata"]["resourceVersion"], left):
                 last = event["object"]
                 if event["type"] == "DELETED":
                     gone = True

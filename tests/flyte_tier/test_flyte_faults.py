@@ -30,9 +30,9 @@ from flyteidl.core.execution_pb2 import TaskExecution
 from flytekitplugins_ddlscale._core.validation import MAX_REPLICAS
 from flytekitplugins_ddlscale.backends.scaler import ScalerServiceBackend
 from flytekitplugins_ddlscale.refs import ClusterRef
-from tests.envtest.controlplane import ENV_DIR, missing_requirements
+from tests.envtest.controlplane import ENV_DIR
 from tests.flyte_tier.admin_events import EventRecorder
-from tests.flyte_tier.peers import MissingPeer, find_peers
+from tests.flyte_tier.peers import peers_or_skip
 from tests.flyte_tier.plane import NAMESPACE, Execution, FlytePlane
 from tests.flyte_apps import faults
 from tests.port_support import free_ports
@@ -100,13 +100,7 @@ def scaler() -> Iterator[Scaler]:
 
 @pytest.fixture(scope="module")
 def plane(scaler: Scaler) -> Iterator[FlytePlane]:
-    reasons = missing_requirements()
-    if reasons:
-        pytest.skip(f"flyte tier (real FlytePropeller) not run: {'; '.join(reasons)}")
-    try:
-        peers = find_peers()
-    except MissingPeer as exc:
-        pytest.skip(f"flyte tier (real FlytePropeller) not run: {exc}")
+    peers = peers_or_skip()
     backend = {"CLUSTER_SCALER_BASE_URL": scaler.url, "DOMINO_API_KEY": DEFAULT_API_KEY,
                "DDLSCALE_FRAMEWORK_READINESS": "off"}
     built = FlytePlane(peers, Path(os.environ[ENV_DIR]), connector=True, pod_env=backend,

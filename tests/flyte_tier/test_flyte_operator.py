@@ -46,8 +46,8 @@ import pytest
 import yaml
 
 from flytekitplugins_ddlscale._core.records import BASELINE_ANNOTATION, CLAIMS_ANNOTATION
-from tests.envtest.controlplane import ENV_DIR, missing_requirements
-from tests.flyte_tier.peers import MissingPeer, find_peers
+from tests.envtest.controlplane import ENV_DIR
+from tests.flyte_tier.peers import peers_or_skip
 from tests.flyte_tier.plane import NAMESPACE, Execution, FlytePlane
 
 pytestmark = [pytest.mark.flyte, pytest.mark.slow]
@@ -85,7 +85,7 @@ def _skip_reasons() -> List[str]:
 
     from tests.envtest.dask_runtime import ClusterDns
 
-    reasons = missing_requirements()
+    reasons = []
     if importlib.util.find_spec("dask_kubernetes") is None or importlib.util.find_spec("kopf") is None:
         reasons.append("dask-kubernetes (with kopf) is not installed: install the test extra (README 'Install')")
     if not ClusterDns.available():
@@ -142,13 +142,7 @@ def _can_i(plane: FlytePlane, verb: str, group: str, resource: str, namespace: s
 
 
 def _operator_plane(connector: bool, work: Path) -> Iterator[OperatorPlane]:
-    reasons = _skip_reasons()
-    if reasons:
-        pytest.skip(f"flyte tier (real FlytePropeller, real Dask operator) not run: {'; '.join(reasons)}")
-    try:
-        peers = find_peers()
-    except MissingPeer as exc:
-        pytest.skip(f"flyte tier (real FlytePropeller) not run: {exc}")
+    peers = peers_or_skip(_skip_reasons())
     from kubernetes import client
 
     from tests.envtest.crds import install

@@ -14,8 +14,8 @@ from typing import Dict, Iterator, List, Set
 
 import pytest
 
-from tests.envtest.controlplane import ENV_DIR, missing_requirements
-from tests.flyte_tier.peers import MissingPeer, find_peers
+from tests.envtest.controlplane import ENV_DIR
+from tests.flyte_tier.peers import peers_or_skip
 from tests.flyte_tier.plane import NAMESPACE, FlytePlane
 from tests.flyte_support import processes_mentioning
 
@@ -29,13 +29,7 @@ GATED_WORKER = Path(__file__).with_name("gated_worker.py")
 
 
 def _plane(connector: bool, **env: str) -> Iterator[FlytePlane]:
-    reasons = missing_requirements()
-    if reasons:
-        pytest.skip(f"flyte tier (real FlytePropeller) not run: {'; '.join(reasons)}")
-    try:
-        peers = find_peers()
-    except MissingPeer as exc:
-        pytest.skip(f"flyte tier (real FlytePropeller) not run: {exc}")
+    peers = peers_or_skip()
     connector_env = {"DDLSCALE_CONNECTOR_BACKENDS": "local", **env}
     pod_env = {"DDLSCALE_EXAMPLE_PREPARE_SECONDS": "0"}
     with FlytePlane(peers, Path(os.environ[ENV_DIR]), connector=connector, connector_env=connector_env,
