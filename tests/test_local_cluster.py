@@ -299,17 +299,19 @@ def test_restore_baseline_keeps_a_cluster_made_with_up(backend):
 
 
 class _ReleaseOnRetry(logging.Handler):
-    """Closes ``holder`` (a socket on the head's port) when the supervisor says it starts the head once more."""
+    """Counts the supervisor's "starting it once more", and closes the sockets of ``to_close`` (on the head's
+    port) then."""
 
-    def __init__(self, holder: socket.socket) -> None:
+    def __init__(self, holder: "socket.socket | None") -> None:
         super().__init__(logging.WARNING)
-        self.holder = holder
+        self.to_close = [holder] if holder is not None else []
         self.retries = []
 
     def emit(self, record: logging.LogRecord) -> None:
         if "starting it once more" in record.getMessage():
             self.retries.append(record.getMessage())
-            self.holder.close()
+            for holder in self.to_close:
+                holder.close()
 
 
 def _hold_port(port: int) -> socket.socket:
@@ -320,32 +322,43 @@ def _hold_port(port: int) -> socket.socket:
     return holder
 
 
-@pytest.mark.parametrize("freed_after_first_exit", [True, False])
-def test_a_head_that_exits_while_starting_is_started_once_more(backend, freed_after_first_exit):
-    ref = ClusterRef("dask", f"retry-{str(freed_after_first_exit).lower()}")
+@pytest.mark.parametrize("taken", ["before the restart", "at its start, freed on the retry", "at its start, for good"])
+def test_a_restarted_head_whose_port_is_taken_moves_or_is_started_once_more(backend, taken):
+    """A head restart on a port something else holds (after a crash: another user's listener; issue 44) moves
+    the head to new ports, as a repair does. One taken between that check and the head's bind makes the head
+    exit while starting: it is started once more, on the same port when it is free again, else on new ones."""
+    from flytekitplugins_ddlscale._core.pausepoints import add_pause_hook
+
+    ref = ClusterRef("dask", f"retry-{taken.split()[-1]}")
     backend.scale(ref, 1, timeout=60)
     before = backend.store.load(ref)
     os.kill(before.scheduler.pid, signal.SIGKILL)
     wait_dead(before.scheduler)
-    # The new scheduler cannot bind its recorded port while something else listens there: it exits.
-    holder = _hold_port(before.port)
-    watcher = _ReleaseOnRetry(holder) if freed_after_first_exit else _ReleaseOnRetry(socket.socket())
+    holders = [_hold_port(before.port)] if taken == "before the restart" else []
+
+    def take_the_port(point: str) -> None:
+        # The head has started and not bound its port yet (it binds once the command asked for its workers).
+        if point == "head-started" and not holders:
+            holders.append(_hold_port(before.port))
+
+    watcher = _ReleaseOnRetry(None)
+    if taken == "at its start, freed on the retry":
+        watcher.to_close = holders  # filled by the hook before the retry
     logging.getLogger("flytekitplugins_ddlscale.local").addHandler(watcher)
+    remove = add_pause_hook(take_the_port) if not holders else (lambda: None)
     try:
-        if freed_after_first_exit:
-            result = backend.restart_head(ref, timeout=60)
-            assert result.ready and result.final.ready_workers == 1
-            assert backend.store.load(ref).port == before.port
-        else:
-            with pytest.raises(BackendUnavailableError, match="exited while starting on port") as caught:
-                backend.restart_head(ref, timeout=60)
-            assert type(caught.value).__name__ == "HeadExitedError"
-            after = backend.store.load(ref)
-            assert after.scheduler is None and after.workers == []
+        result = backend.restart_head(ref, timeout=60)
     finally:
+        remove()
         logging.getLogger("flytekitplugins_ddlscale.local").removeHandler(watcher)
-        holder.close()
-    assert len(watcher.retries) == 1 and f"dask/{ref.name}" in watcher.retries[0]
+        for holder in holders:
+            holder.close()
+    assert result.ready and result.final.ready_workers == 1
+    after = backend.store.load(ref)
+    assert (after.port == before.port) is (taken == "at its start, freed on the retry")
+    assert backend.connection_env(ref)["DASK_SCHEDULER_SERVICE_PORT"] == str(after.port)
+    assert len(watcher.retries) == (0 if taken == "before the restart" else 1)
+    assert all(f"dask/{ref.name}" in retry for retry in watcher.retries)
 
 
 def _descriptors(pid: int) -> set:
