@@ -70,17 +70,16 @@ def run(quick: bool = False, out_dir: Path = Path("benchmarks/results")) -> Benc
 
 def _measure(peers, envtest: Path, connector: bool, runs: int, quick_start: bool) -> Dict[str, List[float]]:
     """Both figures' samples on one plane (with the connector or without)."""
+    from tests.flyte_apps.gated import gated
     from tests.flyte_tier import gated_worker
     from tests.flyte_tier.plane import FlytePlane
+    from tests.flyte_tier.plane import quick_start as example
 
+    hybrid_flow = example("dask/bench-flyte").hybrid_flow
     gate = Path(tempfile.mkdtemp(prefix="ddlscale-bench-gate-")) / "open"
     gate.touch()
     env = {"DASK_DISTRIBUTED__WORKER__PRELOAD": repr([gated_worker.__file__]),
            "DASK_DDLSCALE_TEST_WORKER_GATE": str(gate), "DDLSCALE_EXAMPLE_PREPARE_SECONDS": "0"}
-    os.environ["DDLSCALE_EXAMPLE_CLUSTER"] = "dask/bench-flyte"
-    from examples.hybrid_flow import hybrid_flow
-    from tests.flyte_apps.gated import gated
-
     figures: Dict[str, List[float]] = {"quick_start_s": [], "beyond_ready_s": []}
     try:
         with FlytePlane(peers, envtest, connector=connector, pod_env=env,

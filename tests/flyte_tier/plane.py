@@ -325,6 +325,22 @@ class FlytePlane:
         status = last.get("status") or {}
         return Execution(name, named, status.get("message", ""), status.get("nodeStatus") or {})
 
+def quick_start(cluster: str) -> Any:
+    """The quick start's workflow (``examples/hybrid_flow.py``), on ``cluster`` where this process imports the
+    example first (it reads ``DDLSCALE_EXAMPLE_CLUSTER`` at import; the variable is put back after): check the
+    module's ``CLUSTER`` for the one it has."""
+    saved = os.environ.get("DDLSCALE_EXAMPLE_CLUSTER")
+    os.environ["DDLSCALE_EXAMPLE_CLUSTER"] = cluster
+    try:
+        from examples import hybrid_flow
+    finally:
+        if saved is None:
+            del os.environ["DDLSCALE_EXAMPLE_CLUSTER"]
+        else:
+            os.environ["DDLSCALE_EXAMPLE_CLUSTER"] = saved
+    return hybrid_flow
+
+
 def compiled(workflow: Any, inputs: Dict[str, Any]) -> "tuple[bytes, bytes]":
     """``workflow``'s closure (its template and every task's) and ``inputs`` (its defaults where left out) as a
     literal map, serialized as flytekit serializes them for registration (the image name is unused: the process

@@ -16,7 +16,7 @@ import pytest
 
 from tests.envtest.controlplane import ENV_DIR
 from tests.flyte_tier.peers import peers_or_skip
-from tests.flyte_tier.plane import NAMESPACE, FlytePlane
+from tests.flyte_tier.plane import NAMESPACE, FlytePlane, quick_start
 from tests.flyte_support import processes_mentioning
 
 pytestmark = [pytest.mark.flyte, pytest.mark.slow]
@@ -57,19 +57,9 @@ def without_connector() -> Iterator[FlytePlane]:
 
 
 def _hybrid_flow():
-    """The quick start's workflow, on the tier's own cluster (the example reads its cluster at import)."""
-    saved = os.environ.get("DDLSCALE_EXAMPLE_CLUSTER")
-    os.environ["DDLSCALE_EXAMPLE_CLUSTER"] = CLUSTER
-    try:
-        from examples import hybrid_flow
-    finally:
-        if saved is None:
-            del os.environ["DDLSCALE_EXAMPLE_CLUSTER"]
-        else:
-            os.environ["DDLSCALE_EXAMPLE_CLUSTER"] = saved
-
-    assert hybrid_flow.CLUSTER == CLUSTER, "examples.hybrid_flow was imported before the tier chose its cluster"
-    return hybrid_flow.hybrid_flow
+    example = quick_start(CLUSTER)
+    assert example.CLUSTER == CLUSTER, "examples.hybrid_flow was imported before the tier chose its cluster"
+    return example.hybrid_flow
 
 
 def _nodes_by_task(plane: FlytePlane, execution: str) -> Dict[str, str]:
