@@ -30,6 +30,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -495,9 +496,11 @@ def test_a_crashed_ray_head_gives_its_port_squatter_no_token_and_restart_and_rep
     assert token not in json.dumps(found)
 
 
-def test_each_ray_head_start_writes_a_new_token_and_tells_worker_nodes_by_a_file(tmp_path):
+def test_each_ray_head_start_writes_a_new_token_and_tells_worker_nodes_by_a_file(tmp_path, monkeypatch):
     if importlib.util.find_spec("ray") is None:
         pytest.skip("Ray is not installed")
+    # The head's Ray temp folder (a mkdtemp one: the test's folder is too deep for Ray's sockets) goes there.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     from flytekitplugins_ddlscale.backends.local._ray_driver import TOKEN_PATH, RayDriver
     from flytekitplugins_ddlscale.backends.local._state import ClusterRecord, LocalStateStore
 

@@ -381,10 +381,14 @@ def test_node_wrapper_stops_its_node_once_its_head_process_is_gone(head_ready, t
     assert reused.returncode == 1 and f"the Ray head (pid {os.getpid()}) is gone: this node does not start" in reused.stderr
 
 
-def test_worker_nodes_are_told_once_the_dashboard_lists_the_head_and_up_waits_for_the_client_server(tmp_path):
+def test_worker_nodes_are_told_once_the_dashboard_lists_the_head_and_up_waits_for_the_client_server(tmp_path, monkeypatch):
     """Worker nodes join the GCS, as by hand: their file is written once this user's dashboard lists the head
     node ALIVE; the head counts as ready only once its client server accepts connections too."""
     import socket
+    import tempfile
+
+    # The head's Ray temp folder (a mkdtemp one: the test's folder is too deep for Ray's sockets) goes there.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
     from flytekitplugins_ddlscale.backends.local import _ray_ops as ray_ops
     from flytekitplugins_ddlscale.backends.local._ray_driver import TOKEN_PATH, RayDriver
