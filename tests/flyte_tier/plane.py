@@ -37,7 +37,7 @@ from tests.flyte_tier.admin_events import EventRecorder
 from tests.flyte_tier.peers import Peers
 from tests.flyte_tier.process_kubelet import ProcessKubelet
 from tests.port_support import free_ports
-from tests.served_process import log_tail, stop_process, wait_serving
+from tests.served_process import stop_process, wait_serving
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT, DOMAIN = "flytesnacks", "development"

@@ -24,6 +24,7 @@ pytestmark = [pytest.mark.flyte, pytest.mark.slow]
 CLUSTER = "dask/flyte-tier"
 SCALING = {"request_workers", "workers_ready", "scale_down"}
 PYTHON = {"prepare", "sum_of_squares", "check_in_phase"}
+TASK_TYPES = {"request_workers": "ddlscale_scale", "scale_down": "ddlscale_scale", "workers_ready": "ddlscale_wait"}
 QUEUED, RUNNING, SUCCEEDED = 1, 2, 3
 GATED_WORKER = Path(__file__).with_name("gated_worker.py")
 
@@ -102,7 +103,7 @@ def test_connector_mode_scaling_nodes_go_to_the_connector_python_tasks_run_in_po
     assert {tasks[node] for node in in_pods} == PYTHON, (in_pods, tasks)
     for event in with_connector.events.tasks_of(execution.name):
         kind = tasks[event.parent_node_execution_id.node_id]
-        assert event.task_type == ("python-task" if kind in PYTHON else event.task_type)
+        assert event.task_type == TASK_TYPES.get(kind, "python-task"), (kind, event.task_type)
     assert with_connector.connector_calls("create", "ddlscale_scale") >= 2
     assert with_connector.connector_calls("create", "ddlscale_wait") >= 1
     _assert_at_baseline(with_connector)
