@@ -36,10 +36,7 @@ class ExampleBackend(FileRecordsBackend):
     name = "example"
     size_setting = "desired_workers"
     maximum_setting = "max_workers"
-    capabilities = BackendCapabilities(
-        kinds=frozenset({"dask"}), observes_readiness=True, holds_size=True, head_tier=False,
-        persistent_baseline=True, reads_locally=True,
-    )
+    capabilities = BackendCapabilities(frozenset({"dask"}), reads_locally=True)
     locked_step_seconds = None  # a file write meets no outage
 
     def __init__(self, state_dir: Union[str, Path, None] = None) -> None:

@@ -17,7 +17,7 @@ from typing import Any, Dict, FrozenSet, Iterator, Optional, Tuple, Union
 from ..errors import InvalidInputError, ScalingError, ScalingTimeoutError, UnsupportedOperationError, WorkerFailedError
 from ._support.inplace import Reach, check_reachable, left_in_place
 from ..models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
-from .._core.closing import Closing
+from .._core.lifetime import Closing
 from .._core.outage import no_wait_limit
 from .._core.progress import ProgressReporter
 from .._core.redaction import install_redaction
@@ -41,32 +41,29 @@ DEFAULT_RESTART_TIMEOUT = 600.0
 
 @dataclass(frozen=True)
 class BackendCapabilities:
-    """What a backend can and cannot do, so callers can adapt instead of guessing."""
+    """What a backend can do, so callers adapt instead of guessing: the one declaration every backend
+    makes. The defaults are those of a backend that owns its cluster's size and records; a backend
+    declares only where it differs."""
 
     kinds: FrozenSet[str]
-    """Short kinds it serves (``ray``, ``spark``, ``dask``, ``mpi``)."""
-    observes_readiness: bool
-    """Whether ``ClusterState.ready_workers`` is real pod readiness."""
-    holds_size: bool
-    """Whether a scale also holds the size against the cluster's autoscaler."""
-    head_tier: bool
-    """Whether ``restart_head(head_hw_tier=...)`` can change the head's tier."""
-    persistent_baseline: bool
-    """Whether the baseline survives this process (stored with the cluster)."""
+    """Short kinds it serves (keys of ``refs.KINDS``)."""
+    observes_readiness: bool = True
+    """``ClusterState.ready_workers`` is real pod readiness."""
+    holds_size: bool = True
+    """A scale also holds the size against the cluster's autoscaler."""
+    head_tier: bool = False
+    """``restart_head(head_hw_tier=...)`` can change the head's tier."""
+    persistent_baseline: bool = True
+    """The baseline outlives this process (stored with the cluster or in shared files)."""
     observes_restarts: bool = False
-    """Whether :meth:`ClusterBackend.head_restarted` can tell the head a ``restart_head(wait=False)``
-    brought up from the head it replaced (the Flyte connector serves ``RestartHead`` only then)."""
+    """``head_restarted`` tells a head ``restart_head(wait=False)`` brought up from the old one (the
+    connector serves ``RestartHead`` only then)."""
     repairs_processes: bool = False
-    """Whether a ``reconcile`` also restarts a head that died (on its address) and replaces workers
-    that died, so a phase's monitor can repair a fault during the body; where False the cluster's
-    operator does, and the phase only reports it."""
+    """A ``reconcile`` also restarts a dead head and replaces dead workers (else the operator does)."""
     counts_registered_workers: bool = False
-    """Whether the backend's own wait already counts workers registered with the framework (the
-    local backend asks its Dask scheduler, Ray head or Spark master), so a framework check after it
-    would prove nothing more."""
+    """The backend's wait already counts workers registered with the framework."""
     reads_locally: bool = False
-    """Whether reading a cluster's state touches only this machine (files, local processes), so a
-    Ctrl-C report may read it; elsewhere the report must not wait on a service and only names it."""
+    """Reading a cluster touches only this machine, so a Ctrl-C report may read it."""
     answers_from_cache: bool = False
     """Whether every request or wait its reads make calls
     :func:`~flytekitplugins_ddlscale._core.sharing.refuse_in_cache_only` first, so that under
@@ -74,8 +71,7 @@ class BackendCapabilities:
     :class:`~flytekitplugins_ddlscale._core.sharing.CacheMiss`: the connector may then answer a poll on
     its event loop. Where False, every poll reads in a reader thread."""
     creates_clusters: bool = False
-    """Whether a scale or claim of a cluster that does not exist creates it (the local backend: flows
-    create their clusters so), so the ``ddlscale`` CLI refuses a missing one unless asked to create."""
+    """A scale or claim of a missing cluster creates it (the CLI then refuses one unless asked)."""
 
 
 def _operation_deadline(timeout: float, wait: bool) -> Deadline:

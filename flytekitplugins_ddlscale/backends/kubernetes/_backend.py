@@ -128,14 +128,8 @@ class KubernetesBackend(ClusterBackend):
     """
 
     name = "kubernetes"
-    capabilities = BackendCapabilities(
-        kinds=frozenset(LAYOUTS),  # every kind laid out on Kubernetes
-        observes_readiness=True,
-        holds_size=True,
-        head_tier=True,
-        persistent_baseline=True,
-        observes_restarts=True,
-        answers_from_cache=True,
+    capabilities = BackendCapabilities(  # every kind laid out on Kubernetes
+        frozenset(LAYOUTS), head_tier=True, observes_restarts=True, answers_from_cache=True
     )
 
     def __init__(

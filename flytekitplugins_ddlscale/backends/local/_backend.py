@@ -121,16 +121,8 @@ class LocalBackend(FileRecordsBackend):
     size_setting = DESIRED
     maximum_setting = "max_workers"
     capabilities = BackendCapabilities(
-        kinds=SERVED_KINDS,
-        observes_readiness=True,
-        holds_size=True,
-        head_tier=False,
-        persistent_baseline=True,
-        observes_restarts=True,
-        repairs_processes=True,
-        counts_registered_workers=True,
-        reads_locally=True,
-        creates_clusters=True,
+        SERVED_KINDS, observes_restarts=True, repairs_processes=True, counts_registered_workers=True,
+        reads_locally=True, creates_clusters=True,
     )
 
     @classmethod

@@ -113,13 +113,8 @@ class ScalerServiceBackend(FileRecordsBackend):
 
     name = "scaler"
     capabilities = BackendCapabilities(
-        kinds=frozenset(kind for kind, info in KINDS.items() if info.served_by_scaler),
-        observes_readiness=False,
-        holds_size=False,
-        head_tier=False,
-        persistent_baseline=False,
-        observes_restarts=True,
-        answers_from_cache=True,
+        frozenset(kind for kind, info in KINDS.items() if info.served_by_scaler), observes_readiness=False,
+        holds_size=False, persistent_baseline=False, observes_restarts=True, answers_from_cache=True,
     )
 
     def __init__(
