@@ -55,7 +55,7 @@ def time_hung(tree: Path, command: List[str]) -> Dict[str, object]:
 
 CREATING = """
 import json, os, signal, sys, time
-from flytekitplugins_ddlscale._core.pausepoints import add_pause_hook
+from flytekitplugins_ddlscale._core.lifetime import add_pause_hook
 from flytekitplugins_ddlscale._services.hold import cluster_phase
 from flytekitplugins_ddlscale.backends.local import LocalBackend
 from flytekitplugins_ddlscale.refs import ClusterRef

@@ -100,7 +100,7 @@ def kill_once_paused(proc: "subprocess.Popen[str]", pause: Pause, before_kill: O
 def _main(argv: List[str]) -> None:
     point, paused_fd, resume_fd, dash, *args = argv
     assert dash == "--", "usage: pause_support.py POINT PAUSED_FD RESUME_FD -- DDLSCALE_ARGS..."
-    from flytekitplugins_ddlscale._core.pausepoints import add_pause_hook
+    from flytekitplugins_ddlscale._core.lifetime import add_pause_hook
     from flytekitplugins_ddlscale.cli import main
 
     reached = []

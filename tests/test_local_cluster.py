@@ -327,7 +327,7 @@ def test_a_restarted_head_whose_port_is_taken_moves_or_is_started_once_more(back
     """A head restart on a port something else holds (after a crash: another user's listener; issue 44) moves
     the head to new ports, as a repair does. One taken between that check and the head's bind makes the head
     exit while starting: it is started once more, on the same port when it is free again, else on new ones."""
-    from flytekitplugins_ddlscale._core.pausepoints import add_pause_hook
+    from flytekitplugins_ddlscale._core.lifetime import add_pause_hook
 
     ref = ClusterRef("dask", f"retry-{taken.split()[-1]}")
     backend.scale(ref, 1, timeout=60)
@@ -416,7 +416,7 @@ def test_a_head_too_slow_to_fork_leaves_the_workers_to_start_on_their_own_and_ki
     two workers then register, and nothing but the recorded processes runs."""
     import psutil
 
-    from flytekitplugins_ddlscale._core.pausepoints import add_pause_hook
+    from flytekitplugins_ddlscale._core.lifetime import add_pause_hook
 
     backend = LocalBackend(state_dir=local_state, stop_grace=5.0)
     ref = ClusterRef("dask", "slowfork")
@@ -492,7 +492,7 @@ def test_a_new_clusters_head_whose_port_is_taken_before_it_binds_it_starts_on_ne
     a port chosen anew: ``up`` succeeds there, and the taken port is left to its holder."""
     import psutil
 
-    from flytekitplugins_ddlscale._core.pausepoints import add_pause_hook
+    from flytekitplugins_ddlscale._core.lifetime import add_pause_hook
 
     backend = LocalBackend(state_dir=local_state, stop_grace=5.0)
     ref = ClusterRef("dask", "taken")

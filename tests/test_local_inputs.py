@@ -210,7 +210,7 @@ def test_environ_set_also_sets_the_configuration_of_a_dask_imported_before_for_t
 
 
 DASK_IMPORTED_IN_THE_BLOCK = """
-from flytekitplugins_ddlscale._core.environ import environ_set
+from flytekitplugins_ddlscale._core.lifetime import environ_set
 with environ_set({"DASK_DISTRIBUTED__COMM__DEFAULT_SCHEME": "tls", "DASK_SCHEDULER_ADDRESS": "tls://127.0.0.1:1"}):
     import dask.config
     import distributed

@@ -30,7 +30,7 @@ def a_head_slower_than_the_timeout(local_state) -> Iterator[None]:
 
     import psutil
 
-    from flytekitplugins_ddlscale._core.pausepoints import add_pause_hook
+    from flytekitplugins_ddlscale._core.lifetime import add_pause_hook
 
     stopped = []
 
@@ -92,7 +92,7 @@ def test_a_phase_timeout_after_the_restore_says_what_the_restore_set(local_env):
     import os
     import signal
 
-    from flytekitplugins_ddlscale._core.pausepoints import add_pause_hook
+    from flytekitplugins_ddlscale._core.lifetime import add_pause_hook
 
     backend = local_backend(local_env)
     backend.up(REF, 1, timeout=120)
@@ -173,7 +173,7 @@ def test_a_phase_whose_new_scheduler_hangs_gives_the_cluster_back_within_the_cle
     import os
     import signal
 
-    from flytekitplugins_ddlscale._core.pausepoints import add_pause_hook
+    from flytekitplugins_ddlscale._core.lifetime import add_pause_hook
     from flytekitplugins_ddlscale._core.waiting import CLEANUP_GRACE, PROBE_GRACE
     from flytekitplugins_ddlscale.backends.local import _procs as procs
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Set, Tuple, Union
 
 from . import settings
-from .closing import Closing, at_exit_once
+from .lifetime import Closing, at_exit_once
 from .wording import plural
 
 logger = logging.getLogger("flytekitplugins_ddlscale")

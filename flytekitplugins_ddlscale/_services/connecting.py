@@ -7,7 +7,7 @@ through ``connection_env(ref)``, so code written for Domino runs unchanged.
 import contextlib
 from typing import Dict, Iterator, Optional, Union
 
-from .._core.environ import environ_set
+from .._core.lifetime import environ_set
 from ..backends._base import ClusterBackend
 from .opening import open_backend
 from ..refs import ClusterRef, cluster_text, parse_cluster

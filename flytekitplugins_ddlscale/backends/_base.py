@@ -25,7 +25,7 @@ from .._core.leases import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS, split_live
 from .._core.records import Claim
 from ..refs import ClusterRef
 from .._core.validation import validate_claim_id, validate_replicas, validate_tier_name, validate_timeout
-from .._core.waiting import Deadline, within
+from .._core.waiting import Deadline, ReadBudget, within
 from .._core.wording import seconds
 
 logger = logging.getLogger("flytekitplugins_ddlscale")
@@ -64,14 +64,28 @@ class BackendCapabilities:
     """The backend's wait already counts workers registered with the framework."""
     reads_locally: bool = False
     """Reading a cluster touches only this machine, so a Ctrl-C report may read it."""
-    answers_from_cache: bool = False
-    """Whether every request or wait its reads make calls
-    :func:`~flytekitplugins_ddlscale._core.sharing.refuse_in_cache_only` first, so that under
-    ``shared_reads(cache_only=True)`` a read either answers from memory at once or raises
-    :class:`~flytekitplugins_ddlscale._core.sharing.CacheMiss`: the connector may then answer a poll on
-    its event loop. Where False, every poll reads in a reader thread."""
     creates_clusters: bool = False
     """A scale or claim of a missing cluster creates it (the CLI then refuses one unless asked)."""
+
+
+@dataclass(frozen=True)
+class SharedReads:
+    """How a long-lived service's read (a connector's poll) may share what this process reads for its
+    other reads: given to :meth:`ClusterBackend.get_state`, :meth:`~ClusterBackend.head_restarted` and
+    :meth:`~ClusterBackend.cached_state`. A read without it is the caller's own."""
+
+    linger: float = 60.0
+    """Seconds a shared watch started for the read is kept after it."""
+    max_age: float = 1.0
+    """Age (seconds) of a shared poll result the read may reuse."""
+    budget: Optional[float] = None
+    """Seconds a read that goes to the backend may take, then a transient error; None: its own timeouts."""
+    not_before: Optional[float] = None
+    """Epoch seconds: a shared poll result begun earlier is not reused (a change was sent then)."""
+
+    def deadline(self) -> Optional[Deadline]:
+        """A :class:`ReadBudget` of :attr:`budget` seconds from now, or None without a budget."""
+        return ReadBudget(self.budget) if self.budget is not None else None
 
 
 def _operation_deadline(timeout: float, wait: bool) -> Deadline:
@@ -175,9 +189,17 @@ class ClusterBackend(Closing, abc.ABC):
 
     # ------------------------------------------------------- public methods
 
-    def get_state(self, ref: ClusterRef) -> ClusterState:
-        """Observe the cluster now."""
-        return self._observe(self._served(ref))
+    def get_state(self, ref: ClusterRef, reads: Optional[SharedReads] = None) -> ClusterState:
+        """Observe the cluster now; with ``reads``, from what this process shares where it answers."""
+        ref = self._served(ref)
+        return self._observe(ref) if reads is None else self._shared_state(ref, reads)
+
+    def cached_state(self, ref: ClusterRef, reads: SharedReads) -> Optional[ClusterState]:
+        """The cluster from what this process already shares alone, at once (no request, no wait, nothing
+        started): None where that cannot answer, and the caller reads with :meth:`get_state`. None by
+        default; a backend whose shared reads answer from memory overrides it."""
+        self._served(ref)
+        return None
 
     def wait_for_workers(
         self,
@@ -248,9 +270,11 @@ class ClusterBackend(Closing, abc.ABC):
         self._served(ref)
         return self._restart_head(ref, tier, wait, _operation_deadline(timeout, wait), progress)
 
-    def head_restarted(self, ref: ClusterRef, restart: RestartResult) -> Tuple[bool, ClusterState]:
+    def head_restarted(
+        self, ref: ClusterRef, restart: RestartResult, reads: Optional[SharedReads] = None
+    ) -> Tuple[bool, ClusterState]:
         """One look (no wait, nothing sent) at the restart ``restart_head(wait=False)`` returned:
-        whether the new head is Ready, and the cluster now.
+        whether the new head is Ready, and the cluster now (read as :meth:`get_state` reads).
 
         Lets a caller that cannot block (the Flyte connector) send a restart once
         and check on it later. :class:`UnsupportedOperationError` unless
@@ -262,7 +286,7 @@ class ClusterBackend(Closing, abc.ABC):
                 f"the {self.name} backend cannot tell a restarted head from the old one after the restart",
                 cluster=str(ref),
             )
-        return self._head_restarted(ref, restart)
+        return self._head_restarted(ref, restart, reads)
 
     def version_seen(self, ref: ClusterRef) -> str:
         """The version of ``ref``'s cluster object as this process last wrote or read it from the server,
@@ -597,6 +621,10 @@ class ClusterBackend(Closing, abc.ABC):
     def _observe(self, ref: ClusterRef) -> ClusterState:
         """The cluster now."""
 
+    def _shared_state(self, ref: ClusterRef, reads: SharedReads) -> ClusterState:
+        """The cluster now, sharing reads as ``reads`` says (:meth:`_observe` by default)."""
+        return self._observe(ref)
+
     @abc.abstractmethod
     def _observe_for_wait(self, ref: ClusterRef, replicas: int, deadline: Deadline) -> Optional[ClusterState]:
         """The cluster at the start of a wait, to refuse an impossible one; None when it cannot be read
@@ -635,7 +663,9 @@ class ClusterBackend(Closing, abc.ABC):
     ) -> RestartResult:
         """Replace the head (on ``tier`` if given); with ``wait``, until the new head is Ready."""
 
-    def _head_restarted(self, ref: ClusterRef, restart: RestartResult) -> Tuple[bool, ClusterState]:
+    def _head_restarted(
+        self, ref: ClusterRef, restart: RestartResult, reads: Optional[SharedReads]
+    ) -> Tuple[bool, ClusterState]:
         """Whether the head ``restart`` asked for is up and Ready (optional: only with ``observes_restarts``)."""
         raise NotImplementedError(f"{type(self).__name__} declares observes_restarts without _head_restarted")
 

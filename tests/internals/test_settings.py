@@ -30,7 +30,7 @@ SETTINGS_MODULE = "_core/settings.py"
 READS_ALLOWED = {
     # Sets variables for a block and puts back what was there: it writes the environment and reads
     # back only the names it was given to set.
-    "_core/environ.py": "writes the variables it is given and restores them",
+    "_core/lifetime.py": "writes the variables it is given and restores them (environ_set)",
     # A key for backends kept open: a digest of the whole environment, no one variable.
     "_services/opening.py": "digests the whole environment",
     # Loaded by path into a Dask scheduler process: it imports only the standard library.

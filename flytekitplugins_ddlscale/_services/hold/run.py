@@ -44,7 +44,7 @@ from typing import Callable, List, Mapping, Optional, Type
 from ...backends import get_backend
 from ...backends._base import ClusterBackend
 from ..._core.deck import publish_deck, render_html
-from ..._core.environ import environ_set
+from ..._core.lifetime import environ_set
 from ..._core.leases import read_clocks
 from ..connecting import connection_variables
 from ...errors import (
@@ -67,7 +67,7 @@ from ..._core.waiting import CLEANUP_GRACE, MIN_WAIT, PROBE_GRACE, Deadline, wit
 from ..._core.wording import plural, seconds
 from .faults import Fault
 from .monitor import PhaseMonitor
-from ..._core.pausepoints import pause_point
+from ..._core.lifetime import pause_point
 from .settings import PhaseSettings
 from .signals import RELAY, PhaseInterrupted, SignalsAsExceptions, raise_in_thread
 

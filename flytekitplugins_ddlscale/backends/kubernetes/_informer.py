@@ -46,7 +46,7 @@ from typing import (
 )
 
 from ...errors import BackendUnavailableError, InvalidInputError, ScalingError, TransientError, UnauthorizedError
-from ..._core.closing import Closing, at_exit_once
+from ..._core.lifetime import Closing, at_exit_once
 from ..._core.outage import OUTAGE_BACKOFF
 from ..._core.sharing import refuse_in_cache_only
 from ._api import KubeApi, WatchExpired

@@ -9,7 +9,7 @@ variables for a local cluster lets that code run unchanged.
 from typing import Dict
 
 from ..._core import settings
-from ..._core.environ import environ_set
+from ..._core.lifetime import environ_set
 
 DASK_HOST_ENV = settings.DASK_SCHEDULER_SERVICE_HOST.name
 DASK_PORT_ENV = settings.DASK_SCHEDULER_SERVICE_PORT.name

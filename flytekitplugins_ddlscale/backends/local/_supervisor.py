@@ -26,7 +26,7 @@ from typing import Callable, Iterator, List, Optional, Tuple
 
 from ...errors import BackendUnavailableError, StateWriteError, TransientError, WorkerFailedError
 from ...models import ClusterState
-from ..._core.pausepoints import pause_point
+from ..._core.lifetime import pause_point
 from .._support.crds import layout_of
 from .._support.privatefs import remove_nofollow
 from ...refs import ClusterRef
