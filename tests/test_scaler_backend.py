@@ -15,7 +15,7 @@ from flytekitplugins_ddlscale import (
 )
 from flytekitplugins_ddlscale.backends import ClusterBackend
 from flytekitplugins_ddlscale.backends.scaler import DEFAULT_BASE_URL, ScalerClient, ScalerServiceBackend
-from flytekitplugins_ddlscale.backends.scaler._errors import error_from_response
+from flytekitplugins_ddlscale.backends.scaler._client import error_from_response
 from flytekitplugins_ddlscale.backends._support.domino_auth import DominoAuth
 from tests.servers.scaler_server import DEFAULT_API_KEY, OTHER_API_KEY
 

@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple, Unio
 
 import httpx
 
-from .._support.crds import layout_of
+from .._support.crds import LABEL_HW_TIER, layout_of
 from .._support.domino_auth import DominoAuth
 from ..._core import settings
 from ...errors import (
@@ -39,11 +39,10 @@ from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleR
 from ..._core.outage import outage_timeout
 from ..._core.progress import ProgressReporter, WaitProgress
 from ...refs import KINDS, ClusterRef
-from ..._core.sharing import current_shared_reads
 from ..tiers import DominoTierCatalog, TierCatalog
 from ..._core.validation import validate_tier_name, validate_timeout
 from ..._core.waiting import Backoff, Deadline, PollSchedule, TwoStageBackoff, poll, poll_until
-from .._base import BackendCapabilities, Change, WorkersWait
+from .._base import BackendCapabilities, Change, SharedReads, WorkersWait
 from .._filebacked import FileRecordsBackend
 from ._client import (
     DEFAULT_HTTP_TIMEOUT,
@@ -53,7 +52,6 @@ from ._client import (
     displayable_url,
     resolve_base_url,
 )
-from ._state import state_from_object
 
 logger = logging.getLogger("flytekitplugins_ddlscale.scaler")
 
@@ -114,7 +112,7 @@ class ScalerServiceBackend(FileRecordsBackend):
     name = "scaler"
     capabilities = BackendCapabilities(
         frozenset(kind for kind, info in KINDS.items() if info.served_by_scaler), observes_readiness=False,
-        holds_size=False, persistent_baseline=False, observes_restarts=True, answers_from_cache=True,
+        holds_size=False, persistent_baseline=False, observes_restarts=True,
     )
 
     def __init__(
@@ -190,12 +188,17 @@ class ScalerServiceBackend(FileRecordsBackend):
             )
 
     def _observe(self, ref: ClusterRef) -> ClusterState:
-        sharing = current_shared_reads()
-        if sharing is not None:
-            return state_from_object(
-                ref, self._client.poll_cluster(ref, sharing.deadline(), sharing.max_age, sharing.not_before)
-            )
         return state_from_object(ref, self._client.get_cluster(ref))
+
+    def _shared_state(self, ref: ClusterRef, reads: SharedReads) -> ClusterState:
+        """The cluster from the shared, paced polls of every wait on it (:meth:`~._client.ScalerClient.poll_cluster`)."""
+        return state_from_object(ref, self._client.poll_cluster(ref, reads.deadline(), reads.max_age, reads.not_before))
+
+    def cached_state(self, ref: ClusterRef, reads: SharedReads) -> Optional[ClusterState]:
+        """The cluster from a shared poll :meth:`_shared_state` would reuse, or None."""
+        ref = self._served(ref)
+        found = self._client.cached_cluster(ref, reads.max_age, reads.not_before)
+        return state_from_object(ref, found) if found is not None else None
 
     def _observe_before_change(self, ref: ClusterRef, deadline: Deadline, what: str) -> ClusterState:
         """The cluster now, riding out an outage until ``deadline`` (then a timeout waiting for ``what``)."""
@@ -362,20 +365,21 @@ class ScalerServiceBackend(FileRecordsBackend):
             seconds_waited=time.monotonic() - began,
         )
 
-    def _head_restarted(self, ref: ClusterRef, restart: RestartResult) -> Tuple[bool, ClusterState]:
+    def _head_restarted(
+        self, ref: ClusterRef, restart: RestartResult, reads: Optional[SharedReads]
+    ) -> Tuple[bool, ClusterState]:
         """The service's restart status since the restart's ``started_at`` is ``restarted_and_ready``."""
-        sharing = current_shared_reads()
-        if sharing is not None:
+        if reads is not None:
             # Every execution polling this restart shares one status read per max_age.
-            deadline = sharing.deadline()
+            deadline = reads.deadline()
             answer = self._client.polls.read(
                 f"restart:{ref.plural}/{ref.name}@{restart.started_at}",
-                lambda: self._client.restart_status(ref, restart.started_at, deadline), sharing.max_age, deadline,
+                lambda: self._client.restart_status(ref, restart.started_at, deadline), reads.max_age, deadline,
             )
         else:
             answer = self._client.restart_status(ref, restart.started_at)
         done = answer is not None and answer.get("status") == READY
-        return done, self.get_state(ref)
+        return done, self.get_state(ref, reads)
 
     def _wait_restarted(
         self, ref: ClusterRef, pod: str, started_at: str, timeout: float, progress: Optional[ProgressReporter],
@@ -474,4 +478,37 @@ def _timed_out(
         return error
     return outage_timeout(
         error, deadline=deadline, what=what, tracker=client.outage, state=error.state, cluster=str(ref)
+    )
+
+
+def _int_or_none(value: Any) -> Optional[int]:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def state_from_object(ref: ClusterRef, obj: Dict[str, Any]) -> ClusterState:
+    """The state of ``ref`` in its custom object ``obj``, as the service returns it: the service shows
+    no pod readiness, so ``existing_workers`` counts the worker pod names in ``status.nodes``,
+    ``ready_workers`` is None and ``head_ready`` is True only while the cluster is Running."""
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    worker = spec.get("worker") or {}
+    head = spec.get(layout_of(ref).head_section or "", {}) or {}
+    autoscaling = spec.get("autoscaling")
+    prefix = layout_of(ref).worker_pod_prefix(ref.name)
+    nodes = status.get("nodes") or []
+    cluster_status = status.get("clusterStatus") or "Unknown"
+    return ClusterState(
+        cluster=str(ref),
+        status=cluster_status,
+        desired_workers=_int_or_none(worker.get("replicas")) or 0,
+        existing_workers=sum(1 for node in nodes if isinstance(node, str) and node.startswith(prefix)),
+        ready_workers=None,
+        head_ready=True if cluster_status == "Running" and layout_of(ref).head_section else None,
+        worker_hw_tier=(worker.get("labels") or {}).get(LABEL_HW_TIER),
+        head_hw_tier=(head.get("labels") or {}).get(LABEL_HW_TIER),
+        autoscaling_min=_int_or_none(autoscaling.get("minReplicas")) if isinstance(autoscaling, dict) else None,
+        autoscaling_max=_int_or_none(autoscaling.get("maxReplicas")) if isinstance(autoscaling, dict) else None,
     )

@@ -6,11 +6,13 @@ head restart deletes a pod and is never re-sent. Under an operation's deadline
 an outage of the service (or of the Domino API proxy that hands out its token)
 is ridden out: the one retry path of :func:`~flytekitplugins_ddlscale._core.outage.send`.
 The polls of waits go through the process's shared, paced polls (:mod:`.polls`);
-every 429/503 the service sends slows them all.
+every 429/503 the service sends slows them all. Error answers become the plugin's typed errors
+(:func:`error_from_response`).
 """
 import hashlib
 import ipaddress
 import logging
+import re
 import threading
 import time
 from typing import Any, Callable, Dict, Mapping, Optional, Set
@@ -24,14 +26,17 @@ from ...errors import (
     BackendUnavailableError,
     CertificateRefusedError,
     ClusterNotFoundError,
+    InvalidInputError,
+    NotScalableError,
+    ScalingError,
+    UnauthorizedError,
+    UnknownTierError,
     UnsupportedOperationError,
 )
 from ..._core.redaction import register_secret
-from ..._core.sharing import refuse_in_cache_only
 from ...refs import ClusterRef
 from ..._core.outage import RetryRule, attempt_timeout, cert_verification_failed, nothing_sent, send, shared_tracker
 from ..._core.waiting import Backoff, Deadline
-from ._errors import error_from_response, response_body
 from ._polls import LIST_FROM, max_rps_from, pacer_for, polls_for
 
 logger = logging.getLogger("flytekitplugins_ddlscale.scaler")
@@ -49,6 +54,9 @@ DEFAULT_RETRIES = 3
 DEFAULT_RETRY_BACKOFF = RetryRule().backoff
 SLOWING_STATUSES = frozenset({429, 503})
 """Answers that slow every poll of this process to the service down (see :mod:`.polls`)."""
+SERVED_PLURALS = "rayclusters, sparkclusters, daskclusters"
+_K8S_NOT_FOUND = re.compile(r"^\(404\)|\"reason\":\s*\"NotFound\"|\"code\":\s*404")
+"""A Kubernetes 404 in a 500's ``details``: the only way the service says a cluster does not exist."""
 
 
 def resolve_base_url(base_url: Optional[str], env: Optional[Mapping[str, str]] = None) -> str:
@@ -168,7 +176,6 @@ class ScalerClient:
         # The service's answer, through the one retry path of every client (:func:`outage.send`):
         # ``retry`` when the request is safe to repeat, ``ride_out`` for reads inside a wait,
         # ``paced`` for a poll, which waits for its slot before every attempt.
-        refuse_in_cache_only(f"{method} {path}")
         sent = 0
 
         def attempt() -> httpx.Response:
@@ -258,6 +265,17 @@ class ScalerClient:
             f"{ref.plural}/{ref.name}", lambda: self.get_cluster(ref, deadline, paced=True), max_age, deadline,
             not_before,
         )
+
+    def cached_cluster(
+        self, ref: ClusterRef, max_age: float, not_before: Optional[float] = None
+    ) -> Optional[Dict[str, Any]]:
+        """:meth:`poll_cluster`'s answer where a shared read it would reuse holds it (nothing sent, no
+        wait), else None."""
+        if self.shared_by_list(ref):
+            listed = self.polls.cached(f"list:{ref.plural}", max_age, not_before)
+            if listed is not None and ref.name in listed:
+                return listed[ref.name]
+        return self.polls.cached(f"{ref.plural}/{ref.name}", max_age, not_before)
 
     def shared_by_list(self, ref: ClusterRef) -> bool:
         """Whether polls of ``ref`` are answered by one list of its kind (enough clusters waited on)."""
@@ -371,3 +389,53 @@ def _retry_after(response: httpx.Response) -> Optional[float]:
     except ValueError:
         return None
 
+
+def response_body(response: httpx.Response) -> Dict[str, Any]:
+    """The JSON object of ``response``, or ``{}`` when it is not a JSON object."""
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def error_from_response(
+    response: httpx.Response,
+    ref: ClusterRef,
+    *,
+    operation: str,
+    bad_request_field: str = "replicas",
+    bad_request_value: Optional[object] = None,
+) -> ScalingError:
+    """The typed error for a non-success answer to ``operation`` on ``ref``."""
+    status = response.status_code
+    body = response_body(response)
+    code = str(body.get("error") or body.get("status") or f"http_{status}")
+    said = body.get("message") or body.get("error") or response.reason_phrase
+    where = str(ref)
+    text = f"{operation} failed: {said}"
+    if status == 400 and code == "invalid_kind":
+        return InvalidInputError("kind", ref.plural, SERVED_PLURALS)
+    if status == 400 and code == "invalid_hw_tier":
+        return UnknownTierError(text, code=code, status_code=status, cluster=where)
+    if status == 400:
+        return InvalidInputError(bad_request_field, bad_request_value, f"what the service accepts ({said})")
+    if status in (401, 403):
+        return UnauthorizedError(
+            f"{text}; the caller must be a Domino admin or the cluster's owner",
+            code=code,
+            status_code=status,
+            cluster=where,
+        )
+    if status == 409:
+        return NotScalableError(text, code=code, status_code=status, cluster=where)
+    if status == 404 or (status == 500 and _K8S_NOT_FOUND.search(str(body.get("details") or ""))):
+        return ClusterNotFoundError(
+            f"{operation} failed: {ref.plural}/{ref.name} does not exist in the service's namespace",
+            code="not_found",
+            status_code=status,
+            cluster=where,
+        )
+    if status in (502, 503, 504):
+        return BackendUnavailableError(text, code=code, status_code=status, cluster=where)
+    return ScalingError(text, code=code, status_code=status, cluster=where)
