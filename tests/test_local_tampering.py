@@ -126,7 +126,7 @@ DAMAGES = {
 ])
 def test_any_failure_to_read_a_record_is_a_corrupt_record_in_one_line(failure):
     from flytekitplugins_ddlscale import CorruptRecordError
-    from flytekitplugins_ddlscale._core.recordcheck import reading
+    from flytekitplugins_ddlscale._core.records import reading
 
     with pytest.raises(CorruptRecordError) as caught:
         with reading("/state/cluster.json", "run `ddlscale local down`"):

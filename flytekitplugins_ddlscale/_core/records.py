@@ -1,29 +1,23 @@
-"""Baselines and claims: the bookkeeping that lets phases share a cluster safely.
+"""Baselines and claims, the bookkeeping that lets phases share a cluster, and how a record is read back.
 
-A *baseline* is the cluster's size and tiers before this plugin first changed
-it; ``RestoreCluster`` and ``ddlscale restore`` put it back. A *claim* says
-"phase X needs at least N workers while it runs"; it is a lease its holder
-renews (:mod:`.leases`). The size *outside phases* is the cluster as the
-first of the live phases found it. While claims are live the cluster is held
-at the largest one, and never below the size outside phases on the same tier;
-when the last one ends, the size outside phases comes back and is forgotten
-(the baseline too, when the two are the same: nothing else changed the
-cluster). All three are stored where every participant can see them:
-annotations on the custom object (Kubernetes), or a :class:`FileRecordStore`
-(scaler service, local backend). This module holds the values and their
-format; :mod:`.claimrules` the decisions on them; backends the storage.
+A *baseline* is the cluster's size and tiers before this plugin first changed it (what a restore puts
+back); a *claim* is a phase's lease on at least N workers (:mod:`.leases`); the size *outside phases* is
+the cluster as the first live phase found it. They live in annotations (Kubernetes) or a
+:class:`FileRecordStore` (scaler, local); :mod:`.claimrules` holds the decisions on them. Every field
+read back passes the checks of user input inside :func:`reading`: a damaged record is a
+:class:`CorruptRecordError` naming it, never what decides what is started or sent.
 """
+import contextlib
 import datetime
 import json
 import math
 import re
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any, Dict, Optional
+from typing import Any, Collection, Dict, Iterator, Optional
 
-from ..errors import InvalidInputError
+from ..errors import CorruptRecordError, InvalidInputError
 from .leases import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS, this_holder, this_holder_start
 from ..models import Baseline, utcnow
-from .recordcheck import json_object, mapping, only_fields, reading
 from .validation import (
     validate_claim_id,
     validate_int,
@@ -32,6 +26,57 @@ from .validation import (
     validate_tier_name,
     validate_timestamp,
 )
+
+
+@contextlib.contextmanager
+def reading(source: str, remedy: Optional[str] = None) -> Iterator[None]:
+    """Checks inside the block that fail raise :class:`CorruptRecordError` naming ``source`` (and
+    ``remedy``, what to do about it, when given), as does any failure to parse or convert what was read
+    (a number too large, nesting too deep, a value of the wrong type): one line, never a traceback."""
+    try:
+        yield
+    except CorruptRecordError:
+        raise
+    except InvalidInputError as exc:
+        raise CorruptRecordError(source, exc.field, exc.value, exc.allowed, remedy) from None
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError) as exc:
+        what = " ".join(f"{type(exc).__name__}: {exc}".split())
+        raise CorruptRecordError(source, "record", what, "a record as ddlscale writes it", remedy) from None
+
+
+def json_object(text: str, field: str) -> Dict[str, Any]:
+    """``text`` parsed as a JSON object; :class:`InvalidInputError` naming ``field`` otherwise."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        # RecursionError: nesting deeper than the interpreter's stack (a 2 KB file can hold it).
+        data = None
+    if not isinstance(data, dict):
+        raise InvalidInputError(field, _excerpt(text), "a JSON object as ddlscale writes it")
+    return data
+
+
+def mapping(value: Any, field: str) -> Dict[str, Any]:
+    """``value`` if it is a JSON object (a dict), else :class:`InvalidInputError` naming ``field``."""
+    if not isinstance(value, dict):
+        raise InvalidInputError(field, value, "a JSON object")
+    return value
+
+
+def only_fields(data: Dict[str, Any], known: Collection[str], required: Collection[str], where: str) -> None:
+    """Refuse a field of ``data`` not in ``known``, or a ``required`` one that is missing."""
+    allowed = f"the fields {', '.join(sorted(known))}"
+    for key in data:
+        if key not in known:
+            raise InvalidInputError(f"{where}.{key}" if where else str(key), data[key], allowed)
+    for key in required:
+        if key not in data:
+            raise InvalidInputError(f"{where}.{key}" if where else key, None, f"present ({allowed})")
+
+
+def _excerpt(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
 
 ANNOTATION_PREFIX = "ddlscale.flyte.org"
 BASELINE_ANNOTATION = f"{ANNOTATION_PREFIX}/baseline"

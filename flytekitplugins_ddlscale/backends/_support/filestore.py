@@ -17,7 +17,7 @@ from ..._core import settings
 from ...errors import ConflictError
 from .lockfile import exclusive, remove_unused
 from .privatefs import private_dir, read_record_text
-from ..._core.recordcheck import json_object, reading
+from ..._core.records import json_object, reading
 from ...refs import ClusterRef
 from .statefiles import write_json, writing
 

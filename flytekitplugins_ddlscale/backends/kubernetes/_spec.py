@@ -7,7 +7,7 @@ import json
 from typing import Any, Dict, Iterable, Optional, Tuple
 
 from ...models import Baseline, ClusterState
-from ..._core.recordcheck import json_object, mapping, only_fields, reading
+from ..._core.records import json_object, mapping, only_fields, reading
 from ..._core.records import ANNOTATION_PREFIX, BASELINE_ANNOTATION, decode_baseline, encode_baseline
 from .._support.crds import LABEL_COMPONENT, LABEL_HW_TIER, NODE_POOL_SELECTOR, CrdLayout
 from ..tiers import HardwareTier

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, List, Optional, Set
 
 from ..._core import settings
-from ..._core.recordcheck import json_object, only_fields, reading
+from ..._core.records import json_object, only_fields, reading
 from ..._core.validation import MAX_REPLICAS, validate_int
 from ...errors import BackendUnavailableError, InvalidInputError, UnsafePathError
 from ..._core.waiting import probe_timeout
@@ -27,8 +27,9 @@ from ..._core.wording import seconds
 from .._support.privatefs import read_record_text
 from ._dask_tls import DaskTls
 from ._dask_watch import WORKERS_FILE
-from ._procs import ProcessId, python_module, python_script, with_environment
+from ._procs import ProcessId, python_module, with_environment
 from ._record_check import check_process
+from ._tiers import WorkerShape
 
 SCHEDULER_HTTP_ROUTES = ("distributed.http.health", "distributed.http.scheduler.json", "distributed.http.scheduler.prometheus")
 """What the scheduler's HTTP server (unauthenticated: Dask's TLS covers its comms only) serves: health,
@@ -36,15 +37,11 @@ counts and metrics. Not Dask's default ``info`` pages (worker logs, call stacks,
 any local user) nor its ``proxy`` to the workers' pages."""
 WATCH_PRELOAD = Path(__file__).with_name("_dask_watch.py")
 """The scheduler preload that closes a scheduler no record holds (:mod:`.dask_watch`)."""
-FORKING_HEAD = Path(__file__).with_name("_dask_head.py")
-"""The program that forks a new cluster's first workers, then runs the scheduler (:mod:`.dask_head`)."""
 SCHEDULER_MODULE = "distributed.cli.dask_scheduler"
 WORKER_MODULE = "distributed.cli.dask_worker"
 
 
-def scheduler_argv(
-    host: str, port: int, scheduler_file: str, tls: DaskTls, scratch: str, forking: bool = False
-) -> List[str]:
+def scheduler_argv(host: str, port: int, scheduler_file: str, tls: DaskTls, scratch: str) -> List[str]:
     """``dask scheduler`` on ``tls://host:port`` that also writes its address to ``scheduler_file``
 
     (for ``Client(scheduler_file=...)``; it also puts the cluster's folder in the command line).
@@ -55,16 +52,14 @@ def scheduler_argv(
     (encryption required: Dask requires it whenever TLS files are given); its HTTP server
     serves :data:`SCHEDULER_HTTP_ROUTES` only. Its scratch space (a lock file) is in ``scratch``, a
     private folder: Dask's default, ``dask-scratch-space`` under the system's temporary folder, is
-    shared by every user, who could make it first. ``forking``: run by :mod:`.dask_head`, which forks
-    the first workers (:func:`worker_args`) before it becomes the scheduler.
+    shared by every user, who could make it first.
     """
     routes = {
         settings.DASK_SCHEDULER_HTTP_ROUTES.name: repr(list(SCHEDULER_HTTP_ROUTES)),
         settings.DASK_TEMPORARY_DIRECTORY.name: scratch,
     }
-    program = python_script(FORKING_HEAD) if forking else python_module(SCHEDULER_MODULE)
     return with_environment(routes, [
-        *program,
+        *python_module(SCHEDULER_MODULE),
         "--host", host,
         "--port", str(port),
         "--protocol", "tls",
@@ -76,28 +71,18 @@ def scheduler_argv(
     ])
 
 
-def worker_argv(args: List[str]) -> List[str]:
-    """One ``dask worker`` process with ``args`` (:func:`worker_args`)."""
-    return [*python_module(WORKER_MODULE), *args]
-
-
-def worker_args(
-    address: str, name: str, nthreads: int, memory_limit: int, local_directory: str, host: str, tls: DaskTls
-) -> List[str]:
-    """The arguments of ``dask worker`` for one worker named ``name`` (no nanny: one pid per worker).
-
-    ``--death-timeout`` bounds how long a worker waits for a scheduler that is
-    gone, so an orphaned worker exits on its own. Its HTTP server (served even
-    without a dashboard, on every interface by default) is held to ``host``. It connects and
-    listens with ``tls``'s certificate, ``tls://`` only (a worker runs what a peer sends it).
-    """
+def worker_argv(address: str, name: str, shape: WorkerShape, local_directory: str, host: str, tls: DaskTls) -> List[str]:
+    """One ``dask worker`` named ``name`` of ``shape`` (no nanny: one pid per worker), speaking only ``tls://``
+    with ``tls``'s certificate, its HTTP server held to ``host``; ``--death-timeout`` makes a worker whose
+    scheduler is gone exit on its own."""
     return [
+        *python_module(WORKER_MODULE),
         address,
         "--protocol", "tls",
         *tls.argv(),
         "--name", name,
-        "--nthreads", str(nthreads),
-        "--memory-limit", str(memory_limit),
+        "--nthreads", str(shape.nthreads),
+        "--memory-limit", str(shape.memory_limit),
         "--no-nanny",
         "--no-dashboard",
         "--dashboard-address", f"{host}:0",

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Dict
 
 from ...errors import InvalidInputError
-from ..._core.recordcheck import mapping, only_fields
+from ..._core.records import mapping, only_fields
 from ..._core.records import HOLDER_PATTERN
 from ..._core.validation import MAX_REPLICAS, validate_int, validate_replicas, validate_text, validate_tier_name, validate_timestamp
 from ._ray_ops import RAY_TEMP_PREFIX, TOKEN_FILE

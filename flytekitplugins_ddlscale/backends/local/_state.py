@@ -34,7 +34,7 @@ from .._support.filestore import default_state_dir
 from .._support.lockfile import exclusive, remove_unused
 from ..._core.leases import holder_gone, this_holder
 from .._support.privatefs import check_private_dir, private_dir, read_record_text, remove_nofollow
-from ..._core.recordcheck import json_object, reading
+from ..._core.records import json_object, reading
 from ...refs import ClusterRef
 from .._support.statefiles import write_json, writing
 from ..._core.wording import seconds
