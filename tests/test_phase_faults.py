@@ -17,7 +17,7 @@ from flytekit.core.context_manager import FlyteContextManager
 from flytekitplugins_ddlscale.backends.local import _procs as procs
 from flytekitplugins_ddlscale.errors import ClusterFaultError, InvalidInputError
 from flytekitplugins_ddlscale._services.hold import cluster_phase
-from flytekitplugins_ddlscale._services.hold.faults import REPAIRED, REPORTED, Fault, find_fault
+from flytekitplugins_ddlscale._services.hold.monitor import REPAIRED, REPORTED, Fault, find_fault
 from flytekitplugins_ddlscale.models import ClusterState
 from flytekitplugins_ddlscale.phase import distributed_phase
 from flytekitplugins_ddlscale.refs import ClusterRef

@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from flytekitplugins_ddlscale._services.hold.faults import NOT_RECLAIMED
+from flytekitplugins_ddlscale._services.hold.monitor import NOT_RECLAIMED
 from flytekitplugins_ddlscale.errors import ConflictError, UnknownTierError, UnsupportedOperationError
 from flytekitplugins_ddlscale.models import ReplicaSpec
 from flytekitplugins_ddlscale.phase import cluster_phase

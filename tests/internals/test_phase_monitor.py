@@ -28,9 +28,9 @@ def test_a_read_in_flight_when_the_phase_ends_does_not_re_add_the_claim(scaler_s
     scaler_server.clear_requests()
     scaler_server.inject_faults("delay", count=1, delay=1.0, method="GET", path="/cluster/")
 
-    monitor = PhaseMonitor(scaler_backend, ref, "phase-a", 90.0, WorkerTimeline(), sample_interval=0.05)
+    monitor = PhaseMonitor(scaler_backend, ref, Claim("phase-a", 3, lease_seconds=90.0), WorkerTimeline())
     monitor.start()
-    monitor.watch(3, reassert_interval=0.05)
+    monitor.watch(3, reassert_interval=0.05, sample_interval=0.05)
     try:
         deadline = time.monotonic() + 5
         while scaler_server.count("GET", "/cluster/rayclusters/mon") == 0:
@@ -104,7 +104,7 @@ def test_a_renewal_held_past_the_lease_counts_the_hold(scaler_server, scaler_bac
     ref = ClusterRef("ray", "stop")
     backend = HeldFirstRenewal(scaler_backend, after_write)
     scaler_backend.claim(ref, "phase-a", 3, lease_seconds=LEASE)
-    monitor = PhaseMonitor(backend, ref, "phase-a", LEASE, WorkerTimeline(), replicas=3)
+    monitor = PhaseMonitor(backend, ref, Claim("phase-a", 3, lease_seconds=LEASE), WorkerTimeline())
     monitor.start()
     try:
         assert backend.held.wait(30), "the monitor never renewed its claim"
@@ -125,7 +125,9 @@ def test_a_holder_stopped_between_its_claim_and_its_monitor_counts_the_stop(scal
     claim_sent = read_clocks()
     scaler_backend.claim(ref, "phase-a", 3, lease_seconds=LEASE)
     _drop_lapsed(scaler_backend, ref)
-    monitor = PhaseMonitor(scaler_backend, ref, "phase-a", LEASE, WorkerTimeline(), replicas=3, claimed_at=claim_sent)
+    monitor = PhaseMonitor(
+        scaler_backend, ref, Claim("phase-a", 3, lease_seconds=LEASE), WorkerTimeline(), claimed_at=claim_sent
+    )
     monitor.start()
     try:
         _reclaimed_or_given_up(monitor, scaler_backend, ref)

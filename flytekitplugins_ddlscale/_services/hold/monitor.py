@@ -1,51 +1,84 @@
-"""The one background thread of a phase: renews its claim, samples the cluster, holds its size, watches for faults.
+"""The one background thread of a phase: renews its claim, samples the cluster, holds its size, and
+finds and answers faults.
 
-From the claim on it renews the claim's lease (:mod:`..leases`) every third of
-the lease, so a long scale-up wait never lets the claim lapse, and a phase
-that stops renewing (killed, hung) loses it. A renewal that fails (an
-outage) is logged and tried again at the next tick. The holder times itself
-with a :class:`~..leases.HolderClock` checked every second
-(:data:`STALL_CHECK`), so a process that was stopped (SIGSTOP, a debugger) or
-suspended renews as soon as it runs again, not at its next scheduled renewal.
-A claim found gone is a fault (below): one that lapsed because its holder
-could not renew it within its lease (the clock says so) is claimed again and
-the cluster brought back to its size; one dropped while its holder renewed
-on time (``ddlscale restore`` ends every phase) is reported and never
-re-added.
-
-Once the body runs (:meth:`PhaseMonitor.watch`) it also samples the
-cluster for the Deck; re-asserts the claim where the backend cannot hold the
-size against the autoscaler (``capabilities.holds_size`` False; through the
-atomic ``reconcile``); and watches for faults (:mod:`.faults`): a head that
-stopped answering, fewer workers up than the body needs (for any reason:
-workers lost, or the cluster scaled below the phase's claim) or the phase's
-claim lost is logged at once and, where the backend repairs its own
-processes (``capabilities.repairs_processes``: the local backend restarts
-the head on its port and replaces lost workers), repaired through a
-reconcile; a size scaled below the claim is re-asserted (a reconcile) on
-every backend, after claiming again a claim that lapsed; elsewhere the
-cluster's operator repairs it and the phase reports it. With
-``fail_on_fault`` the phase's ``on_fault`` callback is called instead of
-repairing, to stop the body.
-
-One lock is held while a call that changes records is in flight, so
-:meth:`PhaseMonitor.stop` makes sure none runs (and none starts) before the
-phase releases its claim.
+From :meth:`PhaseMonitor.start` it renews the claim's lease every third of the lease, looking at a
+:class:`~..leases.HolderClock` every second so a stopped or suspended process renews as soon as it runs
+again. From :meth:`PhaseMonitor.watch` (the body runs) it also samples the cluster for the Deck,
+re-asserts the claim where the backend cannot hold the size, and treats a silent head, fewer workers up
+than the body needs, or the claim gone as a fault (:class:`Fault`): repaired where the backend repairs
+its own processes, re-asserted when the size was pulled below the claim, claimed again when the claim
+lapsed, else reported; with an ``on_fault`` callback the phase is failed instead. One lock covers every
+call that changes records, so after :meth:`PhaseMonitor.stop` none runs.
 """
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from typing import Callable, List, Optional
 
 from ...backends._base import ClusterBackend
 from ...errors import ClusterNotFoundError
+from ...models import ClusterState
 from ..._core.leases import ClockReading, HolderClock, read_clocks, renew_interval
 from ..._core.claimrules import largest_claim
+from ..._core.records import Claim
 from ...refs import ClusterRef
 from ..._core.timeline import WorkerTimeline, observed_workers
-from .faults import FAILED, NOT_RECLAIMED, REASSERTED, RECLAIMED, REPAIRED, REPORTED, Fault, find_fault, head_name
+from ..._core.wording import plural
 
 logger = logging.getLogger("flytekitplugins_ddlscale")
+
+REPAIRED = "repair sent (head restarted on its port, lost workers replaced)"
+REPORTED = "reported only (this backend's operator repairs the cluster)"
+FAILED = "the phase was failed (fail_on_fault)"
+RECLAIMED = "claimed again and the cluster brought back to its size"
+REASSERTED = "its claim re-asserted (the cluster brought back to its size)"
+NOT_RECLAIMED = "not claimed again (a restore ends every phase)"
+
+
+def head_name(kind: str) -> str:
+    """What the head is called for a kind (``scheduler`` for Dask)."""
+    return "scheduler" if kind == "dask" else "head"
+
+
+def find_fault(state: ClusterState, needed: int, head: str = "head") -> Optional[str]:
+    """What is wrong with ``state`` for a body that needs ``needed`` workers, or None when nothing is:
+    a lost head (an unknown one is not a fault), workers lost (fewer up than ``needed`` while the
+    cluster wants that many), or a size scaled below the need with fewer up. A size pulled back while
+    its workers are still up is not yet a fault: the re-assert may put it back first."""
+    up = observed_workers(state)
+    if state.head_ready is False:
+        return f"the {head} of {state.cluster} stopped answering ({up} of {needed} workers up)"
+    if up >= needed:
+        return None
+    if needed <= state.desired_workers:
+        return f"{state.cluster} has {up} of its {plural(needed, 'worker')} up ({needed - up} lost)"
+    return (
+        f"{state.cluster} was scaled down to {plural(state.desired_workers, 'worker')} "
+        f"({up} up), below the {needed} this phase needs"
+    )
+
+
+@dataclass
+class Fault:
+    """One fault, from the first sample that saw it to the first that found the cluster whole again."""
+
+    what: str
+    began: float
+    """Seconds into the phase when it was first seen."""
+    action: str = ""
+    """What the phase did: :data:`REPAIRED`, :data:`REPORTED`, :data:`FAILED`, or a repair's error."""
+    ended: Optional[float] = None
+    """Seconds into the phase when the cluster was whole again; None while it lasts."""
+
+    def text(self) -> str:
+        """``<what> at 8.1 s; <action>; whole again after 3.2 s`` (or ``; not whole again by the end``)."""
+        recovery = (
+            f"whole again after {self.ended - self.began:.1f} s" if self.ended is not None
+            else "not whole again by the end"
+        )
+        action = f"; {self.action}" if self.action else ""
+        return f"{self.what} at {self.began:.1f} s{action}; {recovery}"
 
 
 REASSERT_TIMEOUT = 20.0
@@ -63,36 +96,28 @@ class PhaseMonitor:
         self,
         backend: ClusterBackend,
         ref: ClusterRef,
-        claim_id: str,
-        lease_seconds: float,
+        claim: Claim,
         timeline: WorkerTimeline,
         *,
-        worker_hw_tier: Optional[str] = None,
-        sample_interval: float = 5.0,
-        fail_on_fault: bool = False,
         on_fault: Optional[Callable[[Fault], None]] = None,
-        clock: Callable[[], float] = time.monotonic,
-        replicas: Optional[int] = None,
         claimed_at: Optional[ClockReading] = None,
     ) -> None:
+        """Holds ``claim`` (claimed again at its size should it lapse); ``on_fault``: the phase fails at
+        the first fault and this is called, instead of the fault being repaired; ``claimed_at``: the
+        :func:`read_clocks` reading taken when the claim was sent (None: now)."""
         self._backend = backend
         self._ref = ref
-        self._claim_id = claim_id
-        self._replicas = replicas
-        """What the claim asks for, to claim again after it lapsed (None: never claim again)."""
-        self._lease = lease_seconds
+        self._claim_id = claim.claim_id
+        self._replicas = claim.replicas
+        self._lease = claim.lease_seconds
         self._held = HolderClock(claimed_at)
-        """Time since the claim was last made or renewed (counted from when that request was sent, a
-        :func:`read_clocks` reading passed as ``claimed_at`` for the claim; None: now), as this process
-        can tell after a stop."""
-        self._renew_every = renew_interval(lease_seconds)
+        """Time since the claim was last made or renewed, as this process can tell after a stop."""
+        self._renew_every = renew_interval(claim.lease_seconds)
         self._timeline = timeline
-        self._tier = worker_hw_tier
-        self._sample_interval = sample_interval
-        self._fail_on_fault = fail_on_fault
+        self._tier = claim.worker_hw_tier
+        self._sample_interval = 5.0
         self._on_fault = on_fault
-        self._clock = clock
-        self._began = clock()
+        self._began = time.monotonic()
         self._stop = threading.Event()
         self._wake = threading.Event()
         """Set by :meth:`watch` and :meth:`stop`, so the loop does not sleep out a long renewal interval."""
@@ -109,16 +134,17 @@ class PhaseMonitor:
         self.faults: List[Fault] = []
         """Every fault seen while the body ran, in order (the last may still last)."""
         self.failed: Optional[Fault] = None
-        """With ``fail_on_fault``: the fault that failed the phase."""
+        """With ``on_fault``: the fault that failed the phase."""
 
     def start(self) -> None:
         """Start the thread: lease renewals from now on."""
         self._thread.start()
 
-    def watch(self, needed: int, reassert_interval: Optional[float]) -> None:
-        """From now on also sample the cluster, re-assert every ``reassert_interval`` s (None: never),
-        and treat fewer than ``needed`` workers or a lost head as a fault."""
+    def watch(self, needed: int, reassert_interval: Optional[float], sample_interval: float = 5.0) -> None:
+        """From now on also sample the cluster every ``sample_interval`` s, re-assert every
+        ``reassert_interval`` s (None: never), and treat fewer than ``needed`` workers or a lost head as a fault."""
         self._reassert_interval = reassert_interval
+        self._sample_interval = sample_interval
         self._needed = needed
         self._wake.set()
 
@@ -140,10 +166,10 @@ class PhaseMonitor:
     # ------------------------------------------------------------ the loop
 
     def _elapsed(self) -> float:
-        return self._clock() - self._began
+        return time.monotonic() - self._began
 
     def _run(self) -> None:
-        now = self._clock()
+        now = time.monotonic()
         next_renewal = now + self._renew_every
         next_sample = now
         next_reassert: Optional[float] = None
@@ -152,7 +178,7 @@ class PhaseMonitor:
             self._wake.clear()
             if self._stop.is_set():
                 return
-            now = self._clock()
+            now = time.monotonic()
             # The holder's own clock also counts time this process did not run (stopped, suspended).
             due = now >= next_renewal or self._held.since() >= self._renew_every
             if due and (self.lost is None or self._reclaim):
@@ -222,7 +248,7 @@ class PhaseMonitor:
             logger.error("phase %s: %s; the cluster no longer holds workers for it", self._claim_id, self.lost)
         if self.failed is not None:
             return
-        if not lapsed or self._replicas is None:
+        if not lapsed:
             fault = self._open_fault()
             if fault is not None:
                 fault.action = NOT_RECLAIMED
@@ -233,7 +259,6 @@ class PhaseMonitor:
     def _claim_again(self) -> None:
         """Claim the lapsed claim again and bring the cluster back to its size; a claim that fails (an
         outage) is tried again at the next renewal tick."""
-        assert self._replicas is not None
         sent = read_clocks()
         self._backend.claim(
             self._ref, self._claim_id, self._replicas, self._tier, timeout=REASSERT_TIMEOUT, lease_seconds=self._lease
@@ -278,7 +303,7 @@ class PhaseMonitor:
     def _fault_seen(
         self, problem: str, repairable: bool, pulled_back: bool = False, record_only: bool = False
     ) -> None:
-        """Record ``problem`` (a new fault unless one is open), fail the phase with ``fail_on_fault``, else
+        """Record ``problem`` (a new fault unless one is open), fail the phase given ``on_fault``, else
         repair: a size ``pulled_back`` below the claim is re-asserted on every backend, lost processes
         are replaced where the backend repairs them. ``record_only``: the caller repairs."""
         fault = self.faults[-1] if self._fault_open() else None
@@ -287,12 +312,11 @@ class PhaseMonitor:
             self.faults.append(fault)
             self._timeline.mark("fault")
             logger.error("phase %s: %s", self._claim_id, problem)
-            if self._fail_on_fault:
+            if self._on_fault is not None:
                 fault.action = FAILED
                 self.failed = fault
                 logger.error("phase %s: failing the phase (fail_on_fault)", self._claim_id)
-                if self._on_fault is not None:
-                    self._on_fault(fault)
+                self._on_fault(fault)
         if self.failed is not None or record_only:
             return
         if pulled_back:

@@ -65,8 +65,7 @@ from ..._core.summary import phase_line
 from ..._core.timeline import WorkerTimeline, observed_workers, recording
 from ..._core.waiting import CLEANUP_GRACE, MIN_WAIT, PROBE_GRACE, Deadline, within
 from ..._core.wording import plural, seconds
-from .faults import Fault
-from .monitor import PhaseMonitor
+from .monitor import Fault, PhaseMonitor
 from ..._core.lifetime import pause_point
 from .settings import PhaseSettings
 from .signals import RELAY, PhaseInterrupted, SignalsAsExceptions, raise_in_thread
@@ -224,10 +223,10 @@ class ClusterPhase:
             lease_seconds=s.lease_seconds,
         )
         self._claimed = True
+        held = Claim(self.claim_id, s.replicas, s.worker_hw_tier, lease_seconds=s.lease_seconds)
         self._monitor = PhaseMonitor(
-            backend, self.ref, self.claim_id, s.lease_seconds, self.timeline,
-            worker_hw_tier=s.worker_hw_tier, sample_interval=s.sample_interval,
-            fail_on_fault=s.fail_on_fault, on_fault=self._stop_body, replicas=s.replicas, claimed_at=claim_sent,
+            backend, self.ref, held, self.timeline,
+            on_fault=self._stop_body if s.fail_on_fault else None, claimed_at=claim_sent,
         )
         self._monitor.start()
         pause_point("claimed")
@@ -280,7 +279,7 @@ class ClusterPhase:
         self._scaled = (*self._scaled[:2], time.monotonic() - self._began)
         reassert = None if backend.capabilities.holds_size else s.reassert_interval
         self._in_body = True
-        self._monitor.watch(min(s.replicas, result.effective), reassert)
+        self._monitor.watch(min(s.replicas, result.effective), reassert, s.sample_interval)
 
     @property
     def held_workers(self) -> Optional[int]:
