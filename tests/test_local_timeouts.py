@@ -24,7 +24,7 @@ REF = ClusterRef("dask", "timeouts")
 def a_head_slower_than_the_timeout(local_state) -> Iterator[None]:
     """The new scheduler's process is stopped (SIGSTOP) as soon as it is started, so the cluster cannot be up
     within any timeout of the block, however quick the machine (a start used to take longer than 0.5 s by
-    itself; a forked start no longer does). It goes on (SIGCONT) when the block ends."""
+    itself; a quiet start no longer does). It goes on (SIGCONT) when the block ends."""
     import os
     import signal
 

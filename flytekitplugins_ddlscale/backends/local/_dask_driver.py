@@ -38,24 +38,14 @@ class DaskDriver:
         return record.address
 
     def head_argv(self, record: ClusterRecord, store: LocalStateStore) -> List[str]:
-        return self._scheduler_argv(record, store, forking=False)
-
-    def forking_head_argv(self, record: ClusterRecord, store: LocalStateStore) -> List[str]:
-        return self._scheduler_argv(record, store, forking=True)
-
-    def worker_argv(self, record: ClusterRecord, name: str, shape: WorkerShape, workdir: Path) -> List[str]:
-        return dask_ops.worker_argv(self.forked_worker_args(record, name, shape, workdir))
-
-    def forked_worker_args(self, record: ClusterRecord, name: str, shape: WorkerShape, workdir: Path) -> List[str]:
-        return dask_ops.worker_args(self.address(record), name, shape.nthreads, shape.memory_limit, str(workdir),
-                                    record.host, DaskTls.of(workdir.parent))
-
-    def _scheduler_argv(self, record: ClusterRecord, store: LocalStateStore, forking: bool) -> List[str]:
         tls = ensure_tls(store.cluster_dir(record.ref))
         record.framework[TLS_DIR] = str(tls.ca_file.parent)
         scratch = str(store.private_cluster_dir(record.ref, "work"))
-        return dask_ops.scheduler_argv(record.host, record.port, str(store.scheduler_file(record.ref)), tls, scratch,
-                                       forking)
+        return dask_ops.scheduler_argv(record.host, record.port, str(store.scheduler_file(record.ref)), tls, scratch)
+
+    def worker_argv(self, record: ClusterRecord, name: str, shape: WorkerShape, workdir: Path) -> List[str]:
+        return dask_ops.worker_argv(self.address(record), name, shape, str(workdir), record.host,
+                                    DaskTls.of(workdir.parent))
 
     def registered_workers(self, record: ClusterRecord) -> Optional[Set[str]]:
         """What the scheduler's preload lists in the cluster's folder (:func:`~.dask_ops.listed_workers`),

@@ -86,23 +86,6 @@ class FrameworkDriver(Protocol):
 
 
 @runtime_checkable
-class ForksWorkers(Protocol):
-    """A driver whose head can fork the workers of a new cluster from an interpreter that has already
-    imported what they need (:class:`~._procs.ForkingHead`), where each would otherwise start and import
-    it on its own."""
-
-    def forking_head_argv(self, record: ClusterRecord, store: LocalStateStore) -> List[str]:
-        """:meth:`FrameworkDriver.head_argv` run by a program that first forks workers on request, then
-        becomes that head."""
-        ...
-
-    def forked_worker_args(self, record: ClusterRecord, name: str, shape: WorkerShape, workdir: Path) -> List[str]:
-        """The arguments that head forks a worker with: those of :meth:`FrameworkDriver.worker_argv`
-        after the program."""
-        ...
-
-
-@runtime_checkable
 class LosesLiveWorkers(Protocol):
     """A driver whose head can give up on a worker whose process still runs (a Spark worker the master
     shows DECOMMISSIONED: it gets no work again and does not exit on its own), so that repair replaces it."""

@@ -24,12 +24,10 @@ plugin's own ``python -m`` commands run in safe-path mode
 (:func:`python_module`).
 """
 import contextlib
-import json
 import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -49,12 +47,6 @@ from ._process_env import cluster_environment
 # The log is opened here, not by the shell, so a symbolic link in its place is refused: it is the
 # shell's stderr, and the command's stdout and stderr.
 _SPAWN_SCRIPT = '"$@" >&2 </dev/null & echo $!'
-_SPAWN_WITH_CHANNEL_SCRIPT = 'exec 3<&0 </dev/null; "$@" >&2 <&3 3<&- & echo $!'
-"""The same, the command's stdin being the shell's (a :class:`ForkingHead`'s socket): a command started in the
-background reads /dev/null unless told otherwise."""
-FORKING = sys.platform.startswith("linux")
-"""Whether a head may fork workers (:class:`ForkingHead`): on Linux; macOS's system libraries are not safe to
-use in a forked child, so there every process is started on its own."""
 _POLL = 0.05
 _SETTLE = 0.5
 logger = logging.getLogger("flytekitplugins_ddlscale.local")
@@ -207,32 +199,23 @@ def python_module(module: str) -> List[str]:
     return [*_safe_python(), "-m", module]
 
 
-def python_script(path: Path) -> List[str]:
-    """``python path`` in this interpreter, in safe-path mode where Python has it (``-P``: the script's
-    folder is not put first on ``sys.path``)."""
-    return [*_safe_python(), str(path)]
-
-
 def _safe_python() -> List[str]:
     return [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else [])]
 
 
-def spawn_detached(
-    argv: List[str], log_path: Path, mark: Mark, cwd: Path, channel: Optional[socket.socket] = None
-) -> ProcessId:
+def spawn_detached(argv: List[str], log_path: Path, mark: Mark, cwd: Path) -> ProcessId:
     """Start ``argv`` detached from this process in the folder ``cwd``, appending its output to ``log_path``.
 
     It starts with :func:`~.process_env.cluster_environment` (the allow-listed variables of this
     process, no credentials) and ``CLUSTER_MARK_ENV=<mark>`` (its cluster's folder's real path), plus what
     ``argv`` sets itself through :func:`with_environment`.
     The log's folder is private and the log is never opened through a link (:class:`UnsafePathError`).
-    With ``channel`` (a socket), the command's stdin is that socket, else /dev/null.
     """
     log = _open_log(log_path)
     try:
         out = subprocess.run(
-            ["/bin/sh", "-c", _SPAWN_SCRIPT if channel is None else _SPAWN_WITH_CHANNEL_SCRIPT, "sh", *argv],
-            stdin=subprocess.DEVNULL if channel is None else channel,
+            ["/bin/sh", "-c", _SPAWN_SCRIPT, "sh", *argv],
+            stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=log,
             start_new_session=True,
@@ -262,74 +245,6 @@ def _started(pid: int, what: str, log_path: Path) -> ProcessId:
     if started is None:
         raise BackendUnavailableError(f"{what} exited at once; see {log_path}:\n{log_tail(log_path)}")
     return ProcessId(pid, started)
-
-
-class ForkingHead:
-    """The command's end of the socket to a head that forks workers until it is closed
-    (:mod:`._dask_head`): a worker forked from it skips the interpreter start and imports it already made.
-
-    Use :meth:`start` to start the head, :meth:`fork` for each worker, then :meth:`close` (the head then
-    runs as itself); a ``with`` block closes it. Forking is only quicker: whatever goes wrong with it
-    (a head slower than the operation's time, one that exited), the worker is started on its own."""
-
-    def __init__(self, channel: socket.socket) -> None:
-        self._channel: Optional[socket.socket] = channel
-
-    @classmethod
-    def start(cls, spawn: Callable[[socket.socket], ProcessId]) -> Tuple["ForkingHead", ProcessId]:
-        """The head ``spawn(channel)`` starts (:func:`spawn_detached` with ``channel``, a socket to the
-        returned :class:`ForkingHead`)."""
-        ours, theirs = socket.socketpair()
-        try:
-            with theirs:
-                head = spawn(theirs)
-        except BaseException:
-            ours.close()
-            raise
-        return cls(ours), head
-
-    def fork(self, args: List[str], log_path: Path, timeout: float = 30.0) -> Optional[ProcessId]:
-        """A worker forked by the head with ``args``, its output appended to ``log_path`` (opened here, as
-        :func:`spawn_detached` opens a log); :class:`BackendUnavailableError` quoting the log when it exits
-        at once. The head answers once it has imported what its workers share.
-
-        None when the head does not fork it: it did not answer within ``timeout`` (cut to what is left of
-        the operation), it exited, or it could not fork. The channel is closed then, so the head (if it
-        runs) goes on as itself and stops a worker it forks after the command stopped waiting; the caller
-        starts the worker on its own, and the head's own fate is the head's wait to tell."""
-        if self._channel is None:
-            return None
-        log = _open_log(log_path)
-        what = f"the fork of a worker by the head (log {log_path})"
-        try:
-            self._channel.settimeout(probe_timeout(timeout, what))
-            socket.send_fds(self._channel, [json.dumps({"args": args}).encode() + b"\n"], [log])
-            with self._channel.makefile("rb") as replies:
-                answer = replies.readline(4096)
-            reply = json.loads(answer) if answer else {"error": "the head exited"}
-            pid = int(reply["pid"]) if "pid" in reply else None
-            why = reply.get("error", "")
-        except (OSError, ValueError, TypeError) as exc:
-            pid, why = None, str(exc) or type(exc).__name__
-        finally:
-            os.close(log)
-        if pid is None:
-            logger.info("%s did not happen (%s): the worker starts on its own", what, why)
-            self.close()
-            return None
-        return _started(pid, "the worker forked by the head", log_path)
-
-    def close(self) -> None:
-        """Tell the head no more workers come: it goes on as itself."""
-        if self._channel is not None:
-            self._channel.close()
-            self._channel = None
-
-    def __enter__(self) -> "ForkingHead":
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
 
 def stop_processes(procs: Iterable[ProcessId], mark: Mark, grace: float = 5.0, asked: bool = False) -> None:

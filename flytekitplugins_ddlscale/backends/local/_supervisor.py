@@ -19,7 +19,6 @@ says. A process whose record cannot be written is stopped again at once.
 """
 import contextlib
 import logging
-import socket
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterator, List, Optional, Tuple
@@ -32,7 +31,7 @@ from .._support.privatefs import remove_nofollow
 from ...refs import ClusterRef
 from ..._core.waiting import Deadline, probe_timeout
 from . import _procs as procs
-from ._driver import FrameworkDriver, ForksWorkers, LosesLiveWorkers
+from ._driver import FrameworkDriver, LosesLiveWorkers
 from ._ports import free_port, port_is_free
 from ._state import ClusterRecord, LocalStateStore, PendingChange, WorkerRecord
 from ._tiers import WorkerShape
@@ -217,9 +216,8 @@ class ProcessSupervisor:
         ports_chosen_here = record.port == 0
         while True:
             attempts_left -= 1
-            forker = self._start_head(record, forking=count > 0)
-            with forker or contextlib.nullcontext():
-                started = self.start_workers(record, shape, count, names=names, forker=forker)
+            self._start_head(record)
+            started = self.start_workers(record, shape, count, names=names)
             try:
                 self._await_head(record, operation=deadline)
                 return started
@@ -237,11 +235,9 @@ class ProcessSupervisor:
                 raise
 
     def start_workers(
-        self, record: ClusterRecord, shape: WorkerShape, count: int, names: Optional[List[str]] = None,
-        forker: Optional[procs.ForkingHead] = None,
+        self, record: ClusterRecord, shape: WorkerShape, count: int, names: Optional[List[str]] = None
     ) -> List[WorkerRecord]:
-        """Spawn ``count`` workers of ``shape`` (named ``names`` first, then new names), or have ``forker``
-        (the head just started, :meth:`_start_head`) fork them; do not wait."""
+        """Spawn ``count`` workers of ``shape`` (named ``names`` first, then new names); do not wait."""
         started = []
         driver = self._driver(record)
         workdir = self.store.private_cluster_dir(record.ref, "work")
@@ -251,12 +247,7 @@ class ProcessSupervisor:
             else:
                 name = f"{layout_of(record.ref).worker_pod_prefix(record.ref.name)}{record.next_index}"
                 record.next_index += 1
-            proc = None
-            if forker is not None and isinstance(driver, ForksWorkers):
-                proc = forker.fork(driver.forked_worker_args(record, name, shape, workdir),
-                                   self.store.log_path(record.ref, name))
-            if proc is None:
-                proc = self._spawn(record, driver.worker_argv(record, name, shape, workdir), name)
+            proc = self._spawn(record, driver.worker_argv(record, name, shape, workdir), name)
             worker = WorkerRecord(name, proc, shape.tier, shape.nthreads, shape.memory_limit)
             record.workers.append(worker)
             started.append(worker)
@@ -383,14 +374,9 @@ class ProcessSupervisor:
 
     # ------------------------------------------------------------ internals
 
-    def _start_head(self, record: ClusterRecord, forking: bool = False) -> Optional[procs.ForkingHead]:
-        """Start the head on the recorded port (a free one for a new cluster); do not wait.
-
-        Workers may be started at once, since they keep trying to connect;
-        :meth:`_await_head` then waits for the head. With ``forking``, on a platform that forks
-        (:data:`~._procs.FORKING`) and for a driver whose head can (:class:`~._driver.ForksWorkers`),
-        the head forks the workers first: what it returns, to pass to :meth:`start_workers` and close.
-        """
+    def _start_head(self, record: ClusterRecord) -> None:
+        """Start the head on the recorded port (a free one for a new cluster); do not wait: workers may
+        start at once, since they keep trying to connect, and :meth:`_await_head` waits for the head."""
         taken = {record.port, *record.ports.values()}
         if record.port == 0:
             record.port = free_port(record.host, taken)
@@ -399,31 +385,15 @@ class ProcessSupervisor:
             if not record.ports.get(name):
                 record.ports[name] = free_port(record.host, taken)
                 taken.add(record.ports[name])
-        driver = self._driver(record)
-        forker = None
-        if forking and procs.FORKING and isinstance(driver, ForksWorkers):
-            argv = driver.forking_head_argv(record, self.store)
-            forker, record.scheduler = procs.ForkingHead.start(
-                lambda channel: self._spawn(record, argv, HEAD_LOG, channel)
-            )
-        else:
-            record.scheduler = self._spawn(record, driver.head_argv(record, self.store), HEAD_LOG)
-        try:
-            pause_point("head-started")
-            self._save_or_stop(record, record.scheduler, lambda: setattr(record, "scheduler", None))
-        except BaseException:
-            if forker is not None:
-                forker.close()
-            raise
-        return forker
+        record.scheduler = self._spawn(record, self._driver(record).head_argv(record, self.store), HEAD_LOG)
+        pause_point("head-started")
+        self._save_or_stop(record, record.scheduler, lambda: setattr(record, "scheduler", None))
 
-    def _spawn(
-        self, record: ClusterRecord, argv: List[str], log_name: str, channel: Optional[socket.socket] = None
-    ) -> procs.ProcessId:
+    def _spawn(self, record: ClusterRecord, argv: List[str], log_name: str) -> procs.ProcessId:
         # In the cluster's private folder: the caller's working directory may hold anything (an inspect.py).
         return procs.spawn_detached(
             argv, self.store.log_path(record.ref, log_name), self.mark(record.ref),
-            self.store.private_cluster_dir(record.ref), channel,
+            self.store.private_cluster_dir(record.ref),
         )
 
     def _save_or_stop(self, record: ClusterRecord, proc: procs.ProcessId, forget: Callable[[], None]) -> None:
