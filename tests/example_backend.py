@@ -18,8 +18,7 @@ from flytekitplugins_ddlscale.backends._filebacked import FileRecordsBackend
 from flytekitplugins_ddlscale.backends._support.filerecords import FileBookkeeping
 from flytekitplugins_ddlscale.backends._support.filestore import FileRecordStore, default_state_dir
 from flytekitplugins_ddlscale.backends._support.inplace import Reach, state_dir_env
-from flytekitplugins_ddlscale.backends._support.privatefs import private_dir, read_record_text
-from flytekitplugins_ddlscale.backends._support.statefiles import write_json
+from flytekitplugins_ddlscale.backends._support.privatefs import private_dir, read_record_text, write_json
 from flytekitplugins_ddlscale.errors import ClusterNotFoundError, InvalidInputError, UnsupportedOperationError
 from flytekitplugins_ddlscale.models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
 from flytekitplugins_ddlscale.refs import ClusterRef

@@ -16,10 +16,9 @@ from typing import Any, Callable, Dict, Iterator, Optional, TypeVar, Union
 from ..._core import settings
 from ...errors import ConflictError
 from .lockfile import exclusive, remove_unused
-from .privatefs import private_dir, read_record_text
+from .privatefs import private_dir, read_record_text, write_json, writing
 from ..._core.records import json_object, reading
 from ...refs import ClusterRef
-from .statefiles import write_json, writing
 
 T = TypeVar("T")
 DEFAULT_LOCK_TIMEOUT = 300.0

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 from ...errors import ScalingError
-from .statefiles import open_lock
+from .privatefs import open_lock
 
 LOCK_POLL = 0.05
 """Seconds between two tries of a lock another process holds."""
@@ -53,7 +53,7 @@ def exclusive(
     waiting: Optional[str] = None,
     on_release: Optional[Callable[[], None]] = None,
 ) -> Iterator[None]:
-    """Hold the exclusive lock of the file at ``path`` (:func:`~.statefiles.open_lock`: created 0600 if
+    """Hold the exclusive lock of the file at ``path`` (:func:`~.privatefs.open_lock`: created 0600 if
     absent, never through a link, read-only on a read-only folder).
 
     Waits at most ``timeout`` seconds for another holder, then raises ``busy()``.

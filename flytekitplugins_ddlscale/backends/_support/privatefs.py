@@ -4,20 +4,26 @@ Records and cluster folders decide which processes start and which files
 ``down`` removes, so a folder another user can write to, or a symbolic link
 planted in one, would let that user steer us. Every folder is created 0700
 and checked (owner, mode, not a link) before use; every file is opened with
-``O_NOFOLLOW``; removal walks folders without following links.
+``O_NOFOLLOW``; removal walks folders without following links. A file is
+replaced through a temp file and a rename (readers see the old file or the
+new one), and a write the folder or disk refuses is a :class:`StateWriteError`
+naming the file, with no temp file left behind.
 """
 import contextlib
 import errno
+import json
 import os
 import shutil
 import stat
+import tempfile
 from pathlib import Path
-from typing import Union
+from typing import Any, Iterator, Optional, Union
 
 from ...errors import InvalidInputError, StateWriteError, UnsafePathError
 
 PathLike = Union[str, Path]
 _OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
+TEMP_PREFIX = ".tmp-"
 
 
 def private_dir(path: PathLike) -> Path:
@@ -140,3 +146,47 @@ def remove_nofollow(path: PathLike) -> None:
     else:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
+
+
+@contextlib.contextmanager
+def writing(path: Any) -> Iterator[None]:
+    """Inside the block, an ``OSError`` (read-only folder, full disk, permission) raises
+    :class:`StateWriteError` naming ``path``."""
+    try:
+        yield
+    except OSError as exc:
+        raise StateWriteError.from_os_error(path, exc) from None
+
+
+def write_json(path: Path, data: Any, indent: Optional[int] = None) -> None:
+    """Replace ``path`` with ``data`` as JSON (sorted keys) atomically; :class:`StateWriteError` when it
+    cannot be written, with no temp file left."""
+    with writing(path):
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TEMP_PREFIX)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump(data, handle, indent=indent, sort_keys=True)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+
+def open_lock(path: Path) -> int:
+    """A descriptor of the lock file ``path`` to ``flock`` (created 0600 if absent, never through a link).
+
+    On a read-only folder or file system an existing lock file is opened read-only (``flock`` needs no
+    write access), so what only reads or stops processes (``down``) still works there;
+    ``FileNotFoundError`` when the folder is gone (its last lock holder may have removed it: the caller
+    makes it again); :class:`StateWriteError` when it cannot be opened otherwise.
+    """
+    try:
+        return open_nofollow(path, os.O_RDWR | os.O_CREAT)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC) or not os.path.exists(path):
+            raise StateWriteError.from_os_error(path, exc) from None
+    with writing(path):
+        return open_nofollow(path, os.O_RDONLY)

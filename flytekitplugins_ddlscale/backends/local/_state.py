@@ -36,7 +36,7 @@ from ..._core.leases import holder_gone, this_holder
 from .._support.privatefs import check_private_dir, private_dir, read_record_text, remove_nofollow
 from ..._core.records import json_object, reading
 from ...refs import ClusterRef
-from .._support.statefiles import write_json, writing
+from .._support.privatefs import write_json, writing
 from ..._core.wording import seconds
 from ._procs import CLUSTER_MARK_ENV, Mark, ProcessId, is_alive
 from ._record_check import check_cluster_json
