@@ -10,7 +10,7 @@ import pytest
 from flytekitplugins_ddlscale.errors import InvalidInputError, ScalingTimeoutError, UnauthorizedError
 from flytekitplugins_ddlscale._framework import PROBES, enabled_by_env, resolve_endpoint, wait_registered
 from flytekitplugins_ddlscale._framework.endpoints import Endpoint
-from flytekitplugins_ddlscale._framework.spark_conf import configured_master, master_host, read_properties
+from flytekitplugins_ddlscale._framework.endpoints import configured_master, master_host, read_properties
 from tests.framework_support import RealDask
 from tests.servers.ray_dashboard import RayDashboardServer
 from tests.servers.spark_master import SparkMasterServer

@@ -7,8 +7,7 @@ framework client is needed in the task image):
 
 * :mod:`.probes`     what each head serves and how to count its workers;
 * :mod:`.endpoints`  where the head is (overrides, Domino's variables,
-  ``spark.master``) and the on/off switch;
-* :mod:`.spark_conf` reading ``spark.master`` from the run's Spark configuration;
+  ``spark.master`` as Spark reads it) and the on/off switch;
 * :mod:`.wait`       the bounded waits (workers registered; removed workers dropped) that
   ride out an unreachable head.
 

@@ -9,7 +9,7 @@ Precedence for the head's base URL (first match wins):
    dashboard port (``$DDLSCALE_DASK_DASHBOARD_PORT``, default 8787); Ray
    ``$RAY_HEAD_SERVICE_HOST`` with the dashboard port
    (``$DDLSCALE_RAY_DASHBOARD_PORT``, default 8265); Spark the host of
-   ``spark.master`` (:mod:`.spark_conf`) with the master web UI port
+   ``spark.master`` (:func:`configured_master`: as Spark reads it) with the master web UI port
    (``$DDLSCALE_SPARK_WEBUI_PORT``, else ``$SPARK_MASTER_WEBUI_PORT``, default 8080).
 
 ``$DDLSCALE_FRAMEWORK_READINESS=off`` switches every check off.
@@ -18,13 +18,14 @@ A URL with credentials (``http://user:password@host``) is refused wherever
 it comes from: the check sends none, and the URL would carry them into
 templates, logs and messages.
 """
+import re
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from pathlib import Path
+from typing import Mapping, Optional, Tuple
 
 from .._core import settings
 from .._core.validation import validate_url
 from ..refs import KINDS
-from .spark_conf import configured_master, master_host
 
 _HOSTS = {
     "dask": (settings.DASK_SCHEDULER_SERVICE_HOST, settings.DASK_DASHBOARD_PORT),
@@ -85,6 +86,56 @@ def resolve_endpoint(kind: str, url: Optional[str] = None, env: Optional[Mapping
         port = settings.SPARK_WEBUI_PORT.value(env=env) or settings.SPARK_MASTER_WEBUI_PORT.value(env=env)
         return Endpoint(kind, _host_url(host, port), f"{found_master[1]}, web UI port {port}")
     return None
+
+
+DEFAULTS_FILE = "spark-defaults.conf"
+_SEPARATOR = re.compile(r"\s*[=:\s]\s*")
+
+
+def read_properties(text: str) -> dict:
+    """Key/value pairs of a Java-properties style file (``key value``, ``key=value`` or ``key: value``)."""
+    values = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        parts = _SEPARATOR.split(line, maxsplit=1)
+        values[parts[0]] = parts[1].strip() if len(parts) > 1 else ""
+    return values
+
+
+def master_host(master: str) -> Optional[str]:
+    """The host of a standalone master URL (``spark://h:7077``, first of ``spark://h1:7077,h2:7077``).
+
+    None for masters without a standalone master web UI (``local[*]``, ``yarn``, ``k8s://...``).
+    """
+    text = master.strip()
+    if not text.startswith("spark://"):
+        return None
+    first = text[len("spark://"):].split(",")[0]
+    host = first.rsplit(":", 1)[0] if ":" in first else first
+    return host.strip("[]") or None
+
+
+def configured_master(env: Mapping[str, str]) -> Optional[Tuple[str, str]]:
+    """``(master URL, where it was found)`` from the environment or ``spark-defaults.conf``; None if unset."""
+    master = settings.SPARK_MASTER.raw(env)
+    if master:
+        return master, f"${settings.SPARK_MASTER.name}"
+    # As Spark itself: $SPARK_CONF_DIR replaces $SPARK_HOME/conf, it does not add to it.
+    conf_dir, home = settings.SPARK_CONF_DIR.raw(env), settings.SPARK_HOME.raw(env)
+    if conf_dir:
+        path = Path(conf_dir) / DEFAULTS_FILE
+    elif home:
+        path = Path(home) / "conf" / DEFAULTS_FILE
+    else:
+        return None
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    master = read_properties(text).get("spark.master")
+    return (master, f"spark.master in {path}") if master else None
 
 
 def where_to_set(kind: str) -> str:
