@@ -677,10 +677,7 @@ def plant_claims(world: World, text: str) -> None:
 
     adapter = backend._adapter(world.ref)
     patch = {"metadata": {"annotations": {CLAIMS_ANNOTATION: text}}}
-    backend.api.patch_cluster(
-        adapter.plural, world.ref.namespace, adapter.object_name(world.ref), patch, group=adapter.group,
-        version=adapter.version,
-    )
+    backend.api.patch_object(backend._resource(world.ref), world.ref.namespace, adapter.object_name(world.ref), patch)
 
 
 def test_a_claim_renewed_far_ahead_is_a_corrupt_record_for_claims_reconcile_and_run(world):

@@ -32,7 +32,7 @@ from flytekitplugins_ddlscale import (
     WorkerFailedError,
 )
 from flytekitplugins_ddlscale._core import outage
-from flytekitplugins_ddlscale._core.outage import OutageTracker, retry_through_outage
+from flytekitplugins_ddlscale._core.outage import OutageTracker, RetryRule, send
 from flytekitplugins_ddlscale._core.waiting import Backoff, Deadline
 from flytekitplugins_ddlscale.backends._support.domino_auth import ProxyUnavailableError
 from flytekitplugins_ddlscale.backends.kubernetes._api import Conflict, WatchExpired
@@ -111,7 +111,7 @@ def _tracker() -> OutageTracker:
 
 
 def _attempts(failures, tracker, timeout=5.0):
-    """Run ``retry_through_outage`` on a call that raises ``failures`` in turn, then answers "ok"."""
+    """Run :func:`send` (a read inside a wait) on a call that raises ``failures`` in turn, then answers "ok"."""
     calls = []
 
     def call():
@@ -120,21 +120,24 @@ def _attempts(failures, tracker, timeout=5.0):
             raise failures[len(calls) - 1]
         return "ok"
 
-    result = retry_through_outage(
-        call, tracker=tracker, symptom=lambda exc: "refused" if isinstance(exc, ConnectionRefusedError) else None,
-        deadline=Deadline(timeout), unconnected=lambda exc: isinstance(exc, ConnectionRefusedError),
-        backoff=Backoff(0.001, 1.0, 0.001), sleep=lambda seconds: None,
-    )
+    rule = RetryRule(ride_out=True, outage_backoff=Backoff(0.001, 1.0, 0.001))
+    result = send(call, tracker=tracker, rule=rule, deadline=Deadline(timeout), sleep=lambda seconds: None)
     return result, len(calls)
+
+
+def _refused():
+    import httpx
+
+    return httpx.ConnectError("refused")
 
 
 def test_a_backend_never_reached_fails_at_once_with_an_access_error():
     with pytest.raises(AccessError) as caught:
-        _attempts([ConnectionRefusedError("refused")] * 3, _tracker())
+        _attempts([_refused()] * 3, _tracker())
     assert isinstance(caught.value, NeverReachedError) and not isinstance(caught.value, TransientError)
 
 
 def test_a_reached_backend_that_goes_down_is_ridden_out():
     tracker = _tracker()
     assert _attempts([], tracker) == ("ok", 1)
-    assert _attempts([ConnectionRefusedError("refused")] * 3, tracker) == ("ok", 4)
+    assert _attempts([_refused()] * 3, tracker) == ("ok", 4)

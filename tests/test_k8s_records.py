@@ -234,7 +234,8 @@ def test_corrupt_record_annotations_are_refused_before_anything_changes(k8s, bac
 
     names = {"parked": PARKED_AUTOSCALING_ANNOTATION, "claims": CLAIMS_ANNOTATION, "outside": OUTSIDE_ANNOTATION}
     k8s.add_cluster("ray", "bad", replicas=0)
-    backend.api.patch_cluster("rayclusters", "domino-compute", "bad", {"metadata": {"annotations": {names[annotation]: text}}})
+    rays = backend._resource(ClusterRef("ray", "bad"))
+    backend.api.patch_object(rays, "domino-compute", "bad", {"metadata": {"annotations": {names[annotation]: text}}})
     before = k8s.get_object("ray", "bad")["spec"]
     with pytest.raises(CorruptRecordError) as caught:
         backend.claim(ClusterRef("ray", "bad"), "p2", 2)

@@ -1,33 +1,16 @@
-"""Riding out a backend outage: retry until the operation's deadline, log once per outage.
+"""Riding out a backend outage: one retry loop (:func:`send`) and one classifier for both HTTP stacks.
 
-API servers and services restart routinely (upgrades, rescheduling, a rolling
-update of a one-replica Deployment). For seconds they refuse or reset
-connections, fail TLS handshakes or answer 429/5xx; once back, a restarted
-Kubernetes API server (or scaler service) answers 401/403 for a few more
-seconds while its authorization caches fill. Reads inside a wait keep
-trying through that until the wait's own deadline (capped, jittered
-backoff); a mutation is retried only when it was refused before anything
-was sent, or refused with 401/403 (a refused request did nothing). A
-request without a deadline (a poll) that meets such a 401/403 raises
-:class:`~flytekitplugins_ddlscale.errors.BackendUnavailableError`, transient:
-the poller reads again rather than fail for good. A 401/403 counts as the
-restart's only for :data:`WARMUP_WINDOW` seconds from the backend's first
-refusal after the outage. An
-:class:`OutageTracker` per backend connection logs ONCE when an outage
-starts and ONCE when it ends (with its length), and remembers the outages so
-a timeout can say how long the backend was unreachable.
-
-Two things are NOT an outage and fail at once: a backend that has never
-answered and to which no connection can be made (refused, name not resolved,
-TLS handshake failing: more likely a wrong address than a restart;
-:class:`~flytekitplugins_ddlscale.errors.NeverReachedError`, an access error, not a transient one),
-and a 401/403 that does not follow an outage, or still comes
-:data:`WARMUP_WINDOW` seconds after the backend was back (the caller lacks
-the permission). A backend that accepts connections but
-has not answered yet (hung, slow) is ridden out.
+API servers and services restart routinely: for seconds they refuse or reset connections, fail TLS
+handshakes or answer 429/5xx, and once back a restarted server answers 401/403 while its
+authorization caches fill (:data:`WARMUP_WINDOW`). A request is sent again as its :class:`RetryRule`
+says; an :class:`OutageTracker` per backend logs ONCE when an outage starts and ONCE when it ends,
+and tells a timeout how long the backend was unreachable. Not an outage, failing at once: a backend
+never reached (refused, unresolved, TLS failing: :class:`~flytekitplugins_ddlscale.errors.NeverReachedError`),
+and a 401/403 that does not follow an outage (a missing permission).
 """
 import http.client
 import logging
+import random
 import ssl
 import sys
 import threading
@@ -289,11 +272,16 @@ def wire_failure(exc: BaseException) -> Optional[str]:
 
 
 def symptom(exc: BaseException) -> Optional[str]:
-    """What an outage explains: :func:`wire_failure`, or an error that says nothing was sent
-    (``nothing_sent``: e.g. no token could be had from a proxy that is down)."""
-    if isinstance(exc, TransientError) and getattr(exc, "nothing_sent", False):
+    """What an outage explains: :func:`wire_failure`, or a typed :class:`TransientError` (e.g. no token
+    could be had from a proxy that is down, a request of a step failed so)."""
+    if isinstance(exc, TransientError):
         return exc.message
     return wire_failure(exc)
+
+
+def conflicted(exc: BaseException) -> bool:
+    """An answer 409 (raised by a stack, or typed): the call re-reads and builds its change again."""
+    return _status(exc) == 409 or getattr(exc, "status_code", None) == 409
 
 
 def nothing_sent(exc: BaseException) -> bool:
@@ -319,75 +307,118 @@ def refusal(exc: BaseException) -> Optional[str]:
     return f"HTTP {status}" if status in (401, 403) else None
 
 
-def retry_through_outage(
+@dataclass(frozen=True)
+class RetryRule:
+    """How :func:`send` sends a request again: how often, how long and on what.
+
+    ``attempts``: sends of a request safe to repeat whose answer failed on the wire (429, 5xx, a
+    connection lost), ``backoff`` apart; 1 for a request not safe to repeat. Under a deadline,
+    ``ride_out`` sends it again on every outage symptom until then (``outage_backoff`` apart: a read
+    inside a wait, a step rebuilt from a fresh read), and ``unsent`` sends again a request that never
+    left or was refused right after an outage (it did nothing). ``conflicts``: a 409 started again
+    that many times (the call re-reads before it patches).
+    """
+
+    attempts: int = 1
+    backoff: Backoff = Backoff(initial=0.2, factor=2.0, cap=2.0)
+    ride_out: bool = False
+    unsent: bool = True
+    conflicts: int = 0
+    outage_backoff: Backoff = OUTAGE_BACKOFF
+
+
+ONCE = RetryRule(unsent=False)
+"""One attempt: for a request inside a step that :func:`send` itself sends again."""
+
+
+def send(
     call: Callable[[], T],
     *,
     tracker: OutageTracker,
-    deadline: Optional[Deadline],
-    symptom: Callable[[Exception], Optional[str]] = symptom,
-    retry_if: Callable[[Exception], bool] = lambda exc: True,
-    unconnected: Callable[[Exception], bool] = unconnected,
-    refused: Callable[[Exception], Optional[str]] = refusal,
-    backoff: Backoff = OUTAGE_BACKOFF,
+    rule: RetryRule,
+    deadline: Optional[Deadline] = None,
+    what: str = "the request",
     sleep: Callable[[float], None] = time.sleep,
 ) -> T:
-    """``call()``'s result, trying again through an outage until ``deadline``.
+    """``call()``'s result, sent again as ``rule`` says (never past ``deadline``); else the last error.
 
-    A failure ``symptom`` names is reported to ``tracker`` and, if ``retry_if(exc)``
-    (a mutation passes :func:`nothing_sent`), tried again after a jittered pause;
-    an HTTP answer raised (even 5xx) shows the backend reachable. An ``unconnected``
-    symptom from a backend that never answered raises :class:`NeverReachedError` at once.
-    A ``refused`` answer (401/403) right after an outage (the tracker still unsettled, the
-    backend served before) is part of it: tried again (it did nothing, so even a mutation
-    is safe to repeat) and logged once; without a deadline (one attempt, nothing to ride it
-    out with), or at the end of a :class:`~.waiting.ReadBudget`, it raises
-    :class:`BackendUnavailableError` instead, transient: a poller reads again rather than fail
-    for a permission it has. Otherwise a refusal, like any other
-    error, is raised at once. Without a ``deadline`` there is one attempt; at the deadline
-    the last error is raised.
+    The one retry loop of both backend clients. Each failure is classified once (:func:`_again`): an
+    outage symptom or a refusal right after an outage is reported to ``tracker`` (one log line per
+    outage) and ridden out under ``deadline``; a bounded retry is logged with ``what`` (e.g. "GET
+    /cluster"); a 409 is started again. Without a deadline an outage is never waited out: a refusal
+    right after one raises :class:`BackendUnavailableError` (transient: a poller reads again), a backend
+    never reached :class:`NeverReachedError` at once.
     """
-    pauses = backoff.intervals()
+    outage_pauses, retry_pauses = rule.outage_backoff.intervals(), rule.backoff.intervals()
+    retries = conflicts = 0
     while True:
         sent_at = tracker.now()
         try:
             result = call()
-        except Exception as exc:  # noqa: BLE001 - classified, then re-raised or retried
-            refused_with = refused(exc)
-            if refused_with is not None:
-                tracker.answered(served=False)
-                if not (tracker.served and tracker.unsettled()):
-                    tracker.recovered(sent_at)
-                    raise
-                tracker.failed(refused_with)
-                tracker.refusing(refused_with)
-                if deadline is None or (deadline.expired and deadline.transient_at_end):
-                    raise _warming_up(tracker, refused_with) from None
-                if deadline.expired:
-                    raise
+        except Exception as exc:  # noqa: BLE001 - classified, then sent again or re-raised
+            kind, refused = _again(exc, tracker, sent_at, rule, deadline)
+            if kind == "retry" and retries + 1 < rule.attempts:
+                retries += 1
+                pause = next(retry_pauses) if deadline is None else min(next(retry_pauses), deadline.remaining)
+                tracker.logger.info("%s failed (%s); retry %d/%d in %.1fs", what, wire_failure(exc), retries,
+                                    rule.attempts - 1, pause)
+            elif kind == "conflict" and conflicts < rule.conflicts:
+                conflicts += 1
+                pause = random.uniform(0.01, 0.05) * conflicts
+            elif kind == "outage":
+                pause = next(outage_pauses)
             else:
-                reason = symptom(exc)
-                answer = _status(exc) is not None
-                if reason is None:
-                    if answer:
-                        tracker.answered(served=True)
-                        tracker.recovered(sent_at)
-                    raise
-                if answer:
-                    tracker.answered(served=False)
-                elif unconnected(exc) and not tracker.reached:
-                    raise _never_reached(tracker, reason) from exc
-                tracker.failed(reason)
-                if deadline is None or deadline.expired or not retry_if(exc):
-                    raise
-            sleep(min(next(pauses), deadline.remaining))
-            if deadline.expired:
-                if refused_with is not None and deadline.transient_at_end:
-                    raise _warming_up(tracker, refused_with) from None
                 raise
+            failed = exc
         else:
             tracker.answered(served=True)
             tracker.recovered(sent_at)
             return result
+        sleep(pause if deadline is None else min(pause, deadline.remaining))
+        if kind == "outage" and deadline is not None and deadline.expired:
+            if refused is not None and deadline.transient_at_end:
+                raise _warming_up(tracker, refused) from None
+            raise failed
+
+
+def _again(
+    exc: Exception, tracker: OutageTracker, sent_at: float, rule: RetryRule, deadline: Optional[Deadline]
+) -> Tuple[Optional[str], Optional[str]]:
+    """Whether ``exc`` is sent again, and why: ("outage" | "retry" | "conflict" | None, the refusal met).
+
+    Reports the attempt to ``tracker``: an answer shows the backend reachable; a symptom from a backend
+    never reached raises :class:`NeverReachedError`; a 401/403 counts as the outage's only while the
+    tracker is unsettled after the backend served (then, with nothing to ride it out with, it raises
+    :class:`BackendUnavailableError`)."""
+    time_left = deadline is not None and not deadline.expired
+    refused = refusal(exc)
+    if refused is not None:
+        tracker.answered(served=False)
+        if not (tracker.served and tracker.unsettled()):
+            tracker.recovered(sent_at)
+            return None, None
+        tracker.failed(refused)
+        tracker.refusing(refused)
+        if deadline is None or not (rule.unsent or rule.ride_out) or (deadline.expired and deadline.transient_at_end):
+            raise _warming_up(tracker, refused) from None
+        return ("outage" if time_left else None), refused
+    reason = symptom(exc)
+    answer = _status(exc) is not None
+    if reason is None:
+        if answer:
+            tracker.answered(served=True)
+            tracker.recovered(sent_at)
+        return ("conflict" if conflicted(exc) else None), None
+    if answer:
+        tracker.answered(served=False)
+    elif unconnected(exc) and not tracker.reached:
+        raise _never_reached(tracker, reason) from exc
+    tracker.failed(reason)
+    if time_left and (rule.ride_out or (rule.unsent and nothing_sent(exc))):
+        return "outage", None
+    if (deadline is None or time_left) and wire_failure(exc) is not None:
+        return "retry", None
+    return None, None
 
 
 MIN_ATTEMPT_TIMEOUT = 0.1
@@ -397,50 +428,6 @@ MIN_ATTEMPT_TIMEOUT = 0.1
 def attempt_timeout(limit: float, deadline: Optional[Deadline]) -> float:
     """The timeout of one request: ``limit``, cut to what ``deadline`` leaves (at least :data:`MIN_ATTEMPT_TIMEOUT`)."""
     return limit if deadline is None else min(limit, max(deadline.remaining, MIN_ATTEMPT_TIMEOUT))
-
-
-@dataclass(frozen=True)
-class RetryRule:
-    """The bounded retries of a request safe to repeat (an idempotent read, or a write the contract
-    makes safe, e.g. setting an absolute count): at most ``attempts`` tries, ``backoff`` apart."""
-
-    attempts: int = 3
-    backoff: Backoff = Backoff(initial=0.2, factor=2.0, cap=2.0)
-
-
-def send(
-    call: Callable[[], T],
-    *,
-    tracker: OutageTracker,
-    what: str,
-    rule: Optional[RetryRule],
-    deadline: Optional[Deadline] = None,
-    ride_out: bool = False,
-    sleep: Callable[[float], None] = time.sleep,
-) -> T:
-    """``call()``'s result under the one retry path of both backend clients; else the last error.
-
-    With a ``rule`` (the request is safe to repeat) a :func:`wire_failure` is tried again up to
-    ``rule.attempts`` times, never past ``deadline``; without, it is sent once. Each attempt goes
-    through :func:`retry_through_outage`: with ``ride_out`` and a ``deadline`` (a read inside a
-    wait) it rides the outage out instead; otherwise only a request never sent is tried again.
-    ``what`` (e.g. "GET /cluster") names the request in each retry's log line.
-    """
-    riding = ride_out and deadline is not None
-    retry_if = (lambda exc: True) if riding else nothing_sent
-    retries = rule.attempts - 1 if rule is not None and not riding else 0
-    pauses = (rule or RetryRule()).backoff.intervals()
-    for retry in range(1, retries + 1):
-        try:
-            return retry_through_outage(call, tracker=tracker, deadline=deadline, retry_if=retry_if, sleep=sleep)
-        except Exception as exc:  # noqa: BLE001 - retried while the rule allows, else re-raised
-            failure = wire_failure(exc)
-            if failure is None or (deadline is not None and deadline.expired):
-                raise
-            pause = next(pauses) if deadline is None else min(next(pauses), deadline.remaining)
-            tracker.logger.info("%s failed (%s); retry %d/%d in %.1fs", what, failure, retry, retries, pause)
-            sleep(pause)
-    return retry_through_outage(call, tracker=tracker, deadline=deadline, retry_if=retry_if, sleep=sleep)
 
 
 def _warming_up(tracker: OutageTracker, reason: str) -> BackendUnavailableError:

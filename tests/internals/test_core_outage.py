@@ -14,14 +14,9 @@ from typing import List
 import pytest
 
 from flytekitplugins_ddlscale._core import outage
-from flytekitplugins_ddlscale._core.outage import (
-    NeverReachedError,
-    OutageTracker,
-    cert_verification_failed,
-    retry_through_outage,
-)
+from flytekitplugins_ddlscale._core.outage import NeverReachedError, OutageTracker, RetryRule, cert_verification_failed, send
 from flytekitplugins_ddlscale._core.waiting import Backoff, Deadline
-from flytekitplugins_ddlscale.errors import BackendUnavailableError, TransientError
+from flytekitplugins_ddlscale.errors import BackendUnavailableError, ConflictError, TransientError, UnauthorizedError
 from tests.clock_support import Clock
 
 
@@ -100,80 +95,19 @@ def test_summary_is_empty_without_an_outage(tracker):
     assert tracker.summary(Deadline(10)) == ""
 
 
-def test_transient_failures_are_retried_until_the_call_succeeds(tracker):
-    answers = iter([ConnectionRefusedError(), ConnectionResetError(), "ok"])
-    pauses: List[float] = []
-
-    def call() -> str:
-        answer = next(answers)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-    result = retry_through_outage(
-        call, tracker=tracker, symptom=lambda exc: type(exc).__name__, deadline=Deadline(30),
-        backoff=Backoff(initial=0.2, factor=2.0, cap=2.0), sleep=pauses.append,
-    )
-    assert result == "ok" and pauses == [0.2, 0.4] and not tracker.down
+READ = RetryRule(ride_out=True, outage_backoff=Backoff(initial=0.2, factor=2.0, cap=2.0))
+"""A read inside a wait, its outage pauses without jitter so they can be compared."""
 
 
-def test_errors_retrying_cannot_fix_are_raised_at_once(tracker):
-    calls = itertools.count()
-
-    def call() -> None:
-        next(calls)
-        raise PermissionError("403")
-
-    with pytest.raises(PermissionError):
-        retry_through_outage(call, tracker=tracker, symptom=lambda exc: None, deadline=Deadline(30), sleep=lambda s: None)
-    assert next(calls) == 1
-
-
-def test_a_failure_that_may_have_been_sent_is_not_retried_when_only_refusals_are(tracker):
-    calls = itertools.count()
-
-    def call() -> None:
-        next(calls)
-        raise TimeoutError("answer lost")
-
-    with pytest.raises(TimeoutError):
-        retry_through_outage(
-            call, tracker=tracker, symptom=lambda exc: "timeout", deadline=Deadline(30),
-            retry_if=lambda exc: isinstance(exc, ConnectionRefusedError), sleep=lambda s: None,
-        )
-    assert next(calls) == 1 and tracker.down
-
-
-def test_without_a_deadline_there_is_one_attempt(tracker):
-    calls = itertools.count()
-
-    def call() -> None:
-        next(calls)
-        raise ConnectionRefusedError()
-
-    with pytest.raises(ConnectionRefusedError):
-        retry_through_outage(call, tracker=tracker, symptom=lambda exc: "refused", deadline=None)
-    assert next(calls) == 1
-
-
-def test_retries_stop_at_the_deadline(tracker):
-    deadline = Deadline(0.05)
-    slept: List[float] = []
-
-    def sleep(seconds: float) -> None:
-        slept.append(seconds)
-        deadline.expires = 0.0  # time is up after the first pause
-
-    with pytest.raises(ConnectionRefusedError):
-        retry_through_outage(
-            lambda: (_ for _ in ()).throw(ConnectionRefusedError()), tracker=tracker,
-            symptom=lambda exc: "refused", deadline=deadline, sleep=sleep,
-        )
-    assert len(slept) == 1 and slept[0] <= 0.05
-
-
-class Refused(Exception):
+class Refused(UnauthorizedError):
     """A 403 answer."""
+
+
+def unconnected() -> Exception:
+    """A connection that could not be opened (a backend never reached, if it never answered)."""
+    import httpx
+
+    return httpx.ConnectError("connection refused")
 
 
 def scripted(*answers: object):
@@ -191,18 +125,81 @@ def scripted(*answers: object):
     return call
 
 
+def test_transient_failures_are_retried_until_the_call_succeeds(tracker):
+    pauses: List[float] = []
+    call = scripted(ConnectionRefusedError(), ConnectionResetError(), "ok")
+    result = send(call, tracker=tracker, rule=READ, deadline=Deadline(30), sleep=pauses.append)
+    assert result == "ok" and pauses == [0.2, 0.4] and not tracker.down
+
+
+def test_a_request_safe_to_repeat_is_retried_a_bounded_number_of_times_without_a_deadline(tracker, caplog):
+    caplog.set_level(logging.INFO)
+    pauses: List[float] = []
+    call = scripted(ConnectionResetError(), ConnectionResetError(), ConnectionResetError(), "ok")
+    with pytest.raises(ConnectionResetError):
+        send(call, tracker=tracker, rule=RetryRule(attempts=3), what="GET /x", sleep=pauses.append)
+    assert call.calls == 3 and pauses == [0.2, 0.4]
+    assert "GET /x failed (ConnectionResetError); retry 2/2 in 0.4s" in messages(caplog)
+
+
+def test_errors_retrying_cannot_fix_are_raised_at_once(tracker):
+    call = scripted(ValueError("not an outage"), "ok")
+    with pytest.raises(ValueError):
+        send(call, tracker=tracker, rule=READ, deadline=Deadline(30), sleep=lambda s: None)
+    assert call.calls == 1
+
+
+def test_a_write_that_may_have_been_sent_is_not_retried(tracker):
+    call = scripted(TimeoutError("answer lost"), "ok")
+    with pytest.raises(TimeoutError):
+        send(call, tracker=tracker, rule=RetryRule(), deadline=Deadline(30), sleep=lambda s: None)
+    assert call.calls == 1 and tracker.down
+
+
+def test_a_write_never_sent_is_sent_again_under_a_deadline(tracker):
+    send(scripted("ok"), tracker=tracker, rule=READ)
+    call = scripted(unconnected(), unconnected(), "ok")
+    assert send(call, tracker=tracker, rule=RetryRule(), deadline=Deadline(30), sleep=lambda s: None) == "ok"
+    assert call.calls == 3
+
+
+def test_without_a_deadline_there_is_one_attempt(tracker):
+    call = scripted(ConnectionRefusedError(), "ok")
+    with pytest.raises(ConnectionRefusedError):
+        send(call, tracker=tracker, rule=READ)
+    assert call.calls == 1
+
+
+def test_conflicts_are_started_again_as_often_as_the_rule_says(tracker):
+    conflict = ConflictError("409", status_code=409)
+    call = scripted(conflict, conflict, "ok")
+    assert send(call, tracker=tracker, rule=RetryRule(conflicts=2), sleep=lambda s: None) == "ok"
+    with pytest.raises(ConflictError):
+        send(scripted(conflict, conflict, "ok"), tracker=tracker, rule=RetryRule(conflicts=1), sleep=lambda s: None)
+
+
+def test_retries_stop_at_the_deadline(tracker):
+    deadline = Deadline(0.05)
+    slept: List[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        deadline.expires = 0.0  # time is up after the first pause
+
+    with pytest.raises(ConnectionRefusedError):
+        send(lambda: (_ for _ in ()).throw(ConnectionRefusedError()), tracker=tracker, rule=READ,
+             deadline=deadline, sleep=sleep)
+    assert len(slept) == 1 and slept[0] <= 0.05
+
+
 def classified(call, tracker, deadline=None):
-    return retry_through_outage(
-        call, tracker=tracker, symptom=lambda exc: type(exc).__name__ if isinstance(exc, OSError) else None,
-        deadline=deadline if deadline is not None else Deadline(30),
-        unconnected=lambda exc: isinstance(exc, ConnectionRefusedError),
-        refused=lambda exc: "HTTP 403" if isinstance(exc, Refused) else None, sleep=lambda s: None,
-    )
+    return send(call, tracker=tracker, rule=READ, deadline=deadline if deadline is not None else Deadline(30),
+                sleep=lambda s: None)
 
 
 def test_a_backend_never_reached_is_not_an_outage(tracker, caplog):
     caplog.set_level(logging.INFO)
-    call = scripted(ConnectionRefusedError(), "ok")
+    call = scripted(unconnected(), "ok")
     with pytest.raises(NeverReachedError) as caught:
         classified(call, tracker)
     assert call.calls == 1 and "has not answered once" in str(caught.value)
@@ -211,7 +208,7 @@ def test_a_backend_never_reached_is_not_an_outage(tracker, caplog):
 
 def test_a_backend_that_answered_once_is_ridden_out_when_it_refuses_connections(tracker):
     classified(scripted("ok"), tracker)
-    call = scripted(ConnectionRefusedError(), ConnectionRefusedError(), "ok")
+    call = scripted(unconnected(), unconnected(), "ok")
     assert classified(call, tracker) == "ok" and call.calls == 3
 
 
@@ -223,7 +220,7 @@ def test_a_backend_that_accepts_but_has_not_answered_yet_is_ridden_out(tracker):
 def test_refusals_right_after_an_outage_are_ridden_out_and_logged_once(tracker, caplog):
     caplog.set_level(logging.INFO)
     classified(scripted("ok"), tracker)
-    call = scripted(ConnectionRefusedError(), Refused(), Refused(), Refused(), "ok")
+    call = scripted(ConnectionRefusedError(), Refused("HTTP 403"), Refused("HTTP 403"), Refused("HTTP 403"), "ok")
     assert classified(call, tracker) == "ok" and call.calls == 5
     refusing = [m for m in messages(caplog) if "answers HTTP 403 after its outage" in m]
     assert len(refusing) == 1 and not tracker.down
@@ -231,7 +228,7 @@ def test_refusals_right_after_an_outage_are_ridden_out_and_logged_once(tracker, 
 
 def test_a_refusal_that_does_not_follow_an_outage_is_raised_at_once(tracker):
     classified(scripted("ok"), tracker)
-    call = scripted(Refused(), "ok")
+    call = scripted(Refused("HTTP 403"), "ok")
     with pytest.raises(Refused):
         classified(call, tracker)
     assert call.calls == 1
@@ -239,7 +236,7 @@ def test_a_refusal_that_does_not_follow_an_outage_is_raised_at_once(tracker):
 
 def test_a_refusal_on_first_contact_after_refused_connections_is_raised_at_once(tracker):
     tracker.answered(served=False)  # it answered 503 before, but never served a request
-    call = scripted(ConnectionRefusedError(), Refused(), "ok")
+    call = scripted(unconnected(), Refused("HTTP 403"), "ok")
     with pytest.raises(Refused):
         classified(call, tracker)
     assert call.calls == 2
@@ -248,7 +245,7 @@ def test_a_refusal_on_first_contact_after_refused_connections_is_raised_at_once(
 def test_refusals_after_an_outage_end_at_the_deadline(tracker):
     classified(scripted("ok"), tracker)
     deadline = Deadline(30)
-    refusals = [Refused() for _ in range(3)]
+    refusals = [Refused("HTTP 403") for _ in range(3)]
 
     def call() -> None:
         if len(refusals) == 1:
@@ -266,11 +263,9 @@ def test_a_refusal_right_after_an_outage_without_a_deadline_is_transient(tracker
     reading again, not fail its node for a permission it has."""
     classified(scripted("ok"), tracker)
     with pytest.raises(ConnectionRefusedError):
-        retry_through_outage(scripted(ConnectionRefusedError()), tracker=tracker, deadline=None,
-                             symptom=lambda exc: "refused", refused=lambda exc: None)
+        send(scripted(ConnectionRefusedError()), tracker=tracker, rule=READ)
     with pytest.raises(BackendUnavailableError) as caught:
-        retry_through_outage(scripted(Refused()), tracker=tracker, deadline=None,
-                             refused=lambda exc: "HTTP 403" if isinstance(exc, Refused) else None)
+        send(scripted(Refused("HTTP 403")), tracker=tracker, rule=READ)
     assert isinstance(caught.value, TransientError) and tracker.down
     assert "the test server answered HTTP 403 right after its outage" in str(caught.value)
 
@@ -283,8 +278,7 @@ def test_refusals_past_the_warmup_window_are_a_missing_permission(tracker, clock
     tracker.failed("ConnectionRefusedError")
 
     def refuse() -> None:  # one read without a deadline, as a connector's poll makes
-        retry_through_outage(scripted(Refused()), tracker=tracker, deadline=None,
-                             refused=lambda exc: "HTTP 403" if isinstance(exc, Refused) else None)
+        send(scripted(Refused("HTTP 403")), tracker=tracker, rule=READ)
 
     with pytest.raises(BackendUnavailableError):
         refuse()

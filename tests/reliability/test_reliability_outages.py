@@ -519,16 +519,18 @@ def test_k8s_scale_refused_before_sending_is_applied_once_the_server_is_back(
 def test_k8s_patch_refused_at_connect_is_sent_once_the_server_is_back(k8s_server, kproxy, k8s_cluster):
     from kubernetes import client as k8s_client
 
-    from flytekitplugins_ddlscale.backends.kubernetes._api import KubeApi
+    from flytekitplugins_ddlscale.backends._support.crds import CRD_GROUP, CRD_VERSION
+    from flytekitplugins_ddlscale.backends.kubernetes._api import KubeApi, Resource
     from flytekitplugins_ddlscale._core.waiting import Deadline
 
     api = KubeApi(k8s_client.ApiClient(k8s_client.Configuration(host=kproxy.url)))
     try:
-        version = api.get_cluster("rayclusters", "domino-compute", RAY.name)["metadata"]["resourceVersion"]
+        rays = Resource("rayclusters", CRD_GROUP, CRD_VERSION)
+        version = api.read_object(rays, "domino-compute", RAY.name)["metadata"]["resourceVersion"]
         patch = {"metadata": {"resourceVersion": version}, "spec": {"worker": {"replicas": 2}}}
         with When(lambda: True, lambda: kproxy.outage(1.5)) as fault:
             time.sleep(0.2)
-            after = api.patch_cluster("rayclusters", "domino-compute", RAY.name, patch, Deadline(TIMEOUT))
+            after = api.patch_object(rays, "domino-compute", RAY.name, patch, Deadline(TIMEOUT))
     finally:
         api.close()
     assert fault.fired

@@ -1,22 +1,18 @@
-"""The few Kubernetes API calls the backend makes, with errors made typed.
+"""The Kubernetes API client of the backend: the few calls it makes, with errors made typed.
 
-Wraps the official client's ``CustomObjectsApi`` and ``CoreV1Api``: cluster
-objects are read and merge-patched (always ``application/merge-patch+json``:
-custom resources refuse strategic merge with 415), pods are listed, watched
-and deleted. API errors become :mod:`flytekitplugins_ddlscale.errors` types
-naming the verb and resource. Without a deadline, reads are retried a
-bounded number of times on connection errors, 429 and 5xx. Calls made under
-an operation's :class:`~flytekitplugins_ddlscale._core.waiting.Deadline` give each
-attempt at most the time left; reads then ride out an outage until the
-deadline, while writes are tried again only when nothing was sent (the caller
-decides about the rest, since only it knows whether a write is safe to
-repeat): the one retry path of :func:`flytekitplugins_ddlscale._core.outage.send`.
+Cluster objects are read and merge-patched (always ``application/merge-patch+json``: custom resources
+refuse strategic merge with 415), objects and pods listed and watched, pods deleted. Each request goes
+through the one retry loop, :func:`~flytekitplugins_ddlscale._core.outage.send`, as its
+:class:`~flytekitplugins_ddlscale._core.outage.RetryRule` says (reads: :data:`READS`; writes: sent once,
+again only while nothing was sent); each attempt gets at most the time its deadline leaves.
 """
 import json
 import logging
 import math
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
+from ..._core import settings
 from ...errors import (
     BackendUnavailableError,
     CertificateRefusedError,
@@ -27,17 +23,35 @@ from ...errors import (
     TransientError,
     UnauthorizedError,
 )
-from ..._core.outage import RetryRule, attempt_timeout, cert_verification_failed, send, shared_tracker
-from ..._core.redaction import redact
-from ..._core.sharing import refuse_in_cache_only
-from .._support.crds import CRD_GROUP, CRD_VERSION
+from ..._core.outage import ONCE, RetryRule, attempt_timeout, cert_verification_failed, send, shared_tracker
+from ..._core.redaction import redact, register_secret
 from ..._core.waiting import Deadline
-from ._client import limit_retries
 
 MERGE_PATCH = "application/merge-patch+json"
-READ_RETRIES = RetryRule(attempts=3)
-"""The bounded retries of a read without a deadline: 3 attempts, 0.2 s then 0.4 s apart."""
+READS = RetryRule(attempts=3, ride_out=True)
+"""A read: 3 attempts 0.2 s then 0.4 s apart without a deadline; under one, the outage ridden out."""
+WRITES = RetryRule()
+"""A write: sent once; under a deadline, again while nothing was sent (the caller decides the rest)."""
+POOL_CONNECTIONS = 64
+"""Connections kept open for reuse (at least the connector's concurrent readers): the client's
+default, ``cpu_count x 5``, closes every connection past it, so each later request handshakes anew."""
 logger = logging.getLogger("flytekitplugins_ddlscale.kubernetes")
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Pods, or the custom objects of ``plural`` in ``group``/``version``."""
+
+    plural: str
+    group: str = ""
+    version: str = "v1"
+
+    @property
+    def is_pods(self) -> bool:
+        return not self.group and self.plural == "pods"
+
+
+PODS = Resource("pods")
 
 
 class Conflict(ConflictError):
@@ -50,6 +64,97 @@ class WatchExpired(TransientError):
     code = "watch_expired"
 
 
+def make_api_client(kubeconfig: Optional[str], context: Optional[str], in_cluster: Optional[bool]) -> Any:
+    """A ``kubernetes.client.ApiClient``: in a pod (``$KUBERNETES_SERVICE_HOST``) the service account's
+    in-cluster config unless a kubeconfig is given, else the kubeconfig (``kubeconfig``, ``$KUBECONFIG``,
+    ``~/.kube/config``) and ``context``; :data:`POOL_CONNECTIONS` kept, urllib3 never retrying."""
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    use_in_cluster = in_cluster if in_cluster is not None else (
+        kubeconfig is None and settings.KUBERNETES_SERVICE_HOST.is_set()
+    )
+    try:
+        if use_in_cluster:
+            config.load_incluster_config(client_configuration=configuration)
+        else:
+            # Read $KUBECONFIG now: the client computes its default path once, at import.
+            path = settings.KUBECONFIG.value(kubeconfig or None)
+            config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
+    except (config.ConfigException, OSError) as exc:
+        source = "in-cluster service account" if use_in_cluster else f"kubeconfig {kubeconfig or '(default)'}"
+        raise BackendUnavailableError(f"could not load Kubernetes configuration from {source}: {exc}") from None
+    configuration.retries = limited_retries()
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, POOL_CONNECTIONS)
+    for value in (configuration.api_key or {}).values():
+        register_secret(str(value))
+        register_secret(str(value).split(" ", 1)[-1])
+    return client.ApiClient(configuration)
+
+
+def limited_retries() -> Any:
+    """urllib3's retry policy for the client: no reconnect, never a resend. :func:`send` retries; urllib3's
+    default would resend a request whose answer timed out, with the full timeout each time."""
+    from urllib3.util.retry import Retry
+
+    return Retry(total=1, connect=0, read=0, status=0, other=0)
+
+
+def _limit_retries(api_client: Any) -> None:
+    """Give ``api_client``'s connection pools the :func:`limited_retries` policy, existing pools included."""
+    retries = limited_retries()
+    api_client.configuration.retries = retries
+    manager = api_client.rest_client.pool_manager
+    manager.connection_pool_kw["retries"] = retries
+    for key in manager.pools.keys():
+        pool = manager.pools.get(key)
+        if pool is not None:
+            pool.retries = retries
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a request does, as its errors and retry log lines name it."""
+
+    verb: str
+    plural: str
+    namespace: str
+    name: Optional[str] = None
+
+    def failed(self, exc: Exception) -> ScalingError:
+        """The typed error of an API exception (a typed error as it is)."""
+        from kubernetes.client.exceptions import ApiException
+
+        if isinstance(exc, ScalingError):
+            return exc
+        verb, plural = self.verb, self.plural
+        where = f"{plural} {self.name!r}" if self.name else plural
+        where = f"{where} in namespace {self.namespace!r}"
+        if cert_verification_failed(exc):
+            return CertificateRefusedError(
+                f"{verb} {where}: the API server's TLS certificate was refused ({type(exc).__name__}: "
+                f"{redact(exc)}); nothing was sent (check the kubeconfig's certificate-authority and server address)"
+            )
+        if not isinstance(exc, ApiException):
+            return BackendUnavailableError(f"{verb} {where} failed: {type(exc).__name__}: {redact(exc)}")
+        status, message = exc.status or 0, _status_message(exc)
+        if status in (401, 403):
+            return UnauthorizedError(
+                f"Kubernetes refused to {verb} {where} (RBAC): {message}. Grant the '{verb}' verb on '{plural}' "
+                "(see the Role for the cluster's kind in examples/k8s/: rbac.yaml, kuberay-rbac.yaml, "
+                "dask-operator-rbac.yaml)", status_code=status,
+            )
+        if status == 404:
+            return ClusterNotFoundError(f"{where} not found: {message}", status_code=status)
+        if status == 409:
+            return Conflict(f"{verb} {where} conflicted: {message}", status_code=status)
+        if status == 410:
+            return WatchExpired(f"{verb} {where}: {message}", status_code=status)
+        if status in (400, 415, 422):
+            return NotScalableError(f"Kubernetes rejected {verb} {where}: {message}", status_code=status)
+        return BackendUnavailableError(f"{verb} {where} failed: HTTP {status}: {message}", status_code=status)
+
+
 def _status_message(exc: Any) -> str:
     try:
         return str(json.loads(exc.body).get("message") or exc.reason)
@@ -57,216 +162,118 @@ def _status_message(exc: Any) -> str:
         return str(getattr(exc, "reason", "") or exc)
 
 
-def translate(exc: Exception, verb: str, resource: str, name: Optional[str], namespace: str) -> ScalingError:
-    """The typed error for an API exception from ``verb`` on ``resource`` (a typed error as it is)."""
-    from kubernetes.client.exceptions import ApiException
-
-    if isinstance(exc, ScalingError):
-        return exc
-    target = f"{resource} {name!r}" if name else resource
-    where = f"{target} in namespace {namespace!r}"
-    if cert_verification_failed(exc):
-        return CertificateRefusedError(
-            f"{verb} {where}: the API server's TLS certificate was refused ({type(exc).__name__}: {redact(exc)}); "
-            "nothing was sent (check the kubeconfig's certificate-authority and server address)"
-        )
-    if not isinstance(exc, ApiException):
-        return BackendUnavailableError(f"{verb} {where} failed: {type(exc).__name__}: {redact(exc)}")
-    status = exc.status or 0
-    message = _status_message(exc)
-    if status in (401, 403):
-        return UnauthorizedError(
-            f"Kubernetes refused to {verb} {where} (RBAC): {message}. "
-            f"Grant the '{verb}' verb on '{resource}' (see the Role for the cluster's kind in examples/k8s/: "
-            "rbac.yaml, kuberay-rbac.yaml, dask-operator-rbac.yaml)",
-            status_code=status,
-        )
-    if status == 404:
-        return ClusterNotFoundError(f"{where} not found: {message}", status_code=status)
-    if status == 409:
-        return Conflict(f"{verb} {where} conflicted: {message}", status_code=status)
-    if status == 410:
-        return WatchExpired(f"{verb} {where}: {message}", status_code=status)
-    if status in (400, 415, 422):
-        return NotScalableError(f"Kubernetes rejected {verb} {where}: {message}", status_code=status)
-    return BackendUnavailableError(f"{verb} {where} failed: HTTP {status}: {message}", status_code=status)
-
-
 class KubeApi:
-    """Cluster objects and pods in one namespace-agnostic client.
-
-    ``api_client``'s urllib3 retries are limited (see
-    :func:`~flytekitplugins_ddlscale.backends.kubernetes._client.limited_retries`)
-    so that no request outlives the timeout it was given.
-    """
+    """Cluster objects and pods in one namespace-agnostic client; urllib3 itself never retries."""
 
     def __init__(self, api_client: Any, request_timeout: float = 30.0) -> None:
         from kubernetes import client
 
-        limit_retries(api_client)
+        _limit_retries(api_client)
         self.api_client = api_client
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
         self.request_timeout = request_timeout
         host = getattr(api_client.configuration, "host", "") or ""
         self.outage = shared_tracker(f"the Kubernetes API server {host}".rstrip(), logger)
-        """Reachability of the API server, shared by every client of it in this process (the shared
-        pod informer included), so an outage is logged once."""
+        """Reachability of the API server, shared by every client of it in this process."""
 
     def _call(
-        self, verb: str, resource: str, name: Optional[str], namespace: str,
-        call: Callable[[float], Any], deadline: Optional[Deadline] = None, *, read: bool = True,
+        self, request: Request, call: Callable[[float], Any], deadline: Optional[Deadline], rule: RetryRule
     ) -> Any:
-        # A read is retried by READ_RETRIES, or rides the outage out under a deadline; a write is
-        # sent once (tried again under a deadline only while nothing was sent).
-        refuse_in_cache_only(f"{verb} {resource}")
         try:
             return send(
                 lambda: call(attempt_timeout(self.request_timeout, deadline)), tracker=self.outage,
-                what=f"{verb} {resource}", rule=READ_RETRIES if read else None, deadline=deadline, ride_out=read,
+                rule=rule, deadline=deadline, what=f"{request.verb} {request.plural}",
             )
         except Exception as exc:  # noqa: BLE001 - translated
-            raise translate(exc, verb, resource, name, namespace) from None
+            raise request.failed(exc) from None
 
-    def get_cluster(
-        self, plural: str, namespace: str, name: str, deadline: Optional[Deadline] = None,
-        group: str = CRD_GROUP, version: str = CRD_VERSION,
+    def read_object(
+        self, resource: Resource, namespace: str, name: str, deadline: Optional[Deadline] = None,
+        rule: RetryRule = READS,
     ) -> Dict[str, Any]:
-        """The cluster object (of ``group``/``version``, Domino's DCO by default) as a dict;
-        attempts end by ``deadline`` if given."""
-        return self._call(
-            "get", plural, name, namespace,
-            lambda timeout: self.custom.get_namespaced_custom_object(
-                group, version, namespace, plural, name, _request_timeout=timeout
-            ),
-            deadline,
-        )
-
-    def list_clusters(
-        self, plural: str, namespace: str, selector: str, group: str, version: str,
-        deadline: Optional[Deadline] = None,
-    ) -> List[Dict[str, Any]]:
-        """Custom objects of ``plural`` matching ``selector``; attempts end by ``deadline`` if given."""
-        return self._call(
-            "list", plural, None, namespace,
-            lambda timeout: self.custom.list_namespaced_custom_object(
-                group, version, namespace, plural, label_selector=selector, _request_timeout=timeout
-            ).get("items") or [],
-            deadline,
-        )
-
-    def patch_cluster(
-        self, plural: str, namespace: str, name: str, patch: Dict[str, Any], deadline: Optional[Deadline] = None,
-        group: str = CRD_GROUP, version: str = CRD_VERSION,
-    ) -> Dict[str, Any]:
-        """One JSON merge patch of the cluster object (of ``group``/``version``); returns the object
-        after it.
-
-        Sent once; with ``deadline``, a connection refused before anything was
-        sent is tried again until it passes."""
-        return self._call(
-            "patch", plural, name, namespace,
-            lambda timeout: self.custom.patch_namespaced_custom_object(
-                group, version, namespace, plural, name, patch, _content_type=MERGE_PATCH, _request_timeout=timeout,
-            ),
-            deadline, read=False,
-        )
-
-    def list_pods(
-        self, namespace: str, selector: str, deadline: Optional[Deadline] = None
-    ) -> Tuple[List[Dict[str, Any]], str]:
-        """Pods matching ``selector`` as dicts, and the list's resourceVersion; attempts end by ``deadline``."""
-
-        def call(timeout: float) -> Tuple[List[Dict[str, Any]], str]:
-            response = self.core.list_namespaced_pod(
-                namespace, label_selector=selector, _preload_content=False, _request_timeout=timeout,
+        """Custom object ``name`` as a dict."""
+        return self._call(Request("get", resource.plural, namespace, name), lambda timeout: (
+            self.custom.get_namespaced_custom_object(
+                resource.group, resource.version, namespace, resource.plural, name, _request_timeout=timeout
             )
-            data = json.loads(response.data)
-            return data.get("items") or [], str(data["metadata"]["resourceVersion"])
-
-        return self._call("list", "pods", None, namespace, call, deadline)
+        ), deadline, rule)
 
     def list_objects(
-        self, plural: str, namespace: str, group: str, version: str, deadline: Optional[Deadline] = None
+        self, resource: Resource, namespace: str, selector: str = "", deadline: Optional[Deadline] = None,
+        rule: RetryRule = READS,
     ) -> Tuple[List[Dict[str, Any]], str]:
-        """Every custom object of ``plural`` in ``namespace`` as dicts, and the list's resourceVersion
-        (what a watch starts from); attempts end by ``deadline``."""
+        """The pods or custom objects of ``resource`` matching ``selector``, and the list's
+        resourceVersion (what a watch starts from)."""
 
         def call(timeout: float) -> Tuple[List[Dict[str, Any]], str]:
-            response = self.custom.list_namespaced_custom_object(
-                group, version, namespace, plural, _preload_content=False, _request_timeout=timeout,
-            )
+            options = dict(label_selector=selector, _preload_content=False, _request_timeout=timeout)
+            if resource.is_pods:
+                response = self.core.list_namespaced_pod(namespace, **options)
+            else:
+                response = self.custom.list_namespaced_custom_object(
+                    resource.group, resource.version, namespace, resource.plural, **options
+                )
             data = json.loads(response.data)
             return data.get("items") or [], str(data["metadata"]["resourceVersion"])
 
-        return self._call("list", plural, None, namespace, call, deadline)
+        return self._call(Request("list", resource.plural, namespace), call, deadline, rule)
 
-    def watch_pods(
-        self, namespace: str, selector: str, resource_version: str, seconds: float,
-        on_open: Optional[Callable[[Any], None]] = None,
-        stopped: Optional[Callable[[], bool]] = None,
-    ) -> Iterator[Dict[str, Any]]:
-        """Pod events (``{"type", "object"}``) after ``resource_version`` for about ``seconds``.
-
-        Ends normally when the server closes the window or nothing arrives for
-        ``seconds`` (the server only takes whole seconds); connecting takes at
-        most ``seconds`` too, so a caller bounds the watch by its time left. Raises
-        :class:`WatchExpired` on 410 and :class:`BackendUnavailableError`
-        when the connection breaks. ``on_open(response)`` is handed the open stream, so another
-        thread can end it early (``response.shutdown()``); ``stopped()`` then says so, and the
-        watch ends quietly: a stream this process ended is no sign of a restarting server.
-        """
-        return self._watch("pods", namespace, seconds, on_open, stopped, lambda timeouts: self.core.list_namespaced_pod(
-            namespace, label_selector=selector, watch=True, resource_version=resource_version,
-            timeout_seconds=max(1, math.ceil(seconds)), allow_watch_bookmarks=True, _preload_content=False,
-            _request_timeout=timeouts,
-        ))
-
-    def watch_objects(
-        self, plural: str, namespace: str, group: str, version: str, resource_version: str, seconds: float,
-        on_open: Optional[Callable[[Any], None]] = None,
-        stopped: Optional[Callable[[], bool]] = None,
-    ) -> Iterator[Dict[str, Any]]:
-        """Events of the custom objects of ``plural`` in ``namespace``, as :meth:`watch_pods` gives pods'."""
-        return self._watch(plural, namespace, seconds, on_open, stopped, lambda timeouts: (
-            self.custom.list_namespaced_custom_object(
-                group, version, namespace, plural, watch=True, resource_version=resource_version,
-                timeout_seconds=max(1, math.ceil(seconds)), allow_watch_bookmarks=True, _preload_content=False,
-                _request_timeout=timeouts,
+    def patch_object(
+        self, resource: Resource, namespace: str, name: str, patch: Dict[str, Any],
+        deadline: Optional[Deadline] = None, rule: RetryRule = WRITES,
+    ) -> Dict[str, Any]:
+        """One JSON merge patch of custom object ``name``; returns the object after it."""
+        return self._call(Request("patch", resource.plural, namespace, name), lambda timeout: (
+            self.custom.patch_namespaced_custom_object(
+                resource.group, resource.version, namespace, resource.plural, name, patch,
+                _content_type=MERGE_PATCH, _request_timeout=timeout,
             )
-        ))
+        ), deadline, rule)
 
-    def _watch(
-        self, resource: str, namespace: str, seconds: float, on_open: Optional[Callable[[Any], None]],
-        stopped: Optional[Callable[[], bool]], open_stream: Callable[[Tuple[float, float]], Any],
+    def delete_pod(self, namespace: str, name: str, uid: str, deadline: Optional[Deadline] = None) -> Dict[str, Any]:
+        """Delete pod ``name`` only if it still has ``uid`` (409 :class:`Conflict` otherwise)."""
+        from kubernetes import client
+
+        response = self._call(Request("delete", "pods", namespace, name), lambda timeout: (
+            self.core.delete_namespaced_pod(
+                name, namespace, body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)),
+                _preload_content=False, _request_timeout=timeout,
+            )
+        ), deadline, WRITES)
+        return json.loads(response.data)  # type: ignore[no-any-return]
+
+    def watch(
+        self, resource: Resource, namespace: str, version: str, seconds: float,
+        on_open: Optional[Callable[[Any], None]] = None, stopped: Optional[Callable[[], bool]] = None,
     ) -> Iterator[Dict[str, Any]]:
-        from kubernetes.watch.watch import iter_resp_lines
+        """Events (``{"type", "object"}``) of ``resource`` after resourceVersion ``version`` for about
+        ``seconds`` (connecting too). :class:`WatchExpired` on 410, :class:`BackendUnavailableError` when
+        the stream breaks. ``on_open(response)`` gets the stream, so another thread can end it
+        (``response.shutdown()``); ``stopped()`` then says so and the watch ends quietly."""
         from urllib3.exceptions import ReadTimeoutError
 
-        try:
-            # One attempt: the caller re-reads between watches, riding out an outage there.
-            response = send(
-                lambda: open_stream((min(self.request_timeout, max(0.05, seconds)), max(0.05, seconds))),
-                tracker=self.outage, what=f"watch {resource}", rule=None,
+        options = dict(
+            watch=True, resource_version=version, timeout_seconds=max(1, math.ceil(seconds)),
+            allow_watch_bookmarks=True, _preload_content=False,
+            _request_timeout=(min(self.request_timeout, max(0.05, seconds)), max(0.05, seconds)),
+        )
+        if resource.is_pods:
+            opening = lambda: self.core.list_namespaced_pod(namespace, **options)  # noqa: E731
+        else:
+            opening = lambda: self.custom.list_namespaced_custom_object(  # noqa: E731
+                resource.group, resource.version, namespace, resource.plural, **options
             )
+        request = Request("watch", resource.plural, namespace)
+        try:
+            # One attempt: the informer lists and watches again, riding out an outage there.
+            response = send(opening, tracker=self.outage, rule=ONCE, what="watch")
         except Exception as exc:  # noqa: BLE001 - translated
-            raise translate(exc, "watch", resource, None, namespace) from None
+            raise request.failed(exc) from None
         try:
             if on_open is not None:
                 on_open(response)
-            for line in iter_resp_lines(response):
-                if not line:
-                    continue
-                event = json.loads(line)
-                if event.get("type") == "ERROR":
-                    status = event.get("object") or {}
-                    if status.get("code") == 410:
-                        raise WatchExpired(f"watch {resource}: {status.get('message')}", status_code=410)
-                    raise BackendUnavailableError(
-                        f"watch {resource} in namespace {namespace!r} failed: {status.get('message')}",
-                        status_code=status.get("code"),
-                    )
-                yield event
+            yield from _events(response, request)
         except ScalingError:
             raise
         except ReadTimeoutError:
@@ -274,34 +281,35 @@ class KubeApi:
         except Exception as exc:  # noqa: BLE001 - a dropped stream is expected; the caller resumes
             if stopped is not None and stopped():
                 return
-            # A stream cut mid-way is how a restarting server goes away: the 401/403 of the server
-            # that comes back is then ridden out, even if no connection was refused in between.
+            # A stream cut mid-way is how a restarting server goes away: its 401/403 once back is ridden out.
             self.outage.interrupted()
             raise BackendUnavailableError(
-                f"watch of {resource} in namespace {namespace!r} broke: {type(exc).__name__}"
+                f"watch of {resource.plural} in namespace {namespace!r} broke: {type(exc).__name__}"
             ) from None
         finally:
             # Close rather than return a half-read stream to the pool.
             response.close()
             response.release_conn()
 
-    def delete_pod(self, namespace: str, name: str, uid: str, deadline: Optional[Deadline] = None) -> Dict[str, Any]:
-        """Delete pod ``name`` only if it still has ``uid`` (409 :class:`Conflict` otherwise).
-
-        Sent once; with ``deadline``, a connection refused before anything was
-        sent is tried again until it passes."""
-        from kubernetes import client
-
-        response = self._call(
-            "delete", "pods", name, namespace,
-            lambda timeout: self.core.delete_namespaced_pod(
-                name, namespace, body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)),
-                _preload_content=False, _request_timeout=timeout,
-            ),
-            deadline, read=False,
-        )
-        return json.loads(response.data)  # type: ignore[no-any-return]
-
     def close(self) -> None:
         """Close the connection pool."""
         self.api_client.close()
+
+
+def _events(response: Any, request: Request) -> Iterator[Dict[str, Any]]:
+    """The events of an open watch stream; an ERROR event raised as its typed error."""
+    from kubernetes.watch.watch import iter_resp_lines
+
+    for line in iter_resp_lines(response):
+        if not line:
+            continue
+        event = json.loads(line)
+        if event.get("type") == "ERROR":
+            status = event.get("object") or {}
+            if status.get("code") == 410:
+                raise WatchExpired(f"watch {request.plural}: {status.get('message')}", status_code=410)
+            raise BackendUnavailableError(
+                f"watch {request.plural} in namespace {request.namespace!r} failed: {status.get('message')}",
+                status_code=status.get("code"),
+            )
+        yield event

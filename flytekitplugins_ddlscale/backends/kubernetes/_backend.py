@@ -15,7 +15,6 @@ their timeout, which bounds the whole operation (request and wait).
 """
 import contextlib
 import logging
-import random
 import threading
 import time
 from dataclasses import dataclass
@@ -37,7 +36,7 @@ from ..._core import claimrules
 from ..._core.claimrules import ClusterRecords, RecordChange, Size
 from ..._core.leases import log_dropped
 from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
-from ..._core.outage import OUTAGE_BACKOFF, outage_timeout
+from ..._core.outage import ONCE, RetryRule, outage_timeout, send
 from ..._core.progress import ProgressReporter
 from ..._core.records import (
     BASELINE_ANNOTATION,
@@ -49,23 +48,26 @@ from ..._core.records import (
 )
 from ...refs import DEFAULT_NAMESPACE, GROUP_SEPARATOR, ClusterRef, validate_name
 from .._support.crds import LABEL_HW_TIER, LABEL_OWNER, LAYOUTS, layout_of
-from ..._core.sharing import current_shared_reads, refuse_in_cache_only
-from ..tiers import HardwareTier, TierCatalog
+from ..tiers import DominoTierCatalog, FileTierCatalog, HardwareTier, TierCatalog
 from ..._core.validation import validate_tier_name, validate_timeout
 from ..._core.waiting import Deadline
-from .._base import BackendCapabilities, Change, ClusterBackend, WorkersWait
-from ._api import Conflict, KubeApi
-from ._client import make_api_client, tier_catalog_from_env
+from .._base import BackendCapabilities, Change, ClusterBackend, SharedReads, WorkersWait
+from ._api import PODS, READS, Conflict, KubeApi, Resource, make_api_client
 from ._informer import (
-    WAIT_LINGER, Resource, cache_lacks, cached_object, cached_pods, expect_version, hold, matches, note_version,
+    WAIT_LINGER, VersionsSeen, cache_lacks, cached_object, cached_pods, expect_version, hold, matches, note_version,
     parse_selector,
 )
 from ._podwatch import PodWaiter
-from ._resources import Outcome, ResourceAdapter, adapter_for
-from ._resources.base import NotCreatedYet, mark_idle
-from ._versions import VersionsSeen
+from ._resources.base import NotCreatedYet, Outcome, ResourceAdapter, mark_idle
+from ._resources.daskop import DaskOperatorAdapter
+from ._resources.dco import DcoAdapter
+from ._resources.kuberay import KubeRayAdapter
 from ._spec import decode_record, encode_record, pod_labels, pod_ready, pod_terminating
 
+_ADAPTERS: Dict[str, ResourceAdapter] = {}
+"""One adapter per kind (adapters keep no state): :class:`DcoAdapter` for Domino's operator,
+:class:`KubeRayAdapter` for RayCluster, :class:`DaskOperatorAdapter` for DaskWorkerGroups."""
+_FLAVOURS = {"dco": DcoAdapter, "kuberay": KubeRayAdapter, "daskop": DaskOperatorAdapter}
 RAY_DASHBOARD = "http://{name}-head-svc.{namespace}.svc:8265"
 """Where a KubeRay cluster's Ray dashboard answers: KubeRay's head service, the dashboard port."""
 IDLE_READ_TIMEOUT = 2.0
@@ -129,7 +131,7 @@ class KubernetesBackend(ClusterBackend):
 
     name = "kubernetes"
     capabilities = BackendCapabilities(  # every kind laid out on Kubernetes
-        frozenset(LAYOUTS), head_tier=True, observes_restarts=True, answers_from_cache=True
+        frozenset(LAYOUTS), head_tier=True, observes_restarts=True
     )
 
     def __init__(
@@ -172,8 +174,6 @@ class KubernetesBackend(ClusterBackend):
     @property
     def api(self) -> KubeApi:
         """The API wrapper, created on first use."""
-        if self._api is None:
-            refuse_in_cache_only("opening the Kubernetes API client")
         with self._lock:
             if self._api is None:
                 client = self._given_client or make_api_client(self._kubeconfig, self._context, self._in_cluster)
@@ -189,17 +189,18 @@ class KubernetesBackend(ClusterBackend):
 
     @staticmethod
     def _adapter(ref: ClusterRef) -> ResourceAdapter:
-        return adapter_for(layout_of(ref))
+        layout = layout_of(ref)
+        if layout.kind not in _ADAPTERS:
+            _ADAPTERS[layout.kind] = _FLAVOURS[layout.flavour](layout)
+        return _ADAPTERS[layout.kind]
 
     def _selector(self, ref: ClusterRef, role: Optional[str] = None) -> str:
         return self._adapter(ref).pod_selector(ref, role)
 
-    def _read(self, ref: ClusterRef, deadline: Optional[Deadline] = None) -> Dict[str, Any]:
+    def _read(self, ref: ClusterRef, deadline: Optional[Deadline] = None, rule: RetryRule = READS) -> Dict[str, Any]:
         adapter = self._adapter(ref)
         try:
-            obj = self.api.get_cluster(
-                adapter.plural, self._ns(ref), adapter.object_name(ref), deadline, adapter.group, adapter.version
-            )
+            obj = self.api.read_object(self._resource(ref), self._ns(ref), adapter.object_name(ref), deadline, rule)
         except ClusterNotFoundError:
             adapter.explain_missing(ref, self._ns(ref), self.api, deadline)
             raise
@@ -231,36 +232,28 @@ class KubernetesBackend(ClusterBackend):
     def _observed(
         self, ref: ClusterRef, deadline: Optional[Deadline] = None, linger: Optional[float] = None
     ) -> Dict[str, Any]:
-        """The cluster object for a state report (never for building a patch): inside shared reads (a
-        service's polls) or when a ``linger`` is given (a wait's checks), the shared cache's copy where it
-        can answer (see :func:`~._informer.cached_object`; its informer started and kept ``linger`` seconds,
-        by default the shared-reads policy's), else the server's. Other reads (a command's, a create's: what
-        they decide on) go to the server, and so set the version the cache must reach before it answers."""
-        sharing = current_shared_reads()
-        if linger is None:
-            if sharing is None:
-                return self._read(ref, deadline)
-            linger = sharing.linger
-        name = self._adapter(ref).object_name(ref)
-        cached = cached_object(self.api, self._ns(ref), self._resource(ref), name, linger)
-        if cached is not None:
-            return cached
-        return self._read(ref, deadline if deadline is not None or sharing is None else sharing.deadline())
+        """The cluster object for a state report (never for building a patch): given a ``linger`` (a
+        service's shared reads, a wait's checks), the shared cache's copy where it can answer (its informer
+        started and kept ``linger`` seconds, :func:`~._informer.cached_object`), else the server's. Other
+        reads (a command's, a create's: what they decide on) go to the server, and so set the version the
+        cache must reach before it answers."""
+        if linger is not None:
+            name = self._adapter(ref).object_name(ref)
+            cached = cached_object(self.api, self._ns(ref), self._resource(ref), name, linger)
+            if cached is not None:
+                return cached
+        return self._read(ref, deadline)
 
     def _pods(
-        self, ref: ClusterRef, role: Optional[str] = None, deadline: Optional[Deadline] = None
+        self, ref: ClusterRef, role: Optional[str] = None, deadline: Optional[Deadline] = None, linger: float = 0.0
     ) -> List[Dict[str, Any]]:
-        """The cluster's pods: from the shared informer's cache when one is synced for the namespace (or
-        the caller asked for shared reads, see :mod:`~flytekitplugins_ddlscale._core.sharing`), else one list."""
-        sharing = current_shared_reads()
-        linger = sharing.linger if sharing is not None else 0.0
-        if deadline is None and sharing is not None:
-            deadline = sharing.deadline()
+        """The cluster's pods: from the shared informer's cache when one is synced for the namespace (or,
+        given a ``linger``, started for the read and kept that long after it), else one list."""
         wait = deadline.remaining if deadline is not None else self.request_timeout
         cached = cached_pods(self.api, self._ns(ref), self._selector(ref, role), linger, wait)
         if cached is not None:
             return cached
-        return self.api.list_pods(self._ns(ref), self._selector(ref, role), deadline)[0]
+        return self.api.list_objects(PODS, self._ns(ref), self._selector(ref, role), deadline)[0]
 
     def _marked_idle(self, ref: ClusterRef, pods: List[Dict[str, Any]], deadline: Deadline) -> List[Dict[str, Any]]:
         """``pods`` with the workers the cluster's Ray head reports idle marked (:func:`~.resources.base.mark_idle`),
@@ -306,8 +299,18 @@ class KubernetesBackend(ClusterBackend):
         if wanted is None:
             return None
         if self._tier_catalog is None:
-            self._tier_catalog = tier_catalog_from_env(self._tiers_file, field, wanted)
+            self._tier_catalog = _tier_catalog_from_env(self._tiers_file, field, wanted)
         return self._tier_catalog.resolve(wanted, kind, field=field)
+
+    def check_owner(self, ref: ClusterRef, owner: str) -> None:
+        """Refuse ``ref`` (:class:`UnauthorizedError`, nothing changed) unless it is labelled as ``owner``'s, as a
+        connector's per-project rule asks: an unlabelled cluster is no one's. One read of the cluster object."""
+        found = ((self._read(ref).get("metadata") or {}).get("labels") or {}).get(LABEL_OWNER)
+        if found != owner:
+            raise UnauthorizedError(
+                f"cluster is labelled {LABEL_OWNER}={found!r}, not {owner!r} (the connector's policy)",
+                cluster=self._label(ref),
+            )
 
     def _check_owner(self, ref: ClusterRef, obj: Dict[str, Any]) -> None:
         found = ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_OWNER)
@@ -322,59 +325,48 @@ class KubernetesBackend(ClusterBackend):
         self, ref: ClusterRef, build: Callable[[Dict[str, Any]], Optional[Patch]], first: Optional[Dict[str, Any]] = None,
         deadline: Optional[Deadline] = None, where: Optional[Tuple[str, str]] = None,
     ) -> Tuple[Dict[str, Any], Dict[str, Any], bool]:
-        """Read, build a patch, send it with the read resourceVersion; on 409 start again.
+        """Read, build a patch, send it carrying the read's resourceVersion: (object before, object after,
+        whether a patch was applied).
 
-        Returns (object before, object after, whether a patch was applied).
-        ``build`` returning None means nothing needs changing; after a patch
-        whose answer was lost it means the re-read object already is as the
-        patch would leave it, so the patch counts as applied. Conflicts are
-        bounded by ``conflict_retries``; a failed patch (API server down, answer
-        lost) is started again from a fresh read until ``deadline`` when given,
-        else it counts against the same bound. ``where`` (plural, name) names
-        another object of the adapter's API group than the one holding the size.
+        One step, sent again by the one retry loop: from a fresh read on a 409 (``conflict_retries``
+        attempts, then :class:`ConflictError`) and through an outage until ``deadline`` (never a blind
+        resend: a patch rebuilt from a fresh read applies once). ``build`` returning None means nothing
+        to change, or, after a patch whose answer was lost, that the patch applied. ``where`` (plural,
+        name) names another object of the adapter's API group than the one holding the size.
         """
         adapter = self._adapter(ref)
         plural, name = where if where is not None else (adapter.plural, adapter.object_name(ref))
-        obj = first
-        conflicts = 0
-        pauses = OUTAGE_BACKOFF.intervals()
-        unanswered: Optional[Dict[str, Any]] = None
-        """The object a patch whose answer was lost was built from."""
-        while True:
-            if obj is None:
-                obj = self._read(ref, deadline) if where is None else self.api.get_cluster(
-                    plural, self._ns(ref), name, deadline, adapter.group, adapter.version
+        resource, namespace = self._resource(ref, plural), self._ns(ref)
+        obj, unanswered = first, None
+        """The object the next step starts from (None: read it), and the one a lost patch was built from."""
+
+        def step() -> Tuple[Dict[str, Any], Dict[str, Any], bool]:
+            nonlocal obj, unanswered
+            current, obj = obj, None
+            if current is None:
+                current = self._read(ref, deadline, ONCE) if where is None else self.api.read_object(
+                    resource, namespace, name, deadline, ONCE
                 )
-            self._check_owner(ref, obj)
-            patch = build(obj)
+            self._check_owner(ref, current)
+            patch = build(current)
             if patch is None:
-                # Nothing left to change after a lost answer: the patch was applied (or its equal).
-                return (unanswered, obj, True) if unanswered is not None else (obj, obj, False)
-            patch.setdefault("metadata", {})["resourceVersion"] = obj["metadata"]["resourceVersion"]
+                return (unanswered, current, True) if unanswered is not None else (current, current, False)
+            patch.setdefault("metadata", {})["resourceVersion"] = current["metadata"]["resourceVersion"]
             try:
-                after = self.api.patch_cluster(plural, self._ns(ref), name, patch, deadline, adapter.group, adapter.version)
-                # A state read from the cache must not answer from before this write.
-                self._noted(ref, plural, name, after)
-                return obj, after, True
-            except Conflict:
-                conflicts += 1
-                if conflicts >= self.conflict_retries:
-                    break
-                pause = random.uniform(0.01, 0.05) * conflicts
+                after = self.api.patch_object(resource, namespace, name, patch, deadline, ONCE)
             except TransientError:
-                # Safe to repeat, never a blind resend: the patch is rebuilt from
-                # a fresh read and carries its resourceVersion, so it never applies twice.
-                unanswered = unanswered or obj
-                conflicts += deadline is None
-                if (deadline is not None and deadline.expired) or conflicts >= self.conflict_retries:
-                    raise
-                pause = random.uniform(0.01, 0.05) * conflicts if deadline is None else next(pauses)
-            obj = None
-            time.sleep(pause if deadline is None else min(pause, deadline.remaining))
-        raise ConflictError(
-            f"the cluster kept changing under {self.conflict_retries} attempts to patch it",
-            cluster=self._label(ref),
-        )
+                unanswered = unanswered or current
+                raise
+            self._noted(ref, plural, name, after)  # a state read from the cache must not answer from before it
+            return current, after, True
+
+        rule = RetryRule(ride_out=True, conflicts=self.conflict_retries - 1)
+        try:
+            return send(step, tracker=self.api.outage, rule=rule, deadline=deadline, what=f"patch {plural} {name}")
+        except Conflict:
+            raise ConflictError(
+                f"the cluster kept changing under {self.conflict_retries} attempts to patch it", cluster=self._label(ref),
+            ) from None
 
     def _elsewhere(self, ref: ClusterRef, deadline: Deadline) -> Callable[..., Dict[str, Any]]:
         """The :data:`~.resources.base.Mutate` an adapter uses to change the other objects sizing ``ref``."""
@@ -451,16 +443,32 @@ class KubernetesBackend(ClusterBackend):
         return self._adapter(ref).connection_env(ref, self._ns(ref))
 
     # -- protocol hooks ----------------------------------------------------
-    def _observe(self, ref: ClusterRef) -> ClusterState:
+    def _observe(self, ref: ClusterRef, reads: Optional[SharedReads] = None) -> ClusterState:
         """Spec and status from the object, workers and head from the pods, bounds from the
-        operator's autoscaler where it is another object (the Dask operator's DaskAutoscaler)."""
+        operator's autoscaler where it is another object (the Dask operator's DaskAutoscaler); with
+        ``reads``, each from the shared caches where they answer, the others within its budget."""
+        deadline, linger = (reads.deadline(), reads.linger) if reads is not None else (None, None)
         try:
-            obj = self._observed(ref)
+            obj = self._observed(ref, deadline, linger)
         except NotCreatedYet as missing:
             missing.state = missing.pending_state(self._label(ref))
             raise
-        state = self._state(ref, obj, self._pods(ref))
-        return self._adapter(ref).observe_elsewhere(ref, self._ns(ref), self.api, None, state)
+        state = self._state(ref, obj, self._pods(ref, deadline=deadline, linger=linger or 0.0))
+        return self._adapter(ref).observe_elsewhere(ref, self._ns(ref), self.api, deadline, state, linger)
+
+    _shared_state = _observe
+
+    def cached_state(self, ref: ClusterRef, reads: SharedReads) -> Optional[ClusterState]:
+        """The state from the running, synced informers alone (kept ``reads.linger`` seconds more)."""
+        ref = self._served(ref)
+        if self._api is None:
+            return None
+        adapter, namespace = self._adapter(ref), self._ns(ref)
+        obj = cached_object(self._api, namespace, self._resource(ref), adapter.object_name(ref), reads.linger, False)
+        pods = cached_pods(self._api, namespace, self._selector(ref), reads.linger, 0.0, start=False)
+        if obj is None or pods is None:
+            return None
+        return adapter.cached_elsewhere(ref, namespace, self._api, self._state(ref, obj, pods), reads.linger)
 
     def _check_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> Optional[str]:
         self._adapter(ref).check_tier(ref, tier, field)
@@ -683,13 +691,16 @@ class KubernetesBackend(ClusterBackend):
         waited, seconds = bool(wait), time.monotonic() - begun if wait else 0.0
         return RestartResult(self._label(ref), old_name, started_at, waited, state, waited, seconds, head_hw_tier, old_uid)
 
-    def _head_restarted(self, ref: ClusterRef, restart: RestartResult) -> Tuple[bool, ClusterState]:
+    def _head_restarted(
+        self, ref: ClusterRef, restart: RestartResult, reads: Optional[SharedReads]
+    ) -> Tuple[bool, ClusterState]:
         """A Ready head pod other than the one replaced (by uid), on the requested tier if one was."""
         if not restart.replaced_uid:
             raise InvalidInputError("restart.replaced_uid", restart.replaced_uid, "the uid restart_head returned")
         tier = self._resolve(restart.head_hw_tier, ref.kind, "head_hw_tier")
-        state = self._state(ref, self._observed(ref), self._pods(ref))
-        heads = self._pods(ref, "head")
+        deadline, linger = (reads.deadline(), reads.linger) if reads is not None else (None, None)
+        state = self._state(ref, self._observed(ref, deadline, linger), self._pods(ref, None, deadline, linger or 0.0))
+        heads = self._pods(ref, "head", deadline, linger or 0.0)
         return any(_new_head(p, restart.replaced_uid, tier.id if tier else None) for p in heads), state
 
     def _wait_head(
@@ -925,3 +936,22 @@ class KubernetesBackend(ClusterBackend):
             if self._api is not None and self._given_client is None:
                 self._api.close()
             self._api = None
+
+
+def _tier_catalog_from_env(tiers_file: Optional[str], field: str, wanted: str) -> TierCatalog:
+    """``tiers_file``, else Domino via ``$DOMINO_API_PROXY``, else ``$DDLSCALE_TIERS_FILE``; else
+    :class:`InvalidInputError` naming ``field``."""
+    if tiers_file:
+        return FileTierCatalog(tiers_file)
+    proxy = settings.DOMINO_API_PROXY.value()
+    if proxy:
+        from .._support.domino_auth import DominoAuth
+
+        return DominoTierCatalog(proxy, auth=DominoAuth())
+    from_env = settings.TIERS_FILE.value()
+    if from_env:
+        return FileTierCatalog(from_env)
+    raise InvalidInputError(
+        field, wanted, f"a hardware tier from a catalog; configure one with tier_catalog=, tiers_file=, "
+        f"${settings.DOMINO_API_PROXY.name} or ${settings.TIERS_FILE.name}",
+    )

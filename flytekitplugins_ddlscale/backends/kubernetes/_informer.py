@@ -40,16 +40,15 @@ import logging
 import re
 import threading
 import time
-from dataclasses import dataclass
+from collections import OrderedDict
 from typing import (
     AbstractSet, Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple, TypeVar, Union,
 )
 
 from ...errors import BackendUnavailableError, InvalidInputError, ScalingError, TransientError, UnauthorizedError
 from ..._core.lifetime import Closing, at_exit_once
-from ..._core.outage import OUTAGE_BACKOFF
-from ..._core.sharing import refuse_in_cache_only
-from ._api import KubeApi, WatchExpired
+from ..._core.outage import ONCE, OUTAGE_BACKOFF
+from ._api import PODS, KubeApi, Resource, WatchExpired
 from ._spec import pod_labels
 
 logger = logging.getLogger("flytekitplugins_ddlscale.kubernetes")
@@ -59,6 +58,8 @@ WATCH_WINDOW = 30.0
 WAIT_LINGER = 1.0
 """Seconds an informer stays after its last wait ends, so waits that follow each other (a busy
 process, a phase's scale then wait) reuse the cache instead of listing again."""
+KEPT = 4096
+"""Objects whose version :class:`VersionsSeen` keeps before the least recently touched is forgotten."""
 REFUSED_RETRY = 300.0
 """Seconds cluster-object reads go to the server after their informer was refused (RBAC without
 list/watch, a resource not served) before a new informer is tried."""
@@ -67,20 +68,6 @@ Requirement = Tuple[str, str, Union[str, FrozenSet[str], None]]
 """(key, op, value): op is "=", "!=", "exists", "!" (absent), "in" or "notin" (value: the set)."""
 
 
-@dataclass(frozen=True)
-class Resource:
-    """What an informer lists and watches: pods, or the custom objects of ``plural`` in ``group``/``version``."""
-
-    plural: str
-    group: str = ""
-    version: str = "v1"
-
-    @property
-    def is_pods(self) -> bool:
-        return not self.group and self.plural == "pods"
-
-
-PODS = Resource("pods")
 Key = Tuple[str, str, str, Resource]
 _KEPT_METADATA = (
     "name", "namespace", "uid", "resourceVersion", "generation", "labels", "annotations", "creationTimestamp",
@@ -250,8 +237,6 @@ class Subscription(Closing):
 
     def wait_synced(self, timeout: float) -> bool:
         """Block until the first list arrived, the informer failed, or ``timeout`` passed; True if synced."""
-        if timeout > 0 and not self.synced and self.error is None:
-            refuse_in_cache_only(f"the first list of {self.informer.resource.plural} in {self.informer.namespace}")
         end = time.monotonic() + timeout
         while not self.synced and self.error is None:
             left = end - time.monotonic()
@@ -537,14 +522,8 @@ class Informer:
             sub._wake()
 
     def _list(self) -> None:
-        # One attempt at a time (bounded retries inside): the loop pauses between outage attempts so a
-        # stop is noticed within a pause.
-        if self.resource.is_pods:
-            items, version = self.api.list_pods(self.namespace, "")
-        else:
-            items, version = self.api.list_objects(
-                self.resource.plural, self.namespace, self.resource.group, self.resource.version
-            )
+        # One attempt: :meth:`_run` is the informer's one retry loop, and notices a stop within a pause.
+        items, version = self.api.list_objects(self.resource, self.namespace, rule=ONCE)
         self.lists += 1
         pods = {p["metadata"]["name"]: trim(self.resource, p) for p in items}
         by_label: Dict[Tuple[str, str], Set[str]] = {}
@@ -575,13 +554,8 @@ class Informer:
             response.shutdown()
 
     def _events(self) -> Iterator[Dict[str, Any]]:
-        if self.resource.is_pods:
-            return self.api.watch_pods(
-                self.namespace, "", self._version, WATCH_WINDOW, on_open=self._opened, stopped=self._stopping.is_set
-            )
-        return self.api.watch_objects(
-            self.resource.plural, self.namespace, self.resource.group, self.resource.version, self._version,
-            WATCH_WINDOW, on_open=self._opened, stopped=self._stopping.is_set,
+        return self.api.watch(
+            self.resource, self.namespace, self._version, WATCH_WINDOW, on_open=self._opened, stopped=self._stopping.is_set
         )
 
     def _watch(self) -> None:
@@ -670,7 +644,6 @@ class _Registry:
             return None
         informer = self._informers.get(key)
         if informer is None or informer._stopping.is_set():
-            refuse_in_cache_only(f"starting the shared watch of {resource.plural} in {namespace}")
             informer = Informer(key, _own_api(api), namespace, resource)
             self._informers[key] = informer
             at_exit_once(_stop_informers)
@@ -759,12 +732,14 @@ def subscribe(
     return _REGISTRY.subscribe(api, namespace, selector, changed)
 
 
-def cached_pods(api: KubeApi, namespace: str, selector: str, linger: float, timeout: float) -> Optional[List[Pod]]:
+def cached_pods(
+    api: KubeApi, namespace: str, selector: str, linger: float, timeout: float, start: bool = True
+) -> Optional[List[Pod]]:
     """The pods matching ``selector`` from the shared cache, or None when there is no synced cache to read.
 
-    With ``linger`` > 0 (a long-lived caller that reads again soon) the informer is started if
-    needed, awaited for at most ``timeout`` seconds, and kept for ``linger`` seconds after."""
-    if linger <= 0:
+    With ``linger`` > 0 (a long-lived caller that reads again soon) the informer is kept for ``linger``
+    seconds after, and (with ``start``) started if needed and awaited for at most ``timeout`` seconds."""
+    if linger <= 0 or not start:
         running = _REGISTRY.find(api, namespace)
         if running is None or not running.synced.is_set():
             return None
@@ -798,33 +773,38 @@ def cache_lacks(api: KubeApi, namespace: str, resource: Resource, name: str) -> 
 
 
 def cached_object(
-    api: KubeApi, namespace: str, resource: Resource, name: str, linger: float
+    api: KubeApi, namespace: str, resource: Resource, name: str, linger: float, start: bool = True
 ) -> Optional[Dict[str, Any]]:
     """Object ``name`` from the shared cache (its trimmed copy: read it, never patch from it), or None
     when the cache cannot answer (see :meth:`Informer.fresh`): the caller reads the server then, and
     says what it read (:func:`note_version`).
 
-    With ``linger`` > 0 (a long-lived caller that reads again soon) the informer is started if
-    needed (never awaited: its first list answers later reads) and kept ``linger`` seconds after."""
-    return _from_cache(api, namespace, resource, linger, lambda informer: informer.fresh(name))
+    With ``linger`` > 0 (a long-lived caller that reads again soon) the informer is kept ``linger`` seconds
+    after, and (with ``start``) started if needed (never awaited: its first list answers later reads)."""
+    return _from_cache(api, namespace, resource, linger, lambda informer: informer.fresh(name), start)
 
 
-def cached_objects(api: KubeApi, namespace: str, resource: Resource, linger: float) -> Optional[List[Dict[str, Any]]]:
+def cached_objects(
+    api: KubeApi, namespace: str, resource: Resource, linger: float, start: bool = True
+) -> Optional[List[Dict[str, Any]]]:
     """Every object of ``resource`` in ``namespace`` from the shared cache (trimmed copies), or None when
     the cache cannot answer for all of them (see :meth:`Informer.fresh_all`): the caller lists them from
-    the server then, noting what it read (:func:`note_version`). With ``linger`` > 0 the informer is
-    started if needed and kept ``linger`` seconds, as :func:`cached_object` does."""
-    return _from_cache(api, namespace, resource, linger, Informer.fresh_all)
+    the server then, noting what it read (:func:`note_version`). ``linger`` and ``start`` as
+    :func:`cached_object` takes them."""
+    return _from_cache(api, namespace, resource, linger, Informer.fresh_all, start)
 
 
 def _from_cache(
-    api: KubeApi, namespace: str, resource: Resource, linger: float, read: Callable[["Informer"], Optional[_Read]]
+    api: KubeApi, namespace: str, resource: Resource, linger: float, read: Callable[["Informer"], Optional[_Read]],
+    start: bool = True,
 ) -> Optional[_Read]:
     """``read`` of the shared informer of ``resource`` in ``namespace``: the running one only (``linger``
-    <= 0), else started if needed and held ``linger`` seconds after; None where there is none."""
-    if linger <= 0:
+    <= 0, or not ``start``), held ``linger`` seconds after (started if needed with ``start``); None where
+    there is none."""
+    if linger <= 0 or not start:
         running = _REGISTRY.find(api, namespace, resource)
-        return read(running) if running is not None else None
+        if running is None or linger <= 0:
+            return read(running) if running is not None else None
     sub = _REGISTRY.hold(api, namespace, resource)
     if sub is None:
         return None
@@ -855,3 +835,28 @@ def expect_version(api: KubeApi, namespace: str, resource: Resource, name: str, 
 def running_informers(resource: Optional[Resource] = PODS) -> List[Informer]:
     """The informers of this process of ``resource`` (None: every resource), for tests and benchmarks."""
     return [i for i in _REGISTRY.running() if resource is None or i.resource == resource]
+
+
+class VersionsSeen:
+    """Per object (namespace, plural, name), the newest resourceVersion this process wrote or read, for
+    another process (a connector replica hands it to the one answering the node's next poll, which then
+    trusts its cache only from there: :func:`expect_version`); thread-safe, the newest :data:`KEPT` objects."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._versions: "OrderedDict[Tuple[str, str, str], str]" = OrderedDict()
+
+    def saw(self, key: Tuple[str, str, str], version: str) -> None:
+        """The object ``key`` was written or read at ``version`` ('' is ignored)."""
+        if not version:
+            return
+        with self._lock:
+            known = self._versions.pop(key, "")
+            self._versions[key] = known if known and at_least(known, version) else version
+            while len(self._versions) > KEPT:
+                self._versions.popitem(last=False)
+
+    def newest(self, key: Tuple[str, str, str]) -> str:
+        """The newest version of ``key`` written or read, '' where none is kept."""
+        with self._lock:
+            return self._versions.get(key, "")

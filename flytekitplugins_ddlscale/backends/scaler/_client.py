@@ -9,6 +9,7 @@ The polls of waits go through the process's shared, paced polls (:mod:`.polls`);
 every 429/503 the service sends slows them all. Error answers become the plugin's typed errors
 (:func:`error_from_response`).
 """
+import dataclasses
 import hashlib
 import ipaddress
 import logging
@@ -48,7 +49,7 @@ RETRY_STATUSES = frozenset({429, 502, 503, 504})
 """Answers of a service that is overloaded or restarting (a 500 is the service's own error, e.g. a
 missing cluster, and is final)."""
 REFUSED_STATUSES = frozenset({401, 403})
-"""Refusals: final, except right after an outage (see :func:`~flytekitplugins_ddlscale._core.outage.retry_through_outage`)."""
+"""Refusals: final, except right after an outage (see :func:`~flytekitplugins_ddlscale._core.outage.send`)."""
 DEFAULT_HTTP_TIMEOUT = 30.0
 DEFAULT_RETRIES = 3
 DEFAULT_RETRY_BACKOFF = RetryRule().backoff
@@ -196,8 +197,9 @@ class ScalerClient:
             return response
 
         try:
-            return send(attempt, tracker=self.outage, what=f"{method} {path}", rule=self._rule if retry else None,
-                        deadline=deadline, ride_out=ride_out, sleep=self._sleep)
+            rule = dataclasses.replace(self._rule, ride_out=ride_out) if retry else RetryRule()
+            return send(attempt, tracker=self.outage, rule=rule, deadline=deadline, what=f"{method} {path}",
+                        sleep=self._sleep)
         except httpx.HTTPStatusError as answer:
             return answer.response
         except httpx.TransportError as exc:

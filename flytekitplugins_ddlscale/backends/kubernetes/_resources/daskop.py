@@ -27,7 +27,6 @@ from ....models import Baseline, ClusterState
 from ...._core.records import ANNOTATION_PREFIX
 from ....refs import ClusterRef
 from ...tiers import HardwareTier
-from ...._core.sharing import current_shared_reads
 from .._informer import Resource, cached_objects, note_version
 from .._spec import pod_labels, pod_ready
 from .base import Mutate, NotCreatedYet, Outcome, Patch, PodLabels, Pods, Record, ResourceAdapter, live
@@ -99,7 +98,7 @@ class DaskOperatorAdapter(ResourceAdapter):
             self._not_created_yet(ref, namespace, api, deadline)
             return
         try:
-            groups = api.list_clusters(WORKER_GROUPS, namespace, "", self.group, self.version, deadline)
+            groups = api.list_objects(Resource(WORKER_GROUPS, self.group, self.version), namespace, deadline=deadline)[0]
         except ClusterNotFoundError:
             return
         prefix = f"{ref.name}-"
@@ -117,7 +116,7 @@ class DaskOperatorAdapter(ResourceAdapter):
         default group from its ``spec.worker``). Nothing when it is missing, or when a Role without get on
         daskclusters cannot tell: the group's not-found stands."""
         try:
-            cluster = api.get_cluster(CLUSTERS, namespace, ref.name, deadline, self.group, self.version)
+            cluster = api.read_object(Resource(CLUSTERS, self.group, self.version), namespace, ref.name, deadline)
         except (ClusterNotFoundError, UnauthorizedError):
             return
         group = self.object_name(ref)
@@ -129,27 +128,27 @@ class DaskOperatorAdapter(ResourceAdapter):
         )
 
     def _autoscalers(
-        self, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"], observing: bool = False,
+        self, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"],
+        linger: Optional[float] = None,
     ) -> List[Dict[str, Any]]:
         """The DaskAutoscalers sizing ``ref``'s group: those whose ``spec.cluster`` names the cluster,
         when ``ref`` is its default group (the only group an autoscaler sizes); else none.
 
-        ``observing`` (a state report, never a decision) inside shared reads takes them from the shared
-        cache of DaskAutoscalers where it can answer; every other list goes to the server, and notes the
+        Given a ``linger`` (a state report of shared reads, never a decision), from the shared cache of
+        DaskAutoscalers where it can answer; every other list goes to the server, and notes the
         versions it read so the cache never answers from before them."""
         if ref.group not in (None, DEFAULT_GROUP):
             return []
         resource = Resource(AUTOSCALERS, self.group, self.version)
-        sharing = current_shared_reads() if observing else None
-        cached = cached_objects(api, namespace, resource, sharing.linger) if sharing is not None else None
-        if cached is not None:
-            found = cached
-        else:
-            if deadline is None and sharing is not None:
-                deadline = sharing.deadline()
-            found = api.list_clusters(AUTOSCALERS, namespace, "", self.group, self.version, deadline)
+        found = cached_objects(api, namespace, resource, linger) if linger is not None else None
+        if found is None:
+            found = api.list_objects(resource, namespace, deadline=deadline)[0]
             for scaler in found:
                 note_version(api, namespace, resource, str(scaler["metadata"]["name"]), scaler)
+        return self._sizing(ref, found)
+
+    @staticmethod
+    def _sizing(ref: ClusterRef, found: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
         return sorted(
             (a for a in found if (a.get("spec") or {}).get("cluster") == ref.name),
             key=lambda a: str(a["metadata"]["name"]),
@@ -219,10 +218,22 @@ class DaskOperatorAdapter(ResourceAdapter):
 
     def observe_elsewhere(
         self, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"], state: ClusterState,
+        linger: Optional[float] = None,
     ) -> ClusterState:
         """``state`` with the DaskAutoscaler's ``minimum`` and ``maximum`` as its autoscaling bounds
         (the minimum a phase holds while it holds one); unchanged without exactly one autoscaler."""
-        scalers = self._autoscalers(ref, namespace, api, deadline, observing=True)
+        return self._bounded(state, self._autoscalers(ref, namespace, api, deadline, linger))
+
+    def cached_elsewhere(
+        self, ref: ClusterRef, namespace: str, api: "KubeApi", state: ClusterState, linger: float
+    ) -> Optional[ClusterState]:
+        if ref.group not in (None, DEFAULT_GROUP):
+            return state
+        found = cached_objects(api, namespace, Resource(AUTOSCALERS, self.group, self.version), linger, start=False)
+        return None if found is None else self._bounded(state, self._sizing(ref, found))
+
+    @staticmethod
+    def _bounded(state: ClusterState, scalers: List[Dict[str, Any]]) -> ClusterState:
         if len(scalers) != 1:
             return state
         spec = scalers[0].get("spec") or {}
