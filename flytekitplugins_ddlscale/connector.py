@@ -70,10 +70,10 @@ from ._services.connector_core import (
 from ._services.connector_calls import PollDesk, refusal, refused_create
 from ._services.connector_inputs import node_inputs
 from ._services.connector_meta import ScalingMetadata
-from ._services.nodes.creating import CREATE_TIMEOUT
+from ._services.nodes.kinds import CREATE_TIMEOUT
 from ._services.connector_policy import ConnectorPolicy
 from ._services.nodes.names import OUTPUT_NAME
-from ._services.nodes.registry import NODE_KINDS
+from ._services.nodes import NODE_KINDS
 
 __all__ = [
     "CREATE_TIMEOUT", "NOT_READY", "POLL_BACKENDS", "SERVED_TASK_TYPES", "SHARED_LINGER", "SHARED_MAX_AGE",

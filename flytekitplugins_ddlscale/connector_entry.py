@@ -41,7 +41,7 @@ from typing import Any, List, Optional, Sequence
 from flytekit.exceptions.system import FlyteConnectorNotFound
 from flytekit.extend.backend.base_connector import AsyncConnectorBase, ConnectorRegistry, Resource, ResourceMeta
 
-from ._services.nodes.names import TASK_TYPE_NAMES
+from ._services.nodes.names import TASK_TYPES
 
 __all__ = ["CONNECTOR_MODULE", "CONNECTOR_NAME", "SHUTDOWN_GRACE", "DeferredConnector", "prepare_service",
            "register", "serving"]
@@ -69,8 +69,8 @@ class DeferredConnector(AsyncConnectorBase):
     name = CONNECTOR_NAME
 
     def __init__(self, task_type: str) -> None:
-        if task_type not in TASK_TYPE_NAMES:
-            raise ValueError(f"task_type must be one of {TASK_TYPE_NAMES}, not {task_type!r}")
+        if task_type not in TASK_TYPES:
+            raise ValueError(f"task_type must be one of {TASK_TYPES}, not {task_type!r}")
         super().__init__(task_type_name=task_type, metadata_type=ResourceMeta)
         self._connector: Optional[AsyncConnectorBase] = None
         self._lock = threading.Lock()
@@ -157,7 +157,7 @@ class _TemplatesFirst:
 
     async def CreateTask(self, request: Any, context: Any) -> Any:  # noqa: N802 - gRPC's method name
         task_type = request.template.type
-        if task_type in TASK_TYPE_NAMES:
+        if task_type in TASK_TYPES:
             from ._services.connector_templates import unreadable_template
 
             refused = unreadable_template(request.template)
@@ -244,7 +244,7 @@ def _health_and_drain(server: Any, worker: int) -> None:
 
 def register() -> None:
     """Put a :class:`DeferredConnector` for every task type in flytekit's registry, unless one serves it already."""
-    for task_type in TASK_TYPE_NAMES:
+    for task_type in TASK_TYPES:
         try:
             ConnectorRegistry.get_connector(task_type)
         except FlyteConnectorNotFound:

@@ -31,7 +31,7 @@ from flytekitplugins_ddlscale.connector import (
 )
 from flytekitplugins_ddlscale.errors import BackendUnavailableError
 from flytekitplugins_ddlscale._framework.endpoints import resolve_endpoint
-from flytekitplugins_ddlscale._services.nodes.names import TASK_TYPE_NAMES
+from flytekitplugins_ddlscale._services.nodes.names import TASK_TYPES
 from flytekitplugins_ddlscale.refs import ClusterRef
 from flytekitplugins_ddlscale.tasks import (
     RESTART_TASK_TYPE,
@@ -153,7 +153,7 @@ def k8s(tmp_path, monkeypatch):
 
 def test_connectors_are_registered_for_every_node_type():
     # flytekit's start-up registers the names (connector_entry); each is answered by a ScalingConnector.
-    assert SERVED_TASK_TYPES == TASK_TYPE_NAMES
+    assert SERVED_TASK_TYPES == TASK_TYPES
     assert set(SERVED_TASK_TYPES) == {SCALE_TASK_TYPE, WAIT_TASK_TYPE, RESTORE_TASK_TYPE, RESTART_TASK_TYPE}
     register_connectors()
     for task_type in SERVED_TASK_TYPES:

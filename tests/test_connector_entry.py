@@ -10,7 +10,7 @@ import subprocess
 import sys
 from importlib.metadata import entry_points
 
-from flytekitplugins_ddlscale._services.nodes.registry import TASK_TYPES
+from flytekitplugins_ddlscale._services.nodes.names import TASK_TYPES
 
 _PROBE = """
 import json, sys

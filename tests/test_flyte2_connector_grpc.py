@@ -33,7 +33,7 @@ from flyteidl2.core.execution_pb2 import TaskExecution  # noqa: E402
 from google.protobuf import json_format  # noqa: E402
 from google.protobuf.struct_pb2 import Struct  # noqa: E402
 
-from flytekitplugins_ddlscale._services.nodes.registry import TASK_TYPES  # noqa: E402
+from flytekitplugins_ddlscale._services.nodes.names import TASK_TYPES  # noqa: E402
 from flytekitplugins_ddlscale._services.nodes.restore import RESTORE_TASK_TYPE, RestoreConfig, RestoreOutcome  # noqa: E402
 from flytekitplugins_ddlscale._services.nodes.scale import SCALE_TASK_TYPE, ScaleConfig, ScaleOutcome  # noqa: E402
 from flytekitplugins_ddlscale.refs import ClusterRef  # noqa: E402

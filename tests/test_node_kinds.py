@@ -17,11 +17,8 @@ import pytest
 from flytekitplugins_ddlscale._core.timeline import WorkerTimeline, observed_workers
 from flytekitplugins_ddlscale._services.connector_core import SUCCEEDED, ScalingService
 from flytekitplugins_ddlscale._services.connector_policy import ConnectorPolicy
-from flytekitplugins_ddlscale._services.nodes.config import NodeConfig
-from flytekitplugins_ddlscale._services.nodes.creating import Creation, Sent
-from flytekitplugins_ddlscale._services.nodes.kinds import NodeKind
-from flytekitplugins_ddlscale._services.nodes.outputs import NodeOutcome
-from flytekitplugins_ddlscale._services.nodes.registry import NODE_KINDS
+from flytekitplugins_ddlscale._services.nodes.kinds import Creation, NodeConfig, NodeKind, NodeOutcome, Sent
+from flytekitplugins_ddlscale._services.nodes import NODE_KINDS
 from flytekitplugins_ddlscale._services.opening import open_backend
 from flytekitplugins_ddlscale.errors import InvalidInputError
 from flytekitplugins_ddlscale.refs import parse_cluster

@@ -12,7 +12,7 @@ from typing import Any, Optional, Sequence, Tuple
 from .wording import plural
 
 UNKNOWN = -1
-"""Integer fields use -1 for "not observable" (as ``nodes.outputs.UNKNOWN``)."""
+"""Integer fields use -1 for "not observable" (as ``nodes.kinds.UNKNOWN``)."""
 
 
 def seconds(value: float) -> str:

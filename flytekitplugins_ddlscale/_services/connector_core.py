@@ -13,7 +13,7 @@ message), which each turns into its own protocol's answer.
 node type's kind says (``NodeKind.create``, in the node type's module:
 ``ScaleCluster`` the scale, ``RestoreCluster`` the restore, ``RestartHead``
 the head restart, ``WaitForCluster`` nothing). It gives the backend at most
-:data:`~.nodes.creating.CREATE_TIMEOUT` seconds to accept the change. Each
+:data:`~.nodes.kinds.CREATE_TIMEOUT` seconds to accept the change. Each
 ``poll`` reads the cluster once and decides (what a node awaits, its
 outcome and its failure again from its kind). What a poll waits for stays in the
 metadata, so a restarted connector goes on where it was.
@@ -63,9 +63,9 @@ from .._framework.endpoints import enabled_by_env, framework_of, kind_url_env, r
 from .._framework.probes import probe_for
 from .._framework.wait import HeadUnreachable, read_registered
 from ..models import ClusterState
-from .nodes.creating import AWAIT_DESIRED, AWAIT_HEAD, Creation, Sent
-from .nodes.kinds import NodeKind
-from .nodes.registry import NODE_KINDS, TASK_TYPES
+from .nodes.kinds import AWAIT_DESIRED, AWAIT_HEAD, Creation, NodeKind, Sent
+from .nodes import NODE_KINDS
+from .nodes.names import TASK_TYPES
 from .opening import BackendPool
 from ..refs import DEFAULT_NAMESPACE, ClusterRef
 from .._core import settings
@@ -80,7 +80,7 @@ POLL_BACKENDS = BackendPool()
 """The backends every ``get`` reads through, and every ``create`` sends through: kept open across calls,
 so a thousand executions share one API client and its connections instead of opening one per poll,
 and one outage tracker, which knows from the create that the server served this process (see
-:class:`~.nodes.creating.Creation`)."""
+:class:`~.nodes.kinds.Creation`)."""
 SHARED_LINGER = 60.0
 """Seconds the shared pod watch of a namespace outlives the last ``get`` that read it: executions in the
 same namespace poll within a resync interval of each other, so a busy namespace keeps one watch."""
@@ -232,7 +232,7 @@ class ScalingService:
         before anything is sent (the surfaces answer it with a refused metadata
         whose first poll is FAILED: :func:`~.connector_calls.refused_create`). A backend that is
         unavailable (:data:`UNAVAILABLE_HERE`: unreachable, or not accepting a
-        scale, wait or restore within :data:`~.nodes.creating.CREATE_TIMEOUT`)
+        scale, wait or restore within :data:`~.nodes.kinds.CREATE_TIMEOUT`)
         does not fail it: the metadata carries the change (``pending``) and the
         polls send it. A head restart meeting an outage before it was sent
         raises it, and the surfaces let it fail the create, as FlytePropeller's

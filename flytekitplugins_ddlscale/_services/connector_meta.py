@@ -17,8 +17,8 @@ from flytekit.extend.backend.base_connector import ResourceMeta
 
 from ..errors import InvalidInputError, ScalingError
 from ..models import RestartResult
-from .nodes.creating import AWAIT_WORKERS, AWAITS, RESTART_FIELDS
-from .nodes.registry import NODE_KINDS
+from .nodes import NODE_KINDS
+from .nodes.kinds import AWAIT_WORKERS, AWAITS, RESTART_FIELDS
 
 
 MAX_META_BYTES = 64 * 1024

@@ -38,7 +38,7 @@ def unreadable_template(template: Any) -> Optional[ScalingError]:
     from flytekit.models.task import TaskTemplate
 
     from .connector_core import node_config
-    from .nodes.registry import NODE_KINDS
+    from .nodes import NODE_KINDS
 
     try:
         TaskTemplate.from_flyte_idl(template)

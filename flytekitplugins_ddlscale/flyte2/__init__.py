@@ -19,7 +19,7 @@ surfaces (``tasks/``, ``phase/``) and shares only what lies below them: the
 node contract and runs (``nodes/``), the phase (``hold/``), the timeline.
 """
 from .._services.connecting import connected
-from .._services.nodes.outputs import UNKNOWN
+from .._services.nodes.kinds import UNKNOWN
 from .._services.nodes.restore import FROM_BASELINE
 from .._services.nodes.wait import ANY_DESIRED
 from . import nodes

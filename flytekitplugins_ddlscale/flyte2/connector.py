@@ -10,7 +10,7 @@ the input values already converted to Python, ``get`` gets back the bytes
 all three to :class:`~flytekitplugins_ddlscale._services.connector_core.ScalingService`,
 the same service flytekit's connector uses, so both behave alike:
 ``create`` sends the node's change within
-:data:`~flytekitplugins_ddlscale._services.nodes.creating.CREATE_TIMEOUT` seconds
+:data:`~flytekitplugins_ddlscale._services.nodes.kinds.CREATE_TIMEOUT` seconds
 and returns, each ``get`` reads the cluster once (RUNNING, SUCCEEDED with
 the node's typed outcome as output ``o0``, FAILED with a one-line message),
 the metadata carries what a poll waits for, and the deployment's policy

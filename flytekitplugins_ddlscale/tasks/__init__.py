@@ -8,8 +8,8 @@ outcomes and task type names live in each node type's module under
 re-exported here; ``resolve_cluster`` is
 :func:`..refs.parse_cluster`.
 """
-from .._services.nodes.outputs import UNKNOWN
-from .._services.nodes.registry import TASK_TYPES
+from .._services.nodes.kinds import UNKNOWN
+from .._services.nodes.names import TASK_TYPES
 from .._services.nodes.restore import FROM_BASELINE
 from .._services.nodes.wait import ANY_DESIRED
 from ..refs import parse_cluster as resolve_cluster

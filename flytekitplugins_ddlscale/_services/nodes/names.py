@@ -1,5 +1,16 @@
-"""How scaling nodes are named in Flyte: the output name, qualified task names, the task types."""
+"""How scaling nodes are named in Flyte: the task types, the output name, qualified task names.
+
+Apart from the node types' modules so that flytekit's start-up (:mod:`...connector_entry`) registers the
+connectors without loading them.
+"""
 from typing import Optional
+
+SCALE_TASK_TYPE = "ddlscale_scale"
+WAIT_TASK_TYPE = "ddlscale_wait"
+RESTART_TASK_TYPE = "ddlscale_restart_head"
+RESTORE_TASK_TYPE = "ddlscale_restore"
+TASK_TYPES = (SCALE_TASK_TYPE, WAIT_TASK_TYPE, RESTART_TASK_TYPE, RESTORE_TASK_TYPE)
+"""Every task type this plugin defines."""
 
 OUTPUT_NAME = "o0"
 """The single output's name, as for function tasks, so ``up = scale_up()`` is the outcome itself."""
@@ -10,12 +21,3 @@ def qualified_name(name: str, module: Optional[str]) -> str:
     if module and "." not in name:
         return f"{module}.{name}"
     return name
-
-
-SCALE_TASK_TYPE = "ddlscale_scale"
-WAIT_TASK_TYPE = "ddlscale_wait"
-RESTART_TASK_TYPE = "ddlscale_restart_head"
-RESTORE_TASK_TYPE = "ddlscale_restore"
-TASK_TYPE_NAMES = (SCALE_TASK_TYPE, WAIT_TASK_TYPE, RESTART_TASK_TYPE, RESTORE_TASK_TYPE)
-"""The Flyte task type of each node type, here so that flytekit's start-up can register the connectors
-(:mod:`...connector_entry`) without loading the node types' modules."""

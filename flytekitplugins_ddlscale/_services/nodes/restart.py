@@ -12,11 +12,8 @@ from ..._core.timeline import WorkerTimeline, observed_workers
 from ..._core.validation import validate_tier_name
 from ..opening import open_backend
 from ..readiness import Readiness
-from .config import NodeConfig
-from .creating import AWAIT_HEAD, CREATE_TIMEOUT, Creation, Sent, restart_json
-from .kinds import NodeKind
+from .kinds import AWAIT_HEAD, CREATE_TIMEOUT, Creation, NodeConfig, NodeKind, NodeOutcome, Sent, restart_json
 from .names import RESTART_TASK_TYPE
-from .outputs import NodeOutcome
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,11 @@ from ..._core.validation import replicas_or_minus_one, validate_tier_name
 from ..._core.waiting import Deadline
 from ..opening import open_backend
 from ..readiness import Readiness, confirm_change
-from .config import ChecksFramework, NodeConfig
-from .creating import CREATE_TIMEOUT, MIN_SEND, Creation, Sent, in_place_failure, read_within
-from .kinds import NodeKind
+from .kinds import (
+    CREATE_TIMEOUT, MIN_SEND, ChecksFramework, Creation, NodeConfig, NodeKind, NodeOutcome, Sent, in_place_failure,
+    known, read_within, resized,
+)
 from .names import RESTORE_TASK_TYPE
-from .outputs import NodeOutcome, known, resized
 
 
 FROM_BASELINE = -1

@@ -15,11 +15,11 @@ from ..._core.validation import validate_replicas, validate_tier_name
 from ..._core.waiting import Deadline
 from ..opening import open_backend
 from ..readiness import Readiness, confirm_change
-from .config import ChecksFramework, NodeConfig
-from .creating import CREATE_TIMEOUT, Creation, Sent, in_place_failure
-from .kinds import NodeKind
+from .kinds import (
+    CREATE_TIMEOUT, ChecksFramework, Creation, NodeConfig, NodeKind, NodeOutcome, Sent, in_place_failure, known,
+    ready_count, resized,
+)
 from .names import SCALE_TASK_TYPE
-from .outputs import NodeOutcome, known, ready_count, resized
 
 
 @dataclass(frozen=True)

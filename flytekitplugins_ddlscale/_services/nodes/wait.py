@@ -15,11 +15,11 @@ from ..._core.validation import replicas_or_minus_one
 from ..._core.waiting import Deadline
 from ..opening import open_backend
 from ..readiness import Readiness, confirm_ready
-from .config import ChecksFramework, NodeConfig
-from .creating import AWAIT_DESIRED, AWAIT_WORKERS, Creation, Sent
-from .kinds import NodeKind
+from .kinds import (
+    AWAIT_DESIRED, AWAIT_WORKERS, UNKNOWN, ChecksFramework, Creation, NodeConfig, NodeKind, NodeOutcome, Sent, known,
+    ready_count,
+)
 from .names import WAIT_TASK_TYPE
-from .outputs import UNKNOWN, NodeOutcome, known, ready_count
 
 
 ANY_DESIRED = -1
