@@ -344,6 +344,10 @@ DOMINO_API_PROXY = _define(
 DOMINO_TOKEN = _define(
     "DOMINO_TOKEN", "secret", _text, _ANY_TEXT, "a Domino token, when there is no API proxy", group=DOMINO,
 )
+DOMINO_TOKEN_FILE = _define(
+    "DOMINO_TOKEN_FILE", "path", _text, _FILE,
+    "a file holding a Domino token (a mounted Secret), read again when it changes; after $DOMINO_TOKEN", group=DOMINO,
+)
 DOMINO_API_KEY = _define(
     "DOMINO_API_KEY", "secret", _text, _ANY_TEXT, "a Domino API key, when there is no proxy or token", group=DOMINO,
 )

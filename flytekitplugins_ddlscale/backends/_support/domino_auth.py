@@ -8,7 +8,9 @@ Order (first that is available wins):
    403 too because the scaler service answers an unknown or expired token
    with 403, treating the caller as anonymous);
 3. ``$DOMINO_TOKEN`` (bearer);
-4. ``$DOMINO_API_KEY`` (``X-Domino-Api-Key`` header).
+4. ``$DOMINO_TOKEN_FILE`` (bearer: a file, such as a mounted Secret, read again whenever it changes,
+   so a rotated token is used from the next request on, without a restart);
+5. ``$DOMINO_API_KEY`` (``X-Domino-Api-Key`` header).
 
 A token fetch that fails because the proxy is unreachable or answers 429/5xx
 raises :class:`ProxyUnavailableError`, which the scaler client rides out as
@@ -18,6 +20,7 @@ any other answer is :class:`UnauthorizedError`.
 Every value read is registered with :mod:`.redaction` so it can never reach
 logs or error messages.
 """
+import os
 import threading
 from typing import Generator, Mapping, Optional
 
@@ -61,27 +64,49 @@ class DominoAuth(httpx.Auth):
         self._proxy_timeout = proxy_timeout
         self._verify = verify
         self.api_proxy: Optional[str] = None
-        self.token: Optional[str] = None
+        self._token: Optional[str] = None
+        self.token_file: Optional[str] = None
+        self._file_read = (None, "")
         self.api_key: Optional[str] = None
         proxy = settings.DOMINO_API_PROXY.value(api_proxy or None, env, field="api_proxy")
         if token or api_key:
-            self.token, self.api_key = token, api_key
+            self._token, self.api_key = token, api_key
         elif proxy:
             self.api_proxy = proxy.rstrip("/")
         elif settings.DOMINO_TOKEN.is_set(env):
-            self.token = settings.DOMINO_TOKEN.value(env=env)
+            self._token = settings.DOMINO_TOKEN.value(env=env)
+        elif settings.DOMINO_TOKEN_FILE.is_set(env):
+            self.token_file = settings.DOMINO_TOKEN_FILE.value(env=env)
         elif settings.DOMINO_API_KEY.is_set(env):
             self.api_key = settings.DOMINO_API_KEY.value(env=env)
-        for value in (self.token, self.api_key):
+        for value in (self._token, self.api_key):
             if value:
                 register_secret(value)
+
+    @property
+    def token(self) -> Optional[str]:
+        """The bearer token: given, from ``$DOMINO_TOKEN``, or the token file's as it is now."""
+        if not self.token_file:
+            return self._token
+        try:
+            info = os.stat(self.token_file)
+            stamp = (info.st_ino, info.st_mtime_ns, info.st_size)
+            if stamp != self._file_read[0]:
+                with open(self.token_file, encoding="utf-8") as file:
+                    token = file.read().strip()
+                register_secret(token)
+                self._file_read = (stamp, token)
+        except (OSError, ValueError) as exc:
+            raise UnauthorizedError(f"could not read the token in {settings.DOMINO_TOKEN_FILE.name}="
+                                    f"{self.token_file}: {getattr(exc, 'strerror', None) or exc}") from None
+        return self._file_read[1]
 
     @property
     def source(self) -> str:
         """Where credentials come from: ``proxy``, ``token``, ``api_key`` or ``none``."""
         if self.api_proxy:
             return "proxy"
-        if self.token:
+        if self._token or self.token_file:
             return "token"
         if self.api_key:
             return "api_key"
