@@ -71,7 +71,7 @@ from ._services.connector_calls import PollDesk, refusal, refused_create
 from ._services.connector_inputs import node_inputs
 from ._services.connector_meta import ScalingMetadata
 from ._services.nodes.kinds import CREATE_TIMEOUT
-from ._services.connector_policy import ConnectorPolicy
+from ._services.connector_policy import ConnectorPolicy, Execution
 from ._services.nodes.names import OUTPUT_NAME
 from ._services.nodes import NODE_KINDS
 
@@ -131,11 +131,14 @@ class ScalingConnector(AsyncConnectorBase):
         it again. flytekit's service answers a raised error with the
         exception's traceback, so that error is handed over as flytekit's own
         user-error wrapper around an error that carries no traceback: the
-        answer names the error class and its message only.
+        answer names the error class and its message only. The execution
+        FlytePropeller describes (``task_execution_metadata``) is what the
+        per-project policy decides on.
         """
         try:
             values = node_inputs(task_template, inputs)
-            return self.service.create(task_template.type, task_template.custom, values)
+            execution = Execution.of(task_execution_metadata)
+            return self.service.create(task_template.type, task_template.custom, values, execution)
         except Exception as error:
             failure = refusal("create", error)
         refused = refused_create(self.task_category.name, failure)

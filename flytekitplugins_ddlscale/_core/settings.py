@@ -288,6 +288,11 @@ CONNECTOR_FRAMEWORK_HOSTS = _define(
     "hosts a template's framework_url may name, besides the head the backend reports", default=(),
     shown_default="none",
 )
+CONNECTOR_POLICY = _define(
+    "DDLSCALE_CONNECTOR_POLICY", "path", _text, f"{_FILE} (YAML: docs/connector.md, Per-project policy)",
+    "a connector's per-project rules (which backends, namespaces, kinds, clusters, sizes and tiers each Flyte "
+    "project and domain may use); unset, every project may use all the connector serves",
+)
 CONNECTOR_CALL_BUDGET = _define(
     "DDLSCALE_CONNECTOR_CALL_BUDGET", "number", _call_budget, "a number of seconds > 0 and at most 9",
     "seconds a connector's GetTask waits for the backend before answering RUNNING with the last state known "

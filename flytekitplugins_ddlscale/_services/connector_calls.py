@@ -43,7 +43,8 @@ from .._core.redaction import redact
 from .._core.sharing import CacheMiss
 from ..errors import ScalingError, ScalingTimeoutError
 from .connector_meta import ScalingMetadata
-from .connector_core import FAILED, RUNNING, UNAVAILABLE_HERE, Poll, ScalingService
+from .connector_audit import observe_wait
+from .connector_core import FAILED, RUNNING, SUCCEEDED, UNAVAILABLE_HERE, Poll, ScalingService
 
 logger = logging.getLogger("flytekitplugins_ddlscale.connector")
 
@@ -208,6 +209,8 @@ class PollDesk:
             if isinstance(workers, int) and (not points or points[-1][1] != workers):
                 points.append([round(max(0.0, time.time() - meta.started), 1), workers])
                 del points[:-TIMELINE_POINTS]
+                if answer.state == SUCCEEDED and "elapsed_seconds" in answer.info:  # it waited for its workers
+                    observe_wait(meta, answer.info["elapsed_seconds"])
             if answer.info:
                 answer = replace(answer, info=dict(answer.info, timeline=[list(point) for point in points]))
             if answer.state == RUNNING and read:

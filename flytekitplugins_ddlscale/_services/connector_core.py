@@ -51,9 +51,10 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Dict, Mapping, Optional, Tuple, Type, TypeVar
 from urllib.parse import urlsplit
+from .connector_audit import AuditEntry, metrics, record
 
 from .connector_meta import ScalingMetadata
-from .connector_policy import ConnectorPolicy
+from .connector_policy import ConnectorPolicy, Execution, NotServedError, Rule, namespace_of
 from ..errors import (
     ClusterNotFoundError, InvalidInputError, NeverReachedError, ScalingError, ScalingTimeoutError, TransientError,
     UnconfirmedChangeError,
@@ -219,10 +220,13 @@ class ScalingService:
         install_redaction()
         self.policy = policy if policy is not None else ConnectorPolicy.from_env()
         self._creation = Creation(self.policy, POLL_BACKENDS)
+        metrics()  # the connector's own metrics, served from its start
         self._sent: "OrderedDict[bytes, ScalingMetadata]" = OrderedDict()
         self._sent_lock = threading.Lock()
 
-    def create(self, task_type: str, custom: Any, values: Mapping[str, Any]) -> ScalingMetadata:
+    def create(
+        self, task_type: str, custom: Any, values: Mapping[str, Any], execution: Optional[Execution] = None
+    ) -> ScalingMetadata:
         """Check the node, send its change (without waiting) and return what :meth:`poll` needs.
 
         ``custom`` is the template's configuration (a dictionary; anything else is refused naming
@@ -242,12 +246,32 @@ class ScalingService:
         a failed create, which would send it again, so it comes back as a
         metadata whose first poll is FAILED (a failure no retry repeats).
         """
+
+        ``execution`` (who the node runs for; None: not known) is checked
+        against the policy's per-project rules before anything is sent, and
+        every create ends in one audit line and count (:mod:`.connector_audit`).
         kind = NODE_KINDS.get(task_type)
+        execution = execution if execution is not None else Execution()
+        entry = AuditEntry.begin(execution, task_type, custom, values)
+        try:
+            rule = self.policy.rules.rule_for(execution) if self.policy.rules is not None else None
+            entry = replace(entry, rule=rule.name if rule is not None else "")
+            meta = replace(self._create(task_type, custom, values, rule), project=execution.project)
+        except Exception as error:
+            record(entry.refused(error))
+            raise
+        record(entry.done(meta))
+        return meta
+
+    def _create(self, task_type: str, custom: Any, values: Mapping[str, Any], rule: Optional[Rule]) -> ScalingMetadata:
+        """:meth:`create` under ``rule`` (None: no per-project rule), without its audit."""
         if kind is None:
             raise InvalidInputError("task_type", task_type, ", ".join(NODE_KINDS))
         config = node_config(kind.config, custom)
         given = kind.given(config, values)
         try:
+        if rule is not None:
+            self._check_rule(rule, kind, config, given)
             return self._metadata(kind, config, *self._sent_with_version(kind, config, given))
         except UnconfirmedChangeError as error:
             logger.info("a %s may have been sent unconfirmed: %s", task_type, error)
@@ -259,6 +283,23 @@ class ScalingService:
             return self._deferred(kind, config, given)
 
     def _deferred(self, kind: NodeKind, config: Any, given: Mapping[str, Any]) -> ScalingMetadata:
+    def _check_rule(self, rule: Rule, kind: NodeKind, config: Any, given: Mapping[str, Any]) -> None:
+        """Refuse what ``rule`` does not allow this node (no request sent), then, where it names an owner, a
+        cluster not labelled as that owner's (one read of the cluster; only the kubernetes backend keeps one)."""
+        backend_name, ref = self._creation.served(config.backend, given["cluster"])
+        with POLL_BACKENDS.backend(backend_name) as backend:
+            rule.check(backend_name, ref, namespace_of(ref, backend), given if kind.changes_cluster else {})
+            owner = rule.allow.get("owner")
+            if owner is None:
+                return
+            check_owner = getattr(backend, "check_owner", None)
+            if check_owner is None:
+                raise NotServedError(
+                    "backend", backend_name, "kubernetes",
+                    reason=f"rule {rule.name!r} names an owner, and only a backend with owner labels can check it",
+                )
+            check_owner(ref, owner)
+
         """The metadata of a node whose change ``create`` could not send: the polls send it."""
         now = time.time()
         _, ref = self._creation.served(config.backend, given["cluster"])

@@ -5,12 +5,16 @@ every ``get``; the connector keeps no other state, so a restarted connector
 goes on where it was. The bytes come from outside the connector, so decoding
 checks every field's type and an unreadable metadata becomes a refused one
 (``get`` is FAILED with a one-line message naming the field) instead of a
-traceback.
+traceback. A metadata says which plugin version wrote it (``writer``);
+fields a version does not know are kept as they came (:meth:`ScalingMetadata.encode`),
+so a connector reads what the version before it and the one after it wrote
+(a rolling update, a rollback) without failing the node.
 """
 import json
 import math
 import time
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Dict, Sequence, Tuple, Type
 
 from flytekit.extend.backend.base_connector import ResourceMeta
@@ -20,6 +24,12 @@ from ..models import RestartResult
 from .nodes import NODE_KINDS
 from .nodes.kinds import AWAIT_WORKERS, AWAITS, RESTART_FIELDS
 
+
+try:
+    WRITER = version("flytekitplugins-ddlscale")
+    """The installed plugin's version: who wrote a metadata (:attr:`ScalingMetadata.writer`)."""
+except PackageNotFoundError:  # run from a source tree that is not installed
+    WRITER = "unknown"
 
 MAX_META_BYTES = 64 * 1024
 """Largest resource metadata read back: ``create`` writes well under 4 KB (names and URLs are bounded)."""
@@ -62,6 +72,18 @@ class ScalingMetadata(ResourceMeta):
     """The version of the cluster's object as ``create`` left it (the backend's ``version_seen``; '' where
     it keeps none): a connector replica other than the one that created the node answers its polls
     from a cache only once the cache holds that version, never from before the change."""
+    project: str = ""
+    """The Flyte project the node ran for ('' where not known): its metrics' label."""
+    writer: str = WRITER
+    """The plugin version that wrote it ('' when written before versions were recorded)."""
+    unknown: Dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """Fields a later version wrote that this one does not know: kept, and written back by :meth:`encode`."""
+
+    def encode(self) -> bytes:
+        """The JSON FlytePropeller keeps: every field, and the unknown ones as they came."""
+        known = asdict(self)
+        known.pop("unknown")
+        return json.dumps({**self.unknown, **known}).encode("utf-8")
 
     @classmethod
     def refused(cls, task_type: str, error: ScalingError) -> "ScalingMetadata":
@@ -82,8 +104,11 @@ class ScalingMetadata(ResourceMeta):
             raw = json.loads(data.decode("utf-8"))
             if not isinstance(raw, dict):
                 raise InvalidInputError("resource_meta", type(raw).__name__, "a JSON object")
-            values = {f.name: checked_value(f"resource_meta.{f.name}", f.type, raw[f.name])
-                      for f in fields(cls) if f.name in raw}
+            names = {f.name for f in fields(cls)} - {"unknown"}
+            values: Dict[str, Any] = {f.name: checked_value(f"resource_meta.{f.name}", f.type, raw[f.name])
+                                      for f in fields(cls) if f.name in names and f.name in raw}
+            values.setdefault("writer", "")
+            values["unknown"] = {key: value for key, value in raw.items() if key not in names}
             for f in fields(cls):
                 if f.name not in values and f.default is MISSING:
                     raise InvalidInputError(f"resource_meta.{f.name}", None, "the value create returned (required)")

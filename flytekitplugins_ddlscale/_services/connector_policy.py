@@ -20,11 +20,17 @@ connector starts:
 
 A template asking for anything else is refused with a :class:`NotServedError`
 naming the field, the value and what is served, before anything is sent.
+``$DDLSCALE_CONNECTOR_POLICY`` names a YAML file of per-project rules
+(:class:`ProjectRules`, docs/connector.md): the first rule whose ``match``
+covers the execution (:class:`Execution`, from what FlytePropeller sends)
+narrows what its nodes may use; an execution no rule covers is refused.
 """
 import fnmatch
-from dataclasses import dataclass
-from typing import Iterable, List, Mapping, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 from urllib.parse import urlsplit
+
+import yaml
 
 from ..backends import ALIASES, available_backends, backend_name_from_env, load_backend_class
 from ..backends._base import ClusterBackend
@@ -77,6 +83,8 @@ class ConnectorPolicy:
     """``<kind>/<name>`` patterns; None: any cluster."""
     framework_hosts: Tuple[str, ...] = ()
     """Host patterns a ``framework_url`` may name besides the head host the backend reports."""
+    rules: Optional["ProjectRules"] = None
+    """Per-project rules (``$DDLSCALE_CONNECTOR_POLICY``); None: every execution may use all the above."""
 
     @classmethod
     def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "ConnectorPolicy":
@@ -88,11 +96,13 @@ class ConnectorPolicy:
         if unknown:
             setting = settings.CONNECTOR_BACKENDS
             raise InvalidInputError(setting.name, setting.raw(env), ", ".join(sorted(known)))
+        path = settings.CONNECTOR_POLICY.value(env=env)
         return cls(
             backends=backends,
             namespaces=settings.CONNECTOR_NAMESPACES.value(env=env),
             clusters=settings.CONNECTOR_CLUSTERS.value(env=env),
             framework_hosts=settings.CONNECTOR_FRAMEWORK_HOSTS.value(env=env),
+            rules=ProjectRules.load(path) if path else None,
         )
 
     def backend(self, name: Optional[str]) -> str:
@@ -107,7 +117,7 @@ class ConnectorPolicy:
 
     def check_cluster(self, ref: ClusterRef, backend: ClusterBackend) -> None:
         """Refuse ``ref`` unless its namespace and ``<kind>/<name>`` are served."""
-        namespace = ref.namespace or getattr(backend, "namespace", None) or DEFAULT_NAMESPACE
+        namespace = namespace_of(ref, backend)
         if self.namespaces is not None and namespace not in self.namespaces:
             raise NotServedError(
                 "namespace", namespace, ", ".join(self.namespaces),
@@ -138,6 +148,183 @@ def _matches(value: str, patterns: Iterable[str]) -> bool:
     return any(fnmatch.fnmatchcase(value, pattern) for pattern in patterns)
 
 
+def namespace_of(ref: ClusterRef, backend: Any) -> str:
+    """The namespace ``ref`` is in: its own, else the backend's default, else Domino's."""
+    return ref.namespace or getattr(backend, "namespace", None) or DEFAULT_NAMESPACE
+
+
+MAX_EXECUTION_CHARS = 256
+"""Longest execution field a policy matches (Flyte's names are at most 63 characters; identities longer)."""
+
+
+def _part(value: Any, *names: str) -> Any:
+    for name in names:
+        try:
+            value = getattr(value, name, None)
+        except Exception:  # hostile metadata: a property that raises reads as absent
+            return None
+    return value
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+@dataclass(frozen=True)
+class Execution:
+    """Who a ``CreateTask`` acts for, as FlytePropeller sends it ('' for what it does not send)."""
+
+    project: str = ""
+    domain: str = ""
+    name: str = ""
+    """The workflow execution's name."""
+    node: str = ""
+    namespace: str = ""
+    """The Kubernetes namespace the execution runs in (``<project>-<domain>`` by default)."""
+    service_account: str = ""
+    identity: str = ""
+    """The user or app the execution runs as (its security context's ``run_as``), where Flyte knows one."""
+
+    @classmethod
+    def of(cls, metadata: Any) -> "Execution":
+        """From flytekit's ``TaskExecutionMetadata`` or Flyte 2's (the same field names); never raises."""
+        node = _part(metadata, "task_execution_id", "node_execution_id")
+        run = _part(node, "execution_id")
+        who = _part(metadata, "identity")
+        identity = ""
+        for path in (("execution_identity",), ("oauth2_client", "client_id"), ("iam_role",)):
+            identity = identity or _str(_part(who, *path))
+        return cls(
+            _str(_part(run, "project")), _str(_part(run, "domain")), _str(_part(run, "name")),
+            _str(_part(node, "node_id")), _str(_part(metadata, "namespace")),
+            _str(_part(metadata, "k8s_service_account")) or _str(_part(who, "k8s_service_account")), identity,
+        )
+
+
+MATCH_KEYS = ("project", "domain", "namespace", "service_account", "identity")
+ALLOW_KEYS = ("backends", "namespaces", "kinds", "clusters", "max_workers", "tiers", "owner")
+RULE_KEYS = ("name", "match", "allow")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One rule of a policy: the executions it covers (``match``) and what their nodes may use (``allow``)."""
+
+    name: str
+    match: Dict[str, Tuple[str, ...]] = field(default_factory=dict)
+    """Execution field -> shell-style patterns; every field given must match one."""
+    allow: Dict[str, Any] = field(default_factory=dict)
+    """Allow key -> patterns (``max_workers``: an integer, ``owner``: a user id); a key left out: no limit."""
+
+    def refuse(self, key: str, value: Any, allowed: Any) -> "NotServedError":
+        """The one line naming this rule, for ``value`` of ``key`` it does not allow."""
+        shown = ", ".join(allowed) if isinstance(allowed, tuple) else str(allowed)
+        return NotServedError(
+            key, value, shown, reason=f"rule {self.name!r} of the connector's policy (${settings.CONNECTOR_POLICY.name}) "
+            "does not allow it",
+        )
+
+    def check(self, backend: str, ref: ClusterRef, namespace: str, given: Mapping[str, Any]) -> None:
+        """Refuse (:class:`NotServedError` naming this rule) what the rule does not allow, sending nothing:
+        ``given`` holds the change's inputs (replicas, tiers) where the node changes the cluster."""
+        for key, value in (("backends", backend), ("namespaces", namespace), ("kinds", ref.kind),
+                           ("clusters", f"{ref.kind}/{ref.name}")):
+            if key in self.allow and not _matches(value, self.allow[key]):
+                raise self.refuse(key, value, self.allow[key])
+        for name in ("worker_hw_tier", "head_hw_tier"):
+            if given.get(name) and "tiers" in self.allow and not _matches(given[name], self.allow["tiers"]):
+                raise self.refuse(name, given[name], self.allow["tiers"])
+        replicas = given.get("replicas")
+        if isinstance(replicas, int) and replicas > self.allow.get("max_workers", replicas):
+            raise self.refuse("replicas", replicas, f"at most {self.allow['max_workers']} (max_workers)")
+
+
+@dataclass(frozen=True)
+class ProjectRules:
+    """A deployment's per-project rules (``$DDLSCALE_CONNECTOR_POLICY``), in order: the first that covers an
+    execution applies."""
+
+    rules: Tuple[Rule, ...]
+    path: str = ""
+
+    @classmethod
+    def load(cls, path: str) -> "ProjectRules":
+        """The rules in the YAML file ``path``; :class:`InvalidInputError` naming the file, or the key and
+        what is allowed there, for one that cannot be read, does not parse or is not a policy."""
+        setting = settings.CONNECTOR_POLICY
+        try:
+            with open(path, encoding="utf-8") as handle:
+                data = yaml.safe_load(handle.read(1 << 20))
+        except (OSError, UnicodeError, yaml.YAMLError) as error:
+            why = " ".join(str(error).split())[:300]
+            raise InvalidInputError(setting.name, path, "a readable YAML policy file", reason=why) from None
+        top = _mapping("policy", data, ("rules",))
+        rules = _list("policy.rules", top.get("rules", []))
+        parsed = tuple(_rule(f"policy.rules[{index}]", rule) for index, rule in enumerate(rules))
+        names = [rule.name for rule in parsed]
+        doubled = sorted({name for name in names if names.count(name) > 1})
+        if doubled:
+            raise InvalidInputError("policy.rules.name", doubled[0], "a name used by one rule only")
+        return cls(parsed, path)
+
+    def rule_for(self, execution: Execution) -> Rule:
+        """The first rule covering ``execution``; :class:`NotServedError` when none does, or when one of its
+        fields is longer than :data:`MAX_EXECUTION_CHARS` (hostile metadata)."""
+        for key in MATCH_KEYS:
+            value = getattr(execution, key)
+            if len(value) > MAX_EXECUTION_CHARS:
+                raise InvalidInputError(f"execution.{key}", value, f"at most {MAX_EXECUTION_CHARS} characters")
+        for rule in self.rules:
+            if all(_matches(getattr(execution, key), patterns) for key, patterns in rule.match.items()):
+                return rule
+        raise NotServedError(
+            "project", f"{execution.project}/{execution.domain}", ", ".join(r.name for r in self.rules) or "no rule",
+            reason=f"no rule of the connector's policy (${settings.CONNECTOR_POLICY.name}) covers this execution",
+        )
+
+
+def _mapping(where: str, value: Any, keys: Tuple[str, ...]) -> Dict[str, Any]:
+    if value is None:
+        value = {}
+    if not isinstance(value, dict):
+        raise InvalidInputError(where, type(value).__name__, f"a mapping with keys {', '.join(keys)}")
+    for key in value:
+        if key not in keys:
+            raise InvalidInputError(f"{where}.{key}", value[key], ", ".join(keys), reason="unknown key")
+    return value
+
+
+def _list(where: str, value: Any) -> List[Any]:
+    if not isinstance(value, list):
+        raise InvalidInputError(where, type(value).__name__, "a list")
+    return value
+
+
+def _patterns(where: str, value: Any) -> Tuple[str, ...]:
+    items = [value] if isinstance(value, str) else _list(where, value)
+    if not items or not all(isinstance(item, str) and item for item in items):
+        raise InvalidInputError(where, value, "a non-empty string or list of non-empty strings (shell-style patterns)")
+    return tuple(items)
+
+
+def _rule(where: str, value: Any) -> Rule:
+    raw = _mapping(where, value, RULE_KEYS)
+    name = raw.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidInputError(f"{where}.name", name, "a non-empty string naming the rule in refusals and audit lines")
+    match = {k: _patterns(f"{where}.match.{k}", v) for k, v in _mapping(f"{where}.match", raw.get("match"), MATCH_KEYS).items()}
+    allow: Dict[str, Any] = {}
+    for key, item in _mapping(f"{where}.allow", raw.get("allow"), ALLOW_KEYS).items():
+        if key == "max_workers" and (isinstance(item, bool) or not isinstance(item, int) or item < 0):
+            raise InvalidInputError(f"{where}.allow.max_workers", item, "an integer >= 0")
+        if key == "owner" and (not isinstance(item, str) or not item):
+            raise InvalidInputError(f"{where}.allow.owner", item, "a user id (the clusters' starting-user-id label)")
+        allow[key] = item if key in ("max_workers", "owner") else _patterns(f"{where}.allow.{key}", item)
+    if "backends" in allow:
+        allow["backends"] = tuple(_backend_key(name) for name in allow["backends"])
+    return Rule(name, match, allow)
+
+
 def served_at_start(env: Optional[Mapping[str, str]] = None) -> Tuple[ConnectorPolicy, Tuple[str, ...]]:
     """What a starting connector will serve, checked before it serves anything: the policy
     (:meth:`ConnectorPolicy.from_env`), the call budget and the dashboard links parsed, and each served
@@ -158,7 +345,10 @@ def served_at_start(env: Optional[Mapping[str, str]] = None) -> Tuple[ConnectorP
                 f"{', '.join(sorted(available_backends()))}, each importable here",
                 reason=f"backend {name!r} does not load ({type(error).__name__}: {error})",
             ) from None
-    notes: List[str] = []
+    notes: List[str] = [
+        f"per-project policy {policy.rules.path}: {len(policy.rules.rules)} rules" if policy.rules else
+        f"no per-project policy (${settings.CONNECTOR_POLICY.name} unset): every project may use all this connector serves"
+    ]
     own = _backend_key(backend_name_from_env(env))
     if own not in policy.backends:
         notes.append(

@@ -43,7 +43,7 @@ from .._services.connector_core import FAILED, RUNNING, SERVED_TASK_TYPES, SUCCE
 from .._services.connector_meta import ScalingMetadata
 from .._services.connector_templates import struct_values
 from ..backends import available_backends
-from .._services.connector_policy import ConnectorPolicy
+from .._services.connector_policy import ConnectorPolicy, Execution
 from .._services.nodes.names import OUTPUT_NAME
 
 PHASES = {RUNNING: TaskExecution.RUNNING, SUCCEEDED: TaskExecution.SUCCEEDED, FAILED: TaskExecution.FAILED}
@@ -105,7 +105,8 @@ class ScalingConnector(AsyncConnector[ScalingMetadata]):
         """
         try:
             custom = struct_values(task_template.custom) if task_template.HasField("custom") else None
-            return await asyncio.to_thread(self.serving().create, task_template.type, custom, inputs or {})
+            execution = Execution.of(task_execution_metadata)
+            return await asyncio.to_thread(self.serving().create, task_template.type, custom, inputs or {}, execution)
         except Exception as error:
             failure = refusal("create", error)
         refused = refused_create(self.task_type_name, failure)

@@ -1,0 +1,128 @@
+"""The connector's audit trail and its own Prometheus metrics: what it changed or refused, for whom.
+
+Every ``create`` ends in one structured log line on the
+``flytekitplugins_ddlscale.connector.audit`` logger (``ddlscale-audit`` then
+one JSON object: the execution, project, domain, identity, node kind,
+backend, cluster, size before and after or the rule or error that refused
+it, and the result) and one count of ``ddlscale_connector_creates_total``
+(labelled by project, backend, kind and result). A node that reached its
+workers adds how long it waited to ``ddlscale_connector_worker_wait_seconds``.
+The metrics are registered on prometheus_client's default registry, which
+``pyflyte serve connector --prometheus_port`` serves, when a connector is
+built (:func:`metrics`), never on import.
+"""
+import json
+import logging
+import threading
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Optional, Tuple
+
+from ..errors import InvalidInputError, UnauthorizedError, shown_value
+from .connector_meta import ScalingMetadata
+from .connector_policy import Execution
+from .nodes import NODE_KINDS
+
+logger = logging.getLogger("flytekitplugins_ddlscale.connector.audit")
+
+SENT, DEFERRED, REFUSED, FAILED = "sent", "deferred", "refused", "failed"
+"""A create's results: its change sent, left to the polls (backend unavailable), refused before anything
+was sent (input, policy, owner), or failed (anything else, a head restart unconfirmed included)."""
+
+LABEL_CHARS = 64
+"""Longest label value counted: a project name is at most 63 characters; anything longer is cut."""
+
+WAIT_BUCKETS = (1, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, float("inf"))
+
+_metrics: Optional[Tuple[Any, Any]] = None
+_metrics_lock = threading.Lock()
+
+
+def metrics() -> Tuple[Any, Any]:
+    """The creates counter and the worker-wait histogram, registered on the default registry at the first call."""
+    global _metrics
+    with _metrics_lock:
+        if _metrics is None:
+            from prometheus_client import Counter, Histogram
+
+            labels = ("project", "backend", "kind")
+            _metrics = (
+                Counter("ddlscale_connector_creates", "CreateTask calls of the ddlscale connector, by result",
+                        labels + ("result",)),
+                Histogram("ddlscale_connector_worker_wait_seconds",
+                          "seconds from a node's create to its workers being ready", labels, buckets=WAIT_BUCKETS),
+            )
+        return _metrics
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One create as the audit trail records it."""
+
+    execution: Execution
+    kind: str
+    backend: str = ""
+    cluster: str = ""
+    before: Optional[int] = None
+    after: Optional[int] = None
+    rule: str = ""
+    result: str = ""
+    error: str = ""
+
+    @classmethod
+    def begin(cls, execution: Execution, task_type: str, custom: Any, values: Mapping[str, Any]) -> "AuditEntry":
+        """What is known before the create's checks: the node kind, and the backend and cluster as asked."""
+        kind = NODE_KINDS.get(task_type)
+        backend = custom.get("backend") if isinstance(custom, dict) else None
+        cluster = values.get("cluster") if isinstance(values, Mapping) else None
+        if cluster is None and isinstance(custom, dict):
+            cluster = custom.get("cluster")
+        return cls(execution, kind.node if kind else str(task_type)[:LABEL_CHARS], _text(backend), _text(cluster))
+
+    def refused(self, error: BaseException) -> "AuditEntry":
+        result = REFUSED if isinstance(error, (InvalidInputError, UnauthorizedError)) else FAILED
+        return replace(self, result=result, error=str(error))
+
+    def done(self, meta: ScalingMetadata) -> "AuditEntry":
+        """This entry completed from what the create returned."""
+        if meta.error:
+            return replace(self, result=FAILED, error=meta.error)
+        try:
+            outcome = json.loads(meta.outcome)
+        except ValueError:
+            outcome = {}
+        sizes = [outcome.get(name) if isinstance(outcome.get(name), int) else None for name in ("previous_workers", "workers")]
+        return replace(self, backend=meta.backend or self.backend, cluster=meta.cluster, before=sizes[0],
+                       after=sizes[1], result=DEFERRED if meta.pending else SENT)
+
+
+def record(entry: AuditEntry) -> None:
+    """Write ``entry``'s audit line and count it."""
+    who = entry.execution
+    line = {
+        "execution": f"{who.project}/{who.domain}/{who.name}/{who.node}", "project": who.project, "domain": who.domain,
+        "identity": who.identity, "service_account": who.service_account, "kind": entry.kind,
+        "backend": entry.backend, "cluster": entry.cluster, "before": entry.before, "after": entry.after,
+        "rule": entry.rule, "result": entry.result, "error": entry.error,
+    }
+    shown = {key: _clip(value) for key, value in line.items()}
+    logger.info("ddlscale-audit %s", json.dumps(shown, ensure_ascii=False, separators=(",", ":")))
+    label = (who.project[:LABEL_CHARS], entry.backend[:LABEL_CHARS] or "default", entry.kind)
+    metrics()[0].labels(*label, entry.result).inc()
+
+
+def observe_wait(meta: ScalingMetadata, seconds: float) -> None:
+    """Count how long the node of ``meta`` waited for its workers."""
+    kind = NODE_KINDS.get(meta.task_type)
+    label = (meta.project[:LABEL_CHARS], meta.backend[:LABEL_CHARS] or "default", kind.node if kind else "")
+    metrics()[1].labels(*label).observe(seconds)
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _clip(value: Any) -> Any:
+    """``value`` as a log line carries it: strings of outside origin cut to a bounded length."""
+    if isinstance(value, str) and len(value) > 200:
+        return shown_value(value)
+    return value

@@ -1,0 +1,237 @@
+"""Per-project rules, the audit trail and metrics of the connector, and its metadata across versions (issue 46).
+
+A deployment's policy file ($DDLSCALE_CONNECTOR_POLICY) says what each Flyte project and domain may use; the
+execution comes from what FlytePropeller sends with CreateTask (flytekit's TaskExecutionMetadata, built here
+from the same protobuf FlytePropeller v1.16.8 fills in). A refusal is one line naming the rule, FAILED at the
+first GetTask, and sends nothing: checked against the scaler test server's request log.
+"""
+import asyncio
+import json
+import logging
+import subprocess
+import sys
+
+import pytest
+from flyteidl.admin import agent_pb2
+from flyteidl.core import identifier_pb2, security_pb2
+from flyteidl.core.execution_pb2 import TaskExecution
+from flytekit.models.task import TaskExecutionMetadata
+from prometheus_client import REGISTRY
+
+from flytekitplugins_ddlscale.connector import ScalingConnector, ScalingMetadata
+from flytekitplugins_ddlscale._services.connector_policy import ConnectorPolicy, Execution, served_at_start
+from flytekitplugins_ddlscale.errors import InvalidInputError
+from flytekitplugins_ddlscale.tasks import SCALE_TASK_TYPE, WAIT_TASK_TYPE, ScaleCluster, WaitForCluster
+from tests.framework_support import use_scaler
+from tests.servers.scaler_server import ScalerTestServer
+from tests.test_connector import template_and_inputs
+
+IMAGE = "registry/flows:v1"
+POLICY = """\
+# Two teams share one connector.
+rules:
+  - name: team-a
+    match: {project: team-a, domain: [development, staging]}
+    allow:
+      backends: [scaler]
+      namespaces: [domino-compute]
+      kinds: [dask]
+      clusters: ["dask/a-*"]
+      max_workers: 3
+      tiers: ["small*"]
+  - name: team-b
+    match: {project: team-b}
+    allow: {clusters: ["dask/b-*"]}
+"""
+
+scale_node = ScaleCluster("policy_scale", cluster="dask/a-one", replicas=2, backend="scaler", container_image=IMAGE)
+wait_node = WaitForCluster("policy_wait", cluster="dask/a-one", replicas=9, timeout=60, backend="scaler",
+                           container_image=IMAGE)
+
+
+def sent_by_propeller(project, domain="development", *, name="f1abc", identity="", namespace=None):
+    """The TaskExecutionMetadata flytekit's service hands ``create``, from the protobuf FlytePropeller sends."""
+    run = identifier_pb2.WorkflowExecutionIdentifier(project=project, domain=domain, name=name)
+    task = identifier_pb2.TaskExecutionIdentifier(
+        node_execution_id=identifier_pb2.NodeExecutionIdentifier(node_id="n0", execution_id=run))
+    return TaskExecutionMetadata.from_flyte_idl(agent_pb2.TaskExecutionMetadata(
+        task_execution_id=task, namespace=f"{project}-{domain}" if namespace is None else namespace,
+        k8s_service_account="default", identity=security_pb2.Identity(execution_identity=identity),
+    ))
+
+
+@pytest.fixture
+def served(tmp_path, monkeypatch):
+    """The scaler test server with dask/a-one and dask/b-one (1 worker each), and a connector policy file."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    with ScalerTestServer(pod_ready_delay=0.1) as server:
+        server.add_cluster("dask", "a-one", replicas=1, max_replicas=8)
+        server.add_cluster("dask", "b-one", replicas=1, max_replicas=8)
+        use_scaler(monkeypatch, server, tmp_path / "state")
+        for name in ("DDLSCALE_CONNECTOR_BACKENDS", "DDLSCALE_CONNECTOR_NAMESPACES", "DDLSCALE_CONNECTOR_CLUSTERS"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("DDLSCALE_CONNECTOR_POLICY", str(policy))
+        server.clear_requests()
+        yield server
+
+
+def create(node, task_type, metadata, **values):
+    template, inputs = template_and_inputs(node, **values)
+    return ScalingConnector(task_type).create(template, "", inputs, metadata)
+
+
+def refusal(served, meta):
+    """The refused create's one line, FAILED at its first get; nothing reached the backend."""
+    assert meta.error and meta.cluster == "" and served.requests == [], meta
+    resource = asyncio.run(ScalingConnector(SCALE_TASK_TYPE).get(ScalingMetadata.decode(meta.encode())))
+    assert resource.phase == TaskExecution.FAILED and resource.message == meta.error and "\n" not in meta.error
+    return meta.error
+
+
+def creates(project, kind, result, backend="scaler"):
+    labels = {"project": project, "backend": backend, "kind": kind, "result": result}
+    return REGISTRY.get_sample_value("ddlscale_connector_creates_total", labels) or 0.0
+
+
+def test_each_project_scales_what_its_rule_allows_and_is_refused_the_rest(served):
+    before = creates("team-a", "ScaleCluster", "sent"), creates("team-b", "ScaleCluster", "refused")
+    meta = create(scale_node, SCALE_TASK_TYPE, sent_by_propeller("team-a"), replicas=3)
+    assert meta.error == "" and meta.project == "team-a" and served.count("PATCH") == 1
+    assert served.cluster_object("dask", "a-one")["spec"]["worker"]["replicas"] == 3
+    served.clear_requests()
+    cases = [
+        (sent_by_propeller("team-a"), dict(replicas=4), "invalid replicas=4: rule 'team-a'"),
+        (sent_by_propeller("team-a"), dict(cluster="dask/b-one"), "invalid clusters='dask/b-one': rule 'team-a'"),
+        (sent_by_propeller("team-a"), dict(worker_hw_tier="large"), "invalid worker_hw_tier='large': rule 'team-a'"),
+        (sent_by_propeller("team-a", "production"), {}, "invalid project='team-a/production': no rule"),
+        (sent_by_propeller("team-b"), {}, "invalid clusters='dask/a-one': rule 'team-b'"),
+        (sent_by_propeller("team-c"), {}, "invalid project='team-c/development': no rule"),
+    ]
+    for metadata, values, line in cases:
+        message = refusal(served, create(scale_node, SCALE_TASK_TYPE, metadata, **{"replicas": 2, **values}))
+        assert message.startswith(f"[not_served] {line}") and "$DDLSCALE_CONNECTOR_POLICY" in message, message
+    # The other project's cluster is untouched; the counts say what happened, by project.
+    assert served.cluster_object("dask", "b-one")["spec"]["worker"]["replicas"] == 1
+    assert creates("team-a", "ScaleCluster", "sent") == before[0] + 1
+    assert creates("team-b", "ScaleCluster", "refused") == before[1] + 1
+
+
+def test_a_wait_is_not_limited_by_sizes_and_team_b_scales_its_own(served):
+    meta = create(wait_node, WAIT_TASK_TYPE, sent_by_propeller("team-a", "staging"))
+    assert meta.error == ""  # waiting for 9 changes nothing: max_workers limits changes
+    meta = create(scale_node, SCALE_TASK_TYPE, sent_by_propeller("team-b"), cluster="dask/b-one", replicas=6)
+    assert meta.error == "" and served.cluster_object("dask", "b-one")["spec"]["worker"]["replicas"] == 6
+
+
+@pytest.mark.parametrize("metadata, line", [
+    (None, "invalid project='/': no rule"),
+    (TaskExecutionMetadata.from_flyte_idl(agent_pb2.TaskExecutionMetadata()), "invalid project='/': no rule"),
+    (sent_by_propeller("x" * 100_000), "invalid execution.project='xxx"),
+    (sent_by_propeller("téam-a☃"), "invalid project='téam-a☃/development': no rule"),
+    (object(), "invalid project='/': no rule"),
+])
+def test_hostile_metadata_is_refused_in_one_line_sending_nothing(metadata, line, served):
+    message = refusal(served, create(scale_node, SCALE_TASK_TYPE, metadata, replicas=2))
+    assert message.startswith(f"[") and line in message and len(message) < 600, message
+
+
+def test_without_a_policy_metadata_changes_nothing(served, monkeypatch):
+    monkeypatch.delenv("DDLSCALE_CONNECTOR_POLICY")
+    for metadata in (None, object(), sent_by_propeller("y" * 100_000)):
+        served.clear_requests()
+        assert create(scale_node, SCALE_TASK_TYPE, metadata, replicas=2).error == "" and served.requests
+
+
+class Raising:
+    @property
+    def task_execution_id(self):
+        raise RuntimeError("hostile")
+
+
+def test_the_execution_is_read_from_what_flytepropeller_sends():
+    got = Execution.of(sent_by_propeller("team-a", "staging", name="r1", identity="alice@example.com"))
+    assert got == Execution("team-a", "staging", "r1", "n0", "team-a-staging", "default", "alice@example.com")
+    assert Execution.of(Raising()) == Execution() == Execution.of(None)
+
+
+@pytest.mark.parametrize("text, line", [
+    ("rules:\n  - name: a\n    allow: {max_wokers: 3}\n",
+     "invalid policy.rules[0].allow.max_wokers=3: unknown key; allowed: backends, namespaces, kinds, clusters, "
+     "max_workers, tiers, owner"),
+    ("rule: []\n", "invalid policy.rule=[]: unknown key; allowed: rules"),
+    ("rules:\n  - name: a\n    match: {projet: x}\n", "invalid policy.rules[0].match.projet='x': unknown key"),
+    ("rules:\n  - name: a\n  - name: a\n", "invalid policy.rules.name='a'"),
+    ("rules:\n  - match: {project: a}\n", "invalid policy.rules[0].name=None"),
+    ("rules:\n  - name: a\n    allow: {max_workers: -1}\n", "invalid policy.rules[0].allow.max_workers=-1"),
+    ("rules:\n  - name: a\n    allow: {clusters: []}\n", "invalid policy.rules[0].allow.clusters=[]"),
+    ("rules: [\n", "invalid DDLSCALE_CONNECTOR_POLICY="),
+    ("- just\n- a list\n", "invalid policy='list'"),
+])
+def test_a_bad_policy_stops_the_connector_at_start_in_one_line(text, line, tmp_path):
+    path = tmp_path / "policy.yaml"
+    path.write_text(text)
+    with pytest.raises(InvalidInputError) as raised:
+        served_at_start({"DDLSCALE_CONNECTOR_POLICY": str(path)})
+    assert str(raised.value).startswith(f"[invalid_input] {line}") and "\n" not in str(raised.value), str(raised.value)
+
+
+def test_the_start_says_whether_a_policy_applies(tmp_path):
+    path = tmp_path / "policy.yaml"
+    path.write_text(POLICY)
+    _, notes = served_at_start({"DDLSCALE_CONNECTOR_POLICY": str(path), "DDLSCALE_BACKEND": "scaler"})
+    assert notes == (f"per-project policy {path}: 2 rules",)
+    _, notes = served_at_start({"DDLSCALE_BACKEND": "scaler"})
+    assert notes == ("no per-project policy ($DDLSCALE_CONNECTOR_POLICY unset): every project may use all this "
+                     "connector serves",)
+    with pytest.raises(InvalidInputError, match="DDLSCALE_CONNECTOR_POLICY='/nonexistent'"):
+        ConnectorPolicy.from_env({"DDLSCALE_CONNECTOR_POLICY": "/nonexistent"})
+
+
+def test_every_create_is_one_audit_line(served, caplog):
+    caplog.set_level(logging.INFO, logger="flytekitplugins_ddlscale.connector.audit")
+    create(scale_node, SCALE_TASK_TYPE, sent_by_propeller("team-a", identity="alice"), replicas=3)
+    create(scale_node, SCALE_TASK_TYPE, sent_by_propeller("team-b"), replicas=3)
+    lines = [r.getMessage() for r in caplog.records if r.name == "flytekitplugins_ddlscale.connector.audit"]
+    assert len(lines) == 2 and all(line.startswith("ddlscale-audit {") for line in lines)
+    sent, refused = (json.loads(line.split(" ", 1)[1]) for line in lines)
+    assert {k: sent[k] for k in ("execution", "project", "domain", "identity", "backend", "cluster", "before",
+                                 "after", "rule", "result")} == {
+        "execution": "team-a/development/f1abc/n0", "project": "team-a", "domain": "development",
+        "identity": "alice", "backend": "scaler", "cluster": "dask/a-one", "before": 1, "after": 3,
+        "rule": "team-a", "result": "sent"}
+    assert (refused["project"], refused["rule"], refused["result"], refused["cluster"]) == (
+        "team-b", "team-b", "refused", "dask/a-one")
+    assert "rule 'team-b'" in refused["error"] and refused["before"] is None
+
+
+def test_importing_the_package_registers_no_metric_and_a_connector_does():
+    code = (
+        "import flytekitplugins_ddlscale, flytekitplugins_ddlscale.connector_entry\n"
+        "from prometheus_client import REGISTRY\n"
+        "names = lambda: {n for n in REGISTRY._names_to_collectors if n.startswith('ddlscale_')}\n"
+        "assert names() == set(), names()\n"
+        "from flytekitplugins_ddlscale._services.connector_core import ScalingService\n"
+        "assert names() == set(), names()\n"
+        "ScalingService(); print(sorted(names()))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "ddlscale_connector_creates_total" in out.stdout and "ddlscale_connector_worker_wait_seconds" in out.stdout
+
+
+# ----- metadata across versions -----
+
+def test_metadata_says_which_version_wrote_it_and_reads_the_one_before_and_after():
+    meta = ScalingMetadata("ddlscale_scale", "dask/x", "", 2, 1.0, 100.0, "{}", project="p")
+    written = json.loads(meta.encode())
+    assert written["writer"] == __import__("flytekitplugins_ddlscale").__version__
+    # The version before: no writer, no project.
+    older = {key: value for key, value in written.items() if key not in ("writer", "project")}
+    read = ScalingMetadata.decode(json.dumps(older).encode())
+    assert read.error == "" and (read.writer, read.project, read.target) == ("", "", 2)
+    # The version after: a field this one does not know is kept, and written back as it came.
+    newer = dict(written, writer="9.0.0", placement={"zone": "b"})
+    read = ScalingMetadata.decode(json.dumps(newer).encode())
+    assert read.error == "" and read.writer == "9.0.0" and read.unknown == {"placement": {"zone": "b"}}
+    assert json.loads(read.encode()) == newer
