@@ -235,3 +235,29 @@ def test_metadata_says_which_version_wrote_it_and_reads_the_one_before_and_after
     read = ScalingMetadata.decode(json.dumps(newer).encode())
     assert read.error == "" and read.writer == "9.0.0" and read.unknown == {"placement": {"zone": "b"}}
     assert json.loads(read.encode()) == newer
+
+
+# ----- the owner a rule maps an execution to (Kubernetes: the cluster's starting-user-id label) -----
+
+k8s_scale = ScaleCluster("policy_k8s_scale", cluster="ray/mine", replicas=2, backend="kubernetes", container_image=IMAGE)
+
+
+def test_on_kubernetes_a_rule_s_owner_is_checked_on_the_cluster_s_label(tmp_path, monkeypatch):
+    from tests.contract_support import write_kubeconfig
+    from tests.servers.k8s_server import K8sTestServer
+
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("rules:\n  - name: alice\n    match: {project: team-a}\n    allow: {owner: u-alice}\n")
+    monkeypatch.setenv("DDLSCALE_CONNECTOR_POLICY", str(policy))
+    monkeypatch.delenv("DDLSCALE_CONNECTOR_BACKENDS", raising=False)
+    with K8sTestServer() as server:
+        for name, owner in (("mine", "u-alice"), ("theirs", "u-bob"), ("no-label", None)):
+            server.add_cluster("ray", name, replicas=1, owner=owner)
+        monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "kubeconfig", server.url)))
+        assert create(k8s_scale, SCALE_TASK_TYPE, sent_by_propeller("team-a"), replicas=2).error == ""
+        assert server.get_object("ray", "mine")["spec"]["worker"]["replicas"] == 2
+        for name, found in (("theirs", "'u-bob'"), ("no-label", "None")):
+            server.clear_log()
+            meta = create(k8s_scale, SCALE_TASK_TYPE, sent_by_propeller("team-a"), cluster=f"ray/{name}", replicas=3)
+            assert meta.error.startswith("[unauthorized] ") and f"starting-user-id={found}, not 'u-alice'" in meta.error
+            assert server.count("PATCH") == 0 and server.get_object("ray", name)["spec"]["worker"]["replicas"] == 1
