@@ -24,14 +24,13 @@ sent exactly once) lives in
 :class:`~flytekitplugins_ddlscale._services.connector_core.ScalingService`, which the
 Flyte 2 connector (:mod:`.flyte2.connector`) shares.
 
-Many executions at once: every ``get`` reads inside
-:func:`~flytekitplugins_ddlscale._core.sharing.shared_reads`, so the connector
-process answers all its executions' polls from one pod watch per namespace
-on Kubernetes (kept :data:`SHARED_LINGER` seconds after the last read),
-through backends kept open across polls (:data:`POLL_BACKENDS`), and
-from shared, paced cluster polls on the scaler service (a read at most
-:data:`SHARED_MAX_AGE` seconds old answers every execution on that
-cluster). What a poll waits for stays in the resource metadata
+Many executions at once: every ``get`` reads with :data:`SHARED_READS`, so the
+connector process answers all its executions' polls from one pod watch per
+namespace on Kubernetes (kept ``linger`` seconds after the last read), through
+backends kept open across polls (:data:`POLL_BACKENDS`), and from shared, paced
+cluster polls on the scaler service (a read at most ``max_age`` seconds old
+answers every execution on that cluster); a poll those hold the answer to is
+answered on the event loop itself. What a poll waits for stays in the resource metadata
 (:mod:`.connector_meta`), so a restarted connector goes on where it was.
 
 Framework readiness: the connector runs in the Flyte deployment, not in the
@@ -60,8 +59,7 @@ from ._services.connector_core import (
     POLL_BACKENDS,
     RUNNING,
     SERVED_TASK_TYPES,
-    SHARED_LINGER,
-    SHARED_MAX_AGE,
+    SHARED_READS,
     SUCCEEDED,
     Poll,
     ScalingService,
@@ -76,7 +74,7 @@ from ._services.nodes.names import OUTPUT_NAME
 from ._services.nodes import NODE_KINDS
 
 __all__ = [
-    "CREATE_TIMEOUT", "NOT_READY", "POLL_BACKENDS", "SERVED_TASK_TYPES", "SHARED_LINGER", "SHARED_MAX_AGE",
+    "CREATE_TIMEOUT", "NOT_READY", "POLL_BACKENDS", "SERVED_TASK_TYPES", "SHARED_READS",
     "ScalingConnector", "ScalingMetadata", "head_env", "register_connectors",
 ]
 
@@ -102,7 +100,7 @@ class ScalingConnector(AsyncConnectorBase):
             raise ValueError(f"task_type must be one of {SERVED_TASK_TYPES}, not {task_type!r}")
         super().__init__(task_type_name=task_type, metadata_type=ScalingMetadata)
         self.service = ScalingService(policy)
-        self.desk = PollDesk.of(self.service)
+        self.desk = PollDesk(self.service)
 
     @property
     def policy(self) -> ConnectorPolicy:

@@ -26,7 +26,6 @@ from ..models import ClusterState
 from .._core.outage import OutageTracker
 from .._core.peerowner import NoRedirects, own_peer_opener
 from .._core.progress import ProgressReporter, WaitProgress
-from .._core.sharing import refuse_in_cache_only
 from .._core.waiting import Deadline, PollSchedule, TwoStageBackoff, poll
 from .._core.wording import seconds
 from .endpoints import Endpoint
@@ -87,7 +86,6 @@ def read_registered(probe: Probe, endpoint: Endpoint, timeout: float) -> int:
     this process's environment turns it on (:mod:`.ray_auth`: a local
     cluster's connection variables do). Raises :class:`UnauthorizedError` on 401/403.
     """
-    refuse_in_cache_only(f"a read of {probe.registry}")
     url = probe.url(endpoint.url)
     # A Ray head with token authentication (local clusters) wants the token ray.init would send.
     auth = ray_auth_headers() if probe.kind == "ray" else {}

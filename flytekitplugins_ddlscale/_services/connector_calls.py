@@ -8,12 +8,12 @@ few resyncs would otherwise end nodes as "given up" whatever their own
 timeout says. So a poll that has not answered within the call budget
 (``$DDLSCALE_CONNECTOR_CALL_BUDGET``, 7 s by default) is answered RUNNING
 with the last state this process knows; the read itself gives up at the
-same budget (``shared_reads(budget=...)`` in ``connector_core``), and the
+same budget (:data:`~.connector_core.SHARED_READS`), and the
 node's own deadline still ends it, FAILED with what it waited for. One
 read per execution is in flight at a time, so a hung backend holds one
 reader thread per node, not one per resync, and not past the budget; an
-event loop awaits the answer (:meth:`PollDesk.answer_async`) and holds no
-thread at all.
+event loop answers from memory where it can and otherwise awaits the answer
+(:meth:`PollDesk.answer_async`), holding no thread at all.
 
 Anything unexpected (a bug, an exception type no backend maps) becomes a
 FAILED answer, or a refused create, with one line; the traceback goes to
@@ -36,11 +36,10 @@ from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
-from typing import Callable, Dict, List, Optional
+from typing import Dict, List, Optional, Protocol
 
 from .._core import settings
 from .._core.redaction import redact
-from .._core.sharing import CacheMiss
 from ..errors import ScalingError, ScalingTimeoutError
 from .connector_meta import ScalingMetadata
 from .connector_audit import observe_wait
@@ -90,37 +89,32 @@ def refused_create(task_type: str, failure: ScalingError) -> Optional[ScalingMet
     return ScalingMetadata.refused(task_type, failure)
 
 
-class PollDesk:
-    """Answers polls within the call budget: the answer of ``poll``, or RUNNING (FAILED past the node's
-    deadline) with the last answer known when the backend is slower than the budget."""
+class Polled(Protocol):
+    """What a :class:`PollDesk` asks of the service whose polls it answers (:class:`~.connector_core.ScalingService`)."""
 
-    def __init__(
-        self, poll: Callable[[ScalingMetadata], Poll],
-        unsent: Callable[[ScalingMetadata, str], Optional[Poll]] = lambda meta, why: None,
-        from_cache: Optional[Callable[[ScalingMetadata], Poll]] = None,
-        at_deadline: Callable[[ScalingMetadata, ScalingError], ScalingError] = lambda meta, error: error,
-    ) -> None:
-        """``unsent(meta, why)`` answers a late poll of a node whose create left its change unsent
-        (:meth:`~.connector_core.ScalingService.unsent_answer`); None for any other node.
-        ``from_cache(meta)`` answers a poll from memory alone or raises :class:`CacheMiss`
-        (:meth:`~.connector_core.ScalingService.poll_from_cache`): :meth:`answer_async` tries it on the
-        event loop before handing the poll to a reader thread. ``at_deadline(meta, error)`` words the
-        failure of a node whose deadline passed while its backend did not answer
-        (:meth:`~.connector_core.ScalingService.failed_at_deadline`); it must not block."""
-        self._poll = poll
-        self._unsent = unsent
-        self._from_cache = from_cache
-        self._at_deadline = at_deadline
+    def poll(self, meta: ScalingMetadata) -> Poll:
+        """The poll's answer, read from the backend (it may block)."""
+
+    def cached_answer(self, meta: ScalingMetadata) -> Optional[Poll]:
+        """The poll's answer from memory alone, at once, or None where it needs the backend."""
+
+    def unsent_answer(self, meta: ScalingMetadata, why: str) -> Optional[Poll]:
+        """The answer of a late poll of a node whose create left its change unsent; None for any other."""
+
+    def failed_at_deadline(self, meta: ScalingMetadata, error: ScalingError) -> ScalingError:
+        """``error`` worded as the node's kind words a failed wait; never blocks."""
+
+
+class PollDesk:
+    """Answers the polls of ``service`` within the call budget: its answer, or RUNNING (FAILED past the
+    node's deadline) with the last answer known when the backend is slower than the budget."""
+
+    def __init__(self, service: Polled) -> None:
+        self._service = service
         self._lock = threading.RLock()  # a read done before add_done_callback calls back at once
         self._reading: Dict[bytes, "Future[Poll]"] = {}
         self._last: "OrderedDict[bytes, Poll]" = OrderedDict()
         self._timelines: Dict[bytes, List[List[float]]] = {}
-
-    @classmethod
-    def of(cls, service: ScalingService) -> "PollDesk":
-        """The desk answering ``service``'s polls: read by it, from its caches where they can answer, and
-        a node whose change is still unsent answered as it says."""
-        return cls(service.poll, service.unsent_answer, service.poll_from_cache, service.failed_at_deadline)
 
     def answer(self, meta: ScalingMetadata, budget: Optional[float] = None) -> Poll:
         """The poll's answer within ``budget`` seconds (default :func:`call_budget`); never raises. The
@@ -160,18 +154,15 @@ class PollDesk:
             return Poll(FAILED, f"[internal] {unexpected('poll', error)}")
 
     def _cached_answer(self, key: bytes, meta: ScalingMetadata) -> Optional[Poll]:
-        """The poll's answer from the shared caches alone, or None where it needs the backend, or where a
-        read of this execution is in flight (the poll shares that read, as every other poll of it does)."""
-        if self._from_cache is None:
-            return None
+        """The poll's answer from memory alone, or None where it needs the backend, or where a read of this
+        execution is in flight (the poll shares that read, as every other poll of it does)."""
         with self._lock:
             if key in self._reading:
                 logger.debug("poll of %s waits for a reader thread (its read in flight)", meta.cluster)
                 return None
-        try:
-            answer = self._from_cache(meta)
-        except CacheMiss as miss:
-            logger.debug("poll of %s waits for a reader thread (the caches cannot answer: %s)", meta.cluster, miss)
+        answer = self._service.cached_answer(meta)
+        if answer is None:
+            logger.debug("poll of %s waits for a reader thread (the caches cannot answer)", meta.cluster)
             return None
         return self._remember(key, meta, answer)
 
@@ -187,7 +178,7 @@ class PollDesk:
 
     def _guarded(self, meta: ScalingMetadata) -> Poll:
         try:
-            return self._poll(meta)
+            return self._service.poll(meta)
         except Exception as error:  # the edge, in the reading thread
             return Poll(FAILED, f"[internal] {unexpected('poll', error)}")
 
@@ -209,8 +200,6 @@ class PollDesk:
             if isinstance(workers, int) and (not points or points[-1][1] != workers):
                 points.append([round(max(0.0, time.time() - meta.started), 1), workers])
                 del points[:-TIMELINE_POINTS]
-                if answer.state == SUCCEEDED and "elapsed_seconds" in answer.info:  # it waited for its workers
-                    observe_wait(meta, answer.info["elapsed_seconds"])
             if answer.info:
                 answer = replace(answer, info=dict(answer.info, timeline=[list(point) for point in points]))
             if answer.state == RUNNING and read:
@@ -220,6 +209,8 @@ class PollDesk:
                     old, _ = self._last.popitem(last=False)
                     self._timelines.pop(old, None)
             elif answer.state != RUNNING:
+                if answer.state == SUCCEEDED and "elapsed_seconds" in answer.info:  # it waited for its workers
+                    observe_wait(meta, answer.info["elapsed_seconds"])
                 self._last.pop(key, None)
                 self._timelines.pop(key, None)
         return answer
@@ -229,13 +220,13 @@ class PollDesk:
             last = self._last.get(key)
         known = last.message if last is not None else f"nothing read yet from {meta.cluster or 'the backend'}"
         slow = f"the backend did not answer within {budget:g} s (the connector's call budget)"
-        unsent = self._unsent(meta, slow)
+        unsent = self._service.unsent_answer(meta, slow)
         if unsent is not None:
             return unsent
         if time.time() >= meta.deadline:
             waited = time.time() - meta.started
             timeout = ScalingTimeoutError(f"timed out after {waited:.0f}s; {slow}; last known: {known}", cluster=meta.cluster)
-            return Poll(FAILED, str(self._at_deadline(meta, timeout)))
+            return Poll(FAILED, str(self._service.failed_at_deadline(meta, timeout)))
         if last is None:
             return Poll(RUNNING, f"{slow}; reading again ({known})")
         return replace(last, message=f"{slow}; last known: {known}")

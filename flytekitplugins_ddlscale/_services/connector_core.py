@@ -30,10 +30,9 @@ the change instead (``pending``), once every check that needs no backend
 passed; each poll sends it again, with all of create's checks, until it
 goes through (this process remembers that it did), and the node's deadline
 ends it FAILED saying it was never sent. A head restart is sent by its
-create only, exactly once: no poll sends one. Polls read inside
-:func:`~flytekitplugins_ddlscale._core.sharing.shared_reads` through backends kept
-open across calls (:data:`POLL_BACKENDS`, which creates send through too), so
-one connector process answers many executions from shared reads.
+create only, exactly once: no poll sends one. Polls read with :data:`SHARED_READS`
+through backends kept open across calls (:data:`POLL_BACKENDS`, which creates send
+through too), so one connector process answers many executions from shared reads.
 
 What a template may ask for is the deployment's choice
 (:class:`~flytekitplugins_ddlscale._services.connector_policy.ConnectorPolicy`): the
@@ -49,10 +48,10 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Dict, Mapping, Optional, Tuple, Type, TypeVar
+from typing import Any, Dict, Mapping, Optional, Tuple, Type, TypeVar, Union
 from urllib.parse import urlsplit
-from .connector_audit import AuditEntry, metrics, record
 
+from .connector_audit import AuditEntry, metrics, record
 from .connector_meta import ScalingMetadata
 from .connector_policy import ConnectorPolicy, Execution, NotServedError, Rule, namespace_of
 from ..errors import (
@@ -60,7 +59,7 @@ from ..errors import (
     UnconfirmedChangeError,
 )
 from .readiness import Readiness, backend_proof
-from .._framework.endpoints import enabled_by_env, framework_of, kind_url_env, resolve_endpoint
+from .._framework.endpoints import Endpoint, enabled_by_env, framework_of, kind_url_env, resolve_endpoint
 from .._framework.probes import probe_for
 from .._framework.wait import HeadUnreachable, read_registered
 from ..models import ClusterState
@@ -68,10 +67,10 @@ from .nodes.kinds import AWAIT_DESIRED, AWAIT_HEAD, Creation, NodeKind, Sent
 from .nodes import NODE_KINDS
 from .nodes.names import TASK_TYPES
 from .opening import BackendPool
+from ..backends._base import ClusterBackend, SharedReads
 from ..refs import DEFAULT_NAMESPACE, ClusterRef
 from .._core import settings
 from .._core.redaction import install_redaction
-from .._core.sharing import CacheMiss, shared_reads
 from .._core.validation import MAX_NODE_TIMEOUT
 
 logger = logging.getLogger("flytekitplugins_ddlscale.connector")
@@ -82,14 +81,11 @@ POLL_BACKENDS = BackendPool()
 so a thousand executions share one API client and its connections instead of opening one per poll,
 and one outage tracker, which knows from the create that the server served this process (see
 :class:`~.nodes.kinds.Creation`)."""
-SHARED_LINGER = 60.0
-"""Seconds the shared pod watch of a namespace outlives the last ``get`` that read it: executions in the
-same namespace poll within a resync interval of each other, so a busy namespace keeps one watch."""
-SHARED_MAX_AGE = 1.0
-"""Age (seconds) of a scaler-service cluster read that may answer another execution's ``get``: the
-polls of one cluster from many executions send one request a second at most. A read that goes to
-the backend gives up after the call budget (``$DDLSCALE_CONNECTOR_CALL_BUDGET``), so no ``get``
-leaves a read running past the answer it owes."""
+SHARED_READS = SharedReads(linger=60.0, max_age=1.0)
+"""How polls share reads: a namespace's shared watch outlives the last poll that read it by ``linger``
+seconds (executions in one namespace poll within a resync interval of each other), and a scaler-service
+read at most ``max_age`` seconds old answers another execution's poll. Each poll adds its own budget
+(``$DDLSCALE_CONNECTOR_CALL_BUDGET``) and ``not_before`` (its create)."""
 NOT_READY = "framework endpoint not ready or unreachable"
 """All a caller learns of a failed framework read: refused, 404 and timeout look alike from outside
 (details go to the connector's debug log), so a template cannot map what listens where."""
@@ -195,15 +191,20 @@ def progress_info(ref: ClusterRef, target: int, state: ClusterState, elapsed: fl
     }
 
 
-def _state_or_pending(backend: Any, ref: ClusterRef) -> ClusterState:
-    """The cluster's state; its Pending state while its operator has not yet made the object holding its
-    size (a poll goes on waiting, as a backend wait does, until the node's deadline)."""
-    try:
-        return backend.get_state(ref)
-    except ClusterNotFoundError as missing:
-        if not missing.pending or missing.state is None:
-            raise
-        return missing.state
+@dataclass(frozen=True)
+class _Look:
+    """What one poll saw: the state, the workers awaited, and their readiness once proven (else what is
+    still ``pending``)."""
+
+    state: ClusterState
+    target: int
+    readiness: Optional[Readiness]
+    pending: str
+
+
+def _removed(meta: ScalingMetadata, target: int) -> bool:
+    """Whether the node's change removed workers (a scale-down to ``target``)."""
+    return int(meta.known_outcome().get("previous_workers", 0)) > target
 
 
 class ScalingService:
@@ -219,8 +220,8 @@ class ScalingService:
     def __init__(self, policy: Optional[ConnectorPolicy] = None) -> None:
         install_redaction()
         self.policy = policy if policy is not None else ConnectorPolicy.from_env()
-        self._creation = Creation(self.policy, POLL_BACKENDS)
         metrics()  # the connector's own metrics, served from its start
+        self._creation = Creation(self.policy, POLL_BACKENDS)
         self._sent: "OrderedDict[bytes, ScalingMetadata]" = OrderedDict()
         self._sent_lock = threading.Lock()
 
@@ -245,12 +246,11 @@ class ScalingService:
         (:class:`UnconfirmedChangeError`) is not raised: FlytePropeller retries
         a failed create, which would send it again, so it comes back as a
         metadata whose first poll is FAILED (a failure no retry repeats).
-        """
 
         ``execution`` (who the node runs for; None: not known) is checked
         against the policy's per-project rules before anything is sent, and
         every create ends in one audit line and count (:mod:`.connector_audit`).
-        kind = NODE_KINDS.get(task_type)
+        """
         execution = execution if execution is not None else Execution()
         entry = AuditEntry.begin(execution, task_type, custom, values)
         try:
@@ -265,13 +265,14 @@ class ScalingService:
 
     def _create(self, task_type: str, custom: Any, values: Mapping[str, Any], rule: Optional[Rule]) -> ScalingMetadata:
         """:meth:`create` under ``rule`` (None: no per-project rule), without its audit."""
+        kind = NODE_KINDS.get(task_type)
         if kind is None:
             raise InvalidInputError("task_type", task_type, ", ".join(NODE_KINDS))
         config = node_config(kind.config, custom)
         given = kind.given(config, values)
-        try:
         if rule is not None:
             self._check_rule(rule, kind, config, given)
+        try:
             return self._metadata(kind, config, *self._sent_with_version(kind, config, given))
         except UnconfirmedChangeError as error:
             logger.info("a %s may have been sent unconfirmed: %s", task_type, error)
@@ -282,7 +283,6 @@ class ScalingService:
             logger.info("%s not sent yet, the polls send it: %s", kind.change, error)
             return self._deferred(kind, config, given)
 
-    def _deferred(self, kind: NodeKind, config: Any, given: Mapping[str, Any]) -> ScalingMetadata:
     def _check_rule(self, rule: Rule, kind: NodeKind, config: Any, given: Mapping[str, Any]) -> None:
         """Refuse what ``rule`` does not allow this node (no request sent), then, where it names an owner, a
         cluster not labelled as that owner's (one read of the cluster; only the kubernetes backend keeps one)."""
@@ -300,6 +300,7 @@ class ScalingService:
                 )
             check_owner(ref, owner)
 
+    def _deferred(self, kind: NodeKind, config: Any, given: Mapping[str, Any]) -> ScalingMetadata:
         """The metadata of a node whose change ``create`` could not send: the polls send it."""
         now = time.time()
         _, ref = self._creation.served(config.backend, given["cluster"])
@@ -339,21 +340,9 @@ class ScalingService:
         start, or a backend, cluster or head not served is FAILED with a
         one-line message. A backend outage is RUNNING until the deadline.
         """
-        return self._answer(meta, cache_only=False)
-
-    def poll_from_cache(self, meta: ScalingMetadata) -> Poll:
-        """:meth:`poll` answered from memory alone (the backend's shared caches), for a caller that must not
-        block (an event loop): raises :class:`~flytekitplugins_ddlscale._core.sharing.CacheMiss`, having
-        sent nothing, where the answer needs a request, a wait or a send (a change its create left to the
-        polls, a backend not opened yet, or one whose reads are not all answered from memory)."""
-        return self._answer(meta, cache_only=True)
-
-    def _answer(self, meta: ScalingMetadata, cache_only: bool) -> Poll:
         if meta.error:
             return Poll(FAILED, meta.error)
         if meta.pending:
-            if cache_only:
-                raise CacheMiss("a change its create left to the polls")
             try:
                 meta = self._sent_pending(meta)
             except UNAVAILABLE_HERE as error:
@@ -363,7 +352,7 @@ class ScalingService:
             except ScalingError as error:
                 return Poll(FAILED, str(error))
         try:
-            return self._poll(meta, cache_only)
+            return self._poll(meta)
         except UNAVAILABLE_HERE as error:
             if time.time() >= meta.deadline:
                 return Poll(FAILED, f"timed out; the backend is unavailable: {error}")
@@ -371,22 +360,49 @@ class ScalingService:
         except ScalingError as error:
             return Poll(FAILED, str(error))
 
+    def cached_answer(self, meta: ScalingMetadata) -> Optional[Poll]:
+        """:meth:`poll`'s answer from what this process already holds (the backend's shared caches), at once:
+        nothing sent, no wait, for a caller that must not block (an event loop). None where it needs more
+        (a change its create left to the polls, a head restart, a framework read, a backend not open yet,
+        the node's deadline) or the metadata is at fault: the caller polls then."""
+        if meta.error:
+            return Poll(FAILED, meta.error)
+        if meta.pending or meta.awaits == AWAIT_HEAD or time.time() >= meta.deadline:
+            return None
+        try:
+            kind, ref, backend_name = self._polled(meta)
+            if meta.target < 0 and meta.awaits != AWAIT_DESIRED:
+                return Poll(SUCCEEDED, outcome=meta.outcome_of())
+            with POLL_BACKENDS.kept(backend_name) as backend:
+                if backend is None:
+                    return None
+                self._opened(backend, ref, meta)
+                state = backend.cached_state(ref, replace(SHARED_READS, not_before=meta.started))
+                if state is None:
+                    return None
+                target = self._target(meta, kind, state)
+                look = _Look(state, target, None, f"{target} workers")
+                if state.workers_up(target):
+                    proven = self._proven(meta, ref, look, backend)
+                    if not isinstance(proven, Readiness):
+                        return None  # the framework is read from a reader thread
+                    look = replace(look, readiness=proven)
+                return self._decided(meta, kind, backend, ref, look)
+        except ScalingError:
+            return None
+
     def failed_at_deadline(self, meta: ScalingMetadata, error: ScalingError) -> ScalingError:
         """``error``, of a node whose deadline passed while its backend did not answer, worded as its kind
-        words a failed wait (after a size change: what the change left in place and the command that
-        undoes it), from what this process holds: ``error`` as it is where that would need a request or a
-        backend not open here, so a caller on an event loop is never blocked."""
+        words a failed wait (after a size change: what it left in place and the command that undoes it)
+        where the backend is open here; ``error`` as it is otherwise. Never blocks (an event loop calls it)."""
         kind = NODE_KINDS.get(meta.task_type)
         if kind is None:
             return error
         try:
             backend_name, ref = self._creation.served(meta.backend or None, meta.cluster)
-            with shared_reads(SHARED_LINGER, SHARED_MAX_AGE, 0.0, cache_only=True, not_before=meta.started), \
-                    POLL_BACKENDS.backend(backend_name) as backend:
-                if meta.cluster_version:
-                    backend.expect_version(ref, meta.cluster_version)
-                return kind.failed(backend, ref, error, meta.target)
-        except (CacheMiss, ScalingError):
+            with POLL_BACKENDS.kept(backend_name) as backend:
+                return kind.failed(backend, ref, error, meta.target) if backend is not None else error
+        except ScalingError:
             # The metadata's own fault is the poll's to report; the node ends with what it waited for.
             return error
 
@@ -448,83 +464,119 @@ class ScalingService:
             )
         return kind
 
-    def _poll(self, meta: ScalingMetadata, cache_only: bool) -> Poll:
+    def _polled(self, meta: ScalingMetadata) -> Tuple[NodeKind, ClusterRef, str]:
+        """``meta`` checked (its kind, deadline, outcome and restart): its kind, cluster and backend's name."""
         kind = self._checked_kind(meta)
         meta.known_outcome()
+        if meta.awaits == AWAIT_HEAD:
+            meta.sent_restart()
+        backend_name, ref = self._creation.served(meta.backend or None, meta.cluster)
+        return kind, ref, backend_name
+
+    def _opened(self, backend: ClusterBackend, ref: ClusterRef, meta: ScalingMetadata) -> None:
+        self._creation.check_opened(backend, ref, meta.framework_url)
+        if meta.cluster_version:
+            # The create may have been another replica's: this process's cache may not hold its write yet.
+            backend.expect_version(ref, meta.cluster_version)
+
+    def _poll(self, meta: ScalingMetadata) -> Poll:
+        kind, ref, backend_name = self._polled(meta)
         if meta.target < 0 and meta.awaits != AWAIT_DESIRED:
             return Poll(SUCCEEDED, outcome=meta.outcome_of())
-        restart = meta.sent_restart() if meta.awaits == AWAIT_HEAD else None
-        backend_name, ref = self._creation.served(meta.backend or None, meta.cluster)
-        budget = float(settings.CONNECTOR_CALL_BUDGET.value())
         # A shared read begun before the create's change (perhaps another replica's) must not answer for it.
-        sharing = shared_reads(SHARED_LINGER, SHARED_MAX_AGE, budget, cache_only, not_before=meta.started)
-        with sharing, POLL_BACKENDS.backend(backend_name) as backend:
-            if cache_only and not backend.capabilities.answers_from_cache:
-                raise CacheMiss(f"the {backend.name} backend's reads may block")
-            self._creation.check_opened(backend, ref, meta.framework_url)
-            if meta.cluster_version:
-                # The create may have been another replica's: this process's cache may not hold its write yet.
-                backend.expect_version(ref, meta.cluster_version)
+        reads = replace(SHARED_READS, budget=float(settings.CONNECTOR_CALL_BUDGET.value()), not_before=meta.started)
+        with POLL_BACKENDS.backend(backend_name) as backend:
+            self._opened(backend, ref, meta)
             try:
-                if restart is not None:
-                    done, state = backend.head_restarted(ref, restart)
-                    readiness = Readiness(state.ready_workers, "new head Ready") if done else None
-                    pending = f"a new Ready head (the restart sent at {restart.started_at}; never sent again)"
-                    target = 1
-                else:
-                    state = _state_or_pending(backend, ref)
-                    target = state.desired_workers if meta.awaits == AWAIT_DESIRED else kind.awaited(meta.target, state)
-                    readiness, pending = None, f"{target} workers"
-                    if state.workers_up(target):
-                        removed = int(meta.known_outcome().get("previous_workers", 0)) > target
-                        readiness, pending = self._framework(meta, ref, target, state, backend, removed)
+                look = self._looked(meta, kind, backend, ref, reads)
             except UNAVAILABLE_HERE as error:
                 if time.time() < meta.deadline:
                     raise
                 return Poll(FAILED, str(kind.failed(backend, ref, error, meta.target)))
-            elapsed = time.time() - meta.started
-            shown: Dict[str, Any] = {
-                "links": head_links(backend, ref, meta.framework_url), "info": progress_info(ref, target, state, elapsed),
-            }
-            if readiness is not None:
-                return Poll(SUCCEEDED, outcome=kind.finish(meta, state, elapsed, readiness), **shown)
-            if time.time() >= meta.deadline:
-                timeout = ScalingTimeoutError(
-                    f"timed out after {elapsed:.0f}s waiting for {pending}; last state: {state.describe()}",
-                    cluster=str(ref), state=state,
-                )
-                return Poll(FAILED, str(kind.failed(backend, ref, timeout, target)), **shown)
-        return Poll(RUNNING, f"waiting for {pending}: {state.describe()}", **shown)
+            return self._decided(meta, kind, backend, ref, look)
+
+    def _looked(
+        self, meta: ScalingMetadata, kind: NodeKind, backend: ClusterBackend, ref: ClusterRef, reads: SharedReads
+    ) -> "_Look":
+        """What one poll sees of ``ref``: its state, and the readiness of what the node awaits once proven."""
+        if meta.awaits == AWAIT_HEAD:
+            restart = meta.sent_restart()
+            done, state = backend.head_restarted(ref, restart, reads)
+            readiness = Readiness(state.ready_workers, "new head Ready") if done else None
+            return _Look(state, 1, readiness, f"a new Ready head (the restart sent at {restart.started_at}; never sent again)")
+        try:
+            state = backend.get_state(ref, reads)
+        except ClusterNotFoundError as missing:
+            # Its operator has not made the object holding its size yet: the node waits, as a backend wait does.
+            if not missing.pending or missing.state is None:
+                raise
+            state = missing.state
+        target = self._target(meta, kind, state)
+        look = _Look(state, target, None, f"{target} workers")
+        return self._framework(meta, ref, look, backend) if state.workers_up(target) else look
 
     @staticmethod
-    def _framework(
-        meta: ScalingMetadata, ref: ClusterRef, target: int, state: ClusterState, backend: Any, removed: bool = False
-    ) -> Tuple[Optional[Readiness], str]:
-        """(readiness, '') once proven; (None, what is still awaited) while the framework lags: the
-        target's workers registered, or, after a scale-down (``removed``), the removed ones dropped."""
-        kind = ref.kind
+    def _target(meta: ScalingMetadata, kind: NodeKind, state: ClusterState) -> int:
+        return state.desired_workers if meta.awaits == AWAIT_DESIRED else kind.awaited(meta.target, state)
+
+    @staticmethod
+    def _decided(meta: ScalingMetadata, kind: NodeKind, backend: ClusterBackend, ref: ClusterRef, look: "_Look") -> Poll:
+        """The poll's answer once ``look`` was read: SUCCEEDED once ready, FAILED past the deadline, else RUNNING."""
+        elapsed = time.time() - meta.started
+        shown: Dict[str, Any] = {
+            "links": head_links(backend, ref, meta.framework_url),
+            "info": progress_info(ref, look.target, look.state, elapsed),
+        }
+        if look.readiness is not None:
+            return Poll(SUCCEEDED, outcome=kind.finish(meta, look.state, elapsed, look.readiness), **shown)
+        if time.time() >= meta.deadline:
+            timeout = ScalingTimeoutError(
+                f"timed out after {elapsed:.0f}s waiting for {look.pending}; last state: {look.state.describe()}",
+                cluster=str(ref), state=look.state,
+            )
+            return Poll(FAILED, str(kind.failed(backend, ref, timeout, look.target)), **shown)
+        return Poll(RUNNING, f"waiting for {look.pending}: {look.state.describe()}", **shown)
+
+    @staticmethod
+    def _proven(
+        meta: ScalingMetadata, ref: ClusterRef, look: "_Look", backend: ClusterBackend
+    ) -> Union[Readiness, Endpoint]:
+        """The workers' readiness where no framework read is needed (its check off or needless, or no one
+        says where the head is), else the head to read."""
+        state, kind = look.state, ref.kind
         base = backend_proof(backend, state, kind)
-        probe = probe_for(kind)
+        removed = _removed(meta, look.target)
         if not meta.framework_ready or not enabled_by_env():
-            return Readiness(state.ready_workers, f"{base}; framework check off"), ""
-        if probe is None or (target <= 0 and not removed) or backend.capabilities.counts_registered_workers:
-            return Readiness(state.ready_workers, base), ""
+            return Readiness(state.ready_workers, f"{base}; framework check off")
+        if probe_for(kind) is None or (look.target <= 0 and not removed) or backend.capabilities.counts_registered_workers:
+            return Readiness(state.ready_workers, base)
         endpoint = resolve_endpoint(kind, meta.framework_url or None, head_env(backend, ref))
         if endpoint is None:
             note = (
                 "framework not checked (neither the backend nor the connector's environment says where the head "
                 f"is: give the node a framework_url, or set ${kind_url_env(framework_of(kind))} for the connector)"
             )
-            return Readiness(state.ready_workers, f"{base}; {note}"), ""
-        what = f"{target} workers registered with {probe.registry} at {endpoint.url}"
+            return Readiness(state.ready_workers, f"{base}; {note}")
+        return endpoint
+
+    def _framework(self, meta: ScalingMetadata, ref: ClusterRef, look: "_Look", backend: ClusterBackend) -> "_Look":
+        """``look`` once its workers are up: ready once proven, else what the framework still lags in (the
+        target's workers registered, or, after a scale-down, the removed ones dropped)."""
+        proven = self._proven(meta, ref, look, backend)
+        if isinstance(proven, Readiness):
+            return replace(look, readiness=proven)
+        probe, target, state = probe_for(ref.kind), look.target, look.state
+        assert probe is not None
+        what = f"{target} workers registered with {probe.registry} at {proven.url}"
         try:
-            seen = read_registered(probe, endpoint, timeout=5.0)
+            seen = read_registered(probe, proven, timeout=5.0)
         except HeadUnreachable as error:
-            logger.debug("framework read of %s failed: %s", endpoint.url, error)
-            return None, f"{what} ({NOT_READY})"
-        if removed and seen > target:
-            return None, f"{probe.registry} at {endpoint.url} to drop the removed workers ({seen} registered)"
+            logger.debug("framework read of %s failed: %s", proven.url, error)
+            return replace(look, pending=f"{what} ({NOT_READY})")
+        if _removed(meta, target) and seen > target:
+            return replace(look, pending=f"{probe.registry} at {proven.url} to drop the removed workers ({seen} registered)")
         if seen < target:
-            return None, f"{what} ({seen} registered)"
+            return replace(look, pending=f"{what} ({seen} registered)")
         ready = seen if state.ready_workers is None else min(seen, state.ready_workers)
-        return Readiness(ready, f"{base}; {seen} workers registered with {probe.registry} at {endpoint.url}"), ""
+        proof = f"{backend_proof(backend, state, ref.kind)}; {seen} workers registered with {probe.registry} at {proven.url}"
+        return replace(look, readiness=Readiness(ready, proof))

@@ -8,7 +8,6 @@ from typing import Iterator, Optional, Tuple
 
 from ..backends import backend_name_from_env, get_backend
 from ..backends._base import ClusterBackend
-from .._core.sharing import refuse_in_cache_only
 
 KEPT_BACKENDS = 8
 """Open backends a :class:`BackendPool` keeps at most (one per backend name and environment)."""
@@ -62,15 +61,31 @@ class BackendPool:
     @contextlib.contextmanager
     def backend(self, name: Optional[str]) -> Iterator[ClusterBackend]:
         """The kept backend ``name`` (or the environment's choice), opened on first use; not closed on exit."""
+        with self._using(name, True) as backend:
+            assert backend is not None
+            yield backend
+
+    @contextlib.contextmanager
+    def kept(self, name: Optional[str]) -> Iterator[Optional[ClusterBackend]]:
+        """The kept backend ``name`` if it is open already, else None: nothing is opened (a caller that must
+        not block, an event loop, reads it only where an earlier call opened it)."""
+        with self._using(name, False) as backend:
+            yield backend
+
+    @contextlib.contextmanager
+    def _using(self, name: Optional[str], opening: bool) -> Iterator[Optional[ClusterBackend]]:
         key = ((name or backend_name_from_env()).strip().lower(), _environment_digest())
         with self._lock:
             kept = self._kept.get(key)
-            if kept is None:
-                refuse_in_cache_only(f"opening the {key[0]} backend")
+            if kept is None and opening:
                 kept = self._kept[key] = _Kept(get_backend(key[0]))
-            self._kept.move_to_end(key)
-            kept.users += 1
-            self._evict_idle()
+            if kept is not None:
+                self._kept.move_to_end(key)
+                kept.users += 1
+                self._evict_idle()
+        if kept is None:
+            yield None
+            return
         try:
             yield kept.backend
         finally:

@@ -1,11 +1,8 @@
-"""The backend contract: one base class that declares and fulfils it once for every backend.
+"""The backend contract: :class:`ClusterBackend`, whose public methods are done here once.
 
-``ScaleCluster``, ``RestartHead``, ``@distributed_phase`` and the CLI speak
-only :class:`ClusterBackend`, so the scaler service, Kubernetes and the local
-backend are interchangeable behind them. Each backend subclasses it: its
-public methods are declared, documented and done here once, and each backend
-implements the small hooks below them (``BaseBackend`` is the same class
-under its earlier name).
+Nodes, phases, the connector and the CLI speak only this class, so the scaler
+service, Kubernetes and local backends are interchangeable behind them; a
+backend fills the hooks the class's docstring lists, in the order they are called.
 """
 import abc
 import contextlib
@@ -107,13 +104,8 @@ class Change:
     result: ScaleResult
     restoring: bool = False
     detail: Any = None
-
-
-def restore_command(backend: str, ref: ClusterRef) -> str:
-    """``ddlscale restore`` of ``ref`` on ``backend``: puts its recorded baseline back."""
-    namespace = f" --namespace {ref.namespace}" if ref.namespace else ""
-    group = f" --group {ref.group}" if ref.group is not None else ""
-    return f"ddlscale restore --backend {backend} --kind {ref.kind} --name {ref.name}{namespace}{group}"
+    needed: Optional[int] = None
+    """How many of its workers the caller waits for (None: all; a phase's reconcile waits for its claim)."""
 
 
 @dataclass(frozen=True)
@@ -132,26 +124,25 @@ class WorkersWait:
 
 
 class ClusterBackend(Closing, abc.ABC):
-    """One way to read and resize distributed-compute clusters: the public methods, declared and
-    done once; a backend subclasses it and implements the hooks.
+    """One way to read and resize clusters. The public methods are done here once: each checks its
+    arguments before anything is sent (:class:`InvalidInputError` naming the field,
+    :class:`UnsupportedOperationError` for a kind not served), refuses a wait that could never end,
+    and turns a failed wait into an error naming what was left in place and the command that undoes
+    it. Backends do not override them.
 
-    Every public method checks its input first (replicas, timeout, tier
-    names, claim ids, restore targets, the kind served), so a bad argument
-    raises :class:`InvalidInputError` naming the field (or
-    :class:`UnsupportedOperationError` for a kind not served) before anything
-    is sent. A scale, restore or reconcile is one :class:`Change`
-    (``_scale_change``, ``_restore_change``, ``_reconcile_change``) made under
-    ``_changing`` and then, with ``wait``, waited for by ``_wait_workers``; a
-    wait that times out or sees a worker fail leaves the change in place and
-    the error names it and its remedy (:func:`inplace.left_in_place`). A wait
-    for more workers than the cluster will ever have is refused at once
-    (:func:`inplace.check_reachable`). The records hooks (``_record_baseline``,
-    ``_get_baseline``, ``_claim``, ``_release``, ``_claims``) store baselines
-    and claims: on files (:class:`FileRecordsBackend`) or with the cluster.
+    The contract a backend fills, in the order the methods call it (* has a default here;
+    docs/backends.md says what each must do):
 
-    The hooks every backend must write are abstract, so a class that leaves
-    one out cannot be instantiated and the error names it; the others have
-    defaults (docs/backends.md says which is which and what each guarantees).
+    1. ``_observe`` (``get_state``); ``_observe_for_wait`` (the start of ``wait_for_workers``);
+    2. a change: ``_changing``* around ``_scale_change``, ``_restore_change`` or
+       ``_reconcile_change`` (:class:`FileRecordsBackend` makes them from its own hooks);
+    3. its wait: ``_wait_workers``, then ``_settled``*; a failed wait calls ``_wait_failed``* and
+       ``_reach`` (the remedy); without ``wait``, ``_unwaited``*;
+    4. ``_restart_head``; ``_head_restarted``* (only with ``capabilities.observes_restarts``);
+    5. the records: ``_record_baseline``, ``_get_baseline``, ``_claim``, ``_renew``, ``_release``,
+       ``_claims``, ``_recorded_claims`` (:class:`FileRecordsBackend` keeps them in files);
+    6. what input checks and errors ask: ``_check_tier``*, ``_check_head_tier``*, ``_same_tier``*,
+       ``_maximum``*, ``_size_setting``*, ``_unserved``*; and ``close``*, ``connection_env``*.
     """
 
     name: str = "base"
@@ -169,8 +160,10 @@ class ClusterBackend(Closing, abc.ABC):
 
     @classmethod
     def stop_command(cls, ref: ClusterRef) -> str:
-        """The ``ddlscale`` command a user runs to put ``ref`` back (an interrupted flow's report names it)."""
-        return restore_command(cls.name, ref)
+        """The ``ddlscale restore`` a user runs to put ``ref`` back (an interrupted flow's report names it)."""
+        namespace = f" --namespace {ref.namespace}" if ref.namespace else ""
+        group = f" --group {ref.group}" if ref.group is not None else ""
+        return f"ddlscale restore --backend {cls.name} --kind {ref.kind} --name {ref.name}{namespace}{group}"
 
     # ------------------------------------------------------------ lifecycle
 
@@ -405,7 +398,9 @@ class ClusterBackend(Closing, abc.ABC):
         deadline = _operation_deadline(timeout, wait)
         with self._changing(ref, deadline):
             change = self._reconcile_change(ref, target, deadline)
-        return None if change is None else self._finish(ref, change, wait, deadline, progress, needed=needed)
+        if isinstance(change, Change):
+            change.needed = needed
+        return None if change is None else self._finish(ref, change, wait, deadline, progress)
 
     def release(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
         """Drop ``claim_id``; return the largest remaining claim, or None when none remain."""
@@ -471,79 +466,64 @@ class ClusterBackend(Closing, abc.ABC):
                               "target.head_hw_tier")
 
     def _finish(
-        self,
-        ref: ClusterRef,
-        change: Union[Change, ScaleResult],
-        wait: bool,
-        deadline: Deadline,
-        progress: Optional[ProgressReporter],
-        *,
-        explain: bool = True,
-        needed: Optional[int] = None,
+        self, ref: ClusterRef, change: Union[Change, ScaleResult], wait: bool, deadline: Deadline,
+        progress: Optional[ProgressReporter], *, explain: bool = True,
     ) -> ScaleResult:
-        """The result of ``change``; with ``wait``, once its workers are up (at least ``needed`` of them).
+        """The result of ``change``; with ``wait``, once its workers are up.
 
-        A wait that times out or sees a worker fail leaves the change in place
-        (``explain``: the error names it and the remedy). A plain
-        :class:`ScaleResult` is a change that had nothing to wait for. Every
-        framework probe on the way, the final state read and the clean-up
-        after a timeout included, gets no more than what is left of
-        ``deadline`` (:func:`~flytekitplugins_ddlscale._core.waiting.within`; `PROBE_GRACE` each once it is spent).
+        A plain :class:`ScaleResult` had nothing to wait for. Every framework probe on the way, the
+        final read included, gets no more than what is left of ``deadline``
+        (:func:`~flytekitplugins_ddlscale._core.waiting.within`).
         """
         with within(deadline):
-            return self._finish_within(ref, change, wait, deadline, progress, explain=explain, needed=needed)
+            if isinstance(change, ScaleResult):
+                return change
+            result = change.result
+            began = time.monotonic()
+            if wait:
+                final = self._wait_for_change(ref, change, deadline, progress, explain)
+            else:
+                final = self._unwaited(ref, change)
+            result.final = self._settled(ref, change, final, wait)
+            result.waited = wait
+            result.seconds_waited = time.monotonic() - began if wait else 0.0
+            return result
 
-    def _finish_within(
-        self,
-        ref: ClusterRef,
-        change: Union[Change, ScaleResult],
-        wait: bool,
-        deadline: Deadline,
-        progress: Optional[ProgressReporter],
-        *,
+    def _wait_for_change(
+        self, ref: ClusterRef, change: Change, deadline: Deadline, progress: Optional[ProgressReporter],
         explain: bool,
-        needed: Optional[int],
-    ) -> ScaleResult:
-        if isinstance(change, ScaleResult):
-            return change
+    ) -> ClusterState:
+        """The state once ``change``'s workers are up. A wait that fails leaves the change in place
+        (``explain``: the error names it and the remedy)."""
         result = change.result
-        began = time.monotonic()
         began_at = utcnow()
         before_wait = deadline.elapsed
-        awaited = result.effective if needed is None else min(needed, result.effective)
-        if wait:
-            # A change that must bring workers up is not awaited past its timeout; one that only
-            # stopped workers (a restore) has nothing left to wait for and reads the result once.
-            spent = deadline.expired and awaited > (result.previous.ready_workers or 0)
-            try:
-                if spent:
-                    raise self._spent_before_wait(ref, change, deadline)
-                final = self._wait_workers(
-                    ref, WorkersWait(awaited, deadline.left_for_wait(), progress, change, result.final)
+        awaited = result.effective if change.needed is None else min(change.needed, result.effective)
+        # A change that must bring workers up is not awaited past its timeout; one that only
+        # stopped workers (a restore) has nothing left to wait for and reads the result once.
+        spent = deadline.expired and awaited > (result.previous.ready_workers or 0)
+        try:
+            if spent:
+                raise self._spent_before_wait(ref, change, deadline)
+            wait = WorkersWait(awaited, deadline.left_for_wait(), progress, change, result.final)
+            return self._wait_workers(ref, wait)
+        except (ScalingTimeoutError, WorkerFailedError) as error:
+            if isinstance(error, ScalingTimeoutError) and not spent and before_wait >= SPENT_BEFORE_WAIT:
+                # The wait's own timeout was only what the change left of the operation's.
+                error.message = (
+                    f"{error.message} (the operation's timeout is {seconds(deadline.timeout)}; "
+                    f"the change itself took {seconds(before_wait)} of it)"
                 )
-            except (ScalingTimeoutError, WorkerFailedError) as error:
-                if isinstance(error, ScalingTimeoutError) and not spent and before_wait >= SPENT_BEFORE_WAIT:
-                    # The wait's own timeout was only what the change left of the operation's.
-                    error.message = (
-                        f"{error.message} (the operation's timeout is {seconds(deadline.timeout)}; "
-                        f"the change itself took {seconds(before_wait)} of it)"
-                    )
-                    error.args = (error.message,)
-                self._wait_failed(ref, change)
-                if not explain:
-                    raise
-                # Only a state the wait read reports what the change left; one from before it does not.
-                seen = error.state if error.state is not None and error.state.observed_at >= began_at else None
-                raise self.in_place_error(
-                    ref, error, result.effective, restoring=change.restoring,
-                    found=seen.desired_workers if seen is not None else None,
-                ) from None
-        else:
-            final = self._unwaited(ref, change)
-        result.final = self._settled(ref, change, final, wait)
-        result.waited = wait
-        result.seconds_waited = time.monotonic() - began if wait else 0.0
-        return result
+                error.args = (error.message,)
+            self._wait_failed(ref, change)
+            if not explain:
+                raise
+            # Only a state the wait read reports what the change left; one from before it does not.
+            seen = error.state if error.state is not None and error.state.observed_at >= began_at else None
+            raise self.in_place_error(
+                ref, error, result.effective, restoring=change.restoring,
+                found=seen.desired_workers if seen is not None else None,
+            ) from None
 
     def _spent_before_wait(self, ref: ClusterRef, change: Change, deadline: Deadline) -> ScalingTimeoutError:
         """The timeout error of an operation whose change alone (creating a cluster, an outage ridden
@@ -697,9 +677,9 @@ class ClusterBackend(Closing, abc.ABC):
     def _claims(self, ref: ClusterRef) -> Dict[str, Claim]:
         """The live claims by id; only reads."""
 
+    @abc.abstractmethod
     def _recorded_claims(self, ref: ClusterRef) -> Dict[str, Claim]:
         """Every claim on ``ref``'s record, live or dead."""
-        raise NotImplementedError
 
 
 BaseBackend = ClusterBackend

@@ -67,7 +67,7 @@ class ScalingConnector(AsyncConnector[ScalingMetadata]):
             raise ValueError(f"task_type must be one of {SERVED_TASK_TYPES}, not {task_type!r}")
         self.task_type_name = task_type
         self.service = ScalingService(policy)
-        self._desk = PollDesk.of(self.service)
+        self._desk = PollDesk(self.service)
         self._in_process: Optional[ScalingService] = None
         self._in_process_desk: Optional[PollDesk] = None
 
@@ -77,7 +77,7 @@ class ScalingConnector(AsyncConnector[ScalingMetadata]):
             return self.service
         if self._in_process is None:
             self._in_process = ScalingService(in_process_policy())
-            self._in_process_desk = PollDesk.of(self._in_process)
+            self._in_process_desk = PollDesk(self._in_process)
         return self._in_process
 
     def desk(self) -> PollDesk:

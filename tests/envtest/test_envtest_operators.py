@@ -18,7 +18,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from flytekitplugins_ddlscale import ClusterRef
-from flytekitplugins_ddlscale._core.sharing import shared_reads
+from flytekitplugins_ddlscale.backends._base import SharedReads
 from flytekitplugins_ddlscale.backends.kubernetes._informer import Resource, running_informers
 from flytekitplugins_ddlscale.errors import UnauthorizedError
 
@@ -85,9 +85,10 @@ def test_the_shipped_dask_operator_cluster_and_role(side):
     # A connector's polls under the Role: the DaskAutoscalers' bounds come from a watch it may open. Only a
     # watch brings another writer's change to the cache, and the state read from the cache shows it.
     scalers = Resource("daskautoscalers", DASK, "v1")
-    with side.backend(user=True) as backend, shared_reads(linger=60.0):
+    reads = SharedReads(linger=60.0)
+    with side.backend(user=True) as backend:
         try:
-            assert backend.get_state(ref).autoscaling_max == 5
+            assert backend.get_state(ref, reads).autoscaling_max == 5
             side.wait_for(lambda: any(i.synced.is_set() for i in running_informers(scalers)), "the DaskAutoscaler cache")
             client.CustomObjectsApi(side.admin_client()).patch_namespaced_custom_object(
                 DASK, "v1", side.namespace, "daskautoscalers", "shared-dask", {"spec": {"maximum": 6}},
@@ -95,7 +96,7 @@ def test_the_shipped_dask_operator_cluster_and_role(side):
             (cache,) = running_informers(scalers)
             side.wait_for(lambda: any(s["spec"].get("maximum") == 6 for s in cache.fresh_all() or []),
                           "the watch to bring the new maximum")
-            assert cache.error is None and backend.get_state(ref).autoscaling_max == 6
+            assert cache.error is None and backend.get_state(ref, reads).autoscaling_max == 6
         finally:
             for informer in running_informers(None):
                 informer.stop()

@@ -14,7 +14,7 @@ from tests.servers.k8s_fixtures import backend, k8s, make_backend, tiers_file  #
 from flytekitplugins_ddlscale import ClusterRef
 from flytekitplugins_ddlscale.backends.kubernetes._informer import matches, parse_selector, running_informers
 from flytekitplugins_ddlscale.errors import InvalidInputError, ScalingTimeoutError
-from flytekitplugins_ddlscale._core.sharing import shared_reads
+from flytekitplugins_ddlscale.backends._base import SharedReads
 
 
 def informer_threads():
@@ -233,8 +233,7 @@ def test_shared_reads_serve_concurrent_status_reads_from_one_watch(k8s, tiers_fi
         def status(name):
             # A linger beyond the reads' spread, within the 10 s the end waits for the close: on a loaded
             # machine a 1 s gap between two threads' reads ended the watch and counted a second list.
-            with shared_reads(linger=5.0):
-                return one.get_state(ClusterRef("spark", name))
+            return one.get_state(ClusterRef("spark", name), SharedReads(linger=5.0))
 
         with ThreadPoolExecutor(len(names)) as pool:
             states = list(pool.map(status, names * 3))

@@ -15,10 +15,11 @@ from flytekitplugins_ddlscale import ClusterRef
 from flytekitplugins_ddlscale.backends._support.crds import CRD_GROUP, CRD_VERSION
 from flytekitplugins_ddlscale.backends.kubernetes._informer import Resource, running_informers
 from flytekitplugins_ddlscale.errors import ClusterNotFoundError
-from flytekitplugins_ddlscale._core.sharing import shared_reads
+from flytekitplugins_ddlscale.backends._base import SharedReads
 
 RAY = Resource("rayclusters", CRD_GROUP, CRD_VERSION)
 NAMESPACE = "domino-compute"
+SHARED = SharedReads(linger=60.0)
 
 
 def both_synced():
@@ -33,13 +34,12 @@ def cluster_reads(server, name=""):
 
 @pytest.fixture
 def warm(k8s, backend):  # noqa: F811
-    """A Ray cluster ``r`` of one worker read once under shared reads, both caches synced; stopped after."""
+    """A Ray cluster ``r`` of one worker read once with shared reads, both caches synced; stopped after."""
     k8s.add_cluster("ray", "r", replicas=1, autoscaling={"minReplicas": 1, "maxReplicas": 4})
     ref = ClusterRef("ray", "r")
-    with shared_reads(linger=60.0):
-        backend.get_state(ref)
-        k8s.wait_for(both_synced, 10, "the pod and cluster-object caches to sync")
-        yield ref
+    backend.get_state(ref, SHARED)
+    k8s.wait_for(both_synced, 10, "the pod and cluster-object caches to sync")
+    yield ref
     for informer in running_informers(None):
         informer.stop()
     k8s.wait_for(lambda: not running_informers(None) and k8s.open_watches == 0, 10, "the informers to stop")
@@ -47,7 +47,7 @@ def warm(k8s, backend):  # noqa: F811
 
 def test_a_steady_state_read_sends_no_request(k8s, backend, warm):  # noqa: F811
     k8s.clear_log()
-    states = [backend.get_state(warm) for _ in range(20)]
+    states = [backend.get_state(warm, SHARED) for _ in range(20)]
     # Nothing but the informers' own watches (one may open just after its list): no read at all.
     assert [r for r in k8s.requests if r.query.get("watch") != "true"] == []
     assert {(s.desired_workers, s.ready_workers) for s in states} == {(1, 1)}
@@ -61,12 +61,12 @@ def test_a_cache_behind_our_own_patch_is_not_trusted(k8s, backend, warm):  # noq
     k8s.clear_log()
     # The cache still holds the object from before the patch (1 worker): the read goes to the server.
     assert objects.fresh("r") is None
-    assert backend.get_state(warm).desired_workers == 3
+    assert backend.get_state(warm, SHARED).desired_workers == 3
     assert cluster_reads(k8s, "r") == 1
     k8s.release_events("rayclusters")
     k8s.wait_for(lambda: objects.fresh("r") is not None, 10, "the cache to catch up with the patch")
     k8s.clear_log()
-    assert backend.get_state(warm).desired_workers == 3
+    assert backend.get_state(warm, SHARED).desired_workers == 3
     assert cluster_reads(k8s) == 0
 
 
@@ -91,14 +91,14 @@ def test_a_version_another_process_wrote_holds_the_cache_back_only_until_the_wat
     version = written["metadata"]["resourceVersion"]
     k8s.clear_log()
     backend.expect_version(warm, version)
-    assert backend.get_state(warm).desired_workers == 2
+    assert backend.get_state(warm, SHARED).desired_workers == 2
     assert cluster_reads(k8s, "r") == 1
     k8s.release_events("rayclusters")
     k8s.wait_for(lambda: objects.fresh("r") is not None, 10, "the cache to catch up with the other write")
     k8s.clear_log()
     for _ in range(5):
         backend.expect_version(warm, version)
-        assert backend.get_state(warm).desired_workers == 2
+        assert backend.get_state(warm, SHARED).desired_workers == 2
     assert cluster_reads(k8s) == 0
 
 
@@ -123,7 +123,7 @@ def test_a_410_relists_the_cluster_objects(k8s, backend, warm):  # noqa: F811
     k8s.release_events("rayclusters")
     k8s.wait_for(lambda: objects.lists == 2, 10, "the re-list after 410 Gone")
     k8s.clear_log()
-    assert backend.get_state(warm).desired_workers == 2
+    assert backend.get_state(warm, SHARED).desired_workers == 2
     assert cluster_reads(k8s) == 0
 
 
@@ -143,7 +143,7 @@ def test_a_relist_forgets_the_versions_noted_of_clusters_it_no_longer_lists(k8s,
     k8s.wait_for(lambda: objects.lists == 2, 10, "the re-list after 410 Gone")
     assert objects._floors == {}
     k8s.clear_log()
-    assert backend.get_state(warm).desired_workers == 1
+    assert backend.get_state(warm, SHARED).desired_workers == 1
     assert cluster_reads(k8s) == 0
 
 
@@ -153,7 +153,7 @@ def test_a_deleted_cluster_is_read_from_the_server_and_reported_missing(k8s, bac
     k8s.wait_for(lambda: objects.fresh("r") is None, 10, "the watch to report the deletion")
     k8s.clear_log()
     with pytest.raises(ClusterNotFoundError, match="not found"):
-        backend.get_state(warm)
+        backend.get_state(warm, SHARED)
     assert cluster_reads(k8s, "r") == 1
 
 
@@ -188,10 +188,9 @@ def test_a_role_without_list_on_the_cluster_objects_reads_them_from_the_server(k
     k8s.add_cluster("ray", "r", replicas=1)
     k8s.forbid("list", "rayclusters")
     ref = ClusterRef("ray", "r")
-    with shared_reads(linger=60.0):
-        assert backend.get_state(ref).ready_workers == 1
-        k8s.wait_for(lambda: not running_informers(RAY), 10, "the refused informer to stop")
-        states = [backend.get_state(ref) for _ in range(5)]
+    assert backend.get_state(ref, SHARED).ready_workers == 1
+    k8s.wait_for(lambda: not running_informers(RAY), 10, "the refused informer to stop")
+    states = [backend.get_state(ref, SHARED) for _ in range(5)]
     assert {s.ready_workers for s in states} == {1}
     lists = [r for r in k8s.requests if r.method == "GET" and r.path.endswith("/rayclusters")]
     assert len(lists) == 1  # refused once; not tried again on every read

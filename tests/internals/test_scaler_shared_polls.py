@@ -13,7 +13,7 @@ from flytekitplugins_ddlscale.backends.scaler import ScalerServiceBackend
 from flytekitplugins_ddlscale._core.settings import SCALER_MAX_RPS
 from flytekitplugins_ddlscale.backends.scaler._polls import PollPacer, SharedPolls, max_rps_from
 from flytekitplugins_ddlscale.errors import BackendUnavailableError, ClusterNotFoundError, ScalingError, TransientError
-from flytekitplugins_ddlscale._core.sharing import shared_reads
+from flytekitplugins_ddlscale.backends._base import SharedReads
 from flytekitplugins_ddlscale._core.waiting import Backoff, Deadline
 from tests.servers.scaler_server import DEFAULT_API_KEY
 
@@ -103,14 +103,13 @@ def test_connector_style_status_reads_share_one_request_per_cluster(scaler_serve
         scaler_server.clear_requests()
 
         def status(_):
-            with shared_reads(max_age=5.0):
-                return backend.get_state(ClusterRef("ray", "status"))
+            return backend.get_state(ClusterRef("ray", "status"), SharedReads(max_age=5.0))
 
         with ThreadPoolExecutor(20) as pool:
             states = list(pool.map(status, range(40)))
         assert {s.existing_workers for s in states} == {2}
         assert len(cluster_gets(scaler_server, "/status")) == 1
-        # Outside shared reads every read is the caller's own.
+        # Without shared reads every read is the caller's own.
         backend.get_state(ClusterRef("ray", "status"))
     assert len(cluster_gets(scaler_server, "/status")) == 2
 
@@ -119,10 +118,10 @@ def test_a_scale_is_never_answered_by_a_read_from_before_it(scaler_server, tmp_p
     scaler_server.add_cluster("ray", "fresh", replicas=1, max_replicas=4)
     with make(scaler_server, tmp_path) as backend:
         ref = ClusterRef("ray", "fresh")
-        with shared_reads(max_age=60.0):
-            assert backend.get_state(ref).desired_workers == 1
-            backend.scale(ref, 3, wait=False)
-            assert backend.get_state(ref).desired_workers == 3
+        reads = SharedReads(max_age=60.0)
+        assert backend.get_state(ref, reads).desired_workers == 1
+        backend.scale(ref, 3, wait=False)
+        assert backend.get_state(ref, reads).desired_workers == 3
 
 
 def test_rate_setting_is_checked_and_named():
@@ -238,8 +237,7 @@ def test_shared_status_reads_give_up_at_their_budget_while_the_service_hangs(sca
 
         def status():
             try:
-                with shared_reads(max_age=1.0, budget=0.3):
-                    outcomes.append(backend.get_state(ClusterRef("ray", "hung")))
+                outcomes.append(backend.get_state(ClusterRef("ray", "hung"), SharedReads(max_age=1.0, budget=0.3)))
             except ScalingError as error:
                 outcomes.append(error)
 
@@ -264,20 +262,18 @@ def test_a_shared_read_begun_before_another_process_s_change_is_not_reused(scale
     scaler_server.add_cluster("ray", "other", replicas=1, max_replicas=4)
     ref = ClusterRef("ray", "other")
     with make(scaler_server, tmp_path) as backend:
-        with shared_reads(max_age=60.0):
-            assert backend.get_state(ref).desired_workers == 1
+        assert backend.get_state(ref, SharedReads(max_age=60.0)).desired_workers == 1
         # Another process's write: this process's shared polls are not told.
         answer = httpx.patch(f"{scaler_server.url}/ddl_cluster_scaler/scale/rayclusters/other", json={"replicas": 3},
                              headers={"X-Domino-Api-Key": DEFAULT_API_KEY})
         assert answer.status_code == 200, answer.text
         changed = time.time()
         scaler_server.clear_requests()
-        with shared_reads(max_age=60.0):
-            assert backend.get_state(ref).desired_workers == 1  # the read from before, as shared reads allow
+        assert backend.get_state(ref, SharedReads(max_age=60.0)).desired_workers == 1  # the read from before
         assert cluster_gets(scaler_server) == []
-        with shared_reads(max_age=60.0, not_before=changed):
-            assert backend.get_state(ref).desired_workers == 3
-            assert backend.get_state(ref).desired_workers == 3  # that new read is shared from then on
+        after = SharedReads(max_age=60.0, not_before=changed)
+        assert backend.get_state(ref, after).desired_workers == 3
+        assert backend.get_state(ref, after).desired_workers == 3  # that new read is shared from then on
         assert len(cluster_gets(scaler_server)) == 1
 
 

@@ -26,6 +26,7 @@ from ...errors import (
 from ..._core.outage import ONCE, RetryRule, attempt_timeout, cert_verification_failed, send, shared_tracker
 from ..._core.redaction import redact, register_secret
 from ..._core.waiting import Deadline
+from .._support.domino_auth import TokenFile
 
 MERGE_PATCH = "application/merge-patch+json"
 READS = RetryRule(attempts=3, ride_out=True)
@@ -77,6 +78,10 @@ def make_api_client(kubeconfig: Optional[str], context: Optional[str], in_cluste
     try:
         if use_in_cluster:
             config.load_incluster_config(client_configuration=configuration)
+            # The kubelet rotates the token file: each request sends the token it holds then.
+            path = config.incluster_config.SERVICE_TOKEN_FILENAME
+            token = TokenFile(path, f"the service account's token ({path})")
+            configuration.refresh_api_key_hook = lambda c: c.api_key.update(BearerToken=f"Bearer {token.read()}")
         else:
             # Read $KUBECONFIG now: the client computes its default path once, at import.
             path = settings.KUBECONFIG.value(kubeconfig or None)

@@ -46,7 +46,7 @@ from ..._core.records import (
     decode_claims,
     encode_claims,
 )
-from ...refs import DEFAULT_NAMESPACE, GROUP_SEPARATOR, ClusterRef, validate_name
+from ...refs import DEFAULT_NAMESPACE, ClusterRef, validate_name
 from .._support.crds import LABEL_HW_TIER, LABEL_OWNER, LAYOUTS, layout_of
 from ..tiers import DominoTierCatalog, FileTierCatalog, HardwareTier, TierCatalog
 from ..._core.validation import validate_tier_name, validate_timeout
@@ -58,7 +58,7 @@ from ._informer import (
     parse_selector,
 )
 from ._podwatch import PodWaiter
-from ._resources.base import NotCreatedYet, Outcome, ResourceAdapter, mark_idle
+from ._resources.base import NotCreatedYet, Outcome, ResourceAdapter, Restoring, Sizing, mark_idle
 from ._resources.daskop import DaskOperatorAdapter
 from ._resources.dco import DcoAdapter
 from ._resources.kuberay import KubeRayAdapter
@@ -183,9 +183,12 @@ class KubernetesBackend(ClusterBackend):
     def _ns(self, ref: ClusterRef) -> str:
         return ref.namespace or self.namespace
 
+    def _full(self, ref: ClusterRef) -> ClusterRef:
+        """``ref`` naming its namespace, as adapters take it."""
+        return ClusterRef(ref.kind, ref.name, self._ns(ref), ref.group)
+
     def _label(self, ref: ClusterRef) -> str:
-        group = f"{GROUP_SEPARATOR}{ref.group}" if ref.group is not None else ""
-        return f"{self._ns(ref)}/{ref.kind}/{ref.name}{group}"
+        return str(self._full(ref))
 
     @staticmethod
     def _adapter(ref: ClusterRef) -> ResourceAdapter:
@@ -378,12 +381,10 @@ class KubernetesBackend(ClusterBackend):
 
     def _hold_elsewhere(self, ref: ClusterRef, names: Tuple[str, ...], replicas: int, deadline: Deadline) -> None:
         if names:
-            self._adapter(ref).hold_elsewhere(self._label(ref), ref, names, replicas, self._elsewhere(ref, deadline))
+            self._adapter(ref).hold_elsewhere(self._full(ref), names, replicas, self._elsewhere(ref, deadline))
 
     def _restore_elsewhere(self, ref: ClusterRef, deadline: Deadline) -> None:
-        self._adapter(ref).restore_elsewhere(
-            self._label(ref), ref, self._ns(ref), self.api, deadline, self._elsewhere(ref, deadline)
-        )
+        self._adapter(ref).restore_elsewhere(self._full(ref), self.api, deadline, self._elsewhere(ref, deadline))
 
     def _bookkeeping_deadline(self) -> Deadline:
         """How long a claim, release or baseline record (no timeout of their own) rides out an outage:
@@ -416,25 +417,19 @@ class KubernetesBackend(ClusterBackend):
             if size is Size.FORGET:
                 notes[annotation] = None
             elif size is Size.RECORD:
-                recorded = recorded or encode_record(*self._adapter(ref).baseline(self._label(ref), ref, obj))
+                recorded = recorded or encode_record(*self._adapter(ref).baseline(self._full(ref), obj))
                 notes[annotation] = recorded
         return notes
 
-    def _size(
-        self, ref: ClusterRef, obj: Dict[str, Any], replicas: int, strict: bool, tier: Optional[HardwareTier],
-        pods: List[Dict[str, Any]],
-    ) -> Tuple[Patch, int, bool]:
-        """The spec fragment setting ``replicas`` workers (on ``tier``, held against the operator's
-        autoscaler), effective count, capped."""
-        return self._adapter(ref).size_spec(
-            self._label(ref), ref, obj, replicas, strict, tier, self._workers(ref, pods), decode_record(obj)
-        )
+    def _size(self, ref: ClusterRef, obj: Dict[str, Any], sizing: Sizing, pods: List[Dict[str, Any]]) -> Tuple[Patch, int, bool]:
+        """The spec fragment setting ``sizing`` (held against the operator's autoscaler), effective count, capped."""
+        return self._adapter(ref).size_spec(self._full(ref), obj, sizing, self._workers(ref, pods), decode_record(obj))
 
     def _size_setting(self, ref: ClusterRef) -> str:
         return self._adapter(ref).size_setting(ref)
 
     def _state(self, ref: ClusterRef, obj: Dict[str, Any], pods: List[Dict[str, Any]]) -> ClusterState:
-        return self._adapter(ref).state(self._label(ref), ref, obj, pods)
+        return self._adapter(ref).state(self._full(ref), obj, pods)
 
     def connection_env(self, ref: ClusterRef) -> Dict[str, str]:
         """The variables code uses to reach ``ref``'s head: empty for Domino's kinds (Domino injects
@@ -490,14 +485,12 @@ class KubernetesBackend(ClusterBackend):
         obj, pods, previous = self._opening(ref, deadline, what)
         outcome = Outcome(requested=replicas, tier=tier.id if tier else None, tier_name=worker_hw_tier)
         with self._until(ref, deadline, what, previous):
-            wanted, capped, others = self._adapter(ref).before_change(
-                self._label(ref), ref, self._ns(ref), self.api, deadline, replicas, strict
-            )
+            wanted, capped, others = self._adapter(ref).before_change(self._full(ref), self.api, deadline, replicas, strict)
             if previous.existing_workers > wanted:
                 pods = self._marked_idle(ref, pods, deadline)
 
             def build(current: Dict[str, Any]) -> Optional[Patch]:
-                spec, outcome.effective, outcome.capped = self._size(ref, current, wanted, strict, tier, pods)
+                spec, outcome.effective, outcome.capped = self._size(ref, current, Sizing(wanted, strict, tier), pods)
                 outcome.capped = outcome.capped or capped
                 return self._with_baseline(ref, current, {"spec": spec})
 
@@ -754,7 +747,7 @@ class KubernetesBackend(ClusterBackend):
         """Put back the recorded replicas, autoscaling section and tiers (or ``target``), in one
         patch that also removes the baseline annotation. Without a baseline or target nothing changes.
         """
-        worker_tier, head_tier = self._target_tiers(ref, target)
+        restoring = self._restoring(ref, target)
         what = f"the restore of {self._label(ref)} to be applied"
         obj, pods, previous = self._opening(ref, deadline, what, idle=True)
         outcome = Outcome(previous.desired_workers, requested=previous.desired_workers, restoring=True)
@@ -768,7 +761,7 @@ class KubernetesBackend(ClusterBackend):
             outcome.dropped = dropped
             if record is None and target is None:
                 return {"metadata": {"annotations": notes}}
-            spec = self._restore_spec(ref, current, record, target, worker_tier, head_tier, outcome, pods)
+            spec = self._restore_spec(ref, current, record, restoring, outcome, pods)
             notes.update(self._adapter(ref).notes(current, record, spec, True))
             return {"spec": spec, "metadata": {"annotations": notes}} if notes else {"spec": spec}
 
@@ -784,13 +777,12 @@ class KubernetesBackend(ClusterBackend):
             return ScaleResult.sent(self._label(ref), previous, previous.desired_workers, previous.desired_workers)
         return self._change(ref, outcome, previous, after, deadline)
 
-    def _target_tiers(
-        self, ref: ClusterRef, target: Optional[ReplicaSpec]
-    ) -> Tuple[Optional[HardwareTier], Optional[HardwareTier]]:
-        """The resolved worker and head tiers of a restore ``target`` (checked by the base before this)."""
+    def _restoring(self, ref: ClusterRef, target: Optional[ReplicaSpec]) -> Restoring:
+        """A restore to ``target`` (else the recorded size) with its tiers resolved (checked by the base before)."""
         if target is None:
-            return None, None
-        return (
+            return Restoring()
+        return Restoring(
+            target,
             self._resolve(target.worker_hw_tier, ref.kind, "target.worker_hw_tier"),
             self._resolve(target.head_hw_tier, ref.kind, "target.head_hw_tier"),
         )
@@ -803,7 +795,7 @@ class KubernetesBackend(ClusterBackend):
         computed again from a fresh read (bounded by ``conflict_retries``). The same patch drops
         dead claims, and, when no claim is live, the record of the size outside phases it puts back
         (and the baseline when that is the same size)."""
-        worker_tier, head_tier = self._target_tiers(ref, target)
+        restoring = self._restoring(ref, target)
         what = f"the reconcile of {self._label(ref)} to be applied"
         obj, pods, previous = self._opening(ref, deadline, what, idle=True)
         outcome = Outcome()
@@ -818,23 +810,23 @@ class KubernetesBackend(ClusterBackend):
             if decided.hold is not None:
                 tier = self._resolve(decided.hold.worker_hw_tier, ref.kind, "worker_hw_tier")
                 wanted, capped, outcome.others = self._adapter(ref).before_change(
-                    self._label(ref), ref, self._ns(ref), self.api, deadline, decided.replicas, False
+                    self._full(ref), self.api, deadline, decided.replicas, False
                 )
-                spec, outcome.effective, outcome.capped = self._size(ref, current, wanted, False, tier, pods)
+                spec, outcome.effective, outcome.capped = self._size(ref, current, Sizing(wanted, tier=tier), pods)
                 outcome.capped = outcome.capped or capped
                 if tier is not None:
                     outcome.tier, outcome.tier_name = tier.id, decided.hold.worker_hw_tier
                 outcome.requested = decided.replicas
                 return self._with_baseline(ref, current, {"spec": spec}, decided.change)
             notes = self._record_notes(ref, current, decided.change)
-            restoring = outside or record
-            if restoring is None:
+            recorded = outside or record
+            if recorded is None:
                 if sent.requested is not None:
                     # After a lost answer this re-read finds the restore sent before applied: keep what it decided.
                     outcome = sent
                 return {"metadata": {"annotations": notes}} if notes else None
-            spec = self._restore_spec(ref, current, restoring, target, worker_tier, head_tier, outcome, pods)
-            notes.update(self._adapter(ref).notes(current, restoring, spec, True))
+            spec = self._restore_spec(ref, current, recorded, restoring, outcome, pods)
+            notes.update(self._adapter(ref).notes(current, recorded, spec, True))
             return {"spec": spec, "metadata": {"annotations": notes}}
 
         claimed = bool(claimrules.live_claims(_claims_on(obj)))
@@ -866,14 +858,12 @@ class KubernetesBackend(ClusterBackend):
 
     def _restore_spec(
         self, ref: ClusterRef, obj: Dict[str, Any], record: Optional[Tuple[Baseline, Dict[str, Any]]],
-        target: Optional[ReplicaSpec], worker_tier: Optional[HardwareTier], head_tier: Optional[HardwareTier],
-        outcome: Outcome, pods: List[Dict[str, Any]],
+        restoring: Restoring, outcome: Outcome, pods: List[Dict[str, Any]],
     ) -> Patch:
-        """The spec fragment putting back ``record`` (or setting ``target``); ``outcome`` says what it asks for:
-        ``target``'s replicas and tier, else the recorded size."""
-        spec = self._adapter(ref).restore_spec(
-            self._label(ref), ref, obj, record, target, worker_tier, head_tier, outcome, self._workers(ref, pods)
-        )
+        """The spec fragment putting back ``record`` (or setting the target); ``outcome`` says what it asks for:
+        the target's replicas and tier, else the recorded size."""
+        target = restoring.target
+        spec = self._adapter(ref).restore_spec(self._full(ref), obj, record, restoring, outcome, self._workers(ref, pods))
         outcome.requested = target.replicas if target is not None else outcome.effective
         outcome.tier_name = target.worker_hw_tier if target is not None else None
         return spec
@@ -890,7 +880,7 @@ class KubernetesBackend(ClusterBackend):
 
         def build(current: Dict[str, Any]) -> Optional[Patch]:
             nonlocal change, largest
-            self._adapter(ref).check_size(self._label(ref), ref, current, replicas)
+            self._adapter(ref).check_size(self._full(ref), current, replicas)
             new = Claim(claim_id, replicas, worker_hw_tier, lease_seconds=lease_seconds)
             change, largest = claimrules.claim(_records_on(current), new)
             return self._with_baseline(ref, current, {}, change)

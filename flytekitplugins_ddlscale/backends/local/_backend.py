@@ -47,7 +47,7 @@ from ..._core.validation import validate_replicas, validate_timeout
 from ..._core.leases import dead_text
 from ..._core.waiting import CLEANUP_GRACE, Backoff, Deadline, poll_until, within
 from ..._core.wording import plural
-from .._base import DEFAULT_SCALE_TIMEOUT, BackendCapabilities, Change, WorkersWait
+from .._base import DEFAULT_SCALE_TIMEOUT, BackendCapabilities, Change, SharedReads, WorkersWait
 from .._filebacked import FileRecordsBackend
 from . import _procs as procs
 from ._driver import FrameworkDriver
@@ -363,7 +363,9 @@ class LocalBackend(FileRecordsBackend):
             head_hw_tier=head_hw_tier,
         )
 
-    def _head_restarted(self, ref: ClusterRef, restart: RestartResult) -> Tuple[bool, ClusterState]:
+    def _head_restarted(
+        self, ref: ClusterRef, restart: RestartResult, reads: Optional[SharedReads]
+    ) -> Tuple[bool, ClusterState]:
         """The head ``restart_head`` started is the one running (it replaced the old one before
         returning), so the restart is done once that head and every desired worker are Ready."""
         state = self.get_state(ref)

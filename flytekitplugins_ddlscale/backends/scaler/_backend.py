@@ -180,13 +180,6 @@ class ScalerServiceBackend(FileRecordsBackend):
             f"(it serves {', '.join(sorted(self.capabilities.kinds))}); use the kubernetes backend"
         )
 
-    def _check_head_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> None:
-        if tier is not None:
-            raise UnsupportedOperationError(
-                "the scaler service cannot change the head's hardware tier; use the kubernetes backend",
-                cluster=str(ref),
-            )
-
     def _observe(self, ref: ClusterRef) -> ClusterState:
         return state_from_object(ref, self._client.get_cluster(ref))
 
@@ -304,9 +297,6 @@ class ScalerServiceBackend(FileRecordsBackend):
             assert baseline is not None
             replicas, tier = baseline.replicas, self._tier_to_restore(ref, baseline, previous)
         return Change(self._patch(ref, replicas, tier, previous, deadline), restoring=True)
-
-    def _no_baseline(self, ref: ClusterRef) -> ScaleResult:
-        raise InvalidInputError("target", None, f"a ReplicaSpec, since no baseline is recorded for {ref}")
 
     def _patch(
         self, ref: ClusterRef, replicas: int, tier: Optional[str], previous: ClusterState, deadline: Deadline

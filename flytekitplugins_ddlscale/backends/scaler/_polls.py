@@ -29,7 +29,6 @@ import weakref
 from typing import Any, Callable, Dict, Optional, Tuple, TypeVar
 
 from ..._core import settings
-from ..._core.sharing import refuse_in_cache_only
 from ...errors import BackendUnavailableError, TransientError
 from ..._core.waiting import Deadline
 
@@ -145,7 +144,6 @@ class SharedPolls:
                 cached = self._results.get(key)
                 if cached is not None and time.monotonic() - cached[0] <= max_age and _after(cached[1], not_before):
                     return cached[2]
-                refuse_in_cache_only(f"a read of {key}")
                 flight = self._flights.get(key)
                 leader = flight is None
                 if leader:
@@ -161,6 +159,14 @@ class SharedPolls:
                 return flight.result
             if not isinstance(flight.error, TransientError) or (deadline is not None and deadline.expired):
                 raise flight.error
+
+    def cached(self, key: str, max_age: float, not_before: Optional[float] = None) -> Any:
+        """The result :meth:`read` would reuse for ``key`` at once (nothing fetched, no wait), or None."""
+        with self._lock:
+            cached = self._results.get(key)
+            if cached is not None and time.monotonic() - cached[0] <= max_age and _after(cached[1], not_before):
+                return cached[2]
+        return None
 
     def forget(self, *keys: str) -> None:
         """Drop the results kept for ``keys``, and those of polls in flight now (this process just changed

@@ -25,6 +25,25 @@ adapter's API group (resourceVersion-checked, 409 and outages retried, bounded);
 after it. ``build`` returning None changes nothing."""
 
 
+@dataclass(frozen=True)
+class Sizing:
+    """What a change sets: ``replicas`` workers, on ``tier`` (None: the tier they have), capped at a
+    maximum unless ``strict`` (which refuses instead)."""
+
+    replicas: int
+    strict: bool = False
+    tier: Optional[HardwareTier] = None
+
+
+@dataclass(frozen=True)
+class Restoring:
+    """What a restore sets: ``target``, else the recorded size, and the tiers resolved for it."""
+
+    target: Optional[ReplicaSpec] = None
+    worker_tier: Optional[HardwareTier] = None
+    head_tier: Optional[HardwareTier] = None
+
+
 @dataclass
 class Outcome:
     """What a change's patch decided, filled in as it is built (again from each re-read); a restore's
@@ -110,10 +129,9 @@ class PodLabels:
 class ResourceAdapter(ABC):
     """How one flavour of cluster resource is read, sized, held and restored.
 
-    Everything here is a pure function of the object and pods it is given;
-    the backend reads, sends the patches (one merge patch carrying the read
-    resourceVersion) and keeps the baseline and claims in the object's
-    annotations.
+    Pure functions of the object and pods given; the backend reads, sends the patches (one merge patch
+    carrying the read resourceVersion) and keeps the records in the object's annotations. ``ref`` always
+    names its namespace; ``str(ref)`` is the cluster as errors name it.
     """
 
     tiers = False
@@ -154,36 +172,38 @@ class ResourceAdapter(ABC):
     def explain_missing(self, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"]) -> None:
         """Called when the object is not found: raise a clearer error if there is one to give."""
 
-    def check_size(self, label: str, ref: ClusterRef, obj: Dict[str, Any], replicas: int) -> None:
+    def check_size(self, ref: ClusterRef, obj: Dict[str, Any], replicas: int) -> None:
         """Refuse ``replicas`` workers where the object cannot take them (before a claim records
         them); nothing to refuse by default."""
 
     def before_change(
-        self, label: str, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"],
-        replicas: int, strict: bool,
+        self, ref: ClusterRef, api: "KubeApi", deadline: Optional["Deadline"], replicas: int, strict: bool
     ) -> Tuple[int, bool, Tuple[str, ...]]:
         """Check a change to ``replicas`` workers before anything is sent; return the workers to set,
         whether a bound kept on another object capped them, and the names of the other objects
         that size the group (for :meth:`hold_elsewhere`). No check, no cap, none by default."""
         return replicas, False, ()
 
-    def hold_elsewhere(
-        self, label: str, ref: ClusterRef, names: Tuple[str, ...], replicas: int, mutate: Mutate,
-    ) -> None:
+    def hold_elsewhere(self, ref: ClusterRef, names: Tuple[str, ...], replicas: int, mutate: Mutate) -> None:
         """After the size patch: hold ``replicas`` on the other objects ``names`` (from
         :meth:`before_change`) that size the group, recording what they had; nothing by default."""
 
-    def restore_elsewhere(
-        self, label: str, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"],
-        mutate: Mutate,
-    ) -> None:
+    def restore_elsewhere(self, ref: ClusterRef, api: "KubeApi", deadline: Optional["Deadline"], mutate: Mutate) -> None:
         """Before a restore's patch: put those other objects back as recorded (idempotent); nothing by default."""
 
     def observe_elsewhere(
         self, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"], state: ClusterState,
+        linger: Optional[float] = None,
     ) -> ClusterState:
-        """``state`` with what the other objects sizing the group tell (an autoscaler's bounds);
-        ``state`` itself by default."""
+        """``state`` with what the other objects sizing the group tell (an autoscaler's bounds), read from
+        their shared cache given a ``linger`` (as :meth:`cached_elsewhere`); ``state`` itself by default."""
+        return state
+
+    def cached_elsewhere(
+        self, ref: ClusterRef, namespace: str, api: "KubeApi", state: ClusterState, linger: float
+    ) -> Optional[ClusterState]:
+        """:meth:`observe_elsewhere` from the running shared caches alone (kept ``linger`` seconds more),
+        or None where they cannot answer."""
         return state
 
     @abstractmethod
@@ -197,51 +217,42 @@ class ResourceAdapter(ABC):
 
     # -- reading -------------------------------------------------------------
     @abstractmethod
-    def state(self, label: str, ref: ClusterRef, obj: Dict[str, Any], pods: Pods) -> ClusterState:
+    def state(self, ref: ClusterRef, obj: Dict[str, Any], pods: Pods) -> ClusterState:
         """The :class:`ClusterState` of the object and the pods its selector matched."""
 
     @abstractmethod
-    def baseline(self, label: str, ref: ClusterRef, obj: Dict[str, Any]) -> Record:
+    def baseline(self, ref: ClusterRef, obj: Dict[str, Any]) -> Record:
         """The baseline of the object as it is now, and the detail a restore needs."""
 
     # -- changing ------------------------------------------------------------
     @abstractmethod
     def size_spec(
-        self, label: str, ref: ClusterRef, obj: Dict[str, Any], replicas: int, strict: bool,
-        tier: Optional[HardwareTier], pods: Pods, record: Optional[Record],
+        self, ref: ClusterRef, obj: Dict[str, Any], sizing: Sizing, pods: Pods, record: Optional[Record]
     ) -> Tuple[Patch, int, bool]:
-        """The ``spec`` fragment setting ``replicas`` workers (on ``tier``) and holding them against
-        the operator's autoscaler; the workers it sets (capped at the maximum unless ``strict``,
-        which raises :class:`CapacityExceededError`) and whether it capped."""
+        """The ``spec`` fragment setting ``sizing`` and holding it against the operator's autoscaler; the
+        workers it sets and whether a maximum capped them (strict: :class:`CapacityExceededError`)."""
 
     def restore_spec(
-        self, label: str, ref: ClusterRef, obj: Dict[str, Any], record: Optional[Record],
-        target: Optional[ReplicaSpec], worker_tier: Optional[HardwareTier], head_tier: Optional[HardwareTier],
+        self, ref: ClusterRef, obj: Dict[str, Any], record: Optional[Record], restoring: Restoring,
         outcome: Outcome, pods: Pods,
     ) -> Patch:
-        """The ``spec`` fragment putting back ``record`` (or setting ``target``), filling ``outcome``.
-
-        A target is set as a scale to its replicas is (never strict), a record as
-        :meth:`recorded_spec` puts it back; :meth:`restored_tiers` then adds the tiers.
-        """
-        if target is not None:
+        """The ``spec`` fragment putting back ``record`` (or setting ``restoring.target`` as a scale to its
+        replicas would), then its tiers (:meth:`restored_tiers`), filling ``outcome``."""
+        if restoring.target is not None:
             spec, outcome.effective, outcome.capped = self.size_spec(
-                label, ref, obj, target.replicas, False, None, pods, record
+                ref, obj, Sizing(restoring.target.replicas), pods, record
             )
         else:
             assert record is not None
-            spec = self.recorded_spec(label, ref, obj, record, outcome, pods)
-        return self.restored_tiers(obj, spec, record, worker_tier, head_tier, outcome)
+            spec = self.recorded_spec(ref, obj, record, outcome, pods)
+        return self.restored_tiers(obj, spec, record, restoring, outcome)
 
     @abstractmethod
-    def recorded_spec(
-        self, label: str, ref: ClusterRef, obj: Dict[str, Any], record: Record, outcome: Outcome, pods: Pods
-    ) -> Patch:
+    def recorded_spec(self, ref: ClusterRef, obj: Dict[str, Any], record: Record, outcome: Outcome, pods: Pods) -> Patch:
         """The ``spec`` fragment putting back ``record``'s size, setting ``outcome.effective``."""
 
     def restored_tiers(
-        self, obj: Dict[str, Any], spec: Patch, record: Optional[Record], worker_tier: Optional[HardwareTier],
-        head_tier: Optional[HardwareTier], outcome: Outcome,
+        self, obj: Dict[str, Any], spec: Patch, record: Optional[Record], restoring: Restoring, outcome: Outcome
     ) -> Patch:
         """``spec`` with the worker and head tiers a restore sets (none by default: no tiers here)."""
         return spec

@@ -26,10 +26,9 @@ from ....errors import (
 from ....models import Baseline, ClusterState
 from ...._core.records import ANNOTATION_PREFIX
 from ....refs import ClusterRef
-from ...tiers import HardwareTier
 from .._informer import Resource, cached_objects, note_version
 from .._spec import pod_labels, pod_ready
-from .base import Mutate, NotCreatedYet, Outcome, Patch, PodLabels, Pods, Record, ResourceAdapter, live
+from .base import Mutate, NotCreatedYet, Outcome, Patch, PodLabels, Pods, Record, ResourceAdapter, Sizing, live
 
 if TYPE_CHECKING:
     from ...._core.waiting import Deadline
@@ -155,19 +154,18 @@ class DaskOperatorAdapter(ResourceAdapter):
         )
 
     def before_change(
-        self, label: str, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"],
-        replicas: int, strict: bool,
+        self, ref: ClusterRef, api: "KubeApi", deadline: Optional["Deadline"], replicas: int, strict: bool
     ) -> Tuple[int, bool, Tuple[str, ...]]:
         """Cap ``replicas`` at the DaskAutoscaler's ``maximum`` (strict: refuse, naming both); refuse
         a cluster with more than one autoscaler (they fight each other; which to hold is unclear)."""
-        scalers = self._autoscalers(ref, namespace, api, deadline)
+        scalers = self._autoscalers(ref, str(ref.namespace), api, deadline)
         if not scalers:
             return replicas, False, ()
         if len(scalers) > 1:
             names = ", ".join(str(a["metadata"]["name"]) for a in scalers)
             raise UnsupportedOperationError(
                 f"DaskAutoscalers {names} all size this cluster's default worker group; delete all but one "
-                "before scaling it", cluster=label,
+                "before scaling it", cluster=str(ref),
             )
         names = (str(scalers[0]["metadata"]["name"]),)
         limit = (scalers[0].get("spec") or {}).get("maximum")
@@ -177,13 +175,11 @@ class DaskOperatorAdapter(ResourceAdapter):
             raise CapacityExceededError(
                 f"{replicas} workers requested but DaskAutoscaler {scalers[0]['metadata']['name']!r} has "
                 f"maximum {int(limit)} (strict mode)",
-                cluster=label,
+                cluster=str(ref),
             )
         return int(limit), True, names
 
-    def hold_elsewhere(
-        self, label: str, ref: ClusterRef, names: Tuple[str, ...], replicas: int, mutate: Mutate,
-    ) -> None:
+    def hold_elsewhere(self, ref: ClusterRef, names: Tuple[str, ...], replicas: int, mutate: Mutate) -> None:
         """Set the DaskAutoscaler's ``minimum`` to ``replicas``, so its adapt cycles never go below
         the held size, recording its own minimum on it the first time (same patch)."""
         for name in names:
@@ -200,13 +196,10 @@ class DaskOperatorAdapter(ResourceAdapter):
 
             mutate(AUTOSCALERS, name, build)
 
-    def restore_elsewhere(
-        self, label: str, ref: ClusterRef, namespace: str, api: "KubeApi", deadline: Optional["Deadline"],
-        mutate: Mutate,
-    ) -> None:
+    def restore_elsewhere(self, ref: ClusterRef, api: "KubeApi", deadline: Optional["Deadline"], mutate: Mutate) -> None:
         """Put the recorded ``minimum`` back on each DaskAutoscaler that carries one, removing the
         record in the same patch; one without a record is left alone (nothing to undo)."""
-        for scaler in self._autoscalers(ref, namespace, api, deadline):
+        for scaler in self._autoscalers(ref, str(ref.namespace), api, deadline):
 
             def build(current: Dict[str, Any]) -> Optional[Patch]:
                 recorded = ((current.get("metadata") or {}).get("annotations") or {}).get(HELD_MINIMUM_ANNOTATION)
@@ -242,13 +235,13 @@ class DaskOperatorAdapter(ResourceAdapter):
             state, autoscaling_min=int(spec.get("minimum") or 0), autoscaling_max=None if limit is None else int(limit),
         )
 
-    def state(self, label: str, ref: ClusterRef, obj: Dict[str, Any], pods: Pods) -> ClusterState:
+    def state(self, ref: ClusterRef, obj: Dict[str, Any], pods: Pods) -> ClusterState:
         group = self.object_name(ref)
         workers = [p for p in live(pods) if self.is_worker(p) and pod_labels(p).get(LABEL_WORKER_GROUP) == group]
         schedulers = [p for p in live(pods) if pod_labels(p).get(LABEL_COMPONENT) == "scheduler"]
         head_ready = any(pod_ready(p) for p in schedulers)
         return ClusterState(
-            cluster=label,
+            cluster=str(ref),
             status=scheduler_status(schedulers),
             desired_workers=desired_workers(obj),
             existing_workers=len(workers),
@@ -256,18 +249,15 @@ class DaskOperatorAdapter(ResourceAdapter):
             head_ready=head_ready,
         )
 
-    def baseline(self, label: str, ref: ClusterRef, obj: Dict[str, Any]) -> Record:
-        return Baseline(cluster=label, replicas=desired_workers(obj)), {"group": self.object_name(ref)}
+    def baseline(self, ref: ClusterRef, obj: Dict[str, Any]) -> Record:
+        return Baseline(cluster=str(ref), replicas=desired_workers(obj)), {"group": self.object_name(ref)}
 
     def size_spec(
-        self, label: str, ref: ClusterRef, obj: Dict[str, Any], replicas: int, strict: bool,
-        tier: Optional[HardwareTier], pods: Pods, record: Optional[Record],
+        self, ref: ClusterRef, obj: Dict[str, Any], sizing: Sizing, pods: Pods, record: Optional[Record]
     ) -> Tuple[Patch, int, bool]:
-        return {"worker": {"replicas": replicas}}, replicas, False
+        return {"worker": {"replicas": sizing.replicas}}, sizing.replicas, False
 
-    def recorded_spec(
-        self, label: str, ref: ClusterRef, obj: Dict[str, Any], record: Record, outcome: Outcome, pods: Pods
-    ) -> Patch:
+    def recorded_spec(self, ref: ClusterRef, obj: Dict[str, Any], record: Record, outcome: Outcome, pods: Pods) -> Patch:
         outcome.effective = record[0].replicas
         return {"worker": {"replicas": record[0].replicas}}
 
