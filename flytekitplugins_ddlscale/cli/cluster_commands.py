@@ -11,6 +11,7 @@ does not exist (exit 4, naming the command that creates it) unless given
 ``--create``, and ``restore`` never creates one.
 """
 import functools
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import click
@@ -21,7 +22,7 @@ from ..errors import ClusterNotFoundError, InvalidInputError, ScalingError
 from .._services.readiness import FrameworkOptions, confirm_change, confirm_ready
 from ..models import ReplicaSpec
 from .._core import settings
-from .._core.progress import default_reporter
+from .._core.progress import ProgressReporter, default_reporter
 from ..refs import GROUPED_KINDS, KIND_NAMES, ClusterRef
 from .._core.waiting import PROBE_GRACE, Deadline, within
 from .output import Confirmed, WithClaims, emit, emit_error
@@ -36,15 +37,60 @@ CREATE_HELP = (
 )
 
 
-def _cluster_options(default_wait: bool, default_timeout: float) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+IDENTITY = ("backend", "kind", "name", "run_id", "namespace", "group")
+"""The options that name the cluster and the backend asked about it, as :class:`Target` holds them."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """The cluster a command names and the backend it asks (None: as the environment selects)."""
+
+    backend: Optional[str]
+    kind: str
+    name: Optional[str]
+    run_id: Optional[str]
+    namespace: Optional[str]
+    group: Optional[str]
+
+    def ref(self) -> ClusterRef:
+        """``--name`` (and ``--group``), else ``--run-id``, else ``$DOMINO_RUN_ID``; :class:`InvalidInputError`
+        naming ``name`` when none is given."""
+        if self.name is not None:
+            return ClusterRef(self.kind, self.name, self.namespace, self.group)
+        if self.run_id is None and not settings.DOMINO_RUN_ID.is_set():
+            raise InvalidInputError(
+                "name",
+                None,
+                "--name NAME, --run-id ID, or $DOMINO_RUN_ID (the run's own cluster <kind>-<run id>)",
+                reason="give --name (or --run-id) outside a Domino run",
+            )
+        return ClusterRef.for_run(self.kind, self.run_id, self.namespace)
+
+
+def target_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The identity options (:data:`IDENTITY`), handed to ``command`` as one :class:`Target` (``target``)."""
+
+    @functools.wraps(command)
+    def wrapper(**options: Any) -> Any:
+        target = Target(*(options.pop(key) for key in IDENTITY))
+        return command(target=target, **options)
+
+    options = [
+        click.option("--backend", default=None, help=BACKEND_HELP),
+        click.option("--kind", required=True, help=KIND_HELP),
+        click.option("--name", default=None, help="Cluster name."),
+        click.option("--run-id", default=None, help="Domino run id: the cluster is <kind>-<run id>."),
+        click.option("--namespace", default=None, help="Namespace (default: the backend's)."),
+        click.option("--group", default=None, help=GROUP_HELP),
+    ]
+    for option in reversed(options):
+        wrapper = option(wrapper)
+    return wrapper
+
+
+def _wait_options(default_wait: bool, default_timeout: float) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
         options = [
-            click.option("--backend", default=None, help=BACKEND_HELP),
-            click.option("--kind", required=True, help=KIND_HELP),
-            click.option("--name", default=None, help="Cluster name."),
-            click.option("--run-id", default=None, help="Domino run id: the cluster is <kind>-<run id>."),
-            click.option("--namespace", default=None, help="Namespace (default: the backend's)."),
-            click.option("--group", default=None, help=GROUP_HELP),
             click.option("--wait/--no-wait", default=default_wait, show_default=True, help="Wait until done."),
             click.option("--timeout", type=float, default=default_timeout, show_default=True, help="Seconds to wait at most."),
             click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text."),
@@ -65,26 +111,6 @@ def _framework_options(command: Callable[..., Any]) -> Callable[..., Any]:
         "--framework-check/--no-framework-check", default=True, show_default=True,
         help="With --wait, also wait until the workers registered with Dask/Ray/Spark where the head is reachable.",
     )(command)
-
-
-def cluster_ref(
-    kind: str, name: Optional[str], run_id: Optional[str], namespace: Optional[str], group: Optional[str] = None
-) -> ClusterRef:
-    """The cluster the identity options name: ``--name`` (and ``--group``), else ``--run-id``, else
-    ``$DOMINO_RUN_ID``.
-
-    Raises :class:`InvalidInputError` (naming ``name``) when none is given.
-    """
-    if name is not None:
-        return ClusterRef(kind, name, namespace, group)
-    if run_id is None and not settings.DOMINO_RUN_ID.is_set():
-        raise InvalidInputError(
-            "name",
-            None,
-            "--name NAME, --run-id ID, or $DOMINO_RUN_ID (the run's own cluster <kind>-<run id>)",
-            reason="give --name (or --run-id) outside a Domino run",
-        )
-    return ClusterRef.for_run(kind, run_id, namespace)
 
 
 def require_existing(backend: ClusterBackend, ref: ClusterRef, remedy: str = "") -> None:
@@ -113,21 +139,35 @@ def open_checked(name: Optional[str], ref: ClusterRef) -> ClusterBackend:
     return backend
 
 
+@dataclass(frozen=True)
+class Call:
+    """How a command runs: whether and how long it waits, its progress, the framework check."""
+
+    wait: bool
+    timeout: float
+    progress: Optional[ProgressReporter]
+    framework: FrameworkOptions = FrameworkOptions()
+
+
 def _run(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Build the ref and backend, run ``command``, print its result, map errors to exit codes."""
+    """Build the ref, the backend and the :class:`Call`, run ``command``, print its result, map errors to
+    exit codes. Without ``--create`` (where a command has it), a missing cluster is refused first."""
 
     @functools.wraps(command)
-    def wrapper(backend: Optional[str], kind: str, name: Optional[str], run_id: Optional[str],
-                namespace: Optional[str], group: Optional[str], wait: bool, timeout: float, as_json: bool,
-                **kwargs: Any) -> None:
+    def wrapper(target: Target, wait: bool, timeout: float, as_json: bool, **options: Any) -> None:
         ctx = click.get_current_context()
         chosen = None
         progress = None
+        framework = FrameworkOptions(options.pop("framework_check", True), options.pop("framework_url", None))
         try:
-            ref = cluster_ref(kind, name, run_id, namespace, group)
-            chosen = open_checked(backend, ref)
+            ref = target.ref()
+            chosen = open_checked(target.backend, ref)
+            if wait:
+                framework.check(ref.kind)
+            if not options.pop("create", True):
+                require_existing(chosen, ref, " (or add --create to this command)")
             progress = default_reporter() if wait else None
-            result = command(chosen, ref, wait=wait, timeout=timeout, progress=progress, **kwargs)
+            result = command(chosen, ref, Call(wait, timeout, progress, framework), **options)
         except ScalingError as error:
             ctx.exit(emit_error(error, as_json))
         finally:
@@ -142,73 +182,70 @@ def _run(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @click.command("status")
-@_cluster_options(default_wait=False, default_timeout=DEFAULT_SCALE_TIMEOUT)
+@target_options
+@_wait_options(default_wait=False, default_timeout=DEFAULT_SCALE_TIMEOUT)
 @_framework_options
 @_run
-def status(backend: Any, ref: ClusterRef, *, wait: bool, timeout: float, progress: Any,
-           framework_check: bool, framework_url: Optional[str]) -> Any:
+def status(backend: ClusterBackend, ref: ClusterRef, call: Call) -> Any:
     """Show the cluster's state and its live claims (holder, age); with --wait, once its desired
     workers are up (and registered). Claims whose holder is gone (or whose lease ran out) are
     dropped first, and what they held given back (logged)."""
-    framework = FrameworkOptions(framework_check, framework_url)
-    if wait:
-        framework.check(ref.kind)
-    deadline = Deadline(timeout)
+    deadline = Deadline(call.timeout)
     # Whoever notices a dead claim first gives back what it held (logged with its holder).
     backend.give_back(ref)
     state = backend.get_state(ref)
-    if not wait:
+    if not call.wait:
         return WithClaims(state, backend.claims(ref))
-    state = backend.wait_for_workers(ref, state.desired_workers, timeout=timeout, progress=progress)
-    readiness = confirm_ready(backend, ref, state, state.desired_workers, deadline.remaining, framework, progress)
+    state = backend.wait_for_workers(ref, state.desired_workers, timeout=call.timeout, progress=call.progress)
+    readiness = confirm_ready(
+        backend, ref, state, state.desired_workers, deadline.remaining, call.framework, call.progress
+    )
     return WithClaims(Confirmed(state, readiness), backend.claims(ref))
 
 
 @click.command("scale")
-@_cluster_options(default_wait=True, default_timeout=DEFAULT_SCALE_TIMEOUT)
+@target_options
+@_wait_options(default_wait=True, default_timeout=DEFAULT_SCALE_TIMEOUT)
 @click.option("--replicas", type=int, required=True, help="Worker count wanted.")
 @click.option("--worker-hw-tier", default=None, help="Hardware tier NAME for the workers.")
 @click.option("--strict", is_flag=True, help="Refuse (exit 2) instead of capping at maxReplicas.")
 @click.option("--create", is_flag=True, help=CREATE_HELP)
 @_framework_options
 @_run
-def scale(backend: Any, ref: ClusterRef, *, wait: bool, timeout: float, progress: Any,
-          replicas: int, worker_hw_tier: Optional[str], strict: bool, create: bool,
-          framework_check: bool, framework_url: Optional[str]) -> Any:
+def scale(
+    backend: ClusterBackend, ref: ClusterRef, call: Call, replicas: int, worker_hw_tier: Optional[str], strict: bool
+) -> Any:
     """Set the worker count (and tier); records the baseline first. With --wait, returns once
     the workers are up and, where the head is reachable, registered with the framework."""
-    framework = FrameworkOptions(framework_check, framework_url)
-    if wait:
-        framework.check(ref.kind)
-    if not create:
-        require_existing(backend, ref, " (or add --create to this command)")
-    deadline = Deadline(timeout)
-    result = backend.scale(ref, replicas, worker_hw_tier, wait=wait, timeout=timeout, strict=strict, progress=progress)
-    if not wait:
+    deadline = Deadline(call.timeout)
+    result = backend.scale(
+        ref, replicas, worker_hw_tier, wait=call.wait, timeout=call.timeout, strict=strict, progress=call.progress
+    )
+    if not call.wait:
         return result
-    readiness = confirm_change(backend, ref, result, deadline.remaining, framework, progress)
-    return Confirmed(result, readiness)
+    return Confirmed(result, confirm_change(backend, ref, result, deadline.remaining, call.framework, call.progress))
 
 
 @click.command("restart-head")
-@_cluster_options(default_wait=True, default_timeout=DEFAULT_RESTART_TIMEOUT)
+@target_options
+@_wait_options(default_wait=True, default_timeout=DEFAULT_RESTART_TIMEOUT)
 @click.option("--head-hw-tier", default=None, help="Hardware tier NAME for the new head (not every backend can).")
 @_run
-def restart_head(backend: Any, ref: ClusterRef, *, wait: bool, timeout: float, progress: Any,
-                 head_hw_tier: Optional[str]) -> Any:
+def restart_head(backend: ClusterBackend, ref: ClusterRef, call: Call, head_hw_tier: Optional[str]) -> Any:
     """Replace the head pod; with --wait, until the new head is Ready."""
-    return backend.restart_head(ref, head_hw_tier, wait=wait, timeout=timeout, progress=progress)
+    return backend.restart_head(ref, head_hw_tier, wait=call.wait, timeout=call.timeout, progress=call.progress)
 
 
 @click.command("restore")
-@_cluster_options(default_wait=True, default_timeout=DEFAULT_SCALE_TIMEOUT)
+@target_options
+@_wait_options(default_wait=True, default_timeout=DEFAULT_SCALE_TIMEOUT)
 @click.option("--replicas", type=int, default=None, help="Restore to this count instead of the recorded baseline.")
 @click.option("--worker-hw-tier", default=None, help="With --replicas: the workers' tier NAME.")
 @_framework_options
 @_run
-def restore(backend: Any, ref: ClusterRef, *, wait: bool, timeout: float, progress: Any,
-            replicas: Optional[int], worker_hw_tier: Optional[str],
-            framework_check: bool, framework_url: Optional[str]) -> Any:
+def restore(
+    backend: ClusterBackend, ref: ClusterRef, call: Call, replicas: Optional[int], worker_hw_tier: Optional[str]
+) -> Any:
     """Put the cluster back to its recorded baseline (or --replicas) and forget the baseline. With
     --wait, returns once the removed workers are gone and, where the head is reachable, the
     framework has dropped them. Never creates a cluster."""
@@ -219,18 +256,15 @@ def restore(backend: Any, ref: ClusterRef, *, wait: bool, timeout: float, progre
             "only together with --replicas N",
             reason="the baseline restores its own tier; give --replicas N to restore to another size and tier",
         )
-    framework = FrameworkOptions(framework_check, framework_url)
-    if wait:
-        framework.check(ref.kind)
     if replicas is not None:
         # Without --replicas a restore of a missing cluster starts nothing (it only forgets a stale baseline).
         require_existing(backend, ref)
     target = ReplicaSpec(replicas, worker_hw_tier) if replicas is not None else None
-    deadline = Deadline(timeout)
-    result = backend.restore_baseline(ref, target, wait=wait, timeout=timeout, progress=progress)
-    if not wait:
+    deadline = Deadline(call.timeout)
+    result = backend.restore_baseline(ref, target, wait=call.wait, timeout=call.timeout, progress=call.progress)
+    if not call.wait:
         return result
-    return Confirmed(result, confirm_change(backend, ref, result, deadline.remaining, framework, progress))
+    return Confirmed(result, confirm_change(backend, ref, result, deadline.remaining, call.framework, call.progress))
 
 
 def register_cluster_commands(group: click.Group) -> None:

@@ -118,11 +118,11 @@ def local() -> None:
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds to wait for the workers.")
 @click.option("--json", "as_json", is_flag=True, help="Print the cluster as JSON.")
 @click.pass_context
-def up(ctx: click.Context, kind: str, name: str, replicas: Optional[int], worker_hw_tier: Optional[str],
-       workers_alias: Optional[int], tier_alias: Optional[str], timeout: float, as_json: bool) -> None:
+def up(ctx: click.Context, kind: str, name: str, timeout: float, as_json: bool, **size: Any) -> None:
     """Create a cluster (or resize it) and wait until the scheduler sees its workers."""
-    workers = _one_of("--replicas", replicas, "--workers", workers_alias, default=1)
-    tier = _one_of("--worker-hw-tier", worker_hw_tier, "--tier", tier_alias, default=None)
+    # ``size``: --replicas and --worker-hw-tier, each also given by its older name (not both).
+    workers = _one_of("--replicas", size["replicas"], "--workers", size["workers_alias"], default=1)
+    tier = _one_of("--worker-hw-tier", size["worker_hw_tier"], "--tier", size["tier_alias"], default=None)
     backend = _backend(ctx)
     ref = _ref(backend, kind, name)
     with default_reporter() as progress:

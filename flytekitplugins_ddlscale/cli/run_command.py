@@ -8,7 +8,7 @@ that gets the connection variables and the signals sent to ``ddlscale``.
 import shlex
 import signal
 import sys
-from typing import List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import click
 
@@ -20,7 +20,7 @@ from .._core.redaction import redact
 from .._core.validation import validate_timeout
 from .._core.wording import plural
 from .child import DEFAULT_KILL_AFTER, CommandNotStarted, run_forwarding
-from .cluster_commands import BACKEND_HELP, CREATE_HELP, GROUP_HELP, KIND_HELP, cluster_ref, open_checked, require_existing
+from .cluster_commands import CREATE_HELP, Target, open_checked, require_existing, target_options
 from .output import emit_error
 
 RUN_EPILOG = (
@@ -39,12 +39,7 @@ def _say(text: str) -> None:
     epilog=RUN_EPILOG,
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
 )
-@click.option("--backend", default=None, help=BACKEND_HELP)
-@click.option("--kind", required=True, help=KIND_HELP)
-@click.option("--name", default=None, help="Cluster name.")
-@click.option("--run-id", default=None, help="Domino run id: the cluster is <kind>-<run id>.")
-@click.option("--namespace", default=None, help="Namespace (default: the backend's).")
-@click.option("--group", default=None, help=GROUP_HELP)
+@target_options
 @click.option("--replicas", type=int, required=True, help="Workers the command needs at least (a cluster found larger is not shrunk).")
 @click.option("--worker-hw-tier", default=None, help="Hardware tier NAME for the workers.")
 @click.option(
@@ -71,23 +66,7 @@ def _say(text: str) -> None:
     help="Seconds the command gets to exit after a forwarded SIGTERM/SIGINT before it is killed.",
 )
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(
-    backend: Optional[str],
-    kind: str,
-    name: Optional[str],
-    run_id: Optional[str],
-    namespace: Optional[str],
-    group: Optional[str],
-    replicas: int,
-    worker_hw_tier: Optional[str],
-    timeout: float,
-    framework_ready: bool,
-    fail_on_fault: bool,
-    lease_seconds: float,
-    kill_after: float,
-    create: bool,
-    command: Tuple[str, ...],
-) -> None:
+def run(target: Target, kill_after: float, create: bool, command: Tuple[str, ...], **phase: Any) -> None:
     """Scale the cluster, run COMMAND with it, then restore the cluster.
 
     \b
@@ -107,20 +86,18 @@ def run(
     cluster scaled below REPLICAS is a fault: claimed again and put back,
     or, with --fail-on-fault, COMMAND stopped and exit 6.
     """
+    # ``phase``: the phase options (replicas, worker_hw_tier, timeout, framework_ready, fail_on_fault,
+    # lease_seconds), handed to cluster_phase as they are.
     try:
-        ref = cluster_ref(kind, name, run_id, namespace, group)
+        ref = target.ref()
         grace = validate_timeout(kill_after, "kill_after")
-        with open_checked(backend, ref) as chosen:
+        with open_checked(target.backend, ref) as chosen:
             if not create:
                 require_existing(chosen, ref, " (or add --create to this command)")
-        phase = cluster_phase(
-            ref, replicas, worker_hw_tier=worker_hw_tier, timeout=timeout, backend=backend,
-            framework_ready=framework_ready, deck=False, label="run", fail_on_fault=fail_on_fault,
-            lease_seconds=lease_seconds,
-        )
+        held = cluster_phase(ref, backend=target.backend, deck=False, label="run", **phase)
     except ScalingError as error:
         sys.exit(emit_error(error, as_json=False))
-    sys.exit(_run_in_phase(phase, list(command), grace))
+    sys.exit(_run_in_phase(held, list(command), grace))
 
 
 def _run_in_phase(phase: ClusterPhase, argv: List[str], kill_after: float) -> int:
