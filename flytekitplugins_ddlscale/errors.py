@@ -219,11 +219,11 @@ class UnreachableWaitError(InvalidInputError):
         *,
         desired: int,
         maximum: Optional[int],
-        cluster: str,
         desired_name: str = "spec.worker.replicas",
         maximum_name: str = "maxReplicas",
-        state: "Optional[ClusterState]" = None,
+        **context: Any,
     ) -> None:
+        """``context``: the cluster and its state, as :class:`ScalingError` takes them."""
         self.field = "replicas"
         self.value = replicas
         self.desired = desired
@@ -237,8 +237,7 @@ class UnreachableWaitError(InvalidInputError):
             f"invalid replicas={replicas}: that many workers can never come ({desired_name}={desired} "
             f"desired, {bound}), so the wait would only run out its timeout; allowed: {self.allowed}. "
             f"Scale the cluster first (ScaleCluster, `ddlscale scale`, backend.scale)",
-            cluster=cluster,
-            state=state,
+            **context,
         )
 
 
@@ -252,21 +251,15 @@ class UnknownTierError(InvalidInputError):
     code = "invalid_hw_tier"
 
     def __init__(
-        self,
-        message: str,
-        *,
-        code: Optional[str] = None,
-        status_code: Optional[int] = None,
-        cluster: Optional[str] = None,
-        field: str = "hw_tier",
-        value: Any = None,
-        allowed: str = "a tier of the catalog",
+        self, message: str, *, field: str = "hw_tier", value: Any = None, allowed: str = "a tier of the catalog",
+        **context: Any,
     ) -> None:
+        """``context``: the code, HTTP status and cluster, as :class:`ScalingError` takes them."""
         self.field = field
         self.value = value
         self.allowed = allowed
         self.reason = None
-        ScalingError.__init__(self, message, code=code, status_code=status_code, cluster=cluster)
+        ScalingError.__init__(self, message, **context)
 
 
 class NotScalableError(ClusterStateError):
