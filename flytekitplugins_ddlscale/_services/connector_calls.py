@@ -1,31 +1,14 @@
 """The edge of every connector call: an answer within the call budget, and never a traceback.
 
-FlytePropeller (v1.16's web-API plugin) gives every CreateTask, GetTask
-and DeleteTask a deadline (10 s by default), counts each GetTask that fails
-or runs past it, never resets that count, and fails the node once it
-passes ``maxSystemFailures`` (5 by default): a backend outage longer than a
-few resyncs would otherwise end nodes as "given up" whatever their own
-timeout says. So a poll that has not answered within the call budget
-(``$DDLSCALE_CONNECTOR_CALL_BUDGET``, 7 s by default) is answered RUNNING
-with the last state this process knows; the read itself gives up at the
-same budget (:data:`~.connector_core.SHARED_READS`), and the
-node's own deadline still ends it, FAILED with what it waited for. One
-read per execution is in flight at a time, so a hung backend holds one
-reader thread per node, not one per resync, and not past the budget; an
-event loop answers from memory where it can and otherwise awaits the answer
-(:meth:`PollDesk.answer_async`), holding no thread at all.
-
-Anything unexpected (a bug, an exception type no backend maps) becomes a
-FAILED answer, or a refused create, with one line; the traceback goes to
-the connector's log, credentials masked.
-
-FlytePropeller counts every failed CreateTask as a retryable failure (the
-web-API plugin's ``launch``): a create that raised would be sent again on
-each of the node's ``retries`` and end with a multi-line error. So a create
-refused for a reason a retry would meet again (bad input, the policy, the
-cluster as it is: anything but the backend being unavailable) answers a
-refused metadata instead (:func:`refused_create`), whose first poll is
-FAILED with the one line: one attempt, nothing sent.
+FlytePropeller gives every GetTask a deadline (10 s by default) and fails the node after
+``maxSystemFailures`` (5) calls that fail or run past it, whatever the node's own timeout says. So a
+poll that has not answered within ``$DDLSCALE_CONNECTOR_CALL_BUDGET`` (7 s) is answered RUNNING with
+the last state known, its read gives up at the same budget, and the node's deadline still ends it.
+One read per execution is in flight at a time; an event loop answers from memory where it can
+(:meth:`PollDesk.answer_async`) and holds no thread while a read runs. Anything unexpected becomes a
+FAILED answer or a refused create in one line, the traceback in the log with credentials masked; a
+create refused for a reason a retry would meet again answers a refused metadata
+(:func:`refused_create`), since FlytePropeller retries a create that raised.
 """
 import asyncio
 import logging
@@ -132,11 +115,9 @@ class PollDesk:
             return Poll(FAILED, f"[internal] {unexpected('poll', error)}")
 
     async def answer_async(self, meta: ScalingMetadata, budget: Optional[float] = None) -> Poll:
-        """:meth:`answer` for an event loop (flytekit's connector service): no thread is held while the
-        backend reads, so a hung backend cannot use up the loop's executor and stall every other poll
-        past FlytePropeller's deadline. A poll the shared caches can answer is answered on the loop
-        itself (no thread hop, no wait behind the reader threads); any other goes to a reader thread.
-        Never raises."""
+        """:meth:`answer` for an event loop: answered on the loop where memory holds the answer
+        (``cached_answer``), else by a reader thread the loop awaits without holding one of its own, so
+        a hung backend cannot stall every other poll. Never raises."""
         try:
             limit = call_budget() if budget is None else budget
             key = meta.encode()
@@ -154,8 +135,8 @@ class PollDesk:
             return Poll(FAILED, f"[internal] {unexpected('poll', error)}")
 
     def _cached_answer(self, key: bytes, meta: ScalingMetadata) -> Optional[Poll]:
-        """The poll's answer from memory alone, or None where it needs the backend, or where a read of this
-        execution is in flight (the poll shares that read, as every other poll of it does)."""
+        """The poll's answer from memory alone; None where it needs the backend or a read of it is in flight
+        (the poll then shares that read)."""
         with self._lock:
             if key in self._reading:
                 logger.debug("poll of %s waits for a reader thread (its read in flight)", meta.cluster)

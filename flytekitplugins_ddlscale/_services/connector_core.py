@@ -1,46 +1,19 @@
 """What every connector for the scaling nodes does, whichever Flyte serves it: check, send, poll.
 
-Two surfaces serve the ``ddlscale_*`` task types: flytekit's connector
-(:mod:`.connector`, for FlytePropeller) and Flyte 2's
-(:mod:`.flyte2.connector`). Both hand :class:`ScalingService` the node's
-task type, its configuration (the template's ``custom``) and its input
-values, and get back the resource metadata (:mod:`.connector_meta`); both
-hand it that metadata on every poll and get back a :class:`Poll` (running,
-succeeded with the node's typed outcome, or failed with a one-line
-message), which each turns into its own protocol's answer.
+flytekit's connector (:mod:`.connector`) and Flyte 2's (:mod:`.flyte2.connector`) hand
+:class:`ScalingService` a node's task type, configuration (the template's ``custom``) and input values
+at ``create`` and get back the resource metadata (:mod:`.connector_meta`); they hand that back at every
+poll and get a :class:`Poll`. ``create`` checks the node and sends its change without waiting, as its
+kind says (:class:`~.nodes.kinds.NodeKind`); ``poll`` reads the cluster once and decides, and
+``cached_answer`` answers from memory alone where it can (for an event loop). What a poll waits for
+stays in the metadata, so a restarted connector goes on where it was.
 
-``create`` checks the node and sends its change without waiting, as the
-node type's kind says (``NodeKind.create``, in the node type's module:
-``ScaleCluster`` the scale, ``RestoreCluster`` the restore, ``RestartHead``
-the head restart, ``WaitForCluster`` nothing). It gives the backend at most
-:data:`~.nodes.kinds.CREATE_TIMEOUT` seconds to accept the change. Each
-``poll`` reads the cluster once and decides (what a node awaits, its
-outcome and its failure again from its kind). What a poll waits for stays in the
-metadata, so a restarted connector goes on where it was.
-
-FlytePropeller turns every failed create into a retryable failure that uses
-up one of the node's own retries (none by default), while API servers and
-services restart for seconds in a run. So the surfaces answer a create
-refused for good (bad input, the policy, the cluster as it is) with a
-refused metadata whose first poll is FAILED, not with an error
-(:func:`~.connector_calls.refused_create`), and a create of a change that is safe to
-repeat (``NodeKind.repeatable``: a scale, a restore, a wait) that meets the
-backend unavailable (:data:`UNAVAILABLE_HERE`) returns a metadata carrying
-the change instead (``pending``), once every check that needs no backend
-passed; each poll sends it again, with all of create's checks, until it
-goes through (this process remembers that it did), and the node's deadline
-ends it FAILED saying it was never sent. A head restart is sent by its
-create only, exactly once: no poll sends one. Polls read with :data:`SHARED_READS`
-through backends kept open across calls (:data:`POLL_BACKENDS`, which creates send
-through too), so one connector process answers many executions from shared reads.
-
-What a template may ask for is the deployment's choice
-(:class:`~flytekitplugins_ddlscale._services.connector_policy.ConnectorPolicy`): the
-backends, namespaces and clusters the connector's environment lists
-(``scaler`` and ``kubernetes`` by default, never ``local`` unless listed) and
-a ``framework_url`` only on a head host the backend reports or the
-environment allows. A failed framework read tells the caller only that the
-endpoint is not ready; the detail goes to the debug log.
+FlytePropeller retries a failed create, so a create refused for good answers a refused metadata whose
+first poll is FAILED (:func:`~.connector_calls.refused_create`), and a repeatable change meeting the
+backend unavailable (:data:`UNAVAILABLE_HERE`) is carried in the metadata (``pending``) for the polls
+to send; a head restart is sent by its create only. Polls share reads (:data:`SHARED_READS`) through
+backends kept open (:data:`POLL_BACKENDS`). What a template may ask for is the deployment's choice
+(:class:`~.connector_policy.ConnectorPolicy`); a failed framework read says only :data:`NOT_READY`.
 """
 import json
 import logging
@@ -77,10 +50,8 @@ logger = logging.getLogger("flytekitplugins_ddlscale.connector")
 
 SERVED_TASK_TYPES = TASK_TYPES
 POLL_BACKENDS = BackendPool()
-"""The backends every ``get`` reads through, and every ``create`` sends through: kept open across calls,
-so a thousand executions share one API client and its connections instead of opening one per poll,
-and one outage tracker, which knows from the create that the server served this process (see
-:class:`~.nodes.kinds.Creation`)."""
+"""The backends every poll reads and every create sends through, kept open: executions share one API
+client, its connections and one outage tracker (:class:`~.nodes.kinds.Creation`)."""
 SHARED_READS = SharedReads(linger=60.0, max_age=1.0)
 """How polls share reads: a namespace's shared watch outlives the last poll that read it by ``linger``
 seconds (executions in one namespace poll within a resync interval of each other), and a scaler-service
@@ -92,12 +63,8 @@ NOT_READY = "framework endpoint not ready or unreachable"
 RUNNING, SUCCEEDED, FAILED = "RUNNING", "SUCCEEDED", "FAILED"
 """A poll's answers (named like Flyte's task execution phases, which each connector maps them to)."""
 UNAVAILABLE_HERE = (TransientError, NeverReachedError)
-"""What the connector treats as the backend being unavailable for now: a create of a change safe to
-repeat leaves it to the polls, which send it again (a head restart's create raises it when nothing
-was sent, :class:`UnconfirmedChangeError` when it may have gone out), and a poll reads again until
-the node's deadline. A backend
-the connector has not reached since it started counts: the connector is a service whose nodes'
-backends answered before (their creates reached them), so more likely restarting than misaddressed."""
+"""The backend unavailable for now (or not reached since the connector started: more likely restarting
+than misaddressed): a repeatable change is left to the polls, a poll reads again until the deadline."""
 
 SENT_KEPT = 10_000
 """Deferred changes whose send this process remembers (the oldest is forgotten first): a poll of one of
@@ -331,15 +298,10 @@ class ScalingService:
         )
 
     def poll(self, meta: ScalingMetadata) -> Poll:
-        """One look at the cluster: RUNNING until the node's goal is reached; SUCCEEDED with the typed
-        outcome; FAILED at the deadline (after a scale or restore: with what was left in place and
-        the command that undoes it). Sends nothing but a change its create left to the polls.
-
-        The metadata comes from the caller, so it is checked as a template is:
-        a refused one, a deadline more than :data:`MAX_NODE_TIMEOUT` after the
-        start, or a backend, cluster or head not served is FAILED with a
-        one-line message. A backend outage is RUNNING until the deadline.
-        """
+        """One look at the cluster: RUNNING until the node's goal is reached, SUCCEEDED with the typed
+        outcome, FAILED at the deadline (after a size change: what it left in place and how to undo it),
+        or FAILED in one line for a metadata checked as a template is (refused, a deadline past
+        :data:`MAX_NODE_TIMEOUT`, not served). Sends nothing but a change its create left to the polls."""
         if meta.error:
             return Poll(FAILED, meta.error)
         if meta.pending:

@@ -37,21 +37,10 @@ class _Kept:
 
 
 class BackendPool:
-    """Open backends kept for reuse across calls, for a long-lived service such as the connector.
-
-    A connector answers a poll of every execution on FlytePropeller's resync interval (30 s by
-    default), so many executions make many polls a second. Opening a
-    backend per poll reads the kubeconfig, builds a new API client and a new
-    connection to the API server (a TLS handshake in the field) each time;
-    the pool keeps one backend per (backend name, process environment), so
-    polls share one client and its connections. The environment is part of
-    the key because it configures the backend (``KUBECONFIG``,
-    ``DDLSCALE_*``, the scaler's URL): a backend is reused only while the
-    environment that built it is unchanged. At most ``size`` backends are
-    kept; the least recently used one that no block is using is closed to
-    make room. Backends are shared by threads: every built-in backend is
-    safe to call from several threads at once.
-    """
+    """Open backends kept for reuse across calls by a long-lived service (the connector): one per backend
+    name and process environment (which configures it: ``KUBECONFIG``, ``DDLSCALE_*``), so polls share one
+    client and its connections; at most ``size``, the least recently used idle one closed to make room.
+    Every built-in backend is safe to call from several threads at once."""
 
     def __init__(self, size: int = KEPT_BACKENDS) -> None:
         self.size = size
