@@ -30,7 +30,7 @@ from ...errors import (
     UnauthorizedError,
     UnsupportedOperationError,
 )
-from ..._framework.ray_idle import idle_worker_ips
+from ..._framework.probes import idle_worker_ips
 from .._support.inplace import Reach
 from ..._core import claimrules
 from ..._core.claimrules import ClusterRecords, RecordChange, Size

@@ -24,7 +24,7 @@ from .._spec import (
     spec_section,
     tier_fragment,
 )
-from .base import Outcome, Patch, Pods, Record, ResourceAdapter
+from .base import Outcome, Patch, Pods, Record, ResourceAdapter, Restoring, Sizing
 
 
 class DcoAdapter(ResourceAdapter):
@@ -42,25 +42,25 @@ class DcoAdapter(ResourceAdapter):
     def is_worker(self, pod: Dict[str, Any]) -> bool:
         return is_worker(pod)
 
-    def state(self, label: str, ref: ClusterRef, obj: Dict[str, Any], pods: Pods) -> ClusterState:
-        return build_state(label, self.layout, obj, pods)
+    def state(self, ref: ClusterRef, obj: Dict[str, Any], pods: Pods) -> ClusterState:
+        return build_state(str(ref), self.layout, obj, pods)
 
-    def baseline(self, label: str, ref: ClusterRef, obj: Dict[str, Any]) -> Record:
-        return baseline_of(label, self.layout, obj)
+    def baseline(self, ref: ClusterRef, obj: Dict[str, Any]) -> Record:
+        return baseline_of(str(ref), self.layout, obj)
 
     def size_spec(
-        self, label: str, ref: ClusterRef, obj: Dict[str, Any], replicas: int, strict: bool,
-        tier: Optional[HardwareTier], pods: Pods, record: Optional[Record],
+        self, ref: ClusterRef, obj: Dict[str, Any], sizing: Sizing, pods: Pods, record: Optional[Record]
     ) -> Tuple[Patch, int, bool]:
+        replicas, tier = sizing.replicas, sizing.tier
         auto = autoscaling_section(obj)
         recorded = record[1].get("autoscaling") if record else parked_autoscaling(obj)
         bounds = auto or (recorded if replicas > 0 else None)
         effective, capped = replicas, False
         if bounds and bounds.get("maxReplicas") is not None and replicas > int(bounds["maxReplicas"]):
             limit = int(bounds["maxReplicas"])
-            if strict:
+            if sizing.strict:
                 raise CapacityExceededError(
-                    f"{replicas} workers requested but maxReplicas is {limit} (strict mode)", cluster=label,
+                    f"{replicas} workers requested but maxReplicas is {limit} (strict mode)", cluster=str(ref),
                 )
             effective, capped = limit, True
         spec: Patch = {"worker": {"replicas": effective}}
@@ -76,9 +76,7 @@ class DcoAdapter(ResourceAdapter):
             spec["worker"].update(tier_fragment(spec_section(obj, "worker"), tier))
         return spec, effective, capped
 
-    def recorded_spec(
-        self, label: str, ref: ClusterRef, obj: Dict[str, Any], record: Record, outcome: Outcome, pods: Pods
-    ) -> Patch:
+    def recorded_spec(self, ref: ClusterRef, obj: Dict[str, Any], record: Record, outcome: Outcome, pods: Pods) -> Patch:
         baseline, detail = record
         spec: Patch = {"worker": {"replicas": baseline.replicas}}
         outcome.effective = baseline.replicas
@@ -91,10 +89,9 @@ class DcoAdapter(ResourceAdapter):
         return spec
 
     def restored_tiers(
-        self, obj: Dict[str, Any], spec: Patch, record: Optional[Record], worker_tier: Optional[HardwareTier],
-        head_tier: Optional[HardwareTier], outcome: Outcome,
+        self, obj: Dict[str, Any], spec: Patch, record: Optional[Record], restoring: Restoring, outcome: Outcome
     ) -> Patch:
-        layout = self.layout
+        layout, worker_tier, head_tier = self.layout, restoring.worker_tier, restoring.head_tier
         worker = spec_section(obj, "worker")
         head = spec_section(obj, layout.head_section)
         if worker_tier is not None:

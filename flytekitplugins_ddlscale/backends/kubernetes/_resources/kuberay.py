@@ -21,9 +21,8 @@ from ...._core import settings
 from ....errors import CapacityExceededError, ConflictError, InvalidInputError, NotScalableError
 from ....models import Baseline, ClusterState
 from ....refs import GROUP_SEPARATOR, ClusterRef
-from ...tiers import HardwareTier
 from .._spec import decode_record, pod_labels, pod_ready
-from .base import Outcome, Patch, PodLabels, Pods, Record, ResourceAdapter, live, removal_order
+from .base import Outcome, Patch, PodLabels, Pods, Record, ResourceAdapter, Sizing, live, removal_order
 
 LABEL_CLUSTER = "ray.io/cluster"
 LABEL_NODE_TYPE = "ray.io/node-type"
@@ -105,7 +104,7 @@ class KubeRayAdapter(ResourceAdapter):
     def is_worker(self, pod: Dict[str, Any]) -> bool:
         return POD_LABELS.is_worker(pod)
 
-    def _chosen(self, label: str, ref: ClusterRef, obj: Dict[str, Any], wanted: Optional[str] = None) -> Tuple[int, Dict[str, Any]]:
+    def _chosen(self, ref: ClusterRef, obj: Dict[str, Any], wanted: Optional[str] = None) -> Tuple[int, Dict[str, Any]]:
         """The index and spec of the worker group ``wanted`` (else the ref's, else the only one)."""
         groups = worker_groups(obj)
         names = [str(g.get("groupName")) for g in groups]
@@ -114,7 +113,7 @@ class KubeRayAdapter(ResourceAdapter):
             if len(groups) == 1:
                 return 0, groups[0]
             if not groups:
-                raise NotScalableError("the RayCluster has no worker groups (spec.workerGroupSpecs)", cluster=label)
+                raise NotScalableError("the RayCluster has no worker groups (spec.workerGroupSpecs)", cluster=str(ref))
             raise InvalidInputError(
                 "group", None, ", ".join(names),
                 reason=f"the RayCluster has {len(groups)} worker groups; choose one as "
@@ -125,7 +124,7 @@ class KubeRayAdapter(ResourceAdapter):
         index = names.index(name)
         return index, groups[index]
 
-    def _recorded_group(self, label: str, ref: ClusterRef, record: Optional[Record]) -> Optional[str]:
+    def _recorded_group(self, ref: ClusterRef, record: Optional[Record]) -> Optional[str]:
         """The group a recorded baseline belongs to; a ref naming another one is refused."""
         if record is None:
             return None
@@ -134,18 +133,18 @@ class KubeRayAdapter(ResourceAdapter):
             raise ConflictError(
                 f"the recorded baseline belongs to worker group {recorded!r}, not {ref.group!r}; restore "
                 f"{self.layout.kind}/{ref.name}{GROUP_SEPARATOR}{recorded} first (one group at a time holds records)",
-                cluster=label,
+                cluster=str(ref),
             )
         return recorded
 
-    def state(self, label: str, ref: ClusterRef, obj: Dict[str, Any], pods: Pods) -> ClusterState:
-        _, group = self._chosen(label, ref, obj)
+    def state(self, ref: ClusterRef, obj: Dict[str, Any], pods: Pods) -> ClusterState:
+        _, group = self._chosen(ref, obj)
         name = group.get("groupName")
         workers = [p for p in live(pods) if self.is_worker(p) and pod_labels(p).get(LABEL_GROUP) == name]
         low, high = bounds(obj, group)
         head_ready = any(pod_ready(p) for p in live(pods) if pod_labels(p).get(LABEL_NODE_TYPE) == "head")
         return ClusterState(
-            cluster=label,
+            cluster=str(ref),
             status=cluster_status(obj, head_ready),
             desired_workers=pods_of(obj, group, group.get("replicas")),
             existing_workers=len(workers),
@@ -155,11 +154,11 @@ class KubeRayAdapter(ResourceAdapter):
             autoscaling_max=high,
         )
 
-    def baseline(self, label: str, ref: ClusterRef, obj: Dict[str, Any]) -> Record:
-        _, group = self._chosen(label, ref, obj)
+    def baseline(self, ref: ClusterRef, obj: Dict[str, Any]) -> Record:
+        _, group = self._chosen(ref, obj)
         low, high = bounds(obj, group)
         baseline = Baseline(
-            cluster=label,
+            cluster=str(ref),
             replicas=pods_of(obj, group, group.get("replicas")),
             autoscaling_min=low,
             autoscaling_max=high,
@@ -191,11 +190,11 @@ class KubeRayAdapter(ResourceAdapter):
         groups[index] = changed
         return {"workerGroupSpecs": groups}
 
-    def check_size(self, label: str, ref: ClusterRef, obj: Dict[str, Any], replicas: int) -> None:
+    def check_size(self, ref: ClusterRef, obj: Dict[str, Any], replicas: int) -> None:
         """Refuse a suspended group (it has no pods to size) and a count that is not whole replicas of a
         multi-host group, naming the group and the field."""
-        _, group = self._chosen(label, ref, obj, self._recorded_group(label, ref, decode_record(obj)))
-        self._check_group(label, obj, group, replicas)
+        _, group = self._chosen(ref, obj, self._recorded_group(ref, decode_record(obj)))
+        self._check_group(str(ref), obj, group, replicas)
 
     def _check_group(self, label: str, obj: Dict[str, Any], group: Dict[str, Any], replicas: int) -> None:
         name = group.get("groupName")
@@ -215,21 +214,21 @@ class KubeRayAdapter(ResourceAdapter):
             )
 
     def size_spec(
-        self, label: str, ref: ClusterRef, obj: Dict[str, Any], replicas: int, strict: bool,
-        tier: Optional[HardwareTier], pods: Pods, record: Optional[Record],
+        self, ref: ClusterRef, obj: Dict[str, Any], sizing: Sizing, pods: Pods, record: Optional[Record]
     ) -> Tuple[Patch, int, bool]:
-        index, group = self._chosen(label, ref, obj, self._recorded_group(label, ref, record))
-        self._check_group(label, obj, group, replicas)
+        replicas = sizing.replicas
+        index, group = self._chosen(ref, obj, self._recorded_group(ref, record))
+        self._check_group(str(ref), obj, group, replicas)
         per = hosts(group)
         wanted, capped = replicas // per, False
         limit = group.get("maxReplicas")
         if limit is not None and wanted > int(limit):
             each = f" of {per} pods each (numOfHosts), {int(limit) * per} workers" if per > 1 else ""
-            if strict:
+            if sizing.strict:
                 raise CapacityExceededError(
                     f"{replicas} workers requested but worker group {group.get('groupName')!r} has "
                     f"maxReplicas {int(limit)}{each} (strict mode)",
-                    cluster=label,
+                    cluster=str(ref),
                 )
             wanted, capped = int(limit), True
         low = group.get("minReplicas")
@@ -237,11 +236,9 @@ class KubeRayAdapter(ResourceAdapter):
             low = wanted
         return self._patched(obj, index, group, wanted, low, pods), wanted * per, capped
 
-    def recorded_spec(
-        self, label: str, ref: ClusterRef, obj: Dict[str, Any], record: Record, outcome: Outcome, pods: Pods
-    ) -> Patch:
+    def recorded_spec(self, ref: ClusterRef, obj: Dict[str, Any], record: Record, outcome: Outcome, pods: Pods) -> Patch:
         baseline, detail = record
-        index, group = self._chosen(label, ref, obj, self._recorded_group(label, ref, record))
+        index, group = self._chosen(ref, obj, self._recorded_group(ref, record))
         # Records written before the group's own replicas were kept hold single-host groups' pods.
         replicas = int(detail["replicas"]) if detail.get("replicas") is not None else baseline.replicas // hosts(group)
         # A group suspended since the record gets its replicas back, but KubeRay keeps it at no pods.
