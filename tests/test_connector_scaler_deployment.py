@@ -39,12 +39,12 @@ def _local(path, mounts):
     return mounts[mount][0] / path[len(mount) + 1:]
 
 
-def _put_secret(folder, token, version):
-    """Write ``token`` as the kubelet updates a mounted Secret: a new timestamped folder, the ``..data`` link
-    swapped to it in one rename, ``token`` a link through ``..data``."""
+def kubelet_writes(folder, token, version):
+    """Write ``token`` (as it is: no newline added) as the kubelet updates a mounted Secret or a projected token:
+    a new timestamped folder, the ``..data`` link swapped to it in one rename, ``token`` a link through ``..data``."""
     data = folder / f"..{version}"
     data.mkdir(parents=True)
-    (data / "token").write_text(token + "\n")
+    (data / "token").write_text(token)
     (folder / "..data_tmp").symlink_to(data.name)
     os.replace(folder / "..data_tmp", folder / "..data")
     if not (folder / "token").is_symlink():
@@ -90,14 +90,14 @@ def test_a_rotated_token_is_used_and_a_restart_between_scale_and_restore_keeps_t
         server.add_user(DEFAULT_USER, token=new)
         env = _manifest_env(server, mounts)
         secret = Path(env["DOMINO_TOKEN_FILE"]).parent
-        _put_secret(secret, old, 1)
+        kubelet_writes(secret, old + "\n", 1)  # as `kubectl create secret --from-file` keeps a file's newline
         with serving(env) as channel:
             stub = AsyncAgentServiceStub(channel)
             scaled = get_until_done(stub, "ddlscale_scale", create(stub, ray_scale))[-1]
             assert scaled.resource.phase == TaskExecution.SUCCEEDED, scaled.resource.message
             assert output(scaled, ScaleOutcome).workers == 3 and _bearers(server) == {f"Bearer {old}"}
 
-            _put_secret(secret, new, 2)
+            kubelet_writes(secret, new + "\n", 2)
             server.add_user("nobody", token=old)  # the old token revoked: it now names a user owning nothing
             server.clear_requests()
             scaled = get_until_done(stub, "ddlscale_scale", create(stub, ray_scale_two))[-1]

@@ -1,4 +1,5 @@
-"""Credentials for Domino services, as an ``httpx.Auth``.
+"""Credentials for Domino services, as an ``httpx.Auth``; a token kept in a file (:class:`TokenFile`, also the
+Kubernetes backend's service-account token).
 
 Order (first that is available wins):
 
@@ -22,7 +23,7 @@ logs or error messages.
 """
 import os
 import threading
-from typing import Generator, Mapping, Optional
+from typing import Any, Generator, Mapping, Optional, Tuple
 
 import httpx
 
@@ -46,6 +47,29 @@ class ProxyUnavailableError(BackendUnavailableError):
     """Read by :func:`~flytekitplugins_ddlscale._core.outage.nothing_sent`: an outage symptom, safe to repeat."""
 
 
+class TokenFile:
+    """A token kept in a file (a mounted Secret, a service account's token): :meth:`read` gives it as the file
+    holds it now, read again only when the file changed (Kubernetes swaps a rotated one in one rename)."""
+
+    def __init__(self, path: str, what: str) -> None:
+        self.path, self.what = path, what
+        self._read: Tuple[Any, str] = (None, "")
+
+    def read(self) -> str:
+        """The token; :class:`UnauthorizedError` naming :attr:`what` when the file cannot be read."""
+        try:
+            info = os.stat(self.path)
+            stamp = (info.st_ino, info.st_mtime_ns, info.st_size)
+            if stamp != self._read[0]:
+                with open(self.path, encoding="utf-8") as file:
+                    token = file.read().strip()
+                register_secret(token)
+                self._read = (stamp, token)
+        except (OSError, ValueError) as exc:
+            raise UnauthorizedError(f"could not read {self.what}: {getattr(exc, 'strerror', None) or exc}") from None
+        return self._read[1]
+
+
 class DominoAuth(httpx.Auth):
     """Adds Domino credentials to each request; refreshes a proxy token once on 401 or 403."""
 
@@ -65,8 +89,7 @@ class DominoAuth(httpx.Auth):
         self._verify = verify
         self.api_proxy: Optional[str] = None
         self._token: Optional[str] = None
-        self.token_file: Optional[str] = None
-        self._file_read = (None, "")
+        self.token_file: Optional[TokenFile] = None
         self.api_key: Optional[str] = None
         proxy = settings.DOMINO_API_PROXY.value(api_proxy or None, env, field="api_proxy")
         if token or api_key:
@@ -76,7 +99,8 @@ class DominoAuth(httpx.Auth):
         elif settings.DOMINO_TOKEN.is_set(env):
             self._token = settings.DOMINO_TOKEN.value(env=env)
         elif settings.DOMINO_TOKEN_FILE.is_set(env):
-            self.token_file = settings.DOMINO_TOKEN_FILE.value(env=env)
+            path = settings.DOMINO_TOKEN_FILE.value(env=env)
+            self.token_file = TokenFile(path, f"the token in {settings.DOMINO_TOKEN_FILE.name}={path}")
         elif settings.DOMINO_API_KEY.is_set(env):
             self.api_key = settings.DOMINO_API_KEY.value(env=env)
         for value in (self._token, self.api_key):
@@ -86,20 +110,7 @@ class DominoAuth(httpx.Auth):
     @property
     def token(self) -> Optional[str]:
         """The bearer token: given, from ``$DOMINO_TOKEN``, or the token file's as it is now."""
-        if not self.token_file:
-            return self._token
-        try:
-            info = os.stat(self.token_file)
-            stamp = (info.st_ino, info.st_mtime_ns, info.st_size)
-            if stamp != self._file_read[0]:
-                with open(self.token_file, encoding="utf-8") as file:
-                    token = file.read().strip()
-                register_secret(token)
-                self._file_read = (stamp, token)
-        except (OSError, ValueError) as exc:
-            raise UnauthorizedError(f"could not read the token in {settings.DOMINO_TOKEN_FILE.name}="
-                                    f"{self.token_file}: {getattr(exc, 'strerror', None) or exc}") from None
-        return self._file_read[1]
+        return self.token_file.read() if self.token_file else self._token
 
     @property
     def source(self) -> str:
