@@ -75,7 +75,7 @@ def no_deck_listing_at_exit():
 def fresh_leftovers():
     """Each test is a flow run of its own: the Ctrl-C report forgets clusters earlier tests touched."""
     yield
-    leftovers = sys.modules.get("flytekitplugins_ddlscale._services.nodes.leftovers")
+    leftovers = sys.modules.get("flytekitplugins_ddlscale._services.nodes.interrupted")
     if leftovers is not None:
         leftovers.forget_all()
 

@@ -10,7 +10,8 @@ from flytekit.tools.translator import get_serializable
 from flytekitplugins_ddlscale import RestoreCluster, RestoreOutcome
 from flytekitplugins_ddlscale.errors import InvalidInputError
 from flytekitplugins_ddlscale.refs import ClusterRef
-from flytekitplugins_ddlscale.tasks import RESTORE_TASK_TYPE, RestoreConfig, leftovers
+from flytekitplugins_ddlscale._services.nodes import interrupted
+from flytekitplugins_ddlscale.tasks import RESTORE_TASK_TYPE, RestoreConfig
 from tests.flyte_apps import nodes
 from tests.flyte_support import local_backend, local_env  # noqa: F401 - fixture
 
@@ -81,13 +82,13 @@ def test_explicit_size_and_nothing_recorded(local_env):
 @pytest.mark.slow
 def test_interrupted_flow_names_what_is_left_running_and_how_to_stop_it(local_env, capfd):
     nodes.scale_up(replicas=1)
-    leftovers.report_left_running()
+    interrupted.report_left_running()
     err = capfd.readouterr().err
     assert "ddlscale: interrupted; left running by this flow:" in err
     assert "dask/nodes-test: Running, 1 worker; to stop it: ddlscale local down --name nodes-test" in err
     nodes.scale_down()
     local_backend(local_env).down(REF)
-    leftovers.report_left_running()
+    interrupted.report_left_running()
     assert "left running" not in capfd.readouterr().err
 
 
@@ -116,20 +117,20 @@ def test_each_backend_names_its_own_stop_command_and_a_remote_cluster_is_not_rea
     from flytekitplugins_ddlscale.refs import ClusterRef
 
     ref = ClusterRef("dask", "train", namespace="team-a")
-    assert leftovers.stop_command("local", ref) == "ddlscale local down --name train"
+    assert interrupted.stop_command("local", ref) == "ddlscale local down --name train"
     # `local down` takes dask unless told: another kind is named, or the command would miss the cluster.
-    assert leftovers.stop_command("local", ClusterRef("ray", "train")) == "ddlscale local down --kind ray --name train"
-    assert leftovers.stop_command("kubernetes", ref) == (
+    assert interrupted.stop_command("local", ClusterRef("ray", "train")) == "ddlscale local down --kind ray --name train"
+    assert interrupted.stop_command("kubernetes", ref) == (
         "ddlscale restore --backend kubernetes --kind dask --name train --namespace team-a"
     )
     # A scaler URL nothing listens on: reading it would fail or wait, so the report must only name it.
     monkeypatch.setenv("CLUSTER_SCALER_BASE_URL", "http://127.0.0.1:9")
-    leftovers.forget_all()
-    leftovers.remember("scaler", ref)
+    interrupted.forget_all()
+    interrupted.remember("scaler", ref)
     try:
-        leftovers.report_left_running()
+        interrupted.report_left_running()
     finally:
-        leftovers.forget_all()
+        interrupted.forget_all()
     err = capfd.readouterr().err
     assert "team-a/dask/train (scaler backend): may still be scaled; to restore it: " \
         "ddlscale restore --backend scaler --kind dask --name train --namespace team-a" in err

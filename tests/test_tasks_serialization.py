@@ -9,7 +9,7 @@ from flytekit.core.python_auto_container import default_task_resolver
 from flytekit.tools.translator import get_serializable
 
 from flytekitplugins_ddlscale.errors import InvalidInputError
-from flytekitplugins_ddlscale.tasks.options import FLYTE_TIMEOUT_GRACE
+from flytekitplugins_ddlscale.tasks.base import FLYTE_TIMEOUT_GRACE
 from flytekitplugins_ddlscale.tasks import (
     RESTART_TASK_TYPE,
     SCALE_TASK_TYPE,

@@ -12,7 +12,7 @@ image, the node's configuration as the template's ``custom``):
   every 3 s until it ends. Around that run this class adds what a node
   shows in a local run: its summary line and its Report tab (saved, with a
   line saying where; the template asks for no Report), and the
-  cluster it changes is noted for the interrupt report (:mod:`.._services.nodes.leftovers`).
+  cluster it changes is noted for the interrupt report (:mod:`.._services.nodes.interrupted`).
 
 Imports ``flyte``: imported when a node is defined, never with the package.
 """
@@ -24,7 +24,7 @@ from flyte.connectors import AsyncConnectorExecutorMixin
 from flyte.extend import TaskTemplate, is_initialized
 from flyte.models import SerializationContext
 
-from .._services.nodes import leftovers
+from .._services.nodes import interrupted
 from .._services.nodes.kinds import NodeKind
 from .._core.progress import emit_summary
 from ..refs import parse_cluster
@@ -62,7 +62,7 @@ class ScalingNodeTask(AsyncConnectorExecutorMixin, TaskTemplate):
                 "flyte.with_runcontext(mode=\"local\").run(...)"
             )
         if self.kind.changes_cluster:
-            leftovers.remember(self.settings.backend, parse_cluster(kwargs.get("cluster", self.settings.cluster)))
+            interrupted.remember(self.settings.backend, parse_cluster(kwargs.get("cluster", self.settings.cluster)))
         started = time.monotonic()
         (outcome,) = await super().execute(**kwargs)
         seconds = time.monotonic() - started

@@ -35,7 +35,7 @@ import keyword
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import InvalidInputError
-from .._services.nodes.leftovers import report_left_running
+from .._services.nodes.interrupted import report_left_running
 from .._services.nodes.kinds import NodeKind
 from .._services.nodes.names import OUTPUT_NAME
 from .._services.nodes.restart import RESTART, RestartOutcome

@@ -1,37 +1,49 @@
-"""The shared shape of the scaling task types: a Python task with no user function.
+"""The flytekit task of a scaling node: a Python task with no user function, built from its node type's kind.
 
-They are :class:`~flytekit.core.python_function_task.PythonInstanceTask`
-subclasses, so in a container flytekit's default task resolver finds the
-instance by module and variable name (like ``ShellTask``) and runs
-:meth:`execute` there; the configuration also travels in the template's
-``custom`` for the Flyte connector.
+A :class:`~flytekit.core.python_function_task.PythonInstanceTask`, so in a container flytekit's default
+resolver finds the instance by module and variable name (like ``ShellTask``) and runs :meth:`execute` there;
+the configuration also travels in the template's ``custom`` for the connector. A name without a dot is
+qualified by the defining module, as for function tasks (``flows.train.scale_down``).
 
-Task names are global in Flyte, so a name given without a dot is
-qualified by the defining module, as flytekit does for function tasks:
-``ScaleCluster("scale_down", ...)`` in ``flows.train`` is the task
-``flows.train.scale_down``.
+Task options: ``retries=N`` and ``interruptible=True`` go into the ``TaskMetadata`` as ``@task`` puts them (or
+come in ``metadata=TaskMetadata(...)``, not both). The template's Flyte timeout is the node's own ``timeout``
+plus :data:`FLYTE_TIMEOUT_GRACE`, a backstop that lets the node give its own answer. A cache is refused: a node
+acts on or reads the cluster as it is now, which its inputs do not describe (``NodeKind.cached`` says why).
 """
+import dataclasses
+import datetime
 import functools
 import inspect
+import threading
 import time
 from typing import Any, ClassVar, Dict, Generic, Optional, Tuple, TypeVar
 
+from flytekit import TaskMetadata
 from flytekit.configuration import SerializationSettings
-from flytekit.deck import DeckField
+from flytekit.core.context_manager import FlyteContextManager
 from flytekit.core.interface import Interface
 from flytekit.core.python_function_task import PythonInstanceTask
 from flytekit.core.tracked_abc import FlyteTrackedABC
+from flytekit.deck import DeckField
 
 from .._core.deck import publish_deck, render_html
+from .._core.progress import Activity, default_reporter, emit_summary
+from .._core.validation import validate_bool, validate_int
+from .._services.nodes import interrupted
 from .._services.nodes.kinds import NodeKind
 from .._services.nodes.names import OUTPUT_NAME, qualified_name
 from .._services.recoverable import recoverable_in_pod
-from .._core.progress import Activity, emit_summary, default_reporter
-from ..refs import parse_cluster
-from .leftovers import remember
-from .options import OWN_OPTIONS, task_metadata
+from ..errors import InvalidInputError
+from ..refs import ClusterRef, parse_cluster
 
 C = TypeVar("C")
+
+FLYTE_TIMEOUT_GRACE = 300.0
+"""Seconds the template's Flyte timeout adds to the node's ``timeout``: time for the pod to start (container
+mode) or for FlytePropeller's next GetTask to read the node's own FAILED answer (connector mode)."""
+
+OWN_OPTIONS = ("retries", "interruptible", "cache")
+"""The options a node takes as ``@task`` does, beside flytekit's task-class keywords."""
 
 DECK_FIELDS = (DeckField.INPUT, DeckField.OUTPUT)
 """Flyte's own Decks shown beside ours (its dependency Deck runs ``pip freeze``, which says nothing here)."""
@@ -56,8 +68,7 @@ class _NodeTypeMeta(FlyteTrackedABC):
 @functools.lru_cache(maxsize=None)
 def _task_option_names() -> Tuple[str, ...]:
     """The keywords flytekit's task classes name (its base ``Task`` quietly drops any other keyword) but
-    those the node sets, and ``@task``'s ``retries``, ``interruptible`` and ``cache``
-    (:mod:`.options`); read once, when the first node is defined."""
+    those the node sets, and ``@task``'s :data:`OWN_OPTIONS`; read once, when the first node is defined."""
     names = set()
     for base in PythonInstanceTask.__mro__:
         if "__init__" in vars(base):
@@ -77,7 +88,7 @@ class ScalingTaskBase(PythonInstanceTask[C], Generic[C], metaclass=_NodeTypeMeta
 
     The constructor takes the node's name, its configuration's fields
     (positionally in their order or by keyword) and flytekit's task options
-    (``retries``, ``interruptible`` as ``@task`` takes them; :mod:`.options`).
+    (``retries``, ``interruptible`` as ``@task`` takes them).
     """
 
     kind: ClassVar[NodeKind]
@@ -116,7 +127,7 @@ class ScalingTaskBase(PythonInstanceTask[C], Generic[C], metaclass=_NodeTypeMeta
         with recoverable_in_pod():
             ref = parse_cluster(kwargs.get("cluster", self.task_config.cluster))  # type: ignore[attr-defined]
             if self.kind.changes_cluster:
-                remember(self.task_config.backend, ref)  # type: ignore[attr-defined]
+                _remember(self.task_config.backend, ref)  # type: ignore[attr-defined]
             activity = Activity(self.short_name, str(ref), self.kind.goal)
             with default_reporter(activity) as progress:
                 outcome, timeline = self.kind.perform(self.task_config, kwargs, progress)
@@ -127,3 +138,63 @@ class ScalingTaskBase(PythonInstanceTask[C], Generic[C], metaclass=_NodeTypeMeta
     def get_custom(self, settings: SerializationSettings) -> Dict[str, Any]:
         """The configuration, for the container run and the connector."""
         return self.task_config.to_custom()  # type: ignore[attr-defined]
+
+
+def task_metadata(kind: NodeKind, timeout: float, options: Dict[str, Any]) -> Dict[str, Any]:
+    """``options`` with :data:`OWN_OPTIONS` and ``metadata`` turned into the one ``metadata=TaskMetadata``.
+
+    Raises :class:`InvalidInputError` naming the option for a cache asked for (``cache``, ``metadata.cache``),
+    a bad ``retries`` or ``interruptible``, a ``metadata.timeout`` (the node's ``timeout`` sets it), and
+    TypeError for ``retries``/``interruptible`` given both as keywords and in ``metadata``.
+    """
+    rest = dict(options)
+    cache = rest.pop("cache", False)
+    if cache is not False and cache is not None:
+        _refuse_cache(kind, "cache", cache)
+    given = {name: rest.pop(name) for name in ("retries", "interruptible") if name in rest}
+    metadata = rest.pop("metadata", None)
+    if metadata is None:
+        metadata = TaskMetadata()
+    elif not isinstance(metadata, TaskMetadata):
+        raise InvalidInputError("metadata", type(metadata).__name__, "a flytekit TaskMetadata")
+    elif given:
+        raise TypeError(
+            f"{kind.node}: {sorted(given)[0]} given both as a keyword and in metadata=; give retries and "
+            "interruptible as keywords (as @task takes them) or in metadata=TaskMetadata(...), not both"
+        )
+    if metadata.cache:
+        _refuse_cache(kind, "metadata.cache", metadata.cache)
+    if metadata.timeout is not None:
+        raise InvalidInputError(
+            "metadata.timeout", metadata.timeout, "None (the node's timeout= sets it)",
+            reason=f"{kind.node} ends itself at its own timeout, which the template's Flyte timeout follows",
+        )
+    if "retries" in given:
+        given["retries"] = validate_int(given["retries"], "retries", 0)
+    if given.get("interruptible") is not None:
+        validate_bool(given["interruptible"], "interruptible")
+    rest["metadata"] = dataclasses.replace(
+        metadata, timeout=datetime.timedelta(seconds=timeout + FLYTE_TIMEOUT_GRACE), **given
+    )
+    return rest
+
+
+def _refuse_cache(kind: NodeKind, option: str, value: Any) -> None:
+    why = f"{kind.node} must run every time: {kind.cached}"
+    raise InvalidInputError(option, value, "False (the default)", reason=why)
+
+
+_hooked = threading.Lock()
+_hook_installed = False
+
+
+def _remember(backend: Optional[str], ref: ClusterRef) -> None:
+    """Note that this process is changing ``ref`` through ``backend``; the first call hooks the Ctrl-C report
+    (:func:`~.._services.nodes.interrupted.report_left_running`) into flytekit's signal-handler hook."""
+    global _hook_installed
+    interrupted.remember(backend, ref)
+    with _hooked:
+        if _hook_installed:
+            return
+        _hook_installed = True
+    FlyteContextManager.add_signal_handler(lambda signum, frame: interrupted.report_left_running())

@@ -1,12 +1,9 @@
-"""What a node-based local flow leaves running when it is interrupted, and how to stop it.
+"""What an interrupted node-based local flow leaves running, and how to stop it.
 
-Nodes scale a cluster in one task and expect a later node to scale it
-down; Ctrl-C in between leaves it running. Each node that changes a
-cluster in this process remembers it here (:func:`remember`); each surface
-calls :func:`report_left_running` on an interrupt from its own hook
-(flytekit's signal-handler hook in :mod:`..tasks.leftovers`, the signal
-relay for the Flyte 2 nodes), which lists the clusters still running with
-the command that stops them.
+Nodes scale a cluster in one task and expect a later node to scale it down; Ctrl-C in between leaves it
+running. Each node that changes a cluster in this process is remembered here (:func:`remember`); each surface
+calls :func:`report_left_running` on an interrupt from its own hook (flytekit's signal-handler hook, the signal
+relay for the Flyte 2 nodes).
 """
 import sys
 import threading
