@@ -19,7 +19,7 @@ from flytekitplugins_ddlscale.backends._support.filerecords import FileBookkeepi
 from flytekitplugins_ddlscale.backends._support.filestore import FileRecordStore, default_state_dir
 from flytekitplugins_ddlscale.backends._support.inplace import Reach, state_dir_env
 from flytekitplugins_ddlscale.backends._support.privatefs import private_dir, read_record_text, write_json
-from flytekitplugins_ddlscale.errors import ClusterNotFoundError, InvalidInputError, UnsupportedOperationError
+from flytekitplugins_ddlscale.errors import ClusterNotFoundError, UnsupportedOperationError
 from flytekitplugins_ddlscale.models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
 from flytekitplugins_ddlscale.refs import ClusterRef
 from flytekitplugins_ddlscale._core.progress import ProgressReporter
@@ -93,9 +93,6 @@ class ExampleBackend(FileRecordsBackend):
     ) -> Change:
         replicas = target.replicas if target is not None else baseline.replicas if baseline is not None else 0
         return Change(self._set(ref, replicas, self._observe(ref)), restoring=True)
-
-    def _no_baseline(self, ref: ClusterRef) -> ScaleResult:
-        raise InvalidInputError("target", None, f"a ReplicaSpec, since no baseline is recorded for {ref}")
 
     def _restart_head(
         self, ref: ClusterRef, tier: Optional[str], wait: bool, deadline: Deadline,

@@ -87,7 +87,7 @@ def test_a_backend_that_leaves_out_a_required_hook_cannot_be_made_and_the_error_
 
     required = {"_observe", "_observe_for_wait", "_wait_workers", "_reach", "_scale_change", "_restore_change",
                 "_reconcile_change", "_restart_head", "_record_baseline", "_get_baseline", "_claim", "_renew",
-                "_release", "_claims"}
+                "_release", "_claims", "_recorded_claims"}
     assert ClusterBackend.__abstractmethods__ == required
     with pytest.raises(TypeError, match="abstract") as caught:
         NoHooks()
@@ -96,7 +96,7 @@ def test_a_backend_that_leaves_out_a_required_hook_cannot_be_made_and_the_error_
     # A backend on file records writes only how to observe and apply a size; the records hooks are done.
     assert FileRecordsBackend.__abstractmethods__ == {
         "_observe", "_observe_for_wait", "_wait_workers", "_reach", "_restart_head",
-        "_observe_before_change", "_apply_size", "_apply_baseline", "_no_baseline",
+        "_observe_before_change", "_apply_size", "_apply_baseline",
     }
 
 

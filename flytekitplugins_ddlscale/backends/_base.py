@@ -133,7 +133,8 @@ class ClusterBackend(Closing, abc.ABC):
     The contract a backend fills, in the order the methods call it (* has a default here;
     docs/backends.md says what each must do):
 
-    1. ``_observe`` (``get_state``); ``_observe_for_wait`` (the start of ``wait_for_workers``);
+    1. ``_observe`` (``get_state``; ``_shared_state``* with shared reads, ``cached_state``*);
+       ``_observe_for_wait`` (the start of ``wait_for_workers``);
     2. a change: ``_changing``* around ``_scale_change``, ``_restore_change`` or
        ``_reconcile_change`` (:class:`FileRecordsBackend` makes them from its own hooks);
     3. its wait: ``_wait_workers``, then ``_settled``*; a failed wait calls ``_wait_failed``* and

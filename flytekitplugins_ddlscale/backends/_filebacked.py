@@ -1,25 +1,20 @@
-"""The protocol for backends whose baselines and claims live in local files.
+"""A :class:`ClusterBackend` whose baselines and claims live in local files.
 
 The scaler service cannot store anything with a cluster and local clusters
 have no object, so both keep their records in a :class:`FileBookkeeping`
-(one locked JSON record per cluster). Here the records hooks of
-:class:`ClusterBackend` and the decisions made on those records are done once:
-a scale records the baseline (from the state it is about to change) before
-the change; a restore puts back the baseline or target and then forgets the
-baseline and every claim; a reconcile decides under the record's lock
-(:meth:`FileBookkeeping.settle`) between the largest live claim and the size
-outside phases. The lock covers reading the records, deciding and sending
+(one locked JSON record per cluster). The records hooks and the three changes
+are done here once; a subclass says how to observe and set a size
+(``_observe_before_change``, ``_apply_size``, ``_apply_baseline``). A reconcile
+decides under the record's lock, which covers reading, deciding and sending
 the change, never a wait or an outage: a step that meets an outage gives the
-lock back, rides it out, and decides again. A subclass says how to observe
-and how to apply a size (``_observe_before_change``, ``_apply_size``,
-``_apply_baseline``).
+lock back, rides it out, and decides again.
 """
 import abc
 import logging
 import time
 from typing import Dict, Optional, Union
 
-from ..errors import ScalingTimeoutError, TransientError
+from ..errors import InvalidInputError, ScalingTimeoutError, TransientError
 from ._support.filerecords import FileBookkeeping
 from ..models import Baseline, ClusterState, ReplicaSpec, ScaleResult
 from .._core.outage import OUTAGE_BACKOFF
@@ -168,6 +163,6 @@ class FileRecordsBackend(ClusterBackend):
     ) -> Union[Change, ScaleResult]:
         """Put back ``target`` if given, else ``baseline``; do not wait (a :class:`Change` with ``restoring``)."""
 
-    @abc.abstractmethod
     def _no_baseline(self, ref: ClusterRef) -> ScaleResult:
-        """What a restore without a recorded baseline or a target does."""
+        """What a restore without a recorded baseline or a target does: refuse it, naming ``target``."""
+        raise InvalidInputError("target", None, f"a ReplicaSpec, since no baseline is recorded for {ref}")
