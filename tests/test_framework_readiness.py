@@ -124,7 +124,7 @@ def test_wait_returns_only_after_the_last_worker_joined(server_class, kind, lega
     with server_class(legacy=legacy) as server:
         server.join_after(0.3, 0.8, 1.4)
         seen = []
-        done = wait_registered(PROBES[kind], endpoint(kind, server.url), 3, timeout=20, progress=seen.append)
+        done = wait_registered(endpoint(kind, server.url), 3, timeout=20, progress=seen.append)
         assert server.alive_count() == 3
         assert time.monotonic() >= server.last_join()
         assert done.workers == 3 and server.url in done.proof
@@ -136,7 +136,7 @@ def test_dead_workers_do_not_count():
         server.join_after(0, 0)
         server.kill(1)
         server.join_after(0.5)
-        wait_registered(PROBES["ray"], endpoint("ray", server.url), 2, timeout=20)
+        wait_registered(endpoint("ray", server.url), 2, timeout=20)
         assert server.alive_count() == 2 and time.monotonic() >= server.last_join()
 
 
@@ -146,7 +146,7 @@ def test_wait_rides_out_a_head_outage(caplog):
         server.join_after(0.2, 2.0)
         time.sleep(0.3)
         server.outage(1.2)
-        done = wait_registered(PROBES["spark"], endpoint("spark", server.url), 2, timeout=30)
+        done = wait_registered(endpoint("spark", server.url), 2, timeout=30)
         assert done.workers == 2 and server.alive_count() == 2
     url = server.url
     assert caplog.text.count(f"the Spark master at {url} is unreachable") == 1
@@ -175,7 +175,7 @@ def test_unreachable_head_times_out_naming_what_it_waited_for():
     url = f"http://127.0.0.1:{free_port()}"
     started = time.monotonic()
     with pytest.raises(ScalingTimeoutError) as raised:
-        wait_registered(PROBES["dask"], Endpoint("dask", url, "$DASK_SCHEDULER_SERVICE_HOST, port 1"), 2,
+        wait_registered(Endpoint("dask", url, "$DASK_SCHEDULER_SERVICE_HOST, port 1"), 2,
                         timeout=1.0, cluster="dask/x")
     assert time.monotonic() - started < 10
     message = str(raised.value)
@@ -187,7 +187,7 @@ def test_too_few_workers_times_out_with_the_last_count():
     with RayDashboardServer() as server:
         server.join_after(0)
         with pytest.raises(ScalingTimeoutError, match="1 registered at its last answer"):
-            wait_registered(PROBES["ray"], endpoint("ray", server.url), 2, timeout=0.8)
+            wait_registered(endpoint("ray", server.url), 2, timeout=0.8)
 
 
 def test_refused_credentials_end_the_wait_at_once():
@@ -198,7 +198,7 @@ def test_refused_credentials_end_the_wait_at_once():
     with Guarded() as server:
         started = time.monotonic()
         with pytest.raises(UnauthorizedError, match="HTTP 401"):
-            wait_registered(PROBES["ray"], endpoint("ray", server.url), 1, timeout=30)
+            wait_registered(endpoint("ray", server.url), 1, timeout=30)
         assert time.monotonic() - started < 10 and len(server.requests) == 1
 
 
@@ -216,7 +216,7 @@ def test_a_ray_head_with_token_authentication_gets_the_configured_token(where, t
         monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "token"))
     with RayDashboardServer(token=SECRET) as server:
         server.join_after(0)
-        assert wait_registered(PROBES["ray"], endpoint("ray", server.url), 1, timeout=10).workers == 1
+        assert wait_registered(endpoint("ray", server.url), 1, timeout=10).workers == 1
 
 
 def test_a_ray_head_refusing_says_how_to_give_the_token_and_never_shows_it(monkeypatch):
@@ -225,11 +225,11 @@ def test_a_ray_head_refusing_says_how_to_give_the_token_and_never_shows_it(monke
     monkeypatch.setenv("RAY_AUTH_TOKEN", "wrong-token-123")  # not sent: RAY_AUTH_MODE is not token
     with RayDashboardServer(token=SECRET) as server:
         with pytest.raises(UnauthorizedError, match="HTTP 401") as missing:
-            wait_registered(PROBES["ray"], endpoint("ray", server.url), 1, timeout=10)
+            wait_registered(endpoint("ray", server.url), 1, timeout=10)
         assert "no token was sent" in str(missing.value) and "RAY_AUTH_MODE=token" in str(missing.value)
         monkeypatch.setenv("RAY_AUTH_MODE", "token")
         with pytest.raises(UnauthorizedError, match="HTTP 403") as wrong:
-            wait_registered(PROBES["ray"], endpoint("ray", server.url), 1, timeout=10)
+            wait_registered(endpoint("ray", server.url), 1, timeout=10)
         assert "check it is this cluster's token" in str(wrong.value) and "wrong-token-123" not in str(wrong.value)
 
 
@@ -242,7 +242,7 @@ def test_real_dask_scheduler_http_server(tmp_path):
         returned = []
 
         def wait():
-            returned.append(wait_registered(PROBES["dask"], endpoint("dask", url), 2, timeout=90))
+            returned.append(wait_registered(endpoint("dask", url), 2, timeout=90))
 
         thread = threading.Thread(target=wait)
         thread.start()
@@ -277,7 +277,7 @@ def test_pod_readiness_and_framework_count_combine():
 
 
 def test_idle_ray_workers_are_the_alive_ones_without_running_work():
-    from flytekitplugins_ddlscale._framework.ray_idle import idle_worker_ips
+    from flytekitplugins_ddlscale._framework.probes import idle_worker_ips
 
     with RayDashboardServer() as server:
         server.node("10.1.0.1", busy=True)
@@ -290,7 +290,7 @@ def test_idle_ray_workers_are_the_alive_ones_without_running_work():
 
 
 def test_a_truncated_or_foreign_ray_list_tells_nothing():
-    from flytekitplugins_ddlscale._framework.ray_idle import idle_worker_ips
+    from flytekitplugins_ddlscale._framework.probes import idle_worker_ips
 
     class Truncated(StatusServer):
         def route(self, path, query):

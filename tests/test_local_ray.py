@@ -26,7 +26,6 @@ from flytekitplugins_ddlscale._core.settings import RAY_EXECUTABLE
 from flytekitplugins_ddlscale.cli.local_commands import local
 from flytekitplugins_ddlscale._services.readiness import FrameworkOptions, confirm_ready
 from flytekitplugins_ddlscale._framework.endpoints import resolve_endpoint
-from flytekitplugins_ddlscale._framework.probes import probe_for
 from flytekitplugins_ddlscale._framework.wait import wait_registered
 from flytekitplugins_ddlscale.phase import cluster_phase
 from tests.test_framework_surfaces import POD_DELAY, cli, scaler, set_env  # noqa: F401
@@ -177,7 +176,7 @@ def test_framework_check_reads_the_real_dashboard_from_the_connection_variables(
     assert endpoint is not None
     assert endpoint.source.startswith("$RAY_HEAD_SERVICE_HOST, port ")
     with b.connected(REF):  # the token the dashboard asks for, as a phase body has it
-        registered = wait_registered(probe_for("ray"), endpoint, 2, timeout=30)
+        registered = wait_registered(endpoint, 2, timeout=30)
     assert registered.workers == 2
     assert f"2 workers registered with the Ray head at {endpoint.url}" == registered.proof
     readiness = confirm_ready(b, REF, state, 2, 30, FrameworkOptions())

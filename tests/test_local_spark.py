@@ -24,7 +24,7 @@ import pytest
 
 from flytekitplugins_ddlscale import ClusterRef, ReplicaSpec, ScaleCluster
 from flytekitplugins_ddlscale.backends.local import LocalBackend, _procs as procs
-from flytekitplugins_ddlscale._framework import probe_for, resolve_endpoint, wait_registered
+from flytekitplugins_ddlscale._framework import resolve_endpoint, wait_registered
 from flytekitplugins_ddlscale.phase import cluster_phase
 from tests.framework_support import SCALER_VARIABLES, use_scaler
 from tests.servers.scaler_server import ScalerTestServer
@@ -253,10 +253,10 @@ def test_framework_check_reads_the_real_master_from_the_connection_variables(sha
     webui = f"http://127.0.0.1:{shared.record().ports['webui']}"
     assert endpoint.url == webui
     assert "spark.master in" in endpoint.source
-    registered = wait_registered(probe_for("spark"), endpoint, 2, timeout=30)
+    registered = wait_registered(endpoint, 2, timeout=30)
     assert registered.proof == f"2 workers registered with the Spark master at {webui}"
     by_url = resolve_endpoint("spark", env={"DDLSCALE_SPARK_URL": webui})
-    assert wait_registered(probe_for("spark"), by_url, 2, timeout=30).workers == 2
+    assert wait_registered(by_url, 2, timeout=30).workers == 2
 
 
 @pytest.mark.parametrize("surface", ["node", "cli", "phase"])

@@ -5,7 +5,7 @@ scheduler, Ray head or Spark master. This layer asks the head itself over
 the frameworks' own HTTP/JSON endpoints (standard library only, so no
 framework client is needed in the task image):
 
-* :mod:`.probes`     what each head serves and how to count its workers;
+* :mod:`.probes`     what each head serves, how it is read (Ray's token) and how to count its workers;
 * :mod:`.endpoints`  where the head is (overrides, Domino's variables,
   ``spark.master`` as Spark reads it) and the on/off switch;
 * :mod:`.wait`       the bounded waits (workers registered; removed workers dropped) that

@@ -1,37 +1,28 @@
 """Waiting until N workers have registered with the framework on the cluster's head, or until it
 has dropped the workers a scale-down removed.
 
-Reads the head's JSON status (:mod:`.probes`) on a fast schedule until the
-count reaches the target (:func:`wait_registered`: at least N; after a
-scale-down, at most N) or the deadline passes. A head that does not answer
-(connection refused, reset, timeout, a 5xx, a payload of another shape) is
-retried until the deadline: heads restart and dashboards start after the
-pod is Ready. Redirects are not followed and no part of an answer's body
-reaches a message: the URL may point anywhere its writer chose. Each outage is logged once when it starts and once when it
-ends, by the same :class:`~flytekitplugins_ddlscale._core.outage.OutageTracker`
-the backends use. Only 401/403 ends the wait early: retrying cannot fix
-credentials.
+Reads the head's status (:mod:`.probes`) on a fast schedule until the count reaches the target or the
+deadline passes. A head that does not answer (refused, reset, a timeout, a 5xx, a payload of another
+shape) is read again until the deadline: heads restart, and dashboards start after the pod is Ready.
+Only 401/403 ends the wait early. No part of an answer's body reaches a message: the URL may point
+anywhere its writer chose.
 """
 import http.client
 import json
 import logging
 import time
 import urllib.error
-import urllib.request
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional
+from typing import Any, Optional
 
 from ..errors import ScalingTimeoutError, UnauthorizedError
-from ..models import ClusterState
 from .._core.outage import OutageTracker
-from .._core.peerowner import NoRedirects, own_peer_opener
 from .._core.progress import ProgressReporter, WaitProgress
-from .._core.waiting import Deadline, PollSchedule, TwoStageBackoff, poll
+from .._core.waiting import Deadline, TwoStageBackoff, poll
 from .._core.wording import seconds
 from .endpoints import Endpoint
-from .probes import Probe
+from .probes import MAX_ANSWER_BYTES, PROBES, Probe, get_json_body, ray_auth_headers
 from .._core.settings import RAY_AUTH_MODE, RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH
-from .ray_auth import ray_auth_headers
 
 logger = logging.getLogger("flytekitplugins_ddlscale")
 
@@ -39,8 +30,6 @@ DEFAULT_SCHEDULE = TwoStageBackoff(initial=0.1, fast=0.25, fast_until=120.0, slo
 """0.1 s doubling to 0.25 s for two minutes, then 2 s: workers usually join seconds after their pod."""
 READ_TIMEOUT = 5.0
 """Seconds one status read may take (less when the deadline is closer)."""
-MAX_ANSWER_BYTES = 64 * 1024 * 1024
-"""Largest status answer read (a Ray node list of 10000 nodes is a few MB)."""
 
 
 @dataclass(frozen=True)
@@ -60,31 +49,12 @@ class HeadUnreachable(Exception):
     """One read of the head's status failed in a way a later read may not."""
 
 
-_OPENER = urllib.request.build_opener(NoRedirects())
-"""The probes' opener: the head's own URL only (a redirect could point anywhere, even at ``ftp://``)."""
-_CREDENTIALS_OPENER = own_peer_opener()
-"""The opener of reads carrying a token: to a loopback port, only once this user's process accepted."""
-
-
-def get_json_body(url: str, headers: Dict[str, str], timeout: float) -> bytes:
-    """The body of a GET of ``url`` asking for JSON (with ``headers``), redirects not followed; at most
-    :data:`MAX_ANSWER_BYTES` + 1 bytes, so a longer answer shows. Raises what ``urllib`` raises; a read
-    carrying ``Authorization`` to a loopback port held by another user sends nothing and raises
-    :class:`~flytekitplugins_ddlscale._core.peerowner.ForeignListenerError` (an ``OSError``) inside a ``URLError``."""
-    request = urllib.request.Request(url, headers={"Accept": "application/json", **headers})
-    opener = _CREDENTIALS_OPENER if "Authorization" in headers else _OPENER
-    with opener.open(request, timeout=timeout) as reply:
-        return reply.read(MAX_ANSWER_BYTES + 1)
-
-
 def read_registered(probe: Probe, endpoint: Endpoint, timeout: float) -> int:
     """Registered workers now; :class:`HeadUnreachable` when the head did not answer usefully.
 
-    Redirects are not followed (a 3xx is a failed read). Error messages name
-    the URL and what failed, never any part of the answer's body or status
-    line. A Ray head is read with the token of Ray's token authentication when
-    this process's environment turns it on (:mod:`.ray_auth`: a local
-    cluster's connection variables do). Raises :class:`UnauthorizedError` on 401/403.
+    A redirect is a failed read; messages name the URL and what failed, never the answer's body or
+    status line. A Ray head is read with Ray's token where this process's environment turns it on (a
+    local cluster's connection variables do). Raises :class:`UnauthorizedError` on 401/403.
     """
     url = probe.url(endpoint.url)
     # A Ray head with token authentication (local clusters) wants the token ray.init would send.
@@ -133,29 +103,56 @@ def _credentials_sent(probe: Probe, token_sent: bool) -> str:
             "port that needs none, or switch the check off")
 
 
+class _Reads:
+    """The reads of one wait on a head: the last count, the last failure, and the head's outage."""
+
+    def __init__(self, probe: Probe, endpoint: Endpoint, deadline: Deadline) -> None:
+        self.probe, self.endpoint, self.deadline = probe, endpoint, deadline
+        self.tracker = OutageTracker(f"{probe.registry} at {endpoint.url}", logger)
+        self.seen: Optional[int] = None
+        self.last_error = ""
+
+    def read(self) -> Optional[float]:
+        """Read the count once; the seconds the head has been unreachable, None while it answers."""
+        try:
+            self.seen = read_registered(self.probe, self.endpoint, max(0.2, min(READ_TIMEOUT, self.deadline.remaining)))
+        except HeadUnreachable as error:
+            self.last_error = str(error)
+            self.tracker.failed(self.last_error)
+        else:
+            self.tracker.recovered()
+        return self.tracker.current_outage()
+
+    def detail(self, outage: Optional[float]) -> str:
+        """The progress line's detail: the count, or how long the head has been unreachable and why."""
+        return f"head unreachable for {outage:.1f}s: {self.last_error}" if outage is not None else f"{self.seen} registered"
+
+    def last(self, outage: Optional[float], behind: str) -> str:
+        """What the head said last, for a timeout's message (``behind``: why a count that answered fell short)."""
+        last = "the head never answered" if self.seen is None else f"{self.seen} registered at its last answer"
+        if outage is not None and self.seen is not None:
+            return last + f"; then unreachable for {outage:.1f}s ({self.last_error})"
+        if outage is not None:
+            return last + f" for {outage:.1f}s ({self.last_error})"
+        return last + (behind if self.seen is not None else "")
+
+
 def wait_registered(
-    probe: Probe,
     endpoint: Endpoint,
     workers: int,
     timeout: float,
     *,
     removed: bool = False,
-    cluster: Optional[str] = None,
-    state: Optional[ClusterState] = None,
     progress: Optional[ProgressReporter] = None,
-    schedule: PollSchedule = DEFAULT_SCHEDULE,
-    sleep: Callable[[float], None] = time.sleep,
+    **context: Any,
 ) -> Registered:
-    """Return once at least ``workers`` workers are registered with the head at ``endpoint``; with
-    ``removed`` (after a scale-down), once at most ``workers`` are: the framework has dropped the
-    workers the change removed.
-
-    Reads at least once even when ``timeout`` is (nearly) spent. Raises
-    :class:`ScalingTimeoutError` at ``timeout`` naming what it waited for,
-    the last count (after a scale-down: the workers still registered), and
-    how long the head had been unreachable; ``state`` (the backend's last
-    state) travels with the error.
+    """Return once at least ``workers`` workers are registered with the head at ``endpoint`` (its
+    framework's :data:`~.probes.PROBES` entry reads it); with ``removed`` (after a scale-down), once at
+    most ``workers`` are. Reads at least once even when ``timeout`` is spent; raises
+    :class:`ScalingTimeoutError` at ``timeout`` naming what it waited for, the last count and how long
+    the head was unreachable, with ``context`` (the cluster and the backend's last state).
     """
+    probe = PROBES[endpoint.kind]
     if removed:
         what = f"{probe.registry} at {endpoint.url} to drop the removed workers (at most {workers} registered)"
         behind = ("; the removed workers are still registered: their processes have not stopped or the head "
@@ -163,42 +160,25 @@ def wait_registered(
     else:
         what, behind = f"{workers} workers registered with {probe.registry} at {endpoint.url}", ""
     deadline = Deadline(max(timeout, 0.0))
-    tracker = OutageTracker(f"{probe.registry} at {endpoint.url}", logger)
-    seen: Optional[int] = None
-    last_error = ""
+    reads = _Reads(probe, endpoint, deadline)
 
-    def read() -> Optional[float]:  # the seconds the head has been unreachable, None while it answers
-        nonlocal seen, last_error
-        try:
-            seen = read_registered(probe, endpoint, max(0.2, min(READ_TIMEOUT, deadline.remaining)))
-        except HeadUnreachable as error:
-            last_error = str(error)
-            tracker.failed(last_error)
-        else:
-            tracker.recovered()
-        outage = tracker.current_outage()
-        detail = f"head unreachable for {outage:.1f}s: {last_error}" if outage is not None else f"{seen} registered"
+    def read() -> Optional[float]:
+        outage = reads.read()
         if progress is not None:
-            progress(WaitProgress(what, seen or 0, workers, deadline.elapsed, timeout, detail))
+            progress(WaitProgress(what, reads.seen or 0, workers, deadline.elapsed, timeout, reads.detail(outage)))
         return outage
 
     def done(outage: Optional[float]) -> bool:
+        seen = reads.seen
         return outage is None and seen is not None and (seen <= workers if removed else seen >= workers)
 
     def timed_out(outage: Optional[float]) -> ScalingTimeoutError:
-        last = "the head never answered" if seen is None else f"{seen} registered at its last answer"
-        if outage is not None and seen is not None:
-            last += f"; then unreachable for {outage:.1f}s ({last_error})"
-        elif outage is not None:
-            last += f" for {outage:.1f}s ({last_error})"
-        elif seen is not None:
-            last += behind
         return ScalingTimeoutError(
-            f"timed out after {seconds(timeout)} waiting for {what} (address from {endpoint.source}); {last}",
-            cluster=cluster,
-            state=state,
+            f"timed out after {seconds(timeout)} waiting for {what} (address from {endpoint.source}); "
+            f"{reads.last(outage, behind)}",
+            **context,
         )
 
-    poll(read, done, deadline=deadline, schedule=schedule, timed_out=timed_out, sleep=sleep)
-    proof = f"{seen} workers registered with {probe.registry} at {endpoint.url}"
-    return Registered(probe.kind, endpoint.url, seen or 0, proof, deadline.elapsed)
+    poll(read, done, deadline=deadline, schedule=DEFAULT_SCHEDULE, timed_out=timed_out, sleep=time.sleep)
+    proof = f"{reads.seen} workers registered with {probe.registry} at {endpoint.url}"
+    return Registered(probe.kind, endpoint.url, reads.seen or 0, proof, deadline.elapsed)

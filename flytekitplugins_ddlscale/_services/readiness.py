@@ -107,7 +107,7 @@ def confirm_ready(
     if endpoint is None:
         return Readiness(known, f"{base}; framework not checked (head address unknown: set {where_to_set(ref.kind)})")
     registered = wait_registered(
-        probe, endpoint, workers, timeout, removed=removed, cluster=str(ref), state=state, progress=progress
+        endpoint, workers, timeout, removed=removed, cluster=str(ref), state=state, progress=progress
     )
     ready = registered.workers if known is None else min(known, registered.workers)
     return Readiness(ready, f"{base}; {registered.proof}", registered, registered.seconds)

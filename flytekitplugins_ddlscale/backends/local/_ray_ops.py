@@ -43,7 +43,7 @@ from ...errors import UnsupportedOperationError
 from ..._framework.probes import PROBES, ray_alive_nodes
 from ..._core import settings
 from ..._core.peerowner import own_peer_opener
-from ..._framework.ray_auth import ray_auth_headers
+from ..._framework.probes import ray_auth_headers
 from ..._core.waiting import probe_timeout
 from .._support.privatefs import private_dir, remove_nofollow
 from ._dask_tls import DaskTls
