@@ -10,7 +10,7 @@ import pytest
 from flytekitplugins_ddlscale._core import progress, settings
 from flytekitplugins_ddlscale._core.deck import fact_text, render_html, render_svg
 from flytekitplugins_ddlscale._core.progress import Activity, RichReporter, WaitProgress, begin_wait, emit_summary
-from flytekitplugins_ddlscale._core.summary import phase_line
+from flytekitplugins_ddlscale._core.summary import PhaseEnd
 from flytekitplugins_ddlscale._services.nodes.restore import restore_line
 from flytekitplugins_ddlscale._services.nodes.scale import scale_line
 from flytekitplugins_ddlscale._services.nodes.wait import wait_line
@@ -68,13 +68,13 @@ def test_wait_restore_and_phase_summaries():
     assert restore_line("restore", restored) == "restore: dask/x 2 -> 0 workers (baseline) in 0.5 s"
     nothing = replace(restored, restored="nothing recorded", previous_workers=0)
     assert restore_line("restore", nothing) == "restore: dask/x unchanged at 0 workers (no baseline recorded)"
-    assert phase_line("train", "dask/x", 0, 4, 3.04, 10.0, "0 workers (baseline)", None) == (
+    assert PhaseEnd("train", "dask/x", 10.0, (0, 4, 3.04), "0 workers (baseline)").line() == (
         "train: dask/x 0 -> 4 workers ready in 3.0 s; done after 10.0 s, restored to 0 workers (baseline)"
     )
-    assert phase_line("train", "dask/x", 0, 4, 3.04, 10.0, None, None, found=(5, 6)) == (
+    assert PhaseEnd("train", "dask/x", 10.0, (0, 4, 3.04), found=(5, 6)).line() == (
         "train: dask/x 0 -> 5 workers ready (at least 4 held; the cluster wants 6) in 3.0 s; done after 10.0 s"
     )
-    assert phase_line("train", "dask/x", None, None, None, 2.0, None, TimeoutError("t")) == (
+    assert PhaseEnd("train", "dask/x", 2.0, error=TimeoutError("t")).line() == (
         "train: dask/x not scaled; failed after 2.0 s (TimeoutError)"
     )
 

@@ -7,6 +7,7 @@ outcome with those fields works); :func:`~flytekitplugins_ddlscale._core.progres
 prints the line. Where an outcome carries a non-empty ``readiness`` string
 (what the framework reported), it is appended as ``(framework: ...)``.
 """
+from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Tuple
 
 from .wording import plural
@@ -66,48 +67,46 @@ def above(outcome: Any, asked: int) -> str:
     return f" (at least {asked} held; the cluster wants {outcome.workers})" if outcome.workers > asked else ""
 
 
-def phase_line(
-    label: str,
-    cluster: str,
-    before: Optional[int],
-    held: Optional[int],
-    seconds_to_ready: Optional[float],
-    seconds_total: float,
-    restored_to: Optional[str],
-    error: Optional[BaseException],
-    readiness: str = "",
-    body_failure: Optional[str] = None,
-    *,
-    found: Optional[Tuple[int, int]] = None,
-    faults: Sequence[str] = (),
-) -> str:
-    """The summary of a ``@distributed_phase`` / ``cluster_phase`` run, printed when it ends.
+@dataclass(frozen=True)
+class PhaseEnd:
+    """What the line a ``@distributed_phase`` / ``cluster_phase`` run ends with reports (:meth:`line`)."""
 
-    ``held`` None means the cluster never reached the phase's size (the
-    error says why); ``restored_to`` None means nothing was restored;
-    ``body_failure`` names how a block failed without raising (``exit 7``);
-    ``found`` is (workers up, workers the cluster wants) when the wait ended,
-    reported where the cluster wants more than ``held`` (an autoscaler above
-    the held floor); ``faults`` are what went wrong with the cluster during
-    the body, each as the phase's monitor describes it.
-    """
-    framework = f" (framework: {readiness})" if readiness else ""
-    if held is None:
-        start = f"{label}: {cluster} not scaled"
-    else:
-        up, above = held, ""
-        if found is not None and found[1] > held:
-            up, above = max(found[0], held), f" (at least {held} held; the cluster wants {found[1]})"
-        start = (
-            f"{label}: {cluster} {before} -> {workers(up)} ready{above} in {seconds(seconds_to_ready or 0.0)}"
-            f"{framework}"
-        )
-    if error is not None:
-        outcome = f"failed after {seconds(seconds_total)} ({type(error).__name__})"
-    elif body_failure is not None:
-        outcome = f"failed ({body_failure}) after {seconds(seconds_total)}"
-    else:
-        outcome = f"done after {seconds(seconds_total)}"
-    restore = f", restored to {restored_to}" if restored_to else ""
-    during = f"; {plural(len(faults), 'fault')} during the body: {' | '.join(faults)}" if faults else ""
-    return f"{start}; {outcome}{restore}{during}"
+    label: str
+    cluster: str
+    seconds_total: float
+    scaled: Optional[Tuple[int, int, float]] = None
+    """(workers before, workers held, seconds to ready); None: the cluster never reached the phase's
+    size (the error says why)."""
+    restored_to: Optional[str] = None
+    """What the cluster was restored to; None: nothing was."""
+    error: Optional[BaseException] = None
+    readiness: str = ""
+    body_failure: Optional[str] = None
+    """How a block failed without raising (``exit 7``)."""
+    found: Optional[Tuple[int, int]] = None
+    """(workers up, workers the cluster wants) when the wait ended, reported where it wants more than held."""
+    faults: Sequence[str] = ()
+    """What went wrong with the cluster during the body, as the phase's monitor describes it."""
+
+    def line(self) -> str:
+        """``train: dask/x 0 -> 4 workers ready in 3.0 s; done after 10.0 s, restored to ...``."""
+        framework = f" (framework: {self.readiness})" if self.readiness else ""
+        if self.scaled is None:
+            start = f"{self.label}: {self.cluster} not scaled"
+        else:
+            before, held, to_ready = self.scaled
+            up, above = held, ""
+            if self.found is not None and self.found[1] > held:
+                up, above = max(self.found[0], held), f" (at least {held} held; the cluster wants {self.found[1]})"
+            start = f"{self.label}: {self.cluster} {before} -> {workers(up)} ready{above} in {seconds(to_ready)}{framework}"
+        total = seconds(self.seconds_total)
+        if self.error is not None:
+            outcome = f"failed after {total} ({type(self.error).__name__})"
+        elif self.body_failure is not None:
+            outcome = f"failed ({self.body_failure}) after {total}"
+        else:
+            outcome = f"done after {total}"
+        restore = f", restored to {self.restored_to}" if self.restored_to else ""
+        faults = self.faults
+        during = f"; {plural(len(faults), 'fault')} during the body: {' | '.join(faults)}" if faults else ""
+        return f"{start}; {outcome}{restore}{during}"

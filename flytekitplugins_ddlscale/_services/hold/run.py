@@ -61,7 +61,7 @@ from ...models import ReplicaSpec
 from ..._core.progress import Activity, begin_wait, default_reporter, emit_summary
 from ..._core.records import Claim
 from ..._core.redaction import install_redaction
-from ..._core.summary import phase_line
+from ..._core.summary import PhaseEnd
 from ..._core.timeline import WorkerTimeline, observed_workers, recording
 from ..._core.waiting import CLEANUP_GRACE, MIN_WAIT, PROBE_GRACE, Deadline, within
 from ..._core.wording import plural, seconds
@@ -425,21 +425,11 @@ class ClusterPhase:
         logger.debug("phase %s on %s ended; cluster set to %s", self.claim_id, self.ref, self.restored_to)
 
     def _summary(self, error: Optional[BaseException]) -> str:
-        before, held, to_ready = self._scaled if self._scaled is not None else (None, None, None)
-        return phase_line(
-            self.label,
-            str(self.ref),
-            before,
-            held,
-            to_ready,
-            time.monotonic() - self._began,
-            self.restored_to,
-            error or self.restore_error,
-            self.framework_check or "",
-            self.body_failure,
-            found=self._found,
-            faults=[fault.text() for fault in self.faults],
-        )
+        return PhaseEnd(
+            self.label, str(self.ref), time.monotonic() - self._began, self._scaled, self.restored_to,
+            error or self.restore_error, self.framework_check or "", self.body_failure, self._found,
+            [fault.text() for fault in self.faults],
+        ).line()
 
     def _report_restore_failure(self, exc: Exception, error: Optional[BaseException]) -> None:
         left = self._left_running(exc)
