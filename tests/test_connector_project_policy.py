@@ -261,3 +261,15 @@ def test_on_kubernetes_a_rule_s_owner_is_checked_on_the_cluster_s_label(tmp_path
             meta = create(k8s_scale, SCALE_TASK_TYPE, sent_by_propeller("team-a"), cluster=f"ray/{name}", replicas=3)
             assert meta.error.startswith("[unauthorized] ") and f"starting-user-id={found}, not 'u-alice'" in meta.error
             assert server.count("PATCH") == 0 and server.get_object("ray", name)["spec"]["worker"]["replicas"] == 1
+
+
+def test_the_first_rule_covering_an_execution_applies_whatever_its_patterns(tmp_path):
+    path = tmp_path / "policy.yaml"
+    path.write_text("rules:\n  - {name: a-prod, match: {project: team-a, domain: production}}\n"
+                    "  - {name: any-dev, match: {project: 'team-*', domain: development}}\n"
+                    "  - {name: team-a, match: {project: [team-a, team-a2]}}\n  - {name: rest}\n")
+    rules = ConnectorPolicy.from_env({"DDLSCALE_CONNECTOR_POLICY": str(path)}).rules
+    for project, domain, name in (("team-a", "production", "a-prod"), ("team-a", "development", "any-dev"),
+                                  ("team-a2", "staging", "team-a"), ("team-a", "staging", "team-a"),
+                                  ("team-*", "staging", "rest"), ("x", "y", "rest")):
+        assert rules.rule_for(Execution(project, domain)).name == name, (project, domain)
