@@ -11,6 +11,7 @@ from flyteidl.core.execution_pb2 import TaskExecution
 from flyteidl.service.agent_pb2_grpc import AsyncAgentServiceStub
 
 from flytekitplugins_ddlscale import ClusterRef, UnauthorizedError
+from flytekitplugins_ddlscale._core import settings
 from flytekitplugins_ddlscale.backends.scaler import ScalerServiceBackend
 from flytekitplugins_ddlscale.tasks import RestoreOutcome, ScaleCluster, ScaleOutcome
 from tests.flyte_support import SCALER_ENV
@@ -76,8 +77,18 @@ def test_the_manifest_keeps_baselines_on_a_claimed_volume_and_recreates_its_one_
     assert "persistentVolumeClaim" in mounts[state_mount][1]
     token_mount = next(m for m in mounts if env["DOMINO_TOKEN_FILE"]["value"].startswith(m + "/"))
     assert "secret" in mounts[token_mount][1]
-    # Every secret comes from a Secret: no credential is written into the manifest.
-    assert not {"DOMINO_API_KEY", "DOMINO_TOKEN"} & set(env)
+
+
+@pytest.mark.parametrize("manifest", sorted(p.name for p in MANIFEST.parent.glob("*.yaml")))
+def test_no_manifest_writes_a_secret_into_a_pods_environment(manifest):
+    """Every setting of kind secret a pod gets comes from a Secret (``valueFrom``), never as a value."""
+    secret_settings = {s.name for s in settings.SETTINGS if s.kind == "secret"}
+    assert {"DOMINO_API_KEY", "DOMINO_TOKEN"} <= secret_settings
+    for document in yaml.safe_load_all((MANIFEST.parent / manifest).read_text()):
+        pod = (document or {}).get("spec", {}).get("template", {}).get("spec", {})
+        for container in pod.get("containers", []):
+            written = {e["name"] for e in container.get("env", []) if "value" in e} & secret_settings
+            assert not written, f"{manifest}: {written} written into the manifest"
 
 
 @pytest.mark.slow
