@@ -29,24 +29,18 @@ from .waiting import Backoff, Deadline
 T = TypeVar("T")
 
 OUTAGE_BACKOFF = Backoff(initial=0.2, factor=2.0, cap=2.0, jitter=0.5)
-"""Pauses between attempts during an outage: 0.2 s doubling to 2 s, each drawn from [50 %, 100 %]
-of that, so clients waiting on the same restart do not all reconnect at the same instant."""
+"""Pauses during an outage: 0.2 s doubling to 2 s, jittered so clients do not reconnect in lockstep."""
 MAX_REMEMBERED = 256
 """Outages kept per tracker (older ones only matter to waits that ended long ago)."""
 BROKEN_WINDOW = 30.0
-"""Seconds after a connection to the backend broke mid-stream during which a 401/403 counts as the
-backend restarting (it may come back before a new connection was ever refused)."""
+"""Seconds after a stream broke during which a 401/403 counts as the backend restarting."""
 WARMUP_WINDOW = 30.0
-"""Seconds from a backend's first answer after an outage during which its 401/403 counts as the
-restart's authorization caches filling (a restarted kube-apiserver answers 403 until its RBAC
-informers have synced: a fraction of a second on a small cluster, seconds on a large one). Past
-them a 401/403 is the caller's missing permission, raised at once, however long the backend has
-refused since its outage."""
+"""Seconds from a backend's first 401/403 after an outage during which they count as the restart's
+authorization caches filling (a restarted kube-apiserver answers 403 until its RBAC informers synced);
+past them a 401/403 is the caller's missing permission, raised at once."""
 NO_WAIT_LIMIT: float = settings.NO_WAIT_LIMIT.default
-"""Seconds an operation that does not wait for its workers (``wait=False``, ``--no-wait``, the
-connector's requests) rides out an outage, unless ``$DDLSCALE_NO_WAIT_LIMIT`` says otherwise
-(:func:`no_wait_limit`): its timeout is for the wait it does not do, and a caller that chose not to
-wait should not hang for the 900 s default."""
+"""Seconds an operation that does not wait for its workers (``wait=False``, ``--no-wait``, the connector's
+requests) rides out an outage, unless ``$DDLSCALE_NO_WAIT_LIMIT`` says otherwise (:func:`no_wait_limit`)."""
 
 
 def no_wait_limit() -> float:
@@ -60,12 +54,8 @@ def _seconds(value: float) -> str:
 
 
 class OutageTracker:
-    """The reachability of one backend (``what``, e.g. "the Kubernetes API server at https://...").
-
-    Callers report each attempt: :meth:`failed` for a symptom of an outage,
-    :meth:`recovered` for an answer. Thread-safe: one tracker serves every
-    wait of a backend object.
-    """
+    """The reachability of one backend (``what``, e.g. "the Kubernetes API server at https://..."), as
+    :func:`send` reports each attempt to it; thread-safe, shared by every client of the backend."""
 
     def __init__(self, what: str, logger: logging.Logger, clock: Callable[[], float] = time.monotonic) -> None:
         self.what = what
@@ -143,11 +133,8 @@ class OutageTracker:
         return self._clock()
 
     def recovered(self, sent_at: Optional[float] = None) -> None:
-        """The backend answered; logs the outage's length if one was going on.
-
-        An answer to a request sent (``sent_at``, :meth:`now`) before the outage
-        began ends nothing: it was on its way while the backend went down.
-        """
+        """The backend answered; logs the outage's length if one was going on. An answer to a request sent
+        (``sent_at``, :meth:`now`) before the outage began ends nothing: it was on its way."""
         with self._lock:
             if sent_at is not None and self._down_since is not None and sent_at < self._down_since:
                 return

@@ -1,7 +1,4 @@
-"""Kubernetes backend: Domino distributed-compute clusters scaled through their CRDs.
-
-Imports the ``kubernetes`` client only when a backend method first needs it.
-"""
+"""Kubernetes backend: clusters scaled through their custom resources (``kubernetes`` imported on first use)."""
 from ._backend import KubernetesBackend
 
 __all__ = ["KubernetesBackend"]

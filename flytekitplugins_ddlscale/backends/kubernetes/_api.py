@@ -68,7 +68,7 @@ class WatchExpired(TransientError):
 def make_api_client(kubeconfig: Optional[str], context: Optional[str], in_cluster: Optional[bool]) -> Any:
     """A ``kubernetes.client.ApiClient``: in a pod (``$KUBERNETES_SERVICE_HOST``) the service account's
     in-cluster config unless a kubeconfig is given, else the kubeconfig (``kubeconfig``, ``$KUBECONFIG``,
-    ``~/.kube/config``) and ``context``; :data:`POOL_CONNECTIONS` kept, urllib3 never retrying."""
+    ``~/.kube/config``) and ``context``; :data:`POOL_CONNECTIONS` kept (:class:`KubeApi` stops urllib3's retries)."""
     from kubernetes import client, config
 
     configuration = client.Configuration()
@@ -89,7 +89,6 @@ def make_api_client(kubeconfig: Optional[str], context: Optional[str], in_cluste
     except (config.ConfigException, OSError) as exc:
         source = "in-cluster service account" if use_in_cluster else f"kubeconfig {kubeconfig or '(default)'}"
         raise BackendUnavailableError(f"could not load Kubernetes configuration from {source}: {exc}") from None
-    configuration.retries = limited_retries()
     configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, POOL_CONNECTIONS)
     for value in (configuration.api_key or {}).values():
         register_secret(str(value))
@@ -97,17 +96,13 @@ def make_api_client(kubeconfig: Optional[str], context: Optional[str], in_cluste
     return client.ApiClient(configuration)
 
 
-def limited_retries() -> Any:
-    """urllib3's retry policy for the client: no reconnect, never a resend. :func:`send` retries; urllib3's
-    default would resend a request whose answer timed out, with the full timeout each time."""
+def _limit_retries(api_client: Any) -> None:
+    """Give ``api_client``'s connection pools, existing ones included, urllib3's retries off (no reconnect,
+    never a resend): :func:`send` retries, and urllib3's default would resend a request whose answer
+    timed out, with the full timeout each time."""
     from urllib3.util.retry import Retry
 
-    return Retry(total=1, connect=0, read=0, status=0, other=0)
-
-
-def _limit_retries(api_client: Any) -> None:
-    """Give ``api_client``'s connection pools the :func:`limited_retries` policy, existing pools included."""
-    retries = limited_retries()
+    retries = Retry(total=1, connect=0, read=0, status=0, other=0)
     api_client.configuration.retries = retries
     manager = api_client.rest_client.pool_manager
     manager.connection_pool_kw["retries"] = retries

@@ -1,17 +1,11 @@
 """The Kubernetes backend: cluster custom resources patched directly (Domino's DCO kinds, KubeRay's
-RayCluster, the Dask operator's worker groups; what differs per operator is in ``resources/``).
+RayCluster, the Dask operator's worker groups; what differs per operator is in ``_resources/``).
 
-Each change is ONE JSON merge patch of the cluster object that carries the
-object's resourceVersion; a 409 re-reads and re-applies (bounded). The
-baseline is recorded in the same patch as the first change, in an annotation
-on the cluster object, so any process can restore it. Waits watch pods.
-Reads that only report a state inside shared reads (a connector's polls) and a
-wait's checks take the cluster object from the shared cache of its kind
-(:mod:`._informer`) where it is at least as new as what this process last
-wrote or read of it; every read a change or a decision is built from goes to
-the server.
-Scale, restart, restore and reconcile ride out an API server outage until
-their timeout, which bounds the whole operation (request and wait).
+Each change is ONE merge patch carrying the object's resourceVersion (a 409 re-reads), the baseline
+and claims recorded in annotations in the same patch, so any process can restore. Waits watch pods;
+state reads may come from the shared cache (:mod:`._informer`), never older than this process's last
+write or read; every read a change is built from goes to the server. An outage is ridden out until
+the operation's timeout.
 """
 import contextlib
 import logging
@@ -111,22 +105,17 @@ def _records_on(obj: Dict[str, Any]) -> ClusterRecords:
 
 
 class KubernetesBackend(ClusterBackend):
-    """Scales clusters by patching their custom resources with the official client: Domino's
-    DCO kinds, KubeRay's RayCluster (``kuberay``) and the Dask operator's worker groups
-    (``dask-operator``), each through its :class:`~.resources.ResourceAdapter`.
+    """Scales clusters by patching their custom resources with the official client: Domino's DCO kinds,
+    KubeRay's RayCluster (``kuberay``) and the Dask operator's worker groups (``dask-operator``).
 
-    ``namespace`` is used for refs without one. The API client comes from
-    ``api_client`` if given, else in-cluster config (``in_cluster=True``, or
-    None inside a pod without ``kubeconfig``), else ``kubeconfig``/``context``.
-    Tiers resolve through ``tier_catalog``, else ``tiers_file``, else
-    Domino's API through ``$DOMINO_API_PROXY``, else ``$DDLSCALE_TIERS_FILE``.
-    Changes to clusters whose ``dominodatalab.com/starting-user-id`` label
-    differs from ``owner`` (default ``$DOMINO_STARTING_USER_ID``) are refused
-    unless ``allow_foreign``. A pod Unschedulable, crash-looping or failing
-    to pull for longer than ``failure_grace`` seconds ends a wait early.
-    A KubeRay scale-down removes the workers the Ray head reports idle first,
-    reading its dashboard at ``ray_dashboard`` (``{name}``/``{namespace}``
-    filled in; None: never asked).
+    ``namespace`` is used for refs without one. The API client comes from ``api_client``, else
+    in-cluster config (``in_cluster=True``, or None inside a pod without ``kubeconfig``), else
+    ``kubeconfig``/``context``. Tiers resolve through ``tier_catalog``, else ``tiers_file``, else
+    Domino's API through ``$DOMINO_API_PROXY``, else ``$DDLSCALE_TIERS_FILE``. Clusters whose
+    ``dominodatalab.com/starting-user-id`` label is not ``owner`` (``$DOMINO_STARTING_USER_ID``) are
+    refused unless ``allow_foreign``. A pod failing to start for ``failure_grace`` seconds ends a wait.
+    A KubeRay scale-down removes the workers the Ray head reports idle first, asking its dashboard at
+    ``ray_dashboard`` (``{name}``/``{namespace}`` filled in; None: never asked).
     """
 
     name = "kubernetes"

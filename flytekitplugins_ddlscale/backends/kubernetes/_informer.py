@@ -1,38 +1,15 @@
 """Shared list+watch caches per API server, namespace and resource, for every wait and poll in this process.
 
-A thousand concurrent waits (or a connector answering a thousand executions'
-polls) must not mean a thousand watches, nor a request per poll. The first
-reader of a namespace's pods (or of its cluster objects of one kind) starts an
-:class:`Informer`: one thread that lists them, then watches them from the
-list's resourceVersion, keeping a local cache. Every pod wait subscribes with
-its own label selector (any equality, inequality or existence selector, so new
-cluster kinds with other pod labels need nothing here); the informer keeps
-each subscription's matching pods up to date and wakes only the subscriptions
-an event touches (waiters are indexed by a label they require). Cluster
-objects are read by name (:func:`cached_object`), or all of a kind
-(:func:`cached_objects`: the Dask operator's DaskAutoscalers; a wait's :func:`hold` on its cluster
-object wakes it when that object changes or goes), and only from a
-copy at least as new as the last version this process wrote or read of that
-object (:func:`note_version`), so a poll after the plugin's own patch never
-answers from before it; an object the cache lacks (never listed, deleted) is
-read from the server by the caller. A noted version is forgotten once the cache
-reaches it, or when a re-list no longer holds the object. A dropped stream
-resumes from the last version seen; a 410 Gone re-lists ONCE for all readers; an API server outage is ridden out
-with the jittered :data:`~flytekitplugins_ddlscale._core.outage.OUTAGE_BACKOFF`
-and logged once per outage (the tracker is shared by every client of the
-server), and so is a 401/403 right after that outage (a restarted server's
-authorization warming up, for :data:`~flytekitplugins_ddlscale._core.outage.WARMUP_WINDOW`); any other error (403, 404, a server never reached)
-ends every current pod wait with that error, while cluster-object reads fall
-back to the server (:data:`REFUSED_RETRY` seconds before the cache is tried
-again). The cache keeps only the fields the plugin reads (:func:`trim`).
-
-An informer stops, closing its watch, :data:`WAIT_LINGER` seconds after its
-last reader leaves, or later when a caller asked for ``linger`` seconds (a
-service whose polls read the same namespace again within that time keeps it
-warm). It talks through its own API client, a copy of the first caller's
-configuration, so it outlives the backend that started it; informers are
-keyed by API server, credentials (hashed, never kept in clear), namespace and
-resource.
+The first reader of a namespace's pods (or of its cluster objects of one kind) starts an
+:class:`Informer`: one thread that lists, then watches from the list's resourceVersion, keeping a
+trimmed cache (:func:`trim`). A pod wait subscribes with its label selector and is woken only by
+events on its pods (subscriptions indexed by a label they require). Cluster objects are read by name
+or all of a kind, only from a copy at least as new as what this process last wrote or read of them
+(:func:`note_version`). A dropped stream resumes; a 410 re-lists once for all readers; an outage (and
+a 401/403 right after it) is ridden out, logged once per outage; any other error ends the pod waits,
+while object reads go to the server (for :data:`REFUSED_RETRY` seconds). An informer stops
+:data:`WAIT_LINGER` seconds (or a caller's ``linger``) after its last reader leaves; it talks through
+its own client, keyed by server, credentials (hashed), namespace and resource.
 """
 import copy
 import hashlib

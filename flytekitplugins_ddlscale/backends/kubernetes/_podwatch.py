@@ -1,16 +1,10 @@
 """Waiting on a cluster's pods by watching them, not polling.
 
-A wait subscribes to the process's shared pod informer of its namespace
-(:mod:`.informer`: one list+watch per API server and namespace for every
-wait, which resumes dropped streams, re-lists once for everyone after a 410
-Gone and rides out API server outages) and is woken when one of its pods
-changes, or its cluster object does (the caller's hold on the shared cache of
-cluster objects shares the wait's wake-up: a deleted cluster ends the wait at
-once). A wait ends when the condition holds, at its timeout with
-:class:`ScalingTimeoutError` saying how long the API server was unreachable,
-or early with :class:`WorkerFailedError` when a pod has been Unschedulable,
-crash-looping or failing to pull its image for longer than the grace period;
-an error the informer met (403, 404) ends it at once.
+A wait subscribes to the process's shared pod informer of its namespace (:mod:`._informer`) and is
+woken when one of its pods, or its cluster object, changes. It ends when the condition holds, at its
+timeout (:class:`ScalingTimeoutError` saying how long the API server was unreachable), early with
+:class:`WorkerFailedError` for a pod failing to start longer than the grace period, or at once with
+an error the informer met (403, 404).
 """
 import threading
 import time

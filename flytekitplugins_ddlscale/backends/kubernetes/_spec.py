@@ -1,8 +1,5 @@
-"""Reading cluster objects and pods, and writing the merge patches that change them.
-
-Pure functions on plain dicts (the JSON the API server speaks), so every
-patch the backend sends can be checked without a server.
-"""
+"""Cluster objects and pods read, and the merge patches that change them: pure functions on the JSON
+the API server speaks, so every patch can be checked without a server."""
 import json
 from typing import Any, Dict, Iterable, Optional, Tuple
 

@@ -1,16 +1,10 @@
 """The Dask operator (``kubernetes.dask.org/v1``): a DaskCluster's worker groups.
 
-As ``KubeCluster.scale`` does, the object patched is the DaskWorkerGroup
-``<cluster>-<group>`` (``default`` unless a group is named), at
-``spec.worker.replicas``; the baseline and claims live on it. The operator
-retires the workers it removes through the scheduler, so a scale-down does
-not kill busy workers. A DaskAutoscaler (``spec.cluster`` naming the cluster)
-sets the default group's replicas on every adapt cycle to the scheduler's
-adaptive target kept within ``[minimum, maximum]``: a phase holds N workers
-by setting ``replicas`` to N and the autoscaler's ``minimum`` to N (N above
-``maximum`` is capped, refused in strict mode); the autoscaler's own minimum
-is recorded in an annotation on it and put back by a restore. No tiers: a
-group's pod spec carries its hardware.
+As ``KubeCluster.scale`` does, the object patched is the DaskWorkerGroup ``<cluster>-<group>``
+(``default`` unless a group is named), at ``spec.worker.replicas``; its records live on it. A
+DaskAutoscaler sizing the default group is held by raising its ``minimum`` (its own recorded in an
+annotation on it, put back by a restore); above its ``maximum`` a size is capped, refused in strict
+mode. No tiers: a group's pod spec carries its hardware.
 """
 import dataclasses
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple

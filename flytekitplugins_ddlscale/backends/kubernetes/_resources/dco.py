@@ -1,9 +1,6 @@
-"""Domino's distributed-compute operator: RayCluster, SparkCluster, DaskCluster, MPICluster.
-
-``spec.worker.replicas`` sets the workers; the operator's HPA is held by
-raising ``spec.autoscaling.minReplicas`` (capped by ``maxReplicas``); tiers set
-resources, node selector and the tier label of the worker or head section.
-"""
+"""Domino's distributed-compute operator (RayCluster, SparkCluster, DaskCluster, MPICluster):
+``spec.worker.replicas``, the HPA held by raising ``spec.autoscaling.minReplicas``; tiers set a section's
+resources, node selector and tier label."""
 from typing import Any, Dict, Optional, Tuple
 
 from ....errors import CapacityExceededError

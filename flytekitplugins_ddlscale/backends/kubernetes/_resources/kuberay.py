@@ -1,19 +1,11 @@
 """KubeRay's RayCluster (``ray.io/v1``): one worker group of ``spec.workerGroupSpecs``.
 
-Size: the group's ``replicas``. KubeRay keeps every group within
-``[minReplicas, maxReplicas]``, so a request above ``maxReplicas`` is capped
-(refused in strict mode, naming both), and a size below ``minReplicas``
-lowers ``minReplicas`` with it. With ``enableInTreeAutoscaling`` the Ray
-autoscaler rewrites ``replicas`` itself; a phase holds its size by setting
-``minReplicas`` to it (the autoscaler never goes below). Scale-down names
-the pods to remove in ``scaleStrategy.workersToDelete``, as the Ray
-autoscaler does: KubeRay deletes exactly those (with autoscaling on it
-deletes no others), and we choose workers that are not Ready first, then
-those the Ray head reports idle (marked by the backend), then the newest;
-names of pods that no longer exist are dropped first (KubeRay never clears
-the list). Counts are pods: ``replicas × numOfHosts``, none while suspended.
-Restore puts back the recorded ``replicas`` and ``minReplicas``.
-No tiers: a group's pod template carries its hardware.
+Size: the group's ``replicas``, kept by KubeRay within ``[minReplicas, maxReplicas]`` (above the
+maximum capped, refused in strict mode; below the minimum, the minimum follows). With
+``enableInTreeAutoscaling`` a phase holds its size by setting ``minReplicas`` to it. A scale-down
+names the pods to remove in ``scaleStrategy.workersToDelete``, as the Ray autoscaler does: not Ready
+first, then those the Ray head reports idle, then the newest. Counts are pods (``replicas ×
+numOfHosts``, none while suspended). No tiers: a group's pod template carries its hardware.
 """
 from typing import Any, Dict, List, Optional, Tuple
 
