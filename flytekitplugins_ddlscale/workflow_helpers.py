@@ -28,7 +28,7 @@ from .errors import InvalidInputError
 from ._services.nodes.names import qualified_name
 from ._services.nodes.restore import RestoreOutcome, restore_line
 from ._services.opening import open_backend
-from ._core.progress import emit_summary
+from ._core.progress import emit_line
 from .refs import ClusterRef, cluster_text, parse_cluster
 from ._core.validation import validate_replicas, validate_timeout
 
@@ -99,7 +99,7 @@ class ScaleDownOnFailure(PythonInstanceTask[None]):
             else:
                 logger.info("no baseline recorded for %s: nothing to restore", ref)
                 return
-            emit_summary(restore_line(self._name, RestoreOutcome.from_result(result, backend.name, restored)))
+            emit_line(restore_line(self._name, RestoreOutcome.from_result(result, backend.name, restored)))
 
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from flytekitplugins_ddlscale._core import progress, settings
 from flytekitplugins_ddlscale._core.deck import fact_text, render_html, render_svg
-from flytekitplugins_ddlscale._core.progress import Activity, RichReporter, WaitProgress, begin_wait, emit_summary
+from flytekitplugins_ddlscale._core.progress import Activity, RichReporter, WaitProgress, begin_wait, emit_line
 from flytekitplugins_ddlscale._core.summary import PhaseEnd
 from flytekitplugins_ddlscale._services.nodes.restore import restore_line
 from flytekitplugins_ddlscale._services.nodes.scale import scale_line
@@ -99,7 +99,7 @@ def no_logging_handlers(monkeypatch):
 
 def test_summary_goes_to_stderr_when_logging_is_not_configured(no_logging_handlers, capsys):
     no_logging_handlers()
-    emit_summary("scale_up: dask/x 0 -> 2 workers ready in 5.3 s")
+    emit_line("scale_up: dask/x 0 -> 2 workers ready in 5.3 s")
     captured = capsys.readouterr()
     assert captured.err == "scale_up: dask/x 0 -> 2 workers ready in 5.3 s\n" and captured.out == ""
 
@@ -107,7 +107,7 @@ def test_summary_goes_to_stderr_when_logging_is_not_configured(no_logging_handle
 def test_quiet_setting_silences_summaries(no_logging_handlers, capsys, monkeypatch):
     no_logging_handlers()
     monkeypatch.setenv(settings.QUIET.name, "1")
-    emit_summary("anything")
+    emit_line("anything")
     assert capsys.readouterr().err == ""
 
 
@@ -179,7 +179,7 @@ def test_configured_logging_receives_the_line_instead_of_stderr(no_logging_handl
     no_logging_handlers()
     logging.root.addHandler(Keep())
     caplog.set_level(logging.INFO, logger="flytekitplugins_ddlscale")
-    emit_summary("via logging")
+    emit_line("via logging")
     assert [r.getMessage() for r in records] == ["via logging"]
     assert capsys.readouterr().err == ""
 

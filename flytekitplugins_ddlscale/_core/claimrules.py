@@ -1,26 +1,12 @@
-"""The rules of claims, baselines and the size outside phases: pure decisions over what a cluster's records hold.
+"""The rules of claims, baselines and the size outside phases: pure decisions over a cluster's records.
 
-Both stores (annotations on the cluster object for Kubernetes, a locked
-:class:`FileRecordStore` record for the scaler and local backends) read a
-:class:`ClusterRecords`, call one rule, and write the :class:`RecordChange` it
-returns (a resourceVersion-checked patch; an update under the record's lock),
-so what a claim, renewal, release, restore or reconcile does is decided here
-once:
-
-* Which claims count: live leases only (:mod:`.leases`); a new claim or a
-  reconcile drops the dead ones from the record (and the store logs them).
-* Which claim wins: the most replicas; ties go to the oldest, the one whose
-  phase claimed first. A claim keeps its ``created_at`` when it is renewed and
-  when its phase claims again under the same id while it is live, so "oldest"
-  and a claim's age mean the same in every store.
-* The baseline (the cluster before this plugin first changed it) is recorded
-  by the first claim or change that finds none, and forgotten by a restore, or
-  by the reconcile that ends the last phase when it is the size outside phases.
-* The size outside phases is recorded by the claim that finds no other phase
-  live, kept while any phase is live, put back and forgotten by the reconcile
-  once none is (:func:`settle`).
-* A restore (``ddlscale restore``, ``RestoreCluster``) ends every phase: every
-  claim and both recorded sizes go.
+Each store (annotations for Kubernetes, a locked :class:`FileRecordStore` record for the scaler and
+local backends) reads a :class:`ClusterRecords`, calls one rule and writes the :class:`RecordChange` it
+returns. Only live leases count (:mod:`.leases`); the claim with the most replicas wins, the oldest on
+a tie (a claim keeps its ``created_at`` when renewed). The first claim or change that finds no baseline
+records one; the claim that finds no other phase live records the size outside phases, which the
+reconcile ending the last phase puts back (:func:`settle`). A restore ends every phase: every claim and
+both recorded sizes go.
 """
 import datetime
 import enum

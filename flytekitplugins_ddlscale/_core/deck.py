@@ -1,13 +1,8 @@
 """Flyte Decks for scaling nodes and phases: worker count over time, worker-seconds by tier.
 
-The plot is an inline SVG drawn here, so a Deck needs no plotting library in
-the task image. A :class:`~.timeline.WorkerTimeline` collects samples while a
-node or phase runs; :func:`render_html` turns them into a page; :func:`publish_deck`
-attaches it to the running task (harmless outside one), as the first tab,
-so the task's Deck file opens on it. In a local run flytekit writes each
-task's Decks to a random folder of its sandbox and says where only at
-debug level, so the first Deck registers a list of them printed when the
-process exits.
+:func:`render_html` draws a :class:`~.timeline.WorkerTimeline` as an inline SVG (no plotting library in
+the task image); :func:`publish_deck` attaches it as the running task's first Deck (harmless outside
+one) and, in a local run, lists where flytekit wrote each Deck when the process exits.
 """
 import atexit
 import html
@@ -199,10 +194,10 @@ def local_decks(root: Path) -> List[Tuple[str, Path]]:
 
 def print_local_decks(root: Path) -> None:
     """Print where this local run's Decks were written (nothing when none were)."""
-    from .progress import emit_summary
+    from .progress import emit_line
 
     decks = local_decks(root)
     if decks:
-        emit_summary("Decks of this run (open in a browser):\n" + "\n".join(
+        emit_line("Decks of this run (open in a browser):\n" + "\n".join(
             f"  {title}: {path.as_uri()}" for title, path in decks
         ))

@@ -1,26 +1,11 @@
 """Claims are leases: live while their holder renews them, dropped once they lapse or their holder is gone.
 
-A claim records who holds it (``host:pid`` and the process's start time),
-when it was last renewed and for how long a renewal counts. A claim is dead
-when its lease ran out (its holder stopped renewing: killed, hung, stopped,
-its pod gone) or, at once, when its holder is a process on this host that no
-longer runs, or whose pid now names another process (its start time differs).
-A claim without a start time (written before start times were recorded)
-cannot prove its holder alive: only its lease keeps it, as for a holder on
-another host.
-
-Two clocks, each where it cannot be fooled: another process judges a claim
-by wall time against ``renewed_at`` (the only time two processes share),
-within the lease bound (:data:`MAX_LEASE_SECONDS`; a ``renewed_at`` further
-ahead than its lease is a corrupt record, :mod:`.records`); the holder
-judges itself with :class:`HolderClock`, the longest of the monotonic clock
-(which a SIGSTOP does not stop), the boot-time clock (which a system suspend
-does not stop) and wall time since its last renewal, so a holder that was
-stopped or suspended knows it may have lost its claim as soon as it runs again. Every backend applies
-these rules when it reads claims: dead claims are not counted, and the next
-claim or reconcile drops them from the record and logs each with its holder.
-Pure rules on anything shaped like a lease (:class:`Lease`: the records'
-``Claim`` is one); nothing here touches a backend.
+A claim is dead when its lease ran out, or at once when its holder is a process on this host that no
+longer runs or whose pid now names a process started at another time (a claim without a start time has
+only its lease). Other processes judge a lease by wall time against ``renewed_at``, within
+:data:`MAX_LEASE_SECONDS`; the holder judges itself with :class:`HolderClock` (the longest of the
+monotonic, boot-time and wall clocks), so a holder stopped or suspended knows at once it may have lost
+it. Pure rules on anything shaped like a :class:`Lease`; nothing here touches a backend.
 """
 import datetime
 import logging

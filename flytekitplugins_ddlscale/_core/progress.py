@@ -1,10 +1,8 @@
 """What a user sees while the plugin works: live progress of waits, and one summary line per step.
 
-Backends call a :class:`ProgressReporter` while they wait; callers choose
-where it goes. :func:`default_reporter` picks a rich progress bar when
-stderr is a terminal (local ``pyflyte run``) and rate-limited logging
-otherwise (remote pods). :func:`emit_summary` prints the one line each node
-and phase ends with (quiet with ``DDLSCALE_QUIET=1``).
+Backends call a :class:`ProgressReporter` while they wait; :func:`default_reporter` gives a rich bar
+on a terminal and rate-limited log lines elsewhere (a pod). :func:`emit_line` prints a summary or
+progress line (none with ``DDLSCALE_QUIET=1``).
 """
 import logging
 import sys
@@ -71,14 +69,10 @@ HEARTBEAT_SECONDS = 15.0
 
 
 class LogReporter(Closing):
-    """Lines for a wait that is not on a terminal (a pipe, a pod's log): one when it starts,
-    one on every change, and a heartbeat at least every ``interval`` seconds while nothing changes.
-
-    Each line says what is awaited, how far it got, for how long and the timeout. Lines go
-    where :func:`emit_summary` sends summaries (the plugin's logger when the program configured
-    logging, else stderr) and ``$DDLSCALE_QUIET`` silences them. The heartbeat runs in a daemon
-    thread that ends when the wait is done, its timeout has passed, the reporter is closed
-    (``with``) or nothing refers to the reporter any more.
+    """Lines for a wait off a terminal (a pipe, a pod's log): one when it starts, one on every change,
+    and a heartbeat at least every ``interval`` seconds while nothing changes, each saying what is
+    awaited, how far it got, for how long and the timeout (:func:`emit_line`). The heartbeat's daemon
+    thread ends with the wait, its timeout, :meth:`close`, or the last reference to the reporter.
     """
 
     def __init__(self, interval: float = HEARTBEAT_SECONDS, activity: Optional[Activity] = None) -> None:
@@ -208,15 +202,10 @@ def _end_heartbeats() -> None:
 
 
 class RichReporter(Closing):
-    """One live progress bar per wait on the rich console (stderr).
-
-    With an :class:`Activity` the bar appears as soon as :meth:`begin` is
-    called, reads ``scale_up dask/x: waiting for 2 workers`` and wraps
-    rather than truncating on a narrow terminal. A finished bar says how the
-    wait ended (``done, 2 workers up``; ``stopped waiting, 1 of 2 workers
-    up`` when the reporter is closed before). Used as a context manager it
-    ends the live display on exit, so an error that follows starts on a line
-    of its own.
+    """One live progress bar per wait on the rich console (stderr): with an :class:`Activity` shown from
+    :meth:`begin` (``scale_up dask/x: waiting for 2 workers``, folded on a narrow terminal); a finished
+    bar says how the wait ended (``done, 2 workers up``, or ``stopped waiting, 1 of 2 workers up`` when
+    closed first). Closing ends the live display, so an error that follows starts on a line of its own.
     """
 
     def __init__(self, activity: Optional[Activity] = None, console: Optional[object] = None) -> None:
@@ -225,9 +214,7 @@ class RichReporter(Closing):
         from rich.table import Column
 
         self._activity = activity
-        # Numbers first and the words last, folded onto a second line when
-        # the terminal is narrow: 80 columns keep the count, the time and
-        # the full cluster name readable.
+        # Numbers first, words last and folded: 80 columns keep the count, the time and the cluster readable.
         self._progress = Progress(
             BarColumn(bar_width=16),
             TextColumn("{task.fields[current]}/{task.fields[target]}"),
@@ -316,12 +303,8 @@ WaitReporter = Union[LogReporter, RichReporter]
 
 
 def default_reporter(activity: Optional[Activity] = None) -> WaitReporter:
-    """Rich progress on an interactive terminal, logging otherwise.
-
-    The returned reporter is also a context manager (leave the live display
-    on exit) and has ``begin(target, timeout)`` (show the wait before the
-    first observation); see :func:`begin_wait`.
-    """
+    """Rich progress on an interactive terminal, logging otherwise; closed by ``with``, and
+    ``begin(target, timeout)`` shows a wait before its first observation (:func:`begin_wait`)."""
     if sys.stderr.isatty():
         return RichReporter(activity)
     return LogReporter(activity=activity)
@@ -339,21 +322,10 @@ def quiet() -> bool:
     return bool(settings.QUIET.value())
 
 
-def emit_summary(line: str) -> None:
-    """Print a node's or phase's one-line summary, unless ``$DDLSCALE_QUIET`` is set.
-
-    When the program has configured logging (a handler on this plugin's
-    logger or an ancestor), the line goes through the
-    ``flytekitplugins_ddlscale`` logger at INFO, so the user's
-    configuration decides. Otherwise (flytekit configures only its own
-    logger, so this is the case under ``pyflyte run`` and in task pods) it
-    is written straight to stderr.
-    """
-    emit_line(line)
-
-
 def emit_line(line: str) -> None:
-    """Print one line for a user (a summary or a wait's progress) as :func:`emit_summary` says."""
+    """Print one line for a user (a node's or phase's summary, a wait's progress) unless
+    ``$DDLSCALE_QUIET`` is set: through the plugin's logger at INFO where the program configured
+    logging for it, else straight to stderr (flytekit configures only its own logger)."""
     if quiet():
         return
     if logger.hasHandlers():

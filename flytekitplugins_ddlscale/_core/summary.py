@@ -3,7 +3,7 @@
 The phase's line and the pieces every node type's line (in the node
 type's module, e.g. :func:`~flytekitplugins_ddlscale._services.nodes.scale.scale_line`)
 is made of. Pure formatting from an outcome's fields (read by name, so any
-outcome with those fields works); :func:`~flytekitplugins_ddlscale._core.progress.emit_summary`
+outcome with those fields works); :func:`~flytekitplugins_ddlscale._core.progress.emit_line`
 prints the line. Where an outcome carries a non-empty ``readiness`` string
 (what the framework reported), it is appended as ``(framework: ...)``.
 """

@@ -26,7 +26,7 @@ from flyte.models import SerializationContext
 
 from .._services.nodes import interrupted
 from .._services.nodes.kinds import NodeKind
-from .._core.progress import emit_summary
+from .._core.progress import emit_line
 from ..refs import parse_cluster
 from .._core.timeline import WorkerTimeline
 from . import connector  # noqa: F401 - registers the connectors flyte's local runner looks up
@@ -69,7 +69,7 @@ class ScalingNodeTask(AsyncConnectorExecutorMixin, TaskTemplate):
         publish_report(
             f"{self.kind.title}: {self.name}", outcome_timeline(outcome, seconds), vars(outcome), self.short_name
         )
-        emit_summary(self.kind.summary(self.short_name, outcome, seconds))
+        emit_line(self.kind.summary(self.short_name, outcome, seconds))
         return outcome
 
 

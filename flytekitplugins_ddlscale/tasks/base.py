@@ -27,7 +27,7 @@ from flytekit.core.tracked_abc import FlyteTrackedABC
 from flytekit.deck import DeckField
 
 from .._core.deck import publish_deck, render_html
-from .._core.progress import Activity, default_reporter, emit_summary
+from .._core.progress import Activity, default_reporter, emit_line
 from .._core.validation import validate_bool, validate_int
 from .._services.nodes import interrupted
 from .._services.nodes.kinds import NodeKind
@@ -132,7 +132,7 @@ class ScalingTaskBase(PythonInstanceTask[C], Generic[C], metaclass=_NodeTypeMeta
             with default_reporter(activity) as progress:
                 outcome, timeline = self.kind.perform(self.task_config, kwargs, progress)
         publish_deck(self.kind.title, render_html(f"{self.kind.title}: {self.name}", timeline, vars(outcome)))
-        emit_summary(self.kind.summary(self.short_name, outcome, time.monotonic() - started))
+        emit_line(self.kind.summary(self.short_name, outcome, time.monotonic() - started))
         return outcome
 
     def get_custom(self, settings: SerializationSettings) -> Dict[str, Any]:

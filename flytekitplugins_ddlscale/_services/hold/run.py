@@ -1,36 +1,13 @@
 """One run of a distributed phase: claim and reconcile on enter; release and reconcile on exit.
 
-Order on enter: install signal handlers, claim at least ``replicas``
-workers (which records the baseline if none is recorded, and the size
-outside phases if no other phase is live) within the phase's timeout, start
-renewing the claim's lease, refuse a held tier that differs from the
-phase's, reconcile the cluster to the largest live claim (never below the
-size it had outside phases, on the same tier) and wait, change the head
-tier if asked, export the connection variables, wait for framework
-readiness, let the monitor watch the body (samples, re-asserts, faults:
-see :mod:`.monitor`). Any failure or signal on the way runs the
-same cleanup as the end of the body: stop the monitor (and with it the
-renewals), release the claim, and reconcile again, which holds the largest remaining
-claim or, when none remains, gives back the size outside phases (or the
-given ReplicaSpec). Deciding and changing is one atomic backend step, so a
-phase that claims while another ends is never shrunk. The cleanup runs
-once; its own failure is logged and attached to the body's error instead
-of replacing it.
-
-In the main thread the phase turns SIGTERM/SIGINT into an exception in the
-block; elsewhere (Flyte 2 runs task bodies in other threads) it attaches to
-the process's :data:`.signals.RELAY` when that is installed, which calls
-:meth:`ClusterPhase.interrupt` from the main thread.
-
-A fault during the body (a lost head, workers lost, the cluster scaled below
-the phase's claim, the claim itself lapsed or dropped: see :mod:`.monitor`)
-is repaired where the backend can (a lapsed claim is claimed again and the
-size brought back) and reported in the log, the summary line and the Deck; with
-``fail_on_fault`` the monitor stops the body instead (SIGTERM to the main
-thread, the phase's own handler: a command run by ``ddlscale run`` gets it
-forwarded) and the phase raises :class:`ClusterFaultError` after its
-cleanup. Without signal handlers (not the main thread) the body runs to its
-end and the phase then raises it.
+On enter: claim at least ``replicas`` workers (recording the baseline and the size outside phases where
+none is), start the monitor (:mod:`.monitor`), refuse a held tier that differs, reconcile to the largest
+live claim and wait, change the head tier if asked, export the connection variables and wait for
+framework readiness. A failure or signal on the way runs the cleanup the end of the block runs, once:
+stop the monitor, release the claim, reconcile (the largest remaining claim, else the size outside
+phases or the given ReplicaSpec); a failure of the cleanup is attached to the block's error. SIGTERM and
+SIGINT raise in the block in the main thread; elsewhere the phase attaches to :data:`.signals.RELAY`.
+With ``fail_on_fault`` a fault stops the block and the phase raises :class:`ClusterFaultError`.
 """
 import contextlib
 import logging
@@ -58,7 +35,7 @@ from ...errors import (
 from ..readiness import FrameworkOptions, confirm_change
 from ...backends._support.inplace import given_back
 from ...models import ReplicaSpec
-from ..._core.progress import Activity, begin_wait, default_reporter, emit_summary
+from ..._core.progress import Activity, begin_wait, default_reporter, emit_line
 from ..._core.records import Claim
 from ..._core.redaction import install_redaction
 from ..._core.summary import PhaseEnd
@@ -367,7 +344,7 @@ class ClusterPhase:
                 self._report_restore_failure(exc, error)
             finally:
                 self._close()
-            emit_summary(self._summary(self.fault_error or error))
+            emit_line(self._summary(self.fault_error or error))
 
     def _fault_failure(self, error: Optional[BaseException]) -> None:
         """With ``fail_on_fault`` and a fault seen: the :class:`ClusterFaultError` the phase raises
