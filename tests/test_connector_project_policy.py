@@ -273,3 +273,19 @@ def test_the_first_rule_covering_an_execution_applies_whatever_its_patterns(tmp_
                                   ("team-a2", "staging", "team-a"), ("team-a", "staging", "team-a"),
                                   ("team-*", "staging", "rest"), ("x", "y", "rest")):
         assert rules.rule_for(Execution(project, domain)).name == name, (project, domain)
+
+
+def test_the_policy_docs_connector_md_shows_is_one_the_connector_reads(tmp_path):
+    from flytekitplugins_ddlscale.refs import ClusterRef
+    from tests.flyte_tier.guide import guide_text
+
+    path = tmp_path / "policy.yaml"
+    path.write_text(guide_text("connector.md", "connector-policy"))
+    rules = ConnectorPolicy.from_env({"DDLSCALE_CONNECTOR_POLICY": str(path)}).rules
+    assert [rule.name for rule in rules.rules] == ["team-a", "team-a-production", "everyone-else"]
+    team_a = rules.rule_for(Execution("team-a", "staging"))
+    team_a.check("kubernetes", ClusterRef("dask", "a-1", "team-a"), "team-a", {"replicas": 16, "worker_hw_tier": "small-x"})
+    with pytest.raises(InvalidInputError, match="rule 'team-a'"):
+        team_a.check("kubernetes", ClusterRef("dask", "a-1", "team-a"), "team-a", {"replicas": 17})
+    assert rules.rule_for(Execution("team-a", "production", identity="bob@example.com")).name == "team-a-production"
+    assert rules.rule_for(Execution("team-a", "production", identity="bob@elsewhere.org")).name == "everyone-else"
