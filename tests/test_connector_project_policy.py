@@ -213,11 +213,15 @@ def test_importing_the_package_registers_no_metric_and_a_connector_does():
         "assert names() == set(), names()\n"
         "from flytekitplugins_ddlscale._services.connector_core import ScalingService\n"
         "assert names() == set(), names()\n"
-        "ScalingService(); print(sorted(names()))\n"
+        "service = ScalingService(); print(sorted(names()))\n"
+        "try: service.create('ddlscale_scale', {'cluster': 'dask/x'}, {})\n"
+        "except Exception as error: print(type(error).__name__)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "ddlscale_connector_creates_total" in out.stdout and "ddlscale_connector_worker_wait_seconds" in out.stdout
+    # Logging not set up (as in pyflyte serve connector): the audit line still reaches stderr.
+    assert '"result":"refused"' in out.stderr and "ddlscale-audit {" in out.stderr, out.stderr[-2000:]
 
 
 # ----- metadata across versions -----

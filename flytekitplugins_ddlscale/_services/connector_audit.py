@@ -9,7 +9,7 @@ it, and the result) and one count of ``ddlscale_connector_creates_total``
 workers adds how long it waited to ``ddlscale_connector_worker_wait_seconds``.
 The metrics are registered on prometheus_client's default registry, which
 ``pyflyte serve connector --prometheus_port`` serves, when a connector is
-built (:func:`metrics`), never on import.
+built (:func:`start_audit`), never on import.
 """
 import json
 import logging
@@ -37,7 +37,18 @@ _metrics: Optional[Tuple[Any, Any]] = None
 _metrics_lock = threading.Lock()
 
 
-def metrics() -> Tuple[Any, Any]:
+def start_audit() -> None:
+    """What a connector does when it is built: register the metrics, and give the audit logger a handler of its
+    own (to stderr) where logging is not set up, as in ``pyflyte serve connector``: else Python drops INFO lines."""
+    _metrics_now()
+    if not logger.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+
+
+def _metrics_now() -> Tuple[Any, Any]:
     """The creates counter and the worker-wait histogram, registered on the default registry at the first call."""
     global _metrics
     with _metrics_lock:
@@ -107,14 +118,14 @@ def record(entry: AuditEntry) -> None:
     shown = {key: _clip(value) for key, value in line.items()}
     logger.info("ddlscale-audit %s", json.dumps(shown, ensure_ascii=False, separators=(",", ":")))
     label = (who.project[:LABEL_CHARS], entry.backend[:LABEL_CHARS] or "default", entry.kind)
-    metrics()[0].labels(*label, entry.result).inc()
+    _metrics_now()[0].labels(*label, entry.result).inc()
 
 
 def observe_wait(meta: ScalingMetadata, seconds: float) -> None:
     """Count how long the node of ``meta`` waited for its workers."""
     kind = NODE_KINDS.get(meta.task_type)
     label = (meta.project[:LABEL_CHARS], meta.backend[:LABEL_CHARS] or "default", kind.node if kind else "")
-    metrics()[1].labels(*label).observe(seconds)
+    _metrics_now()[1].labels(*label).observe(seconds)
 
 
 def _text(value: Any) -> str:

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Dict, Mapping, Optional, Tuple, Type, TypeVar, Union
 from urllib.parse import urlsplit
 
-from .connector_audit import AuditEntry, metrics, record
+from .connector_audit import AuditEntry, record, start_audit
 from .connector_meta import ScalingMetadata
 from .connector_policy import ConnectorPolicy, Execution, NotServedError, Rule, namespace_of
 from ..errors import (
@@ -187,7 +187,7 @@ class ScalingService:
     def __init__(self, policy: Optional[ConnectorPolicy] = None) -> None:
         install_redaction()
         self.policy = policy if policy is not None else ConnectorPolicy.from_env()
-        metrics()  # the connector's own metrics, served from its start
+        start_audit()  # the connector's own metrics and audit lines, from its start
         self._creation = Creation(self.policy, POLL_BACKENDS)
         self._sent: "OrderedDict[bytes, ScalingMetadata]" = OrderedDict()
         self._sent_lock = threading.Lock()
