@@ -23,7 +23,7 @@ logs or error messages.
 """
 import os
 import threading
-from typing import Any, Generator, Mapping, Optional, Tuple
+from typing import Any, Generator, Mapping, Optional, Tuple, Union
 
 import httpx
 
@@ -88,36 +88,35 @@ class DominoAuth(httpx.Auth):
         self._proxy_timeout = proxy_timeout
         self._verify = verify
         self.api_proxy: Optional[str] = None
-        self._token: Optional[str] = None
-        self.token_file: Optional[TokenFile] = None
+        self._bearer: Union[str, TokenFile, None] = None
         self.api_key: Optional[str] = None
         proxy = settings.DOMINO_API_PROXY.value(api_proxy or None, env, field="api_proxy")
         if token or api_key:
-            self._token, self.api_key = token, api_key
+            self._bearer, self.api_key = token, api_key
         elif proxy:
             self.api_proxy = proxy.rstrip("/")
         elif settings.DOMINO_TOKEN.is_set(env):
-            self._token = settings.DOMINO_TOKEN.value(env=env)
+            self._bearer = settings.DOMINO_TOKEN.value(env=env)
         elif settings.DOMINO_TOKEN_FILE.is_set(env):
             path = settings.DOMINO_TOKEN_FILE.value(env=env)
-            self.token_file = TokenFile(path, f"the token in {settings.DOMINO_TOKEN_FILE.name}={path}")
+            self._bearer = TokenFile(path, f"the token in {settings.DOMINO_TOKEN_FILE.name}={path}")
         elif settings.DOMINO_API_KEY.is_set(env):
             self.api_key = settings.DOMINO_API_KEY.value(env=env)
-        for value in (self._token, self.api_key):
-            if value:
+        for value in (self._bearer, self.api_key):
+            if isinstance(value, str) and value:
                 register_secret(value)
 
     @property
     def token(self) -> Optional[str]:
         """The bearer token: given, from ``$DOMINO_TOKEN``, or the token file's as it is now."""
-        return self.token_file.read() if self.token_file else self._token
+        return self._bearer.read() if isinstance(self._bearer, TokenFile) else self._bearer
 
     @property
     def source(self) -> str:
         """Where credentials come from: ``proxy``, ``token``, ``api_key`` or ``none``."""
         if self.api_proxy:
             return "proxy"
-        if self._token or self.token_file:
+        if self._bearer:
             return "token"
         if self.api_key:
             return "api_key"
