@@ -17,9 +17,9 @@ import threading
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Optional, Tuple
 
-from ..errors import InvalidInputError, UnauthorizedError, shown_value
+from ..errors import InvalidInputError, ScalingError, UnauthorizedError, shown_value
 from .connector_meta import ScalingMetadata
-from .connector_policy import Execution
+from .connector_policy import Execution, chosen_backend
 from .nodes import NODE_KINDS
 
 logger = logging.getLogger("flytekitplugins_ddlscale.connector.audit")
@@ -81,13 +81,18 @@ class AuditEntry:
 
     @classmethod
     def begin(cls, execution: Execution, task_type: str, custom: Any, values: Mapping[str, Any]) -> "AuditEntry":
-        """What is known before the create's checks: the node kind, and the backend and cluster as asked."""
+        """What is known before the create's checks: the node kind, the backend (the connector's own where the
+        node names none) and the cluster as asked."""
         kind = NODE_KINDS.get(task_type)
         backend = custom.get("backend") if isinstance(custom, dict) else None
         cluster = values.get("cluster") if isinstance(values, Mapping) else None
         if cluster is None and isinstance(custom, dict):
             cluster = custom.get("cluster")
-        return cls(execution, kind.node if kind else str(task_type)[:LABEL_CHARS], _text(backend), _text(cluster))
+        try:
+            chosen = chosen_backend(backend) if backend is None or isinstance(backend, str) else ""
+        except ScalingError:  # the connector's own backend setting does not parse: the create says so
+            chosen = ""
+        return cls(execution, kind.node if kind else str(task_type)[:LABEL_CHARS], chosen, _text(cluster))
 
     def refused(self, error: BaseException) -> "AuditEntry":
         result = REFUSED if isinstance(error, (InvalidInputError, UnauthorizedError)) else FAILED
@@ -102,7 +107,7 @@ class AuditEntry:
         except ValueError:
             outcome = {}
         sizes = [outcome.get(name) if isinstance(outcome.get(name), int) else None for name in ("previous_workers", "workers")]
-        return replace(self, backend=meta.backend or self.backend, cluster=meta.cluster, before=sizes[0],
+        return replace(self, cluster=meta.cluster, before=sizes[0],
                        after=sizes[1], result=DEFERRED if meta.pending else SENT)
 
 
@@ -117,14 +122,14 @@ def record(entry: AuditEntry) -> None:
     }
     shown = {key: _clip(value) for key, value in line.items()}
     logger.info("ddlscale-audit %s", json.dumps(shown, ensure_ascii=False, separators=(",", ":")))
-    label = (who.project[:LABEL_CHARS], entry.backend[:LABEL_CHARS] or "default", entry.kind)
+    label = (who.project[:LABEL_CHARS], entry.backend[:LABEL_CHARS], entry.kind)
     _metrics_now()[0].labels(*label, entry.result).inc()
 
 
 def observe_wait(meta: ScalingMetadata, seconds: float) -> None:
     """Count how long the node of ``meta`` waited for its workers."""
     kind = NODE_KINDS.get(meta.task_type)
-    label = (meta.project[:LABEL_CHARS], meta.backend[:LABEL_CHARS] or "default", kind.node if kind else "")
+    label = (meta.project[:LABEL_CHARS], chosen_backend(meta.backend)[:LABEL_CHARS], kind.node if kind else "")
     _metrics_now()[1].labels(*label).observe(seconds)
 
 

@@ -55,6 +55,11 @@ def _backend_key(name: str) -> str:
     return ALIASES.get(key, key)
 
 
+def chosen_backend(name: Optional[str]) -> str:
+    """The backend a template's ``backend`` names (an alias resolved), or the connector's own for None."""
+    return _backend_key(name) if name else _backend_key(backend_name_from_env())
+
+
 def reported_head_hosts(backend: ClusterBackend, ref: ClusterRef) -> Tuple[str, ...]:
     """Hosts the backend says ``ref``'s head is on (its ``connection_env``); empty when it cannot say.
 
@@ -109,7 +114,7 @@ class ConnectorPolicy:
 
     def backend(self, name: Optional[str]) -> str:
         """The backend a template's ``backend`` (None: the connector's environment) selects, if served."""
-        chosen = _backend_key(name) if name else _backend_key(backend_name_from_env())
+        chosen = chosen_backend(name)
         if chosen not in self.backends:
             raise NotServedError(
                 "backend", name if name else chosen, ", ".join(self.backends),
