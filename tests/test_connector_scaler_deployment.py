@@ -75,6 +75,9 @@ def test_the_manifest_keeps_baselines_on_a_claimed_volume_and_recreates_its_one_
     env = {e["name"]: e for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
     state_mount = next(m for m in mounts if env["DDLSCALE_STATE_DIR"]["value"].startswith(m + "/"))
     assert "persistentVolumeClaim" in mounts[state_mount][1]
+    # The kubelet's recursive fsGroup change (the default, Always) would make the state folder group-writable at
+    # each start, which the connector refuses; OnRootMismatch leaves the volume's contents as they are.
+    assert deployment["spec"]["template"]["spec"]["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"
     token_mount = next(m for m in mounts if env["DOMINO_TOKEN_FILE"]["value"].startswith(m + "/"))
     assert "secret" in mounts[token_mount][1]
 
