@@ -1,86 +1,38 @@
-"""A Flyte connector for every scaling node: scale, wait, restore and head restart without a pod per node.
+"""flytekit's connector for every scaling node: scale, wait, restore and head restart without a pod per node.
 
-Where the deployment runs flytekit's connector service with this plugin
-installed and routes the ``ddlscale_*`` task types to it, FlytePropeller calls
-:meth:`ScalingConnector.create` once per node and then
-:meth:`ScalingConnector.get` on its resync interval (30 s by default) until
-the node ends. ``create`` checks the node and sends its change without
-waiting, within :data:`CREATE_TIMEOUT` seconds (well inside FlytePropeller's
-10 s ``CreateTask`` timeout); each ``get`` reads the cluster once and answers
-RUNNING, SUCCEEDED with the node's typed outcome, or FAILED at the node's
-deadline, as the node itself would fail. Without a connector the same nodes
-run as ordinary Python tasks in their container (the default, also for local runs).
+Where the deployment routes the ``ddlscale_*`` task types to flytekit's connector service with this plugin
+installed, FlytePropeller calls :meth:`ScalingConnector.create` once per node, which checks the node and sends
+its change within :data:`CREATE_TIMEOUT` seconds, then :meth:`ScalingConnector.get` on its resync interval
+until the node ends: each ``get`` reads the cluster once (within the call budget, from reads shared by every
+execution, :data:`SHARED_READS`) and answers RUNNING, SUCCEEDED with the node's typed outcome, or FAILED, as
+the node itself would. Without a connector the same nodes run in their container.
 
-A ``get`` whose backend does not answer within the call budget
-(``$DDLSCALE_CONNECTOR_CALL_BUDGET``, 7 s) is RUNNING with the last state
-known, and no answer carries a traceback (:mod:`._services.connector_calls`):
-FlytePropeller counts a failed or late ``GetTask`` and gives a node up after
-a few, whatever its own timeout.
-
-This module is flytekit's side only (literals in, flytekit's ``Resource``
-out); what the connector decides (which change each node type sends, a change
-the backend could not take at ``create`` sent again by ``get``, a head restart
-sent exactly once) lives in
-:class:`~flytekitplugins_ddlscale._services.connector_core.ScalingService`, which the
-Flyte 2 connector (:mod:`.flyte2.connector`) shares.
-
-Many executions at once: every ``get`` reads with :data:`SHARED_READS`, so the
-connector process answers all its executions' polls from one pod watch per
-namespace on Kubernetes (kept ``linger`` seconds after the last read), through
-backends kept open across polls (:data:`POLL_BACKENDS`), and from shared, paced
-cluster polls on the scaler service (a read at most ``max_age`` seconds old
-answers every execution on that cluster); a poll those hold the answer to is
-answered on the event loop itself. What a poll waits for stays in the resource metadata
-(:mod:`.connector_meta`), so a restarted connector goes on where it was.
-
-Framework readiness: the connector runs in the Flyte deployment, not in the
-Domino run, so it finds the head as a node would from what the backend
-reports for the cluster (:meth:`connection_env`: the variables Domino would
-inject, e.g. the Dask-operator scheduler or KubeRay head service), after the
-node's ``framework_url`` and the connector's own ``$DDLSCALE_<KIND>_URL`` /
-``$DDLSCALE_FRAMEWORK_URL``, with one status read per ``get``. Where none
-says where the head is, the outcome's ``readiness`` says the framework was
-not checked.
-
-What a template may ask for is the deployment's choice, not the template's
-(:mod:`._services.connector_policy`, docs/flyte.md).
+This module is flytekit's side only (input literals in, flytekit's ``Resource`` out); what the connector
+decides lives in :class:`~._services.connector_core.ScalingService`, which the Flyte 2 connector shares, and
+what templates may ask for is the deployment's choice (:mod:`._services.connector_policy`, docs/connector.md).
 """
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 from flyteidl.core.execution_pb2 import TaskExecution, TaskLog
+from flytekit import FlyteContextManager
+from flytekit.core.type_engine import TypeEngine
 from flytekit.exceptions.user import FlyteUserRuntimeException
 from flytekit.extend.backend.base_connector import AsyncConnectorBase, ConnectorRegistry, Resource
 from flytekit.models.literals import LiteralMap
 from flytekit.models.task import TaskTemplate
 
-from ._services.connector_core import (
-    FAILED,
-    NOT_READY,
-    POLL_BACKENDS,
-    RUNNING,
-    SERVED_TASK_TYPES,
-    SHARED_READS,
-    SUCCEEDED,
-    Poll,
-    ScalingService,
-    head_env,
-)
+from ._services.connector_core import NOT_READY, POLL_BACKENDS, SERVED_TASK_TYPES, SHARED_READS, ScalingService, head_env
 from ._services.connector_calls import PollDesk, refusal, refused_create
-from ._services.connector_inputs import node_inputs
+from ._services.connector_protocol import resource_of
 from ._services.connector_meta import ScalingMetadata
 from ._services.nodes.kinds import CREATE_TIMEOUT
 from ._services.connector_policy import ConnectorPolicy, Execution
-from ._services.nodes.names import OUTPUT_NAME
-from ._services.nodes import NODE_KINDS
+from .errors import InvalidInputError
 
 __all__ = [
     "CREATE_TIMEOUT", "NOT_READY", "POLL_BACKENDS", "SERVED_TASK_TYPES", "SHARED_READS",
     "ScalingConnector", "ScalingMetadata", "head_env", "register_connectors",
 ]
-
-PHASES = {RUNNING: TaskExecution.RUNNING, SUCCEEDED: TaskExecution.SUCCEEDED, FAILED: TaskExecution.FAILED}
-"""A poll's answer as FlytePropeller's task execution phase."""
-
 
 class ScalingConnector(AsyncConnectorBase):
     """Serves one ddlscale task type; register one instance per served type.
@@ -156,7 +108,8 @@ class ScalingConnector(AsyncConnectorBase):
         threads and no thread waits for it, so polls of a hung backend cannot hold every thread of the
         loop's executor (a handful) and leave the other executions' polls queued past FlytePropeller's
         10 s deadline. Outside a loop: ``asyncio.run(connector.get(meta))``."""
-        return resource_of(await self.desk.answer_async(resource_meta), resource_meta.task_type)
+        answer = await self.desk.answer_async(resource_meta)
+        return resource_of(answer, resource_meta.task_type, Resource, TaskExecution, TaskLog)
 
     def delete(self, resource_meta: ScalingMetadata, **kwargs: Any) -> None:
         """Aborting a node stops the wait only: the cluster keeps the size it was asked for, and a
@@ -167,23 +120,43 @@ class ScalingConnector(AsyncConnectorBase):
         """
 
 
-def resource_of(answer: Poll, task_type: str = "") -> Resource:
-    """A poll's answer as flytekit's resource: the phase, the message (once SUCCEEDED the node's summary
-    line), the typed outcome as output ``o0`` once SUCCEEDED, the dashboard links, and the counts with
-    ``summary``, the message, in ``custom_info``: FlytePropeller drops the message of a RUNNING or
-    SUCCEEDED answer and sends custom info with each phase's first answer (docs/connector.md)."""
-    message = answer.message
-    if answer.state == SUCCEEDED and task_type in NODE_KINDS and answer.outcome is not None:
-        kind = NODE_KINDS[task_type]
-        message = kind.summary(kind.node, answer.outcome, None)
-    info = dict(answer.info, summary=message) if message else dict(answer.info)
-    return Resource(
-        phase=PHASES[answer.state],
-        message=message,
-        outputs={OUTPUT_NAME: answer.outcome} if answer.state == SUCCEEDED else None,
-        log_links=[TaskLog(name=name, uri=uri) for name, uri in answer.links] or None,
-        custom_info=info or None,
-    )
+def node_inputs(template: TaskTemplate, inputs: Optional[LiteralMap]) -> Dict[str, Any]:
+    """The Python values of ``inputs``, each converted to the type the template's interface declares for it.
+    They come from whoever registered the workflow: anything unreadable is :class:`InvalidInputError` naming
+    the field (``inputs.<name>``), never a flytekit traceback."""
+    if inputs is None or not inputs.literals:
+        return {}
+    declared = template.interface.inputs if template.interface is not None else {}
+    ctx = FlyteContextManager.current_context()
+    values = {}
+    for name, literal in inputs.literals.items():
+        if name not in declared:
+            raise InvalidInputError(f"inputs.{name}", "<literal>", f"one of the node's inputs: {', '.join(declared) or 'none'}")
+        python_type: Any = None
+        try:
+            python_type = TypeEngine.guess_python_type(declared[name].type)
+            values[name] = TypeEngine.to_python_value(ctx, literal, python_type)
+        except Exception as error:  # flytekit raises many types for a literal of the wrong kind
+            raise InvalidInputError(
+                f"inputs.{name}", _short(literal), f"a value of type {_type_name(python_type)}, as the node's interface declares",
+                reason=f"not convertible ({type(error).__name__})",
+            ) from None
+    return values
+
+
+def _type_name(python_type: Any) -> str:
+    if python_type is None:
+        return "readable"
+    return getattr(python_type, "__name__", None) or str(python_type).replace("typing.", "")
+
+
+def _short(literal: Any) -> str:
+    """The literal's value in one short line: its primitive value where it has one."""
+    scalar = getattr(literal, "scalar", None)
+    primitive = getattr(scalar, "primitive", None) if scalar is not None else None
+    value = getattr(primitive, "value", None) if primitive is not None else None
+    text = " ".join(str(value if value is not None else "<literal>").split())
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def register_connectors() -> None:

@@ -147,7 +147,7 @@ def _read_templates_first() -> None:
 class _TemplatesFirst:
     """flytekit's ``AsyncConnectorService``, every call handed to it, except a ``CreateTask`` whose ``ddlscale_*``
     template flytekit cannot read: answered as the connector answers a template it refuses, a refused metadata
-    carrying the plugin's one line (:func:`~._services.connector_templates.unreadable_template`)."""
+    carrying the plugin's one line (:func:`~._services.connector_protocol.unreadable_template`)."""
 
     def __init__(self, servicer: Any) -> None:
         self._servicer = servicer
@@ -158,7 +158,7 @@ class _TemplatesFirst:
     async def CreateTask(self, request: Any, context: Any) -> Any:  # noqa: N802 - gRPC's method name
         task_type = request.template.type
         if task_type in TASK_TYPES:
-            from ._services.connector_templates import unreadable_template
+            from ._services.connector_protocol import unreadable_template
 
             refused = unreadable_template(request.template)
             if refused is not None:

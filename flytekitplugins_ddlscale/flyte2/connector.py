@@ -1,36 +1,15 @@
-"""A Flyte 2 connector for every scaling node: scale, wait, restore and head restart without a pod per node.
+"""Flyte 2's connector for every scaling node: scale, wait, restore and head restart without a pod per node.
 
-Flyte 2's connector protocol (``flyte.connectors.AsyncConnector``, served
-over flyteidl2's ``AsyncConnectorService`` by flyte's connector server,
-the ``c0`` command of the ``flyte`` package) is
-the one flytekit's connector speaks, on Flyte 2's types: ``create`` gets the
-serialized task template (its ``custom`` is the node's configuration) and
-the input values already converted to Python, ``get`` gets back the bytes
-``create`` returned, ``delete`` is called on abort. This connector hands
-all three to :class:`~flytekitplugins_ddlscale._services.connector_core.ScalingService`,
-the same service flytekit's connector uses, so both behave alike:
-``create`` sends the node's change within
-:data:`~flytekitplugins_ddlscale._services.nodes.kinds.CREATE_TIMEOUT` seconds
-and returns, each ``get`` reads the cluster once (RUNNING, SUCCEEDED with
-the node's typed outcome as output ``o0``, FAILED with a one-line message),
-the metadata carries what a poll waits for, and the deployment's policy
-(``$DDLSCALE_CONNECTOR_*``) decides what templates may ask for (never the
-local backend unless listed). The blocking backend calls run in a worker
-thread, so the connector's event loop keeps serving other executions.
+Flyte 2's connector protocol (``flyte.connectors.AsyncConnector``, served by flyte's connector server ``c0``)
+is flytekit's on Flyte 2's types: ``create`` gets the template (its ``custom`` is the node's configuration)
+and Python input values, ``get`` the bytes ``create`` returned. All three calls go to the
+:class:`~.._services.connector_core.ScalingService` flytekit's connector uses, so both behave alike; the
+blocking backend calls run in a worker thread, so the event loop keeps serving other executions.
 
-Who calls decides the policy. flyte's connector server (a deployment)
-gets the deployment's policy. flyte's local connector runner (a Flyte 2
-node awaited in a ``mode="local"`` run) calls the same connector in the
-user's own process, inside the node's task context: there the template is
-the user's own code and the credentials the user's own, as when a flytekit
-node runs in-process, so every installed backend (``local`` included) and
-any head host are served; what the node's own checks refuse is refused
-all the same.
-
-Registered on import, one connector per task type, in flyte's
-``ConnectorRegistry``; flyte's connector server imports this module through
-the package's ``flyte.connectors`` entry point (``c0 --port 8000``, no
-``--modules`` needed).
+Who calls decides the policy: flyte's connector server gets the deployment's; flyte's local connector runner
+(a node awaited in a ``mode="local"`` run) calls in the user's own process and task context, with the user's
+own credentials, so every installed backend and any head host are served there. Registered on import in
+flyte's ``ConnectorRegistry``, one connector per task type (the ``flyte.connectors`` entry point).
 """
 import asyncio
 from typing import Any, Dict, Optional
@@ -39,16 +18,11 @@ from flyte.connectors import AsyncConnector, ConnectorRegistry, Resource
 from flyteidl2.core.execution_pb2 import TaskExecution, TaskLog
 
 from .._services.connector_calls import PollDesk, refusal, refused_create
-from .._services.connector_core import FAILED, RUNNING, SERVED_TASK_TYPES, SUCCEEDED, Poll, ScalingService
+from .._services.connector_core import SERVED_TASK_TYPES, ScalingService
 from .._services.connector_meta import ScalingMetadata
-from .._services.connector_templates import struct_values
+from .._services.connector_protocol import resource_of, struct_values
 from ..backends import available_backends
 from .._services.connector_policy import ConnectorPolicy, Execution
-from .._services.nodes.names import OUTPUT_NAME
-
-PHASES = {RUNNING: TaskExecution.RUNNING, SUCCEEDED: TaskExecution.SUCCEEDED, FAILED: TaskExecution.FAILED}
-"""A poll's answer as Flyte 2's task execution phase."""
-
 
 class ScalingConnector(AsyncConnector[ScalingMetadata]):
     """Serves one ddlscale task type for Flyte 2; register one instance per served type.
@@ -119,22 +93,12 @@ class ScalingConnector(AsyncConnector[ScalingMetadata]):
         with a one-line message; RUNNING with the last state known when the backend does not answer within
         the call budget. Log links and custom info say what the UI shows. Sends nothing but a change its
         create could not send (the backend unavailable), never raises."""
-        return resource_of(await self.desk().answer_async(resource_meta))
+        answer = await self.desk().answer_async(resource_meta)
+        return resource_of(answer, resource_meta.task_type, Resource, TaskExecution, TaskLog)
 
     async def delete(self, resource_meta: ScalingMetadata, **kwargs: Any) -> None:
         """Aborting a node stops the wait only: the cluster keeps the size it was asked for, and a head
         restart already sent goes on (as for flytekit's connector); a parent restores with ``RestoreCluster``."""
-
-
-def resource_of(answer: Poll) -> Resource:
-    """A poll's answer as Flyte 2's resource (phase, message, output ``o0`` once SUCCEEDED, links, counts)."""
-    return Resource(
-        phase=PHASES[answer.state],
-        message=answer.message,
-        outputs={OUTPUT_NAME: answer.outcome} if answer.state == SUCCEEDED else None,
-        log_links=[TaskLog(name=name, uri=uri) for name, uri in answer.links] or None,
-        custom_info=dict(answer.info) or None,
-    )
 
 
 def in_local_run() -> bool:

@@ -1,14 +1,11 @@
-"""A task template as both connectors read it, and the one-line answer for one flytekit cannot read.
+"""What both connector protocols (flytekit's, Flyte 2's) share at their edge: a template's ``custom`` as
+Python values, a poll's answer as the protocol's ``Resource``, and the one-line answer to a template
+flytekit's own parse cannot read.
 
-The node's configuration travels in the template's ``custom``, a protobuf
-``Struct``: :func:`struct_values` gives it as Python values, NaN and
-infinities kept, so each field's own check refuses them by name (protobuf's
-JSON conversion fails on them instead). Flyte 2's connector reads ``custom``
-that way. flytekit's connector service (``pyflyte serve connector``) first
-parses the whole template with ``TaskTemplate.from_flyte_idl``, which uses
-that JSON conversion, and answers what it cannot parse with its own
-traceback before any connector is called: :func:`unreadable_template` is the
-plugin's answer to such a template (``connector_entry`` asks it first).
+``custom`` is a protobuf ``Struct``: :func:`struct_values` keeps NaN and infinities, so each field's own check
+refuses them by name (protobuf's JSON conversion fails on them instead). flytekit's connector service parses
+the whole template that way before any connector is called, and would answer with its traceback:
+:func:`unreadable_template` is the plugin's answer (``connector_entry`` asks it first).
 """
 import math
 from typing import Any, Optional, Tuple
@@ -16,6 +13,9 @@ from typing import Any, Optional, Tuple
 from google.protobuf.struct_pb2 import ListValue, Struct
 
 from ..errors import InvalidInputError, ScalingError
+from .connector_core import SUCCEEDED, Poll, node_config
+from .nodes import NODE_KINDS
+from .nodes.names import OUTPUT_NAME
 
 FLYTEKIT_READABLE = "a task template flytekit's connector service can read"
 
@@ -36,9 +36,6 @@ def unreadable_template(template: Any) -> Optional[ScalingError]:
     connector answers the same template), else the first number flytekit cannot read (``custom.<path>``),
     else what flytekit's parse said (``template``)."""
     from flytekit.models.task import TaskTemplate
-
-    from .connector_core import node_config
-    from .nodes import NODE_KINDS
 
     try:
         TaskTemplate.from_flyte_idl(template)
@@ -69,3 +66,23 @@ def _not_finite(value: Any, path: str) -> Optional[Tuple[str, float]]:
         if found is not None:
             return found
     return None
+
+
+def resource_of(answer: Poll, task_type: str, resource: Any, task_execution: Any, task_log: Any) -> Any:
+    """``answer`` as the protocol's ``resource`` (with its ``task_execution`` phases and ``task_log`` links):
+    the phase, the message (once SUCCEEDED the node's summary line), the typed outcome as output ``o0`` once
+    SUCCEEDED, the dashboard links, and the counts with ``summary``, the message, in ``custom_info``:
+    FlytePropeller drops the message of a RUNNING or SUCCEEDED answer and sends custom info with each phase's
+    first answer (docs/connector.md)."""
+    message = answer.message
+    if answer.state == SUCCEEDED and task_type in NODE_KINDS and answer.outcome is not None:
+        kind = NODE_KINDS[task_type]
+        message = kind.summary(kind.node, answer.outcome, None)
+    info = dict(answer.info, summary=message) if message else dict(answer.info)
+    return resource(
+        phase=getattr(task_execution, answer.state),
+        message=message,
+        outputs={OUTPUT_NAME: answer.outcome} if answer.state == SUCCEEDED else None,
+        log_links=[task_log(name=name, uri=uri) for name, uri in answer.links] or None,
+        custom_info=info or None,
+    )
