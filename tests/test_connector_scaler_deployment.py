@@ -1,8 +1,10 @@
 """The connector on the scaler backend as examples/k8s/scaler-connector.yaml deploys it, run as a stock
 `pyflyte serve connector` against the scaler test server: its token file (a mounted Secret) rotated under the
-running process is used from the next request on, and its baselines, on the volume the manifest mounts, survive
-a restart of the process between a ScaleCluster and its RestoreCluster."""
+running process is used from the next request on, its metrics port serves flytekit's and the plugin's metrics, and
+its baselines, on the volume the manifest mounts, survive a restart of the process between a ScaleCluster and its
+RestoreCluster."""
 import os
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,7 @@ from flytekitplugins_ddlscale.tasks import RestoreOutcome, ScaleCluster, ScaleOu
 from tests.flyte_support import SCALER_ENV
 from tests.servers.scaler_server import DEFAULT_API_KEY, DEFAULT_TOKEN, DEFAULT_USER, ScalerTestServer
 from tests.test_connector import RAY, ray_restore, ray_scale
-from tests.test_connector_service import create, get_until_done, output, serving
+from tests.test_connector_service import create, get_until_done, output, serving, serving_process
 
 MANIFEST = Path(__file__).resolve().parent.parent / "examples" / "k8s" / "scaler-connector.yaml"
 ray_scale_two = ScaleCluster("ray_scale_two", cluster=RAY, replicas=2, timeout=60)
@@ -105,11 +107,16 @@ def test_a_rotated_token_is_used_and_a_restart_between_scale_and_restore_keeps_t
         env = _manifest_env(server, mounts)
         secret = Path(env["DOMINO_TOKEN_FILE"]).parent
         kubelet_writes(secret, old + "\n", 1)  # as `kubectl create secret --from-file` keeps a file's newline
-        with serving(env) as channel:
+        with serving_process(env) as (channel, process):
             stub = AsyncAgentServiceStub(channel)
             scaled = get_until_done(stub, "ddlscale_scale", create(stub, ray_scale))[-1]
             assert scaled.resource.phase == TaskExecution.SUCCEEDED, scaled.resource.message
             assert output(scaled, ScaleOutcome).workers == 3 and _bearers(server) == {f"Bearer {old}"}
+            # The metrics port the manifest starts it with (its Service's `metrics` port) answers Prometheus.
+            metrics = process.args[process.args.index("--prometheus_port") + 1]
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=10) as answer:
+                exposition = answer.read().decode()
+            assert "ddlscale_connector_creates_total{" in exposition and "flyte_connector_" in exposition
 
             kubelet_writes(secret, new + "\n", 2)
             server.add_user("nobody", token=old)  # the old token revoked: it now names a user owning nothing
