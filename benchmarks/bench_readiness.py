@@ -7,7 +7,7 @@ one exactly ``join_delay`` s after. Three clients per trial, on the same
 servers with the same delays:
 
 * ``framework``: what ``ScaleCluster``/``ddlscale scale --wait`` do: the
-  scaler backend's scale and wait, then :func:`confirm_ready` against the head;
+  scaler backend's scale and wait, then :class:`ReadinessCheck` against the head;
 * ``pods_only``: the same backend with the framework check off (what the
   plugin did before);
 * ``baseline``: the reference client's strategy (fixed 2 s polling of the
@@ -88,7 +88,7 @@ class _Lane:
 
     def trial(self, client: str, join_delay: float) -> Trial:
         from flytekitplugins_ddlscale import ClusterRef
-        from flytekitplugins_ddlscale._services.readiness import FrameworkOptions, confirm_ready
+        from flytekitplugins_ddlscale._services.readiness import FrameworkOptions, ReadinessCheck
 
         ref = ClusterRef("ray", CLUSTER)
         self.server.set_pod_ready_delay(POD_DELAY, "ray", CLUSTER)
@@ -100,7 +100,7 @@ class _Lane:
         else:
             result = self.backend.scale(ref, WORKERS, wait=True, timeout=600)
             options = FrameworkOptions(enabled=client == "framework", url=self.head.url, env={})
-            confirm_ready(self.backend, ref, result.final, result.effective, 600, options)
+            ReadinessCheck(self.backend, ref, options).ready(result.final, result.effective, 600)
         returned = time.monotonic()
         return Trial(client, join_delay, returned - max(joins), self.head.alive_count())
 

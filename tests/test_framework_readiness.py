@@ -255,7 +255,7 @@ def test_real_dask_scheduler_http_server(tmp_path):
 def test_pod_readiness_and_framework_count_combine():
     """With a backend that sees pod readiness, the smaller of the two counts is ready."""
     from flytekitplugins_ddlscale.backends._base import BackendCapabilities
-    from flytekitplugins_ddlscale._services.readiness import FrameworkOptions, confirm_ready
+    from flytekitplugins_ddlscale._services.readiness import FrameworkOptions, ReadinessCheck
     from flytekitplugins_ddlscale.models import ClusterState
     from flytekitplugins_ddlscale.refs import ClusterRef
 
@@ -266,13 +266,14 @@ def test_pod_readiness_and_framework_count_combine():
     state = ClusterState("ray/x", "Running", desired_workers=3, existing_workers=3, ready_workers=2)
     with RayDashboardServer() as server:
         server.join_after(0, 0, 0)
-        readiness = confirm_ready(PodWatching(), ClusterRef("ray", "x"), state, 2, 10,
-                                  FrameworkOptions(url=server.url, env={}))
+        readiness = ReadinessCheck(PodWatching(), ClusterRef("ray", "x"), FrameworkOptions(url=server.url, env={})).ready(
+            state, 2, 10
+        )
     assert readiness.ready_workers == 2
     assert readiness.proof.startswith("2 worker pods Ready (kubernetes); 3 workers registered with the Ray head")
-    off = confirm_ready(PodWatching(), ClusterRef("ray", "x"), state, 2, 10, FrameworkOptions(enabled=False, env={}))
+    off = ReadinessCheck(PodWatching(), ClusterRef("ray", "x"), FrameworkOptions(enabled=False, env={})).ready(state, 2, 10)
     assert off.proof == "2 worker pods Ready (kubernetes); framework check off"
-    unknown = confirm_ready(PodWatching(), ClusterRef("ray", "x"), state, 2, 10, FrameworkOptions(env={}))
+    unknown = ReadinessCheck(PodWatching(), ClusterRef("ray", "x"), FrameworkOptions(env={})).ready(state, 2, 10)
     assert "head address unknown: set $RAY_HEAD_SERVICE_HOST, $DDLSCALE_RAY_URL" in unknown.proof
 
 

@@ -24,7 +24,7 @@ from flytekitplugins_ddlscale import ClusterRef, ReplicaSpec, ScaleCluster, Unsu
 from flytekitplugins_ddlscale.backends.local import LocalBackend, _procs as procs
 from flytekitplugins_ddlscale._core.settings import RAY_EXECUTABLE
 from flytekitplugins_ddlscale.cli.local_commands import local
-from flytekitplugins_ddlscale._services.readiness import FrameworkOptions, confirm_ready
+from flytekitplugins_ddlscale._services.readiness import FrameworkOptions, ReadinessCheck
 from flytekitplugins_ddlscale._framework.endpoints import resolve_endpoint
 from flytekitplugins_ddlscale._framework.wait import wait_registered
 from flytekitplugins_ddlscale.phase import cluster_phase
@@ -179,7 +179,7 @@ def test_framework_check_reads_the_real_dashboard_from_the_connection_variables(
         registered = wait_registered(endpoint, 2, timeout=30)
     assert registered.workers == 2
     assert f"2 workers registered with the Ray head at {endpoint.url}" == registered.proof
-    readiness = confirm_ready(b, REF, state, 2, 30, FrameworkOptions())
+    readiness = ReadinessCheck(b, REF, FrameworkOptions()).ready(state, 2, 30)
     assert readiness.proof == "2 workers registered with the Ray head (local backend)"
 
 

@@ -1,8 +1,8 @@
 """The readiness every surface reports: what the backend proved, plus the framework check.
 
-Nodes, the CLI and phases call :func:`confirm_ready` after the backend's own
-wait (:func:`confirm_change` after a scale, restore or reconcile), with what
-is left of the same deadline. After a change that removed workers the check
+Nodes, the CLI and phases ask a :class:`ReadinessCheck` after the backend's
+own wait (``ready``, or ``change`` after a scale, restore or reconcile), with
+what is left of the same deadline. After a change that removed workers the check
 waits until the framework has dropped them, as the backend's wait only saw
 their pods go. The result says how many
 workers are ready and which checks proved it, e.g. ``4 worker pods exist
@@ -73,57 +73,46 @@ def removed_workers(result: ScaleResult) -> bool:
     return result.effective < max(before.desired_workers, before.existing_workers)
 
 
-def confirm_ready(
-    backend: ClusterBackend,
-    ref: ClusterRef,
-    state: ClusterState,
-    workers: int,
-    timeout: float,
-    options: FrameworkOptions = FrameworkOptions(),
-    progress: Optional[ProgressReporter] = None,
-    *,
-    removed: bool = False,
-) -> Readiness:
-    """After the backend's wait ended in ``state``: wait (up to ``timeout``) until ``workers``
-    workers are registered with the framework where that applies, and say what proved readiness.
+@dataclass(frozen=True)
+class ReadinessCheck:
+    """What proves a cluster's workers ready after the backend's own wait: the backend and cluster, whether and
+    where to ask the framework, and where the wait's progress goes; asked with what is left of the deadline."""
 
-    ``removed``: the wait followed a scale-down, so the check waits until at most ``workers``
-    are registered (the framework dropped the removed ones), even for 0 workers. The
-    framework check is skipped (and the proof says why) when it is switched off, when no
-    worker is awaited, for kinds without a head, for backends that already count registered
-    workers, and when nothing says where the head is. Raises ``ScalingTimeoutError`` from
-    :func:`~.wait.wait_registered`.
-    """
-    base = backend_proof(backend, state, ref.kind)
-    known = state.ready_workers
-    probe = probe_for(ref.kind)
-    if not options.enabled or not enabled_by_env(options.env):
-        return Readiness(known, f"{base}; framework check off")
-    if (workers <= 0 and not removed) or backend.capabilities.counts_registered_workers:
-        return Readiness(known, base)
-    if probe is None:
-        return Readiness(known, f"{base}; {ref.kind} has no head to ask")
-    endpoint = resolve_endpoint(ref.kind, options.url, options.env)
-    if endpoint is None:
-        return Readiness(known, f"{base}; framework not checked (head address unknown: set {where_to_set(ref.kind)})")
-    registered = wait_registered(
-        endpoint, workers, timeout, removed=removed, cluster=str(ref), state=state, progress=progress
-    )
-    ready = registered.workers if known is None else min(known, registered.workers)
-    return Readiness(ready, f"{base}; {registered.proof}", registered, registered.seconds)
+    backend: ClusterBackend
+    ref: ClusterRef
+    options: FrameworkOptions = FrameworkOptions()
+    progress: Optional[ProgressReporter] = None
 
+    def ready(self, state: ClusterState, workers: int, timeout: float, *, removed: bool = False) -> Readiness:
+        """After the backend's wait ended in ``state``: wait (up to ``timeout``) until ``workers`` workers are
+        registered with the framework where that applies, and say what proved readiness.
 
-def confirm_change(
-    backend: ClusterBackend,
-    ref: ClusterRef,
-    result: ScaleResult,
-    timeout: float,
-    options: FrameworkOptions = FrameworkOptions(),
-    progress: Optional[ProgressReporter] = None,
-    needed: Optional[int] = None,
-) -> Readiness:
-    """:func:`confirm_ready` for the waited-for ``result`` of a scale, restore or reconcile: its
-    workers registered (at least ``needed`` of them, when given), or, when it removed workers, the
-    framework rid of them."""
-    count = result.effective if needed is None else min(needed, result.effective)
-    return confirm_ready(backend, ref, result.final, count, timeout, options, progress, removed=removed_workers(result))
+        ``removed``: the wait followed a scale-down, so the check waits until at most ``workers`` are
+        registered (the framework dropped the removed ones), even for 0 workers. The framework check is
+        skipped (and the proof says why) when it is switched off, when no worker is awaited, for kinds without
+        a head, for backends that already count registered workers, and when nothing says where the head is.
+        Raises ``ScalingTimeoutError`` from :func:`~.wait.wait_registered`.
+        """
+        backend, ref, options = self.backend, self.ref, self.options
+        base = backend_proof(backend, state, ref.kind)
+        known = state.ready_workers
+        if not options.enabled or not enabled_by_env(options.env):
+            return Readiness(known, f"{base}; framework check off")
+        if (workers <= 0 and not removed) or backend.capabilities.counts_registered_workers:
+            return Readiness(known, base)
+        if probe_for(ref.kind) is None:
+            return Readiness(known, f"{base}; {ref.kind} has no head to ask")
+        endpoint = resolve_endpoint(ref.kind, options.url, options.env)
+        if endpoint is None:
+            return Readiness(known, f"{base}; framework not checked (head address unknown: set {where_to_set(ref.kind)})")
+        registered = wait_registered(
+            endpoint, workers, timeout, removed=removed, cluster=str(ref), state=state, progress=self.progress
+        )
+        ready = registered.workers if known is None else min(known, registered.workers)
+        return Readiness(ready, f"{base}; {registered.proof}", registered, registered.seconds)
+
+    def change(self, result: ScaleResult, timeout: float, needed: Optional[int] = None) -> Readiness:
+        """:meth:`ready` for the waited-for ``result`` of a scale, restore or reconcile: its workers registered
+        (at least ``needed`` of them, when given), or, when it removed workers, the framework rid of them."""
+        count = result.effective if needed is None else min(needed, result.effective)
+        return self.ready(result.final, count, timeout, removed=removed_workers(result))

@@ -19,7 +19,7 @@ import click
 from ..backends import available_backends, get_backend
 from ..backends._base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT, ClusterBackend
 from ..errors import ClusterNotFoundError, InvalidInputError, ScalingError
-from .._services.readiness import FrameworkOptions, confirm_change, confirm_ready
+from .._services.readiness import FrameworkOptions, ReadinessCheck
 from ..models import ReplicaSpec
 from .._core import settings
 from .._core.progress import ProgressReporter, default_reporter
@@ -197,9 +197,8 @@ def status(backend: ClusterBackend, ref: ClusterRef, call: Call) -> Any:
     if not call.wait:
         return WithClaims(state, backend.claims(ref))
     state = backend.wait_for_workers(ref, state.desired_workers, timeout=call.timeout, progress=call.progress)
-    readiness = confirm_ready(
-        backend, ref, state, state.desired_workers, deadline.remaining, call.framework, call.progress
-    )
+    check = ReadinessCheck(backend, ref, call.framework, call.progress)
+    readiness = check.ready(state, state.desired_workers, deadline.remaining)
     return WithClaims(Confirmed(state, readiness), backend.claims(ref))
 
 
@@ -223,7 +222,8 @@ def scale(
     )
     if not call.wait:
         return result
-    return Confirmed(result, confirm_change(backend, ref, result, deadline.remaining, call.framework, call.progress))
+    check = ReadinessCheck(backend, ref, call.framework, call.progress)
+    return Confirmed(result, check.change(result, deadline.remaining))
 
 
 @click.command("restart-head")
@@ -264,7 +264,8 @@ def restore(
     result = backend.restore_baseline(ref, target, wait=call.wait, timeout=call.timeout, progress=call.progress)
     if not call.wait:
         return result
-    return Confirmed(result, confirm_change(backend, ref, result, deadline.remaining, call.framework, call.progress))
+    check = ReadinessCheck(backend, ref, call.framework, call.progress)
+    return Confirmed(result, check.change(result, deadline.remaining))
 
 
 def register_cluster_commands(group: click.Group) -> None:

@@ -31,7 +31,7 @@ from flytekitplugins_ddlscale.errors import (
     ScalingTimeoutError,
     UnreachableWaitError,
 )
-from flytekitplugins_ddlscale._services.readiness import FrameworkOptions, confirm_change
+from flytekitplugins_ddlscale._services.readiness import FrameworkOptions, ReadinessCheck
 from tests.envtest.dask_operator import RealDaskOperator
 from tests.envtest.dask_runtime import DaskRuntime
 
@@ -154,7 +154,7 @@ def test_a_restore_waits_while_the_operator_retires_workers_through_the_real_sch
         result = backend.restore_baseline(ref, timeout=120)
         assert (result.previous.desired_workers, result.final.desired_workers) == (3, 1)
         assert result.final.existing_workers == 1 and result.final.ready_workers == 1
-        readiness = confirm_change(backend, ref, result, 60, FrameworkOptions(url=served.dashboard, env={}))
+        readiness = ReadinessCheck(backend, ref, FrameworkOptions(url=served.dashboard, env={})).change(result, 60)
         assert f"1 workers registered with the Dask scheduler at {served.dashboard}" in readiness.proof
     deployments = client.AppsV1Api(envtest.admin).list_namespaced_deployment(
         served.namespace, label_selector="dask.org/workergroup-name=served-dask-default")

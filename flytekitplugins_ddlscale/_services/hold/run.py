@@ -32,7 +32,7 @@ from ...errors import (
     ScalingTimeoutError,
     UnsupportedOperationError,
 )
-from ..readiness import FrameworkOptions, confirm_change
+from ..readiness import FrameworkOptions, ReadinessCheck
 from ...backends._support.inplace import given_back
 from ...models import ReplicaSpec
 from ..._core.progress import Activity, begin_wait, default_reporter, emit_line
@@ -248,9 +248,8 @@ class ClusterPhase:
         if s.head_hw_tier is not None and result.final.head_hw_tier != s.head_hw_tier:
             backend.restart_head(self.ref, s.head_hw_tier, wait=True, timeout=max(deadline.remaining, 0.1))
         self._export_env(backend)
-        readiness = confirm_change(
-            backend, self.ref, result, deadline.remaining, framework, default_reporter(), needed=s.replicas
-        )
+        check = ReadinessCheck(backend, self.ref, framework, default_reporter())
+        readiness = check.change(result, deadline.remaining, needed=s.replicas)
         self.framework_check = readiness.proof
         # Ready means registered with the framework too: the summary's time to ready includes that wait.
         self._scaled = (*self._scaled[:2], time.monotonic() - self._began)
@@ -393,10 +392,8 @@ class ClusterPhase:
         else:
             self.restored_to = f"{plural(result.effective, 'worker')} ({'given spec' if target else 'as found'})"
         # The removed workers gone from the framework too, so the next phase or flow starts from the restored size.
-        confirm_change(
-            backend, self.ref, result, deadline.remaining, FrameworkOptions(s.framework_ready, s.framework_url),
-            needed=needed,
-        )
+        framework = FrameworkOptions(s.framework_ready, s.framework_url)
+        ReadinessCheck(backend, self.ref, framework).change(result, deadline.remaining, needed=needed)
         self.timeline.add(observed_workers(result.final), result.final.worker_hw_tier)
         # Debug only: the phase's summary line says how it ended.
         logger.debug("phase %s on %s ended; cluster set to %s", self.claim_id, self.ref, self.restored_to)

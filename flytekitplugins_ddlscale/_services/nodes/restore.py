@@ -14,7 +14,7 @@ from ..._core.timeline import WorkerTimeline, observed_workers, recording
 from ..._core.validation import replicas_or_minus_one, validate_tier_name
 from ..._core.waiting import Deadline
 from ..opening import open_backend
-from ..readiness import Readiness, confirm_change
+from ..readiness import Readiness, ReadinessCheck
 from .kinds import (
     CREATE_TIMEOUT, MIN_SEND, ChecksFramework, Creation, NodeConfig, NodeKind, NodeOutcome, Sent, in_place_failure,
     known, read_within, resized,
@@ -127,7 +127,7 @@ def run_restore(
         )
         timeline.add(observed_workers(result.previous), result.previous.worker_hw_tier, seconds=0.0)
         if config.wait:
-            confirm_change(backend, ref, result, deadline.remaining, config.framework(), reporter)
+            ReadinessCheck(backend, ref, config.framework(), reporter).change(result, deadline.remaining)
         timeline.add(observed_workers(result.final), result.final.worker_hw_tier)
         timeline.finish()
         return RestoreOutcome.from_result(result, backend.name, restored), timeline

@@ -14,7 +14,7 @@ from ..._core.timeline import WorkerTimeline, observed_workers, recording
 from ..._core.validation import validate_replicas, validate_tier_name
 from ..._core.waiting import Deadline
 from ..opening import open_backend
-from ..readiness import Readiness, confirm_change
+from ..readiness import Readiness, ReadinessCheck
 from .kinds import (
     CREATE_TIMEOUT, ChecksFramework, Creation, NodeConfig, NodeKind, NodeOutcome, Sent, in_place_failure, known,
     ready_count, resized,
@@ -119,7 +119,7 @@ def run_scale(
         readiness: Optional[Readiness] = None
         if config.wait:
             # Not sampled into the timeline: it plots worker pods, the framework count is the outcome's.
-            readiness = confirm_change(backend, ref, result, deadline.remaining, config.framework(), reporter)
+            readiness = ReadinessCheck(backend, ref, config.framework(), reporter).change(result, deadline.remaining)
         timeline.add(ready_count(result.final, readiness), worker_hw_tier or result.final.worker_hw_tier)
         timeline.finish()
         return ScaleOutcome.from_result(result, backend.name, readiness), timeline

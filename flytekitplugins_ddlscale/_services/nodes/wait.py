@@ -14,7 +14,7 @@ from ..._core.timeline import WorkerTimeline, observed_workers, recording
 from ..._core.validation import replicas_or_minus_one
 from ..._core.waiting import Deadline
 from ..opening import open_backend
-from ..readiness import Readiness, confirm_ready
+from ..readiness import Readiness, ReadinessCheck
 from .kinds import (
     AWAIT_DESIRED, AWAIT_WORKERS, UNKNOWN, ChecksFramework, Creation, NodeConfig, NodeKind, NodeOutcome, Sent, known,
     ready_count,
@@ -95,7 +95,7 @@ def run_wait(
         state = backend.wait_for_workers(
             ref, target, timeout=config.timeout, progress=recording(timeline, before.worker_hw_tier, reporter)
         )
-        readiness = confirm_ready(backend, ref, state, target, deadline.remaining, config.framework(), reporter)
+        readiness = ReadinessCheck(backend, ref, config.framework(), reporter).ready(state, target, deadline.remaining)
         timeline.add(ready_count(state, readiness), state.worker_hw_tier)
         timeline.finish()
         return ClusterReady.from_state(state, backend.name, time.monotonic() - started, readiness), timeline
