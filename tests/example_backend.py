@@ -23,7 +23,7 @@ from flytekitplugins_ddlscale.errors import ClusterNotFoundError, UnsupportedOpe
 from flytekitplugins_ddlscale.models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
 from flytekitplugins_ddlscale.refs import ClusterRef
 from flytekitplugins_ddlscale._core.progress import ProgressReporter
-from flytekitplugins_ddlscale._core.waiting import Backoff, Deadline, poll_until
+from flytekitplugins_ddlscale._core.waiting import Awaited, Backoff, Deadline, Pacing, poll_until
 
 MAX_WORKERS = 6
 POLL = Backoff(initial=0.02, factor=1.5, cap=0.1)
@@ -73,11 +73,9 @@ class ExampleBackend(FileRecordsBackend):
         return self._observe(ref)
 
     def _wait_workers(self, ref: ClusterRef, wait: WorkersWait) -> ClusterState:
-        return poll_until(
-            lambda: self._observe(ref), lambda state: state.workers_up(wait.replicas),
-            what=f"{wait.replicas} workers of {ref}", target=wait.replicas,
-            count=lambda state: state.ready_workers or 0, timeout=wait.timeout, backoff=POLL, progress=wait.progress,
-        )
+        awaited = Awaited(f"{wait.replicas} workers of {ref}", wait.replicas,
+                          lambda state: state.ready_workers or 0, lambda state: state.workers_up(wait.replicas))
+        return poll_until(lambda: self._observe(ref), awaited, wait.timeout, wait.progress, Pacing(POLL))
 
     def _reach(self, ref: ClusterRef) -> Reach:
         env = state_dir_env(self.directory, self.name)

@@ -191,36 +191,50 @@ def poll(read: Callable[[], T], done: Callable[[T], bool], *, deadline: Deadline
         sleep(min(next(intervals), deadline.remaining))
 
 
+@dataclass(frozen=True)
+class Awaited:
+    """What a wait for a cluster polls for: ``what`` in words (progress and the timeout error), the
+    ``target`` count, how a state ``count``s towards it, and when a state is ``done``."""
+
+    what: str
+    target: int
+    count: Callable[[ClusterState], int]
+    done: Callable[[ClusterState], bool]
+
+
+def _no_note(deadline: "Deadline") -> str:
+    return ""
+
+
+@dataclass(frozen=True)
+class Pacing:
+    """How a wait polls: its schedule, how it sleeps, and what its timeout error adds (``note(deadline)``,
+    e.g. how long the backend was unreachable)."""
+
+    backoff: PollSchedule = Backoff()
+    sleep: Callable[[float], None] = time.sleep
+    note: Callable[["Deadline"], str] = _no_note
+
+
 def poll_until(
     read: Callable[[], ClusterState],
-    done: Callable[[ClusterState], bool],
-    *,
-    what: str,
-    target: int,
-    count: Callable[[ClusterState], int],
+    awaited: Awaited,
     timeout: float,
-    backoff: PollSchedule = Backoff(),
     progress: Optional[ProgressReporter] = None,
-    sleep: Callable[[float], None] = time.sleep,
-    note: Callable[[Deadline], str] = lambda deadline: "",
+    pacing: Pacing = Pacing(),
 ) -> ClusterState:
-    """Call ``read`` until ``done(state)``; return that state.
-
-    ``what`` says what is awaited (it appears in progress and in the timeout
-    error); ``count(state)`` measures progress towards ``target``. Raises
-    :class:`ScalingTimeoutError` with the last state once ``timeout`` passes;
-    ``note(deadline)``, when not empty, is added to its message (e.g. how
-    long the backend was unreachable during the wait).
-    """
+    """The first state ``read`` returns that is ``awaited.done``, reported to ``progress`` as it goes;
+    :class:`ScalingTimeoutError` with the last state once ``timeout`` passes."""
     deadline = Deadline(timeout)
+    what = awaited.what
 
     def finished(state: ClusterState) -> bool:
         if progress is not None:
-            progress(WaitProgress(what, count(state), target, deadline.elapsed, timeout, state.describe()))
-        return done(state)
+            progress(WaitProgress(what, awaited.count(state), awaited.target, deadline.elapsed, timeout, state.describe()))
+        return awaited.done(state)
 
     def timed_out(state: ClusterState) -> ScalingTimeoutError:
-        extra = note(deadline)
+        extra = pacing.note(deadline)
         return ScalingTimeoutError(
             f"timed out after {seconds(timeout)} waiting for {what}; {extra + '; ' if extra else ''}"
             f"last state: {state.describe()}",
@@ -228,4 +242,4 @@ def poll_until(
             state=state,
         )
 
-    return poll(read, finished, deadline=deadline, schedule=backoff, timed_out=timed_out, sleep=sleep)
+    return poll(read, finished, deadline=deadline, schedule=pacing.backoff, timed_out=timed_out, sleep=pacing.sleep)

@@ -30,13 +30,13 @@ def test_backoff_is_geometric_and_capped():
 def test_a_sub_second_timeout_is_named_as_it_was_given():
     from flytekitplugins_ddlscale.errors import ScalingTimeoutError
     from flytekitplugins_ddlscale.models import ClusterState
-    from flytekitplugins_ddlscale._core.waiting import poll_until
+    from flytekitplugins_ddlscale._core.waiting import Awaited, Pacing, poll_until
 
     state = ClusterState(cluster="dask/c", status="Starting", desired_workers=2, existing_workers=0,
                          ready_workers=0, head_ready=True)
     try:
-        poll_until(lambda: state, lambda s: False, what="2 workers", target=2, count=lambda s: 0, timeout=0.3,
-                   backoff=Backoff(initial=0.05, factor=1.0, cap=0.05))
+        poll_until(lambda: state, Awaited("2 workers", 2, lambda s: 0, lambda s: False), 0.3,
+                   pacing=Pacing(Backoff(initial=0.05, factor=1.0, cap=0.05)))
     except ScalingTimeoutError as error:
         assert "timed out after 0.3s waiting for 2 workers" in str(error)
     else:

@@ -45,7 +45,7 @@ from ..._core.records import Claim
 from ...refs import ClusterRef
 from ..._core.validation import validate_replicas, validate_timeout
 from ..._core.leases import dead_text
-from ..._core.waiting import CLEANUP_GRACE, Backoff, Deadline, poll_until, within
+from ..._core.waiting import Awaited, Backoff, CLEANUP_GRACE, Deadline, Pacing, poll_until, within
 from ..._core.wording import plural
 from .._base import DEFAULT_SCALE_TIMEOUT, BackendCapabilities, Change, SharedReads, WorkersWait
 from .._filebacked import FileRecordsBackend
@@ -597,16 +597,13 @@ class LocalBackend(FileRecordsBackend):
         timeout: float,
         progress: Optional[ProgressReporter],
     ) -> ClusterState:
-        return poll_until(
-            read,
+        awaited = Awaited(
+            f"{plural(replicas, 'worker')} seen by the {self.driver(ref).head_label} of {ref}",
+            replicas,
+            lambda s: s.ready_workers or 0,
             lambda s: bool(s.head_ready) and (s.workers_up(replicas) or _superseded_and_up(s, replicas)),
-            what=f"{plural(replicas, 'worker')} seen by the {self.driver(ref).head_label} of {ref}",
-            target=replicas,
-            count=lambda s: s.ready_workers or 0,
-            timeout=timeout,
-            backoff=_POLL,
-            progress=progress,
         )
+        return poll_until(read, awaited, timeout, progress, Pacing(_POLL))
 
     def _observe_or_absent(self, ref: ClusterRef) -> ClusterState:
         record = self.store.load(ref)

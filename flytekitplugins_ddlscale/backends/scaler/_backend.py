@@ -41,7 +41,7 @@ from ..._core.progress import ProgressReporter, WaitProgress
 from ...refs import KINDS, ClusterRef
 from ..tiers import DominoTierCatalog, TierCatalog
 from ..._core.validation import validate_tier_name, validate_timeout
-from ..._core.waiting import Backoff, Deadline, PollSchedule, TwoStageBackoff, poll, poll_until
+from ..._core.waiting import Awaited, Backoff, Deadline, Pacing, PollSchedule, TwoStageBackoff, poll, poll_until
 from .._base import BackendCapabilities, Change, SharedReads, WorkersWait
 from .._filebacked import FileRecordsBackend
 from ._client import (
@@ -232,18 +232,14 @@ class ScalerServiceBackend(FileRecordsBackend):
                 raise _timed_out(error, deadline, what, ref, self._client) from None
             return seen[0]
 
-        return poll_until(
-            read,
-            lambda s: s.status == "Running" and s.workers_up(replicas),
-            what=what,
-            target=replicas,
-            count=lambda s: s.existing_workers,
-            timeout=wait.timeout,
-            backoff=_ListedSchedule(self._poll, lambda: self._client.shared_by_list(ref)),
-            progress=wait.progress,
-            sleep=self._sleep,
-            note=self._client.outage.summary,
+        awaited = Awaited(
+            what, replicas, lambda s: s.existing_workers, lambda s: s.status == "Running" and s.workers_up(replicas)
         )
+        pacing = Pacing(
+            _ListedSchedule(self._poll, lambda: self._client.shared_by_list(ref)), self._sleep,
+            self._client.outage.summary,
+        )
+        return poll_until(read, awaited, wait.timeout, wait.progress, pacing)
 
     def _check_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> Optional[str]:
         if tier is None or self._tiers is None:
