@@ -2,6 +2,7 @@
 replaces as the token nears its expiry. A backend held open across calls, as the connector holds it, sends the
 token the file holds at each request: on the real kube-apiserver, with real service-account tokens (TokenRequest),
 the first one revoked once the file holds the second."""
+import contextlib
 import secrets
 import time
 import urllib.error
@@ -23,22 +24,26 @@ REVOKED_WITHIN = 30.0
 """Seconds the API server gets to refuse a token whose bound object was deleted."""
 
 
+@contextlib.contextmanager
 def _service_account(envtest):
-    """The connector Deployment's service account (examples/k8s/connector.yaml), created: (namespace, name)."""
+    """The connector Deployment's service account (examples/k8s/connector.yaml), created for the block and deleted
+    after it (the session's control plane dry-runs the manifest, which creates it): (namespace, name)."""
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
     deployment = _manifest_object("connector.yaml", "Deployment")
     namespace, name = deployment["metadata"]["namespace"], deployment["spec"]["template"]["spec"]["serviceAccountName"]
     core = client.CoreV1Api(envtest.admin)
-    for create, body in ((lambda b: core.create_namespace(b), {"metadata": {"name": namespace}}),
-                         (lambda b: core.create_namespaced_service_account(namespace, b), {"metadata": {"name": name}})):
-        try:
-            create(body)
-        except ApiException as error:
-            if error.status != 409:  # the control plane is shared by the session
-                raise
-    return namespace, name
+    try:
+        core.create_namespace({"metadata": {"name": namespace}})
+    except ApiException as error:
+        if error.status != 409:  # the control plane is shared by the session
+            raise
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": name}})
+    try:
+        yield namespace, name
+    finally:
+        core.delete_namespaced_service_account(name, namespace)
 
 
 def _token(envtest, account):
@@ -72,9 +77,10 @@ def test_a_backend_held_open_sends_the_service_account_token_the_kubelet_rotated
     from kubernetes.config import incluster_config
 
     side = RealServerSide(tiers_file, envtest)
-    try:
+    with contextlib.ExitStack() as stack:
+        stack.callback(side.close)
         side.add_cluster("ray", "c1", replicas=1)
-        account = _service_account(envtest)
+        account = stack.enter_context(_service_account(envtest))
         role = _bind_as_the_manifest_does(envtest, "rbac.yaml", "connector.yaml", side.namespace)
         _await_binding(envtest, f"system:serviceaccount:{account[0]}:{account[1]}", side.namespace, role)
         (first, first_bound), (second, _) = _token(envtest, account), _token(envtest, account)
@@ -99,5 +105,3 @@ def test_a_backend_held_open_sends_the_service_account_token_the_kubelet_rotated
                 time.sleep(0.2)
             assert backend.restore_baseline(ref, timeout=60).final.ready_workers == 1
         assert side.get_object("ray", "c1")["spec"]["worker"]["replicas"] == 1
-    finally:
-        side.close()
