@@ -192,7 +192,7 @@ def test_foreign_clusters_are_refused_unless_allowed(k8s, tiers_file, monkeypatc
 
 
 def test_autoscaling_removed_for_zero_workers_is_parked_until_the_next_scale_up(k8s, backend):  # noqa: F811
-    from flytekitplugins_ddlscale.backends.kubernetes._spec import PARKED_AUTOSCALING_ANNOTATION
+    from flytekitplugins_ddlscale.backends.kubernetes._resources.dco import PARKED_AUTOSCALING_ANNOTATION
 
     k8s.add_cluster("ray", "zero", replicas=1, autoscaling={"minReplicas": 1, "maxReplicas": 6})
     ref = ClusterRef("ray", "zero")
@@ -228,7 +228,7 @@ def test_autoscaling_removed_for_zero_workers_is_parked_until_the_next_scale_up(
     ],
 )
 def test_corrupt_record_annotations_are_refused_before_anything_changes(k8s, backend, annotation, text, field):  # noqa: F811
-    from flytekitplugins_ddlscale.backends.kubernetes._spec import PARKED_AUTOSCALING_ANNOTATION
+    from flytekitplugins_ddlscale.backends.kubernetes._resources.dco import PARKED_AUTOSCALING_ANNOTATION
     from flytekitplugins_ddlscale.errors import CorruptRecordError
     from flytekitplugins_ddlscale._core.records import OUTSIDE_ANNOTATION
 
