@@ -5,7 +5,7 @@ as typed outputs that downstream nodes depend on.
 """
 import datetime
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 
 def utcnow() -> datetime.datetime:
@@ -99,17 +99,16 @@ class ScaleResult:
     """The tier name requested, if any."""
 
     @classmethod
-    def sent(
-        cls, cluster: str, previous: ClusterState, requested: int, effective: int, *,
-        capped: Optional[bool] = None, final: Optional[ClusterState] = None, worker_hw_tier: Optional[str] = None,
-    ) -> "ScaleResult":
+    def sent(cls, cluster: str, previous: ClusterState, requested: int, effective: int, **fields: Any) -> "ScaleResult":
         """What a change did before any wait for its workers: ``effective`` of the ``requested`` workers
-        set on ``previous`` (``capped`` by the maximum; None: when fewer were set than requested), and
-        ``final`` the state right after it (None: ``previous``, until the change is read back)."""
-        return cls(
-            cluster, requested, effective, effective < requested if capped is None else capped, previous,
-            previous if final is None else final, waited=False, worker_hw_tier=worker_hw_tier,
-        )
+        set on ``previous``. ``fields``: the result's other fields as they are, ``capped`` (None: when
+        fewer were set than requested), ``final`` (None: ``previous``, until the change is read back) and
+        ``worker_hw_tier``."""
+        if fields.get("capped") is None:
+            fields["capped"] = effective < requested
+        if fields.get("final") is None:
+            fields["final"] = previous
+        return cls(cluster, requested, effective, previous=previous, waited=False, **fields)
 
 
 @dataclass
