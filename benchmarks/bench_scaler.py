@@ -71,7 +71,7 @@ class _Lane:
     def __init__(self, state_dir: Path) -> None:
         from benchmarks.baseline_client import ScalerPollingBaseline
         from benchmarks.servers import TimedScalerServer
-        from flytekitplugins_ddlscale.backends.scaler import ScalerServiceBackend
+        from flytekitplugins_ddlscale.backends.scaler import ScalerOptions, ScalerServiceBackend
         from tests.servers.scaler_server import DEFAULT_API_KEY
 
         self.server = TimedScalerServer().start()
@@ -81,7 +81,9 @@ class _Lane:
             self.backend = ScalerServiceBackend(url, api_key=DEFAULT_API_KEY, state_dir=state_dir)
             self.baseline = ScalerPollingBaseline(url, DEFAULT_API_KEY, give_up_after=600.0)
             self.previous = {
-                op: ScalerServiceBackend(url, api_key=DEFAULT_API_KEY, state_dir=state_dir, poll_backoff=schedule)  # type: ignore[arg-type]
+                op: ScalerServiceBackend(
+                    url, api_key=DEFAULT_API_KEY, state_dir=state_dir, options=ScalerOptions(poll_backoff=schedule)
+                )
                 for op, schedule in (("scale", PREVIOUS_SCHEDULE), ("restart", PREVIOUS_SCHEDULE))
             }
         except BaseException:

@@ -108,7 +108,7 @@ def scaler_backend(scaler_server, tmp_path):
 
     ``env={}`` keeps it independent of the outer environment (no Nucleus tier catalog).
     """
-    from flytekitplugins_ddlscale.backends.scaler import ScalerServiceBackend
+    from flytekitplugins_ddlscale.backends.scaler import ScalerOptions, ScalerServiceBackend
     from flytekitplugins_ddlscale._core.waiting import Backoff
     from tests.servers.scaler_server import DEFAULT_API_KEY
 
@@ -116,10 +116,12 @@ def scaler_backend(scaler_server, tmp_path):
         scaler_server.url,
         api_key=DEFAULT_API_KEY,
         state_dir=tmp_path / "scaler-state",
-        timeout=5.0,
-        retry_backoff=Backoff(initial=0.01, factor=2.0, cap=0.05),
-        poll_backoff=Backoff(initial=0.02, factor=1.5, cap=0.1),
         env={},
+        options=ScalerOptions(
+            timeout=5.0,
+            retry_backoff=Backoff(initial=0.01, factor=2.0, cap=0.05),
+            poll_backoff=Backoff(initial=0.02, factor=1.5, cap=0.1),
+        ),
     )
     yield backend
     backend.close()

@@ -79,12 +79,12 @@ def observed(state) -> int:
 def scaler_world(tmp_path: Path) -> Iterator[World]:
     with ScalerTestServer() as server:
         server.add_cluster("ray", "ray-contract", replicas=1, max_replicas=6, min_replicas=1)
-        from flytekitplugins_ddlscale.backends.scaler import ScalerServiceBackend
+        from flytekitplugins_ddlscale.backends.scaler import ScalerOptions, ScalerServiceBackend
 
         state = tmp_path / "scaler-state"
         backend = ScalerServiceBackend(
-            server.url, api_key=DEFAULT_API_KEY, state_dir=state, timeout=5.0,
-            retry_backoff=FAST, poll_backoff=FAST, env={},
+            server.url, api_key=DEFAULT_API_KEY, state_dir=state, env={},
+            options=ScalerOptions(timeout=5.0, retry_backoff=FAST, poll_backoff=FAST),
         )
         try:
             yield World(

@@ -10,7 +10,7 @@ from tests.servers.k8s_fixtures import backend, k8s, make_backend, tiers_file  #
 from tests.servers.scaler_server import DEFAULT_API_KEY
 
 from flytekitplugins_ddlscale import ClusterRef, ReplicaSpec, ScalingTimeoutError
-from flytekitplugins_ddlscale.backends.scaler import ScalerServiceBackend
+from flytekitplugins_ddlscale.backends.scaler import ScalerOptions, ScalerServiceBackend
 from flytekitplugins_ddlscale._core.records import BASELINE_ANNOTATION, CLAIMS_ANNOTATION
 from flytekitplugins_ddlscale._core.waiting import Backoff
 
@@ -23,9 +23,9 @@ def scaler_pair(server: Any, state: Any) -> Iterator[List[ScalerServiceBackend]]
     """Two scaler backends sharing one state directory: two processes of one machine."""
     made = [
         ScalerServiceBackend(
-            server.url, api_key=DEFAULT_API_KEY, state_dir=state, timeout=5.0, env={},
-            retry_backoff=Backoff(initial=0.01, factor=2.0, cap=0.05),
-            poll_backoff=Backoff(initial=0.02, factor=1.5, cap=0.1),
+            server.url, api_key=DEFAULT_API_KEY, state_dir=state, env={},
+            options=ScalerOptions(timeout=5.0, retry_backoff=Backoff(initial=0.01, factor=2.0, cap=0.05),
+                                  poll_backoff=Backoff(initial=0.02, factor=1.5, cap=0.1)),
         )
         for _ in range(2)
     ]
@@ -215,8 +215,9 @@ def test_scaler_reconcile_whose_request_fails_gives_the_lock_back_and_decides_ag
     scaler_server.add_cluster("ray", "ray-rec", replicas=1, max_replicas=6)
     state = tmp_path / "shared"
     a = ScalerServiceBackend(
-        scaler_server.url, api_key=DEFAULT_API_KEY, state_dir=state, timeout=5.0, env={}, retries=10,
-        retry_backoff=Backoff(initial=0.1, factor=2.0, cap=0.5), poll_backoff=Backoff(initial=0.02, factor=1.5, cap=0.1),
+        scaler_server.url, api_key=DEFAULT_API_KEY, state_dir=state, env={},
+        options=ScalerOptions(timeout=5.0, retries=10, retry_backoff=Backoff(initial=0.1, factor=2.0, cap=0.5),
+                              poll_backoff=Backoff(initial=0.02, factor=1.5, cap=0.1)),
     )
     with a, scaler_pair(scaler_server, state) as (b, _):
         a.locked_step_seconds = 0.3

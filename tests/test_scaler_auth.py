@@ -4,7 +4,7 @@ import logging
 import pytest
 
 from flytekitplugins_ddlscale import BackendUnavailableError, ClusterRef, UnauthorizedError
-from flytekitplugins_ddlscale.backends.scaler import ScalerServiceBackend
+from flytekitplugins_ddlscale.backends.scaler import ScalerOptions, ScalerServiceBackend
 from flytekitplugins_ddlscale._core.waiting import Backoff
 from tests.servers.scaler_server import DEFAULT_API_KEY, DEFAULT_TOKEN
 
@@ -13,7 +13,7 @@ RAY = ClusterRef("ray", "ray-run1")
 
 def _backend(server, tmp_path, env):
     return ScalerServiceBackend(
-        server.url, state_dir=tmp_path, env=env, retry_backoff=Backoff(0.01, 2.0, 0.02)
+        server.url, state_dir=tmp_path, env=env, options=ScalerOptions(retry_backoff=Backoff(0.01, 2.0, 0.02))
     )
 
 

@@ -6,7 +6,7 @@ import pytest
 from flytekitplugins_ddlscale import (
     BackendUnavailableError, CertificateRefusedError, ClusterRef, InvalidInputError, NeverReachedError, ScalingError, TransientError,
 )
-from flytekitplugins_ddlscale.backends.scaler import ScalerServiceBackend
+from flytekitplugins_ddlscale.backends.scaler import ScalerOptions, ScalerServiceBackend
 from flytekitplugins_ddlscale._core.waiting import Backoff
 from tests.servers.scaler_server import DEFAULT_API_KEY
 
@@ -42,9 +42,7 @@ def test_retries_are_bounded_and_back_off_exponentially(scaler_server, tmp_path)
         scaler_server.url,
         api_key=DEFAULT_API_KEY,
         state_dir=tmp_path,
-        retries=3,
-        retry_backoff=Backoff(initial=0.01, factor=2.0, cap=0.03),
-        sleep=recording_sleep,
+        options=ScalerOptions(retries=3, retry_backoff=Backoff(initial=0.01, factor=2.0, cap=0.03), sleep=recording_sleep),
     )
     with backend, pytest.raises(BackendUnavailableError) as info:
         backend.get_state(RAY)
@@ -65,8 +63,8 @@ def test_each_call_has_a_timeout_and_slow_answers_are_retried(scaler_server, tmp
     scaler_server.add_cluster("ray", "ray-run1", replicas=1)
     scaler_server.inject_faults("delay", count=1, delay=2.0)
     backend = ScalerServiceBackend(
-        scaler_server.url, api_key=DEFAULT_API_KEY, state_dir=tmp_path, timeout=0.3,
-        retry_backoff=Backoff(0.01, 2.0, 0.02),
+        scaler_server.url, api_key=DEFAULT_API_KEY, state_dir=tmp_path,
+        options=ScalerOptions(timeout=0.3, retry_backoff=Backoff(0.01, 2.0, 0.02)),
     )
     with backend:
         assert backend.get_state(RAY).existing_workers == 1
@@ -75,8 +73,8 @@ def test_each_call_has_a_timeout_and_slow_answers_are_retried(scaler_server, tmp
 
 def test_unreachable_service_is_never_reached_not_transient(tmp_path):
     backend = ScalerServiceBackend(
-        "http://127.0.0.1:9", api_key=DEFAULT_API_KEY, state_dir=tmp_path, retries=1,
-        retry_backoff=Backoff(0.01, 2.0, 0.02),
+        "http://127.0.0.1:9", api_key=DEFAULT_API_KEY, state_dir=tmp_path,
+        options=ScalerOptions(retries=1, retry_backoff=Backoff(0.01, 2.0, 0.02)),
     )
     with backend, pytest.raises(NeverReachedError) as info:
         backend.get_state(RAY)
@@ -86,8 +84,8 @@ def test_unreachable_service_is_never_reached_not_transient(tmp_path):
 
 
 def test_retry_count_is_validated(tmp_path):
-    with pytest.raises(InvalidInputError):
-        ScalerServiceBackend("http://127.0.0.1:9", api_key="k-1234", state_dir=tmp_path, retries=-1)
+    with pytest.raises(InvalidInputError, match="retries"):
+        ScalerServiceBackend("http://127.0.0.1:9", api_key="k-1234", state_dir=tmp_path, options=ScalerOptions(retries=-1))
 
 
 def test_tls_verification_is_on_by_default_and_can_be_turned_off(tmp_path):
@@ -117,10 +115,12 @@ def test_tls_verification_is_on_by_default_and_can_be_turned_off(tmp_path):
     thread.start()
     url = f"https://127.0.0.1:{httpd.server_address[1]}"
     try:
-        with ScalerServiceBackend(url, api_key="k-1234", state_dir=tmp_path, retries=0) as backend:
+        with ScalerServiceBackend(url, api_key="k-1234", state_dir=tmp_path, options=ScalerOptions(retries=0)) as backend:
             with pytest.raises(CertificateRefusedError, match="TLS certificate was refused"):
                 backend.get_state(RAY)
-        with ScalerServiceBackend(url, api_key="k-1234", state_dir=tmp_path, retries=0, verify=False) as backend:
+        with ScalerServiceBackend(
+            url, api_key="k-1234", state_dir=tmp_path, options=ScalerOptions(retries=0, verify=False)
+        ) as backend:
             assert backend.get_state(RAY).status == "Running"
     finally:
         httpd.shutdown()

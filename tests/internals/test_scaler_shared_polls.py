@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from flytekitplugins_ddlscale import ClusterRef, InvalidInputError
-from flytekitplugins_ddlscale.backends.scaler import ScalerServiceBackend
+from flytekitplugins_ddlscale.backends.scaler import ScalerOptions, ScalerServiceBackend
 from flytekitplugins_ddlscale._core.settings import SCALER_MAX_RPS
 from flytekitplugins_ddlscale.backends.scaler._polls import PollPacer, SharedPolls, max_rps_from
 from flytekitplugins_ddlscale.errors import BackendUnavailableError, ClusterNotFoundError, ScalingError, TransientError
@@ -22,8 +22,8 @@ def make(server, tmp_path, **options):
     options.setdefault("poll_backoff", Backoff(initial=0.05, factor=1.5, cap=0.2))
     options.setdefault("timeout", 5.0)
     return ScalerServiceBackend(
-        server.url, api_key=DEFAULT_API_KEY, state_dir=tmp_path / "state",
-        retry_backoff=Backoff(initial=0.01, factor=2.0, cap=0.05), env={}, **options,
+        server.url, api_key=DEFAULT_API_KEY, state_dir=tmp_path / "state", env={},
+        options=ScalerOptions(retry_backoff=Backoff(initial=0.01, factor=2.0, cap=0.05), **options),
     )
 
 
@@ -134,7 +134,7 @@ def test_rate_setting_is_checked_and_named():
     with pytest.raises(InvalidInputError, match=SCALER_MAX_RPS.name):
         max_rps_from(None, {SCALER_MAX_RPS.name: "0"})
     with pytest.raises(InvalidInputError, match="max_requests_per_second"):
-        ScalerServiceBackend("http://127.0.0.1:9", api_key="k-1", env={}, max_requests_per_second=0)
+        ScalerServiceBackend("http://127.0.0.1:9", api_key="k-1", env={}, options=ScalerOptions(max_requests_per_second=0))
 
 
 def test_pacer_spaces_slots_pauses_everyone_and_recovers():

@@ -88,17 +88,19 @@ def make_scaler(scaler_server: ScalerTestServer, clean_env: Path) -> Iterator[Ca
     Defaults: the owner's API key, the test's state dir, a 2 s HTTP timeout,
     fast polling and fast retries; keyword arguments override them.
     """
-    from flytekitplugins_ddlscale.backends.scaler import ScalerServiceBackend
+    import dataclasses
+
+    from flytekitplugins_ddlscale.backends.scaler import ScalerOptions, ScalerServiceBackend
 
     made: List[Any] = []
+    fields = {field.name for field in dataclasses.fields(ScalerOptions)}
 
-    def make(**options: Any) -> Any:
-        settings: Dict[str, Any] = dict(
-            base_url=scaler_server.url, api_key=DEFAULT_API_KEY, state_dir=clean_env, timeout=2.0,
-            poll_backoff=FAST_POLL, retry_backoff=FAST_RETRY,
-        )
-        settings.update(options)
-        backend = ScalerServiceBackend(**settings)
+    def make(**given: Any) -> Any:
+        options: Dict[str, Any] = dict(timeout=2.0, poll_backoff=FAST_POLL, retry_backoff=FAST_RETRY)
+        options.update((name, value) for name, value in given.items() if name in fields)
+        settings: Dict[str, Any] = dict(base_url=scaler_server.url, api_key=DEFAULT_API_KEY, state_dir=clean_env)
+        settings.update((name, value) for name, value in given.items() if name not in fields)
+        backend = ScalerServiceBackend(options=ScalerOptions(**options), **settings)
         made.append(backend)
         return backend
 

@@ -141,12 +141,12 @@ def test_scaler_scale_refused_before_sending_is_sent_once_the_service_is_back(
 
 
 def test_scaler_patch_refused_at_connect_is_sent_once_the_service_is_back(scaler_server, sproxy, scaler_cluster):
-    from flytekitplugins_ddlscale.backends.scaler._client import ScalerClient
+    from flytekitplugins_ddlscale.backends.scaler._client import ScalerClient, ScalerOptions
     from flytekitplugins_ddlscale.backends._support.domino_auth import DominoAuth
     from flytekitplugins_ddlscale._core.waiting import Deadline
     from tests.servers.scaler_server import DEFAULT_API_KEY
 
-    client = ScalerClient(sproxy.url, auth=DominoAuth(api_key=DEFAULT_API_KEY), retries=0)
+    client = ScalerClient(sproxy.url, auth=DominoAuth(api_key=DEFAULT_API_KEY), options=ScalerOptions(retries=0))
     try:
         client.get_cluster(RAY)  # reached once: a refusal after this is an outage
         with When(lambda: True, lambda: sproxy.outage(1.5)) as fault:

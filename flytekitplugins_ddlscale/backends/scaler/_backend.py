@@ -25,7 +25,6 @@ from .._support.domino_auth import DominoAuth
 from ..._core import settings
 from ...errors import (
     CapacityExceededError,
-    InvalidInputError,
     NotScalableError,
     ScalingError,
     ScalingTimeoutError,
@@ -40,18 +39,11 @@ from ..._core.outage import outage_timeout
 from ..._core.progress import ProgressReporter, WaitProgress
 from ...refs import KINDS, ClusterRef
 from ..tiers import DominoTierCatalog, TierCatalog
-from ..._core.validation import validate_tier_name, validate_timeout
-from ..._core.waiting import Awaited, Backoff, Deadline, Pacing, PollSchedule, TwoStageBackoff, poll, poll_until
+from ..._core.validation import validate_tier_name
+from ..._core.waiting import Awaited, Deadline, Pacing, PollSchedule, poll, poll_until
 from .._base import BackendCapabilities, Change, SharedReads, WorkersWait
 from .._filebacked import FileRecordsBackend
-from ._client import (
-    DEFAULT_HTTP_TIMEOUT,
-    DEFAULT_RETRIES,
-    DEFAULT_RETRY_BACKOFF,
-    ScalerClient,
-    displayable_url,
-    resolve_base_url,
-)
+from ._client import ScalerClient, ScalerOptions, displayable_url, resolve_base_url
 
 logger = logging.getLogger("flytekitplugins_ddlscale.scaler")
 
@@ -60,53 +52,28 @@ READY = "restarted_and_ready"
 """The restart status of a head that is back and Ready."""
 NUCLEUS_SETTINGS = (settings.DOMINO_API_HOST, settings.DOMINO_API_PROXY)
 """Where Nucleus (``/v4/hardwareTier``) is found when ``nucleus_url`` is not given, first set wins."""
-DEFAULT_POLL_BACKOFF = TwoStageBackoff(slow=3.0)
-"""Poll intervals of scale waits: 0.25 s doubling to 1 s for the first 10 s, then 3 s
-(the reference client polls every 2 s: fewer requests over a long wait, less lag on a short one)."""
 SHARED_POLL_AGE = 0.3
 """Seconds a cluster read (or list) of one wait may answer another wait (at most about three polls
 per second per cluster, or per kind while a list answers them, however many wait)."""
 LISTED_POLL_INTERVAL = 0.3
 """Poll interval of a wait whose polls a shared list answers: its reads cost no request of their own."""
-DEFAULT_RESTART_POLL_BACKOFF = TwoStageBackoff(slow=10.0)
-"""Poll intervals of head-restart waits: as for scale, then 10 s (the reference polls every 3 s)."""
 
 
 class ScalerServiceBackend(FileRecordsBackend):
-    """A :class:`ClusterBackend` that talks to Domino's cluster scaler service over HTTP.
+    """A :class:`ClusterBackend` on Domino's cluster scaler service, over HTTP.
 
-    What the protocol's methods do here: ``get_state`` shows what the
-    service shows (``ready_workers`` is always None); a wait ends once the
-    requested worker pods EXIST, the cluster is Running and
-    ``spec.worker.replicas`` agrees (pods may not be Ready yet). ``scale``
-    sets the tier by NAME and reports the service's own numbers
-    (``effective = min(requested, maxReplicas)``). ``restart_head`` deletes
-    the head pod through the service (sent once, never retried) and, with
-    ``wait``, polls ``restart_head_status`` with the service's
-    ``started_at`` until the new head is restarted and Ready; it raises
-    :class:`UnsupportedOperationError` before sending for ``head_hw_tier``
-    (no head-tier route) and after the service's 404 for Spark/Dask (it
-    deletes a wrong pod name). Baselines and claims are recorded on this
-    machine; a restore maps a recorded worker tier id back to its name
-    through ``tier_catalog`` (else only the replica count is restored, with
-    a warning); ``target.head_hw_tier`` is refused. A reconcile reads the
-    claims and sends its request under this machine's record lock of the
-    cluster, and waits for workers after releasing it.
+    A wait ends once the requested worker pods EXIST, the cluster is Running and
+    ``spec.worker.replicas`` agrees (the service shows no readiness). ``scale`` sets the tier by
+    NAME and reports the service's own numbers; ``restart_head`` deletes the head pod once (never
+    re-sent) and, with ``wait``, polls the restart status until the new head is Ready. Baselines
+    and claims are kept on this machine (``state_dir``, or ``records``).
 
-    ``base_url`` defaults to ``$CLUSTER_SCALER_BASE_URL``, then the in-cluster
-    service URL. Credentials come from ``auth`` or :class:`DominoAuth`
-    (``token``/``api_key`` arguments, ``$DOMINO_API_PROXY``, ``$DOMINO_TOKEN``,
-    ``$DOMINO_API_KEY``). ``verify=False`` turns TLS verification off (on by
-    default). ``timeout`` bounds every HTTP call; ``retries`` bounds repeats
-    of safe calls, spaced by ``retry_backoff``; ``poll_backoff`` spaces the polls
-    of scale waits and ``restart_poll_backoff`` those of head-restart waits
-    (None: the default restart schedule, or ``poll_backoff`` when one is given).
-    ``state_dir`` (or ``records``) says where baselines and claims are kept. The tier catalog (``tier_catalog``, else
-    Nucleus' ``/v4/hardwareTier`` at ``nucleus_url``, ``$DOMINO_API_HOST`` or
-    ``$DOMINO_API_PROXY``) refuses unknown or restricted tier names, naming the
-    allowed ones, before anything is sent, and lets a restore map a recorded
-    tier id back to the name the service needs. Without one (or when Nucleus
-    cannot be reached) the service judges tier names itself.
+    ``base_url`` defaults to ``$CLUSTER_SCALER_BASE_URL``, then the in-cluster service. Credentials
+    come from ``auth``, else :class:`DominoAuth` (``token``/``api_key``, then the environment).
+    ``options`` (:class:`ScalerOptions`) say how requests are sent and waits polled. The tier
+    catalog (``tier_catalog``, else Nucleus at ``nucleus_url``, ``$DOMINO_API_HOST`` or
+    ``$DOMINO_API_PROXY``) refuses unknown tier names before anything is sent and maps a recorded
+    tier id back to its name on a restore; without one the service judges tier names itself.
     """
 
     name = "scaler"
@@ -122,48 +89,30 @@ class ScalerServiceBackend(FileRecordsBackend):
         token: Optional[str] = None,
         api_key: Optional[str] = None,
         auth: Optional[httpx.Auth] = None,
-        verify: bool = True,
-        timeout: float = DEFAULT_HTTP_TIMEOUT,
-        retries: int = DEFAULT_RETRIES,
-        retry_backoff: Backoff = DEFAULT_RETRY_BACKOFF,
         state_dir: Union[str, Path, None] = None,
         records: Optional[FileBookkeeping] = None,
         tier_catalog: Optional[TierCatalog] = None,
         nucleus_url: Optional[str] = None,
-        poll_backoff: PollSchedule = DEFAULT_POLL_BACKOFF,
-        restart_poll_backoff: Optional[PollSchedule] = None,
         env: Optional[Mapping[str, str]] = None,
-        sleep: Callable[[float], None] = time.sleep,
-        max_requests_per_second: Optional[float] = None,
+        options: ScalerOptions = ScalerOptions(),
     ) -> None:
-        validate_timeout(timeout)
-        if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 10:
-            raise InvalidInputError("retries", retries, "an integer from 0 to 10")
         if auth is None and (token or api_key):
-            auth = DominoAuth(token=token, api_key=api_key, verify=verify)
-        self._client = ScalerClient(
-            base_url, auth=auth, verify=verify, timeout=timeout, retries=retries,
-            retry_backoff=retry_backoff, env=env, sleep=sleep, max_requests_per_second=max_requests_per_second,
-        )
+            auth = DominoAuth(token=token, api_key=api_key, verify=options.verify)
+        self._client = ScalerClient(base_url, auth=auth, env=env, options=options)
         if records is None:
             store = FileRecordStore(Path(state_dir) / "records") if state_dir is not None else FileRecordStore()
             records = FileBookkeeping(store)
         self.records = records
-        self._tiers = tier_catalog if tier_catalog is not None else self._nucleus_catalog(
-            nucleus_url, env, self._client.auth, verify, timeout
-        )
-        self._poll = poll_backoff
-        if restart_poll_backoff is None:
-            restart_poll_backoff = DEFAULT_RESTART_POLL_BACKOFF if poll_backoff is DEFAULT_POLL_BACKOFF else poll_backoff
-        self._restart_poll = restart_poll_backoff
-        self._sleep = sleep
-
-    @staticmethod
-    def _nucleus_catalog(
-        nucleus_url: Optional[str], env: Optional[Mapping[str, str]], auth: Any, verify: bool, timeout: float
-    ) -> Optional[TierCatalog]:
-        url = nucleus_url or next((s.raw(env) for s in NUCLEUS_SETTINGS if s.is_set(env)), None)
-        return DominoTierCatalog(url, auth=auth, timeout=timeout, verify=verify) if url else None
+        if tier_catalog is None:
+            url = nucleus_url or next((s.raw(env) for s in NUCLEUS_SETTINGS if s.is_set(env)), None)
+            if url:
+                tier_catalog = DominoTierCatalog(
+                    url, auth=self._client.auth, timeout=options.timeout, verify=options.verify
+                )
+        self._tiers = tier_catalog
+        self._poll = options.poll_backoff
+        self._restart_poll = options.restart_polls
+        self._sleep = options.sleep
 
     @property
     def base_url(self) -> str:

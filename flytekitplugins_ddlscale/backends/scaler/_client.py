@@ -16,6 +16,7 @@ import logging
 import re
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional, Set
 
 import httpx
@@ -37,7 +38,8 @@ from ...errors import (
 from ..._core.redaction import register_secret
 from ...refs import ClusterRef
 from ..._core.outage import RetryRule, attempt_timeout, cert_verification_failed, nothing_sent, send, shared_tracker
-from ..._core.waiting import Backoff, Deadline
+from ..._core.validation import validate_timeout
+from ..._core.waiting import Backoff, Deadline, PollSchedule, TwoStageBackoff
 from ._polls import LIST_FROM, max_rps_from, pacer_for, polls_for
 
 logger = logging.getLogger("flytekitplugins_ddlscale.scaler")
@@ -53,6 +55,11 @@ REFUSED_STATUSES = frozenset({401, 403})
 DEFAULT_HTTP_TIMEOUT = 30.0
 DEFAULT_RETRIES = 3
 DEFAULT_RETRY_BACKOFF = RetryRule().backoff
+DEFAULT_POLL_BACKOFF = TwoStageBackoff(slow=3.0)
+"""Poll intervals of scale waits: 0.25 s doubling to 1 s for the first 10 s, then 3 s
+(the reference client polls every 2 s: fewer requests over a long wait, less lag on a short one)."""
+DEFAULT_RESTART_POLL_BACKOFF = TwoStageBackoff(slow=10.0)
+"""Poll intervals of head-restart waits: as for scale, then 10 s (the reference polls every 3 s)."""
 SLOWING_STATUSES = frozenset({429, 503})
 """Answers that slow every poll of this process to the service down (see :mod:`.polls`)."""
 SERVED_PLURALS = "rayclusters, sparkclusters, daskclusters"
@@ -108,6 +115,41 @@ def _warn_clear_once(url: str, auth: Optional[httpx.Auth]) -> None:
     )
 
 
+@dataclass(frozen=True)
+class ScalerOptions:
+    """How this process talks to the scaler service: one value, given as ``options=`` to
+    :class:`ScalerServiceBackend` or :class:`ScalerClient`, checked when made (a bad value is one
+    :class:`InvalidInputError` naming the field)."""
+
+    verify: bool = True
+    """Verify the service's TLS certificate."""
+    timeout: float = DEFAULT_HTTP_TIMEOUT
+    """Seconds each HTTP call may take."""
+    retries: int = DEFAULT_RETRIES
+    """Repeats (0 to 10) of a request safe to repeat, spaced by ``retry_backoff``."""
+    retry_backoff: Backoff = DEFAULT_RETRY_BACKOFF
+    poll_backoff: PollSchedule = DEFAULT_POLL_BACKOFF
+    """Spacing of the polls of scale waits."""
+    restart_poll_backoff: Optional[PollSchedule] = None
+    """Spacing of the polls of head-restart waits (None: the default, or ``poll_backoff`` when one is given)."""
+    max_requests_per_second: Optional[float] = None
+    """This process's pace of polls to the service (None: ``$DDLSCALE_SCALER_MAX_RPS`` or its default)."""
+    sleep: Callable[[float], None] = time.sleep
+    """How a pause is slept."""
+
+    def __post_init__(self) -> None:
+        validate_timeout(self.timeout)
+        if isinstance(self.retries, bool) or not isinstance(self.retries, int) or not 0 <= self.retries <= 10:
+            raise InvalidInputError("retries", self.retries, "an integer from 0 to 10")
+
+    @property
+    def restart_polls(self) -> PollSchedule:
+        """The spacing of head-restart polls this value says."""
+        if self.restart_poll_backoff is not None:
+            return self.restart_poll_backoff
+        return DEFAULT_RESTART_POLL_BACKOFF if self.poll_backoff is DEFAULT_POLL_BACKOFF else self.poll_backoff
+
+
 class ScalerClient:
     """The service's routes as methods returning parsed JSON, raising typed errors."""
 
@@ -116,15 +158,10 @@ class ScalerClient:
         base_url: Optional[str] = None,
         *,
         auth: Optional[httpx.Auth] = None,
-        verify: bool = True,
-        timeout: float = DEFAULT_HTTP_TIMEOUT,
-        retries: int = DEFAULT_RETRIES,
-        retry_backoff: Backoff = DEFAULT_RETRY_BACKOFF,
         env: Optional[Mapping[str, str]] = None,
-        sleep: Callable[[float], None] = time.sleep,
-        max_requests_per_second: Optional[float] = None,
+        options: ScalerOptions = ScalerOptions(),
     ) -> None:
-        rate = max_rps_from(max_requests_per_second, None if env is None else dict(env))
+        rate = max_rps_from(options.max_requests_per_second, None if env is None else dict(env))
         url = resolve_base_url(base_url, env)
         parsed = httpx.URL(url)
         if parsed.password:
@@ -133,19 +170,18 @@ class ScalerClient:
             register_secret(parsed.userinfo.decode("ascii").partition(":")[2])
         self.base_url = displayable_url(url)
         """The service URL without any userinfo, safe to show."""
-        self.timeout = timeout
-        self.retries = retries
+        self.timeout = options.timeout
         self.outage = shared_tracker(f"the scaler service at {self.base_url}", logger)
         """Reachability of the service, shared by every client of it in this process."""
-        self._rule = RetryRule(attempts=1 + retries, backoff=retry_backoff)
-        self._sleep = sleep
-        auth = auth if auth is not None else DominoAuth(env=env, verify=verify)
+        self._rule = RetryRule(attempts=1 + options.retries, backoff=options.retry_backoff)
+        self._sleep = options.sleep
+        auth = auth if auth is not None else DominoAuth(env=env, verify=options.verify)
         _warn_clear_once(self.base_url, auth)
         self._http = httpx.Client(
             base_url=url,
             auth=auth,
-            timeout=httpx.Timeout(timeout),
-            verify=verify,
+            timeout=httpx.Timeout(options.timeout),
+            verify=options.verify,
             headers={"Accept": "application/json"},
         )
         self.pacer = pacer_for(self.base_url, rate)
