@@ -35,15 +35,8 @@ __all__ = [
 ]
 
 class ScalingConnector(AsyncConnectorBase):
-    """Serves one ddlscale task type; register one instance per served type.
-
-    What templates may ask for is fixed when the connector is built, from its
-    environment (:class:`~flytekitplugins_ddlscale._services.connector_policy.ConnectorPolicy`).
-    A refused or malformed template, or a malformed resource metadata, ends
-    the node FAILED at its first ``get`` with a one-line message naming the
-    field; nothing is sent for either, and no answer carries a traceback
-    (:mod:`.connector_calls`).
-    """
+    """Serves one ddlscale task type under the policy its environment sets when it is built
+    (:class:`~._services.connector_policy.ConnectorPolicy`); register one instance per served type."""
 
     name = "ddlscale connector"
 
@@ -67,23 +60,13 @@ class ScalingConnector(AsyncConnectorBase):
         task_execution_metadata: Any = None,
         **kwargs: Any,
     ) -> ScalingMetadata:
-        """Check the node, send its change (without waiting) and return what ``get`` needs.
+        """Check the node (the per-project policy decides on ``task_execution_metadata``), send its change
+        without waiting and return what ``get`` needs.
 
-        A refused node (bad input, a backend, namespace, cluster or head not
-        served, an unknown tier, anything unexpected...) sends nothing and
-        returns a refused metadata: the first ``get`` is FAILED with its
-        one-line message, which FlytePropeller does not retry (it retries
-        every failed CreateTask, and each retry would be refused alike). A
-        backend that is unreachable or does not accept a scale, wait or
-        restore within :data:`CREATE_TIMEOUT` does not fail it: the change is
-        left to ``get`` (safe to repeat); a head restart meeting one before
-        it is sent fails here (nothing sent), so that Flyte's ``retries`` send
-        it again. flytekit's service answers a raised error with the
-        exception's traceback, so that error is handed over as flytekit's own
-        user-error wrapper around an error that carries no traceback: the
-        answer names the error class and its message only. The execution
-        FlytePropeller describes (``task_execution_metadata``) is what the
-        per-project policy decides on.
+        A refused node sends nothing and returns a refused metadata, whose first ``get`` is FAILED with its
+        one line (FlytePropeller retries every failed CreateTask, each refused alike). A backend unavailable
+        for a scale, wait or restore leaves the change to ``get``; a head restart meeting one fails here,
+        nothing sent, raised as flytekit's user-error wrapper around an error without a traceback.
         """
         try:
             values = node_inputs(task_template, inputs)
@@ -97,27 +80,18 @@ class ScalingConnector(AsyncConnectorBase):
         raise FlyteUserRuntimeException(failure) from failure
 
     async def get(self, resource_meta: ScalingMetadata, **kwargs: Any) -> Resource:
-        """One look at the cluster (:meth:`.ScalingService.poll`) as FlytePropeller's resource: RUNNING,
-        SUCCEEDED with the node's typed outcome, or FAILED with a one-line message; RUNNING with the
-        last state known when the backend does not answer within the call budget
-        (:class:`~._services.connector_calls.PollDesk`). Log links and custom info say what the Flyte UI
-        shows. Sends nothing but a scale, wait or restore its ``create`` could not send (the backend
-        unavailable) and never raises.
+        """One look at the cluster as FlytePropeller's resource: RUNNING, SUCCEEDED with the node's typed
+        outcome, or FAILED with one line; RUNNING with the last state known when the backend does not answer
+        within the call budget. Sends nothing but a change its ``create`` could not send; never raises.
 
-        A coroutine, which flytekit's service awaits on its event loop: the read runs on the desk's own
-        threads and no thread waits for it, so polls of a hung backend cannot hold every thread of the
-        loop's executor (a handful) and leave the other executions' polls queued past FlytePropeller's
-        10 s deadline. Outside a loop: ``asyncio.run(connector.get(meta))``."""
+        A coroutine, awaited on the service's event loop: the read runs on the desk's own threads, so polls
+        of a hung backend hold none of the loop's. Outside a loop: ``asyncio.run(connector.get(meta))``."""
         answer = await self.desk.answer_async(resource_meta)
         return resource_of(answer, resource_meta.task_type, Resource, TaskExecution, TaskLog)
 
     def delete(self, resource_meta: ScalingMetadata, **kwargs: Any) -> None:
-        """Aborting a node stops the wait only: the cluster keeps the size it was asked for, and a
-        head restart already sent goes on.
-
-        Pair pipelines with :func:`~flytekitplugins_ddlscale.workflow_helpers.scale_down_on_failure`
-        to shrink after a failure or abort.
-        """
+        """Aborting a node stops the wait only: the cluster keeps the size it was asked for, and a head
+        restart already sent goes on (``scale_down_on_failure`` shrinks after a failure or abort)."""
 
 
 def node_inputs(template: TaskTemplate, inputs: Optional[LiteralMap]) -> Dict[str, Any]:
@@ -160,11 +134,7 @@ def _short(literal: Any) -> str:
 
 
 def register_connectors() -> None:
-    """Register a built connector for every served task type, in place of what serves it now.
-
-    A deployment needs no call: flytekit's start-up registers the four task
-    types (:mod:`.connector_entry`, the ``flytekit.plugins`` entry point) and
-    the first call of each loads this module.
-    """
+    """Register a built connector for every served task type, in place of what serves it now (a deployment
+    needs no call: :mod:`.connector_entry` registers the four at flytekit's start-up)."""
     for task_type in SERVED_TASK_TYPES:
         ConnectorRegistry.register(ScalingConnector(task_type), override=True)

@@ -1,31 +1,13 @@
 """flytekit's entry point (``flytekit.plugins``): the four ``ddlscale_*`` connectors in flytekit's registry.
 
-flytekit imports every ``flytekit.plugins`` entry point when it is itself
-imported, in every process (a task pod, ``pyflyte run``, a notebook), and
-its connector service (``pyflyte serve connector``) serves what flytekit's
-``ConnectorRegistry`` holds by then. flytekit's own connector plugins
-register there when their package is imported; so does this module, so a
-stock ``pyflyte serve connector`` (no ``--modules``, as the Flyte connector
-chart starts it) serves ``ddlscale_scale``, ``ddlscale_wait``,
-``ddlscale_restore`` and ``ddlscale_restart_head``.
+flytekit imports its plugins' entry points in every process, and its connector service (``pyflyte serve
+connector``, as the Flyte connector chart starts it, no ``--modules``) serves what its ``ConnectorRegistry``
+holds. What this module registers costs nothing to build: a :class:`DeferredConnector` per task type, which
+loads the connector (:mod:`flytekitplugins_ddlscale.connector`) at its first call (benchmarks/bench_import.py).
 
-What it registers costs nothing to build: a :class:`DeferredConnector` per
-task type, which imports the connector (:mod:`flytekitplugins_ddlscale.connector`,
-its services and backends, about 90 ms) on its first call from the service
-(``CreateTask``, ``GetTask``, ``DeleteTask``) and hands every call to it.
-``ListAgents`` answers from the registry alone. A process that never serves
-a connector pays for this module and the task type names only
-(benchmarks/bench_import.py). The connector is named by its module path, as
-the package root names every surface, so that loading it stays a decision
-taken at the first call.
-
-In the connector service itself (``pyflyte serve connector``, :func:`serving`) the
-import also prepares the service's start and end (:func:`prepare_service`): the
-configuration is checked before anything listens, and one that does not parse
-or whose backends do not load stops the process with one line on stderr (so the
-pod fails instead of reporting healthy); SIGTERM turns the gRPC health service
-NOT_SERVING and lets the calls in flight finish, for at most
-:data:`SHUTDOWN_GRACE` seconds, before the process exits 0.
+In the connector service itself (:func:`serving`) the import also prepares the service (:func:`prepare_service`):
+a configuration that does not parse stops the process with one line before anything listens, and SIGTERM
+turns the gRPC health service NOT_SERVING and lets the calls in flight finish for :data:`SHUTDOWN_GRACE` s.
 """
 import asyncio
 import importlib
@@ -51,20 +33,15 @@ CONNECTOR_MODULE = "flytekitplugins_ddlscale.connector"
 CONNECTOR_NAME = "ddlscale connector"
 """The name ``ListAgents`` gives the four task types (``ScalingConnector.name``)."""
 SHUTDOWN_GRACE = 10.0
-"""Seconds the calls in flight at SIGTERM get to finish: FlytePropeller's deadline for each call (an answer
-later is of no use to it), and more than any call takes (GetTask's budget is at most 9 s, CreateTask's 5 s);
-under Kubernetes' default ``terminationGracePeriodSeconds`` (30)."""
+"""Seconds the calls in flight at SIGTERM get to finish: FlytePropeller's deadline for each call, more than
+any call takes, and under Kubernetes' default ``terminationGracePeriodSeconds`` (30)."""
 
 logger = logging.getLogger("flytekitplugins_ddlscale.connector")
 
 
 class DeferredConnector(AsyncConnectorBase):
-    """Stands in flytekit's registry for one ``ddlscale_*`` task type; the first call loads the connector.
-
-    Every call goes to one ``ScalingConnector`` of the same task type, built
-    once (under a lock: the service calls from a thread pool) from the
-    service's environment at that moment.
-    """
+    """Stands in flytekit's registry for one ``ddlscale_*`` task type: every call goes to one ``ScalingConnector``
+    of that type, built at the first call (under a lock: the service calls from a thread pool)."""
 
     name = CONNECTOR_NAME
 

@@ -1,8 +1,7 @@
-"""Failure handlers that scale a cluster down when a workflow fails.
+"""A failure handler that scales a cluster down when a workflow fails.
 
-A failed stage must not leave a large cluster running. flytekit runs a
-workflow's ``on_failure`` entity with the workflow's own inputs (plus an
-optional ``err``), so the handler built here declares exactly those inputs:
+flytekit runs a workflow's ``on_failure`` entity with the workflow's own inputs (plus an optional ``err``), so
+the handler declares exactly those; assign it to a module-level variable, so a container finds it:
 
 .. code-block:: python
 
@@ -11,9 +10,6 @@ optional ``err``), so the handler built here declares exactly those inputs:
     @workflow(on_failure=cleanup)
     def pipeline(n: int) -> float:
         ...
-
-The handler must be assigned to a module-level variable (like any task
-defined without a function), so a container can find it.
 """
 import logging
 from typing import Any, Dict, Optional, Union
@@ -38,14 +34,9 @@ ERROR_INPUT = "err"
 
 
 class ScaleDownOnFailure(PythonInstanceTask[None]):
-    """A failure-handler task for ``@workflow(on_failure=...)``: restore ``cluster``'s baseline, or scale
-    it to ``replicas`` (made with :data:`scale_down_on_failure`).
-
-    ``inputs`` must be the workflow's inputs (``kwtypes(...)``), as flytekit
-    requires of failure handlers. ``replicas`` None restores the recorded
-    baseline (nothing happens when none is recorded); a number scales to it.
-    Its Flyte name is qualified by the defining module, like the node types.
-    """
+    """A failure-handler task for ``@workflow(on_failure=...)``: restore ``cluster``'s recorded baseline
+    (nothing when none is recorded), or scale it to ``replicas``. ``inputs`` are the workflow's
+    (``kwtypes(...)``), as flytekit requires; the Flyte name is qualified by the defining module."""
 
     def __init__(
         self,
@@ -100,7 +91,6 @@ class ScaleDownOnFailure(PythonInstanceTask[None]):
                 logger.info("no baseline recorded for %s: nothing to restore", ref)
                 return
             emit_line(restore_line(self._name, RestoreOutcome.from_result(result, backend.name, restored)))
-
 
 
 scale_down_on_failure = ScaleDownOnFailure

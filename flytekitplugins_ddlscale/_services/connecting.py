@@ -1,8 +1,6 @@
-"""The connection variables a run sees, set for a block and put back afterwards.
-
-Domino injects ``DASK_SCHEDULER_SERVICE_HOST`` and the like into a run; a
-backend that can say where a cluster's head is (the local one) offers them
-through ``connection_env(ref)``, so code written for Domino runs unchanged.
+"""The connection variables a run sees (``DASK_SCHEDULER_SERVICE_HOST`` ...), set for a block: Domino injects
+them into a run; a backend that knows where a cluster's head is (the local one) offers them through
+``connection_env(ref)``, so code written for Domino runs unchanged.
 """
 import contextlib
 from typing import Dict, Iterator, Optional, Union
@@ -20,13 +18,8 @@ def connection_variables(backend: ClusterBackend, ref: ClusterRef) -> Dict[str, 
 
 @contextlib.contextmanager
 def connected(cluster: Union[str, ClusterRef], backend: Optional[str] = None) -> Iterator[Dict[str, str]]:
-    """Make the cluster's connection variables (``DASK_SCHEDULER_SERVICE_HOST``...) present in the block.
-
-    In a Domino run they are injected already and are left alone. Elsewhere,
-    a backend that offers ``connection_env(ref)`` (the local backend) sets
-    them for the block; previous values come back on exit. Yields the
-    variables set (empty when nothing was set).
-    """
+    """The cluster's connection variables present in the block, previous values back on exit; yields those
+    set (none in a Domino run, which has them already, or for a backend that offers none)."""
     ref = parse_cluster(cluster_text(cluster))
     with open_backend(backend) as chosen:
         values = connection_variables(chosen, ref)

@@ -1,22 +1,10 @@
 """Which failures Flyte may retry, and how a flytekit task pod tells FlytePropeller so.
 
-FlytePropeller applies a task's ``retries`` only to a failure whose error
-document says RECOVERABLE; flytekit's ``pyflyte-execute`` writes that kind
-only for a user error that is a ``flytekit.exceptions.user.FlyteRecoverableException``,
-NON_RECOVERABLE for any other. So a node or ``@distributed_phase`` running in
-a pod raises the backend being unavailable for now as
-:class:`RecoverableScalingError` (its message is the original error's), and
-``TaskMetadata(retries=N)`` runs the task again; everything else (bad input,
-access, cluster state, a wait's timeout) stays non-recoverable, as a retry
-would meet the same answer.
-
-What counts as unavailable for now is what the connector treats so
-(``connector_core.UNAVAILABLE_HERE``), so both modes retry the same
-failures: the transient family, and a backend this process never reached
-(a new pod is a new process: a service restarting while it starts looks
-like that, and Flyte's retries are bounded by the task's ``retries``).
-Local runs (``pyflyte run`` without ``--remote``, a test calling the flow)
-keep the typed error: flytekit retries nothing there.
+FlytePropeller applies a task's ``retries`` only to an error flytekit wrote as RECOVERABLE, which it does only
+for a ``FlyteRecoverableException``. So a node or ``@distributed_phase`` in a pod raises the backend being
+unavailable for now (what the connector treats so, ``UNAVAILABLE_HERE``: the transient family, and a backend
+this process never reached) as :class:`RecoverableScalingError`; everything else stays non-recoverable, as a
+retry would meet the same answer. Local runs keep the typed error: flytekit retries nothing there.
 """
 import contextlib
 from typing import Iterator

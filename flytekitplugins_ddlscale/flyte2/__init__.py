@@ -2,21 +2,14 @@
 
 .. code-block:: python
 
-    import flyte
-    from flytekitplugins_ddlscale.flyte2 import RestoreCluster, ScaleCluster, distributed_phase
-
     env = flyte.TaskEnvironment("train")
     prewarm = ScaleCluster("prewarm", env=env, cluster="dask/train", replicas=2, wait=False)
-    restore = RestoreCluster("restore", env=env, cluster="dask/train")
 
     @env.task(report=True)
     @distributed_phase(cluster="dask/train", replicas=2)
     async def train() -> int: ...
 
-Needs the ``flyte2`` extra (the ``flyte`` SDK), imported when a node or
-phase is defined, not when this package is. It stands beside the flytekit
-surfaces (``tasks/``, ``phase/``) and shares only what lies below them: the
-node contract and runs (``nodes/``), the phase (``hold/``), the timeline.
+Needs the ``flyte2`` extra (the ``flyte`` SDK), imported when a node or phase is defined, not with the package.
 """
 from .._services.connecting import connected
 from .._services.nodes.kinds import UNKNOWN

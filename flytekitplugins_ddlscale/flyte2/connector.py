@@ -25,13 +25,8 @@ from ..backends import available_backends
 from .._services.connector_policy import ConnectorPolicy, Execution
 
 class ScalingConnector(AsyncConnector[ScalingMetadata]):
-    """Serves one ddlscale task type for Flyte 2; register one instance per served type.
-
-    What templates may ask for is fixed when the connector is built, from its
-    environment (:class:`~flytekitplugins_ddlscale._services.connector_policy.ConnectorPolicy`),
-    except for calls from flyte's local runner in this process (:func:`in_local_run`),
-    which are served under :func:`in_process_policy`.
-    """
+    """Serves one ddlscale task type for Flyte 2 under its environment's policy, or :func:`in_process_policy`
+    for calls from flyte's local runner in this process (:func:`in_local_run`)."""
 
     name = "ddlscale connector"
     metadata_type = ScalingMetadata
@@ -67,16 +62,8 @@ class ScalingConnector(AsyncConnector[ScalingMetadata]):
         task_execution_metadata: Any = None,
         **kwargs: Any,
     ) -> ScalingMetadata:
-        """Check the node, send its change (without waiting) and return what ``get`` needs.
-
-        A refused node (bad input, a backend, namespace, cluster or head not
-        served, anything unexpected...) sends nothing and returns a refused
-        metadata: the first ``get`` is FAILED with its one-line message naming
-        the field, as for flytekit's connector. A backend that is unavailable
-        leaves a scale, wait or restore to ``get`` (safe to repeat); a head
-        restart meeting one before it is sent fails here (nothing sent; flyte's
-        server answers with the error's text only), so that a retry sends it.
-        """
+        """Check the node, send its change without waiting and return what ``get`` needs, as flytekit's
+        connector does (a refused node: a refused metadata, FAILED at the first ``get``)."""
         try:
             custom = struct_values(task_template.custom) if task_template.HasField("custom") else None
             execution = Execution.of(task_execution_metadata)
@@ -102,12 +89,8 @@ class ScalingConnector(AsyncConnector[ScalingMetadata]):
 
 
 def in_local_run() -> bool:
-    """Whether this call comes from a task of a ``mode="local"`` flyte run in this process.
-
-    flyte's local connector runner calls the connector inside the node's
-    task context; flyte's connector server runs no task, so its calls never
-    have one.
-    """
+    """Whether this call comes from a task of a ``mode="local"`` flyte run in this process (flyte's local
+    runner calls inside the node's task context; its connector server runs no task)."""
     import flyte
 
     context = flyte.ctx()

@@ -1,20 +1,10 @@
 """The Flyte 2 task class of the scaling nodes: a ``ddlscale_*`` task type served by the connector, no pod.
 
-Declared the way Flyte 2's own connector plugins declare theirs (a
-``flyte.extend.TaskTemplate`` with ``AsyncConnectorExecutorMixin``, no
-image, the node's configuration as the template's ``custom``):
-
-* on a cluster, Flyte 2 hands the template to the connector that serves its
-  task type (:mod:`.connector`, loaded by flyte's connector server ``c0``):
-  no pod, nothing of this module runs;
-* in local mode, flyte's local connector runner (the mixin's ``execute``)
-  calls the same registered connector in-process: ``create``, then ``get``
-  every 3 s until it ends. Around that run this class adds what a node
-  shows in a local run: its summary line and its Report tab (saved, with a
-  line saying where; the template asks for no Report), and the
-  cluster it changes is noted for the interrupt report (:mod:`.._services.nodes.interrupted`).
-
-Imports ``flyte``: imported when a node is defined, never with the package.
+Declared as Flyte 2's own connector plugins declare theirs (``flyte.extend.TaskTemplate`` with
+``AsyncConnectorExecutorMixin``, no image, the configuration as ``custom``). On a cluster nothing of this
+module runs; in local mode flyte's local connector runner calls the registered connector in-process, and this
+class adds the node's summary line, its Report tab and the interrupt report's note of the cluster it changes
+(:mod:`.._services.nodes.interrupted`). Imports ``flyte``: imported when a node is defined.
 """
 import dataclasses
 import time
@@ -35,26 +25,19 @@ from .report import publish_report
 @dataclasses.dataclass(kw_only=True)
 class ScalingNodeTask(AsyncConnectorExecutorMixin, TaskTemplate):
     """A scaling node as a Flyte 2 task; awaiting it in a parent task gives the node's typed outcome.
+    ``node_config`` (``ScaleConfig``, ...; ``config`` is flyte's own method) is sent as the template's
+    ``custom``; ``kind`` is its node type."""
 
-    ``settings`` is the node's configuration (``ScaleConfig``, ...), sent as
-    the template's ``custom``; ``kind`` is its node type (Report tab title,
-    summary line, whether it changes the cluster).
-    """
-
-    settings: Any
+    node_config: Any
     kind: NodeKind
 
     def custom_config(self, sctx: SerializationContext) -> Dict[str, Any]:
         """The template's ``custom``: the node's configuration, which the connector reads back."""
-        return self.settings.to_custom()
+        return self.node_config.to_custom()
 
     async def execute(self, **kwargs: Any) -> Any:
-        """Local mode: the node through flyte's local connector runner, then its Report tab and summary line.
-
-        flyte's runner needs ``flyte.init()`` (no arguments for a local run),
-        as for every connector task; without it the node fails saying so
-        before anything is sent.
-        """
+        """Local mode: the node through flyte's local connector runner (which needs ``flyte.init()``: without
+        it the node fails saying so before anything is sent), then its Report tab and summary line."""
         if not is_initialized():
             raise RuntimeError(
                 f"{self.short_name}: a ddlscale node runs through flyte's local connector runner, which needs "
@@ -62,7 +45,7 @@ class ScalingNodeTask(AsyncConnectorExecutorMixin, TaskTemplate):
                 "flyte.with_runcontext(mode=\"local\").run(...)"
             )
         if self.kind.changes_cluster:
-            interrupted.remember(self.settings.backend, parse_cluster(kwargs.get("cluster", self.settings.cluster)))
+            interrupted.remember(self.node_config.backend, parse_cluster(kwargs.get("cluster", self.node_config.cluster)))
         started = time.monotonic()
         (outcome,) = await super().execute(**kwargs)
         seconds = time.monotonic() - started
@@ -74,11 +57,8 @@ class ScalingNodeTask(AsyncConnectorExecutorMixin, TaskTemplate):
 
 
 def outcome_timeline(outcome: Any, seconds: float) -> WorkerTimeline:
-    """The node's worker counts as its outcome states them: before (when it says) and at the end.
-
-    The connector reads the cluster on its own polls, so the node's page
-    shows the two counts the outcome carries rather than a sampled series.
-    """
+    """The node's worker counts as its outcome states them, before (when it says) and at the end: the
+    connector read the cluster on its own polls, so there is no sampled series."""
     timeline = WorkerTimeline(clock=lambda: seconds)
     tier = getattr(outcome, "worker_hw_tier", "") or None
     if hasattr(outcome, "previous_workers"):

@@ -1,34 +1,22 @@
 """The four scaling nodes as Flyte 2 tasks: ``ScaleCluster``, ``WaitForCluster``, ``RestartHead``, ``RestoreCluster``.
 
-Each call defines a task in a ``flyte.TaskEnvironment`` with the same
-inputs (defaults from the definition), typed output and summary line as
-the flytekit node of that name (and, in local mode, a Report tab instead of
-a Deck); a parent task awaits it:
+Each call defines a task in a ``flyte.TaskEnvironment`` with the inputs, typed output and summary line of the
+flytekit node of that name (a Report tab instead of a Deck); a parent task awaits it:
 
 .. code-block:: python
 
     env = flyte.TaskEnvironment("train")
     scale_up = ScaleCluster("scale_up", env=env, cluster="dask/train", replicas=4)
-    restore = RestoreCluster("restore", env=env, cluster="dask/train")
 
     @env.task
     async def main() -> float:
         up = await scale_up()              # a ScaleOutcome; or scale_up(replicas=8)
-        loss = await train(up.effective)
-        await restore()
-        return loss
+        return await train(up.effective)
 
-Each node is a connector task (:class:`.node_task.ScalingNodeTask`) in an
-environment of its own (``TaskEnvironment.from_task``) that ``env`` depends
-on, as flyte's own connector tasks join a flow, so deploying ``env`` deploys
-its nodes. Its task type is the flytekit node's (``ddlscale_scale``,
-``ddlscale_wait``, ``ddlscale_restart_head``, ``ddlscale_restore``) and its
-configuration travels in the template's ``custom``, so on a cluster Flyte 2
-sends it to the ddlscale connector (:mod:`.connector`) and no pod starts for
-it (nor a Report: the template asks for none); in local mode flyte's local
-connector runner calls the same connector in-process, and the node saves its
-Report tab and says where. Name each node like the module variable it is
-assigned to.
+Each node is a connector task (:class:`.node_task.ScalingNodeTask`, the flytekit node's task type) in an
+environment of its own that ``env`` depends on, as flyte's own connector tasks join a flow: on a cluster the
+ddlscale connector runs it and no pod starts; in local mode flyte's local connector runner calls the same
+connector in-process. Name each node like the module variable it is assigned to.
 """
 import inspect
 import keyword
@@ -83,12 +71,9 @@ RestoreCluster = _constructor(RESTORE, """A task that puts ``cluster`` back to i
 
 
 def _node_task(env: "flyte.TaskEnvironment", name: str, kind: NodeKind, config: Any) -> "flyte.TaskTemplate":
-    """The node of ``kind`` as a connector task named ``<env>.<name>``, its interface from ``kind``, in its own
-    environment (:func:`node_environment_name`) that ``env`` depends on.
-
-    Also installs, from the main thread that defines the node, the signal
-    relay's report of the clusters an interrupted local run leaves running.
-    """
+    """The node of ``kind`` as a connector task named ``<env>.<name>``, in its own environment
+    (:func:`node_environment_name`) that ``env`` depends on; installs, from the main thread that defines it,
+    the signal relay's report of the clusters an interrupted local run leaves running."""
     import flyte
     from flyte.models import NativeInterface
 
@@ -107,7 +92,7 @@ def _node_task(env: "flyte.TaskEnvironment", name: str, kind: NodeKind, config: 
         # On a cluster the connector runs the node and no Report is written; a local run saves its own.
         report=False,
         docs=None,
-        settings=config,
+        node_config=config,
         kind=kind,
     )
     # As flyte's own connector tasks join a flow: an environment of their own that the flow's depends on,

@@ -1,29 +1,11 @@
 """``distributed_phase`` for Flyte 2 task functions, sync and async, under ``@env.task``.
 
-.. code-block:: python
-
-    @env.task(report=True)
-    @distributed_phase(cluster="dask/train", replicas=4)
-    async def train(path: str) -> float:      # or a plain `def`
-        ...
-
-The phase is :class:`..hold.ClusterPhase`, as for flytekit: claim, scale,
-wait, connection variables, monitor; on return, exception, cancellation or
-SIGTERM/SIGINT: release and give back. What differs is only where it runs:
-
-* Flyte 2 runs a task body outside the main thread, where Python cannot
-  catch signals, so applying the decorator (in the main thread, when the
-  module is imported) installs the process's signal relay
-  (:data:`..hold.signals.RELAY`): on SIGTERM/SIGINT every live phase gives
-  its cluster back, then the signal does what it did before (by default
-  SIGTERM ends the process). A handler other code installs later replaces
-  the relay's: the phase then gives back on that signal only if the new
-  handler calls the one it replaced, and says so when it starts;
-* an async body's start and restore run in a worker thread, so the event
-  loop stays free; cancelling the body (Flyte 2 aborts an action that way)
-  restores too, and a start or restore under way always runs to its end;
-* the phase's page is a tab of the task's Report (``@env.task(report=True)``);
-  a local run saves it when the phase ends and says where.
+The phase is :class:`..hold.ClusterPhase`, as for flytekit; what differs is where it runs. Flyte 2 runs a task
+body outside the main thread, where Python cannot catch signals, so applying the decorator installs the
+process's signal relay (:data:`..hold.signals.RELAY`): on SIGTERM/SIGINT every live phase gives its cluster
+back, then the signal does what it did before. An async body's start and restore run in a worker thread and
+always run to their end, also when the body is cancelled (as Flyte 2 aborts an action). The phase's page is a
+tab of the task's Report (``@env.task(report=True)``).
 """
 import asyncio
 import functools

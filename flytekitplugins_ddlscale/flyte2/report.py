@@ -1,14 +1,8 @@
 """A node's or phase's page as a tab of the Flyte 2 task's Report: Timeline rows, worker plot, worker-seconds.
 
-The rows are Flyte 2's own ``flyte.report.Timeline`` widget (one per change
-of the worker count, and one per marked moment such as the restore); the plot
-and the worker-seconds by tier are the same HTML as the flytekit Deck
-(:func:`..deck.render_html`). On a cluster, a task shows its Report when it
-is defined with ``@env.task(report=True)`` (flyte saves it when the task
-ends); a node, run by the connector, writes none. In a local run the tab is
-saved at once, whatever the task asked for, and a line says where, e.g.
-``ready: Report written to /tmp/flyte/metadata/<run>/<action>/report.html``
-(flyte saves it again when a ``report=True`` task ends, the same file).
+The rows are Flyte 2's ``flyte.report.Timeline`` widget; the plot and the worker-seconds are the flytekit Deck's
+HTML (:func:`..deck.render_html`). On a cluster flyte saves a ``report=True`` task's Report when it ends; in a
+local run the tab is saved at once and a line says where.
 """
 from pathlib import Path
 from typing import List, Mapping, NamedTuple, Optional

@@ -9,18 +9,11 @@
                         f"{os.environ['DASK_SCHEDULER_SERVICE_PORT']}")
         ...
 
-Before the body: baseline recorded, claim registered, cluster scaled to the
-largest live claim and workers awaited (and, where the run can reach the
-cluster's head, registered with the framework). After it, on return, exception
-or SIGTERM/SIGINT: claim released and the cluster shrunk to the largest
-remaining claim, or restored to the baseline (or the ``restore`` spec) when
-none remain. In a task pod, the backend being unavailable for now (the
-transient family, :mod:`.._services.recoverable`) fails the task as
-recoverable, so Flyte applies its ``retries``; other failures stay
-non-recoverable. ``functools.wraps`` keeps the signature, so ``@task`` above
-it sees the body's typed interface; placed above ``@task`` it raises
-``TypeError`` showing the right order. The phase itself (claims, scaling,
-signals, the monitor) is :mod:`..hold`, shared with ``ddlscale run``.
+Before the body the cluster is claimed, scaled to the largest live claim and its workers awaited (and
+registered with the framework where the run can reach the head); after it, on return, exception or
+SIGTERM/SIGINT, the claim is released and the cluster shrunk to the largest remaining claim or restored. In a
+task pod the backend being unavailable for now fails the task as recoverable (:mod:`.._services.recoverable`).
+Placed above ``@task`` it raises ``TypeError`` showing the right order. The phase itself is :mod:`..hold`.
 """
 import functools
 from typing import Any, Callable, TypeVar, cast
@@ -37,18 +30,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 def distributed_phase(
     cluster: ClusterSpec, replicas: int, *, deck: bool = True, **options: Unpack[PhaseOptions]
 ) -> Callable[[F], F]:
-    """Decorate a function (under ``@task``) so it runs with the cluster scaled for it.
+    """Decorate a function (under ``@task``) so it runs with ``cluster`` (``kind/name``,
+    ``namespace/kind/name``, a bare kind or a ClusterRef) holding at least ``replicas`` workers.
 
-    ``cluster``: ``kind/name``, ``namespace/kind/name``, a bare kind (the
-    run's own cluster) or a ClusterRef. ``replicas``: at least this many
-    workers (a cluster found larger on the same tier is not shrunk).
-    ``options``: :class:`PhaseOptions` as keywords (tiers, ``restore``,
-    ``timeout``, ``backend``, framework readiness, intervals,
-    ``lease_seconds``, ``fail_on_fault``). ``deck`` attaches a Deck with
-    worker count over time and worker-seconds by tier.
-
-    Arguments are checked when the decorator is applied; the cluster name
-    itself is resolved when the function is called.
+    ``options``: :class:`PhaseOptions` as keywords (tiers, ``restore``, ``timeout``, ``backend``, framework
+    readiness, intervals, ``lease_seconds``, ``fail_on_fault``); ``deck`` attaches a Deck of the worker count
+    over time and worker-seconds by tier. Arguments are checked when the decorator is applied.
     """
     settings = PhaseSettings(cluster, replicas, deck=deck, **options)  # type: ignore[arg-type]
 

@@ -1,12 +1,6 @@
-"""Flyte task types that make cluster scaling a node of a flow.
-
-``ScaleCluster``, ``RestartHead``, ``WaitForCluster`` and ``RestoreCluster`` are configured when
-defined, take typed inputs (defaults from that configuration) and return a
-typed dataclass that downstream nodes can depend on. Their configurations,
-outcomes and task type names live in each node type's module under
-``_services/nodes/`` (shared with the connectors and Flyte 2) and are
-re-exported here; ``resolve_cluster`` is
-:func:`..refs.parse_cluster`.
+"""Flyte task types that make cluster scaling a node of a flow: ``ScaleCluster``, ``RestartHead``,
+``WaitForCluster`` and ``RestoreCluster``, configured when defined, with typed inputs (defaults from that
+configuration) and a typed dataclass output; ``resolve_cluster`` is :func:`..refs.parse_cluster`.
 """
 from .._services.nodes.kinds import UNKNOWN
 from .._services.nodes.names import TASK_TYPES
