@@ -51,10 +51,8 @@ class FileRecordsBackend(ClusterBackend):
         self, ref: ClusterRef, claim_id: str, replicas: int, tier: Optional[str], lease_seconds: float,
         timeout: Optional[float],
     ) -> Claim:
-        return self.records.claim(
-            ref, claim_id, replicas, tier, observe=lambda: self._observe_for_baseline(ref),
-            lease_seconds=lease_seconds, timeout=timeout,
-        )
+        new = Claim(claim_id, replicas, tier, lease_seconds=lease_seconds)
+        return self.records.claim(ref, new, lambda: self._observe_for_baseline(ref), timeout=timeout)
 
     def _renew(self, ref: ClusterRef, claim_id: str) -> Optional[Claim]:
         return self.records.renew(ref, claim_id)

@@ -6,6 +6,7 @@ import pytest
 from flytekitplugins_ddlscale import ClusterRef, ClusterState, InvalidInputError
 from flytekitplugins_ddlscale.backends._support.filerecords import FileBookkeeping
 from flytekitplugins_ddlscale.backends._support.filestore import FileRecordStore
+from flytekitplugins_ddlscale._core.records import Claim
 
 REF = ClusterRef("dask", "dask-a")
 
@@ -13,7 +14,7 @@ REF = ClusterRef("dask", "dask-a")
 def _add_claims(directory, start, count, added, done):
     books = FileBookkeeping(FileRecordStore(directory))
     for i in range(start, start + count):
-        books.claim(REF, f"claim-{i}", i % 7)
+        books.claim(REF, Claim(f"claim-{i}", i % 7))
     added.put(start)
     done.wait(60)  # a claim counts while its holder lives
 
@@ -68,12 +69,15 @@ def test_bookkeeping_baseline_is_recorded_once(tmp_path):
 
 def test_bookkeeping_claims(tmp_path):
     books = FileBookkeeping(FileRecordStore(tmp_path))
-    assert books.claim(REF, "a", 2).replicas == 2
-    assert books.claim(REF, "b", 5, "GPU").worker_hw_tier == "GPU"
-    assert books.claim(REF, "b", 1).claim_id == "a"
+    assert books.claim(REF, Claim("a", 2)).replicas == 2
+    assert books.claim(REF, Claim("b", 5, "GPU")).worker_hw_tier == "GPU"
+    assert books.claim(REF, Claim("b", 1)).claim_id == "a"
     assert books.release(REF, "a").claim_id == "b"
     assert books.release(REF, "b") is None
     assert books.claims(REF) == {}
-    for bad in (lambda: books.claim(REF, "", 1), lambda: books.claim(REF, "x", -1), lambda: books.release(REF, None)):
+    bad_calls = (
+        lambda: books.claim(REF, Claim("", 1)), lambda: books.claim(REF, Claim("x", -1)), lambda: books.release(REF, None)
+    )
+    for bad in bad_calls:
         with pytest.raises(InvalidInputError):
             bad()

@@ -10,12 +10,13 @@ Kubernetes annotations (:mod:`.records`); what is read back is checked as
 user input is, so a corrupt record raises :class:`CorruptRecordError` naming
 its file before anything acts on it.
 """
+from dataclasses import replace
 from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 from .filestore import FileRecordStore
 from ..._core import claimrules
 from ..._core.claimrules import ClusterRecords, RecordChange, SameTier, Settlement, Size
-from ..._core.leases import DEFAULT_LEASE_SECONDS, log_dropped
+from ..._core.leases import log_dropped
 from ...models import Baseline, ClusterState
 from ..._core.records import Claim, decode_baseline, decode_claims, encode_baseline, encode_claims
 from ...refs import ClusterRef
@@ -89,18 +90,10 @@ class FileBookkeeping:
         return self._records(ref, self.store.read(ref)).claims
 
     def claim(
-        self,
-        ref: ClusterRef,
-        claim_id: str,
-        replicas: int,
-        worker_hw_tier: Optional[str] = None,
-        observe: Optional[Observe] = None,
-        *,
-        lease_seconds: float = DEFAULT_LEASE_SECONDS,
-        timeout: Optional[float] = None,
+        self, ref: ClusterRef, new: Claim, observe: Optional[Observe] = None, *, timeout: Optional[float] = None
     ) -> Claim:
-        """Add or replace ``claim_id``'s claim (a lease of ``lease_seconds``; a live one it replaces keeps
-        when it was made); return the largest live claim.
+        """Add or replace ``new``'s claim (its lease starts when it is written; a live one it replaces
+        keeps when it was made); return the largest live claim.
 
         In the same locked update (waiting at most ``timeout`` seconds for the
         lock, else the store's own bound), dead claims are dropped and, with
@@ -111,13 +104,12 @@ class FileBookkeeping:
         :class:`InvalidInputError` for a bad id, replica count or tier before
         anything is written.
         """
-        validate_claim_id(claim_id)
-        validate_replicas(replicas)
-        tier = validate_tier_name(worker_hw_tier)
+        validate_claim_id(new.claim_id)
+        validate_replicas(new.replicas)
+        new = replace(new, worker_hw_tier=validate_tier_name(new.worker_hw_tier))
 
         def change(record: Dict[str, str]) -> Claim:
-            new = Claim(claim_id=claim_id, replicas=replicas, worker_hw_tier=tier, lease_seconds=lease_seconds)
-            decided, largest = claimrules.claim(self._records(ref, record), new)
+            decided, largest = claimrules.claim(self._records(ref, record), new.renewed())
             log_dropped(str(ref), decided.dead)
             self._write(record, decided, observe)
             return largest
