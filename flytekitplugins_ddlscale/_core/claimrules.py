@@ -147,18 +147,10 @@ SameTier = Callable[[str, Optional[str]], bool]
 
 @dataclass(frozen=True)
 class Settlement:
-    """What a reconcile does, decided from one read of a cluster's records.
-
-    While a claim is live, ``hold`` is the largest one and ``replicas`` the
-    workers to hold: its count, or the size outside phases when that is
-    larger and on the claim's tier (a phase asks for at least N workers, and
-    never shrinks a cluster it found larger). With none live, ``restore_to``
-    (the size outside phases, else the baseline) comes back. ``dead`` are the
-    claims to drop, with why. ``change`` is what the store writes once the
-    reconcile's request was sent: dead claims dropped, a missing baseline
-    recorded while a claim is held; with none live, the size outside phases
-    forgotten, and the baseline too when it is that same size (only phases
-    changed the cluster) or there was no size outside phases to put back.
+    """What a reconcile does, decided from one read of a cluster's records: while a claim is live, hold
+    the largest (``hold``) at ``replicas`` (its count, or the size outside phases when larger on its
+    tier); with none live, put back ``restore_to`` (the size outside phases, else the baseline). ``dead``
+    are the claims to drop, with why; ``change`` is what the store writes once the request was sent.
     """
 
     live: Dict[str, Claim]

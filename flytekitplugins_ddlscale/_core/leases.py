@@ -171,19 +171,10 @@ def read_clocks() -> ClockReading:
 
 
 class HolderClock:
-    """How long since a holder last renewed its claim, as the holder itself can tell.
-
-    The longest of three clocks since :meth:`mark`: monotonic (runs while
-    the process is stopped by SIGSTOP or a debugger), boot time (runs while
-    the machine is suspended, when monotonic does not on Linux) and wall
-    time (what other processes judge the lease by; a clock set forward only
-    makes the holder check sooner). A holder that finds this past its lease
-    may have lost its claim, whatever its own schedule said.
-
-    A holder marks a renewal with the clocks read *before* it sent the
-    request: it may be stopped after the record was written and before the
-    answer is handled, and that stop counts against the lease.
-    """
+    """How long since a holder last renewed its claim, as the holder itself can tell: the longest of the
+    monotonic clock (runs through SIGSTOP), the boot-time clock (runs through a suspend) and wall time
+    (what other processes judge by) since :meth:`mark`, given the clocks read *before* the renewal was
+    sent, so a stop between the write and its answer counts against the lease."""
 
     def __init__(self, since: Optional[ClockReading] = None) -> None:
         self.mark(since)

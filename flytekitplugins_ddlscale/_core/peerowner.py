@@ -1,13 +1,9 @@
 """Whether the other end of a loopback connection is this user's: checked before a secret is sent.
 
-Any local user can listen on a free loopback port. A client that sends a
-token to a port it expects its own server on (a Ray dashboard restarting,
-a head not yet listening) would hand it to whoever bound the port first.
-On Linux the kernel lists every TCP socket with its owner's uid in
-``/proc/net/tcp`` (``tcp6``): once connected, the row of the other end of
-this very connection (its local address is our peer, its remote address is
-us) tells who accepted it, before a byte is sent. Elsewhere, and for a peer
-that is not on loopback, nothing can be proven and nothing is checked.
+Any local user can listen on a free loopback port, and a client sending a token to a port it expects its
+own server on would hand it to whoever bound it first. On Linux, once connected, the row of this very
+connection in ``/proc/net/tcp`` (``tcp6``) names the uid that accepted it, before a byte is sent.
+Elsewhere, and for a peer not on loopback, nothing can be proven and nothing is checked.
 """
 import http.client
 import ipaddress

@@ -1,13 +1,9 @@
 """Keep credentials out of logs, errors and outputs.
 
-Every credential the plugin reads is registered here the moment it is read;
-:func:`redact` replaces registered values (and anything shaped like an auth
-header) in text, and :class:`RedactingFilter` does it for log records.
-Errors run their messages through :func:`redact` when they are built.
-
-Importing this module changes nothing outside it (flytekit imports the plugin in every process it
-starts): log records are masked from the first :func:`install_redaction`, which every backend, phase,
-CLI command and connector calls when it starts.
+Every credential is registered (:func:`register_secret`) the moment it is read; :func:`redact` masks
+registered values and anything shaped like an auth header in text (every error's message goes through
+it), and from the first :func:`install_redaction` (each backend, phase, command and connector calls it)
+log records too. Importing this module changes nothing outside it.
 """
 import logging
 import re

@@ -1,22 +1,11 @@
 """Where the cluster's head serves its framework status, and whether the check is on.
 
-Precedence for the head's base URL (first match wins):
-
-1. an explicit URL (``framework_url=`` on a node or phase, ``--framework-url``);
-2. ``$DDLSCALE_<KIND>_URL`` (``DDLSCALE_DASK_URL``, ``DDLSCALE_RAY_URL``, ``DDLSCALE_SPARK_URL``);
-3. ``$DDLSCALE_FRAMEWORK_URL``;
-4. what Domino gives the run: Dask ``$DASK_SCHEDULER_SERVICE_HOST`` with the
-   dashboard port (``$DDLSCALE_DASK_DASHBOARD_PORT``, default 8787); Ray
-   ``$RAY_HEAD_SERVICE_HOST`` with the dashboard port
-   (``$DDLSCALE_RAY_DASHBOARD_PORT``, default 8265); Spark the host of
-   ``spark.master`` (:func:`configured_master`: as Spark reads it) with the master web UI port
-   (``$DDLSCALE_SPARK_WEBUI_PORT``, else ``$SPARK_MASTER_WEBUI_PORT``, default 8080).
-
-``$DDLSCALE_FRAMEWORK_READINESS=off`` switches every check off.
-
-A URL with credentials (``http://user:password@host``) is refused wherever
-it comes from: the check sends none, and the URL would carry them into
-templates, logs and messages.
+The head's base URL, first match wins: an explicit URL (``framework_url=``, ``--framework-url``);
+``$DDLSCALE_<KIND>_URL``; ``$DDLSCALE_FRAMEWORK_URL``; what Domino gives the run: Dask
+``$DASK_SCHEDULER_SERVICE_HOST`` and Ray ``$RAY_HEAD_SERVICE_HOST`` with their dashboard ports (8787,
+8265), Spark the host of ``spark.master`` as Spark reads it (:func:`configured_master`) with the web UI
+port (8080). ``$DDLSCALE_FRAMEWORK_READINESS=off`` switches every check off. A URL with credentials is
+refused wherever it comes from: the check sends none, and they would travel into logs and messages.
 """
 import re
 from dataclasses import dataclass

@@ -1,14 +1,9 @@
 """Run a command as a child process, forwarding SIGTERM and SIGINT to it while it runs.
 
-``ddlscale run`` holds a cluster for the length of a command. A job runner
-(Kubernetes, Domino, Flyte) stops a job by signalling its main process, so
-the signal must reach the command, and the cluster must be restored only
-after the command has exited. A command that does not exit within
-``kill_after`` seconds of the first forwarded signal is killed, so the
-restore still runs before the runner's own grace period ends. On Linux the
-command also dies with ``ddlscale`` (``PR_SET_PDEATHSIG``): a ``ddlscale``
-killed outright (SIGKILL, the OOM killer) leaves no command running on
-unheld workers, and its claim dies with it (:mod:`..leases`).
+A job runner stops a job by signalling its main process: the command gets the signal, and the cluster
+is restored only once it has exited (killed ``kill_after`` seconds after the first forwarded signal, so
+the restore runs within the runner's grace period). On Linux the command also dies with ``ddlscale``
+(``PR_SET_PDEATHSIG``), as its claim does.
 """
 import ctypes
 import ctypes.util

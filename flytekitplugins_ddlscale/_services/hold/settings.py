@@ -44,22 +44,13 @@ def _restore(value: object) -> Restore:
 class PhaseOptions(TypedDict, total=False):
     """A phase's options beyond its cluster and size (all optional; defaults in :class:`PhaseSettings`).
 
-    ``worker_hw_tier`` / ``head_hw_tier``: hardware tiers for the phase.
-    ``restore``: ``"baseline"`` (the default: when the last live phase ends,
-    the size the cluster had outside phases comes back) or a
-    :class:`ReplicaSpec`. ``timeout`` bounds the scale-up, the readiness
-    checks and the restore. ``backend``: a backend name; None is the
-    environment's choice. ``framework_ready`` also waits until workers are
-    registered with Dask/Ray/Spark where the run can reach the cluster's head
-    (over its HTTP status endpoint; ``framework_url`` overrides where the head
-    is, see docs/readiness.md). ``reassert_interval`` (seconds, None to
-    disable) applies where the backend cannot hold the size against the
-    autoscaler; ``sample_interval``: seconds between worker-count samples.
-    ``lease_seconds``: how long the phase's claim outlives its last renewal
-    (renewed every third of it while the phase runs; see docs/flyte.md).
-    ``fail_on_fault``: when the cluster loses its head or workers during the
-    body, stop the body and raise :class:`ClusterFaultError` instead of
-    repairing it (where the backend can) and reporting it.
+    ``restore``: ``"baseline"`` (when the last live phase ends, the size outside phases comes back) or
+    a :class:`ReplicaSpec`; ``timeout`` bounds the scale-up with its checks, and the restore;
+    ``backend`` None is the environment's choice; ``framework_ready`` also waits for workers registered
+    with Dask/Ray/Spark where the head is reachable (``framework_url``: where it is, docs/readiness.md);
+    ``reassert_interval`` (None: never) where the backend cannot hold the size; ``sample_interval``
+    between worker-count samples; ``lease_seconds`` how long the claim outlives its last renewal;
+    ``fail_on_fault``: a lost head or lost workers stop the body and raise :class:`ClusterFaultError`.
     """
 
     worker_hw_tier: Optional[str]

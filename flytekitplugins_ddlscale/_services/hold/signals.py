@@ -129,25 +129,14 @@ class RelayedPhase(Protocol):
 
 
 class SignalRelay:
-    """SIGTERM/SIGINT handlers, installed once from the main thread, for phases running in other threads.
+    """SIGTERM/SIGINT handlers, installed once from the main thread, for phases in other threads (Flyte 2
+    runs task bodies there; only the main thread runs and installs handlers).
 
-    Python runs signal handlers only in the main thread, and only the main
-    thread may install them; Flyte 2 runs task bodies in other threads (a
-    sync body in a thread of its own, an async one on an event loop that
-    may be anywhere). The relay's handler asks every attached phase to
-    restore (:meth:`RelayedPhase.interrupt`), then runs the callbacks given
-    to :meth:`after_phases` (the Flyte 2 nodes' report of what is left
-    running), then does what the handler it replaced would have done (the
-    default for SIGTERM ends the process), so the cluster is given back
-    before the process goes. With no phase attached it does only the last two.
-
-    Code that installs its own handler later replaces the relay's: a signal
-    then reaches the phases only if that handler calls the one it replaced.
-    A phase attached while the relay is replaced is warned about
-    (:meth:`replaced`); installing the relay again (from the main thread:
-    defining another node or phase at import does) puts it back on top and
-    chains to the newer handler, and a handler that chains back to the
-    relay does not loop.
+    The handler asks every attached phase to give its cluster back (:meth:`RelayedPhase.interrupt`),
+    runs the :meth:`after_phases` callbacks, then does what the handler it replaced would have done (for
+    SIGTERM, end the process). A handler installed later replaces the relay's (a phase attached meanwhile
+    is warned about: :meth:`replaced`); installing the relay again puts it back on top, chaining to the
+    newer handler without looping.
     """
 
     def __init__(self, signums: Tuple[int, ...] = DEFAULT_SIGNALS) -> None:
