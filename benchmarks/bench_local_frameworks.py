@@ -24,7 +24,7 @@ STEPS = {"create_head_s": HEAD, "up_0_to_2_s": UP, "down_2_to_0_s": DOWN}
 def run(quick: bool = False, out_dir: Path = Path("benchmarks/results")) -> BenchResult:
     """Time ``1`` (quick) or ``3`` up/down cycles per framework; every process is stopped afterwards."""
     try:
-        from flytekitplugins_ddlscale.backends.local._drivers import load_driver
+        from flytekitplugins_ddlscale.backends.local._driver import load_driver
         from flytekitplugins_ddlscale.errors import UnsupportedOperationError
     except ImportError as exc:
         return BenchResult.skipped(NAME, TITLE, f"local backend not importable: {exc}")

@@ -22,7 +22,7 @@ STEPS = {"create_master_s": HEAD, "up_0_to_2_s": UP, "down_2_to_0_s": DOWN}
 def run(quick: bool = False, out_dir: Path = Path("benchmarks/results")) -> BenchResult:
     """Time ``1`` (quick) or ``5`` up/down cycles; every process is stopped afterwards."""
     from flytekitplugins_ddlscale import UnsupportedOperationError
-    from flytekitplugins_ddlscale.backends.local._drivers import load_driver
+    from flytekitplugins_ddlscale.backends.local._driver import load_driver
 
     cycles = 1 if quick else 5
     try:

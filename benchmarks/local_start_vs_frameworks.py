@@ -131,13 +131,13 @@ def time_ray_by_hand() -> Dict[str, float]:
 
         try:
             began = time.perf_counter()
-            start(ray_ops.head_argv(python, "127.0.0.1", port, dashboard, client, temp, str(token)))
+            nodes = ray_ops.RayNodes(python, "127.0.0.1", port, temp, str(token))
+            start(ray_ops.head_argv(nodes, dashboard, client))
             _until("the Ray head on its dashboard", lambda: any(
                 node.get("is_head_node") for node in ray_ops.alive_nodes(url, str(token), 1.0) or ()))
             steps = {"head_on_dashboard": time.perf_counter() - began}
             for index in range(RAY_WORKERS):
-                argv = ray_ops.worker_argv(python, f"127.0.0.1:{port}", "unused", "127.0.0.1", f"w{index}",
-                                           shape.nthreads, shape.memory_limit, temp, str(token))
+                argv = ray_ops.worker_argv(nodes, f"w{index}", shape, "unused")
                 wrapper_end = argv.index("--")
                 start([argv[0], *[a for a in argv[1:wrapper_end] if "=" in a], *argv[wrapper_end + 1:]])
 

@@ -39,7 +39,7 @@ def time_up(tree: Path, replicas: int, kind: str = "dask") -> float:
 
 def time_certificates(runs: int) -> List[float]:
     """Seconds to make one cluster's TLS files, ``runs`` times."""
-    from flytekitplugins_ddlscale.backends.local._dask_tls import ensure_tls
+    from flytekitplugins_ddlscale.backends.local._secrets import ensure_tls
 
     times = []
     for _ in range(runs):

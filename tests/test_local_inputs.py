@@ -112,7 +112,7 @@ def test_other_kinds_are_unsupported_with_an_explanation(backend, kind):
 
 @pytest.mark.parametrize("platform, kind", [("linux", None), ("linux", "ray"), ("darwin", "dask"), ("darwin", "spark")])
 def test_the_platforms_the_local_backend_runs_on_are_accepted(platform, kind):
-    from flytekitplugins_ddlscale.backends.local._drivers import check_platform
+    from flytekitplugins_ddlscale.backends.local._driver import check_platform
 
     assert check_platform(platform, kind) is None
 
@@ -123,7 +123,7 @@ def test_the_platforms_the_local_backend_runs_on_are_accepted(platform, kind):
     ("darwin", "ray", "does not run ray clusters on darwin"),
 ])
 def test_another_platform_is_refused_in_one_line_saying_what_runs_where(platform, kind, says):
-    from flytekitplugins_ddlscale.backends.local._drivers import check_platform
+    from flytekitplugins_ddlscale.backends.local._driver import check_platform
 
     with pytest.raises(UnsupportedOperationError) as caught:
         check_platform(platform, kind)

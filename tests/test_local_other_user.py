@@ -42,7 +42,7 @@ import pytest
 from flytekitplugins_ddlscale import ClusterRef
 from flytekitplugins_ddlscale.backends.local import LocalBackend, _procs as procs
 from flytekitplugins_ddlscale.backends.local import _ray_ops as ray_ops
-from flytekitplugins_ddlscale.backends.local._dask_tls import DaskTls
+from flytekitplugins_ddlscale.backends.local._secrets import DaskTls
 from flytekitplugins_ddlscale._framework.endpoints import Endpoint
 from flytekitplugins_ddlscale._framework.probes import PROBES
 from flytekitplugins_ddlscale._framework.wait import HeadUnreachable, read_registered
@@ -120,7 +120,7 @@ DASK_IMPORTS = """
     import tempfile
     from distributed import Client
     from distributed.core import rpc
-    from flytekitplugins_ddlscale.backends.local._dask_tls import ensure_tls
+    from flytekitplugins_ddlscale.backends.local._secrets import ensure_tls
     import asyncio, ssl, cryptography.hazmat.primitives.asymmetric.ec, cryptography.x509
     import shutil, distributed.comm.tcp
     # The checkout (and its venv) may sit in a folder the other user cannot read, as CI's copy does: make and
@@ -272,7 +272,7 @@ RAY_SQUATTER_IMPORTS = """
     import pathlib, queue, shutil, tempfile, threading, time
     from concurrent import futures
     import grpc
-    from flytekitplugins_ddlscale.backends.local._dask_tls import ensure_tls
+    from flytekitplugins_ddlscale.backends.local._secrets import ensure_tls
     warm = tempfile.mkdtemp()
     ensure_tls(pathlib.Path(warm))
     shutil.rmtree(warm)

@@ -22,6 +22,7 @@ from click.testing import CliRunner
 
 from flytekitplugins_ddlscale import ClusterRef, ReplicaSpec, ScaleCluster, UnsupportedOperationError
 from flytekitplugins_ddlscale.backends.local import LocalBackend, _procs as procs
+from flytekitplugins_ddlscale.backends.local._tiers import WorkerShape
 from flytekitplugins_ddlscale._core.settings import RAY_EXECUTABLE
 from flytekitplugins_ddlscale.cli.local_commands import local
 from flytekitplugins_ddlscale._services.readiness import FrameworkOptions, ReadinessCheck
@@ -423,9 +424,8 @@ def test_worker_nodes_started_together_get_ray_temp_folders_of_their_own_short_e
     names = [f"{'n' * 63}-ray-worker-{i}" for i in (0, 1, 10)]
     folders = []
     for name in names:
-        argv = ray_ops.worker_argv(
-            sys.executable, "127.0.0.1:1", "/c/ray-head-ready", "127.0.0.1", name, 1, GIB, temp, str(tmp_path / "t")
-        )
+        nodes = ray_ops.RayNodes(sys.executable, "127.0.0.1", 1, temp, str(tmp_path / "t"))
+        argv = ray_ops.worker_argv(nodes, name, WorkerShape("t", 1, GIB), "/c/ray-head-ready")
         folders.append(argv[argv.index("--temp-dir") + 1])
     assert len(set(folders)) == 3 and all(f.startswith(temp + "/") for f in folders)
     # The longest socket Ray puts there: <folder>/session_<date>_<time>_<usec>_<pid>/sockets/plasma_store.

@@ -60,7 +60,7 @@ def scheduler_workers(address: str, cluster_dir: Path) -> Dict[str, dict]:
     TLS certificate of the cluster whose folder is ``cluster_dir``."""
     from distributed import Client
 
-    from flytekitplugins_ddlscale.backends.local._dask_tls import DaskTls
+    from flytekitplugins_ddlscale.backends.local._secrets import DaskTls
 
     with Client(address, timeout=10, security=DaskTls.of(cluster_dir).security()) as client:
         info = client.scheduler_info(n_workers=-1)

@@ -2,7 +2,7 @@
 import random
 import socket
 
-from flytekitplugins_ddlscale.backends.local._ports import LOWEST, free_port, outgoing_range
+from flytekitplugins_ddlscale.backends.local._supervisor import LOWEST, free_port, outgoing_range
 
 
 def test_a_port_is_chosen_outside_the_outgoing_range_and_can_be_bound():

@@ -3,7 +3,8 @@
 See :class:`LocalBackend` and ``docs/local.md``.
 """
 from ._backend import DEFAULT_MAX_WORKERS, LocalBackend
-from ._env import DASK_HOST_ENV, DASK_PORT_ENV, dask_env, environ_set
+from ..._core.lifetime import environ_set
+from ._driver import DASK_HOST_ENV, DASK_PORT_ENV, dask_env
 from ._tiers import LOCAL_TIERS_ENV, default_tiers_file
 
 __all__ = [

@@ -1,18 +1,11 @@
 """The local backend's protocol layer: real local clusters made of local processes.
 
-A local cluster is one head process (a ``dask scheduler`` for Dask, a
-``ray start --head`` node for Ray) plus one
-worker process per worker, all detached from the Python process that started them
-and recorded (pid + start time) in the state directory, so separate tasks,
-processes and the ``ddlscale local`` CLI share the same cluster. Every change
-holds the cluster's fcntl lock. ``ready_workers`` counts the workers the
-head itself reports.
-
-This module holds what the protocol means locally (baselines and claims on
-files, via :class:`FileRecordsBackend`; capping at ``max_workers``; waits).
-The processes are the :class:`~.supervisor.ProcessSupervisor`'s, and what
-is particular to a framework is its driver's (:mod:`.driver` is the
-interface, :mod:`.drivers` says which driver runs which kind).
+A local cluster is one head process plus one process per worker, detached and recorded (pid and start
+time) in the state directory, so tasks, processes and the ``ddlscale local`` CLI share it; every change
+holds the cluster's lock, and ``ready_workers`` counts the workers the head reports. This module holds what
+the protocol means locally (baselines and claims on files through :class:`FileRecordsBackend`, the cap at
+``max_workers``, waits); the processes are the :class:`~._supervisor.ProcessSupervisor`'s, and what is
+particular to a framework is its driver's (:mod:`._driver`).
 """
 import contextlib
 import logging
@@ -45,14 +38,13 @@ from ..._core.records import Claim
 from ...refs import ClusterRef
 from ..._core.validation import validate_replicas, validate_timeout
 from ..._core.leases import dead_text
+from ..._core.lifetime import environ_set
 from ..._core.waiting import Awaited, Backoff, CLEANUP_GRACE, Deadline, Pacing, poll_until, within
 from ..._core.wording import plural
 from .._base import DEFAULT_SCALE_TIMEOUT, BackendCapabilities, Change, SharedReads, WorkersWait
 from .._filebacked import FileRecordsBackend
 from . import _procs as procs
-from ._driver import FrameworkDriver
-from ._drivers import SERVED_KINDS, check_platform, load_driver, served_frameworks
-from ._env import environ_set
+from ._driver import SERVED_KINDS, FrameworkDriver, check_platform, load_driver, served_frameworks
 from ._state import ClusterRecord, LocalStateStore, WorkerRecord
 from ._supervisor import ProcessSupervisor, TakenDown
 from ._tiers import WorkerShape, default_tier_name, load_catalog
@@ -88,32 +80,17 @@ class _Started:
 class LocalBackend(FileRecordsBackend):
     """Real local clusters, the default backend when nothing else is configured.
 
-    ``state_dir`` defaults to ``$DDLSCALE_STATE_DIR/local`` (``~/.ddlscale/local``);
-    ``tiers_file`` to ``$DDLSCALE_LOCAL_TIERS``, else the packaged
-    ``data/local_tiers.yaml``. ``host`` is where every process listens: a
-    loopback address (:data:`LOOPBACK_HOSTS`), anything else raises
-    :class:`InvalidInputError`. ``max_workers`` plays the role of a cluster's
-    ``maxReplicas``. The kinds in :data:`~.drivers.SERVED_KINDS` are served;
-    other kinds raise :class:`UnsupportedOperationError`, and a kind whose
-    framework is not installed raises an error that says what to install. On a
-    platform it does not run on (:func:`~._drivers.check_platform`: Linux, and
-    macOS without Ray) construction raises :class:`UnsupportedOperationError`.
+    ``state_dir`` defaults to ``$DDLSCALE_STATE_DIR/local``; ``tiers_file`` to ``$DDLSCALE_LOCAL_TIERS``, else
+    the packaged ``data/local_tiers.yaml``; ``host`` must be loopback (:data:`LOOPBACK_HOSTS`);
+    ``max_workers`` plays a cluster's ``maxReplicas`` (above it a scale is capped, or refused when
+    ``strict``). The kinds of :data:`~._driver.SERVED_KINDS` are served, on the platforms
+    :func:`~._driver.check_platform` names; others raise :class:`UnsupportedOperationError`.
 
-    What the protocol's methods do here: ``get_state`` sees live processes
-    and the workers the scheduler reports, and raises
-    :class:`ClusterNotFoundError` when no local cluster ``ref`` exists. A
-    scale starts or stops worker processes (creating the cluster if needed);
-    a new worker tier replaces every worker, the old ones retired once the
-    new ones are up; above ``max_workers`` the request is capped
-    (``strict``: :class:`CapacityExceededError`). Scaling a cluster that
-    does not exist to 0 workers changes nothing (no scheduler, no baseline).
-    A failed wait rolls nothing back: only dead processes are dropped. A
-    restore (and a reconcile with no claim left) takes down a cluster that a
-    scale created (not ``up``) whose baseline is "no workers", so a flow
-    leaves nothing running. Every change holds the cluster's lock while it
-    starts or stops processes (not while it waits for them), and so does
-    :meth:`claim`, within its own timeout. ``close`` releases nothing:
-    clusters deliberately outlive this object (see :meth:`down`).
+    A scale starts or stops worker processes, creating the cluster if needed (to 0 workers it creates
+    nothing); a new tier replaces every worker, the old ones retired once the new ones are up. A failed
+    wait rolls nothing back. A restore takes down a cluster a scale created (not ``up``) whose baseline is
+    no workers, so a flow leaves nothing running. ``close`` releases nothing: clusters outlive this object
+    (:meth:`down`).
     """
 
     name = "local"
@@ -270,11 +247,8 @@ class LocalBackend(FileRecordsBackend):
         timeout: float = DEFAULT_SCALE_TIMEOUT,
         progress: Optional[ProgressReporter] = None,
     ) -> ScaleResult:
-        """Create (or resize) a cluster that stays until :meth:`down`.
-
-        Unlike :meth:`scale` this records no baseline: it is the operator
-        setting the size a later flow's baseline will see.
-        """
+        """Create (or resize) a cluster that stays until :meth:`down`; no baseline recorded: it is the operator
+        setting the size a later flow's baseline will see."""
         replicas, tier, deadline = self._check_size_request(ref, replicas, worker_hw_tier, timeout)
         with self._changing(ref, deadline):
             change = self._apply(ref, replicas, tier, by_operator=True, deadline=deadline)
@@ -308,13 +282,8 @@ class LocalBackend(FileRecordsBackend):
         timeout: float = DEFAULT_SCALE_TIMEOUT,
         progress: Optional[ProgressReporter] = None,
     ) -> ClusterState:
-        """Restart a dead scheduler (same port) and missing workers; return the state once whole.
-
-        The recorded size is capped at ``max_workers``, as a scale request is;
-        a record no user input could make raises :class:`CorruptRecordError`,
-        and one a change interrupted half-way left :class:`InterruptedChangeError`,
-        before anything starts or stops.
-        """
+        """Restart a dead head (same port) and missing workers, up to ``max_workers``; the state once whole.
+        :class:`InterruptedChangeError` for a record a change interrupted half-way left."""
         self._served(ref)
         timeout = validate_timeout(timeout)
         with self.supervisor.lock(ref, timeout):
@@ -330,13 +299,8 @@ class LocalBackend(FileRecordsBackend):
         self, ref: ClusterRef, head_hw_tier: Optional[str], wait: bool, deadline: Deadline,
         progress: Optional[ProgressReporter],
     ) -> RestartResult:
-        """Restart the scheduler on the same port; with ``wait``, until every worker is back.
-
-        Dask workers exit when their scheduler goes away, so they are
-        restarted under the same names and reconnect to the new scheduler.
-        ``head_hw_tier`` must be a known tier; it is recorded and reported, but
-        a local scheduler is one process and the tier does not limit it.
-        """
+        """Restart the head on the same port with the same-named workers; with ``wait``, until every worker is
+        back. ``head_hw_tier`` (a known tier) is recorded and reported; it does not limit a local process."""
         timeout = deadline.timeout
         head_tier = self.catalog.resolve(head_hw_tier, ref.kind, field="head_hw_tier")
         began = time.monotonic()
@@ -372,20 +336,12 @@ class LocalBackend(FileRecordsBackend):
         return bool(state.head_ready) and state.workers_up(state.desired_workers), state
 
     def down(self, ref: ClusterRef, *, timeout: float = 60.0) -> bool:
-        """Stop every process of ``ref`` and forget it (baseline and claims too).
-
-        Returns False when there was no such cluster (:meth:`take_down`).
-        """
+        """Stop every process of ``ref`` and forget it (baseline and claims too); False when there was none."""
         return self.take_down(ref, timeout=timeout) is not None
 
     def take_down(self, ref: ClusterRef, *, timeout: float = 60.0) -> Optional[TakenDown]:
-        """Stop every process of ``ref``, whatever its records say, and forget it (baseline and claims too).
-
-        Every process carrying the cluster's mark is stopped, recorded or not,
-        and a corrupt or half-written ``cluster.json`` or records file is removed
-        with the rest. Returns what was found running (recorded and not), or
-        None when there was no such cluster: no record and nothing running.
-        """
+        """Stop every process carrying ``ref``'s mark, recorded or not, and forget it (a corrupt record too);
+        what was found running, or None when there was no such cluster."""
         self._served(ref)
         with self.supervisor.lock(ref, validate_timeout(timeout)):
             try:
@@ -438,9 +394,8 @@ class LocalBackend(FileRecordsBackend):
 
     @contextlib.contextmanager
     def _changing(self, ref: ClusterRef, deadline: Deadline) -> Iterator[None]:
-        """Every change holds the cluster's lock while it starts or stops processes, so processes match
-        the records read; the wait for its workers that follows does not. Its checks of the head get
-        no more than what is left of ``deadline``."""
+        """The cluster's lock while a change starts or stops processes (not during the wait that follows),
+        its checks cut to what is left of ``deadline``."""
         with within(deadline), self.supervisor.lock(ref, max(deadline.remaining, 0.1)):
             yield
 
@@ -575,11 +530,8 @@ class LocalBackend(FileRecordsBackend):
         timeout: float,
         progress: Optional[ProgressReporter],
     ) -> ClusterState:
-        """Wait until the head sees ``replicas`` workers; fail fast if a new worker or the head exits.
-
-        The wait holds no lock, so each poll reads the record again: a change
-        made meanwhile (another phase holding more) is what is observed.
-        """
+        """Wait until the head sees ``replicas`` workers; fail fast if a new worker or the head exits. Each
+        poll reads the record again (no lock held): a change made meanwhile is what is observed."""
 
         def read() -> ClusterState:
             current = self.store.load(record.ref) or record
@@ -616,9 +568,8 @@ class LocalBackend(FileRecordsBackend):
         return _downed(ref, previous)
 
     def _whole(self, record: ClusterRecord, operation: str) -> ClusterRecord:
-        """``record`` if no change was interrupted half-way through it (read under the cluster's lock, a
-        pending change is one), else :class:`InterruptedChangeError`: acting on its size would act on
-        a size nobody asked for (an interrupted ``up --replicas 8`` records the size before it)."""
+        """``record`` if no change was interrupted half-way through it, else :class:`InterruptedChangeError`:
+        its size would be one nobody asked for."""
         pending = record.pending
         if pending is None:
             return record

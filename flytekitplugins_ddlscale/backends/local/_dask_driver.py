@@ -1,13 +1,9 @@
 """The Dask driver of the local backend: a ``dask scheduler`` head and ``dask worker`` processes.
 
-Every process of the cluster, and every client, speaks ``tls://`` with the
-cluster's certificate (:mod:`.dask_tls`), made at the first head start in the
-cluster's private folder; the record keeps where (``framework.tls_dir``), for the
-calls given only a record. A cluster recorded without it (started by a version
-without TLS) does not answer: ``ddlscale local down`` and ``up`` start it again.
-Readiness and registered workers come from the file the scheduler's preload
-keeps in that folder (:mod:`.dask_watch`), so a scheduler started by a version
-before that file does not answer either.
+Every process and client speaks ``tls://`` with the cluster's certificate (:mod:`._secrets`), made at the
+first head start; the record keeps its folder (``framework.tls_dir``). Readiness and registered workers come
+from the file the scheduler's preload keeps (:mod:`._dask_watch`). A cluster recorded by a version without
+either does not answer: ``ddlscale local down`` and ``up`` start it again.
 """
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
@@ -15,8 +11,8 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 from ..._core import settings
 from ...errors import BackendUnavailableError
 from . import _dask_ops as dask_ops
-from ._dask_tls import DaskTls, ensure_tls
-from ._env import dask_env
+from ._secrets import DaskTls, ensure_tls
+from ._driver import dask_env
 from ._state import ClusterRecord, LocalStateStore
 from ._tiers import WorkerShape
 

@@ -1,17 +1,9 @@
 """Talking to a local Dask scheduler, and the command lines that start Dask processes.
 
-Which workers a scheduler has registered is read from the file its preload
-keeps in the cluster's folder (:func:`registered_workers`), so starting and
-waiting for a cluster never imports ``distributed`` (half a second of CPU
-beside a starting cluster's own imports). Retiring workers asks the
-scheduler: ``distributed`` is imported inside that function, since this
-module is imported by the local backend, which ``get_backend()`` may load in
-processes that never touch a cluster. Each call opens one connection in a
-private event loop and closes it, so nothing (no thread, no loop) outlives the call.
-
-Every process speaks ``tls://`` with the cluster's certificate
-(:mod:`.dask_tls`), and so does every call here: a scheduler or worker
-refuses a peer without it.
+Which workers a scheduler registered is read from the file its preload keeps (:func:`listed_workers`), so
+starting and waiting never import ``distributed``; retiring workers asks the scheduler, importing it inside
+that call, over one connection in a private event loop closed with the call. Every process and call speaks
+``tls://`` with the cluster's certificate (:mod:`._secrets`).
 """
 import asyncio
 from dataclasses import dataclass
@@ -25,7 +17,7 @@ from ...errors import BackendUnavailableError, InvalidInputError, UnsafePathErro
 from ..._core.waiting import probe_timeout
 from ..._core.wording import seconds
 from .._support.privatefs import read_record_text
-from ._dask_tls import DaskTls
+from ._secrets import DaskTls
 from ._dask_watch import WORKERS_FILE
 from ._procs import ProcessId, python_module, with_environment
 from ._record_check import check_process
@@ -42,18 +34,11 @@ WORKER_MODULE = "distributed.cli.dask_worker"
 
 
 def scheduler_argv(host: str, port: int, scheduler_file: str, tls: DaskTls, scratch: str) -> List[str]:
-    """``dask scheduler`` on ``tls://host:port`` that also writes its address to ``scheduler_file``
-
-    (for ``Client(scheduler_file=...)``; it also puts the cluster's folder in the command line).
-    Without a dashboard a scheduler still serves HTTP (health, metrics, call stacks) on
-    ``--dashboard-address``, every interface at 8787 by default: it is held to ``host`` on a
-    port the OS picks. It preloads :mod:`.dask_watch`, so it closes itself once no record of its
-    cluster holds it. It takes only peers presenting a certificate of ``tls``'s authority
-    (encryption required: Dask requires it whenever TLS files are given); its HTTP server
-    serves :data:`SCHEDULER_HTTP_ROUTES` only. Its scratch space (a lock file) is in ``scratch``, a
-    private folder: Dask's default, ``dask-scratch-space`` under the system's temporary folder, is
-    shared by every user, who could make it first.
-    """
+    """``dask scheduler`` on ``tls://host:port`` (writing ``scheduler_file`` for ``Client(scheduler_file=...)``),
+    taking only peers with a certificate of ``tls``'s authority. Its HTTP server (served without a dashboard,
+    on every interface by default) is held to ``host`` on a port the OS picks, serving
+    :data:`SCHEDULER_HTTP_ROUTES` only; it preloads :mod:`._dask_watch`; its scratch space is the private
+    ``scratch`` (Dask's default is shared by every user, who could make it first)."""
     routes = {
         settings.DASK_SCHEDULER_HTTP_ROUTES.name: repr(list(SCHEDULER_HTTP_ROUTES)),
         settings.DASK_TEMPORARY_DIRECTORY.name: scratch,

@@ -1,30 +1,14 @@
-"""Preloaded into every local Dask scheduler (``--preload <this file>``): it closes itself once its cluster is gone.
+"""Preloaded into every local Dask scheduler (``--preload <this file>``); loaded by path, it imports only the
+standard library and what the scheduler has loaded. It
 
-A scheduler that no record holds (its cluster's folder or ``cluster.json``
-removed, or the record naming another scheduler, for :func:`watch_grace` seconds
-in a row) would otherwise run until someone finds it: Dask schedulers have no
-death timeout, and ``--idle-timeout`` would also end a cluster kept up on
-purpose. The cluster's folder comes from the scheduler's environment
-(``DDLSCALE_LOCAL_CLUSTER``, set by :func:`~.procs.spawn_detached`). A record
-that cannot be read (damaged by hand) is not a verdict: the scheduler stays.
-Its workers follow it through their ``--death-timeout``.
-
-It also gives back what a dead run held: when a claim on the cluster's
-record names a holder process of this host that no longer runs (or whose pid
-now belongs to a process started at another time), it starts one short
-process that calls the backend's ``give_back`` (the claims rules, under the
-record's lock: it drops the dead claim and holds the largest live one, or
-puts back the size outside phases), so a run killed with ``kill -9`` does
-not leave its workers up until someone else comes.
-
-It also keeps :data:`WORKERS_FILE` in the cluster's folder: which workers
-this scheduler has registered, rewritten (atomically, 0600) when one joins
-or leaves and at the scheduler's start. ``ddlscale local up`` and every
-count of registered workers read that file, so the command never imports
-``distributed`` nor connects to the scheduler to count.
-
-Loaded by path, not as a module of this package: it imports nothing but the
-standard library and what the scheduler already has loaded (``psutil``, Dask's own).
+* closes the scheduler once no record holds it (the cluster's folder, from ``$DDLSCALE_LOCAL_CLUSTER``, or
+  its ``cluster.json`` gone, or naming another scheduler) for :func:`watch_grace` s in a row: a scheduler
+  has no death timeout, and ``--idle-timeout`` would end a cluster kept up on purpose; an unreadable
+  record is no verdict; the workers follow through their ``--death-timeout``;
+* gives back what a dead run held: for a claim whose holder process of this host no longer runs, it starts
+  one short process calling the backend's ``give_back`` (the claims rules, under the record's lock);
+* keeps :data:`WORKERS_FILE` (the workers it registered, rewritten atomically, 0600, at each join and
+  leave), which every count reads, so the command never imports ``distributed`` to count.
 """
 import asyncio
 import contextlib

@@ -1,23 +1,12 @@
 """The environment every process of a local cluster starts with: a short allow-list, never credentials.
 
-Local clusters run code sent to them (Dask tasks, Ray tasks, Spark
-executors). Each takes only its owner's clients (Dask TLS, Ray's token,
-Spark's secret: docs/local.md, Security), but what runs there need not see
-more than it must, so the heads, workers and their wrappers do not inherit
-the environment of the process that started them (``DOMINO_API_KEY``,
-cloud keys, tokens);
-they get only what running a framework needs (:func:`cluster_environment`).
-:func:`~.procs.spawn_detached` applies it to every cluster process, and a
-driver adds its framework's own settings on top
-(:func:`~.procs.with_environment`).
-
-A variable passes when its name is allowed (:data:`ALLOWED_NAMES`,
-:data:`ALLOWED_PREFIXES`), its name does not look like a credential's, and
-its value carries none (:func:`carries_secret`): ``SPARK_DAEMON_JAVA_OPTS``
-with ``-Dspark.authenticate.secret=...`` would reach every process and, on
-the JVM's command line, every user of the machine, so the variable is
-dropped (with a warning naming it, never its value). ``$DDLSCALE_WATCH_GRACE``
-passes as its checked value: a bad one is refused before anything starts.
+Local clusters run code sent to them, so their processes do not inherit the starting process's environment
+(``DOMINO_API_KEY``, cloud keys, tokens), only what a framework needs (:func:`cluster_environment`, applied
+by :func:`~._procs.spawn_detached`; a driver adds its own settings with :func:`~._procs.with_environment`).
+A variable passes when its name is allowed (:data:`ALLOWED_NAMES`, :data:`ALLOWED_PREFIXES`) and looks like
+no credential's and its value carries none (:func:`carries_secret`: ``SPARK_DAEMON_JAVA_OPTS`` with
+``-Dspark.authenticate.secret=...`` would reach every JVM's command line), else it is dropped with a warning
+naming it, never its value.
 """
 import logging
 import re

@@ -1,27 +1,12 @@
 """Detached OS processes: start them, tell whether they still run, stop them.
 
-Cluster processes must outlive the Python process that started them, so
-separate tasks and the CLI can share one cluster. They are started through a
-short-lived ``sh`` that backgrounds them: the cluster process is re-parented
-away from us at once, so it never becomes our zombie and Python never warns
-about a child it did not wait for. A pid is recorded together with the
-process start time, because pids are reused and a bare pid could name an
-unrelated process after a reboot or a long idle. Every cluster process
-starts with :func:`~.process_env.cluster_environment`, never this process's
-whole environment (its credentials), plus :data:`CLUSTER_MARK_ENV`: the
-cluster's folder (its real path: :class:`Mark`), which every process it starts inherits, so the
-processes of a cluster can be found by a scan of every process whatever its record says
-(:func:`marked_processes`). No process is signalled on a record's word alone:
-:func:`stop_processes` signals only processes of the cluster's owner whose
-environment carries its mark, so a record naming an unrelated pid (with its
-start time) gets nothing killed, and root's ``down`` never touches another
-user's process that names root's folder.
-
-Nothing is loaded from where the caller stands: every cluster process
-starts in its cluster's private folder (never the caller's working
-directory, which ``python -m`` would put first on ``sys.path``), and the
-plugin's own ``python -m`` commands run in safe-path mode
-(:func:`python_module`).
+A cluster process outlives the Python process that started it (tasks and the CLI share one cluster): a
+short-lived ``sh`` backgrounds it, so it is never our zombie. It is recorded by pid and start time (pids are
+reused), starts in its cluster's private folder with the allow-listed environment
+(:func:`~._process_env.cluster_environment`: no credentials) plus :data:`CLUSTER_MARK_ENV`, the cluster's
+folder, which whatever it starts inherits. A scan finds a cluster's processes by that mark whatever the
+record says (:func:`marked_processes`), and only a process of the owner carrying it is ever signalled
+(:func:`stop_processes`): a record naming an unrelated pid gets nothing killed.
 """
 import contextlib
 import logging
@@ -80,11 +65,9 @@ class Mark:
         return self.verdict(pid) is True
 
     def verdict(self, pid: int) -> Optional[bool]:
-        """From one read of process ``pid``: True when it carries this mark (:meth:`carried_by`), False when
-        it runs without it or is another user's, None when it cannot show it now: gone, exited and waiting
-        to be reaped, or its environment reads empty (for an instant while it execs the next program of
-        its chain, ``env`` to ``bash`` to ``java``, and while a JVM tears down). A second read could see
-        the next program, so a caller decides on this one answer."""
+        """From one read of process ``pid``: True when it carries this mark, False when it does not or is
+        another user's, None when it cannot show it now (gone, a zombie, or an empty environment while it
+        execs the next program of its chain or a JVM tears down)."""
         try:
             process = psutil.Process(pid)
             real, effective, _ = process.uids()
@@ -107,12 +90,9 @@ class Mark:
         )
 
     def _retitled_here(self, process: psutil.Process) -> bool:
-        """Whether ``process`` is one of Ray's own (``ray::DashboardAgent``, ``ray::IDLE``...) running in this
-        cluster's folder. Ray writes such a title over the process's command line and environment, so the
-        mark may no longer read there; every process of a cluster starts in its folder (:func:`spawn_detached`)
-        and Ray's keep it. An agent whose raylet was killed while the GCS was unreachable lingers a minute
-        (it reports the raylet's death to the GCS first), outside any recorded process's group: so ``down``
-        and every change still find it."""
+        """Whether ``process`` is one of Ray's own (``ray::DashboardAgent``...) running in this cluster's folder:
+        Ray titles its processes over their command line and environment, hiding the mark, and an orphaned
+        agent lingers a minute outside any recorded group; every cluster process starts in its folder."""
         try:
             title = process.cmdline()
             return bool(title) and title[0].startswith(RAY_TITLE) and os.path.realpath(process.cwd()) == self.path
@@ -185,17 +165,14 @@ def is_alive(proc: ProcessId) -> bool:
 
 
 def with_environment(variables: Dict[str, str], argv: List[str]) -> List[str]:
-    """``argv`` run through ``env`` with ``variables`` set on top of the environment it starts with
-    (:func:`spawn_detached`'s: the allow-listed :func:`~.process_env.cluster_environment`).
-
-    ``env`` execs the command, so the pid :func:`spawn_detached` records is the command's own.
-    """
+    """``argv`` run through ``env`` with ``variables`` set on top of the environment :func:`spawn_detached`
+    gives (``env`` execs: the recorded pid is the command's)."""
     return [shutil.which("env") or "/usr/bin/env", *(f"{name}={value}" for name, value in variables.items()), *argv]
 
 
 def python_module(module: str) -> List[str]:
-    """``python -m module`` in this interpreter, in safe-path mode where Python has it (3.11+: ``-P``), so
-    no folder is put before the installed packages on ``sys.path``: not even the private folder it starts in."""
+    """``python -m module`` in this interpreter, in safe-path mode (3.11+: ``-P``): no folder goes before the
+    installed packages on ``sys.path``."""
     return [*_safe_python(), "-m", module]
 
 
@@ -204,13 +181,8 @@ def _safe_python() -> List[str]:
 
 
 def spawn_detached(argv: List[str], log_path: Path, mark: Mark, cwd: Path) -> ProcessId:
-    """Start ``argv`` detached from this process in the folder ``cwd``, appending its output to ``log_path``.
-
-    It starts with :func:`~.process_env.cluster_environment` (the allow-listed variables of this
-    process, no credentials) and ``CLUSTER_MARK_ENV=<mark>`` (its cluster's folder's real path), plus what
-    ``argv`` sets itself through :func:`with_environment`.
-    The log's folder is private and the log is never opened through a link (:class:`UnsafePathError`).
-    """
+    """Start ``argv`` detached in ``cwd`` with the cluster's environment and ``mark``, appending its output to
+    ``log_path`` (in a private folder, never opened through a link: :class:`UnsafePathError`)."""
     log = _open_log(log_path)
     try:
         out = subprocess.run(
@@ -248,23 +220,12 @@ def _started(pid: int, what: str, log_path: Path) -> ProcessId:
 
 
 def stop_processes(procs: Iterable[ProcessId], mark: Mark, grace: float = 5.0, asked: bool = False) -> None:
-    """Make every process that carries ``mark`` exit: SIGTERM, then SIGKILL for those still running after
-    ``grace`` s. A process that does not carry it is never signalled (a record named it, not the cluster):
-    it is left alone with a warning.
-
-    ``asked`` means they were already told to exit (a Dask retire or their
-    scheduler closing): they first get ``grace`` seconds to finish on their
-    own, because a SIGTERM that lands mid-shutdown can stall a Dask worker.
-    Signals go to all processes before any wait, so stopping N takes one
-    grace period, not N. Inside an operation
-    (:func:`~flytekitplugins_ddlscale._core.waiting.within`) each grace is cut to what is
-    left of it: a process that ignores SIGTERM (stopped, hung) is killed at the operation's end. What each process had started in its process group
-    (:func:`group_members`, read before any signal) and still runs a second
-    after the process is gone gets SIGTERM, then SIGKILL a second later: a
-    framework process killed after its grace cannot clean up behind itself. Raises
-    :class:`BackendUnavailableError` naming the pids still running 5 s after
-    SIGKILL.
-    """
+    """Make every process of ``procs`` that carries ``mark`` exit: SIGTERM to all, SIGKILL to those running
+    ``grace`` s later (cut to what is left of the operation); one that does not carry it is left alone with a
+    warning. ``asked``: they were told to exit already (a Dask retire), so they get ``grace`` s first (a
+    SIGTERM mid-shutdown can stall a Dask worker). What they started in their process groups and still
+    runs a second after them is stopped too. :class:`BackendUnavailableError` names any still running 5 s
+    after SIGKILL."""
     pending, leaving = [], []
     for proc in procs:
         if not is_alive(proc):

@@ -1,28 +1,11 @@
 """The Ray driver of the local backend: a ``ray start --head`` node and ``ray start`` worker nodes.
 
-Each node is one ``ray start --block`` process; its raylet, object store,
-agents (and, on the head, the GCS, dashboard and client server) are its
-children in its process group and stop with it. A tier's ``cores`` become
-the node's ``--num-cpus`` and its ``memory`` the node's memory (object
-store plus ``--memory``). Workers are named (``--node-name``) after their
-worker record, so the head's node list tells which have joined.
-
-Ray has no call that drains and removes a node from outside other than
-stopping it: SIGTERM to ``ray start --block`` marks the node draining (no
-new tasks), waits for its running tasks up to
-``$RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S`` (Ray's default 30 s; the
-supervisor's stop grace bounds it) and stops its processes. Objects whose
-only copy lived on the node are lost, as on Domino when a pod goes.
-
-Every node listens on loopback only and runs with Ray's token
-authentication; the token lives in the cluster's folder (mode 0600), is new
-at each head start, is sent only to a port proven to be this user's, and
-:meth:`RayDriver.connection_env` hands user code its path (see
-:mod:`.ray_ops`). Every gRPC channel of the cluster (between its processes,
-and a ``ray://`` client's) runs Ray's mutual TLS with the cluster's own
-authority (:func:`~.ray_ops.tls_env`), so a call, and the token in it, goes
-only to a process holding the cluster's certificate: not to another user
-who took a port after the cluster's process there died.
+Each node is one ``ray start --block`` process, its raylet, object store and agents (the head's GCS,
+dashboard and client server) in its process group. A tier's ``cores`` become ``--num-cpus`` and its
+``memory`` the node's memory; workers are named (``--node-name``) after their records, so the head's node
+list tells which joined. Stopping a node is how Ray drains it (SIGTERM: no new tasks, running ones finish
+within the stop grace); objects whose only copy was there are lost, as when a Domino pod goes. Loopback,
+token and TLS: :mod:`._ray_ops`.
 """
 import os
 from pathlib import Path
@@ -30,8 +13,8 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 from .._support.privatefs import check_private_dir
 from . import _ray_ops as ray_ops
-from ._dask_tls import DaskTls, ensure_tls
-from ._env import ray_env
+from ._secrets import DaskTls, ensure_tls
+from ._driver import ray_env
 from ._state import ClusterRecord, LocalStateStore
 from ._tiers import WorkerShape
 
@@ -78,18 +61,16 @@ class RayDriver:
         # The cluster's authority and certificate are made once and kept for its life (as Dask's).
         tls = ensure_tls(cluster_dir)
         record.framework[TLS_DIR] = str(tls.ca_file.parent)
-        return ray_ops.head_argv(
-            self.python, record.host, record.port, record.ports[DASHBOARD], record.ports[CLIENT],
-            ray_ops.ray_temp_dir(folder), token, tls,
-        )
+        nodes = ray_ops.RayNodes(self.python, record.host, record.port, ray_ops.ray_temp_dir(folder), token, tls)
+        return ray_ops.head_argv(nodes, record.ports[DASHBOARD], record.ports[CLIENT])
 
     def worker_argv(self, record: ClusterRecord, name: str, shape: WorkerShape, workdir: Path) -> List[str]:
-        return ray_ops.worker_argv(
-            self.python, self.address(record), str(workdir.parent / ray_ops.HEAD_READY_FILE), record.host, name,
-            shape.nthreads, shape.memory_limit, ray_ops.ray_temp_dir(record.framework[TEMP_DIR]),
+        nodes = ray_ops.RayNodes(
+            self.python, record.host, record.port, ray_ops.ray_temp_dir(record.framework[TEMP_DIR]),
             record.framework.get(TOKEN_PATH) or str(workdir.parent / ray_ops.TOKEN_FILE), _tls_of(record),
-            (record.scheduler.pid, record.scheduler.start) if record.scheduler is not None else None,
         )
+        head = (record.scheduler.pid, record.scheduler.start) if record.scheduler is not None else None
+        return ray_ops.worker_argv(nodes, name, shape, str(workdir.parent / ray_ops.HEAD_READY_FILE), head)
 
     def registered_workers(self, record: ClusterRecord) -> Optional[Set[str]]:
         if not record.ports.get(DASHBOARD) or not record.framework.get(TOKEN_PATH):
@@ -97,15 +78,9 @@ class RayDriver:
         return ray_ops.alive_worker_nodes(self._dashboard(record), record.framework[TOKEN_PATH])
 
     def head_ready(self, record: ClusterRecord) -> bool:
-        """The dashboard lists the head node ALIVE and the client server accepts connections: on a
-        loaded machine a head node can register after its client server (which waits 30 s for it, then
-        exits and takes the whole head down) gave up.
-
-        Worker nodes are told earlier (:data:`~.ray_ops.HEAD_READY_FILE`, beside the token), once the
-        dashboard lists the head node ALIVE: they join the GCS, not the client server, and by hand
-        ``ray start --address`` runs then too (the client server took ~1 s more, measured). The
-        listing comes through the read that proves the dashboard this user's, so the file still
-        follows that proof."""
+        """The dashboard (proven this user's) lists the head node ALIVE, which tells the worker nodes
+        (:data:`~._ray_ops.HEAD_READY_FILE`: they join the GCS), and the client server accepts connections:
+        on a loaded machine it can give up on a head node that registers late and take the head down."""
         if not record.ports.get(DASHBOARD) or not record.framework.get(TOKEN_PATH):
             return False
         nodes = ray_ops.alive_nodes(self._dashboard(record), record.framework[TOKEN_PATH])
@@ -119,10 +94,8 @@ class RayDriver:
         return False
 
     def connection_env(self, record: ClusterRecord) -> Dict[str, str]:
-        """Domino's variables, plus token authentication and the path of the cluster's token file
-        (``RAY_AUTH_MODE``, ``RAY_AUTH_TOKEN_PATH``), which ``ray.init("ray://...")`` and the
-        framework check read, and Ray's TLS with the cluster's files (``RAY_USE_TLS``, ``RAY_TLS_*``),
-        without which ``ray.init("ray://...")`` cannot reach the client server."""
+        """Domino's variables, plus token authentication with the token file's path (never the token) and
+        Ray's TLS with the cluster's files, without which ``ray.init("ray://...")`` cannot connect."""
         env = ray_env(record.host, record.ports.get(CLIENT, 0), record.ports.get(DASHBOARD, 0))
         if record.framework.get(TOKEN_PATH):
             env.update(ray_ops.client_env(record.framework[TOKEN_PATH], _tls_of(record)))

@@ -1,32 +1,28 @@
-"""``python .../ray_node.py READY_FILE [--head PID:START] -- ray start ...``: one local Ray worker node, started
-robustly, that ends with its head.
+"""The two programs a local Ray node runs as, each run by path (the standard library only: importing the
+plugin would slow every start).
 
-The supervisor records this process as the worker. It
+``python ray_node.py start ...`` (in Ray's Python): Ray's ``ray start`` with the node held to loopback.
+``ray start`` replaces ``--node-ip-address 127.0.0.1`` (and a ``127.0.0.1`` ``--address``) with the
+machine's LAN address, and Ray binds its servers to loopback only for a loopback node IP; so, in this
+process only, ``resolve_ip_for_localhost`` keeps a loopback address, and multi-node clusters stay allowed
+while the node's processes run with ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` (set by the driver: their own
+address look-ups then answer loopback). A Ray without either hook is refused (exit 3, saying why) rather
+than started open to the network.
 
-* waits (up to :data:`WAIT_SECONDS`) until ``READY_FILE`` exists: the
-  cluster's readiness check writes it in the cluster's private folder once
-  the dashboard lists the head node ALIVE (a worker starts together with
-  its head, and ``ray start --address`` gives up on a GCS that is not
-  listening yet, or that does not know its head node yet). It asks no
-  server: a port it would poll could be another user's, and the token would
-  go with the question;
-* runs the command as its child and passes SIGTERM/SIGINT on to it (SIGTERM
-  is how Ray drains a node); the child gets SIGTERM too if this process
-  dies, so a killed worker takes its node down with it;
-* stops the node (SIGTERM, then SIGKILL after :data:`HEAD_GONE_GRACE`)
-  once the head process ``PID`` (started at ``START``, clock ticks since
-  boot as ``/proc/PID/stat`` has them) is gone: a Ray worker node outlives
-  a crashed head by a minute, calling its GCS port all the while (the
-  cluster's TLS keeps its calls from anyone who takes that port, and this
-  ends them); a repair starts every worker again anyway;
-* starts the command again (at most twice) when it fails within
-  :data:`STARTUP_SECONDS`: ``ray start`` gives its raylet a fixed 30 s to
-  register with the GCS, which a loaded machine can miss. A node that never
-  registered is safe to start again.
+``python ray_node.py READY_FILE [--head PID:START] -- COMMAND...``: one worker node, started robustly, that
+ends with its head. The supervisor records this process as the worker. It
 
-It exits with the command's status (1, naming what it waited for, when no
-head appeared). Run as a script, not with ``-m``: importing the plugin
-package would only slow each start.
+* waits (up to :data:`WAIT_SECONDS`) until ``READY_FILE`` exists (written once the dashboard lists the
+  head node ALIVE; ``ray start --address`` gives up on a head still starting); it asks no server, whose
+  port could be another user's;
+* runs the command as its child, passing SIGTERM/SIGINT on (SIGTERM drains a Ray node); the child gets
+  SIGTERM too if this process dies;
+* stops the node (SIGTERM, SIGKILL after :data:`HEAD_GONE_GRACE`) once the head process ``PID`` (started at
+  ``START``, clock ticks since boot) is gone: a worker node would call its dead GCS's port for a minute;
+* starts the command again (at most twice) when it fails within :data:`STARTUP_SECONDS`: Ray gives a
+  raylet a fixed 30 s to register, which a loaded machine can miss.
+
+It exits with the command's status (1, naming what it waited for, when no head appeared).
 """
 import contextlib
 import ctypes
@@ -38,6 +34,8 @@ import threading
 import time
 from typing import List, Optional, Tuple
 
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+REFUSED = 3
 WAIT_SECONDS = 180.0
 STARTUP_SECONDS = 60.0
 ATTEMPTS = 3
@@ -115,8 +113,37 @@ def _run(command: List[str], head: Optional[Tuple[int, int]] = None) -> Tuple[in
     return child.wait(), bool(stopping)
 
 
+def start_node(argv: List[str]) -> int:
+    """Run ``ray`` with ``argv`` (``start ...``) held to loopback; :data:`REFUSED` when Ray cannot be."""
+    try:
+        from ray._private import ray_constants, services
+        from ray.scripts.scripts import main as ray_main
+    except ImportError as exc:
+        print(f"ray_node: cannot import Ray's command line ({exc})", file=sys.stderr)
+        return REFUSED
+    resolve = getattr(services, "resolve_ip_for_localhost", None)
+    if resolve is None or not hasattr(ray_constants, "ENABLE_RAY_CLUSTER"):
+        print(
+            "ray_node: refusing to start a Ray node: this Ray version has no "
+            "ray._private.services.resolve_ip_for_localhost or ray_constants.ENABLE_RAY_CLUSTER, "
+            "so its node cannot be held to 127.0.0.1 and would listen on the network",
+            file=sys.stderr,
+        )
+        return REFUSED
+
+    def keep_loopback(host: str) -> str:
+        return host if host in LOOPBACK else resolve(host)
+
+    services.resolve_ip_for_localhost = keep_loopback
+    ray_constants.ENABLE_RAY_CLUSTER = True
+    sys.argv = ["ray", *argv]
+    return int(ray_main() or 0)
+
+
 def main(argv: List[str]) -> int:
     """Wait for the head (until the file ``argv[0]`` exists), then run the command after ``--`` as described above."""
+    if argv[:1] == ["start"]:
+        return start_node(argv)
     head: Optional[Tuple[int, int]] = None
     if len(argv) > 2 and argv[1] == "--head":
         try:
@@ -125,7 +152,7 @@ def main(argv: List[str]) -> int:
             pid = start = -1
         head, argv = (pid, start), [argv[0], *argv[3:]]
     if len(argv) < 3 or argv[1] != "--" or (head is not None and min(head) < 0):
-        print("usage: ray_node.py READY_FILE [--head PID:START] -- COMMAND...", file=sys.stderr)
+        print("usage: ray_node.py start ... | READY_FILE [--head PID:START] -- COMMAND...", file=sys.stderr)
         return 2
     ready_file, command = argv[0], argv[2:]
     deadline = time.monotonic() + WAIT_SECONDS

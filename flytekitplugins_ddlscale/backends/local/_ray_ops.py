@@ -1,31 +1,13 @@
 """Command lines that start local Ray nodes, and what the Ray head's dashboard says about them.
 
-Nothing here imports ``ray``: the nodes are ``ray start --block`` processes
-of the Ray installed beside this Python (or ``$DDLSCALE_RAY_EXECUTABLE``),
-run through :mod:`.ray_start` with that installation's Python, and the head
-is read over the dashboard's State API with the standard library, so the
-plugin process pays no Ray import cost.
-
-Every node is held to loopback (:mod:`.ray_start`; measured with ``ss``:
-without it, gcs_server, the raylets, the dashboard agents and the client
-server listened on every interface or the LAN address) and runs with Ray's
-token authentication (``RAY_AUTH_MODE=token``), its token in a file of the
-cluster's folder (mode 0600) named by ``RAY_AUTH_TOKEN_PATH``: loopback
-keeps other machines out, the token other users of this machine.
-
-Every gRPC channel (between the nodes' processes, and a ``ray://``
-client's) runs Ray's mutual TLS with the cluster's own authority
-(:func:`tls_env`): a process whose GCS died keeps calling its port, and
-another user may take it, but no call (and so no token) leaves before the
-listener showed the cluster's certificate.
-
-The token is only ever sent to a port proven to be this user's: the
-dashboard is read through :func:`~flytekitplugins_ddlscale._core.peerowner.own_peer_opener`,
-which checks who accepted the connection before the request goes out
-(another user may bind the dashboard's port while the head restarts). Each
-head start writes a new token, so one seen by anyone before is worthless.
-Worker nodes wait for the head through a file, not the dashboard
-(:data:`HEAD_READY_FILE`).
+Nothing here imports ``ray``: nodes are ``ray start --block`` processes of the Ray installed beside this
+Python (or ``$DDLSCALE_RAY_EXECUTABLE``), run through :mod:`.ray_node` with that installation's Python, and
+the dashboard is read with the standard library. Every node is held to loopback (without it, measured with
+``ss``, Ray's servers listened on every interface), runs Ray's token authentication (the token in a 0600
+file, new at each head start) and Ray's mutual TLS with the cluster's own authority on every gRPC channel
+(:func:`tls_env`): another user may take the port of a process that died, but no call, and so no token,
+leaves before the listener shows the cluster's certificate. The dashboard is read only once its port is
+proven this user's (:func:`~flytekitplugins_ddlscale._core.peerowner.own_peer_opener`).
 """
 import contextlib
 import hashlib
@@ -36,6 +18,7 @@ import socket
 import sys
 import tempfile
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
 
@@ -46,9 +29,9 @@ from ..._core.peerowner import own_peer_opener
 from ..._framework.probes import ray_auth_headers
 from ..._core.waiting import probe_timeout
 from .._support.privatefs import private_dir, remove_nofollow
-from ._dask_tls import DaskTls
+from ._secrets import DaskTls, fresh_secret
 from ._procs import with_environment
-from ._secrets import fresh_secret
+from ._tiers import WorkerShape
 
 INSTALL_HINT = 'install the package with its "ray" extra and the constraints (in a clone: uv pip install -c constraints.txt -e ".[ray]"; a wheel: "flytekitplugins_ddlscale-*.whl[ray]")'
 OBJECT_STORE_SHARE = 0.3
@@ -64,17 +47,16 @@ HEAD_READY_FILE = "ray-head-ready"
 first readiness check whose dashboard read (this user's dashboard, proven) lists the head node ALIVE,
 which may be before the client server answers; worker nodes (:mod:`.ray_node`) start once it is there."""
 _OPENER = own_peer_opener()
+NODE_PROGRAM = Path(__file__).with_name("_ray_node.py")
+"""What every node runs as (:mod:`.ray_node`): ``ray start`` held to loopback, and a worker's wrapper."""
 LOOPBACK_CLUSTER_ENV = settings.RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER.name
 """Set to 0 for every process of a node: Ray's address look-ups then answer loopback (see
-:mod:`.ray_start`, which keeps ``ray start`` itself able to join a head)."""
+:mod:`.ray_node`, which keeps ``ray start`` itself able to join a head)."""
 
 
 def ray_executable() -> str:
-    """The ``ray`` command to start nodes with: ``$DDLSCALE_RAY_EXECUTABLE``, else the one installed
-    beside this Python, else the first on ``PATH``.
-
-    Raises :class:`UnsupportedOperationError` saying how to install Ray when there is none.
-    """
+    """The ``ray`` command nodes start with: ``$DDLSCALE_RAY_EXECUTABLE``, else the one beside this Python,
+    else the first on ``PATH``; :class:`UnsupportedOperationError` saying how to install Ray when none."""
     configured = settings.RAY_EXECUTABLE.value() or ""
     if configured:
         candidates = [configured]
@@ -103,12 +85,8 @@ microseconds, a pid of up to 7 digits), the socket."""
 
 
 def ray_python(ray: str) -> str:
-    """The Python of the ``ray`` command: this one when ``ray`` is installed beside it, else the
-    interpreter its console script names on its ``#!`` line.
-
-    Raises :class:`UnsupportedOperationError` when ``ray`` is not a Python console script: the
-    nodes are started through :mod:`.ray_start` in Ray's Python, to hold them to loopback.
-    """
+    """The Python of the ``ray`` command (this one when beside it, else its ``#!`` line's), which runs
+    :mod:`.ray_node`; :class:`UnsupportedOperationError` when ``ray`` is not a Python console script."""
     if Path(ray).parent == Path(sys.executable).parent:
         return sys.executable
     try:
@@ -151,14 +129,9 @@ def mark_head_ready(cluster_dir: Path) -> None:
 
 
 def tls_env(tls: Optional[DaskTls]) -> Dict[str, str]:
-    """Ray's mutual TLS on every gRPC channel with the cluster's own authority and certificate (the files
-    the local Dask clusters use, made by the same code: :func:`~._dask_tls.ensure_tls`); nothing for
-    ``None`` (a head started by a version before TLS, whose nodes and clients speak plain gRPC).
-
-    Every gRPC server of a node (GCS, raylet, object manager, agents, core workers, the client server)
-    then asks each peer for a certificate of that authority, and every client checks the server's before
-    it sends a byte of a call: the token in a call's ``authorization`` header goes to the cluster's own
-    processes only, even to a port another user took after the cluster's process there died."""
+    """Ray's mutual TLS on every gRPC channel with the cluster's own authority (:func:`~._secrets.ensure_tls`):
+    every server asks for its certificate and every client checks the server's before a byte of a call (and
+    its token) leaves; nothing for ``None`` (a head started before TLS speaks plain gRPC)."""
     if tls is None:
         return {}
     return {
@@ -186,12 +159,8 @@ def client_env(token_path: str, tls: Optional[DaskTls] = None) -> Dict[str, str]
 
 
 def temp_dir(cluster_dir: Path) -> str:
-    """The private folder (0700) holding a new cluster's Ray files (Ray's own is :func:`ray_temp_dir` in it).
-
-    ``<cluster folder>/ray`` when Ray's sockets fit the 107-byte limit there,
-    else a new folder ``ddlscale-ray-XXXXXXXX`` made by ``mkdtemp`` in the temp
-    folder (never a predictable shared path); the caller records it.
-    """
+    """A new cluster's private folder (0700) of Ray files: ``<cluster folder>/ray`` when Ray's sockets fit
+    their 107-byte limit there, else a ``mkdtemp`` folder ``ddlscale-ray-XXXXXXXX``; the caller records it."""
     inside = cluster_dir / "ray"
     if len(os.fsencode(str(inside))) + BELOW_TEMP_DIR <= SOCKET_PATH_MAX:
         return str(private_dir(inside))
@@ -205,88 +174,79 @@ def ray_temp_dir(folder: str) -> str:
 
 
 def _start(python: str) -> List[str]:
-    """The ``ray`` command as nodes run it: :mod:`.ray_start` in Ray's Python (:func:`ray_python`)."""
-    return [python, str(Path(__file__).with_name("_ray_start.py"))]
+    """The ``ray`` command as nodes run it: :mod:`.ray_node` ``start`` in Ray's Python (:func:`ray_python`),
+    which holds the node to loopback."""
+    return [python, str(NODE_PROGRAM)]
 
 
-def head_argv(
-    python: str, host: str, port: int, dashboard_port: int, client_port: int, temp: str, token_path: str,
-    tls: Optional[DaskTls] = None,
-) -> List[str]:
-    """``ray start --head --block``: GCS on ``port``, the dashboard and the client server on theirs,
-    all on ``host`` (loopback), with token authentication (:func:`node_env`).
+@dataclass(frozen=True)
+class RayNodes:
+    """What every node of one local Ray cluster starts with: Ray's Python (:func:`ray_python`), the loopback
+    host, the GCS port, Ray's ``--temp-dir`` (:func:`ray_temp_dir`), the token file and the cluster's TLS
+    files (None for a head started before local Ray spoke TLS)."""
 
-    Every port Ray would otherwise take at a fixed default (GCS 6379,
-    dashboard 8265, client 10001, dashboard agent 52365) is given, so local
-    clusters run side by side; the rest (node and object manager, workers,
-    agents) are left to the OS (port 0). The head runs no tasks.
+    python: str
+    host: str
+    port: int
+    temp: str
+    token_path: str
+    tls: Optional[DaskTls] = None
 
-    The head runs with ``GRPC_ENABLE_FORK_SUPPORT=0``: with gRPC's fork
-    handlers on, the client server's first fork of a per-client server
-    often died of SIGSEGV before exec (measured here: 4 of 5 first
-    ``ray://`` connections refused with "Starting Ray client server
-    failed", 0 of 7 with the handlers off). Nothing in the head forks a
-    process that goes on using gRPC without exec.
-    """
-    return with_environment({"GRPC_ENABLE_FORK_SUPPORT": "0", **node_env(token_path, tls)}, [
-        *_start(python), "start", "--head", "--block",
-        "--node-ip-address", host,
-        "--port", str(port),
-        "--dashboard-host", host,
+    def env(self) -> Dict[str, str]:
+        """What every process of a node runs with (:func:`node_env`)."""
+        return node_env(self.token_path, self.tls)
+
+
+def head_argv(nodes: RayNodes, dashboard_port: int, client_port: int) -> List[str]:
+    """``ray start --head --block``: the GCS on the cluster's port, the dashboard and the client server on
+    theirs, all on loopback. Every port Ray would take at a fixed default is given, so clusters run side by
+    side (the rest are the OS's: port 0); the head runs no tasks. ``GRPC_ENABLE_FORK_SUPPORT=0``: with
+    gRPC's fork handlers on, the client server's first per-client server often died of SIGSEGV before exec
+    (4 of 5 first ``ray://`` connections refused, 0 of 7 with them off)."""
+    return with_environment({"GRPC_ENABLE_FORK_SUPPORT": "0", **nodes.env()}, [
+        *_start(nodes.python), "start", "--head", "--block",
+        "--node-ip-address", nodes.host,
+        "--port", str(nodes.port),
+        "--dashboard-host", nodes.host,
         "--dashboard-port", str(dashboard_port),
         "--ray-client-server-port", str(client_port),
         "--dashboard-agent-listen-port", "0",
         "--num-cpus", "0",
         "--num-gpus", "0",
         "--object-store-memory", str(HEAD_OBJECT_STORE),
-        "--temp-dir", temp,
+        "--temp-dir", nodes.temp,
         "--disable-usage-stats",
     ])
 
 
 def worker_argv(
-    python: str, gcs_address: str, ready_file: str, host: str, name: str, cpus: int, memory: int, temp: str,
-    token_path: str, tls: Optional[DaskTls] = None, head: Optional[Tuple[int, int]] = None,
+    nodes: RayNodes, name: str, shape: WorkerShape, ready_file: str, head: Optional[Tuple[int, int]] = None
 ) -> List[str]:
-    """One worker node named ``name`` (its Ray ``node_name``) with ``cpus`` CPUs and ``memory`` bytes.
-
-    It runs under :mod:`.ray_node`, which waits until ``ready_file`` (the
-    cluster's :data:`HEAD_READY_FILE`) says the head is ready (``ray start``
-    alone gives up on a head that is still starting), passes SIGTERM on,
-    starts a node that failed to register again, and stops the node once
-    the head process ``head`` (pid, start time) is gone.
-
-    Each worker node has a Ray ``--temp-dir`` of its own inside the
-    cluster's ``temp`` (:func:`worker_temp_dir`). Sharing the head's, every
-    node on this host takes the next free ``sockets/raylet.N`` of one
-    session folder, and two workers starting at once chose the same name:
-    the second raylet died with "bind: Address already in use" and its
-    ``ray start`` timed out after 30 s (seen on a quiet machine).
-    """
-    store = max(OBJECT_STORE_MINIMUM, int(memory * OBJECT_STORE_SHARE))
-    return with_environment(node_env(token_path, tls), [
-        sys.executable, str(Path(__file__).with_name("_ray_node.py")), ready_file,
+    """One worker node named ``name`` (its Ray ``node_name``) of ``shape``, under :mod:`.ray_node`'s wrapper:
+    it starts once ``ready_file`` (:data:`HEAD_READY_FILE`) is there and stops once the head process ``head``
+    (pid, start time) is gone. Its ``--temp-dir`` is its own (:func:`worker_temp_dir`): nodes sharing one
+    session folder picked the same socket name when starting at once (one raylet died)."""
+    store = max(OBJECT_STORE_MINIMUM, int(shape.memory_limit * OBJECT_STORE_SHARE))
+    return with_environment(nodes.env(), [
+        sys.executable, str(NODE_PROGRAM), ready_file,
         *(["--head", f"{head[0]}:{head[1]}"] if head is not None else []), "--",
-        *_start(python), "start", "--block",
-        "--address", gcs_address,
-        "--node-ip-address", host,
+        *_start(nodes.python), "start", "--block",
+        "--address", f"{nodes.host}:{nodes.port}",
+        "--node-ip-address", nodes.host,
         "--node-name", name,
-        "--num-cpus", str(cpus),
+        "--num-cpus", str(shape.nthreads),
         "--num-gpus", "0",
-        "--memory", str(max(memory - store, OBJECT_STORE_MINIMUM)),
+        "--memory", str(max(shape.memory_limit - store, OBJECT_STORE_MINIMUM)),
         "--object-store-memory", str(store),
         "--dashboard-agent-listen-port", "0",
-        "--temp-dir", worker_temp_dir(temp, name),
+        "--temp-dir", worker_temp_dir(nodes.temp, name),
         "--disable-usage-stats",
     ])
 
 
 def worker_temp_dir(temp: str, name: str) -> str:
-    """The ``--temp-dir`` of worker node ``name`` in the cluster whose Ray temp folder is ``temp``.
-
-    Short (``w`` and 8 hex digits) because the node's sockets go three levels
-    below it and a Unix socket path has 107 bytes at most.
-    """
+    """Worker node ``name``'s ``--temp-dir`` in ``temp``: short (``w`` and 8 hex digits), as its sockets go three
+    levels below it and a Unix socket path has 107 bytes at most."""
     return str(Path(temp) / f"w{hashlib.sha1(name.encode()).hexdigest()[:8]}")
 
 
@@ -296,9 +256,8 @@ def dashboard_url(host: str, port: int) -> str:
 
 
 def alive_nodes(base_url: str, token_path: str, timeout: float = 3.0) -> Optional[List[Dict[str, Any]]]:
-    """Every ALIVE node (head included) the dashboard at ``base_url`` lists, read with the cluster's
-    token (file ``token_path``); None while it does not answer with a node list, and when another
-    user's process holds its port (the token is not sent then)."""
+    """Every ALIVE node (head included) the dashboard at ``base_url`` lists, read with the cluster's token;
+    None while it does not answer with a node list, or another user holds its port (nothing sent then)."""
     headers = {"Accept": "application/json", **ray_auth_headers(client_env(token_path))}
     request = urllib.request.Request(PROBES["ray"].url(base_url), headers=headers)
     try:

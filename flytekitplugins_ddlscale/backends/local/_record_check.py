@@ -1,10 +1,7 @@
-"""What a local cluster's ``cluster.json`` may hold, checked with the rules of user input before use.
-
-The record says how many workers to start (``desired``), which pids to
-signal, which ports to bind and which folders to write and remove, so a
-value user input could not give is refused (:class:`InvalidInputError`,
-turned into :class:`CorruptRecordError` naming the file by the caller)
-before any process is started or stopped.
+"""What a local cluster's ``cluster.json`` may hold, checked with the rules of user input before use: the
+record says how many workers to start, which pids to signal, which ports to bind and which folders to
+write and remove, so a value user input could not give is refused (:class:`InvalidInputError`; the caller
+names the file in a :class:`CorruptRecordError`) before any process is started or stopped.
 """
 import ipaddress
 import os

@@ -1,29 +1,13 @@
 """The Spark driver of the local backend: a standalone master and worker processes from pyspark.
 
-The master and each worker run ``bin/spark-class`` of the installed pyspark
-in the foreground. The master listens on the supervisor's port, its web UI on
-the head port ``webui`` the supervisor chooses and keeps (``record.ports``). Each worker gets its own recorded port, web UI port and work
-directory; the master's ``/json/`` lists workers by ``host:port``, which is
-how a worker name is matched to an ALIVE worker.
-
-Connection: as Domino presets ``spark.master`` in the run's Spark
-configuration, the cluster's ``conf/spark-defaults.conf`` names this master,
-and :meth:`SparkDriver.connection_env` points ``SPARK_CONF_DIR`` at it, so
-``SparkSession.builder.getOrCreate()`` in user code connects unchanged.
-
-Authentication: the master, the workers, the executors and every application
-share a per-cluster secret (``spark.authenticate``, with AES RPC encryption),
-kept in a 0600 file of the cluster's folder and given to each through a
-properties file of that folder (never a command line); a peer without it
-is refused (:func:`~.spark_ops.auth_properties`).
-
-Retiring a worker decommissions it (SIGPWR with ``spark.decommission.enabled``):
-the master stops giving it executors and its executors leave, moving their
-blocks; once the master shows it decommissioned with no cores in use, it is
-terminated (a decommissioned standalone worker does not exit on its own). A
-worker found decommissioned outside a retirement is one the supervisor
-replaces (:meth:`SparkDriver.finished_workers`), and no HTTP request can
-decommission one (:func:`~._spark_ops.daemon_properties`).
+The master listens on the supervisor's port, its web UI on the head port ``webui``; each worker gets a
+recorded port, web UI port and work folder, and the master's ``/json/`` (workers by ``host:port``) tells
+which joined. As Domino presets ``spark.master``, the cluster's ``conf/spark-defaults.conf`` names the
+master and :meth:`SparkDriver.connection_env` points ``SPARK_CONF_DIR`` at it, so
+``SparkSession.builder.getOrCreate()`` connects unchanged. Every daemon, executor and application shares a
+per-cluster secret (``spark.authenticate``, AES RPC encryption) from a 0600 file, never a command line.
+Retiring a worker decommissions it (SIGPWR): once the master shows it decommissioned with no cores in use
+it is terminated; one found decommissioned otherwise is replaced (:meth:`SparkDriver.finished_workers`).
 """
 import contextlib
 import os
@@ -40,7 +24,7 @@ from . import _procs as procs, _spark_ops as spark_ops
 from .._support.privatefs import private_dir
 from ._secrets import kept_secret
 from ._state import ClusterRecord, LocalStateStore
-from ._ports import free_port
+from ._supervisor import free_port
 from ._tiers import WorkerShape
 
 SCRATCH = "scratch"
@@ -72,7 +56,6 @@ class SparkDriver:
 
     def head_argv(self, record: ClusterRecord, store: LocalStateStore) -> List[str]:
         facts = record.framework
-        webui = record.ports["webui"]
         folder = store.cluster_dir(record.ref)
         facts.update(
             python=sys.executable,
@@ -83,10 +66,7 @@ class SparkDriver:
         spark_ops.write_properties(Path(facts["daemon_conf"]), spark_ops.daemon_properties(secret))
         # Spark's default executor memory until a worker's tier says otherwise.
         self._write_app_defaults(record, int(facts.get("executor_memory_mib") or 1024))
-        return spark_ops.master_argv(
-            self.home, Path(facts["conf_dir"]), Path(facts["daemon_conf"]), record.host, record.port, webui,
-            self._scratch(record),
-        )
+        return spark_ops.master_argv(self._daemons(record))
 
     def worker_argv(self, record: ClusterRecord, name: str, shape: WorkerShape, workdir: Path) -> List[str]:
         facts = record.framework
@@ -101,11 +81,8 @@ class SparkDriver:
         facts["executor_memory_mib"] = memory
         # Executors must fit one worker of the tier the cluster is moving to.
         self._write_app_defaults(record, memory)
-        return spark_ops.worker_argv(
-            self.home, Path(facts["conf_dir"]), Path(facts["daemon_conf"]), self.address(record), self._webui(record),
-            record.host, workers[name]["port"], workers[name]["webui_port"], shape.nthreads, memory, workdir / name,
-            self._scratch(record),
-        )
+        return spark_ops.worker_argv(self._daemons(record), workers[name]["port"], workers[name]["webui_port"],
+                                     shape.nthreads, memory, workdir / name)
 
     def registered_workers(self, record: ClusterRecord) -> Optional[Set[str]]:
         payload = spark_ops.master_json(self._webui(record))
@@ -162,12 +139,9 @@ class SparkDriver:
         return True
 
     def connection_env(self, record: ClusterRecord) -> Dict[str, str]:
-        """``SPARK_CONF_DIR`` (its ``spark-defaults.conf`` sets ``spark.master``, as on Domino),
-        ``PYSPARK_PYTHON`` (the Python that started the cluster, with pyspark: an application
-        started from Python reads this variable, not ``spark.pyspark.python``, for its executors),
-        ``SPARK_LOCAL_IP`` (the cluster's loopback host: a driver's web UI binds to it instead of
-        every interface; no property moves it) and the master's web UI port for the framework
-        readiness check."""
+        """``SPARK_CONF_DIR`` (its ``spark-defaults.conf`` sets ``spark.master``, as on Domino), ``PYSPARK_PYTHON``
+        (the Python with pyspark, which executors of an application started from Python use),
+        ``SPARK_LOCAL_IP`` (a driver's web UI binds to loopback) and the master's web UI port."""
         return {
             settings.SPARK_CONF_DIR.name: str(record.framework.get("conf_dir", "")),
             settings.PYSPARK_PYTHON.name: str(record.framework.get("python", "")),
@@ -188,6 +162,11 @@ class SparkDriver:
         }
 
     # ------------------------------------------------------------ internals
+
+    def _daemons(self, record: ClusterRecord) -> spark_ops.SparkCluster:
+        facts = record.framework
+        return spark_ops.SparkCluster(self.home, Path(facts["conf_dir"]), Path(facts["daemon_conf"]), record.host,
+                                      record.port, record.ports["webui"], self._scratch(record))
 
     def _webui(self, record: ClusterRecord) -> str:
         return f"http://{record.host}:{record.ports.get('webui', 0)}"

@@ -1,10 +1,6 @@
 """Running a local Spark standalone cluster: the installation it needs, command lines, the master's JSON.
-
-Nothing here imports ``pyspark``: the distribution is located on disk (its
-``bin/spark-class`` starts the master and workers in the foreground, so the
-recorded pid is the JVM itself) and the master is read over its web UI's
-``/json/`` with the standard library.
-"""
+Nothing here imports ``pyspark``: ``bin/spark-class`` of the distribution runs each daemon in the foreground
+(the recorded pid is the JVM), and the master is read over its web UI's ``/json/``."""
 import functools
 import importlib.util
 import json
@@ -12,9 +8,12 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
+import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Set
 
@@ -41,10 +40,8 @@ _JAVA_VERSION = re.compile(r'version "(\d+)(?:\.(\d+))?')
 
 
 def spark_home() -> Path:
-    """The pyspark distribution's folder (with ``bin/spark-class`` and ``jars/``).
-
-    Raises :class:`UnsupportedOperationError` saying what to install when pyspark is missing.
-    """
+    """The pyspark distribution's folder (``bin/spark-class``, ``jars/``); :class:`UnsupportedOperationError`
+    saying what to install without pyspark."""
     spec = importlib.util.find_spec("pyspark")
     locations = list(spec.submodule_search_locations or []) if spec is not None else []
     home = Path(locations[0]) if locations else None
@@ -56,11 +53,8 @@ def spark_home() -> Path:
 
 
 def java_command(env: Optional[Mapping[str, str]] = None) -> str:
-    """The ``java`` that ``spark-class`` will run (``$JAVA_HOME/bin/java``, else ``java`` on PATH),
-    after checking it is Java 17 or newer.
-
-    Raises :class:`UnsupportedOperationError` saying what to install when Java is missing or too old.
-    """
+    """The ``java`` ``spark-class`` runs (``$JAVA_HOME/bin/java``, else ``java`` on PATH), checked to be Java 17+;
+    :class:`UnsupportedOperationError` saying what to install otherwise."""
     java_home = settings.JAVA_HOME.value(env=env)
     # Given no path, shutil.which searches this process's PATH.
     search = env.get("PATH") if env is not None else None
@@ -104,65 +98,78 @@ def scratch_option(scratch: Path) -> str:
     return f'"-Djava.io.tmpdir={scratch}"'
 
 
-def _launch(home: Path, conf_dir: Path, host: str, scratch: Path, main_class: str) -> List[str]:
-    """``spark-class main_class`` with the environment every process of the cluster shares.
+@dataclass(frozen=True)
+class SparkCluster:
+    """What every daemon of one local Spark cluster starts with: the installation, the configuration
+    folder (``spark-defaults.conf``) and the daemons' properties file, the loopback host, the master's
+    ports and the cluster's private scratch folder."""
 
-    ``env`` and ``spark-class`` both exec, so the pid the supervisor records is the JVM's.
-    ``SPARK_LOCAL_IP`` binds the web UIs and the RPC endpoints to ``host`` instead of every
-    interface. ``SPARK_LOCAL_DIRS`` and the daemons' temporary folder are the cluster's private
-    ``scratch``: a worker makes its executors' shuffle and block folders there (0755 by Spark,
-    so under /tmp another user could read an application's data). The launcher and daemon JVMs run
-    with :data:`DAEMON_JVM_OPTIONS` ahead of any options already set (later ones win).
-    """
+    home: Path
+    conf_dir: Path
+    daemon_conf: Path
+    host: str
+    port: int
+    webui_port: int
+    scratch: Path
+
+    @property
+    def master_url(self) -> str:
+        return f"spark://{self.host}:{self.port}"
+
+    @property
+    def webui_url(self) -> str:
+        return f"http://{self.host}:{self.webui_port}"
+
+
+def _launch(cluster: SparkCluster, main_class: str) -> List[str]:
+    """``spark-class main_class`` in the foreground (``env`` and ``spark-class`` exec: the recorded pid is the
+    JVM's), its RPC endpoints and web UI held to the cluster's host (``SPARK_LOCAL_IP``), its local dirs and
+    temporary files in the private scratch folder (Spark makes executors' folders 0755), the launcher and
+    daemon JVMs with :data:`DAEMON_JVM_OPTIONS` ahead of any options already set (later ones win)."""
+    scratch = cluster.scratch
     return with_environment(
         {
-            settings.SPARK_HOME.name: str(home),
-            settings.SPARK_CONF_DIR.name: str(conf_dir),
-            settings.SPARK_LOCAL_IP.name: host,
+            settings.SPARK_HOME.name: str(cluster.home),
+            settings.SPARK_CONF_DIR.name: str(cluster.conf_dir),
+            settings.SPARK_LOCAL_IP.name: cluster.host,
             settings.SPARK_LOCAL_DIRS.name: str(scratch),
             settings.SPARK_LAUNCHER_OPTS.name: f"{DAEMON_JVM_OPTIONS} {settings.SPARK_LAUNCHER_OPTS.value()}".rstrip(),
             settings.SPARK_DAEMON_JAVA_OPTS.name:
                 f"{DAEMON_JVM_OPTIONS} {scratch_option(scratch)} {settings.SPARK_DAEMON_JAVA_OPTS.value()}".rstrip(),
         },
-        [str(home / "bin" / "spark-class"), main_class],
+        [str(cluster.home / "bin" / "spark-class"), main_class],
     )
 
 
-def master_argv(
-    home: Path, conf_dir: Path, daemon_conf: Path, host: str, port: int, webui_port: int, scratch: Path
-) -> List[str]:
-    """The standalone master on ``host:port``, its web UI on ``webui_port``, its temporary files in ``scratch``."""
+def master_argv(cluster: SparkCluster) -> List[str]:
+    """The standalone master on the cluster's port, its web UI on its web UI port."""
     return [
-        *_launch(home, conf_dir, host, scratch, MASTER_CLASS),
-        "--host", host,
-        "--port", str(port),
-        "--webui-port", str(webui_port),
-        "--properties-file", str(daemon_conf),
+        *_launch(cluster, MASTER_CLASS),
+        "--host", cluster.host,
+        "--port", str(cluster.port),
+        "--webui-port", str(cluster.webui_port),
+        "--properties-file", str(cluster.daemon_conf),
     ]
 
 
 def worker_argv(
-    home: Path, conf_dir: Path, daemon_conf: Path, master_url: str, master_webui: str, host: str, port: int,
-    webui_port: int, cores: int, memory_mib: int, work_dir: Path, scratch: Path,
+    cluster: SparkCluster, port: int, webui_port: int, cores: int, memory_mib: int, work_dir: Path
 ) -> List[str]:
-    """One standalone worker on ``host:port`` offering ``cores`` and ``memory_mib`` MiB to executors, their
-    scratch space in ``scratch``.
-
-    It starts once the master at ``master_webui`` answers (at most :data:`MASTER_WAIT` s later;
-    see :mod:`.spark_launch`), so it registers on its first try.
-    """
+    """One standalone worker on ``port`` offering ``cores`` and ``memory_mib`` MiB to executors. It starts once
+    the master's web UI answers (:func:`main`), so it registers on its first try: a standalone worker tries
+    at once, then only every 5 to 15 s."""
     return [
-        *python_module("flytekitplugins_ddlscale.backends.local._spark_launch"),
-        master_webui, str(MASTER_WAIT), "--",
-        *_launch(home, conf_dir, host, scratch, WORKER_CLASS),
-        master_url,
-        "--host", host,
+        *python_module(__name__),
+        cluster.webui_url, str(MASTER_WAIT), "--",
+        *_launch(cluster, WORKER_CLASS),
+        cluster.master_url,
+        "--host", cluster.host,
         "--port", str(port),
         "--webui-port", str(webui_port),
         "--cores", str(cores),
         "--memory", f"{memory_mib}m",
         "--work-dir", str(work_dir),
-        "--properties-file", str(daemon_conf),
+        "--properties-file", str(cluster.daemon_conf),
     ]
 
 
@@ -171,10 +178,8 @@ SECRET_FILE = "spark-auth-secret"
 
 
 def auth_properties(secret: str) -> Dict[str, str]:
-    """Spark's own authentication, required of every connection to the master, the workers, the
-    executors and the application's driver: a peer without the cluster's ``secret`` is refused (a
-    standalone master would otherwise run any application, or a driver's code, submitted to it), and
-    RPC and block transfers are encrypted (AES, ``spark.network.crypto``)."""
+    """Spark's own authentication on every connection (master, workers, executors, the application's driver):
+    a peer without the cluster's ``secret`` is refused, and RPC and block transfers are encrypted (AES)."""
     return {
         "spark.authenticate": "true",
         "spark.authenticate.secret": secret,
@@ -183,16 +188,9 @@ def auth_properties(secret: str) -> Dict[str, str]:
 
 
 def daemon_properties(secret: str) -> Dict[str, str]:
-    """What the master and workers run with: :func:`auth_properties` of the cluster's ``secret``.
-
-    Decommissioning lets a worker leave cleanly on SIGPWR. A port that is taken fails the
-    process instead of moving to the next one, because workers are told apart by the port
-    they were given, and the master must be where its record says. No HTTP request changes
-    the cluster: the web UIs answer without authentication (the readiness checks read the
-    master's ``/json/``), so they offer no kill (``spark.ui.killEnabled``) and the master refuses
-    to decommission workers (``/workers/kill``, allowed from loopback by default), and the
-    master runs no REST submission server.
-    """
+    """What the master and workers run with: :func:`auth_properties`; decommissioning on SIGPWR; a taken port
+    fails the process (workers are told apart by port) instead of moving; and no HTTP request changes the
+    cluster (the unauthenticated web UIs offer no kill or decommission, and there is no REST server)."""
     return {
         "spark.decommission.enabled": "true",
         "spark.port.maxRetries": "0",
@@ -206,21 +204,12 @@ def daemon_properties(secret: str) -> Dict[str, str]:
 def app_properties(
     master_url: str, host: str, executor_memory_mib: int, python: str, secret: str, scratch: Path
 ) -> Dict[str, str]:
-    """What an application finds in ``spark-defaults.conf``, as Domino presets it for a run.
-
-    ``spark.master`` is how code written for Domino finds its cluster; executors fit in one
-    worker of the cluster's tier; the driver is reached on ``host`` and listens there only
-    (its web UI follows ``$SPARK_LOCAL_IP``: ``SparkDriver.connection_env``); Python tasks
-    of ``spark-submit`` applications run with ``python`` (the interpreter that started the
-    cluster, where pyspark is installed); decommissioned executors move their blocks to the
-    remaining ones; the cluster's ``secret`` authenticates it (:func:`auth_properties`: the file is
-    0600 in the cluster's private folder, so only its owner's applications can read it); the driver
-    and the executors keep their scratch space and temporary files in the cluster's private
-    ``scratch`` (Spark makes them readable by every user, under /tmp by default). That JVM option is
-    a default option (Spark puts it before the application's own ``extraJavaOptions``), so an
-    application that sets its own JVM options keeps it. The driver's web UI, which any local user
-    can reach, offers no kill of jobs or stages (``spark.ui.killEnabled``).
-    """
+    """What an application finds in ``spark-defaults.conf``, as Domino presets it: ``spark.master``; executors
+    that fit one worker of the tier; the driver reached and listening on ``host``; ``python`` (with pyspark)
+    for Python tasks; decommissioned executors moving their blocks; the cluster's ``secret``
+    (:func:`auth_properties`: the file is 0600, so only its owner's applications read it); scratch space and
+    temporary files in the private ``scratch`` (a default JVM option, kept by an application's own); no kill
+    from the driver's web UI."""
     return {
         "spark.master": master_url,
         "spark.driver.host": host,
@@ -266,3 +255,23 @@ def workers_in(payload: Mapping[str, Any], states: Set[str]) -> Dict[str, Dict[s
         for w in payload.get("workers", [])
         if isinstance(w, dict) and w.get("state") in states
     }
+
+
+def main(argv: List[str]) -> None:
+    """``python -m <this module> URL SECONDS -- ARGV...``: wait at most ``SECONDS`` until the master's web UI
+    at ``URL`` reports it ALIVE, then ``exec`` ``ARGV`` (the recorded pid becomes the worker's); past
+    ``SECONDS`` start it anyway and leave the rest to the worker's retries and the caller's wait."""
+    url, wait, separator, *command = argv
+    if separator != "--" or not command:
+        raise SystemExit("usage: _spark_ops URL SECONDS -- COMMAND...")
+    deadline = time.monotonic() + float(wait)
+    while time.monotonic() < deadline:
+        status = master_json(url, timeout=1.0)
+        if status is not None and status.get("status") == "ALIVE":
+            break
+        time.sleep(0.1)
+    os.execv(command[0], command)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

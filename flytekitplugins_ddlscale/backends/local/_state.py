@@ -1,6 +1,5 @@
-"""The state directory: one folder per local cluster, shared by every process.
-
-Layout under the state directory (``$DDLSCALE_STATE_DIR/local`` by default)::
+"""The state directory (``$DDLSCALE_STATE_DIR/local`` by default): one folder per local cluster, shared by
+every process::
 
     clusters/<namespace>.<kind>.<name>/cluster.json   processes, port, tiers, desired size
     clusters/<namespace>.<kind>.<name>/cluster.lock   fcntl lock held for every change
@@ -9,17 +8,10 @@ Layout under the state directory (``$DDLSCALE_STATE_DIR/local`` by default)::
     clusters/<namespace>.<kind>.<name>/conf/          Spark: spark-defaults.conf for user code
     records/                                          baselines and claims (FileRecordStore)
 
-``cluster.json`` is replaced atomically, so readers never need the lock. A change
-records what it is about to do (``pending``) before it starts or stops a
-process and clears it when the record is whole again, so a change
-interrupted half-way (``kill -9``) is seen as such (:attr:`ClusterRecord.pending`).
-A write the folder or disk refuses raises :class:`StateWriteError`, leaving
-no temp file.
-
-Every folder is private (created 0700; one owned by another user, writable
-by group or others, or a symbolic link is refused with :class:`UnsafePathError`),
-no file is opened through a link, and ``cluster.json`` is checked with the
-rules of user input when read (:mod:`.record_check`).
+``cluster.json`` is replaced atomically (readers need no lock), holds a change's intent (``pending``) until
+the record is whole again, and is checked with the rules of user input when read (:mod:`._record_check`).
+Every folder is private (0700; a link, another user's or one others can write is refused), and no file is
+opened through a link.
 """
 import contextlib
 import datetime
@@ -135,7 +127,7 @@ class ClusterRecord:
 
     @property
     def address(self) -> str:
-        """The Dask scheduler address workers and clients connect to (TLS only: :mod:`.dask_tls`)."""
+        """The Dask scheduler address workers and clients connect to (TLS only: :mod:`.secrets`)."""
         return f"tls://{self.host}:{self.port}"
 
     def to_json(self) -> Dict[str, Any]:
@@ -209,12 +201,8 @@ class LocalStateStore:
         return self.cluster_dir(ref) / "logs" / f"{process}.log"
 
     def load(self, ref: ClusterRef) -> Optional[ClusterRecord]:
-        """The record of ``ref``, or None when no such local cluster exists.
-
-        Raises :class:`CorruptRecordError` (naming the file, the field and its
-        value) for a record user input could not have made, and
-        :class:`UnsafePathError` for a folder or file others could steer.
-        """
+        """The record of ``ref``, or None when there is none; :class:`CorruptRecordError` (naming the file, field
+        and value) for one user input could not have made, :class:`UnsafePathError` for a path others could steer."""
         folder = self.cluster_dir(ref)
         if not os.path.lexists(folder):
             return None
@@ -250,15 +238,8 @@ class LocalStateStore:
         write_json(folder / CLUSTER_FILE, record.to_json(), indent=1)
 
     def delete(self, ref: ClusterRef) -> None:
-        """Remove every file of ``ref`` except its lock (callers hold :meth:`lock`).
-
-        Only what is inside the cluster's own folder goes, walking without
-        following links (a link is removed, never what it points to); a
-        cluster folder that is itself a link or not this user's is refused
-        (:class:`UnsafePathError`) and nothing is removed. The lock file
-        stays until :meth:`lock` releases it (which then removes it and the
-        emptied folder).
-        """
+        """Remove every file of ``ref`` but its lock (callers hold :meth:`lock`, whose release removes the rest),
+        never following a link; a folder that is a link or not this user's is refused (:class:`UnsafePathError`)."""
         folder = self.cluster_dir(ref)
         if not os.path.lexists(folder):
             return
@@ -300,12 +281,8 @@ class LocalStateStore:
 
     @contextlib.contextmanager
     def lock(self, ref: ClusterRef, timeout: float) -> Iterator[None]:
-        """Hold the exclusive change lock of ``ref``; wait at most ``timeout`` seconds for it.
-
-        Raises :class:`ConflictError` when another process keeps it longer.
-        When the block leaves the cluster's folder holding nothing but the lock
-        (a cluster that never existed, or one taken down), the folder goes too.
-        """
+        """Hold ``ref``'s exclusive change lock, waiting at most ``timeout`` s (:class:`ConflictError`); a folder the
+        block leaves holding nothing but the lock goes too."""
         folder = self.cluster_dir(ref)
         lock_path = folder / LOCK_FILE
 

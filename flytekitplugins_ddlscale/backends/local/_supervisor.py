@@ -1,27 +1,21 @@
-"""The process supervisor of the local backend: head and worker processes of one cluster.
+"""The process supervisor of the local backend: the head and worker processes of each cluster.
 
-It spawns processes detached (so clusters outlive the Python process that
-started them) from the command lines of a :class:`~.driver.FrameworkDriver`,
-records every pid with its start time in the state directory, stops them
-(retiring workers through the head first, so data moves off them), checks
-liveness, picks and keeps the head's port, quotes log tails in errors, and
-repairs a cluster whose processes died. It knows nothing of baselines,
-claims or waits; callers hold the cluster lock (:meth:`lock`) around changes.
-
-No process the records do not know: every process of a cluster carries the
-cluster's folder in its environment (:data:`~.procs.CLUSTER_MARK_ENV`, from
-the moment it exists, inherited by what it starts), so the processes a change
-interrupted by ``kill -9`` started but never recorded are found by a scan of
-every process. Every change first stops them (:meth:`stop_unrecorded`), records
-what it is about to do (:class:`~.state.PendingChange`) before it starts or
-stops anything, and ``down`` stops every marked process whatever the record
-says. A process whose record cannot be written is stopped again at once.
+It spawns them detached from a :class:`~._driver.FrameworkDriver`'s command lines, records each (pid and
+start time), stops them (retiring workers through the head first), picks and keeps the head's ports,
+quotes log tails in errors and repairs a cluster whose processes died; callers hold the cluster lock
+(:meth:`ProcessSupervisor.lock`) around changes. Every change first stops the processes carrying the
+cluster's mark that no record holds (left by a change killed half-way), records what it is about to do
+(:class:`~._state.PendingChange`) before it starts or stops anything, and stops a process whose record
+cannot be written.
 """
 import contextlib
 import logging
+import random
+import socket
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator, List, Optional, Tuple
+from pathlib import Path
+from typing import AbstractSet, Callable, Iterator, List, Optional, Tuple
 
 from ...errors import BackendUnavailableError, StateWriteError, TransientError, WorkerFailedError
 from ...models import ClusterState
@@ -32,7 +26,6 @@ from ...refs import ClusterRef
 from ..._core.waiting import Deadline, probe_timeout
 from . import _procs as procs
 from ._driver import FrameworkDriver, LosesLiveWorkers
-from ._ports import free_port, port_is_free
 from ._state import ClusterRecord, LocalStateStore, PendingChange, WorkerRecord
 from ._tiers import WorkerShape
 
@@ -45,6 +38,66 @@ HEAD_LOG = "scheduler"
 """Log name of the head process (``logs/scheduler.log`` in the cluster's folder)."""
 INTERRUPTED = "Interrupted"
 """``ClusterState.status`` of a cluster whose last change was interrupted half-way (its process killed)."""
+
+
+# Ports are chosen here and bound by the cluster's processes moments later, outside the kernel's range for
+# outgoing connections (/proc/sys/net/ipv4/ip_local_port_range): a client socket of any program takes its
+# local port from that range, and one landing on the chosen port before the bind makes the bind fail (Spark's
+# daemons then exit, as they are told not to move). Only a server binding that very port can still take it.
+OUTGOING_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST = 20000
+"""Lowest port chosen: below it lie the ports services are commonly configured on, and Ray's default
+range for its worker processes (10002-19999), where Ray refuses to find any other of its ports."""
+TRIES = 200
+"""Random ports probed outside the outgoing range before one the kernel assigns is taken instead."""
+_PICK = random.SystemRandom()
+"""Draws from the operating system: the user's own ``random`` sequence is left as it was."""
+
+
+def outgoing_range() -> Tuple[int, int]:
+    """The kernel's range of local ports for outgoing connections (Linux's default where unreadable)."""
+    try:
+        low, high = (int(part) for part in OUTGOING_RANGE.read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999
+    return low, high
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """Whether ``host:port`` can be bound right now (nothing else listens there)."""
+    return _bindable(host, port, reuse_address=True)
+
+
+def _bindable(host: str, port: int, reuse_address: bool) -> bool:
+    # Without SO_REUSEADDR a port any socket holds (a connection's, one closing) counts as taken.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        if reuse_address:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str, avoid: AbstractSet[int] = frozenset()) -> int:
+    """A port no socket holds right now, not in ``avoid``, drawn outside the outgoing range: from
+    :data:`LOWEST` up to it, or above it up to 65535 (one the kernel assigns, inside the range, only when
+    :data:`TRIES` draws find none free); its user binds it moments later."""
+    low, high = outgoing_range()
+    below = range(LOWEST, low) if low > LOWEST else range(0)
+    above = range(high + 1, 65536)
+    candidates = [*below, *above]
+    for _ in range(TRIES if candidates else 0):
+        port = _PICK.choice(candidates)
+        if port not in avoid and _bindable(host, port, reuse_address=False):
+            return port
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind((host, 0))
+            port = int(probe.getsockname()[1])
+        if port not in avoid:
+            return port
 
 
 class ProcessSupervisor:
@@ -105,15 +158,9 @@ class ProcessSupervisor:
     def converge(
         self, record: ClusterRecord, replicas: int, shape: WorkerShape, deadline: Optional[Deadline] = None
     ) -> Tuple[List[WorkerRecord], List[WorkerRecord]]:
-        """Bring processes to ``replicas`` workers of ``shape``; return (started, old-tier workers).
-
-        Old-tier workers are left running for the caller to retire once the
-        new ones are up. Dead processes are repaired on the way: a dead head
-        is restarted on its port (with new workers), dead workers replaced.
-        A head started here is awaited until ``deadline`` at most (see :meth:`start_cluster`).
-        Processes the record does not hold are stopped first, and the change
-        is recorded as pending until the record is whole again.
-        """
+        """Bring processes to ``replicas`` workers of ``shape``, repairing on the way (a dead head restarts
+        with new workers, dead workers are replaced); returns the workers started and those of an old tier,
+        left running for the caller to retire once the new ones are up."""
         with self._pending(record, replicas):
             started, old = self._converge(record, replicas, shape, deadline)
             record.worker_hw_tier, record.desired = shape.tier, replicas
@@ -145,8 +192,7 @@ class ProcessSupervisor:
         return started, old
 
     def _stop_finished(self, record: ClusterRecord) -> None:
-        """Stop the workers whose process runs but whose head has given up on them (:class:`LosesLiveWorkers`),
-        so that they are replaced like exited ones."""
+        """Stop the workers the head has given up on (:class:`LosesLiveWorkers`): they are replaced like exited ones."""
         driver = self._driver(record)
         finished = driver.finished_workers(record) if isinstance(driver, LosesLiveWorkers) else set()
         if finished:
@@ -166,9 +212,8 @@ class ProcessSupervisor:
             return self.start_cluster(record, shape, record.desired, names=names)
 
     def _move_off_taken_ports(self, record: ClusterRecord) -> bool:
-        """With every process of ``record`` stopped: when something else holds one of its head's ports (stale
-        state after a reboot, another user's listener after a crash), forget them all, so the next start
-        chooses new ones (every worker starts again with the head anyway). Whether it moved."""
+        """With every process stopped: forget the head's ports when something else holds one now (another
+        user's listener after a crash), so the next start chooses new ones. Whether it moved."""
         taken = [p for p in [record.port, *record.ports.values()] if p and not port_is_free(record.host, p)]
         if taken:
             logger.warning("%s: port(s) %s taken now; the %s moves", record.ref, taken, self._driver(record).head_label)
@@ -177,11 +222,9 @@ class ProcessSupervisor:
 
     @contextlib.contextmanager
     def _pending(self, record: ClusterRecord, replicas: int) -> Iterator[None]:
-        """Stop what the record does not hold, record the change as pending (intent first: before any
-        process starts or stops), and clear it once the block has brought the record up to date. A block
-        that raises an error leaves a record that holds every process (spawns are recorded or stopped), so
-        the pending mark is cleared then too, as far as the state directory lets it be written; an
-        interruption (Ctrl-C, SIGTERM) may land between a spawn and its record, so it leaves the mark."""
+        """Stop what the record does not hold and record the change as pending (intent first), cleared once the
+        block is done, or raised an error (its spawns are recorded or stopped); an interruption (Ctrl-C,
+        SIGTERM) may land between a spawn and its record, so it leaves the mark."""
         self.stop_unrecorded(record, record.ref)
         record.pending = PendingChange(replicas)
         self.store.save(record)
@@ -199,19 +242,11 @@ class ProcessSupervisor:
         self, record: ClusterRecord, shape: WorkerShape, count: int, names: Optional[List[str]] = None,
         deadline: Optional[Deadline] = None,
     ) -> List[WorkerRecord]:
-        """Start the head and ``count`` workers together; stop them all if the head fails to answer.
-
-        With ``deadline`` (the operation's), the head is awaited until then at most: past it the head
-        and workers are left starting, recorded, for the operation's own wait to time out on and say
-        what it left in place, instead of the creation outlasting the operation's timeout.
-
-        A head that exits while starting is started once more, with the same workers: on a loaded
-        machine a Ray head's client server gives up when the head node registers late (after 30 s) and
-        takes the head down with it; a second start on the same ports finds the machine warmed up.
-        Nothing uses a head before it answered, so the second start repeats nothing a user saw. A head
-        whose ports this start chose (a new cluster) gets new ones for its second start: a port found
-        free can be taken by any process (an outgoing connection's own port) before the head binds it.
-        """
+        """Start the head and ``count`` workers together; stop them all if the head fails to answer. Past
+        ``deadline`` (the operation's) they are left starting, recorded, for the operation's wait to say so.
+        A head that exits while starting is started once more with the same workers (a loaded machine can
+        make a Ray head's client server give up), on new ports when this start chose them (a port found free
+        can be taken before the head binds it)."""
         attempts_left = HEAD_START_ATTEMPTS
         ports_chosen_here = record.port == 0
         while True:
@@ -300,10 +335,9 @@ class ProcessSupervisor:
                 procs.stop_processes([record.scheduler], mark, self.stop_grace)
 
     def take_down(self, record: Optional[ClusterRecord], ref: ClusterRef) -> "TakenDown":
-        """Stop every process of ``ref``, those ``record`` holds and every other one carrying its mark
-        (None: a record that is missing or unreadable), and remove its files: the cluster's folder (all
-        but its lock) and the folders its framework wrote elsewhere (Ray's temp folder: sessions, logs),
-        never following a link out of them. Returns what was found running."""
+        """Stop every process of ``ref`` (those ``record`` holds, None when missing or unreadable, and every other
+        one carrying its mark) and remove its folder (but its lock) and its framework's folders elsewhere,
+        never following a link. Returns what was found running."""
         recorded = [p for p in self.recorded(record) if procs.is_alive(p)] if record is not None else []
         stray = self.unrecorded(record, ref)
         outside = self._driver(record).outside_paths(record, self.store) if record is not None else []

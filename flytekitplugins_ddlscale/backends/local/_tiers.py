@@ -1,11 +1,6 @@
-"""What a hardware tier means for a local Dask worker process.
-
-Tiers come from a small YAML file read through the core
-:class:`~flytekitplugins_ddlscale.backends.tiers.FileTierCatalog`: the packaged
-``data/local_tiers.yaml`` unless ``$DDLSCALE_LOCAL_TIERS`` or an explicit
-path names another. ``cores`` becomes ``--nthreads`` and ``memory`` becomes
-``--memory-limit`` of a Dask worker, ``--cores`` and ``--memory`` of a Spark
-worker.
+"""What a hardware tier means for a local worker process: ``cores`` becomes a Dask worker's ``--nthreads``
+(a Spark worker's ``--cores``, a Ray node's ``--num-cpus``), ``memory`` its memory. Tiers come from
+``data/local_tiers.yaml`` unless ``$DDLSCALE_LOCAL_TIERS`` or an explicit path names another file.
 """
 import re
 from dataclasses import dataclass
