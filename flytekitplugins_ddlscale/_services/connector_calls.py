@@ -17,7 +17,6 @@ import time
 import traceback
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
 from typing import Dict, List, Optional, Protocol
 
@@ -99,25 +98,10 @@ class PollDesk:
         self._last: "OrderedDict[bytes, Poll]" = OrderedDict()
         self._timelines: Dict[bytes, List[List[float]]] = {}
 
-    def answer(self, meta: ScalingMetadata, budget: Optional[float] = None) -> Poll:
-        """The poll's answer within ``budget`` seconds (default :func:`call_budget`); never raises. The
-        calling thread waits for the read: an event loop awaits :meth:`answer_async` instead."""
-        try:
-            limit = call_budget() if budget is None else budget
-            key = meta.encode()
-            reading = self._reading_of(key, meta)
-            try:
-                answer = reading.result(timeout=limit)
-            except FutureTimeout:
-                return self._late(meta, key, limit)
-            return self._remember(key, meta, answer)
-        except Exception as error:  # the edge: nothing leaves as a traceback
-            return Poll(FAILED, f"[internal] {unexpected('poll', error)}")
-
     async def answer_async(self, meta: ScalingMetadata, budget: Optional[float] = None) -> Poll:
-        """:meth:`answer` for an event loop: answered on the loop where memory holds the answer
-        (``cached_answer``), else by a reader thread the loop awaits without holding one of its own, so
-        a hung backend cannot stall every other poll. Never raises."""
+        """The poll's answer within ``budget`` seconds (default :func:`call_budget`), for an event loop:
+        answered on the loop where memory holds it (``cached_answer``), else by a reader thread the loop
+        awaits without holding one of its own, so a hung backend cannot stall every other poll. Never raises."""
         try:
             limit = call_budget() if budget is None else budget
             key = meta.encode()
