@@ -28,7 +28,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 from tests.envtest.controlplane import SETPRIV, SUITE, SUITE_ENV, ControlPlane, _die_with_parent
 from tests.envtest.dask_runtime import seeing_hosts
@@ -72,12 +72,16 @@ class FlytePlane:
     reach the API server as the envtest tier's non-admin user (``KUBECONFIG``: its kubeconfig, the stand-in for
     a pod's service account), which has no rights until a test grants a shipped Role to it. ``hosts``: a hosts
     file the connector and every task pod see as ``/etc/hosts``, cluster DNS's stand-in
-    (:class:`~tests.envtest.dask_runtime.ClusterDns`); None: the machine's."""
+    (:class:`~tests.envtest.dask_runtime.ClusterDns`); None: the machine's. ``projects``: the Flyte projects whose
+    executions run here, each in its namespace ``<project>-development`` (made, and its pods run by the kubelet)."""
 
     def __init__(self, peers: Peers, envtest_dir: Path, *, connector: bool = True,
                  connector_env: Optional[Dict[str, str]] = None, pod_env: Optional[Dict[str, str]] = None,
-                 work: Optional[Path] = None, hosts: Optional[Path] = None) -> None:
+                 work: Optional[Path] = None, hosts: Optional[Path] = None, projects: Sequence[str] = (PROJECT,)) -> None:
         self.peers = peers
+        self.namespaces = [f"{project}-{DOMAIN}" for project in projects]
+        self._namespace_of: Dict[str, str] = {}
+        """Execution name -> the namespace it runs in (``<project>-development``)."""
         self.hosts = hosts
         self.envtest_dir = Path(envtest_dir)
         self.connector = connector
@@ -116,7 +120,7 @@ class FlytePlane:
             self._start_connector()
         self._start_propeller()
         self.kubelet = self._stack.enter_context(ProcessKubelet(
-            self.admin, namespaces=[NAMESPACE], executable_dir=Path(sys.executable).parent,
+            self.admin, namespaces=self.namespaces, executable_dir=Path(sys.executable).parent,
             work_root=self.work / "pods", extra_env=self.pod_env(), hosts=self.hosts))
 
     def close(self) -> None:
@@ -151,8 +155,9 @@ class FlytePlane:
         from kubernetes import client
 
         core = client.CoreV1Api(self.admin)
-        core.create_namespace({"metadata": {"name": NAMESPACE}})
-        core.create_namespaced_service_account(NAMESPACE, {"metadata": {"name": "default"}})
+        for namespace in self.namespaces:
+            core.create_namespace({"metadata": {"name": namespace}})
+            core.create_namespaced_service_account(namespace, {"metadata": {"name": "default"}})
 
     def _spawn(self, name: str, argv: List[str], env: Dict[str, str]) -> subprocess.Popen:
         log = open(self.work / f"{name}.log", "ab")
@@ -236,24 +241,27 @@ class FlytePlane:
                    and sample.labels == {"operation": operation, "task_type": task_type})
 
     # -- executions --------------------------------------------------------
-    def run(self, workflow: Any, inputs: Dict[str, Any], *, timeout: float = 180.0, name: Optional[str] = None) -> Execution:
-        """Start ``workflow`` (a flytekit workflow) with ``inputs`` as an execution of flytesnacks/development
+    def run(self, workflow: Any, inputs: Dict[str, Any], *, timeout: float = 180.0, name: Optional[str] = None,
+            project: str = PROJECT) -> Execution:
+        """Start ``workflow`` (a flytekit workflow) with ``inputs`` as an execution of ``project``/development
         and wait at most ``timeout`` s for its end."""
         name = name or f"e{secrets.token_hex(4)}"
-        self.submit(workflow, inputs, name)
+        self.submit(workflow, inputs, name, project)
         return self.wait(name, timeout)
 
-    def submit(self, workflow: Any, inputs: Dict[str, Any], name: str) -> None:
-        """Hand the execution to FlytePropeller: ``kubectl-flyte create`` compiles the closure and makes its
-        FlyteWorkflow object, as flyteadmin does for ``CreateExecution``."""
+    def submit(self, workflow: Any, inputs: Dict[str, Any], name: str, project: str = PROJECT) -> None:
+        """Hand the execution to FlytePropeller: ``kubectl-flyte create`` compiles the closure (registered in
+        ``project``/development, which the execution takes) and makes its FlyteWorkflow object in the project's
+        namespace, as flyteadmin does for ``CreateExecution``."""
         folder = self.work / "executions" / name
         folder.mkdir(parents=True)
-        closure, literals = compiled(workflow, inputs)
+        closure, literals = compiled(workflow, inputs, project)
+        self._namespace_of[name] = f"{project}-{DOMAIN}"
         (folder / "closure.pb").write_bytes(closure)
         (folder / "inputs.pb").write_bytes(literals)
         done = subprocess.run(
             [str(self.peers.kubectl_flyte), "create", "--kubeconfig", str(self.kube.admin_kubeconfig),
-             "--namespace", NAMESPACE, "--proto-path", str(folder / "closure.pb"),
+             "--namespace", self._namespace_of[name], "--proto-path", str(folder / "closure.pb"),
              "--input-path", str(folder / "inputs.pb"), "--execution-id", name],
             capture_output=True, text=True, timeout=60)
         if done.returncode != 0:
@@ -263,7 +271,7 @@ class FlytePlane:
         from kubernetes import client
 
         return client.CustomObjectsApi(self.admin).get_namespaced_custom_object(
-            "flyte.lyft.com", "v1alpha1", NAMESPACE, "flyteworkflows", name)
+            "flyte.lyft.com", "v1alpha1", self._namespace_of.get(name, NAMESPACE), "flyteworkflows", name)
 
     def wait(self, name: str, timeout: float) -> Execution:
         """The execution's end, watched on its FlyteWorkflow object; AssertionError with FlytePropeller's log
@@ -290,7 +298,8 @@ class FlytePlane:
 
         return watch.Watch().stream(
             client.CustomObjectsApi(self.admin).list_namespaced_custom_object, "flyte.lyft.com", "v1alpha1",
-            NAMESPACE, "flyteworkflows", field_selector=f"metadata.name={name}", resource_version=version,
+            self._namespace_of.get(name, NAMESPACE), "flyteworkflows", field_selector=f"metadata.name={name}",
+            resource_version=version,
             timeout_seconds=max(1, int(min(left, 30))))
 
     def terminate(self, name: str, timeout: float = 90.0) -> Execution:
@@ -305,7 +314,8 @@ class FlytePlane:
 
         api = client.CustomObjectsApi(self.admin)
         last = self.workflow_object(name)
-        api.delete_namespaced_custom_object("flyte.lyft.com", "v1alpha1", NAMESPACE, "flyteworkflows", name,
+        api.delete_namespaced_custom_object("flyte.lyft.com", "v1alpha1", self._namespace_of.get(name, NAMESPACE),
+                                            "flyteworkflows", name,
                                             body=client.V1DeleteOptions(propagation_policy="Background"))
         end = time.monotonic() + timeout
         gone = False
@@ -341,7 +351,7 @@ def quick_start(cluster: str) -> Any:
     return hybrid_flow
 
 
-def compiled(workflow: Any, inputs: Dict[str, Any]) -> "tuple[bytes, bytes]":
+def compiled(workflow: Any, inputs: Dict[str, Any], project: str = PROJECT) -> "tuple[bytes, bytes]":
     """``workflow``'s closure (its template and every task's) and ``inputs`` (its defaults where left out) as a
     literal map, serialized as flytekit serializes them for registration (the image name is unused: the process
     kubelet runs the args)."""
@@ -354,7 +364,7 @@ def compiled(workflow: Any, inputs: Dict[str, Any]) -> "tuple[bytes, bytes]":
 
     settings = SerializationSettings(
         image_config=ImageConfig(default_image=Image(name="default", fqn="ddlscale-flow", tag="test")),
-        project=PROJECT, domain=DOMAIN, version="v1", python_interpreter=sys.executable)
+        project=project, domain=DOMAIN, version="v1", python_interpreter=sys.executable)
     entities: "OrderedDict[Any, Any]" = OrderedDict()
     spec = get_serializable(entities, settings, workflow)
     tasks = [e.template.to_flyte_idl() for e in entities.values() if isinstance(e, TaskSpec)]
