@@ -109,9 +109,8 @@ def prepare_service() -> None:
 
 
 def _read_templates_first() -> None:
-    """flytekit's service parses a ``CreateTask``'s template before it calls any connector and answers a
-    template it cannot parse (NaN or infinity in ``custom``) with its traceback. ``serve`` hands the
-    servicer it builds to ``add_AsyncAgentServiceServicer_to_server``: wrap it there (:class:`_TemplatesFirst`)."""
+    """Wrap the servicer flytekit's ``serve`` builds (:class:`_TemplatesFirst`), which parses a template before
+    any connector is called and answers one it cannot parse (NaN in ``custom``) with its traceback."""
     from flytekit.clis.sdk_in_container import serve
 
     add = getattr(serve, "add_AsyncAgentServiceServicer_to_server", None)
@@ -122,9 +121,9 @@ def _read_templates_first() -> None:
 
 
 class _TemplatesFirst:
-    """flytekit's ``AsyncConnectorService``, every call handed to it, except a ``CreateTask`` whose ``ddlscale_*``
-    template flytekit cannot read: answered as the connector answers a template it refuses, a refused metadata
-    carrying the plugin's one line (:func:`~._services.connector_protocol.unreadable_template`)."""
+    """flytekit's ``AsyncConnectorService``, but a ``CreateTask`` whose ``ddlscale_*`` template flytekit cannot
+    read is answered as the connector answers a template it refuses: a refused metadata, FAILED at the first
+    ``GetTask`` with the plugin's one line (:func:`~._services.connector_protocol.unreadable_template`)."""
 
     def __init__(self, servicer: Any) -> None:
         self._servicer = servicer
@@ -139,20 +138,14 @@ class _TemplatesFirst:
 
             refused = unreadable_template(request.template)
             if refused is not None:
-                return _refused_response(task_type, refused)
+                from flyteidl.admin import agent_pb2
+
+                from ._services.connector_calls import refusal
+                from ._services.connector_meta import ScalingMetadata
+
+                meta = ScalingMetadata.refused(task_type, refusal("create", refused))
+                return agent_pb2.CreateTaskResponse(resource_meta=meta.encode())
         return await self._servicer.CreateTask(request, context)
-
-
-def _refused_response(task_type: str, refused: Exception) -> Any:
-    """The ``CreateTask`` answer for a template refused with ``refused`` (one line), as
-    ``ScalingConnector.create`` answers its refusals: a refused metadata, whose first ``GetTask`` is FAILED."""
-    from flyteidl.admin import agent_pb2
-
-    from ._services.connector_calls import refusal
-    from ._services.connector_meta import ScalingMetadata
-
-    failure = refusal("create", refused)
-    return agent_pb2.CreateTaskResponse(resource_meta=ScalingMetadata.refused(task_type, failure).encode())
 
 
 def _drain_at_sigterm() -> None:

@@ -1,13 +1,9 @@
 """The readiness every surface reports: what the backend proved, plus the framework check.
 
-Nodes, the CLI and phases ask a :class:`ReadinessCheck` after the backend's
-own wait (``ready``, or ``change`` after a scale, restore or reconcile), with
-what is left of the same deadline. After a change that removed workers the check
-waits until the framework has dropped them, as the backend's wait only saw
-their pods go. The result says how many
-workers are ready and which checks proved it, e.g. ``4 worker pods exist
-(scaler; pod readiness not visible); 4 workers registered with the Dask
-scheduler at http://h:8787``.
+Nodes, the CLI and phases ask a :class:`ReadinessCheck` after the backend's own wait, with what is left of
+the same deadline; after a change that removed workers it waits until the framework dropped them. The result
+says how many workers are ready and what proved it, e.g. ``4 worker pods exist (scaler; pod readiness not
+visible); 4 workers registered with the Dask scheduler at http://h:8787``.
 """
 from dataclasses import dataclass
 from typing import Mapping, Optional
@@ -37,8 +33,7 @@ class FrameworkOptions:
         object.__setattr__(self, "url", validate_url(self.url))
 
     def check(self, kind: str) -> None:
-        """Raise :class:`InvalidInputError` now for a bad switch, URL or port variable, so that
-        a caller can refuse before changing anything rather than after the scale."""
+        """:class:`InvalidInputError` now for a bad switch, URL or port variable: refused before any change."""
         if self.enabled and enabled_by_env(self.env):
             resolve_endpoint(kind, self.url, self.env)
 

@@ -52,12 +52,8 @@ _TASK_OPTIONS = inspect.Parameter("task_options", inspect.Parameter.VAR_KEYWORD,
 
 
 class _NodeTypeMeta(FlyteTrackedABC):
-    """flytekit's task metaclass, and a node type's constructor signature for ``help()`` and notebooks.
-
-    flytekit's metaclass wraps every constructor in ``(*args, **kwargs)``; a
-    property here answers for the class only, so a node's own ``__call__``
-    keeps its signature.
-    """
+    """flytekit's task metaclass, and a node type's constructor signature for ``help()`` and notebooks
+    (flytekit's wraps every constructor in ``(*args, **kwargs)``; a property here answers for the class only)."""
 
     @property
     def __signature__(cls) -> Optional[inspect.Signature]:  # noqa: N805 - a metaclass property
@@ -84,12 +80,9 @@ _SET_BY_NODE = ("self", "name", "task_config", "task_type", "interface", "task_t
 
 
 class ScalingTaskBase(PythonInstanceTask[C], Generic[C], metaclass=_NodeTypeMeta):
-    """A configured cluster operation: inputs, output, run and wording from the subclass's :class:`NodeKind`.
-
-    The constructor takes the node's name, its configuration's fields
-    (positionally in their order or by keyword) and flytekit's task options
-    (``retries``, ``interruptible`` as ``@task`` takes them).
-    """
+    """A configured cluster operation: inputs, output, run and wording from the subclass's :class:`NodeKind`;
+    constructed from the node's name, its configuration's fields (in their order or by keyword) and
+    flytekit's task options."""
 
     kind: ClassVar[NodeKind]
 
@@ -118,11 +111,8 @@ class ScalingTaskBase(PythonInstanceTask[C], Generic[C], metaclass=_NodeTypeMeta
         return self._name
 
     def execute(self, **kwargs: Any) -> Any:
-        """Run the node with its inputs; publish the Deck; print the summary line; return the outcome.
-
-        In a task pod, the backend being unavailable for now is raised as recoverable, so Flyte applies
-        the task's ``retries`` (:mod:`.._services.recoverable`).
-        """
+        """Run the node with its inputs, publish the Deck, print the summary line and return the outcome (in a
+        task pod the backend unavailable for now is recoverable, so Flyte applies ``retries``)."""
         started = time.monotonic()
         with recoverable_in_pod():
             ref = parse_cluster(kwargs.get("cluster", self.task_config.cluster))  # type: ignore[attr-defined]

@@ -1,10 +1,6 @@
-"""The four scaling node types of flytekit flows: each is its :class:`NodeKind` and a docstring.
-
-Their constructors take the node's name, then the fields of its
-configuration (in the node type's module under ``_services/nodes/``:
-positionally in their order or by keyword), then flytekit's task options
-(``metadata``, ``requests``, ``environment`` ...). Each node type's
-configuration, outcome and task type are exported with it.
+"""The four scaling node types of flytekit flows, each its :class:`NodeKind` and a docstring, exported with
+its configuration, outcome and task type. Constructors take the node's name, the configuration's fields
+(in their order or by keyword), then flytekit's task options (``metadata``, ``requests``, ...).
 """
 from .._services.nodes.restart import RESTART, RESTART_TASK_TYPE, RestartConfig, RestartOutcome
 from .._services.nodes.restore import RESTORE, RESTORE_TASK_TYPE, RestoreConfig, RestoreOutcome
@@ -34,16 +30,11 @@ class ScaleCluster(ScalingTaskBase[ScaleConfig]):
             out = train(workers=up.effective)
             up >> out >> scale_down()
 
-    Inputs (defaults from the definition): ``cluster: str`` (``kind/name``,
-    ``namespace/kind/name`` or a bare kind for the run's own cluster),
-    ``replicas: int``, ``worker_hw_tier: Optional[str]``,
-    ``head_hw_tier: Optional[str]``. ``wait=False`` returns as soon as the
-    request is accepted; pair it with ``WaitForCluster`` to pre-warm.
-    With ``wait``, the node also waits until the workers registered with
-    Dask/Ray/Spark where the run can reach the cluster's head
-    (``framework_ready=False`` switches that off; ``framework_url`` says
-    where the head's dashboard is; see docs/readiness.md), and the
-    outcome's ``readiness`` says which checks proved it.
+    Inputs (defaults from the definition): ``cluster`` (``kind/name``, ``namespace/kind/name`` or a bare
+    kind), ``replicas``, ``worker_hw_tier``, ``head_hw_tier``. ``wait=False`` returns once the request is
+    accepted (pair it with ``WaitForCluster`` to pre-warm). With ``wait``, the node also waits until the
+    workers registered with Dask/Ray/Spark where the run can reach the head (``framework_ready``,
+    ``framework_url``; docs/readiness.md); the outcome's ``readiness`` says which checks proved it.
     """
 
     kind = SCALE
@@ -105,13 +96,9 @@ class RestoreCluster(ScalingTaskBase[RestoreConfig]):
             out = train(workers=up.effective)
             out >> restore()
 
-    Inputs: ``cluster: str``, ``replicas: int`` (``-1``, the default: the
-    recorded baseline; a number: that size instead) and
-    ``worker_hw_tier: Optional[str]`` (only with a number). With no baseline
-    recorded and no size given, the cluster is left as it is. With ``wait``,
-    it ends once the removed workers are gone and, unless ``framework_ready``
-    is False, the framework (Dask scheduler, Ray head, Spark master; head found
-    as for ``ScaleCluster``, or at ``framework_url``) has dropped them.
+    Inputs: ``cluster``, ``replicas`` (``-1``, the default: the recorded baseline; with no baseline and no
+    size the cluster is left as it is) and ``worker_hw_tier`` (only with a number). With ``wait``, it ends
+    once the removed workers are gone and the framework has dropped them (as for ``ScaleCluster``).
     """
 
     kind = RESTORE

@@ -21,12 +21,8 @@ _lock = threading.Lock()
 
 
 def remember(backend: Optional[str], ref: ClusterRef) -> None:
-    """Note that this process is changing ``ref`` through ``backend`` (None: the environment's choice).
-
-    The backend name is resolved now, while the node's environment is in
-    force. Called before the change, so an interrupt during the node's own
-    wait is covered too.
-    """
+    """Note that this process is changing ``ref`` through ``backend`` (None: the environment's choice, resolved
+    now); called before the change, so an interrupt during the node's own wait is covered too."""
     from ...backends import backend_name_from_env
 
     with _lock:
@@ -45,13 +41,9 @@ def stop_command(backend: str, ref: ClusterRef) -> str:
 
 
 def left_running() -> List[str]:
-    """One line per remembered cluster that may still hold workers, with the command that stops it.
-
-    Clusters of a backend that reads its state on this machine
-    (``capabilities.reads_locally``: state files and local processes, quick)
-    are looked at; the others are not, since a Ctrl-C report must not wait on a
-    service or API server: they are listed as possibly still scaled.
-    """
+    """One line per remembered cluster that may still hold workers, with the command that stops it. Only a
+    backend that ``reads_locally`` is read (a Ctrl-C report must not wait on a service); the others' clusters
+    are listed as possibly still scaled."""
     with _lock:
         touched = list(_touched.values())
     lines = []

@@ -77,8 +77,7 @@ def run_restart(
 
 
 def restart_line(step: str, outcome: Any, seconds_total: Optional[float] = None) -> str:
-    """The summary of a ``RestartHead`` node (fields of ``RestartOutcome``); ``seconds_total`` is the
-    node's own time, when the caller measured it."""
+    """The summary of a ``RestartHead`` node (fields of ``RestartOutcome``)."""
     tier = f" on {outcome.head_hw_tier}" if outcome.head_hw_tier else ""
     if not outcome.waited:
         return f"{step}: {outcome.cluster} head {outcome.pod} restart requested{tier}, not waited for"

@@ -7,7 +7,7 @@ from ...backends._base import DEFAULT_SCALE_TIMEOUT
 from ...errors import InvalidInputError
 from ...models import ClusterState, ReplicaSpec, ScaleResult
 from ...refs import parse_cluster
-from ..._core.fieldchecks import Check
+from ..hold.settings import Check
 from ..._core.progress import ProgressReporter, begin_wait, default_reporter
 from ..._core.summary import arrived, tier_note, took, workers
 from ..._core.timeline import WorkerTimeline, observed_workers, recording
@@ -99,12 +99,8 @@ def run_restore(
     worker_hw_tier: Optional[str],
     progress: Optional[ProgressReporter] = None,
 ) -> Tuple[RestoreOutcome, WorkerTimeline]:
-    """Put ``cluster`` back to its recorded baseline (``replicas`` -1) or to ``replicas`` workers.
-
-    Either way the baseline is forgotten afterwards, as ``ddlscale restore``
-    does. With no baseline recorded and no size given nothing changes
-    (``restored`` is ``nothing recorded``).
-    """
+    """Put ``cluster`` back to its recorded baseline (``replicas`` -1) or to ``replicas`` workers, and forget
+    the baseline, as ``ddlscale restore`` does; with none recorded and no size given nothing changes."""
     ref = parse_cluster(cluster)
     replicas, worker_hw_tier = validate_restore_target(replicas, worker_hw_tier)
     target = None if replicas == FROM_BASELINE else ReplicaSpec(replicas, worker_hw_tier)
@@ -134,8 +130,7 @@ def run_restore(
 
 
 def restore_line(step: str, outcome: Any, seconds_total: Optional[float] = None) -> str:
-    """The summary of a ``RestoreCluster`` node (fields of ``RestoreOutcome``); ``seconds_total`` is the
-    node's own time, when the caller measured it."""
+    """The summary of a ``RestoreCluster`` node (fields of ``RestoreOutcome``)."""
     if outcome.restored == NOTHING_RECORDED:
         return f"{step}: {outcome.cluster} unchanged at {workers(outcome.workers)} (no baseline recorded)"
     change = f"{outcome.cluster} {outcome.previous_workers} -> "

@@ -7,7 +7,7 @@ from ...backends._base import DEFAULT_SCALE_TIMEOUT
 from ...errors import InvalidInputError, UnsupportedOperationError
 from ...models import ClusterState, ScaleResult
 from ...refs import parse_cluster
-from ..._core.fieldchecks import SizedCluster
+from ..hold.settings import SizedCluster
 from ..._core.progress import ProgressReporter, begin_wait, default_reporter
 from ..._core.summary import above, arrived, found, framework_note, tier_note, took, workers
 from ..._core.timeline import WorkerTimeline, observed_workers, recording
@@ -78,11 +78,8 @@ def run_scale(
     head_hw_tier: Optional[str],
     progress: Optional[ProgressReporter] = None,
 ) -> Tuple[ScaleOutcome, WorkerTimeline]:
-    """Scale ``cluster`` to ``replicas`` (and tiers) as ``config`` says; return outcome and timeline.
-
-    A head tier change needs a backend that can do it; otherwise
-    :class:`UnsupportedOperationError` is raised before anything changes.
-    """
+    """Scale ``cluster`` to ``replicas`` (and tiers) as ``config`` says; the outcome and timeline. A head tier
+    change on a backend that cannot do it is :class:`UnsupportedOperationError` before anything changes."""
     ref = parse_cluster(cluster)
     replicas = validate_replicas(replicas)
     worker_hw_tier = validate_tier_name(worker_hw_tier)
@@ -126,10 +123,9 @@ def run_scale(
 
 
 def scale_line(step: str, outcome: Any, seconds_total: Optional[float] = None) -> str:
-    """The summary of a ``ScaleCluster`` node (fields of ``ScaleOutcome``); ``seconds_total`` is the
-    node's own time, start to end (creating a cluster included), when the caller measured it. The
-    counts are what the wait found: with an autoscaler above the size set, the workers Ready and
-    the size the cluster wants."""
+    """The summary of a ``ScaleCluster`` node (fields of ``ScaleOutcome``); ``seconds_total`` is the node's own
+    time, when the caller measured it. The counts are what the wait found (with an autoscaler above the size
+    set, the workers Ready and the size the cluster wants)."""
     change = f"{outcome.cluster} {outcome.previous_workers} -> "
     capped = f", capped from {outcome.requested}" if outcome.capped else ""
     if not outcome.waited:

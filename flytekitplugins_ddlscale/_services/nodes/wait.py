@@ -7,7 +7,7 @@ from ...backends._base import DEFAULT_SCALE_TIMEOUT
 from ...backends._support.inplace import check_reachable
 from ...models import ClusterState
 from ...refs import parse_cluster
-from ..._core.fieldchecks import Check
+from ..hold.settings import Check
 from ..._core.progress import ProgressReporter, begin_wait, default_reporter
 from ..._core.summary import arrived, framework_note, seconds
 from ..._core.timeline import WorkerTimeline, observed_workers, recording
@@ -102,10 +102,8 @@ def run_wait(
 
 
 def wait_line(step: str, outcome: Any, seconds_total: Optional[float] = None) -> str:
-    """The summary of a ``WaitForCluster`` node (fields of ``ClusterReady``); ``seconds_total`` is the
-    node's own time, when the caller measured it. The workers reported are the Ready ones where known
-    (a wait may end below the size the cluster wants, an autoscaler's above a held floor), else the
-    size it wants."""
+    """The summary of a ``WaitForCluster`` node (fields of ``ClusterReady``): the Ready workers where known
+    (a wait may end below the size the cluster wants), else the size it wants."""
     after = seconds(max(outcome.seconds_waited, seconds_total or 0.0))
     ready = getattr(outcome, "ready_workers", UNKNOWN)
     count = outcome.workers if ready == UNKNOWN else ready
@@ -114,8 +112,7 @@ def wait_line(step: str, outcome: Any, seconds_total: Optional[float] = None) ->
 
 
 def create_wait(creation: Creation, config: WaitConfig, inputs: Dict[str, Any]) -> Sent:
-    """Nothing to send: the checks only (the first poll reads the cluster and refuses a count that can
-    never come)."""
+    """Nothing to send: the checks only (the first poll refuses a count that can never come)."""
     backend_name, ref = creation.served(config.backend, inputs["cluster"])
     config.framework().check(ref.kind)
     replicas = validate_wait_replicas(inputs["replicas"])
@@ -130,13 +127,8 @@ def create_wait(creation: Creation, config: WaitConfig, inputs: Dict[str, Any]) 
 
 
 def wait_target(target: int, state: ClusterState) -> int:
-    """``target``, the worker count a wait on ``state`` awaits (a wait for the desired count is
-    ``AWAIT_DESIRED``, which the poll reads from the state itself).
-
-    A count that can never come (above the desired workers or above
-    ``maxReplicas``) raises :class:`UnreachableWaitError` at once instead of
-    waiting out the timeout.
-    """
+    """``target``, the worker count a wait on ``state`` awaits; one that can never come (above the desired
+    workers or ``maxReplicas``) is :class:`UnreachableWaitError` at once instead of at the timeout."""
     check_reachable(
         target, desired=state.desired_workers, maximum=state.autoscaling_max, cluster=state.cluster,
         desired_name="desired_workers", state=state,
