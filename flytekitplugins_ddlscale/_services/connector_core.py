@@ -465,7 +465,8 @@ class ScalingService:
             restart = meta.sent_restart()
             done, state = backend.head_restarted(ref, restart, reads)
             readiness = Readiness(state.ready_workers, "new head Ready") if done else None
-            return _Look(state, 1, readiness, f"a new Ready head (the restart sent at {restart.started_at}; never sent again)")
+            pending = f"a new Ready head (the restart sent at {restart.started_at}; never sent again)"
+            return _Look(state, 1, readiness, pending)
         try:
             state = backend.get_state(ref, reads)
         except ClusterNotFoundError as missing:
@@ -482,7 +483,9 @@ class ScalingService:
         return state.desired_workers if meta.awaits == AWAIT_DESIRED else kind.awaited(meta.target, state)
 
     @staticmethod
-    def _decided(meta: ScalingMetadata, kind: NodeKind, backend: ClusterBackend, ref: ClusterRef, look: "_Look") -> Poll:
+    def _decided(
+        meta: ScalingMetadata, kind: NodeKind, backend: ClusterBackend, ref: ClusterRef, look: "_Look"
+    ) -> Poll:
         """The poll's answer once ``look`` was read: SUCCEEDED once ready, FAILED past the deadline, else RUNNING."""
         elapsed = time.time() - meta.started
         shown: Dict[str, Any] = {
@@ -510,7 +513,8 @@ class ScalingService:
         removed = _removed(meta, look.target)
         if not meta.framework_ready or not enabled_by_env():
             return Readiness(state.ready_workers, f"{base}; framework check off")
-        if probe_for(kind) is None or (look.target <= 0 and not removed) or backend.capabilities.counts_registered_workers:
+        needless = look.target <= 0 and not removed
+        if probe_for(kind) is None or needless or backend.capabilities.counts_registered_workers:
             return Readiness(state.ready_workers, base)
         endpoint = resolve_endpoint(kind, meta.framework_url or None, head_env(backend, ref))
         if endpoint is None:
@@ -536,9 +540,10 @@ class ScalingService:
             logger.debug("framework read of %s failed: %s", proven.url, error)
             return replace(look, pending=f"{what} ({NOT_READY})")
         if _removed(meta, target) and seen > target:
-            return replace(look, pending=f"{probe.registry} at {proven.url} to drop the removed workers ({seen} registered)")
+            dropped = f"{probe.registry} at {proven.url} to drop the removed workers ({seen} registered)"
+            return replace(look, pending=dropped)
         if seen < target:
             return replace(look, pending=f"{what} ({seen} registered)")
         ready = seen if state.ready_workers is None else min(seen, state.ready_workers)
-        proof = f"{backend_proof(backend, state, ref.kind)}; {seen} workers registered with {probe.registry} at {proven.url}"
-        return replace(look, readiness=Readiness(ready, proof))
+        proof = f"{seen} workers registered with {probe.registry} at {proven.url}"
+        return replace(look, readiness=Readiness(ready, f"{backend_proof(backend, state, ref.kind)}; {proof}"))
