@@ -293,3 +293,31 @@ def test_the_policy_docs_connector_md_shows_is_one_the_connector_reads(tmp_path)
         team_a.check("kubernetes", ClusterRef("dask", "a-1", "team-a"), "team-a", {"replicas": 17})
     assert rules.rule_for(Execution("team-a", "production", identity="bob@example.com")).name == "team-a-production"
     assert rules.rule_for(Execution("team-a", "production", identity="bob@elsewhere.org")).name == "everyone-else"
+
+
+def test_flyte_2_s_connector_decides_on_the_execution_c0_hands_create(served):
+    # flyte's c0 hands create the request's protobuf itself (flyteidl2): the same field names.
+    pytest.importorskip("flyte", reason="the Flyte 2 connector needs the flyte2 extra")
+    from flyteidl2.connector import connector_pb2
+    from flyteidl2.core import identifier_pb2 as ids, security_pb2 as security, tasks_pb2
+    from google.protobuf import json_format
+    from google.protobuf.struct_pb2 import Struct
+
+    from flytekitplugins_ddlscale._services.nodes.scale import ScaleConfig
+    from flytekitplugins_ddlscale.flyte2.connector import ScalingConnector as Flyte2Connector
+
+    run = ids.WorkflowExecutionIdentifier(project="team-b", domain="production", name="r2")
+    metadata = connector_pb2.TaskExecutionMetadata(
+        task_execution_id=ids.TaskExecutionIdentifier(
+            node_execution_id=ids.NodeExecutionIdentifier(node_id="a0", execution_id=run)),
+        namespace="team-b-production", k8s_service_account="runner",
+        identity=security.Identity(execution_identity="bob"))
+    assert Execution.of(metadata) == Execution("team-b", "production", "r2", "a0", "team-b-production", "runner", "bob")
+    config = ScaleConfig(cluster="dask/a-one", replicas=2, backend="scaler", wait=False)
+    template = tasks_pb2.TaskTemplate(type=SCALE_TASK_TYPE, custom=json_format.ParseDict(config.to_custom(), Struct()))
+    meta = asyncio.run(Flyte2Connector(SCALE_TASK_TYPE).create(template, "", task_execution_metadata=metadata))
+    assert "invalid clusters='dask/a-one': rule 'team-b'" in refusal(served, meta)
+    run.project, run.domain = "team-a", "development"
+    metadata.task_execution_id.node_execution_id.execution_id.CopyFrom(run)
+    meta = asyncio.run(Flyte2Connector(SCALE_TASK_TYPE).create(template, "", task_execution_metadata=metadata))
+    assert meta.error == "" and meta.project == "team-a" and served.count("PATCH") == 1
