@@ -1,21 +1,28 @@
-"""What a phase asks for, checked when the phase is defined (decorator applied, command parsed).
+"""What a phase asks for, checked when the phase is defined (decorator applied, command parsed), and
+the one check of each option name a phase or a scaling node takes.
 
-:class:`PhaseOptions` is the one list of a phase's options: every phase
-surface (``@distributed_phase`` for flytekit and for Flyte 2,
-``cluster_phase``, ``ddlscale run``) takes exactly these as keywords and hands
-them to :class:`PhaseSettings`, which holds their defaults and checks them.
+:class:`PhaseOptions` is the one list of a phase's options: every phase surface (``@distributed_phase``
+for flytekit and Flyte 2, ``cluster_phase``, ``ddlscale run``) takes exactly these as keywords and hands
+them to :class:`PhaseSettings`. Every option name (``cluster``, ``timeout``, ...) has one check
+(:data:`FIELD_CHECKS`), which a phase's and a node's dataclass (:class:`CheckedFields`) run when made.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import partial
-from typing import ClassVar, Mapping, Optional, TypedDict, Union
+from typing import Any, Callable, ClassVar, Dict, Mapping, Optional, TypedDict, Union
 
 from ...backends._base import DEFAULT_SCALE_TIMEOUT
 from ...errors import InvalidInputError
-from ..._core.fieldchecks import Check, SizedCluster
 from ..._core.leases import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
 from ...models import ReplicaSpec
-from ...refs import ClusterRef, parse_cluster
-from ..._core.validation import validate_replicas, validate_tier_name, validate_timeout
+from ...refs import ClusterRef, cluster_text, parse_cluster
+from ..._core.validation import (
+    validate_backend_name,
+    validate_bool,
+    validate_replicas,
+    validate_tier_name,
+    validate_timeout,
+    validate_url,
+)
 
 RESTORE_BASELINE = "baseline"
 DEFAULT_REASSERT_INTERVAL = 30.0
@@ -24,6 +31,51 @@ DEFAULT_SAMPLE_INTERVAL = 5.0
 """Seconds between worker-count samples for the phase's Deck."""
 
 Restore = Union[str, ReplicaSpec]
+
+Check = Callable[[Any], Any]
+"""A field's check: the value to keep, or :class:`InvalidInputError` naming the field."""
+
+FIELD_CHECKS: Dict[str, Check] = {
+    "cluster": cluster_text,
+    "replicas": validate_replicas,
+    "worker_hw_tier": validate_tier_name,
+    "head_hw_tier": partial(validate_tier_name, field="head_hw_tier"),
+    "timeout": validate_timeout,
+    "backend": validate_backend_name,
+    "framework_url": validate_url,
+}
+"""The check of each option name wherever it appears."""
+
+
+class CheckedFields:
+    """A (frozen) dataclass whose fields are checked, and normalised, when it is made: each by the class's
+    own check of its name (:attr:`checks`), else the shared one (:data:`FIELD_CHECKS`), else, for a
+    ``bool`` field, the check that it is one; in the fields' order."""
+
+    checks: ClassVar[Mapping[str, Check]] = {}
+    """Checks of what this class's fields mean beyond the shared ones (replacing a shared one of the same name)."""
+
+    def __post_init__(self) -> None:
+        for field in fields(self):  # type: ignore[arg-type]
+            check = self.checks.get(field.name) or FIELD_CHECKS.get(field.name)
+            if check is None and field.type is bool:
+                check = partial(validate_bool, field=field.name)
+            if check is not None:
+                object.__setattr__(self, field.name, check(getattr(self, field.name)))
+
+
+@dataclass(frozen=True)
+class SizedCluster(CheckedFields):
+    """What every request to hold a cluster at a size starts with: a phase's, a ``ScaleCluster``'s."""
+
+    cluster: str
+    """``kind/name``, ``namespace/kind/name``, or a bare kind for the run's own cluster."""
+    replicas: int
+    """The worker count to set."""
+    worker_hw_tier: Optional[str] = None
+    """The workers' hardware tier; None keeps the current one."""
+    head_hw_tier: Optional[str] = None
+    """The head's hardware tier; None keeps the current one."""
 
 
 def _interval(value: Optional[float]) -> Optional[float]:
@@ -71,7 +123,7 @@ class PhaseSettings(SizedCluster):
     """The validated arguments of one phase: its cluster and size, :class:`PhaseOptions` and whether to publish a page.
 
     Each option is checked when the settings are made, by the check every
-    option of its name has (:data:`~flytekitplugins_ddlscale._core.fieldchecks.FIELD_CHECKS`),
+    option of its name has (:data:`FIELD_CHECKS`),
     or by the phase's own for what only a phase has.
     """
 

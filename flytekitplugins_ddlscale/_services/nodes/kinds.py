@@ -21,7 +21,7 @@ from typing import (
 from ...errors import BackendUnavailableError, InvalidInputError, ScalingError, ScalingTimeoutError
 from ...models import ClusterState, RestartResult, ScaleResult
 from ...refs import ClusterRef, parse_cluster
-from ..._core.fieldchecks import Check, CheckedFields
+from ..hold.settings import Check, CheckedFields
 from ..._core.progress import ProgressReporter
 from ..._core.timeline import WorkerTimeline, observed_workers
 from ..._core.validation import MAX_NODE_TIMEOUT, validate_timeout
