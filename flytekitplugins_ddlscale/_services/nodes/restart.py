@@ -6,7 +6,7 @@ from ...backends._base import DEFAULT_RESTART_TIMEOUT
 from ...errors import ScalingTimeoutError, TransientError, UnconfirmedChangeError, UnsupportedOperationError
 from ...models import ClusterState, RestartResult
 from ...refs import parse_cluster
-from ..._core.progress import ProgressReporter, begin_wait, default_reporter
+from ..._core.progress import ProgressReporter, begin_wait
 from ..._core.summary import took
 from ..._core.timeline import WorkerTimeline, observed_workers
 from ..._core.validation import validate_tier_name
@@ -53,23 +53,19 @@ class RestartOutcome(NodeOutcome):
 
 
 def run_restart(
-    config: RestartConfig,
-    cluster: str,
-    head_hw_tier: Optional[str],
-    progress: Optional[ProgressReporter] = None,
+    config: RestartConfig, cluster: str, head_hw_tier: Optional[str], progress: ProgressReporter
 ) -> Tuple[RestartOutcome, WorkerTimeline]:
     """Replace the head of ``cluster`` (on ``head_hw_tier`` if given); return outcome and timeline."""
     ref = parse_cluster(cluster)
     head_hw_tier = validate_tier_name(head_hw_tier, "head_hw_tier")
-    reporter = progress if progress is not None else default_reporter()
     timeline = WorkerTimeline()
     with open_backend(config.backend) as backend:
         before = backend.get_state(ref)
         timeline.add(observed_workers(before), before.worker_hw_tier, seconds=0.0)
         if config.wait:
-            begin_wait(reporter, 1, config.timeout)
+            begin_wait(progress, 1, config.timeout)
         result = backend.restart_head(
-            ref, head_hw_tier, wait=config.wait, timeout=config.timeout, progress=reporter
+            ref, head_hw_tier, wait=config.wait, timeout=config.timeout, progress=progress
         )
         timeline.add(observed_workers(result.final), result.final.worker_hw_tier)
         timeline.finish()

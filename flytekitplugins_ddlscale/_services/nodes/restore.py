@@ -8,7 +8,7 @@ from ...errors import InvalidInputError
 from ...models import ClusterState, ReplicaSpec, ScaleResult
 from ...refs import parse_cluster
 from ..hold.settings import Check
-from ..._core.progress import ProgressReporter, begin_wait, default_reporter
+from ..._core.progress import ProgressReporter, begin_wait
 from ..._core.summary import arrived, tier_note, took, workers
 from ..._core.timeline import WorkerTimeline, observed_workers, recording
 from ..._core.validation import replicas_or_minus_one, validate_tier_name
@@ -93,11 +93,7 @@ def restored_what(target: Optional[ReplicaSpec], baseline: object) -> str:
 
 
 def run_restore(
-    config: RestoreConfig,
-    cluster: str,
-    replicas: int,
-    worker_hw_tier: Optional[str],
-    progress: Optional[ProgressReporter] = None,
+    config: RestoreConfig, cluster: str, replicas: int, worker_hw_tier: Optional[str], progress: ProgressReporter
 ) -> Tuple[RestoreOutcome, WorkerTimeline]:
     """Put ``cluster`` back to its recorded baseline (``replicas`` -1) or to ``replicas`` workers, and forget
     the baseline, as ``ddlscale restore`` does; with none recorded and no size given nothing changes."""
@@ -105,7 +101,6 @@ def run_restore(
     replicas, worker_hw_tier = validate_restore_target(replicas, worker_hw_tier)
     target = None if replicas == FROM_BASELINE else ReplicaSpec(replicas, worker_hw_tier)
     config.framework().check(ref.kind)
-    reporter = progress if progress is not None else default_reporter()
     timeline = WorkerTimeline()
     deadline = Deadline(config.timeout)
     with open_backend(config.backend) as backend:
@@ -113,17 +108,17 @@ def run_restore(
         restored = restored_what(target, baseline)
         goal = target.replicas if target is not None else baseline.replicas if baseline is not None else None
         if config.wait and goal is not None:
-            begin_wait(reporter, goal, config.timeout)
+            begin_wait(progress, goal, config.timeout)
         result = backend.restore_baseline(
             ref,
             target,
             wait=config.wait,
             timeout=config.timeout,
-            progress=recording(timeline, worker_hw_tier, reporter),
+            progress=recording(timeline, worker_hw_tier, progress),
         )
         timeline.add(observed_workers(result.previous), result.previous.worker_hw_tier, seconds=0.0)
         if config.wait:
-            ReadinessCheck(backend, ref, config.framework(), reporter).change(result, deadline.remaining)
+            ReadinessCheck(backend, ref, config.framework(), progress).change(result, deadline.remaining)
         timeline.add(observed_workers(result.final), result.final.worker_hw_tier)
         timeline.finish()
         return RestoreOutcome.from_result(result, backend.name, restored), timeline

@@ -8,7 +8,7 @@ from ...errors import InvalidInputError, UnsupportedOperationError
 from ...models import ClusterState, ScaleResult
 from ...refs import parse_cluster
 from ..hold.settings import SizedCluster
-from ..._core.progress import ProgressReporter, begin_wait, default_reporter
+from ..._core.progress import ProgressReporter, begin_wait
 from ..._core.summary import above, arrived, found, framework_note, tier_note, took, workers
 from ..._core.timeline import WorkerTimeline, observed_workers, recording
 from ..._core.validation import validate_replicas, validate_tier_name
@@ -71,12 +71,8 @@ class ScaleOutcome(NodeOutcome):
 
 
 def run_scale(
-    config: ScaleConfig,
-    cluster: str,
-    replicas: int,
-    worker_hw_tier: Optional[str],
-    head_hw_tier: Optional[str],
-    progress: Optional[ProgressReporter] = None,
+    config: ScaleConfig, cluster: str, replicas: int, worker_hw_tier: Optional[str], head_hw_tier: Optional[str],
+    progress: ProgressReporter,
 ) -> Tuple[ScaleOutcome, WorkerTimeline]:
     """Scale ``cluster`` to ``replicas`` (and tiers) as ``config`` says; the outcome and timeline. A head tier
     change on a backend that cannot do it is :class:`UnsupportedOperationError` before anything changes."""
@@ -85,7 +81,6 @@ def run_scale(
     worker_hw_tier = validate_tier_name(worker_hw_tier)
     head_hw_tier = validate_tier_name(head_hw_tier, "head_hw_tier")
     config.framework().check(ref.kind)
-    reporter = progress if progress is not None else default_reporter()
     timeline = WorkerTimeline()
     deadline = Deadline(config.timeout)
     with open_backend(config.backend) as backend:
@@ -96,7 +91,7 @@ def run_scale(
                 cluster=str(ref),
             )
         if config.wait:
-            begin_wait(reporter, replicas, config.timeout)
+            begin_wait(progress, replicas, config.timeout)
         result = backend.scale(
             ref,
             replicas,
@@ -104,19 +99,19 @@ def run_scale(
             wait=config.wait,
             timeout=config.timeout,
             strict=config.strict,
-            progress=recording(timeline, worker_hw_tier, reporter),
+            progress=recording(timeline, worker_hw_tier, progress),
         )
         # A cluster may not exist before its first scale (local backend), so the
         # "before" sample comes from the result rather than a separate read.
         timeline.add(observed_workers(result.previous), result.previous.worker_hw_tier, seconds=0.0)
         if head_hw_tier is not None and result.final.head_hw_tier != head_hw_tier:
             backend.restart_head(
-                ref, head_hw_tier, wait=config.wait, timeout=max(deadline.remaining, 1.0), progress=reporter
+                ref, head_hw_tier, wait=config.wait, timeout=max(deadline.remaining, 1.0), progress=progress
             )
         readiness: Optional[Readiness] = None
         if config.wait:
             # Not sampled into the timeline: it plots worker pods, the framework count is the outcome's.
-            readiness = ReadinessCheck(backend, ref, config.framework(), reporter).change(result, deadline.remaining)
+            readiness = ReadinessCheck(backend, ref, config.framework(), progress).change(result, deadline.remaining)
         timeline.add(ready_count(result.final, readiness), worker_hw_tier or result.final.worker_hw_tier)
         timeline.finish()
         return ScaleOutcome.from_result(result, backend.name, readiness), timeline

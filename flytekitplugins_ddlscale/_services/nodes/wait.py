@@ -8,7 +8,7 @@ from ...backends._support.inplace import check_reachable
 from ...models import ClusterState
 from ...refs import parse_cluster
 from ..hold.settings import Check
-from ..._core.progress import ProgressReporter, begin_wait, default_reporter
+from ..._core.progress import ProgressReporter, begin_wait
 from ..._core.summary import arrived, framework_note, seconds
 from ..._core.timeline import WorkerTimeline, observed_workers, recording
 from ..._core.validation import replicas_or_minus_one
@@ -73,16 +73,12 @@ class ClusterReady(NodeOutcome):
 
 
 def run_wait(
-    config: WaitConfig,
-    cluster: str,
-    replicas: int,
-    progress: Optional[ProgressReporter] = None,
+    config: WaitConfig, cluster: str, replicas: int, progress: ProgressReporter
 ) -> Tuple[ClusterReady, WorkerTimeline]:
     """Wait until ``replicas`` workers (``-1``: the desired count) are up on ``cluster``."""
     ref = parse_cluster(cluster)
     replicas = validate_wait_replicas(replicas)
     config.framework().check(ref.kind)
-    reporter = progress if progress is not None else default_reporter()
     timeline = WorkerTimeline()
     started = time.monotonic()
     deadline = Deadline(config.timeout)
@@ -91,11 +87,11 @@ def run_wait(
         timeline.add(observed_workers(before), before.worker_hw_tier, seconds=0.0)
         # The backend refuses a count that can never come, naming its own limits (e.g. max_workers).
         target = before.desired_workers if replicas == ANY_DESIRED else replicas
-        begin_wait(reporter, target, config.timeout)
+        begin_wait(progress, target, config.timeout)
         state = backend.wait_for_workers(
-            ref, target, timeout=config.timeout, progress=recording(timeline, before.worker_hw_tier, reporter)
+            ref, target, timeout=config.timeout, progress=recording(timeline, before.worker_hw_tier, progress)
         )
-        readiness = ReadinessCheck(backend, ref, config.framework(), reporter).ready(state, target, deadline.remaining)
+        readiness = ReadinessCheck(backend, ref, config.framework(), progress).ready(state, target, deadline.remaining)
         timeline.add(ready_count(state, readiness), state.worker_hw_tier)
         timeline.finish()
         return ClusterReady.from_state(state, backend.name, time.monotonic() - started, readiness), timeline
