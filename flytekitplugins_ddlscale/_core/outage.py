@@ -329,12 +329,10 @@ def send(
 ) -> T:
     """``call()``'s result, sent again as ``rule`` says (never past ``deadline``); else the last error.
 
-    The one retry loop of both backend clients. Each failure is classified once (:func:`_again`): an
-    outage symptom or a refusal right after an outage is reported to ``tracker`` (one log line per
-    outage) and ridden out under ``deadline``; a bounded retry is logged with ``what`` (e.g. "GET
-    /cluster"); a 409 is started again. Without a deadline an outage is never waited out: a refusal
-    right after one raises :class:`BackendUnavailableError` (transient: a poller reads again), a backend
-    never reached :class:`NeverReachedError` at once.
+    The one retry loop of both backend clients; each failure is classified once (:func:`_again`) and
+    reported to ``tracker``; a bounded retry is logged with ``what`` (e.g. "GET /cluster"). Without a
+    deadline no outage is waited out: a refusal right after one raises :class:`BackendUnavailableError`
+    (transient: a poller reads again).
     """
     outage_pauses, retry_pauses = rule.outage_backoff.intervals(), rule.backoff.intervals()
     retries = conflicts = 0

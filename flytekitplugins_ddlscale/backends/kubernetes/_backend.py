@@ -318,14 +318,10 @@ class KubernetesBackend(ClusterBackend):
         deadline: Optional[Deadline] = None, where: Optional[Tuple[str, str]] = None,
     ) -> Tuple[Dict[str, Any], Dict[str, Any], bool]:
         """Read, build a patch, send it carrying the read's resourceVersion: (object before, object after,
-        whether a patch was applied).
-
-        One step, sent again by the one retry loop: from a fresh read on a 409 (``conflict_retries``
-        attempts, then :class:`ConflictError`) and through an outage until ``deadline`` (never a blind
-        resend: a patch rebuilt from a fresh read applies once). ``build`` returning None means nothing
-        to change, or, after a patch whose answer was lost, that the patch applied. ``where`` (plural,
-        name) names another object of the adapter's API group than the one holding the size.
-        """
+        whether a patch was applied). One step, sent again by :func:`send` from a fresh read on a 409
+        (``conflict_retries`` attempts, then :class:`ConflictError`) and through an outage until ``deadline``,
+        so a patch applies once. ``build`` returning None: nothing to change, or, after a patch whose answer
+        was lost, that it applied. ``where`` (plural, name): another object of the adapter's API group."""
         adapter = self._adapter(ref)
         plural, name = where if where is not None else (adapter.plural, adapter.object_name(ref))
         resource, namespace = self._resource(ref, plural), self._ns(ref)
@@ -537,11 +533,9 @@ class KubernetesBackend(ClusterBackend):
         return Reach(self.name, full, env=env, options=options, cli=not self._context)
 
     def _wait_workers(self, ref: ClusterRef, wait: WorkersWait) -> ClusterState:
-        """Watch the cluster's pods until ``wait.replicas`` workers are Ready (on the tier its change set) and the
-        spec agrees: exactly that many, or at least that many while an autoscaler runs the cluster above
-        them (:func:`~flytekitplugins_ddlscale.models.workers_reached`). The head's pods are watched too,
-        so the state a wait ends with tells whether the head is Ready; only the worker selector's pods
-        are counted and can end the wait by failing."""
+        """Watch the cluster's pods (the head's too, for the state) until ``wait.replicas`` workers are Ready on
+        the tier its change set and the spec agrees (:func:`~flytekitplugins_ddlscale.models.workers_reached`);
+        only workers are counted and can end the wait by failing."""
         replicas = wait.replicas
         tier_id = wait.change.detail.tier_id if wait.change is not None else None
         state_with = self._state_with(ref)
@@ -586,11 +580,9 @@ class KubernetesBackend(ClusterBackend):
             return waiter.run(check)
 
     def _state_with(self, ref: ClusterRef) -> Callable[[Dict[str, Dict[str, Any]], bool, Deadline], ClusterState]:
-        """A pod wait's view of ``ref``: the state with the pods it sees, the object read again when the
-        check is ``fresh`` (the waiter's first is, so the object is read within the wait's deadline), from the
-        shared cache of the cluster's kind where it can answer (each wait holds it, :meth:`_holding`). Other
-        checks take the cache's latest copy, and ask the server once the cache no longer holds the object
-        (deleted: the wait ends with not found at once, not at its next fresh read)."""
+        """A pod wait's view of ``ref``: the state with the pods it sees and the object, read again when the
+        check is ``fresh`` (from the shared cache where it can answer, :meth:`_holding`), else the cache's
+        latest copy; the server is asked once the cache no longer holds it (deleted: not found at once)."""
         read: Dict[str, Dict[str, Any]] = {}
         name = self._adapter(ref).object_name(ref)
 
@@ -779,11 +771,9 @@ class KubernetesBackend(ClusterBackend):
     def _reconcile_change(
         self, ref: ClusterRef, target: Optional[ReplicaSpec], deadline: Deadline
     ) -> Optional[Change]:
-        """The claims are read from the object and the change is ONE merge patch carrying that
-        read's resourceVersion, so a concurrent claim or release makes it 409 and the target is
-        computed again from a fresh read (bounded by ``conflict_retries``). The same patch drops
-        dead claims, and, when no claim is live, the record of the size outside phases it puts back
-        (and the baseline when that is the same size)."""
+        """ONE merge patch carrying the resourceVersion of the read its claims came from (a concurrent claim
+        makes it 409: decided again from a fresh read); it drops dead claims and, with no claim live, the
+        record of the size outside phases it puts back (and the baseline when the same size)."""
         restoring = self._restoring(ref, target)
         what = f"the reconcile of {self._label(ref)} to be applied"
         obj, pods, previous = self._opening(ref, deadline, what, idle=True)

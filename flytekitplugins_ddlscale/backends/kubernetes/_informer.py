@@ -55,13 +55,9 @@ _POD_STATUS = ("phase", "podIP", "conditions", "containerStatuses", "initContain
 
 
 def trim(resource: Resource, obj: Dict[str, Any]) -> Dict[str, Any]:
-    """``obj`` with only what the plugin reads from a cached copy, so a namespace's cache stays small.
-
-    Metadata without ``managedFields`` (and kubectl's last-applied copy); a pod's status
-    (conditions, container states, IP, phase) and no spec; a cluster object's status and, of its
-    spec, the values and each section's own values and labels (replicas, autoscaling bounds, tier
-    labels: what a state is built from), lists as they are (KubeRay's worker groups). Patches are
-    never built from a cached copy: writes read the server."""
+    """``obj`` with only what a state is built from, so a namespace's cache stays small: metadata without
+    ``managedFields`` or kubectl's last-applied copy; a pod's status, no spec; a cluster object's status
+    and its spec's values, each section's own values and labels, lists as they are. Never patched from."""
     meta = obj.get("metadata") or {}
     kept: Dict[str, Any] = {k: meta[k] for k in _KEPT_METADATA if k in meta}
     if resource.is_pods:
@@ -92,10 +88,8 @@ def at_least(version: str, floor: str) -> bool:
 
 
 def _ahead(floors: Dict[str, str], listed: Dict[str, Dict[str, Any]], version: str) -> Dict[str, str]:
-    """The ``floors`` a new list (at ``version``) has not reached. An object listed at or past its
-    floor needs it no more, and so does one the list lacks though it is at or past the floor (deleted
-    while no watch ran: a 410's re-list is the only news of it); a floor past the list was noted after
-    it and stays until the watch brings that version."""
+    """The ``floors`` a new list (at ``version``) has not reached: one past the list was noted after it and
+    stays until the watch brings it; an object the list lacks at or past its floor was deleted."""
     kept = {}
     for name, floor in floors.items():
         obj = listed.get(name)
@@ -173,10 +167,8 @@ def _values(value: Union[str, FrozenSet[str], None]) -> AbstractSet[Optional[str
 
 
 class Subscription(Closing):
-    """One wait's view of the informer: the pods matching its selector, and a wake-up on change.
-
-    Use as a context manager, or call :meth:`close`; :meth:`wait` returns when the pods changed,
-    the informer re-listed, or failed (then :attr:`error` is set)."""
+    """One wait's view of the informer: the pods matching its selector, woken (:meth:`wait`) when they
+    change, the informer re-lists or fails (:attr:`error`); close it, or use it as a context manager."""
 
     def __init__(
         self, informer: "Informer", selector: str, requirements: List[Requirement], passive: bool = False,

@@ -60,12 +60,8 @@ class PodWaiter:
     _last_report: Optional[Tuple[int, str]] = field(default=None, init=False)
 
     def run(self, check: Check) -> ClusterState:
-        """Wait until ``check`` says done; return the final state.
-
-        Raises :class:`ScalingTimeoutError` (with the last state seen, if any)
-        at the timeout, including when a read fails because the API server
-        did not answer before it.
-        """
+        """The final state once ``check`` says done; :class:`ScalingTimeoutError` (with the last state seen)
+        at the timeout, an API server that did not answer before it included."""
         deadline = Deadline(self.timeout)
         sub = subscribe(self.api, self.namespace, self.selector, self.changed)
         try:

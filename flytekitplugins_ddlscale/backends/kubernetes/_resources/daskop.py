@@ -48,13 +48,9 @@ def desired_workers(obj: Dict[str, Any]) -> int:
 
 
 def scheduler_status(schedulers: Pods) -> str:
-    """The state's status of a Dask-operator cluster from its scheduler pods: ``Running`` once one is
-    Ready, ``Starting`` while one exists, else ``Pending``.
-
-    Not the DaskCluster's ``status.phase``: the DaskWorkerGroup read has none, and the operator's
-    phase can stay ``Pending`` while the scheduler serves (seen with dask-kubernetes 2026.3.0 in
-    the envtest tier; dask-kubernetes #968: its component creation can write ``Pending`` after the
-    scheduler Service's handler wrote ``Running``), so the scheduler pod is the authority."""
+    """The status from the scheduler pods: ``Running`` once one is Ready, ``Starting`` while one exists, else
+    ``Pending``. Not the DaskCluster's ``status.phase``, which can stay ``Pending`` while the scheduler
+    serves (dask-kubernetes #968)."""
     if any(pod_ready(p) for p in schedulers):
         return "Running"
     return "Starting" if schedulers else "Pending"
