@@ -38,14 +38,15 @@ _metrics_lock = threading.Lock()
 
 
 def start_audit() -> None:
-    """What a connector does when it is built: register the metrics, and give the audit logger a handler of its
-    own (to stderr) where logging is not set up, as in ``pyflyte serve connector``: else Python drops INFO lines."""
+    """What a connector does when it is built: register the metrics, and have the audit lines written whatever the
+    process's logging level (the audit logger at INFO), to stderr where logging is not set up (as in ``pyflyte
+    serve connector``: Python would drop them)."""
     _metrics_now()
+    logger.setLevel(logging.INFO)
     if not logger.handlers and not logging.getLogger().handlers:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
         logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
 
 
 def _metrics_now() -> Tuple[Any, Any]:
