@@ -148,7 +148,7 @@ def test_a_cluster_whose_new_workers_have_not_joined_is_starting_not_stopping(lo
 
 
 def test_plural():
-    from flytekitplugins_ddlscale._core.wording import plural
+    from flytekitplugins_ddlscale._core.progress import plural
 
     assert [plural(0, "worker"), plural(1, "worker"), plural(2, "cluster")] == ["0 workers", "1 worker", "2 clusters"]
 

@@ -1,4 +1,5 @@
-"""What a user sees while the plugin works: live progress of waits, and one summary line per step.
+"""What a user sees while the plugin works: live progress of waits, one summary line per step, and the
+words they share for counts and durations (:func:`plural`, :func:`seconds`).
 
 Backends call a :class:`ProgressReporter` while they wait; :func:`default_reporter` gives a rich bar
 on a terminal and rate-limited log lines elsewhere (a pod). :func:`emit_line` prints a summary or
@@ -14,9 +15,19 @@ from typing import Callable, Dict, Optional, Set, Tuple, Union
 
 from . import settings
 from .lifetime import Closing, at_exit_once
-from .wording import plural
 
 logger = logging.getLogger("flytekitplugins_ddlscale")
+
+
+def plural(count: int, noun: str, many: Optional[str] = None) -> str:
+    """``count`` and ``noun``, pluralised by adding "s" (or as ``many``): ``1 worker``, ``2 workers``,
+    ``0 workers``; ``plural(2, "process", "processes")``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {many or noun + 's'}"
+
+
+def seconds(value: float) -> str:
+    """A duration as people read it in messages: ``900s``, ``4.9s``, ``0.5s`` (never ``0s`` for half a second)."""
+    return f"{round(value, 1):g}s"
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ prints the line. Where an outcome carries a non-empty ``readiness`` string
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Tuple
 
-from .wording import plural
+from .progress import plural
 
 UNKNOWN = -1
 """Integer fields use -1 for "not observable" (as ``nodes.kinds.UNKNOWN``)."""

@@ -14,8 +14,7 @@ from typing import Callable, Iterator, Optional, Protocol, Tuple, TypeVar
 
 from ..errors import ScalingTimeoutError
 from ..models import ClusterState
-from .progress import ProgressReporter, WaitProgress
-from .wording import seconds
+from .progress import ProgressReporter, WaitProgress, seconds
 
 T = TypeVar("T")
 MIN_WAIT = 0.1

@@ -17,9 +17,8 @@ from typing import Any, Optional
 
 from ..errors import ScalingTimeoutError, UnauthorizedError
 from .._core.outage import OutageTracker
-from .._core.progress import ProgressReporter, WaitProgress
+from .._core.progress import ProgressReporter, WaitProgress, seconds
 from .._core.waiting import Deadline, TwoStageBackoff, poll
-from .._core.wording import seconds
 from .endpoints import Endpoint
 from .probes import MAX_ANSWER_BYTES, PROBES, Probe, get_json_body, ray_auth_headers
 from .._core.settings import RAY_AUTH_MODE, RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH

@@ -10,9 +10,8 @@ from typing import Mapping, Optional
 
 from ..backends._base import ClusterBackend
 from ..models import ClusterState, ScaleResult
-from .._core.progress import ProgressReporter
+from .._core.progress import ProgressReporter, plural
 from ..refs import ClusterRef
-from .._core.wording import plural
 from .._core.validation import validate_bool, validate_url
 from .._framework.endpoints import enabled_by_env, resolve_endpoint, where_to_set
 from .._framework.probes import probe_for

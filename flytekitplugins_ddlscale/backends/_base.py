@@ -16,14 +16,13 @@ from ._support.inplace import Reach, check_reachable, left_in_place
 from ..models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
 from .._core.lifetime import Closing
 from .._core.outage import no_wait_limit
-from .._core.progress import ProgressReporter
+from .._core.progress import ProgressReporter, seconds
 from .._core.redaction import install_redaction
 from .._core.leases import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS, split_live
 from .._core.records import Claim
 from ..refs import ClusterRef
 from .._core.validation import validate_claim_id, validate_replicas, validate_tier_name, validate_timeout
 from .._core.waiting import Deadline, ReadBudget, within
-from .._core.wording import seconds
 
 logger = logging.getLogger("flytekitplugins_ddlscale")
 

@@ -10,9 +10,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, TypeVar
 import click
 
 from ..errors import ClusterNotFoundError, ScalingError
-from .._core.progress import default_reporter
+from .._core.progress import default_reporter, plural
 from ..refs import ClusterRef
-from .._core.wording import plural
 from .output import emit_error
 
 if TYPE_CHECKING:

@@ -27,7 +27,7 @@ from .._core.leases import age_seconds
 from ..models import Baseline, ClusterState, RestartResult, ScaleResult, utcnow
 from .._core.records import Claim
 from .._core.redaction import redact
-from .._core.wording import plural
+from .._core.progress import plural
 
 EXIT_OK = 0
 EXIT_OTHER = 1

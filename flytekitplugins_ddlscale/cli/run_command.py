@@ -18,7 +18,7 @@ from .._services.hold import ClusterPhase, PhaseInterrupted, cluster_phase
 from .._core.leases import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
 from .._core.redaction import redact
 from .._core.validation import validate_timeout
-from .._core.wording import plural
+from .._core.progress import plural
 from .child import DEFAULT_KILL_AFTER, CommandNotStarted, run_forwarding
 from .cluster_commands import CREATE_HELP, Target, open_checked, require_existing, target_options
 from .output import emit_error

@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import List, Mapping, NamedTuple, Optional
 
 from .._core.deck import render_html
-from .._core.progress import emit_line
+from .._core.progress import emit_line, plural
 from .._core.timeline import WorkerTimeline
-from .._core.wording import plural
 
 REPORT_FILE = "report.html"
 """The file of a task's Report under its output path (flyte's name for it)."""

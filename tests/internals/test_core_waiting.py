@@ -44,6 +44,6 @@ def test_a_sub_second_timeout_is_named_as_it_was_given():
 
 
 def test_seconds_reads_as_given_to_a_tenth():
-    from flytekitplugins_ddlscale._core.wording import seconds
+    from flytekitplugins_ddlscale._core.progress import seconds
 
     assert [seconds(900), seconds(4.94), seconds(0.5), seconds(30.0)] == ["900s", "4.9s", "0.5s", "30s"]

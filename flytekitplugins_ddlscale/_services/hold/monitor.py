@@ -24,7 +24,7 @@ from ..._core.claimrules import largest_claim
 from ..._core.records import Claim
 from ...refs import ClusterRef
 from ..._core.timeline import WorkerTimeline, observed_workers
-from ..._core.wording import plural
+from ..._core.progress import plural
 
 logger = logging.getLogger("flytekitplugins_ddlscale")
 

@@ -35,13 +35,12 @@ from ...errors import (
 from ..readiness import FrameworkOptions, ReadinessCheck
 from ...backends._support.inplace import given_back
 from ...models import ReplicaSpec
-from ..._core.progress import Activity, begin_wait, default_reporter, emit_line
+from ..._core.progress import Activity, begin_wait, default_reporter, emit_line, plural, seconds
 from ..._core.records import Claim
 from ..._core.redaction import install_redaction
 from ..._core.summary import PhaseEnd
 from ..._core.timeline import WorkerTimeline, observed_workers, recording
 from ..._core.waiting import CLEANUP_GRACE, MIN_WAIT, PROBE_GRACE, Deadline, within
-from ..._core.wording import plural, seconds
 from .monitor import Fault, PhaseMonitor
 from ..._core.lifetime import pause_point
 from .settings import PhaseSettings

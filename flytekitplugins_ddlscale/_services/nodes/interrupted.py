@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Tuple, Type
 
 from ...errors import ClusterNotFoundError
 from ...refs import ClusterRef
-from ..._core.wording import plural
+from ..._core.progress import plural
 
 if TYPE_CHECKING:
     from ...backends._base import ClusterBackend

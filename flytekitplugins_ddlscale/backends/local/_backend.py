@@ -33,14 +33,13 @@ from .._support.filestore import FileRecordStore
 from .._support.inplace import Reach, state_dir_env
 from ...models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult, utcnow
 from ..._core import settings
-from ..._core.progress import ProgressReporter
+from ..._core.progress import ProgressReporter, plural
 from ..._core.records import Claim
 from ...refs import ClusterRef
 from ..._core.validation import validate_replicas, validate_timeout
 from ..._core.leases import dead_text
 from ..._core.lifetime import environ_set
 from ..._core.waiting import Awaited, Backoff, CLEANUP_GRACE, Deadline, Pacing, poll_until, within
-from ..._core.wording import plural
 from .._base import DEFAULT_SCALE_TIMEOUT, BackendCapabilities, Change, SharedReads, WorkersWait
 from .._filebacked import FileRecordsBackend
 from . import _procs as procs

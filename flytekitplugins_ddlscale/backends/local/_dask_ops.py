@@ -15,7 +15,7 @@ from ..._core.records import json_object, only_fields, reading
 from ..._core.validation import MAX_REPLICAS, validate_int
 from ...errors import BackendUnavailableError, InvalidInputError, UnsafePathError
 from ..._core.waiting import probe_timeout
-from ..._core.wording import seconds
+from ..._core.progress import seconds
 from .._support.privatefs import read_record_text
 from ._secrets import DaskTls
 from ._dask_watch import WORKERS_FILE

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Set
 from ..._core import settings
 from ...errors import BackendUnavailableError
 from ..._core.waiting import Backoff, Deadline, poll
-from ..._core.wording import seconds
+from ..._core.progress import seconds
 from . import _procs as procs, _spark_ops as spark_ops
 from .._support.privatefs import private_dir
 from ._secrets import kept_secret

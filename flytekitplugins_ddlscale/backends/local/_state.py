@@ -29,7 +29,7 @@ from .._support.privatefs import check_private_dir, private_dir, read_record_tex
 from ..._core.records import json_object, reading
 from ...refs import ClusterRef
 from .._support.privatefs import write_json, writing
-from ..._core.wording import seconds
+from ..._core.progress import seconds
 from ._procs import CLUSTER_MARK_ENV, Mark, ProcessId, is_alive
 from ._record_check import check_cluster_json
 
