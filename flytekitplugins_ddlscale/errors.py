@@ -1,23 +1,12 @@
 """Typed errors: what went wrong, in terms a caller can branch on.
 
-Every error carries a stable ``code`` (the scaler service's code where it
-gave one), a human ``message`` with credentials masked, the HTTP status
-where there was one, and the last observed cluster state where known.
-
-Every error belongs to one of five families a caller can catch, as httpx
-callers catch ``TransportError`` (docs/errors.md lists every class):
-
-- :class:`InvalidInputError`: bad input, refused before anything changed
-  (arguments, tier names, records read back, state folders, impossible waits);
-- :class:`ClusterStateError`: the cluster as it is refuses or failed the
-  operation (not found, not scalable, over capacity, a conflicting or
-  interrupted change, a failed worker, a fault, unwritable records);
-- :class:`TransientError`: the backend could not be used for now (an
-  outage); the only family worth trying again, and only for operations safe
-  to repeat, within their deadline;
-- :class:`ScalingTimeoutError`: a wait reached its timeout;
-- :class:`AccessError`: the caller may not do this, or the backend was never
-  reached at its address: fix the credentials or the address, do not retry.
+Every error carries a stable ``code``, a ``message`` with credentials masked, the HTTP status where
+there was one and the last cluster state known, and belongs to one of five families a caller catches
+(as httpx callers catch ``TransportError``; docs/errors.md lists every class):
+:class:`InvalidInputError` (refused before anything changed), :class:`ClusterStateError` (the cluster
+as it is refuses or failed the operation), :class:`TransientError` (an outage: the only family worth
+trying again, for operations safe to repeat), :class:`ScalingTimeoutError` (a wait ran out) and
+:class:`AccessError` (no permission, or a backend never reached: fix, do not retry).
 """
 import errno
 from typing import TYPE_CHECKING, Any, Optional

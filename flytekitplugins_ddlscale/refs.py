@@ -128,16 +128,9 @@ def validate_group(group: Optional[str], kind: str, field: str = "group") -> Opt
 
 @dataclass(frozen=True)
 class ClusterRef:
-    """One distributed-compute cluster.
-
-    ``kind`` accepts ``ray|spark|dask|mpi`` (Domino), ``kuberay`` (KubeRay's
-    RayCluster), ``dask-operator`` (the Dask operator's DaskCluster), or the
-    plurals ``rayclusters|...`` of Domino's kinds, and is stored in its short
-    form. ``namespace`` None means the backend's default (Domino uses
-    ``domino-compute``). ``group`` chooses a worker group on ``kuberay`` and
-    ``dask-operator`` clusters (None: the only group, or ``default`` for the
-    Dask operator); written ``kind/name@group``.
-    """
+    """One distributed-compute cluster: ``kind`` one of :data:`KIND_NAMES` (or a Domino kind's plural),
+    kept short; ``namespace`` None is the backend's default; ``group`` a worker group of a ``kuberay``
+    or ``dask-operator`` cluster (None: the only one, or ``default``), written ``kind/name@group``."""
 
     kind: str
     name: str

@@ -121,7 +121,7 @@ def test_the_row_matches_the_class(name):
 @pytest.mark.parametrize(
     "column, value",
     [("family", "transient"), ("code", "`not_scalable`"), ("CLI exit", "1"), ("retried?", "yes"),
-     ("import from", "`_core.wording`")],
+     ("import from", "`_core.progress`")],
 )
 def test_a_wrong_row_is_reported(column, value):
     row = dict(ROWS["ClusterNotFoundError"], **{column: value})

@@ -1,22 +1,10 @@
 """Every environment variable the package reads or sets for others, in one place.
 
-Each :class:`Setting` names its variable and says what it holds, what values
-it takes, its default and what it means; ``docs/settings.md`` is this list
-(:func:`markdown_table`, checked by ``tests/internals/test_settings.py``). No other
-module reads ``os.environ`` for a variable or spells a variable's name.
-
-Precedence of :meth:`Setting.value`: an argument (checked under the
-argument's own name), else the variable (checked under the variable's name),
-else the default. The environment is read at each call, never at import:
-users and tests change variables while a process runs. A bad value raises
-:class:`~flytekitplugins_ddlscale.errors.InvalidInputError` naming the
-variable and the values it takes; callers read their settings before they
-change anything.
-
-Three groups: the plugin's own (``DDLSCALE_*``), Domino's (what a Domino run
-carries: the scaler service, the run id, credentials), and the frameworks'
-(where a run finds its Dask/Ray/Spark head, and what the plugin sets for
-cluster processes and blocks).
+Each :class:`Setting` says what its variable holds, the values it takes, its default and what it means;
+``docs/settings.md`` is this list (:func:`markdown_table`). No other module reads ``os.environ`` for a
+variable or spells its name. :meth:`Setting.value` takes an argument, else the variable (read at each
+call, never at import), else the default; a bad value is an :class:`InvalidInputError` naming it.
+Three groups: the plugin's own (``DDLSCALE_*``), Domino's, and the frameworks'.
 """
 import os
 import string

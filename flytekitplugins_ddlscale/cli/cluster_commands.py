@@ -1,14 +1,9 @@
 """``ddlscale status|scale|restart-head|restore``: the backend protocol on the command line.
 
-Every command takes the cluster (``--kind`` and ``--name``, or ``--run-id``
-for the cluster Domino attached to a run; ``$DOMINO_RUN_ID`` when neither is
-given), ``--backend`` (default: as ``get_backend`` chooses), ``--wait/--no-wait``,
-``--timeout`` and ``--json``. Exit codes are in :mod:`.output`.
-
-Nothing here creates a cluster by accident: on a backend whose scale would
-create a missing cluster (the local one), ``scale`` refuses a cluster that
-does not exist (exit 4, naming the command that creates it) unless given
-``--create``, and ``restore`` never creates one.
+Every command names the cluster (``--kind`` and ``--name``, or ``--run-id``, else ``$DOMINO_RUN_ID``),
+and takes ``--backend``, ``--wait/--no-wait``, ``--timeout`` and ``--json``; exit codes are in
+:mod:`.output`. Nothing creates a cluster by accident: where a scale would create a missing cluster (the
+local backend), ``scale`` refuses it (exit 4) unless given ``--create``; ``restore`` never creates one.
 """
 import functools
 from dataclasses import dataclass
