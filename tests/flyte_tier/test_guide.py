@@ -18,8 +18,8 @@ from tests.flyte_tier.guide import GuideError, guide_blocks, guide_text, guide_y
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_FLOW = ROOT / "examples" / "k8s_operator_flow.py"
 PAGES = ["connector.md", "sandbox.md"]
-NAMES = {"connector.md": ["connector-service-monitor", "propeller-connector-service", "flyte-binary-values",
-                          "flyte-core-values"],
+NAMES = {"connector.md": ["connector-policy", "connector-policy-mount", "connector-service-monitor",
+                          "propeller-connector-service", "flyte-binary-values", "flyte-core-values"],
          "sandbox.md": ["sandbox-extra-config"]}
 # The namespaces `flytectl demo start` leaves: the sandbox's own (docker/sandbox-bundled/manifests/complete.yaml)
 # and those of the project it seeds (flytesnacks), which its cluster resource manager creates.
