@@ -330,6 +330,9 @@ REFUSED_STARTS = {
     "dashboard link": ({"DDLSCALE_CONNECTOR_DASHBOARD_URL": "https://dashboards.example.com/{cluster}"},
                        "invalid DDLSCALE_CONNECTOR_DASHBOARD_URL='https://dashboards.example.com/{cluster}': it names "
                        "{cluster}; allowed: an http:// or https:// URL a browser reaches"),
+    "policy that cannot be read": ({"DDLSCALE_CONNECTOR_POLICY": "/nonexistent/policy.yaml"},
+                                   "invalid DDLSCALE_CONNECTOR_POLICY='/nonexistent/policy.yaml': [Errno 2] No such "
+                                   "file or directory"),
     "backend that does not load": ({"DDLSCALE_CONNECTOR_BACKENDS": "broken"},
                                    "backend 'broken' does not load (ModuleNotFoundError: No module named "
                                    "'ddlscale_absent_module')"),
