@@ -1,6 +1,6 @@
 """Run a real ``ddlscale`` command that stops at a named point, for crash tests (and the concurrency benchmark).
 
-The package's points (``flytekitplugins_ddlscale._core.pausepoints``) do nothing unless a hook is added in
+The package's points (``flytekitplugins_ddlscale._core.lifetime``) do nothing unless a hook is added in
 the process, so this file is also the launcher: run as a script, it adds a hook and then runs the
 ``ddlscale`` command line with the arguments it was given. The first time the command reaches the point,
 the hook writes ``<point> <pid>`` to a pipe the test reads, and blocks reading another pipe until the test
