@@ -225,7 +225,7 @@ def test_fifty_executions_on_the_scaler_share_cluster_polls(clean, scaler_server
     assert [r.phase for r in resources] == [TaskExecution.SUCCEEDED] * EXECUTIONS, [r.message for r in resources]
     gets = [r for r in scaler_server.requests if r.method == "GET" and "/cluster/" in r.path]
     # Five executions per cluster polling every 0.2 s: one read per cluster per second at most
-    # (SHARED_MAX_AGE), plus one in flight.
+    # (SHARED_READS.max_age), plus one in flight.
     assert len(gets) <= len(clusters) * (took / 1.0 + 2), (len(gets), took)
     assert len(gets) < EXECUTIONS * took / 0.2 / 2  # unshared, every get() would read
 
