@@ -149,9 +149,8 @@ class _TemplatesFirst:
 
 
 def _drain_at_sigterm() -> None:
-    """flytekit's ``serve`` module builds the server and its health service in one coroutine and hands
-    the server to ``_start_health_check_server(server, worker)`` before it starts it: the one moment the
-    server, its event loop and the health service meet. Put :func:`_health_and_drain` there."""
+    """Put :func:`_health_and_drain` in place of flytekit's ``_start_health_check_server(server, worker)``: the
+    one moment the server, its event loop and the health service meet, before ``serve`` starts the server."""
     from flytekit.clis.sdk_in_container import serve
 
     original = getattr(serve, "_start_health_check_server", None)

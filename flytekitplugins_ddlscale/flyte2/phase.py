@@ -27,12 +27,9 @@ T = TypeVar("T")
 def distributed_phase(
     cluster: ClusterSpec, replicas: int, *, report: bool = True, **options: Unpack[PhaseOptions]
 ) -> Callable[[F], F]:
-    """Decorate a Flyte 2 task function (below ``@env.task``) so it runs with the cluster scaled for it.
-
-    ``cluster``, ``replicas`` and ``options`` (:class:`PhaseOptions`, keywords)
-    as for the flytekit ``distributed_phase``; ``report`` adds the phase's tab
-    (Timeline rows, worker plot, worker-seconds by tier) to the task's Report.
-    Arguments are checked when the decorator is applied.
+    """Decorate a Flyte 2 task function (below ``@env.task``) so it runs with the cluster scaled for it:
+    arguments as for the flytekit ``distributed_phase``, checked when the decorator is applied; ``report``
+    adds the phase's tab (Timeline rows, worker plot, worker-seconds by tier) to the task's Report.
     """
     settings = PhaseSettings(cluster, replicas, deck=report, **options)  # type: ignore[arg-type]
     RELAY.install()
@@ -68,11 +65,8 @@ def distributed_phase(
 
 
 async def _to_the_end(call: Callable[..., T], *args: Any) -> T:
-    """``call(*args)`` in a worker thread, awaited to its end even if the awaiting task is cancelled meanwhile.
-
-    A phase's start or restore must not be left half-way: a cancellation
-    that arrives during it is raised once it has ended.
-    """
+    """``call(*args)`` in a worker thread, awaited to its end: a cancellation that arrives meanwhile is raised
+    once it has ended, so a phase's start or restore is never left half-way."""
     job = asyncio.ensure_future(asyncio.to_thread(call, *args))
     cancelled: Optional[asyncio.CancelledError] = None
     while True:

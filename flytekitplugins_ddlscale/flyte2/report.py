@@ -41,11 +41,8 @@ def timeline_rows(timeline: WorkerTimeline) -> List[Row]:
 
 
 def publish_report(title: str, timeline: WorkerTimeline, facts: Mapping[str, object], label: str = "") -> None:
-    """Add ``title``'s tab to the running task's Report: the Timeline rows, then the plot and the facts.
-
-    In a local run the Report is saved now and a line starting with
-    ``label`` (default: ``title``) says where (:func:`save_local_report`).
-    """
+    """Add ``title``'s tab to the running task's Report: the Timeline rows, then the plot and the facts; in a
+    local run the Report is saved now and a line starting with ``label`` (default: ``title``) says where."""
     import flyte.report
 
     tab = title.split(":", 1)[0]
@@ -60,12 +57,9 @@ def publish_report(title: str, timeline: WorkerTimeline, facts: Mapping[str, obj
 
 
 def save_local_report() -> Optional[str]:
-    """In a local run's task: the task's Report written to its output path, and that file; elsewhere None
-    (on a cluster flyte saves the Report of a ``report=True`` task when it ends).
-
-    Written directly (a local run's output path is a folder here), not through flyte's ``flush``, which
-    cannot be called from the event loop a node runs in, nor awaited from a phase's thread.
-    """
+    """In a local run's task: the task's Report written to its output path, and that file; elsewhere None.
+    Written directly, not through flyte's ``flush``, which cannot be called from the event loop a node runs
+    in, nor awaited from a phase's thread."""
     import flyte
 
     context = flyte.ctx()

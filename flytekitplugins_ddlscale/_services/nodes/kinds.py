@@ -1,10 +1,7 @@
-"""What a scaling node type is, and what every type shares: :class:`NodeKind`, the base of its configuration
-(:class:`NodeConfig`) and of its outcome (:class:`NodeOutcome`), and what its connector ``create`` works with
-(:class:`Creation`, giving back a :class:`Sent`).
-
-Both task surfaces build a node's constructor, interface, run and summary from its kind, and the connector
-service (:mod:`..connector_core`) its create and polls. A new node type is a module declaring its kind, its
-line in the package's ``NODE_KINDS`` and a line on each surface.
+"""What a scaling node type is, and what every type shares: :class:`NodeKind` (from which both task surfaces
+build a node and the connector service its create and polls), the bases of its configuration and outcome, and
+what its connector ``create`` works with (:class:`Creation`, giving back a :class:`Sent`). A new node type is a
+module declaring its kind, its line in the package's ``NODE_KINDS`` and a line on each surface.
 """
 import inspect
 import json
@@ -166,10 +163,8 @@ def restart_json(result: RestartResult) -> str:
 
 class Creation:
     """What a node type's connector ``create`` may do under the connector's policy: name the served backend
-    and cluster, open the backend checked against the policy, and send within :data:`CREATE_TIMEOUT`.
-
-    With a ``pool`` (the backends the connector's polls read through) creates and polls share one client per
-    server, and so one outage tracker: a server restart right after a create is ridden out by the polls."""
+    and cluster, open the backend checked against the policy (from ``pool``, the polls' backends, so creates
+    and polls share one client and outage tracker per server), and send within :data:`CREATE_TIMEOUT`."""
 
     def __init__(self, policy: ConnectorPolicy, pool: Optional[BackendPool] = None) -> None:
         self.policy = policy
@@ -205,12 +200,6 @@ class Creation:
                 f"{error.message}",
                 cluster=error.cluster,
             ) from None
-
-
-def in_place_failure(backend: Any, ref: ClusterRef, error: ScalingError, target: int, *, restoring: bool) -> ScalingError:
-    """``error`` of a size change whose wait for ``target`` workers failed, saying what it left in place and
-    the command that undoes it (or, after a restore, keeps waiting), as a node whose own wait failed says it."""
-    return backend.in_place_error(ref, error, target, restoring=restoring)
 
 
 def read_within(deadline: Deadline, what: str, read: Callable[[], T]) -> T:
@@ -278,7 +267,8 @@ class NodeKind(Generic[C, O]):
     awaited: Callable[[int, ClusterState], int] = _as_created
     """The workers a connector poll waits for, from the ``target`` create set and the state read."""
     failed: Callable[[Any, ClusterRef, ScalingError, int], ScalingError] = _as_raised
-    """A connector poll's error when the node fails waiting for ``target`` workers."""
+    """A connector poll's error when the node fails waiting for ``target`` workers (a size change's says what
+    it left in place: the backend's ``in_place_error``)."""
     change: str = "the change"
     """What a connector's ``create`` sends, in its messages (``the scale``)."""
     repeatable: bool = True

@@ -1,6 +1,5 @@
 """The ``RestoreCluster`` node type: put a cluster back to its recorded baseline (or a given size) and forget it."""
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, ClassVar, Dict, Mapping, Optional, Tuple
 
 from ...backends._base import DEFAULT_SCALE_TIMEOUT
@@ -16,7 +15,7 @@ from ..._core.waiting import Deadline
 from ..opening import open_backend
 from ..readiness import Readiness, ReadinessCheck
 from .kinds import (
-    CREATE_TIMEOUT, MIN_SEND, ChecksFramework, Creation, NodeConfig, NodeKind, NodeOutcome, Sent, in_place_failure,
+    CREATE_TIMEOUT, MIN_SEND, ChecksFramework, Creation, NodeConfig, NodeKind, NodeOutcome, Sent,
     known, read_within, resized,
 )
 from .names import RESTORE_TASK_TYPE
@@ -164,6 +163,7 @@ def finish_restore(meta: Any, state: ClusterState, elapsed: float, readiness: Re
 RESTORE: NodeKind[RestoreConfig, RestoreOutcome] = NodeKind(
     "RestoreCluster", RESTORE_TASK_TYPE, RestoreConfig, ("cluster", "replicas", "worker_hw_tier"), RestoreOutcome,
     "Cluster restore", restore_line, run_restore, create_restore, finish_restore,
-    failed=partial(in_place_failure, restoring=True), change="the restore",
+    failed=lambda backend, ref, error, target: backend.in_place_error(ref, error, target, restoring=True),
+    change="the restore",
     cached="a cached restore returns the last run's outcome and leaves the cluster at the size the flow left it",
 )

@@ -1,6 +1,5 @@
 """The ``ScaleCluster`` node type: set a cluster's worker count (and tiers), then wait for the workers."""
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, Dict, Optional, Tuple
 
 from ...backends._base import DEFAULT_SCALE_TIMEOUT
@@ -16,7 +15,7 @@ from ..._core.waiting import Deadline
 from ..opening import open_backend
 from ..readiness import Readiness, ReadinessCheck
 from .kinds import (
-    CREATE_TIMEOUT, ChecksFramework, Creation, NodeConfig, NodeKind, NodeOutcome, Sent, in_place_failure, known,
+    CREATE_TIMEOUT, ChecksFramework, Creation, NodeConfig, NodeKind, NodeOutcome, Sent, known,
     ready_count, resized,
 )
 from .names import SCALE_TASK_TYPE
@@ -166,6 +165,7 @@ def finish_scale(meta: Any, state: ClusterState, elapsed: float, readiness: Read
 SCALE: NodeKind[ScaleConfig, ScaleOutcome] = NodeKind(
     "ScaleCluster", SCALE_TASK_TYPE, ScaleConfig, ("cluster", "replicas", "worker_hw_tier", "head_hw_tier"),
     ScaleOutcome, "Cluster scaling", scale_line, run_scale, create_scale, finish_scale,
-    failed=partial(in_place_failure, restoring=False), change="the scale",
+    failed=lambda backend, ref, error, target: backend.in_place_error(ref, error, target, restoring=False),
+    change="the scale",
     cached="a cached scale returns the last run's outcome and changes nothing, whatever size the cluster has now",
 )
