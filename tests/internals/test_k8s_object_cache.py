@@ -54,6 +54,23 @@ def test_a_steady_state_read_sends_no_request(k8s, backend, warm):  # noqa: F811
     assert k8s.peak_watches_per_resource == 1
 
 
+def test_a_cached_read_answers_from_running_caches_alone_and_starts_none(k8s, backend):  # noqa: F811
+    k8s.add_cluster("ray", "r", replicas=1)
+    ref = ClusterRef("ray", "r")
+    backend.get_state(ref)  # the caller's own read: the API client opened, nothing shared
+    k8s.clear_log()
+    assert backend.cached_state(ref, SHARED) is None
+    assert running_informers(None) == [] and k8s.requests == []
+    backend.get_state(ref, SHARED)
+    k8s.wait_for(both_synced, 10, "the pod and cluster-object caches to sync")
+    k8s.clear_log()
+    state = backend.cached_state(ref, SHARED)
+    assert state is not None and (state.desired_workers, state.ready_workers) == (1, 1)
+    assert [r for r in k8s.requests if r.query.get("watch") != "true"] == []
+    for informer in running_informers(None):
+        informer.stop()
+
+
 def test_a_cache_behind_our_own_patch_is_not_trusted(k8s, backend, warm):  # noqa: F811
     (objects,) = running_informers(RAY)
     k8s.hold_events("rayclusters")

@@ -114,6 +114,20 @@ def test_connector_style_status_reads_share_one_request_per_cluster(scaler_serve
     assert len(cluster_gets(scaler_server, "/status")) == 2
 
 
+def test_a_cached_read_sends_nothing_and_answers_only_from_a_shared_read_it_may_reuse(scaler_server, tmp_path):
+    scaler_server.add_cluster("ray", "held", replicas=2, max_replicas=4)
+    with make(scaler_server, tmp_path) as backend:
+        ref, reads = ClusterRef("ray", "held"), SharedReads(max_age=60.0)
+        scaler_server.clear_requests()
+        assert backend.cached_state(ref, reads) is None  # nothing shared yet: the caller reads
+        assert scaler_server.requests == []
+        assert backend.get_state(ref, reads).existing_workers == 2
+        scaler_server.clear_requests()
+        assert backend.cached_state(ref, reads).existing_workers == 2
+        assert backend.cached_state(ref, SharedReads(max_age=60.0, not_before=time.time())) is None
+        assert scaler_server.requests == []
+
+
 def test_a_scale_is_never_answered_by_a_read_from_before_it(scaler_server, tmp_path):
     scaler_server.add_cluster("ray", "fresh", replicas=1, max_replicas=4)
     with make(scaler_server, tmp_path) as backend:
