@@ -79,14 +79,10 @@ def baseline_before_change(records: ClusterRecords) -> Size:
 
 
 def claim(records: ClusterRecords, new: Claim, now: Optional[datetime.datetime] = None) -> Tuple[RecordChange, Claim]:
-    """Add ``new`` (or put it in place of its phase's live claim, keeping when that was made); return the
-    change and the largest live claim after it.
-
-    Dead claims are dropped. A missing baseline is recorded, and so is the
-    size outside phases when no other phase's claim is live and none is
-    recorded, in the same change, so a concurrent reconcile cannot forget a
-    record the new claim relies on.
-    """
+    """Add ``new`` (or put it in place of its phase's live claim, keeping when that was made); the change
+    and the largest live claim after it. The same change drops dead claims and records a missing
+    baseline, and the size outside phases when no other phase is live, so a concurrent reconcile cannot
+    forget a record the new claim relies on."""
     live, dead = split_live(records.claims, now)
     kept = live.get(new.claim_id)
     others = [key for key in live if key != new.claim_id]

@@ -60,14 +60,8 @@ ENDED = frozenset({psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD})
 
 
 def process_start(pid: int) -> Optional[int]:
-    """When process ``pid`` started, in clock ticks since boot (on Linux the very number ``/proc/<pid>/stat``
-    holds, as records of every version keep it), or None when it does not run.
-
-    A zombie does not run once it has fully exited and only waits to be
-    reaped. A multi-threaded process shows its main thread as a zombie while
-    other threads still tear down and hold its sockets open, so it runs
-    until only the main thread is left.
-    """
+    """When process ``pid`` started, in clock ticks since boot (``/proc/<pid>/stat``'s number, as records
+    keep it), or None when it does not run: a zombie whose other threads (holding its sockets) are gone."""
     try:
         process = psutil.Process(pid)
         if process.status() in ENDED and process.num_threads() <= 1:

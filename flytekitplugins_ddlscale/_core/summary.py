@@ -1,11 +1,8 @@
 """The one line each node and phase ends with, e.g. ``scale_up: dask/x 0 -> 2 workers ready in 5.3 s``.
 
-The phase's line and the pieces every node type's line (in the node
-type's module, e.g. :func:`~flytekitplugins_ddlscale._services.nodes.scale.scale_line`)
-is made of. Pure formatting from an outcome's fields (read by name, so any
-outcome with those fields works); :func:`~flytekitplugins_ddlscale._core.progress.emit_line`
-prints the line. Where an outcome carries a non-empty ``readiness`` string
-(what the framework reported), it is appended as ``(framework: ...)``.
+The phase's line (:class:`PhaseEnd`) and the pieces of every node type's line, formatted from an
+outcome's fields read by name; a non-empty ``readiness`` (what the framework reported) is appended as
+``(framework: ...)``. :func:`~flytekitplugins_ddlscale._core.progress.emit_line` prints the line.
 """
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Tuple

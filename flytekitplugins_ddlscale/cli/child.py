@@ -38,14 +38,9 @@ PR_SET_PDEATHSIG = 1
 
 
 def die_with_parent() -> Optional[Callable[[], None]]:
-    """A ``preexec_fn`` that makes the child get SIGKILL when this process dies (Linux), else None.
-
-    The prctl function is looked up here, before the fork, so the child only
-    makes two system calls before its exec. A parent that died between the
-    fork and the prctl is caught by comparing the parent pid: the child then
-    exits at once. Only the command itself is covered, not what it starts
-    in the background.
-    """
+    """A ``preexec_fn`` that makes the child get SIGKILL when this process dies (Linux), else None; a
+    parent that died between the fork and the ``prctl`` is caught by its pid (the child exits at once).
+    Only the command itself is covered, not what it starts in the background."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -136,15 +131,10 @@ class _Forwarder:
 
 
 def run_forwarding(argv: Sequence[str], kill_after: float = DEFAULT_KILL_AFTER) -> int:
-    """Run ``argv`` with this process's environment and standard streams; return its exit status.
-
-    While it runs, SIGTERM and SIGINT sent to this process are passed on to
-    it (SIGINT only when the terminal did not already deliver it), and it is
-    killed if it is still running ``kill_after`` seconds after the first;
-    on Linux it is killed when this process dies (:func:`die_with_parent`).
-    The previous signal handlers are back in place when this returns.
-    Raises :class:`CommandNotStarted` when ``argv`` cannot be executed.
-    """
+    """Run ``argv`` with this process's environment and streams; its exit status. SIGTERM and SIGINT are
+    passed on to it (SIGINT unless the terminal delivered it already), and it is killed ``kill_after``
+    seconds after the first, or when this process dies (Linux); the previous handlers are back when this
+    returns. :class:`CommandNotStarted` when ``argv`` cannot be executed."""
     forwarder = _Forwarder(kill_after)
     # Installed before the child exists, so a signal in between is not lost:
     # it is forwarded as soon as the child has started.

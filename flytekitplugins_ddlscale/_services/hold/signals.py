@@ -1,11 +1,9 @@
 """Turn SIGTERM/SIGINT into an exception in the main thread for the length of a phase.
 
-Flyte stops a task that times out or is aborted with SIGTERM; without a
-handler Python dies on the spot and the cluster stays large. While a phase
-runs, the signal raises :class:`PhaseInterrupted` in the main thread so the
-phase's cleanup runs; during the cleanup itself signals are only recorded,
-so the restore runs exactly once and to the end. A phase outside the main
-thread is reached through :class:`SignalRelay` instead.
+Flyte stops a task with SIGTERM, and without a handler the process dies with the cluster still large.
+While a phase runs the signal raises :class:`PhaseInterrupted` in the main thread, so the cleanup runs;
+during the cleanup signals are only recorded, so the restore runs once and to the end. A phase outside
+the main thread is reached through :class:`SignalRelay`.
 """
 import contextlib
 import logging
