@@ -29,8 +29,7 @@ logger = logging.getLogger("flytekitplugins_ddlscale")
 DEFAULT_SCALE_TIMEOUT = 900.0
 """Seconds a scale waits for workers by default: GPU nodes can take minutes to join."""
 SPENT_BEFORE_WAIT = 0.5
-"""Seconds of an operation's timeout spent before its wait (creating a cluster, an outage ridden out)
-from which a timed-out wait's error says so: the wait's own timeout was only what was left."""
+"""Seconds spent before a wait from which its timeout error says the wait had only what was left."""
 DEFAULT_RESTART_TIMEOUT = 600.0
 """Seconds a head restart waits for the new head by default."""
 
@@ -92,13 +91,9 @@ def _operation_deadline(timeout: float, wait: bool) -> Deadline:
 
 @dataclass
 class Change:
-    """A change a backend has sent or made, before the wait for its workers.
-
-    ``result`` is what the change did (``waited`` False, ``final`` the state
-    right after it); ``restoring`` whether it put back a baseline or restore
-    target; ``detail`` is what the backend's own wait needs about it (the tier
-    id the new workers carry, the processes just started).
-    """
+    """A change a backend has sent or made, before the wait for its workers: ``result`` (``final`` is
+    the state right after it), whether it is ``restoring`` a baseline or target, and the ``detail``
+    the backend's own wait needs (the tier id new workers carry, the processes just started)."""
 
     result: ScaleResult
     restoring: bool = False
@@ -168,15 +163,11 @@ class ClusterBackend(Closing, abc.ABC):
     # ------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
-        """Release connections and background resources (nothing by default; a backend holding
-        connections or threads overrides it)."""
+        """Release connections and background threads (nothing by default)."""
 
     def connection_env(self, ref: ClusterRef) -> Dict[str, str]:
-        """The variables code in a run uses to reach ``ref``'s head, as Domino injects them.
-
-        Empty by default: on Domino the platform injects them itself; the
-        local backend returns its own head's address.
-        """
+        """The variables code in a run uses to reach ``ref``'s head, as Domino injects them (empty by
+        default: on Domino the platform injects them itself)."""
         self._served(ref)
         return {}
 
@@ -202,14 +193,9 @@ class ClusterBackend(Closing, abc.ABC):
         timeout: float = DEFAULT_SCALE_TIMEOUT,
         progress: Optional[ProgressReporter] = None,
     ) -> ClusterState:
-        """Return once ``replicas`` workers are up; raise ``ScalingTimeoutError`` at ``timeout``.
-
-        Up means exactly ``replicas`` while the cluster wants that many, or at
-        least ``replicas`` while it wants more (an autoscaler above a held
-        minimum: the held size is a floor). A count above the desired one or
-        the maximum raises ``UnreachableWaitError`` at once: such a wait could
-        never end.
-        """
+        """Return once ``replicas`` workers are up (at least that many while the cluster wants more);
+        ``ScalingTimeoutError`` at ``timeout``; ``UnreachableWaitError`` at once for more than the
+        cluster wants or can have."""
         replicas = validate_replicas(replicas)
         timeout = validate_timeout(timeout)
         self._served(ref)
@@ -233,16 +219,9 @@ class ClusterBackend(Closing, abc.ABC):
         strict: bool = False,
         progress: Optional[ProgressReporter] = None,
     ) -> ScaleResult:
-        """Set the worker count (and tier); with ``wait``, return once they are up.
-
-        Records the baseline first if none is recorded. ``strict`` refuses a
-        request above ``maxReplicas`` instead of capping it. Invalid input
-        raises :class:`InvalidInputError` before any request is sent. If the
-        wait times out or a worker cannot start, the change stays in place and
-        the error names it and the command that restores the baseline
-        (:mod:`flytekitplugins_ddlscale.backends._support.inplace`); the same holds for
-        :meth:`restore_baseline` and :meth:`reconcile`.
-        """
+        """Set the worker count (and tier), recording the baseline first if none is; with ``wait``,
+        return once they are up. ``strict`` refuses a request above the maximum instead of capping it.
+        A failed wait leaves the change in place and its error names the command that restores."""
         replicas, tier, deadline = self._check_size_request(ref, replicas, worker_hw_tier, timeout, wait)
         with self._changing(ref, deadline):
             change = self._scale_change(ref, replicas, tier, strict, deadline)
@@ -299,9 +278,8 @@ class ClusterBackend(Closing, abc.ABC):
         self, ref: ClusterRef, error: ScalingError, desired: int, *, restoring: bool, found: Optional[int] = None
     ) -> ScalingError:
         """``error`` of a failed wait for ``desired`` workers after a change of ``ref``, extended with
-        what the change left in place (``found``: the size a read after the change saw, when it differs)
-        and the command that undoes it (or, after a restore, keeps waiting): the text every failed
-        ``scale``/``restore_baseline`` wait carries."""
+        what the change left in place (``found``: the size read after it, when it differs) and the
+        command that undoes it (after a restore: keeps waiting)."""
         return left_in_place(
             error, self._reach(ref), self._size_setting(ref), desired, restoring=restoring, found=found
         )
@@ -323,11 +301,8 @@ class ClusterBackend(Closing, abc.ABC):
         timeout: float = DEFAULT_SCALE_TIMEOUT,
         progress: Optional[ProgressReporter] = None,
     ) -> ScaleResult:
-        """Put the cluster back to the recorded baseline (or ``target``), then forget the baseline
-        and every claim (claims left by killed processes would otherwise inflate the next phase).
-
-        If the wait times out, the restored size stays in place and the error says how to keep waiting.
-        """
+        """Put the cluster back to the recorded baseline (or ``target``), then forget the baseline and
+        every claim (claims of killed processes would otherwise inflate the next phase)."""
         timeout = validate_timeout(timeout)
         self._served(ref)
         self._check_target(ref, target)
@@ -342,15 +317,10 @@ class ClusterBackend(Closing, abc.ABC):
     ) -> Claim:
         """Register that ``claim_id`` needs at least ``replicas`` workers; return the largest live claim.
 
-        The claim is a lease of ``lease_seconds`` its holder keeps with
-        :meth:`renew` (:mod:`flytekitplugins_ddlscale._core.leases`). Records the
-        baseline if none is recorded, and the size outside phases when no
-        other claim is live, in the same atomic step as the claim, so a
-        concurrent :meth:`reconcile` never forgets a record that a new claim
-        relies on; dead claims are dropped in that step. Waits at most
-        ``timeout`` seconds for a lock another process holds (None: the
-        backend's bound). An unknown tier is refused before anything is
-        written. Phases then :meth:`reconcile`.
+        The claim is a lease of ``lease_seconds`` its holder keeps with :meth:`renew`. In the same
+        atomic step, dead claims are dropped and the baseline (and, with no other live claim, the size
+        outside phases) recorded, so a concurrent :meth:`reconcile` never forgets what a new claim
+        relies on. ``timeout``: the longest wait for another process's lock (None: the backend's).
         """
         validate_claim_id(claim_id)
         replicas = validate_replicas(replicas)
@@ -376,19 +346,13 @@ class ClusterBackend(Closing, abc.ABC):
         progress: Optional[ProgressReporter] = None,
         needed: Optional[int] = None,
     ) -> Optional[ScaleResult]:
-        """Hold the largest live claim (its tier; its replicas, or the size outside phases when that is
-        larger on the same tier), or, when no claim is live, restore the size outside phases (or
-        ``target`` instead) and forget it (:func:`flytekitplugins_ddlscale._core.claimrules.settle`).
+        """Hold the largest live claim (or the size outside phases when larger on its tier); with no
+        live claim, restore the size outside phases (or ``target``) and forget it
+        (:func:`~flytekitplugins_ddlscale._core.claimrules.settle`). None when there was nothing to do.
 
-        Dead claims are dropped (and logged with their holder). The decision
-        and the change are atomic with respect to concurrent
-        :meth:`claim`/:meth:`release` (one resourceVersion-checked patch, or
-        the scale request sent under the cluster's record lock), so a phase
-        ending never shrinks a phase that has just claimed; the wait that
-        follows holds no lock. With ``wait``, returns once the workers are
-        up: all of them, or at least ``needed`` (a phase waits for its own
-        claim, not for a larger one of another phase). Returns None when there
-        was nothing to do (no claim and nothing recorded to restore).
+        Dead claims are dropped. The decision and the change are atomic against concurrent
+        :meth:`claim`/:meth:`release`, so a phase ending never shrinks one that has just claimed; the
+        wait holds no lock and ends once ``needed`` workers (default: all) are up.
         """
         timeout = validate_timeout(timeout)
         if needed is not None:
@@ -412,14 +376,12 @@ class ClusterBackend(Closing, abc.ABC):
         return self._claims(self._served(ref))
 
     def dead_claims(self, ref: ClusterRef) -> Dict[str, Tuple[Claim, str]]:
-        """The claims still on ``ref``'s record that no longer count (their holder is gone, or their
-        lease ran out), each with why, by claim id: what the next claim or reconcile drops."""
+        """The claims on ``ref``'s record that no longer count (holder gone, lease out), each with why."""
         return split_live(self._recorded_claims(self._served(ref)))[1]
 
     def give_back(self, ref: ClusterRef, timeout: float = DEFAULT_SCALE_TIMEOUT) -> Optional[ScaleResult]:
-        """When dead claims are on ``ref``'s record, give back what they held: a :meth:`reconcile` (not
-        waited for) drops them and holds the largest live claim, or, with none live, puts back the size
-        the cluster had outside phases. None when there were no dead claims (nothing is sent)."""
+        """Give back what dead claims on ``ref``'s record held: a :meth:`reconcile`, not waited for.
+        None when there were none (nothing is sent)."""
         timeout = validate_timeout(timeout)
         dead = self.dead_claims(ref)
         if not dead:
@@ -544,9 +506,8 @@ class ClusterBackend(Closing, abc.ABC):
         return self.size_setting
 
     def check_kind(self, ref: ClusterRef, field: str = "kind") -> None:
-        """Refuse ``ref``'s kind as bad input when this backend does not serve it: an
-        :class:`InvalidInputError` naming ``field``, why and the kinds it serves (the CLI's answer;
-        the methods raise :class:`UnsupportedOperationError` for it)."""
+        """:class:`InvalidInputError` naming ``field`` and the kinds served, for a kind not served (the
+        CLI's answer; the methods raise :class:`UnsupportedOperationError`)."""
         if ref.kind not in self.capabilities.kinds:
             raise InvalidInputError(
                 field, ref.kind, ", ".join(sorted(self.capabilities.kinds)), reason=self._unserved(ref)
@@ -560,8 +521,8 @@ class ClusterBackend(Closing, abc.ABC):
         )
 
     def _check_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> Optional[str]:
-        """Refuse a worker tier name this backend knows to be wrong; return it as the backend's tier
-        catalog spells it (``medium`` -> ``Medium``; default: as given, the cluster judges it)."""
+        """``tier`` as the backend's catalog spells it, after refusing one it knows to be wrong (default:
+        as given; the cluster judges it)."""
         return tier
 
     def _check_head_tier(self, ref: ClusterRef, tier: Optional[str], field: str) -> None:
@@ -578,8 +539,8 @@ class ClusterBackend(Closing, abc.ABC):
         yield
 
     def _same_tier(self, ref: ClusterRef, name: str, observed: Optional[str]) -> bool:
-        """Whether workers of tier ``name`` are the tier a recorded size shows (``observed``: as the
-        cluster reports it); the size outside phases is a floor of a claim only on its own tier."""
+        """Whether tier ``name`` is the tier ``observed`` on the cluster (a recorded size is a floor
+        of a claim only on its own tier)."""
         return name == observed
 
     def _maximum(self, state: ClusterState) -> Optional[int]:

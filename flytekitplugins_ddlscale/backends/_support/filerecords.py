@@ -1,14 +1,10 @@
-"""Baseline and claim bookkeeping on a :class:`FileRecordStore`.
+"""Baseline and claim bookkeeping on a :class:`FileRecordStore`, for backends that cannot store records
+with the cluster.
 
-For backends that cannot store records with the cluster (the scaler service
-only patches replicas; local clusters have no object). Each operation is one
-locked read-modify-write of the cluster's record, so concurrent processes on
-one machine agree: it reads the record, asks :mod:`.claimrules` what to do,
-and writes the :class:`RecordChange` it answers (the Kubernetes backend does
-the same on annotations). Records keep the same JSON encoding as the
-Kubernetes annotations (:mod:`.records`); what is read back is checked as
-user input is, so a corrupt record raises :class:`CorruptRecordError` naming
-its file before anything acts on it.
+Each operation is one locked read-modify-write of the cluster's record: it
+asks :mod:`.claimrules` what to do and writes the :class:`RecordChange` it
+answers (as the Kubernetes backend does on annotations, in the same JSON). A
+corrupt record raises :class:`CorruptRecordError` naming its file.
 """
 from dataclasses import replace
 from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
@@ -37,11 +33,8 @@ def _exactly(name: str, observed: Optional[str]) -> bool:
 
 
 class FileBookkeeping:
-    """Baselines, claims and the size outside phases of clusters, kept in a :class:`FileRecordStore`.
-
-    Claims are leases (:mod:`.leases`): dead ones are not counted, and a
-    claim or settle drops them from the record (logged with their holder).
-    """
+    """Baselines, claims (leases: dead ones do not count and a claim or settle drops them) and the size
+    outside phases of clusters, kept in a :class:`FileRecordStore`."""
 
     def __init__(self, store: Optional[FileRecordStore] = None) -> None:
         self.store = store if store is not None else FileRecordStore()
@@ -56,11 +49,8 @@ class FileBookkeeping:
         return self._size(ref, self.store.read(ref), OUTSIDE_KEY)
 
     def record_baseline(self, ref: ClusterRef, observe: Observe) -> Baseline:
-        """The recorded baseline; if there is none, record ``Baseline.from_state(observe())``.
-
-        ``observe`` runs under the record's lock, so two processes racing to
-        record see one observation win and both get that baseline.
-        """
+        """The recorded baseline; if there is none, record ``Baseline.from_state(observe())`` (under the
+        lock: of two racing processes one observation wins and both get it)."""
 
         def change(record: Dict[str, str]) -> Baseline:
             read = ClusterRecords(baseline=self._size(ref, record, BASELINE_KEY))
@@ -92,17 +82,12 @@ class FileBookkeeping:
     def claim(
         self, ref: ClusterRef, new: Claim, observe: Optional[Observe] = None, *, timeout: Optional[float] = None
     ) -> Claim:
-        """Add or replace ``new``'s claim (its lease starts when it is written; a live one it replaces
-        keeps when it was made); return the largest live claim.
+        """Add or replace ``new``'s claim (its lease starts when written; a live one it replaces keeps
+        when it was made); return the largest live claim.
 
-        In the same locked update (waiting at most ``timeout`` seconds for the
-        lock, else the store's own bound), dead claims are dropped and, with
-        ``observe``, a missing baseline is recorded from ``observe()``, and so
-        is the size outside phases when no other claim is live and none is
-        recorded (:func:`.claimrules.claim`); so a concurrent :meth:`settle`
-        cannot forget a record the new claim relies on. Raises
-        :class:`InvalidInputError` for a bad id, replica count or tier before
-        anything is written.
+        In the same locked update (``timeout``: the longest wait for the lock), dead claims are dropped
+        and, with ``observe``, a missing baseline (and with no other live claim, the size outside
+        phases) recorded from ``observe()`` (:func:`.claimrules.claim`).
         """
         validate_claim_id(new.claim_id)
         validate_replicas(new.replicas)
@@ -145,14 +130,10 @@ class FileBookkeeping:
     ) -> T:
         """Call ``act`` with the :class:`Settlement` of the record under its lock; return its result.
 
-        Claims and releases of ``ref`` wait until ``act`` returns, so what it
-        changes matches the claims it was given: ``act`` must only decide and
-        send the change, never wait. When ``act`` returns normally, the
-        settlement's change is written: dead claims dropped (and logged), a
-        missing baseline recorded from ``observe()`` while a claim is held, and
-        with none live the size outside phases forgotten (it was restored),
-        the baseline with it when the settlement says so; when ``act`` raises,
-        the record is left as it was.
+        Claims and releases wait until ``act`` returns, so it must only decide and send the change,
+        never wait. When it returns, the settlement's change is written (dead claims dropped, a
+        missing baseline recorded from ``observe()``, a restored size forgotten); when it raises, the
+        record is left as it was.
         """
 
         def change(record: Dict[str, str]) -> T:

@@ -1,13 +1,8 @@
-"""Baselines and claims in files, shared by processes on one machine.
+"""Per-cluster JSON records in a private folder, shared by processes on one machine.
 
-Used where the cluster object cannot carry annotations for us (the scaler
-service only patches replicas) and by the local backend. Each cluster has a
-JSON file; updates happen under an exclusive ``fcntl`` lock and are written
-atomically (temp file + rename), so concurrent processes never lose an update;
-a write the folder or the disk refuses raises :class:`StateWriteError` and
-leaves no temp file.
-The directory is private (:func:`~.privatefs.private_dir`) and no file in it
-is opened through a symbolic link.
+Updates happen under an exclusive ``fcntl`` lock and are written atomically,
+so concurrent processes never lose one; a refused write raises
+:class:`StateWriteError` and leaves no temp file (:mod:`.privatefs`).
 """
 import contextlib
 from pathlib import Path
@@ -32,14 +27,9 @@ def default_state_dir() -> Path:
 
 
 class FileRecordStore:
-    """A directory of per-cluster JSON records with locked read-modify-write.
-
-    Waiting for a lock that another process holds is bounded by
-    ``lock_timeout`` seconds, then :class:`ConflictError` names the lock file.
-    The directory is created 0700; one owned by another user, writable by
-    group or others, or a symbolic link raises :class:`UnsafePathError`. A
-    record that is not a JSON object raises :class:`CorruptRecordError`.
-    """
+    """A directory of per-cluster JSON records with locked read-modify-write: a lock held elsewhere
+    longer than ``lock_timeout`` is a :class:`ConflictError` naming it; an unsafe folder an
+    :class:`UnsafePathError`; a record that is not a JSON object a :class:`CorruptRecordError`."""
 
     def __init__(self, directory: Union[str, Path, None] = None, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> None:
         if directory is None:
@@ -88,13 +78,9 @@ class FileRecordStore:
             return self._load(path)
 
     def update(self, ref: ClusterRef, change: Callable[[Dict[str, Any]], T], timeout: Optional[float] = None) -> T:
-        """Apply ``change`` to the record in place, under the lock, and save it.
-
-        Waits at most ``timeout`` seconds for the lock (None: ``lock_timeout``).
-        Returns what ``change`` returns; when it raises, nothing is saved. An
-        empty record deletes the file. A record that cannot be written raises
-        :class:`StateWriteError` naming it (no temp file is left).
-        """
+        """Apply ``change`` to the record under the lock (waiting at most ``timeout``, None:
+        ``lock_timeout``) and save it; return what it returns. When it raises nothing is saved; an
+        empty record deletes the file."""
         with self._locked(ref, timeout) as path:
             record = self._load(path)
             result = change(record)

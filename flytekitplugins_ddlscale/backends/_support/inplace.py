@@ -1,16 +1,10 @@
 """The one timeout contract of every backend: a change whose wait fails stays in place.
 
-When the wait after a scale, reconcile or restore times out
-(:class:`ScalingTimeoutError`) or a new worker cannot start
-(:class:`WorkerFailedError`), no backend rolls the change back behind the
-caller's back: the size it set stays, so late workers still arrive. The
-error then says what was left in place and gives the exact ``ddlscale``
-command and Python call that undo it (restore the baseline) or, after a
-restore, that keep waiting for it. Backends build that text here, once.
-
-The same contract makes a wait that can never end fail at once: a wait for
-more workers than the cluster desires (or than its maximum) raises
-:class:`UnreachableWaitError` instead of running out its timeout.
+No backend rolls a change back behind the caller's back (late workers still
+arrive): the error says what was left in place and gives the ``ddlscale``
+command and Python call that undo it, or after a restore keep waiting. A wait
+that can never end (more workers than the cluster desires or can have) raises
+:class:`UnreachableWaitError` at once.
 """
 import json
 import shlex
@@ -30,14 +24,9 @@ OptionValue = Union[str, int]
 
 @dataclass(frozen=True)
 class Reach:
-    """How a shell or a new Python process reaches the same cluster and the same records.
-
-    ``env`` holds the variables a ``ddlscale`` command needs in front of it
-    (only those that differ from the caller's environment, e.g. a private
-    ``DDLSCALE_STATE_DIR``); ``options`` the ``get_backend`` keywords of the
-    Python call. ``cli`` False means the CLI cannot reach these records (a
-    state directory it cannot be pointed at), so only the Python call is given.
-    """
+    """How a shell or a new Python process reaches the same cluster and records: the variables a
+    ``ddlscale`` command needs in front of it (``env``), the ``get_backend`` keywords of the Python
+    call (``options``); ``cli`` False when no command can reach these records (only the call is given)."""
 
     backend: str
     ref: ClusterRef
@@ -69,11 +58,8 @@ class Reach:
 
 
 def state_dir_env(directory: Path, subdir: str) -> Optional[Dict[str, str]]:
-    """The ``$DDLSCALE_STATE_DIR`` setting that makes ``ddlscale`` use ``directory`` as its ``subdir``.
-
-    Empty when this environment already points there; None when no setting
-    can (the directory is not named ``subdir``).
-    """
+    """The ``$DDLSCALE_STATE_DIR`` setting that makes ``ddlscale`` use ``directory`` as its ``subdir``:
+    empty when this environment already points there, None when no setting can."""
     directory = directory.resolve()
     if directory == (default_state_dir() / subdir).resolve():
         return {}
@@ -97,18 +83,12 @@ def workers_seen(state: Optional[ClusterState], desired: int, found: Optional[in
 def left_in_place(
     error: ScalingError, reach: Reach, setting: str, desired: int, *, restoring: bool, found: Optional[int] = None
 ) -> ScalingError:
-    """``error`` (of the wait after a change), extended with what the change left in place and the remedy.
+    """``error`` (of the wait after a change), extended with what the change left in place and the
+    remedy, also set as its ``left_in_place``, ``remedy_command`` and ``remedy_call``.
 
-    ``setting`` names what holds the size (``spec.worker.replicas``,
-    ``desired_workers``) and ``desired`` what the change set it to;
-    ``found``, when the wait read the cluster after the change, is what the
-    setting held then (an autoscaler may have raised it above a held
-    minimum): the error reports that, not what was sent. After a scale or a
-    reconcile to a claim (``restoring`` False) the remedy restores the
-    baseline; after a restore, whose baseline record is already cleared, it
-    waits for the restore. The same fields are set as
-    :attr:`ScalingError.left_in_place`, :attr:`ScalingError.remedy_command`
-    and :attr:`ScalingError.remedy_call`.
+    ``setting`` holds the size and ``desired`` is what the change set it to; ``found`` is what a read
+    after the change saw there (an autoscaler may have raised it), reported instead. After a scale
+    the remedy restores the baseline; after a restore (``restoring``) it waits for it.
     """
     now = desired if found is None else found
     error.wait_message = error.message
@@ -137,9 +117,7 @@ def left_in_place(
 
 def given_back(error: ScalingError, restored: str) -> ScalingError:
     """``error`` of a failed wait (extended by :func:`left_in_place`) once its caller has undone the
-    change (a phase restores the cluster when it fails): the text says ``restored`` (what the cluster
-    was set to) instead of what was left in place, and no remedy is needed any more. An error that
-    left nothing in place is returned unchanged."""
+    change: it says what the cluster was set to (``restored``) and needs no remedy any more."""
     if error.left_in_place is None or error.wait_message is None:
         return error
     error.message = redact(
@@ -152,14 +130,9 @@ def given_back(error: ScalingError, restored: str) -> ScalingError:
 
 
 def check_reachable(replicas: int, **cluster: Any) -> None:
-    """Raise :class:`UnreachableWaitError` when a wait for ``replicas`` workers could never end.
-
-    ``cluster`` is what the error takes (``desired``, ``maximum``, ``cluster``, and optionally the
-    names of the two settings and the state): the error holds the limit, so the rule and its
-    message come from one place. A wait is done only while the cluster desires at least
-    ``replicas`` workers (:func:`~flytekitplugins_ddlscale.models.workers_reached`), so a count
-    above the desired one (or above the maximum) can only run out the wait's timeout.
-    """
+    """Raise :class:`UnreachableWaitError` when a wait for ``replicas`` workers could never end (more
+    than the cluster desires or can have); ``cluster`` is what the error takes (``desired``,
+    ``maximum``, ``cluster``, the settings' names, the state)."""
     error = UnreachableWaitError(replicas, **cluster)
     if replicas > error.limit:
         raise error

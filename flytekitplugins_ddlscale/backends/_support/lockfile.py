@@ -53,16 +53,12 @@ def exclusive(
     waiting: Optional[str] = None,
     on_release: Optional[Callable[[], None]] = None,
 ) -> Iterator[None]:
-    """Hold the exclusive lock of the file at ``path`` (:func:`~.privatefs.open_lock`: created 0600 if
-    absent, never through a link, read-only on a read-only folder).
+    """Hold the exclusive lock of the file at ``path`` (:func:`~.privatefs.open_lock`), waiting at
+    most ``timeout`` seconds for another holder, then raising ``busy()``.
 
-    Waits at most ``timeout`` seconds for another holder, then raises ``busy()``.
-    ``prepare`` runs before each open (e.g. creating the folder, which a
-    previous holder may have removed); ``waiting`` is logged once when the lock
-    is busy. ``on_release`` runs under the lock as the block ends, also when it
-    raised: it may remove the lock file (and the folder it was the last thing
-    in); an ``OSError`` it raises is logged, never raised over the block's own
-    outcome.
+    ``prepare`` runs before each open (e.g. making the folder a previous holder removed); ``waiting``
+    is logged once when the lock is busy; ``on_release`` runs under the lock as the block ends and
+    may remove the lock file (an ``OSError`` it raises is logged, never raised over the block's).
     """
     deadline = time.monotonic() + timeout
     told = False

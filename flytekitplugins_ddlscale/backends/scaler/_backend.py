@@ -1,16 +1,9 @@
 """The scaler-service backend: scale Ray/Spark/Dask clusters through Domino's ``ddl-cluster-scaler``.
 
-What the service can and cannot do shapes this backend:
-
-* it cannot show pod readiness, so a scale counts as done when the requested
-  number of worker pods EXIST (named in ``status.nodes``), the cluster is
-  Running and ``spec.worker.replicas`` matches (``ready_workers`` is None);
-* it writes only ``spec.worker.replicas``, so the cluster's autoscaler may
-  undo a scale-up later (``holds_size=False``);
-* it cannot store anything with the cluster, so baselines and claims live in
-  local files (:class:`FileBookkeeping`, ``persistent_baseline=False``);
-* it has no head-tier route and its head restart only works for Ray;
-* it does not serve MPI clusters.
+The service shows no pod readiness (a wait counts worker pods that exist), writes
+only ``spec.worker.replicas`` (the autoscaler may undo a scale-up), stores
+nothing with the cluster (records live in local files), has no head-tier route,
+restarts only Ray heads and does not serve MPI clusters.
 """
 import logging
 import time
@@ -403,12 +396,8 @@ class _ListedSchedule:
 def _timed_out(
     error: ScalingError, deadline: Deadline, what: str, ref: ClusterRef, client: ScalerClient
 ) -> ScalingError:
-    """``error`` of a request; once the operation's deadline has passed, a :class:`ScalingTimeoutError`.
-
-    A request that fails only because the service stayed unreachable (or
-    hung) until the deadline is a timeout of the operation, with how long the
-    service was unreachable and the same last state.
-    """
+    """``error`` of a request; once the operation's deadline has passed, a :class:`ScalingTimeoutError`
+    saying how long the service was unreachable, with the same last state."""
     if not isinstance(error, TransientError) or not deadline.expired:
         return error
     return outage_timeout(

@@ -1,27 +1,12 @@
 """Scaler-service polls shared by every wait in this process, and paced so the service sees a bounded rate.
 
-The service has no watch: a wait polls. Two hundred waits polling on their
-own would be a request storm, so per service URL this process keeps:
-
-* a :class:`PollPacer`: every poll (cluster reads of waits, restart-status
-  reads, shared status reads of a connector) takes a slot first; slots are
-  spaced ``1 / rate`` seconds apart (``max_requests_per_second`` of the
-  backend, else ``$DDLSCALE_SCALER_MAX_RPS``, else
-  :data:`DEFAULT_MAX_RPS`). A 429 or 503 from the service slows EVERY
-  waiter: nobody polls again before a pause (``Retry-After`` when the
-  service sends one, at most 10 s, else 0.5 s doubling to 2 s), and the rate is halved,
-  climbing back by a quarter per answer that is not one of them;
-* :class:`SharedPolls` (per service AND identity: the service shows each
-  caller only what it may see): concurrent waits on the SAME cluster share
-  one poll. A read joins a poll already in flight, or reuses a result at
-  most ``max_age`` seconds old, instead of sending its own. While waits on
-  :data:`LIST_FROM` or more clusters of one kind run at once, one
-  ``GET /list/<kind>`` answers them all (the service's list route returns
-  every cluster the caller may see), so the requests of a fleet of waits do
-  not grow with the fleet.
-
-Writes (scale, restart) are never paced or shared: they are what the user
-asked for, and happen once per operation.
+The service has no watch, so per service URL this process keeps a
+:class:`PollPacer` (every poll takes a slot, ``1 / rate`` seconds apart; a 429
+or 503 pauses every waiter and halves the rate, which climbs back by a quarter
+per other answer) and :class:`SharedPolls` per identity (waits on one cluster
+share a poll in flight or a result at most ``max_age`` old; while
+:data:`LIST_FROM` or more clusters of a kind are waited on, one
+``GET /list/<kind>`` answers them all). Writes are never paced or shared.
 """
 import threading
 import time
