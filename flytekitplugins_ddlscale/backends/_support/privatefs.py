@@ -1,13 +1,9 @@
 """Private folders and files of the state directory: only this user can change them, no link is followed.
 
-Records and cluster folders decide which processes start and which files
-``down`` removes, so a folder another user can write to, or a symbolic link
-planted in one, would let that user steer us. Every folder is created 0700
-and checked (owner, mode, not a link) before use; every file is opened with
-``O_NOFOLLOW``; removal walks folders without following links. A file is
-replaced through a temp file and a rename (readers see the old file or the
-new one), and a write the folder or disk refuses is a :class:`StateWriteError`
-naming the file, with no temp file left behind.
+Records decide which processes start and which files ``down`` removes, so every
+folder is created 0700 and checked before use, every file opened with
+``O_NOFOLLOW``; a file is replaced atomically, and a refused write is a
+:class:`StateWriteError` naming it, with no temp file left behind.
 """
 import contextlib
 import errno

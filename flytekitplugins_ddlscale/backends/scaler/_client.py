@@ -1,13 +1,10 @@
 """HTTP client of Domino's cluster scaler service: one pooled ``httpx.Client``.
 
-Reads (cluster, restart status) and scale are safe to repeat (scale sets an
-absolute count), so they are retried on connection errors and 429/502/503/504;
-head restart deletes a pod and is never re-sent. Under an operation's deadline
-an outage of the service (or of the Domino API proxy that hands out its token)
-is ridden out: the one retry path of :func:`~flytekitplugins_ddlscale._core.outage.send`.
-The polls of waits go through the process's shared, paced polls (:mod:`.polls`);
-every 429/503 the service sends slows them all. Error answers become the plugin's typed errors
-(:func:`error_from_response`).
+Reads and scale (an absolute count) are safe to repeat and retried; a head
+restart deletes a pod and is never re-sent. Every request goes through the one
+retry loop, :func:`~flytekitplugins_ddlscale._core.outage.send`; the polls of
+waits through the shared, paced polls (:mod:`.polls`). Error answers become
+the plugin's typed errors (:func:`error_from_response`).
 """
 import dataclasses
 import hashlib
@@ -261,13 +258,6 @@ class ScalerClient:
             message = (f"{method} {path}: {name}; not retried because the operation is not safe to repeat, "
                        "so it may or may not have happened")
         return BackendUnavailableError(message, cluster=str(ref))
-
-    def health(self) -> bool:
-        """True when ``GET /healthz`` answers 200."""
-        try:
-            return self._http.get("/healthz").status_code == 200
-        except httpx.TransportError:
-            return False
 
     def get_cluster(
         self, ref: ClusterRef, deadline: Optional[Deadline] = None, *, paced: bool = False
