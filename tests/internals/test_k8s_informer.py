@@ -243,3 +243,43 @@ def test_shared_reads_serve_concurrent_status_reads_from_one_watch(k8s, tiers_fi
     assert running_informers()
     assert len([t for t in threading.enumerate() if isinstance(t, threading.Timer)]) <= len(running_informers(None)) <= 2
     assert_nothing_left(k8s)
+
+
+def test_a_rotated_service_account_token_keeps_its_informers(tmp_path, monkeypatch):
+    """In a pod the client reads its token file before each request; the kubelet replaces the file hourly. The
+    shared informers are keyed by that file, so a rotation keeps them, and an informer's own client (a copy)
+    sends the token the file holds now. A token given as a value (a kubeconfig's) is its own identity."""
+    from kubernetes import client
+    from kubernetes.config import incluster_config
+
+    from flytekitplugins_ddlscale.backends.kubernetes._api import KubeApi, PODS, make_api_client
+    from flytekitplugins_ddlscale.backends.kubernetes._informer import _key, _own_api
+
+    def in_cluster(token_file):
+        monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token_file))
+        return KubeApi(make_api_client(None, None, True))
+
+    def bearer(api):
+        return api.api_client.configuration.get_api_key_with_prefix("BearerToken")
+
+    (tmp_path / "ca.crt").write_text("ca")
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(tmp_path / "ca.crt"))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    token, other = tmp_path / "token", tmp_path / "other-token"
+    token.write_text("first")
+    other.write_text("first")
+    api = in_cluster(token)
+    assert bearer(api) == "Bearer first"
+    before, informers_client = _key(api, "ns", PODS), _own_api(api)
+    token.write_text("second-and-longer")  # the kubelet's rotation
+    assert bearer(api) == "Bearer second-and-longer"
+    assert _key(api, "ns", PODS) == before
+    assert bearer(informers_client) == "Bearer second-and-longer"
+    assert _key(in_cluster(other), "ns", PODS) != before
+
+    def given(value):
+        configuration = client.Configuration(host="https://10.0.0.1:443", api_key={"BearerToken": value})
+        return KubeApi(client.ApiClient(configuration))
+
+    assert _key(given("Bearer first"), "ns", PODS) != _key(given("Bearer second"), "ns", PODS)

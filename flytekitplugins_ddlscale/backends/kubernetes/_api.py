@@ -78,10 +78,8 @@ def make_api_client(kubeconfig: Optional[str], context: Optional[str], in_cluste
     try:
         if use_in_cluster:
             config.load_incluster_config(client_configuration=configuration)
-            # The kubelet rotates the token file: each request sends the token it holds then.
             path = config.incluster_config.SERVICE_TOKEN_FILENAME
-            token = TokenFile(path, f"the service account's token ({path})")
-            configuration.refresh_api_key_hook = lambda c: c.api_key.update(BearerToken=f"Bearer {token.read()}")
+            configuration.refresh_api_key_hook = BearerFromFile(TokenFile(path, f"the service account's token ({path})"))
         else:
             # Read $KUBECONFIG now: the client computes its default path once, at import.
             path = settings.KUBECONFIG.value(kubeconfig or None)
@@ -94,6 +92,20 @@ def make_api_client(kubeconfig: Optional[str], context: Optional[str], in_cluste
         register_secret(str(value))
         register_secret(str(value).split(" ", 1)[-1])
     return client.ApiClient(configuration)
+
+
+class BearerFromFile:
+    """The client's hook before each request: the token its file holds then (the kubelet rotates a service
+    account's token). Copies of the client share it; shared informers key such a client by :attr:`path`."""
+
+    def __init__(self, token: TokenFile) -> None:
+        self.token, self.path = token, token.path
+
+    def __call__(self, configuration: Any) -> None:
+        configuration.api_key.update(BearerToken=f"Bearer {self.token.read()}")
+
+    def __deepcopy__(self, memo: Dict[int, Any]) -> "BearerFromFile":
+        return self
 
 
 def _limit_retries(api_client: Any) -> None:

@@ -25,7 +25,7 @@ from typing import (
 from ...errors import BackendUnavailableError, InvalidInputError, ScalingError, TransientError, UnauthorizedError
 from ..._core.lifetime import Closing, at_exit_once
 from ..._core.outage import ONCE, OUTAGE_BACKOFF
-from ._api import PODS, KubeApi, Resource, WatchExpired
+from ._api import PODS, BearerFromFile, KubeApi, Resource, WatchExpired
 from ._spec import pod_labels
 
 logger = logging.getLogger("flytekitplugins_ddlscale.kubernetes")
@@ -582,9 +582,12 @@ class Informer:
 
 
 def _credentials_fingerprint(configuration: Any) -> str:
-    """A digest of who the client authenticates as (informers are shared only by the same identity)."""
+    """A digest of who the client authenticates as (informers are shared only by the same identity); a token
+    read from its file before each request counts as that file, so its rotation keeps the informers."""
+    hook = configuration.refresh_api_key_hook
+    token = hook.path if isinstance(hook, BearerFromFile) else sorted((configuration.api_key or {}).items())
     parts = [
-        repr(sorted((configuration.api_key or {}).items())),
+        repr(token),
         repr(sorted((configuration.api_key_prefix or {}).items())),
         str(configuration.cert_file), str(configuration.key_file), str(configuration.username),
         str(configuration.password), str(configuration.ssl_ca_cert), str(configuration.verify_ssl),
