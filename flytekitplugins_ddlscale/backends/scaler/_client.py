@@ -113,6 +113,24 @@ def _warn_clear_once(url: str, auth: Optional[httpx.Auth]) -> None:
 
 
 @dataclass(frozen=True)
+class Sending:
+    """How one request is sent: ``retry`` when it is safe to repeat, ``ride_out`` for a read inside a
+    wait (an outage is ridden out until its deadline), ``paced`` for a poll (each attempt waits for
+    its slot)."""
+
+    retry: bool
+    ride_out: bool = False
+    paced: bool = False
+
+
+ONCE = Sending(retry=False)
+"""A request never re-sent (a head restart deletes a pod)."""
+REPEATABLE = Sending(retry=True)
+READ = Sending(retry=True, ride_out=True)
+POLL = Sending(retry=True, ride_out=True, paced=True)
+
+
+@dataclass(frozen=True)
 class ScalerOptions:
     """How this process talks to the scaler service: one value, given as ``options=`` to
     :class:`ScalerServiceBackend` or :class:`ScalerClient`, checked when made (a bad value is one
@@ -196,25 +214,16 @@ class ScalerClient:
         self._http.close()
 
     def _send(
-        self,
-        ref: ClusterRef,
-        method: str,
-        path: str,
-        *,
-        retry: bool,
-        deadline: Optional[Deadline] = None,
-        ride_out: bool = False,
-        paced: bool = False,
+        self, ref: ClusterRef, method: str, path: str, how: Sending, deadline: Optional[Deadline] = None,
         **kwargs: Any,
     ) -> httpx.Response:
-        # The service's answer, through the one retry path of every client (:func:`outage.send`):
-        # ``retry`` when the request is safe to repeat, ``ride_out`` for reads inside a wait,
-        # ``paced`` for a poll, which waits for its slot before every attempt.
+        # The service's answer, sent as ``how`` says through the one retry path of every client
+        # (:func:`outage.send`).
         sent = 0
 
         def attempt() -> httpx.Response:
             nonlocal sent
-            pause = self.pacer.slot(deadline) if paced else 0.0
+            pause = self.pacer.slot(deadline) if how.paced else 0.0
             while pause > 0:
                 self._sleep(pause)
                 pause = self.pacer.held(deadline)
@@ -225,12 +234,12 @@ class ScalerClient:
                 self.pacer.slowed(_retry_after(response))
             else:
                 self.pacer.answered()
-            if response.status_code in REFUSED_STATUSES or (retry and response.status_code in RETRY_STATUSES):
+            if response.status_code in REFUSED_STATUSES or (how.retry and response.status_code in RETRY_STATUSES):
                 raise httpx.HTTPStatusError(f"HTTP {response.status_code}", request=response.request, response=response)
             return response
 
         try:
-            rule = dataclasses.replace(self._rule, ride_out=ride_out) if retry else RetryRule()
+            rule = dataclasses.replace(self._rule, ride_out=how.ride_out) if how.retry else RetryRule()
             return send(attempt, tracker=self.outage, rule=rule, deadline=deadline, what=f"{method} {path}",
                         sleep=self._sleep)
         except httpx.HTTPStatusError as answer:
@@ -238,7 +247,7 @@ class ScalerClient:
         except httpx.TransportError as exc:
             failed = exc
         # Raised outside the handler, so the error does not carry the request (and its URL) as context.
-        raise self._unavailable(failed, ref, method, path, retry=retry, sent=sent)
+        raise self._unavailable(failed, ref, method, path, retry=how.retry, sent=sent)
 
     def _unavailable(
         self, exc: httpx.TransportError, ref: ClusterRef, method: str, path: str, *, retry: bool, sent: int
@@ -268,8 +277,7 @@ class ScalerClient:
         failures, 429/502/503/504) are ridden out until it passes; without,
         the client's bounded retries apply. ``paced``: a poll, sent in its slot."""
         response = self._send(
-            ref, "GET", f"{API_PREFIX}/cluster/{ref.plural}/{ref.name}", retry=True, deadline=deadline,
-            ride_out=True, paced=paced,
+            ref, "GET", f"{API_PREFIX}/cluster/{ref.plural}/{ref.name}", POLL if paced else READ, deadline
         )
         if response.status_code != 200:
             raise error_from_response(response, ref, operation="get cluster")
@@ -311,7 +319,7 @@ class ScalerClient:
 
     def _list(self, ref: ClusterRef, deadline: Optional[Deadline]) -> Dict[str, Dict[str, Any]]:
         response = self._send(
-            ref, "GET", f"{API_PREFIX}/list/{ref.plural}", retry=True, deadline=deadline, ride_out=True, paced=True,
+            ref, "GET", f"{API_PREFIX}/list/{ref.plural}", POLL, deadline
         )
         if response.status_code != 200:
             raise error_from_response(response, ref, operation="list clusters")
@@ -333,7 +341,7 @@ class ScalerClient:
             body["worker_hw_tier_name"] = worker_hw_tier
         try:
             response = self._send(
-                ref, "PATCH", f"{API_PREFIX}/scale/{ref.plural}/{ref.name}", retry=True, deadline=deadline, json=body
+                ref, "PATCH", f"{API_PREFIX}/scale/{ref.plural}/{ref.name}", REPEATABLE, deadline, json=body
             )
         finally:
             # Whatever the answer, a read from before this request must not answer a wait after it.
@@ -354,7 +362,7 @@ class ScalerClient:
         """
         try:
             response = self._send(
-                ref, "PATCH", f"{API_PREFIX}/restart_head/{ref.plural}/{ref.name}", retry=False, deadline=deadline
+                ref, "PATCH", f"{API_PREFIX}/restart_head/{ref.plural}/{ref.name}", ONCE, deadline
             )
         finally:
             self._forget(ref)
@@ -387,10 +395,8 @@ class ScalerClient:
             ref,
             "GET",
             f"{API_PREFIX}/restart_head_status/{ref.plural}/{ref.name}",
-            retry=True,
-            deadline=deadline,
-            ride_out=True,
-            paced=True,
+            POLL,
+            deadline,
             params={"started_at": started_at},
         )
         if response.status_code == 200:
