@@ -73,10 +73,6 @@ them reads instead of sending again."""
 C = TypeVar("C")
 
 
-class _NeverSent(Exception):
-    """A deferred change found unsent at the node's deadline: it is not sent any more."""
-
-
 @dataclass(frozen=True)
 class Poll:
     """One poll's answer: ``state`` is :data:`RUNNING`, :data:`SUCCEEDED` (with ``outcome``, the node's
@@ -306,13 +302,15 @@ class ScalingService:
             return Poll(FAILED, meta.error)
         if meta.pending:
             try:
-                meta = self._sent_pending(meta)
+                sent = self._sent_pending(meta)
             except UNAVAILABLE_HERE as error:
                 return self.unsent_answer(meta, error.message) or Poll(FAILED, str(error))
-            except _NeverSent as late:
-                return self.unsent_answer(meta, str(late)) or Poll(FAILED, str(late))
             except ScalingError as error:
                 return Poll(FAILED, str(error))
+            if sent is None:
+                late = "no send went through before it"
+                return self.unsent_answer(meta, late) or Poll(FAILED, late)
+            meta = sent
         try:
             return self._poll(meta)
         except UNAVAILABLE_HERE as error:
@@ -387,10 +385,10 @@ class ScalingService:
         )
         return Poll(FAILED, str(never))
 
-    def _sent_pending(self, meta: ScalingMetadata) -> ScalingMetadata:
+    def _sent_pending(self, meta: ScalingMetadata) -> Optional[ScalingMetadata]:
         """The metadata ``create`` would have returned had it sent ``meta``'s deferred change: sent now,
         with every check ``create`` makes, or earlier by this process (remembered, not sent again).
-        Raises what the send raised; :class:`_NeverSent` past the node's deadline, sending nothing."""
+        Raises what the send raised; None past the node's deadline, sending nothing."""
         key = meta.encode()
         with self._sent_lock:
             known = self._sent.get(key)
@@ -404,7 +402,7 @@ class ScalingService:
         custom, values = meta.pending_change(kind.inputs)
         config = node_config(kind.config, custom)
         if time.time() >= meta.deadline:
-            raise _NeverSent("no send went through before it")
+            return None
         sent = self._metadata(kind, config, *self._sent_with_version(kind, config, kind.given(config, values)))
         sent = replace(sent, started=meta.started, deadline=meta.deadline)
         logger.info("%s of %s sent after a backend outage", kind.change, meta.cluster)
