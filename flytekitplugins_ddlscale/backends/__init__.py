@@ -1,18 +1,10 @@
-"""Backends and how one is chosen.
+"""Backends and how one is chosen (a backend module is imported only when chosen: flytekit imports
+this plugin at start-up).
 
-Backend modules are imported only when chosen: ``kubernetes`` alone costs
-most of a second to import, and flytekit imports this plugin at start-up.
-
-Precedence of :func:`get_backend`:
-
-1. the ``name`` argument;
-2. ``$DDLSCALE_BACKEND``;
-3. ``scaler`` when ``$CLUSTER_SCALER_BASE_URL`` is set, or inside a Domino
-   run (``$DOMINO_RUN_ID``), where the service has a default in-cluster URL;
-4. ``local`` otherwise: real local clusters, so flows run on a laptop.
-
-Third-party backends register under the ``flytekitplugins_ddlscale.backends``
-entry-point group as ``name = "module:Class"``.
+:func:`get_backend` takes the ``name`` given, else ``$DDLSCALE_BACKEND``, else
+``scaler`` when ``$CLUSTER_SCALER_BASE_URL`` is set or inside a Domino run
+(``$DOMINO_RUN_ID``), else ``local``. Third-party backends register under the
+``flytekitplugins_ddlscale.backends`` entry-point group as ``name = "module:Class"``.
 """
 import importlib
 from typing import Any, Dict, Mapping, Optional

@@ -125,13 +125,9 @@ class TierCatalog:
         raise NotImplementedError
 
     def resolve(self, name: Optional[str], kind: str, field: str = "worker_hw_tier") -> Optional[HardwareTier]:
-        """The tier called ``name`` for clusters of ``kind``; None when ``name`` is None.
-
-        A name is matched exactly, else without case when only one tier
-        matches so (``medium`` is ``Medium``), as kinds are. Raises
-        :class:`UnknownTierError` naming ``field``, the allowed tier names and
-        the closest one for an empty, unknown or restricted tier.
-        """
+        """The tier called ``name`` (exactly, else without case when only one matches so) for clusters
+        of ``kind``; None when ``name`` is None. :class:`UnknownTierError` naming ``field``, the allowed
+        names and the closest one for an unknown or restricted tier."""
         wanted = validate_tier_name(name, field=field)
         if wanted is None:
             return None
