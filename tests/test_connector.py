@@ -8,6 +8,7 @@ environment as in a deployment.
 """
 import asyncio
 import json
+import logging
 import time
 from collections import OrderedDict
 
@@ -354,10 +355,12 @@ def test_a_scale_whose_backend_hangs_at_its_deadline_says_what_it_left_in_place(
     assert "ddlscale restore --backend scaler --kind ray --name conn-ray" in message and "\n" not in message
 
 
-def test_create_gives_a_slow_backend_a_short_bound_and_leaves_the_scale_to_the_polls(ray_scaler):
+def test_create_gives_a_slow_backend_a_short_bound_and_leaves_the_scale_to_the_polls(ray_scaler, caplog):
     """A scaler service that holds the scale request (here 6 bounds long) makes create answer after its
     bound, the scale not sent, instead of failing the node (FlytePropeller would spend a retry on it);
-    the polls send it once the service answers, and the node ends with the outcome of that send."""
+    the polls send it once the service answers, and the node ends with the outcome of that send. The
+    audit trail has the create (deferred) and the poll's send (sent, with the sizes)."""
+    caplog.set_level(logging.INFO, logger="flytekitplugins_ddlscale.connector.audit")
     ray_scaler.inject_faults("delay", count=1, delay=6 * CREATE_TIMEOUT, path="/scale/")
     scale = ScalingConnector(SCALE_TASK_TYPE)
     template, inputs = template_and_inputs(ray_scale)
@@ -368,6 +371,9 @@ def test_create_gives_a_slow_backend_a_short_bound_and_leaves_the_scale_to_the_p
     assert resource.phase == TaskExecution.SUCCEEDED, resource.message
     outcome = resource.outputs["o0"]
     assert (outcome.previous_workers, outcome.workers) == (1, 3) and outcome.waited
+    audit = [json.loads(r.getMessage().split(" ", 1)[1]) for r in caplog.records
+             if r.name == "flytekitplugins_ddlscale.connector.audit"]
+    assert [(a["result"], a["before"], a["after"]) for a in audit] == [("deferred", None, None), ("sent", 1, 3)]
 
 
 def test_create_gives_a_stalled_read_before_a_restore_the_same_bound(k8s):

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 from .connector_audit import AuditEntry, record, start_audit
 from .connector_meta import ScalingMetadata
-from .connector_policy import ConnectorPolicy, Execution, NotServedError, Rule, namespace_of
+from .connector_policy import ConnectorPolicy, Execution, NotServedError, Rule, chosen_backend, namespace_of
 from ..errors import (
     ClusterNotFoundError, InvalidInputError, NeverReachedError, ScalingError, ScalingTimeoutError, TransientError,
     UnconfirmedChangeError,
@@ -404,8 +404,9 @@ class ScalingService:
         if time.time() >= meta.deadline:
             return None
         sent = self._metadata(kind, config, *self._sent_with_version(kind, config, kind.given(config, values)))
-        sent = replace(sent, started=meta.started, deadline=meta.deadline)
+        sent = replace(sent, started=meta.started, deadline=meta.deadline, project=meta.project)
         logger.info("%s of %s sent after a backend outage", kind.change, meta.cluster)
+        record(AuditEntry(Execution(project=meta.project), kind.node, chosen_backend(meta.backend)).done(sent))
         with self._sent_lock:
             self._sent[key] = sent
             while len(self._sent) > SENT_KEPT:
