@@ -51,7 +51,7 @@ from ._informer import (
     WAIT_LINGER, VersionsSeen, cache_lacks, cached_object, cached_pods, expect_version, hold, matches, note_version,
     parse_selector,
 )
-from ._podwatch import PodWaiter
+from ._podwatch import Check, PodWaiter
 from ._resources.base import NotCreatedYet, Outcome, ResourceAdapter, Restoring, Sizing, mark_idle
 from ._resources.daskop import DaskOperatorAdapter
 from ._resources.dco import DcoAdapter
@@ -529,8 +529,7 @@ class KubernetesBackend(ClusterBackend):
         if self._context:
             # The CLI has no context flag: only the Python call can choose one.
             options["context"] = self._context
-        full = ClusterRef(ref.kind, ref.name, self._ns(ref), ref.group)
-        return Reach(self.name, full, env=env, options=options, cli=not self._context)
+        return Reach(self.name, self._full(ref), env=env, options=options, cli=not self._context)
 
     def _wait_workers(self, ref: ClusterRef, wait: WorkersWait) -> ClusterState:
         """Watch the cluster's pods (the head's too, for the state) until ``wait.replicas`` workers are Ready on
@@ -569,19 +568,17 @@ class KubernetesBackend(ClusterBackend):
                 + f"; likely cause: {self._adapter(ref).removal}"
             )
 
-        changed = threading.Event()
         waiter = PodWaiter(
             self.api, self._ns(ref), self._selector(ref),
             what=f"{replicas} Ready workers on {self._label(ref)}", target=replicas, timeout=wait.timeout,
             grace=self.failure_grace, watched=is_member, progress=wait.progress, cluster=self._label(ref),
-            last=wait.last, explain=lingering, changed=changed,
+            last=wait.last, explain=lingering,
         )
-        with self._holding(ref, changed):
-            return waiter.run(check)
+        return self._run_wait(ref, waiter, check)
 
     def _state_with(self, ref: ClusterRef) -> Callable[[Dict[str, Dict[str, Any]], bool, Deadline], ClusterState]:
         """A pod wait's view of ``ref``: the state with the pods it sees and the object, read again when the
-        check is ``fresh`` (from the shared cache where it can answer, :meth:`_holding`), else the cache's
+        check is ``fresh`` (from the shared cache where it can answer, :meth:`_run_wait`), else the cache's
         latest copy; the server is asked once the cache no longer holds it (deleted: not found at once)."""
         read: Dict[str, Dict[str, Any]] = {}
         name = self._adapter(ref).object_name(ref)
@@ -605,14 +602,13 @@ class KubernetesBackend(ClusterBackend):
 
         return state_with
 
-    @contextlib.contextmanager
-    def _holding(self, ref: ClusterRef, changed: threading.Event) -> Iterator[None]:
-        """Keep the shared cache of ``ref``'s kind in its namespace for the block (and
-        :data:`~._informer.WAIT_LINGER` seconds after), so a wait's object reads after the first come from
-        it; ``changed`` is set when the cluster object changes or goes."""
-        held = hold(self.api, self._ns(ref), self._resource(ref), self._adapter(ref).object_name(ref), changed)
+    def _run_wait(self, ref: ClusterRef, waiter: PodWaiter, check: Check) -> ClusterState:
+        """``waiter`` run, woken by its pods and by ``ref``'s object too, whose shared cache is kept for the wait
+        (and :data:`~._informer.WAIT_LINGER` seconds after), so its object reads after the first come from it."""
+        waiter.changed = threading.Event()
+        held = hold(self.api, self._ns(ref), self._resource(ref), self._adapter(ref).object_name(ref), waiter.changed)
         try:
-            yield
+            return waiter.run(check)
         finally:
             if held is not None:
                 held.close(WAIT_LINGER)
@@ -696,15 +692,12 @@ class KubernetesBackend(ClusterBackend):
             return ready, state, int(ready)
 
         # All the cluster's pods, so the state the wait ends with counts the workers too.
-        changed = threading.Event()
         waiter = PodWaiter(
             self.api, self._ns(ref), self._selector(ref),
             what=f"a new Ready {layout_of(ref).head_component} pod on {self._label(ref)}", target=1, timeout=timeout,
             grace=self.failure_grace, watched=fresh_head, progress=progress, cluster=self._label(ref),
-            changed=changed,
         )
-        with self._holding(ref, changed):
-            return waiter.run(check)
+        return self._run_wait(ref, waiter, check)
 
     def _record_baseline(self, ref: ClusterRef) -> Baseline:
         """Record the size, autoscaling section and tiers in the cluster's annotation, unless recorded."""

@@ -19,7 +19,7 @@ import threading
 import time
 from collections import OrderedDict
 from typing import (
-    AbstractSet, Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple, TypeVar, Union,
+    Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple, TypeVar, Union,
 )
 
 from ...errors import BackendUnavailableError, InvalidInputError, ScalingError, TransientError, UnauthorizedError
@@ -155,15 +155,9 @@ def matches(requirements: List[Requirement], labels: Dict[str, str]) -> bool:
             return False
         if op == "!" and key in labels:
             return False
-        if op in ("in", "notin"):
-            inside = labels.get(key) in _values(value)
-            if inside != (op == "in"):
-                return False
+        if op in ("in", "notin") and (isinstance(value, frozenset) and labels.get(key) in value) != (op == "in"):
+            return False
     return True
-
-
-def _values(value: Union[str, FrozenSet[str], None]) -> AbstractSet[Optional[str]]:
-    return value if isinstance(value, frozenset) else frozenset()
 
 
 class Subscription(Closing):

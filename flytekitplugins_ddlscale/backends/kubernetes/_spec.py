@@ -90,7 +90,3 @@ def check_autoscaling(value: Any, where: str) -> Dict[str, Any]:
     for key, number in section.items():
         validate_int(number, f"{where}.{key}", 1 if key.endswith("Replicas") else 0, MAX_INT32)
     return section
-
-
-
-
