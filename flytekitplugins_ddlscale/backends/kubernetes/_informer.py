@@ -619,6 +619,9 @@ class _Registry:
     def subscribe(
         self, api: KubeApi, namespace: str, selector: str, changed: Optional[threading.Event] = None
     ) -> Subscription:
+        """Subscribe to the pods matching ``selector`` in ``namespace`` on ``api``'s server (starting the
+        shared informer if none runs); ``changed``, if given, is set on each change. Close the
+        subscription when done."""
         with self._lock:
             informer = self._running(api, namespace, PODS)
             assert informer is not None  # pod informers are never skipped: their errors end the waits
@@ -628,8 +631,10 @@ class _Registry:
         self, api: KubeApi, namespace: str, resource: Resource, name: Optional[str] = None,
         changed: Optional[threading.Event] = None,
     ) -> Optional[Subscription]:
-        """A passive subscription to the informer of ``resource`` (started if needed), or None while a
-        refusal keeps it off."""
+        """Keep the shared informer of ``resource`` in ``namespace`` running (started if needed) until the
+        returned subscription is closed, so reads by name (:func:`cached_object`) can be answered from it;
+        None while a refusal keeps that informer off. ``changed`` is set when object ``name`` changes or
+        goes (a wait on pods is woken by its cluster object too)."""
         with self._lock:
             informer = self._running(api, namespace, resource)
             return informer.hold(name, changed) if informer is not None else None
@@ -679,6 +684,8 @@ def _own_api(api: KubeApi) -> KubeApi:
 
 
 _REGISTRY = _Registry()
+subscribe = _REGISTRY.subscribe
+hold = _REGISTRY.hold
 _Read = TypeVar("_Read")
 """What a read of the shared cache returns (:func:`_from_cache`)."""
 
@@ -687,15 +694,6 @@ def _stop_informers() -> None:
     """Informer threads end before the interpreter finalizes: a watch thread woken during finalization
     aborted ``ddlscale restore`` with SIGABRT (about 1 run in 12 on a loaded machine)."""
     _REGISTRY.stop_all(join_timeout=2.0)
-
-
-def subscribe(
-    api: KubeApi, namespace: str, selector: str, changed: Optional[threading.Event] = None
-) -> Subscription:
-    """Subscribe to the pods matching ``selector`` in ``namespace`` on ``api``'s server (starting the
-    shared informer if none runs); ``changed``, if given, is set on each change. Close the
-    subscription when done."""
-    return _REGISTRY.subscribe(api, namespace, selector, changed)
 
 
 def cached_pods(
@@ -709,7 +707,7 @@ def cached_pods(
         running = _REGISTRY.find(api, namespace)
         if running is None or not running.synced.is_set():
             return None
-    sub = subscribe(api, namespace, selector)
+    sub = _REGISTRY.subscribe(api, namespace, selector)
     try:
         if not sub.wait_synced(timeout if linger > 0 else 0.0):
             return None
@@ -718,17 +716,6 @@ def cached_pods(
         return list(sub.snapshot().values())
     finally:
         sub.close(linger)
-
-
-def hold(
-    api: KubeApi, namespace: str, resource: Resource, name: Optional[str] = None,
-    changed: Optional[threading.Event] = None,
-) -> Optional[Subscription]:
-    """Keep the shared informer of ``resource`` in ``namespace`` running (started if needed) until the
-    returned subscription is closed, so reads by name (:func:`cached_object`) can be answered from it;
-    None while a refusal keeps that informer off. ``changed`` is set when object ``name`` changes or
-    goes (a wait on pods is woken by its cluster object too)."""
-    return _REGISTRY.hold(api, namespace, resource, name, changed)
 
 
 def cache_lacks(api: KubeApi, namespace: str, resource: Resource, name: str) -> bool:
