@@ -11,13 +11,10 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 from ..._core import settings
 from ...errors import BackendUnavailableError
 from . import _dask_ops as dask_ops
-from ._secrets import DaskTls, ensure_tls
+from ._secrets import TLS_DIR, DaskTls, ensure_tls, tls_of
 from ._driver import dask_env
 from ._state import ClusterRecord, LocalStateStore
 from ._tiers import WorkerShape
-
-TLS_DIR = "tls_dir"
-"""``record.framework`` key: the cluster's folder of TLS files (``<cluster folder>/tls``)."""
 
 
 class DaskDriver:
@@ -60,7 +57,7 @@ class DaskDriver:
         return self.registered_workers(record) is not None
 
     def retire_workers(self, record: ClusterRecord, names: List[str], timeout: float) -> bool:
-        tls = _tls_of(record)
+        tls = tls_of(record.framework)
         if tls is None:
             raise BackendUnavailableError(f"{record.ref} has no TLS files recorded; its scheduler cannot be asked")
         dask_ops.retire_workers(self.address(record), tls, names, timeout)
@@ -71,7 +68,7 @@ class DaskDriver:
         cluster's TLS: Dask's settings naming the cluster's certificate files, with ``tls`` as the
         default scheme (so ``Client(f"{host}:{port}")`` connects), and ``$DASK_SCHEDULER_ADDRESS``
         (``Client()`` alone connects)."""
-        tls = _tls_of(record)
+        tls = tls_of(record.framework)
         return {
             **dask_env(record.host, record.port),
             settings.DASK_SCHEDULER_ADDRESS.name: self.address(record),
@@ -87,9 +84,3 @@ class DaskDriver:
             "scheduler_file": str(store.scheduler_file(record.ref)),
             "tls_ca_file": str(tls.ca_file), "tls_cert": str(tls.cert), "tls_key": str(tls.key),
         }
-
-
-def _tls_of(record: ClusterRecord) -> Optional[DaskTls]:
-    """The TLS files of ``record``'s cluster (its recorded ``tls_dir``, checked when read), or None."""
-    folder = record.framework.get(TLS_DIR)
-    return DaskTls.of(Path(folder).parent) if folder else None

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 from .._support.privatefs import check_private_dir
 from . import _ray_ops as ray_ops
-from ._secrets import DaskTls, ensure_tls
+from ._secrets import TLS_DIR, ensure_tls, tls_of
 from ._driver import ray_env
 from ._state import ClusterRecord, LocalStateStore
 from ._tiers import WorkerShape
@@ -26,9 +26,6 @@ TEMP_DIR = "temp_dir"
 (:func:`~.ray_ops.temp_dir`)."""
 TOKEN_PATH = "auth_token_path"
 """``record.framework`` key: the file holding the cluster's Ray authentication token."""
-TLS_DIR = "tls_dir"
-"""``record.framework`` key: the cluster's folder of TLS files (its authority, certificate and key), which
-every node and client of a head that recorded it uses for Ray's mutual TLS (:func:`~.ray_ops.tls_env`)."""
 
 
 class RayDriver:
@@ -67,7 +64,7 @@ class RayDriver:
     def worker_argv(self, record: ClusterRecord, name: str, shape: WorkerShape, workdir: Path) -> List[str]:
         nodes = ray_ops.RayNodes(
             self.python, record.host, record.port, ray_ops.ray_temp_dir(record.framework[TEMP_DIR]),
-            record.framework.get(TOKEN_PATH) or str(workdir.parent / ray_ops.TOKEN_FILE), _tls_of(record),
+            record.framework.get(TOKEN_PATH) or str(workdir.parent / ray_ops.TOKEN_FILE), tls_of(record.framework),
         )
         head = (record.scheduler.pid, record.scheduler.start) if record.scheduler is not None else None
         return ray_ops.worker_argv(nodes, name, shape, str(workdir.parent / ray_ops.HEAD_READY_FILE), head)
@@ -98,12 +95,12 @@ class RayDriver:
         Ray's TLS with the cluster's files, without which ``ray.init("ray://...")`` cannot connect."""
         env = ray_env(record.host, record.ports.get(CLIENT, 0), record.ports.get(DASHBOARD, 0))
         if record.framework.get(TOKEN_PATH):
-            env.update(ray_ops.client_env(record.framework[TOKEN_PATH], _tls_of(record)))
+            env.update(ray_ops.client_env(record.framework[TOKEN_PATH], tls_of(record.framework)))
         return env
 
     def details(self, record: ClusterRecord, store: LocalStateStore) -> Dict[str, Any]:
         folder = self._temp_dir(record, store)
-        tls = _tls_of(record)
+        tls = tls_of(record.framework)
         return {
             "dashboard": self._dashboard(record),
             "client_address": f"ray://{record.host}:{record.ports.get(CLIENT, 0)}",
@@ -130,10 +127,3 @@ class RayDriver:
 
     def _dashboard(self, record: ClusterRecord) -> str:
         return ray_ops.dashboard_url(record.host, record.ports.get(DASHBOARD, 0))
-
-
-def _tls_of(record: ClusterRecord) -> Optional[DaskTls]:
-    """The TLS files of ``record``'s cluster (its recorded ``tls_dir``, checked when the record was read), or
-    None for a head started before local Ray clusters spoke TLS."""
-    folder = record.framework.get(TLS_DIR)
-    return DaskTls.of(Path(folder).parent) if folder else None

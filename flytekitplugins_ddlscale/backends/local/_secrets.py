@@ -17,7 +17,7 @@ import secrets
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional
 
 from ..._core import settings
 from ...errors import UnsafePathError
@@ -70,6 +70,8 @@ def check_own_private_file(path: Path) -> None:
 
 FOLDER = "tls"
 """The cluster's sub-folder of TLS files."""
+TLS_DIR = "tls_dir"
+"""``record.framework`` key: the cluster's folder of TLS files, for the calls given only a record."""
 CA_FILE = "ca.pem"
 CERT_FILE = "cluster.pem"
 KEY_FILE = "cluster-key.pem"
@@ -119,6 +121,13 @@ class DaskTls:
             tls_ca_file=str(self.ca_file), tls_client_cert=str(self.cert), tls_client_key=str(self.key),
             require_encryption=True,
         )
+
+
+def tls_of(framework: Mapping[str, Any]) -> Optional[DaskTls]:
+    """The TLS files a record's ``framework`` names (checked when the record was read); None for a head
+    started by a version before TLS."""
+    folder = framework.get(TLS_DIR)
+    return DaskTls.of(Path(folder).parent) if folder else None
 
 
 def ensure_tls(cluster_dir: Path) -> DaskTls:
