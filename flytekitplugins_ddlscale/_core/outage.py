@@ -49,10 +49,6 @@ def no_wait_limit() -> float:
     return settings.NO_WAIT_LIMIT.value()
 
 
-def _seconds(value: float) -> str:
-    return f"{value:.1f}"
-
-
 class OutageTracker:
     """The reachability of one backend (``what``, e.g. "the Kubernetes API server at https://..."), as
     :func:`send` reports each attempt to it; thread-safe, shared by every client of the backend."""
@@ -144,7 +140,7 @@ class OutageTracker:
                 return
             now = self._clock()
             self._past.append((since, now))
-        self.logger.warning("%s is reachable again after %s s", self.what, _seconds(now - since))
+        self.logger.warning("%s is reachable again after %.1f s", self.what, now - since)
 
     def unreachable_since(self, start: float) -> Tuple[float, int, bool]:
         """(seconds unreachable, number of outages, still down) counted from monotonic time ``start``."""
@@ -165,7 +161,7 @@ class OutageTracker:
         outages = f"{count} outage{'s' if count != 1 else ''}"
         still = ", still unreachable at the end" if down else ""
         return (
-            f"{self.what} was unreachable for {_seconds(seconds)} s of the "
+            f"{self.what} was unreachable for {seconds:.1f} s of the "
             f"{round(deadline.timeout, 1):g} s wait ({outages}{still})"
         )
 
@@ -206,12 +202,6 @@ def cert_verification_failed(exc: BaseException) -> bool:
         isinstance(current, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(current)
         for current in _chain(exc)
     )
-
-
-def connection_reset(exc: BaseException) -> bool:
-    """True when ``exc`` (or anything it wraps) is a connection reset: something accepted the
-    connection (a proxy or a server going down), so the address is not what is wrong."""
-    return any(isinstance(current, ConnectionResetError) for current in _chain(exc))
 
 
 # The one classifier of both HTTP stacks, httpx (scaler service) and urllib3 (Kubernetes client).
@@ -266,11 +256,6 @@ def symptom(exc: BaseException) -> Optional[str]:
     return wire_failure(exc)
 
 
-def conflicted(exc: BaseException) -> bool:
-    """An answer 409 (raised by a stack, or typed): the call re-reads and builds its change again."""
-    return _status(exc) == 409 or getattr(exc, "status_code", None) == 409
-
-
 def nothing_sent(exc: BaseException) -> bool:
     """The request never left: its connection could not be opened (refused or timed out), or no
     credentials could be had for it."""
@@ -282,8 +267,8 @@ def nothing_sent(exc: BaseException) -> bool:
 
 def unconnected(exc: BaseException) -> bool:
     """No connection could be made: refused, name not resolved, connect timeout, TLS handshake failed
-    (a reset is not: something accepted the connection)."""
-    return _connect_failure(exc) is not None and not connection_reset(exc)
+    (a reset anywhere in the chain is not: something accepted the connection, so the address is right)."""
+    return _connect_failure(exc) is not None and not any(isinstance(c, ConnectionResetError) for c in _chain(exc))
 
 
 def refusal(exc: BaseException) -> Optional[str]:
@@ -393,7 +378,8 @@ def _again(
         if answer:
             tracker.answered(served=True)
             tracker.recovered(sent_at)
-        return ("conflict" if conflicted(exc) else None), None
+        conflict = _status(exc) == 409 or getattr(exc, "status_code", None) == 409  # the step re-reads, builds again
+        return ("conflict" if conflict else None), None
     if answer:
         tracker.answered(served=False)
     elif unconnected(exc) and not tracker.reached:
