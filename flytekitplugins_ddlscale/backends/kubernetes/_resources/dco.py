@@ -2,13 +2,13 @@
 ``spec.worker.replicas``, the HPA held by raising ``spec.autoscaling.minReplicas``; tiers set a section's
 resources, node selector and tier label."""
 import json
-from typing import Any, Dict, Iterable, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from ....errors import CapacityExceededError
 from ....models import Baseline, ClusterState
 from ...._core.records import ANNOTATION_PREFIX, json_object, reading
 from ....refs import ClusterRef
-from ..._support.crds import LABEL_APP, LABEL_COMPONENT, LABEL_HW_TIER, LABEL_INSTANCE, NODE_POOL_SELECTOR, CrdLayout
+from ..._support.crds import LABEL_APP, LABEL_COMPONENT, LABEL_HW_TIER, LABEL_INSTANCE, NODE_POOL_SELECTOR
 from ...tiers import HardwareTier
 from .._spec import check_autoscaling, pod_labels, pod_ready, pod_terminating
 from .base import Outcome, Patch, Pods, Record, ResourceAdapter, Restoring, Sizing
@@ -45,25 +45,6 @@ def tier_label(section: Dict[str, Any]) -> Optional[str]:
 def is_worker(pod: Dict[str, Any]) -> bool:
     """Whether the pod is a worker (component label ``worker``)."""
     return pod_labels(pod).get(LABEL_COMPONENT) == "worker"
-
-
-def build_state(cluster: str, layout: CrdLayout, obj: Dict[str, Any], pods: Iterable[Dict[str, Any]]) -> ClusterState:
-    """The :class:`ClusterState` of a cluster object and its pods."""
-    workers = [p for p in pods if is_worker(p) and not pod_terminating(p)]
-    heads = [p for p in pods if not is_worker(p)]
-    auto = autoscaling_section(obj)
-    return ClusterState(
-        cluster=cluster,
-        status=str((obj.get("status") or {}).get("clusterStatus") or "Unknown"),
-        desired_workers=desired_workers(obj),
-        existing_workers=len(workers),
-        ready_workers=sum(1 for p in workers if pod_ready(p)),
-        head_ready=None if layout.head_section is None else any(pod_ready(p) for p in heads),
-        worker_hw_tier=tier_label(spec_section(obj, "worker")),
-        head_hw_tier=tier_label(spec_section(obj, layout.head_section)),
-        autoscaling_min=int(auto.get("minReplicas", 1)) if auto else None,
-        autoscaling_max=int(auto["maxReplicas"]) if auto and auto.get("maxReplicas") is not None else None,
-    )
 
 
 def diff_map(current: Optional[Dict[str, Any]], wanted: Optional[Dict[str, Any]]) -> Dict[str, Any]:
@@ -133,25 +114,6 @@ def restore_fragment(section: Dict[str, Any], record: Dict[str, Any]) -> Dict[st
     return fragment
 
 
-def baseline_of(cluster: str, layout: CrdLayout, obj: Dict[str, Any]) -> Tuple[Baseline, Dict[str, Any]]:
-    """The baseline of a cluster object as it is now, and its Kubernetes detail."""
-    auto = autoscaling_section(obj)
-    baseline = Baseline(
-        cluster=cluster,
-        replicas=desired_workers(obj),
-        autoscaling_min=int(auto.get("minReplicas", 1)) if auto else None,
-        autoscaling_max=int(auto["maxReplicas"]) if auto and auto.get("maxReplicas") is not None else None,
-        worker_hw_tier=tier_label(spec_section(obj, "worker")),
-        head_hw_tier=tier_label(spec_section(obj, layout.head_section)),
-    )
-    detail = {
-        "autoscaling": auto,
-        "worker": section_record(spec_section(obj, "worker")),
-        "head": section_record(spec_section(obj, layout.head_section)) if layout.head_section else None,
-    }
-    return baseline, detail
-
-
 def parked_autoscaling(obj: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     """The autoscaling section parked by a restore to zero workers, or None; checked as records are
     (:class:`CorruptRecordError` naming the annotation and field)."""
@@ -192,10 +154,36 @@ class DcoAdapter(ResourceAdapter):
         return is_worker(pod)
 
     def state(self, ref: ClusterRef, obj: Dict[str, Any], pods: Pods) -> ClusterState:
-        return build_state(str(ref), self.layout, obj, pods)
+        workers = [p for p in pods if is_worker(p) and not pod_terminating(p)]
+        heads = [p for p in pods if not is_worker(p)]
+        auto, head_section = autoscaling_section(obj), self.layout.head_section
+        return ClusterState(
+            cluster=str(ref),
+            status=str((obj.get("status") or {}).get("clusterStatus") or "Unknown"),
+            desired_workers=desired_workers(obj),
+            existing_workers=len(workers),
+            ready_workers=sum(1 for p in workers if pod_ready(p)),
+            head_ready=None if head_section is None else any(pod_ready(p) for p in heads),
+            worker_hw_tier=tier_label(spec_section(obj, "worker")),
+            head_hw_tier=tier_label(spec_section(obj, head_section)),
+            autoscaling_min=int(auto.get("minReplicas", 1)) if auto else None,
+            autoscaling_max=int(auto["maxReplicas"]) if auto and auto.get("maxReplicas") is not None else None,
+        )
 
     def baseline(self, ref: ClusterRef, obj: Dict[str, Any]) -> Record:
-        return baseline_of(str(ref), self.layout, obj)
+        """The recorded size, bounds and tiers, with what a restore puts back: the autoscaling section and
+        each section's resources, node selector and tier."""
+        state, head_section = self.state(ref, obj, []), self.layout.head_section
+        baseline = Baseline(
+            cluster=str(ref), replicas=state.desired_workers, worker_hw_tier=state.worker_hw_tier,
+            head_hw_tier=state.head_hw_tier, autoscaling_min=state.autoscaling_min,
+            autoscaling_max=state.autoscaling_max,
+        )
+        return baseline, {
+            "autoscaling": autoscaling_section(obj),
+            "worker": section_record(spec_section(obj, "worker")),
+            "head": section_record(spec_section(obj, head_section)) if head_section else None,
+        }
 
     def size_spec(
         self, ref: ClusterRef, obj: Dict[str, Any], sizing: Sizing, pods: Pods, record: Optional[Record]
