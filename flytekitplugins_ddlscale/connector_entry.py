@@ -96,14 +96,12 @@ def serving(argv: Optional[Sequence[str]] = None) -> bool:
 def prepare_service() -> None:
     """In the connector service, before it serves: check what it will serve, or exit with one line
     (:func:`~._services.connector_policy.served_at_start`), and have flytekit's server drain at SIGTERM."""
-    try:
-        from ._services.connector_policy import served_at_start
+    from ._services.connector_policy import start_lines
 
-        _, notes = served_at_start()
-    except Exception as error:  # noqa: BLE001 - the one line below is all a failed start says
-        raise SystemExit(f"ddlscale connector: not starting: {error}") from None
-    for note in notes:
-        print(f"ddlscale connector: {note}", file=sys.stderr)
+    ok, lines = start_lines()
+    print(*lines, sep="\n", file=sys.stderr, flush=True)
+    if not ok:
+        raise SystemExit(1)
     _drain_at_sigterm()
     _read_templates_first()
 

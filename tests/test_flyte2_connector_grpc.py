@@ -80,6 +80,20 @@ def connector_server(local_env, tmp_path):
     assert processes_mentioning(f"--port {port}") == []
 
 
+def test_c0_with_a_policy_it_cannot_read_stops_in_one_line(local_env, tmp_path):
+    """flyte's server only warns about a connector that fails to load and serves on without it: ours stops the
+    server at start-up instead, in one line, as `pyflyte serve connector` does (never at the first call)."""
+    port, metrics = free_ports(2)
+    env = dict(os.environ, DDLSCALE_CONNECTOR_BACKENDS="local", DDLSCALE_STATE_DIR=str(local_env),
+               DDLSCALE_CONNECTOR_POLICY=str(tmp_path / "missing.yaml"))
+    c0 = Path(sys.executable).with_name("c0")
+    out = subprocess.run([str(c0), "--port", str(port), "--prometheus_port", str(metrics)], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=SERVER_START)
+    lines = [line for line in out.stderr.splitlines() if line.startswith("ddlscale connector:")]
+    assert out.returncode == 1 and len(lines) == 1, out.stderr[-3000:]
+    assert "not starting" in lines[0] and "DDLSCALE_CONNECTOR_POLICY" in lines[0] and "Traceback" not in out.stderr
+
+
 def template(task_type, config, inputs):
     """A ``task_type`` template whose ``custom`` is ``config`` and whose interface declares ``inputs``."""
     from flyte.types import TypeEngine

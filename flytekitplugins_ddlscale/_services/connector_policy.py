@@ -387,3 +387,13 @@ def served_at_start(env: Optional[Mapping[str, str]] = None) -> Tuple[ConnectorP
             f"${settings.CONNECTOR_BACKENDS.name} does not serve ({', '.join(policy.backends)}): they are refused"
         )
     return policy, tuple(notes)
+
+
+def start_lines() -> Tuple[bool, Tuple[str, ...]]:
+    """What a starting connector server prints: (True, its notes) when it may serve, else (False, the one line
+    saying why not). Never raises."""
+    try:
+        _, notes = served_at_start()
+    except Exception as error:  # noqa: BLE001 - the one line is all a failed start says
+        return False, (f"ddlscale connector: not starting: {error}",)
+    return True, tuple(f"ddlscale connector: {note}" for note in notes)

@@ -12,6 +12,8 @@ own credentials, so every installed backend and any head host are served there. 
 flyte's ``ConnectorRegistry``, one connector per task type (the ``flyte.connectors`` entry point).
 """
 import asyncio
+import os
+import sys
 from typing import Any, Dict, Optional
 
 from flyte.connectors import AsyncConnector, ConnectorRegistry, Resource
@@ -22,7 +24,7 @@ from .._services.connector_core import SERVED_TASK_TYPES, ScalingService
 from .._services.connector_meta import ScalingMetadata
 from .._services.connector_protocol import resource_of, struct_values
 from ..backends import available_backends
-from .._services.connector_policy import ConnectorPolicy, Execution
+from .._services.connector_policy import ConnectorPolicy, Execution, start_lines
 
 class ScalingConnector(AsyncConnector[ScalingMetadata]):
     """Serves one ddlscale task type for Flyte 2 under its environment's policy, or :func:`in_process_policy`
@@ -102,10 +104,22 @@ def in_process_policy() -> ConnectorPolicy:
     return ConnectorPolicy(backends=tuple(sorted(available_backends())), framework_hosts=("*",))
 
 
+def check_served_at_start() -> None:
+    """In flyte's connector server ``c0``: say what it serves, or stop it with one line (a bad policy or
+    setting), since ``c0`` only warns about a connector that fails to load and serves on without it."""
+    if os.path.basename(sys.argv[0]) != "c0":
+        return
+    ok, lines = start_lines()
+    print(*lines, sep="\n", file=sys.stderr, flush=True)
+    if not ok:
+        os._exit(1)  # c0 loads connectors inside its event loop, which does not end on SystemExit
+
+
 def register_connectors() -> None:
     """Register a connector for every served task type in flyte's registry (idempotent)."""
     for task_type in SERVED_TASK_TYPES:
         ConnectorRegistry.register(ScalingConnector(task_type), override=True)
 
 
+check_served_at_start()
 register_connectors()
