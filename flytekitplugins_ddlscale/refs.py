@@ -1,11 +1,5 @@
-"""Which cluster: its kind, name and namespace, and what each kind is.
-
-What a user may write (kinds, names, worker groups, cluster strings) and
-what each kind is, whichever backend serves it (:data:`KINDS`). How a kind
-is laid out on Kubernetes lives with the backends that speak it
-(``backends/_support/crds.py``), so no backend builds pod names or spec
-paths by string concatenation of its own.
-"""
+"""Which cluster: what a user may write (kinds, names, worker groups, cluster strings) and what each kind
+is, whichever backend serves it (:data:`KINDS`). Kubernetes layouts: ``backends/_support/crds.py``."""
 import re
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple, Union
@@ -19,11 +13,7 @@ DEFAULT_NAMESPACE = "domino-compute"
 
 @dataclass(frozen=True)
 class KindInfo:
-    """What a kind of distributed-compute cluster is, whichever backend serves it.
-
-    How each kind is laid out on Kubernetes (its custom resource, pod labels,
-    pod names) is the backends' business: ``backends/_support/crds.py``.
-    """
+    """What a kind of distributed-compute cluster is, whichever backend serves it."""
 
     kind: str
     """Short name: ``ray``, ``spark``, ``dask``, ``mpi``, ``kuberay`` or ``dask-operator``."""
@@ -78,11 +68,8 @@ GROUP_SEPARATOR = "@"
 
 
 def normalize_kind(kind: str, field: str = "kind") -> str:
-    """Return the short kind (``ray``...) for a short or plural kind name.
-
-    Matched without case (``Dask``). Raises :class:`InvalidInputError` naming
-    ``field``, the allowed kinds and the closest one.
-    """
+    """The short kind (``ray``...) of a short or plural kind name, in any case; else an
+    :class:`InvalidInputError` naming ``field``, the allowed kinds and the closest one."""
     if isinstance(kind, str):
         key = kind.strip().lower()
         if key in KINDS:
@@ -97,21 +84,14 @@ def validate_name(name: str, field: str = "name") -> str:
     if not isinstance(name, str) or not name:
         raise InvalidInputError(field, name, "a non-empty DNS-1123 label (lowercase a-z, 0-9, '-')")
     if len(name) > MAX_NAME_LENGTH or not _NAME_RE.fullmatch(name):
-        raise InvalidInputError(
-            field,
-            name,
-            f"a DNS-1123 label: lowercase a-z, 0-9 and '-', starting and ending "
-            f"with a letter or digit, at most {MAX_NAME_LENGTH} characters",
-        )
+        raise InvalidInputError(field, name, f"a DNS-1123 label: lowercase a-z, 0-9 and '-', starting and ending "
+                                f"with a letter or digit, at most {MAX_NAME_LENGTH} characters")
     return name
 
 
 def validate_group(group: Optional[str], kind: str, field: str = "group") -> Optional[str]:
-    """Return ``group`` (a worker group name, or None for the default) if ``kind`` has worker groups.
-
-    Raises :class:`InvalidInputError` naming ``field`` for a malformed name, or
-    for any group on a Domino kind (those have one worker section).
-    """
+    """``group`` (a worker group name, or None for the default) if ``kind`` has worker groups; an
+    :class:`InvalidInputError` naming ``field`` for a malformed name or any group on a Domino kind."""
     if group is None:
         return None
     if not KINDS[kind].worker_groups:
@@ -120,9 +100,8 @@ def validate_group(group: Optional[str], kind: str, field: str = "group") -> Opt
             f"None: {kind} clusters have one worker section; worker groups exist on {', '.join(GROUPED_KINDS)}",
         )
     if not isinstance(group, str) or len(group) > MAX_NAME_LENGTH or not _GROUP_RE.fullmatch(group):
-        raise InvalidInputError(
-            field, group, "a worker group name: letters, digits, '-', '_' and '.', at most 63 characters"
-        )
+        allowed = "a worker group name: letters, digits, '-', '_' and '.', at most 63 characters"
+        raise InvalidInputError(field, group, allowed)
     return group
 
 
@@ -155,14 +134,9 @@ class ClusterRef:
         return self.info.plural
 
     @classmethod
-    def for_run(
-        cls, kind: str, run_id: Optional[str] = None, namespace: Optional[str] = None
-    ) -> "ClusterRef":
-        """The cluster Domino attached to a run: ``<kind>-<run id>``.
-
-        ``run_id`` defaults to ``$DOMINO_RUN_ID``; without either this raises
-        :class:`InvalidInputError` naming ``run_id``.
-        """
+    def for_run(cls, kind: str, run_id: Optional[str] = None, namespace: Optional[str] = None) -> "ClusterRef":
+        """The cluster Domino attached to a run, ``<kind>-<run id>`` (default: ``$DOMINO_RUN_ID``; without
+        either, an :class:`InvalidInputError` naming ``run_id``)."""
         short = normalize_kind(kind)
         if not KINDS[short].domino:
             raise InvalidInputError(
@@ -171,18 +145,13 @@ class ClusterRef:
             )
         run = run_id if run_id is not None else settings.DOMINO_RUN_ID.value()
         if not run:
-            raise InvalidInputError(
-                "run_id", run_id, "a Domino run id (argument or $DOMINO_RUN_ID)"
-            )
+            raise InvalidInputError("run_id", run_id, "a Domino run id (argument or $DOMINO_RUN_ID)")
         return cls(short, f"{short}-{run.strip().lower()}", namespace)
 
     @classmethod
     def parse(cls, text: str, namespace: Optional[str] = None) -> "ClusterRef":
-        """Parse ``<kind>/<name>`` or ``<namespace>/<kind>/<name>``.
-
-        Raises :class:`InvalidInputError` saying what is wrong (no ``/``, an
-        empty part, too many parts) and showing the accepted forms.
-        """
+        """The cluster ``<kind>/<name>`` or ``<namespace>/<kind>/<name>`` names; else an
+        :class:`InvalidInputError` saying what is wrong and showing the accepted forms."""
         in_text, kind, name = _cluster_parts(text, "cluster", bare_kind=False)
         assert name is not None
         name, group = _split_group(name)
@@ -221,11 +190,8 @@ def _no_slash_reason(text: str) -> str:
 
 
 def _cluster_parts(text: object, field: str, bare_kind: bool) -> Tuple[Optional[str], str, Optional[str]]:
-    """Split a cluster string into (namespace, kind, name); name is None for a bare kind.
-
-    Only the shape is checked here; the kind and name themselves are checked
-    by :class:`ClusterRef` (which names ``kind`` or ``name`` in its errors).
-    """
+    """A cluster string's (namespace, kind, name), name None for a bare kind: its shape only
+    (:class:`ClusterRef` checks the kind and name)."""
     forms = CLUSTER_FORMS if bare_kind else _NAMED_FORMS
     if not isinstance(text, str):
         raise InvalidInputError(field, text, forms, reason="not a string")
@@ -263,11 +229,8 @@ def _cluster_parts(text: object, field: str, bare_kind: bool) -> Tuple[Optional[
 
 
 def check_cluster(text: str, field: str = "cluster") -> str:
-    """Check a cluster string's form (a bare kind is not resolved yet); return it stripped.
-
-    For definition time: a bare kind needs ``$DOMINO_RUN_ID`` only when it
-    is resolved with :func:`parse_cluster`. Raises :class:`InvalidInputError`.
-    """
+    """A cluster string, checked and stripped, for definition time: a bare kind needs ``$DOMINO_RUN_ID``
+    only when :func:`parse_cluster` resolves it."""
     namespace, kind, name = _cluster_parts(text, field, bare_kind=True)
     if name is not None:
         base, group = _split_group(name)
@@ -287,21 +250,15 @@ def cluster_text(cluster: ClusterSpec, field: str = "cluster") -> str:
 
 
 def parse_cluster(text: str, field: str = "cluster") -> ClusterRef:
-    """The cluster a cluster string names (see :data:`CLUSTER_FORMS`).
-
-    A bare kind means the Domino run's own cluster ``<kind>-$DOMINO_RUN_ID``;
-    outside a Domino run it raises :class:`InvalidInputError` saying to give
-    kind/name instead.
-    """
+    """The cluster a cluster string names (:data:`CLUSTER_FORMS`); a bare kind is the Domino run's own
+    cluster ``<kind>-$DOMINO_RUN_ID``, and outside a run an :class:`InvalidInputError` asks for kind/name."""
     namespace, kind, name = _cluster_parts(text, field, bare_kind=True)
     if name is not None:
         base, group = _split_group(name)
         return ClusterRef(kind, base, namespace, group)
     if not settings.DOMINO_RUN_ID.is_set():
         raise InvalidInputError(
-            field,
-            text,
-            _NAMED_FORMS,
+            field, text, _NAMED_FORMS,
             reason=f"a bare kind names the Domino run's own cluster ({kind}-$DOMINO_RUN_ID), but "
             f"$DOMINO_RUN_ID is not set; give kind/name (e.g. '{kind}/my-cluster') outside a Domino run",
         )
