@@ -79,7 +79,8 @@ def make_api_client(kubeconfig: Optional[str], context: Optional[str], in_cluste
         if use_in_cluster:
             config.load_incluster_config(client_configuration=configuration)
             path = config.incluster_config.SERVICE_TOKEN_FILENAME
-            configuration.refresh_api_key_hook = BearerFromFile(TokenFile(path, f"the service account's token ({path})"))
+            token = TokenFile(path, f"the service account's token ({path})")
+            configuration.refresh_api_key_hook = BearerFromFile(token)
         else:
             # Read $KUBECONFIG now: the client computes its default path once, at import.
             path = settings.KUBECONFIG.value(kubeconfig or None)
@@ -219,17 +220,19 @@ class KubeApi:
         resourceVersion (what a watch starts from)."""
 
         def call(timeout: float) -> Tuple[List[Dict[str, Any]], str]:
-            options = dict(label_selector=selector, _preload_content=False, _request_timeout=timeout)
-            if resource.is_pods:
-                response = self.core.list_namespaced_pod(namespace, **options)
-            else:
-                response = self.custom.list_namespaced_custom_object(
-                    resource.group, resource.version, namespace, resource.plural, **options
-                )
+            response = self._list(resource, namespace, label_selector=selector, _request_timeout=timeout)
             data = json.loads(response.data)
             return data.get("items") or [], str(data["metadata"]["resourceVersion"])
 
         return self._call(Request("list", resource.plural, namespace), call, deadline, rule)
+
+    def _list(self, resource: Resource, namespace: str, **options: Any) -> Any:
+        """The raw answer of a list (or watch) of ``resource``: pods through the core API, others as custom objects."""
+        if resource.is_pods:
+            return self.core.list_namespaced_pod(namespace, _preload_content=False, **options)
+        return self.custom.list_namespaced_custom_object(
+            resource.group, resource.version, namespace, resource.plural, _preload_content=False, **options
+        )
 
     def patch_object(
         self, resource: Resource, namespace: str, name: str, patch: Dict[str, Any],
@@ -267,18 +270,13 @@ class KubeApi:
 
         options = dict(
             watch=True, resource_version=version, timeout_seconds=max(1, math.ceil(seconds)),
-            allow_watch_bookmarks=True, _preload_content=False,
+            allow_watch_bookmarks=True,
             _request_timeout=(min(self.request_timeout, max(0.05, seconds)), max(0.05, seconds)),
         )
-        if resource.is_pods:
-            opening = lambda: self.core.list_namespaced_pod(namespace, **options)  # noqa: E731
-        else:
-            opening = lambda: self.custom.list_namespaced_custom_object(  # noqa: E731
-                resource.group, resource.version, namespace, resource.plural, **options
-            )
         request = Request("watch", resource.plural, namespace)
         try:
             # One attempt: the informer lists and watches again, riding out an outage there.
+            opening = lambda: self._list(resource, namespace, **options)  # noqa: E731
             response = send(opening, tracker=self.outage, rule=ONCE, what="watch")
         except Exception as exc:  # noqa: BLE001 - translated
             raise request.failed(exc) from None
