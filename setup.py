@@ -39,7 +39,7 @@ setup(
         "httpx>=0.27",
         "kubernetes>=29",
         "dask[distributed]>=2024.1",
-        # Local Dask clusters' own certificate authority and certificates (backends/local/_dask_tls.py).
+        # Local clusters' own certificate authority and certificates (backends/local/_secrets.py).
         "cryptography>=42",
         "pyyaml>=6",
         # Processes of local clusters and of claim holders (backends/local/_procs.py, _core/leases.py); from 7.1
