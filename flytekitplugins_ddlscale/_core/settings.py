@@ -202,6 +202,14 @@ def _define(name: str, kind: str, parse: Parser, allowed: str, meaning: str, **o
     return setting
 
 
+def _domino(name: str, kind: str, parse: Parser, allowed: str, meaning: str, **options: Any) -> Setting:
+    return _define(name, kind, parse, allowed, meaning, group=DOMINO, **options)
+
+
+def _framework(name: str, kind: str, parse: Parser, allowed: str, meaning: str, **options: Any) -> Setting:
+    return _define(name, kind, parse, allowed, meaning, group=FRAMEWORK, **options)
+
+
 _ANY_TEXT = "any text"
 _PORT = "a TCP port number from 1 to 65535"
 _HEAD_URL = "an http:// or https:// URL of the cluster head's dashboard or web UI (e.g. http://host:8787), or None"
@@ -316,37 +324,34 @@ NO_WAIT_LIMIT = _define(
 )
 
 # Domino's.
-CLUSTER_SCALER_BASE_URL = _define(
+CLUSTER_SCALER_BASE_URL = _domino(
     "CLUSTER_SCALER_BASE_URL", "URL", _no_slash, "an http:// or https:// URL",
-    "Domino's cluster scaler service; when set, the default backend is scaler", group=DOMINO,
+    "Domino's cluster scaler service; when set, the default backend is scaler",
     default="http://ddl-cluster-scaler-svc.domino-field.svc.cluster.local",
 )
-DOMINO_RUN_ID = _define(
+DOMINO_RUN_ID = _domino(
     "DOMINO_RUN_ID", "text", _text, _ANY_TEXT,
     "the Domino run: a bare kind names its cluster <kind>-<run id>; when set, the default backend is scaler",
-    group=DOMINO,
 )
-DOMINO_API_HOST = _define(
+DOMINO_API_HOST = _domino(
     "DOMINO_API_HOST", "URL", _text, "an http:// or https:// URL",
-    "Domino's API (hardware tiers) for the scaler backend, before $DOMINO_API_PROXY", group=DOMINO,
+    "Domino's API (hardware tiers) for the scaler backend, before $DOMINO_API_PROXY",
 )
-DOMINO_API_PROXY = _define(
+DOMINO_API_PROXY = _domino(
     "DOMINO_API_PROXY", "URL", _text, "an http:// or https:// URL",
-    "Domino's API proxy: short-lived tokens (first choice of credentials) and hardware tiers", group=DOMINO,
+    "Domino's API proxy: short-lived tokens (first choice of credentials) and hardware tiers",
 )
-DOMINO_TOKEN = _define(
-    "DOMINO_TOKEN", "secret", _text, _ANY_TEXT, "a Domino token, when there is no API proxy", group=DOMINO,
-)
-DOMINO_TOKEN_FILE = _define(
+DOMINO_TOKEN = _domino("DOMINO_TOKEN", "secret", _text, _ANY_TEXT, "a Domino token, when there is no API proxy")
+DOMINO_TOKEN_FILE = _domino(
     "DOMINO_TOKEN_FILE", "path", _text, _FILE,
-    "a file holding a Domino token (a mounted Secret), read again when it changes; after $DOMINO_TOKEN", group=DOMINO,
+    "a file holding a Domino token (a mounted Secret), read again when it changes; after $DOMINO_TOKEN",
 )
-DOMINO_API_KEY = _define(
-    "DOMINO_API_KEY", "secret", _text, _ANY_TEXT, "a Domino API key, when there is no proxy or token", group=DOMINO,
+DOMINO_API_KEY = _domino(
+    "DOMINO_API_KEY", "secret", _text, _ANY_TEXT, "a Domino API key, when there is no proxy or token",
 )
-DOMINO_STARTING_USER_ID = _define(
+DOMINO_STARTING_USER_ID = _domino(
     "DOMINO_STARTING_USER_ID", "text", _text, _ANY_TEXT,
-    "the Kubernetes backend's owner: clusters of other owners are refused unless allow_foreign", group=DOMINO,
+    "the Kubernetes backend's owner: clusters of other owners are refused unless allow_foreign",
 )
 
 # The frameworks' (where a run finds its head; what the plugin sets for a block or a cluster process).
@@ -355,142 +360,130 @@ def _head_service(service: str, head: str, port: str) -> Tuple[Setting, Setting]
     ``<service>_PORT`` (as Kubernetes names a Service's), and the plugin sets for a block."""
     where = f"(Domino sets it; {_SET_BY_US} for a block)"
     return (
-        _define(f"{service}_HOST", "text", _stripped, "a host name or address", f"{head} {where}", group=FRAMEWORK),
-        _define(f"{service}_PORT", "port", _port, _PORT, f"{port} {where}", group=FRAMEWORK),
+        _framework(f"{service}_HOST", "text", _stripped, "a host name or address", f"{head} {where}"),
+        _framework(f"{service}_PORT", "port", _port, _PORT, f"{port} {where}"),
     )
 
 
 DASK_SCHEDULER_SERVICE_HOST, DASK_SCHEDULER_SERVICE_PORT = _head_service(
     "DASK_SCHEDULER_SERVICE", "the Dask scheduler", "the Dask scheduler's port"
 )
-DASK_SCHEDULER_ADDRESS = _define(
+DASK_SCHEDULER_ADDRESS = _framework(
     "DASK_SCHEDULER_ADDRESS", "text", _text, "tls://host:port",
-    f"the scheduler a bare Client() connects to ({_SET_BY_US} for a block on a local Dask cluster)", group=FRAMEWORK,
+    f"the scheduler a bare Client() connects to ({_SET_BY_US} for a block on a local Dask cluster)",
 )
-DASK_DEFAULT_SCHEME = _define(
+DASK_DEFAULT_SCHEME = _framework(
     "DASK_DISTRIBUTED__COMM__DEFAULT_SCHEME", "text", _text, "tls or tcp",
     f"the scheme of a Dask address written host:port ({_SET_BY_US} to tls for a block on a local Dask cluster)",
-    group=FRAMEWORK,
 )
-DASK_REQUIRE_ENCRYPTION = _define(
+DASK_REQUIRE_ENCRYPTION = _framework(
     "DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION", "text", _text, "True or False",
     f"whether Dask refuses unencrypted connections ({_SET_BY_US} to True for a block on a local Dask cluster)",
-    group=FRAMEWORK,
 )
-DASK_TLS_CA_FILE = _define(
+DASK_TLS_CA_FILE = _framework(
     "DASK_DISTRIBUTED__COMM__TLS__CA_FILE", "path", _text, _FILE,
-    f"the authority a Dask client trusts ({_SET_BY_US}: a local Dask cluster's own)", group=FRAMEWORK,
+    f"the authority a Dask client trusts ({_SET_BY_US}: a local Dask cluster's own)",
 )
-DASK_TLS_CLIENT_CERT = _define(
+DASK_TLS_CLIENT_CERT = _framework(
     "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT", "path", _text, _FILE,
-    f"the certificate a Dask client presents ({_SET_BY_US}: a local Dask cluster's)", group=FRAMEWORK,
+    f"the certificate a Dask client presents ({_SET_BY_US}: a local Dask cluster's)",
 )
-DASK_TLS_CLIENT_KEY = _define(
+DASK_TLS_CLIENT_KEY = _framework(
     "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY", "path", _text, _FILE,
     f"the file of that certificate's private key ({_SET_BY_US}: in a local Dask cluster's private folder)",
-    group=FRAMEWORK,
 )
-DASK_SCHEDULER_HTTP_ROUTES = _define(
+DASK_SCHEDULER_HTTP_ROUTES = _framework(
     "DASK_DISTRIBUTED__SCHEDULER__HTTP__ROUTES", "text", _text, "a Python list of module names",
     f"what a Dask scheduler's HTTP server serves ({_SET_BY_US} for local schedulers: health, counts, metrics)",
-    group=FRAMEWORK,
 )
-DASK_TEMPORARY_DIRECTORY = _define(
+DASK_TEMPORARY_DIRECTORY = _framework(
     "DASK_TEMPORARY_DIRECTORY", "text", _text, "a folder",
     f"where a Dask process keeps its scratch space ({_SET_BY_US} for local schedulers: the cluster's private "
     "folder, not a shared one under /tmp)",
-    group=FRAMEWORK,
 )
 RAY_HEAD_SERVICE_HOST, RAY_HEAD_SERVICE_PORT = _head_service("RAY_HEAD_SERVICE", "the Ray head", "the Ray client port")
-RAY_ADDRESS = _define(
+RAY_ADDRESS = _framework(
     "RAY_ADDRESS", "text", _text, "ray://host:port",
-    f"Ray Client's address ({_SET_BY_US} for a block on a KubeRay cluster)", group=FRAMEWORK,
+    f"Ray Client's address ({_SET_BY_US} for a block on a KubeRay cluster)",
 )
-RAY_AUTH_MODE = _define(
+RAY_AUTH_MODE = _framework(
     "RAY_AUTH_MODE", "text", _stripped, "token, or anything else for none",
-    "Ray's token authentication: the framework check sends the token when it is token", group=FRAMEWORK,
+    "Ray's token authentication: the framework check sends the token when it is token",
 )
-RAY_AUTH_TOKEN = _define(
-    "RAY_AUTH_TOKEN", "secret", _stripped, _ANY_TEXT, "Ray's token, before $RAY_AUTH_TOKEN_PATH", group=FRAMEWORK,
+RAY_AUTH_TOKEN = _framework(
+    "RAY_AUTH_TOKEN", "secret", _stripped, _ANY_TEXT, "Ray's token, before $RAY_AUTH_TOKEN_PATH",
 )
-RAY_AUTH_TOKEN_PATH = _define(
+RAY_AUTH_TOKEN_PATH = _framework(
     "RAY_AUTH_TOKEN_PATH", "path", _stripped, _FILE,
-    f"the file holding Ray's token ({_SET_BY_US} for local Ray clusters)", group=FRAMEWORK,
-    shown_default="~/.ray/auth_token",
+    f"the file holding Ray's token ({_SET_BY_US} for local Ray clusters)", shown_default="~/.ray/auth_token",
 )
-RAY_USE_TLS = _define(
+RAY_USE_TLS = _framework(
     "RAY_USE_TLS", "text", _text, "1 or 0",
     f"Ray's mutual TLS on its gRPC channels ({_SET_BY_US} to 1 for local Ray nodes and a block on a local Ray cluster)",
-    group=FRAMEWORK,
 )
-RAY_TLS_CA_CERT = _define(
+RAY_TLS_CA_CERT = _framework(
     "RAY_TLS_CA_CERT", "path", _text, _FILE,
-    f"the authority Ray's TLS trusts ({_SET_BY_US}: a local Ray cluster's own)", group=FRAMEWORK,
+    f"the authority Ray's TLS trusts ({_SET_BY_US}: a local Ray cluster's own)",
 )
-RAY_TLS_SERVER_CERT = _define(
+RAY_TLS_SERVER_CERT = _framework(
     "RAY_TLS_SERVER_CERT", "path", _text, _FILE,
-    f"the certificate a Ray process or client presents ({_SET_BY_US}: a local Ray cluster's)", group=FRAMEWORK,
+    f"the certificate a Ray process or client presents ({_SET_BY_US}: a local Ray cluster's)",
 )
-RAY_TLS_SERVER_KEY = _define(
+RAY_TLS_SERVER_KEY = _framework(
     "RAY_TLS_SERVER_KEY", "path", _text, _FILE,
     f"the file of that certificate's private key ({_SET_BY_US}: in a local Ray cluster's private folder)",
-    group=FRAMEWORK,
 )
-RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER = _define(
+RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER = _framework(
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "text", _text, "0",
-    f"{_SET_BY_US} to 0 in local Ray node processes: Ray's address look-ups answer loopback", group=FRAMEWORK,
+    f"{_SET_BY_US} to 0 in local Ray node processes: Ray's address look-ups answer loopback",
 )
-SPARK_MASTER = _define(
+SPARK_MASTER = _framework(
     "SPARK_MASTER", "text", _text, "a Spark master URL (spark://host:7077)",
-    "the Spark master, before spark.master in spark-defaults.conf", group=FRAMEWORK,
+    "the Spark master, before spark.master in spark-defaults.conf",
 )
-SPARK_CONF_DIR = _define(
+SPARK_CONF_DIR = _framework(
     "SPARK_CONF_DIR", "path", _text, "a folder path",
-    f"where spark-defaults.conf is, instead of $SPARK_HOME/conf ({_SET_BY_US} for a block)", group=FRAMEWORK,
+    f"where spark-defaults.conf is, instead of $SPARK_HOME/conf ({_SET_BY_US} for a block)",
 )
-SPARK_HOME = _define(
-    "SPARK_HOME", "path", _text, "a folder path",
-    f"Spark's installation ({_SET_BY_US} in local Spark processes)", group=FRAMEWORK,
+SPARK_HOME = _framework(
+    "SPARK_HOME", "path", _text, "a folder path", f"Spark's installation ({_SET_BY_US} in local Spark processes)",
 )
-SPARK_MASTER_WEBUI_PORT = _define(
-    "SPARK_MASTER_WEBUI_PORT", "port", _port, _PORT,
-    "the Spark master web UI's port, after $DDLSCALE_SPARK_WEBUI_PORT", group=FRAMEWORK, default=8080,
+SPARK_MASTER_WEBUI_PORT = _framework(
+    "SPARK_MASTER_WEBUI_PORT", "port", _port, _PORT, "the Spark master web UI's port, after $DDLSCALE_SPARK_WEBUI_PORT",
+    default=8080,
 )
-SPARK_LOCAL_IP = _define(
+SPARK_LOCAL_IP = _framework(
     "SPARK_LOCAL_IP", "text", _text, "a host address",
-    f"{_SET_BY_US} to the loopback host for local Spark processes and blocks", group=FRAMEWORK,
+    f"{_SET_BY_US} to the loopback host for local Spark processes and blocks",
 )
-SPARK_LOCAL_DIRS = _define(
+SPARK_LOCAL_DIRS = _framework(
     "SPARK_LOCAL_DIRS", "path", _text, "folder paths",
     f"Spark's scratch space, /tmp by default ({_SET_BY_US} to the cluster's private folder for local Spark processes)",
-    group=FRAMEWORK,
 )
-SPARK_LAUNCHER_OPTS = _define(
+SPARK_LAUNCHER_OPTS = _framework(
     "SPARK_LAUNCHER_OPTS", "text", _text, "JVM options",
-    "JVM options of Spark's launcher; local Spark processes get the plugin's options ahead of them",
-    group=FRAMEWORK, default="", shown_default="empty",
+    "JVM options of Spark's launcher; local Spark processes get the plugin's options ahead of them", default="",
+    shown_default="empty",
 )
-SPARK_DAEMON_JAVA_OPTS = _define(
+SPARK_DAEMON_JAVA_OPTS = _framework(
     "SPARK_DAEMON_JAVA_OPTS", "text", _text, "JVM options",
-    "JVM options of Spark's daemons; local Spark processes get the plugin's options ahead of them",
-    group=FRAMEWORK, default="", shown_default="empty",
+    "JVM options of Spark's daemons; local Spark processes get the plugin's options ahead of them", default="",
+    shown_default="empty",
 )
-PYSPARK_PYTHON = _define(
+PYSPARK_PYTHON = _framework(
     "PYSPARK_PYTHON", "path", _text, "a Python executable",
-    f"the Python of Spark executors ({_SET_BY_US} for a block on a local Spark cluster)", group=FRAMEWORK,
+    f"the Python of Spark executors ({_SET_BY_US} for a block on a local Spark cluster)",
 )
-JAVA_HOME = _define(
+JAVA_HOME = _framework(
     "JAVA_HOME", "path", _stripped, "a folder path", "the Java local Spark clusters run on, else java on PATH",
-    group=FRAMEWORK,
 )
-KUBECONFIG = _define(
+KUBECONFIG = _framework(
     "KUBECONFIG", "path", _text, _FILE, "the Kubernetes backend's kubeconfig when none is given",
-    group=FRAMEWORK, shown_default="~/.kube/config",
+    shown_default="~/.kube/config",
 )
-KUBERNETES_SERVICE_HOST = _define(
+KUBERNETES_SERVICE_HOST = _framework(
     "KUBERNETES_SERVICE_HOST", "text", _text, _ANY_TEXT,
     "set in a pod: the Kubernetes backend uses the in-cluster service account unless given a kubeconfig",
-    group=FRAMEWORK,
 )
 
 SETTINGS: Tuple[Setting, ...] = tuple(_ALL)
