@@ -186,11 +186,7 @@ class ClusterBackend(Closing, abc.ABC):
         return None
 
     def wait_for_workers(
-        self,
-        ref: ClusterRef,
-        replicas: int,
-        *,
-        timeout: float = DEFAULT_SCALE_TIMEOUT,
+        self, ref: ClusterRef, replicas: int, *, timeout: float = DEFAULT_SCALE_TIMEOUT,
         progress: Optional[ProgressReporter] = None,
     ) -> ClusterState:
         """Return once ``replicas`` workers are up (at least that many while the cluster wants more);
@@ -209,15 +205,8 @@ class ClusterBackend(Closing, abc.ABC):
         return self._wait_workers(ref, WorkersWait(replicas, deadline.remaining, progress, last=state))
 
     def scale(
-        self,
-        ref: ClusterRef,
-        replicas: int,
-        worker_hw_tier: Optional[str] = None,
-        *,
-        wait: bool = True,
-        timeout: float = DEFAULT_SCALE_TIMEOUT,
-        strict: bool = False,
-        progress: Optional[ProgressReporter] = None,
+        self, ref: ClusterRef, replicas: int, worker_hw_tier: Optional[str] = None, *, wait: bool = True,
+        timeout: float = DEFAULT_SCALE_TIMEOUT, strict: bool = False, progress: Optional[ProgressReporter] = None,
     ) -> ScaleResult:
         """Set the worker count (and tier), recording the baseline first if none is; with ``wait``,
         return once they are up. ``strict`` refuses a request above the maximum instead of capping it.
@@ -228,13 +217,8 @@ class ClusterBackend(Closing, abc.ABC):
         return self._finish(ref, change, wait, deadline, progress)
 
     def restart_head(
-        self,
-        ref: ClusterRef,
-        head_hw_tier: Optional[str] = None,
-        *,
-        wait: bool = True,
-        timeout: float = DEFAULT_RESTART_TIMEOUT,
-        progress: Optional[ProgressReporter] = None,
+        self, ref: ClusterRef, head_hw_tier: Optional[str] = None, *, wait: bool = True,
+        timeout: float = DEFAULT_RESTART_TIMEOUT, progress: Optional[ProgressReporter] = None,
     ) -> RestartResult:
         """Replace the head pod (on a new tier if given); with ``wait``, until it is Ready."""
         tier = validate_tier_name(head_hw_tier, field="head_hw_tier")
@@ -245,13 +229,9 @@ class ClusterBackend(Closing, abc.ABC):
     def head_restarted(
         self, ref: ClusterRef, restart: RestartResult, reads: Optional[SharedReads] = None
     ) -> Tuple[bool, ClusterState]:
-        """One look (no wait, nothing sent) at the restart ``restart_head(wait=False)`` returned:
-        whether the new head is Ready, and the cluster now (read as :meth:`get_state` reads).
-
-        Lets a caller that cannot block (the Flyte connector) send a restart once
-        and check on it later. :class:`UnsupportedOperationError` unless
-        ``capabilities.observes_restarts``.
-        """
+        """One look (no wait, nothing sent) at a restart ``restart_head(wait=False)`` returned, for a caller
+        that cannot block (the connector): whether the new head is Ready, and the cluster now (as
+        :meth:`get_state` reads it). :class:`UnsupportedOperationError` unless ``capabilities.observes_restarts``."""
         self._served(ref)
         if not self.capabilities.observes_restarts:
             raise UnsupportedOperationError(
@@ -261,17 +241,14 @@ class ClusterBackend(Closing, abc.ABC):
         return self._head_restarted(ref, restart, reads)
 
     def version_seen(self, ref: ClusterRef) -> str:
-        """The version of ``ref``'s cluster object as this process last wrote or read it from the server,
-        or '' where the backend keeps no versions (then :meth:`expect_version` is never needed). Another
-        process given it (a connector replica polling a node this one created) passes it to
-        :meth:`expect_version`."""
+        """The version of ``ref``'s object this process last wrote or read ('' where the backend keeps
+        none), for another process (a connector replica) to pass to :meth:`expect_version`."""
         self._served(ref)
         return ""
 
     def expect_version(self, ref: ClusterRef, version: str) -> None:
-        """From now on answer reads of ``ref`` from a cache only once it holds ``version``
-        (:meth:`version_seen` of another process) or later; until then they go to the server.
-        Nothing to do where the backend keeps no cache that another process's write could leave behind."""
+        """Answer reads of ``ref`` from a cache only once it holds ``version`` (another process's
+        :meth:`version_seen`) or later; until then they go to the server. Nothing by default."""
         self._served(ref)
 
     def in_place_error(
@@ -293,20 +270,12 @@ class ClusterBackend(Closing, abc.ABC):
         return self._get_baseline(self._served(ref))
 
     def restore_baseline(
-        self,
-        ref: ClusterRef,
-        target: Optional[ReplicaSpec] = None,
-        *,
-        wait: bool = True,
-        timeout: float = DEFAULT_SCALE_TIMEOUT,
-        progress: Optional[ProgressReporter] = None,
+        self, ref: ClusterRef, target: Optional[ReplicaSpec] = None, *, wait: bool = True,
+        timeout: float = DEFAULT_SCALE_TIMEOUT, progress: Optional[ProgressReporter] = None,
     ) -> ScaleResult:
         """Put the cluster back to the recorded baseline (or ``target``), then forget the baseline and
         every claim (claims of killed processes would otherwise inflate the next phase)."""
-        timeout = validate_timeout(timeout)
-        self._served(ref)
-        self._check_target(ref, target)
-        deadline = _operation_deadline(timeout, wait)
+        deadline = self._check_restore_request(ref, target, timeout, wait)
         with self._changing(ref, deadline):
             change = self._restore_change(ref, target, deadline)
         return self._finish(ref, change, wait, deadline, progress)
@@ -337,13 +306,8 @@ class ClusterBackend(Closing, abc.ABC):
         return self._renew(self._served(ref), claim_id)
 
     def reconcile(
-        self,
-        ref: ClusterRef,
-        target: Optional[ReplicaSpec] = None,
-        *,
-        wait: bool = True,
-        timeout: float = DEFAULT_SCALE_TIMEOUT,
-        progress: Optional[ProgressReporter] = None,
+        self, ref: ClusterRef, target: Optional[ReplicaSpec] = None, *, wait: bool = True,
+        timeout: float = DEFAULT_SCALE_TIMEOUT, progress: Optional[ProgressReporter] = None,
         needed: Optional[int] = None,
     ) -> Optional[ScaleResult]:
         """Hold the largest live claim (or the size outside phases when larger on its tier); with no
@@ -354,12 +318,9 @@ class ClusterBackend(Closing, abc.ABC):
         :meth:`claim`/:meth:`release`, so a phase ending never shrinks one that has just claimed; the
         wait holds no lock and ends once ``needed`` workers (default: all) are up.
         """
-        timeout = validate_timeout(timeout)
         if needed is not None:
             needed = validate_replicas(needed, "needed")
-        self._served(ref)
-        self._check_target(ref, target)
-        deadline = _operation_deadline(timeout, wait)
+        deadline = self._check_restore_request(ref, target, timeout, wait)
         with self._changing(ref, deadline):
             change = self._reconcile_change(ref, target, deadline)
         if isinstance(change, Change):
@@ -415,10 +376,15 @@ class ClusterBackend(Closing, abc.ABC):
         tier = self._check_tier(ref, tier, "worker_hw_tier")
         return count, tier, _operation_deadline(seconds, wait)
 
-    def _check_target(self, ref: ClusterRef, target: Optional[ReplicaSpec]) -> None:
-        """Refuse a bad restore ``target`` before anything changes."""
+    def _check_restore_request(
+        self, ref: ClusterRef, target: Optional[ReplicaSpec], timeout: object, wait: bool
+    ) -> Deadline:
+        """The deadline of a restore or reconcile of ``ref``, after refusing a bad ``target`` or ``timeout``."""
+        seconds = validate_timeout(timeout)
+        self._served(ref)
+        deadline = _operation_deadline(seconds, wait)
         if target is None:
-            return
+            return deadline
         if not isinstance(target, ReplicaSpec):
             raise InvalidInputError("target", target, "a ReplicaSpec or None")
         validate_replicas(target.replicas, field="target.replicas")
@@ -426,6 +392,7 @@ class ClusterBackend(Closing, abc.ABC):
                          "target.worker_hw_tier")
         self._check_head_tier(ref, validate_tier_name(target.head_hw_tier, field="target.head_hw_tier"),
                               "target.head_hw_tier")
+        return deadline
 
     def _finish(
         self, ref: ClusterRef, change: Union[Change, ScaleResult], wait: bool, deadline: Deadline,
