@@ -1,19 +1,8 @@
 """What every connector for the scaling nodes does, whichever Flyte serves it: check, send, poll.
 
-flytekit's connector (:mod:`.connector`) and Flyte 2's (:mod:`.flyte2.connector`) hand
-:class:`ScalingService` a node's task type, configuration (the template's ``custom``) and input values
-at ``create`` and get back the resource metadata (:mod:`.connector_meta`); they hand that back at every
-poll and get a :class:`Poll`. ``create`` checks the node and sends its change without waiting, as its
-kind says (:class:`~.nodes.kinds.NodeKind`); ``poll`` reads the cluster once and decides, and
-``cached_answer`` answers from memory alone where it can (for an event loop). What a poll waits for
-stays in the metadata, so a restarted connector goes on where it was.
-
-FlytePropeller retries a failed create, so a create refused for good answers a refused metadata whose
-first poll is FAILED (:func:`~.connector_calls.refused_create`), and a repeatable change meeting the
-backend unavailable (:data:`UNAVAILABLE_HERE`) is carried in the metadata (``pending``) for the polls
-to send; a head restart is sent by its create only. Polls share reads (:data:`SHARED_READS`) through
-backends kept open (:data:`POLL_BACKENDS`). What a template may ask for is the deployment's choice
-(:class:`~.connector_policy.ConnectorPolicy`); a failed framework read says only :data:`NOT_READY`.
+Both connectors hand :class:`ScalingService` a node's task type, ``custom`` and inputs at ``create`` and
+get the resource metadata (:mod:`.connector_meta`), which every poll hands back: what a poll waits for
+stays there, so a restarted connector goes on where it was (docs/connector.md).
 """
 import json
 import logging
@@ -41,7 +30,7 @@ from .nodes import NODE_KINDS
 from .nodes.names import TASK_TYPES
 from .opening import BackendPool
 from ..backends._base import ClusterBackend, SharedReads
-from ..refs import DEFAULT_NAMESPACE, ClusterRef
+from ..refs import ClusterRef
 from .._core import settings
 from .._core.redaction import install_redaction
 from .._core.validation import MAX_NODE_TIMEOUT
@@ -50,25 +39,21 @@ logger = logging.getLogger("flytekitplugins_ddlscale.connector")
 
 SERVED_TASK_TYPES = TASK_TYPES
 POLL_BACKENDS = BackendPool()
-"""The backends every poll reads and every create sends through, kept open: executions share one API
-client, its connections and one outage tracker (:class:`~.nodes.kinds.Creation`)."""
+"""The backends every create and poll goes through, kept open: one API client and outage tracker for all."""
 SHARED_READS = SharedReads(linger=60.0, max_age=1.0)
-"""How polls share reads: a namespace's shared watch outlives the last poll that read it by ``linger``
-seconds (executions in one namespace poll within a resync interval of each other), and a scaler-service
-read at most ``max_age`` seconds old answers another execution's poll. Each poll adds its own budget
-(``$DDLSCALE_CONNECTOR_CALL_BUDGET``) and ``not_before`` (its create)."""
+"""How polls share reads: a namespace's watch outlives its last poll by ``linger`` s, a scaler read at
+most ``max_age`` s old answers another poll. Each poll adds its budget and ``not_before`` (its create)."""
 NOT_READY = "framework endpoint not ready or unreachable"
-"""All a caller learns of a failed framework read: refused, 404 and timeout look alike from outside
-(details go to the connector's debug log), so a template cannot map what listens where."""
+"""All a caller learns of a failed framework read (details go to the debug log): a template cannot map
+what listens where."""
 RUNNING, SUCCEEDED, FAILED = "RUNNING", "SUCCEEDED", "FAILED"
 """A poll's answers (named like Flyte's task execution phases, which each connector maps them to)."""
 UNAVAILABLE_HERE = (TransientError, NeverReachedError)
-"""The backend unavailable for now (or not reached since the connector started: more likely restarting
-than misaddressed): a repeatable change is left to the polls, a poll reads again until the deadline."""
+"""The backend unavailable for now: a repeatable change is left to the polls, a poll reads again until
+the deadline."""
 
 SENT_KEPT = 10_000
-"""Deferred changes whose send this process remembers (the oldest is forgotten first): a poll of one of
-them reads instead of sending again."""
+"""Deferred changes whose send this process remembers (oldest forgotten first), so they are not sent twice."""
 
 C = TypeVar("C")
 
@@ -99,9 +84,8 @@ def node_config(config_type: Type[C], custom: Any) -> C:
 
 
 def head_env(backend: Any, ref: ClusterRef, environ: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
-    """Where a node would find ``ref``'s head: the connector's own ``DDLSCALE_*`` settings (URL
-    overrides, dashboard ports), then the variables the backend reports for the cluster (what Domino
-    injects into a run). The connector's other variables are not the cluster's and are left out."""
+    """Where a node would find ``ref``'s head: the connector's own ``DDLSCALE_*`` settings, then the
+    variables the backend reports for the cluster (the connector's other variables are left out)."""
     env = settings.ddlscale_variables(environ)
     try:
         env.update(backend.connection_env(ref))
@@ -115,19 +99,13 @@ DASHBOARDS = {"dask": ("Dask dashboard", "/status"), "ray": ("Ray dashboard", ""
 
 
 def head_links(backend: Any, ref: ClusterRef, framework_url: str) -> Tuple[Tuple[str, str], ...]:
-    """The framework's dashboard of ``ref`` as a (name, URL) link a browser reaches: the connector's
-    ``$DDLSCALE_CONNECTOR_DASHBOARD_URL`` filled in with the cluster and, where the template names them, its
-    head as the node's ``framework_url``, the connector's settings or the backend say; none where that
-    setting is unset (the head's own address is one only the cluster's network reaches) or names a head
-    that is not known."""
+    """The framework's dashboard of ``ref`` as a (name, URL) link: ``$DDLSCALE_CONNECTOR_DASHBOARD_URL``
+    filled in with the cluster and its head; none where that setting is unset or names an unknown head."""
     template = settings.CONNECTOR_DASHBOARD_URL.value()
     framework = framework_of(ref.kind)
     if template is None or framework not in DASHBOARDS:
         return ()
-    fields: Dict[str, Any] = {
-        "kind": ref.kind, "name": ref.name,
-        "namespace": ref.namespace or getattr(backend, "namespace", None) or DEFAULT_NAMESPACE,
-    }
+    fields: Dict[str, Any] = {"kind": ref.kind, "name": ref.name, "namespace": namespace_of(ref, backend)}
     try:
         endpoint = resolve_endpoint(ref.kind, framework_url or None, head_env(backend, ref))
     except (ScalingError, ValueError) as error:
@@ -171,14 +149,8 @@ def _removed(meta: ScalingMetadata, target: int) -> bool:
 
 
 class ScalingService:
-    """Create and poll for the four scaling nodes, under the policy fixed when it is built.
-
-    A refused or malformed template makes :meth:`create` raise its one-line
-    error naming the field (which the surfaces answer with a refused metadata,
-    :func:`~.connector_calls.refused_create`), a malformed metadata makes
-    :meth:`poll` FAILED with one; nothing is sent for either. The surfaces answer polls through
-    :class:`~.connector_calls.PollDesk` (the call budget, no traceback).
-    """
+    """Create and poll for the four scaling nodes, under the policy fixed when it is built: a refused
+    template raises its one-line error, a malformed metadata polls FAILED; nothing is sent for either."""
 
     def __init__(self, policy: Optional[ConnectorPolicy] = None) -> None:
         install_redaction()
@@ -193,26 +165,11 @@ class ScalingService:
     ) -> ScalingMetadata:
         """Check the node, send its change (without waiting) and return what :meth:`poll` needs.
 
-        ``custom`` is the template's configuration (a dictionary; anything else is refused naming
-        ``custom``), ``values`` its input values (Python values). A refused
-        node (bad input, a backend, namespace, cluster or head not served, an
-        unknown tier...) raises its typed error, whose message is one line,
-        before anything is sent (the surfaces answer it with a refused metadata
-        whose first poll is FAILED: :func:`~.connector_calls.refused_create`). A backend that is
-        unavailable (:data:`UNAVAILABLE_HERE`: unreachable, or not accepting a
-        scale, wait or restore within :data:`~.nodes.kinds.CREATE_TIMEOUT`)
-        does not fail it: the metadata carries the change (``pending``) and the
-        polls send it. A head restart meeting an outage before it was sent
-        raises it, and the surfaces let it fail the create, as FlytePropeller's
-        retries would run it again. A head
-        restart that may have gone out unconfirmed
-        (:class:`UnconfirmedChangeError`) is not raised: FlytePropeller retries
-        a failed create, which would send it again, so it comes back as a
-        metadata whose first poll is FAILED (a failure no retry repeats).
-
-        ``execution`` (who the node runs for; None: not known) is checked
-        against the policy's per-project rules before anything is sent, and
-        every create ends in one audit line and count (:mod:`.connector_audit`).
+        A refused node raises its one-line error before anything is sent. A backend unavailable
+        (:data:`UNAVAILABLE_HERE`) leaves a repeatable change to the polls (``pending``); a head restart
+        that may have gone out unconfirmed comes back as a metadata whose first poll is FAILED, as a
+        FlytePropeller retry would send it again. ``execution`` is checked against the per-project rules;
+        every create ends in one audit line (:mod:`.connector_audit`).
         """
         execution = execution if execution is not None else Execution()
         entry = AuditEntry.begin(execution, task_type, custom, values)

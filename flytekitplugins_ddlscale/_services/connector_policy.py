@@ -1,29 +1,9 @@
 """What a connector serves: the backends, namespaces, clusters and framework heads its operator allows.
 
-A task template is written by whoever registers a workflow; the connector
-runs with the deployment's credentials. So the template may choose only
-among what the connector's own environment allows, read once when the
-connector starts:
-
-* ``$DDLSCALE_CONNECTOR_BACKENDS``: backends served, comma-separated
-  (default ``scaler,kubernetes``). ``local`` (real clusters as children of
-  the connector process) is served only when listed.
-* ``$DDLSCALE_CONNECTOR_NAMESPACES``: namespaces served (default: any).
-  A cluster without a namespace is in the backend's default namespace
-  (the Kubernetes backend's, else ``domino-compute``).
-* ``$DDLSCALE_CONNECTOR_CLUSTERS``: ``<kind>/<name>`` patterns served,
-  shell-style (``dask/team-a-*``; default: any).
-* ``$DDLSCALE_CONNECTOR_FRAMEWORK_HOSTS``: hosts a template's
-  ``framework_url`` may name, shell-style patterns
-  (``*.domino-compute.svc.cluster.local``), besides the head host the
-  backend itself reports for the cluster (default: only that one).
-
-A template asking for anything else is refused with a :class:`NotServedError`
-naming the field, the value and what is served, before anything is sent.
-``$DDLSCALE_CONNECTOR_POLICY`` names a YAML file of per-project rules
-(:class:`ProjectRules`, docs/connector.md): the first rule whose ``match``
-covers the execution (:class:`Execution`, from what FlytePropeller sends)
-narrows what its nodes may use; an execution no rule covers is refused.
+A template (written by whoever registers a workflow) may choose only among what the connector's
+environment allows (``$DDLSCALE_CONNECTOR_*``, docs/flyte.md) and the per-project rules of
+``$DDLSCALE_CONNECTOR_POLICY`` (docs/connector.md); anything else is refused with a
+:class:`NotServedError` naming the field before anything is sent.
 """
 import fnmatch
 import functools
@@ -61,11 +41,7 @@ def chosen_backend(name: Optional[str]) -> str:
 
 
 def reported_head_hosts(backend: ClusterBackend, ref: ClusterRef) -> Tuple[str, ...]:
-    """Hosts the backend says ``ref``'s head is on (its ``connection_env``); empty when it cannot say.
-
-    Domino injects the head's address into a run itself, so the scaler backend
-    reports none; the Kubernetes backend reports the operators' head services.
-    """
+    """Hosts the backend says ``ref``'s head is on (its ``connection_env``); empty when it cannot say."""
     try:
         env = backend.connection_env(ref)
     except ScalingError:
@@ -357,12 +333,9 @@ def _rule(where: str, value: Any) -> Rule:
 
 
 def served_at_start(env: Optional[Mapping[str, str]] = None) -> Tuple[ConnectorPolicy, Tuple[str, ...]]:
-    """What a starting connector will serve, checked before it serves anything: the policy
-    (:meth:`ConnectorPolicy.from_env`), the call budget and the dashboard links parsed, and each served
-    backend's class imported, so a connector none of whose calls could be served never reports healthy. Raises
-    :class:`InvalidInputError` naming the first variable that does not parse or the backend that does
-    not load. Also returns notes on what it will refuse though it starts: the nodes that name no
-    backend, where the connector's own (``$DDLSCALE_BACKEND``) is not served."""
+    """The policy a starting connector will serve, with its settings parsed and each served backend's class
+    imported (else :class:`InvalidInputError` naming the variable or backend), and notes on what it will
+    refuse though it starts."""
     policy = ConnectorPolicy.from_env(env)
     settings.CONNECTOR_CALL_BUDGET.value(env=env)
     settings.CONNECTOR_DASHBOARD_URL.value(env=env)
