@@ -1,14 +1,6 @@
-"""The one background thread of a phase: renews its claim, samples the cluster, holds its size, and
-finds and answers faults.
-
-From :meth:`PhaseMonitor.start` it renews the claim's lease every third of the lease, looking at a
-:class:`~..leases.HolderClock` every second so a stopped or suspended process renews as soon as it runs
-again. From :meth:`PhaseMonitor.watch` (the body runs) it also samples the cluster for the Deck,
-re-asserts the claim where the backend cannot hold the size, and treats a silent head, fewer workers up
-than the body needs, or the claim gone as a fault (:class:`Fault`): repaired where the backend repairs
-its own processes, re-asserted when the size was pulled below the claim, claimed again when the claim
-lapsed, else reported; with an ``on_fault`` callback the phase is failed instead. One lock covers every
-call that changes records, so after :meth:`PhaseMonitor.stop` none runs.
+"""The one background thread of a phase: renews its claim (from :meth:`PhaseMonitor.start`), and while
+the body runs (:meth:`PhaseMonitor.watch`) samples the cluster, holds its size and answers faults
+(:class:`Fault`; docs/reliability.md). After :meth:`PhaseMonitor.stop` no call that changes records runs.
 """
 import logging
 import threading

@@ -1,13 +1,7 @@
-"""One run of a distributed phase: claim and reconcile on enter; release and reconcile on exit.
+"""One run of a distributed phase: claim, reconcile and wait on enter; release and reconcile on exit.
 
-On enter: claim at least ``replicas`` workers (recording the baseline and the size outside phases where
-none is), start the monitor (:mod:`.monitor`), refuse a held tier that differs, reconcile to the largest
-live claim and wait, change the head tier if asked, export the connection variables and wait for
-framework readiness. A failure or signal on the way runs the cleanup the end of the block runs, once:
-stop the monitor, release the claim, reconcile (the largest remaining claim, else the size outside
-phases or the given ReplicaSpec); a failure of the cleanup is attached to the block's error. SIGTERM and
-SIGINT raise in the block in the main thread; elsewhere the phase attaches to :data:`.signals.RELAY`.
-With ``fail_on_fault`` a fault stops the block and the phase raises :class:`ClusterFaultError`.
+A failure or signal on the way runs the exit's cleanup once; a failed cleanup is attached to the block's
+error (the phase's story: docs/guide.md and docs/reliability.md).
 """
 import contextlib
 import logging
@@ -144,14 +138,8 @@ class ClusterPhase:
             self._relayed = False
 
     def interrupt(self, signum: int) -> None:
-        """Give the cluster back now because of ``signum``: the relay calls this in the main thread.
-
-        During the start, the starting thread is interrupted and its cleanup
-        awaited; during the block, the cleanup runs here (the block's thread
-        may be blocked in C code and unable to see an exception for long);
-        during a cleanup under way, the signal is recorded and the cleanup
-        awaited. Waits are bounded by the phase's timeout and a margin.
-        """
+        """Give the cluster back now because of ``signum`` (the relay calls this in the main thread): here
+        during the block, else once the start or cleanup under way ends, within the timeout and a margin."""
         # The block, when it ends, raises PhaseInterrupted for this signal (as in the main thread).
         self._signals.guard.pending = signum
         starter = self._starter
@@ -280,10 +268,8 @@ class ClusterPhase:
             signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)
 
     def _check_held_tier(self, backend: ClusterBackend, held: Claim) -> None:
-        # The largest claim decides the workers' tier: a body must neither run
-        # on a tier it did not ask for, nor re-tier the workers under another
-        # phase's running body. Both phases may refuse when they claim at the
-        # same moment; that is safe, running on the wrong tier is not.
+        """Refuse a tier another phase's claim holds differently: a body must not run on a tier it did not
+        ask for, nor re-tier the workers under another phase's body."""
         wanted = self.settings.worker_hw_tier
         if wanted is None:
             return

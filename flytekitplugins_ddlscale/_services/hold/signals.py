@@ -54,11 +54,8 @@ class SignalGuard:
 
 
 class SignalsAsExceptions:
-    """Install :class:`SignalGuard` for ``signums`` on enter; put the previous handlers back on exit.
-
-    Outside the main thread Python cannot install handlers; then nothing is
-    installed and :attr:`SignalGuard.active` stays False.
-    """
+    """Install :class:`SignalGuard` for ``signums``, then put the previous handlers back (outside the main
+    thread nothing is installed and :attr:`SignalGuard.active` stays False)."""
 
     def __init__(self, signums: Tuple[int, ...] = DEFAULT_SIGNALS) -> None:
         self.guard = SignalGuard()
@@ -92,12 +89,8 @@ _interrupted_classes: Dict[int, type] = {}
 
 
 def interrupted_class(signum: int) -> type:
-    """A :class:`PhaseInterrupted` subclass that takes no arguments and carries ``signum``.
-
-    Python raises an exception in another thread only from a class
-    (:func:`raise_in_thread`), so each signal gets one; it is named
-    ``PhaseInterrupted`` too, so summaries and tracebacks read the same.
-    """
+    """A :class:`PhaseInterrupted` subclass, named the same, that takes no arguments and carries ``signum``
+    (Python raises in another thread only from a class: :func:`raise_in_thread`)."""
     if signum not in _interrupted_classes:
         def __init__(self: PhaseInterrupted) -> None:
             PhaseInterrupted.__init__(self, signum)
@@ -109,11 +102,8 @@ def interrupted_class(signum: int) -> type:
 
 
 def raise_in_thread(thread_id: int, signum: int) -> None:
-    """Raise :class:`PhaseInterrupted` for ``signum`` in the thread ``thread_id`` at its next Python step.
-
-    A thread blocked in C code (a long ``time.sleep``) sees it only when
-    that call returns; the phase's own waits poll in short steps.
-    """
+    """Raise :class:`PhaseInterrupted` for ``signum`` in the thread ``thread_id`` at its next Python step
+    (a thread blocked in C code sees it when that call returns)."""
     import ctypes
 
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(interrupted_class(signum)))
@@ -127,15 +117,9 @@ class RelayedPhase(Protocol):
 
 
 class SignalRelay:
-    """SIGTERM/SIGINT handlers, installed once from the main thread, for phases in other threads (Flyte 2
-    runs task bodies there; only the main thread runs and installs handlers).
-
-    The handler asks every attached phase to give its cluster back (:meth:`RelayedPhase.interrupt`),
-    runs the :meth:`after_phases` callbacks, then does what the handler it replaced would have done (for
-    SIGTERM, end the process). A handler installed later replaces the relay's (a phase attached meanwhile
-    is warned about: :meth:`replaced`); installing the relay again puts it back on top, chaining to the
-    newer handler without looping.
-    """
+    """SIGTERM/SIGINT handlers, installed once from the main thread, for phases in other threads (Flyte 2's
+    task bodies): every attached phase gives its cluster back, the :meth:`after_phases` callbacks run, then
+    the handler it replaced does what it would have done (for SIGTERM, end the process)."""
 
     def __init__(self, signums: Tuple[int, ...] = DEFAULT_SIGNALS) -> None:
         self._signums = signums
@@ -177,11 +161,7 @@ class SignalRelay:
 
     def attach(self, phase: RelayedPhase) -> bool:
         """Have ``phase`` restored on a signal; False (nothing attached) when the relay was never installed.
-
-        When a handler installed later replaced the relay's, the phase is
-        attached all the same (that handler may call the one it replaced)
-        and a warning says what happens on that signal.
-        """
+        Where a later handler replaced the relay's, a warning says what happens on that signal."""
         if not self._previous:
             return False
         with self._lock:
