@@ -89,20 +89,24 @@ class AccessError(ScalingError):
 
 class InvalidInputError(ScalingError, ValueError):
     """Family of bad input: an argument (or a value read back, checked as input) was rejected before
-    anything was sent or changed.
-
-    ``reason`` (optional) says what is wrong when "not allowed" alone would not.
-    """
+    anything was sent or changed. ``reason`` says what is wrong when "not allowed" alone would not;
+    ``message`` (subclasses) replaces the message built from the field."""
 
     code = "invalid_input"
 
-    def __init__(self, field: str, value: Any, allowed: str, *, reason: Optional[str] = None) -> None:
+    def __init__(
+        self, field: str, value: Any, allowed: str, *, reason: Optional[str] = None, message: Optional[str] = None,
+        **context: Any,
+    ) -> None:
+        """``context``: the code, HTTP status, cluster and state, as :class:`ScalingError` takes them."""
         self.field = field
         self.value = value
         self.allowed = allowed
         self.reason = reason
         why = f": {reason}" if reason else ""
-        super().__init__(f"invalid {field}={shown_value(value)}{why}; allowed: {allowed}")
+        if message is None:
+            message = f"invalid {field}={shown_value(value)}{why}; allowed: {allowed}"
+        super().__init__(message, **context)
 
 
 _SHOWN_VALUE = 200
@@ -125,28 +129,16 @@ def shown_value(value: Any) -> str:
 
 class CorruptRecordError(InvalidInputError):
     """A stored record (a local cluster's ``cluster.json``, a baseline or claim) holds a value that
-    user input could not: nothing is started, stopped or sent on it.
-
-    ``source`` names the file (or annotation); ``field``, ``value`` and
-    ``allowed`` say what is wrong, as for :class:`InvalidInputError`;
-    ``remedy`` says what to do when the record's owner knows better than
-    "fix or remove the record".
-    """
+    user input could not: nothing is started, stopped or sent on it. ``source`` names the file (or
+    annotation); ``remedy`` says what to do when the record's owner knows better than "fix or remove"."""
 
     code = "corrupt_record"
 
     def __init__(self, source: str, field: str, value: Any, allowed: str, remedy: Optional[str] = None) -> None:
         self.source = source
-        self.field = field
-        self.value = value
-        self.allowed = allowed
-        self.reason = None
-        shown = shown_value(value)
-        ScalingError.__init__(
-            self,
-            f"corrupt record {source}: {field}={shown}; allowed: {allowed}. Nothing was changed; "
-            + (remedy or "fix or remove the record (a removed record forgets that cluster's baseline or processes)"),
-        )
+        remedy = remedy or "fix or remove the record (a removed record forgets that cluster's baseline or processes)"
+        message = f"corrupt record {source}: {field}={shown_value(value)}; allowed: {allowed}. Nothing was changed; "
+        super().__init__(field, value, allowed, message=message + remedy)
 
 
 class UnsafePathError(InvalidInputError):
@@ -157,11 +149,9 @@ class UnsafePathError(InvalidInputError):
 
     def __init__(self, path: Any, problem: str, remedy: str) -> None:
         self.path = str(path)
-        self.field = "state_dir"
-        self.value = self.path
-        self.allowed = "a folder owned by you, not writable by group or others, reached without symbolic links"
-        self.reason = problem
-        ScalingError.__init__(self, f"refusing {self.path}: {problem}; {remedy}")
+        allowed = "a folder owned by you, not writable by group or others, reached without symbolic links"
+        message = f"refusing {self.path}: {problem}; {remedy}"
+        super().__init__("state_dir", self.path, allowed, reason=problem, message=message)
 
 
 class StateWriteError(ClusterStateError):
@@ -194,11 +184,8 @@ class StateWriteError(ClusterStateError):
 
 
 class UnreachableWaitError(InvalidInputError):
-    """A wait for more workers than the cluster will ever have: above its desired count or its maximum.
-
-    Raised at the start of the wait instead of letting it run out its
-    timeout; ``desired`` and ``maximum`` say what the cluster allows.
-    """
+    """A wait for more workers than the cluster will ever have (above its desired count or its maximum),
+    raised when the wait starts instead of running out its timeout."""
 
     code = "unreachable_wait"
 
@@ -212,30 +199,22 @@ class UnreachableWaitError(InvalidInputError):
         maximum_name: str = "maxReplicas",
         **context: Any,
     ) -> None:
-        """``context``: the cluster and its state, as :class:`ScalingError` takes them."""
-        self.field = "replicas"
-        self.value = replicas
         self.desired = desired
         self.maximum = maximum
         self.limit = desired if maximum is None else min(desired, maximum)
         """The most workers a wait can count on: the desired count, or the maximum when lower."""
-        self.allowed = f"0..{self.limit}"
         bound = f"{maximum_name}={maximum}" if maximum is not None else f"no {maximum_name}"
-        ScalingError.__init__(
-            self,
+        message = (
             f"invalid replicas={replicas}: that many workers can never come ({desired_name}={desired} "
-            f"desired, {bound}), so the wait would only run out its timeout; allowed: {self.allowed}. "
-            f"Scale the cluster first (ScaleCluster, `ddlscale scale`, backend.scale)",
-            **context,
+            f"desired, {bound}), so the wait would only run out its timeout; allowed: 0..{self.limit}. "
+            f"Scale the cluster first (ScaleCluster, `ddlscale scale`, backend.scale)"
         )
+        super().__init__("replicas", replicas, f"0..{self.limit}", message=message, **context)
 
 
 class UnknownTierError(InvalidInputError):
-    """A hardware tier name is unknown, empty, or restricted to other cluster kinds.
-
-    ``field`` names the tier argument, ``value`` the name and ``allowed`` the
-    tiers allowed, where the catalog said (a service's answer may not).
-    """
+    """A hardware tier name is unknown, empty, or restricted to other cluster kinds: ``field`` names the
+    tier argument, ``value`` the name and ``allowed`` the tiers, where the catalog said (a service may not)."""
 
     code = "invalid_hw_tier"
 
@@ -243,12 +222,7 @@ class UnknownTierError(InvalidInputError):
         self, message: str, *, field: str = "hw_tier", value: Any = None, allowed: str = "a tier of the catalog",
         **context: Any,
     ) -> None:
-        """``context``: the code, HTTP status and cluster, as :class:`ScalingError` takes them."""
-        self.field = field
-        self.value = value
-        self.allowed = allowed
-        self.reason = None
-        ScalingError.__init__(self, message, **context)
+        super().__init__(field, value, allowed, message=message, **context)
 
 
 class NotScalableError(ClusterStateError):
