@@ -57,12 +57,7 @@ class ScaleDownOnFailure(PythonInstanceTask[None]):
             raise InvalidInputError("inputs", sorted(declared), f"workflow inputs not named {ERROR_INPUT!r}")
         signature: Dict[str, Any] = dict(declared)
         signature[ERROR_INPUT] = (Optional[FlyteError], None)
-        super().__init__(
-            name=name,
-            task_config=None,
-            interface=Interface(inputs=signature, outputs={}),
-            **kwargs,
-        )
+        super().__init__(name=name, task_config=None, interface=Interface(inputs=signature, outputs={}), **kwargs)
 
     @property
     def name(self) -> str:
@@ -77,11 +72,8 @@ class ScaleDownOnFailure(PythonInstanceTask[None]):
         """Scale down after a failure and print the summary line; a cluster with nothing recorded is left as it is."""
         err = kwargs.get(ERROR_INPUT)
         ref = parse_cluster(self._cluster)
-        logger.warning(
-            "workflow failed%s; scaling %s down",
-            f" at {err.failed_node_id}: {err.message}" if err is not None else "",
-            ref,
-        )
+        failed = f" at {err.failed_node_id}: {err.message}" if err is not None else ""
+        logger.warning("workflow failed%s; scaling %s down", failed, ref)
         with open_backend(self._backend) as backend:
             if self._replicas is not None:
                 result, restored = backend.scale(ref, self._replicas, wait=True, timeout=self._timeout), "given size"

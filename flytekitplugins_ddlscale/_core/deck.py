@@ -1,9 +1,5 @@
-"""Flyte Decks for scaling nodes and phases: worker count over time, worker-seconds by tier.
-
-:func:`render_html` draws a :class:`~.timeline.WorkerTimeline` as an inline SVG (no plotting library in
-the task image); :func:`publish_deck` attaches it as the running task's first Deck (harmless outside
-one) and, in a local run, lists where flytekit wrote each Deck when the process exits.
-"""
+"""Flyte Decks for scaling nodes and phases: worker count over time as an inline SVG (no plotting library in
+the task image) and worker-seconds by tier; a local run lists where flytekit wrote each Deck at exit."""
 import atexit
 import html
 import re
@@ -21,10 +17,7 @@ END_MARGIN = 0.05
 
 
 def render_svg(
-    samples: Sequence[Sample],
-    duration: float,
-    width: int = 640,
-    height: int = 220,
+    samples: Sequence[Sample], duration: float, width: int = 640, height: int = 220,
     marks: Sequence[Tuple[float, str]] = (),
 ) -> str:
     """A step plot of worker count over time as an inline ``<svg>`` element; ``marks`` as dashed lines."""
@@ -108,11 +101,8 @@ def shown_facts(facts: Mapping[str, object], timeline: WorkerTimeline) -> Dict[s
 
 
 def render_html(title: str, timeline: WorkerTimeline, facts: Mapping[str, object]) -> str:
-    """An HTML page: ``facts`` as a table (:func:`shown_facts`), the worker plot, and worker-seconds by tier.
-
-    Every tier that had a worker up is listed (``< 0.1`` when its worker-seconds round to 0.0, as
-    when the node ended just as the workers came); "no workers were up" only when none was.
-    """
+    """An HTML page: ``facts`` as a table (:func:`shown_facts`), the worker plot, and worker-seconds of
+    every tier that had a worker up (``< 0.1`` when they round to 0.0); "no workers were up" when none was."""
     rows = "".join(
         f"<tr><th style='text-align:left'>{html.escape(str(k))}</th><td>{html.escape(fact_text(v))}</td></tr>"
         for k, v in shown_facts(facts, timeline).items()
@@ -137,11 +127,8 @@ def _worker_seconds(value: float) -> str:
 
 
 def publish_deck(name: str, page: str) -> "Deck":
-    """Attach ``page`` as Deck ``name`` to the current Flyte task, as its first tab, and return the Deck.
-
-    Outside a task flytekit keeps a default context, so this is harmless there.
-    The Deck is rendered when the task has ``enable_deck=True``.
-    """
+    """Attach ``page`` as Deck ``name`` to the current Flyte task, as its first tab (rendered with
+    ``enable_deck=True``; harmless outside a task), and return the Deck."""
     from flytekit import Deck
     from flytekit.core.context_manager import FlyteContextManager
 
@@ -149,13 +136,9 @@ def publish_deck(name: str, page: str) -> "Deck":
     ctx = FlyteContextManager.current_context()
     params = ctx.user_space_params
     if _local_run(ctx):
-        # A local run shares one list of Decks among all its tasks (each task's parameters are built
-        # from the run's, list and all), so a Deck added to it would show in every later task's file,
-        # and a later task's file would open on an earlier task's tab. This task, whose file is written
-        # from its own parameters, gets a list of its own; the run's list is left as it was.
+        # A local run's tasks share the run's list of Decks: this task gets a list of its own.
         params._decks = [deck, *params.decks]
     else:
-        # In a task pod the list is this task's alone, and flytekit writes the file from it.
         params.decks.insert(0, deck)
     _list_local_decks_at_exit()
     return deck

@@ -1,9 +1,5 @@
-"""Deadlines and adaptive polling shared by every wait.
-
-A wait polls fast at first (most operations on a warm cluster finish within
-a second), then backs off geometrically to a cap, and never sleeps past its
-deadline. Timeouts raise :class:`ScalingTimeoutError` carrying the last state.
-"""
+"""Deadlines and adaptive polling shared by every wait: fast polls at first, then geometric back-off to a
+cap, never past the deadline; a timeout is a :class:`ScalingTimeoutError` carrying the last state."""
 import contextlib
 import contextvars
 import logging
@@ -123,12 +119,8 @@ def probe_timeout(default: float, what: str = "a probe") -> float:
 
 @dataclass(frozen=True)
 class Backoff:
-    """Geometric poll intervals: ``initial``, ``initial*factor``, ... capped at ``cap``.
-
-    With ``jitter`` (0 to 1) each interval is drawn uniformly from
-    ``[step * (1 - jitter), step]``, so many clients retrying after the same
-    outage do not all come back at the same instant.
-    """
+    """Geometric poll intervals: ``initial``, ``initial*factor``, ... capped at ``cap``; with ``jitter``
+    (0 to 1) each is drawn from ``[step * (1 - jitter), step]``, so clients do not all come back at once."""
 
     initial: float = 0.25
     factor: float = 1.5
@@ -153,12 +145,8 @@ class PollSchedule(Protocol):
 
 @dataclass(frozen=True)
 class TwoStageBackoff:
-    """``initial`` doubling up to ``fast``, held until ``fast_until`` seconds of sleeping, then ``slow``.
-
-    For services without a watch: most changes on a warm cluster land within
-    seconds, so those are seen quickly; a long wait (nodes being provisioned)
-    then polls less often than a fixed-interval client would.
-    """
+    """``initial`` doubling up to ``fast``, held until ``fast_until`` seconds of sleeping, then ``slow``: for
+    services without a watch, quick changes are seen quickly and a long wait polls less often."""
 
     initial: float = 0.25
     fast: float = 1.0
