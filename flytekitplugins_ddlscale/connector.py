@@ -1,15 +1,7 @@
 """flytekit's connector for every scaling node: scale, wait, restore and head restart without a pod per node.
 
-Where the deployment routes the ``ddlscale_*`` task types to flytekit's connector service with this plugin
-installed, FlytePropeller calls :meth:`ScalingConnector.create` once per node, which checks the node and sends
-its change within :data:`CREATE_TIMEOUT` seconds, then :meth:`ScalingConnector.get` on its resync interval
-until the node ends: each ``get`` reads the cluster once (within the call budget, from reads shared by every
-execution, :data:`SHARED_READS`) and answers RUNNING, SUCCEEDED with the node's typed outcome, or FAILED, as
-the node itself would. Without a connector the same nodes run in their container.
-
-This module is flytekit's side only (input literals in, flytekit's ``Resource`` out); what the connector
-decides lives in :class:`~._services.connector_core.ScalingService`, which the Flyte 2 connector shares, and
-what templates may ask for is the deployment's choice (:mod:`._services.connector_policy`, docs/connector.md).
+flytekit's side only (input literals in, flytekit's ``Resource`` out): what the connector decides lives in
+:class:`~._services.connector_core.ScalingService`, which the Flyte 2 connector shares (docs/connector.md).
 """
 from typing import Any, Dict, Optional
 
@@ -61,13 +53,8 @@ class ScalingConnector(AsyncConnectorBase):
         **kwargs: Any,
     ) -> ScalingMetadata:
         """Check the node (the per-project policy decides on ``task_execution_metadata``), send its change
-        without waiting and return what ``get`` needs.
-
-        A refused node sends nothing and returns a refused metadata, whose first ``get`` is FAILED with its
-        one line (FlytePropeller retries every failed CreateTask, each refused alike). A backend unavailable
-        for a scale, wait or restore leaves the change to ``get``; a head restart meeting one fails here,
-        nothing sent, raised as flytekit's user-error wrapper around an error without a traceback.
-        """
+        without waiting and return what ``get`` needs: a refused metadata, FAILED at its first ``get``, for a
+        refused node; a head restart meeting an unavailable backend raises flytekit's user error."""
         try:
             values = node_inputs(task_template, inputs)
             execution = Execution.of(task_execution_metadata)
@@ -81,11 +68,7 @@ class ScalingConnector(AsyncConnectorBase):
 
     async def get(self, resource_meta: ScalingMetadata, **kwargs: Any) -> Resource:
         """One look at the cluster as FlytePropeller's resource: RUNNING, SUCCEEDED with the node's typed
-        outcome, or FAILED with one line; RUNNING with the last state known when the backend does not answer
-        within the call budget. Sends nothing but a change its ``create`` could not send; never raises.
-
-        A coroutine, awaited on the service's event loop: the read runs on the desk's own threads, so polls
-        of a hung backend hold none of the loop's. Outside a loop: ``asyncio.run(connector.get(meta))``."""
+        outcome, or FAILED with one line; never raises. The read runs on the desk's threads, not the loop's."""
         answer = await self.desk.answer_async(resource_meta)
         return resource_of(answer, resource_meta.task_type, Resource, TaskExecution, TaskLog)
 

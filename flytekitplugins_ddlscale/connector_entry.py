@@ -1,13 +1,7 @@
-"""flytekit's entry point (``flytekit.plugins``): the four ``ddlscale_*`` connectors in flytekit's registry.
-
-flytekit imports its plugins' entry points in every process, and its connector service (``pyflyte serve
-connector``, as the Flyte connector chart starts it, no ``--modules``) serves what its ``ConnectorRegistry``
-holds. What this module registers costs nothing to build: a :class:`DeferredConnector` per task type, which
-loads the connector (:mod:`flytekitplugins_ddlscale.connector`) at its first call (benchmarks/bench_import.py).
-
-In the connector service itself (:func:`serving`) the import also prepares the service (:func:`prepare_service`):
-a configuration that does not parse stops the process with one line before anything listens, and SIGTERM
-turns the gRPC health service NOT_SERVING and lets the calls in flight finish for :data:`SHUTDOWN_GRACE` s.
+"""flytekit's entry point (``flytekit.plugins``, imported in every flytekit process): a
+:class:`DeferredConnector` per ``ddlscale_*`` task type, which loads the connector at its first call. In
+``pyflyte serve connector`` the import also checks what it will serve and drains at SIGTERM
+(:func:`prepare_service`; docs/connector.md).
 """
 import asyncio
 import importlib

@@ -1,15 +1,7 @@
-"""Flyte 2's connector for every scaling node: scale, wait, restore and head restart without a pod per node.
-
-Flyte 2's connector protocol (``flyte.connectors.AsyncConnector``, served by flyte's connector server ``c0``)
-is flytekit's on Flyte 2's types: ``create`` gets the template (its ``custom`` is the node's configuration)
-and Python input values, ``get`` the bytes ``create`` returned. All three calls go to the
-:class:`~.._services.connector_core.ScalingService` flytekit's connector uses, so both behave alike; the
-blocking backend calls run in a worker thread, so the event loop keeps serving other executions.
-
-Who calls decides the policy: flyte's connector server gets the deployment's; flyte's local connector runner
-(a node awaited in a ``mode="local"`` run) calls in the user's own process and task context, with the user's
-own credentials, so every installed backend and any head host are served there. Registered on import in
-flyte's ``ConnectorRegistry``, one connector per task type (the ``flyte.connectors`` entry point).
+"""Flyte 2's connector for every scaling node, on the :class:`~.._services.connector_core.ScalingService`
+flytekit's connector uses. flyte's connector server gets the deployment's policy; a ``mode="local"`` run,
+which calls in the user's own process with the user's credentials, gets :func:`in_process_policy`.
+Registered on import (the ``flyte.connectors`` entry point).
 """
 import asyncio
 import os
@@ -79,9 +71,7 @@ class ScalingConnector(AsyncConnector[ScalingMetadata]):
 
     async def get(self, resource_meta: ScalingMetadata, **kwargs: Any) -> Resource:
         """One look at the cluster: RUNNING, SUCCEEDED with the typed outcome (output ``o0``), or FAILED
-        with a one-line message; RUNNING with the last state known when the backend does not answer within
-        the call budget. Log links and custom info say what the UI shows. Sends nothing but a change its
-        create could not send (the backend unavailable), never raises."""
+        with a one-line message, as flytekit's connector answers; never raises."""
         answer = await self.desk().answer_async(resource_meta)
         return resource_of(answer, resource_meta.task_type, Resource, TaskExecution, TaskLog)
 
