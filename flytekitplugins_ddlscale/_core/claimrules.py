@@ -1,12 +1,8 @@
 """The rules of claims, baselines and the size outside phases: pure decisions over a cluster's records.
 
-Each store (annotations for Kubernetes, a locked :class:`FileRecordStore` record for the scaler and
-local backends) reads a :class:`ClusterRecords`, calls one rule and writes the :class:`RecordChange` it
-returns. Only live leases count (:mod:`.leases`); the claim with the most replicas wins, the oldest on
-a tie (a claim keeps its ``created_at`` when renewed). The first claim or change that finds no baseline
-records one; the claim that finds no other phase live records the size outside phases, which the
-reconcile ending the last phase puts back (:func:`settle`). A restore ends every phase: every claim and
-both recorded sizes go.
+Each store reads a :class:`ClusterRecords`, calls one rule and writes the :class:`RecordChange` it returns.
+Only live leases count (:mod:`.leases`); the largest claim wins, the oldest on a tie. docs/reliability.md
+(Claims as leases) tells the whole story.
 """
 import datetime
 import enum

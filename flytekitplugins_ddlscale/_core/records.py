@@ -1,12 +1,6 @@
-"""Baselines and claims, the bookkeeping that lets phases share a cluster, and how a record is read back.
-
-A *baseline* is the cluster's size and tiers before this plugin first changed it (what a restore puts
-back); a *claim* is a phase's lease on at least N workers (:mod:`.leases`); the size *outside phases* is
-the cluster as the first live phase found it. They live in annotations (Kubernetes) or a
-:class:`FileRecordStore` (scaler, local); :mod:`.claimrules` holds the decisions on them. Every field
-read back passes the checks of user input inside :func:`reading`: a damaged record is a
-:class:`CorruptRecordError` naming it, never what decides what is started or sent.
-"""
+"""Baselines and claims as stored (annotations or files) and read back: every field read passes the checks of
+user input inside :func:`reading`, so a damaged record is a :class:`CorruptRecordError` naming it, never what
+decides what is started or sent. The rules on them: :mod:`.claimrules`; docs/reliability.md (Claims as leases)."""
 import contextlib
 import datetime
 import json
@@ -19,12 +13,7 @@ from ..errors import CorruptRecordError, InvalidInputError
 from .leases import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS, this_holder, this_holder_start
 from ..models import Baseline, utcnow
 from .validation import (
-    validate_claim_id,
-    validate_int,
-    validate_replicas,
-    validate_text,
-    validate_tier_name,
-    validate_timestamp,
+    validate_claim_id, validate_int, validate_replicas, validate_text, validate_tier_name, validate_timestamp,
 )
 
 
@@ -118,11 +107,8 @@ def encode_claims(claims: Dict[str, Claim]) -> str:
 
 
 def decode_claims(text: Optional[str], source: str = CLAIMS_ANNOTATION) -> Dict[str, Claim]:
-    """Claims from :func:`encode_claims` output; empty for None or ''.
-
-    Every field is checked as user input is: :class:`CorruptRecordError`
-    names ``source`` (the file or annotation), the field and its value.
-    """
+    """Claims from :func:`encode_claims` output (empty for None or ''), each field checked as user input:
+    :class:`CorruptRecordError` names ``source`` (the file or annotation), the field and its value."""
     if not text:
         return {}
     with reading(source):
@@ -207,11 +193,7 @@ _BASELINE_FIELDS = tuple(f.name for f in fields(Baseline))
 
 
 def decode_baseline(text: Optional[str], source: str = BASELINE_ANNOTATION) -> Optional[Baseline]:
-    """A baseline from :func:`encode_baseline` output; None for None or ''.
-
-    Every field is checked as user input is: :class:`CorruptRecordError`
-    names ``source`` (the file or annotation), the field and its value.
-    """
+    """A baseline from :func:`encode_baseline` output (None for None or ''), checked as :func:`decode_claims`."""
     if not text:
         return None
     with reading(source):
