@@ -1,15 +1,8 @@
 """The connector's audit trail and its own Prometheus metrics: what it changed or refused, for whom.
 
-Every ``create`` ends in one structured log line on the
-``flytekitplugins_ddlscale.connector.audit`` logger (``ddlscale-audit`` then
-one JSON object: the execution, project, domain, identity, node kind,
-backend, cluster, size before and after or the rule or error that refused
-it, and the result) and one count of ``ddlscale_connector_creates_total``
-(labelled by project, backend, kind and result). A node that reached its
-workers adds how long it waited to ``ddlscale_connector_worker_wait_seconds``.
-The metrics are registered on prometheus_client's default registry, which
-``pyflyte serve connector --prometheus_port`` serves, when a connector is
-built (:func:`start_audit`), never on import.
+Every ``create`` ends in one ``ddlscale-audit`` JSON line and one count of
+``ddlscale_connector_creates_total``; metrics are registered when a connector is built
+(:func:`start_audit`), never on import (docs/connector.md).
 """
 import json
 import logging

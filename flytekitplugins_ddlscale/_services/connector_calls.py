@@ -1,14 +1,8 @@
 """The edge of every connector call: an answer within the call budget, and never a traceback.
 
-FlytePropeller gives every GetTask a deadline (10 s by default) and fails the node after
-``maxSystemFailures`` (5) calls that fail or run past it, whatever the node's own timeout says. So a
-poll that has not answered within ``$DDLSCALE_CONNECTOR_CALL_BUDGET`` (7 s) is answered RUNNING with
-the last state known, its read gives up at the same budget, and the node's deadline still ends it.
-One read per execution is in flight at a time; an event loop answers from memory where it can
-(:meth:`PollDesk.answer_async`) and holds no thread while a read runs. Anything unexpected becomes a
-FAILED answer or a refused create in one line, the traceback in the log with credentials masked; a
-create refused for a reason a retry would meet again answers a refused metadata
-(:func:`refused_create`), since FlytePropeller retries a create that raised.
+A poll not answered within ``$DDLSCALE_CONNECTOR_CALL_BUDGET`` is answered RUNNING with the last state
+known (FlytePropeller fails a node after a few GetTasks past its deadline; docs/connector.md); anything
+unexpected becomes one line, its traceback in the log with credentials masked.
 """
 import asyncio
 import logging
@@ -62,10 +56,8 @@ def refusal(call: str, error: BaseException) -> ScalingError:
 
 
 def refused_create(task_type: str, failure: ScalingError) -> Optional[ScalingMetadata]:
-    """The answer of a create refused with ``failure`` (one line, :func:`refusal`), nothing sent: a metadata
-    whose first poll is FAILED with that line (Flyte's retries would be refused alike); None where the backend
-    being unavailable explains it (:data:`~.connector_core.UNAVAILABLE_HERE`: a head restart not sent), which
-    the create raises so that Flyte's retries run it again."""
+    """A metadata whose first poll is FAILED with ``failure`` (a retry would be refused alike); None where the
+    backend being unavailable explains it, which the create raises so that Flyte's retries run it again."""
     if isinstance(failure, UNAVAILABLE_HERE):
         return None
     return ScalingMetadata.refused(task_type, failure)

@@ -1,14 +1,6 @@
-"""What the Flyte connector's ``create`` hands to ``get``: the resource metadata, checked like input.
-
-FlytePropeller stores the bytes ``create`` returned and sends them back with
-every ``get``; the connector keeps no other state, so a restarted connector
-goes on where it was. The bytes come from outside the connector, so decoding
-checks every field's type and an unreadable metadata becomes a refused one
-(``get`` is FAILED with a one-line message naming the field) instead of a
-traceback. A metadata says which plugin version wrote it (``writer``);
-fields a version does not know are kept as they came (:meth:`ScalingMetadata.encode`),
-so a connector reads what the version before it and the one after it wrote
-(a rolling update, a rollback) without failing the node.
+"""What the Flyte connector's ``create`` hands to ``get``: the resource metadata, checked like input (an
+unreadable one polls FAILED naming the field). Fields a version does not know are kept as they came, so
+versions before and after read each other's (a rolling update, a rollback).
 """
 import json
 import math
@@ -69,9 +61,8 @@ class ScalingMetadata(ResourceMeta):
     """JSON of the change ``create`` could not send for a backend outage (``{"custom": the node's
     configuration, "inputs": its inputs}``), which the polls send; '' once ``create`` sent it."""
     cluster_version: str = ""
-    """The version of the cluster's object as ``create`` left it (the backend's ``version_seen``; '' where
-    it keeps none): a connector replica other than the one that created the node answers its polls
-    from a cache only once the cache holds that version, never from before the change."""
+    """The version of the cluster's object as ``create`` left it ('' where the backend keeps none): another
+    connector replica answers from its cache only once the cache holds that version."""
     project: str = ""
     """The Flyte project the node ran for ('' where not known): its metrics' label."""
     writer: str = WRITER

@@ -1,11 +1,6 @@
 """What both connector protocols (flytekit's, Flyte 2's) share at their edge: a template's ``custom`` as
 Python values, a poll's answer as the protocol's ``Resource``, and the one-line answer to a template
-flytekit's own parse cannot read.
-
-``custom`` is a protobuf ``Struct``: :func:`struct_values` keeps NaN and infinities, so each field's own check
-refuses them by name (protobuf's JSON conversion fails on them instead). flytekit's connector service parses
-the whole template that way before any connector is called, and would answer with its traceback:
-:func:`unreadable_template` is the plugin's answer (``connector_entry`` asks it first).
+flytekit's own parse cannot read (:func:`unreadable_template`).
 """
 import math
 from typing import Any, Optional, Tuple
@@ -69,11 +64,9 @@ def _not_finite(value: Any, path: str) -> Optional[Tuple[str, float]]:
 
 
 def resource_of(answer: Poll, task_type: str, resource: Any, task_execution: Any, task_log: Any) -> Any:
-    """``answer`` as the protocol's ``resource`` (with its ``task_execution`` phases and ``task_log`` links):
-    the phase, the message (once SUCCEEDED the node's summary line), the typed outcome as output ``o0`` once
-    SUCCEEDED, the dashboard links, and the counts with ``summary``, the message, in ``custom_info``:
-    FlytePropeller drops the message of a RUNNING or SUCCEEDED answer and sends custom info with each phase's
-    first answer (docs/connector.md)."""
+    """``answer`` as the protocol's ``resource``: phase, message (the node's summary once SUCCEEDED), outcome
+    as output ``o0``, links, and the counts with the message in ``custom_info`` (FlytePropeller drops the
+    message of a RUNNING or SUCCEEDED answer; docs/connector.md)."""
     message = answer.message
     if answer.state == SUCCEEDED and task_type in NODE_KINDS and answer.outcome is not None:
         kind = NODE_KINDS[task_type]
