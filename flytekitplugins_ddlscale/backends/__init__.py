@@ -12,13 +12,7 @@ from typing import Any, Dict, Mapping, Optional
 from .._core import settings
 from .._core.validation import ALIASES, BUILTIN_BACKENDS
 from ..errors import InvalidInputError
-from ._base import (
-    DEFAULT_RESTART_TIMEOUT,
-    DEFAULT_SCALE_TIMEOUT,
-    BackendCapabilities,
-    BaseBackend,
-    ClusterBackend,
-)
+from ._base import DEFAULT_RESTART_TIMEOUT, DEFAULT_SCALE_TIMEOUT, BackendCapabilities, BaseBackend, ClusterBackend
 
 BACKEND_ENV = settings.BACKEND.name
 """The variable that names the backend when none is given (public; defined in :mod:`.._core.settings`)."""
@@ -58,26 +52,14 @@ def load_backend_class(name: str) -> type:
 
 
 def get_backend(name: Optional[str] = None, **options: Any) -> ClusterBackend:
-    """A backend instance: ``name`` if given, else as the environment selects.
-
-    ``options`` go to the backend's constructor (e.g. ``base_url=`` for the
-    scaler, ``namespace=`` for Kubernetes, ``state_dir=`` for local).
-    """
+    """A backend instance: ``name`` if given, else as the environment selects; ``options`` go to its
+    constructor (e.g. ``base_url=`` for the scaler, ``namespace=`` for Kubernetes, ``state_dir=`` for local)."""
     chosen = name if name else backend_name_from_env()
     return load_backend_class(chosen)(**options)
 
 
 __all__ = [
-    "ALIASES",
-    "BACKEND_ENV",
-    "BUILTIN_BACKENDS",
-    "BackendCapabilities",
-    "BaseBackend",
-    "ClusterBackend",
-    "DEFAULT_RESTART_TIMEOUT",
-    "DEFAULT_SCALE_TIMEOUT",
-    "available_backends",
-    "backend_name_from_env",
-    "get_backend",
+    "ALIASES", "BACKEND_ENV", "BUILTIN_BACKENDS", "BackendCapabilities", "BaseBackend", "ClusterBackend",
+    "DEFAULT_RESTART_TIMEOUT", "DEFAULT_SCALE_TIMEOUT", "available_backends", "backend_name_from_env", "get_backend",
     "load_backend_class",
 ]

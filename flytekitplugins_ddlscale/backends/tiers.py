@@ -19,12 +19,7 @@ from ..refs import normalize_kind
 from .._core.validation import closest_choice, validate_tier_name
 
 _DOMINO_UNITS = {"GiB": "Gi", "MiB": "Mi", "KiB": "Ki", "TiB": "Ti", "GB": "G", "MB": "M", "KB": "k"}
-_RESTRICT_KEYS = {
-    "restrictToSpark": "spark",
-    "restrictToRay": "ray",
-    "restrictToDask": "dask",
-    "restrictToMpi": "mpi",
-}
+_RESTRICT_KEYS = {"restrictToSpark": "spark", "restrictToRay": "ray", "restrictToDask": "dask", "restrictToMpi": "mpi"}
 
 
 @dataclass(frozen=True)
@@ -112,9 +107,7 @@ def parse_tiers(document: Union[Mapping[str, Any], List[Any]]) -> List[HardwareT
     if isinstance(document, Mapping) and "hardwareTiers" in document:
         return [tier_from_domino(t) for t in document["hardwareTiers"]]
     entries = document.get("tiers", []) if isinstance(document, Mapping) else document
-    return [
-        tier_from_domino(t) if "hwtResources" in t else tier_from_short(t) for t in entries
-    ]
+    return [tier_from_domino(t) if "hwtResources" in t else tier_from_short(t) for t in entries]
 
 
 class TierCatalog:
@@ -134,21 +127,17 @@ class TierCatalog:
         short = normalize_kind(kind)
         known = self.tiers()
         allowed = sorted(t.name for t in known if t.allows(short))
+        names = ", ".join(allowed) or "none"
         tier = _matching(known, wanted)
+        if tier is not None and tier.allows(short):
+            return tier
         if tier is not None:
-            if tier.allows(short):
-                return tier
-            raise UnknownTierError(
-                f"{field}={wanted!r} is restricted to {', '.join(sorted(tier.restricted_to))} "
-                f"clusters; allowed for {short}: {', '.join(allowed) or 'none'}",
-                field=field, value=wanted, allowed=", ".join(allowed) or "none",
-            )
-        best = closest_choice(wanted, allowed)
+            why = f"{field}={wanted!r} is restricted to {', '.join(sorted(tier.restricted_to))} clusters"
+        else:
+            why = f"unknown {field}={wanted!r}"
+        best = closest_choice(wanted, allowed) if tier is None else None
         hint = f"; closest: {best!r}" if best is not None else ""
-        raise UnknownTierError(
-            f"unknown {field}={wanted!r}; allowed for {short}: {', '.join(allowed) or 'none'}{hint}",
-            field=field, value=wanted, allowed=", ".join(allowed) or "none",
-        )
+        raise UnknownTierError(f"{why}; allowed for {short}: {names}{hint}", field=field, value=wanted, allowed=names)
 
 
 def _matching(known: List[HardwareTier], wanted: str) -> Optional[HardwareTier]:
@@ -202,23 +191,17 @@ class DominoTierCatalog(TierCatalog):
 
         try:
             response = httpx.get(
-                f"{self.base_url}/v4/hardwareTier",
-                auth=self._auth,
-                timeout=self._timeout,
-                verify=self._verify,
+                f"{self.base_url}/v4/hardwareTier", auth=self._auth, timeout=self._timeout, verify=self._verify
             )
         except httpx.HTTPError as exc:
             if cert_verification_failed(exc):
                 raise CertificateRefusedError(
                     "could not list hardware tiers from Domino: its TLS certificate was refused"
                 ) from None
-            raise BackendUnavailableError(
-                f"could not list hardware tiers from Domino ({type(exc).__name__})"
-            ) from None
+            raise BackendUnavailableError(f"could not list hardware tiers from Domino ({type(exc).__name__})") from None
         if response.status_code != 200:
             raise BackendUnavailableError(
-                f"listing hardware tiers answered HTTP {response.status_code}",
-                status_code=response.status_code,
+                f"listing hardware tiers answered HTTP {response.status_code}", status_code=response.status_code
             )
         return parse_tiers(response.json())
 

@@ -1,25 +1,11 @@
 """Credentials for Domino services, as an ``httpx.Auth``; a token kept in a file (:class:`TokenFile`, also the
 Kubernetes backend's service-account token).
 
-Order (first that is available wins):
-
-1. an explicit ``token`` or ``api_key`` argument;
-2. ``$DOMINO_API_PROXY`` -> ``GET <proxy>/access-token`` (plain-text, short-lived
-   bearer token: cached, and fetched anew once when a call answers 401 or 403;
-   403 too because the scaler service answers an unknown or expired token
-   with 403, treating the caller as anonymous);
-3. ``$DOMINO_TOKEN`` (bearer);
-4. ``$DOMINO_TOKEN_FILE`` (bearer: a file, such as a mounted Secret, read again whenever it changes,
-   so a rotated token is used from the next request on, without a restart);
-5. ``$DOMINO_API_KEY`` (``X-Domino-Api-Key`` header).
-
-A token fetch that fails because the proxy is unreachable or answers 429/5xx
-raises :class:`ProxyUnavailableError`, which the scaler client rides out as
-part of an outage (the proxy and the service restart with the platform);
-any other answer is :class:`UnauthorizedError`.
-
-Every value read is registered with :mod:`.redaction` so it can never reach
-logs or error messages.
+The first available wins: a ``token`` or ``api_key`` argument, ``$DOMINO_API_PROXY``'s ``/access-token``
+(fetched anew once on a 401 or 403: the scaler service answers an expired token with 403), ``$DOMINO_TOKEN``,
+``$DOMINO_TOKEN_FILE`` (read again when it changes), ``$DOMINO_API_KEY`` (docs/scaler.md). A proxy that is
+unreachable or answers 429/5xx is a :class:`ProxyUnavailableError`, ridden out as an outage. Every value read
+is registered with :mod:`.redaction`, so it never reaches logs or errors.
 """
 import os
 import threading
@@ -74,14 +60,8 @@ class DominoAuth(httpx.Auth):
     """Adds Domino credentials to each request; refreshes a proxy token once on 401 or 403."""
 
     def __init__(
-        self,
-        *,
-        token: Optional[str] = None,
-        api_key: Optional[str] = None,
-        api_proxy: Optional[str] = None,
-        env: Optional[Mapping[str, str]] = None,
-        proxy_timeout: float = 10.0,
-        verify: bool = True,
+        self, *, token: Optional[str] = None, api_key: Optional[str] = None, api_proxy: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None, proxy_timeout: float = 10.0, verify: bool = True,
     ) -> None:
         self._lock = threading.Lock()
         self._proxy_token: Optional[str] = None
@@ -135,15 +115,10 @@ class DominoAuth(httpx.Auth):
             raise ProxyUnavailableError(
                 f"could not get an access token from DOMINO_API_PROXY ({type(exc).__name__})"
             ) from None
-        if response.status_code in UNAVAILABLE_STATUSES:
-            raise ProxyUnavailableError(
-                f"DOMINO_API_PROXY /access-token answered HTTP {response.status_code}",
-                status_code=response.status_code,
-            )
         if response.status_code != 200:
-            raise UnauthorizedError(
-                f"DOMINO_API_PROXY /access-token answered HTTP {response.status_code}",
-                status_code=response.status_code,
+            failed = ProxyUnavailableError if response.status_code in UNAVAILABLE_STATUSES else UnauthorizedError
+            raise failed(
+                f"DOMINO_API_PROXY /access-token answered HTTP {response.status_code}", status_code=response.status_code
             )
         token = response.text.strip()
         register_secret(token)

@@ -23,13 +23,9 @@ TEMP_PREFIX = ".tmp-"
 
 
 def private_dir(path: PathLike) -> Path:
-    """``path`` as a folder only this user can change: created 0700 (with its missing parents) if absent.
-
-    Raises :class:`UnsafePathError` naming the folder and the remedy when it
-    (or a parent created here) is a symbolic link, not a folder, owned by
-    another user, or writable by group or others; :class:`StateWriteError`
-    when it cannot be created (read-only parent, full disk).
-    """
+    """``path`` as a folder only this user can change, created 0700 (with missing parents) if absent;
+    :class:`UnsafePathError` as :func:`check_private_dir` says for it or a parent created here,
+    :class:`StateWriteError` when it cannot be created (read-only parent, full disk)."""
     folder = Path(path)
     missing = []
     probe = folder
@@ -59,16 +55,12 @@ def check_private_dir(path: PathLike) -> None:
         raise UnsafePathError(path, "it is not a folder", "remove it or choose another state directory")
     if info.st_uid != os.geteuid():
         raise UnsafePathError(
-            path,
-            f"it is owned by uid {info.st_uid}, not by you (uid {os.geteuid()})",
+            path, f"it is owned by uid {info.st_uid}, not by you (uid {os.geteuid()})",
             "choose a state directory of your own ($DDLSCALE_STATE_DIR or --state-dir)",
         )
     if info.st_mode & _OTHERS_WRITE:
-        raise UnsafePathError(
-            path,
-            f"group or others may write to it (mode {stat.S_IMODE(info.st_mode):04o})",
-            f"chmod go-w {path}",
-        )
+        mode = stat.S_IMODE(info.st_mode)
+        raise UnsafePathError(path, f"group or others may write to it (mode {mode:04o})", f"chmod go-w {path}")
 
 
 def open_nofollow(path: PathLike, flags: int, mode: int = 0o600) -> int:
@@ -92,13 +84,9 @@ RECORD_MAX_BYTES = 1 << 20
 
 
 def read_record_text(path: PathLike, max_bytes: int = RECORD_MAX_BYTES, own: bool = False) -> str:
-    """The UTF-8 text of the record file at ``path``, read without ever blocking.
-
-    ``FileNotFoundError`` when absent; :class:`UnsafePathError` for a link; :class:`InvalidInputError`
-    naming the file for anything but a regular file (a folder or a FIFO put in its place: the FIFO is
-    opened non-blocking and never read), a file over ``max_bytes``, text that is not UTF-8, or, with
-    ``own``, a file another user owns.
-    """
+    """The UTF-8 text of the record file at ``path``, read without ever blocking (a FIFO is never read).
+    ``FileNotFoundError`` when absent; :class:`UnsafePathError` for a link; :class:`InvalidInputError` naming
+    the file for anything but a regular file, one over ``max_bytes``, not UTF-8, or (``own``) not this user's."""
     name = os.path.basename(path)
     allowed = f"a regular file of at most {max_bytes} bytes of UTF-8 text, as ddlscale writes it"
     handle = open_nofollow(path, os.O_RDONLY | os.O_NONBLOCK)
@@ -170,13 +158,9 @@ def write_json(path: Path, data: Any, indent: Optional[int] = None) -> None:
 
 
 def open_lock(path: Path) -> int:
-    """A descriptor of the lock file ``path`` to ``flock`` (created 0600 if absent, never through a link).
-
-    On a read-only folder or file system an existing lock file is opened read-only (``flock`` needs no
-    write access), so what only reads or stops processes (``down``) still works there;
-    ``FileNotFoundError`` when the folder is gone (its last lock holder may have removed it: the caller
-    makes it again); :class:`StateWriteError` when it cannot be opened otherwise.
-    """
+    """A descriptor of the lock file ``path`` to ``flock`` (created 0600 if absent, never through a link);
+    read-only where it cannot be written (``flock`` needs no write access, so ``down`` still works there).
+    ``FileNotFoundError`` when the folder is gone (the caller makes it again); else :class:`StateWriteError`."""
     try:
         return open_nofollow(path, os.O_RDWR | os.O_CREAT)
     except FileNotFoundError:

@@ -17,11 +17,7 @@ from .._support.crds import LABEL_HW_TIER, layout_of
 from .._support.domino_auth import DominoAuth
 from ..._core import settings
 from ...errors import (
-    CapacityExceededError,
-    NotScalableError,
-    ScalingError,
-    ScalingTimeoutError,
-    TransientError,
+    CapacityExceededError, NotScalableError, ScalingError, ScalingTimeoutError, TransientError,
     UnsupportedOperationError,
 )
 from .._support.filerecords import FileBookkeeping
@@ -53,20 +49,14 @@ LISTED_POLL_INTERVAL = 0.3
 
 
 class ScalerServiceBackend(FileRecordsBackend):
-    """A :class:`ClusterBackend` on Domino's cluster scaler service, over HTTP.
+    """A :class:`ClusterBackend` on Domino's cluster scaler service, over HTTP (docs/backends.md).
 
-    A wait ends once the requested worker pods EXIST, the cluster is Running and
-    ``spec.worker.replicas`` agrees (the service shows no readiness). ``scale`` sets the tier by
-    NAME and reports the service's own numbers; ``restart_head`` deletes the head pod once (never
-    re-sent) and, with ``wait``, polls the restart status until the new head is Ready. Baselines
-    and claims are kept on this machine (``state_dir``, or ``records``).
-
-    ``base_url`` defaults to ``$CLUSTER_SCALER_BASE_URL``, then the in-cluster service. Credentials
-    come from ``auth``, else :class:`DominoAuth` (``token``/``api_key``, then the environment).
-    ``options`` (:class:`ScalerOptions`) say how requests are sent and waits polled. The tier
-    catalog (``tier_catalog``, else Nucleus at ``nucleus_url``, ``$DOMINO_API_HOST`` or
-    ``$DOMINO_API_PROXY``) refuses unknown tier names before anything is sent and maps a recorded
-    tier id back to its name on a restore; without one the service judges tier names itself.
+    A wait ends once the worker pods EXIST, the cluster is Running and ``spec.worker.replicas``
+    agrees. Records are kept on this machine (``state_dir``, or ``records``). ``base_url`` defaults to
+    ``$CLUSTER_SCALER_BASE_URL``, then the in-cluster service; credentials come from ``auth``, else
+    :class:`DominoAuth` (``token``/``api_key``, then the environment); ``options`` say how requests are
+    sent and waits polled. The tier catalog (``tier_catalog``, else Nucleus at ``nucleus_url`` or
+    :data:`NUCLEUS_SETTINGS`) refuses unknown tier names early and names a recorded tier id on a restore.
     """
 
     name = "scaler"
@@ -99,9 +89,8 @@ class ScalerServiceBackend(FileRecordsBackend):
         if tier_catalog is None:
             url = nucleus_url or next((s.raw(env) for s in NUCLEUS_SETTINGS if s.is_set(env)), None)
             if url:
-                tier_catalog = DominoTierCatalog(
-                    url, auth=self._client.auth, timeout=options.timeout, verify=options.verify
-                )
+                auth = self._client.auth
+                tier_catalog = DominoTierCatalog(url, auth=auth, timeout=options.timeout, verify=options.verify)
         self._tiers = tier_catalog
         self._poll = options.poll_backoff
         self._restart_poll = options.restart_polls
@@ -208,16 +197,12 @@ class ScalerServiceBackend(FileRecordsBackend):
         if previous.autoscaling_max is None:
             raise NotScalableError(
                 "the cluster has no usable spec.autoscaling.maxReplicas, and the scaler service "
-                "only scales autoscaling clusters",
-                cluster=previous.cluster,
-                state=previous,
+                "only scales autoscaling clusters", cluster=previous.cluster, state=previous,
             )
         if strict and replicas > previous.autoscaling_max:
             raise CapacityExceededError(
                 f"strict: {replicas} workers requested but maxReplicas is {previous.autoscaling_max}; "
-                f"nothing was changed",
-                cluster=previous.cluster,
-                state=previous,
+                f"nothing was changed", cluster=previous.cluster, state=previous,
             )
 
     def _apply_size(
@@ -252,16 +237,14 @@ class ScalerServiceBackend(FileRecordsBackend):
         effective = int(answer.get("effective_replicas", replicas))
         capped = bool(answer.get("capped", effective < requested))
         if capped:
-            logger.warning(
-                "%s: %d workers requested, capped to maxReplicas=%s", ref, requested, answer.get("maxReplicas")
-            )
+            logger.warning("%s: %d workers requested, capped to maxReplicas=%s", ref, requested,
+                           answer.get("maxReplicas"))
         obj = answer.get("object")
         final = state_from_object(ref, obj) if isinstance(obj, dict) else self._observe_before_change(
             ref, deadline, f"{ref} after the scale request"
         )
-        return ScaleResult.sent(
-            str(ref), previous, requested, effective, capped=capped, final=final, worker_hw_tier=tier
-        )
+        return ScaleResult.sent(str(ref), previous, requested, effective, capped=capped, final=final,
+                                worker_hw_tier=tier)
 
     def _restart_head(
         self, ref: ClusterRef, tier: Optional[str], wait: bool, deadline: Deadline,
@@ -270,8 +253,7 @@ class ScalerServiceBackend(FileRecordsBackend):
         if tier is not None:
             raise UnsupportedOperationError(
                 "the scaler service cannot change the head's hardware tier (restart only deletes the "
-                "pod); use the kubernetes backend for head_hw_tier",
-                cluster=str(ref),
+                "pod); use the kubernetes backend for head_hw_tier", cluster=str(ref),
             )
         # Best effort, for the wait's error context only: the restart's own answer decides what happens.
         before = self._state_or_none(ref) if wait else None
@@ -332,9 +314,7 @@ class ScalerServiceBackend(FileRecordsBackend):
             outage = self._client.outage.summary(deadline)
             return ScalingTimeoutError(
                 f"timed out after {timeout:.0f}s waiting for {what}; {outage + '; ' if outage else ''}"
-                f"last restart status: {last}",
-                cluster=str(ref),
-                state=self._state_or_none(ref),
+                f"last restart status: {last}", cluster=str(ref), state=self._state_or_none(ref),
             )
 
         poll(read, lambda last: last == READY, deadline=deadline, schedule=self._restart_poll, timed_out=timed_out,
@@ -372,9 +352,7 @@ class ScalerServiceBackend(FileRecordsBackend):
                 logger.warning("%s: tier catalog unavailable (%s)", ref, error)
         logger.warning(
             "%s: restoring %d workers but not the worker tier %r (no tier catalog maps that id to a name)",
-            ref,
-            baseline.replicas,
-            wanted,
+            ref, baseline.replicas, wanted,
         )
         return None
 
@@ -400,9 +378,8 @@ def _timed_out(
     saying how long the service was unreachable, with the same last state."""
     if not isinstance(error, TransientError) or not deadline.expired:
         return error
-    return outage_timeout(
-        error, deadline=deadline, what=what, tracker=client.outage, state=error.state, cluster=str(ref)
-    )
+    return outage_timeout(error, deadline=deadline, what=what, tracker=client.outage, state=error.state,
+                          cluster=str(ref))
 
 
 def _int_or_none(value: Any) -> Optional[int]:

@@ -22,15 +22,8 @@ from .._support.crds import layout_of
 from .._support.domino_auth import DominoAuth
 from ..._core import settings
 from ...errors import (
-    BackendUnavailableError,
-    CertificateRefusedError,
-    ClusterNotFoundError,
-    InvalidInputError,
-    NotScalableError,
-    ScalingError,
-    UnauthorizedError,
-    UnknownTierError,
-    UnsupportedOperationError,
+    BackendUnavailableError, CertificateRefusedError, ClusterNotFoundError, InvalidInputError, NotScalableError,
+    ScalingError, UnauthorizedError, UnknownTierError, UnsupportedOperationError,
 )
 from ..._core.redaction import register_secret
 from ...refs import ClusterRef
@@ -169,12 +162,8 @@ class ScalerClient:
     """The service's routes as methods returning parsed JSON, raising typed errors."""
 
     def __init__(
-        self,
-        base_url: Optional[str] = None,
-        *,
-        auth: Optional[httpx.Auth] = None,
-        env: Optional[Mapping[str, str]] = None,
-        options: ScalerOptions = ScalerOptions(),
+        self, base_url: Optional[str] = None, *, auth: Optional[httpx.Auth] = None,
+        env: Optional[Mapping[str, str]] = None, options: ScalerOptions = ScalerOptions(),
     ) -> None:
         rate = max_rps_from(options.max_requests_per_second, None if env is None else dict(env))
         url = resolve_base_url(base_url, env)
@@ -193,10 +182,7 @@ class ScalerClient:
         auth = auth if auth is not None else DominoAuth(env=env, verify=options.verify)
         _warn_clear_once(self.base_url, auth)
         self._http = httpx.Client(
-            base_url=url,
-            auth=auth,
-            timeout=httpx.Timeout(options.timeout),
-            verify=options.verify,
+            base_url=url, auth=auth, timeout=httpx.Timeout(options.timeout), verify=options.verify,
             headers={"Accept": "application/json"},
         )
         self.pacer = pacer_for(self.base_url, rate)
@@ -271,11 +257,8 @@ class ScalerClient:
     def get_cluster(
         self, ref: ClusterRef, deadline: Optional[Deadline] = None, *, paced: bool = False
     ) -> Dict[str, Any]:
-        """The cluster's whole custom object (spec and status).
-
-        With ``deadline``, outages (refused/reset connections, TLS handshake
-        failures, 429/502/503/504) are ridden out until it passes; without,
-        the client's bounded retries apply. ``paced``: a poll, sent in its slot."""
+        """The cluster's whole custom object. With ``deadline``, an outage is ridden out until it passes;
+        without, the client's bounded retries apply. ``paced``: a poll, sent in its slot."""
         response = self._send(
             ref, "GET", f"{API_PREFIX}/cluster/{ref.plural}/{ref.name}", POLL if paced else READ, deadline
         )
@@ -286,11 +269,9 @@ class ScalerClient:
     def poll_cluster(
         self, ref: ClusterRef, deadline: Optional[Deadline], max_age: float, not_before: Optional[float] = None
     ) -> Dict[str, Any]:
-        """:meth:`get_cluster` as a shared, paced poll: another wait's read of the same cluster (or of
-        every cluster of its kind, while :data:`~.polls.LIST_FROM` or more are waited on) in flight or
-        at most ``max_age`` seconds old, and begun at ``not_before`` (epoch seconds) or later, answers it
-        instead of a request of its own. A cluster the list does not show is read on its own (for its
-        own error)."""
+        """:meth:`get_cluster` as a shared, paced poll: another wait's read of the cluster (or list of its
+        kind, from :data:`~._polls.LIST_FROM` waited on) in flight or at most ``max_age`` seconds old, and
+        begun at ``not_before`` (epoch seconds) or later, answers it. One the list lacks is read alone."""
         if self.shared_by_list(ref):
             listed = self.polls.read(
                 f"list:{ref.plural}", lambda: self._list(ref, deadline), max_age, deadline, not_before
@@ -318,9 +299,7 @@ class ScalerClient:
         return self.polls.crowd(ref.plural, ref.name) >= LIST_FROM
 
     def _list(self, ref: ClusterRef, deadline: Optional[Deadline]) -> Dict[str, Dict[str, Any]]:
-        response = self._send(
-            ref, "GET", f"{API_PREFIX}/list/{ref.plural}", POLL, deadline
-        )
+        response = self._send(ref, "GET", f"{API_PREFIX}/list/{ref.plural}", POLL, deadline)
         if response.status_code != 200:
             raise error_from_response(response, ref, operation="list clusters")
         clusters = response_body(response).get("clusters") or []
@@ -332,10 +311,8 @@ class ScalerClient:
     def scale(
         self, ref: ClusterRef, replicas: int, worker_hw_tier: Optional[str], deadline: Optional[Deadline] = None
     ) -> Dict[str, Any]:
-        """PATCH the worker count (and tier, sent as ``worker_hw_tier_name``); the service's answer.
-
-        Retried ``retries`` times (an absolute count is safe to repeat); with
-        ``deadline``, a refused connection is also tried again until it passes."""
+        """PATCH the worker count (and tier, as ``worker_hw_tier_name``); the service's answer. Retried (an
+        absolute count is safe to repeat); with ``deadline``, a refused connection is tried until it passes."""
         body: Dict[str, Any] = {"replicas": replicas}
         if worker_hw_tier is not None:
             body["worker_hw_tier_name"] = worker_hw_tier
@@ -351,15 +328,9 @@ class ScalerClient:
         return response_body(response)
 
     def restart_head(self, ref: ClusterRef, deadline: Optional[Deadline] = None) -> Dict[str, Any]:
-        """Ask the service to delete the head pod (sent once); its 202 answer with ``pod`` and ``started_at``.
-
-        Never re-sent; only a connection refused before anything was sent is
-        tried again, until ``deadline`` when given.
-
-        The service deletes ``<name>-<kind>-head-0``, right only for Ray; for
-        Spark and Dask the 404 naming that pod raises
-        :class:`UnsupportedOperationError`.
-        """
+        """Ask the service to delete the head pod, never re-sent; its 202 answer with ``pod`` and
+        ``started_at``. The service deletes ``<name>-<kind>-head-0``, right only for Ray: for Spark and
+        Dask its 404 naming that pod raises :class:`UnsupportedOperationError`."""
         try:
             response = self._send(
                 ref, "PATCH", f"{API_PREFIX}/restart_head/{ref.plural}/{ref.name}", ONCE, deadline
@@ -376,13 +347,10 @@ class ScalerClient:
                     f"the scaler service cannot restart {ref.kind} heads: it deletes pod {pod!r}, but the "
                     f"{ref.kind} head pod is {real!r} (a known defect of the service; it only works for Ray). "
                     f"Use the kubernetes backend (DDLSCALE_BACKEND=kubernetes) to restart this head",
-                    status_code=404,
-                    cluster=str(ref),
+                    status_code=404, cluster=str(ref),
                 )
             raise ClusterNotFoundError(
-                f"restart head failed: head pod {pod or real!r} does not exist",
-                status_code=404,
-                cluster=str(ref),
+                f"restart head failed: head pod {pod or real!r} does not exist", status_code=404, cluster=str(ref)
             )
         raise error_from_response(response, ref, operation="restart head")
 
@@ -391,14 +359,8 @@ class ScalerClient:
     ) -> Optional[Dict[str, Any]]:
         """The head's restart status since ``started_at`` (the service's value); None while the pod
         is being recreated. With ``deadline``, outages are ridden out until it passes."""
-        response = self._send(
-            ref,
-            "GET",
-            f"{API_PREFIX}/restart_head_status/{ref.plural}/{ref.name}",
-            POLL,
-            deadline,
-            params={"started_at": started_at},
-        )
+        path = f"{API_PREFIX}/restart_head_status/{ref.plural}/{ref.name}"
+        response = self._send(ref, "GET", path, POLL, deadline, params={"started_at": started_at})
         if response.status_code == 200:
             return response_body(response)
         if response.status_code == 404:
@@ -434,11 +396,7 @@ def response_body(response: httpx.Response) -> Dict[str, Any]:
 
 
 def error_from_response(
-    response: httpx.Response,
-    ref: ClusterRef,
-    *,
-    operation: str,
-    bad_request_field: str = "replicas",
+    response: httpx.Response, ref: ClusterRef, *, operation: str, bad_request_field: str = "replicas",
     bad_request_value: Optional[object] = None,
 ) -> ScalingError:
     """The typed error for a non-success answer to ``operation`` on ``ref``."""
@@ -456,9 +414,7 @@ def error_from_response(
         return InvalidInputError(bad_request_field, bad_request_value, f"what the service accepts ({said})")
     if status in (401, 403):
         return UnauthorizedError(
-            f"{text}; the caller must be a Domino admin or the cluster's owner",
-            code=code,
-            status_code=status,
+            f"{text}; the caller must be a Domino admin or the cluster's owner", code=code, status_code=status,
             cluster=where,
         )
     if status == 409:
@@ -466,9 +422,7 @@ def error_from_response(
     if status == 404 or (status == 500 and _K8S_NOT_FOUND.search(str(body.get("details") or ""))):
         return ClusterNotFoundError(
             f"{operation} failed: {ref.plural}/{ref.name} does not exist in the service's namespace",
-            code="not_found",
-            status_code=status,
-            cluster=where,
+            code="not_found", status_code=status, cluster=where,
         )
     if status in (502, 503, 504):
         return BackendUnavailableError(text, code=code, status_code=status, cluster=where)

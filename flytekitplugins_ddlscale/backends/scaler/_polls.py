@@ -1,12 +1,8 @@
 """Scaler-service polls shared by every wait in this process, and paced so the service sees a bounded rate.
 
-The service has no watch, so per service URL this process keeps a
-:class:`PollPacer` (every poll takes a slot, ``1 / rate`` seconds apart; a 429
-or 503 pauses every waiter and halves the rate, which climbs back by a quarter
-per other answer) and :class:`SharedPolls` per identity (waits on one cluster
-share a poll in flight or a result at most ``max_age`` old; while
-:data:`LIST_FROM` or more clusters of a kind are waited on, one
-``GET /list/<kind>`` answers them all). Writes are never paced or shared.
+Per service URL a :class:`PollPacer` (a 429/503 pauses every waiter and halves the rate), and per identity
+:class:`SharedPolls` (waits on one cluster, or :data:`LIST_FROM` of a kind, share one read): docs/scaler.md,
+"Many waits in one process". Writes are never paced or shared.
 """
 import threading
 import time
@@ -208,8 +204,7 @@ def pacer_for(url: str, rate: float) -> PollPacer:
     with _LOCK:
         pacer = _PACERS.get(url)
         if pacer is None:
-            pacer = PollPacer(rate)
-            _PACERS[url] = pacer
+            pacer = _PACERS[url] = PollPacer(rate)
         else:
             pacer.set_limit(rate)
         return pacer
@@ -220,6 +215,5 @@ def polls_for(url: str, identity: str) -> SharedPolls:
     with _LOCK:
         polls = _POLLS.get((url, identity))
         if polls is None:
-            polls = SharedPolls()
-            _POLLS[(url, identity)] = polls
+            polls = _POLLS[(url, identity)] = SharedPolls()
         return polls
