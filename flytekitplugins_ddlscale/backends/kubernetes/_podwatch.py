@@ -9,7 +9,7 @@ an error the informer met (403, 404).
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from ...errors import BackendUnavailableError, ScalingTimeoutError, TransientError, WorkerFailedError
 from ...models import ClusterState
@@ -130,29 +130,27 @@ class PodWaiter:
             )
         return None
 
-    def _failing_summary(self) -> str:
-        failing = []
+    def _failures(self) -> Iterator[Tuple[str, Dict[str, Any], str, str]]:
+        """The watched pods failing to start, by name: (name, pod, reason, message)."""
         for name, pod in sorted(self.pods.items()):
             failure = pod_failure(pod) if self.watched(pod) else None
             if failure is not None:
-                failing.append(f"{name} {failure[0]}" + (f" ({failure[1]})" if failure[1] else ""))
+                yield name, pod, failure[0], failure[1]
+
+    def _failing_summary(self) -> str:
+        failing = [f"{name} {reason}" + (f" ({message})" if message else "") for name, _, reason, message
+                   in self._failures()]
         return f"; pods not starting: {', '.join(failing)}" if failing else ""
 
     def _check_failures(self, state: ClusterState) -> None:
         now = time.monotonic()
         seen: Dict[Tuple[str, str], float] = {}
         failed: List[Tuple[float, str, str, str]] = []
-        for name, pod in self.pods.items():
-            if not self.watched(pod):
-                continue
-            failure = pod_failure(pod)
-            if failure is None:
-                continue
-            key = (pod["metadata"].get("uid", name), failure[0])
-            since = self._failing.get(key, now)
-            seen[key] = since
+        for name, pod, reason, message in self._failures():
+            key = (pod["metadata"].get("uid", name), reason)
+            since = seen[key] = self._failing.get(key, now)
             if now - since >= self.grace:
-                failed.append((since, name, failure[0], failure[1]))
+                failed.append((since, name, reason, message))
         self._failing = seen
         if failed:
             _, pod, reason, message = min(failed)
