@@ -1,12 +1,6 @@
-"""Claims are leases: live while their holder renews them, dropped once they lapse or their holder is gone.
-
-A claim is dead when its lease ran out, or at once when its holder is a process on this host that no
-longer runs or whose pid now names a process started at another time (a claim without a start time has
-only its lease). Other processes judge a lease by wall time against ``renewed_at``, within
-:data:`MAX_LEASE_SECONDS`; the holder judges itself with :class:`HolderClock` (the longest of the
-monotonic, boot-time and wall clocks), so a holder stopped or suspended knows at once it may have lost
-it. Pure rules on anything shaped like a :class:`Lease`; nothing here touches a backend.
-"""
+"""Claims are leases: live while their holder renews them, dead once they lapse or their holder (a process on
+this host) is gone. Others judge a lease by wall time; the holder by :class:`HolderClock`, so a holder stopped
+or suspended knows at once it may have lost it. Pure rules on a :class:`Lease`; nothing touches a backend."""
 import datetime
 import logging
 import os

@@ -36,13 +36,9 @@ class Closing:
 
 @contextlib.contextmanager
 def environ_set(values: Mapping[str, str]) -> Iterator[Dict[str, str]]:
-    """Set ``values`` in ``os.environ`` for the block; restore what was there before on exit.
-
-    Dask reads its ``DASK_*`` settings once, when imported: in a process that imported it already,
-    those of ``values`` (a local cluster's TLS files) also go into its configuration for the block.
-    A Dask first imported inside the block reads its configuration again at the block's end
-    (``dask.config.refresh``), so none of them outlives the block.
-    """
+    """Set ``values`` in ``os.environ`` for the block, and restore what was there at its end. Dask reads
+    ``DASK_*`` once, when imported: those of ``values`` also go into an imported Dask's configuration for the
+    block, and a Dask first imported inside it reads its configuration again at the end."""
     saved = {key: os.environ.get(key) for key in values}
     dask_before = "dask.config" in sys.modules
     os.environ.update(values)
@@ -82,11 +78,9 @@ def _dotted(tree: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
 
 
 PAUSE_POINTS = ("claimed", "scaled", "released", "head-started", "worker-started")
-"""Where a test may stop a run, in the order a phase meets them: ``claimed`` (nothing scaled yet),
-``scaled`` (the body is about to run), ``released`` (the cluster not yet given back), and, in a local
-change under the cluster's lock, ``head-started``/``worker-started`` (a process ``cluster.json`` does
-not hold yet). Only a hook added in the same process acts on a point (the crash tests' launcher,
-``tests/pause_support.py``): nothing in the environment or a file can switch one on."""
+"""Where a test may stop a run, in the order a phase meets them (``head-started``/``worker-started``: in a
+local change, a process ``cluster.json`` does not hold yet). Only a hook added in the same process acts on
+a point (``tests/pause_support.py``): nothing in the environment or a file can switch one on."""
 
 PauseHook = Callable[[str], None]
 _hooks: List[PauseHook] = []

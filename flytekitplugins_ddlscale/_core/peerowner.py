@@ -1,10 +1,6 @@
-"""Whether the other end of a loopback connection is this user's: checked before a secret is sent.
-
-Any local user can listen on a free loopback port, and a client sending a token to a port it expects its
-own server on would hand it to whoever bound it first. On Linux, once connected, the row of this very
-connection in ``/proc/net/tcp`` (``tcp6``) names the uid that accepted it, before a byte is sent.
-Elsewhere, and for a peer not on loopback, nothing can be proven and nothing is checked.
-"""
+"""Whether the other end of a loopback connection is this user's, checked before a secret is sent (any local
+user may bind a free loopback port): on Linux the connection's row in ``/proc/net/tcp`` names the uid that
+accepted it. Elsewhere, and for a peer off loopback, nothing is checked."""
 import http.client
 import ipaddress
 import os
@@ -30,14 +26,12 @@ def _endpoint(text: str) -> _Endpoint:
     raw = bytes.fromhex(hex_ip)
     if sys.byteorder == "little":
         raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
-    address = ipaddress.ip_address(raw)
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address, int(hex_port, 16)
+    return _normal(ipaddress.ip_address(raw), int(hex_port, 16))
 
 
-def _normal(host: str, port: int) -> _Endpoint:
-    address = ipaddress.ip_address(host.split("%", 1)[0])
+def _normal(host: Union[str, ipaddress.IPv4Address, ipaddress.IPv6Address], port: int) -> _Endpoint:
+    """(address, port), an IPv4-mapped IPv6 address as its IPv4 one."""
+    address = ipaddress.ip_address(host.split("%", 1)[0]) if isinstance(host, str) else host
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped
     return address, port
