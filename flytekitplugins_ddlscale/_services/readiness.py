@@ -1,9 +1,5 @@
-"""The readiness every surface reports: what the backend proved, plus the framework check.
-
-Nodes, the CLI and phases ask a :class:`ReadinessCheck` after the backend's own wait, with what is left of
-the same deadline; after a change that removed workers it waits until the framework dropped them. The result
-says how many workers are ready and what proved it, e.g. ``4 worker pods exist (scaler; pod readiness not
-visible); 4 workers registered with the Dask scheduler at http://h:8787``.
+"""The readiness every surface reports after the backend's own wait: how many workers are ready and what
+proved it (the backend, plus the framework check; docs/readiness.md).
 """
 from dataclasses import dataclass
 from typing import Mapping, Optional

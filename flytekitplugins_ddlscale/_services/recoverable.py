@@ -1,10 +1,6 @@
-"""Which failures Flyte may retry, and how a flytekit task pod tells FlytePropeller so.
-
-FlytePropeller applies a task's ``retries`` only to an error flytekit wrote as RECOVERABLE, which it does only
-for a ``FlyteRecoverableException``. So a node or ``@distributed_phase`` in a pod raises the backend being
-unavailable for now (what the connector treats so, ``UNAVAILABLE_HERE``: the transient family, and a backend
-this process never reached) as :class:`RecoverableScalingError`; everything else stays non-recoverable, as a
-retry would meet the same answer. Local runs keep the typed error: flytekit retries nothing there.
+"""Which failures Flyte may retry: in a flytekit task pod the backend being unavailable for now
+(``UNAVAILABLE_HERE``) is raised as :class:`RecoverableScalingError`, which FlytePropeller's ``retries``
+apply to; anything else stays non-recoverable, and local runs keep the typed error.
 """
 import contextlib
 from typing import Iterator

@@ -1,10 +1,6 @@
-"""The Flyte 2 task class of the scaling nodes: a ``ddlscale_*`` task type served by the connector, no pod.
-
-Declared as Flyte 2's own connector plugins declare theirs (``flyte.extend.TaskTemplate`` with
-``AsyncConnectorExecutorMixin``, no image, the configuration as ``custom``). On a cluster nothing of this
-module runs; in local mode flyte's local connector runner calls the registered connector in-process, and this
-class adds the node's summary line, its Report tab and the interrupt report's note of the cluster it changes
-(:mod:`.._services.nodes.interrupted`). Imports ``flyte``: imported when a node is defined.
+"""The Flyte 2 task class of the scaling nodes: a ``ddlscale_*`` task type served by the connector, no pod,
+declared as flyte's own connector plugins are. In local mode it adds the node's summary line, Report tab and
+the note of the cluster it changes. Imports ``flyte``: imported when a node is defined.
 """
 import dataclasses
 import time

@@ -13,10 +13,8 @@ flytekit node of that name (a Report tab instead of a Deck); a parent task await
         up = await scale_up()              # a ScaleOutcome; or scale_up(replicas=8)
         return await train(up.effective)
 
-Each node is a connector task (:class:`.node_task.ScalingNodeTask`, the flytekit node's task type) in an
-environment of its own that ``env`` depends on, as flyte's own connector tasks join a flow: on a cluster the
-ddlscale connector runs it and no pod starts; in local mode flyte's local connector runner calls the same
-connector in-process. Name each node like the module variable it is assigned to.
+Each node is a connector task (:class:`.node_task.ScalingNodeTask`) in an environment of its own that ``env``
+depends on: no pod starts. Name each node like the module variable it is assigned to.
 """
 import inspect
 import keyword

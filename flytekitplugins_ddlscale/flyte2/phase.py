@@ -1,11 +1,6 @@
-"""``distributed_phase`` for Flyte 2 task functions, sync and async, under ``@env.task``.
-
-The phase is :class:`..hold.ClusterPhase`, as for flytekit; what differs is where it runs. Flyte 2 runs a task
-body outside the main thread, where Python cannot catch signals, so applying the decorator installs the
-process's signal relay (:data:`..hold.signals.RELAY`): on SIGTERM/SIGINT every live phase gives its cluster
-back, then the signal does what it did before. An async body's start and restore run in a worker thread and
-always run to their end, also when the body is cancelled (as Flyte 2 aborts an action). The phase's page is a
-tab of the task's Report (``@env.task(report=True)``).
+"""``distributed_phase`` for Flyte 2 task functions, sync and async, under ``@env.task``: flytekit's
+:class:`..hold.ClusterPhase`, with the process's signal relay installed (Flyte 2 runs bodies outside the main
+thread), an async body's start and restore run to their end even when cancelled, and a Report tab.
 """
 import asyncio
 import functools

@@ -1,8 +1,5 @@
-"""A node's or phase's page as a tab of the Flyte 2 task's Report: Timeline rows, worker plot, worker-seconds.
-
-The rows are Flyte 2's ``flyte.report.Timeline`` widget; the plot and the worker-seconds are the flytekit Deck's
-HTML (:func:`..deck.render_html`). On a cluster flyte saves a ``report=True`` task's Report when it ends; in a
-local run the tab is saved at once and a line says where.
+"""A node's or phase's page as a tab of the Flyte 2 task's Report: Timeline rows, worker plot, worker-seconds
+(the flytekit Deck's HTML). In a local run the tab is saved at once and a line says where.
 """
 from pathlib import Path
 from typing import List, Mapping, NamedTuple, Optional

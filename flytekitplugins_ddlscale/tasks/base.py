@@ -1,14 +1,8 @@
 """The flytekit task of a scaling node: a Python task with no user function, built from its node type's kind.
 
-A :class:`~flytekit.core.python_function_task.PythonInstanceTask`, so in a container flytekit's default
-resolver finds the instance by module and variable name (like ``ShellTask``) and runs :meth:`execute` there;
-the configuration also travels in the template's ``custom`` for the connector. A name without a dot is
-qualified by the defining module, as for function tasks (``flows.train.scale_down``).
-
-Task options: ``retries=N`` and ``interruptible=True`` go into the ``TaskMetadata`` as ``@task`` puts them (or
-come in ``metadata=TaskMetadata(...)``, not both). The template's Flyte timeout is the node's own ``timeout``
-plus :data:`FLYTE_TIMEOUT_GRACE`, a backstop that lets the node give its own answer. A cache is refused: a node
-acts on or reads the cluster as it is now, which its inputs do not describe (``NodeKind.cached`` says why).
+A ``PythonInstanceTask`` (found in a container by module and variable name, like ``ShellTask``), its
+configuration also in the template's ``custom`` for the connector. Task options go into ``TaskMetadata`` as
+``@task`` puts them; the Flyte timeout is the node's own plus :data:`FLYTE_TIMEOUT_GRACE`; a cache is refused.
 """
 import dataclasses
 import datetime

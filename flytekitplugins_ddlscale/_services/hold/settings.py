@@ -1,10 +1,5 @@
-"""What a phase asks for, checked when the phase is defined (decorator applied, command parsed), and
-the one check of each option name a phase or a scaling node takes.
-
-:class:`PhaseOptions` is the one list of a phase's options: every phase surface (``@distributed_phase``
-for flytekit and Flyte 2, ``cluster_phase``, ``ddlscale run``) takes exactly these as keywords and hands
-them to :class:`PhaseSettings`. Every option name (``cluster``, ``timeout``, ...) has one check
-(:data:`FIELD_CHECKS`), which a phase's and a node's dataclass (:class:`CheckedFields`) run when made.
+"""What a phase asks for (:class:`PhaseOptions`, the keywords of every phase surface), checked when the
+phase is defined, and the one check of each option name (:data:`FIELD_CHECKS`) phases and nodes run.
 """
 from dataclasses import dataclass, fields
 from functools import partial
