@@ -141,23 +141,10 @@ class ResourceAdapter(ABC):
 
     def __init__(self, layout: CrdLayout) -> None:
         self.layout = layout
+        self.group, self.version, self.plural = layout.group, layout.version, layout.plural
+        """The API group, version and plural of the patched object's resource."""
 
     # -- where ---------------------------------------------------------------
-    @property
-    def group(self) -> str:
-        """API group of the patched object."""
-        return self.layout.group
-
-    @property
-    def version(self) -> str:
-        """API version of the patched object."""
-        return self.layout.version
-
-    @property
-    def plural(self) -> str:
-        """Plural of the patched object's resource."""
-        return self.layout.plural
-
     removal = "the operator has not removed them yet: see its log and the cluster's events"
     """Why workers of a scale-down may still be running, for the error of a wait that outlived them."""
 

@@ -20,6 +20,7 @@ from ....errors import (
 from ....models import Baseline, ClusterState
 from ...._core.records import ANNOTATION_PREFIX
 from ....refs import ClusterRef
+from ..._support.crds import CrdLayout
 from .._informer import Resource, cached_objects, note_version
 from .._spec import pod_labels, pod_ready
 from .base import Mutate, NotCreatedYet, Outcome, Patch, PodLabels, Pods, Record, ResourceAdapter, Sizing, live
@@ -66,9 +67,9 @@ class DaskOperatorAdapter(ResourceAdapter):
         "retries every 60 s: check the operator's log and that the operator can resolve and reach that Service"
     )
 
-    @property
-    def plural(self) -> str:
-        return WORKER_GROUPS
+    def __init__(self, layout: CrdLayout) -> None:
+        super().__init__(layout)
+        self.plural = WORKER_GROUPS
 
     def object_name(self, ref: ClusterRef) -> str:
         return f"{ref.name}-{ref.group if ref.group is not None else DEFAULT_GROUP}"
