@@ -31,7 +31,6 @@ CREATE_HELP = (
     "Without it a missing cluster is refused (exit 4)."
 )
 
-
 IDENTITY = ("backend", "kind", "name", "run_id", "namespace", "group")
 """The options that name the cluster and the backend asked about it, as :class:`Target` holds them."""
 
@@ -54,9 +53,7 @@ class Target:
             return ClusterRef(self.kind, self.name, self.namespace, self.group)
         if self.run_id is None and not settings.DOMINO_RUN_ID.is_set():
             raise InvalidInputError(
-                "name",
-                None,
-                "--name NAME, --run-id ID, or $DOMINO_RUN_ID (the run's own cluster <kind>-<run id>)",
+                "name", None, "--name NAME, --run-id ID, or $DOMINO_RUN_ID (the run's own cluster <kind>-<run id>)",
                 reason="give --name (or --run-id) outside a Domino run",
             )
         return ClusterRef.for_run(self.kind, self.run_id, self.namespace)
@@ -246,9 +243,7 @@ def restore(
     framework has dropped them. Never creates a cluster."""
     if worker_hw_tier is not None and replicas is None:
         raise InvalidInputError(
-            "worker_hw_tier",
-            worker_hw_tier,
-            "only together with --replicas N",
+            "worker_hw_tier", worker_hw_tier, "only together with --replicas N",
             reason="the baseline restores its own tier; give --replicas N to restore to another size and tier",
         )
     if replicas is not None:

@@ -67,13 +67,9 @@ def _shared_options(command: Callable[..., Any]) -> Callable[..., Any]:
 def _ref(backend: "LocalBackend", kind: str, name: str) -> ClusterRef:
     """The cluster named, after refusing a kind the local backend does not run: the same
     ``[invalid_input]`` error and exit code 2 as ``ddlscale scale --backend local`` gives."""
-
-    def checked() -> ClusterRef:
-        ref = ClusterRef(kind, name)
-        backend.check_kind(ref)
-        return ref
-
-    return _run(checked)
+    ref = _run(lambda: ClusterRef(kind, name))
+    _run(lambda: backend.check_kind(ref))
+    return ref
 
 
 _kind_option = click.option(
@@ -176,18 +172,15 @@ def down(ctx: click.Context, kind: str, name: Optional[str], everything: bool) -
 @click.option("--name", required=True, help="Cluster to report.")
 @click.option("--json", "as_json", is_flag=True, help="Print the cluster as JSON.")
 @click.option(
-    "--repair/--no-repair",
-    default=False,
-    show_default=True,
+    "--repair/--no-repair", default=False, show_default=True,
     help="Restart a dead scheduler or missing workers (up to the recorded size) before reporting; "
     "without it nothing is started or stopped.",
 )
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds a repair may wait.")
 @click.pass_context
 def status(ctx: click.Context, kind: str, name: str, as_json: bool, repair: bool, timeout: float) -> None:
-    """Report a cluster: processes, the workers its scheduler sees, connection variables.
-
-    Only reports; with --repair it first restarts what died."""
+    """Report a cluster: processes, the workers its scheduler sees, connection variables. Only
+    reports; with --repair it first restarts what died."""
     backend = _backend(ctx)
     ref = _ref(backend, kind, name)
     info = _run(lambda: backend.describe(ref))
@@ -227,19 +220,14 @@ def _table(infos: List[Dict[str, Any]]) -> str:
     noted = any(notes)
     rows = [("KIND", "NAME", "STATUS", "READY/DESIRED", "TIER", "SCHEDULER") + (("NOTE",) if noted else ())] + [
         (
-            info["kind"],
-            info["name"],
-            info["status"],
+            info["kind"], info["name"], info["status"],
             "-" if info["desired_workers"] is None else f"{info['ready_workers']}/{info['desired_workers']}",
-            info["worker_hw_tier"] or "-",
-            info["address"] or "-",
+            info["worker_hw_tier"] or "-", info["address"] or "-",
         ) + ((note,) if noted else ())
         for info, note in zip(infos, notes)
     ]
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows
-    )
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
 
 
 def _problems(info: Dict[str, Any]) -> str:

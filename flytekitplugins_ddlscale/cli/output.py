@@ -11,16 +11,8 @@ from typing import Any, Dict
 import click
 
 from ..errors import (
-    AccessError,
-    CapacityExceededError,
-    ClusterFaultError,
-    ClusterNotFoundError,
-    InvalidInputError,
-    NeverReachedError,
-    ScalingError,
-    ScalingTimeoutError,
-    StateWriteError,
-    TransientError,
+    AccessError, CapacityExceededError, ClusterFaultError, ClusterNotFoundError, InvalidInputError, NeverReachedError,
+    ScalingError, ScalingTimeoutError, StateWriteError, TransientError,
 )
 from .._services.readiness import Readiness
 from .._core.leases import age_seconds

@@ -35,9 +35,7 @@ def _say(text: str) -> None:
 
 
 @click.command(
-    "run",
-    epilog=RUN_EPILOG,
-    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+    "run", epilog=RUN_EPILOG, context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}
 )
 @target_options
 @click.option("--replicas", type=int, required=True, help="Workers the command needs at least (a cluster found larger is not shrunk).")
