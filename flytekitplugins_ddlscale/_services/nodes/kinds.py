@@ -1,7 +1,6 @@
-"""What a scaling node type is, and what every type shares: :class:`NodeKind` (from which both task surfaces
-build a node and the connector service its create and polls), the bases of its configuration and outcome, and
-what its connector ``create`` works with (:class:`Creation`, giving back a :class:`Sent`). A new node type is a
-module declaring its kind, its line in the package's ``NODE_KINDS`` and a line on each surface.
+"""What a scaling node type is (:class:`NodeKind`, from which both task surfaces and the connector build it),
+and what every type shares: configuration and outcome bases, and its connector ``create``'s :class:`Creation`.
+A new node type is a module declaring its kind, a line in ``NODE_KINDS`` and one on each surface.
 """
 import inspect
 import json
@@ -24,7 +23,7 @@ from ..._core.timeline import WorkerTimeline, observed_workers
 from ..._core.validation import MAX_NODE_TIMEOUT, validate_timeout
 from ..._core.waiting import Deadline
 from ..connector_policy import ConnectorPolicy, reported_head_hosts
-from ..opening import BackendPool, open_backend
+from ..opening import BackendPool
 from ..readiness import FrameworkOptions, Readiness
 
 C = TypeVar("C")
@@ -163,10 +162,10 @@ def restart_json(result: RestartResult) -> str:
 
 class Creation:
     """What a node type's connector ``create`` may do under the connector's policy: name the served backend
-    and cluster, open the backend checked against the policy (from ``pool``, the polls' backends, so creates
-    and polls share one client and outage tracker per server), and send within :data:`CREATE_TIMEOUT`."""
+    and cluster, open it from ``pool`` (the polls' backends) checked against the policy, and send within
+    :data:`CREATE_TIMEOUT`."""
 
-    def __init__(self, policy: ConnectorPolicy, pool: Optional[BackendPool] = None) -> None:
+    def __init__(self, policy: ConnectorPolicy, pool: BackendPool) -> None:
         self.policy = policy
         self.pool = pool
 
@@ -182,9 +181,8 @@ class Creation:
 
     @contextmanager
     def opened(self, backend_name: str, ref: ClusterRef, framework_url: str = "") -> Iterator[Any]:
-        """The backend ``backend_name``, opened (or taken from the pool) and checked for ``ref``."""
-        opening = self.pool.backend if self.pool is not None else open_backend
-        with opening(backend_name) as backend:
+        """The backend ``backend_name``, taken from the pool and checked for ``ref``."""
+        with self.pool.backend(backend_name) as backend:
             self.check_opened(backend, ref, framework_url)
             yield backend
 
