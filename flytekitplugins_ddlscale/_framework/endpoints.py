@@ -1,12 +1,6 @@
-"""Where the cluster's head serves its framework status, and whether the check is on.
-
-The head's base URL, first match wins: an explicit URL (``framework_url=``, ``--framework-url``);
-``$DDLSCALE_<KIND>_URL``; ``$DDLSCALE_FRAMEWORK_URL``; what Domino gives the run: Dask
-``$DASK_SCHEDULER_SERVICE_HOST`` and Ray ``$RAY_HEAD_SERVICE_HOST`` with their dashboard ports (8787,
-8265), Spark the host of ``spark.master`` as Spark reads it (:func:`configured_master`) with the web UI
-port (8080). ``$DDLSCALE_FRAMEWORK_READINESS=off`` switches every check off. A URL with credentials is
-refused wherever it comes from: the check sends none, and they would travel into logs and messages.
-"""
+"""Where the cluster's head serves its framework status (first match: an explicit URL, ``$DDLSCALE_<KIND>_URL``,
+``$DDLSCALE_FRAMEWORK_URL``, what Domino gives the run; docs/readiness.md), and whether the check is on. A URL
+with credentials is refused wherever it comes from."""
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,10 +88,8 @@ def read_properties(text: str) -> dict:
 
 
 def master_host(master: str) -> Optional[str]:
-    """The host of a standalone master URL (``spark://h:7077``, first of ``spark://h1:7077,h2:7077``).
-
-    None for masters without a standalone master web UI (``local[*]``, ``yarn``, ``k8s://...``).
-    """
+    """The host of a standalone master URL (``spark://h:7077``, first of ``spark://h1:7077,h2:7077``); None
+    for masters without a standalone master web UI (``local[*]``, ``yarn``, ``k8s://...``)."""
     text = master.strip()
     if not text.startswith("spark://"):
         return None

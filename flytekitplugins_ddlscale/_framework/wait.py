@@ -1,12 +1,6 @@
-"""Waiting until N workers have registered with the framework on the cluster's head, or until it
-has dropped the workers a scale-down removed.
-
-Reads the head's status (:mod:`.probes`) on a fast schedule until the count reaches the target or the
-deadline passes. A head that does not answer (refused, reset, a timeout, a 5xx, a payload of another
-shape) is read again until the deadline: heads restart, and dashboards start after the pod is Ready.
-Only 401/403 ends the wait early. No part of an answer's body reaches a message: the URL may point
-anywhere its writer chose.
-"""
+"""Waiting until N workers have registered with the cluster's head (or it dropped those a scale-down removed).
+A head that does not answer usefully is read again until the deadline; only 401/403 ends the wait early. No
+part of an answer's body reaches a message: the URL may point anywhere its writer chose."""
 import http.client
 import json
 import logging
@@ -49,12 +43,8 @@ class HeadUnreachable(Exception):
 
 
 def read_registered(probe: Probe, endpoint: Endpoint, timeout: float) -> int:
-    """Registered workers now; :class:`HeadUnreachable` when the head did not answer usefully.
-
-    A redirect is a failed read; messages name the URL and what failed, never the answer's body or
-    status line. A Ray head is read with Ray's token where this process's environment turns it on (a
-    local cluster's connection variables do). Raises :class:`UnauthorizedError` on 401/403.
-    """
+    """Registered workers now; :class:`HeadUnreachable` when the head did not answer usefully (a redirect
+    included), :class:`UnauthorizedError` on 401/403. A Ray head is read with Ray's token where set."""
     url = probe.url(endpoint.url)
     # A Ray head with token authentication (local clusters) wants the token ray.init would send.
     auth = ray_auth_headers() if probe.kind == "ray" else {}
@@ -145,12 +135,9 @@ def wait_registered(
     progress: Optional[ProgressReporter] = None,
     **context: Any,
 ) -> Registered:
-    """Return once at least ``workers`` workers are registered with the head at ``endpoint`` (its
-    framework's :data:`~.probes.PROBES` entry reads it); with ``removed`` (after a scale-down), once at
-    most ``workers`` are. Reads at least once even when ``timeout`` is spent; raises
-    :class:`ScalingTimeoutError` at ``timeout`` naming what it waited for, the last count and how long
-    the head was unreachable, with ``context`` (the cluster and the backend's last state).
-    """
+    """Return once at least ``workers`` are registered with the head at ``endpoint`` (with ``removed``: at
+    most), reading at least once; at ``timeout`` a :class:`ScalingTimeoutError` naming what it waited for, the
+    last count and how long the head was unreachable, with ``context`` (the cluster and its last state)."""
     probe = PROBES[endpoint.kind]
     if removed:
         what = f"{probe.registry} at {endpoint.url} to drop the removed workers (at most {workers} registered)"
