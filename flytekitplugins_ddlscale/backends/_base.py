@@ -284,13 +284,10 @@ class ClusterBackend(Closing, abc.ABC):
         self, ref: ClusterRef, claim_id: str, replicas: int, worker_hw_tier: Optional[str] = None, *,
         timeout: Optional[float] = None, lease_seconds: float = DEFAULT_LEASE_SECONDS,
     ) -> Claim:
-        """Register that ``claim_id`` needs at least ``replicas`` workers; return the largest live claim.
-
-        The claim is a lease of ``lease_seconds`` its holder keeps with :meth:`renew`. In the same
-        atomic step, dead claims are dropped and the baseline (and, with no other live claim, the size
-        outside phases) recorded, so a concurrent :meth:`reconcile` never forgets what a new claim
-        relies on. ``timeout``: the longest wait for another process's lock (None: the backend's).
-        """
+        """Register that ``claim_id`` needs at least ``replicas`` workers (a lease of ``lease_seconds`` kept
+        with :meth:`renew`); the largest live claim. In the same atomic step dead claims are dropped and the
+        baseline (with no other live claim, the size outside phases) recorded, so a concurrent :meth:`reconcile`
+        never forgets what it relies on. ``timeout``: longest wait for another's lock (None: the backend's)."""
         validate_claim_id(claim_id)
         replicas = validate_replicas(replicas)
         tier = validate_tier_name(worker_hw_tier)
@@ -310,14 +307,10 @@ class ClusterBackend(Closing, abc.ABC):
         timeout: float = DEFAULT_SCALE_TIMEOUT, progress: Optional[ProgressReporter] = None,
         needed: Optional[int] = None,
     ) -> Optional[ScaleResult]:
-        """Hold the largest live claim (or the size outside phases when larger on its tier); with no
-        live claim, restore the size outside phases (or ``target``) and forget it
-        (:func:`~flytekitplugins_ddlscale._core.claimrules.settle`). None when there was nothing to do.
-
-        Dead claims are dropped. The decision and the change are atomic against concurrent
-        :meth:`claim`/:meth:`release`, so a phase ending never shrinks one that has just claimed; the
-        wait holds no lock and ends once ``needed`` workers (default: all) are up.
-        """
+        """Hold the largest live claim (or the size outside phases when larger on its tier), else restore
+        the size outside phases (or ``target``) and forget it (``_core.claimrules.settle``); None when there
+        was nothing to do. Dead claims are dropped; deciding and changing is atomic against :meth:`claim`
+        and :meth:`release`; the wait holds no lock and ends once ``needed`` workers (default: all) are up."""
         if needed is not None:
             needed = validate_replicas(needed, "needed")
         deadline = self._check_restore_request(ref, target, timeout, wait)
@@ -398,12 +391,8 @@ class ClusterBackend(Closing, abc.ABC):
         self, ref: ClusterRef, change: Union[Change, ScaleResult], wait: bool, deadline: Deadline,
         progress: Optional[ProgressReporter], *, explain: bool = True,
     ) -> ScaleResult:
-        """The result of ``change``; with ``wait``, once its workers are up.
-
-        A plain :class:`ScaleResult` had nothing to wait for. Every framework probe on the way, the
-        final read included, gets no more than what is left of ``deadline``
-        (:func:`~flytekitplugins_ddlscale._core.waiting.within`).
-        """
+        """The result of ``change`` (a plain :class:`ScaleResult` had nothing to wait for); with ``wait``,
+        once its workers are up. Every probe on the way gets at most what is left of ``deadline``."""
         with within(deadline):
             if isinstance(change, ScaleResult):
                 return change

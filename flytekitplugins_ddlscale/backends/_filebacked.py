@@ -1,13 +1,7 @@
-"""A :class:`ClusterBackend` whose baselines and claims live in local files.
-
-The scaler service cannot store anything with a cluster and local clusters
-have no object, so both keep their records in a :class:`FileBookkeeping`
-(one locked JSON record per cluster). The records hooks and the three changes
-are done here once; a subclass says how to observe and set a size
-(``_observe_before_change``, ``_apply_size``, ``_apply_baseline``). A reconcile
-decides under the record's lock, which covers reading, deciding and sending
-the change, never a wait or an outage: a step that meets an outage gives the
-lock back, rides it out, and decides again.
+"""A :class:`ClusterBackend` whose baselines and claims live in local files (a :class:`FileBookkeeping`),
+for the scaler service and local clusters: the records hooks and the three changes are done here once; a
+subclass says how to observe and set a size (docs/backends.md). A reconcile decides and sends under the
+record's lock, never waits there: a step that meets an outage gives the lock back and decides again.
 """
 import abc
 import logging

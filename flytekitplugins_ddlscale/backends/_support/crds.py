@@ -1,9 +1,5 @@
-"""How each kind of cluster is laid out on Kubernetes: its custom resource, pod labels and pod names.
-
-The Kubernetes backend reads and patches these resources; Domino's scaler
-service answers with them and their pods; the local backend names its
-processes like the pods. The core (:mod:`...refs`) knows only the kinds and
-what a user may write.
+"""How each kind of cluster is laid out on Kubernetes: its custom resource, pod labels and pod names, as
+the Kubernetes backend patches them, the scaler service answers with them and local processes are named.
 """
 from dataclasses import dataclass
 from typing import Dict, Optional

@@ -1,10 +1,7 @@
 """Baseline and claim bookkeeping on a :class:`FileRecordStore`, for backends that cannot store records
-with the cluster.
-
-Each operation is one locked read-modify-write of the cluster's record: it
-asks :mod:`.claimrules` what to do and writes the :class:`RecordChange` it
-answers (as the Kubernetes backend does on annotations, in the same JSON). A
-corrupt record raises :class:`CorruptRecordError` naming its file.
+with the cluster: each operation is one locked read-modify-write that writes the :class:`RecordChange`
+:mod:`.claimrules` decides (the JSON of the Kubernetes annotations). A corrupt record raises
+:class:`CorruptRecordError` naming its file.
 """
 from dataclasses import replace
 from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
@@ -82,13 +79,9 @@ class FileBookkeeping:
     def claim(
         self, ref: ClusterRef, new: Claim, observe: Optional[Observe] = None, *, timeout: Optional[float] = None
     ) -> Claim:
-        """Add or replace ``new``'s claim (its lease starts when written; a live one it replaces keeps
-        when it was made); return the largest live claim.
-
-        In the same locked update (``timeout``: the longest wait for the lock), dead claims are dropped
-        and, with ``observe``, a missing baseline (and with no other live claim, the size outside
-        phases) recorded from ``observe()`` (:func:`.claimrules.claim`).
-        """
+        """Add or replace ``new``'s claim (a live one it replaces keeps when it was made); the largest live
+        claim. In the same locked update (``timeout``: longest wait for the lock), dead claims are dropped
+        and, with ``observe``, what :func:`.claimrules.claim` records is taken from ``observe()``."""
         validate_claim_id(new.claim_id)
         validate_replicas(new.replicas)
         new = replace(new, worker_hw_tier=validate_tier_name(new.worker_hw_tier))
@@ -128,13 +121,9 @@ class FileBookkeeping:
         self, ref: ClusterRef, act: Callable[[Settlement], T], same_tier: SameTier = _exactly,
         timeout: Optional[float] = None, observe: Optional[Observe] = None,
     ) -> T:
-        """Call ``act`` with the :class:`Settlement` of the record under its lock; return its result.
-
-        Claims and releases wait until ``act`` returns, so it must only decide and send the change,
-        never wait. When it returns, the settlement's change is written (dead claims dropped, a
-        missing baseline recorded from ``observe()``, a restored size forgotten); when it raises, the
-        record is left as it was.
-        """
+        """``act``'s result, called with the record's :class:`Settlement` under its lock (so it only decides
+        and sends the change, never waits). Once it returns the settlement's change is written (sizes to
+        record from ``observe()``); when it raises, the record is left as it was."""
 
         def change(record: Dict[str, str]) -> T:
             decided = claimrules.settle(self._records(ref, record), same_tier)

@@ -83,13 +83,9 @@ def workers_seen(state: Optional[ClusterState], desired: int, found: Optional[in
 def left_in_place(
     error: ScalingError, reach: Reach, setting: str, desired: int, *, restoring: bool, found: Optional[int] = None
 ) -> ScalingError:
-    """``error`` (of the wait after a change), extended with what the change left in place and the
-    remedy, also set as its ``left_in_place``, ``remedy_command`` and ``remedy_call``.
-
-    ``setting`` holds the size and ``desired`` is what the change set it to; ``found`` is what a read
-    after the change saw there (an autoscaler may have raised it), reported instead. After a scale
-    the remedy restores the baseline; after a restore (``restoring``) it waits for it.
-    """
+    """``error`` of the wait after a change that set ``setting`` to ``desired`` (``found``: what a later read
+    saw there, reported instead), extended with what was left in place and the remedy (restore the baseline;
+    after a restore, keep waiting), also set as ``left_in_place``, ``remedy_command`` and ``remedy_call``."""
     now = desired if found is None else found
     error.wait_message = error.message
     error.left_in_place = f"{setting}={now}"

@@ -1,10 +1,7 @@
 """Exclusive ``fcntl`` locks on files in private folders, bounded in time.
 
-A lock file can be removed by its holder as it releases it (``on_release``),
-so that nothing stays on disk for a cluster that does not exist. That is safe
-because a process that waited on the removed file finds, once it holds the
-lock, that the file at the path is no longer the one it locked, and starts
-again on the file now there.
+A holder may remove the lock file as it releases it (``on_release``), so nothing stays on disk for a
+cluster that does not exist: a waiter that then gets the lock sees the file is gone and starts again.
 """
 import contextlib
 import errno
@@ -45,13 +42,8 @@ def _try_lock(fd: int) -> bool:
 
 @contextlib.contextmanager
 def exclusive(
-    path: Path,
-    timeout: float,
-    busy: Callable[[], ScalingError],
-    *,
-    prepare: Optional[Callable[[], object]] = None,
-    waiting: Optional[str] = None,
-    on_release: Optional[Callable[[], None]] = None,
+    path: Path, timeout: float, busy: Callable[[], ScalingError], *, prepare: Optional[Callable[[], object]] = None,
+    waiting: Optional[str] = None, on_release: Optional[Callable[[], None]] = None,
 ) -> Iterator[None]:
     """Hold the exclusive lock of the file at ``path`` (:func:`~.privatefs.open_lock`), waiting at
     most ``timeout`` seconds for another holder, then raising ``busy()``.

@@ -124,8 +124,7 @@ def remove_nofollow(path: PathLike) -> None:
     except FileNotFoundError:
         return
     if stat.S_ISDIR(info.st_mode):
-        # shutil.rmtree works on file descriptors here (rmtree.avoids_symlink_attacks) and unlinks
-        # the links it meets instead of following them.
+        # shutil.rmtree works on descriptors here (rmtree.avoids_symlink_attacks): links are unlinked, not followed.
         shutil.rmtree(path, ignore_errors=True)
     else:
         with contextlib.suppress(FileNotFoundError):

@@ -107,9 +107,8 @@ def _warn_clear_once(url: str, auth: Optional[httpx.Auth]) -> None:
 
 @dataclass(frozen=True)
 class Sending:
-    """How one request is sent: ``retry`` when it is safe to repeat, ``ride_out`` for a read inside a
-    wait (an outage is ridden out until its deadline), ``paced`` for a poll (each attempt waits for
-    its slot)."""
+    """How one request is sent: ``retry`` when it is safe to repeat, ``ride_out`` for a read inside a wait
+    (an outage is ridden out until its deadline), ``paced`` for a poll (each attempt waits for its slot)."""
 
     retry: bool
     ride_out: bool = False
@@ -125,9 +124,8 @@ POLL = Sending(retry=True, ride_out=True, paced=True)
 
 @dataclass(frozen=True)
 class ScalerOptions:
-    """How this process talks to the scaler service: one value, given as ``options=`` to
-    :class:`ScalerServiceBackend` or :class:`ScalerClient`, checked when made (a bad value is one
-    :class:`InvalidInputError` naming the field)."""
+    """How this process talks to the scaler service, given as ``options=`` to :class:`ScalerServiceBackend`
+    or :class:`ScalerClient`; checked when made (:class:`InvalidInputError` naming the field)."""
 
     verify: bool = True
     """Verify the service's TLS certificate."""
@@ -203,8 +201,7 @@ class ScalerClient:
         self, ref: ClusterRef, method: str, path: str, how: Sending, deadline: Optional[Deadline] = None,
         **kwargs: Any,
     ) -> httpx.Response:
-        # The service's answer, sent as ``how`` says through the one retry path of every client
-        # (:func:`outage.send`).
+        # The service's answer, sent as ``how`` says through the one retry path (:func:`outage.send`).
         sent = 0
 
         def attempt() -> httpx.Response:
