@@ -141,12 +141,8 @@ class PhaseMonitor:
         self._wake.set()
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Stop the thread and wait (at most ``timeout`` seconds) for a call in flight to finish.
-
-        Once this returns, no renewal, re-assert or repair can start any more;
-        one still in flight after ``timeout`` (a hanging backend) is logged.
-        A fault still open is closed as "not whole again by the end".
-        """
+        """Stop the thread and wait (at most ``timeout`` seconds) for a call in flight to finish: once this
+        returns, no renewal, re-assert or repair can start (one still in flight after ``timeout`` is logged)."""
         self._stop.set()
         self._wake.set()
         if self._in_flight.acquire(timeout=timeout):
@@ -324,9 +320,7 @@ class PhaseMonitor:
             logger.warning("phase %s: repairing %s", self._claim_id, self._ref)
         if fault.action not in (RECLAIMED, REASSERTED):
             fault.action = REPAIRED
-        # A reconcile decides from the claims live now, so it never shrinks another phase; it
-        # restarts a lost head on its port and replaces lost workers. Repeated while the fault
-        # lasts: processes already started are counted, so a repeat starts nothing twice.
+        # From the claims live now (never shrinking another phase); a repeat starts nothing twice.
         self._backend.reconcile(self._ref, wait=False, timeout=REASSERT_TIMEOUT)
 
     def _hold_size(self, fault: Fault) -> None:
@@ -351,11 +345,9 @@ class PhaseMonitor:
             )
 
     def _reassert(self, desired: int, reconciled: bool) -> None:
-        # Never a re-claim: a claim `ddlscale restore` dropped stays dropped. The reconcile decides
-        # from the claims live at its own moment, so a concurrent larger phase is never shrunk.
-        # ``reconciled``: the fault this sample found already re-asserted the size; a second reconcile
-        # right after it may read the size from before the first (a shared or lagging read) and send
-        # the same scale again.
+        """Bring the size pulled back to ``desired`` up to the largest claim (never claiming again: a claim
+        `ddlscale restore` dropped stays dropped); not again where this sample's fault already did it
+        (``reconciled``: a lagging read could send the same scale twice)."""
         claims = self._backend.claims(self._ref)
         if self._claim_id not in claims:
             logger.warning("phase %s: its claim on %s is gone; not re-asserting", self._claim_id, self._ref)
@@ -373,10 +365,7 @@ class PhaseMonitor:
             return
         self.pullbacks += 1
         logger.warning(
-            "autoscaler pulled %s back to %d workers (phase needs %d); re-asserting",
-            self._ref,
-            desired,
-            claim.replicas,
+            "autoscaler pulled %s back to %d workers (phase needs %d); re-asserting", self._ref, desired, claim.replicas
         )
         if not reconciled:
             self._backend.reconcile(self._ref, wait=False, timeout=REASSERT_TIMEOUT)

@@ -164,48 +164,45 @@ class ClusterPhase:
         deadline = Deadline(self.settings.timeout)
         # Every check of the head on the way (the claim's read of the size included) gets what is left.
         with within(deadline):
-            self._start_within(deadline)
-
-    def _start_within(self, deadline: Deadline) -> None:
-        s = self.settings
-        framework = FrameworkOptions(s.framework_ready, s.framework_url)
-        framework.check(self.ref.kind)
-        self._backend = backend = get_backend(s.backend)
-        if self.ref.kind not in backend.capabilities.kinds:
-            raise UnsupportedOperationError(
-                f"backend {backend.name!r} serves {sorted(backend.capabilities.kinds)}, not {self.ref.kind!r}",
-                cluster=str(self.ref),
+            s = self.settings
+            framework = FrameworkOptions(s.framework_ready, s.framework_url)
+            framework.check(self.ref.kind)
+            self._backend = backend = get_backend(s.backend)
+            if self.ref.kind not in backend.capabilities.kinds:
+                raise UnsupportedOperationError(
+                    f"backend {backend.name!r} serves {sorted(backend.capabilities.kinds)}, not {self.ref.kind!r}",
+                    cluster=str(self.ref),
+                )
+            if s.head_hw_tier is not None and not backend.capabilities.head_tier:
+                raise UnsupportedOperationError(
+                    f"backend {backend.name!r} cannot change the head tier; drop head_hw_tier or use kubernetes",
+                    cluster=str(self.ref),
+                )
+            claim_sent = read_clocks()
+            self.claim = backend.claim(
+                self.ref, self.claim_id, s.replicas, s.worker_hw_tier, timeout=max(deadline.remaining, 0.1),
+                lease_seconds=s.lease_seconds,
             )
-        if s.head_hw_tier is not None and not backend.capabilities.head_tier:
-            raise UnsupportedOperationError(
-                f"backend {backend.name!r} cannot change the head tier; drop head_hw_tier or use kubernetes",
-                cluster=str(self.ref),
+            self._claimed = True
+            held = Claim(self.claim_id, s.replicas, s.worker_hw_tier, lease_seconds=s.lease_seconds)
+            self._monitor = PhaseMonitor(
+                backend, self.ref, held, self.timeline,
+                on_fault=self._stop_body if s.fail_on_fault else None, claimed_at=claim_sent,
             )
-        claim_sent = read_clocks()
-        self.claim = backend.claim(
-            self.ref, self.claim_id, s.replicas, s.worker_hw_tier, timeout=max(deadline.remaining, 0.1),
-            lease_seconds=s.lease_seconds,
-        )
-        self._claimed = True
-        held = Claim(self.claim_id, s.replicas, s.worker_hw_tier, lease_seconds=s.lease_seconds)
-        self._monitor = PhaseMonitor(
-            backend, self.ref, held, self.timeline,
-            on_fault=self._stop_body if s.fail_on_fault else None, claimed_at=claim_sent,
-        )
-        self._monitor.start()
-        pause_point("claimed")
-        self._check_held_tier(backend, self.claim)
-        logger.debug(
-            "phase %s on %s: needs at least %s; the largest live claim is %d",
-            self.claim_id, self.ref, plural(s.replicas, "worker"), self.claim.replicas,
-        )
-        try:
-            self._scale_up(backend, deadline, framework)
-        except ScalingTimeoutError as error:
-            self._start_timed_out = True
-            _name_phase_timeout(error, s.timeout, deadline.elapsed)
-            raise
-        pause_point("scaled")
+            self._monitor.start()
+            pause_point("claimed")
+            self._check_held_tier(backend, self.claim)
+            logger.debug(
+                "phase %s on %s: needs at least %s; the largest live claim is %d",
+                self.claim_id, self.ref, plural(s.replicas, "worker"), self.claim.replicas,
+            )
+            try:
+                self._scale_up(backend, deadline, framework)
+            except ScalingTimeoutError as error:
+                self._start_timed_out = True
+                _name_phase_timeout(error, s.timeout, deadline.elapsed)
+                raise
+            pause_point("scaled")
 
     def _scale_up(self, backend: ClusterBackend, deadline: Deadline, framework: FrameworkOptions) -> None:
         """Reconcile to the largest claim and wait, change the head tier, export the variables, confirm
@@ -350,38 +347,35 @@ class ClusterPhase:
         # grace of its own, not a second timeout: a hung head must not hold the phase twice as long.
         deadline = Deadline(CLEANUP_GRACE if self._start_timed_out else self.settings.timeout)
         with within(deadline, step=PROBE_GRACE if self._start_timed_out else None):
-            self._release_within(deadline)
-
-    def _release_within(self, deadline: Deadline) -> None:
-        assert self._backend is not None
-        backend, s = self._backend, self.settings
-        remaining = backend.release(self.ref, self.claim_id)
-        self._claimed = False
-        pause_point("released")
-        target = s.restore if isinstance(s.restore, ReplicaSpec) else None
-        self.timeline.mark("restore")
-        # While another phase holds the cluster, the workers it waits for are its own to wait for.
-        needed = 0 if remaining is not None else None
-        result = backend.reconcile(
-            self.ref, target, wait=True, timeout=max(deadline.remaining, MIN_WAIT),
-            progress=recording(self.timeline, self.claim.worker_hw_tier if self.claim else None, None), needed=needed,
-        )
-        self._gave_back = result is not None
-        if result is None:
-            self.restored_to = "unchanged (no claim and no size outside phases recorded)"
-            logger.debug("phase %s on %s ended; nothing left to restore", self.claim_id, self.ref)
-            return
-        if remaining is not None:
-            # Informational only: reconcile itself decided from the claims live at its own time.
-            self.restored_to = f"{plural(result.effective, 'worker')} (claim {remaining.claim_id} still live)"
-        else:
-            self.restored_to = f"{plural(result.effective, 'worker')} ({'given spec' if target else 'as found'})"
-        # The removed workers gone from the framework too, so the next phase or flow starts from the restored size.
-        framework = FrameworkOptions(s.framework_ready, s.framework_url)
-        ReadinessCheck(backend, self.ref, framework).change(result, deadline.remaining, needed=needed)
-        self.timeline.add(observed_workers(result.final), result.final.worker_hw_tier)
-        # Debug only: the phase's summary line says how it ended.
-        logger.debug("phase %s on %s ended; cluster set to %s", self.claim_id, self.ref, self.restored_to)
+            backend, s = self._backend, self.settings
+            remaining = backend.release(self.ref, self.claim_id)
+            self._claimed = False
+            pause_point("released")
+            target = s.restore if isinstance(s.restore, ReplicaSpec) else None
+            self.timeline.mark("restore")
+            # While another phase holds the cluster, the workers it waits for are its own to wait for.
+            needed = 0 if remaining is not None else None
+            tier = self.claim.worker_hw_tier if self.claim else None
+            result = backend.reconcile(
+                self.ref, target, wait=True, timeout=max(deadline.remaining, MIN_WAIT),
+                progress=recording(self.timeline, tier, None), needed=needed,
+            )
+            self._gave_back = result is not None
+            if result is None:
+                self.restored_to = "unchanged (no claim and no size outside phases recorded)"
+                logger.debug("phase %s on %s ended; nothing left to restore", self.claim_id, self.ref)
+                return
+            if remaining is not None:
+                # Informational only: reconcile itself decided from the claims live at its own time.
+                self.restored_to = f"{plural(result.effective, 'worker')} (claim {remaining.claim_id} still live)"
+            else:
+                self.restored_to = f"{plural(result.effective, 'worker')} ({'given spec' if target else 'as found'})"
+            # The removed workers gone from the framework too, so the next phase or flow starts from the restored size.
+            framework = FrameworkOptions(s.framework_ready, s.framework_url)
+            ReadinessCheck(backend, self.ref, framework).change(result, deadline.remaining, needed=needed)
+            self.timeline.add(observed_workers(result.final), result.final.worker_hw_tier)
+            # Debug only: the phase's summary line says how it ended.
+            logger.debug("phase %s on %s ended; cluster set to %s", self.claim_id, self.ref, self.restored_to)
 
     def _summary(self, error: Optional[BaseException]) -> str:
         return PhaseEnd(
