@@ -3,6 +3,7 @@ with the cluster: each operation is one locked read-modify-write that writes the
 :mod:`.claimrules` decides (the JSON of the Kubernetes annotations). A corrupt record raises
 :class:`CorruptRecordError` naming its file.
 """
+import operator
 from dataclasses import replace
 from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
@@ -23,10 +24,6 @@ RENEW_LOCK_TIMEOUT = 10.0
 """Seconds a renewal waits for the record lock: a renewal that cannot get it is tried again at the next
 tick, well within the lease, instead of holding up the phase's cleanup."""
 Observe = Callable[[], ClusterState]
-
-
-def _exactly(name: str, observed: Optional[str]) -> bool:
-    return name == observed
 
 
 class FileBookkeeping:
@@ -118,7 +115,7 @@ class FileBookkeeping:
         return self.store.update(ref, change)
 
     def settle(
-        self, ref: ClusterRef, act: Callable[[Settlement], T], same_tier: SameTier = _exactly,
+        self, ref: ClusterRef, act: Callable[[Settlement], T], same_tier: SameTier = operator.eq,
         timeout: Optional[float] = None, observe: Optional[Observe] = None,
     ) -> T:
         """``act``'s result, called with the record's :class:`Settlement` under its lock (so it only decides
