@@ -1,45 +1,18 @@
 """flytekitplugins-ddlscale: cluster scaling as a first-class step of a Flyte flow.
 
-.. code-block:: python
-
-    from flytekitplugins_ddlscale import ScaleCluster, RestoreCluster, ScaleOutcome, distributed_phase
-
-Every user-facing name is importable from here: the node types and their
-outcomes, the phase decorator and context manager, the workflow helpers,
-backends, tiers, models and errors.
-
-flytekit imports this package at start-up (``flytekit.plugins`` entry point),
-so only light modules load here; task types, the phase decorator and every
-backend load on first use.
+Every user-facing name is importable from here (``from flytekitplugins_ddlscale import ScaleCluster``).
+flytekit imports this package at start-up (``flytekit.plugins`` entry point), so only light modules load
+here; task types, the phase decorator and every backend load on first use.
 """
 import importlib
 from typing import Any
 
 from .errors import (
-    AccessError,
-    BackendUnavailableError,
-    CapacityExceededError,
-    CertificateRefusedError,
-    ClusterFaultError,
-    ClusterNotFoundError,
-    ClusterStateError,
-    ConflictError,
-    CorruptRecordError,
-    InterruptedChangeError,
-    InvalidInputError,
-    NeverReachedError,
-    NotScalableError,
-    ScalingError,
-    ScalingTimeoutError,
-    StateWriteError,
-    TransientError,
-    UnauthorizedError,
-    UnconfirmedChangeError,
-    UnknownTierError,
-    UnreachableWaitError,
-    UnsafePathError,
-    UnsupportedOperationError,
-    WorkerFailedError,
+    AccessError, BackendUnavailableError, CapacityExceededError, CertificateRefusedError, ClusterFaultError,
+    ClusterNotFoundError, ClusterStateError, ConflictError, CorruptRecordError, InterruptedChangeError,
+    InvalidInputError, NeverReachedError, NotScalableError, ScalingError, ScalingTimeoutError, StateWriteError,
+    TransientError, UnauthorizedError, UnconfirmedChangeError, UnknownTierError, UnreachableWaitError,
+    UnsafePathError, UnsupportedOperationError, WorkerFailedError,
 )
 from .models import Baseline, ClusterState, ReplicaSpec, RestartResult, ScaleResult
 from .refs import KINDS, ClusterRef, KindInfo
@@ -87,37 +60,12 @@ def __dir__() -> list:
 
 
 __all__ = [
-    "AccessError",
-    "BackendUnavailableError",
-    "Baseline",
-    "CapacityExceededError",
-    "CertificateRefusedError",
-    "ClusterFaultError",
-    "ClusterNotFoundError",
-    "ClusterRef",
-    "ClusterState",
-    "ClusterStateError",
-    "ConflictError",
-    "CorruptRecordError",
-    "InterruptedChangeError",
-    "InvalidInputError",
-    "KINDS",
-    "KindInfo",
-    "NeverReachedError",
-    "NotScalableError",
-    "ReplicaSpec",
-    "RestartResult",
-    "ScaleResult",
-    "ScalingError",
-    "ScalingTimeoutError",
-    "StateWriteError",
-    "TransientError",
-    "UnauthorizedError",
-    "UnconfirmedChangeError",
-    "UnknownTierError",
-    "UnreachableWaitError",
-    "UnsafePathError",
-    "UnsupportedOperationError",
+    "AccessError", "BackendUnavailableError", "Baseline", "CapacityExceededError", "CertificateRefusedError",
+    "ClusterFaultError", "ClusterNotFoundError", "ClusterRef", "ClusterState", "ClusterStateError",
+    "ConflictError", "CorruptRecordError", "InterruptedChangeError", "InvalidInputError", "KINDS", "KindInfo",
+    "NeverReachedError", "NotScalableError", "ReplicaSpec", "RestartResult", "ScaleResult", "ScalingError",
+    "ScalingTimeoutError", "StateWriteError", "TransientError", "UnauthorizedError", "UnconfirmedChangeError",
+    "UnknownTierError", "UnreachableWaitError", "UnsafePathError", "UnsupportedOperationError",
     "WorkerFailedError",
     *_LAZY,
 ]

@@ -1,13 +1,6 @@
-"""What each framework's head serves over HTTP, how it is read, and how many workers its JSON counts.
-
-One :class:`Probe` per framework, read without any client library: Dask's scheduler
-``GET /json/counts.json`` (``workers``); Ray's dashboard State API ``GET /api/v0/nodes`` filtered to
-ALIVE nodes (those not the head); a Spark standalone master's ``GET /json/`` (``aliveworkers``, or
-older masters' ALIVE ``workers``). A payload of another shape raises :class:`ValueError`, which a wait
-treats like an unreachable head. Reads follow no redirect, and carry the token of Ray's token
-authentication as ``ray.init`` finds it (:func:`ray_token`); :func:`idle_worker_ips` asks a Ray head
-which worker nodes are idle.
-"""
+"""What each framework's head serves over HTTP and how many workers its JSON counts: one :class:`Probe` per
+framework, read without a client library or redirects (docs/readiness.md, What is read). A payload of another
+shape is a :class:`ValueError`; :func:`idle_worker_ips` asks a Ray head which worker nodes are idle."""
 import json
 import logging
 import urllib.error
