@@ -115,12 +115,8 @@ class PhaseOptions(TypedDict, total=False):
 
 @dataclass(frozen=True)
 class PhaseSettings(SizedCluster):
-    """The validated arguments of one phase: its cluster and size, :class:`PhaseOptions` and whether to publish a page.
-
-    Each option is checked when the settings are made, by the check every
-    option of its name has (:data:`FIELD_CHECKS`),
-    or by the phase's own for what only a phase has.
-    """
+    """The validated arguments of one phase: its cluster and size, :class:`PhaseOptions` and whether to publish
+    a page; each checked when made (:data:`FIELD_CHECKS`, or the phase's own check for what only a phase has)."""
 
     checks: ClassVar[Mapping[str, Check]] = {
         "restore": _restore,

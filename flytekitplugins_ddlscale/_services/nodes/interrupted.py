@@ -1,9 +1,6 @@
-"""What an interrupted node-based local flow leaves running, and how to stop it.
-
-Nodes scale a cluster in one task and expect a later node to scale it down; Ctrl-C in between leaves it
-running. Each node that changes a cluster in this process is remembered here (:func:`remember`); each surface
-calls :func:`report_left_running` on an interrupt from its own hook (flytekit's signal-handler hook, the signal
-relay for the Flyte 2 nodes).
+"""What an interrupted node-based local flow leaves running, and how to stop it: each node that changes a
+cluster in this process is remembered (:func:`remember`); each surface's interrupt hook calls
+:func:`report_left_running`.
 """
 import sys
 import threading
