@@ -252,9 +252,8 @@ class ScalingService:
 
     def poll(self, meta: ScalingMetadata) -> Poll:
         """One look at the cluster: RUNNING until the node's goal is reached, SUCCEEDED with the typed
-        outcome, FAILED at the deadline (after a size change: what it left in place and how to undo it),
-        or FAILED in one line for a metadata checked as a template is (refused, a deadline past
-        :data:`MAX_NODE_TIMEOUT`, not served). Sends nothing but a change its create left to the polls."""
+        outcome, FAILED at the deadline or in one line for a metadata checked as a template is. Sends
+        nothing but a change its create left to the polls."""
         if meta.error:
             return Poll(FAILED, meta.error)
         if meta.pending:
@@ -278,10 +277,8 @@ class ScalingService:
             return Poll(FAILED, str(error))
 
     def cached_answer(self, meta: ScalingMetadata) -> Optional[Poll]:
-        """:meth:`poll`'s answer from what this process already holds (the backend's shared caches), at once:
-        nothing sent, no wait, for a caller that must not block (an event loop). None where it needs more
-        (a change its create left to the polls, a head restart, a framework read, a backend not open yet,
-        the node's deadline) or the metadata is at fault: the caller polls then."""
+        """:meth:`poll`'s answer from what this process already holds, at once (for an event loop): nothing
+        sent, no wait. None where it needs more or the metadata is at fault: the caller polls then."""
         if meta.error:
             return Poll(FAILED, meta.error)
         if meta.pending or meta.awaits == AWAIT_HEAD or time.time() >= meta.deadline:

@@ -75,14 +75,8 @@ class ReadinessCheck:
 
     def ready(self, state: ClusterState, workers: int, timeout: float, *, removed: bool = False) -> Readiness:
         """After the backend's wait ended in ``state``: wait (up to ``timeout``) until ``workers`` workers are
-        registered with the framework where that applies, and say what proved readiness.
-
-        ``removed``: the wait followed a scale-down, so the check waits until at most ``workers`` are
-        registered (the framework dropped the removed ones), even for 0 workers. The framework check is
-        skipped (and the proof says why) when it is switched off, when no worker is awaited, for kinds without
-        a head, for backends that already count registered workers, and when nothing says where the head is.
-        Raises ``ScalingTimeoutError`` from :func:`~.wait.wait_registered`.
-        """
+        registered with the framework (``removed``: at most ``workers``, after a scale-down) where that applies,
+        and say what proved readiness, or why the framework was not asked. Raises ``ScalingTimeoutError``."""
         backend, ref, options = self.backend, self.ref, self.options
         base = backend_proof(backend, state, ref.kind)
         known = state.ready_workers
