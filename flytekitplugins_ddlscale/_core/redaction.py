@@ -1,10 +1,6 @@
-"""Keep credentials out of logs, errors and outputs.
-
-Every credential is registered (:func:`register_secret`) the moment it is read; :func:`redact` masks
-registered values and anything shaped like an auth header in text (every error's message goes through
-it), and from the first :func:`install_redaction` (each backend, phase, command and connector calls it)
-log records too. Importing this module changes nothing outside it.
-"""
+"""Keep credentials out of logs, errors and outputs: a credential is registered (:func:`register_secret`) when
+read; :func:`redact` masks registered values and auth-header shapes in every error's message, and from the first
+:func:`install_redaction` in log records too. Importing this module changes nothing outside it."""
 import logging
 import re
 import threading

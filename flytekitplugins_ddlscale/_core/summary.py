@@ -1,9 +1,5 @@
-"""The one line each node and phase ends with, e.g. ``scale_up: dask/x 0 -> 2 workers ready in 5.3 s``.
-
-The phase's line (:class:`PhaseEnd`) and the pieces of every node type's line, formatted from an
-outcome's fields read by name; a non-empty ``readiness`` (what the framework reported) is appended as
-``(framework: ...)``. :func:`~flytekitplugins_ddlscale._core.progress.emit_line` prints the line.
-"""
+"""The one line each node and phase ends with, e.g. ``scale_up: dask/x 0 -> 2 workers ready in 5.3 s``: the
+phase's (:class:`PhaseEnd`) and the pieces of every node type's, formatted from an outcome's fields by name."""
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Tuple
 

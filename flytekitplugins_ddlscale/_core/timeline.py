@@ -1,9 +1,5 @@
-"""Worker counts over time while a node or phase runs, and the reporter that samples them.
-
-Every surface samples the same way: the wait's progress reports go into a
-:class:`WorkerTimeline` (through :func:`recording`), with the count a
-backend can see (:func:`observed_workers`). :mod:`.deck` draws the result.
-"""
+"""Worker counts over time while a node or phase runs: a wait's progress reports go into a
+:class:`WorkerTimeline` through :func:`recording`, and :mod:`.deck` draws it."""
 import threading
 import time
 from dataclasses import dataclass

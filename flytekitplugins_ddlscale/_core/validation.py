@@ -1,8 +1,5 @@
-"""Checks every operation runs on its arguments before anything is sent.
-
-Each failure is an :class:`InvalidInputError` that names the field and the
-values it accepts.
-"""
+"""Checks every operation runs on its arguments before anything is sent: each failure is an
+:class:`InvalidInputError` naming the field and the values it accepts."""
 import contextlib
 import datetime
 import difflib
@@ -36,9 +33,7 @@ def closest_reason(value: object, choices: Sequence[str]) -> Optional[str]:
 
 def validate_replicas(value: object, field: str = "replicas", maximum: int = MAX_REPLICAS) -> int:
     """Return ``value`` as a worker count in ``0..maximum``; booleans and floats are refused."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidInputError(field, value, f"an integer from 0 to {maximum}")
-    if value < 0 or value > maximum:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= maximum:
         raise InvalidInputError(field, value, f"an integer from 0 to {maximum}")
     return value
 
@@ -65,9 +60,8 @@ one would be polled forever."""
 def validate_timeout(value: object, field: str = "timeout", maximum: Optional[float] = None) -> float:
     """Return ``value`` as a positive, finite number of seconds (at most ``maximum`` when given)."""
     allowed = "a positive number of seconds" + (f" up to {maximum:.0f} ({maximum / 3600:g} h)" if maximum else "")
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidInputError(field, value, allowed)
-    if not math.isfinite(value) or value <= 0 or (maximum is not None and value > maximum):
+    number = not isinstance(value, bool) and isinstance(value, (int, float))
+    if not number or not math.isfinite(value) or value <= 0 or (maximum is not None and value > maximum):
         raise InvalidInputError(field, value, allowed)
     return float(value)
 
