@@ -1,8 +1,5 @@
-"""What backends return: observed cluster state and the outcome of an operation.
-
-Plain dataclasses with Flyte-friendly field types, so a task can return them
-as typed outputs that downstream nodes depend on.
-"""
+"""What backends return: observed cluster state and the outcome of an operation, as plain dataclasses with
+Flyte-friendly field types (a task can return them as typed outputs)."""
 import datetime
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -26,12 +23,7 @@ def workers_reached(up: int, desired: int, replicas: int) -> bool:
 
 @dataclass
 class ClusterState:
-    """One observation of a cluster.
-
-    ``ready_workers`` is None where the backend cannot see pod readiness (the
-    scaler service only exposes pod names); ``existing_workers`` counts the
-    worker pods that exist whether Ready or not.
-    """
+    """One observation of a cluster."""
 
     cluster: str
     """The cluster as ``[namespace/]kind/name``."""
@@ -143,11 +135,8 @@ class ReplicaSpec:
 
 @dataclass
 class Baseline:
-    """What a cluster looked like before this plugin first changed it.
-
-    Recorded before the first change so that a later task, or another
-    process after a crash, can put the cluster back exactly.
-    """
+    """What a cluster looked like before this plugin first changed it, recorded before the first change so a
+    later task, or another process after a crash, can put it back exactly. Fields as :class:`ClusterState`'s."""
 
     cluster: str
     replicas: int

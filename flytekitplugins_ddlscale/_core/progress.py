@@ -1,10 +1,6 @@
-"""What a user sees while the plugin works: live progress of waits, one summary line per step, and the
-words they share for counts and durations (:func:`plural`, :func:`seconds`).
-
-Backends call a :class:`ProgressReporter` while they wait; :func:`default_reporter` gives a rich bar
-on a terminal and rate-limited log lines elsewhere (a pod). :func:`emit_line` prints a summary or
-progress line (none with ``DDLSCALE_QUIET=1``).
-"""
+"""What a user sees while the plugin works: live progress of waits (:func:`default_reporter`: a rich bar on a
+terminal, rate-limited log lines elsewhere), the lines :func:`emit_line` prints (none with ``DDLSCALE_QUIET=1``),
+and the words they share for counts and durations (:func:`plural`, :func:`seconds`)."""
 import logging
 import sys
 import threading
@@ -141,8 +137,7 @@ class LogReporter(Closing):
         emit_line(line)
 
     def _beat(self) -> Optional[float]:
-        """Print a heartbeat if the wait has been silent for ``interval``; the seconds until the
-        next check, or None when the heartbeat should end."""
+        """Print a heartbeat if the wait was silent for ``interval``; seconds until the next check, or None to end."""
         with self._lock:
             now = time.monotonic()
             if self._last is not None:
@@ -230,13 +225,8 @@ class RichReporter(Closing):
             BarColumn(bar_width=16),
             TextColumn("{task.fields[current]}/{task.fields[target]}"),
             TimeElapsedColumn(),
-            TextColumn(
-                "{task.description}",
-                table_column=Column(no_wrap=False, overflow="fold", ratio=1),
-            ),
-            console=console if console is not None else Console(stderr=True),
-            transient=False,
-            expand=True,
+            TextColumn("{task.description}", table_column=Column(no_wrap=False, overflow="fold", ratio=1)),
+            console=console if console is not None else Console(stderr=True), transient=False, expand=True,
         )
         self._tasks: Dict[str, int] = {}
         self._last: Dict[str, WaitProgress] = {}
@@ -260,9 +250,7 @@ class RichReporter(Closing):
             self._started = True
         task_id = self._tasks.get(key)
         if task_id is None:
-            task_id = self._progress.add_task(
-                description, total=max(target, 1), current=current, target=target
-            )
+            task_id = self._progress.add_task(description, total=max(target, 1), current=current, target=target)
             self._tasks[key] = task_id
         return task_id
 
