@@ -264,16 +264,12 @@ class ScalerServiceBackend(FileRecordsBackend):
             raise _timed_out(error, deadline, f"the head restart of {ref} to be accepted", ref, self._client) from None
         pod = str(answer.get("pod") or layout_of(ref).head_pod_name(ref.name))
         started_at = str(answer.get("started_at") or "")
-        final = f"the state of {ref} after its head restart"
-        if not wait:
-            state = self._final_state(ref, deadline, final)
-            return RestartResult(str(ref), pod, started_at, False, state, waited=False)
         began = time.monotonic()
-        self._wait_restarted(ref, pod, started_at, deadline.left_for_wait(), progress, before)
-        return RestartResult(
-            str(ref), pod, started_at, True, self._final_state(ref, deadline, final), waited=True,
-            seconds_waited=time.monotonic() - began,
-        )
+        if wait:
+            self._wait_restarted(ref, pod, started_at, deadline.left_for_wait(), progress, before)
+        waited = time.monotonic() - began if wait else 0.0
+        state = self._final_state(ref, deadline, f"the state of {ref} after its head restart")
+        return RestartResult(str(ref), pod, started_at, wait, state, waited=wait, seconds_waited=waited)
 
     def _head_restarted(
         self, ref: ClusterRef, restart: RestartResult, reads: Optional[SharedReads]
