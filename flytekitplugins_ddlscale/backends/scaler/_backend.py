@@ -267,8 +267,8 @@ class ScalerServiceBackend(FileRecordsBackend):
         began = time.monotonic()
         if wait:
             self._wait_restarted(ref, pod, started_at, deadline.left_for_wait(), progress, before)
-        waited = time.monotonic() - began if wait else 0.0
         state = self._final_state(ref, deadline, f"the state of {ref} after its head restart")
+        waited = time.monotonic() - began if wait else 0.0
         return RestartResult(str(ref), pod, started_at, wait, state, waited=wait, seconds_waited=waited)
 
     def _head_restarted(
