@@ -100,9 +100,7 @@ class ScalingMetadata(ResourceMeta):
                                       for f in fields(cls) if f.name in names and f.name in raw}
             values.setdefault("writer", "")
             values["unknown"] = {key: value for key, value in raw.items() if key not in names}
-            for f in fields(cls):
-                if f.name not in values and f.default is MISSING:
-                    raise InvalidInputError(f"resource_meta.{f.name}", None, "the value create returned (required)")
+            _require("resource_meta", cls, values)
             if values.get("awaits", AWAIT_WORKERS) not in AWAITS:
                 raise InvalidInputError("resource_meta.awaits", values["awaits"], ", ".join(AWAITS))
             _check_version(values.get("cluster_version", ""))
@@ -132,9 +130,7 @@ class ScalingMetadata(ResourceMeta):
         """The task type's outcome from what ``create`` knew, with ``updates`` (what ``get`` saw)."""
         kind = NODE_KINDS[self.task_type].output
         values = {**self.known_outcome(), **updates}
-        for f in fields(kind):
-            if f.name not in values and f.default is MISSING:
-                raise InvalidInputError(f"resource_meta.outcome.{f.name}", None, "the value create returned (required)")
+        _require("resource_meta.outcome", kind, values)
         return kind(**values)
 
     def pending_change(self, inputs: Sequence[str]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
@@ -177,6 +173,13 @@ def _check_version(version: str) -> None:
             "resource_meta.cluster_version", version[:MAX_VERSION_CHARS + 1],
             f"'' or the version create returned (at most {MAX_VERSION_CHARS} printable ASCII characters, no spaces)",
         )
+
+
+def _require(where: str, cls: Type, values: Dict[str, Any]) -> None:
+    """:class:`InvalidInputError` naming the first field of ``cls`` without a default missing from ``values``."""
+    for f in fields(cls):
+        if f.name not in values and f.default is MISSING:
+            raise InvalidInputError(f"{where}.{f.name}", None, "the value create returned (required)")
 
 
 def _json_object(field: str, text: str) -> Dict[str, Any]:
