@@ -365,6 +365,21 @@ def _head_service(service: str, head: str, port: str) -> Tuple[Setting, Setting]
     )
 
 
+def _tls_files(
+    names: Tuple[str, str, str], framework: str, trusting: str, presenting: str
+) -> Tuple[Setting, Setting, Setting]:
+    """The variables ``names`` of the three files of a framework's TLS the plugin sets for a local cluster: the
+    authority ``trusting`` trusts, the certificate ``presenting`` presents, and its private key."""
+    ours = f"{_SET_BY_US}: a local {framework} cluster's"
+    ca, cert, key = names
+    return (
+        _framework(ca, "path", _text, _FILE, f"the authority {trusting} trusts ({ours} own)"),
+        _framework(cert, "path", _text, _FILE, f"the certificate {presenting} presents ({ours})"),
+        _framework(key, "path", _text, _FILE, f"the file of that certificate's private key ({_SET_BY_US}: in a local "
+                   f"{framework} cluster's private folder)"),
+    )
+
+
 DASK_SCHEDULER_SERVICE_HOST, DASK_SCHEDULER_SERVICE_PORT = _head_service(
     "DASK_SCHEDULER_SERVICE", "the Dask scheduler", "the Dask scheduler's port"
 )
@@ -380,17 +395,9 @@ DASK_REQUIRE_ENCRYPTION = _framework(
     "DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION", "text", _text, "True or False",
     f"whether Dask refuses unencrypted connections ({_SET_BY_US} to True for a block on a local Dask cluster)",
 )
-DASK_TLS_CA_FILE = _framework(
-    "DASK_DISTRIBUTED__COMM__TLS__CA_FILE", "path", _text, _FILE,
-    f"the authority a Dask client trusts ({_SET_BY_US}: a local Dask cluster's own)",
-)
-DASK_TLS_CLIENT_CERT = _framework(
-    "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT", "path", _text, _FILE,
-    f"the certificate a Dask client presents ({_SET_BY_US}: a local Dask cluster's)",
-)
-DASK_TLS_CLIENT_KEY = _framework(
-    "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY", "path", _text, _FILE,
-    f"the file of that certificate's private key ({_SET_BY_US}: in a local Dask cluster's private folder)",
+DASK_TLS_CA_FILE, DASK_TLS_CLIENT_CERT, DASK_TLS_CLIENT_KEY = _tls_files(
+    ("DASK_DISTRIBUTED__COMM__TLS__CA_FILE", "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT",
+     "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY"), "Dask", "a Dask client", "a Dask client",
 )
 DASK_SCHEDULER_HTTP_ROUTES = _framework(
     "DASK_DISTRIBUTED__SCHEDULER__HTTP__ROUTES", "text", _text, "a Python list of module names",
@@ -421,17 +428,8 @@ RAY_USE_TLS = _framework(
     "RAY_USE_TLS", "text", _text, "1 or 0",
     f"Ray's mutual TLS on its gRPC channels ({_SET_BY_US} to 1 for local Ray nodes and a block on a local Ray cluster)",
 )
-RAY_TLS_CA_CERT = _framework(
-    "RAY_TLS_CA_CERT", "path", _text, _FILE,
-    f"the authority Ray's TLS trusts ({_SET_BY_US}: a local Ray cluster's own)",
-)
-RAY_TLS_SERVER_CERT = _framework(
-    "RAY_TLS_SERVER_CERT", "path", _text, _FILE,
-    f"the certificate a Ray process or client presents ({_SET_BY_US}: a local Ray cluster's)",
-)
-RAY_TLS_SERVER_KEY = _framework(
-    "RAY_TLS_SERVER_KEY", "path", _text, _FILE,
-    f"the file of that certificate's private key ({_SET_BY_US}: in a local Ray cluster's private folder)",
+RAY_TLS_CA_CERT, RAY_TLS_SERVER_CERT, RAY_TLS_SERVER_KEY = _tls_files(
+    ("RAY_TLS_CA_CERT", "RAY_TLS_SERVER_CERT", "RAY_TLS_SERVER_KEY"), "Ray", "Ray's TLS", "a Ray process or client",
 )
 RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER = _framework(
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "text", _text, "0",
