@@ -12,7 +12,7 @@ from typing import Any, Mapping, Optional, Tuple
 
 from ..errors import InvalidInputError, ScalingError, UnauthorizedError, shown_value
 from .connector_meta import ScalingMetadata
-from .connector_policy import Execution, chosen_backend
+from .connector_policy import Execution, chosen_backend, text_of
 from .nodes import NODE_KINDS
 
 logger = logging.getLogger("flytekitplugins_ddlscale.connector.audit")
@@ -86,7 +86,7 @@ class AuditEntry:
             chosen = chosen_backend(backend) if backend is None or isinstance(backend, str) else ""
         except ScalingError:  # the connector's own backend setting does not parse: the create says so
             chosen = ""
-        return cls(execution, kind.node if kind else str(task_type)[:LABEL_CHARS], chosen, _text(cluster))
+        return cls(execution, kind.node if kind else str(task_type)[:LABEL_CHARS], chosen, text_of(cluster))
 
     def refused(self, error: BaseException) -> "AuditEntry":
         result = REFUSED if isinstance(error, (InvalidInputError, UnauthorizedError)) else FAILED
@@ -125,10 +125,6 @@ def observe_wait(meta: ScalingMetadata, seconds: float) -> None:
     kind = NODE_KINDS.get(meta.task_type)
     label = (meta.project[:LABEL_CHARS], chosen_backend(meta.backend)[:LABEL_CHARS], kind.node if kind else "")
     _metrics_now()[1].labels(*label).observe(seconds)
-
-
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else ""
 
 
 def _clip(value: Any) -> Any:

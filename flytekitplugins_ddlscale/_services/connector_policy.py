@@ -156,7 +156,8 @@ def _part(value: Any, *names: str) -> Any:
     return value
 
 
-def _str(value: Any) -> str:
+def text_of(value: Any) -> str:
+    """``value`` if it is a string, else '' (a field of outside origin read as text)."""
     return value if isinstance(value, str) else ""
 
 
@@ -183,11 +184,11 @@ class Execution:
         who = _part(metadata, "identity")
         identity = ""
         for path in (("execution_identity",), ("oauth2_client", "client_id"), ("iam_role",)):
-            identity = identity or _str(_part(who, *path))
+            identity = identity or text_of(_part(who, *path))
         return cls(
-            _str(_part(run, "project")), _str(_part(run, "domain")), _str(_part(run, "name")),
-            _str(_part(node, "node_id")), _str(_part(metadata, "namespace")),
-            _str(_part(metadata, "k8s_service_account")) or _str(_part(who, "k8s_service_account")), identity,
+            text_of(_part(run, "project")), text_of(_part(run, "domain")), text_of(_part(run, "name")),
+            text_of(_part(node, "node_id")), text_of(_part(metadata, "namespace")),
+            text_of(_part(metadata, "k8s_service_account")) or text_of(_part(who, "k8s_service_account")), identity,
         )
 
 
