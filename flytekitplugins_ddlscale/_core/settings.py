@@ -1,11 +1,6 @@
-"""Every environment variable the package reads or sets for others, in one place.
-
-Each :class:`Setting` says what its variable holds, the values it takes, its default and what it means;
-``docs/settings.md`` is this list (:func:`markdown_table`). No other module reads ``os.environ`` for a
-variable or spells its name. :meth:`Setting.value` takes an argument, else the variable (read at each
-call, never at import), else the default; a bad value is an :class:`InvalidInputError` naming it.
-Three groups: the plugin's own (``DDLSCALE_*``), Domino's, and the frameworks'.
-"""
+"""Every environment variable the package reads or sets for others, in one place (``docs/settings.md`` is this
+list: :func:`markdown_table`); no other module reads ``os.environ`` for a variable or spells its name.
+:meth:`Setting.value` reads an argument, else the variable (at each call), else the default."""
 import os
 import string
 from dataclasses import dataclass
@@ -487,13 +482,12 @@ KUBERNETES_SERVICE_HOST = _framework(
 SETTINGS: Tuple[Setting, ...] = tuple(_ALL)
 """Every setting, in the order of the table."""
 
-KIND_URLS: Dict[str, Setting] = {"dask": DASK_URL, "ray": RAY_URL, "spark": SPARK_URL}
-"""The per-framework head URL setting."""
+_KIND_URLS: Dict[str, Setting] = {"dask": DASK_URL, "ray": RAY_URL, "spark": SPARK_URL}
 
 
 def kind_url(kind: str) -> Optional[Setting]:
     """The head URL setting of framework ``kind`` (``DDLSCALE_DASK_URL`` for ``dask``), None for others."""
-    return KIND_URLS.get(kind)
+    return _KIND_URLS.get(kind)
 
 
 def _cell(text: str) -> str:
