@@ -1,13 +1,8 @@
-"""Typed errors: what went wrong, in terms a caller can branch on.
-
-Every error carries a stable ``code``, a ``message`` with credentials masked, the HTTP status where
-there was one and the last cluster state known, and belongs to one of five families a caller catches
-(as httpx callers catch ``TransportError``; docs/errors.md lists every class):
-:class:`InvalidInputError` (refused before anything changed), :class:`ClusterStateError` (the cluster
-as it is refuses or failed the operation), :class:`TransientError` (an outage: the only family worth
-trying again, for operations safe to repeat), :class:`ScalingTimeoutError` (a wait ran out) and
-:class:`AccessError` (no permission, or a backend never reached: fix, do not retry).
-"""
+"""Typed errors: what went wrong, in terms a caller can branch on. Every error carries a stable ``code``, a
+``message`` with credentials masked, the HTTP status and the last cluster state known, and belongs to one of five
+families a caller catches (as httpx callers catch ``TransportError``): :class:`InvalidInputError`,
+:class:`ClusterStateError`, :class:`TransientError`, :class:`ScalingTimeoutError`, :class:`AccessError`.
+docs/errors.md lists every class."""
 import errno
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -31,13 +26,8 @@ class ScalingError(Exception):
     """After a change whose wait failed: the message before what was left in place was added to it."""
 
     def __init__(
-        self,
-        message: str,
-        *,
-        code: Optional[str] = None,
-        status_code: Optional[int] = None,
-        cluster: Optional[str] = None,
-        state: "Optional[ClusterState]" = None,
+        self, message: str, *, code: Optional[str] = None, status_code: Optional[int] = None,
+        cluster: Optional[str] = None, state: "Optional[ClusterState]" = None,
     ) -> None:
         self.message = redact(message)
         if code is not None:
