@@ -33,6 +33,7 @@ from flytekitplugins_ddlscale import (
     distributed_phase,
     get_backend,
 )
+from flytekitplugins_ddlscale.backends.scaler import ScalerOptions
 from tests.servers.scaler_server import DEFAULT_USER, OTHER_USER, ScalerTestServer
 
 NAME = "ray-secrets"
@@ -169,7 +170,7 @@ def assert_debug_logs_were_on(caplog: pytest.LogCaptureFixture) -> None:
 
 
 def test_api_key_never_in_logs_or_errors(scaler_server, cluster, secret_key, debug_logs, capfd):
-    backend = get_backend("scaler", timeout=0.5, retries=1)
+    backend = get_backend("scaler", options=ScalerOptions(timeout=0.5, retries=1))
     try:
         errors = exercise(backend, scaler_server)
     finally:
@@ -180,7 +181,7 @@ def test_api_key_never_in_logs_or_errors(scaler_server, cluster, secret_key, deb
 
 
 def test_bearer_token_never_in_logs_or_errors(scaler_server, cluster, secret_token, debug_logs, capfd):
-    backend = get_backend("scaler", timeout=0.5, retries=1)
+    backend = get_backend("scaler", options=ScalerOptions(timeout=0.5, retries=1))
     try:
         errors = exercise(backend, scaler_server)
     finally:
@@ -192,7 +193,7 @@ def test_bearer_token_never_in_logs_or_errors(scaler_server, cluster, secret_tok
 def test_proxy_tokens_never_in_logs_or_errors(scaler_server, cluster, scaler_env, monkeypatch, debug_logs, capfd):
     monkeypatch.delenv("DOMINO_API_KEY")
     monkeypatch.setenv("DOMINO_API_PROXY", scaler_server.url)
-    backend = get_backend("scaler", timeout=0.5, retries=1)
+    backend = get_backend("scaler", options=ScalerOptions(timeout=0.5, retries=1))
     try:
         errors = exercise(backend, scaler_server)
         scaler_server.inject_faults("status", 1, status=401, path="/cluster/")
@@ -211,7 +212,7 @@ def test_connection_failures_never_show_credentials(
     scaler_server, cluster, secret_key, debug_logs, capfd
 ):
     with FaultProxy.before(scaler_server.url) as proxy:
-        backend = get_backend("scaler", base_url=proxy.url, timeout=0.5, retries=1)
+        backend = get_backend("scaler", base_url=proxy.url, options=ScalerOptions(timeout=0.5, retries=1))
         try:
             backend.get_state(REF)
             proxy.cut_all()
@@ -327,7 +328,7 @@ def tls_proxy(scaler_server: ScalerTestServer, tmp_path: Path) -> Iterator[Fault
 
 
 def test_tls_is_verified_by_default(scaler_server, cluster, tls_proxy, secret_key, debug_logs, capfd):
-    backend = get_backend("scaler", base_url=tls_proxy.url, timeout=2.0, retries=0)
+    backend = get_backend("scaler", base_url=tls_proxy.url, options=ScalerOptions(timeout=2.0, retries=0))
     try:
         with pytest.raises(CertificateRefusedError, match="TLS certificate was refused") as caught:
             backend.get_state(REF)
@@ -339,7 +340,7 @@ def test_tls_is_verified_by_default(scaler_server, cluster, tls_proxy, secret_ke
 
 
 def test_tls_verification_explicit_opt_out_works(scaler_server, cluster, tls_proxy, secret_key):
-    backend = get_backend("scaler", base_url=tls_proxy.url, verify=False, timeout=2.0)
+    backend = get_backend("scaler", base_url=tls_proxy.url, options=ScalerOptions(verify=False, timeout=2.0))
     try:
         assert backend.get_state(REF).desired_workers == 1
     finally:
@@ -350,7 +351,7 @@ def test_tls_verification_explicit_opt_out_works(scaler_server, cluster, tls_pro
 def test_tls_of_the_api_proxy_is_verified_by_default(scaler_server, cluster, tls_proxy, scaler_env, monkeypatch):
     monkeypatch.delenv("DOMINO_API_KEY")
     monkeypatch.setenv("DOMINO_API_PROXY", tls_proxy.url)
-    backend = get_backend("scaler", timeout=2.0, retries=0)
+    backend = get_backend("scaler", options=ScalerOptions(timeout=2.0, retries=0))
     try:
         with pytest.raises(CertificateRefusedError) as caught:
             backend.get_state(REF)
@@ -360,7 +361,7 @@ def test_tls_of_the_api_proxy_is_verified_by_default(scaler_server, cluster, tls
     assert scaler_server.count("GET", "/access-token") == 0
     assert scaler_server.count("GET", "/cluster/") == 0
 
-    opted_out = get_backend("scaler", verify=False, timeout=2.0)
+    opted_out = get_backend("scaler", options=ScalerOptions(verify=False, timeout=2.0))
     try:
         assert opted_out.get_state(REF).desired_workers == 1
     finally:
@@ -411,7 +412,7 @@ def test_connector_metadata_messages_and_errors_never_show_credentials(
 def test_password_in_the_service_url_never_in_logs_or_errors(scaler_server, cluster, secret_key, debug_logs, capfd):
     password = "url-pass-" + secrets.token_hex(8)
     url = scaler_server.url.replace("http://", f"http://proxyuser:{password}@")
-    backend = get_backend("scaler", base_url=url, timeout=0.5, retries=1)
+    backend = get_backend("scaler", base_url=url, options=ScalerOptions(timeout=0.5, retries=1))
     try:
         backend.get_state(REF)
         scaler_server.stop()
