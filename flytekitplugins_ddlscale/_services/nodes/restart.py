@@ -64,9 +64,7 @@ def run_restart(
         timeline.add(observed_workers(before), before.worker_hw_tier, seconds=0.0)
         if config.wait:
             begin_wait(progress, 1, config.timeout)
-        result = backend.restart_head(
-            ref, head_hw_tier, wait=config.wait, timeout=config.timeout, progress=progress
-        )
+        result = backend.restart_head(ref, head_hw_tier, wait=config.wait, timeout=config.timeout, progress=progress)
         timeline.add(observed_workers(result.final), result.final.worker_hw_tier)
         timeline.finish()
         return RestartOutcome.from_result(result, backend.name), timeline

@@ -109,10 +109,7 @@ def run_restore(
         if config.wait and goal is not None:
             begin_wait(progress, goal, config.timeout)
         result = backend.restore_baseline(
-            ref,
-            target,
-            wait=config.wait,
-            timeout=config.timeout,
+            ref, target, wait=config.wait, timeout=config.timeout,
             progress=recording(timeline, worker_hw_tier, progress),
         )
         timeline.add(observed_workers(result.previous), result.previous.worker_hw_tier, seconds=0.0)

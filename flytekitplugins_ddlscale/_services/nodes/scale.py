@@ -92,16 +92,10 @@ def run_scale(
         if config.wait:
             begin_wait(progress, replicas, config.timeout)
         result = backend.scale(
-            ref,
-            replicas,
-            worker_hw_tier,
-            wait=config.wait,
-            timeout=config.timeout,
-            strict=config.strict,
+            ref, replicas, worker_hw_tier, wait=config.wait, timeout=config.timeout, strict=config.strict,
             progress=recording(timeline, worker_hw_tier, progress),
         )
-        # A cluster may not exist before its first scale (local backend), so the
-        # "before" sample comes from the result rather than a separate read.
+        # The "before" sample from the result: a cluster may not exist before its first scale (local backend).
         timeline.add(observed_workers(result.previous), result.previous.worker_hw_tier, seconds=0.0)
         if head_hw_tier is not None and result.final.head_hw_tier != head_hw_tier:
             backend.restart_head(
