@@ -76,11 +76,9 @@ HEARTBEAT_SECONDS = 15.0
 
 
 class LogReporter(Closing):
-    """Lines for a wait off a terminal (a pipe, a pod's log): one when it starts, one on every change,
-    and a heartbeat at least every ``interval`` seconds while nothing changes, each saying what is
-    awaited, how far it got, for how long and the timeout (:func:`emit_line`). The heartbeat's daemon
-    thread ends with the wait, its timeout, :meth:`close`, or the last reference to the reporter.
-    """
+    """Lines for a wait off a terminal (a pipe, a pod's log): one when it starts, one on every change, and a
+    heartbeat at least every ``interval`` seconds while nothing changes (:func:`emit_line`). The heartbeat's
+    thread ends with the wait, its timeout, :meth:`close`, or the last reference to the reporter."""
 
     def __init__(self, interval: float = HEARTBEAT_SECONDS, activity: Optional[Activity] = None) -> None:
         self._interval = interval
@@ -208,11 +206,9 @@ def _end_heartbeats() -> None:
 
 
 class RichReporter(Closing):
-    """One live progress bar per wait on the rich console (stderr): with an :class:`Activity` shown from
-    :meth:`begin` (``scale_up dask/x: waiting for 2 workers``, folded on a narrow terminal); a finished
-    bar says how the wait ended (``done, 2 workers up``, or ``stopped waiting, 1 of 2 workers up`` when
-    closed first). Closing ends the live display, so an error that follows starts on a line of its own.
-    """
+    """One live progress bar per wait on the rich console (stderr), shown from :meth:`begin` with an
+    :class:`Activity`; a finished bar says how the wait ended (``done, 2 workers up``, or ``stopped waiting,
+    1 of 2 workers up`` when closed first). Closing ends the live display, so an error starts on its own line."""
 
     def __init__(self, activity: Optional[Activity] = None, console: Optional[object] = None) -> None:
         from rich.console import Console

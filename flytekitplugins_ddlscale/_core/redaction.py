@@ -81,12 +81,8 @@ class RedactingFilter(logging.Filter):
 
 
 def _install_record_factory() -> None:
-    """Mask records of every :data:`SCRUBBED_LOGGERS` logger (and children) when they are created.
-
-    A logger's filters do not see records propagated from its children, so a
-    filter on the package logger alone would miss ``flytekitplugins_ddlscale.scaler``
-    and friends. The factory chains to whatever factory was installed before.
-    """
+    """Mask records of every :data:`SCRUBBED_LOGGERS` logger and its children (which a logger's filters would
+    not see) when they are created, chaining to the factory installed before."""
     previous = logging.getLogRecordFactory()
     if getattr(previous, "_ddlscale_redacting", False):
         return

@@ -69,11 +69,8 @@ class WorkerTimeline:
         return self._clock() - self._start
 
     def worker_seconds_by_tier(self) -> Dict[str, float]:
-        """Worker-seconds per tier, each sample's count held until the next sample.
-
-        A sample without a tier (a wait's progress, which carries none) counts
-        on the tier of the next sample that has one: the tier the change went to.
-        """
+        """Worker-seconds per tier, each sample's count held until the next sample; a sample without a tier
+        (a wait's progress) counts on the tier of the next sample that has one: the tier the change went to."""
         samples = self.samples
         end = max(self.duration, samples[-1].seconds if samples else 0.0)
         totals: Dict[str, float] = {}

@@ -150,12 +150,8 @@ _HOST_RE = re.compile(r"(?:[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?)(?:\.[a-z0-9_
 
 
 def validate_url(value: object, field: str = "framework_url") -> Optional[str]:
-    """``value`` as a base URL without a trailing slash; None stays None.
-
-    Raises :class:`InvalidInputError` naming ``field`` for anything but an
-    ``http(s)://host[:port]`` URL, and for a URL carrying ``user:password@``
-    (the error shows it masked).
-    """
+    """``value`` as a base URL without a trailing slash (None stays None); an :class:`InvalidInputError` naming
+    ``field`` for anything but ``http(s)://host[:port]``, or a URL carrying ``user:password@`` (shown masked)."""
     if value is None:
         return None
     allowed = "an http:// or https:// URL of the cluster head's dashboard or web UI (e.g. http://host:8787), or None"

@@ -27,11 +27,9 @@ once its operation's deadline (:func:`within`) is spent: the clean-up and the fi
 timeout make one or two, so an operation ends within about a second of its timeout."""
 
 CLEANUP_GRACE = 5.0
-"""Seconds the clean-up after a timed-out operation gets of its own: a phase giving back what its
-timed-out scale-up set (taking down a cluster it created), a timed-out change dropping the workers that
-died. Its lock, its stops of processes (each SIGTERM's wait; SIGKILL follows), its checks of the head and
-its wait are cut to it, so an operation ends within about this much of its timeout, whatever hangs; when
-the clean-up runs out, its error names what is still running and the command that stops it."""
+"""Seconds the clean-up after a timed-out operation gets of its own (a phase giving back what it set, a change
+dropping the workers that died): its lock, process stops, head checks and wait are cut to it, so an operation
+ends within about this much of its timeout, whatever hangs."""
 
 logger = logging.getLogger("flytekitplugins_ddlscale")
 _OPERATION: "contextvars.ContextVar[Optional[Tuple[Deadline, Optional[float]]]]" = contextvars.ContextVar(
