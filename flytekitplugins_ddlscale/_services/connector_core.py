@@ -239,8 +239,7 @@ class ScalingService:
 
     @staticmethod
     def _metadata(kind: NodeKind, config: Any, sent: Sent, cluster_version: str) -> ScalingMetadata:
-        """What the polls of a node of ``kind`` configured as ``config`` need after ``create`` sent ``sent``,
-        leaving the cluster's object at ``cluster_version`` (:meth:`_sent_with_version`)."""
+        """What the polls need after ``create`` sent ``sent``, leaving the cluster at ``cluster_version``."""
         now = time.time()
         outcome = sent.outcome if isinstance(sent.outcome, dict) else asdict(sent.outcome)
         return ScalingMetadata(
@@ -306,9 +305,8 @@ class ScalingService:
             return None
 
     def failed_at_deadline(self, meta: ScalingMetadata, error: ScalingError) -> ScalingError:
-        """``error``, of a node whose deadline passed while its backend did not answer, worded as its kind
-        words a failed wait (after a size change: what it left in place and the command that undoes it)
-        where the backend is open here; ``error`` as it is otherwise. Never blocks (an event loop calls it)."""
+        """``error`` (the deadline passed, the backend silent) worded as the node's kind words a failed wait
+        where the backend is open here, else as it is. Never blocks (an event loop calls it)."""
         kind = NODE_KINDS.get(meta.task_type)
         if kind is None:
             return error
@@ -321,9 +319,8 @@ class ScalingService:
             return error
 
     def unsent_answer(self, meta: ScalingMetadata, why: str) -> Optional[Poll]:
-        """The answer for ``meta`` while the change its create left to the polls is still unsent (the
-        backend unavailable: ``why``): RUNNING, sending it again, or FAILED past the node's deadline,
-        saying it was never sent. None when ``meta`` has no such change (or this process sent it)."""
+        """While the change the create left to the polls is unsent (``why``): RUNNING, or FAILED past the
+        deadline saying it was never sent. None when ``meta`` has no such change (or this process sent it)."""
         kind = NODE_KINDS.get(meta.task_type)
         if not meta.pending or kind is None:
             return None
@@ -340,9 +337,8 @@ class ScalingService:
         return Poll(FAILED, str(never))
 
     def _sent_pending(self, meta: ScalingMetadata) -> Optional[ScalingMetadata]:
-        """The metadata ``create`` would have returned had it sent ``meta``'s deferred change: sent now,
-        with every check ``create`` makes, or earlier by this process (remembered, not sent again).
-        Raises what the send raised; None past the node's deadline, sending nothing."""
+        """The metadata ``create`` would have returned had it sent ``meta``'s deferred change (sent now with
+        its checks, or remembered from this process's earlier send); None past the deadline, nothing sent."""
         key = meta.encode()
         with self._sent_lock:
             known = self._sent.get(key)
