@@ -152,23 +152,14 @@ class ClusterRef:
     def parse(cls, text: str, namespace: Optional[str] = None) -> "ClusterRef":
         """The cluster ``<kind>/<name>`` or ``<namespace>/<kind>/<name>`` names; else an
         :class:`InvalidInputError` saying what is wrong and showing the accepted forms."""
-        in_text, kind, name = _cluster_parts(text, "cluster", bare_kind=False)
+        in_text, kind, name, group = _cluster_parts(text, "cluster", bare_kind=False)
         assert name is not None
-        name, group = _split_group(name)
         return cls(kind, name, in_text if in_text is not None else namespace, group)
 
     def __str__(self) -> str:
         prefix = f"{self.namespace}/" if self.namespace else ""
         suffix = f"{GROUP_SEPARATOR}{self.group}" if self.group is not None else ""
         return f"{prefix}{self.kind}/{self.name}{suffix}"
-
-
-def _split_group(name: str) -> Tuple[str, Optional[str]]:
-    """``name@group`` -> (name, group); a name without ``@`` has no group."""
-    if GROUP_SEPARATOR not in name:
-        return name, None
-    base, _, group = name.partition(GROUP_SEPARATOR)
-    return base, group
 
 
 CLUSTER_FORMS = (
@@ -189,9 +180,11 @@ def _no_slash_reason(text: str) -> str:
     return f"not a kind ({', '.join(KINDS)}) and no '/'; use kind/name, e.g. 'dask/{text}'"
 
 
-def _cluster_parts(text: object, field: str, bare_kind: bool) -> Tuple[Optional[str], str, Optional[str]]:
-    """A cluster string's (namespace, kind, name), name None for a bare kind: its shape only
-    (:class:`ClusterRef` checks the kind and name)."""
+def _cluster_parts(
+    text: object, field: str, bare_kind: bool
+) -> Tuple[Optional[str], str, Optional[str], Optional[str]]:
+    """A cluster string's (namespace, kind, name, group), name None for a bare kind and group None without
+    ``@``: its shape only (:class:`ClusterRef` checks the kind and name)."""
     forms = CLUSTER_FORMS if bare_kind else _NAMED_FORMS
     if not isinstance(text, str):
         raise InvalidInputError(field, text, forms, reason="not a string")
@@ -207,7 +200,7 @@ def _cluster_parts(text: object, field: str, bare_kind: bool) -> Tuple[Optional[
             kind = normalize_kind(parts[0], field)
             if KINDS[kind].worker_groups:
                 raise InvalidInputError(field, text, forms, reason=f"{kind} clusters need a name: use '{kind}/<name>'")
-            return None, kind, None
+            return None, kind, None, None
         raise InvalidInputError(field, text, forms, reason=_no_slash_reason(parts[0]))
     if len(parts) > 3:
         raise InvalidInputError(field, text, forms, reason=f"{len(parts) - 1} '/' (at most 2)")
@@ -223,18 +216,17 @@ def _cluster_parts(text: object, field: str, bare_kind: bool) -> Tuple[Optional[
                 example = "/".join(filled)
         label = labels[stripped.index("")]
         raise InvalidInputError(field, text, forms, reason=f"the {label} is empty; use kind/name, e.g. {example!r}")
-    if len(parts) == 2:
-        return None, parts[0], parts[1]
-    return parts[0], parts[1], parts[2]
+    namespace, kind, name = (None, *parts) if len(parts) == 2 else parts
+    base, _, group = name.partition(GROUP_SEPARATOR)
+    return namespace, kind, base, group if GROUP_SEPARATOR in name else None
 
 
 def check_cluster(text: str, field: str = "cluster") -> str:
     """A cluster string, checked and stripped, for definition time: a bare kind needs ``$DOMINO_RUN_ID``
     only when :func:`parse_cluster` resolves it."""
-    namespace, kind, name = _cluster_parts(text, field, bare_kind=True)
+    namespace, kind, name, group = _cluster_parts(text, field, bare_kind=True)
     if name is not None:
-        base, group = _split_group(name)
-        ClusterRef(kind, base, namespace, group)
+        ClusterRef(kind, name, namespace, group)
     return text.strip()
 
 
@@ -252,10 +244,9 @@ def cluster_text(cluster: ClusterSpec, field: str = "cluster") -> str:
 def parse_cluster(text: str, field: str = "cluster") -> ClusterRef:
     """The cluster a cluster string names (:data:`CLUSTER_FORMS`); a bare kind is the Domino run's own
     cluster ``<kind>-$DOMINO_RUN_ID``, and outside a run an :class:`InvalidInputError` asks for kind/name."""
-    namespace, kind, name = _cluster_parts(text, field, bare_kind=True)
+    namespace, kind, name, group = _cluster_parts(text, field, bare_kind=True)
     if name is not None:
-        base, group = _split_group(name)
-        return ClusterRef(kind, base, namespace, group)
+        return ClusterRef(kind, name, namespace, group)
     if not settings.DOMINO_RUN_ID.is_set():
         raise InvalidInputError(
             field, text, _NAMED_FORMS,
