@@ -1,16 +1,6 @@
-"""A failure handler that scales a cluster down when a workflow fails.
-
-flytekit runs a workflow's ``on_failure`` entity with the workflow's own inputs (plus an optional ``err``), so
-the handler declares exactly those; assign it to a module-level variable, so a container finds it:
-
-.. code-block:: python
-
-    cleanup = scale_down_on_failure("cleanup", cluster="dask/train", inputs=kwtypes(n=int))
-
-    @workflow(on_failure=cleanup)
-    def pipeline(n: int) -> float:
-        ...
-"""
+"""A failure handler that scales a cluster down when a workflow fails: it declares the workflow's own inputs
+(plus an optional ``err``), as flytekit runs ``on_failure`` with them; assign it to a module-level variable so a
+container finds it. Example: docs/flyte.md, Failures."""
 import logging
 from typing import Any, Dict, Optional, Union
 
