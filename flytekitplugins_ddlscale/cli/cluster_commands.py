@@ -150,8 +150,8 @@ def _run(command: Callable[..., Any]) -> Callable[..., Any]:
         ctx = click.get_current_context()
         chosen = None
         progress = None
-        framework = FrameworkOptions(options.pop("framework_check", True), options.pop("framework_url", None))
         try:
+            framework = FrameworkOptions(options.pop("framework_check", True), options.pop("framework_url", None))
             ref = target.ref()
             chosen = open_checked(target.backend, ref)
             if wait:
