@@ -9,7 +9,7 @@ from flytekit.core.python_function_task import PythonInstanceTask
 from flytekit.types.error import FlyteError
 
 from .backends._base import DEFAULT_SCALE_TIMEOUT
-from ._services.connecting import connected  # noqa: F401 - public here, as before it moved to the core
+from ._services.opening import connected  # noqa: F401 - public here, as before it moved to the core
 from .errors import InvalidInputError
 from ._services.nodes.names import qualified_name
 from ._services.nodes.restore import RestoreOutcome, restore_line

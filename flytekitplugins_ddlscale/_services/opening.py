@@ -1,13 +1,16 @@
-"""Backends for the length of a block: opened and closed per use, or kept open for a service's polls."""
+"""Backends for the length of a block: opened and closed per use, or kept open for a service's polls; and a
+cluster's connection variables set for a block (:func:`connected`)."""
 import contextlib
 import hashlib
 import os
 import threading
 from collections import OrderedDict
-from typing import Iterator, Optional, Tuple
+from typing import Dict, Iterator, Optional, Tuple, Union
 
+from .._core.lifetime import environ_set
 from ..backends import backend_name_from_env, get_backend
 from ..backends._base import ClusterBackend
+from ..refs import ClusterRef, cluster_text, parse_cluster
 
 KEPT_BACKENDS = 8
 """Open backends a :class:`BackendPool` keeps at most (one per backend name and environment)."""
@@ -21,6 +24,18 @@ def open_backend(name: Optional[str]) -> Iterator[ClusterBackend]:
         yield backend
     finally:
         backend.close()
+
+
+@contextlib.contextmanager
+def connected(cluster: Union[str, ClusterRef], backend: Optional[str] = None) -> Iterator[Dict[str, str]]:
+    """The variables Domino injects into a run (``DASK_SCHEDULER_SERVICE_HOST`` ...) for ``cluster``, as its
+    backend offers them (``connection_env``: the local one does), present in the block and put back on
+    exit, so code written for Domino runs unchanged; yields those set (none where they are set already)."""
+    ref = parse_cluster(cluster_text(cluster))
+    with open_backend(backend) as chosen:
+        values = dict(chosen.connection_env(ref))
+    with environ_set(values) as present:
+        yield present
 
 
 def _environment_digest() -> str:

@@ -11,7 +11,7 @@
 
 Needs the ``flyte2`` extra (the ``flyte`` SDK), imported when a node or phase is defined, not with the package.
 """
-from .._services.connecting import connected
+from .._services.opening import connected
 from .._services.nodes.kinds import UNKNOWN
 from .._services.nodes.restore import FROM_BASELINE
 from .._services.nodes.wait import ANY_DESIRED

@@ -17,7 +17,6 @@ from ...backends._base import ClusterBackend
 from ..._core.deck import publish_deck, render_html
 from ..._core.lifetime import environ_set
 from ..._core.leases import read_clocks
-from ..connecting import connection_variables
 from ...errors import (
     ClusterFaultError,
     ClusterNotFoundError,
@@ -290,7 +289,7 @@ class ClusterPhase:
     def _export_env(self, backend: ClusterBackend) -> None:
         # Domino injects these into runs; elsewhere the backend may offer them.
         try:
-            variables = connection_variables(backend, self.ref)
+            variables = dict(backend.connection_env(self.ref))
         except ClusterNotFoundError:
             if self.claim is not None and self.claim.replicas > 0:
                 raise

@@ -1,15 +1,10 @@
 """Shared list+watch caches per API server, namespace and resource, for every wait and poll in this process.
 
-The first reader of a namespace's pods (or of its cluster objects of one kind) starts an
-:class:`Informer`: one thread that lists, then watches from the list's resourceVersion, keeping a
-trimmed cache (:func:`trim`). A pod wait subscribes with its label selector and is woken only by
-events on its pods (subscriptions indexed by a label they require). Cluster objects are read by name
-or all of a kind, only from a copy at least as new as what this process last wrote or read of them
-(:func:`note_version`). A dropped stream resumes; a 410 re-lists once for all readers; an outage (and
-a 401/403 right after it) is ridden out, logged once per outage; any other error ends the pod waits,
-while object reads go to the server (for :data:`REFUSED_RETRY` seconds). An informer stops
-:data:`WAIT_LINGER` seconds (or a caller's ``linger``) after its last reader leaves; it talks through
-its own client, keyed by server, credentials (hashed), namespace and resource.
+An :class:`Informer` is one thread that lists, then watches, keeping a trimmed cache (:func:`trim`); pod
+waits subscribe with their label selector, cluster objects are read only from a copy at least as new as
+this process last wrote or read (:func:`note_version`). A 410 re-lists once for all readers, an outage is
+ridden out; an informer stops :data:`WAIT_LINGER` s (or a caller's ``linger``) after its last reader
+leaves. docs/kubernetes.md, Shared reads and many waits in one process.
 """
 import copy
 import hashlib

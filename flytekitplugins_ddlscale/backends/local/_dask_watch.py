@@ -1,14 +1,8 @@
-"""Preloaded into every local Dask scheduler (``--preload <this file>``); loaded by path, it imports only the
-standard library and what the scheduler has loaded. It
-
-* closes the scheduler once no record holds it (the cluster's folder, from ``$DDLSCALE_LOCAL_CLUSTER``, or
-  its ``cluster.json`` gone, or naming another scheduler) for :func:`watch_grace` s in a row: a scheduler
-  has no death timeout, and ``--idle-timeout`` would end a cluster kept up on purpose; an unreadable
-  record is no verdict; the workers follow through their ``--death-timeout``;
-* gives back what a dead run held: for a claim whose holder process of this host no longer runs, it starts
-  one short process calling the backend's ``give_back`` (the claims rules, under the record's lock);
-* keeps :data:`WORKERS_FILE` (the workers it registered, rewritten atomically, 0600, at each join and
-  leave), which every count reads, so the command never imports ``distributed`` to count.
+"""Preloaded into every local Dask scheduler (``--preload <this file>``; the standard library and what the
+scheduler has loaded only). It closes the scheduler once no record holds it for :func:`watch_grace` s,
+gives back the claims of holders no longer running (one short ``give_back`` process), and keeps
+:data:`WORKERS_FILE` (the registered workers, 0600), which every count reads without importing
+``distributed``.
 """
 import asyncio
 import contextlib

@@ -1,28 +1,14 @@
 """The two programs a local Ray node runs as, each run by path (the standard library only: importing the
-plugin would slow every start).
+plugin would slow every start); docs/local.md, Security and Ray.
 
-``python ray_node.py start ...`` (in Ray's Python): Ray's ``ray start`` with the node held to loopback.
-``ray start`` replaces ``--node-ip-address 127.0.0.1`` (and a ``127.0.0.1`` ``--address``) with the
-machine's LAN address, and Ray binds its servers to loopback only for a loopback node IP; so, in this
-process only, ``resolve_ip_for_localhost`` keeps a loopback address, and multi-node clusters stay allowed
-while the node's processes run with ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` (set by the driver: their own
-address look-ups then answer loopback). A Ray without either hook is refused (exit 3, saying why) rather
-than started open to the network.
+``python ray_node.py start ...``: Ray's ``ray start`` held to loopback (``resolve_ip_for_localhost`` keeps
+a loopback address in this process); a Ray without that hook is refused (exit 3, saying why).
 
-``python ray_node.py READY_FILE [--head PID:START] -- COMMAND...``: one worker node, started robustly, that
-ends with its head. The supervisor records this process as the worker. It
-
-* waits (up to :data:`WAIT_SECONDS`) until ``READY_FILE`` exists (written once the dashboard lists the
-  head node ALIVE; ``ray start --address`` gives up on a head still starting); it asks no server, whose
-  port could be another user's;
-* runs the command as its child, passing SIGTERM/SIGINT on (SIGTERM drains a Ray node); the child gets
-  SIGTERM too if this process dies;
-* stops the node (SIGTERM, SIGKILL after :data:`HEAD_GONE_GRACE`) once the head process ``PID`` (started at
-  ``START``, clock ticks since boot) is gone: a worker node would call its dead GCS's port for a minute;
-* starts the command again (at most twice) when it fails within :data:`STARTUP_SECONDS`: Ray gives a
-  raylet a fixed 30 s to register, which a loaded machine can miss.
-
-It exits with the command's status (1, naming what it waited for, when no head appeared).
+``python ray_node.py READY_FILE [--head PID:START] -- COMMAND...``: one worker node that waits (up to
+:data:`WAIT_SECONDS`) for ``READY_FILE`` (the head listed ALIVE), runs the command as its child passing
+SIGTERM/SIGINT on, stops it once the head process is gone (SIGKILL after :data:`HEAD_GONE_GRACE`), and
+starts it again (at most twice) when it fails within :data:`STARTUP_SECONDS`. It exits with the
+command's status (1, naming what it waited for, when no head appeared).
 """
 import contextlib
 import ctypes

@@ -1,13 +1,9 @@
 """Command lines that start local Ray nodes, and what the Ray head's dashboard says about them.
 
-Nothing here imports ``ray``: nodes are ``ray start --block`` processes of the Ray installed beside this
-Python (or ``$DDLSCALE_RAY_EXECUTABLE``), run through :mod:`.ray_node` with that installation's Python, and
-the dashboard is read with the standard library. Every node is held to loopback (without it, measured with
-``ss``, Ray's servers listened on every interface), runs Ray's token authentication (the token in a 0600
-file, new at each head start) and Ray's mutual TLS with the cluster's own authority on every gRPC channel
-(:func:`tls_env`): another user may take the port of a process that died, but no call, and so no token,
-leaves before the listener shows the cluster's certificate. The dashboard is read only once its port is
-proven this user's (:func:`~flytekitplugins_ddlscale._core.peerowner.own_peer_opener`).
+Nothing here imports ``ray``: nodes are ``ray start --block`` processes of the Ray beside this Python (or
+``$DDLSCALE_RAY_EXECUTABLE``), run through :mod:`._ray_node`, held to loopback, with Ray's token
+authentication and its mutual TLS (:func:`tls_env`); the dashboard is read only once its port is proven
+this user's (:func:`~flytekitplugins_ddlscale._core.peerowner.own_peer_opener`). docs/local.md, Security.
 """
 import contextlib
 import hashlib

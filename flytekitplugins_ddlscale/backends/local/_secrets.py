@@ -1,14 +1,9 @@
 """A local cluster's secret files: random secrets and its own TLS authority, 0600 in its private folder.
 
-A cluster's processes and clients read a secret from its file (Ray's token, Spark's shared secret, the TLS
-key), so none appears on a command line or in an environment another user can read.
-
-Dask's scheduler takes any client that reaches its port, and a client runs code in the workers: loopback
-alone lets another local user run code as the owner. So every local Dask cluster speaks ``tls://`` only,
-with mutual authentication (encryption required): each member and client presents the certificate its own
-authority signed. The authority is made at the first head start and signs one certificate; its private key
-is never written. Dask checks the signature only; local Ray uses the same files for its mutual TLS
-(:func:`~._ray_ops.tls_env`), whose gRPC checks the certificate names ``127.0.0.1``.
+A secret is read from its file (Ray's token, Spark's shared secret, the TLS key), never a command line or
+an environment. Every local Dask cluster speaks ``tls://`` with mutual authentication, each member and
+client presenting a certificate the cluster's own authority signed (its key never written); local Ray uses
+the same files (:func:`~._ray_ops.tls_env`). docs/local.md, Security.
 """
 import datetime
 import ipaddress

@@ -1,13 +1,9 @@
 """The Spark driver of the local backend: a standalone master and worker processes from pyspark.
 
-The master listens on the supervisor's port, its web UI on the head port ``webui``; each worker gets a
-recorded port, web UI port and work folder, and the master's ``/json/`` (workers by ``host:port``) tells
-which joined. As Domino presets ``spark.master``, the cluster's ``conf/spark-defaults.conf`` names the
-master and :meth:`SparkDriver.connection_env` points ``SPARK_CONF_DIR`` at it, so
-``SparkSession.builder.getOrCreate()`` connects unchanged. Every daemon, executor and application shares a
-per-cluster secret (``spark.authenticate``, AES RPC encryption) from a 0600 file, never a command line.
-Retiring a worker decommissions it (SIGPWR): once the master shows it decommissioned with no cores in use
-it is terminated; one found decommissioned otherwise is replaced (:meth:`SparkDriver.finished_workers`).
+The cluster's ``conf/spark-defaults.conf`` names the master (:meth:`SparkDriver.connection_env` points
+``SPARK_CONF_DIR`` at it, so ``SparkSession.builder.getOrCreate()`` connects unchanged); every process
+shares a per-cluster secret from a 0600 file; a retired worker is decommissioned (SIGPWR), then ended
+(:meth:`SparkDriver.finished_workers`). docs/local.md, Spark.
 """
 import contextlib
 import os
