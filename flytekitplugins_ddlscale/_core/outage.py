@@ -1,12 +1,9 @@
 """Riding out a backend outage: one retry loop (:func:`send`) and one classifier for both HTTP stacks.
 
-API servers and services restart routinely: for seconds they refuse or reset connections, fail TLS
-handshakes or answer 429/5xx, and once back a restarted server answers 401/403 while its
-authorization caches fill (:data:`WARMUP_WINDOW`). A request is sent again as its :class:`RetryRule`
-says; an :class:`OutageTracker` per backend logs ONCE when an outage starts and ONCE when it ends,
-and tells a timeout how long the backend was unreachable. Not an outage, failing at once: a backend
-never reached (refused, unresolved, TLS failing: :class:`~flytekitplugins_ddlscale.errors.NeverReachedError`),
-and a 401/403 that does not follow an outage (a missing permission).
+A request is sent again as its :class:`RetryRule` says; an :class:`OutageTracker` per backend logs once when
+an outage starts and once when it ends, and tells a timeout how long the backend was unreachable. A backend
+never reached (:class:`~flytekitplugins_ddlscale.errors.NeverReachedError`) and a 401/403 that follows no
+outage fail at once. docs/kubernetes.md and docs/scaler.md, Outages.
 """
 import http.client
 import logging

@@ -1,12 +1,8 @@
 """The environment every process of a local cluster starts with: a short allow-list, never credentials.
 
-Local clusters run code sent to them, so their processes do not inherit the starting process's environment
-(``DOMINO_API_KEY``, cloud keys, tokens), only what a framework needs (:func:`cluster_environment`, applied
-by :func:`~._procs.spawn_detached`; a driver adds its own settings with :func:`~._procs.with_environment`).
-A variable passes when its name is allowed (:data:`ALLOWED_NAMES`, :data:`ALLOWED_PREFIXES`) and looks like
-no credential's and its value carries none (:func:`carries_secret`: ``SPARK_DAEMON_JAVA_OPTS`` with
-``-Dspark.authenticate.secret=...`` would reach every JVM's command line), else it is dropped with a warning
-naming it, never its value.
+Local clusters run code sent to them, so their processes inherit only what a framework needs
+(:data:`ALLOWED_NAMES`, :data:`ALLOWED_PREFIXES`), and no value that carries a credential
+(:func:`carries_secret`); a dropped variable is named in a warning, never its value.
 """
 import logging
 import re

@@ -1,12 +1,9 @@
 """Detached OS processes: start them, tell whether they still run, stop them.
 
-A cluster process outlives the Python process that started it (tasks and the CLI share one cluster): a
-short-lived ``sh`` backgrounds it, so it is never our zombie. It is recorded by pid and start time (pids are
-reused), starts in its cluster's private folder with the allow-listed environment
-(:func:`~._process_env.cluster_environment`: no credentials) plus :data:`CLUSTER_MARK_ENV`, the cluster's
-folder, which whatever it starts inherits. A scan finds a cluster's processes by that mark whatever the
-record says (:func:`marked_processes`), and only a process of the owner carrying it is ever signalled
-(:func:`stop_processes`): a record naming an unrelated pid gets nothing killed.
+A cluster process outlives the process that started it (backgrounded by a short-lived ``sh``), is recorded
+by pid and start time, and carries :data:`CLUSTER_MARK_ENV` (its cluster's folder) with the allow-listed
+environment (:func:`~._process_env.cluster_environment`). Only a process of the owner carrying the mark is
+ever signalled (:func:`stop_processes`), whatever a record says.
 """
 import contextlib
 import logging

@@ -1,11 +1,8 @@
 """The Ray driver of the local backend: a ``ray start --head`` node and ``ray start`` worker nodes.
 
-Each node is one ``ray start --block`` process, its raylet, object store and agents (the head's GCS,
-dashboard and client server) in its process group. A tier's ``cores`` become ``--num-cpus`` and its
-``memory`` the node's memory; workers are named (``--node-name``) after their records, so the head's node
-list tells which joined. Stopping a node is how Ray drains it (SIGTERM: no new tasks, running ones finish
-within the stop grace); objects whose only copy was there are lost, as when a Domino pod goes. Loopback,
-token and TLS: :mod:`._ray_ops`.
+Each node is one ``ray start --block`` process group; a tier's ``cores`` and ``memory`` become its CPUs and
+memory, workers are named after their records (the head's node list tells which joined), and a node is
+drained by SIGTERM. Loopback, token and TLS: :mod:`._ray_ops`.
 """
 import os
 from pathlib import Path

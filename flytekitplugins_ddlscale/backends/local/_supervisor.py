@@ -1,12 +1,9 @@
 """The process supervisor of the local backend: the head and worker processes of each cluster.
 
-It spawns them detached from a :class:`~._driver.FrameworkDriver`'s command lines, records each (pid and
-start time), stops them (retiring workers through the head first), picks and keeps the head's ports,
-quotes log tails in errors and repairs a cluster whose processes died; callers hold the cluster lock
-(:meth:`ProcessSupervisor.lock`) around changes. Every change first stops the processes carrying the
-cluster's mark that no record holds (left by a change killed half-way), records what it is about to do
-(:class:`~._state.PendingChange`) before it starts or stops anything, and stops a process whose record
-cannot be written.
+It spawns them detached from a :class:`~._driver.FrameworkDriver`'s command lines, records each, stops them
+(retiring workers through the head first), keeps the head's ports and repairs a cluster whose processes died.
+Callers hold the cluster lock (:meth:`ProcessSupervisor.lock`); every change first stops marked processes no
+record holds and records its intent (:class:`~._state.PendingChange`) before it starts or stops anything.
 """
 import contextlib
 import logging
